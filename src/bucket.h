@@ -1,0 +1,75 @@
+/* bucket.h - exact in-memory rate limit state: token bucket and sliding
+ * window counter, plus a thread-safe table of them keyed by (rule, client).
+ *
+ * Time is always passed in (microseconds on a monotonic clock), never read
+ * here, so the logic is deterministic under test. No I/O.
+ */
+#ifndef BUCKET_H
+#define BUCKET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Limit parameters of one rule. */
+struct bucket_params {
+    int algorithm;      /* enum cfg_algorithm: 0 token bucket, 1 sliding window */
+    uint64_t limit;     /* N of the rate */
+    uint64_t period_us; /* DURATION of the rate (also the sliding window) */
+    uint64_t burst;     /* token bucket capacity */
+};
+
+/* Outcome of one decision. Times are in microseconds. */
+struct bucket_result {
+    int allowed;
+    uint64_t remaining; /* requests left after this one (0 when denied) */
+    uint64_t reset_us;  /* until the bucket is full again (window empty) */
+    uint64_t retry_us;  /* when denied: until one request would pass (> 0) */
+};
+
+/* State of one token bucket or sliding window, 24 bytes. */
+struct bucket {
+    double tokens;   /* token bucket: tokens left; sliding window: count of previous window */
+    double cur;      /* sliding window: count of current window */
+    uint64_t ts_us;  /* token bucket: last refill; sliding window: current window start */
+};
+
+/* Initialise a bucket first seen at now (full / empty window). */
+void bucket_init(struct bucket *b, const struct bucket_params *p, uint64_t now_us);
+
+/* Take n units (n >= 1) if they fit, and describe the result. When denied
+ * nothing is taken. Works for both algorithms. */
+void bucket_take(struct bucket *b, const struct bucket_params *p, uint64_t now_us, uint64_t n,
+                 struct bucket_result *res);
+
+/* Whether the bucket holds no information any more (full again / both windows
+ * past), so that dropping it changes no future decision. */
+int bucket_idle(const struct bucket *b, const struct bucket_params *p, uint64_t now_us);
+
+/* ---- table ---------------------------------------------------------------- */
+
+struct bucket_table;
+
+/* A table of buckets striped over nstripes mutexes (rounded up to a power of
+ * two). Returns NULL when out of memory. */
+struct bucket_table *bucket_table_new(unsigned nstripes);
+void bucket_table_free(struct bucket_table *t);
+
+/* Decide for (rule, key) with parameters p: find or create the bucket and
+ * take n units. Returns 0, or -1 when out of memory (res says denied then).
+ * Thread-safe. rule identifies the rule across reloads (its name). */
+int bucket_table_take(struct bucket_table *t, const char *rule, const void *key, size_t keylen,
+                      const struct bucket_params *p, uint64_t now_us, uint64_t n,
+                      struct bucket_result *res);
+
+/* Drop idle buckets, visiting at most max_visit entries from where the last
+ * call stopped (so a timer can spread the work). params_of returns the
+ * current parameters of a rule by name, or NULL when the rule is gone (its
+ * buckets are then dropped). Returns the number of buckets dropped. */
+size_t bucket_table_expire(struct bucket_table *t, uint64_t now_us, size_t max_visit,
+                           const struct bucket_params *(*params_of)(void *ctx, const char *rule),
+                           void *ctx);
+
+/* Number of buckets held. */
+size_t bucket_table_count(struct bucket_table *t);
+
+#endif

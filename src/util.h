@@ -1,0 +1,21 @@
+/* util.h - small helpers shared by every module: monotonic time, hashing. */
+#ifndef UTIL_H
+#define UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Microseconds on CLOCK_MONOTONIC. */
+uint64_t util_now_us(void);
+
+/* 64-bit FNV-1a over len bytes, continuing from h (start with UTIL_HASH_INIT). */
+#define UTIL_HASH_INIT 0xcbf29ce484222325ULL
+uint64_t util_hash(uint64_t h, const void *data, size_t len);
+
+/* Ceiling division of microseconds into whole seconds. */
+static inline uint64_t util_us_to_s_ceil(uint64_t us)
+{
+    return (us + 999999) / 1000000;
+}
+
+#endif
