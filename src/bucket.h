@@ -21,9 +21,11 @@ struct bucket_params {
 /* Outcome of one decision. Times are in microseconds. */
 struct bucket_result {
     int allowed;
-    uint64_t remaining; /* requests left after this one (0 when denied) */
+    uint64_t remaining; /* requests left after this one; when denied, the whole
+                         * units still there (fewer than n: 0 when n is 1) */
     uint64_t reset_us;  /* until the bucket is full again (window empty) */
-    uint64_t retry_us;  /* when denied: until one request would pass (> 0) */
+    uint64_t retry_us;  /* when denied: until one request would pass (> 0);
+                         * one period when n can never fit; 0 when allowed */
 };
 
 /* State of one token bucket or sliding window, 24 bytes. */
@@ -37,7 +39,8 @@ struct bucket {
 void bucket_init(struct bucket *b, const struct bucket_params *p, uint64_t now_us);
 
 /* Take n units (n >= 1) if they fit, and describe the result. When denied
- * nothing is taken. Works for both algorithms. */
+ * nothing is taken. Works for both algorithms. A now_us earlier than the last
+ * call counts as no time passed. */
 void bucket_take(struct bucket *b, const struct bucket_params *p, uint64_t now_us, uint64_t n,
                  struct bucket_result *res);
 
@@ -55,8 +58,11 @@ struct bucket_table *bucket_table_new(unsigned nstripes);
 void bucket_table_free(struct bucket_table *t);
 
 /* Decide for (rule, key) with parameters p: find or create the bucket and
- * take n units. Returns 0, or -1 when out of memory (res says denied then).
- * Thread-safe. rule identifies the rule across reloads (its name). */
+ * take n units. Returns 0, or -1 when out of memory or when rule (over 65535
+ * bytes) or key (over 4 GiB) cannot be held; res says denied then.
+ * Thread-safe. rule identifies the rule across reloads (its name); the table
+ * keeps copies of rule and key. When p changed since the bucket's last use,
+ * its level is clamped to the new burst; a new algorithm starts it afresh. */
 int bucket_table_take(struct bucket_table *t, const char *rule, const void *key, size_t keylen,
                       const struct bucket_params *p, uint64_t now_us, uint64_t n,
                       struct bucket_result *res);
@@ -64,7 +70,8 @@ int bucket_table_take(struct bucket_table *t, const char *rule, const void *key,
 /* Drop idle buckets, visiting at most max_visit entries from where the last
  * call stopped (so a timer can spread the work). params_of returns the
  * current parameters of a rule by name, or NULL when the rule is gone (its
- * buckets are then dropped). Returns the number of buckets dropped. */
+ * buckets are then dropped); it is called with a stripe lock held and must
+ * not call into the table. Returns the number of buckets dropped. */
 size_t bucket_table_expire(struct bucket_table *t, uint64_t now_us, size_t max_visit,
                            const struct bucket_params *(*params_of)(void *ctx, const char *rule),
                            void *ctx);

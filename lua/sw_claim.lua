@@ -1,0 +1,121 @@
+--[[ sw_claim.lua - lease units from a shared sliding window counter, settling
+the caller's previous lease in the same atomic step.
+
+Two fixed windows of length w = period, aligned on multiples of w in Redis
+time; estimate = p * (1 - elapsed / w) + c. A claim pre-charges its grant to
+c, so the estimate already counts every leased unit; unspent units are taken
+off c when they are returned within the window they were charged in. Units
+of an older window stay counted (over-counting only), and a lease ends at the
+window boundary.
+
+KEYS[1]   the counter, one hash per (rule, client key):
+            w          current window id: floor(Redis time / w)
+            c, p       units counted in the current and the previous window
+            h:<agent>  units pre-charged to <agent> and not yet reported
+            w:<agent>  window id they were charged in
+ARGV[1]   agent id (non-empty)
+ARGV[2]   limit N      } at most N per window of period ms (estimated)
+ARGV[3]   period, ms   }
+ARGV[4]   burst: ignored (same ARGV as tb_claim.lua)
+ARGV[5]   want: units requested (>= 0; 0 = only settle and report)
+ARGV[6]   used: units spent from the lease since the last report (capped at held)
+ARGV[7]   returned: unspent units given back (capped at held - used)
+ARGV[8]   ttl, ms: longest lease (>= 1)
+
+Returns   {granted, remaining, held, holders, retry_ms, reset_ms, lease_ms, mine}
+            granted   units charged and added to the caller's lease:
+                      min(want, floor(N - estimate))
+            remaining max(0, floor(N - estimate)) after the call
+            held      units held by leases of the current window, caller included
+            holders   number of agents holding such a lease
+            retry_ms  0 when remaining >= 1, else ms until the estimate falls
+                      to N - 1 (if nothing more is charged)
+            reset_ms  ms until the estimate falls to 0
+            lease_ms  when the caller holds units: min(ttl, ms left in the
+                      window), rounded down (0 in the window's last ms), else 0;
+                      the agent may spend them until (time it SENT this call)
+                      + lease_ms
+            mine      units the caller now holds (0: no lease)
+
+Invariant: c <= N and the sum of current-window holdings <= c after every call.
+Uses Redis server time only; agents never send timestamps.
+]]
+
+local key, agent = KEYS[1], ARGV[1]
+if agent == nil or agent == '' then error('sw_claim: empty agent id') end
+local function num(i, min)
+    local v = tonumber(ARGV[i])
+    if v == nil or v ~= v or v < min or v == math.huge then
+        error('sw_claim: bad ARGV[' .. i .. ']')
+    end
+    return math.floor(v)
+end
+local limit, period = num(2, 1), num(3, 1)
+local want, used, ret, ttl = num(5, 0), num(6, 0), num(7, 0), num(8, 1)
+local wus = period * 1000 -- window length, microseconds
+local function fmt(x) return string.format('%.17g', x) end
+
+local tm = redis.call('TIME')
+local now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
+local k = math.floor(now / wus) -- guard the division's rounding
+if k * wus > now then k = k - 1 elseif (k + 1) * wus <= now then k = k + 1 end
+
+local f, raw = {}, redis.call('HGETALL', key)
+for i = 1, #raw, 2 do f[raw[i]] = raw[i + 1] end
+
+-- Roll the windows forward to k (never back, should the clock go back).
+local W, c, p = tonumber(f.w), tonumber(f.c) or 0, tonumber(f.p) or 0
+if W == nil or k > W + 1 then
+    W, c, p = k, 0, 0
+elseif k == W + 1 then
+    W, c, p = k, 0, c
+end
+local left = math.min(wus, math.max(0, (W + 1) * wus - now)) -- us to the boundary
+
+-- Leases of older windows are over: forget them (their units stay counted).
+local held = {}
+for fk, v in pairs(f) do
+    if string.sub(fk, 1, 2) == 'h:' then
+        local a = string.sub(fk, 3)
+        if tonumber(f['w:' .. a]) == W then
+            held[a] = tonumber(v)
+        else
+            redis.call('HDEL', key, fk, 'w:' .. a)
+        end
+    end
+end
+
+-- Settle the caller: unspent units returned in their window leave the count.
+local mine = held[agent] or 0
+used = math.min(used, mine)
+ret = math.min(ret, mine - used)
+mine = mine - used - ret
+c = math.max(0, c - ret)
+
+-- Grant what fits under the limit, and pre-charge it.
+local est = p * left / wus + c
+local g = math.max(0, math.min(want, math.floor(limit - est)))
+c, mine, est = c + g, mine + g, est + g
+held[agent] = mine
+redis.call('HSET', key, 'w', fmt(W), 'c', fmt(c), 'p', fmt(p))
+if mine > 0 then
+    redis.call('HSET', key, 'h:' .. agent, fmt(mine), 'w:' .. agent, fmt(W))
+else
+    held[agent] = nil
+    redis.call('HDEL', key, 'h:' .. agent, 'w:' .. agent)
+end
+
+-- Microseconds until the estimate falls to thr, if nothing more is charged:
+-- p decays over the rest of this window, then c decays over the next one.
+local function wait_us(thr)
+    if est <= thr then return 0 end
+    thr = math.max(thr, 0)
+    if c <= thr then return (est - thr) * wus / p end
+    return left + (c - thr) * wus / c
+end
+local H, holders = 0, 0
+for _, h in pairs(held) do H, holders = H + h, holders + 1 end
+redis.call('PEXPIRE', key, fmt(math.ceil((left + wus) / 1000) + 1000))
+return {g, math.max(0, math.floor(limit - est)), H, holders,
+        math.ceil(wait_us(limit - 1) / 1000), math.ceil(wait_us(0) / 1000),
+        mine > 0 and math.floor(math.min(ttl * 1000, left) / 1000) or 0, mine}

@@ -1,0 +1,63 @@
+--[[ sw_exact.lua - one sliding window counter decision (rules with lease = off).
+Shares the key layout of sw_claim.lua, so exact calls and leases can act on
+the same counter (leased units are already counted in c).
+
+KEYS[1]   the counter hash (w, c, p, h:<agent>, w:<agent>; see sw_claim.lua)
+ARGV[1]   limit N      } at most N per window of period ms (estimated)
+ARGV[2]   period, ms   }
+ARGV[3]   burst: ignored (same ARGV as tb_exact.lua)
+ARGV[4]   n: units this request costs (>= 1; default 1)
+
+Returns   {allowed, remaining, retry_ms, reset_ms}
+            allowed   1 when estimate + n <= N and n was counted, else 0
+            remaining max(0, floor(N - estimate)) after the call
+            retry_ms  0 when another request of n would pass now, else ms until
+                      the estimate falls to N - n (if nothing more is counted)
+            reset_ms  ms until the estimate falls to 0
+
+Invariant: c <= N after every call.
+Uses Redis server time only.
+]]
+
+local key = KEYS[1]
+local function num(i, min, default)
+    local v = tonumber(ARGV[i] or default)
+    if v == nil or v ~= v or v < min or v == math.huge then
+        error('sw_exact: bad ARGV[' .. i .. ']')
+    end
+    return math.floor(v)
+end
+local limit, period, n = num(1, 1), num(2, 1), num(4, 1, 1)
+local wus = period * 1000 -- window length, microseconds
+local function fmt(x) return string.format('%.17g', x) end
+
+local tm = redis.call('TIME')
+local now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
+local k = math.floor(now / wus) -- guard the division's rounding
+if k * wus > now then k = k - 1 elseif (k + 1) * wus <= now then k = k + 1 end
+
+-- Roll the windows forward to k (never back). Stale leases are left to
+-- sw_claim.lua: they do not change the count.
+local f = redis.call('HMGET', key, 'w', 'c', 'p')
+local W, c, p = tonumber(f[1]), tonumber(f[2]) or 0, tonumber(f[3]) or 0
+if W == nil or k > W + 1 then
+    W, c, p = k, 0, 0
+elseif k == W + 1 then
+    W, c, p = k, 0, c
+end
+local left = math.min(wus, math.max(0, (W + 1) * wus - now))
+
+local est = p * left / wus + c
+local allowed = 0
+if est + n <= limit then c, est, allowed = c + n, est + n, 1 end
+redis.call('HSET', key, 'w', fmt(W), 'c', fmt(c), 'p', fmt(p))
+
+local function wait_us(thr) -- see sw_claim.lua
+    if est <= thr then return 0 end
+    thr = math.max(thr, 0)
+    if c <= thr then return (est - thr) * wus / p end
+    return left + (c - thr) * wus / c
+end
+redis.call('PEXPIRE', key, fmt(math.ceil((left + wus) / 1000) + 1000))
+return {allowed, math.max(0, math.floor(limit - est)),
+        math.ceil(wait_us(limit - n) / 1000), math.ceil(wait_us(0) / 1000)}

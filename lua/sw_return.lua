@@ -1,0 +1,82 @@
+--[[ sw_return.lua - close the caller's lease on a shared sliding window
+counter: report what it spent and take the unspent units off the count.
+
+KEYS[1]   the counter hash, same layout as sw_claim.lua (w, c, p, h:<agent>, w:<agent>)
+ARGV[1]   agent id (non-empty)
+ARGV[2]   limit N      } at most N per window of period ms (estimated)
+ARGV[3]   period, ms   }
+ARGV[4]   burst: ignored (same ARGV as tb_return.lua)
+ARGV[5]   used: units spent from the lease since the last report (capped at held)
+
+Returns   {granted, remaining, held, holders, retry_ms, reset_ms, lease_ms, mine}
+          as sw_claim.lua, with granted = 0, lease_ms = 0 and mine = 0: the
+          caller's h:/w: fields are deleted and, when they were charged in the
+          current window, its held - used units are subtracted from c. Units of
+          an older window are not subtracted (they stay counted).
+
+Invariant: c <= N and the sum of current-window holdings <= c after every call.
+Uses Redis server time only.
+]]
+
+local key, agent = KEYS[1], ARGV[1]
+if agent == nil or agent == '' then error('sw_return: empty agent id') end
+local function num(i, min)
+    local v = tonumber(ARGV[i])
+    if v == nil or v ~= v or v < min or v == math.huge then
+        error('sw_return: bad ARGV[' .. i .. ']')
+    end
+    return math.floor(v)
+end
+local limit, period, used = num(2, 1), num(3, 1), num(5, 0)
+local wus = period * 1000 -- window length, microseconds
+local function fmt(x) return string.format('%.17g', x) end
+
+local tm = redis.call('TIME')
+local now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
+local k = math.floor(now / wus) -- guard the division's rounding
+if k * wus > now then k = k - 1 elseif (k + 1) * wus <= now then k = k + 1 end
+
+local f, raw = {}, redis.call('HGETALL', key)
+for i = 1, #raw, 2 do f[raw[i]] = raw[i + 1] end
+
+-- Roll the windows forward to k (never back).
+local W, c, p = tonumber(f.w), tonumber(f.c) or 0, tonumber(f.p) or 0
+if W == nil or k > W + 1 then
+    W, c, p = k, 0, 0
+elseif k == W + 1 then
+    W, c, p = k, 0, c
+end
+local left = math.min(wus, math.max(0, (W + 1) * wus - now))
+
+-- Forget leases of older windows; keep the current ones.
+local held = {}
+for fk, v in pairs(f) do
+    if string.sub(fk, 1, 2) == 'h:' then
+        local a = string.sub(fk, 3)
+        if tonumber(f['w:' .. a]) == W then
+            held[a] = tonumber(v)
+        else
+            redis.call('HDEL', key, fk, 'w:' .. a)
+        end
+    end
+end
+
+-- Close the caller's lease: its unspent units leave the count.
+local mine = held[agent] or 0
+c = math.max(0, c - (mine - math.min(used, mine)))
+held[agent] = nil
+redis.call('HSET', key, 'w', fmt(W), 'c', fmt(c), 'p', fmt(p))
+redis.call('HDEL', key, 'h:' .. agent, 'w:' .. agent)
+
+local est = p * left / wus + c
+local function wait_us(thr) -- see sw_claim.lua
+    if est <= thr then return 0 end
+    thr = math.max(thr, 0)
+    if c <= thr then return (est - thr) * wus / p end
+    return left + (c - thr) * wus / c
+end
+local H, holders = 0, 0
+for _, h in pairs(held) do H, holders = H + h, holders + 1 end
+redis.call('PEXPIRE', key, fmt(math.ceil((left + wus) / 1000) + 1000))
+return {0, math.max(0, math.floor(limit - est)), H, holders,
+        math.ceil(wait_us(limit - 1) / 1000), math.ceil(wait_us(0) / 1000), 0, 0}

@@ -1,0 +1,353 @@
+/* bench.c - spoa-bench: an SPOP load generator that talks to the agent the way
+ * HAProxy does (HELLO, then pipelined NOTIFYs on many connections) and prints
+ * decisions/s, latency percentiles and the allowed/blocked counts. */
+#include "spop.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "util.h"
+
+#define BENCH_MAX_CONNS 1024
+#define BENCH_MAX_PIPELINE 256
+#define BENCH_BUF 65536
+
+struct bconn {
+    int fd;
+    uint32_t max_frame;
+    uint64_t next_stream;
+    unsigned inflight;
+    uint64_t sent_at[BENCH_MAX_PIPELINE]; /* by stream id % pipeline */
+    uint8_t in[BENCH_BUF];
+    size_t in_len;
+};
+
+struct opts {
+    const char *addr;
+    unsigned conns, pipeline, keys;
+    uint64_t total;
+    double duration;
+    const char *message;
+    const char *path;
+};
+
+static uint64_t *lat;
+static size_t nlat, caplat;
+static uint64_t allowed, blocked, acks, errors;
+
+static int dial(const char *addr)
+{
+    int fd, one = 1;
+
+    if (strncmp(addr, "unix:", 5) == 0) {
+        struct sockaddr_un sun = {.sun_family = AF_UNIX};
+        snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", addr + 5);
+        fd = socket(AF_UNIX, SOCK_STREAM, 0);
+        if (fd == -1 || connect(fd, (struct sockaddr *)&sun, sizeof(sun)) == -1)
+            return -1;
+        return fd;
+    }
+    char host[256];
+    const char *c = strrchr(addr, ':');
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res;
+    if (!c || (size_t)(c - addr) >= sizeof(host))
+        return -1;
+    memcpy(host, addr, (size_t)(c - addr));
+    host[c - addr] = '\0';
+    char *h = host;
+    if (*h == '[') {
+        h++;
+        h[strlen(h) - 1] = '\0';
+    }
+    if (getaddrinfo(h, c + 1, &hints, &res) != 0)
+        return -1;
+    fd = socket(res->ai_family, SOCK_STREAM, 0);
+    if (fd == -1 || connect(fd, res->ai_addr, res->ai_addrlen) == -1) {
+        freeaddrinfo(res);
+        return -1;
+    }
+    freeaddrinfo(res);
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    return fd;
+}
+
+static int write_all(int fd, const uint8_t *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w == -1) {
+            if (errno == EINTR || errno == EAGAIN)
+                continue;
+            return -1;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* Read one whole frame (blocking socket) into c->in. */
+static int read_frame(struct bconn *c, struct spop_frame *f)
+{
+    size_t used;
+    for (;;) {
+        int r = spop_frame_decode(c->in, c->in_len, BENCH_BUF - 4, f, &used);
+        if (r == 0) {
+            return (int)used;
+        }
+        if (r != SPOP_EAGAIN)
+            return -1;
+        ssize_t n = read(c->fd, c->in + c->in_len, sizeof(c->in) - c->in_len);
+        if (n <= 0)
+            return -1;
+        c->in_len += (size_t)n;
+    }
+}
+
+static int handshake(struct bconn *c)
+{
+    uint8_t buf[512], *start;
+    struct spop_writer w = {buf, buf + sizeof(buf)};
+    struct spop_data d;
+    struct spop_frame f;
+    struct spop_reader r;
+    struct spop_str k;
+    int used;
+
+    spop_frame_begin(&w, SPOP_FRAME_HAPROXY_HELLO, SPOP_FLAG_FIN, 0, 0, &start);
+    d = spop_string("2.0", 3);
+    spop_put_kv(&w, "supported-versions", &d);
+    d = spop_uint(SPOP_DEFAULT_FRAME_SIZE);
+    spop_put_kv(&w, "max-frame-size", &d);
+    d = spop_string("pipelining", 10);
+    spop_put_kv(&w, "capabilities", &d);
+    d = spop_string("spoa-bench", 10);
+    spop_put_kv(&w, "engine-id", &d);
+    if (spop_frame_end(&w, start) < 0 || write_all(c->fd, buf, (size_t)(w.p - buf)) < 0)
+        return -1;
+    if ((used = read_frame(c, &f)) < 0 || f.type != SPOP_FRAME_AGENT_HELLO)
+        return -1;
+    c->max_frame = SPOP_DEFAULT_FRAME_SIZE;
+    r.p = f.payload;
+    r.end = f.payload + f.payload_len;
+    while (spop_kv_next(&r, &k, &d) == 1)
+        if (k.len == 14 && memcmp(k.ptr, "max-frame-size", 14) == 0)
+            c->max_frame = (uint32_t)d.u.uint;
+    memmove(c->in, c->in + used, c->in_len - (size_t)used);
+    c->in_len -= (size_t)used;
+    return 0;
+}
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ULL;
+static uint64_t rng(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+
+static int send_notify(struct bconn *c, const struct opts *o)
+{
+    uint8_t buf[1024], *start;
+    struct spop_writer w = {buf, buf + sizeof(buf)};
+    char key[32];
+    uint64_t k = rng() % o->keys;
+    uint64_t stream = c->next_stream++;
+    struct spop_data d;
+    int n = snprintf(key, sizeof(key), "key-%" PRIu64, k);
+
+    spop_frame_begin(&w, SPOP_FRAME_NOTIFY, SPOP_FLAG_FIN, stream, 1, &start);
+    spop_put_str(&w, o->message, strlen(o->message));
+    *w.p++ = 3; /* nb-args */
+    spop_put_str(&w, "key", 3);
+    d = spop_string(key, (size_t)n);
+    spop_put_data(&w, &d);
+    spop_put_str(&w, "ip", 2);
+    d.type = SPOP_DATA_IPV4;
+    d.u.ip[0] = 10;
+    d.u.ip[1] = (uint8_t)(k >> 16);
+    d.u.ip[2] = (uint8_t)(k >> 8);
+    d.u.ip[3] = (uint8_t)k;
+    spop_put_data(&w, &d);
+    spop_put_str(&w, "path", 4);
+    d = spop_string(o->path, strlen(o->path));
+    spop_put_data(&w, &d);
+    if (spop_frame_end(&w, start) < 0)
+        return -1;
+    c->sent_at[stream % o->pipeline] = util_now_us();
+    c->inflight++;
+    return write_all(c->fd, buf, (size_t)(w.p - buf));
+}
+
+static void record_ack(struct bconn *c, const struct spop_frame *f, const struct opts *o)
+{
+    struct spop_reader r = {f->payload, f->payload + f->payload_len};
+    uint8_t act, scope;
+    struct spop_str name;
+    struct spop_data v;
+    uint64_t now = util_now_us();
+
+    if (nlat == caplat) {
+        caplat = caplat ? caplat * 2 : 65536;
+        lat = realloc(lat, caplat * sizeof(*lat));
+        if (!lat) {
+            fprintf(stderr, "spoa-bench: out of memory\n");
+            exit(1);
+        }
+    }
+    lat[nlat++] = now - c->sent_at[f->stream_id % o->pipeline];
+    acks++;
+    c->inflight--;
+    while (spop_action_next(&r, &act, &scope, &name, &v) == 1) {
+        if (name.len == 7 && memcmp(name.ptr, "blocked", 7) == 0) {
+            if (v.u.sint)
+                blocked++;
+            else
+                allowed++;
+        }
+    }
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: spoa-bench [-a ADDR] [-c CONNS] [-p PIPELINE] [-n TOTAL | -d SECONDS]\n"
+               "                  [-k KEYS] [-m MESSAGE] [-P PATH]\n"
+               "  -a ADDR      agent address, host:port or unix:/path (127.0.0.1:12345)\n"
+               "  -c CONNS     connections (8)\n"
+               "  -p PIPELINE  NOTIFYs in flight per connection (20, as HAProxy)\n"
+               "  -n TOTAL     decisions to make (100000)\n"
+               "  -d SECONDS   run for this long instead of -n\n"
+               "  -k KEYS      distinct client keys, chosen at random (1000)\n"
+               "  -m MESSAGE   SPOE message name (check-rate)\n"
+               "  -P PATH      value of the path arg (/api/bench)\n");
+}
+
+int main(int argc, char **argv)
+{
+    struct opts o = {"127.0.0.1:12345", 8, 20, 1000, 100000, 0, "check-rate", "/api/bench"};
+    struct bconn *conns;
+    struct pollfd *pfd;
+    uint64_t sent = 0, t0, t1, deadline = 0;
+    int c;
+
+    while ((c = getopt(argc, argv, "a:c:p:n:d:k:m:P:h")) != -1) {
+        switch (c) {
+        case 'a': o.addr = optarg; break;
+        case 'c': o.conns = (unsigned)atoi(optarg); break;
+        case 'p': o.pipeline = (unsigned)atoi(optarg); break;
+        case 'n': o.total = strtoull(optarg, NULL, 10); break;
+        case 'd': o.duration = atof(optarg); break;
+        case 'k': o.keys = (unsigned)atoi(optarg); break;
+        case 'm': o.message = optarg; break;
+        case 'P': o.path = optarg; break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (o.conns < 1 || o.conns > BENCH_MAX_CONNS || o.pipeline < 1 ||
+        o.pipeline > BENCH_MAX_PIPELINE || o.keys < 1) {
+        usage(stderr);
+        return 2;
+    }
+    conns = calloc(o.conns, sizeof(*conns));
+    pfd = calloc(o.conns, sizeof(*pfd));
+    if (!conns || !pfd)
+        return 1;
+    for (unsigned i = 0; i < o.conns; i++) {
+        conns[i].fd = dial(o.addr);
+        conns[i].next_stream = (uint64_t)i << 32;
+        if (conns[i].fd < 0 || handshake(&conns[i]) < 0) {
+            fprintf(stderr, "spoa-bench: cannot connect to %s: %s\n", o.addr, strerror(errno));
+            return 1;
+        }
+        pfd[i].fd = conns[i].fd;
+        pfd[i].events = POLLIN;
+    }
+
+    t0 = util_now_us();
+    if (o.duration > 0) {
+        deadline = t0 + (uint64_t)(o.duration * 1e6);
+        o.total = UINT64_MAX;
+    }
+    for (unsigned i = 0; i < o.conns; i++)
+        for (unsigned j = 0; j < o.pipeline && sent < o.total; j++, sent++)
+            if (send_notify(&conns[i], &o) < 0)
+                goto io_error;
+
+    while (acks < sent) {
+        if (poll(pfd, o.conns, 5000) <= 0) {
+            fprintf(stderr, "spoa-bench: no answer for 5 s (%" PRIu64 " of %" PRIu64 ")\n",
+                    acks, sent);
+            errors++;
+            break;
+        }
+        for (unsigned i = 0; i < o.conns; i++) {
+            struct bconn *bc = &conns[i];
+            if (!(pfd[i].revents & (POLLIN | POLLHUP | POLLERR)))
+                continue;
+            ssize_t n = read(bc->fd, bc->in + bc->in_len, sizeof(bc->in) - bc->in_len);
+            if (n <= 0)
+                goto io_error;
+            bc->in_len += (size_t)n;
+            size_t off = 0, used;
+            struct spop_frame f;
+            while (spop_frame_decode(bc->in + off, bc->in_len - off, BENCH_BUF - 4, &f, &used) ==
+                   0) {
+                if (f.type == SPOP_FRAME_ACK)
+                    record_ack(bc, &f, &o);
+                else if (f.type == SPOP_FRAME_AGENT_DISCONNECT)
+                    goto io_error;
+                off += used;
+            }
+            memmove(bc->in, bc->in + off, bc->in_len - off);
+            bc->in_len -= off;
+            int more = deadline ? util_now_us() < deadline : 1;
+            while (more && bc->inflight < o.pipeline && sent < o.total) {
+                if (send_notify(bc, &o) < 0)
+                    goto io_error;
+                sent++;
+            }
+        }
+    }
+    t1 = util_now_us();
+    goto report;
+io_error:
+    fprintf(stderr, "spoa-bench: connection lost: %s\n", strerror(errno));
+    errors++;
+    t1 = util_now_us();
+report:
+    qsort(lat, nlat, sizeof(*lat), cmp_u64);
+    double secs = (double)(t1 - t0) / 1e6;
+#define PCT(p) (nlat ? lat[(size_t)((double)(nlat - 1) * (p))] : 0)
+    printf("decisions %" PRIu64 " in %.3f s: %.0f decisions/s (%u conns x %u pipelined, %u keys)\n",
+           acks, secs, secs > 0 ? (double)acks / secs : 0, o.conns, o.pipeline, o.keys);
+    printf("latency_us p50 %" PRIu64 " p99 %" PRIu64 " p99.9 %" PRIu64 " max %" PRIu64 "\n",
+           PCT(0.50), PCT(0.99), PCT(0.999), nlat ? lat[nlat - 1] : 0);
+    printf("allowed %" PRIu64 " blocked %" PRIu64 " errors %" PRIu64 "\n", allowed, blocked,
+           errors);
+    for (unsigned i = 0; i < o.conns; i++)
+        close(conns[i].fd);
+    free(conns);
+    free(pfd);
+    free(lat);
+    return errors ? 1 : 0;
+}

@@ -1,0 +1,601 @@
+/* bucket.c - exact in-memory rate limit state: the token bucket and sliding
+ * window counter arithmetic, and a striped hash table of buckets keyed by
+ * (rule name, client key).
+ *
+ * Arithmetic is in doubles (the state is fractional tokens), but every
+ * quantity that should be a whole number of tokens or requests is snapped to
+ * the nearest integer when it is within rounding noise of it. Without that a
+ * refill of exactly one token could come out as 0.99999999999 and a request
+ * due at t = 6 s would only pass a microsecond later, or never be reported as
+ * "remaining".
+ *
+ * The table is nstripes independent chained hash tables, each behind its own
+ * mutex, chosen by the high bits of the key hash; a decision locks exactly one
+ * stripe. Memory stays bounded because bucket_table_expire() drops buckets
+ * that hold no information any more (see bucket_idle()).
+ */
+#include "bucket.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+/* Noise below which a token count or a duration in microseconds is taken
+ * to be the integer next to it. For token counts it is further capped by
+ * tolerance() so that snapping never moves a decision by a microsecond. */
+#define SNAP_EPS 1e-9
+
+/* Relative floor of every tolerance: a few units in the last place. */
+#define REL_EPS 2e-15
+
+/* Waits that would be longer (rate 0, overflow) are reported as this: about
+ * 285 years, small enough that callers can add to it or round it to seconds
+ * without overflowing a uint64_t. */
+#define MAX_WAIT_US ((uint64_t)1 << 53)
+
+/* enum cfg_algorithm (config.h) value of the sliding window; not included
+ * so that this module depends on libc only. */
+#define ALGO_SLIDING_WINDOW_ID 1
+
+/* Retry hint when a decision could not be made for lack of memory. */
+#define OOM_RETRY_US 1000000u
+
+/* Per-stripe slot array bounds; stripes start with no array at all so an
+ * idle table costs only its stripes. */
+#define MIN_SLOTS 8u
+#define MAX_STRIPES 65536u
+
+/* Rule names and keys longer than this are refused (they would not fit the
+ * entry's length fields); the caller hashes long keys well before. */
+#define MAX_RULE_LEN UINT16_MAX
+#define MAX_KEY_LEN UINT32_MAX
+
+/* ---- arithmetic helpers ------------------------------------------------- */
+
+static uint64_t period_of(const struct bucket_params *p)
+{
+    /* The config rejects an empty period; never divide by zero anyway. */
+    return p->period_us ? p->period_us : 1;
+}
+
+/* x, or the integer next to it when closer than eps (or rounding noise). */
+static double snap(double x, double eps)
+{
+    double r = round(x);
+    return fabs(x - r) <= fmax(eps, fabs(x) * REL_EPS) ? r : x;
+}
+
+/* Tolerance for token counts and window estimates under p: SNAP_EPS, but
+ * under a quarter of what one microsecond changes, so that with long periods
+ * (1/1d refills 1.2e-11 token per us) rounding never lets a request through
+ * a microsecond early. A window estimate falls by at least 1/period per us
+ * while it holds a request. */
+static double tolerance(const struct bucket_params *p)
+{
+    double per_us = (p->algorithm == ALGO_SLIDING_WINDOW_ID ? 1.0 : (double)p->limit) /
+                    (double)period_of(p);
+    return per_us > 0 ? fmin(SNAP_EPS, per_us / 4) : SNAP_EPS;
+}
+
+/* Microseconds (rounded up, saturated at MAX_WAIT_US) that a rate of
+ * limit per period_us needs to produce x tokens. x <= 0 gives 0. */
+static uint64_t us_for_tokens(const struct bucket_params *p, double x)
+{
+    if (x <= 0)
+        return 0;
+    if (p->limit == 0)
+        return MAX_WAIT_US;
+    double us = ceil(snap(x * (double)p->period_us / (double)p->limit, SNAP_EPS));
+    if (!(us < (double)MAX_WAIT_US))
+        return MAX_WAIT_US;
+    return (uint64_t)us;
+}
+
+/* Whole units in x, never negative: what "remaining" reports. */
+static uint64_t whole(double x, double eps)
+{
+    double f = floor(snap(x, eps));
+    if (f <= 0)
+        return 0;
+    if (!(f < 18446744073709551616.0))
+        return UINT64_MAX;
+    return (uint64_t)f;
+}
+
+/* ---- token bucket ------------------------------------------------------- */
+
+/* Token level of a bucket last refilled at ts with `tokens`, seen at now.
+ * Capped at the burst, which also clamps a bucket whose rule was reloaded
+ * with a smaller burst. A clock that went backward adds nothing. */
+static double tb_level(double tokens, uint64_t ts, const struct bucket_params *p, uint64_t now)
+{
+    uint64_t elapsed = now > ts ? now - ts : 0;
+    /* limit * elapsed / period rather than (limit / period) * elapsed: the
+     * former is exact whenever the true refill is a whole number. */
+    double t = tokens + (double)p->limit * (double)elapsed / (double)period_of(p);
+    if (t >= (double)p->burst)
+        return (double)p->burst;
+    return snap(t, tolerance(p));
+}
+
+static void tb_take(struct bucket *b, const struct bucket_params *p, uint64_t now, uint64_t n,
+                    struct bucket_result *res)
+{
+    double need = (double)n;
+    double burst = (double)p->burst;
+    double eps = tolerance(p);
+
+    b->tokens = tb_level(b->tokens, b->ts_us, p, now);
+    if (now > b->ts_us)
+        b->ts_us = now;
+
+    if (b->tokens + eps >= need) {
+        b->tokens = snap(b->tokens - need, eps);
+        if (b->tokens < 0)
+            b->tokens = 0;
+        res->allowed = 1;
+        res->retry_us = 0;
+    } else {
+        res->allowed = 0;
+        if (need > burst || p->limit == 0) {
+            /* n can never fit: there is no honest answer, so suggest one
+             * period rather than "now" or "never". */
+            res->retry_us = period_of(p);
+        } else {
+            uint64_t retry = us_for_tokens(p, need - b->tokens);
+            /* Rounding must never make the hint early: step forward until
+             * the same arithmetic that decides really lets n through. */
+            for (int i = 0; i < 4 && retry < MAX_WAIT_US; i++) {
+                if (tb_level(b->tokens, b->ts_us, p, b->ts_us + retry) + eps >= need)
+                    break;
+                retry++;
+            }
+            res->retry_us = retry ? retry : 1;
+        }
+    }
+    res->remaining = whole(b->tokens, eps);
+    res->reset_us = us_for_tokens(p, burst - b->tokens);
+}
+
+/* ---- sliding window counter --------------------------------------------- */
+
+/* Move the window pair forward to the one holding now. Windows are aligned on
+ * multiples of the period when (re)started; a reload that changed the period
+ * keeps the old phase until both windows have passed, which is harmless. */
+static void sw_advance(struct bucket *b, uint64_t period, uint64_t now)
+{
+    if (now < b->ts_us)
+        return;
+    uint64_t k = (now - b->ts_us) / period;
+    if (k == 1) {
+        b->tokens = b->cur;
+        b->cur = 0;
+        b->ts_us += period;
+    } else if (k >= 2) {
+        b->tokens = 0;
+        b->cur = 0;
+        b->ts_us = now - now % period;
+    }
+}
+
+/* Weighted count at `elapsed` us into the current window: the previous
+ * window's count scaled by the part of it still covered, plus the current. */
+static double sw_estimate(double prev, double cur, uint64_t period, uint64_t elapsed)
+{
+    return prev * (double)(period - elapsed) / (double)period + cur;
+}
+
+/* Whether n more fit at now, for a window pair in state *b (not modified). */
+static int sw_fits(const struct bucket *b, const struct bucket_params *p, uint64_t now, uint64_t n)
+{
+    struct bucket c = *b;
+    uint64_t period = period_of(p);
+    sw_advance(&c, period, now);
+    uint64_t elapsed = now > c.ts_us ? now - c.ts_us : 0;
+    double est = sw_estimate(c.tokens, c.cur, period, elapsed);
+    return est + (double)n <= (double)p->limit + tolerance(p);
+}
+
+/* Earliest wait after which n fit, assuming nothing more is admitted. The
+ * estimate only falls with time: linearly through the current window as the
+ * previous count fades, then through the next as the current count fades.
+ * Solve prev * (1 - e/P) + cur + n <= limit in the current window, else
+ * cur * (1 - e/P) + n <= limit in the next one. */
+static uint64_t sw_retry(const struct bucket *b, const struct bucket_params *p, uint64_t now,
+                         uint64_t n)
+{
+    uint64_t period = period_of(p);
+    uint64_t elapsed = now > b->ts_us ? now - b->ts_us : 0;
+    double P = (double)period;
+    double room_now = (double)p->limit - (double)n - b->cur;
+    double room_next = (double)p->limit - (double)n;
+    uint64_t retry;
+
+    if (room_next < 0)
+        return period; /* n can never fit; see tb_take */
+
+    double in_cur = P; /* offset into this window where n fit; P = not in it */
+    if (b->tokens > 0 && room_now >= 0)
+        in_cur = fmax(0.0, ceil(snap(P * (1.0 - room_now / b->tokens), SNAP_EPS)));
+
+    if (in_cur < P) {
+        uint64_t at = (uint64_t)in_cur;
+        retry = at > elapsed ? at - elapsed : 1;
+    } else {
+        uint64_t at = 0;
+        if (b->cur > room_next) {
+            double e = ceil(snap(P * (1.0 - room_next / b->cur), SNAP_EPS));
+            at = e >= P ? period : (uint64_t)e;
+        }
+        retry = period - elapsed + at;
+    }
+    for (int i = 0; i < 4 && !sw_fits(b, p, now + retry, n); i++)
+        retry++;
+    return retry ? retry : 1;
+}
+
+static void sw_take(struct bucket *b, const struct bucket_params *p, uint64_t now, uint64_t n,
+                    struct bucket_result *res)
+{
+    uint64_t period = period_of(p);
+    double eps = tolerance(p);
+
+    sw_advance(b, period, now);
+    if (now < b->ts_us)
+        now = b->ts_us; /* clock went backward: as if no time passed */
+    uint64_t elapsed = now - b->ts_us;
+    double est = sw_estimate(b->tokens, b->cur, period, elapsed);
+
+    if (est + (double)n <= (double)p->limit + eps) {
+        b->cur += (double)n;
+        est += (double)n;
+        res->allowed = 1;
+        res->retry_us = 0;
+    } else {
+        res->allowed = 0;
+        res->retry_us = sw_retry(b, p, now, n);
+    }
+    res->remaining = whole((double)p->limit - est, eps);
+    if (b->cur > 0)
+        res->reset_us = b->ts_us + 2 * period - now;
+    else if (b->tokens > 0)
+        res->reset_us = b->ts_us + period - now;
+    else
+        res->reset_us = 0;
+}
+
+/* ---- single bucket API -------------------------------------------------- */
+
+void bucket_init(struct bucket *b, const struct bucket_params *p, uint64_t now_us)
+{
+    if (p->algorithm == ALGO_SLIDING_WINDOW_ID) {
+        b->tokens = 0;
+        b->cur = 0;
+        b->ts_us = now_us - now_us % period_of(p);
+    } else {
+        b->tokens = (double)p->burst;
+        b->cur = 0;
+        b->ts_us = now_us;
+    }
+}
+
+void bucket_take(struct bucket *b, const struct bucket_params *p, uint64_t now_us, uint64_t n,
+                 struct bucket_result *res)
+{
+    if (p->algorithm == ALGO_SLIDING_WINDOW_ID)
+        sw_take(b, p, now_us, n, res);
+    else
+        tb_take(b, p, now_us, n, res);
+}
+
+int bucket_idle(const struct bucket *b, const struct bucket_params *p, uint64_t now_us)
+{
+    if (p->algorithm == ALGO_SLIDING_WINDOW_ID) {
+        if (b->tokens <= 0 && b->cur <= 0)
+            return 1;
+        return now_us >= b->ts_us && now_us - b->ts_us >= 2 * period_of(p);
+    }
+    return tb_level(b->tokens, b->ts_us, p, now_us) >= (double)p->burst;
+}
+
+/* ---- table -------------------------------------------------------------- */
+
+/* One (rule, key) bucket. data holds the rule name, a NUL (so that data is
+ * the rule as a C string for params_of), then keylen key bytes. */
+struct entry {
+    struct entry *next;
+    uint64_t hash;
+    struct bucket b;
+    uint32_t keylen;
+    uint16_t rulelen;
+    uint8_t algorithm; /* of the parameters last used, to notice a switch */
+    char data[];
+};
+
+/* Aligned to a cache line so that threads working on neighbouring stripes
+ * do not bounce each other's lock. */
+struct stripe {
+    _Alignas(64) pthread_mutex_t lock;
+    struct entry **slots; /* nslots chains; NULL while nslots is 0 */
+    size_t nslots;        /* 0 or a power of two */
+    size_t count;
+};
+
+struct bucket_table {
+    struct stripe *stripes;
+    unsigned nstripes; /* power of two */
+    /* Expiry cursor: stripe, slot, and entries of that slot's chain already
+     * visited and kept. Guarded by cursor_lock, which is always taken before
+     * a stripe lock, never after. */
+    pthread_mutex_t cursor_lock;
+    unsigned cur_stripe;
+    size_t cur_slot;
+    size_t cur_skip;
+};
+
+/* FNV-1a alone leaves the high bits, which choose the stripe, poorly mixed
+ * for short keys; a 64-bit finalizer spreads every input bit. */
+static uint64_t mix64(uint64_t h)
+{
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdULL;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ULL;
+    h ^= h >> 33;
+    return h;
+}
+
+static uint64_t key_hash(const char *rule, size_t rulelen, const void *key, size_t keylen)
+{
+    /* The rule's NUL is hashed too so ("ab", "c") and ("a", "bc") differ. */
+    uint64_t h = util_hash(UTIL_HASH_INIT, rule, rulelen + 1);
+    return mix64(util_hash(h, key, keylen));
+}
+
+static struct stripe *stripe_of(struct bucket_table *t, uint64_t hash)
+{
+    return &t->stripes[(hash >> 32) & (t->nstripes - 1)];
+}
+
+/* Rehash stripe s into nslots chains (a power of two, or 0 only when s
+ * holds no entry).
+ * Returns 0, or -1 when out of memory with s unchanged. */
+static int stripe_resize(struct stripe *s, size_t nslots)
+{
+    struct entry **slots = NULL;
+    if (nslots) {
+        slots = calloc(nslots, sizeof(*slots));
+        if (!slots)
+            return -1;
+    }
+    for (size_t i = 0; i < s->nslots; i++) {
+        struct entry *e = s->slots[i];
+        while (e) {
+            struct entry *next = e->next;
+            size_t j = e->hash & (nslots - 1);
+            e->next = slots[j];
+            slots[j] = e;
+            e = next;
+        }
+    }
+    free(s->slots);
+    s->slots = slots;
+    s->nslots = nslots;
+    return 0;
+}
+
+static struct entry *stripe_find(struct stripe *s, uint64_t hash, const char *rule,
+                                 size_t rulelen, const void *key, size_t keylen)
+{
+    if (!s->nslots)
+        return NULL;
+    for (struct entry *e = s->slots[hash & (s->nslots - 1)]; e; e = e->next) {
+        if (e->hash == hash && e->rulelen == rulelen && e->keylen == keylen &&
+            memcmp(e->data, rule, rulelen) == 0 &&
+            memcmp(e->data + rulelen + 1, key, keylen) == 0)
+            return e;
+    }
+    return NULL;
+}
+
+/* Add a new entry for (rule, key) to s. Returns it, or NULL when out of
+ * memory. Growing keeps the load factor at most 1; when growing fails but
+ * there is an array, the entry goes in anyway with longer chains. */
+static struct entry *stripe_insert(struct stripe *s, uint64_t hash, const char *rule,
+                                   size_t rulelen, const void *key, size_t keylen)
+{
+    if (s->count + 1 > s->nslots) {
+        size_t want = s->nslots ? s->nslots * 2 : MIN_SLOTS;
+        if (stripe_resize(s, want) != 0 && !s->nslots)
+            return NULL;
+    }
+    if (keylen > SIZE_MAX - sizeof(struct entry) - rulelen - 1)
+        return NULL; /* only reachable where size_t is 32 bits */
+    struct entry *e = malloc(sizeof(*e) + rulelen + 1 + keylen);
+    if (!e)
+        return NULL;
+    e->hash = hash;
+    e->rulelen = (uint16_t)rulelen;
+    e->keylen = (uint32_t)keylen;
+    memcpy(e->data, rule, rulelen);
+    e->data[rulelen] = '\0';
+    if (keylen)
+        memcpy(e->data + rulelen + 1, key, keylen);
+    size_t j = hash & (s->nslots - 1);
+    e->next = s->slots[j];
+    s->slots[j] = e;
+    s->count++;
+    return e;
+}
+
+struct bucket_table *bucket_table_new(unsigned nstripes)
+{
+    unsigned n = 1;
+    while (n < nstripes && n < MAX_STRIPES)
+        n <<= 1;
+
+    struct bucket_table *t = calloc(1, sizeof(*t));
+    if (!t)
+        return NULL;
+    t->stripes = aligned_alloc(_Alignof(struct stripe), n * sizeof(struct stripe));
+    if (!t->stripes) {
+        free(t);
+        return NULL;
+    }
+    memset(t->stripes, 0, n * sizeof(struct stripe));
+    t->nstripes = n;
+    for (unsigned i = 0; i < n; i++)
+        pthread_mutex_init(&t->stripes[i].lock, NULL);
+    pthread_mutex_init(&t->cursor_lock, NULL);
+    return t;
+}
+
+void bucket_table_free(struct bucket_table *t)
+{
+    if (!t)
+        return;
+    for (unsigned i = 0; i < t->nstripes; i++) {
+        struct stripe *s = &t->stripes[i];
+        for (size_t j = 0; j < s->nslots; j++) {
+            struct entry *e = s->slots[j];
+            while (e) {
+                struct entry *next = e->next;
+                free(e);
+                e = next;
+            }
+        }
+        free(s->slots);
+        pthread_mutex_destroy(&s->lock);
+    }
+    pthread_mutex_destroy(&t->cursor_lock);
+    free(t->stripes);
+    free(t);
+}
+
+static void deny_oom(struct bucket_result *res)
+{
+    res->allowed = 0;
+    res->remaining = 0;
+    res->reset_us = 0;
+    res->retry_us = OOM_RETRY_US;
+}
+
+int bucket_table_take(struct bucket_table *t, const char *rule, const void *key, size_t keylen,
+                      const struct bucket_params *p, uint64_t now_us, uint64_t n,
+                      struct bucket_result *res)
+{
+    size_t rulelen = strlen(rule);
+    if (rulelen > MAX_RULE_LEN || (uint64_t)keylen > MAX_KEY_LEN) {
+        deny_oom(res);
+        return -1;
+    }
+    uint64_t hash = key_hash(rule, rulelen, key, keylen);
+    struct stripe *s = stripe_of(t, hash);
+
+    pthread_mutex_lock(&s->lock);
+    struct entry *e = stripe_find(s, hash, rule, rulelen, key, keylen);
+    if (!e) {
+        e = stripe_insert(s, hash, rule, rulelen, key, keylen);
+        if (!e) {
+            pthread_mutex_unlock(&s->lock);
+            deny_oom(res);
+            return -1;
+        }
+        bucket_init(&e->b, p, now_us);
+        e->algorithm = (uint8_t)p->algorithm;
+    } else if (e->algorithm != (uint8_t)p->algorithm) {
+        /* Tokens and window counts mean different things: start afresh. */
+        bucket_init(&e->b, p, now_us);
+        e->algorithm = (uint8_t)p->algorithm;
+    }
+    /* A reload that lowered the burst needs no special case: the refill in
+     * bucket_take caps the level at the current burst. */
+    bucket_take(&e->b, p, now_us, n, res);
+    pthread_mutex_unlock(&s->lock);
+    return 0;
+}
+
+/* Shrink a stripe whose load fell below 1/4 so that expiring a burst of
+ * clients gives the slot array back too (entirely when empty). */
+static void stripe_maybe_shrink(struct stripe *s)
+{
+    if (s->count == 0) {
+        if (s->nslots)
+            stripe_resize(s, 0);
+        return;
+    }
+    if (s->nslots <= MIN_SLOTS || s->count * 4 >= s->nslots)
+        return;
+    size_t want = MIN_SLOTS;
+    while (want < s->count * 2)
+        want <<= 1;
+    stripe_resize(s, want); /* on failure the larger array simply stays */
+}
+
+size_t bucket_table_expire(struct bucket_table *t, uint64_t now_us, size_t max_visit,
+                           const struct bucket_params *(*params_of)(void *ctx, const char *rule),
+                           void *ctx)
+{
+    size_t visited = 0, dropped = 0, scanned = 0, stripes_done = 0;
+    /* Empty slots cost time too: bound them so one call holds a stripe lock
+     * for a time proportional to max_visit even in a sparse table. */
+    size_t slot_budget = max_visit <= (SIZE_MAX - 64) / 4 ? max_visit * 4 + 64 : SIZE_MAX;
+
+    if (max_visit == 0)
+        return 0;
+    pthread_mutex_lock(&t->cursor_lock);
+    while (visited < max_visit && scanned < slot_budget && stripes_done <= t->nstripes) {
+        struct stripe *s = &t->stripes[t->cur_stripe];
+        pthread_mutex_lock(&s->lock);
+        while (t->cur_slot < s->nslots && visited < max_visit && scanned < slot_budget) {
+            struct entry **pp = &s->slots[t->cur_slot];
+            /* Entries kept by an earlier call are skipped, not re-checked, so
+             * a chain longer than max_visit still makes progress. */
+            for (size_t skip = t->cur_skip; *pp && skip > 0; skip--)
+                pp = &(*pp)->next;
+            while (*pp && visited < max_visit) {
+                struct entry *e = *pp;
+                const struct bucket_params *p = params_of(ctx, e->data);
+                visited++;
+                if (!p || (uint8_t)p->algorithm != e->algorithm || bucket_idle(&e->b, p, now_us)) {
+                    *pp = e->next;
+                    free(e);
+                    s->count--;
+                    dropped++;
+                } else {
+                    pp = &e->next;
+                    t->cur_skip++;
+                }
+            }
+            if (*pp)
+                break; /* budget spent mid-chain; resume here */
+            t->cur_slot++;
+            t->cur_skip = 0;
+            scanned++;
+        }
+        if (t->cur_slot >= s->nslots) {
+            stripe_maybe_shrink(s);
+            t->cur_stripe = (t->cur_stripe + 1) & (t->nstripes - 1);
+            t->cur_slot = 0;
+            t->cur_skip = 0;
+            stripes_done++;
+        }
+        pthread_mutex_unlock(&s->lock);
+    }
+    pthread_mutex_unlock(&t->cursor_lock);
+    return dropped;
+}
+
+size_t bucket_table_count(struct bucket_table *t)
+{
+    size_t n = 0;
+    for (unsigned i = 0; i < t->nstripes; i++) {
+        pthread_mutex_lock(&t->stripes[i].lock);
+        n += t->stripes[i].count;
+        pthread_mutex_unlock(&t->stripes[i].lock);
+    }
+    return n;
+}

@@ -1,0 +1,123 @@
+/* config.h - the agent's INI configuration: parse, validate, free.
+ *
+ * Parsing uses inih's ini_parse_stream() with our own line-counting reader,
+ * so every error names FILE:LINE. Pure: no printing; errors are written into
+ * a caller-supplied buffer, one "FILE:LINE: message\n" per error.
+ */
+#ifndef CONFIG_H_SPOA
+#define CONFIG_H_SPOA
+
+#include <regex.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#define CFG_MAX_RULES 1024
+#define CFG_MAX_KEY_ARGS 16
+#define CFG_MAX_MATCHES 16
+#define CFG_MAX_ALLOW 64
+#define CFG_MAX_NAME 40 /* rule names appear in ACK vars and metrics labels */
+#define CFG_MAX_DURATION_MS (UINT64_MAX / 1000) /* so that microseconds fit in 64 bits */
+#define CFG_MAX_COUNT 1000000000000000ULL /* rate N and burst: exact in a double */
+
+enum cfg_log_level { LOG_LVL_ERROR = 0, LOG_LVL_WARN = 1, LOG_LVL_INFO = 2, LOG_LVL_DEBUG = 3 };
+enum cfg_algorithm { ALGO_TOKEN_BUCKET = 0, ALGO_SLIDING_WINDOW = 1 };
+enum cfg_down_mode { DOWN_OPEN = 0, DOWN_CLOSED = 1 };
+
+/* One CIDR of [agent] allow. family is AF_INET or AF_INET6; addr in network
+ * order; a v4 CIDR also matches v4-mapped v6 peers. */
+struct cfg_cidr {
+    int family;
+    uint8_t addr[16];
+    unsigned prefix;
+};
+
+/* match = ARG REGEX */
+struct cfg_match {
+    char *arg;
+    char *pattern;
+    regex_t re; /* compiled with REG_EXTENDED | REG_NOSUB */
+};
+
+struct cfg_rule {
+    char *name;
+    char *message;               /* NULL: every message */
+    char *keys[CFG_MAX_KEY_ARGS]; /* arg names joined into the client key; with none,
+                                    every matching request shares one key (a global limit) */
+    size_t nkeys;
+    struct cfg_match matches[CFG_MAX_MATCHES];
+    size_t nmatches;
+    uint64_t rate_n;             /* N of N/DURATION */
+    uint64_t rate_period_ms;     /* DURATION of N/DURATION */
+    uint64_t burst;              /* default: rate_n */
+    int algorithm;               /* enum cfg_algorithm */
+    int lease;                   /* bool, default on */
+    int on_redis_down;           /* enum cfg_down_mode, default [fallback] mode */
+    int shadow;                  /* bool; [agent] shadow = yes forces it */
+    unsigned line;               /* line of the [rule:NAME] header */
+};
+
+struct config {
+    char *path;
+
+    /* [agent] */
+    char *listen;            /* default "127.0.0.1:12345" */
+    int workers;             /* default: number of CPUs */
+    uint32_t max_frame_size; /* default SPOP_DEFAULT_FRAME_SIZE (16380) */
+    char *stats;             /* NULL or "" = off */
+    int log_level;           /* default LOG_LVL_INFO */
+    int shadow;
+    struct cfg_cidr allow[CFG_MAX_ALLOW];
+    size_t nallow;           /* 0 = any peer */
+    size_t max_key;          /* default 512 */
+    double alert_share;      /* warn when a rule blocks more than this share; default 0.05 */
+
+    /* [redis]: standalone when url, cluster and sentinel are all empty */
+    char *redis_url;
+    char *redis_cluster;
+    char *redis_sentinel;
+    char *redis_master;
+    uint64_t redis_timeout_ms; /* default 100 */
+    char *redis_prefix;        /* default "rl:" */
+
+    /* [lease] */
+    uint64_t lease_interval_ms; /* default 100 */
+    uint64_t lease_ttl_ms;      /* default 1000 */
+    double lease_max_fraction;  /* default 0.1, in (0, 1] */
+
+    /* [fallback] */
+    int fallback_mode;     /* enum cfg_down_mode, default DOWN_OPEN */
+    double fallback_share; /* default 0.05, in (0, 1] */
+
+    struct cfg_rule *rules;
+    size_t nrules;
+};
+
+/* Parse the file at path. On success returns 0 and sets *out (free with
+ * config_free). On failure returns -1, *out is NULL, and err holds one
+ * "FILE:LINE: message" line per error (as many as fit in errlen). An
+ * unreadable file is "FILE: cannot open: <strerror>". */
+int config_load_file(const char *path, struct config **out, char *err, size_t errlen);
+
+/* Same from a NUL-terminated string; name stands for FILE in errors. */
+int config_load_string(const char *text, const char *name, struct config **out, char *err,
+                       size_t errlen);
+
+/* Free a config and everything it owns. NULL is a no-op. */
+void config_free(struct config *cfg);
+
+/* Whether the config runs without Redis. */
+int config_standalone(const struct config *cfg);
+
+/* Value parsers, exposed for tests. Each returns 0 or -1. */
+int config_parse_duration(const char *s, uint64_t *ms);      /* "250ms", "1s", "1m", "1h", "1d" */
+/* "100/1m"; a bare unit counts one: "100/m" is "100/1m" */
+int config_parse_rate(const char *s, uint64_t *n, uint64_t *period_ms);
+int config_parse_bool(const char *s, int *b);                /* yes|no|on|off|true|false|1|0 */
+int config_parse_cidr(const char *s, struct cfg_cidr *c);    /* "127.0.0.0/8", "::1/128", "10.0.0.1" */
+
+/* Whether the peer address (AF_INET or AF_INET6 sockaddr) is allowed by cfg
+ * (always true when allow is empty or the peer is a unix socket). */
+int config_peer_allowed(const struct config *cfg, const struct sockaddr *sa);
+
+#endif

@@ -1,0 +1,209 @@
+/* httpd.c - GET /metrics and GET /top on the main loop. */
+#include "httpd.h"
+
+#include <errno.h>
+#include <ev.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "metrics.h"
+#include "server.h"
+#include "util.h"
+
+#define HTTP_REQ_MAX 8192
+#define HTTP_TIMEOUT 5.0
+
+struct http_conn {
+    struct httpd *h;
+    int fd;
+    ev_io io;
+    ev_timer timer;
+    char req[HTTP_REQ_MAX];
+    size_t req_len;
+    char *resp; /* header + body, malloc'd */
+    size_t resp_len, resp_off;
+    struct http_conn *prev, *next;
+};
+
+struct httpd {
+    struct ev_loop *loop;
+    int fd;
+    ev_io accept_io;
+    struct http_conn *conns;
+};
+
+static void http_conn_free(struct http_conn *c)
+{
+    struct httpd *h = c->h;
+    ev_io_stop(h->loop, &c->io);
+    ev_timer_stop(h->loop, &c->timer);
+    close(c->fd);
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        h->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    free(c->resp);
+    free(c);
+}
+
+static void set_response(struct http_conn *c, const char *status, const char *ctype, char *body,
+                         size_t body_len)
+{
+    char hdr[256];
+    int n = snprintf(hdr, sizeof(hdr),
+                     "HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
+                     "Connection: close\r\n\r\n",
+                     status, ctype, body_len);
+    c->resp = malloc((size_t)n + body_len);
+    if (c->resp) {
+        memcpy(c->resp, hdr, (size_t)n);
+        if (body_len)
+            memcpy(c->resp + n, body, body_len);
+        c->resp_len = (size_t)n + body_len;
+    }
+    free(body);
+}
+
+static void route(struct http_conn *c)
+{
+    char method[8], path[256];
+    size_t len = 0;
+    char *body;
+
+    if (sscanf(c->req, "%7s %255s", method, path) != 2) {
+        set_response(c, "400 Bad Request", "text/plain", strdup("bad request\n"), 12);
+        return;
+    }
+    char *q = strchr(path, '?');
+    if (q)
+        *q = '\0';
+    if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) {
+        set_response(c, "405 Method Not Allowed", "text/plain", strdup("GET only\n"), 9);
+    } else if (strcmp(path, "/metrics") == 0) {
+        body = metrics_render(&len);
+        if (body)
+            set_response(c, "200 OK", "text/plain; version=0.0.4; charset=utf-8", body, len);
+    } else if (strcmp(path, "/top") == 0) {
+        body = metrics_top_render(util_now_us(), &len);
+        if (body)
+            set_response(c, "200 OK", "application/json", body, len);
+    } else if (strcmp(path, "/") == 0 || strcmp(path, "/health") == 0) {
+        set_response(c, "200 OK", "text/plain", strdup("ok\n"), 3);
+    } else {
+        set_response(c, "404 Not Found", "text/plain", strdup("not found\n"), 10);
+    }
+    if (strcmp(method, "HEAD") == 0 && c->resp) {
+        char *e = strstr(c->resp, "\r\n\r\n");
+        if (e)
+            c->resp_len = (size_t)(e + 4 - c->resp);
+    }
+}
+
+static void http_io_cb(struct ev_loop *loop, ev_io *io, int revents)
+{
+    struct http_conn *c = io->data;
+
+    if (!c->resp) {
+        ssize_t n = recv(c->fd, c->req + c->req_len, sizeof(c->req) - 1 - c->req_len, 0);
+        if (n == 0 || (n == -1 && errno != EAGAIN && errno != EINTR)) {
+            http_conn_free(c);
+            return;
+        }
+        if (n < 0)
+            return;
+        c->req_len += (size_t)n;
+        c->req[c->req_len] = '\0';
+        if (!strstr(c->req, "\r\n\r\n") && !strstr(c->req, "\n\n")) {
+            if (c->req_len == sizeof(c->req) - 1)
+                http_conn_free(c);
+            return;
+        }
+        route(c);
+        if (!c->resp) {
+            http_conn_free(c);
+            return;
+        }
+        ev_io_stop(loop, &c->io);
+        ev_io_set(&c->io, c->fd, EV_WRITE);
+        ev_io_start(loop, &c->io);
+    }
+    while (c->resp_off < c->resp_len) {
+        ssize_t n = send(c->fd, c->resp + c->resp_off, c->resp_len - c->resp_off, MSG_NOSIGNAL);
+        if (n == -1) {
+            if (errno == EAGAIN || errno == EINTR)
+                return;
+            break;
+        }
+        c->resp_off += (size_t)n;
+    }
+    http_conn_free(c);
+}
+
+static void http_timeout_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    http_conn_free(t->data);
+}
+
+static void http_accept_cb(struct ev_loop *loop, ev_io *io, int revents)
+{
+    struct httpd *h = io->data;
+
+    for (int i = 0; i < 16; i++) {
+        int fd = accept4(h->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd == -1)
+            return;
+        struct http_conn *c = calloc(1, sizeof(*c));
+        if (!c) {
+            close(fd);
+            continue;
+        }
+        c->h = h;
+        c->fd = fd;
+        ev_io_init(&c->io, http_io_cb, fd, EV_READ);
+        c->io.data = c;
+        ev_timer_init(&c->timer, http_timeout_cb, HTTP_TIMEOUT, 0.);
+        c->timer.data = c;
+        ev_io_start(loop, &c->io);
+        ev_timer_start(loop, &c->timer);
+        c->next = h->conns;
+        if (h->conns)
+            h->conns->prev = c;
+        h->conns = c;
+    }
+}
+
+struct httpd *httpd_new(struct ev_loop *loop, const char *addr, char *err, size_t errlen)
+{
+    struct httpd *h = calloc(1, sizeof(*h));
+    if (!h) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    h->loop = loop;
+    h->fd = server_listen_addr(addr, 128, err, errlen);
+    if (h->fd == -1) {
+        free(h);
+        return NULL;
+    }
+    ev_io_init(&h->accept_io, http_accept_cb, h->fd, EV_READ);
+    h->accept_io.data = h;
+    ev_io_start(loop, &h->accept_io);
+    return h;
+}
+
+void httpd_free(struct httpd *h)
+{
+    if (!h)
+        return;
+    while (h->conns)
+        http_conn_free(h->conns);
+    ev_io_stop(h->loop, &h->accept_io);
+    close(h->fd);
+    free(h);
+}

@@ -1,0 +1,18 @@
+/* httpd.h - the stats listener: a tiny HTTP/1.x server on the main event
+ * loop answering GET /metrics (Prometheus text 0.0.4) and GET /top (JSON).
+ * One request per connection; requests over 8 KiB or slower than 5 s are
+ * dropped.
+ */
+#ifndef HTTPD_H
+#define HTTPD_H
+
+#include <stddef.h>
+
+struct ev_loop;
+struct httpd;
+
+/* Listen on addr. NULL with a message in err on failure. */
+struct httpd *httpd_new(struct ev_loop *loop, const char *addr, char *err, size_t errlen);
+void httpd_free(struct httpd *h);
+
+#endif

@@ -1,0 +1,228 @@
+/* main.c - spoa-ratelimit: argv, signals, wiring. */
+#include "config.h"
+
+#include <ev.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "autoconfig.h"
+#include "httpd.h"
+#include "limiter.h"
+#include "log.h"
+#include "metrics.h"
+#include "rules.h"
+#include "server.h"
+#include "util.h"
+
+#define ERRBUF 8192
+#define STOP_TIMEOUT_S 4.5 /* interface.md: exit within 5 s */
+#define EXPIRE_EVERY_S 1.0
+#define EXPIRE_BATCH 50000
+
+struct agent {
+    struct ev_loop *loop;
+    const char *path;
+    struct ruleset *rs;
+    struct limiter *lim;
+    struct server *srv;
+    struct httpd *httpd;
+    ev_signal sighup, sigterm, sigint;
+    ev_timer expire, minute;
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: spoa-ratelimit -c FILE [--check]\n"
+               "       spoa-ratelimit --version | --help\n"
+               "\n"
+               "  -c, --config FILE   configuration file (INI)\n"
+               "  -t, --check         validate FILE and exit: 0 valid, 1 invalid\n"
+               "  -v, --version       print the version and exit\n"
+               "  -h, --help          print this help and exit\n");
+}
+
+static void print_errors(const char *err)
+{
+    fputs(err, stderr);
+    if (*err && err[strlen(err) - 1] != '\n')
+        fputc('\n', stderr);
+}
+
+/* Settings that only a restart changes: warn when a reload tries. */
+static void warn_static_changes(const struct config *old, const struct config *nw)
+{
+    if (strcmp(old->listen, nw->listen) != 0)
+        LOG_WARN("\"listen changed; takes effect at restart\"");
+    if (old->workers != nw->workers)
+        LOG_WARN("\"workers changed; takes effect at restart\"");
+    if (old->max_frame_size != nw->max_frame_size)
+        LOG_WARN("\"max_frame_size changed; takes effect at restart\"");
+    if (strcmp(old->stats ? old->stats : "", nw->stats ? nw->stats : "") != 0)
+        LOG_WARN("\"stats changed; takes effect at restart\"");
+    if (config_standalone(old) != config_standalone(nw))
+        LOG_WARN("\"[redis] changed; takes effect at restart\"");
+}
+
+static void on_sighup(struct ev_loop *loop, ev_signal *w, int revents)
+{
+    struct agent *a = w->data;
+    struct config *cfg;
+    char err[ERRBUF];
+
+    if (config_load_file(a->path, &cfg, err, sizeof(err)) < 0) {
+        METRIC_INC(reload_failures);
+        LOG_ERROR("\"reload failed, keeping the rules in force\" file=%s", a->path);
+        print_errors(err);
+        return;
+    }
+    warn_static_changes(a->rs->cfg, cfg);
+    struct ruleset *rs = ruleset_new(cfg);
+    if (!rs) {
+        METRIC_INC(reload_failures);
+        LOG_ERROR("\"reload failed: out of memory\"");
+        return;
+    }
+    log_level = rs->cfg->log_level;
+    server_set_ruleset(a->srv, rs);
+    ruleset_unref(a->rs);
+    a->rs = rs;
+    METRIC_INC(reloads);
+    LOG_INFO("\"configuration reloaded\" file=%s rules=%zu", a->path, rs->cfg->nrules);
+}
+
+static void on_stop(struct ev_loop *loop, ev_signal *w, int revents)
+{
+    struct agent *a = w->data;
+
+    LOG_INFO("\"stopping\" signal=%d", w->signum);
+    server_stop(a->srv);
+    ev_break(loop, EVBREAK_ALL);
+}
+
+static void on_expire(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    struct agent *a = t->data;
+    limiter_expire(a->lim, a->rs, util_now_us(), EXPIRE_BATCH);
+}
+
+static void alert_cb(const char *rule, uint64_t blocks, uint64_t decisions)
+{
+    LOG_WARN("\"high share of blocked requests\" rule=%s blocked=%llu decisions=%llu share=%.3f",
+             rule, (unsigned long long)blocks, (unsigned long long)decisions,
+             (double)blocks / (double)decisions);
+}
+
+static void on_minute(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    struct agent *a = t->data;
+    metrics_minute_tick(a->rs->cfg->alert_share, alert_cb);
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"config", required_argument, NULL, 'c'}, {"check", no_argument, NULL, 't'},
+        {"version", no_argument, NULL, 'v'},      {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    struct agent a;
+    struct config *cfg;
+    char err[ERRBUF];
+    int check = 0, c, ret = 0;
+
+    memset(&a, 0, sizeof(a));
+    while ((c = getopt_long(argc, argv, "c:tvh", opts, NULL)) != -1) {
+        switch (c) {
+        case 'c':
+            a.path = optarg;
+            break;
+        case 't':
+            check = 1;
+            break;
+        case 'v':
+            printf("spoa-ratelimit %s\n", PACKAGE_VERSION);
+            return 0;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!a.path || optind != argc) {
+        usage(stderr);
+        return 2;
+    }
+
+    if (config_load_file(a.path, &cfg, err, sizeof(err)) < 0) {
+        print_errors(err);
+        return 1;
+    }
+    if (check) {
+        printf("%s: OK (%zu rules)\n", a.path, cfg->nrules);
+        config_free(cfg);
+        return 0;
+    }
+    log_level = cfg->log_level;
+    signal(SIGPIPE, SIG_IGN);
+
+    a.rs = ruleset_new(cfg);
+    a.lim = limiter_new();
+    if (!a.rs || !a.lim) {
+        fprintf(stderr, "spoa-ratelimit: out of memory\n");
+        return 1;
+    }
+    a.srv = server_new(a.rs->cfg, a.rs, a.lim, err, sizeof(err));
+    if (!a.srv) {
+        fprintf(stderr, "spoa-ratelimit: cannot listen on %s\n", err);
+        return 1;
+    }
+    a.loop = ev_default_loop(EVFLAG_AUTO);
+    if (a.rs->cfg->stats && *a.rs->cfg->stats) {
+        a.httpd = httpd_new(a.loop, a.rs->cfg->stats, err, sizeof(err));
+        if (!a.httpd) {
+            fprintf(stderr, "spoa-ratelimit: cannot listen for stats on %s\n", err);
+            return 1;
+        }
+    }
+
+    ev_signal_init(&a.sighup, on_sighup, SIGHUP);
+    ev_signal_init(&a.sigterm, on_stop, SIGTERM);
+    ev_signal_init(&a.sigint, on_stop, SIGINT);
+    a.sighup.data = a.sigterm.data = a.sigint.data = &a;
+    ev_signal_start(a.loop, &a.sighup);
+    ev_signal_start(a.loop, &a.sigterm);
+    ev_signal_start(a.loop, &a.sigint);
+    ev_timer_init(&a.expire, on_expire, EXPIRE_EVERY_S, EXPIRE_EVERY_S);
+    ev_timer_init(&a.minute, on_minute, 60., 60.);
+    a.expire.data = a.minute.data = &a;
+    ev_timer_start(a.loop, &a.expire);
+    ev_timer_start(a.loop, &a.minute);
+
+    if (server_start(a.srv) < 0)
+        return 1;
+    LOG_INFO("\"started\" version=%s listen=%s workers=%d rules=%zu mode=%s stats=%s",
+             PACKAGE_VERSION, a.rs->cfg->listen, a.rs->cfg->workers, a.rs->cfg->nrules,
+             config_standalone(a.rs->cfg) ? "standalone" : "redis",
+             a.rs->cfg->stats && *a.rs->cfg->stats ? a.rs->cfg->stats : "off");
+
+    ev_run(a.loop, 0);
+
+    httpd_free(a.httpd);
+    if (server_join(a.srv, STOP_TIMEOUT_S) < 0) {
+        /* Workers still flush to peers that do not read: the process exit
+         * closes those sockets; their memory goes with it. */
+        LOG_WARN("\"connections still open at the stop deadline; closing them\"");
+    } else {
+        server_free(a.srv);
+        limiter_free(a.lim);
+        ruleset_unref(a.rs);
+    }
+    LOG_INFO("\"stopped\"");
+    return ret;
+}

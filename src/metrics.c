@@ -1,0 +1,355 @@
+/* metrics.c - counters, histograms, Prometheus text rendering, blocked-client
+ * heavy hitters. */
+#include "metrics.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct metrics metrics;
+
+/* Upper bounds of the histogram buckets in nanoseconds; the last is +Inf. */
+static const uint64_t hist_bounds_ns[METRICS_HIST_BUCKETS - 1] = {
+    25000, 50000, 100000, 250000, 500000, 1000000, 2500000, 5000000,
+    10000000, 25000000, 50000000, 100000000, 250000000, 1000000000,
+};
+
+static pthread_mutex_t rules_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct metrics_rule *_Atomic rules_head;
+
+void metrics_hist_observe(struct metrics_hist *h, uint64_t ns)
+{
+    unsigned i = 0;
+    while (i < METRICS_HIST_BUCKETS - 1 && ns > hist_bounds_ns[i])
+        i++;
+    atomic_fetch_add_explicit(&h->buckets[i], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&h->count, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&h->sum_ns, ns, memory_order_relaxed);
+}
+
+struct metrics_rule *metrics_rule_get(const char *name)
+{
+    struct metrics_rule *r;
+
+    /* Lock-free lookup: records are only ever prepended, never freed. */
+    for (r = atomic_load(&rules_head); r; r = r->next)
+        if (strcmp(r->name, name) == 0)
+            return r;
+
+    pthread_mutex_lock(&rules_lock);
+    for (r = atomic_load(&rules_head); r; r = r->next)
+        if (strcmp(r->name, name) == 0)
+            goto out;
+    r = calloc(1, sizeof(*r));
+    if (!r)
+        goto out;
+    r->top_lock = malloc(sizeof(pthread_mutex_t));
+    if (!r->top_lock) {
+        free(r);
+        r = NULL;
+        goto out;
+    }
+    pthread_mutex_init(r->top_lock, NULL);
+    snprintf(r->name, sizeof(r->name), "%s", name);
+    r->next = atomic_load(&rules_head);
+    atomic_store(&rules_head, r);
+out:
+    pthread_mutex_unlock(&rules_lock);
+    return r;
+}
+
+/* Space-Saving: a key already tracked is counted; otherwise it takes the
+ * place of the smallest entry and inherits its count as error bound. */
+static void top_insert(struct top_sketch *s, const char *key, size_t keylen)
+{
+    unsigned i, min = 0;
+
+    for (i = 0; i < s->n; i++) {
+        if (strlen(s->e[i].key) == keylen && memcmp(s->e[i].key, key, keylen) == 0) {
+            s->e[i].count++;
+            return;
+        }
+        if (s->e[i].count < s->e[min].count)
+            min = i;
+    }
+    if (s->n < METRICS_TOP_K) {
+        i = s->n++;
+        s->e[i].count = 1;
+        s->e[i].error = 0;
+    } else {
+        i = min;
+        s->e[i].error = s->e[i].count;
+        s->e[i].count++;
+    }
+    memcpy(s->e[i].key, key, keylen);
+    s->e[i].key[keylen] = '\0';
+}
+
+static void top_rotate(struct metrics_rule *r, uint64_t now_us)
+{
+    if (now_us - r->top_period_start_us < METRICS_TOP_PERIOD_US)
+        return;
+    if (now_us - r->top_period_start_us < 2 * METRICS_TOP_PERIOD_US)
+        r->top_prev = r->top_cur;
+    else
+        memset(&r->top_prev, 0, sizeof(r->top_prev));
+    memset(&r->top_cur, 0, sizeof(r->top_cur));
+    r->top_period_start_us = now_us;
+}
+
+void metrics_top_add(struct metrics_rule *r, const char *key, size_t keylen, uint64_t now_us)
+{
+    if (keylen > METRICS_TOP_KEY_MAX)
+        keylen = METRICS_TOP_KEY_MAX;
+    pthread_mutex_lock(r->top_lock);
+    if (r->top_period_start_us == 0)
+        r->top_period_start_us = now_us;
+    top_rotate(r, now_us);
+    top_insert(&r->top_cur, key, keylen);
+    pthread_mutex_unlock(r->top_lock);
+}
+
+/* ---- rendering ----------------------------------------------------------- */
+
+struct strbuf {
+    char *p;
+    size_t len, cap;
+    int failed;
+};
+
+static void sb_printf(struct strbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_printf(struct strbuf *b, const char *fmt, ...)
+{
+    va_list ap;
+    int n;
+
+    if (b->failed)
+        return;
+    for (;;) {
+        va_start(ap, fmt);
+        n = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? b->cap - b->len : 0, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            b->failed = 1;
+            return;
+        }
+        if (b->p && (size_t)n < b->cap - b->len) {
+            b->len += (size_t)n;
+            return;
+        }
+        size_t ncap = b->cap ? b->cap * 2 : 4096;
+        while (ncap < b->len + (size_t)n + 1)
+            ncap *= 2;
+        char *np = realloc(b->p, ncap);
+        if (!np) {
+            b->failed = 1;
+            return;
+        }
+        b->p = np;
+        b->cap = ncap;
+    }
+}
+
+static char *sb_finish(struct strbuf *b, size_t *len)
+{
+    if (b->failed || !b->p) {
+        free(b->p);
+        return NULL;
+    }
+    *len = b->len;
+    return b->p;
+}
+
+static uint64_t ld(atomic_uint_fast64_t *v)
+{
+    return atomic_load_explicit(v, memory_order_relaxed);
+}
+
+static void render_hist(struct strbuf *b, const char *name, const char *help,
+                        struct metrics_hist *h)
+{
+    uint64_t cum = 0;
+
+    sb_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    for (unsigned i = 0; i < METRICS_HIST_BUCKETS; i++) {
+        cum += ld(&h->buckets[i]);
+        if (i < METRICS_HIST_BUCKETS - 1)
+            sb_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, hist_bounds_ns[i] / 1e9,
+                      (unsigned long long)cum);
+        else
+            sb_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)cum);
+    }
+    sb_printf(b, "%s_sum %.9f\n%s_count %llu\n", name, ld(&h->sum_ns) / 1e9, name,
+              (unsigned long long)ld(&h->count));
+}
+
+static void render_simple(struct strbuf *b, const char *name, const char *type, const char *help,
+                          uint64_t v)
+{
+    sb_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s %llu\n", name, help, name, type, name,
+              (unsigned long long)v);
+}
+
+char *metrics_render(size_t *len)
+{
+    static const char *const frame_names[4] = {"other", "haproxy_hello", "haproxy_disconnect",
+                                               "notify"};
+    struct strbuf b = {0};
+    struct metrics_rule *r;
+
+    sb_printf(&b, "# HELP spoa_ratelimit_decisions_total Rate limit decisions by rule and "
+                  "result.\n# TYPE spoa_ratelimit_decisions_total counter\n");
+    for (r = atomic_load(&rules_head); r; r = r->next) {
+        sb_printf(&b, "spoa_ratelimit_decisions_total{rule=\"%s\",result=\"allowed\"} %llu\n",
+                  r->name, (unsigned long long)ld(&r->allowed));
+        sb_printf(&b, "spoa_ratelimit_decisions_total{rule=\"%s\",result=\"blocked\"} %llu\n",
+                  r->name, (unsigned long long)ld(&r->blocked));
+        sb_printf(&b, "spoa_ratelimit_decisions_total{rule=\"%s\",result=\"would_block\"} %llu\n",
+                  r->name, (unsigned long long)ld(&r->would_block));
+    }
+    sb_printf(&b, "# HELP spoa_ratelimit_degraded_decisions_total Decisions taken without Redis "
+                  "because it was unreachable.\n# TYPE spoa_ratelimit_degraded_decisions_total "
+                  "counter\n");
+    for (r = atomic_load(&rules_head); r; r = r->next)
+        sb_printf(&b, "spoa_ratelimit_degraded_decisions_total{rule=\"%s\"} %llu\n", r->name,
+                  (unsigned long long)ld(&r->degraded));
+
+    render_simple(&b, "spoa_ratelimit_redis_commands_total", "counter",
+                  "Commands sent to Redis.", ld(&metrics.redis_commands));
+    render_simple(&b, "spoa_ratelimit_redis_errors_total", "counter",
+                  "Redis commands that failed or timed out.", ld(&metrics.redis_errors));
+    render_simple(&b, "spoa_ratelimit_redis_up", "gauge", "1 when connected to Redis.",
+                  (uint64_t)atomic_load(&metrics.redis_up));
+    render_hist(&b, "spoa_ratelimit_redis_latency_seconds", "Redis round trip per command batch.",
+                &metrics.redis_latency);
+    render_hist(&b, "spoa_ratelimit_decision_seconds", "NOTIFY read to ACK written.",
+                &metrics.decision);
+    render_simple(&b, "spoa_ratelimit_connections", "gauge", "Open SPOP connections.",
+                  (uint64_t)atomic_load(&metrics.connections));
+    render_simple(&b, "spoa_ratelimit_connections_accepted_total", "counter",
+                  "SPOP connections accepted.", ld(&metrics.connections_total));
+
+    sb_printf(&b, "# HELP spoa_ratelimit_frames_total SPOP frames received by type.\n"
+                  "# TYPE spoa_ratelimit_frames_total counter\n");
+    for (unsigned i = 0; i < 4; i++)
+        sb_printf(&b, "spoa_ratelimit_frames_total{type=\"%s\"} %llu\n", frame_names[i],
+                  (unsigned long long)ld(&metrics.frames_in[i]));
+    render_simple(&b, "spoa_ratelimit_acks_total", "counter", "ACK frames sent.",
+                  ld(&metrics.acks));
+    sb_printf(&b, "# HELP spoa_ratelimit_protocol_errors_total Connections closed with an "
+                  "AGENT-DISCONNECT, by SPOE status code.\n"
+                  "# TYPE spoa_ratelimit_protocol_errors_total counter\n");
+    for (unsigned i = 1; i < 14; i++)
+        sb_printf(&b, "spoa_ratelimit_protocol_errors_total{status=\"%u\"} %llu\n", i,
+                  (unsigned long long)ld(&metrics.protocol_errors[i]));
+
+    render_simple(&b, "spoa_ratelimit_lease_claims_total", "counter",
+                  "Lease claims and top-ups sent to Redis.", ld(&metrics.lease_claims));
+    render_simple(&b, "spoa_ratelimit_lease_tokens_granted_total", "counter",
+                  "Tokens granted to this agent by Redis.", ld(&metrics.lease_tokens_granted));
+    render_simple(&b, "spoa_ratelimit_lease_tokens_returned_total", "counter",
+                  "Unspent leased tokens given back to Redis.",
+                  ld(&metrics.lease_tokens_returned));
+    render_simple(&b, "spoa_ratelimit_lease_local_decisions_total", "counter",
+                  "Decisions answered from a local lease without Redis.",
+                  ld(&metrics.lease_local_decisions));
+    render_simple(&b, "spoa_ratelimit_lease_negative_hits_total", "counter",
+                  "Decisions answered blocked from the local negative cache.",
+                  ld(&metrics.lease_negative_hits));
+    render_simple(&b, "spoa_ratelimit_lease_waiters_total", "counter",
+                  "Decisions that waited for a claim in flight for their key.",
+                  ld(&metrics.lease_waiters));
+    render_simple(&b, "spoa_ratelimit_lease_keys", "gauge", "Keys with a local lease record.",
+                  (uint64_t)atomic_load(&metrics.lease_keys));
+    render_simple(&b, "spoa_ratelimit_buckets", "gauge", "In-memory buckets (standalone and "
+                  "fallback).", ld(&metrics.buckets));
+    render_simple(&b, "spoa_ratelimit_reloads_total", "counter", "Successful config reloads.",
+                  ld(&metrics.reloads));
+    render_simple(&b, "spoa_ratelimit_reload_failures_total", "counter",
+                  "Reloads refused because the new file was invalid.",
+                  ld(&metrics.reload_failures));
+    return sb_finish(&b, len);
+}
+
+/* JSON string body: escape quotes, backslashes and control bytes. */
+static void sb_json_str(struct strbuf *b, const char *s)
+{
+    sb_printf(b, "\"");
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            sb_printf(b, "\\%c", c);
+        else if (c < 0x20 || c >= 0x7f)
+            sb_printf(b, "\\u%04x", c);
+        else
+            sb_printf(b, "%c", c);
+    }
+    sb_printf(b, "\"");
+}
+
+static int top_cmp(const void *a, const void *b)
+{
+    const struct top_entry *x = a, *y = b;
+    return x->count < y->count ? 1 : x->count > y->count ? -1 : 0;
+}
+
+char *metrics_top_render(uint64_t now_us, size_t *len)
+{
+    struct strbuf b = {0};
+    struct metrics_rule *r;
+    int first_rule = 1;
+
+    sb_printf(&b, "{\"window_seconds\":%llu,\"rules\":{",
+              (unsigned long long)(2 * METRICS_TOP_PERIOD_US / 1000000));
+    for (r = atomic_load(&rules_head); r; r = r->next) {
+        struct top_entry merged[2 * METRICS_TOP_K];
+        unsigned n = 0;
+
+        pthread_mutex_lock(r->top_lock);
+        if (r->top_period_start_us)
+            top_rotate(r, now_us);
+        for (unsigned i = 0; i < r->top_cur.n; i++)
+            merged[n++] = r->top_cur.e[i];
+        for (unsigned i = 0; i < r->top_prev.n; i++) {
+            unsigned j;
+            for (j = 0; j < n; j++)
+                if (strcmp(merged[j].key, r->top_prev.e[i].key) == 0)
+                    break;
+            if (j < n) {
+                merged[j].count += r->top_prev.e[i].count;
+                merged[j].error += r->top_prev.e[i].error;
+            } else {
+                merged[n++] = r->top_prev.e[i];
+            }
+        }
+        pthread_mutex_unlock(r->top_lock);
+        qsort(merged, n, sizeof(merged[0]), top_cmp);
+
+        sb_printf(&b, "%s", first_rule ? "" : ",");
+        first_rule = 0;
+        sb_json_str(&b, r->name);
+        sb_printf(&b, ":[");
+        for (unsigned i = 0; i < n && i < METRICS_TOP_K; i++) {
+            sb_printf(&b, "%s{\"key\":", i ? "," : "");
+            sb_json_str(&b, merged[i].key);
+            sb_printf(&b, ",\"blocked\":%llu,\"error\":%llu}", (unsigned long long)merged[i].count,
+                      (unsigned long long)merged[i].error);
+        }
+        sb_printf(&b, "]");
+    }
+    sb_printf(&b, "}}\n");
+    return sb_finish(&b, len);
+}
+
+void metrics_minute_tick(double share,
+                         void (*cb)(const char *rule, uint64_t blocks, uint64_t decisions))
+{
+    for (struct metrics_rule *r = atomic_load(&rules_head); r; r = r->next) {
+        uint64_t d = atomic_exchange(&r->minute_decisions, 0);
+        uint64_t bl = atomic_exchange(&r->minute_blocks, 0);
+        if (d > 0 && (double)bl > share * (double)d)
+            cb(r->name, bl, d);
+    }
+}

@@ -1,0 +1,106 @@
+/* metrics.h - process-wide counters, gauges and histograms, rendered in the
+ * Prometheus text format 0.0.4; per-rule decision counters; a heavy-hitters
+ * sketch of blocked clients per rule (for GET /top).
+ *
+ * Counters are relaxed atomics: exact under concurrency, no locks on the
+ * request path. Per-rule records are created on first use and live until exit
+ * (their number is bounded by the rule names ever configured).
+ */
+#ifndef METRICS_H
+#define METRICS_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define METRICS_HIST_BUCKETS 15
+#define METRICS_TOP_K 16          /* clients kept per rule and period */
+#define METRICS_TOP_PERIOD_US (60ull * 1000000ull) /* sketches rotate every minute */
+#define METRICS_TOP_KEY_MAX 64    /* bytes of a client key kept in the sketch */
+
+struct metrics_hist {
+    atomic_uint_fast64_t buckets[METRICS_HIST_BUCKETS]; /* non-cumulative */
+    atomic_uint_fast64_t count;
+    atomic_uint_fast64_t sum_ns;
+};
+
+struct top_entry {
+    char key[METRICS_TOP_KEY_MAX + 1];
+    uint64_t count;
+    uint64_t error; /* Space-Saving over-estimate bound */
+};
+
+struct top_sketch {
+    struct top_entry e[METRICS_TOP_K];
+    unsigned n;
+};
+
+struct metrics_rule {
+    char name[48];
+    atomic_uint_fast64_t allowed;
+    atomic_uint_fast64_t blocked;
+    atomic_uint_fast64_t would_block;
+    atomic_uint_fast64_t degraded;
+    /* last-minute share of blocks, for the alert log line */
+    atomic_uint_fast64_t minute_decisions;
+    atomic_uint_fast64_t minute_blocks;
+    /* blocked clients: the current and the previous minute */
+    void *top_lock; /* pthread_mutex_t, opaque here */
+    struct top_sketch top_cur, top_prev;
+    uint64_t top_period_start_us;
+    struct metrics_rule *next;
+};
+
+struct metrics {
+    atomic_uint_fast64_t redis_commands;
+    atomic_uint_fast64_t redis_errors;
+    atomic_int redis_up;
+    atomic_int connections;
+    atomic_uint_fast64_t connections_total;
+    atomic_uint_fast64_t frames_in[4];   /* by type: 0 other, 1 hello, 2 disconnect, 3 notify */
+    atomic_uint_fast64_t protocol_errors[14]; /* by status code 0..13 (99 counted in 0) */
+    atomic_uint_fast64_t acks;
+    atomic_uint_fast64_t reloads;
+    atomic_uint_fast64_t reload_failures;
+    /* leases */
+    atomic_uint_fast64_t lease_claims;
+    atomic_uint_fast64_t lease_tokens_granted;
+    atomic_uint_fast64_t lease_tokens_returned;
+    atomic_uint_fast64_t lease_local_decisions;
+    atomic_uint_fast64_t lease_negative_hits;
+    atomic_uint_fast64_t lease_waiters;
+    atomic_int lease_keys;
+    atomic_uint_fast64_t buckets;
+    struct metrics_hist decision;
+    struct metrics_hist redis_latency;
+};
+
+extern struct metrics metrics;
+
+/* Count one relaxed increment. */
+#define METRIC_INC(field) atomic_fetch_add_explicit(&metrics.field, 1, memory_order_relaxed)
+#define METRIC_ADD(field, n) atomic_fetch_add_explicit(&metrics.field, (n), memory_order_relaxed)
+
+/* Record one observation of ns nanoseconds. */
+void metrics_hist_observe(struct metrics_hist *h, uint64_t ns);
+
+/* Find or create the record of a rule. NULL only when out of memory. */
+struct metrics_rule *metrics_rule_get(const char *name);
+
+/* Record a blocked client key for rule r at now_us (Space-Saving). */
+void metrics_top_add(struct metrics_rule *r, const char *key, size_t keylen, uint64_t now_us);
+
+/* Render all metrics as Prometheus text. Returns a malloc'd NUL-terminated
+ * buffer (caller frees) and its length in *len; NULL when out of memory. */
+char *metrics_render(size_t *len);
+
+/* Render /top as JSON (same ownership as metrics_render). */
+char *metrics_top_render(uint64_t now_us, size_t *len);
+
+/* For the alert log: call once a minute. For each rule whose share of
+ * blocked decisions over the minute exceeded share, calls cb(rule, blocks,
+ * decisions). Resets the minute counters. */
+void metrics_minute_tick(double share,
+                         void (*cb)(const char *rule, uint64_t blocks, uint64_t decisions));
+
+#endif

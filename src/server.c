@@ -1,0 +1,541 @@
+/* server.c - SPOP listeners, workers, non-blocking connection I/O. */
+#include "server.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <ev.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "limiter.h"
+#include "log.h"
+#include "metrics.h"
+#include "rules.h"
+#include "spop_conn.h"
+#include "util.h"
+
+#define LISTEN_BACKLOG 4096   /* an HAProxy reload opens a burst of connections */
+#define ACCEPT_BATCH 64       /* accepts per wake-up, to stay fair to open connections */
+#define OUT_HIGH_WATER (1u << 20) /* stop reading while this much output is unsent */
+
+struct worker;
+
+struct conn {
+    struct worker *w;
+    int fd;
+    ev_io rio, wio;
+    struct spop_conn sp;
+    int closing;   /* close once out[] is flushed */
+    int reading;   /* rio started */
+    struct conn *prev, *next;
+};
+
+struct worker {
+    struct server *srv;
+    unsigned id;
+    pthread_t thread;
+    struct ev_loop *loop;
+    ev_async wake;
+    ev_io *accept_io; /* one per listener */
+    struct conn *conns;
+    struct ruleset *rs;            /* in force on this worker */
+    struct ruleset *_Atomic next_rs; /* handed over by server_set_ruleset */
+    atomic_int stop;
+    int stopping;
+    struct rule_eval ev; /* scratch for the request being decided */
+};
+
+struct server {
+    int *lfds;
+    size_t nlfds;
+    char *unix_path; /* unlinked at free */
+    unsigned nworkers;
+    struct worker *workers;
+    struct limiter *lim;
+    uint32_t max_frame;
+    atomic_int running;
+    pthread_mutex_t done_lock;
+    pthread_cond_t done_cond;
+    unsigned done;
+};
+
+/* ---- addresses ---------------------------------------------------------- */
+
+static int set_nonblock(int fd)
+{
+    int fl = fcntl(fd, F_GETFL);
+    if (fl == -1 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) == -1)
+        return -1;
+    return 0;
+}
+
+int server_listen_addr(const char *addr, int backlog, char *err, size_t errlen)
+{
+    int fd = -1, one = 1;
+
+    if (strncmp(addr, "unix:", 5) == 0) {
+        struct sockaddr_un sun;
+        const char *path = addr + 5;
+        struct stat st;
+
+        memset(&sun, 0, sizeof(sun));
+        sun.sun_family = AF_UNIX;
+        if (strlen(path) >= sizeof(sun.sun_path) || !*path) {
+            snprintf(err, errlen, "%s: bad unix socket path", addr);
+            return -1;
+        }
+        strcpy(sun.sun_path, path);
+        /* A stale socket from a previous run is replaced, anything else is not. */
+        if (stat(path, &st) == 0 && S_ISSOCK(st.st_mode))
+            unlink(path);
+        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd == -1 || bind(fd, (struct sockaddr *)&sun, sizeof(sun)) == -1)
+            goto fail;
+    } else {
+        char host[256];
+        const char *port, *h = addr;
+        size_t hlen;
+        struct addrinfo hints, *res = NULL;
+        int rc;
+
+        if (*addr == '[') {
+            const char *e = strchr(addr, ']');
+            if (!e || e[1] != ':') {
+                snprintf(err, errlen, "%s: expected [v6]:port", addr);
+                return -1;
+            }
+            h = addr + 1;
+            hlen = (size_t)(e - h);
+            port = e + 2;
+        } else {
+            const char *c = strrchr(addr, ':');
+            if (!c) {
+                snprintf(err, errlen, "%s: expected host:port", addr);
+                return -1;
+            }
+            hlen = (size_t)(c - addr);
+            port = c + 1;
+        }
+        if (hlen >= sizeof(host)) {
+            snprintf(err, errlen, "%s: host too long", addr);
+            return -1;
+        }
+        memcpy(host, h, hlen);
+        host[hlen] = '\0';
+        memset(&hints, 0, sizeof(hints));
+        hints.ai_family = AF_UNSPEC;
+        hints.ai_socktype = SOCK_STREAM;
+        hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+        rc = getaddrinfo(hlen && strcmp(host, "*") ? host : NULL, port, &hints, &res);
+        if (rc != 0) {
+            snprintf(err, errlen, "%s: %s", addr, gai_strerror(rc));
+            return -1;
+        }
+        fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd == -1) {
+            freeaddrinfo(res);
+            goto fail;
+        }
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        if (res->ai_family == AF_INET6)
+            setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+        rc = bind(fd, res->ai_addr, res->ai_addrlen);
+        freeaddrinfo(res);
+        if (rc == -1)
+            goto fail;
+    }
+    if (listen(fd, backlog) == -1 || set_nonblock(fd) == -1)
+        goto fail;
+    return fd;
+fail:
+    snprintf(err, errlen, "%s: %s", addr, strerror(errno));
+    if (fd != -1)
+        close(fd);
+    return -1;
+}
+
+/* ---- connections -------------------------------------------------------- */
+
+static void conn_free(struct conn *c)
+{
+    struct worker *w = c->w;
+
+    ev_io_stop(w->loop, &c->rio);
+    ev_io_stop(w->loop, &c->wio);
+    close(c->fd);
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        w->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    spop_conn_release(&c->sp);
+    atomic_fetch_sub(&metrics.connections, 1);
+    free(c);
+}
+
+/* Write what is pending. Returns -1 when the connection is gone (freed). */
+static int conn_flush(struct conn *c)
+{
+    struct worker *w = c->w;
+    size_t len;
+    const uint8_t *p;
+
+    while ((p = spop_conn_out(&c->sp, &len)), len > 0) {
+        ssize_t n = send(c->fd, p, len, MSG_NOSIGNAL);
+        if (n == -1) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                break;
+            /* ECONNRESET / EPIPE: HAProxy closed; a normal end. */
+            conn_free(c);
+            return -1;
+        }
+        spop_conn_out_consumed(&c->sp, (size_t)n);
+    }
+    spop_conn_out(&c->sp, &len);
+    if (len > 0) {
+        ev_io_start(w->loop, &c->wio);
+        if (len > OUT_HIGH_WATER && c->reading) {
+            ev_io_stop(w->loop, &c->rio);
+            c->reading = 0;
+        }
+        return 0;
+    }
+    ev_io_stop(w->loop, &c->wio);
+    if (c->closing) {
+        conn_free(c);
+        return -1;
+    }
+    if (!c->reading && !w->stopping) {
+        ev_io_start(w->loop, &c->rio);
+        c->reading = 1;
+    }
+    return 0;
+}
+
+struct ack_arg {
+    const struct ruleset *rs;
+    const struct rule_eval *ev;
+};
+
+static int encode_ack(struct spop_writer *wr, void *arg)
+{
+    struct ack_arg *a = arg;
+    return rules_encode_actions(wr, a->rs, a->ev);
+}
+
+static int on_notify(void *ctx, struct spop_conn *sp, const struct spop_frame *f)
+{
+    struct conn *c = ctx;
+    struct worker *w = c->w;
+    uint64_t t0 = util_now_us();
+    struct ack_arg a = {w->rs, &w->ev};
+    int ret;
+
+    ret = rules_match(w->rs, f->payload, f->payload_len, &w->ev);
+    if (ret == SPOP_EINVAL)
+        return SPOP_ST_INVALID;
+    if (ret < 0)
+        return SPOP_ST_RES_ALLOC_ERR;
+    limiter_decide(w->srv->lim, w->rs, &w->ev, t0);
+    rules_account(w->rs, &w->ev, t0);
+    if (spop_conn_ack(sp, f->stream_id, f->frame_id, encode_ack, &a) == 0)
+        METRIC_INC(acks);
+    metrics_hist_observe(&metrics.decision, (util_now_us() - t0) * 1000);
+    return 0;
+}
+
+static void conn_read_cb(struct ev_loop *loop, ev_io *io, int revents)
+{
+    struct conn *c = io->data;
+
+    for (int rounds = 0; rounds < 4; rounds++) {
+        size_t room;
+        uint8_t *p = spop_conn_in_space(&c->sp, &room);
+        ssize_t n;
+
+        if (room == 0) { /* cannot happen: in[] holds a whole max frame */
+            spop_conn_disconnect(&c->sp, SPOP_ST_TOO_BIG);
+            c->closing = 1;
+            break;
+        }
+        n = recv(c->fd, p, room, 0);
+        if (n == 0 || (n == -1 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+            conn_free(c);
+            return;
+        }
+        if (n == -1)
+            break;
+        if (spop_conn_in_commit(&c->sp, (size_t)n, on_notify, c)) {
+            c->closing = 1;
+            ev_io_stop(loop, &c->rio);
+            c->reading = 0;
+            break;
+        }
+        if ((size_t)n < room)
+            break;
+    }
+    conn_flush(c);
+}
+
+static void conn_write_cb(struct ev_loop *loop, ev_io *io, int revents)
+{
+    conn_flush(io->data);
+}
+
+static void accept_cb(struct ev_loop *loop, ev_io *io, int revents)
+{
+    struct worker *w = io->data;
+
+    for (int i = 0; i < ACCEPT_BATCH; i++) {
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof(ss);
+        int one = 1;
+        int fd = accept4(io->fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+        if (fd == -1) {
+            if (errno == EMFILE || errno == ENFILE)
+                LOG_WARN("\"accept failed\" err=\"%s\"", strerror(errno));
+            return; /* EAGAIN: another worker took it */
+        }
+        if (!config_peer_allowed(w->rs->cfg, (struct sockaddr *)&ss)) {
+            LOG_DEBUG("\"peer refused by allow list\"");
+            close(fd);
+            continue;
+        }
+        if (ss.ss_family != AF_UNIX)
+            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+
+        struct conn *c = calloc(1, sizeof(*c));
+        if (!c || spop_conn_init(&c->sp, w->srv->max_frame) < 0) {
+            LOG_WARN("\"out of memory accepting a connection\"");
+            free(c);
+            close(fd);
+            continue;
+        }
+        c->w = w;
+        c->fd = fd;
+        ev_io_init(&c->rio, conn_read_cb, fd, EV_READ);
+        ev_io_init(&c->wio, conn_write_cb, fd, EV_WRITE);
+        c->rio.data = c->wio.data = c;
+        ev_io_start(loop, &c->rio);
+        c->reading = 1;
+        c->next = w->conns;
+        if (w->conns)
+            w->conns->prev = c;
+        w->conns = c;
+        atomic_fetch_add(&metrics.connections, 1);
+        METRIC_INC(connections_total);
+    }
+}
+
+/* ---- workers ------------------------------------------------------------ */
+
+/* Stopping: no more accepts, no more reads; every connection is told we go
+ * away once what it is owed has been written. */
+static void worker_begin_stop(struct worker *w)
+{
+    struct conn *c, *next;
+
+    w->stopping = 1;
+    for (size_t i = 0; i < w->srv->nlfds; i++)
+        ev_io_stop(w->loop, &w->accept_io[i]);
+    for (c = w->conns; c; c = next) {
+        next = c->next;
+        ev_io_stop(w->loop, &c->rio);
+        c->reading = 0;
+        if (c->sp.state == SPOP_CONN_READY)
+            spop_conn_disconnect(&c->sp, SPOP_ST_NONE);
+        c->closing = 1;
+        conn_flush(c);
+    }
+}
+
+static void wake_cb(struct ev_loop *loop, ev_async *a, int revents)
+{
+    struct worker *w = a->data;
+    struct ruleset *rs = atomic_exchange(&w->next_rs, NULL);
+
+    if (rs) {
+        ruleset_unref(w->rs);
+        w->rs = rs;
+    }
+    if (atomic_load(&w->stop) && !w->stopping) {
+        worker_begin_stop(w);
+        ev_async_stop(loop, &w->wake);
+    }
+}
+
+static void *worker_main(void *arg)
+{
+    struct worker *w = arg;
+
+    ev_run(w->loop, 0);
+    /* Connections still open here never finished flushing: drop them. */
+    while (w->conns)
+        conn_free(w->conns);
+    pthread_mutex_lock(&w->srv->done_lock);
+    w->srv->done++;
+    pthread_cond_broadcast(&w->srv->done_cond);
+    pthread_mutex_unlock(&w->srv->done_lock);
+    return NULL;
+}
+
+struct server *server_new(const struct config *cfg, struct ruleset *rs, struct limiter *lim,
+                          char *err, size_t errlen)
+{
+    struct server *s = calloc(1, sizeof(*s));
+    int fd;
+
+    if (!s) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    pthread_mutex_init(&s->done_lock, NULL);
+    pthread_cond_init(&s->done_cond, NULL);
+    s->lim = lim;
+    s->max_frame = cfg->max_frame_size;
+    s->nworkers = (unsigned)cfg->workers;
+    fd = server_listen_addr(cfg->listen, LISTEN_BACKLOG, err, errlen);
+    if (fd == -1)
+        goto fail;
+    s->lfds = malloc(sizeof(int));
+    s->workers = calloc(s->nworkers, sizeof(*s->workers));
+    if (!s->lfds || !s->workers) {
+        close(fd);
+        snprintf(err, errlen, "out of memory");
+        goto fail;
+    }
+    s->lfds[0] = fd;
+    s->nlfds = 1;
+    if (strncmp(cfg->listen, "unix:", 5) == 0)
+        s->unix_path = strdup(cfg->listen + 5);
+
+    for (unsigned i = 0; i < s->nworkers; i++) {
+        struct worker *w = &s->workers[i];
+        w->srv = s;
+        w->id = i;
+        w->loop = ev_loop_new(EVFLAG_AUTO);
+        w->accept_io = calloc(s->nlfds, sizeof(ev_io));
+        if (!w->loop || !w->accept_io) {
+            snprintf(err, errlen, "cannot create event loop");
+            goto fail;
+        }
+        ruleset_ref(rs);
+        w->rs = rs;
+        ev_async_init(&w->wake, wake_cb);
+        w->wake.data = w;
+        ev_async_start(w->loop, &w->wake);
+        for (size_t l = 0; l < s->nlfds; l++) {
+            ev_io_init(&w->accept_io[l], accept_cb, s->lfds[l], EV_READ);
+            w->accept_io[l].data = w;
+            ev_io_start(w->loop, &w->accept_io[l]);
+        }
+    }
+    return s;
+fail:
+    server_free(s);
+    return NULL;
+}
+
+int server_start(struct server *s)
+{
+    for (unsigned i = 0; i < s->nworkers; i++) {
+        if (pthread_create(&s->workers[i].thread, NULL, worker_main, &s->workers[i]) != 0) {
+            LOG_ERROR("\"cannot start worker thread\" err=\"%s\"", strerror(errno));
+            return -1;
+        }
+    }
+    atomic_store(&s->running, 1);
+    return 0;
+}
+
+void server_set_ruleset(struct server *s, struct ruleset *rs)
+{
+    for (unsigned i = 0; i < s->nworkers; i++) {
+        struct worker *w = &s->workers[i];
+        ruleset_ref(rs);
+        ruleset_unref(atomic_exchange(&w->next_rs, rs));
+        ev_async_send(w->loop, &w->wake);
+    }
+}
+
+void server_stop(struct server *s)
+{
+    for (unsigned i = 0; i < s->nworkers; i++) {
+        atomic_store(&s->workers[i].stop, 1);
+        ev_async_send(s->workers[i].loop, &s->workers[i].wake);
+    }
+}
+
+int server_join(struct server *s, double timeout_s)
+{
+    struct timespec ts;
+    int ret = 0;
+
+    if (!atomic_load(&s->running))
+        return 0;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += (time_t)timeout_s;
+    ts.tv_nsec += (long)((timeout_s - (double)(time_t)timeout_s) * 1e9);
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&s->done_lock);
+    while (s->done < s->nworkers && ret == 0)
+        ret = pthread_cond_timedwait(&s->done_cond, &s->done_lock, &ts);
+    pthread_mutex_unlock(&s->done_lock);
+    if (s->done < s->nworkers)
+        return -1;
+    for (unsigned i = 0; i < s->nworkers; i++)
+        pthread_join(s->workers[i].thread, NULL);
+    atomic_store(&s->running, 0);
+    return 0;
+}
+
+void server_free(struct server *s)
+{
+    if (!s)
+        return;
+    if (atomic_load(&s->running))
+        return; /* threads still use it; the process is exiting anyway */
+    for (unsigned i = 0; s->workers && i < s->nworkers; i++) {
+        struct worker *w = &s->workers[i];
+        if (w->loop) {
+            while (w->conns)
+                conn_free(w->conns);
+            ev_loop_destroy(w->loop);
+        }
+        free(w->accept_io);
+        ruleset_unref(w->rs);
+        ruleset_unref(atomic_load(&w->next_rs));
+        rules_eval_free(&w->ev);
+    }
+    for (size_t i = 0; i < s->nlfds; i++)
+        close(s->lfds[i]);
+    if (s->unix_path) {
+        unlink(s->unix_path);
+        free(s->unix_path);
+    }
+    free(s->lfds);
+    free(s->workers);
+    pthread_mutex_destroy(&s->done_lock);
+    pthread_cond_destroy(&s->done_cond);
+    free(s);
+}

@@ -1,0 +1,37 @@
+/* server.h - SPOP listeners and worker event loops (libev).
+ *
+ * The listening sockets are shared: every worker thread watches them and
+ * accepts for itself; a connection then lives on that worker's loop until it
+ * closes. The ruleset in force is handed to each worker through an ev_async,
+ * so the request path reads it without locks.
+ */
+#ifndef SERVER_H
+#define SERVER_H
+
+#include <stddef.h>
+
+struct config;
+struct ruleset;
+struct limiter;
+struct server;
+
+/* Bind and listen on addr ("host:port", "[v6]:port", "unix:/path").
+ * Returns the non-blocking fd, or -1 with a message in err. */
+int server_listen_addr(const char *addr, int backlog, char *err, size_t errlen);
+
+/* Bind the SPOP listener of cfg. NULL with a message in err on failure. The
+ * server takes a reference on rs. */
+struct server *server_new(const struct config *cfg, struct ruleset *rs, struct limiter *lim,
+                          char *err, size_t errlen);
+/* Start the worker threads. Returns 0 or -1. */
+int server_start(struct server *s);
+/* Hand a new ruleset to every worker (each takes its own reference). */
+void server_set_ruleset(struct server *s, struct ruleset *rs);
+/* Stop accepting; answer the frames in flight; close connections. */
+void server_stop(struct server *s);
+/* Wait for the workers to finish, at most timeout_s seconds. Returns 0 when
+ * all stopped in time. */
+int server_join(struct server *s, double timeout_s);
+void server_free(struct server *s);
+
+#endif

@@ -1,0 +1,78 @@
+/* spop_conn.h - the agent side of one SPOP connection, without sockets.
+ *
+ * Bytes go in (spop_conn_in_space / spop_conn_in_commit), frames are parsed
+ * and answered: HELLO negotiation, health checks, DISCONNECT, protocol errors
+ * (an AGENT-DISCONNECT with the SPOE.txt status code, then close). NOTIFY
+ * frames are handed to a callback that answers now or later with
+ * spop_conn_ack(). Output accumulates in out[] for the caller to write; every
+ * frame is appended whole, so one write(2) never splits a frame header from
+ * its body unless the socket itself does.
+ */
+#ifndef SPOP_CONN_H
+#define SPOP_CONN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "spop.h"
+
+enum spop_conn_state {
+    SPOP_CONN_HELLO = 0, /* waiting for HAPROXY-HELLO */
+    SPOP_CONN_READY,     /* NOTIFYs flow */
+    SPOP_CONN_CLOSING,   /* last frame queued: flush out[], then close */
+};
+
+struct spop_conn {
+    int state;
+    int pipelining;
+    int healthcheck;
+    uint32_t agent_max_frame; /* our offer */
+    uint32_t max_frame;       /* negotiated (agent_max_frame until HELLO) */
+    unsigned status;          /* status of the AGENT-DISCONNECT sent, if any */
+    uint8_t *in;              /* read buffer: max_frame + 4 bytes */
+    size_t in_len, in_cap;
+    uint8_t *out;             /* pending output */
+    size_t out_off, out_len, out_cap;
+};
+
+/* NOTIFY callback. f and its payload are valid only during the call. Return 0
+ * when the frame was taken (answered now or later with spop_conn_ack), or an
+ * SPOE status code (e.g. SPOP_ST_INVALID, SPOP_ST_RES_ALLOC_ERR) to
+ * disconnect. */
+typedef int spop_notify_fn(void *ctx, struct spop_conn *c, const struct spop_frame *f);
+
+/* Initialise with our max-frame-size. Returns 0 or -1 (out of memory). */
+int spop_conn_init(struct spop_conn *c, uint32_t agent_max_frame);
+void spop_conn_release(struct spop_conn *c);
+
+/* Where to read into and how much fits. */
+static inline uint8_t *spop_conn_in_space(struct spop_conn *c, size_t *room)
+{
+    *room = c->in_cap - c->in_len;
+    return c->in + c->in_len;
+}
+
+/* Account n bytes read, then parse and answer every whole frame. Returns 0
+ * to go on, 1 when the connection must close once out[] is flushed. */
+int spop_conn_in_commit(struct spop_conn *c, size_t n, spop_notify_fn *notify, void *ctx);
+
+/* Queue an ACK for (stream_id, frame_id) whose actions are written by the
+ * encode callback. Returns 0, or -1 when out of memory / the actions do not
+ * fit in the negotiated frame size (then an AGENT-DISCONNECT is queued
+ * instead and the state becomes CLOSING). */
+int spop_conn_ack(struct spop_conn *c, uint64_t stream_id, uint64_t frame_id,
+                  int (*encode)(struct spop_writer *w, void *arg), void *arg);
+
+/* Queue an AGENT-DISCONNECT with status and its standard message; state
+ * becomes CLOSING. */
+void spop_conn_disconnect(struct spop_conn *c, unsigned status);
+
+/* Pending output and its consumption by the writer. */
+static inline const uint8_t *spop_conn_out(const struct spop_conn *c, size_t *len)
+{
+    *len = c->out_len - c->out_off;
+    return c->out + c->out_off;
+}
+void spop_conn_out_consumed(struct spop_conn *c, size_t n);
+
+#endif

@@ -1,0 +1,33 @@
+"""Runs every integration test module (test_*.py beside this file) and ends
+with one line: 'integration: N passed, N failed'."""
+import os
+import sys
+import time
+import unittest
+
+here = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, here)
+
+
+class Result(unittest.TextTestResult):
+    pass
+
+
+def main():
+    names = sys.argv[1:] or sorted(f[:-3] for f in os.listdir(here)
+                                   if f.startswith("test_") and f.endswith(".py"))
+    suite = unittest.TestSuite()
+    loader = unittest.TestLoader()
+    for n in names:
+        suite.addTests(loader.loadTestsFromName(n))
+    t0 = time.time()
+    res = unittest.TextTestRunner(verbosity=2, resultclass=Result).run(suite)
+    failed = len(res.failures) + len(res.errors)
+    passed = res.testsRun - failed - len(res.skipped)
+    print("integration tests took %.0f s" % (time.time() - t0))
+    print("integration: %d passed, %d failed, %d skipped" % (passed, failed, len(res.skipped)))
+    return 0 if failed == 0 and res.testsRun > 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

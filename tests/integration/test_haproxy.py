@@ -1,0 +1,81 @@
+"""The shipped haproxy/ kit, started as it is (ports aside), in front of the
+agent running the shipped sample rules: 200s with RateLimit headers, then 429
+with Retry-After; and still 200 with the agent stopped."""
+import os
+import re
+import time
+import unittest
+
+from harness import AGENT, TOP, HAProxy, Proc, free_port, wait_port
+
+
+def shipped_agent(port, stats_port):
+    with open(os.path.join(TOP, "haproxy", "ratelimit.ini")) as f:
+        text = f.read()
+    text = text.replace("127.0.0.1:12345", "127.0.0.1:%d" % port)
+    text = text.replace("127.0.0.1:9145", "127.0.0.1:%d" % stats_port)
+    path = os.path.join(os.environ.get("TMPDIR", "/tmp"), "ratelimit-%d.ini" % port)
+    with open(path, "w") as f:
+        f.write(text)
+    p = Proc([AGENT, "-c", path], "agent-shipped")
+    wait_port(port, proc=p.p)
+    return p
+
+
+class ShippedKit(unittest.TestCase):
+    def setUp(self):
+        self.port, self.stats = free_port(), free_port()
+        self.agent = shipped_agent(self.port, self.stats)
+        self.haproxy = HAProxy(self.port)
+        # the SPOE applet connects lazily: wait until a decision comes back
+        end = time.time() + 10
+        while time.time() < end:
+            st, h, _ = self.haproxy.request("/warmup", {"x-api-key": "warmup"})
+            if "ratelimit-policy" in h:
+                break
+            time.sleep(0.1)
+
+    def tearDown(self):
+        self.haproxy.stop()
+        self.agent.stop()
+
+    def test_200_then_429_with_headers(self):
+        statuses = []
+        for i in range(25):
+            st, h, body = self.haproxy.request("/api/v1/items", {"x-api-key": "tenant-1"})
+            statuses.append(st)
+            self.assertEqual(h.get("ratelimit-policy"), '"api-key";q=100;w=60', h)
+            self.assertRegex(h.get("ratelimit", ""), r'^"api-key";r=\d+;t=\d+$')
+            self.assertEqual(h.get("ratelimit-limit"), "100")
+            self.assertIn("ratelimit-remaining", h)
+            self.assertIn("ratelimit-reset", h)
+            if st == 429:
+                self.assertGreaterEqual(int(h["retry-after"]), 1)
+                self.assertEqual(h["ratelimit-remaining"], "0")
+                self.assertIn("Too Many Requests", body)
+            else:
+                self.assertNotIn("retry-after", h)
+        self.assertEqual(statuses, [200] * 20 + [429] * 5)
+
+    def test_plans_are_tiered(self):
+        st, h, _ = self.haproxy.request("/api/x", {"x-api-key": "tenant-paid-1"})
+        self.assertEqual(st, 200)
+        self.assertEqual(h.get("ratelimit-policy"), '"api-key-paid";q=1000;w=60')
+
+    def test_login_per_ip(self):
+        got = [self.haproxy.request("/login", {}) for _ in range(12)]
+        self.assertEqual([g[0] for g in got], [200] * 10 + [429] * 2)
+        self.assertEqual(got[0][1]["ratelimit-policy"], '"login";q=10;w=3600')
+        self.assertTrue(360 - 1 <= int(got[11][1]["retry-after"]) <= 360)
+
+    def test_agent_down_fails_open(self):
+        self.agent.stop()
+        for _ in range(3):
+            st, h, body = self.haproxy.request("/api/v1/items", {"x-api-key": "tenant-1"})
+            self.assertEqual(st, 200)
+            self.assertEqual(h.get("ratelimit-status"), "unavailable")
+            self.assertNotIn("ratelimit-policy", h)
+
+
+if __name__ == "__main__":
+    unittest.main()

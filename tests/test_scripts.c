@@ -1,0 +1,1194 @@
+/* test_scripts.c - the Redis Lua scripts of lua/ against a real redis-server.
+ *
+ * Uses the server at 127.0.0.1:$REDIS_PORT when REDIS_PORT is set; otherwise
+ * starts its own redis-server on a random loopback port (no persistence) and
+ * stops it at the end. The scripts are read from $LUA_DIR (default
+ * SRCDIR "/lua"), loaded with SCRIPT LOAD and called with EVALSHA, as the
+ * agent does; a NOSCRIPT reply reloads the script once. Every test works on
+ * keys of its own ("test_scripts:<pid>:<seq>:<name>"), so a shared server is
+ * fine. Timing assertions bracket Redis time between local clock readings
+ * taken before sending and after receiving, so they hold on a slow machine.
+ */
+#include <check.h>
+#include <hiredis/hiredis.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef SRCDIR
+#define SRCDIR "."
+#endif
+
+#define SERVER_START_TRIES 10
+#define SERVER_START_WAIT_MS 5000
+
+enum script { TB_CLAIM, TB_RETURN, TB_EXACT, SW_CLAIM, SW_RETURN, SW_EXACT, NSCRIPTS };
+static const char *const script_name[NSCRIPTS] = {"tb_claim",  "tb_return", "tb_exact",
+                                                  "sw_claim",  "sw_return", "sw_exact"};
+static char *script_text[NSCRIPTS];
+static size_t script_len[NSCRIPTS];
+static char script_sha[NSCRIPTS][41];
+
+/* Reply of the claim and return scripts, and of the exact ones. */
+enum { R_GRANTED, R_REMAINING, R_HELD, R_HOLDERS, R_RETRY, R_RESET, R_LEASE, R_MINE, R_N };
+enum { X_ALLOWED, X_REMAINING, X_RETRY, X_RESET, X_N };
+
+/* What a rule passes to the scripts. */
+struct rule {
+    long long limit, period_ms, burst, ttl_ms;
+};
+
+static int redis_port;
+static pid_t server_pid = -1;
+static pid_t owner_pid = -1; /* only this process stops the server (Check forks) */
+static redisContext *rc;
+
+/* ---- time ------------------------------------------------------------------ */
+
+static double mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static void sleep_ms(double ms)
+{
+    if (ms <= 0)
+        return;
+    long long ns = (long long)(ms * 1e6);
+    struct timespec ts = {(time_t)(ns / 1000000000LL), (long)(ns % 1000000000LL)};
+    while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
+        ;
+}
+
+/* ---- redis helpers ---------------------------------------------------------- */
+
+static redisReply *cmd(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *r = redisvCommand(rc, fmt, ap);
+    va_end(ap);
+    ck_assert_msg(r != NULL, "redis: %s", rc->errstr);
+    return r;
+}
+
+static long long cmd_int(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *r = redisvCommand(rc, fmt, ap);
+    va_end(ap);
+    ck_assert_msg(r != NULL, "redis: %s", rc->errstr);
+    ck_assert_msg(r->type == REDIS_REPLY_INTEGER, "expected an integer reply, got type %d", r->type);
+    long long v = r->integer;
+    freeReplyObject(r);
+    return v;
+}
+
+/* Redis server time, microseconds. */
+static long long redis_now_us(void)
+{
+    redisReply *r = cmd("TIME");
+    ck_assert_int_eq(r->type, REDIS_REPLY_ARRAY);
+    ck_assert_uint_eq(r->elements, 2);
+    long long us = strtoll(r->element[0]->str, NULL, 10) * 1000000LL +
+                   strtoll(r->element[1]->str, NULL, 10);
+    freeReplyObject(r);
+    return us;
+}
+
+/* Integer value of a hash field, or -1 when the field is missing. */
+static long long hget_ll(const char *key, const char *field)
+{
+    redisReply *r = cmd("HGET %s %s", key, field);
+    long long v = -1;
+    if (r->type == REDIS_REPLY_STRING)
+        v = strtoll(r->str, NULL, 10);
+    freeReplyObject(r);
+    return v;
+}
+
+static void mkkey(char *buf, size_t len, const char *name)
+{
+    static unsigned seq;
+    snprintf(buf, len, "test_scripts:%ld:%u:%s", (long)getpid(), seq++, name);
+}
+
+/* ---- scripts ---------------------------------------------------------------- */
+
+static int read_scripts(void)
+{
+    const char *dir = getenv("LUA_DIR");
+    if (dir == NULL || *dir == '\0')
+        dir = SRCDIR "/lua";
+    for (int s = 0; s < NSCRIPTS; s++) {
+        char path[4096];
+        snprintf(path, sizeof(path), "%s/%s.lua", dir, script_name[s]);
+        FILE *fp = fopen(path, "rb");
+        if (fp == NULL) {
+            fprintf(stderr, "test_scripts: cannot open %s: %s\n", path, strerror(errno));
+            return -1;
+        }
+        size_t cap = 4096, len = 0;
+        char *buf = malloc(cap);
+        size_t n;
+        while (buf != NULL && (n = fread(buf + len, 1, cap - len, fp)) > 0) {
+            len += n;
+            if (len == cap) {
+                char *nb = realloc(buf, cap * 2);
+                if (nb == NULL)
+                    free(buf);
+                buf = nb;
+                cap *= 2;
+            }
+        }
+        fclose(fp);
+        if (buf == NULL) {
+            fprintf(stderr, "test_scripts: out of memory reading %s\n", path);
+            return -1;
+        }
+        script_text[s] = buf;
+        script_len[s] = len;
+    }
+    return 0;
+}
+
+static void load_script(enum script s)
+{
+    redisReply *r = cmd("SCRIPT LOAD %b", script_text[s], script_len[s]);
+    ck_assert_msg(r->type == REDIS_REPLY_STRING, "SCRIPT LOAD %s: %s", script_name[s],
+                  r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+    ck_assert_uint_eq(r->len, 40);
+    memcpy(script_sha[s], r->str, 41);
+    freeReplyObject(r);
+}
+
+#define MAX_ARGS 8
+
+/* EVALSHA sha 1 key args..., without any retry. */
+static redisReply *evalsha_raw(enum script s, const char *key, int nargs, const char *const *args)
+{
+    const char *argv[4 + MAX_ARGS];
+    ck_assert_int_le(nargs, MAX_ARGS);
+    argv[0] = "EVALSHA";
+    argv[1] = script_sha[s];
+    argv[2] = "1";
+    argv[3] = key;
+    for (int i = 0; i < nargs; i++)
+        argv[4 + i] = args[i];
+    redisReply *r = redisCommandArgv(rc, 4 + nargs, argv, NULL);
+    ck_assert_msg(r != NULL, "redis: %s", rc->errstr);
+    return r;
+}
+
+/* EVALSHA; on NOSCRIPT load the script again and retry once (as the agent does). */
+static redisReply *evalsha(enum script s, const char *key, int nargs, const char *const *args)
+{
+    redisReply *r = evalsha_raw(s, key, nargs, args);
+    if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0) {
+        freeReplyObject(r);
+        load_script(s);
+        r = evalsha_raw(s, key, nargs, args);
+    }
+    return r;
+}
+
+/* Call script s with [agent,] nums as ARGV; expect nout integers into out. */
+static void call_ints(enum script s, const char *key, const char *agent, const long long *nums,
+                      int nnums, long long *out, size_t nout)
+{
+    char buf[MAX_ARGS][24];
+    const char *args[MAX_ARGS];
+    int n = 0;
+    if (agent != NULL)
+        args[n++] = agent;
+    for (int i = 0; i < nnums; i++) {
+        snprintf(buf[i], sizeof(buf[i]), "%lld", nums[i]);
+        args[n++] = buf[i];
+    }
+    redisReply *r = evalsha(s, key, n, args);
+    ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "%s: %s", script_name[s],
+                  r->type == REDIS_REPLY_ERROR ? r->str : "not an array");
+    ck_assert_uint_eq(r->elements, nout);
+    for (size_t i = 0; i < nout; i++) {
+        ck_assert_int_eq(r->element[i]->type, REDIS_REPLY_INTEGER);
+        out[i] = r->element[i]->integer;
+    }
+    freeReplyObject(r);
+}
+
+static void claim(enum script s, const char *key, const char *agent, const struct rule *ru,
+                  long long want, long long used, long long ret, long long *out)
+{
+    long long nums[] = {ru->limit, ru->period_ms, ru->burst, want, used, ret, ru->ttl_ms};
+    call_ints(s, key, agent, nums, 7, out, R_N);
+    ck_assert_int_ge(out[R_GRANTED], 0);
+    ck_assert_int_le(out[R_GRANTED], want);
+    ck_assert_int_ge(out[R_REMAINING], 0);
+    ck_assert_int_ge(out[R_RETRY], 0);
+    ck_assert_int_ge(out[R_RESET], 0);
+    if (out[R_LEASE] > 0) /* sw: a lease may be 0 ms long in a window's last ms */
+        ck_assert_int_gt(out[R_MINE], 0);
+    if (s == TB_CLAIM)
+        ck_assert_int_eq(out[R_LEASE], out[R_MINE] > 0 ? ru->ttl_ms : 0);
+}
+
+static void give_back(enum script s, const char *key, const char *agent, const struct rule *ru,
+                      long long used, long long *out)
+{
+    long long nums[] = {ru->limit, ru->period_ms, ru->burst, used};
+    call_ints(s, key, agent, nums, 4, out, R_N);
+    ck_assert_int_eq(out[R_GRANTED], 0);
+    ck_assert_int_eq(out[R_LEASE], 0);
+    ck_assert_int_eq(out[R_MINE], 0);
+}
+
+static void exact(enum script s, const char *key, const struct rule *ru, long long n,
+                  long long *out)
+{
+    long long nums[] = {ru->limit, ru->period_ms, ru->burst, n};
+    call_ints(s, key, NULL, nums, 4, out, X_N);
+    ck_assert_int_ge(out[X_ALLOWED], 0);
+    ck_assert_int_le(out[X_ALLOWED], 1);
+    ck_assert_int_ge(out[X_RETRY], 0);
+}
+
+/* ---- reading a bucket independently ----------------------------------------- */
+
+struct state {
+    int exists;
+    int has_t;
+    double t;          /* token bucket */
+    long long held;    /* sum of h:<agent> (sliding window: of the current window) */
+    int holders;       /* number of h:<agent> (idem) */
+    int orphans;       /* h: without e: (tb) or w: (sw), and e:/w: without h: */
+    long long w, c, p; /* sliding window */
+};
+
+static const redisReply *hash_field(const redisReply *r, const char *name)
+{
+    for (size_t i = 0; i + 1 < r->elements; i += 2)
+        if (strcmp(r->element[i]->str, name) == 0)
+            return r->element[i + 1];
+    return NULL;
+}
+
+/* HGETALL key. sw: holdings count only when w:<agent> equals w. */
+static void read_state(const char *key, int sw, struct state *st)
+{
+    memset(st, 0, sizeof(*st));
+    st->w = st->c = st->p = -1;
+    redisReply *r = cmd("HGETALL %s", key);
+    ck_assert_int_eq(r->type, REDIS_REPLY_ARRAY);
+    st->exists = r->elements > 0;
+    const redisReply *v;
+    if ((v = hash_field(r, "t")) != NULL) {
+        st->has_t = 1;
+        st->t = strtod(v->str, NULL);
+    }
+    if ((v = hash_field(r, "w")) != NULL)
+        st->w = strtoll(v->str, NULL, 10);
+    if ((v = hash_field(r, "c")) != NULL)
+        st->c = strtoll(v->str, NULL, 10);
+    if ((v = hash_field(r, "p")) != NULL)
+        st->p = strtoll(v->str, NULL, 10);
+    for (size_t i = 0; i + 1 < r->elements; i += 2) {
+        const char *name = r->element[i]->str;
+        char other[256];
+        if (strncmp(name, "h:", 2) == 0) {
+            snprintf(other, sizeof(other), "%s:%s", sw ? "w" : "e", name + 2);
+            const redisReply *o = hash_field(r, other);
+            if (o == NULL) {
+                st->orphans++;
+                continue;
+            }
+            if (sw && strtoll(o->str, NULL, 10) != st->w)
+                continue;
+            st->held += strtoll(r->element[i + 1]->str, NULL, 10);
+            st->holders++;
+        } else if (strncmp(name, sw ? "w:" : "e:", 2) == 0) {
+            snprintf(other, sizeof(other), "h:%s", name + 2);
+            if (hash_field(r, other) == NULL)
+                st->orphans++;
+        }
+    }
+    freeReplyObject(r);
+}
+
+/* The token bucket invariant, read back from Redis: t + H <= b. */
+static void assert_tb_invariant(const char *key, long long burst, struct state *st)
+{
+    read_state(key, 0, st);
+    ck_assert_msg(st->has_t, "bucket %s has no t", key);
+    ck_assert_int_eq(st->orphans, 0);
+    ck_assert_msg(st->t + (double)st->held <= (double)burst, "t %.17g + H %lld > b %lld", st->t,
+                  st->held, burst);
+}
+
+/* ---- redis-server ----------------------------------------------------------- */
+
+static redisContext *connect_port(int port)
+{
+    struct timeval tv = {1, 0};
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
+    if (c != NULL && c->err) {
+        redisFree(c);
+        c = NULL;
+    }
+    return c;
+}
+
+/* Whether the server on port answers and is process pid (not someone else's). */
+static int server_is(int port, pid_t pid)
+{
+    redisContext *c = connect_port(port);
+    if (c == NULL)
+        return 0;
+    int ok = 0;
+    redisReply *r = redisCommand(c, "INFO server");
+    if (r != NULL && r->type == REDIS_REPLY_STRING) {
+        const char *p = strstr(r->str, "process_id:");
+        ok = p != NULL && strtol(p + strlen("process_id:"), NULL, 10) == (long)pid;
+    }
+    if (r != NULL)
+        freeReplyObject(r);
+    redisFree(c);
+    return ok;
+}
+
+static void stop_server(void)
+{
+    if (server_pid > 0 && getpid() == owner_pid) {
+        kill(server_pid, SIGTERM);
+        waitpid(server_pid, NULL, 0);
+        server_pid = -1;
+    }
+}
+
+/* Start redis-server on a random free port in 20000-60000. Returns 0 or -1. */
+static int start_server(void)
+{
+    srand((unsigned)time(NULL) ^ (unsigned)getpid());
+    owner_pid = getpid();
+    for (int attempt = 0; attempt < SERVER_START_TRIES; attempt++) {
+        int port = 20000 + rand() % 40001;
+        char portbuf[16];
+        snprintf(portbuf, sizeof(portbuf), "%d", port);
+        pid_t pid = fork();
+        if (pid == -1)
+            return -1;
+        if (pid == 0) {
+            prctl(PR_SET_PDEATHSIG, SIGTERM); /* never outlive the test */
+            int fd = open("/dev/null", O_RDWR);
+            if (fd != -1) {
+                dup2(fd, STDIN_FILENO);
+                dup2(fd, STDOUT_FILENO);
+                dup2(fd, STDERR_FILENO);
+            }
+            execlp("redis-server", "redis-server", "--port", portbuf, "--bind", "127.0.0.1",
+                   "--save", "", "--appendonly", "no", "--daemonize", "no", (char *)NULL);
+            _exit(127);
+        }
+        for (int waited = 0; waited < SERVER_START_WAIT_MS; waited += 20) {
+            if (server_is(port, pid)) {
+                server_pid = pid;
+                redis_port = port;
+                return 0;
+            }
+            if (waitpid(pid, NULL, WNOHANG) == pid) {
+                pid = -1; /* exited: port taken, or no redis-server */
+                break;
+            }
+            sleep_ms(20);
+        }
+        if (pid > 0) {
+            kill(pid, SIGTERM);
+            waitpid(pid, NULL, 0);
+        }
+    }
+    return -1;
+}
+
+/* ---- fixture ---------------------------------------------------------------- */
+
+static void setup(void)
+{
+    struct timeval tv = {5, 0};
+    rc = redisConnectWithTimeout("127.0.0.1", redis_port, tv);
+    ck_assert_msg(rc != NULL && !rc->err, "cannot connect to redis on port %d", redis_port);
+    for (int s = 0; s < NSCRIPTS; s++)
+        load_script((enum script)s);
+}
+
+static void teardown(void)
+{
+    redisFree(rc);
+    rc = NULL;
+}
+
+/* ---- token bucket ----------------------------------------------------------- */
+
+/* 10 per 10 s: 0.001 token/ms, so refill is negligible within a test. */
+static const struct rule slow = {10, 10000, 10, 5000};
+
+START_TEST(tb_fresh_bucket_grants_min_want_floor_t)
+{
+    char key[128];
+    long long o[R_N];
+    struct state st;
+    mkkey(key, sizeof(key), "fresh");
+
+    claim(TB_CLAIM, key, "A", &slow, 4, 0, 0, o);
+    long long want1[R_N] = {4, 6, 4, 1, 0, 0, 5000, 4};
+    for (int i = 0; i < R_N; i++)
+        ck_assert_int_eq(o[i], want1[i]);
+
+    claim(TB_CLAIM, key, "B", &slow, 100, 0, 0, o); /* only floor(t) = 6 left */
+    ck_assert_int_eq(o[R_GRANTED], 6);
+    ck_assert_int_eq(o[R_REMAINING], 0);
+    ck_assert_int_eq(o[R_HELD], 10);
+    ck_assert_int_eq(o[R_HOLDERS], 2);
+    ck_assert_int_eq(o[R_MINE], 6);
+    /* b - H = 0: no token before a lease ends (A's, in ~5 s) */
+    ck_assert_int_ge(o[R_RETRY], 4000);
+    ck_assert_int_le(o[R_RETRY], 5000);
+    assert_tb_invariant(key, slow.burst, &st);
+
+    claim(TB_CLAIM, key, "C", &slow, 1, 0, 0, o);
+    ck_assert_int_eq(o[R_GRANTED], 0);
+    ck_assert_int_eq(o[R_LEASE], 0);
+    ck_assert_int_eq(o[R_MINE], 0);
+    ck_assert_int_eq(hget_ll(key, "h:C"), -1);
+
+    /* A spent all 4: its lease closes; the next token is a refill away. */
+    claim(TB_CLAIM, key, "A", &slow, 0, 4, 0, o);
+    ck_assert_int_eq(o[R_MINE], 0);
+    ck_assert_int_eq(o[R_HELD], 6);
+    ck_assert_int_eq(o[R_HOLDERS], 1);
+    ck_assert_int_eq(o[R_REMAINING], 0);
+    ck_assert_int_gt(o[R_RETRY], 900);
+    ck_assert_int_le(o[R_RETRY], 1000);
+    ck_assert_int_gt(o[R_RESET], 3900);
+    ck_assert_int_le(o[R_RESET], 4000);
+    ck_assert_int_eq(hget_ll(key, "h:A"), -1);
+    ck_assert_int_eq(hget_ll(key, "e:A"), -1);
+    ck_assert_int_eq(hget_ll(key, "h:B"), 6);
+    assert_tb_invariant(key, slow.burst, &st);
+}
+END_TEST
+
+START_TEST(tb_refills_over_time)
+{
+    const struct rule ru = {20, 1000, 5, 1000}; /* 0.02 token/ms */
+    char key[128];
+    long long o[R_N];
+    struct state st;
+    mkkey(key, sizeof(key), "refill");
+
+    double m0 = mono_ms();
+    claim(TB_CLAIM, key, "A", &ru, 5, 0, 0, o);
+    ck_assert_int_eq(o[R_GRANTED], 5);
+    claim(TB_CLAIM, key, "A", &ru, 0, 5, 0, o); /* spent them all */
+    ck_assert_int_eq(o[R_HELD], 0);
+    double m1 = mono_ms();
+    sleep_ms(150);
+    double m2 = mono_ms();
+    claim(TB_CLAIM, key, "B", &ru, 100, 0, 0, o);
+    double m3 = mono_ms();
+    long long lo = (long long)floor((m2 - m1) * 0.02);
+    long long hi = (long long)floor((m3 - m0) * 0.02);
+    if (hi > 5)
+        hi = 5;
+    ck_assert_int_ge(lo, 3);
+    ck_assert_msg(o[R_GRANTED] >= lo && o[R_GRANTED] <= hi, "granted %lld not in [%lld, %lld]",
+                  o[R_GRANTED], lo, hi);
+    long long g = o[R_GRANTED];
+
+    /* B keeps holding g: refill stops at b - g. */
+    sleep_ms(300);
+    claim(TB_CLAIM, key, "C", &ru, 0, 0, 0, o);
+    ck_assert_int_eq(o[R_REMAINING], 5 - g);
+    ck_assert_int_eq(o[R_HELD], g);
+    ck_assert_int_eq(o[R_RESET], 0);
+    assert_tb_invariant(key, ru.burst, &st);
+    ck_assert_msg(st.t == (double)(5 - g), "t %.17g", st.t);
+}
+END_TEST
+
+START_TEST(tb_settles_used_and_returned)
+{
+    const struct rule ru = {1, 1000000, 10, 60000}; /* refill negligible */
+    char key[128];
+    long long o[R_N];
+    struct state st;
+    mkkey(key, sizeof(key), "settle");
+
+    claim(TB_CLAIM, key, "A", &ru, 5, 0, 0, o);
+    ck_assert_int_eq(o[R_GRANTED], 5);
+    ck_assert_int_eq(o[R_REMAINING], 5);
+
+    claim(TB_CLAIM, key, "A", &ru, 0, 2, 1, o); /* spent 2, gives 1 back */
+    ck_assert_int_eq(o[R_GRANTED], 0);
+    ck_assert_int_eq(o[R_MINE], 2);
+    ck_assert_int_eq(o[R_HELD], 2);
+    ck_assert_int_eq(o[R_REMAINING], 6);
+    ck_assert_int_eq(o[R_LEASE], 60000);
+    ck_assert_int_eq(hget_ll(key, "h:A"), 2);
+    assert_tb_invariant(key, ru.burst, &st);
+
+    claim(TB_CLAIM, key, "A", &ru, 0, 0, 10, o); /* over-return: capped at 2 */
+    ck_assert_int_eq(o[R_MINE], 0);
+    ck_assert_int_eq(o[R_HELD], 0);
+    ck_assert_int_eq(o[R_HOLDERS], 0);
+    ck_assert_int_eq(o[R_REMAINING], 8);
+    ck_assert_int_eq(o[R_LEASE], 0);
+    ck_assert_int_eq(hget_ll(key, "h:A"), -1);
+    ck_assert_int_eq(hget_ll(key, "e:A"), -1);
+
+    claim(TB_CLAIM, key, "A", &ru, 3, 0, 0, o);
+    ck_assert_int_eq(o[R_REMAINING], 5);
+    claim(TB_CLAIM, key, "A", &ru, 0, 100, 100, o); /* over-use: all 3 spent, none back */
+    ck_assert_int_eq(o[R_MINE], 0);
+    ck_assert_int_eq(o[R_REMAINING], 5);
+
+    claim(TB_CLAIM, key, "B", &ru, 0, 0, 5, o); /* B holds nothing: creates nothing */
+    ck_assert_int_eq(o[R_REMAINING], 5);
+    ck_assert_int_eq(o[R_MINE], 0);
+    assert_tb_invariant(key, ru.burst, &st);
+    ck_assert_msg(st.t < 5.01, "t %.17g", st.t);
+
+    /* claim and report in one call: settle first, then grant */
+    claim(TB_CLAIM, key, "B", &ru, 2, 0, 0, o);
+    claim(TB_CLAIM, key, "B", &ru, 4, 1, 1, o);
+    ck_assert_int_eq(o[R_GRANTED], 4);
+    ck_assert_int_eq(o[R_MINE], 4);
+    ck_assert_int_eq(o[R_REMAINING], 0);
+    assert_tb_invariant(key, ru.burst, &st);
+}
+END_TEST
+
+START_TEST(tb_return_gives_back_unspent)
+{
+    char key[128];
+    long long o[R_N];
+    struct state st;
+    mkkey(key, sizeof(key), "return");
+
+    claim(TB_CLAIM, key, "A", &slow, 6, 0, 0, o);
+    ck_assert_int_eq(o[R_REMAINING], 4);
+    give_back(TB_RETURN, key, "A", &slow, 2, o);
+    ck_assert_int_eq(o[R_REMAINING], 8);
+    ck_assert_int_eq(o[R_HELD], 0);
+    ck_assert_int_eq(o[R_HOLDERS], 0);
+    ck_assert_int_eq(hget_ll(key, "h:A"), -1);
+    ck_assert_int_eq(hget_ll(key, "e:A"), -1);
+    give_back(TB_RETURN, key, "A", &slow, 0, o); /* nothing left to return */
+    ck_assert_int_eq(o[R_REMAINING], 8);
+
+    claim(TB_CLAIM, key, "B", &slow, 1, 0, 0, o);
+    claim(TB_CLAIM, key, "A", &slow, 2, 0, 0, o);
+    ck_assert_int_eq(o[R_REMAINING], 5);
+    give_back(TB_RETURN, key, "A", &slow, 0, o);
+    ck_assert_int_eq(o[R_REMAINING], 7);
+    ck_assert_int_eq(o[R_HELD], 1);
+    ck_assert_int_eq(o[R_HOLDERS], 1);
+    give_back(TB_RETURN, key, "A", &slow, 50, o); /* used beyond held: no effect */
+    ck_assert_int_eq(o[R_REMAINING], 7);
+    assert_tb_invariant(key, slow.burst, &st);
+
+    /* a give-back on a missing bucket: full, nothing held */
+    char key2[128];
+    mkkey(key2, sizeof(key2), "return-missing");
+    give_back(TB_RETURN, key2, "A", &slow, 3, o);
+    ck_assert_int_eq(o[R_REMAINING], 10);
+    ck_assert_int_eq(o[R_RESET], 0);
+}
+END_TEST
+
+START_TEST(tb_vanished_agent_lease_dropped_not_returned)
+{
+    const struct rule ru = {1, 1000000, 10, 50};
+    char key[128];
+    long long o[R_N];
+    struct state st;
+    mkkey(key, sizeof(key), "vanish");
+
+    claim(TB_CLAIM, key, "A", &ru, 4, 0, 0, o);
+    ck_assert_int_eq(o[R_GRANTED], 4);
+    ck_assert_int_eq(o[R_LEASE], 50);
+    sleep_ms(120);
+
+    claim(TB_CLAIM, key, "B", &ru, 0, 0, 0, o);
+    ck_assert_int_eq(o[R_HELD], 0);
+    ck_assert_int_eq(o[R_HOLDERS], 0);
+    ck_assert_int_eq(o[R_REMAINING], 6); /* A's 4 tokens are gone */
+    ck_assert_int_eq(hget_ll(key, "h:A"), -1);
+    ck_assert_int_eq(hget_ll(key, "e:A"), -1);
+
+    claim(TB_CLAIM, key, "A", &ru, 0, 0, 4, o); /* too late to return them */
+    ck_assert_int_eq(o[R_REMAINING], 6);
+    ck_assert_int_eq(o[R_MINE], 0);
+    give_back(TB_RETURN, key, "A", &ru, 0, o);
+    ck_assert_int_eq(o[R_REMAINING], 6);
+    assert_tb_invariant(key, ru.burst, &st);
+}
+END_TEST
+
+START_TEST(tb_refill_capped_while_leases_held)
+{
+    const struct rule ru = {10, 100, 10, 3000}; /* 0.1 token/ms */
+    char key[128];
+    long long o[R_N], x[X_N];
+    struct state st;
+    mkkey(key, sizeof(key), "cap");
+
+    claim(TB_CLAIM, key, "A", &ru, 6, 0, 0, o);
+    ck_assert_int_eq(o[R_GRANTED], 6);
+    sleep_ms(150); /* would refill 15 tokens */
+    claim(TB_CLAIM, key, "B", &ru, 0, 0, 0, o);
+    ck_assert_int_eq(o[R_REMAINING], 4); /* b - H, not b */
+    ck_assert_int_eq(o[R_HELD], 6);
+    assert_tb_invariant(key, ru.burst, &st);
+    ck_assert_msg(st.t == 4.0, "t %.17g", st.t);
+
+    claim(TB_CLAIM, key, "B", &ru, 100, 0, 0, o);
+    ck_assert_int_eq(o[R_GRANTED], 4);
+    ck_assert_int_eq(o[R_HELD], 10);
+    sleep_ms(100);
+    exact(TB_EXACT, key, &ru, 1, x);
+    ck_assert_int_eq(x[X_ALLOWED], 0); /* everything is held */
+    ck_assert_int_eq(x[X_REMAINING], 0);
+    ck_assert_int_ge(x[X_RETRY], 2000); /* until the first lease ends */
+    ck_assert_int_le(x[X_RETRY], 3000);
+    assert_tb_invariant(key, ru.burst, &st);
+
+    give_back(TB_RETURN, key, "A", &ru, 0, o);
+    ck_assert_int_eq(o[R_REMAINING], 6);
+    ck_assert_int_eq(o[R_HELD], 4);
+    assert_tb_invariant(key, ru.burst, &st);
+    ck_assert_msg(st.t == 6.0, "t %.17g", st.t);
+}
+END_TEST
+
+START_TEST(tb_burst_shrink_clamps)
+{
+    struct rule ru = {1, 1000000, 10, 60000};
+    char key[128];
+    long long o[R_N];
+    struct state st;
+    mkkey(key, sizeof(key), "shrink");
+
+    claim(TB_CLAIM, key, "A", &ru, 3, 0, 0, o);
+    ck_assert_int_eq(o[R_REMAINING], 7);
+    ru.burst = 5;
+    claim(TB_CLAIM, key, "C", &ru, 0, 0, 0, o);
+    ck_assert_int_eq(o[R_REMAINING], 2);
+    ck_assert_int_eq(o[R_HELD], 3);
+    assert_tb_invariant(key, ru.burst, &st);
+    ck_assert_msg(st.t == 2.0, "t %.17g", st.t);
+
+    ru.burst = 2; /* below what is held: t becomes a debt */
+    claim(TB_CLAIM, key, "C", &ru, 1, 0, 0, o);
+    ck_assert_int_eq(o[R_GRANTED], 0);
+    ck_assert_int_eq(o[R_REMAINING], 0);
+    assert_tb_invariant(key, ru.burst, &st);
+    ck_assert_msg(st.t == -1.0, "t %.17g", st.t);
+
+    claim(TB_CLAIM, key, "A", &ru, 0, 3, 0, o);
+    ck_assert_int_eq(o[R_HELD], 0);
+    ck_assert_int_eq(o[R_REMAINING], 0);
+    assert_tb_invariant(key, ru.burst, &st);
+    ck_assert_msg(st.t < 0, "t %.17g", st.t);
+}
+END_TEST
+
+START_TEST(tb_key_expires)
+{
+    const struct rule ru = {10, 100, 10, 100}; /* full in 100 ms, lease 100 ms */
+    char key[128], key2[128];
+    long long o[R_N], x[X_N];
+    mkkey(key, sizeof(key), "ttl");
+    mkkey(key2, sizeof(key2), "ttl-exact");
+
+    claim(TB_CLAIM, key, "A", &ru, 10, 0, 0, o);
+    ck_assert_int_eq(o[R_GRANTED], 10);
+    long long pttl = cmd_int("PTTL %s", key);
+    ck_assert_int_gt(pttl, 1000);
+    ck_assert_int_le(pttl, 1100);
+
+    exact(TB_EXACT, key2, &ru, 1, x);
+    ck_assert_int_eq(x[X_ALLOWED], 1);
+    pttl = cmd_int("PTTL %s", key2);
+    ck_assert_int_gt(pttl, 900);
+    ck_assert_int_le(pttl, 1010);
+
+    sleep_ms(1100 + 50);
+    ck_assert_int_eq(cmd_int("EXISTS %s", key), 0);
+    ck_assert_int_eq(cmd_int("EXISTS %s", key2), 0);
+    claim(TB_CLAIM, key, "A", &ru, 10, 0, 0, o); /* gone = full */
+    ck_assert_int_eq(o[R_GRANTED], 10);
+}
+END_TEST
+
+/* xorshift64*: deterministic sequences */
+static uint64_t rng = 0x9e3779b97f4a7c15ULL;
+
+static long long rnd_below(long long n)
+{
+    rng ^= rng >> 12;
+    rng ^= rng << 25;
+    rng ^= rng >> 27;
+    uint64_t v = rng * 0x2545f4914f6cdd1dULL;
+    return n <= 0 ? 0 : (long long)((v >> 11) % (uint64_t)n);
+}
+
+START_TEST(tb_random_sequence_keeps_invariant)
+{
+    const long long ttls[] = {1, 3, 10, 1000};
+    struct rule ru = {20, 20, 30, 0}; /* 1 token/ms, burst 30 */
+    static const char *const agents[] = {"a0", "a1", "a2", "a3", "a4"};
+    long long L[5] = {0};
+    char key[128];
+    long long o[R_N], x[X_N];
+    struct state st;
+    long long grants = 0, denied = 0, capped = 0;
+    mkkey(key, sizeof(key), "random");
+    rng = 0x9e3779b97f4a7c15ULL;
+
+    /* Blocks of 100 calls alternate between overload (the bucket runs dry)
+     * and calm (it refills up to b - H while leases are held). */
+    for (int i = 0; i < 2000; i++) {
+        int calm = (i / 100) % 2;
+        int a = (int)rnd_below(5);
+        ru.ttl_ms = ttls[rnd_below(4)];
+        long long op = rnd_below(100);
+        int lease_op = 1;
+        if (op < 50) { /* claim, with a report */
+            long long want = calm ? rnd_below(6) == 0 : rnd_below(12);
+            long long used = rnd_below(L[a] + 1);
+            long long ret = rnd_below(3) == 0 ? rnd_below(L[a] - used + 1) : 0;
+            if (rnd_below(20) == 0) { /* a confused agent over-reports */
+                used += rnd_below(5);
+                ret += rnd_below(5);
+            }
+            claim(TB_CLAIM, key, agents[a], &ru, want, used, ret, o);
+            grants += o[R_GRANTED];
+            denied += want > 0 && o[R_GRANTED] == 0;
+        } else if (op < 65) { /* give back */
+            give_back(TB_RETURN, key, agents[a], &ru, rnd_below(L[a] + 1), o);
+        } else if (op < 85 && !calm) { /* exact decision */
+            exact(TB_EXACT, key, &ru, 1 + rnd_below(3), x);
+            lease_op = 0;
+        } else { /* report only */
+            claim(TB_CLAIM, key, agents[a], &ru, 0, rnd_below(L[a] + 1), 0, o);
+        }
+        if (rnd_below(calm ? 4 : 40) == 0)
+            sleep_ms((double)rnd_below(4));
+
+        assert_tb_invariant(key, ru.burst, &st);
+        long long rem = st.t < 0 ? 0 : (long long)floor(st.t);
+        capped += st.held > 0 && st.t > (double)(ru.burst - st.held) - 1;
+        if (lease_op) {
+            ck_assert_int_eq(o[R_REMAINING], rem);
+            ck_assert_int_eq(o[R_HELD], st.held);
+            ck_assert_int_eq(o[R_HOLDERS], st.holders);
+            char field[16];
+            snprintf(field, sizeof(field), "h:%s", agents[a]);
+            ck_assert_int_eq(hget_ll(key, field), o[R_MINE] > 0 ? o[R_MINE] : -1);
+            L[a] = o[R_MINE];
+        } else {
+            ck_assert_int_eq(x[X_REMAINING], rem);
+        }
+    }
+    /* the sequence exercised the interesting paths */
+    ck_assert_int_gt(grants, 0);
+    ck_assert_int_gt(denied, 0);
+    ck_assert_int_gt(capped, 50); /* often full up to b - H while leases were held */
+}
+END_TEST
+
+START_TEST(tb_noscript_after_flush)
+{
+    char key[128];
+    long long o[R_N];
+    mkkey(key, sizeof(key), "noscript");
+
+    redisReply *r = cmd("SCRIPT FLUSH");
+    ck_assert_int_eq(r->type, REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    const char *args[] = {"A", "10", "1000", "10", "1", "0", "0", "1000"};
+    r = evalsha_raw(TB_CLAIM, key, 8, args);
+    ck_assert_int_eq(r->type, REDIS_REPLY_ERROR);
+    ck_assert_msg(strncmp(r->str, "NOSCRIPT", 8) == 0, "error: %s", r->str);
+    freeReplyObject(r);
+    ck_assert_int_eq(cmd_int("EXISTS %s", key), 0);
+
+    claim(TB_CLAIM, key, "A", &slow, 1, 0, 0, o); /* reloads, then works */
+    ck_assert_int_eq(o[R_GRANTED], 1);
+}
+END_TEST
+
+START_TEST(tb_exact_admits_burst_then_denies)
+{
+    const struct rule ru = {5, 10000, 5, 1000}; /* 0.0005 token/ms: 2000 ms per token */
+    char key[128];
+    long long x[X_N], o[R_N];
+    struct state st;
+    mkkey(key, sizeof(key), "exact");
+
+    for (int i = 0; i < 5; i++) {
+        exact(TB_EXACT, key, &ru, 1, x);
+        ck_assert_int_eq(x[X_ALLOWED], 1);
+        ck_assert_int_eq(x[X_REMAINING], 4 - i);
+        if (i < 4)
+            ck_assert_int_eq(x[X_RETRY], 0);
+    }
+    exact(TB_EXACT, key, &ru, 1, x);
+    ck_assert_int_eq(x[X_ALLOWED], 0);
+    ck_assert_int_eq(x[X_REMAINING], 0);
+    ck_assert_int_gt(x[X_RETRY], 1900);
+    ck_assert_int_le(x[X_RETRY], 2000);
+    ck_assert_int_gt(x[X_RESET], 9900);
+    ck_assert_int_le(x[X_RESET], 10000);
+    assert_tb_invariant(key, ru.burst, &st);
+
+    /* n > 1 */
+    mkkey(key, sizeof(key), "exact-n");
+    exact(TB_EXACT, key, &ru, 4, x);
+    ck_assert_int_eq(x[X_ALLOWED], 1);
+    ck_assert_int_eq(x[X_REMAINING], 1);
+    exact(TB_EXACT, key, &ru, 2, x);
+    ck_assert_int_eq(x[X_ALLOWED], 0);
+    ck_assert_int_eq(x[X_REMAINING], 1);
+    ck_assert_int_gt(x[X_RETRY], 1900);
+    ck_assert_int_le(x[X_RETRY], 2000);
+    long long n3[] = {ru.limit, ru.period_ms, ru.burst}; /* n defaults to 1 */
+    call_ints(TB_EXACT, key, NULL, n3, 3, x, X_N);
+    ck_assert_int_eq(x[X_ALLOWED], 1);
+    ck_assert_int_eq(x[X_REMAINING], 0);
+
+    /* exact and leases on one bucket */
+    mkkey(key, sizeof(key), "exact-lease");
+    claim(TB_CLAIM, key, "A", &slow, 3, 0, 0, o);
+    for (int i = 0; i < 7; i++) {
+        exact(TB_EXACT, key, &slow, 1, x);
+        ck_assert_int_eq(x[X_ALLOWED], 1);
+    }
+    exact(TB_EXACT, key, &slow, 1, x);
+    ck_assert_int_eq(x[X_ALLOWED], 0);
+    ck_assert_int_gt(x[X_RETRY], 900);
+    ck_assert_int_le(x[X_RETRY], 1000);
+    assert_tb_invariant(key, slow.burst, &st);
+    ck_assert_int_eq(st.held, 3);
+
+    /* exact drops an expired lease, without returning its tokens */
+    const struct rule short_ttl = {1, 1000000, 10, 30};
+    mkkey(key, sizeof(key), "exact-expired");
+    claim(TB_CLAIM, key, "A", &short_ttl, 3, 0, 0, o);
+    sleep_ms(80);
+    exact(TB_EXACT, key, &short_ttl, 1, x);
+    ck_assert_int_eq(x[X_ALLOWED], 1);
+    ck_assert_int_eq(x[X_REMAINING], 6);
+    assert_tb_invariant(key, short_ttl.burst, &st);
+    ck_assert_int_eq(st.holders, 0);
+}
+END_TEST
+
+START_TEST(bad_arguments_are_errors)
+{
+    char key[128];
+    mkkey(key, sizeof(key), "bad");
+    static const struct {
+        enum script s;
+        int n;
+        const char *args[8];
+        const char *msg;
+    } cases[] = {
+        {TB_CLAIM, 8, {"A", "10", "0", "10", "1", "0", "0", "1000"}, "bad ARGV[3]"},
+        {TB_CLAIM, 8, {"", "10", "1000", "10", "1", "0", "0", "1000"}, "empty agent"},
+        {TB_CLAIM, 8, {"A", "10", "1000", "10", "x", "0", "0", "1000"}, "bad ARGV[5]"},
+        {TB_CLAIM, 8, {"A", "10", "1000", "10", "1", "-1", "0", "1000"}, "bad ARGV[6]"},
+        {TB_CLAIM, 8, {"A", "10", "1000", "10", "1", "0", "0", "0"}, "bad ARGV[8]"},
+        {TB_EXACT, 4, {"0", "1000", "10", "1"}, "bad ARGV[1]"},
+        {TB_EXACT, 4, {"10", "1000", "10", "0"}, "bad ARGV[4]"},
+        {TB_RETURN, 5, {"A", "10", "1000", "-3", "0"}, "bad ARGV[4]"},
+        {SW_CLAIM, 8, {"A", "10", "1000", "10", "1", "0", "0", "nan"}, "bad ARGV[8]"},
+        {SW_RETURN, 5, {"A", "10", "1000", "10", "inf"}, "bad ARGV[5]"},
+        {SW_EXACT, 4, {"10", "-1000", "10", "1"}, "bad ARGV[2]"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        redisReply *r = evalsha(cases[i].s, key, cases[i].n, cases[i].args);
+        ck_assert_msg(r->type == REDIS_REPLY_ERROR, "case %zu accepted", i);
+        ck_assert_msg(strstr(r->str, cases[i].msg) != NULL, "case %zu: %s", i, r->str);
+        freeReplyObject(r);
+    }
+    ck_assert_int_eq(cmd_int("EXISTS %s", key), 0);
+}
+END_TEST
+
+/* ---- sliding window --------------------------------------------------------- */
+
+/* Milliseconds left in the current window of Redis time. */
+static double window_left_ms(long long period_ms)
+{
+    long long us = redis_now_us();
+    return (double)(period_ms * 1000 - us % (period_ms * 1000)) / 1000.0;
+}
+
+START_TEST(sw_claim_return_exact)
+{
+    const struct rule ru = {10, 10000, 10, 1000};
+    char key[128];
+    long long o[R_N], x[X_N];
+    struct state st;
+    mkkey(key, sizeof(key), "sw");
+    if (window_left_ms(ru.period_ms) < 2000)
+        sleep_ms(window_left_ms(ru.period_ms) + 10);
+
+    claim(SW_CLAIM, key, "A", &ru, 4, 0, 0, o);
+    ck_assert_int_eq(o[R_GRANTED], 4);
+    ck_assert_int_eq(o[R_REMAINING], 6);
+    ck_assert_int_eq(o[R_HELD], 4);
+    ck_assert_int_eq(o[R_HOLDERS], 1);
+    ck_assert_int_eq(o[R_RETRY], 0);
+    ck_assert_int_gt(o[R_RESET], 10000); /* the rest of this window and the next */
+    ck_assert_int_le(o[R_RESET], 20000);
+    ck_assert_int_eq(o[R_LEASE], 1000);
+    ck_assert_int_eq(o[R_MINE], 4);
+
+    const struct rule long_ttl = {10, 10000, 10, 1000000};
+    claim(SW_CLAIM, key, "B", &long_ttl, 100, 0, 0, o);
+    ck_assert_int_eq(o[R_GRANTED], 6);
+    ck_assert_int_eq(o[R_REMAINING], 0);
+    ck_assert_int_eq(o[R_HELD], 10);
+    ck_assert_int_eq(o[R_HOLDERS], 2);
+    /* the lease ends at the window boundary */
+    ck_assert_int_gt(o[R_LEASE], 1000);
+    ck_assert_int_le(o[R_LEASE], 10000);
+    /* one unit frees up a tenth into the next window: boundary + 1000 ms */
+    ck_assert_int_eq(o[R_RETRY] - o[R_LEASE] >= 1000 && o[R_RETRY] - o[R_LEASE] <= 1001, 1);
+
+    give_back(SW_RETURN, key, "A", &ru, 1, o); /* 3 unspent units leave the count */
+    ck_assert_int_eq(o[R_REMAINING], 3);
+    ck_assert_int_eq(o[R_HELD], 6);
+    ck_assert_int_eq(o[R_HOLDERS], 1);
+    read_state(key, 1, &st);
+    ck_assert_int_eq(st.c, 7);
+    ck_assert_int_eq(st.p, 0);
+    ck_assert_int_eq(st.orphans, 0);
+
+    claim(SW_CLAIM, key, "B", &ru, 0, 2, 1, o); /* spent 2, gives 1 back */
+    ck_assert_int_eq(o[R_MINE], 3);
+    ck_assert_int_eq(o[R_HELD], 3);
+    ck_assert_int_eq(o[R_REMAINING], 4);
+    read_state(key, 1, &st);
+    ck_assert_int_eq(st.c, 6);
+    claim(SW_CLAIM, key, "B", &ru, 0, 3, 0, o); /* spent units stay counted */
+    ck_assert_int_eq(o[R_MINE], 0);
+    ck_assert_int_eq(o[R_HELD], 0);
+    ck_assert_int_eq(o[R_HOLDERS], 0);
+    ck_assert_int_eq(o[R_LEASE], 0);
+    ck_assert_int_eq(o[R_REMAINING], 4);
+    claim(SW_CLAIM, key, "C", &ru, 0, 0, 5, o); /* C holds nothing: uncounts nothing */
+    ck_assert_int_eq(o[R_REMAINING], 4);
+
+    exact(SW_EXACT, key, &ru, 1, x);
+    ck_assert_int_eq(x[X_ALLOWED], 1);
+    ck_assert_int_eq(x[X_REMAINING], 3);
+    ck_assert_int_eq(x[X_RETRY], 0);
+    exact(SW_EXACT, key, &ru, 4, x);
+    ck_assert_int_eq(x[X_ALLOWED], 0);
+    ck_assert_int_eq(x[X_REMAINING], 3);
+    ck_assert_int_gt(x[X_RETRY], 0);
+    exact(SW_EXACT, key, &ru, 3, x);
+    ck_assert_int_eq(x[X_ALLOWED], 1);
+    ck_assert_int_eq(x[X_REMAINING], 0);
+    read_state(key, 1, &st);
+    ck_assert_int_eq(st.c, 10);
+
+    long long pttl = cmd_int("PTTL %s", key);
+    ck_assert_int_gt(pttl, 10000 + 1000);
+    ck_assert_int_le(pttl, 20000 + 1000);
+}
+END_TEST
+
+START_TEST(sw_window_roll)
+{
+    const struct rule ru = {10, 300, 10, 10000};
+    char key[128];
+    long long o[R_N], x[X_N];
+    struct state st;
+    mkkey(key, sizeof(key), "sw-roll");
+    sleep_ms(window_left_ms(ru.period_ms) + 10); /* just after a boundary */
+
+    claim(SW_CLAIM, key, "A", &ru, 5, 0, 0, o);
+    ck_assert_int_eq(o[R_GRANTED], 5);
+    ck_assert_int_gt(o[R_LEASE], 150);
+    ck_assert_int_le(o[R_LEASE], 290);
+    claim(SW_CLAIM, key, "Z", &ru, 1, 0, 0, o); /* Z vanishes */
+    ck_assert_int_eq(o[R_GRANTED], 1);
+    exact(SW_EXACT, key, &ru, 1, x);
+    ck_assert_int_eq(x[X_ALLOWED], 1);
+    read_state(key, 1, &st);
+    ck_assert_int_eq(st.c, 7);
+    ck_assert_int_eq(st.holders, 2);
+    ck_assert_int_eq(st.p, 0);
+    long long w0 = st.w;
+
+    sleep_ms(window_left_ms(ru.period_ms) + 30); /* next window */
+    long long lo = redis_now_us();
+    give_back(SW_RETURN, key, "A", &ru, 0, o); /* too late: no subtraction */
+    long long hi = redis_now_us();
+    read_state(key, 1, &st);
+    ck_assert_int_eq(st.w, w0 + 1);
+    ck_assert_int_eq(st.p, 7);
+    ck_assert_int_eq(st.c, 0);
+    ck_assert_int_eq(st.holders, 0);
+    ck_assert_int_eq(hget_ll(key, "h:A"), -1);
+    ck_assert_int_eq(hget_ll(key, "w:A"), -1);
+    double wus = 300000.0;
+    double el_lo = (double)(lo % 300000), el_hi = (double)(hi % 300000);
+    ck_assert(el_lo <= el_hi); /* same window */
+    long long rlo = (long long)floor(10 - 7 * (1 - el_lo / wus));
+    long long rhi = (long long)floor(10 - 7 * (1 - el_hi / wus));
+    ck_assert_msg(o[R_REMAINING] >= rlo && o[R_REMAINING] <= rhi, "remaining %lld not in [%lld, %lld]",
+                  o[R_REMAINING], rlo, rhi);
+
+    /* Z's lease of the old window is no longer counted as held */
+    claim(SW_CLAIM, key, "B", &ru, 1, 0, 0, o);
+    ck_assert_int_eq(o[R_GRANTED], 1);
+    ck_assert_int_eq(o[R_HOLDERS], 1);
+    ck_assert_int_eq(o[R_HELD], 1);
+    ck_assert_int_eq(hget_ll(key, "h:Z"), -1);
+
+    sleep_ms(2 * 300 + 50); /* two windows later everything is forgotten */
+    exact(SW_EXACT, key, &ru, 1, x);
+    ck_assert_int_eq(x[X_ALLOWED], 1);
+    ck_assert_int_eq(x[X_REMAINING], 9);
+    read_state(key, 1, &st);
+    ck_assert_int_eq(st.p, 0);
+    ck_assert_int_eq(st.c, 1);
+}
+END_TEST
+
+START_TEST(sw_random_sequence_keeps_counts)
+{
+    const struct rule ru = {20, 50, 20, 1000};
+    static const char *const agents[] = {"a0", "a1", "a2", "a3"};
+    long long L[4] = {0};
+    char key[128];
+    long long o[R_N], x[X_N];
+    struct state st;
+    long long grants = 0, denied = 0;
+    mkkey(key, sizeof(key), "sw-random");
+    rng = 0x243f6a8885a308d3ULL;
+
+    for (int i = 0; i < 800; i++) {
+        int a = (int)rnd_below(4);
+        long long op = rnd_below(100);
+        int lease_op = 1;
+        if (op < 55) {
+            long long want = rnd_below(8);
+            long long used = rnd_below(L[a] + 1);
+            long long ret = rnd_below(2) ? rnd_below(L[a] - used + 1) : 0;
+            if (rnd_below(20) == 0)
+                ret += rnd_below(5);
+            claim(SW_CLAIM, key, agents[a], &ru, want, used, ret, o);
+            grants += o[R_GRANTED];
+            denied += want > 0 && o[R_GRANTED] == 0;
+        } else if (op < 70) {
+            give_back(SW_RETURN, key, agents[a], &ru, rnd_below(L[a] + 1), o);
+        } else {
+            exact(SW_EXACT, key, &ru, 1 + rnd_below(2), x);
+            lease_op = 0;
+        }
+        if (rnd_below(25) == 0)
+            sleep_ms((double)rnd_below(5));
+
+        read_state(key, 1, &st);
+        ck_assert_int_eq(st.orphans, 0);
+        ck_assert_int_ge(st.c, 0);
+        ck_assert_int_le(st.c, ru.limit);
+        ck_assert_int_le(st.held, st.c);
+        if (lease_op) {
+            ck_assert_int_le(o[R_REMAINING], ru.limit - st.c);
+            ck_assert_int_eq(o[R_HELD], st.held);
+            ck_assert_int_eq(o[R_HOLDERS], st.holders);
+            ck_assert_int_le(o[R_LEASE], ru.period_ms);
+            L[a] = o[R_MINE];
+        } else {
+            ck_assert_int_le(x[X_REMAINING], ru.limit - st.c);
+        }
+    }
+    ck_assert_int_gt(grants, 0);
+    ck_assert_int_gt(denied, 0);
+}
+END_TEST
+
+/* ---- main ------------------------------------------------------------------- */
+
+static Suite *scripts_suite(void)
+{
+    Suite *s = suite_create("scripts");
+    TCase *tb = tcase_create("token_bucket");
+    tcase_add_checked_fixture(tb, setup, teardown);
+    tcase_set_timeout(tb, 30);
+    tcase_add_test(tb, tb_fresh_bucket_grants_min_want_floor_t);
+    tcase_add_test(tb, tb_refills_over_time);
+    tcase_add_test(tb, tb_settles_used_and_returned);
+    tcase_add_test(tb, tb_return_gives_back_unspent);
+    tcase_add_test(tb, tb_vanished_agent_lease_dropped_not_returned);
+    tcase_add_test(tb, tb_refill_capped_while_leases_held);
+    tcase_add_test(tb, tb_burst_shrink_clamps);
+    tcase_add_test(tb, tb_key_expires);
+    tcase_add_test(tb, tb_random_sequence_keeps_invariant);
+    tcase_add_test(tb, tb_noscript_after_flush);
+    tcase_add_test(tb, tb_exact_admits_burst_then_denies);
+    tcase_add_test(tb, bad_arguments_are_errors);
+    suite_add_tcase(s, tb);
+
+    TCase *sw = tcase_create("sliding_window");
+    tcase_add_checked_fixture(sw, setup, teardown);
+    tcase_set_timeout(sw, 30);
+    tcase_add_test(sw, sw_claim_return_exact);
+    tcase_add_test(sw, sw_window_roll);
+    tcase_add_test(sw, sw_random_sequence_keeps_counts);
+    suite_add_tcase(s, sw);
+    return s;
+}
+
+int main(void)
+{
+    if (read_scripts() != 0)
+        return 1;
+    const char *env = getenv("REDIS_PORT");
+    if (env != NULL && *env != '\0') {
+        redis_port = atoi(env);
+    } else if (start_server() != 0) {
+        fprintf(stderr, "test_scripts: cannot start redis-server; skipped\n");
+        return 77; /* automake: skipped */
+    }
+    atexit(stop_server);
+
+    SRunner *sr = srunner_create(scripts_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    for (int s = 0; s < NSCRIPTS; s++)
+        free(script_text[s]);
+    stop_server();
+    return failed == 0 ? 0 : 1;
+}
