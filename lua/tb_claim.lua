@@ -83,7 +83,7 @@ t = t + ret
 held[agent] = mine
 local H = 0
 for _, h in pairs(held) do H = H + h end
-if now > ts then t = t + rate * (now - ts) end
+if now > ts then t, ts = t + rate * (now - ts), now end -- ts never goes back
 t = math.min(t, b - H)
 
 -- (4) Grant whole tokens.
@@ -91,11 +91,11 @@ local g = math.max(0, math.min(want, math.floor(t)))
 t, mine, H = t - g, mine + g, H + g
 if mine > 0 then
     exp[agent] = now + ttl * 1000
-    redis.call('HSET', key, 't', fmt(t), 'ts', fmt(now),
+    redis.call('HSET', key, 't', fmt(t), 'ts', fmt(ts),
                'h:' .. agent, fmt(mine), 'e:' .. agent, fmt(exp[agent]))
 else
     exp[agent] = nil
-    redis.call('HSET', key, 't', fmt(t), 'ts', fmt(now))
+    redis.call('HSET', key, 't', fmt(t), 'ts', fmt(ts))
     redis.call('HDEL', key, 'h:' .. agent, 'e:' .. agent)
 end
 
@@ -114,7 +114,7 @@ if t < 1 then
     if b - H < 1 and emin then retry = math.max(retry, (emin - now) / 1000) end
 end
 local reset = math.max(0, b - H - t) / rate_ms
-local life = math.max((b - t) / rate_ms, (emax - now) / 1000)
+local life = math.max((ts - now) / 1000 + (b - t) / rate_ms, (emax - now) / 1000)
 redis.call('PEXPIRE', key, fmt(math.min(math.ceil(life) + 1000, 1e15)))
 return {g, math.max(0, math.floor(t)), H, holders, math.ceil(retry), math.ceil(reset),
         mine > 0 and ttl or 0, mine}

@@ -56,11 +56,11 @@ end
 -- Refill, never above b - H; then take n if there are n.
 local t, ts = tonumber(f.t), tonumber(f.ts) or now
 if t == nil then t = b end -- new bucket: full
-if now > ts then t = t + rate * (now - ts) end
+if now > ts then t, ts = t + rate * (now - ts), now end -- ts never goes back
 t = math.min(t, b - H)
 local allowed = 0
 if t >= n then t, allowed = t - n, 1 end
-redis.call('HSET', key, 't', fmt(t), 'ts', fmt(now))
+redis.call('HSET', key, 't', fmt(t), 'ts', fmt(ts))
 
 local rate_ms = rate * 1000
 local retry = 0
@@ -69,6 +69,6 @@ if t < n then
     if b - H < n and emin then retry = math.max(retry, (emin - now) / 1000) end
 end
 local reset = math.max(0, b - H - t) / rate_ms
-local life = math.max((b - t) / rate_ms, (emax - now) / 1000)
+local life = math.max((ts - now) / 1000 + (b - t) / rate_ms, (emax - now) / 1000)
 redis.call('PEXPIRE', key, fmt(math.min(math.ceil(life) + 1000, 1e15)))
 return {allowed, math.max(0, math.floor(t)), math.ceil(retry), math.ceil(reset)}

@@ -65,10 +65,10 @@ for a, h in pairs(held) do
     emin = math.min(emin or exp[a], exp[a])
     emax = math.max(emax, exp[a])
 end
-if now > ts then t = t + rate * (now - ts) end
+if now > ts then t, ts = t + rate * (now - ts), now end -- ts never goes back
 t = math.min(t, b - H)
 
-redis.call('HSET', key, 't', fmt(t), 'ts', fmt(now))
+redis.call('HSET', key, 't', fmt(t), 'ts', fmt(ts))
 redis.call('HDEL', key, 'h:' .. agent, 'e:' .. agent)
 
 local rate_ms = rate * 1000
@@ -78,6 +78,6 @@ if t < 1 then
     if b - H < 1 and emin then retry = math.max(retry, (emin - now) / 1000) end
 end
 local reset = math.max(0, b - H - t) / rate_ms
-local life = math.max((b - t) / rate_ms, (emax - now) / 1000)
+local life = math.max((ts - now) / 1000 + (b - t) / rate_ms, (emax - now) / 1000)
 redis.call('PEXPIRE', key, fmt(math.min(math.ceil(life) + 1000, 1e15)))
 return {0, math.max(0, math.floor(t)), H, holders, math.ceil(retry), math.ceil(reset), 0, 0}

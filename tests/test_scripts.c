@@ -34,8 +34,8 @@
 #define SERVER_START_WAIT_MS 5000
 
 enum script { TB_CLAIM, TB_RETURN, TB_EXACT, SW_CLAIM, SW_RETURN, SW_EXACT, NSCRIPTS };
-static const char *const script_name[NSCRIPTS] = {"tb_claim",  "tb_return", "tb_exact",
-                                                  "sw_claim",  "sw_return", "sw_exact"};
+static const char *const script_name[NSCRIPTS] = {"tb_claim", "tb_return", "tb_exact",
+                                                  "sw_claim", "sw_return", "sw_exact"};
 static char *script_text[NSCRIPTS];
 static size_t script_len[NSCRIPTS];
 static char script_sha[NSCRIPTS][41];
@@ -92,7 +92,8 @@ static long long cmd_int(const char *fmt, ...)
     redisReply *r = redisvCommand(rc, fmt, ap);
     va_end(ap);
     ck_assert_msg(r != NULL, "redis: %s", rc->errstr);
-    ck_assert_msg(r->type == REDIS_REPLY_INTEGER, "expected an integer reply, got type %d", r->type);
+    ck_assert_msg(r->type == REDIS_REPLY_INTEGER, "expected an integer reply, got type %d",
+                  r->type);
     long long v = r->integer;
     freeReplyObject(r);
     return v;
@@ -104,8 +105,8 @@ static long long redis_now_us(void)
     redisReply *r = cmd("TIME");
     ck_assert_int_eq(r->type, REDIS_REPLY_ARRAY);
     ck_assert_uint_eq(r->elements, 2);
-    long long us = strtoll(r->element[0]->str, NULL, 10) * 1000000LL +
-                   strtoll(r->element[1]->str, NULL, 10);
+    long long us =
+        strtoll(r->element[0]->str, NULL, 10) * 1000000LL + strtoll(r->element[1]->str, NULL, 10);
     freeReplyObject(r);
     return us;
 }
@@ -715,6 +716,28 @@ START_TEST(tb_burst_shrink_clamps)
 }
 END_TEST
 
+/* Redis time stepping back (failover to a host with another clock) must not
+ * credit the same refill twice: ts never moves back. */
+START_TEST(tb_clock_step_back_no_double_refill)
+{
+    const struct rule ru = {10, 100, 10, 1000};
+    char key[128];
+    long long o[R_N], x[X_N];
+    mkkey(key, sizeof(key), "clock-back");
+    long long future = redis_now_us() + 10000000LL;
+    redisReply *r = cmd("HSET %s t 0 ts %lld", key, future);
+    freeReplyObject(r);
+
+    claim(TB_CLAIM, key, "A", &ru, 5, 0, 0, o);
+    ck_assert_int_eq(o[R_GRANTED], 0);
+    exact(TB_EXACT, key, &ru, 1, x);
+    ck_assert_int_eq(x[X_ALLOWED], 0);
+    give_back(TB_RETURN, key, "A", &ru, 0, o);
+    ck_assert_int_eq(o[R_REMAINING], 0);
+    ck_assert_int_eq(hget_ll(key, "ts"), future);
+}
+END_TEST
+
 START_TEST(tb_key_expires)
 {
     const struct rule ru = {10, 100, 10, 100}; /* full in 100 ms, lease 100 ms */
@@ -1064,8 +1087,8 @@ START_TEST(sw_window_roll)
     ck_assert(el_lo <= el_hi); /* same window */
     long long rlo = (long long)floor(10 - 7 * (1 - el_lo / wus));
     long long rhi = (long long)floor(10 - 7 * (1 - el_hi / wus));
-    ck_assert_msg(o[R_REMAINING] >= rlo && o[R_REMAINING] <= rhi, "remaining %lld not in [%lld, %lld]",
-                  o[R_REMAINING], rlo, rhi);
+    ck_assert_msg(o[R_REMAINING] >= rlo && o[R_REMAINING] <= rhi,
+                  "remaining %lld not in [%lld, %lld]", o[R_REMAINING], rlo, rhi);
 
     /* Z's lease of the old window is no longer counted as held */
     claim(SW_CLAIM, key, "B", &ru, 1, 0, 0, o);
@@ -1153,6 +1176,7 @@ static Suite *scripts_suite(void)
     tcase_add_test(tb, tb_vanished_agent_lease_dropped_not_returned);
     tcase_add_test(tb, tb_refill_capped_while_leases_held);
     tcase_add_test(tb, tb_burst_shrink_clamps);
+    tcase_add_test(tb, tb_clock_step_back_no_double_refill);
     tcase_add_test(tb, tb_key_expires);
     tcase_add_test(tb, tb_random_sequence_keeps_invariant);
     tcase_add_test(tb, tb_noscript_after_flush);
