@@ -1,48 +1,568 @@
-/* limiter.c - decisions from in-memory buckets. */
+/* limiter.c - decisions: in-memory buckets, leases, exact Redis calls, and
+ * the fallback while Redis is unreachable. */
 #include "limiter.h"
 
+#include <ev.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "config.h"
+#include "log.h"
 #include "metrics.h"
+#include "store.h"
+#include "util.h"
 
-#define LIMITER_STRIPES 64
+#define STRIPES 64
+#define KEYBUF 1024
+#define CLOSED_RETRY_US 1000000 /* fail-closed answers: retry in a second */
 
-struct limiter *limiter_new(void)
+enum rjob_kind { RJOB_LEASE = 0, RJOB_EXACT = 1 };
+
+/* A Redis call: queued by a worker, then in flight on the limiter's thread. */
+struct rjob {
+    struct rjob *next;              /* queue */
+    struct rjob *iprev, *inext;     /* in flight, oldest first */
+    struct limiter *l;
+    int kind;
+    int timed_out;
+    uint64_t sent_us;
+    struct lease_job *lj;           /* RJOB_LEASE */
+    struct lease_waiter *w;         /* RJOB_EXACT: NULL once answered by fallback */
+    int algorithm;                  /* RJOB_EXACT */
+    uint64_t limit, period_ms, burst;
+    size_t keylen;
+    char key[];                     /* RJOB_EXACT */
+};
+
+struct limiter {
+    struct bucket_table *buckets;  /* standalone */
+    struct bucket_table *backstop; /* fail-open while Redis is down */
+    /* Redis mode */
+    struct store *store;
+    struct lease_table *leases;
+    struct ev_loop *loop;
+    ev_async wake;
+    ev_timer tick, timeouts;
+    pthread_mutex_t qlock;
+    struct rjob *queue;
+    atomic_int up;
+    struct rjob *ihead, *itail; /* in flight */
+    uint64_t timeout_us;
+    uint64_t ttl_ms;
+    char prefix[80];
+    size_t prefix_len;
+};
+
+/* ---- fallback ------------------------------------------------------------- */
+
+static void decide_fallback(struct limiter *l, struct limiter_req *req, size_t i,
+                            uint64_t now_us)
+{
+    struct rule_hit *h = &req->ev.hits[i];
+    const struct cfg_rule *r = &req->rs->cfg->rules[h->rule];
+
+    h->out.degraded = 1;
+    if (r->on_redis_down == DOWN_CLOSED) {
+        h->out.res.allowed = 0;
+        h->out.res.remaining = 0;
+        h->out.res.retry_us = CLOSED_RETRY_US;
+        h->out.res.reset_us = CLOSED_RETRY_US;
+        return;
+    }
+    bucket_table_take(l->backstop, r->name, rules_hit_key(&req->ev, h), h->key_len,
+                      &req->rs->backstop[h->rule], now_us, 1, &h->out.res);
+}
+
+/* One decision of req is in: complete req when it was the last. */
+static void hit_done(struct limiter_req *req)
+{
+    if (atomic_fetch_sub_explicit(&req->waiting, 1, memory_order_acq_rel) == 1)
+        req->done(req);
+}
+
+/* Complete the waiters of two lists: decided ones and fallback ones. */
+static void complete_waiters(struct limiter *l, struct lease_waiter *done,
+                             struct lease_waiter *fallback, uint64_t now_us)
+{
+    struct lease_waiter *w, *next;
+
+    for (w = done; w; w = next) {
+        next = w->next;
+        struct limiter_req *req = w->req;
+        req->ev.hits[w->hit].out.degraded = 0;
+        hit_done(req);
+    }
+    for (w = fallback; w; w = next) {
+        next = w->next;
+        struct limiter_req *req = w->req;
+        decide_fallback(l, req, w->hit, now_us);
+        hit_done(req);
+    }
+}
+
+/* ---- Redis calls (limiter thread) ----------------------------------------- */
+
+static void inflight_unlink(struct limiter *l, struct rjob *j)
+{
+    if (j->iprev)
+        j->iprev->inext = j->inext;
+    else
+        l->ihead = j->inext;
+    if (j->inext)
+        j->inext->iprev = j->iprev;
+    else
+        l->itail = j->iprev;
+    j->iprev = j->inext = NULL;
+}
+
+static void send_job(struct limiter *l, struct rjob *j);
+
+static void on_reply(void *arg, const struct store_result *res)
+{
+    struct rjob *j = arg;
+    struct limiter *l = j->l;
+    uint64_t now = util_now_us();
+    int ok = res->status == STORE_OK;
+
+    inflight_unlink(l, j);
+    if (j->kind == RJOB_EXACT) {
+        struct lease_waiter *w = j->w;
+        if (w) {
+            struct limiter_req *req = w->req;
+            if (ok && res->n >= 4) {
+                struct bucket_result *out = w->out;
+                out->allowed = res->v[0] == 1;
+                out->remaining = res->v[1] > 0 ? (uint64_t)res->v[1] : 0;
+                out->retry_us = out->allowed ? 0 : (uint64_t)(res->v[2] > 0 ? res->v[2] : 1) * 1000;
+                out->reset_us = (uint64_t)(res->v[3] > 0 ? res->v[3] : 0) * 1000;
+                req->ev.hits[w->hit].out.degraded = 0;
+            } else {
+                decide_fallback(l, req, w->hit, now);
+            }
+            hit_done(req);
+        }
+        free(j);
+        return;
+    }
+
+    struct lease_waiter *done = NULL, *fallback = NULL;
+    struct lease_job *next = NULL;
+    lease_reply(l->leases, j->lj, ok, res->v, res->n, now, &done, &fallback, &next);
+    free(j);
+    complete_waiters(l, done, fallback, now);
+    if (next) {
+        struct rjob *nj = calloc(1, sizeof(*nj));
+        if (nj) {
+            nj->l = l;
+            nj->kind = RJOB_LEASE;
+            nj->lj = next;
+            send_job(l, nj);
+        } else {
+            /* Out of memory: settle the follow-up as failed. */
+            done = fallback = NULL;
+            lease_reply(l->leases, next, 0, NULL, 0, now, &done, &fallback, &next);
+            complete_waiters(l, done, fallback, now);
+        }
+    }
+}
+
+static void send_job(struct limiter *l, struct rjob *j)
+{
+    char nums[8][24];
+    const char *argv[8];
+    size_t argvlen[8];
+    int argc = 0;
+    enum store_script script;
+    const char *key;
+    size_t keylen;
+
+#define ARG_STR(s)                                                                                \
+    do {                                                                                          \
+        argv[argc] = (s);                                                                         \
+        argvlen[argc] = strlen(s);                                                                \
+        argc++;                                                                                   \
+    } while (0)
+#define ARG_NUM(v)                                                                                \
+    do {                                                                                          \
+        snprintf(nums[argc], sizeof(nums[argc]), "%" PRIu64, (uint64_t)(v));                      \
+        ARG_STR(nums[argc]);                                                                      \
+    } while (0)
+
+    if (j->kind == RJOB_EXACT) {
+        script = j->algorithm == ALGO_SLIDING_WINDOW ? SCRIPT_SW_EXACT : SCRIPT_TB_EXACT;
+        ARG_NUM(j->limit);
+        ARG_NUM(j->period_ms);
+        ARG_NUM(j->burst);
+        key = j->key;
+        keylen = j->keylen;
+    } else {
+        struct lease_job *lj = j->lj;
+        int sw = lj->algorithm == ALGO_SLIDING_WINDOW;
+        ARG_STR(store_agent_id(l->store));
+        ARG_NUM(lj->limit);
+        ARG_NUM(lj->period_ms);
+        ARG_NUM(lj->burst);
+        if (lj->kind == LEASE_JOB_CLAIM) {
+            script = sw ? SCRIPT_SW_CLAIM : SCRIPT_TB_CLAIM;
+            ARG_NUM(lj->want);
+            ARG_NUM(lj->used);
+            ARG_NUM(lj->returned);
+            ARG_NUM(l->ttl_ms);
+        } else {
+            script = sw ? SCRIPT_SW_RETURN : SCRIPT_TB_RETURN;
+            ARG_NUM(lj->used);
+        }
+        key = lj->key;
+        keylen = lj->keylen;
+    }
+#undef ARG_STR
+#undef ARG_NUM
+    j->sent_us = util_now_us();
+    if (j->lj)
+        j->lj->sent_us = j->sent_us;
+    j->iprev = l->itail;
+    j->inext = NULL;
+    if (l->itail)
+        l->itail->inext = j;
+    else
+        l->ihead = j;
+    l->itail = j;
+    /* The callback runs now when Redis is down: on_reply unlinks. */
+    store_eval(l->store, script, key, keylen, argc, argv, argvlen, on_reply, j);
+}
+
+static void wake_cb(struct ev_loop *loop, ev_async *a, int revents)
+{
+    struct limiter *l = a->data;
+    struct rjob *q, *next, *rev = NULL;
+
+    pthread_mutex_lock(&l->qlock);
+    q = l->queue;
+    l->queue = NULL;
+    pthread_mutex_unlock(&l->qlock);
+    for (; q; q = next) { /* the queue is LIFO: restore arrival order */
+        next = q->next;
+        q->next = rev;
+        rev = q;
+    }
+    for (q = rev; q; q = next) {
+        next = q->next;
+        send_job(l, q);
+    }
+}
+
+/* Answer from the fallback whatever has waited past the Redis timeout. */
+static void timeouts_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    struct limiter *l = t->data;
+    uint64_t now = util_now_us();
+
+    for (struct rjob *j = l->ihead; j && now - j->sent_us >= l->timeout_us; j = j->inext) {
+        if (j->timed_out)
+            continue;
+        j->timed_out = 1;
+        METRIC_INC(redis_errors);
+        if (j->kind == RJOB_EXACT) {
+            if (j->w) {
+                struct limiter_req *req = j->w->req;
+                decide_fallback(l, req, j->w->hit, now);
+                j->w = NULL;
+                hit_done(req);
+            }
+        } else {
+            struct lease_waiter *fallback = NULL;
+            lease_timeout(l->leases, j->lj, &fallback);
+            complete_waiters(l, NULL, fallback, now);
+        }
+    }
+}
+
+static void send_jobs(struct limiter *l, struct lease_job *jobs)
+{
+    uint64_t now = util_now_us();
+    struct lease_job *next;
+
+    for (; jobs; jobs = next) {
+        next = jobs->next;
+        struct rjob *j = calloc(1, sizeof(*j));
+        if (!j) {
+            struct lease_waiter *done = NULL, *fallback = NULL;
+            struct lease_job *nx = NULL;
+            lease_reply(l->leases, jobs, 0, NULL, 0, now, &done, &fallback, &nx);
+            complete_waiters(l, done, fallback, now);
+            continue;
+        }
+        j->l = l;
+        j->kind = RJOB_LEASE;
+        j->lj = jobs;
+        send_job(l, j);
+    }
+}
+
+static void tick_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    struct limiter *l = t->data;
+    struct lease_job *jobs = NULL;
+
+    lease_tick(l->leases, util_now_us(), atomic_load(&l->up), &jobs);
+    send_jobs(l, jobs);
+}
+
+static void on_state(void *arg, int up)
+{
+    struct limiter *l = arg;
+    atomic_store(&l->up, up);
+    if (!up)
+        LOG_WARN("\"redis down: rules fall back\" mode=degraded");
+}
+
+/* ---- decisions (worker threads) ------------------------------------------- */
+
+static void enqueue(struct limiter *l, struct rjob *j)
+{
+    pthread_mutex_lock(&l->qlock);
+    j->next = l->queue;
+    l->queue = j;
+    pthread_mutex_unlock(&l->qlock);
+}
+
+/* The Redis key of a hit: prefix, algorithm, rule, client key. Returns its
+ * length, or 0 when it does not fit in buf. */
+static size_t redis_key(const struct limiter *l, const struct limiter_req *req,
+                        const struct rule_hit *h, char *buf, size_t cap)
+{
+    const struct cfg_rule *r = &req->rs->cfg->rules[h->rule];
+    size_t rl = strlen(r->name);
+    size_t n = l->prefix_len + 3 + rl + 1 + h->key_len;
+
+    if (n > cap)
+        return 0;
+    memcpy(buf, l->prefix, l->prefix_len);
+    memcpy(buf + l->prefix_len, r->algorithm == ALGO_SLIDING_WINDOW ? "sw:" : "tb:", 3);
+    memcpy(buf + l->prefix_len + 3, r->name, rl);
+    buf[l->prefix_len + 3 + rl] = ':';
+    memcpy(buf + l->prefix_len + 4 + rl, rules_hit_key(&req->ev, h), h->key_len);
+    return n;
+}
+
+int limiter_decide(struct limiter *l, struct limiter_req *req, uint64_t now_us)
+{
+    struct rule_eval *ev = &req->ev;
+    unsigned decided = 0;
+    int queued = 0;
+    char key[KEYBUF];
+
+    if (!l->store) {
+        for (size_t i = 0; i < ev->nhits; i++) {
+            struct rule_hit *h = &ev->hits[i];
+            const struct cfg_rule *r = &req->rs->cfg->rules[h->rule];
+            bucket_table_take(l->buckets, r->name, rules_hit_key(ev, h), h->key_len,
+                              &req->rs->params[h->rule], now_us, 1, &h->out.res);
+            h->out.degraded = 0;
+        }
+        return 0;
+    }
+
+    if (req->waiters_cap < ev->nhits) {
+        struct lease_waiter *w = realloc(req->waiters, ev->nhits * sizeof(*w));
+        if (!w)
+            return -1;
+        req->waiters = w;
+        req->waiters_cap = ev->nhits;
+    }
+    atomic_store(&req->waiting, (unsigned)ev->nhits + 1);
+    int up = atomic_load(&l->up);
+
+    for (size_t i = 0; i < ev->nhits; i++) {
+        struct rule_hit *h = &ev->hits[i];
+        const struct cfg_rule *r = &req->rs->cfg->rules[h->rule];
+        struct lease_waiter *w = &req->waiters[i];
+        size_t klen = redis_key(l, req, h, key, sizeof(key));
+
+        h->out.degraded = 0;
+        w->out = &h->out.res;
+        w->req = req;
+        w->hit = i;
+        if (klen == 0) { /* cannot happen with max_key <= 512; decide locally */
+            decide_fallback(l, req, i, now_us);
+            decided++;
+            continue;
+        }
+        if (r->lease) {
+            struct lease_job *lj = NULL;
+            int v = lease_decide(l->leases, key, klen, &req->rs->params[h->rule], now_us, up, w,
+                                 &h->out.res, &lj);
+            if (v == LEASE_DONE) {
+                decided++;
+            } else if (v == LEASE_DOWN) {
+                decide_fallback(l, req, i, now_us);
+                decided++;
+            }
+            if (lj) {
+                struct rjob *j = calloc(1, sizeof(*j));
+                if (!j) {
+                    /* Settle the claim as failed: its waiters fall back. */
+                    struct lease_waiter *done = NULL, *fb = NULL;
+                    struct lease_job *nx = NULL;
+                    lease_reply(l->leases, lj, 0, NULL, 0, now_us, &done, &fb, &nx);
+                    complete_waiters(l, done, fb, now_us);
+                    continue;
+                }
+                j->l = l;
+                j->kind = RJOB_LEASE;
+                j->lj = lj;
+                enqueue(l, j);
+                queued = 1;
+            }
+            continue;
+        }
+        /* lease = off: one exact script call per decision */
+        struct rjob *j = up ? calloc(1, sizeof(*j) + klen + 1) : NULL;
+        if (!j) {
+            decide_fallback(l, req, i, now_us);
+            decided++;
+            continue;
+        }
+        j->l = l;
+        j->kind = RJOB_EXACT;
+        j->w = w;
+        j->algorithm = r->algorithm;
+        j->limit = r->rate_n;
+        j->period_ms = r->rate_period_ms;
+        j->burst = r->burst;
+        j->keylen = klen;
+        memcpy(j->key, key, klen);
+        enqueue(l, j);
+        queued = 1;
+    }
+    if (queued)
+        ev_async_send(l->loop, &l->wake);
+    if (atomic_fetch_sub_explicit(&req->waiting, decided + 1, memory_order_acq_rel) ==
+        decided + 1)
+        return 0;
+    return 1;
+}
+
+void limiter_req_release(struct limiter_req *req)
+{
+    free(req->waiters);
+    req->waiters = NULL;
+    req->waiters_cap = 0;
+}
+
+/* ---- lifecycle ------------------------------------------------------------ */
+
+struct limiter *limiter_new(struct ev_loop *loop, const struct config *cfg, char *err,
+                            size_t errlen)
 {
     struct limiter *l = calloc(1, sizeof(*l));
-    if (!l)
-        return NULL;
-    l->buckets = bucket_table_new(LIMITER_STRIPES);
-    l->backstop = bucket_table_new(LIMITER_STRIPES);
-    if (!l->buckets || !l->backstop) {
-        limiter_free(l);
+    if (!l) {
+        snprintf(err, errlen, "out of memory");
         return NULL;
     }
+    pthread_mutex_init(&l->qlock, NULL);
+    l->loop = loop;
+    l->buckets = bucket_table_new(STRIPES);
+    l->backstop = bucket_table_new(STRIPES);
+    if (!l->buckets || !l->backstop) {
+        snprintf(err, errlen, "out of memory");
+        goto fail;
+    }
+    if (config_standalone(cfg))
+        return l;
+
+    struct lease_config lc = {cfg->lease_interval_ms * 1000, cfg->lease_ttl_ms * 1000,
+                              cfg->lease_max_fraction};
+    l->leases = lease_table_new(&lc, STRIPES);
+    if (!l->leases) {
+        snprintf(err, errlen, "out of memory");
+        goto fail;
+    }
+    l->timeout_us = cfg->redis_timeout_ms * 1000;
+    l->ttl_ms = cfg->lease_ttl_ms;
+    snprintf(l->prefix, sizeof(l->prefix), "%s", cfg->redis_prefix ? cfg->redis_prefix : "");
+    l->prefix_len = strlen(l->prefix);
+    ev_async_init(&l->wake, wake_cb);
+    l->wake.data = l;
+    ev_async_start(loop, &l->wake);
+    ev_timer_init(&l->tick, tick_cb, cfg->lease_interval_ms / 1000.,
+                  cfg->lease_interval_ms / 1000.);
+    l->tick.data = l;
+    ev_timer_start(loop, &l->tick);
+    double every = cfg->redis_timeout_ms / 1000. / 5;
+    if (every < 0.002)
+        every = 0.002;
+    ev_timer_init(&l->timeouts, timeouts_cb, every, every);
+    l->timeouts.data = l;
+    ev_timer_start(loop, &l->timeouts);
+    l->store = store_new(loop, cfg, err, errlen);
+    if (!l->store)
+        goto fail;
+    store_on_state(l->store, on_state, l);
     return l;
+fail:
+    limiter_free(l);
+    return NULL;
+}
+
+int limiter_redis(const struct limiter *l)
+{
+    return l->store != NULL;
+}
+
+static void run_until_idle(struct limiter *l, uint64_t deadline)
+{
+    while (store_up(l->store) && store_pending(l->store) > 0 && util_now_us() < deadline)
+        ev_run(l->loop, EVRUN_ONCE);
+}
+
+void limiter_shutdown(struct limiter *l, double timeout_s)
+{
+    uint64_t deadline = util_now_us() + (uint64_t)(timeout_s * 1e6);
+    struct lease_job *jobs = NULL;
+
+    if (!l || !l->store)
+        return;
+    wake_cb(l->loop, &l->wake, 0); /* what workers queued last */
+    run_until_idle(l, deadline);
+    for (int pass = 0; pass < 2 && store_up(l->store); pass++) {
+        jobs = NULL;
+        lease_drain(l->leases, util_now_us(), &jobs);
+        if (!jobs)
+            break;
+        send_jobs(l, jobs);
+        run_until_idle(l, deadline);
+    }
+    ev_timer_stop(l->loop, &l->tick);
+    ev_timer_stop(l->loop, &l->timeouts);
+    ev_async_stop(l->loop, &l->wake);
+    store_free(l->store); /* fails what is still in flight */
+    l->store = NULL;
+    while (l->ihead) { /* callbacks already ran; nothing should remain */
+        struct rjob *j = l->ihead;
+        inflight_unlink(l, j);
+        free(j);
+    }
 }
 
 void limiter_free(struct limiter *l)
 {
     if (!l)
         return;
+    if (l->store) {
+        ev_timer_stop(l->loop, &l->tick);
+        ev_timer_stop(l->loop, &l->timeouts);
+        ev_async_stop(l->loop, &l->wake);
+        store_free(l->store);
+    }
     bucket_table_free(l->buckets);
     bucket_table_free(l->backstop);
+    lease_table_free(l->leases);
+    pthread_mutex_destroy(&l->qlock);
     free(l);
-}
-
-int limiter_decide(struct limiter *l, const struct ruleset *rs, struct rule_eval *ev,
-                   uint64_t now_us)
-{
-    for (size_t i = 0; i < ev->nhits; i++) {
-        struct rule_hit *h = &ev->hits[i];
-        const struct cfg_rule *r = &rs->cfg->rules[h->rule];
-
-        bucket_table_take(l->buckets, r->name, rules_hit_key(ev, h), h->key_len,
-                          &rs->params[h->rule], now_us, 1, &h->out.res);
-        h->out.degraded = 0;
-    }
-    return 0;
 }
 
 static const struct bucket_params *params_of(void *ctx, const char *rule)

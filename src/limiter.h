@@ -1,34 +1,61 @@
 /* limiter.h - where decisions are taken: in-memory buckets (standalone mode
- * and the fail-open backstop), and, with Redis, the lease cache.
+ * and the fail-open backstop) or, with Redis, the lease cache and exact
+ * script calls.
  *
- * limiter_decide() fills the outcome of every hit of a rule_eval. In
- * standalone mode it always completes at once.
+ * Threads: limiter_decide() runs on worker threads; everything that talks to
+ * Redis runs on the loop given to limiter_new() (the main thread), which
+ * workers wake with an ev_async. A request whose decisions must wait for
+ * Redis is completed from that thread through its done() callback.
  */
 #ifndef LIMITER_H
 #define LIMITER_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "bucket.h"
+#include "lease.h"
 #include "rules.h"
 
-struct limiter {
-    struct bucket_table *buckets; /* standalone buckets */
-    struct bucket_table *backstop; /* fail-open buckets while Redis is down */
+struct ev_loop;
+struct config;
+struct limiter;
+
+/* One NOTIFY's decisions. The caller fills ev and rs (holding a reference
+ * on rs), and sets done. */
+struct limiter_req {
+    struct rule_eval ev;
+    struct ruleset *rs;
+    atomic_uint waiting;
+    struct lease_waiter *waiters; /* one per hit */
+    size_t waiters_cap;
+    /* Called once when decisions had to wait and the last one is in: from
+     * the limiter's thread, never from inside limiter_decide(). */
+    void (*done)(struct limiter_req *req);
 };
 
-/* Returns NULL when out of memory. */
-struct limiter *limiter_new(void);
+/* Standalone when cfg has no Redis. NULL with a message in err on failure. */
+struct limiter *limiter_new(struct ev_loop *loop, const struct config *cfg, char *err,
+                            size_t errlen);
+/* Give back every leased token, wait (at most timeout_s) for Redis to answer,
+ * close the connection. The loop must not be running elsewhere. */
+void limiter_shutdown(struct limiter *l, double timeout_s);
 void limiter_free(struct limiter *l);
 
-/* Decide every hit of ev under ruleset rs at now_us. Returns 0 when all
- * outcomes are filled. */
-int limiter_decide(struct limiter *l, const struct ruleset *rs, struct rule_eval *ev,
-                   uint64_t now_us);
+/* Decide every hit of req->ev at now_us. Returns 0 when all outcomes are
+ * filled, 1 when some wait for Redis (req->done will be called), -1 when
+ * out of memory. */
+int limiter_decide(struct limiter *l, struct limiter_req *req, uint64_t now_us);
 
-/* Drop idle in-memory buckets (call from a timer); rs gives the current
- * parameters. Returns the number dropped. */
+/* Release what limiter_decide() allocated in req (not req itself). */
+void limiter_req_release(struct limiter_req *req);
+
+/* Drop idle in-memory buckets (call from a timer on the limiter's loop); rs
+ * gives the current parameters. */
 size_t limiter_expire(struct limiter *l, const struct ruleset *rs, uint64_t now_us,
                       size_t max_visit);
+
+/* 1 with Redis configured, 0 standalone. */
+int limiter_redis(const struct limiter *l);
 
 #endif

@@ -31,7 +31,8 @@ struct agent {
     struct server *srv;
     struct httpd *httpd;
     ev_signal sighup, sigterm, sigint;
-    ev_timer expire, minute;
+    ev_timer expire, minute, stopping;
+    uint64_t stop_deadline_us;
 };
 
 static void usage(FILE *f)
@@ -94,13 +95,28 @@ static void on_sighup(struct ev_loop *loop, ev_signal *w, int revents)
     LOG_INFO("\"configuration reloaded\" file=%s rules=%zu", a->path, rs->cfg->nrules);
 }
 
+/* Workers answer what is in flight (some answers may wait for Redis, which
+ * this loop serves), then close; the loop ends when they are done. */
+static void on_stopping(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    struct agent *a = t->data;
+    if (server_stopped(a->srv) || util_now_us() >= a->stop_deadline_us)
+        ev_break(loop, EVBREAK_ALL);
+}
+
 static void on_stop(struct ev_loop *loop, ev_signal *w, int revents)
 {
     struct agent *a = w->data;
 
+    if (a->stop_deadline_us)
+        return;
     LOG_INFO("\"stopping\" signal=%d", w->signum);
+    a->stop_deadline_us = util_now_us() + (uint64_t)(STOP_TIMEOUT_S * 0.6 * 1e6);
     server_stop(a->srv);
-    ev_break(loop, EVBREAK_ALL);
+    ev_signal_stop(loop, &a->sighup);
+    ev_timer_init(&a->stopping, on_stopping, 0.01, 0.01);
+    a->stopping.data = a;
+    ev_timer_start(loop, &a->stopping);
 }
 
 static void on_expire(struct ev_loop *loop, ev_timer *t, int revents)
@@ -171,10 +187,15 @@ int main(int argc, char **argv)
     log_level = cfg->log_level;
     signal(SIGPIPE, SIG_IGN);
 
+    a.loop = ev_default_loop(EVFLAG_AUTO);
     a.rs = ruleset_new(cfg);
-    a.lim = limiter_new();
-    if (!a.rs || !a.lim) {
+    if (!a.rs) {
         fprintf(stderr, "spoa-ratelimit: out of memory\n");
+        return 1;
+    }
+    a.lim = limiter_new(a.loop, a.rs->cfg, err, sizeof(err));
+    if (!a.lim) {
+        fprintf(stderr, "spoa-ratelimit: %s\n", err);
         return 1;
     }
     a.srv = server_new(a.rs->cfg, a.rs, a.lim, err, sizeof(err));
@@ -182,7 +203,6 @@ int main(int argc, char **argv)
         fprintf(stderr, "spoa-ratelimit: cannot listen on %s\n", err);
         return 1;
     }
-    a.loop = ev_default_loop(EVFLAG_AUTO);
     if (a.rs->cfg->stats && *a.rs->cfg->stats) {
         a.httpd = httpd_new(a.loop, a.rs->cfg->stats, err, sizeof(err));
         if (!a.httpd) {
@@ -214,7 +234,12 @@ int main(int argc, char **argv)
     ev_run(a.loop, 0);
 
     httpd_free(a.httpd);
-    if (server_join(a.srv, STOP_TIMEOUT_S) < 0) {
+    ev_timer_stop(a.loop, &a.expire);
+    ev_timer_stop(a.loop, &a.minute);
+    ev_timer_stop(a.loop, &a.stopping);
+    /* Unused leased tokens go back to Redis. */
+    limiter_shutdown(a.lim, 1.0);
+    if (server_join(a.srv, 1.0) < 0) {
         /* Workers still flush to peers that do not read: the process exit
          * closes those sockets; their memory goes with it. */
         LOG_WARN("\"connections still open at the stop deadline; closing them\"");

@@ -40,7 +40,22 @@ struct conn {
     struct spop_conn sp;
     int closing;   /* close once out[] is flushed */
     int reading;   /* rio started */
+    int dead;      /* socket closed; freed when the last pending request ends */
+    unsigned npending; /* requests waiting for Redis */
+    struct conn *flush_next; /* on the worker's to-flush list */
+    int to_flush;
     struct conn *prev, *next;
+};
+
+/* One NOTIFY being decided. Recycled through a per-worker free list so the
+ * request path does not allocate once warm. */
+struct request {
+    struct limiter_req lr; /* first: done() gets a pointer to it */
+    struct worker *w;
+    struct conn *conn;
+    uint64_t stream_id, frame_id;
+    uint64_t t0;
+    struct request *next;
 };
 
 struct worker {
@@ -55,7 +70,11 @@ struct worker {
     struct ruleset *_Atomic next_rs; /* handed over by server_set_ruleset */
     atomic_int stop;
     int stopping;
-    struct rule_eval ev; /* scratch for the request being decided */
+    struct request *free_reqs;     /* recycled requests */
+    unsigned nfree;
+    unsigned pending;              /* requests waiting for Redis */
+    pthread_mutex_t done_lock;     /* requests completed by the limiter's thread */
+    struct request *done_reqs;
 };
 
 struct server {
@@ -169,22 +188,31 @@ fail:
 
 /* ---- connections -------------------------------------------------------- */
 
+static void worker_maybe_done(struct worker *w);
+
+/* Close the socket now; free the memory now, or when the last request that
+ * still points to it comes back from the limiter (never from under it). */
 static void conn_free(struct conn *c)
 {
     struct worker *w = c->w;
 
-    ev_io_stop(w->loop, &c->rio);
-    ev_io_stop(w->loop, &c->wio);
-    close(c->fd);
-    if (c->prev)
-        c->prev->next = c->next;
-    else
-        w->conns = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
-    spop_conn_release(&c->sp);
-    atomic_fetch_sub(&metrics.connections, 1);
-    free(c);
+    if (!c->dead) {
+        ev_io_stop(w->loop, &c->rio);
+        ev_io_stop(w->loop, &c->wio);
+        close(c->fd);
+        if (c->prev)
+            c->prev->next = c->next;
+        else
+            w->conns = c->next;
+        if (c->next)
+            c->next->prev = c->prev;
+        spop_conn_release(&c->sp);
+        atomic_fetch_sub(&metrics.connections, 1);
+        c->dead = 1;
+    }
+    if (c->npending == 0)
+        free(c);
+    worker_maybe_done(w);
 }
 
 /* Write what is pending. Returns -1 when the connection is gone (freed). */
@@ -239,24 +267,94 @@ static int encode_ack(struct spop_writer *wr, void *arg)
     return rules_encode_actions(wr, a->rs, a->ev);
 }
 
+#define MAX_FREE_REQS 256
+
+static struct request *request_get(struct worker *w)
+{
+    struct request *r = w->free_reqs;
+    if (r) {
+        w->free_reqs = r->next;
+        w->nfree--;
+        return r;
+    }
+    return calloc(1, sizeof(*r));
+}
+
+static void request_put(struct worker *w, struct request *r)
+{
+    ruleset_unref(r->lr.rs);
+    r->lr.rs = NULL;
+    r->conn = NULL;
+    if (w->nfree >= MAX_FREE_REQS) {
+        rules_eval_free(&r->lr.ev);
+        limiter_req_release(&r->lr);
+        free(r);
+        return;
+    }
+    r->next = w->free_reqs;
+    w->free_reqs = r;
+    w->nfree++;
+}
+
+/* Account, answer, recycle. */
+static void request_finish(struct request *r)
+{
+    struct conn *c = r->conn;
+    struct ack_arg a = {r->lr.rs, &r->lr.ev};
+
+    rules_account(r->lr.rs, &r->lr.ev, r->t0);
+    if (spop_conn_ack(&c->sp, r->stream_id, r->frame_id, encode_ack, &a) == 0)
+        METRIC_INC(acks);
+    metrics_hist_observe(&metrics.decision, (util_now_us() - r->t0) * 1000);
+}
+
+/* limiter thread: the last decision of r is in; hand r to its worker. */
+static void request_done(struct limiter_req *lr)
+{
+    struct request *r = (struct request *)lr;
+    struct worker *w = r->w;
+
+    pthread_mutex_lock(&w->done_lock);
+    r->next = w->done_reqs;
+    w->done_reqs = r;
+    pthread_mutex_unlock(&w->done_lock);
+    ev_async_send(w->loop, &w->wake);
+}
+
 static int on_notify(void *ctx, struct spop_conn *sp, const struct spop_frame *f)
 {
     struct conn *c = ctx;
     struct worker *w = c->w;
-    uint64_t t0 = util_now_us();
-    struct ack_arg a = {w->rs, &w->ev};
+    struct request *r = request_get(w);
     int ret;
 
-    ret = rules_match(w->rs, f->payload, f->payload_len, &w->ev);
-    if (ret == SPOP_EINVAL)
-        return SPOP_ST_INVALID;
-    if (ret < 0)
+    if (!r)
         return SPOP_ST_RES_ALLOC_ERR;
-    limiter_decide(w->srv->lim, w->rs, &w->ev, t0);
-    rules_account(w->rs, &w->ev, t0);
-    if (spop_conn_ack(sp, f->stream_id, f->frame_id, encode_ack, &a) == 0)
-        METRIC_INC(acks);
-    metrics_hist_observe(&metrics.decision, (util_now_us() - t0) * 1000);
+    r->t0 = util_now_us();
+    r->w = w;
+    r->conn = c;
+    r->stream_id = f->stream_id;
+    r->frame_id = f->frame_id;
+    r->lr.done = request_done;
+    ruleset_ref(w->rs);
+    r->lr.rs = w->rs;
+    ret = rules_match(r->lr.rs, f->payload, f->payload_len, &r->lr.ev);
+    if (ret < 0) {
+        request_put(w, r);
+        return ret == SPOP_EINVAL ? SPOP_ST_INVALID : SPOP_ST_RES_ALLOC_ERR;
+    }
+    ret = limiter_decide(w->srv->lim, &r->lr, r->t0);
+    if (ret < 0) {
+        request_put(w, r);
+        return SPOP_ST_RES_ALLOC_ERR;
+    }
+    if (ret == 1) { /* waits for Redis: answered from wake_cb */
+        c->npending++;
+        w->pending++;
+        return 0;
+    }
+    request_finish(r);
+    request_put(w, r);
     return 0;
 }
 
@@ -359,11 +457,65 @@ static void worker_begin_stop(struct worker *w)
         next = c->next;
         ev_io_stop(w->loop, &c->rio);
         c->reading = 0;
+        if (c->npending)
+            continue; /* answered first, then closed (wake_cb) */
         if (c->sp.state == SPOP_CONN_READY)
             spop_conn_disconnect(&c->sp, SPOP_ST_NONE);
         c->closing = 1;
         conn_flush(c);
     }
+    worker_maybe_done(w);
+}
+
+/* A stopping worker's loop ends once nothing is open or pending. */
+static void worker_maybe_done(struct worker *w)
+{
+    if (w->stopping && !w->conns && w->pending == 0 && ev_is_active(&w->wake))
+        ev_async_stop(w->loop, &w->wake);
+}
+
+/* Answer the requests the limiter completed, then write each connection
+ * once (many ACKs in one write). */
+static void finish_done_requests(struct worker *w)
+{
+    struct request *r, *next;
+    struct conn *flush = NULL, *c;
+
+    pthread_mutex_lock(&w->done_lock);
+    r = w->done_reqs;
+    w->done_reqs = NULL;
+    pthread_mutex_unlock(&w->done_lock);
+    for (; r; r = next) {
+        next = r->next;
+        c = r->conn;
+        w->pending--;
+        c->npending--;
+        if (!c->dead) {
+            request_finish(r);
+            if (w->stopping && c->npending == 0 && !c->closing) {
+                if (c->sp.state == SPOP_CONN_READY)
+                    spop_conn_disconnect(&c->sp, SPOP_ST_NONE);
+                c->closing = 1;
+            }
+        }
+        request_put(w, r);
+        if (!c->to_flush) { /* dead ones too: freed below, once */
+            c->to_flush = 1;
+            c->flush_next = flush;
+            flush = c;
+        }
+    }
+    while ((c = flush)) {
+        flush = c->flush_next;
+        c->to_flush = 0;
+        if (c->dead) {
+            if (c->npending == 0)
+                conn_free(c);
+        } else {
+            conn_flush(c);
+        }
+    }
+    worker_maybe_done(w);
 }
 
 static void wake_cb(struct ev_loop *loop, ev_async *a, int revents)
@@ -375,10 +527,9 @@ static void wake_cb(struct ev_loop *loop, ev_async *a, int revents)
         ruleset_unref(w->rs);
         w->rs = rs;
     }
-    if (atomic_load(&w->stop) && !w->stopping) {
+    finish_done_requests(w);
+    if (atomic_load(&w->stop) && !w->stopping)
         worker_begin_stop(w);
-        ev_async_stop(loop, &w->wake);
-    }
 }
 
 static void *worker_main(void *arg)
@@ -386,9 +537,6 @@ static void *worker_main(void *arg)
     struct worker *w = arg;
 
     ev_run(w->loop, 0);
-    /* Connections still open here never finished flushing: drop them. */
-    while (w->conns)
-        conn_free(w->conns);
     pthread_mutex_lock(&w->srv->done_lock);
     w->srv->done++;
     pthread_cond_broadcast(&w->srv->done_cond);
@@ -438,6 +586,7 @@ struct server *server_new(const struct config *cfg, struct ruleset *rs, struct l
         }
         ruleset_ref(rs);
         w->rs = rs;
+        pthread_mutex_init(&w->done_lock, NULL);
         ev_async_init(&w->wake, wake_cb);
         w->wake.data = w;
         ev_async_start(w->loop, &w->wake);
@@ -483,6 +632,14 @@ void server_stop(struct server *s)
     }
 }
 
+int server_stopped(struct server *s)
+{
+    pthread_mutex_lock(&s->done_lock);
+    int done = s->done >= s->nworkers;
+    pthread_mutex_unlock(&s->done_lock);
+    return done;
+}
+
 int server_join(struct server *s, double timeout_s)
 {
     struct timespec ts;
@@ -525,7 +682,14 @@ void server_free(struct server *s)
         free(w->accept_io);
         ruleset_unref(w->rs);
         ruleset_unref(atomic_load(&w->next_rs));
-        rules_eval_free(&w->ev);
+        while (w->free_reqs) {
+            struct request *r = w->free_reqs;
+            w->free_reqs = r->next;
+            rules_eval_free(&r->lr.ev);
+            limiter_req_release(&r->lr);
+            free(r);
+        }
+        pthread_mutex_destroy(&w->done_lock);
     }
     for (size_t i = 0; i < s->nlfds; i++)
         close(s->lfds[i]);

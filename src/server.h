@@ -29,6 +29,8 @@ int server_start(struct server *s);
 void server_set_ruleset(struct server *s, struct ruleset *rs);
 /* Stop accepting; answer the frames in flight; close connections. */
 void server_stop(struct server *s);
+/* 1 once every worker has finished (after server_stop). */
+int server_stopped(struct server *s);
 /* Wait for the workers to finish, at most timeout_s seconds. Returns 0 when
  * all stopped in time. */
 int server_join(struct server *s, double timeout_s);

@@ -1,0 +1,537 @@
+/* lease.c - the local token lease cache. */
+#include "lease.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "metrics.h"
+#include "util.h"
+
+#define ALGO_SW 1 /* enum cfg_algorithm: sliding window */
+
+struct lease_entry {
+    struct lease_entry *next; /* hash chain */
+    uint64_t hash;
+    unsigned stripe;
+    /* parameters in force (updated by every decision: reloads apply) */
+    int algorithm;
+    uint64_t limit, period_us, burst;
+    /* the local lease */
+    uint64_t tokens;      /* L: may still be spent */
+    uint64_t used;        /* spent since the last report sent */
+    uint64_t deadline_us; /* spend only before this (local clock) */
+    struct lease_job *inflight;
+    struct lease_waiter *wait_head, *wait_tail;
+    unsigned nwait;
+    /* demand */
+    uint32_t hits;        /* decisions since the last tick */
+    double demand;        /* decisions per interval, smoothed */
+    uint64_t last_hit_us;
+    /* what Redis said last */
+    int known;
+    double t_last;        /* tokens in the bucket (sw: remaining) */
+    uint64_t others_held; /* held by other agents */
+    uint64_t holders;
+    uint64_t reply_us;
+    uint64_t reset_ms;
+    uint64_t blocked_until_us; /* negative cache */
+    size_t keylen;
+    char key[]; /* the Redis key, NUL-terminated */
+};
+
+struct lease_stripe {
+    pthread_mutex_t lock;
+    struct lease_entry **slots;
+    size_t nslots, count;
+} __attribute__((aligned(64)));
+
+struct lease_table {
+    struct lease_config cfg;
+    uint64_t margin_us;
+    unsigned nstripes;
+    struct lease_stripe *stripes;
+};
+
+struct lease_table *lease_table_new(const struct lease_config *cfg, unsigned nstripes)
+{
+    struct lease_table *t = calloc(1, sizeof(*t));
+    unsigned n = 1;
+
+    if (!t)
+        return NULL;
+    while (n < nstripes)
+        n <<= 1;
+    t->cfg = *cfg;
+    /* Our deadline must end before Redis drops the lease. The two clocks run
+     * at the same rate and Redis starts later, so any margin is safe; a small
+     * one covers clock rate error and the script's own run time. */
+    t->margin_us = cfg->ttl_us / 20;
+    if (t->margin_us < 1000)
+        t->margin_us = 1000;
+    t->nstripes = n;
+    t->stripes = aligned_alloc(64, sizeof(struct lease_stripe) * n);
+    if (!t->stripes) {
+        free(t);
+        return NULL;
+    }
+    memset(t->stripes, 0, sizeof(struct lease_stripe) * n);
+    for (unsigned i = 0; i < n; i++)
+        pthread_mutex_init(&t->stripes[i].lock, NULL);
+    return t;
+}
+
+void lease_table_free(struct lease_table *t)
+{
+    if (!t)
+        return;
+    for (unsigned i = 0; i < t->nstripes; i++) {
+        struct lease_stripe *s = &t->stripes[i];
+        for (size_t j = 0; j < s->nslots; j++) {
+            struct lease_entry *e = s->slots[j], *next;
+            for (; e; e = next) {
+                next = e->next;
+                free(e);
+            }
+        }
+        free(s->slots);
+        pthread_mutex_destroy(&s->lock);
+    }
+    free(t->stripes);
+    free(t);
+}
+
+size_t lease_count(struct lease_table *t)
+{
+    size_t n = 0;
+    for (unsigned i = 0; i < t->nstripes; i++) {
+        pthread_mutex_lock(&t->stripes[i].lock);
+        n += t->stripes[i].count;
+        pthread_mutex_unlock(&t->stripes[i].lock);
+    }
+    return n;
+}
+
+/* ---- hash table (stripe locked by the caller) ----------------------------- */
+
+static int stripe_grow(struct lease_stripe *s)
+{
+    size_t n = s->nslots ? s->nslots * 2 : 64;
+    struct lease_entry **slots = calloc(n, sizeof(*slots));
+    if (!slots)
+        return -1;
+    for (size_t i = 0; i < s->nslots; i++) {
+        struct lease_entry *e = s->slots[i], *next;
+        for (; e; e = next) {
+            next = e->next;
+            e->next = slots[(e->hash >> 8) & (n - 1)];
+            slots[(e->hash >> 8) & (n - 1)] = e;
+        }
+    }
+    free(s->slots);
+    s->slots = slots;
+    s->nslots = n;
+    return 0;
+}
+
+static struct lease_entry *find_or_create(struct lease_table *t, struct lease_stripe *s,
+                                          unsigned stripe, uint64_t h, const char *key,
+                                          size_t keylen)
+{
+    struct lease_entry *e;
+
+    if (s->nslots) {
+        for (e = s->slots[(h >> 8) & (s->nslots - 1)]; e; e = e->next)
+            if (e->hash == h && e->keylen == keylen && memcmp(e->key, key, keylen) == 0)
+                return e;
+    }
+    if (s->count >= s->nslots && stripe_grow(s) < 0)
+        return NULL;
+    e = calloc(1, sizeof(*e) + keylen + 1);
+    if (!e)
+        return NULL;
+    e->hash = h;
+    e->stripe = stripe;
+    e->keylen = keylen;
+    memcpy(e->key, key, keylen);
+    size_t slot = (h >> 8) & (s->nslots - 1);
+    e->next = s->slots[slot];
+    s->slots[slot] = e;
+    s->count++;
+    atomic_fetch_add(&metrics.lease_keys, 1);
+    return e;
+}
+
+static void entry_remove(struct lease_stripe *s, struct lease_entry **link)
+{
+    struct lease_entry *e = *link;
+    *link = e->next;
+    s->count--;
+    atomic_fetch_sub(&metrics.lease_keys, 1);
+    free(e);
+}
+
+/* ---- decisions ------------------------------------------------------------ */
+
+/* Tokens in the Redis bucket now, as far as we know: the last report plus the
+ * refill since, capped as the script caps it (burst minus what is held). */
+static double bucket_now(const struct lease_entry *e, uint64_t now_us)
+{
+    if (!e->known)
+        return 0;
+    if (e->algorithm == ALGO_SW)
+        return e->t_last;
+    double rate = (double)e->limit / (double)e->period_us;
+    double cap = (double)e->burst - (double)e->others_held - (double)e->tokens;
+    double t = e->t_last + rate * (double)(now_us - e->reply_us);
+    if (t > cap)
+        t = cap;
+    return t < 0 ? 0 : t;
+}
+
+static uint64_t reset_estimate(const struct lease_entry *e, uint64_t now_us, double tnow)
+{
+    if (e->algorithm == ALGO_SW || !e->known) {
+        uint64_t elapsed = (now_us - e->reply_us) / 1000;
+        return e->reset_ms > elapsed ? (e->reset_ms - elapsed) * 1000 : 0;
+    }
+    double level = tnow + (double)e->tokens + (double)e->others_held;
+    double deficit = (double)e->burst - level;
+    if (deficit <= 0)
+        return 0;
+    return (uint64_t)ceil(deficit * (double)e->period_us / (double)e->limit);
+}
+
+static void fill_allowed(const struct lease_entry *e, uint64_t now_us, struct bucket_result *res)
+{
+    double tnow = bucket_now(e, now_us);
+    res->allowed = 1;
+    res->remaining = (uint64_t)floor(tnow + (double)e->tokens + 1e-9);
+    res->reset_us = reset_estimate(e, now_us, tnow);
+    res->retry_us = 0;
+}
+
+static void fill_blocked(const struct lease_entry *e, uint64_t now_us, struct bucket_result *res)
+{
+    res->allowed = 0;
+    res->remaining = 0;
+    res->reset_us = reset_estimate(e, now_us, bucket_now(e, now_us));
+    res->retry_us = e->blocked_until_us > now_us ? e->blocked_until_us - now_us : 1000000;
+    if (res->reset_us < res->retry_us)
+        res->reset_us = res->retry_us;
+}
+
+/* How many tokens to ask for: what the key will spend until the next top-up
+ * (its demand over about two intervals, since a claim takes a round trip)
+ * plus those waiting, minus what it holds; at least 1 when someone waits; at
+ * most max_fraction of the burst; and, when the bucket runs low, no more than
+ * a fair share of what is left, so one agent does not strand tokens that
+ * another needs. */
+static uint64_t claim_size(const struct lease_table *t, const struct lease_entry *e,
+                           uint64_t now_us)
+{
+    double d = e->demand > e->hits ? e->demand : (double)e->hits;
+    /* A key Redis never answered for is cold until shown otherwise: most of
+     * a million per-IP keys are seen once, and one token is all they need. */
+    double want = e->known ? ceil(2.0 * d) + (double)e->nwait - (double)e->tokens
+                           : (double)e->nwait;
+    double cap = floor(t->cfg.max_fraction * (double)(e->algorithm == ALGO_SW ? e->limit
+                                                                             : e->burst));
+    if (cap < 1)
+        cap = 1;
+    if (e->known) {
+        double fair = floor(bucket_now(e, now_us) / (double)(e->holders + 1));
+        if (fair < cap)
+            cap = fair < 1 ? 1 : fair;
+    }
+    if (want > cap)
+        want = cap;
+    if (want < (e->nwait ? 1 : 0))
+        want = 1;
+    return want < 0 ? 0 : (uint64_t)want;
+}
+
+static struct lease_job *new_job(struct lease_entry *e, int kind)
+{
+    struct lease_job *j = calloc(1, sizeof(*j));
+    if (!j)
+        return NULL;
+    j->e = e;
+    j->kind = kind;
+    j->algorithm = e->algorithm;
+    j->limit = e->limit;
+    j->period_ms = (e->period_us + 999) / 1000;
+    j->burst = e->burst;
+    j->key = e->key;
+    j->keylen = e->keylen;
+    /* The report rides on this call: spent tokens since the last one. */
+    j->used = e->used;
+    e->used = 0;
+    e->inflight = j;
+    return j;
+}
+
+static struct lease_job *make_claim(const struct lease_table *t, struct lease_entry *e,
+                                    uint64_t now_us)
+{
+    struct lease_job *j = new_job(e, LEASE_JOB_CLAIM);
+    if (j) {
+        j->want = claim_size(t, e, now_us);
+        METRIC_INC(lease_claims);
+    }
+    return j;
+}
+
+static struct lease_job *make_return(struct lease_entry *e)
+{
+    struct lease_job *j = new_job(e, LEASE_JOB_RETURN);
+    if (j) {
+        j->returned = e->tokens;
+        METRIC_ADD(lease_tokens_returned, e->tokens);
+        e->tokens = 0;
+    }
+    return j;
+}
+
+static void set_params(struct lease_entry *e, const struct bucket_params *p)
+{
+    e->algorithm = p->algorithm;
+    e->limit = p->limit;
+    e->period_us = p->period_us;
+    e->burst = p->burst;
+}
+
+int lease_decide(struct lease_table *t, const char *key, size_t keylen,
+                 const struct bucket_params *p, uint64_t now_us, int redis_up,
+                 struct lease_waiter *w, struct bucket_result *res, struct lease_job **job)
+{
+    uint64_t h = util_hash(UTIL_HASH_INIT, key, keylen);
+    unsigned si = (unsigned)(h & (t->nstripes - 1));
+    struct lease_stripe *s = &t->stripes[si];
+    struct lease_entry *e;
+    int ret;
+
+    pthread_mutex_lock(&s->lock);
+    e = find_or_create(t, s, si, h, key, keylen);
+    if (!e) {
+        pthread_mutex_unlock(&s->lock);
+        return LEASE_DOWN; /* out of memory: the fallback still answers */
+    }
+    set_params(e, p);
+    e->hits++;
+    e->last_hit_us = now_us;
+
+    if (now_us < e->blocked_until_us) {
+        fill_blocked(e, now_us, res);
+        METRIC_INC(lease_negative_hits);
+        ret = LEASE_DONE;
+    } else if (e->tokens > 0 && now_us < e->deadline_us) {
+        e->tokens--;
+        e->used++;
+        fill_allowed(e, now_us, res);
+        METRIC_INC(lease_local_decisions);
+        ret = LEASE_DONE;
+    } else if (!redis_up) {
+        ret = LEASE_DOWN;
+    } else if (e->nwait >= LEASE_MAX_WAITERS) {
+        /* Never admit what Redis did not grant: refuse, briefly. */
+        e->blocked_until_us = 0;
+        fill_blocked(e, now_us, res);
+        res->retry_us = 1000000;
+        ret = LEASE_DONE;
+    } else {
+        if (e->tokens > 0 && now_us >= e->deadline_us)
+            e->tokens = 0; /* expired here; Redis counts them as spent */
+        w->next = NULL;
+        w->fallback = 0;
+        if (e->wait_tail)
+            e->wait_tail->next = w;
+        else
+            e->wait_head = w;
+        e->wait_tail = w;
+        e->nwait++;
+        METRIC_INC(lease_waiters);
+        if (!e->inflight)
+            *job = make_claim(t, e, now_us);
+        ret = LEASE_PENDING;
+        if (!e->inflight) { /* out of memory for the job: decide by fallback */
+            e->wait_head = e->wait_tail = NULL;
+            e->nwait = 0;
+            ret = LEASE_DOWN;
+        }
+    }
+    pthread_mutex_unlock(&s->lock);
+    return ret;
+}
+
+static void take_waiters(struct lease_entry *e, struct lease_waiter **list, int fallback)
+{
+    struct lease_waiter *w, *next;
+    for (w = e->wait_head; w; w = next) {
+        next = w->next;
+        w->fallback = fallback;
+        w->next = *list;
+        *list = w;
+    }
+    e->wait_head = e->wait_tail = NULL;
+    e->nwait = 0;
+}
+
+void lease_reply(struct lease_table *t, struct lease_job *job, int ok, const int64_t *v, int n,
+                 uint64_t now_us, struct lease_waiter **done, struct lease_waiter **fallback,
+                 struct lease_job **next)
+{
+    struct lease_entry *e = job->e;
+    struct lease_stripe *s = &t->stripes[e->stripe];
+
+    pthread_mutex_lock(&s->lock);
+    e->inflight = NULL;
+    if (!ok || n < LEASE_REPLY_VALUES) {
+        /* The report it carried is lost: Redis counts those tokens as held
+         * until the lease expires there (under-admission only). */
+        take_waiters(e, fallback, 1);
+        goto out;
+    }
+    uint64_t granted = v[0] > 0 ? (uint64_t)v[0] : 0;
+    uint64_t held = v[2] > 0 ? (uint64_t)v[2] : 0;
+    uint64_t lease_ms = v[6] > 0 ? (uint64_t)v[6] : 0;
+    uint64_t mine = v[7] > 0 ? (uint64_t)v[7] : 0;
+
+    METRIC_ADD(lease_tokens_granted, granted);
+    e->known = 1;
+    e->t_last = (double)(v[1] > 0 ? v[1] : 0);
+    e->holders = v[3] > 0 ? (uint64_t)v[3] : 0;
+    e->others_held = held > mine ? held - mine : 0;
+    e->reset_ms = v[5] > 0 ? (uint64_t)v[5] : 0;
+    e->reply_us = now_us;
+    /* Redis' count is authoritative: what it says we hold, less what we
+     * spent since the call left. The deadline runs from when it left. */
+    if (lease_ms > 0 && mine > e->used) {
+        e->tokens = mine - e->used;
+        e->deadline_us = job->sent_us + lease_ms * 1000 - t->margin_us;
+    } else {
+        e->tokens = 0;
+    }
+    if (e->holders > 0 && mine > 0)
+        e->holders--; /* holders counts us; keep "the others" */
+
+    while (e->wait_head && e->tokens > 0 && now_us < e->deadline_us) {
+        struct lease_waiter *w = e->wait_head;
+        e->wait_head = w->next;
+        if (!e->wait_head)
+            e->wait_tail = NULL;
+        e->nwait--;
+        e->tokens--;
+        e->used++;
+        fill_allowed(e, now_us, w->out);
+        w->next = *done;
+        *done = w;
+    }
+    if (e->wait_head) {
+        if (v[1] < 1 && granted < job->want) {
+            /* Redis is out of tokens: answer blocked until the next one is
+             * due, with no Redis call; one probe claim after. */
+            uint64_t retry_ms = v[4] > 0 ? (uint64_t)v[4] : 1;
+            e->blocked_until_us = now_us + retry_ms * 1000;
+            while (e->wait_head) {
+                struct lease_waiter *w = e->wait_head;
+                e->wait_head = w->next;
+                fill_blocked(e, now_us, w->out);
+                w->next = *done;
+                *done = w;
+            }
+            e->wait_tail = NULL;
+            e->nwait = 0;
+        } else {
+            *next = make_claim(t, e, now_us);
+            if (!*next)
+                take_waiters(e, fallback, 1);
+        }
+    }
+out:
+    pthread_mutex_unlock(&s->lock);
+    free(job);
+}
+
+void lease_timeout(struct lease_table *t, struct lease_job *job, struct lease_waiter **fallback)
+{
+    struct lease_entry *e = job->e;
+    struct lease_stripe *s = &t->stripes[e->stripe];
+
+    pthread_mutex_lock(&s->lock);
+    take_waiters(e, fallback, 1);
+    pthread_mutex_unlock(&s->lock);
+}
+
+void lease_tick(struct lease_table *t, uint64_t now_us, int redis_up, struct lease_job **jobs)
+{
+    for (unsigned i = 0; i < t->nstripes; i++) {
+        struct lease_stripe *s = &t->stripes[i];
+
+        pthread_mutex_lock(&s->lock);
+        for (size_t j = 0; j < s->nslots; j++) {
+            struct lease_entry **link = &s->slots[j], *e;
+            while ((e = *link)) {
+                uint32_t hits = e->hits;
+                struct lease_job *job = NULL;
+
+                e->demand = 0.5 * e->demand + 0.5 * hits;
+                e->hits = 0;
+                if (e->tokens > 0 && now_us >= e->deadline_us)
+                    e->tokens = 0;
+                if (!e->inflight && redis_up && now_us >= e->blocked_until_us) {
+                    if (e->tokens > 0 && hits == 0) {
+                        job = make_return(e); /* no demand for a tick: give back */
+                    } else if (hits > 0 &&
+                               ((double)e->tokens < 1.5 * e->demand + 1 ||
+                                e->deadline_us - now_us < 2 * t->cfg.interval_us)) {
+                        /* Will not last until the next tick, or the lease
+                         * ends soon: top up (a claim also renews it). */
+                        job = make_claim(t, e, now_us);
+                        if (job && job->want == 0 && e->tokens == 0) {
+                            e->inflight = NULL;
+                            e->used += job->used;
+                            free(job);
+                            job = NULL;
+                        }
+                    }
+                }
+                if (job) {
+                    job->next = *jobs;
+                    *jobs = job;
+                }
+                if (!e->inflight && e->tokens == 0 && !e->wait_head &&
+                    now_us >= e->blocked_until_us &&
+                    now_us - e->last_hit_us > 2 * t->cfg.ttl_us) {
+                    /* Idle: nothing left to spend or report that matters
+                     * (spent tokens expire in Redis as spent). */
+                    entry_remove(s, link);
+                    continue;
+                }
+                link = &e->next;
+            }
+        }
+        pthread_mutex_unlock(&s->lock);
+    }
+}
+
+void lease_drain(struct lease_table *t, uint64_t now_us, struct lease_job **jobs)
+{
+    for (unsigned i = 0; i < t->nstripes; i++) {
+        struct lease_stripe *s = &t->stripes[i];
+
+        pthread_mutex_lock(&s->lock);
+        for (size_t j = 0; j < s->nslots; j++) {
+            for (struct lease_entry *e = s->slots[j]; e; e = e->next) {
+                if (e->inflight || e->tokens == 0 || now_us >= e->deadline_us)
+                    continue;
+                struct lease_job *job = make_return(e);
+                if (job) {
+                    job->next = *jobs;
+                    *jobs = job;
+                }
+            }
+        }
+        pthread_mutex_unlock(&s->lock);
+    }
+}

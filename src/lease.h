@@ -1,0 +1,109 @@
+/* lease.h - the local token lease cache: tokens claimed from the shared Redis
+ * bucket in batches and spent locally (see shared/lease-design.md).
+ *
+ * Pure: no Redis, no event loop, no clock reads. The caller passes now_us,
+ * sends the jobs (claims, give-backs) this module hands out, and feeds their
+ * replies back. Thread-safe: entries live in independently locked stripes;
+ * worker threads call lease_decide(), the thread that talks to Redis calls
+ * lease_reply(), lease_timeout(), lease_tick() and lease_drain().
+ *
+ * Ownership: an entry with a job in flight is never removed, so a job's
+ * entry pointer stays valid until its reply has been applied. Waiters are
+ * owned by the caller; this module only links them while they wait.
+ */
+#ifndef LEASE_H
+#define LEASE_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bucket.h"
+
+#define LEASE_MAX_WAITERS 4096 /* per key: past this, requests are answered blocked */
+#define LEASE_REPLY_VALUES 8  /* {granted, remaining, held, holders, retry_ms, reset_ms,
+                                  lease_ms, mine}, see lua/README.md */
+
+struct lease_config {
+    uint64_t interval_us;
+    uint64_t ttl_us;
+    double max_fraction;
+};
+
+/* A decision waiting for a claim. out is where its outcome goes. */
+struct lease_waiter {
+    struct lease_waiter *next;
+    struct bucket_result *out;
+    void *req;    /* caller's: the request to complete */
+    size_t hit;   /* caller's: which decision of that request */
+    int fallback; /* set when it must be decided without Redis */
+};
+
+enum lease_job_kind {
+    LEASE_JOB_CLAIM = 0,  /* tb_claim / sw_claim */
+    LEASE_JOB_RETURN = 1, /* tb_return / sw_return */
+};
+
+struct lease_entry;
+
+/* A script call this module asks the caller to send (at most one in flight
+ * per entry). The caller sets sent_us when it sends it. */
+struct lease_job {
+    struct lease_job *next;
+    struct lease_entry *e;
+    int kind;
+    int algorithm;
+    uint64_t limit, period_ms, burst;
+    uint64_t want, used, returned;
+    uint64_t sent_us;
+    const char *key; /* the Redis key: valid while the job is in flight */
+    size_t keylen;
+};
+
+struct lease_table;
+
+/* NULL when out of memory. */
+struct lease_table *lease_table_new(const struct lease_config *cfg, unsigned nstripes);
+/* Free every entry. Jobs still in flight must have been settled or dropped. */
+void lease_table_free(struct lease_table *t);
+
+enum lease_verdict {
+    LEASE_DONE = 0,    /* *res filled: decided from local state */
+    LEASE_PENDING = 1, /* w queued; it comes back through lease_reply/lease_timeout */
+    LEASE_DOWN = 2,    /* no local tokens and Redis is down: decide by fallback */
+};
+
+/* Decide one request for the Redis key `key` under parameters p. When a
+ * claim must be sent, *job is set (the caller sends it); otherwise *job is
+ * left untouched. */
+int lease_decide(struct lease_table *t, const char *key, size_t keylen,
+                 const struct bucket_params *p, uint64_t now_us, int redis_up,
+                 struct lease_waiter *w, struct bucket_result *res, struct lease_job **job);
+
+/* Apply the reply of job: v[0..n) when ok, or failure. Decided waiters are
+ * appended to *done, waiters to decide by fallback to *fallback (both lists
+ * for the caller to complete, outside any lock). A follow-up claim for the
+ * same entry may be returned in *next (for waiters a small grant did not
+ * cover). The job is freed. */
+void lease_reply(struct lease_table *t, struct lease_job *job, int ok, const int64_t *v, int n,
+                 uint64_t now_us, struct lease_waiter **done, struct lease_waiter **fallback,
+                 struct lease_job **next);
+
+/* The job has been in flight longer than the Redis timeout: its waiters are
+ * moved to *fallback. The job stays in flight; its late reply still settles
+ * the grant (tokens are never dropped silently). */
+void lease_timeout(struct lease_table *t, struct lease_job *job, struct lease_waiter **fallback);
+
+/* Every interval: update demand, top up leases that will not last until the
+ * next tick, give back leases that saw no demand, forget idle entries.
+ * Jobs to send are prepended to *jobs. */
+void lease_tick(struct lease_table *t, uint64_t now_us, int redis_up, struct lease_job **jobs);
+
+/* At shutdown: give back every lease that holds tokens (entries with a job
+ * in flight are skipped: call again once their replies arrived). */
+void lease_drain(struct lease_table *t, uint64_t now_us, struct lease_job **jobs);
+
+/* Number of entries. */
+size_t lease_count(struct lease_table *t);
+
+#endif

@@ -1,0 +1,445 @@
+"""Helpers for the Redis-mode integration tests (test_redis.py): INI sections,
+waiting for the agent's Redis link, SPOP load clients that timestamp every
+decision, Redis MONITOR command counting, and the checks of the lease bound
+("the fleet never admits more than b + r*T in any interval T").
+
+All load clients of one test run as threads of this one Python process, so
+their time.monotonic() stamps share one clock (the agents and Redis run on the
+same machine, hence on that clock too)."""
+import re
+import socket
+import sys
+import threading
+import time
+import traceback
+import uuid
+
+import spop
+
+
+# ---- configuration ----------------------------------------------------------
+
+def redis_ini(port, prefix="rl:", timeout="100ms", interval="100ms", ttl="1s",
+              max_fraction="0.1", fallback_mode="open", share="0.05"):
+    """[redis], [lease] and [fallback] sections for an agent on one Redis."""
+    return ("[redis]\nurl = redis://127.0.0.1:%d/0\ntimeout = %s\nprefix = %s\n\n"
+            "[lease]\ninterval = %s\nttl = %s\nmax_fraction = %s\n\n"
+            "[fallback]\nmode = %s\nshare = %s\n\n"
+            % (port, timeout, prefix, interval, ttl, max_fraction, fallback_mode, share))
+
+
+def unique(word="k"):
+    return "%s-%s" % (word, uuid.uuid4().hex[:10])
+
+
+def wait_redis_up(agent, timeout=10.0):
+    """Wait until the agent reports spoa_ratelimit_redis_up 1; raise with the
+    agent's log otherwise."""
+    end = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < end:
+        if agent.p.poll() is not None:
+            raise AssertionError("agent exited with %s:\n%s" % (agent.p.returncode,
+                                                               agent.output()[-3000:]))
+        try:
+            last = agent.metric("spoa_ratelimit_redis_up")
+        except OSError as e:
+            last = repr(e)
+        if last == 1:
+            return
+        time.sleep(0.05)
+    raise AssertionError("spoa_ratelimit_redis_up is %r after %.0f s; agent log:\n%s"
+                         % (last, timeout, agent.output()[-3000:]))
+
+
+def stop_all(procs):
+    """Stop every process (agents get SIGTERM); returns {index: rc}."""
+    rcs = {}
+    for i, p in enumerate(procs):
+        try:
+            rcs[i] = p.stop()
+        except Exception as e:  # keep stopping the others
+            rcs[i] = repr(e)
+    return rcs
+
+
+# ---- sequential helper ------------------------------------------------------
+
+class Seq:
+    """One SPOP connection, one decision at a time."""
+
+    def __init__(self, addr):
+        self.c = spop.Client(addr)
+        self.c.handshake()
+        self.sid = 0
+
+    def decide(self, msg="check-rate", **args):
+        self.sid += 1
+        return self.c.decide(args, stream=self.sid, fid=1, message=msg)
+
+    def close(self):
+        self.c.close()
+
+
+# ---- load clients -----------------------------------------------------------
+
+class Record:
+    __slots__ = ("sent", "acked", "vars", "phase", "client")
+
+    def __init__(self, sent, acked, vars_, phase, client):
+        self.sent, self.acked, self.vars, self.phase, self.client = sent, acked, vars_, phase, client
+
+    @property
+    def allowed(self):
+        return self.vars.get("blocked") is False
+
+    def __repr__(self):
+        return "Record(sent=%.4f acked=%.4f phase=%s client=%s %r)" % (
+            self.sent, self.acked, self.phase, self.client, self.vars)
+
+
+class LoadClient(threading.Thread):
+    """One SPOP connection driven through phases. A phase is
+    (duration_s or None, kind, param):
+      ("flood", depth): keep `depth` NOTIFYs in flight (pipelined);
+      ("paced", per_s): one NOTIFY at a time, started every 1/per_s seconds.
+    A phase with duration None lasts until stop() is called. Every ACK is
+    recorded with the time just before its NOTIFY was written (`sent`) and the
+    time just after the read that completed it (`acked`): the agent decided
+    somewhere in [sent, acked]."""
+
+    def __init__(self, addr, args, phases, name=0, message="check-rate", timeout=5.0):
+        super().__init__(daemon=True)
+        self.args = list(args.items())
+        self.phases = phases
+        self.name_ = name
+        self.message = message
+        self.cl = spop.Client(addr, timeout=timeout)
+        self.cl.handshake()
+        self.records = []
+        self.error = None
+        self.t0 = None
+        self.go = threading.Event()
+        self._stop = threading.Event()
+        self.stream = 0
+        self.inflight = {}
+        self.phase_starts = []
+
+    def start_at(self, t0):
+        self.t0 = t0
+        self.go.set()
+
+    def stop(self):
+        self._stop.set()
+
+    def _send(self, n=1):
+        data = b""
+        now = time.monotonic()
+        for _ in range(n):
+            self.stream += 1
+            data += spop.notify(self.stream, 1, [(self.message, self.args)])
+            self.inflight[self.stream] = now
+        self.cl.send(data)
+
+    def _read(self, phase):
+        """Block for at least one frame; record every ACK read."""
+        while True:
+            f, self.cl.buf = spop.decode_frame(self.cl.buf)
+            if f is None:
+                break
+            self._ack(f, self._last_read, phase)
+            return 1
+        data = self.cl.sock.recv(262144)
+        self._last_read = time.monotonic()
+        if not data:
+            raise ConnectionError("agent closed the SPOP connection")
+        self.cl.buf += data
+        n = 0
+        while True:
+            f, self.cl.buf = spop.decode_frame(self.cl.buf)
+            if f is None:
+                return n
+            self._ack(f, self._last_read, phase)
+            n += 1
+
+    def _ack(self, f, t, phase):
+        if f["type"] != spop.ACK:
+            raise AssertionError("expected ACK, got frame %r" % (f,))
+        s = self.inflight.pop(f["stream"], None)
+        if s is None:
+            raise AssertionError("ACK for unknown stream %r" % (f,))
+        self.records.append(Record(s, t, spop.decode_actions(f["payload"]), phase,
+                                   self.name_))
+
+    def run(self):
+        self._last_read = 0.0
+        try:
+            self.go.wait()
+            while time.monotonic() < self.t0:
+                time.sleep(min(0.005, max(0.0, self.t0 - time.monotonic())))
+            start = self.t0
+            for idx, (dur, kind, param) in enumerate(self.phases):
+                end = None if dur is None else start + dur
+                self.phase_starts.append(time.monotonic())
+
+                def going():
+                    if self._stop.is_set():
+                        return False
+                    return end is None or time.monotonic() < end
+                if kind == "flood":
+                    while going():
+                        want = param - len(self.inflight)
+                        if want > 0:
+                            self._send(want)
+                        self._read(idx)
+                    while self.inflight:
+                        self._read(idx)
+                elif kind == "paced":
+                    nxt = time.monotonic()
+                    while going():
+                        now = time.monotonic()
+                        if now < nxt:
+                            time.sleep(min(nxt - now, 0.01))
+                            continue
+                        self._send(1)
+                        while self.inflight:
+                            self._read(idx)
+                        nxt += 1.0 / param
+                else:
+                    raise ValueError(kind)
+                if end is not None:
+                    start = end
+                if self._stop.is_set():
+                    break
+        except Exception:
+            self.error = "client %s: %s" % (self.name_, traceback.format_exc())
+        finally:
+            try:
+                self.cl.close()
+            except OSError:
+                pass
+
+
+def run_clients(clients, lead=0.05, join_timeout=60.0):
+    """Start every client at one instant; wait for the ones with a bounded
+    schedule; returns all records. Raises if a client failed."""
+    with_switch = sys.getswitchinterval()
+    sys.setswitchinterval(0.0005)  # keeps ACK timestamps close to the reads
+    try:
+        for c in clients:
+            c.start()
+        t0 = time.monotonic() + lead
+        for c in clients:
+            c.start_at(t0)
+        for c in clients:
+            c.join(join_timeout)
+    finally:
+        sys.setswitchinterval(with_switch)
+    return collect(clients)
+
+
+def collect(clients):
+    errors = [c.error for c in clients if c.error]
+    alive = [c.name_ for c in clients if c.is_alive()]
+    if errors or alive:
+        raise AssertionError("load clients failed: %s; still running: %s"
+                             % ("\n".join(errors), alive))
+    out = []
+    for c in clients:
+        out.extend(c.records)
+    out.sort(key=lambda r: r.acked)
+    return out
+
+
+# ---- the bound --------------------------------------------------------------
+
+def worst_window(records, b, r, rigorous):
+    """The worst interval for the claim "any interval of length T admits at
+    most b + r*T", over admitted records sorted by ACK time.
+
+    Windows are runs i..j of admissions in ACK order.
+    rigorous=False: T = acked[j] - acked[i] (ACK timestamps only; they lag the
+      real decision instants by a variable delay, so the caller adds a slack).
+    rigorous=True: the decisions i..j all happened inside
+      [min(sent[k] for k >= i), acked[j]] (each decision happened between its
+      NOTIFY write and its ACK read), so that length bounds their real span
+      from above and no slack is needed.
+    Returns (excess, count, T, i, j): excess = count - (b + r*T), maximal over
+    all windows (O(n) with suffix maxima of j - r*acked[j])."""
+    adm = [x for x in records if x.allowed]
+    adm.sort(key=lambda x: x.acked)
+    n = len(adm)
+    if n == 0:
+        return (float("-inf"), 0, 0.0, None, None)
+    a = [x.acked for x in adm]
+    suf_best = [0] * n  # argmax_{j >= i} (j - r*a[j])
+    suf_min_sent = [0.0] * n
+    best = n - 1
+    msent = adm[n - 1].sent
+    for i in range(n - 1, -1, -1):
+        if i - r * a[i] > best - r * a[best]:
+            best = i
+        suf_best[i] = best
+        msent = min(msent, adm[i].sent)
+        suf_min_sent[i] = msent
+    worst = None
+    for i in range(n):
+        j = suf_best[i]
+        start = suf_min_sent[i] if rigorous else a[i]
+        T = a[j] - start
+        count = j - i + 1
+        excess = count - (b + r * T)
+        if worst is None or excess > worst[0]:
+            worst = (excess, count, T, i, j)
+    return worst
+
+
+def admitted_between(records, t1, t2):
+    return sum(1 for x in records if x.allowed and t1 <= x.acked <= t2)
+
+
+# ---- reported values --------------------------------------------------------
+
+def sanity_problems(records, rules, ttl_s=1.0, allow_degraded=False):
+    """Problems with the variables of the answers, as strings (at most 20).
+    rules: {name: (N, period_s, burst)}: every answer must come from one of
+    them."""
+    probs = []
+
+    def bad(msg, rec):
+        if len(probs) < 20:
+            probs.append("%s: %r" % (msg, rec.vars if hasattr(rec, "vars") else rec))
+    for rec in records:
+        v = rec.vars if hasattr(rec, "vars") else rec
+        if not isinstance(v.get("blocked"), bool):
+            bad("blocked missing or not a bool", rec)
+            continue
+        if v.get("degraded") is True and not allow_degraded:
+            bad("degraded while Redis is up", rec)
+        name = v.get("rule")
+        if name not in rules:
+            bad("unexpected rule", rec)
+            continue
+        n, period, burst = rules[name]
+        missing = [k for k in ("limit", "remaining", "reset")
+                   if not isinstance(v.get(k), int) or isinstance(v.get(k), bool)]
+        if missing:
+            bad("%s missing or not an int" % ",".join(missing), rec)
+            continue
+        if v["limit"] != n:
+            bad("limit != %d" % n, rec)
+        if v["remaining"] < 0:
+            bad("remaining negative", rec)
+        if v["remaining"] > max(burst, n):
+            bad("remaining above the burst", rec)
+        if v["reset"] < 0:
+            bad("reset negative", rec)
+        # full again within burst/rate (+ a lease ttl and rounding), or two
+        # windows for the sliding window
+        if v["reset"] > max(burst / (n / period), 2 * period) + ttl_s + 1:
+            bad("reset implausibly large", rec)
+        if v.get("policy") != '"%s";q=%d;w=%d' % (name, n, period):
+            bad("policy", rec)
+        if v.get("ratelimit") != '"%s";r=%d;t=%d' % (name, v["remaining"], v["reset"]):
+            bad("ratelimit inconsistent with remaining/reset", rec)
+        if v["blocked"]:
+            ra = v.get("retry_after")
+            if not isinstance(ra, int) or ra < 1:
+                bad("blocked without retry_after >= 1", rec)
+            elif ra > 2 * period + ttl_s + 1:
+                bad("retry_after implausibly large", rec)
+            if v["remaining"] != 0:
+                bad("blocked with remaining != 0", rec)
+        else:
+            if "retry_after" in v:
+                bad("retry_after on an allowed answer", rec)
+    return probs
+
+
+# ---- Redis MONITOR ----------------------------------------------------------
+
+MON_RE = re.compile(r'^\+?(\d+\.\d+) \[(\d+) ([^\]]+)\] "([^"]*)"')
+
+
+class Monitor:
+    """A MONITOR connection read by a thread. mark() sends a unique ECHO from
+    another connection and waits until MONITOR has shown it, so the lines
+    between two marks are exactly the commands Redis ran in between."""
+
+    def __init__(self, port):
+        self.port = port
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self.sock.sendall(b"MONITOR\r\n")
+        self.lines = []
+        self.cond = threading.Condition()
+        self.buf = b""
+        first = self._line_blocking()
+        if first != "+OK":
+            raise AssertionError("MONITOR answered %r" % first)
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+
+    def _line_blocking(self):
+        while b"\r\n" not in self.buf:
+            data = self.sock.recv(65536)
+            if not data:
+                raise ConnectionError("MONITOR connection closed")
+            self.buf += data
+        line, self.buf = self.buf.split(b"\r\n", 1)
+        return line.decode(errors="replace")
+
+    def _loop(self):
+        self.sock.settimeout(None)
+        try:
+            while True:
+                line = self._line_blocking()
+                with self.cond:
+                    self.lines.append(line)
+                    self.cond.notify_all()
+        except OSError:
+            pass
+        except ConnectionError:
+            pass
+
+    def mark(self, timeout=30.0):
+        """Index just past the marker line."""
+        tag = "spoa-test-mark-" + uuid.uuid4().hex
+        with socket.create_connection(("127.0.0.1", self.port), timeout=5) as s:
+            s.sendall(("ECHO %s\r\n" % tag).encode())
+            s.recv(1024)
+        end = time.monotonic() + timeout
+        start = 0
+        with self.cond:
+            while True:
+                for i in range(start, len(self.lines)):
+                    if tag in self.lines[i]:
+                        return i + 1
+                start = len(self.lines)
+                left = end - time.monotonic()
+                if left <= 0:
+                    raise AssertionError("MONITOR never showed the marker")
+                self.cond.wait(left)
+
+    def commands(self, i, j):
+        """Commands between two marks sent by clients (not by Lua scripts,
+        which MONITOR shows as client 'lua'), as (client, COMMAND) pairs;
+        the closing marker's ECHO is excluded."""
+        with self.cond:
+            lines = self.lines[i:j - 1]
+        out = []
+        for ln in lines:
+            m = MON_RE.match(ln)
+            if not m:
+                continue
+            client, cmd = m.group(3), m.group(4).upper()
+            if client == "lua":
+                continue
+            out.append((client, cmd))
+        return out
+
+    def close(self):
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()

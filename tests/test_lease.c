@@ -1,0 +1,302 @@
+/* test_lease.c - the lease cache's logic with a fake clock and hand-written
+ * Redis replies (the scripts themselves are tested in test_scripts.c). */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lease.h"
+
+#define MS 1000ull
+#define S 1000000ull
+
+static const struct lease_config cfg = {100 * MS, 1 * S, 0.1};
+static const struct bucket_params p10 = {0, 10, 60 * S, 10};      /* 10/1m burst 10 */
+static const struct bucket_params pbig = {0, 10000, 1 * S, 1000}; /* 10000/1s burst 1000 */
+
+struct req {
+    struct lease_waiter w;
+    struct bucket_result res;
+};
+
+static int decide(struct lease_table *t, const char *key, const struct bucket_params *p,
+                  uint64_t now, int up, struct req *r, struct lease_job **job)
+{
+    memset(r, 0, sizeof(*r));
+    r->w.out = &r->res;
+    r->w.req = r;
+    *job = NULL;
+    return lease_decide(t, key, strlen(key), p, now, up, &r->w, &r->res, job);
+}
+
+/* reply: {granted, remaining, held, holders, retry_ms, reset_ms, lease_ms, mine} */
+static void reply(struct lease_table *t, struct lease_job *j, const int64_t v[8], uint64_t now,
+                  struct lease_waiter **done, struct lease_waiter **fb, struct lease_job **next)
+{
+    *done = *fb = NULL;
+    *next = NULL;
+    lease_reply(t, j, 1, v, 8, now, done, fb, next);
+}
+
+static int count(struct lease_waiter *w)
+{
+    int n = 0;
+    for (; w; w = w->next)
+        n++;
+    return n;
+}
+
+START_TEST(claim_then_local)
+{
+    struct lease_table *t = lease_table_new(&cfg, 4);
+    struct lease_job *j, *next;
+    struct lease_waiter *done, *fb;
+    struct req r[3];
+
+    ck_assert_int_eq(decide(t, "k", &pbig, 10 * S, 1, &r[0], &j), LEASE_PENDING);
+    ck_assert_ptr_nonnull(j);
+    ck_assert_uint_eq(j->kind, LEASE_JOB_CLAIM);
+    ck_assert_uint_eq(j->want, 1);
+    ck_assert_uint_eq(j->used, 0);
+    /* arrivals during the claim wait on it: no second claim */
+    ck_assert_int_eq(decide(t, "k", &pbig, 10 * S + 10, 1, &r[1], &next), LEASE_PENDING);
+    ck_assert_ptr_null(next);
+    j->sent_us = 10 * S;
+    const int64_t v[8] = {5, 995, 5, 1, 0, 5, 1000, 5};
+    reply(t, j, v, 10 * S + 200, &done, &fb, &next);
+    ck_assert_int_eq(count(done), 2);
+    ck_assert_int_eq(count(fb), 0);
+    ck_assert_ptr_null(next);
+    ck_assert(r[0].res.allowed && r[1].res.allowed);
+    /* three left locally, spent without Redis */
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(decide(t, "k", &pbig, 10 * S + 300, 1, &r[2], &next), LEASE_DONE);
+        ck_assert(r[2].res.allowed);
+        ck_assert_ptr_null(next);
+    }
+    /* empty again: the next claim carries the report of the 5 spent */
+    ck_assert_int_eq(decide(t, "k", &pbig, 10 * S + 400, 1, &r[2], &j), LEASE_PENDING);
+    ck_assert_ptr_nonnull(j);
+    ck_assert_uint_eq(j->used, 5);
+    ck_assert_uint_ge(j->want, 1);
+    ck_assert_uint_le(j->want, 100); /* max_fraction x burst */
+    reply(t, j, (const int64_t[8]){0, 0, 0, 0, 1, 0, 0, 0}, 10 * S + 500, &done, &fb, &next);
+    lease_table_free(t);
+}
+END_TEST
+
+START_TEST(deadline_and_mine_are_authoritative)
+{
+    struct lease_table *t = lease_table_new(&cfg, 4);
+    struct lease_job *j, *next;
+    struct lease_waiter *done, *fb;
+    struct req r;
+
+    decide(t, "k", &pbig, 0, 1, &r, &j);
+    j->sent_us = 0;
+    /* granted 10 but Redis says we hold 4 (an older lease had expired there) */
+    reply(t, j, (const int64_t[8]){10, 900, 4, 1, 0, 1, 1000, 4}, 1000, &done, &fb, &next);
+    int allowed = 1; /* the waiter */
+    for (int i = 0; i < 10; i++)
+        if (decide(t, "k", &pbig, 2000, 1, &r, &next) == LEASE_DONE && r.res.allowed)
+            allowed++;
+        else if (next)
+            break;
+    ck_assert_int_eq(allowed, 4);
+    lease_table_free(t);
+
+    /* past the local deadline (sent + lease_ms - margin) nothing is spent */
+    t = lease_table_new(&cfg, 4);
+    decide(t, "k", &pbig, 0, 1, &r, &j);
+    j->sent_us = 0;
+    reply(t, j, (const int64_t[8]){50, 900, 50, 1, 0, 1, 1000, 50}, 1000, &done, &fb, &next);
+    ck_assert_int_eq(decide(t, "k", &pbig, 940 * MS, 1, &r, &next), LEASE_DONE);
+    ck_assert_int_eq(decide(t, "k", &pbig, 960 * MS, 1, &r, &j), LEASE_PENDING);
+    ck_assert_ptr_nonnull(j);
+    lease_table_free(t);
+}
+END_TEST
+
+START_TEST(negative_cache)
+{
+    struct lease_table *t = lease_table_new(&cfg, 4);
+    struct lease_job *j, *next;
+    struct lease_waiter *done, *fb;
+    struct req r[2];
+
+    decide(t, "k", &p10, 0, 1, &r[0], &j);
+    decide(t, "k", &p10, 1, 1, &r[1], &next);
+    j->sent_us = 0;
+    /* empty: next token in 6 s */
+    reply(t, j, (const int64_t[8]){0, 0, 0, 0, 6000, 60000, 0, 0}, 1000, &done, &fb, &next);
+    ck_assert_int_eq(count(done), 2);
+    ck_assert_ptr_null(next);
+    ck_assert(!r[0].res.allowed && !r[1].res.allowed);
+    ck_assert_uint_eq(r[0].res.retry_us, 6 * S);
+    ck_assert_uint_eq(r[0].res.remaining, 0);
+    /* remembered: blocked locally until then, no Redis call */
+    ck_assert_int_eq(decide(t, "k", &p10, 3 * S + 1000, 1, &r[0], &next), LEASE_DONE);
+    ck_assert_ptr_null(next);
+    ck_assert(!r[0].res.allowed);
+    ck_assert_uint_eq(r[0].res.retry_us, 3 * S);
+    /* then one probe claim */
+    ck_assert_int_eq(decide(t, "k", &p10, 6 * S + 1000, 1, &r[0], &j), LEASE_PENDING);
+    ck_assert_ptr_nonnull(j);
+    j->sent_us = 6 * S + 1000;
+    reply(t, j, (const int64_t[8]){1, 0, 1, 1, 6000, 60000, 1000, 1}, 6 * S + 2000, &done, &fb,
+          &next);
+    ck_assert(r[0].res.allowed);
+    lease_table_free(t);
+}
+END_TEST
+
+START_TEST(follow_up_claim_for_uncovered_waiters)
+{
+    struct lease_table *t = lease_table_new(&cfg, 4);
+    struct lease_job *j, *next;
+    struct lease_waiter *done, *fb;
+    struct req r[5];
+
+    decide(t, "k", &pbig, 0, 1, &r[0], &j);
+    for (int i = 1; i < 5; i++)
+        decide(t, "k", &pbig, 1, 1, &r[i], &next);
+    j->sent_us = 0;
+    reply(t, j, (const int64_t[8]){1, 500, 1, 1, 0, 1, 1000, 1}, 100, &done, &fb, &next);
+    ck_assert_int_eq(count(done), 1);
+    ck_assert_ptr_nonnull(next);          /* Redis has tokens: ask again */
+    ck_assert_uint_ge(next->want, 4);     /* for the four still waiting */
+    ck_assert_uint_eq(next->used, 1);
+    next->sent_us = 100;
+    struct lease_job *n2;
+    reply(t, next, (const int64_t[8]){4, 496, 4, 1, 0, 1, 1000, 4}, 200, &done, &fb, &n2);
+    ck_assert_int_eq(count(done), 4);
+    ck_assert_ptr_null(n2);
+    lease_table_free(t);
+}
+END_TEST
+
+START_TEST(timeout_failure_and_down)
+{
+    struct lease_table *t = lease_table_new(&cfg, 4);
+    struct lease_job *j, *next;
+    struct lease_waiter *done = NULL, *fb = NULL;
+    struct req r[3];
+
+    decide(t, "k", &pbig, 0, 1, &r[0], &j);
+    j->sent_us = 0;
+    lease_timeout(t, j, &fb);
+    ck_assert_int_eq(count(fb), 1);
+    ck_assert(fb->fallback);
+    /* the late reply still lands in the lease */
+    reply(t, j, (const int64_t[8]){3, 500, 3, 1, 0, 1, 1000, 3}, 150 * MS, &done, &fb, &next);
+    ck_assert_int_eq(count(done), 0);
+    ck_assert_int_eq(decide(t, "k", &pbig, 160 * MS, 1, &r[1], &next), LEASE_DONE);
+    ck_assert(r[1].res.allowed);
+    /* Redis down: a valid lease is still spent; without one, fall back */
+    ck_assert_int_eq(decide(t, "k", &pbig, 170 * MS, 0, &r[1], &next), LEASE_DONE);
+    ck_assert_int_eq(decide(t, "k", &pbig, 170 * MS, 0, &r[1], &next), LEASE_DONE);
+    ck_assert_int_eq(decide(t, "k", &pbig, 170 * MS, 0, &r[1], &next), LEASE_DOWN);
+    /* a failed claim sends its waiters to the fallback */
+    ck_assert_int_eq(decide(t, "k", &pbig, 180 * MS, 1, &r[2], &j), LEASE_PENDING);
+    done = fb = NULL;
+    lease_reply(t, j, 0, NULL, 0, 190 * MS, &done, &fb, &next);
+    ck_assert_int_eq(count(fb), 1);
+    ck_assert_int_eq(count(done), 0);
+    lease_table_free(t);
+}
+END_TEST
+
+START_TEST(tick_top_up_give_back_forget)
+{
+    struct lease_table *t = lease_table_new(&cfg, 4);
+    struct lease_job *j, *next, *jobs;
+    struct lease_waiter *done, *fb;
+    struct req r;
+    uint64_t now = 0;
+
+    decide(t, "k", &pbig, now, 1, &r, &j);
+    j->sent_us = now;
+    reply(t, j, (const int64_t[8]){60, 900, 60, 1, 0, 1, 1000, 60}, now + 100, &done, &fb, &next);
+    /* 50 decisions in the first interval: 10 tokens left, less than demand */
+    for (int i = 0; i < 50; i++)
+        ck_assert_int_eq(decide(t, "k", &pbig, now + 1000, 1, &r, &next), LEASE_DONE);
+    jobs = NULL;
+    lease_tick(t, 100 * MS, 1, &jobs);
+    ck_assert_ptr_nonnull(jobs);
+    ck_assert_uint_eq(jobs->kind, LEASE_JOB_CLAIM);
+    ck_assert_uint_eq(jobs->used, 51);
+    ck_assert_uint_gt(jobs->want, 10);
+    ck_assert_ptr_null(jobs->next);
+    jobs->sent_us = 100 * MS;
+    reply(t, jobs, (const int64_t[8]){40, 900, 50, 1, 0, 1, 1000, 50}, 101 * MS, &done, &fb,
+          &next);
+    /* a tick without demand gives the lease back */
+    jobs = NULL;
+    lease_tick(t, 200 * MS, 1, &jobs);
+    ck_assert_ptr_nonnull(jobs);
+    ck_assert_uint_eq(jobs->kind, LEASE_JOB_RETURN);
+    ck_assert_uint_eq(jobs->returned, 50);
+    reply(t, jobs, (const int64_t[8]){0, 1000, 0, 0, 0, 0, 0, 0}, 201 * MS, &done, &fb, &next);
+    ck_assert_uint_eq(lease_count(t), 1);
+    /* idle for more than 2 x ttl: forgotten */
+    jobs = NULL;
+    lease_tick(t, 3 * S, 1, &jobs);
+    ck_assert_ptr_null(jobs);
+    ck_assert_uint_eq(lease_count(t), 0);
+    lease_table_free(t);
+}
+END_TEST
+
+START_TEST(drain_returns_everything)
+{
+    struct lease_table *t = lease_table_new(&cfg, 4);
+    struct lease_job *j, *next, *jobs = NULL;
+    struct lease_waiter *done, *fb;
+    struct req r;
+    char key[8];
+    int n = 0;
+
+    for (int k = 0; k < 20; k++) {
+        snprintf(key, sizeof(key), "k%d", k);
+        decide(t, key, &pbig, 0, 1, &r, &j);
+        j->sent_us = 0;
+        reply(t, j, (const int64_t[8]){7, 900, 7, 1, 0, 1, 1000, 7}, 10, &done, &fb, &next);
+    }
+    lease_drain(t, 20, &jobs);
+    for (; jobs; jobs = next) {
+        next = jobs->next;
+        ck_assert_uint_eq(jobs->kind, LEASE_JOB_RETURN);
+        ck_assert_uint_eq(jobs->returned, 6);
+        ck_assert_uint_eq(jobs->used, 1);
+        n++;
+        struct lease_job *nx;
+        reply(t, jobs, (const int64_t[8]){0, 906, 0, 0, 0, 0, 0, 0}, 30, &done, &fb, &nx);
+    }
+    ck_assert_int_eq(n, 20);
+    lease_table_free(t);
+}
+END_TEST
+
+static Suite *lease_suite(void)
+{
+    Suite *s = suite_create("lease");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, claim_then_local);
+    tcase_add_test(tc, deadline_and_mine_are_authoritative);
+    tcase_add_test(tc, negative_cache);
+    tcase_add_test(tc, follow_up_claim_for_uncovered_waiters);
+    tcase_add_test(tc, timeout_failure_and_down);
+    tcase_add_test(tc, tick_top_up_give_back_forget);
+    tcase_add_test(tc, drain_returns_everything);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(lease_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
