@@ -353,3 +353,24 @@ void metrics_minute_tick(double share,
             cb(r->name, bl, d);
     }
 }
+
+void metrics_shadow_tick(void (*cb)(const char *rule, uint64_t would_block, const char *top_key))
+{
+    for (struct metrics_rule *r = atomic_load(&rules_head); r; r = r->next) {
+        uint64_t n = atomic_exchange(&r->shadow_pending, 0);
+        char top[METRICS_TOP_KEY_MAX + 1] = "";
+
+        if (n == 0)
+            continue;
+        pthread_mutex_lock(r->top_lock);
+        const struct top_sketch *sk = r->top_cur.n ? &r->top_cur : &r->top_prev;
+        unsigned best = 0;
+        for (unsigned i = 1; i < sk->n; i++)
+            if (sk->e[i].count > sk->e[best].count)
+                best = i;
+        if (sk->n)
+            memcpy(top, sk->e[best].key, sizeof(top));
+        pthread_mutex_unlock(r->top_lock);
+        cb(r->name, n, top);
+    }
+}

@@ -44,6 +44,8 @@ struct metrics_rule {
     /* last-minute share of blocks, for the alert log line */
     atomic_uint_fast64_t minute_decisions;
     atomic_uint_fast64_t minute_blocks;
+    /* would-be blocks of a shadow rule since the last shadow log line */
+    atomic_uint_fast64_t shadow_pending;
     /* blocked clients: the current and the previous minute */
     void *top_lock; /* pthread_mutex_t, opaque here */
     struct top_sketch top_cur, top_prev;
@@ -102,5 +104,10 @@ char *metrics_top_render(uint64_t now_us, size_t *len);
  * decisions). Resets the minute counters. */
 void metrics_minute_tick(double share,
                          void (*cb)(const char *rule, uint64_t blocks, uint64_t decisions));
+
+/* For the shadow log: the would-be blocks of each rule since the last call
+ * (reset), with the client most blocked recently; cb only for rules with
+ * would-be blocks. */
+void metrics_shadow_tick(void (*cb)(const char *rule, uint64_t would_block, const char *top_key));
 
 #endif

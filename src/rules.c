@@ -317,6 +317,8 @@ void rules_account(const struct ruleset *rs, const struct rule_eval *ev, uint64_
         }
         atomic_fetch_add_explicit(rule->shadow ? &m->would_block : &m->blocked, 1,
                                   memory_order_relaxed);
+        if (rule->shadow)
+            atomic_fetch_add_explicit(&m->shadow_pending, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&m->minute_blocks, 1, memory_order_relaxed);
         metrics_top_add(m, rules_hit_key(ev, h), h->key_len, now_us);
     }

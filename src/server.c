@@ -207,7 +207,8 @@ static void conn_free(struct conn *c)
         if (c->next)
             c->next->prev = c->prev;
         spop_conn_release(&c->sp);
-        atomic_fetch_sub(&metrics.connections, 1);
+        if (atomic_fetch_sub(&metrics.connections, 1) == 1 && !w->stopping)
+            LOG_INFO("\"no SPOP connection left\"");
         c->dead = 1;
     }
     if (c->npending == 0)
@@ -437,7 +438,8 @@ static void accept_cb(struct ev_loop *loop, ev_io *io, int revents)
         if (w->conns)
             w->conns->prev = c;
         w->conns = c;
-        atomic_fetch_add(&metrics.connections, 1);
+        if (atomic_fetch_add(&metrics.connections, 1) == 0)
+            LOG_INFO("\"SPOP peer connected\"");
         METRIC_INC(connections_total);
     }
 }
