@@ -209,18 +209,18 @@ int main(int argc, char **argv)
     a.lim = limiter_new(a.loop, a.rs->cfg, err, sizeof(err));
     if (!a.lim) {
         fprintf(stderr, "spoa-ratelimit: %s\n", err);
-        return 1;
+        goto fail;
     }
     a.srv = server_new(a.rs->cfg, a.rs, a.lim, err, sizeof(err));
     if (!a.srv) {
         fprintf(stderr, "spoa-ratelimit: cannot listen on %s\n", err);
-        return 1;
+        goto fail;
     }
     if (a.rs->cfg->stats && *a.rs->cfg->stats) {
         a.httpd = httpd_new(a.loop, a.rs->cfg->stats, err, sizeof(err));
         if (!a.httpd) {
             fprintf(stderr, "spoa-ratelimit: cannot listen for stats on %s\n", err);
-            return 1;
+            goto fail;
         }
     }
 
@@ -238,7 +238,7 @@ int main(int argc, char **argv)
     ev_timer_start(a.loop, &a.minute);
 
     if (server_start(a.srv) < 0)
-        return 1;
+        goto fail;
     LOG_INFO("\"started\" version=%s listen=%s workers=%d rules=%zu mode=%s stats=%s",
              PACKAGE_VERSION, a.rs->cfg->listen, a.rs->cfg->workers, a.rs->cfg->nrules,
              config_standalone(a.rs->cfg) ? "standalone" : "redis",
@@ -263,4 +263,10 @@ int main(int argc, char **argv)
     }
     LOG_INFO("\"stopped\"");
     return ret;
+fail:
+    httpd_free(a.httpd);
+    server_free(a.srv);
+    limiter_free(a.lim);
+    ruleset_unref(a.rs);
+    return 1;
 }
