@@ -55,38 +55,59 @@ local now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
 local f, raw = {}, redis.call('HGETALL', key)
 for i = 1, #raw, 2 do f[raw[i]] = raw[i + 1] end
 
--- (1) Drop expired leases: their tokens count as spent and vanish.
-local held, exp = {}, {}
-for k, v in pairs(f) do
-    if string.sub(k, 1, 2) == 'h:' then
-        local a = string.sub(k, 3)
-        local e = tonumber(f['e:' .. a]) or 0
-        if e <= now then
-            redis.call('HDEL', key, k, 'e:' .. a)
-        else
-            held[a], exp[a] = tonumber(v), e
+-- (1) Advance to now. The refill never lifts t above b - H, where H is what
+-- the leases held AT THAT TIME: a lease that expired since the last call
+-- lifts the cap only from its expiry on. So expiries are applied in time
+-- order (refill up to each, then drop it: its tokens count as spent), then
+-- the refill runs on to now. Refilling the whole gap against the final cap
+-- would bank refill that was never allowed while those tokens were held,
+-- and let b + H through at once when the lease ends.
+local function advance(f, b, rate, now)
+    local leases, H = {}, 0
+    for k, v in pairs(f) do
+        if string.sub(k, 1, 2) == 'h:' then
+            local a = string.sub(k, 3)
+            local l = {a = a, h = tonumber(v), e = tonumber(f['e:' .. a]) or 0}
+            H = H + l.h
+            leases[#leases + 1] = l
         end
     end
+    table.sort(leases, function(x, y) return x.e < y.e end)
+    local t, ts = tonumber(f.t), tonumber(f.ts) or now
+    if t == nil then t = b end -- new bucket: full
+    local function refill(to)
+        if to > ts then -- ts never goes back
+            if t < b - H then t = math.min(b - H, t + rate * (to - ts)) end
+            ts = to
+        end
+    end
+    local held, exp = {}, {}
+    for _, l in ipairs(leases) do
+        if l.e <= now then
+            refill(l.e)
+            H = H - l.h
+            redis.call('HDEL', key, 'h:' .. l.a, 'e:' .. l.a)
+        else
+            held[l.a], exp[l.a] = l.h, l.e
+        end
+    end
+    refill(now)
+    return math.min(t, b - H), ts, H, held, exp
 end
+local t, ts, H, held, exp = advance(f, b, rate, now)
 
 -- (2) Settle the caller: spent tokens are gone, returned ones go back to t.
--- Caps make sure a report never creates tokens.
+-- Caps make sure a report never creates tokens. Spent tokens stayed in H
+-- until now (they capped the refill while unreported): under-admission only.
 local mine = held[agent] or 0
 used = math.min(used, mine)
 ret = math.min(ret, mine - used)
 mine = mine - used - ret
-local t, ts = tonumber(f.t), tonumber(f.ts) or now
-if t == nil then t = b end -- new bucket: full
-t = t + ret
-
--- (3) Refill, never above b - H (this also clamps after the burst shrank).
+t, H = t + ret, H - used - ret
 held[agent] = mine
-local H = 0
-for _, h in pairs(held) do H = H + h end
-if now > ts then t, ts = t + rate * (now - ts), now end -- ts never goes back
-t = math.min(t, b - H)
+t = math.min(t, b - H) -- only binds after the burst shrank (debt)
 
--- (4) Grant whole tokens.
+-- (3) Grant whole tokens.
 local g = math.max(0, math.min(want, math.floor(t)))
 t, mine, H = t - g, mine + g, H + g
 if mine > 0 then
@@ -99,7 +120,7 @@ else
     redis.call('HDEL', key, 'h:' .. agent, 'e:' .. agent)
 end
 
--- (5) Report. The key outlives every lease and the time to refill fully:
+-- (4) Report. The key outlives every lease and the time to refill fully:
 -- after that it is equivalent to a missing (full) bucket.
 local holders, emin, emax = 0, nil, now
 for _, e in pairs(exp) do

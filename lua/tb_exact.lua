@@ -37,27 +37,53 @@ local now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
 local f, raw = {}, redis.call('HGETALL', key)
 for i = 1, #raw, 2 do f[raw[i]] = raw[i + 1] end
 
--- Drop expired leases (tokens vanish); sum the live ones.
-local H, emin, emax = 0, nil, now
-for k, v in pairs(f) do
-    if string.sub(k, 1, 2) == 'h:' then
-        local a = string.sub(k, 3)
-        local e = tonumber(f['e:' .. a]) or 0
-        if e <= now then
-            redis.call('HDEL', key, k, 'e:' .. a)
-        else
-            H = H + tonumber(v)
-            emin = math.min(emin or e, e)
-            emax = math.max(emax, e)
+-- (1) Advance to now. The refill never lifts t above b - H, where H is what
+-- the leases held AT THAT TIME: a lease that expired since the last call
+-- lifts the cap only from its expiry on. So expiries are applied in time
+-- order (refill up to each, then drop it: its tokens count as spent), then
+-- the refill runs on to now. Refilling the whole gap against the final cap
+-- would bank refill that was never allowed while those tokens were held,
+-- and let b + H through at once when the lease ends.
+local function advance(f, b, rate, now)
+    local leases, H = {}, 0
+    for k, v in pairs(f) do
+        if string.sub(k, 1, 2) == 'h:' then
+            local a = string.sub(k, 3)
+            local l = {a = a, h = tonumber(v), e = tonumber(f['e:' .. a]) or 0}
+            H = H + l.h
+            leases[#leases + 1] = l
         end
     end
+    table.sort(leases, function(x, y) return x.e < y.e end)
+    local t, ts = tonumber(f.t), tonumber(f.ts) or now
+    if t == nil then t = b end -- new bucket: full
+    local function refill(to)
+        if to > ts then -- ts never goes back
+            if t < b - H then t = math.min(b - H, t + rate * (to - ts)) end
+            ts = to
+        end
+    end
+    local held, exp = {}, {}
+    for _, l in ipairs(leases) do
+        if l.e <= now then
+            refill(l.e)
+            H = H - l.h
+            redis.call('HDEL', key, 'h:' .. l.a, 'e:' .. l.a)
+        else
+            held[l.a], exp[l.a] = l.h, l.e
+        end
+    end
+    refill(now)
+    return math.min(t, b - H), ts, H, held, exp
+end
+local t, ts, H, held, exp = advance(f, b, rate, now)
+local emin, emax = nil, now
+for a, _ in pairs(held) do
+    emin = math.min(emin or exp[a], exp[a])
+    emax = math.max(emax, exp[a])
 end
 
--- Refill, never above b - H; then take n if there are n.
-local t, ts = tonumber(f.t), tonumber(f.ts) or now
-if t == nil then t = b end -- new bucket: full
-if now > ts then t, ts = t + rate * (now - ts), now end -- ts never goes back
-t = math.min(t, b - H)
+-- Take n if there are n.
 local allowed = 0
 if t >= n then t, allowed = t - n, 1 end
 redis.call('HSET', key, 't', fmt(t), 'ts', fmt(ts))

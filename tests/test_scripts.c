@@ -648,6 +648,44 @@ START_TEST(tb_vanished_agent_lease_dropped_not_returned)
 }
 END_TEST
 
+/* Tokens held (spent or not) cap the refill for as long as they are held:
+ * when a lease ends, by expiry or by a report, the cap lifts from then on,
+ * with no refill banked from before. Without this, b + H goes through at
+ * once when a fully spent lease ends. */
+START_TEST(tb_no_banked_refill_when_lease_ends)
+{
+    const struct rule expiring = {10, 100, 10, 100};  /* 0.1 token/ms, ttl 100 ms */
+    const struct rule lasting = {10, 100, 10, 5000}; /* ttl 5 s */
+    char key[128];
+    long long o[R_N];
+    struct state st;
+
+    /* by expiry: A takes all 10, its lease ends at +100 ms, B asks at +150 */
+    mkkey(key, sizeof(key), "bank-expiry");
+    claim(TB_CLAIM, key, "A", &expiring, 10, 0, 0, o);
+    ck_assert_int_eq(o[R_GRANTED], 10);
+    double t0 = mono_ms();
+    sleep_ms(150);
+    claim(TB_CLAIM, key, "B", &expiring, 10, 0, 0, o);
+    double refill_ms = mono_ms() - t0 - 100; /* time since A's lease ended, at most */
+    ck_assert_int_le(o[R_GRANTED], (long long)(refill_ms * 0.1) + 1);
+    ck_assert_int_lt(o[R_GRANTED], 10);
+    assert_tb_invariant(key, expiring.burst, &st);
+
+    /* by a report: A spends all 10 and says so 150 ms later */
+    mkkey(key, sizeof(key), "bank-report");
+    claim(TB_CLAIM, key, "A", &lasting, 10, 0, 0, o);
+    ck_assert_int_eq(o[R_GRANTED], 10);
+    sleep_ms(150);
+    claim(TB_CLAIM, key, "A", &lasting, 0, 10, 0, o);
+    ck_assert_int_eq(o[R_MINE], 0);
+    ck_assert_int_le(o[R_REMAINING], 1);
+    claim(TB_CLAIM, key, "B", &lasting, 10, 0, 0, o);
+    ck_assert_int_le(o[R_GRANTED], 1);
+    assert_tb_invariant(key, lasting.burst, &st);
+}
+END_TEST
+
 START_TEST(tb_refill_capped_while_leases_held)
 {
     const struct rule ru = {10, 100, 10, 3000}; /* 0.1 token/ms */
@@ -1175,6 +1213,7 @@ static Suite *scripts_suite(void)
     tcase_add_test(tb, tb_return_gives_back_unspent);
     tcase_add_test(tb, tb_vanished_agent_lease_dropped_not_returned);
     tcase_add_test(tb, tb_refill_capped_while_leases_held);
+    tcase_add_test(tb, tb_no_banked_refill_when_lease_ends);
     tcase_add_test(tb, tb_burst_shrink_clamps);
     tcase_add_test(tb, tb_clock_step_back_no_double_refill);
     tcase_add_test(tb, tb_key_expires);
