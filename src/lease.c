@@ -331,7 +331,8 @@ int lease_decide(struct lease_table *t, const char *key, size_t keylen,
         fill_allowed(e, now_us, res);
         METRIC_INC(lease_local_decisions);
         ret = LEASE_DONE;
-    } else if (!redis_up) {
+    } else if (!redis_up || (e->inflight && e->inflight->timed_out)) {
+        /* Redis is down, or already late for this key: do not wait again. */
         ret = LEASE_DOWN;
     } else if (e->nwait >= LEASE_MAX_WAITERS) {
         /* Never admit what Redis did not grant: refuse, briefly. */
@@ -459,6 +460,7 @@ void lease_timeout(struct lease_table *t, struct lease_job *job, struct lease_wa
     struct lease_stripe *s = &t->stripes[e->stripe];
 
     pthread_mutex_lock(&s->lock);
+    job->timed_out = 1;
     take_waiters(e, fallback, 1);
     pthread_mutex_unlock(&s->lock);
 }

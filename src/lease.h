@@ -56,6 +56,7 @@ struct lease_job {
     uint64_t limit, period_ms, burst;
     uint64_t want, used, returned;
     uint64_t sent_us;
+    int timed_out;   /* set by lease_timeout(): later arrivals do not wait on it */
     const char *key; /* the Redis key: valid while the job is in flight */
     size_t keylen;
 };

@@ -49,6 +49,7 @@ struct limiter {
     pthread_mutex_t qlock;
     struct rjob *queue;
     atomic_int up;
+    atomic_int stalled; /* a call timed out and no reply came since */
     struct rjob *ihead, *itail; /* in flight */
     uint64_t timeout_us;
     uint64_t ttl_ms;
@@ -128,6 +129,10 @@ static void on_reply(void *arg, const struct store_result *res)
     int ok = res->status == STORE_OK;
 
     inflight_unlink(l, j);
+    if (res->status != STORE_DOWN && atomic_load(&l->stalled)) {
+        atomic_store(&l->stalled, 0);
+        LOG_INFO("\"redis answering again\"");
+    }
     if (j->kind == RJOB_EXACT) {
         struct lease_waiter *w = j->w;
         if (w) {
@@ -265,6 +270,10 @@ static void timeouts_cb(struct ev_loop *loop, ev_timer *t, int revents)
             continue;
         j->timed_out = 1;
         METRIC_INC(redis_errors);
+        /* Until Redis answers something, new decisions do not wait for it. */
+        if (!atomic_exchange(&l->stalled, 1))
+            LOG_WARN("\"redis slower than timeout: rules fall back\" timeout_ms=%llu",
+                     (unsigned long long)(l->timeout_us / 1000));
         if (j->kind == RJOB_EXACT) {
             if (j->w) {
                 struct limiter_req *req = j->w->req;
@@ -315,6 +324,7 @@ static void on_state(void *arg, int up)
 {
     struct limiter *l = arg;
     atomic_store(&l->up, up);
+    atomic_store(&l->stalled, 0);
     if (!up)
         LOG_WARN("\"redis down: rules fall back\" mode=degraded");
 }
@@ -374,7 +384,7 @@ int limiter_decide(struct limiter *l, struct limiter_req *req, uint64_t now_us)
         req->waiters_cap = ev->nhits;
     }
     atomic_store(&req->waiting, (unsigned)ev->nhits + 1);
-    int up = atomic_load(&l->up);
+    int up = atomic_load(&l->up) && !atomic_load(&l->stalled);
 
     for (size_t i = 0; i < ev->nhits; i++) {
         struct rule_hit *h = &ev->hits[i];

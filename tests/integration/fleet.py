@@ -120,7 +120,7 @@ class LoadClient(threading.Thread):
         self.error = None
         self.t0 = None
         self.go = threading.Event()
-        self._stop = threading.Event()
+        self._halt = threading.Event()
         self.stream = 0
         self.inflight = {}
         self.phase_starts = []
@@ -130,7 +130,7 @@ class LoadClient(threading.Thread):
         self.go.set()
 
     def stop(self):
-        self._stop.set()
+        self._halt.set()
 
     def _send(self, n=1):
         data = b""
@@ -183,7 +183,7 @@ class LoadClient(threading.Thread):
                 self.phase_starts.append(time.monotonic())
 
                 def going():
-                    if self._stop.is_set():
+                    if self._halt.is_set():
                         return False
                     return end is None or time.monotonic() < end
                 if kind == "flood":
@@ -209,7 +209,7 @@ class LoadClient(threading.Thread):
                     raise ValueError(kind)
                 if end is not None:
                     start = end
-                if self._stop.is_set():
+                if self._halt.is_set():
                     break
         except Exception:
             self.error = "client %s: %s" % (self.name_, traceback.format_exc())
@@ -442,4 +442,44 @@ class Monitor:
             self.sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
+        self.sock.close()
+
+
+# ---- a minimal RESP client (for calling the Lua scripts directly) -----------
+
+class Resp:
+    def __init__(self, port):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+        self.f = self.sock.makefile("rb")
+
+    def call(self, *args):
+        out = b"*%d\r\n" % len(args)
+        for a in args:
+            a = a if isinstance(a, bytes) else str(a).encode()
+            out += b"$%d\r\n%s\r\n" % (len(a), a)
+        self.sock.sendall(out)
+        return self._reply()
+
+    def _reply(self):
+        line = self.f.readline().rstrip(b"\r\n")
+        kind, rest = line[:1], line[1:]
+        if kind == b"+":
+            return rest.decode()
+        if kind == b"-":
+            raise RuntimeError(rest.decode())
+        if kind == b":":
+            return int(rest)
+        if kind == b"$":
+            n = int(rest)
+            if n < 0:
+                return None
+            data = self.f.read(n + 2)[:-2]
+            return data.decode()
+        if kind == b"*":
+            n = int(rest)
+            return None if n < 0 else [self._reply() for _ in range(n)]
+        raise RuntimeError("bad RESP line %r" % line)
+
+    def close(self):
+        self.f.close()
         self.sock.close()

@@ -1,0 +1,138 @@
+/* store_conn.h - one asynchronous Redis connection and the commands in flight
+ * on it. Internal to the store module (store.c, store_sentinel.c,
+ * store_cluster.c); nothing outside src/store*.c includes it.
+ *
+ * A connection is made with hiredis 0.14 and its libev adapter on the loop of
+ * its store_env. At connect it sends AUTH and SELECT when configured, ROLE when
+ * asked to check it, and SCRIPT LOAD for every script; it is "ready" once all
+ * of them succeeded. store_conn_send() queues an EVALSHA (preceded by ASKING
+ * for an -ASK redirect); a NOSCRIPT reply reloads the script and retries the
+ * command once on the same connection. -MOVED and -ASK replies go to the
+ * owner's redirect hook. A watchdog drops a connection whose oldest command,
+ * or whose connect, takes far longer than the timeout. After a loss the
+ * owner's retry hook runs after a backoff (50 ms doubling to 2 s).
+ *
+ * Every command handed to a connection completes exactly once: its callback
+ * runs with the reply, or with STORE_DOWN when the connection goes away, or
+ * the command is handed to the redirect hook, which takes it over.
+ */
+#ifndef STORE_CONN_H
+#define STORE_CONN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "store.h"
+
+#define STORE_SHA_LEN 40
+
+struct ev_loop;
+struct store_conn;
+
+/* What every connection of one store shares. */
+struct store_env {
+    struct ev_loop *loop;
+    uint64_t timeout_us;     /* [redis] timeout: per command, and per sentinel/seed query */
+    uint64_t dead_after_us;  /* watchdog: a command or a connect older than this is stuck */
+    const char *user;        /* AUTH user (NULL: password only) */
+    const char *password;    /* AUTH at connect when not NULL */
+    int db;                  /* SELECT at connect when not 0 */
+    char sha[SCRIPT_COUNT][STORE_SHA_LEN + 1]; /* from SCRIPT LOAD: the same on every server */
+    unsigned pending;        /* commands in flight over all connections */
+};
+
+/* One store_eval() call: EVALSHA sha 1 key args... Owned by the store until
+ * its callback has run (store_cmd_fail or a reply). */
+struct store_cmd {
+    store_cb *cb;
+    void *arg;
+    uint64_t sent_us;        /* last sent; the watchdog looks at the oldest */
+    uint64_t first_us;       /* first sent: the latency reported to the caller */
+    int script;
+    unsigned noscript_retried : 1;
+    unsigned moved : 1;      /* followed a -MOVED already */
+    unsigned asked : 1;      /* followed an -ASK already */
+    unsigned asking : 1;     /* send ASKING first (the last redirect was -ASK) */
+    int argc;
+    char **argv;             /* argv[1] is the sha, filled in when sent */
+    size_t *argvlen;
+    struct store_conn *conn; /* where it is in flight; NULL when not */
+    struct store_cmd *prev, *next;
+};
+
+/* A copy of the call; NULL when out of memory. */
+struct store_cmd *store_cmd_new(enum store_script script, const char *key, size_t keylen, int argc,
+                                const char *const *argv, const size_t *argvlen, store_cb *cb,
+                                void *arg);
+
+/* The key of the command (argv[3]). */
+const char *store_cmd_key(const struct store_cmd *c, size_t *len);
+
+/* Run the callback with status (STORE_DOWN or STORE_ERR) and err, then free
+ * the command. It must not be in flight. */
+void store_cmd_fail(struct store_cmd *c, int status, const char *err);
+
+/* The owner's side. Hooks run on the loop thread, often from inside a hiredis
+ * callback of this connection: they must not free the connection. */
+struct store_conn_hooks {
+    /* ready went 1 (connected, role checked, scripts loaded) or 0 (lost).
+     * On 0 it runs before the commands in flight fail with STORE_DOWN. */
+    void (*state)(void *owner, struct store_conn *conn, int ready);
+    /* The backoff after a loss (or after store_conn_retry_later) has passed.
+     * NULL: reconnect to the same address. The owner may change the address
+     * and call store_conn_connect(), or call store_conn_retry_later(). */
+    void (*retry)(void *owner, struct store_conn *conn);
+    /* -MOVED (ask 0) or -ASK (ask 1) slot host:port. The command is no longer
+     * in flight: the hook must send it elsewhere or fail it. host is valid
+     * during the call only. NULL: a redirect is an error reply. */
+    void (*redirect)(void *owner, struct store_conn *conn, struct store_cmd *cmd, int ask,
+                     int slot, const char *host, int port);
+};
+
+/* Ask ROLE at connect and drop the connection unless it says master; a
+ * -READONLY reply drops it too (Sentinel: the master was demoted). */
+#define STORE_CONN_CHECK_ROLE 1
+
+/* A connection, not connected yet (see store_conn_connect). host NULL and
+ * unix_path NULL: no address yet (store_conn_set_addr). NULL when out of
+ * memory. */
+struct store_conn *store_conn_new(struct store_env *env, const struct store_conn_hooks *hooks,
+                                  void *owner, const char *host, int port, const char *unix_path,
+                                  int flags);
+
+/* Close: the commands in flight fail with STORE_DOWN, the hooks do not run.
+ * Not from inside one of this connection's hooks. NULL no-op. */
+void store_conn_free(struct store_conn *conn);
+
+/* Change the TCP address used by the next connect. 0, or -1 out of memory. */
+int store_conn_set_addr(struct store_conn *conn, const char *host, int port);
+
+/* Start connecting now unless a connection exists or is being made. A
+ * failure shows up later as a loss (state 0 and a retry after the backoff). */
+void store_conn_connect(struct store_conn *conn);
+
+/* Run the retry hook after the backoff, which then doubles. */
+void store_conn_retry_later(struct store_conn *conn);
+
+/* Give the current connection up now (the commands in flight fail with
+ * STORE_DOWN, state 0 runs) and connect again at once. Not from inside one of
+ * this connection's hooks. */
+void store_conn_restart(struct store_conn *conn, const char *why);
+
+/* 1 when ready: connected, role checked, scripts loaded. */
+int store_conn_ready(const struct store_conn *conn);
+
+/* 1 when commands can be queued: connected or connecting (they go out after
+ * the setup commands, in order). Only meaningful once env->sha is filled. */
+int store_conn_usable(const struct store_conn *conn);
+
+/* Send cmd (EVALSHA, ASKING first when cmd->asking). 0: in flight here, it
+ * completes as said at the top. -1: not sent, the caller still owns cmd. */
+int store_conn_send(struct store_conn *conn, struct store_cmd *cmd);
+
+/* "host:port" or the unix path, for logs and comparisons. */
+const char *store_conn_name(const struct store_conn *conn);
+const char *store_conn_host(const struct store_conn *conn);
+int store_conn_port(const struct store_conn *conn);
+
+#endif
