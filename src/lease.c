@@ -484,11 +484,14 @@ void lease_tick(struct lease_table *t, uint64_t now_us, int redis_up, struct lea
                 if (!e->inflight && redis_up && now_us >= e->blocked_until_us) {
                     if (e->tokens > 0 && hits == 0) {
                         job = make_return(e); /* no demand for a tick: give back */
-                    } else if (hits > 0 &&
+                    } else if (hits >= 2 &&
                                ((double)e->tokens < 1.5 * e->demand + 1 ||
                                 e->deadline_us - now_us < 2 * t->cfg.interval_us)) {
-                        /* Will not last until the next tick, or the lease
-                         * ends soon: top up (a claim also renews it). */
+                        /* Busy, and will not last until the next tick or the
+                         * lease ends soon: top up (a claim also renews it).
+                         * A key seen once in a tick is not topped up: its
+                         * next request claims for itself, so a cold key costs
+                         * one call, not a claim, a top-up and a give-back. */
                         job = make_claim(t, e, now_us);
                         if (job && job->want == 0 && e->tokens == 0) {
                             e->inflight = NULL;

@@ -390,21 +390,30 @@ int limiter_decide(struct limiter *l, struct limiter_req *req, uint64_t now_us)
         struct rule_hit *h = &ev->hits[i];
         const struct cfg_rule *r = &req->rs->cfg->rules[h->rule];
         struct lease_waiter *w = &req->waiters[i];
+        char *kp = key;
         size_t klen = redis_key(l, req, h, key, sizeof(key));
 
         h->out.degraded = 0;
         w->out = &h->out.res;
         w->req = req;
         w->hit = i;
-        if (klen == 0) { /* cannot happen with max_key <= 512; decide locally */
-            decide_fallback(l, req, i, now_us);
-            decided++;
-            continue;
+        if (klen == 0) { /* a long max_key: build it on the heap */
+            size_t cap = l->prefix_len + 4 + CFG_MAX_NAME + h->key_len;
+            kp = malloc(cap);
+            klen = kp ? redis_key(l, req, h, kp, cap) : 0;
+            if (!klen) {
+                free(kp);
+                decide_fallback(l, req, i, now_us);
+                decided++;
+                continue;
+            }
         }
         if (r->lease) {
             struct lease_job *lj = NULL;
-            int v = lease_decide(l->leases, key, klen, &req->rs->params[h->rule], now_us, up, w,
+            int v = lease_decide(l->leases, kp, klen, &req->rs->params[h->rule], now_us, up, w,
                                  &h->out.res, &lj);
+            if (kp != key) /* the lease entry keeps its own copy */
+                free(kp);
             if (v == LEASE_DONE) {
                 decided++;
             } else if (v == LEASE_DOWN) {
@@ -432,6 +441,8 @@ int limiter_decide(struct limiter *l, struct limiter_req *req, uint64_t now_us)
         /* lease = off: one exact script call per decision */
         struct rjob *j = up ? calloc(1, sizeof(*j) + klen + 1) : NULL;
         if (!j) {
+            if (kp != key)
+                free(kp);
             decide_fallback(l, req, i, now_us);
             decided++;
             continue;
@@ -444,7 +455,9 @@ int limiter_decide(struct limiter *l, struct limiter_req *req, uint64_t now_us)
         j->period_ms = r->rate_period_ms;
         j->burst = r->burst;
         j->keylen = klen;
-        memcpy(j->key, key, klen);
+        memcpy(j->key, kp, klen);
+        if (kp != key)
+            free(kp);
         enqueue(l, j);
         queued = 1;
     }
@@ -512,6 +525,7 @@ struct limiter *limiter_new(struct ev_loop *loop, const struct config *cfg, char
     if (!l->store)
         goto fail;
     store_on_state(l->store, on_state, l);
+    atomic_store(&metrics.redis_configured, 1);
     return l;
 fail:
     limiter_free(l);

@@ -66,8 +66,19 @@ static void warn_static_changes(const struct config *old, const struct config *n
         LOG_WARN("\"max_frame_size changed; takes effect at restart\"");
     if (strcmp(old->stats ? old->stats : "", nw->stats ? nw->stats : "") != 0)
         LOG_WARN("\"stats changed; takes effect at restart\"");
-    if (config_standalone(old) != config_standalone(nw))
+    if (config_standalone(old) != config_standalone(nw) ||
+        strcmp(old->redis_url ? old->redis_url : "", nw->redis_url ? nw->redis_url : "") ||
+        strcmp(old->redis_cluster ? old->redis_cluster : "",
+               nw->redis_cluster ? nw->redis_cluster : "") ||
+        strcmp(old->redis_sentinel ? old->redis_sentinel : "",
+               nw->redis_sentinel ? nw->redis_sentinel : "") ||
+        strcmp(old->redis_prefix ? old->redis_prefix : "",
+               nw->redis_prefix ? nw->redis_prefix : "") ||
+        old->redis_timeout_ms != nw->redis_timeout_ms)
         LOG_WARN("\"[redis] changed; takes effect at restart\"");
+    if (old->lease_interval_ms != nw->lease_interval_ms || old->lease_ttl_ms != nw->lease_ttl_ms ||
+        old->lease_max_fraction != nw->lease_max_fraction)
+        LOG_WARN("\"[lease] changed; takes effect at restart\"");
 }
 
 static void on_sighup(struct ev_loop *loop, ev_signal *w, int revents)

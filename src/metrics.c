@@ -222,6 +222,9 @@ char *metrics_render(size_t *len)
                   "Redis commands that failed or timed out.", ld(&metrics.redis_errors));
     render_simple(&b, "spoa_ratelimit_redis_up", "gauge", "1 when connected to Redis.",
                   (uint64_t)atomic_load(&metrics.redis_up));
+    render_simple(&b, "spoa_ratelimit_redis_configured", "gauge",
+                  "1 when a [redis] section makes limits global, 0 standalone.",
+                  (uint64_t)atomic_load(&metrics.redis_configured));
     render_hist(&b, "spoa_ratelimit_redis_latency_seconds", "Redis round trip per command batch.",
                 &metrics.redis_latency);
     render_hist(&b, "spoa_ratelimit_decision_seconds", "NOTIFY read to ACK written.",
@@ -244,6 +247,8 @@ char *metrics_render(size_t *len)
     for (unsigned i = 1; i < 14; i++)
         sb_printf(&b, "spoa_ratelimit_protocol_errors_total{status=\"%u\"} %llu\n", i,
                   (unsigned long long)ld(&metrics.protocol_errors[i]));
+    sb_printf(&b, "spoa_ratelimit_protocol_errors_total{status=\"99\"} %llu\n",
+              (unsigned long long)ld(&metrics.protocol_errors[0]));
 
     render_simple(&b, "spoa_ratelimit_lease_claims_total", "counter",
                   "Lease claims and top-ups sent to Redis.", ld(&metrics.lease_claims));

@@ -57,10 +57,11 @@ struct metrics {
     atomic_uint_fast64_t redis_commands;
     atomic_uint_fast64_t redis_errors;
     atomic_int redis_up;
+    atomic_int redis_configured;
     atomic_int connections;
     atomic_uint_fast64_t connections_total;
     atomic_uint_fast64_t frames_in[4];   /* by type: 0 other, 1 hello, 2 disconnect, 3 notify */
-    atomic_uint_fast64_t protocol_errors[14]; /* by status code 0..13 (99 counted in 0) */
+    atomic_uint_fast64_t protocol_errors[14]; /* by status code 1..13; [0] counts 99 */
     atomic_uint_fast64_t acks;
     atomic_uint_fast64_t reloads;
     atomic_uint_fast64_t reload_failures;

@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "metrics.h"
+
 #define OUT_INITIAL 4096
 
 int spop_conn_init(struct spop_conn *c, uint32_t agent_max_frame)
@@ -66,6 +68,8 @@ void spop_conn_disconnect(struct spop_conn *c, unsigned status)
         return;
     c->state = SPOP_CONN_CLOSING;
     c->status = status;
+    if (status > 0)
+        METRIC_INC(protocol_errors[status < 14 ? status : 0]);
     /* 4 + 7 + two kv items with a message of at most 255 bytes */
     if (out_reserve(c, 512) < 0)
         return; /* nothing more to say: the close alone tells HAProxy */
@@ -142,6 +146,7 @@ static int handle_frame(struct spop_conn *c, const struct spop_frame *f, spop_no
 {
     unsigned st;
 
+    METRIC_INC(frames_in[f->type <= SPOP_FRAME_NOTIFY ? f->type : 0]);
     /* We never negotiate fragmentation: every frame must be whole. */
     if (!(f->flags & SPOP_FLAG_FIN) &&
         (f->type == SPOP_FRAME_HAPROXY_HELLO || f->type == SPOP_FRAME_NOTIFY ||
