@@ -231,10 +231,12 @@ static uint64_t claim_size(const struct lease_table *t, const struct lease_entry
                            uint64_t now_us)
 {
     double d = e->demand > e->hits ? e->demand : (double)e->hits;
-    /* A key Redis never answered for is cold until shown otherwise: most of
-     * a million per-IP keys are seen once, and one token is all they need. */
-    double want = e->known ? ceil(2.0 * d) + (double)e->nwait - (double)e->tokens
-                           : (double)e->nwait;
+    /* Prefetch only for keys busy for more than a tick: most of a million
+     * per-IP keys are seen once or now and then, and a claim of exactly what
+     * waits costs them one call per request, with nothing to give back. */
+    double want = (double)e->nwait;
+    if (e->known && (e->demand >= 1.0 || e->hits >= 2))
+        want += ceil(2.0 * d) - (double)e->tokens;
     double cap = floor(t->cfg.max_fraction * (double)(e->algorithm == ALGO_SW ? e->limit
                                                                              : e->burst));
     if (cap < 1)
