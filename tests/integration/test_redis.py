@@ -225,6 +225,9 @@ algorithm = sliding-window
 
 class TwoAgents(RedisCase):
     def test_two_agents_share_one_limit(self):
+        """30 requests for one key alternating between two agents on one
+        Redis: exactly 10 allowed in total under 10/1m, for lease = on,
+        lease = off and the sliding window; both agents admit some."""
         redis = self.start_redis()
         a = self.start_agent(redis, SHARED)
         b = self.start_agent(redis, SHARED)
@@ -641,6 +644,10 @@ class RedisDown(RedisCase):
         self.assertGreater(self.dbsize(self.redis), before, "%s: nothing written to Redis" % label)
 
     def test_redis_killed_and_restarted_empty(self):
+        """SIGKILL under load: ACKs stay prompt, the open rule falls back to
+        its share (degraded), the closed rule denies (degraded). Redis comes
+        back empty on the same port: decisions are global again within
+        seconds, and exact for a fresh key, also after SCRIPT FLUSH."""
         self.start()
         time.sleep(1.0)
         t_down = time.monotonic()
@@ -655,12 +662,12 @@ class RedisDown(RedisCase):
         recs = self.finish()
         print("  global again %.2f s after the restart" % took)
         self.assertEqual(up, 0, "spoa_ratelimit_redis_up during the outage")
-        self.check_outage(recs, t_down, t_back, "SIGKILL")
         # a fresh key is exact again (scripts were loaded into the new Redis)
         self.ten_again("after restart")
         # and once more after the scripts vanish under a live connection
         self.assertEqual(self.redis.cli("SCRIPT", "FLUSH"), "OK")
         self.ten_again("after SCRIPT FLUSH")
+        self.check_outage(recs, t_down, t_back, "SIGKILL")
 
     def test_redis_frozen(self):
         """SIGSTOP: the connection stays open but nothing answers. Every
@@ -681,8 +688,8 @@ class RedisDown(RedisCase):
         print("  global again %.2f s after SIGCONT" % took)
         self.assertGreater(self.metric(self.agent, "spoa_ratelimit_redis_errors_total"), err0,
                            "timeouts must count as Redis errors")
-        self.check_outage(recs, t_down, t_back, "SIGSTOP")
         self.ten_again("after SIGCONT")
+        self.check_outage(recs, t_down, t_back, "SIGSTOP")
 
 
 # ---- 6. reported values -----------------------------------------------------
