@@ -70,6 +70,8 @@ struct worker {
     struct ruleset *_Atomic next_rs; /* handed over by server_set_ruleset */
     atomic_int stop;
     int stopping;
+    uint64_t acked_t0[256];        /* NOTIFY read times of ACKs queued, not yet written */
+    unsigned nacked;
     struct request *free_reqs;     /* recycled requests */
     unsigned nfree;
     unsigned pending;              /* requests waiting for Redis */
@@ -306,7 +308,22 @@ static void request_finish(struct request *r)
     rules_account(r->lr.rs, &r->lr.ev, r->t0);
     if (spop_conn_ack(&c->sp, r->stream_id, r->frame_id, encode_ack, &a) == 0)
         METRIC_INC(acks);
-    metrics_hist_observe(&metrics.decision, (util_now_us() - r->t0) * 1000);
+    /* decision_seconds runs to the ACK's write: observed after the flush. */
+    struct worker *w = r->w;
+    if (w->nacked == sizeof(w->acked_t0) / sizeof(w->acked_t0[0]))
+        metrics_hist_observe(&metrics.decision, (util_now_us() - r->t0) * 1000);
+    else
+        w->acked_t0[w->nacked++] = r->t0;
+}
+
+/* The ACKs queued since the last call have been written (or their
+ * connection is gone): observe their decision times. */
+static void observe_written(struct worker *w)
+{
+    uint64_t now = util_now_us();
+    for (unsigned i = 0; i < w->nacked; i++)
+        metrics_hist_observe(&metrics.decision, (now - w->acked_t0[i]) * 1000);
+    w->nacked = 0;
 }
 
 /* limiter thread: the last decision of r is in; hand r to its worker. */
@@ -362,6 +379,7 @@ static int on_notify(void *ctx, struct spop_conn *sp, const struct spop_frame *f
 static void conn_read_cb(struct ev_loop *loop, ev_io *io, int revents)
 {
     struct conn *c = io->data;
+    struct worker *w = c->w;
 
     for (int rounds = 0; rounds < 4; rounds++) {
         size_t room;
@@ -376,6 +394,7 @@ static void conn_read_cb(struct ev_loop *loop, ev_io *io, int revents)
         n = recv(c->fd, p, room, 0);
         if (n == 0 || (n == -1 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
             conn_free(c);
+            observe_written(w);
             return;
         }
         if (n == -1)
@@ -390,6 +409,7 @@ static void conn_read_cb(struct ev_loop *loop, ev_io *io, int revents)
             break;
     }
     conn_flush(c);
+    observe_written(w);
 }
 
 static void conn_write_cb(struct ev_loop *loop, ev_io *io, int revents)
@@ -517,6 +537,7 @@ static void finish_done_requests(struct worker *w)
             conn_flush(c);
         }
     }
+    observe_written(w);
     worker_maybe_done(w);
 }
 
