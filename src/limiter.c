@@ -18,6 +18,7 @@
 #define STRIPES 64
 #define KEYBUF 1024
 #define CLOSED_RETRY_US 1000000 /* fail-closed answers: retry in a second */
+#define STALL_PROBE_US 100000  /* while stalled, one decision per 100 ms still asks Redis */
 
 enum rjob_kind { RJOB_LEASE = 0, RJOB_EXACT = 1 };
 
@@ -50,6 +51,7 @@ struct limiter {
     struct rjob *queue;
     atomic_int up;
     atomic_int stalled; /* a call timed out and no reply came since */
+    atomic_uint_fast64_t last_probe_us;
     struct rjob *ihead, *itail; /* in flight */
     uint64_t timeout_us;
     uint64_t ttl_ms;
@@ -270,8 +272,10 @@ static void timeouts_cb(struct ev_loop *loop, ev_timer *t, int revents)
             continue;
         j->timed_out = 1;
         METRIC_INC(redis_errors);
-        /* Until Redis answers something, new decisions do not wait for it. */
-        if (!atomic_exchange(&l->stalled, 1))
+        /* Until Redis answers something, new decisions do not wait for it.
+         * Not with a cluster: one slow node says nothing of the others (its
+         * keys fall back through their own timeouts). */
+        if (!store_clustered(l->store) && !atomic_exchange(&l->stalled, 1))
             LOG_WARN("\"redis slower than timeout: rules fall back\" timeout_ms=%llu",
                      (unsigned long long)(l->timeout_us / 1000));
         if (j->kind == RJOB_EXACT) {
@@ -331,6 +335,20 @@ static void on_state(void *arg, int up)
 
 /* ---- decisions (worker threads) ------------------------------------------- */
 
+/* While Redis is stalled (a call timed out, none answered since), decisions
+ * do not wait for it, but one request per STALL_PROBE_US still goes, so that
+ * recovery is seen even when only exact (lease = off) rules are in use. */
+static int redis_stalled(struct limiter *l, uint64_t now_us)
+{
+    if (!atomic_load_explicit(&l->stalled, memory_order_relaxed))
+        return 0;
+    uint64_t last = atomic_load_explicit(&l->last_probe_us, memory_order_relaxed);
+    if (now_us - last >= STALL_PROBE_US &&
+        atomic_compare_exchange_strong(&l->last_probe_us, &last, now_us))
+        return 0;
+    return 1;
+}
+
 static void enqueue(struct limiter *l, struct rjob *j)
 {
     pthread_mutex_lock(&l->qlock);
@@ -384,7 +402,7 @@ int limiter_decide(struct limiter *l, struct limiter_req *req, uint64_t now_us)
         req->waiters_cap = ev->nhits;
     }
     atomic_store(&req->waiting, (unsigned)ev->nhits + 1);
-    int up = atomic_load(&l->up) && !atomic_load(&l->stalled);
+    int up = atomic_load(&l->up) && !redis_stalled(l, now_us);
 
     for (size_t i = 0; i < ev->nhits; i++) {
         struct rule_hit *h = &ev->hits[i];

@@ -67,11 +67,12 @@ int spop_conn_ack(struct spop_conn *c, uint64_t stream_id, uint64_t frame_id,
  * becomes CLOSING. */
 void spop_conn_disconnect(struct spop_conn *c, unsigned status);
 
-/* Pending output and its consumption by the writer. */
+/* Pending output and its consumption by the writer. NULL with *len 0 while
+ * nothing was ever queued (out is allocated lazily). */
 static inline const uint8_t *spop_conn_out(const struct spop_conn *c, size_t *len)
 {
     *len = c->out_len - c->out_off;
-    return c->out + c->out_off;
+    return c->out ? c->out + c->out_off : NULL;
 }
 void spop_conn_out_consumed(struct spop_conn *c, size_t n);
 

@@ -1,11 +1,14 @@
-/* store.c - asynchronous Redis client (hiredis 0.14 + libev adapter). */
+/* store.c - the Redis client behind store.h: the [redis] settings, the
+ * topology (one server by url, the master Sentinel names, or a Redis Cluster),
+ * the up/down state, and store_eval() handing each call to its connection.
+ *
+ * The pieces: store_conn.c (one connection: setup, EVALSHA, NOSCRIPT,
+ * watchdog, backoff), store_probe.c (one-shot questions to a list of
+ * servers), store_sentinel.c (where the master is), store_cluster.c (slot
+ * map, routing, redirects).
+ */
 #include "store.h"
 
-#include <errno.h>
-#include <ev.h>
-#include <hiredis/adapters/libev.h>
-#include <hiredis/async.h>
-#include <hiredis/hiredis.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,61 +17,30 @@
 #include "config.h"
 #include "log.h"
 #include "metrics.h"
-#include "scripts.h"
+#include "store_cluster.h"
+#include "store_conn.h"
+#include "store_sentinel.h"
 #include "util.h"
 
-#define BACKOFF_MIN 0.05
-#define BACKOFF_MAX 2.0
-#define WATCHDOG_EVERY 0.05
-#define SHA_LEN 40
-
-struct store_cmd {
-    struct store *s;
-    store_cb *cb;
-    void *arg;
-    uint64_t sent_us;
-    int script;
-    int retried;
-    int argc;      /* EVALSHA sha numkeys key args... */
-    char **argv;   /* argv[1] is the sha slot */
-    size_t *argvlen;
-    struct store_cmd *prev, *next; /* outstanding, oldest first */
-};
-
 struct store {
-    struct ev_loop *loop;
-    redisAsyncContext *ac;
-    int up;           /* scripts loaded, ready for EVALSHA */
-    int connected;    /* TCP/unix connection made */
-    int loading;      /* SCRIPT LOAD replies still expected */
-    double backoff;
-    ev_timer reconnect;
-    ev_timer watchdog;
-    uint64_t dead_after_us;
-    /* where */
+    struct store_env env;
+    struct store_conn *conn;         /* url and sentinel: the one connection */
+    struct store_sentinel *sentinel; /* sentinel: where the master is */
+    int resolving;                   /* sentinel: the connection waits for an answer */
+    struct store_cluster *cluster;   /* cluster: the slot map and the masters */
+    int up;
+    int closing; /* store_free is failing what is in flight */
+    /* url */
     char *host;
     int port;
     char *unix_path;
     char *user, *password;
     int db;
-    char sha[SCRIPT_COUNT][SHA_LEN + 1];
-    struct store_cmd *head, *tail;
-    unsigned pending;
+    char *master; /* sentinel: the master's name, for logs */
     void (*state_fn)(void *, int);
     void *state_arg;
     char agent_id[128];
-    char last_err[256];
 };
-
-static const char *const script_src[SCRIPT_COUNT] = {
-    script_tb_claim, script_tb_return, script_tb_exact,
-    script_sw_claim, script_sw_return, script_sw_exact,
-};
-static const char *const script_names[SCRIPT_COUNT] = {
-    "tb_claim", "tb_return", "tb_exact", "sw_claim", "sw_return", "sw_exact",
-};
-
-static void store_connect(struct store *s);
 
 /* ---- URL ---------------------------------------------------------------- */
 
@@ -127,58 +99,7 @@ static int parse_url(struct store *s, const char *url, char *err, size_t errlen)
     return s->host ? 0 : -1;
 }
 
-/* ---- outstanding commands ------------------------------------------------ */
-
-static void cmd_unlink(struct store *s, struct store_cmd *c)
-{
-    if (c->prev)
-        c->prev->next = c->next;
-    else
-        s->head = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
-    else
-        s->tail = c->prev;
-    c->prev = c->next = NULL;
-    s->pending--;
-}
-
-static void cmd_link(struct store *s, struct store_cmd *c)
-{
-    c->prev = s->tail;
-    c->next = NULL;
-    if (s->tail)
-        s->tail->next = c;
-    else
-        s->head = c;
-    s->tail = c;
-    s->pending++;
-}
-
-static void cmd_free(struct store_cmd *c)
-{
-    if (!c)
-        return;
-    for (int i = 0; i < c->argc; i++)
-        free(c->argv[i]);
-    free(c->argv);
-    free(c->argvlen);
-    free(c);
-}
-
-static void cmd_finish(struct store_cmd *c, struct store_result *res)
-{
-    c->cb(c->arg, res);
-    cmd_free(c);
-}
-
-static void fail_cmd(struct store_cmd *c, int status, const char *err)
-{
-    struct store_result res = {.status = status, .err = err};
-    cmd_finish(c, &res);
-}
-
-/* ---- connection state ---------------------------------------------------- */
+/* ---- up and down ---------------------------------------------------------- */
 
 static void set_up(struct store *s, int up)
 {
@@ -186,296 +107,138 @@ static void set_up(struct store *s, int up)
         return;
     s->up = up;
     atomic_store(&metrics.redis_up, up);
-    if (up)
-        LOG_INFO("\"redis up\" %s%s%s:%d", s->unix_path ? "path=" : "addr=",
-                 s->unix_path ? s->unix_path : s->host, s->unix_path ? "" : "",
-                 s->unix_path ? 0 : s->port);
+    if (up) {
+        if (s->cluster)
+            LOG_INFO("\"redis up\" mode=cluster");
+        else if (s->sentinel)
+            LOG_INFO("\"redis up\" master=%s addr=%s", s->master, store_conn_name(s->conn));
+        else
+            LOG_INFO("\"redis up\" %s=%s", s->unix_path ? "path" : "addr",
+                     store_conn_name(s->conn));
+    }
     if (s->state_fn)
         s->state_fn(s->state_arg, up);
 }
 
-static void schedule_reconnect(struct store *s)
+static void conn_state(void *owner, struct store_conn *conn, int ready)
 {
-    ev_timer_stop(s->loop, &s->reconnect);
-    ev_timer_set(&s->reconnect, s->backoff, 0.);
-    ev_timer_start(s->loop, &s->reconnect);
-    s->backoff = s->backoff * 2 > BACKOFF_MAX ? BACKOFF_MAX : s->backoff * 2;
+    set_up(owner, ready);
 }
 
-/* The connection is gone (or never came): fail what waits, try again later. */
-static void connection_lost(struct store *s, const char *why)
+static void cluster_state(void *arg, int up)
 {
-    struct store_cmd *c;
-
-    if (s->up || s->connected)
-        LOG_WARN("\"redis connection lost\" err=\"%s\"", why);
-    else if (strcmp(s->last_err, why) != 0)
-        LOG_WARN("\"redis unreachable\" err=\"%s\"", why);
-    snprintf(s->last_err, sizeof(s->last_err), "%s", why);
-    s->ac = NULL;
-    s->connected = 0;
-    s->loading = 0;
-    set_up(s, 0);
-    while ((c = s->head)) {
-        cmd_unlink(s, c);
-        METRIC_INC(redis_errors);
-        fail_cmd(c, STORE_DOWN, why);
-    }
-    schedule_reconnect(s);
+    set_up(arg, up);
 }
 
-static void on_connect(const redisAsyncContext *ac, int status)
+/* ---- sentinel ---------------------------------------------------------------- */
+
+/* The connection's backoff after a loss passed: ask where the master is now. */
+static void sentinel_retry(void *owner, struct store_conn *conn)
 {
-    struct store *s = ac->data;
-    if (status != REDIS_OK) {
-        /* hiredis frees ac after this callback. */
-        connection_lost(s, ac->errstr[0] ? ac->errstr : "connect failed");
+    struct store *s = owner;
+
+    s->resolving = 1;
+    store_sentinel_resolve(s->sentinel);
+}
+
+/* An answer, asked for or periodic. A new address is used at once (a
+ * failover: the old master may still be up, demoted or about to be); the same
+ * address only when the connection was waiting for it. */
+static void on_master(void *arg, const char *host, int port)
+{
+    struct store *s = arg;
+    const char *cur = store_conn_host(s->conn);
+    int waiting = s->resolving;
+
+    s->resolving = 0;
+    if (!host) {
+        if (waiting)
+            store_conn_retry_later(s->conn);
         return;
     }
-    s->connected = 1;
-}
-
-static void on_disconnect(const redisAsyncContext *ac, int status)
-{
-    struct store *s = ac->data;
-    if (s->ac != ac)
-        return; /* an old context we already gave up on */
-    connection_lost(s, status == REDIS_OK ? "closed" : (ac->errstr[0] ? ac->errstr : "error"));
-}
-
-/* Reply of a setup command (AUTH, SELECT, SCRIPT LOAD). */
-static void on_setup_reply(redisAsyncContext *ac, void *r, void *priv)
-{
-    struct store *s = ac->data;
-    redisReply *reply = r;
-    long idx = (long)(intptr_t)priv;
-
-    if (!reply)
-        return; /* connection going away: connection_lost handles it */
-    if (reply->type == REDIS_REPLY_ERROR) {
-        char why[200];
-        snprintf(why, sizeof(why), "%s: %s",
-                 idx < 0 ? (idx == -1 ? "AUTH" : "SELECT") : "SCRIPT LOAD", reply->str);
-        METRIC_INC(redis_errors);
-        if (strcmp(s->last_err, why) != 0)
-            LOG_ERROR("\"redis refused setup\" err=\"%s\"", why);
-        snprintf(s->last_err, sizeof(s->last_err), "%s", why);
-        redisAsyncDisconnect(ac);
+    if (cur && strcmp(cur, host) == 0 && store_conn_port(s->conn) == port) {
+        if (waiting)
+            store_conn_connect(s->conn);
         return;
     }
-    if (idx >= 0 && reply->type == REDIS_REPLY_STRING && reply->len == SHA_LEN)
-        memcpy(s->sha[idx], reply->str, SHA_LEN + 1);
-    if (idx >= 0 && --s->loading == 0) {
-        s->backoff = BACKOFF_MIN;
-        s->last_err[0] = '\0';
-        set_up(s, 1);
-    }
+    if (store_conn_restart(s->conn, host, port, "the master moved") < 0 && waiting)
+        store_conn_retry_later(s->conn);
 }
 
-static void send_setup(struct store *s)
-{
-    if (s->password) {
-        if (s->user)
-            redisAsyncCommand(s->ac, on_setup_reply, (void *)(intptr_t)-1, "AUTH %s %s", s->user,
-                              s->password);
-        else
-            redisAsyncCommand(s->ac, on_setup_reply, (void *)(intptr_t)-1, "AUTH %s",
-                              s->password);
-        METRIC_INC(redis_commands);
-    }
-    if (s->db) {
-        redisAsyncCommand(s->ac, on_setup_reply, (void *)(intptr_t)-2, "SELECT %d", s->db);
-        METRIC_INC(redis_commands);
-    }
-    s->loading = SCRIPT_COUNT;
-    for (long i = 0; i < SCRIPT_COUNT; i++) {
-        redisAsyncCommand(s->ac, on_setup_reply, (void *)(intptr_t)i, "SCRIPT LOAD %s",
-                          script_src[i]);
-        METRIC_INC(redis_commands);
-    }
-}
-
-static void store_connect(struct store *s)
-{
-    redisAsyncContext *ac;
-
-    if (s->unix_path)
-        ac = redisAsyncConnectUnix(s->unix_path);
-    else
-        ac = redisAsyncConnect(s->host, s->port);
-    if (!ac || ac->err) {
-        char why[160];
-        snprintf(why, sizeof(why), "%s", ac ? ac->errstr : "out of memory");
-        if (ac)
-            redisAsyncFree(ac);
-        connection_lost(s, why);
-        return;
-    }
-    ac->data = s;
-    s->ac = ac;
-    redisLibevAttach(s->loop, ac);
-    redisAsyncSetConnectCallback(ac, on_connect);
-    redisAsyncSetDisconnectCallback(ac, on_disconnect);
-    /* Commands queue until the connection is made, in order. */
-    send_setup(s);
-}
-
-static void reconnect_cb(struct ev_loop *loop, ev_timer *t, int revents)
-{
-    struct store *s = t->data;
-    if (!s->ac)
-        store_connect(s);
-}
-
-/* A connection whose oldest command waits far beyond the timeout is stuck
- * (Redis frozen, a partition without RST): drop it and start over. */
-static void watchdog_cb(struct ev_loop *loop, ev_timer *t, int revents)
-{
-    struct store *s = t->data;
-    if (s->ac && s->head && util_now_us() - s->head->sent_us > s->dead_after_us) {
-        redisAsyncContext *ac = s->ac;
-        LOG_WARN("\"redis not answering; reconnecting\" waited_ms=%llu",
-                 (unsigned long long)((util_now_us() - s->head->sent_us) / 1000));
-        s->ac = NULL; /* on_disconnect ignores it from now on */
-        redisAsyncFree(ac); /* runs the pending hiredis callbacks with NULL */
-        connection_lost(s, "not answering");
-    }
-}
+static const struct store_conn_hooks url_hooks = {conn_state, NULL, NULL};
+static const struct store_conn_hooks sentinel_hooks = {conn_state, sentinel_retry, NULL};
 
 /* ---- commands ------------------------------------------------------------ */
-
-static void on_eval_reply(redisAsyncContext *ac, void *r, void *priv);
-
-static int send_cmd(struct store *s, struct store_cmd *c)
-{
-    memcpy(c->argv[1], s->sha[c->script], SHA_LEN);
-    c->sent_us = util_now_us();
-    if (redisAsyncCommandArgv(s->ac, on_eval_reply, c, c->argc, (const char **)c->argv,
-                              c->argvlen) != REDIS_OK)
-        return -1;
-    METRIC_INC(redis_commands);
-    return 0;
-}
-
-static void on_eval_reply(redisAsyncContext *ac, void *r, void *priv)
-{
-    struct store_cmd *c = priv;
-    struct store *s = c->s;
-    redisReply *reply = r;
-    struct store_result res = {0};
-
-    if (!reply) {
-        /* Disconnect or free: connection_lost() fails the list; when the
-         * context was dropped by the watchdog the command is already unlinked
-         * and failed there. */
-        return;
-    }
-    cmd_unlink(s, c);
-    res.latency_us = util_now_us() - c->sent_us;
-    metrics_hist_observe(&metrics.redis_latency, res.latency_us * 1000);
-    if (reply->type == REDIS_REPLY_ERROR && strncmp(reply->str, "NOSCRIPT", 8) == 0 &&
-        !c->retried && s->ac) {
-        /* Redis lost its scripts (restart, failover, SCRIPT FLUSH): load the
-         * script again and retry; both go out in order on this connection. */
-        c->retried = 1;
-        LOG_INFO("\"redis lost its scripts; reloading\" script=%s", script_names[c->script]);
-        s->loading++;
-        redisAsyncCommand(s->ac, on_setup_reply, (void *)(intptr_t)c->script, "SCRIPT LOAD %s",
-                          script_src[c->script]);
-        METRIC_INC(redis_commands);
-        cmd_link(s, c);
-        if (send_cmd(s, c) == 0)
-            return;
-        cmd_unlink(s, c);
-        fail_cmd(c, STORE_DOWN, "send failed");
-        return;
-    }
-    if (reply->type == REDIS_REPLY_ARRAY) {
-        res.status = STORE_OK;
-        for (size_t i = 0; i < reply->elements && i < STORE_MAX_VALUES; i++) {
-            redisReply *e = reply->element[i];
-            if (e->type == REDIS_REPLY_INTEGER) {
-                res.v[i] = e->integer;
-            } else if (e->type == REDIS_REPLY_STRING) {
-                res.v[i] = strtoll(e->str, NULL, 10);
-            } else {
-                res.status = STORE_ERR;
-                res.err = "unexpected reply element";
-            }
-            res.n = (int)i + 1;
-        }
-    } else {
-        res.status = STORE_ERR;
-        res.err = reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply type";
-    }
-    if (res.status != STORE_OK) {
-        METRIC_INC(redis_errors);
-        LOG_DEBUG("\"redis script error\" script=%s err=\"%s\"", script_names[c->script],
-                  res.err);
-    }
-    cmd_finish(c, &res);
-}
 
 int store_eval(struct store *s, enum store_script script, const char *key, size_t keylen,
                int argc, const char *const *argv, const size_t *argvlen, store_cb *cb,
                void *arg)
 {
     struct store_cmd *c;
-    int n = argc + 4;
+    int sent;
 
-    if (!s->up || !s->ac) {
+    if (s->closing || !s->up || (s->conn && !store_conn_ready(s->conn))) {
         struct store_result res = {.status = STORE_DOWN, .err = "redis down"};
         cb(arg, &res);
         return -1;
     }
-    c = calloc(1, sizeof(*c));
-    if (!c)
-        goto oom;
-    c->s = s;
-    c->cb = cb;
-    c->arg = arg;
-    c->script = script;
-    c->argc = n;
-    c->argv = calloc((size_t)n, sizeof(char *));
-    c->argvlen = calloc((size_t)n, sizeof(size_t));
-    if (!c->argv || !c->argvlen)
-        goto oom;
-    c->argv[0] = strdup("EVALSHA");
-    c->argv[1] = malloc(SHA_LEN + 1);
-    c->argv[2] = strdup("1");
-    c->argv[3] = malloc(keylen + 1);
-    if (!c->argv[0] || !c->argv[1] || !c->argv[2] || !c->argv[3])
-        goto oom;
-    c->argvlen[0] = 7;
-    c->argvlen[1] = SHA_LEN;
-    c->argvlen[2] = 1;
-    memcpy(c->argv[3], key, keylen);
-    c->argvlen[3] = keylen;
-    for (int i = 0; i < argc; i++) {
-        c->argv[4 + i] = malloc(argvlen[i] + 1);
-        if (!c->argv[4 + i])
-            goto oom;
-        memcpy(c->argv[4 + i], argv[i], argvlen[i]);
-        c->argvlen[4 + i] = argvlen[i];
+    c = store_cmd_new(script, key, keylen, argc, argv, argvlen, cb, arg);
+    if (!c) {
+        struct store_result res = {.status = STORE_ERR, .err = "out of memory"};
+        cb(arg, &res);
+        return -1;
     }
-    cmd_link(s, c);
-    if (send_cmd(s, c) < 0) {
-        cmd_unlink(s, c);
+    sent = s->cluster ? store_cluster_send(s->cluster, c) : store_conn_send(s->conn, c);
+    if (sent < 0) {
         METRIC_INC(redis_errors);
-        fail_cmd(c, STORE_DOWN, "send failed");
+        store_cmd_fail(c, STORE_DOWN, s->cluster ? "redis node down" : "send failed");
         return -1;
     }
     return 0;
-oom:
-    cmd_free(c);
-    {
-        struct store_result res = {.status = STORE_ERR, .err = "out of memory"};
-        cb(arg, &res);
-    }
-    return -1;
 }
 
 /* ---- lifecycle ----------------------------------------------------------- */
+
+static int setup_topology(struct store *s, struct ev_loop *loop, const struct config *cfg,
+                          char *err, size_t errlen)
+{
+    if (cfg->redis_cluster && *cfg->redis_cluster) {
+        s->cluster = store_cluster_new(&s->env, cfg->redis_cluster, cluster_state, s, err, errlen);
+        return s->cluster ? 0 : -1;
+    }
+    if (cfg->redis_sentinel && *cfg->redis_sentinel) {
+        s->master = strdup(cfg->redis_master ? cfg->redis_master : "");
+        s->conn = store_conn_new(&s->env, &sentinel_hooks, s, NULL, 0, NULL,
+                                 STORE_CONN_CHECK_ROLE);
+        s->sentinel = store_sentinel_new(loop, s->env.timeout_us, cfg->redis_sentinel,
+                                         cfg->redis_master, on_master, s, err, errlen);
+        if (!s->sentinel)
+            return -1;
+        if (!s->conn || !s->master) {
+            snprintf(err, errlen, "out of memory");
+            return -1;
+        }
+        s->resolving = 1;
+        store_sentinel_resolve(s->sentinel);
+        return 0;
+    }
+    if (!cfg->redis_url || !*cfg->redis_url) {
+        snprintf(err, errlen, "redis: no url, cluster or sentinel");
+        return -1;
+    }
+    if (parse_url(s, cfg->redis_url, err, errlen) < 0)
+        return -1;
+    s->env.user = s->user;
+    s->env.password = s->password;
+    s->env.db = s->db;
+    s->conn = store_conn_new(&s->env, &url_hooks, s, s->host, s->port, s->unix_path, 0);
+    if (!s->conn) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    store_conn_connect(s->conn);
+    return 0;
+}
 
 struct store *store_new(struct ev_loop *loop, const struct config *cfg, char *err,
                         size_t errlen)
@@ -487,31 +250,19 @@ struct store *store_new(struct ev_loop *loop, const struct config *cfg, char *er
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
-    if (!cfg->redis_url || !*cfg->redis_url) {
-        snprintf(err, errlen, "redis: only url is supported by this build (cluster and "
-                              "sentinel are not implemented yet)");
-        free(s);
-        return NULL;
-    }
-    if (parse_url(s, cfg->redis_url, err, errlen) < 0) {
-        store_free(s);
-        return NULL;
-    }
-    s->loop = loop;
-    s->backoff = BACKOFF_MIN;
+    s->env.loop = loop;
+    s->env.timeout_us = cfg->redis_timeout_ms * 1000;
     /* Frozen past 10 x timeout (at least 1 s): give the connection up. */
-    s->dead_after_us = cfg->redis_timeout_ms * 10000;
-    if (s->dead_after_us < 1000000)
-        s->dead_after_us = 1000000;
+    s->env.dead_after_us = cfg->redis_timeout_ms * 10000;
+    if (s->env.dead_after_us < 1000000)
+        s->env.dead_after_us = 1000000;
     gethostname(host, sizeof(host) - 1);
     snprintf(s->agent_id, sizeof(s->agent_id), "%s:%d:%08x", host, (int)getpid(),
              (unsigned)(util_hash(UTIL_HASH_INIT, &s, sizeof(s)) ^ util_now_us()));
-    ev_timer_init(&s->reconnect, reconnect_cb, 0., 0.);
-    s->reconnect.data = s;
-    ev_timer_init(&s->watchdog, watchdog_cb, WATCHDOG_EVERY, WATCHDOG_EVERY);
-    s->watchdog.data = s;
-    ev_timer_start(loop, &s->watchdog);
-    store_connect(s);
+    if (setup_topology(s, loop, cfg, err, errlen) < 0) {
+        store_free(s);
+        return NULL;
+    }
     return s;
 }
 
@@ -519,24 +270,15 @@ void store_free(struct store *s)
 {
     if (!s)
         return;
-    if (s->loop) {
-        ev_timer_stop(s->loop, &s->reconnect);
-        ev_timer_stop(s->loop, &s->watchdog);
-    }
-    if (s->ac) {
-        redisAsyncContext *ac = s->ac;
-        s->ac = NULL;
-        redisAsyncFree(ac);
-    }
-    struct store_cmd *c;
-    while ((c = s->head)) {
-        cmd_unlink(s, c);
-        fail_cmd(c, STORE_DOWN, "shutting down");
-    }
+    s->closing = 1; /* failing callbacks that call store_eval get STORE_DOWN */
+    store_cluster_free(s->cluster);
+    store_sentinel_free(s->sentinel);
+    store_conn_free(s->conn);
     free(s->host);
     free(s->unix_path);
     free(s->user);
     free(s->password);
+    free(s->master);
     free(s);
 }
 
@@ -547,7 +289,7 @@ int store_up(const struct store *s)
 
 unsigned store_pending(const struct store *s)
 {
-    return s ? s->pending : 0;
+    return s ? s->env.pending : 0;
 }
 
 void store_on_state(struct store *s, void (*fn)(void *arg, int up), void *arg)
@@ -559,4 +301,9 @@ void store_on_state(struct store *s, void (*fn)(void *arg, int up), void *arg)
 const char *store_agent_id(const struct store *s)
 {
     return s->agent_id;
+}
+
+int store_clustered(const struct store *s)
+{
+    return s && s->cluster != NULL;
 }

@@ -1,10 +1,22 @@
 /* store.h - the Redis client: the only module that includes hiredis.
  *
- * One asynchronous connection (hiredis + its libev adapter) on the loop given
- * to store_new(), normally the main thread's. Scripts are loaded with SCRIPT
- * LOAD when a connection is made and called with EVALSHA; a NOSCRIPT reply
- * (Redis restarted, SCRIPT FLUSH) reloads the script and retries the call,
- * transparently. A lost connection is re-established with backoff.
+ * Asynchronous connections (hiredis + its libev adapter) on the loop given to
+ * store_new(), normally the main thread's, to one of three topologies:
+ *
+ *   url       one server (TCP or unix socket, AUTH, SELECT);
+ *   sentinel  the master that the sentinels name, asked in order at start,
+ *             after every loss and every second; a connection must answer
+ *             ROLE "master", and a new address (failover) is used at once;
+ *   cluster   Redis Cluster: the slot map from CLUSTER SLOTS (seeds, then
+ *             the known masters), one connection per master, each call sent
+ *             to the master of its key's slot (CRC16, {hashtags}); -MOVED
+ *             refreshes the map and retries once at the new master, -ASK
+ *             retries once with ASKING.
+ *
+ * Scripts are loaded with SCRIPT LOAD on every connection when it is made and
+ * called with EVALSHA; a NOSCRIPT reply (Redis restarted, SCRIPT FLUSH)
+ * reloads the script and retries the call, transparently. A lost connection
+ * is re-established with backoff; one that stops answering is dropped.
  *
  * Every store_eval() callback runs exactly once, on the loop thread: with the
  * reply, or with STORE_DOWN when the connection is lost or not up. Callers
@@ -48,19 +60,24 @@ struct store_result {
 
 typedef void store_cb(void *arg, const struct store_result *res);
 
-/* Connect per cfg ([redis] url, unix socket, password, db). The first
- * connection attempt is made at once; its outcome arrives later (see
- * store_up). NULL with a message in err when the URL cannot be used. */
+/* Connect per cfg ([redis] url with unix socket, password, db; or sentinel
+ * and master; or cluster seeds; timeout). The first attempt (connection,
+ * sentinel question, or slot map) is made at once or on the next loop
+ * iteration; its outcome arrives later (see store_up). NULL with a message in
+ * err when the settings cannot be used. */
 struct store *store_new(struct ev_loop *loop, const struct config *cfg, char *err,
                         size_t errlen);
 
-/* Close the connection. Pending callbacks run with STORE_DOWN. NULL no-op. */
+/* Close every connection. Pending callbacks run with STORE_DOWN. NULL no-op. */
 void store_free(struct store *s);
 
-/* 1 when connected and scripts are loaded. */
+/* 1 when connected and scripts are loaded. Cluster: when the slot map is
+ * loaded and at least one master's connection is ready; a call whose master
+ * is not connected then fails alone with STORE_DOWN (only the keys of that
+ * master fall back), and a call for a slot no master serves likewise. */
 int store_up(const struct store *s);
 
-/* Number of commands sent and not answered yet. */
+/* Number of commands sent and not answered yet (all connections). */
 unsigned store_pending(const struct store *s);
 
 /* EVALSHA script with one key and argc args. The args are copied. */
@@ -70,6 +87,10 @@ int store_eval(struct store *s, enum store_script script, const char *key, size_
 
 /* Called on every up/down transition (from the loop thread). */
 void store_on_state(struct store *s, void (*fn)(void *arg, int up), void *arg);
+
+/* 1 with Redis Cluster (several nodes: one slow node says nothing of the
+ * others), 0 with one server (url, sentinel). */
+int store_clustered(const struct store *s);
 
 /* The agent id this process uses in lease records: host:pid:random. */
 const char *store_agent_id(const struct store *s);

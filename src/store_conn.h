@@ -115,9 +115,10 @@ void store_conn_connect(struct store_conn *conn);
 void store_conn_retry_later(struct store_conn *conn);
 
 /* Give the current connection up now (the commands in flight fail with
- * STORE_DOWN, state 0 runs) and connect again at once. Not from inside one of
- * this connection's hooks. */
-void store_conn_restart(struct store_conn *conn, const char *why);
+ * STORE_DOWN, state 0 runs) and connect to host:port at once. Not from
+ * inside one of this connection's hooks. 0, or -1 out of memory (nothing
+ * changed). */
+int store_conn_restart(struct store_conn *conn, const char *host, int port, const char *why);
 
 /* 1 when ready: connected, role checked, scripts loaded. */
 int store_conn_ready(const struct store_conn *conn);

@@ -1,6 +1,7 @@
 /* util.c - monotonic time and hashing. */
 #include "util.h"
 
+#include <string.h>
 #include <time.h>
 
 uint64_t util_now_us(void)
@@ -18,4 +19,33 @@ uint64_t util_hash(uint64_t h, const void *data, size_t len)
         h *= 0x100000001b3ULL;
     }
     return h;
+}
+
+uint16_t util_crc16(const void *data, size_t len)
+{
+    const unsigned char *p = data;
+    uint16_t crc = 0;
+
+    /* Bit by bit: keys are short and a table would not buy much. */
+    while (len--) {
+        crc ^= (uint16_t)(*p++ << 8);
+        for (int i = 0; i < 8; i++)
+            crc = (crc & 0x8000) ? (uint16_t)((crc << 1) ^ 0x1021) : (uint16_t)(crc << 1);
+    }
+    return crc;
+}
+
+unsigned util_redis_slot(const char *key, size_t len)
+{
+    const char *open = memchr(key, '{', len);
+
+    if (open) {
+        size_t rest = len - (size_t)(open + 1 - key);
+        const char *close = memchr(open + 1, '}', rest);
+        if (close && close > open + 1) { /* "{}" hashes the whole key */
+            key = open + 1;
+            len = (size_t)(close - key);
+        }
+    }
+    return util_crc16(key, len) & 16383;
 }

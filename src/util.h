@@ -12,6 +12,14 @@ uint64_t util_now_us(void);
 #define UTIL_HASH_INIT 0xcbf29ce484222325ULL
 uint64_t util_hash(uint64_t h, const void *data, size_t len);
 
+/* CRC16/XMODEM (polynomial 0x1021, initial 0, no reflection): the Redis
+ * Cluster key hash. "123456789" -> 0x31c3. */
+uint16_t util_crc16(const void *data, size_t len);
+
+/* The Redis Cluster slot of a key (0..16383): the CRC16 of the whole key, or
+ * of the part between the first '{' and the next '}' when that is not empty. */
+unsigned util_redis_slot(const char *key, size_t len);
+
 /* Ceiling division of microseconds into whole seconds. */
 static inline uint64_t util_us_to_s_ceil(uint64_t us)
 {

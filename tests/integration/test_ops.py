@@ -127,6 +127,8 @@ class Metrics(unittest.TestCase):
     def run_25(self, extra=""):
         agent = Agent("[rule:hourly]\nkey = key\nrate = 10/1h\n" + extra)
         try:
+            if "[redis]" in extra:
+                self.assertTrue(wait_for(lambda: agent.metric("spoa_ratelimit_redis_up") == 1))
             c = spop.Client(agent.addr)
             c.handshake()
             got = [c.decide({"key": "m"}, stream=i, fid=1) for i in range(25)]
@@ -138,7 +140,7 @@ class Metrics(unittest.TestCase):
             self.assertIn('spoa_ratelimit_decision_seconds_bucket{le="+Inf"} 25\n', m)
             self.assertIn("spoa_ratelimit_decision_seconds_count 25\n", m)
             self.assertIn("# TYPE spoa_ratelimit_decision_seconds histogram", m)
-            self.assertEqual(agent.metric("spoa_ratelimit_connections"), 0)
+            self.assertTrue(wait_for(lambda: agent.metric("spoa_ratelimit_connections") == 0))
             top = json.loads(agent.get("/top"))
             self.assertEqual(top["rules"]["hourly"][0]["key"], "m")
             self.assertEqual(top["rules"]["hourly"][0]["blocked"], 15)
@@ -227,3 +229,73 @@ class StartupFailures(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class RedisConnection(unittest.TestCase):
+    """AUTH and db from the URL; unix sockets."""
+
+    def start_redis(self, *args):
+        from harness import Proc, wait_port
+        port = free_port()
+        p = Proc(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                  "--appendonly", "no"] + list(args), "redis")
+        wait_port(port, proc=p.p)
+        return p, port
+
+    def decide_10(self, agent):
+        c = spop.Client(agent.addr)
+        c.handshake()
+        got = [c.decide({"key": "u"}, stream=i, fid=1) for i in range(12)]
+        c.close()
+        self.assertEqual([g["blocked"] for g in got], [False] * 10 + [True] * 2)
+        self.assertTrue(all("degraded" not in g for g in got), got)
+
+    def test_password_and_db(self):
+        redis, port = self.start_redis("--requirepass", "s3cret")
+        try:
+            agent = Agent("[rule:u]\nkey = key\nrate = 10/1m\n"
+                          "[redis]\nurl = redis://:s3cret@127.0.0.1:%d/3\n" % port)
+            self.assertTrue(wait_for(lambda: agent.metric("spoa_ratelimit_redis_up") == 1))
+            self.decide_10(agent)
+            cli = ["redis-cli", "-p", str(port), "-a", "s3cret", "--no-auth-warning"]
+            in3 = subprocess.run(cli + ["-n", "3", "--scan"], capture_output=True, text=True)
+            in0 = subprocess.run(cli + ["-n", "0", "--scan"], capture_output=True, text=True)
+            self.assertEqual(in3.stdout.split(), ["rl:tb:u:u"])
+            self.assertEqual(in0.stdout.split(), [])
+            self.assertEqual(agent.stop(), 0, agent.output())
+        finally:
+            redis.stop()
+
+    def test_wrong_password_is_reported_and_falls_back(self):
+        redis, port = self.start_redis("--requirepass", "s3cret")
+        try:
+            agent = Agent("[rule:u]\nkey = key\nrate = 10/1m\n"
+                          "[redis]\nurl = redis://:wrong@127.0.0.1:%d/0\n" % port)
+            try:
+                self.assertTrue(wait_for(lambda: "redis refused setup" in agent.output()))
+                c = spop.Client(agent.addr)
+                c.handshake()
+                r = c.decide({"key": "u"})
+                self.assertIs(r["degraded"], True)
+                c.close()
+                self.assertEqual(agent.metric("spoa_ratelimit_redis_up"), 0)
+                time.sleep(0.5)  # several reconnection attempts: still one line
+                self.assertEqual(agent.output().count("redis refused setup"), 1, agent.output())
+            finally:
+                self.assertEqual(agent.stop(), 0, agent.output())
+        finally:
+            redis.stop()
+
+    def test_unix_socket(self):
+        import tempfile
+        d = tempfile.mkdtemp()
+        sock = os.path.join(d, "redis.sock")
+        redis, port = self.start_redis("--unixsocket", sock, "--unixsocketperm", "700")
+        try:
+            self.assertTrue(wait_for(lambda: os.path.exists(sock)))
+            agent = Agent("[rule:u]\nkey = key\nrate = 10/1m\n[redis]\nurl = unix:%s\n" % sock)
+            self.assertTrue(wait_for(lambda: agent.metric("spoa_ratelimit_redis_up") == 1))
+            self.decide_10(agent)
+            self.assertEqual(agent.stop(), 0, agent.output())
+        finally:
+            redis.stop()

@@ -1,0 +1,38 @@
+/* config_value.h - value and address syntax checks shared by config.c and
+ * config_value.c. Private to the config module: the public value parsers
+ * (config_parse_duration, ...) and config_peer_allowed are in config.h.
+ *
+ * All of them are pure and return 0 (valid) or -1; none prints.
+ */
+#ifndef CONFIG_VALUE_H
+#define CONFIG_VALUE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define CONFIG_MAX_ITEM 300 /* one item of a comma-separated list, NUL included */
+
+/* Exactly len decimal digits (len > 0), no sign, no overflow. */
+int config_parse_digits(const char *s, size_t len, uint64_t *v);
+
+/* A number in (0, 1], nothing around it. */
+int config_parse_share(const char *s, double *d);
+
+/* host:port or [v6]:port; any_ok also accepts an empty host or "*". */
+int config_valid_hostport(const char *s, int any_ok);
+
+/* A listen address: host:port, [v6]:port or unix:/path. */
+int config_valid_listen(const char *s);
+
+/* redis://[:password@]host:port[/db] or unix:/path (syntax only). */
+int config_valid_redis_url(const char *s);
+
+/* A rule name: 1..CFG_MAX_NAME bytes of [A-Za-z0-9_.-]. */
+int config_valid_rule_name(const char *s, size_t len);
+
+/* Next comma-separated item of *p, trimmed, copied into item
+ * (CONFIG_MAX_ITEM bytes). Returns 1 for an item, 0 at the end, -1 when the
+ * item is too long (item then holds its start). Empty items are skipped. */
+int config_next_item(const char **p, char *item);
+
+#endif

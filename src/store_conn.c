@@ -1,0 +1,673 @@
+/* store_conn.c - one asynchronous Redis connection (hiredis 0.14 + libev):
+ * setup commands, EVALSHA with NOSCRIPT reload and retry, redirects handed
+ * to the owner, the commands in flight, a watchdog, reconnect with backoff.
+ *
+ * Lifetime rules. A hiredis callback cannot be cancelled, and a context given
+ * up with redisAsyncFree() runs its pending callbacks with a NULL reply, at
+ * once or (inside one of its callbacks) right after that callback returns. So:
+ * a reply callback never touches its priv when the reply is NULL (the command
+ * has failed or will fail through the list walk of conn_lost); every callback
+ * ignores a context that is not conn->ac any more; conn->ac is cleared before
+ * the context is freed. A connection is never freed from inside its own
+ * callbacks, so ac->data is valid whenever hiredis calls us.
+ */
+#include "store_conn.h"
+
+#include <ev.h>
+#include <hiredis/adapters/libev.h>
+#include <hiredis/async.h>
+#include <hiredis/hiredis.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "metrics.h"
+#include "scripts.h"
+#include "util.h"
+
+#define BACKOFF_MIN 0.05
+#define BACKOFF_MAX 2.0
+#define WATCHDOG_EVERY 0.05
+#define ERR_LEN 256
+
+/* What a setup reply answers (its priv): a script index, or one of these. */
+enum { SETUP_AUTH = -1, SETUP_SELECT = -2, SETUP_ROLE = -3 };
+
+struct store_conn {
+    struct store_env *env;
+    const struct store_conn_hooks *hooks;
+    void *owner;
+    int flags;
+    char *host; /* TCP, or */
+    int port;
+    char *unix_path; /* a unix socket */
+    char name[300];  /* host:port or the path, for logs */
+    redisAsyncContext *ac; /* NULL between connections */
+    int connected;         /* the TCP/unix connect succeeded */
+    int ready;             /* role checked and scripts loaded */
+    int loading;           /* SCRIPT LOAD replies still expected */
+    uint64_t connect_us;   /* when the current attempt started */
+    double backoff;
+    ev_timer retry;
+    ev_timer watchdog;
+    struct store_cmd *head, *tail; /* in flight, oldest first */
+    char last_err[ERR_LEN];
+};
+
+static void set_addr_owned(struct store_conn *conn, char *h, int port);
+
+static const char *const script_src[SCRIPT_COUNT] = {
+    script_tb_claim, script_tb_return, script_tb_exact,
+    script_sw_claim, script_sw_return, script_sw_exact,
+};
+static const char *const script_names[SCRIPT_COUNT] = {
+    "tb_claim", "tb_return", "tb_exact", "sw_claim", "sw_return", "sw_exact",
+};
+
+/* ---- commands ------------------------------------------------------------ */
+
+static void cmd_free(struct store_cmd *c)
+{
+    if (!c)
+        return;
+    for (int i = 0; i < c->argc; i++)
+        free(c->argv[i]);
+    free(c->argv);
+    free(c->argvlen);
+    free(c);
+}
+
+static char *dup_bytes(const char *p, size_t len)
+{
+    char *d = malloc(len + 1);
+    if (d) {
+        memcpy(d, p, len);
+        d[len] = '\0';
+    }
+    return d;
+}
+
+struct store_cmd *store_cmd_new(enum store_script script, const char *key, size_t keylen, int argc,
+                                const char *const *argv, const size_t *argvlen, store_cb *cb,
+                                void *arg)
+{
+    struct store_cmd *c = calloc(1, sizeof(*c));
+    int n = argc + 4;
+
+    if (!c)
+        return NULL;
+    c->cb = cb;
+    c->arg = arg;
+    c->script = script;
+    c->argv = calloc((size_t)n, sizeof(char *));
+    c->argvlen = calloc((size_t)n, sizeof(size_t));
+    if (!c->argv || !c->argvlen) {
+        cmd_free(c);
+        return NULL;
+    }
+    c->argc = n; /* from here on cmd_free walks argv */
+    c->argv[0] = dup_bytes("EVALSHA", 7);
+    c->argv[1] = calloc(1, STORE_SHA_LEN + 1);
+    c->argv[2] = dup_bytes("1", 1);
+    c->argv[3] = dup_bytes(key, keylen);
+    c->argvlen[0] = 7;
+    c->argvlen[1] = STORE_SHA_LEN;
+    c->argvlen[2] = 1;
+    c->argvlen[3] = keylen;
+    for (int i = 0; i < argc; i++) {
+        c->argv[4 + i] = dup_bytes(argv[i], argvlen[i]);
+        c->argvlen[4 + i] = argvlen[i];
+    }
+    for (int i = 0; i < n; i++) {
+        if (!c->argv[i]) {
+            cmd_free(c);
+            return NULL;
+        }
+    }
+    return c;
+}
+
+const char *store_cmd_key(const struct store_cmd *c, size_t *len)
+{
+    *len = c->argvlen[3];
+    return c->argv[3];
+}
+
+void store_cmd_fail(struct store_cmd *c, int status, const char *err)
+{
+    struct store_result res = {.status = status, .err = err};
+    c->cb(c->arg, &res);
+    cmd_free(c);
+}
+
+static void cmd_link(struct store_conn *conn, struct store_cmd *c)
+{
+    c->conn = conn;
+    c->prev = conn->tail;
+    c->next = NULL;
+    if (conn->tail)
+        conn->tail->next = c;
+    else
+        conn->head = c;
+    conn->tail = c;
+    conn->env->pending++;
+}
+
+static void cmd_unlink(struct store_cmd *c)
+{
+    struct store_conn *conn = c->conn;
+
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        conn->head = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    else
+        conn->tail = c->prev;
+    c->prev = c->next = NULL;
+    c->conn = NULL;
+    conn->env->pending--;
+}
+
+/* ---- connection state ---------------------------------------------------- */
+
+static void set_ready(struct store_conn *conn, int ready)
+{
+    if (conn->ready == ready)
+        return;
+    conn->ready = ready;
+    if (conn->hooks->state)
+        conn->hooks->state(conn->owner, conn, ready);
+}
+
+/* The connection is gone, or given up. ac: a context to free (NULL when
+ * hiredis is freeing it already). Fails what is in flight; retry: schedule the
+ * retry hook after the backoff. */
+static void conn_lost(struct store_conn *conn, redisAsyncContext *ac, const char *why, int retry)
+{
+    char reason[ERR_LEN];
+    struct store_cmd *c;
+
+    snprintf(reason, sizeof(reason), "%s", why); /* why may live in ac */
+    if (conn->ready)
+        LOG_WARN("\"redis connection lost\" addr=%s err=\"%s\"", conn->name, reason);
+    else if (strcmp(conn->last_err, reason) != 0)
+        LOG_WARN("\"redis unreachable\" addr=%s err=\"%s\"", conn->name, reason);
+    snprintf(conn->last_err, sizeof(conn->last_err), "%s", reason);
+    conn->ac = NULL;
+    conn->connected = 0;
+    conn->loading = 0;
+    ev_timer_stop(conn->env->loop, &conn->watchdog);
+    if (ac)
+        redisAsyncFree(ac); /* deferred by hiredis when inside one of its callbacks */
+    set_ready(conn, 0);
+    while ((c = conn->head)) {
+        cmd_unlink(c);
+        METRIC_INC(redis_errors);
+        store_cmd_fail(c, STORE_DOWN, reason);
+    }
+    if (retry)
+        store_conn_retry_later(conn);
+}
+
+static void on_connect(const redisAsyncContext *ac, int status)
+{
+    struct store_conn *conn = ac->data;
+
+    if (conn->ac != ac)
+        return;
+    if (status != REDIS_OK) {
+        /* hiredis frees ac after this callback */
+        conn_lost(conn, NULL, ac->errstr[0] ? ac->errstr : "connect failed", 1);
+        return;
+    }
+    conn->connected = 1;
+}
+
+static void on_disconnect(const redisAsyncContext *ac, int status)
+{
+    struct store_conn *conn = ac->data;
+
+    if (conn->ac != ac)
+        return; /* a context we gave up already */
+    conn_lost(conn, NULL, status == REDIS_OK ? "closed" : (ac->errstr[0] ? ac->errstr : "error"),
+              1);
+}
+
+static const char *setup_name(long what)
+{
+    switch (what) {
+    case SETUP_AUTH:
+        return "AUTH";
+    case SETUP_SELECT:
+        return "SELECT";
+    case SETUP_ROLE:
+        return "ROLE";
+    default:
+        return "SCRIPT LOAD";
+    }
+}
+
+/* Reply of a setup command (AUTH, SELECT, ROLE, SCRIPT LOAD). */
+static void on_setup_reply(redisAsyncContext *ac, void *r, void *priv)
+{
+    struct store_conn *conn = ac->data;
+    redisReply *reply = r;
+    long what = (long)(intptr_t)priv;
+    char why[ERR_LEN];
+
+    if (!reply || conn->ac != ac)
+        return; /* going away: conn_lost handles it */
+    if (reply->type == REDIS_REPLY_ERROR) {
+        snprintf(why, sizeof(why), "%s: %s", setup_name(what), reply->str);
+        METRIC_INC(redis_errors);
+        if (strcmp(conn->last_err, why) != 0) /* once per distinct refusal */
+            LOG_ERROR("\"redis refused setup\" err=\"%s\" addr=%s", why, conn->name);
+        snprintf(conn->last_err, sizeof(conn->last_err), "%s", why);
+        conn_lost(conn, ac, why, 1);
+        return;
+    }
+    if (what == SETUP_ROLE) {
+        const char *role = "?";
+        if (reply->type == REDIS_REPLY_ARRAY && reply->elements > 0 &&
+            reply->element[0]->type == REDIS_REPLY_STRING)
+            role = reply->element[0]->str;
+        if (strcmp(role, "master") != 0) {
+            snprintf(why, sizeof(why), "ROLE is %.40s, not master", role);
+            if (strcmp(conn->last_err, why) != 0)
+                LOG_WARN("\"redis is not the master\" addr=%s role=%.40s", conn->name, role);
+            snprintf(conn->last_err, sizeof(conn->last_err), "%s", why);
+            conn_lost(conn, ac, why, 1);
+        }
+        return;
+    }
+    if (what < 0)
+        return;
+    if (reply->type == REDIS_REPLY_STRING && reply->len == STORE_SHA_LEN)
+        memcpy(conn->env->sha[what], reply->str, STORE_SHA_LEN + 1);
+    if (conn->loading > 0 && --conn->loading == 0) {
+        conn->backoff = BACKOFF_MIN;
+        conn->last_err[0] = '\0';
+        set_ready(conn, 1);
+    }
+}
+
+static void send_setup(struct store_conn *conn)
+{
+    const struct store_env *env = conn->env;
+    redisAsyncContext *ac = conn->ac;
+
+    if (env->password) {
+        if (env->user)
+            redisAsyncCommand(ac, on_setup_reply, (void *)(intptr_t)SETUP_AUTH, "AUTH %s %s",
+                              env->user, env->password);
+        else
+            redisAsyncCommand(ac, on_setup_reply, (void *)(intptr_t)SETUP_AUTH, "AUTH %s",
+                              env->password);
+        METRIC_INC(redis_commands);
+    }
+    if (env->db) {
+        redisAsyncCommand(ac, on_setup_reply, (void *)(intptr_t)SETUP_SELECT, "SELECT %d",
+                          env->db);
+        METRIC_INC(redis_commands);
+    }
+    if (conn->flags & STORE_CONN_CHECK_ROLE) {
+        redisAsyncCommand(ac, on_setup_reply, (void *)(intptr_t)SETUP_ROLE, "ROLE");
+        METRIC_INC(redis_commands);
+    }
+    conn->loading = SCRIPT_COUNT;
+    for (long i = 0; i < SCRIPT_COUNT; i++) {
+        redisAsyncCommand(ac, on_setup_reply, (void *)(intptr_t)i, "SCRIPT LOAD %s",
+                          script_src[i]);
+        METRIC_INC(redis_commands);
+    }
+}
+
+void store_conn_connect(struct store_conn *conn)
+{
+    struct ev_loop *loop = conn->env->loop;
+    redisAsyncContext *ac;
+
+    if (conn->ac)
+        return;
+    ev_timer_stop(loop, &conn->retry);
+    if (!conn->host && !conn->unix_path) {
+        conn_lost(conn, NULL, "no address", 1);
+        return;
+    }
+    if (conn->unix_path)
+        ac = redisAsyncConnectUnix(conn->unix_path);
+    else
+        ac = redisAsyncConnect(conn->host, conn->port);
+    if (!ac || ac->err) {
+        char why[ERR_LEN];
+        snprintf(why, sizeof(why), "%s", ac ? ac->errstr : "out of memory");
+        if (ac)
+            redisAsyncFree(ac);
+        conn_lost(conn, NULL, why, 1);
+        return;
+    }
+    ac->data = conn;
+    conn->ac = ac;
+    conn->connect_us = util_now_us();
+    redisLibevAttach(loop, ac);
+    redisAsyncSetConnectCallback(ac, on_connect);
+    redisAsyncSetDisconnectCallback(ac, on_disconnect);
+    /* Commands queue until the connection is made, in order. */
+    send_setup(conn);
+    ev_timer_again(loop, &conn->watchdog);
+}
+
+static void retry_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    struct store_conn *conn = t->data;
+
+    if (conn->ac)
+        return;
+    if (conn->hooks->retry)
+        conn->hooks->retry(conn->owner, conn);
+    else
+        store_conn_connect(conn);
+}
+
+void store_conn_retry_later(struct store_conn *conn)
+{
+    struct ev_loop *loop = conn->env->loop;
+
+    ev_timer_stop(loop, &conn->retry);
+    ev_timer_set(&conn->retry, conn->backoff, 0.);
+    ev_timer_start(loop, &conn->retry);
+    conn->backoff = conn->backoff * 2 > BACKOFF_MAX ? BACKOFF_MAX : conn->backoff * 2;
+}
+
+int store_conn_restart(struct store_conn *conn, const char *host, int port, const char *why)
+{
+    char *h = strdup(host);
+
+    if (!h)
+        return -1;
+    if (conn->ac)
+        conn_lost(conn, conn->ac, why, 0);
+    set_addr_owned(conn, h, port);
+    conn->backoff = BACKOFF_MIN;
+    store_conn_connect(conn);
+    return 0;
+}
+
+/* A connection whose oldest command waits far beyond the timeout is stuck
+ * (Redis frozen, a partition without RST), and so is a connect or a setup
+ * that does not finish: drop it and start over. */
+static void watchdog_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    struct store_conn *conn = t->data;
+    uint64_t now = util_now_us();
+
+    if (!conn->ac) {
+        ev_timer_stop(loop, t);
+        return;
+    }
+    if (conn->head && now - conn->head->sent_us > conn->env->dead_after_us) {
+        LOG_WARN("\"redis not answering; reconnecting\" addr=%s waited_ms=%llu", conn->name,
+                 (unsigned long long)((now - conn->head->sent_us) / 1000));
+        conn_lost(conn, conn->ac, "not answering", 1);
+    } else if (!conn->ready && now - conn->connect_us > conn->env->dead_after_us) {
+        conn_lost(conn, conn->ac, conn->connected ? "setup timed out" : "connect timed out", 1);
+    }
+}
+
+/* ---- EVALSHA --------------------------------------------------------------- */
+
+/* "MOVED 3999 127.0.0.1:6381" or "ASK ...": 0 with the parts, -1 otherwise.
+ * An empty host means the server we asked. */
+static int parse_redirect(const struct store_conn *conn, const char *err, int *ask, int *slot,
+                          char *host, size_t hostcap, int *port)
+{
+    const char *p, *colon;
+    char *end;
+    long v;
+
+    if (strncmp(err, "MOVED ", 6) == 0) {
+        *ask = 0;
+        p = err + 6;
+    } else if (strncmp(err, "ASK ", 4) == 0) {
+        *ask = 1;
+        p = err + 4;
+    } else {
+        return -1;
+    }
+    v = strtol(p, &end, 10);
+    if (end == p || *end != ' ' || v < 0 || v > 16383)
+        return -1;
+    *slot = (int)v;
+    p = end + 1;
+    colon = strrchr(p, ':');
+    if (!colon || (size_t)(colon - p) >= hostcap)
+        return -1;
+    v = strtol(colon + 1, &end, 10);
+    if (end == colon + 1 || *end || v <= 0 || v > 65535)
+        return -1;
+    *port = (int)v;
+    if (colon == p) {
+        if (!conn->host || strlen(conn->host) >= hostcap)
+            return -1;
+        strcpy(host, conn->host);
+    } else if (*p == '[' && colon[-1] == ']') { /* [v6]:port */
+        memcpy(host, p + 1, (size_t)(colon - p - 2));
+        host[colon - p - 2] = '\0';
+    } else {
+        memcpy(host, p, (size_t)(colon - p));
+        host[colon - p] = '\0';
+    }
+    return 0;
+}
+
+static void on_eval_reply(redisAsyncContext *ac, void *r, void *priv);
+
+int store_conn_send(struct store_conn *conn, struct store_cmd *c)
+{
+    if (!conn->ac)
+        return -1;
+    memcpy(c->argv[1], conn->env->sha[c->script], STORE_SHA_LEN);
+    if (c->asking) {
+        if (redisAsyncCommand(conn->ac, NULL, NULL, "ASKING") != REDIS_OK)
+            return -1;
+        METRIC_INC(redis_commands);
+    }
+    if (redisAsyncCommandArgv(conn->ac, on_eval_reply, c, c->argc, (const char **)c->argv,
+                              c->argvlen) != REDIS_OK)
+        return -1;
+    METRIC_INC(redis_commands);
+    c->sent_us = util_now_us();
+    if (!c->first_us)
+        c->first_us = c->sent_us;
+    cmd_link(conn, c);
+    return 0;
+}
+
+/* Error replies that are not the script's answer. 1 when c was taken care of. */
+static int handle_error(struct store_conn *conn, redisAsyncContext *ac, struct store_cmd *c,
+                        const char *err)
+{
+    char host[256];
+    int ask, slot, port;
+
+    if (strncmp(err, "NOSCRIPT", 8) == 0 && !c->noscript_retried) {
+        /* Redis lost its scripts (restart, failover, SCRIPT FLUSH): load the
+         * script again and retry; both go out in order on this connection. */
+        c->noscript_retried = 1;
+        LOG_INFO("\"redis lost its scripts; reloading\" addr=%s script=%s", conn->name,
+                 script_names[c->script]);
+        if (redisAsyncCommand(ac, on_setup_reply, (void *)(intptr_t)c->script, "SCRIPT LOAD %s",
+                              script_src[c->script]) == REDIS_OK) {
+            METRIC_INC(redis_commands);
+            conn->loading++;
+            if (store_conn_send(conn, c) == 0)
+                return 1;
+        }
+        METRIC_INC(redis_errors);
+        store_cmd_fail(c, STORE_DOWN, "send failed");
+        return 1;
+    }
+    if (conn->hooks->redirect &&
+        parse_redirect(conn, err, &ask, &slot, host, sizeof(host), &port) == 0) {
+        LOG_DEBUG("\"redis redirect\" from=%s err=\"%s\"", conn->name, err);
+        conn->hooks->redirect(conn->owner, conn, c, ask, slot, host, port);
+        return 1;
+    }
+    if ((conn->flags & STORE_CONN_CHECK_ROLE) && strncmp(err, "READONLY", 8) == 0) {
+        /* Talking to a replica: the master was demoted under us. */
+        METRIC_INC(redis_errors);
+        conn_lost(conn, ac, "READONLY: no longer the master", 1);
+        store_cmd_fail(c, STORE_DOWN, "no longer the master");
+        return 1;
+    }
+    return 0;
+}
+
+static void on_eval_reply(redisAsyncContext *ac, void *r, void *priv)
+{
+    redisReply *reply = r;
+    struct store_cmd *c = priv;
+    struct store_conn *conn = ac->data;
+    struct store_result res = {0};
+    uint64_t now;
+
+    if (!reply || conn->ac != ac)
+        return; /* going away: c has failed, or fails, in conn_lost (c may be gone) */
+    cmd_unlink(c);
+    now = util_now_us();
+    metrics_hist_observe(&metrics.redis_latency, (now - c->sent_us) * 1000);
+    if (reply->type == REDIS_REPLY_ERROR && handle_error(conn, ac, c, reply->str))
+        return;
+    res.latency_us = now - c->first_us;
+    if (reply->type == REDIS_REPLY_ARRAY) {
+        res.status = STORE_OK;
+        for (size_t i = 0; i < reply->elements && i < STORE_MAX_VALUES; i++) {
+            redisReply *e = reply->element[i];
+            if (e->type == REDIS_REPLY_INTEGER) {
+                res.v[i] = e->integer;
+            } else if (e->type == REDIS_REPLY_STRING) {
+                res.v[i] = strtoll(e->str, NULL, 10);
+            } else {
+                res.status = STORE_ERR;
+                res.err = "unexpected reply element";
+            }
+            res.n = (int)i + 1;
+        }
+    } else {
+        res.status = STORE_ERR;
+        res.err = reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply type";
+    }
+    if (res.status != STORE_OK) {
+        METRIC_INC(redis_errors);
+        LOG_DEBUG("\"redis script error\" addr=%s script=%s err=\"%s\"", conn->name,
+                  script_names[c->script], res.err);
+    }
+    c->cb(c->arg, &res);
+    cmd_free(c);
+}
+
+/* ---- lifecycle and accessors --------------------------------------------- */
+
+/* Take h (malloc'd) as the TCP host. */
+static void set_addr_owned(struct store_conn *conn, char *h, int port)
+{
+    free(conn->host);
+    conn->host = h;
+    conn->port = port;
+    if (strchr(h, ':'))
+        snprintf(conn->name, sizeof(conn->name), "[%s]:%d", h, port);
+    else
+        snprintf(conn->name, sizeof(conn->name), "%s:%d", h, port);
+}
+
+int store_conn_set_addr(struct store_conn *conn, const char *host, int port)
+{
+    char *h = strdup(host);
+
+    if (!h)
+        return -1;
+    set_addr_owned(conn, h, port);
+    return 0;
+}
+
+struct store_conn *store_conn_new(struct store_env *env, const struct store_conn_hooks *hooks,
+                                  void *owner, const char *host, int port, const char *unix_path,
+                                  int flags)
+{
+    struct store_conn *conn = calloc(1, sizeof(*conn));
+
+    if (!conn)
+        return NULL;
+    conn->env = env;
+    conn->hooks = hooks;
+    conn->owner = owner;
+    conn->flags = flags;
+    conn->backoff = BACKOFF_MIN;
+    snprintf(conn->name, sizeof(conn->name), "-");
+    if (unix_path) {
+        if (!(conn->unix_path = strdup(unix_path)))
+            goto oom;
+        snprintf(conn->name, sizeof(conn->name), "%s", unix_path);
+    } else if (host && store_conn_set_addr(conn, host, port) < 0) {
+        goto oom;
+    }
+    ev_timer_init(&conn->retry, retry_cb, 0., 0.);
+    conn->retry.data = conn;
+    ev_timer_init(&conn->watchdog, watchdog_cb, 0., WATCHDOG_EVERY);
+    conn->watchdog.data = conn;
+    return conn;
+oom:
+    free(conn->unix_path);
+    free(conn);
+    return NULL;
+}
+
+void store_conn_free(struct store_conn *conn)
+{
+    struct store_cmd *c;
+
+    if (!conn)
+        return;
+    ev_timer_stop(conn->env->loop, &conn->retry);
+    ev_timer_stop(conn->env->loop, &conn->watchdog);
+    if (conn->ac) {
+        redisAsyncContext *ac = conn->ac;
+        conn->ac = NULL;   /* on_disconnect ignores it */
+        redisAsyncFree(ac); /* pending callbacks run with NULL */
+    }
+    while ((c = conn->head)) {
+        cmd_unlink(c);
+        store_cmd_fail(c, STORE_DOWN, "connection closed");
+    }
+    free(conn->host);
+    free(conn->unix_path);
+    free(conn);
+}
+
+int store_conn_ready(const struct store_conn *conn)
+{
+    return conn && conn->ready;
+}
+
+int store_conn_usable(const struct store_conn *conn)
+{
+    return conn && conn->ac != NULL;
+}
+
+const char *store_conn_name(const struct store_conn *conn)
+{
+    return conn->name;
+}
+
+const char *store_conn_host(const struct store_conn *conn)
+{
+    return conn->host;
+}
+
+int store_conn_port(const struct store_conn *conn)
+{
+    return conn->port;
+}

@@ -1,0 +1,56 @@
+/* store_probe.h - one-shot questions to a list of Redis servers, asked in
+ * order until one gives an acceptable answer: where the master is (Sentinel),
+ * what the slot map is (Cluster). Internal to the store module.
+ *
+ * Each attempt opens its own short-lived connection (hiredis + libev), sends
+ * one command and waits at most the timeout for connect plus reply. Address
+ * lists ("host:port,[v6]:port") are parsed here as well.
+ */
+#ifndef STORE_PROBE_H
+#define STORE_PROBE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct ev_loop;
+struct redisReply;
+struct store_probe;
+
+struct store_addr {
+    char *host;
+    int port;
+};
+
+/* Parse "host:port,host:port,[v6]:port" into a new array. 0, or -1 with a
+ * message in err. */
+int store_addr_list_parse(const char *list, struct store_addr **out, size_t *n, char *err,
+                          size_t errlen);
+void store_addr_list_free(struct store_addr *a, size_t n);
+
+/* Judge a reply (valid during the call only) from host:port: 1 accepts it and
+ * ends the walk, 0 tries the next address. */
+typedef int store_probe_accept(void *arg, const struct redisReply *reply, const char *host,
+                               int port);
+/* The walk is over: ok 1 when an answer was accepted, 0 when every address
+ * failed (no connection, an error, a timeout, or not accepted). */
+typedef void store_probe_done(void *arg, int ok);
+
+/* A prober on loop; each attempt gets timeout_us. NULL when out of memory. */
+struct store_probe *store_probe_new(struct ev_loop *loop, uint64_t timeout_us);
+
+/* Stop what runs (done does not run) and free. Not from inside its
+ * callbacks. NULL no-op. */
+void store_probe_free(struct store_probe *p);
+
+/* 1 while a walk is under way. */
+int store_probe_running(const struct store_probe *p);
+
+/* Ask addrs[0..n) in turn with the command argv (all copied). accept runs per
+ * reply, done once at the end, both on the loop thread; done may run before
+ * this returns (every address failed at once) and may start another walk.
+ * 0 started; -1 already running or out of memory (done does not run). */
+int store_probe_start(struct store_probe *p, const struct store_addr *addrs, size_t n, int argc,
+                      const char *const *argv, store_probe_accept *accept, store_probe_done *done,
+                      void *arg);
+
+#endif

@@ -1,0 +1,145 @@
+/* store_sentinel.c - master discovery through Redis Sentinel (see
+ * store_sentinel.h). The connection to the master itself is store.c's. */
+#include "store_sentinel.h"
+
+#include <ev.h>
+#include <hiredis/hiredis.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "store_probe.h"
+
+#define RECHECK_EVERY 1.0 /* seconds between background questions */
+#define HOST_MAX 256
+
+struct store_sentinel {
+    struct ev_loop *loop;
+    struct store_probe *probe;
+    struct store_addr *sentinels;
+    size_t nsentinels;
+    char *master;
+    store_sentinel_cb *cb;
+    void *arg;
+    ev_timer recheck;
+    int failing;          /* the last walk found nothing (log once per streak) */
+    char host[HOST_MAX];  /* the last answer, "" before the first */
+    int port;
+    char logged[HOST_MAX + 8]; /* the address last logged */
+};
+
+/* SENTINEL get-master-addr-by-name answers [ip, port], or nil when the
+ * master is unknown to that sentinel. */
+static int accept_reply(void *arg, const struct redisReply *r, const char *host, int port)
+{
+    struct store_sentinel *sn = arg;
+    const redisReply *reply = (const redisReply *)r;
+    long p;
+    char *end;
+
+    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2 ||
+        reply->element[0]->type != REDIS_REPLY_STRING ||
+        reply->element[1]->type != REDIS_REPLY_STRING || reply->element[0]->len == 0 ||
+        reply->element[0]->len >= HOST_MAX) {
+        LOG_DEBUG("\"sentinel does not know the master\" sentinel=%s:%d master=%s", host, port,
+                  sn->master);
+        return 0;
+    }
+    p = strtol(reply->element[1]->str, &end, 10);
+    if (*end || p <= 0 || p > 65535)
+        return 0;
+    memcpy(sn->host, reply->element[0]->str, reply->element[0]->len + 1);
+    sn->port = (int)p;
+    return 1;
+}
+
+static void on_done(void *arg, int ok)
+{
+    struct store_sentinel *sn = arg;
+    char addr[sizeof(sn->logged)];
+
+    if (!ok) {
+        if (!sn->failing)
+            LOG_WARN("\"no sentinel knows the master\" master=%s sentinels=%zu", sn->master,
+                     sn->nsentinels);
+        sn->failing = 1;
+        sn->cb(sn->arg, NULL, 0);
+        return;
+    }
+    sn->failing = 0;
+    snprintf(addr, sizeof(addr), strchr(sn->host, ':') ? "[%s]:%d" : "%s:%d", sn->host, sn->port);
+    if (strcmp(addr, sn->logged) != 0) {
+        LOG_INFO("\"redis master\" master=%s addr=%s", sn->master, addr);
+        memcpy(sn->logged, addr, sizeof(addr));
+    }
+    sn->cb(sn->arg, sn->host, sn->port);
+}
+
+static void ask(struct store_sentinel *sn)
+{
+    const char *argv[3] = {"SENTINEL", "get-master-addr-by-name", sn->master};
+
+    if (store_probe_running(sn->probe))
+        return;
+    if (store_probe_start(sn->probe, sn->sentinels, sn->nsentinels, 3, argv, accept_reply, on_done,
+                          sn) < 0)
+        sn->cb(sn->arg, NULL, 0); /* out of memory: the caller retries later */
+}
+
+static void recheck_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    ask(t->data);
+}
+
+void store_sentinel_resolve(struct store_sentinel *sn)
+{
+    if (!ev_is_active(&sn->recheck))
+        ev_timer_again(sn->loop, &sn->recheck);
+    ask(sn);
+}
+
+struct store_sentinel *store_sentinel_new(struct ev_loop *loop, uint64_t timeout_us,
+                                          const char *sentinels, const char *master,
+                                          store_sentinel_cb *cb, void *arg, char *err,
+                                          size_t errlen)
+{
+    struct store_sentinel *sn = calloc(1, sizeof(*sn));
+
+    if (!sn) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    sn->loop = loop;
+    sn->cb = cb;
+    sn->arg = arg;
+    ev_timer_init(&sn->recheck, recheck_cb, 0., RECHECK_EVERY);
+    sn->recheck.data = sn;
+    if (!master || !*master) {
+        snprintf(err, errlen, "redis: sentinel needs master = NAME");
+        goto fail;
+    }
+    if (store_addr_list_parse(sentinels, &sn->sentinels, &sn->nsentinels, err, errlen) < 0)
+        goto fail;
+    sn->master = strdup(master);
+    sn->probe = store_probe_new(loop, timeout_us);
+    if (!sn->master || !sn->probe) {
+        snprintf(err, errlen, "out of memory");
+        goto fail;
+    }
+    return sn;
+fail:
+    store_sentinel_free(sn);
+    return NULL;
+}
+
+void store_sentinel_free(struct store_sentinel *sn)
+{
+    if (!sn)
+        return;
+    ev_timer_stop(sn->loop, &sn->recheck);
+    store_probe_free(sn->probe);
+    store_addr_list_free(sn->sentinels, sn->nsentinels);
+    free(sn->master);
+    free(sn);
+}

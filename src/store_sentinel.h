@@ -1,0 +1,37 @@
+/* store_sentinel.h - where the master is, according to Redis Sentinel.
+ * Internal to the store module.
+ *
+ * Asks the sentinels in their configured order, each within the timeout,
+ * SENTINEL get-master-addr-by-name <master>, on demand and every second in
+ * the background (so a failover is noticed even when the old master stays
+ * reachable). Logs the master's address once per change.
+ */
+#ifndef STORE_SENTINEL_H
+#define STORE_SENTINEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct ev_loop;
+struct store_sentinel;
+
+/* An answer: host:port of the master (valid during the call only), or host
+ * NULL when no sentinel knew it. Runs on the loop thread after every
+ * resolution, asked for or periodic. */
+typedef void store_sentinel_cb(void *arg, const char *host, int port);
+
+/* sentinels: "host:port,host:port". NULL with a message in err when the list
+ * is bad or memory is short. Nothing is asked before store_sentinel_resolve. */
+struct store_sentinel *store_sentinel_new(struct ev_loop *loop, uint64_t timeout_us,
+                                          const char *sentinels, const char *master,
+                                          store_sentinel_cb *cb, void *arg, char *err,
+                                          size_t errlen);
+
+/* NULL no-op; cb does not run any more. */
+void store_sentinel_free(struct store_sentinel *sn);
+
+/* Ask now (unless a question is under way: its answer will do), then keep
+ * asking every second. cb may run before this returns. */
+void store_sentinel_resolve(struct store_sentinel *sn);
+
+#endif

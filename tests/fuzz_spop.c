@@ -1,0 +1,734 @@
+/* fuzz_spop.c - fuzz target for everything the agent does with bytes from
+ * HAProxy, short of sockets: the SPOP connection state machine, the codec,
+ * rule matching, in-memory decisions and ACK encoding.
+ *
+ * One input is one connection. Its first byte is the "mode" (how the rest is
+ * chunked into reads, whether a valid HAPROXY-HELLO is put in front so that
+ * NOTIFY parsing is reached, whether ACKs are sent from inside the callback or
+ * after it as when Redis answers later, how output is drained); the other
+ * bytes are what HAProxy sends. Everything the agent writes back is parsed
+ * again, and the protocol invariants are checked: each frame decodes within
+ * the negotiated size, AGENT-HELLO comes first, nothing follows an
+ * AGENT-DISCONNECT, ACK actions decode, one ACK per answered NOTIFY, no frame
+ * split at the end. A broken invariant aborts.
+ *
+ * Built two ways:
+ *  - tests/fuzz_spop: with -fsanitize=fuzzer (configure CC=clang
+ *    --enable-fuzzing; run it with "make fuzz").
+ *  - tests/fuzz_smoke: with -DFUZZ_STANDALONE, a main() that runs seed inputs
+ *    built from tests/spop_vectors.h plus pseudo-random mutations of them, as
+ *    a regression test in "make check". It also writes the seed corpus
+ *    (-d DIR) and replays inputs saved in files (fuzz_smoke FILE...).
+ */
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bucket.h"
+#include "config.h"
+#include "rules.h"
+#include "spop.h"
+#include "spop_conn.h"
+#include "spop_vectors.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* Mode byte (the first byte of an input). */
+#define MODE_CHUNK_MASK 0x07u    /* how the rest is cut into reads: see chunk_len() */
+#define MODE_SMALL_FRAME 0x08u   /* offer max-frame-size 256 instead of 16380 */
+#define MODE_CLOCK_FROM_ID 0x10u /* the clock moves by frame-id ms, else a fixed step */
+#define MODE_DRAIN_HALF 0x20u    /* write half of the pending output at a time */
+#define MODE_DEFER_ACK 0x40u     /* ACK after spop_conn_in_commit returns, not inside */
+#define MODE_PREPEND_HELLO 0x80u /* a valid HAPROXY-HELLO comes before the rest */
+
+#define AGENT_FRAME SPOP_DEFAULT_FRAME_SIZE
+#define MAX_DEFERRED 16 /* NOTIFYs waiting for their ACK, as while Redis answers */
+#define CLOCK_START_US 1000000000ULL
+#define CLOCK_STEP_US 7919ULL
+
+/* A few rules over the args of the captured NOTIFYs (key, ip, path, method,
+ * plan, n, neg, missing, b): matches, multi-arg keys, a global rule without
+ * key or message, sliding windows, shadow rules, small limits so that
+ * requests get blocked, a small max_key so that long keys are hashed. */
+static const char fuzz_config[] = "[agent]\n"
+                                  "max_key = 24\n"
+                                  "[rule:api-key]\n"
+                                  "message = check-rate\n"
+                                  "key = key\n"
+                                  "match = plan ^free$\n"
+                                  "rate = 3/1s\n"
+                                  "burst = 2\n"
+                                  "[rule:paid]\n"
+                                  "message = check-rate\n"
+                                  "key = key, plan\n"
+                                  "match = plan ^(paid|enterprise)$\n"
+                                  "match = method ^(GET|POST)$\n"
+                                  "rate = 1000/1m\n"
+                                  "algorithm = sliding-window\n"
+                                  "[rule:login]\n"
+                                  "message = check-rate\n"
+                                  "key = ip\n"
+                                  "match = path ^/login\n"
+                                  "rate = 1/1h\n"
+                                  "[rule:global]\n"
+                                  "rate = 5/1s\n"
+                                  "shadow = yes\n"
+                                  "[rule:ip-shadow]\n"
+                                  "message = check-rate\n"
+                                  "key = ip, n, neg, b\n"
+                                  "rate = 2/1m\n"
+                                  "algorithm = sliding-window\n"
+                                  "shadow = yes\n";
+
+/* Built once, shared by every input (read-only once built). */
+static struct ruleset *fuzz_rs;
+
+/* Totals over all inputs, for the standalone summary: how deep inputs go. */
+static unsigned long long total_acks, total_disconnects;
+
+/* A NOTIFY decided but not answered yet. */
+struct held_notify {
+    uint64_t stream_id, frame_id;
+    struct rule_eval ev;
+};
+
+/* One input = one connection. */
+struct fuzz_run {
+    unsigned mode;
+    struct spop_conn c;
+    struct bucket_table *buckets;
+    uint64_t now_us;
+    struct rule_eval ev;
+    struct held_notify held[MAX_DEFERRED];
+    size_t nheld;
+    uint32_t rng; /* chunk sizes of MODE_CHUNK 7 */
+
+    /* What HAProxy reads: drained output not parsed yet, and what was seen. */
+    uint8_t *wire;
+    size_t wire_len, wire_cap;
+    size_t acks_queued, acks_seen, frames_seen;
+    int hello_seen, disconnect_seen;
+};
+
+#ifdef FUZZ_STANDALONE
+static void report_input(void);
+#endif
+
+static void fuzz_fail(const char *what)
+{
+    fprintf(stderr, "fuzz_spop: invariant broken: %s\n", what);
+#ifdef FUZZ_STANDALONE
+    report_input();
+#endif
+    abort();
+}
+
+static void fuzz_init(void)
+{
+    struct config *cfg = NULL;
+    char err[1024];
+
+    if (fuzz_rs)
+        return;
+    if (config_load_string(fuzz_config, "fuzz.ini", &cfg, err, sizeof(err)) != 0) {
+        fprintf(stderr, "fuzz_spop: bad built-in config:\n%s", err);
+        abort();
+    }
+    fuzz_rs = ruleset_new(cfg);
+    if (!fuzz_rs)
+        fuzz_fail("out of memory building the ruleset");
+}
+
+/* ---- what HAProxy reads --------------------------------------------------- */
+
+static void check_agent_hello(struct fuzz_run *r, const struct spop_frame *f)
+{
+    struct spop_reader rd = {f->payload, f->payload + f->payload_len};
+    struct spop_str key;
+    struct spop_data val;
+    int ret, has_version = 0, has_max = 0, has_caps = 0;
+
+    if (r->frames_seen != 0 || r->hello_seen)
+        fuzz_fail("AGENT-HELLO is not the first frame");
+    r->hello_seen = 1;
+    while ((ret = spop_kv_next(&rd, &key, &val)) == 1) {
+        if (key.len == 7 && memcmp(key.ptr, "version", 7) == 0)
+            has_version = val.type == SPOP_DATA_STR;
+        else if (key.len == 14 && memcmp(key.ptr, "max-frame-size", 14) == 0)
+            has_max = val.type == SPOP_DATA_UINT32 && val.u.uint == r->c.max_frame;
+        else if (key.len == 12 && memcmp(key.ptr, "capabilities", 12) == 0)
+            has_caps = val.type == SPOP_DATA_STR;
+    }
+    if (ret < 0 || !has_version || !has_max || !has_caps)
+        fuzz_fail("AGENT-HELLO does not decode or lacks an item");
+}
+
+static void check_ack(struct fuzz_run *r, const struct spop_frame *f)
+{
+    struct spop_reader rd = {f->payload, f->payload + f->payload_len};
+    struct spop_str name;
+    struct spop_data val;
+    uint8_t action, scope;
+    int ret, n = 0;
+
+    if (!r->hello_seen)
+        fuzz_fail("ACK before AGENT-HELLO");
+    if (!(f->flags & SPOP_FLAG_FIN))
+        fuzz_fail("ACK without the FIN flag");
+    while ((ret = spop_action_next(&rd, &action, &scope, &name, &val)) == 1) {
+        if (name.len == 0 || name.len > SPOP_MAX_VAR_NAME)
+            fuzz_fail("ACK variable name empty or too long");
+        /* rules_encode_actions always says txn.blocked first */
+        if (n++ == 0 && (action != SPOP_ACT_SET_VAR || scope != SPOP_SCOPE_TXN || name.len != 7 ||
+                         memcmp(name.ptr, "blocked", 7) != 0 || val.type != SPOP_DATA_BOOL))
+            fuzz_fail("ACK does not start with set-var(txn.blocked)");
+    }
+    if (ret < 0 || n == 0)
+        fuzz_fail("ACK actions do not decode");
+    r->acks_seen++;
+}
+
+static void check_frame(struct fuzz_run *r, const struct spop_frame *f)
+{
+    struct spop_disconnect d;
+
+    if (r->disconnect_seen)
+        fuzz_fail("a frame after AGENT-DISCONNECT");
+    switch (f->type) {
+    case SPOP_FRAME_AGENT_HELLO:
+        check_agent_hello(r, f);
+        break;
+    case SPOP_FRAME_ACK:
+        check_ack(r, f);
+        break;
+    case SPOP_FRAME_AGENT_DISCONNECT:
+        if (spop_disconnect_decode(f, &d) < 0)
+            fuzz_fail("AGENT-DISCONNECT does not decode");
+        if (d.status_code != r->c.status)
+            fuzz_fail("AGENT-DISCONNECT status differs from spop_conn.status");
+        r->disconnect_seen = 1;
+        break;
+    default:
+        fuzz_fail("the agent wrote a frame of a type it must not send");
+    }
+    r->frames_seen++;
+}
+
+/* Parse every whole frame HAProxy has received so far. */
+static void wire_parse(struct fuzz_run *r)
+{
+    size_t off = 0;
+
+    for (;;) {
+        struct spop_frame f;
+        size_t used;
+        int ret = spop_frame_decode(r->wire + off, r->wire_len - off, r->c.max_frame, &f, &used);
+
+        if (ret == SPOP_EAGAIN)
+            break;
+        if (ret < 0)
+            fuzz_fail("the agent wrote a frame that does not decode (or is too big)");
+        check_frame(r, &f);
+        off += used;
+    }
+    memmove(r->wire, r->wire + off, r->wire_len - off);
+    r->wire_len -= off;
+}
+
+/* Write pending output as a socket would: all of it, or half at a time. */
+static void drain(struct fuzz_run *r, int all)
+{
+    size_t len;
+    const uint8_t *p;
+
+    p = spop_conn_out(&r->c, &len);
+    if (len == 0)
+        return;
+    if (!all && (r->mode & MODE_DRAIN_HALF) && len > 1)
+        len = (len + 1) / 2;
+    if (r->wire_len + len > r->wire_cap) {
+        size_t cap = r->wire_cap ? r->wire_cap : 4096;
+        uint8_t *w;
+
+        while (cap < r->wire_len + len)
+            cap *= 2;
+        if (!(w = realloc(r->wire, cap)))
+            fuzz_fail("out of memory");
+        r->wire = w;
+        r->wire_cap = cap;
+    }
+    memcpy(r->wire + r->wire_len, p, len);
+    r->wire_len += len;
+    spop_conn_out_consumed(&r->c, len);
+    wire_parse(r);
+}
+
+/* ---- the agent's side ----------------------------------------------------- */
+
+struct ack_arg {
+    const struct ruleset *rs;
+    const struct rule_eval *ev;
+};
+
+static int encode_ack(struct spop_writer *w, void *arg)
+{
+    const struct ack_arg *a = arg;
+    return rules_encode_actions(w, a->rs, a->ev);
+}
+
+static void ack(struct fuzz_run *r, uint64_t stream_id, uint64_t frame_id,
+                const struct rule_eval *ev)
+{
+    struct ack_arg a = {fuzz_rs, ev};
+    int closing = r->c.state == SPOP_CONN_CLOSING;
+
+    if (spop_conn_ack(&r->c, stream_id, frame_id, encode_ack, &a) == 0 && !closing)
+        r->acks_queued++;
+}
+
+/* Decide every hit in memory, as the standalone agent does; streams whose id
+ * is a multiple of 3 take the fail-open backstop, as with Redis down. */
+static void decide(struct fuzz_run *r, const struct spop_frame *f, struct rule_eval *ev)
+{
+    int degraded = f->stream_id % 3 == 0;
+
+    for (size_t i = 0; i < ev->nhits; i++) {
+        struct rule_hit *h = &ev->hits[i];
+        const struct cfg_rule *rule = &fuzz_rs->cfg->rules[h->rule];
+        const struct bucket_params *p =
+            degraded ? &fuzz_rs->backstop[h->rule] : &fuzz_rs->params[h->rule];
+
+        bucket_table_take(r->buckets, rule->name, rules_hit_key(ev, h), h->key_len, p, r->now_us, 1,
+                          &h->out.res);
+        h->out.degraded = degraded;
+        if (!h->out.res.allowed && h->out.res.retry_us == 0)
+            fuzz_fail("denied with retry_us 0");
+    }
+}
+
+static int on_notify(void *ctx, struct spop_conn *c, const struct spop_frame *f)
+{
+    struct fuzz_run *r = ctx;
+    int ret;
+
+    if (c != &r->c || c->state != SPOP_CONN_READY)
+        fuzz_fail("NOTIFY handed over outside the READY state");
+    ret = rules_match(fuzz_rs, f->payload, f->payload_len, &r->ev);
+    if (ret < 0)
+        return ret == SPOP_EINVAL ? SPOP_ST_INVALID : SPOP_ST_RES_ALLOC_ERR;
+    r->now_us += (r->mode & MODE_CLOCK_FROM_ID) ? (f->frame_id & 0xfffff) * 1000 : CLOCK_STEP_US;
+    decide(r, f, &r->ev);
+    rules_account(fuzz_rs, &r->ev, r->now_us);
+    if ((r->mode & MODE_DEFER_ACK) && r->nheld < MAX_DEFERRED) {
+        struct held_notify *h = &r->held[r->nheld++];
+
+        h->stream_id = f->stream_id;
+        h->frame_id = f->frame_id;
+        rules_eval_move(&h->ev, &r->ev);
+        return 0;
+    }
+    ack(r, f->stream_id, f->frame_id, &r->ev);
+    return 0;
+}
+
+/* Answer the NOTIFYs held back, newest first (out of order, as pipelining
+ * allows). */
+static void answer_held(struct fuzz_run *r)
+{
+    while (r->nheld > 0) {
+        struct held_notify *h = &r->held[--r->nheld];
+
+        ack(r, h->stream_id, h->frame_id, &h->ev);
+        rules_eval_free(&h->ev);
+    }
+}
+
+/* Size of the next read for the chunk pattern of the mode byte. */
+static size_t chunk_len(struct fuzz_run *r, size_t left)
+{
+    static const size_t fixed[] = {SIZE_MAX, 1, 2, 3, 7, 64, 1000};
+    unsigned k = r->mode & MODE_CHUNK_MASK;
+    size_t n;
+
+    if (k < sizeof(fixed) / sizeof(fixed[0])) {
+        n = fixed[k];
+    } else {
+        r->rng = r->rng * 1103515245u + 12345u;
+        n = 1 + (r->rng >> 16) % 97;
+    }
+    return n < left ? n : left;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    const struct spop_vector *hello = &spop_vectors[SPOP_VEC_HAPROXY_HELLO];
+    struct fuzz_run r;
+    const uint8_t *src[2];
+    size_t srclen[2], nsrc = 0, reads = 0;
+    int closed = 0;
+
+    if (size == 0)
+        return 0;
+    fuzz_init();
+    memset(&r, 0, sizeof(r));
+    r.mode = data[0];
+    r.rng = (uint32_t)size * 2654435761u;
+    r.now_us = CLOCK_START_US;
+    if (spop_conn_init(&r.c, (r.mode & MODE_SMALL_FRAME) ? SPOP_MIN_FRAME_SIZE : AGENT_FRAME) < 0 ||
+        !(r.buckets = bucket_table_new(1)))
+        fuzz_fail("out of memory");
+    if (r.mode & MODE_PREPEND_HELLO) {
+        src[nsrc] = hello->data;
+        srclen[nsrc++] = hello->len;
+    }
+    src[nsrc] = data + 1;
+    srclen[nsrc++] = size - 1;
+
+    for (size_t s = 0; s < nsrc && !closed; s++) {
+        size_t off = 0;
+
+        while (off < srclen[s] && !closed) {
+            size_t room;
+            uint8_t *in = spop_conn_in_space(&r.c, &room);
+            size_t n = chunk_len(&r, srclen[s] - off);
+
+            if (room == 0)
+                fuzz_fail("read buffer full without a whole frame: the agent would stall");
+            if (n > room)
+                n = room;
+            memcpy(in, src[s] + off, n);
+            off += n;
+            closed = spop_conn_in_commit(&r.c, n, on_notify, &r);
+            /* Held answers come after a few more reads, as Redis replies do:
+             * by then the frames they answer are gone from the read buffer. */
+            if (++reads % 3 == 0 || closed)
+                answer_held(&r);
+            drain(&r, 0);
+        }
+    }
+    answer_held(&r);
+    drain(&r, 1);
+    if (r.wire_len != 0)
+        fuzz_fail("output ends inside a frame");
+    total_acks += r.acks_seen;
+    total_disconnects += (unsigned long long)r.disconnect_seen;
+    if (r.acks_seen != r.acks_queued)
+        fuzz_fail("ACKs written differ from ACKs queued");
+    if (closed && r.c.state != SPOP_CONN_CLOSING)
+        fuzz_fail("asked to close outside the CLOSING state");
+
+    spop_conn_release(&r.c);
+    bucket_table_free(r.buckets);
+    rules_eval_free(&r.ev);
+    free(r.wire);
+    return 0;
+}
+
+/* ---- standalone driver (make check) --------------------------------------- */
+
+#ifdef FUZZ_STANDALONE
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define SMOKE_ITERATIONS 200000
+#define SMOKE_SEED 0x5eed0f5b0a11ULL
+#define SMOKE_MAX_INPUT 2048
+#define SMOKE_MAX_MUTATIONS 8
+#define SMOKE_CRASH_FILE "fuzz_smoke-crash.bin"
+
+/* Seeds: mode bytes times sequences of captured frames (indexes into
+ * spop_vectors[], -1 ends). Modes with MODE_PREPEND_HELLO get the HELLO for
+ * free; the others carry their own. */
+static const uint8_t seed_modes[] = {0x80, 0x81, 0x84, 0x87, 0xc0, 0xe5, 0x92, 0x8e, 0x00, 0x46};
+static const int seed_frames[][8] = {
+    {SPOP_VEC_NOTIFY_IPV4, SPOP_VEC_NOTIFY_IPV6, SPOP_VEC_HAPROXY_DISCONNECT, -1},
+    {SPOP_VEC_NOTIFY_IPV4, SPOP_VEC_NOTIFY_IPV4, SPOP_VEC_NOTIFY_IPV4, SPOP_VEC_NOTIFY_IPV6,
+     SPOP_VEC_NOTIFY_IPV6, -1},
+    {SPOP_VEC_HAPROXY_HELLO, SPOP_VEC_NOTIFY_IPV4, SPOP_VEC_NOTIFY_IPV6, -1},
+    {SPOP_VEC_HAPROXY_HELLO_HEALTHCHECK, -1},
+    {SPOP_VEC_HAPROXY_HELLO, SPOP_VEC_HAPROXY_DISCONNECT, -1},
+    {SPOP_VEC_HAPROXY_HELLO, -1},
+};
+#define NSEED_MODES (sizeof(seed_modes) / sizeof(seed_modes[0]))
+#define NSEEDS (NSEED_MODES * (sizeof(seed_frames) / sizeof(seed_frames[0])))
+
+/* The input being run, for the crash report. */
+static const uint8_t *cur_data;
+static size_t cur_len;
+
+/* Provided by the sanitizer runtimes when one is linked in. */
+extern void __sanitizer_set_death_callback(void (*cb)(void)) __attribute__((weak));
+
+/* Write the current input as hex to stderr and raw to SMOKE_CRASH_FILE.
+ * Async-signal-safe: write(2) only. */
+static void report_input(void)
+{
+    static const char hexd[] = "0123456789abcdef";
+    static const char head[] = "fuzz_smoke: failing input (also in " SMOKE_CRASH_FILE "), hex:\n";
+    char line[128];
+    int fd;
+
+    if (!cur_data)
+        return;
+    (void)!write(2, head, sizeof(head) - 1);
+    for (size_t i = 0; i < cur_len; i += 32) {
+        size_t n = 0;
+
+        for (size_t j = i; j < cur_len && j < i + 32; j++) {
+            line[n++] = hexd[cur_data[j] >> 4];
+            line[n++] = hexd[cur_data[j] & 15];
+        }
+        line[n++] = '\n';
+        (void)!write(2, line, n);
+    }
+    fd = open(SMOKE_CRASH_FILE, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd != -1) {
+        (void)!write(fd, cur_data, cur_len);
+        close(fd);
+    }
+    cur_data = NULL; /* once */
+}
+
+static void on_fatal_signal(int sig)
+{
+    report_input();
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+/* Report the failing input however the process dies: through the sanitizer
+ * runtime when there is one (it owns the signals then), else by signals. */
+static void install_reporter(void)
+{
+    static const int sigs[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
+
+    if (__sanitizer_set_death_callback) {
+        __sanitizer_set_death_callback(report_input);
+        return;
+    }
+    for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
+        signal(sigs[i], on_fatal_signal);
+}
+
+/* Seed k into buf (SMOKE_MAX_INPUT bytes); returns its length. */
+static size_t seed_build(size_t k, uint8_t *buf)
+{
+    const int *frames = seed_frames[k / NSEED_MODES];
+    size_t len = 0;
+
+    buf[len++] = seed_modes[k % NSEED_MODES];
+    for (size_t i = 0; frames[i] >= 0; i++) {
+        const struct spop_vector *v = &spop_vectors[frames[i]];
+
+        if (len + v->len > SMOKE_MAX_INPUT)
+            break;
+        memcpy(buf + len, v->data, v->len);
+        len += v->len;
+    }
+    return len;
+}
+
+/* Run one input from an exact-size heap copy, so that ASan sees any read
+ * past its end. */
+static void run_one(const uint8_t *data, size_t len)
+{
+    uint8_t *copy = malloc(len ? len : 1);
+
+    if (!copy) {
+        perror("fuzz_smoke");
+        exit(2);
+    }
+    memcpy(copy, data, len);
+    cur_data = copy;
+    cur_len = len;
+    LLVMFuzzerTestOneInput(copy, len);
+    cur_data = NULL;
+    free(copy);
+}
+
+static uint64_t rnd(uint64_t *s)
+{
+    /* xorshift64* */
+    *s ^= *s >> 12;
+    *s ^= *s << 25;
+    *s ^= *s >> 27;
+    return *s * 2685821657736338717ULL;
+}
+
+/* One to SMOKE_MAX_MUTATIONS random edits of buf[0..len); returns the new
+ * length (at most SMOKE_MAX_INPUT). */
+static size_t mutate(uint64_t *s, uint8_t *buf, size_t len)
+{
+    static const uint8_t interesting[] = {0x00, 0x01, 0x03, 0x07, 0x08, 0x0f, 0x10,
+                                          0x11, 0x7f, 0x80, 0xef, 0xf0, 0xfe, 0xff};
+    unsigned n = 1 + (unsigned)(rnd(s) % SMOKE_MAX_MUTATIONS);
+
+    for (unsigned m = 0; m < n; m++) {
+        size_t pos = len ? (size_t)(rnd(s) % len) : 0;
+
+        switch (rnd(s) % 8) {
+        case 0: /* flip a bit */
+            if (len)
+                buf[pos] ^= (uint8_t)(1u << (rnd(s) % 8));
+            break;
+        case 1: /* an interesting byte */
+            if (len)
+                buf[pos] = interesting[rnd(s) % sizeof(interesting)];
+            break;
+        case 2: /* a random byte */
+            if (len)
+                buf[pos] = (uint8_t)rnd(s);
+            break;
+        case 3: /* insert a byte */
+            if (len < SMOKE_MAX_INPUT) {
+                memmove(buf + pos + 1, buf + pos, len - pos);
+                buf[pos] = (uint8_t)rnd(s);
+                len++;
+            }
+            break;
+        case 4: { /* delete a range */
+            size_t d = len ? 1 + (size_t)(rnd(s) % (len - pos < 16 ? len - pos : 16)) : 0;
+            memmove(buf + pos, buf + pos + d, len - pos - d);
+            len -= d;
+            break;
+        }
+        case 5: { /* copy a range over another place */
+            size_t from = len ? (size_t)(rnd(s) % len) : 0;
+            size_t d = 1 + (size_t)(rnd(s) % 64);
+            if (d > len - from)
+                d = len - from;
+            if (d > len - pos)
+                d = len - pos;
+            memmove(buf + pos, buf + from, d);
+            break;
+        }
+        case 6: { /* insert a captured frame */
+            const struct spop_vector *v = &spop_vectors[rnd(s) % SPOP_NVECTORS];
+            if (len + v->len <= SMOKE_MAX_INPUT) {
+                memmove(buf + pos + v->len, buf + pos, len - pos);
+                memcpy(buf + pos, v->data, v->len);
+                len += v->len;
+            }
+            break;
+        }
+        default: /* another mode */
+            if (len)
+                buf[0] = (uint8_t)rnd(s);
+            break;
+        }
+    }
+    return len;
+}
+
+static int dump_seeds(const char *dir)
+{
+    uint8_t buf[SMOKE_MAX_INPUT];
+    char path[4096];
+
+    if (mkdir(dir, 0755) == -1 && errno != EEXIST) {
+        fprintf(stderr, "fuzz_smoke: %s: %s\n", dir, strerror(errno));
+        return 1;
+    }
+    for (size_t k = 0; k < NSEEDS; k++) {
+        size_t len = seed_build(k, buf);
+        FILE *f;
+
+        snprintf(path, sizeof(path), "%s/seed-%03zu", dir, k);
+        if (!(f = fopen(path, "wb")) || fwrite(buf, 1, len, f) != len || fclose(f) != 0) {
+            fprintf(stderr, "fuzz_smoke: %s: %s\n", path, strerror(errno));
+            return 1;
+        }
+    }
+    printf("fuzz_smoke: %zu seeds written to %s\n", (size_t)NSEEDS, dir);
+    return 0;
+}
+
+static int replay_file(const char *path)
+{
+    static uint8_t buf[1 << 20];
+    FILE *f = fopen(path, "rb");
+    size_t len;
+
+    if (!f) {
+        fprintf(stderr, "fuzz_smoke: %s: %s\n", path, strerror(errno));
+        return 1;
+    }
+    len = fread(buf, 1, sizeof(buf), f);
+    fclose(f);
+    run_one(buf, len);
+    printf("fuzz_smoke: %s: %zu bytes, ok\n", path, len);
+    return 0;
+}
+
+static void usage(void)
+{
+    fprintf(stderr,
+            "usage: fuzz_smoke [-n ITERATIONS] [-s SEED] [-d CORPUS_DIR] [FILE...]\n"
+            "  runs the seeds and ITERATIONS mutations of them (default %d);\n"
+            "  -d writes the seed corpus into CORPUS_DIR and exits;\n"
+            "  FILE... runs each file as one input (to replay a crash)\n",
+            SMOKE_ITERATIONS);
+    exit(2);
+}
+
+int main(int argc, char **argv)
+{
+    unsigned long long iterations = SMOKE_ITERATIONS, seed = SMOKE_SEED;
+    const char *dir = NULL;
+    uint8_t buf[SMOKE_MAX_INPUT];
+    uint64_t s;
+    int opt, rc = 0;
+
+    while ((opt = getopt(argc, argv, "n:s:d:h")) != -1) {
+        switch (opt) {
+        case 'n':
+            iterations = strtoull(optarg, NULL, 0);
+            break;
+        case 's':
+            seed = strtoull(optarg, NULL, 0);
+            break;
+        case 'd':
+            dir = optarg;
+            break;
+        default:
+            usage();
+        }
+    }
+    if (dir)
+        return dump_seeds(dir);
+    install_reporter();
+    if (optind < argc) {
+        for (int i = optind; i < argc; i++)
+            rc |= replay_file(argv[i]);
+        return rc;
+    }
+
+    for (size_t k = 0; k < NSEEDS; k++)
+        run_one(buf, seed_build(k, buf));
+    s = seed ? seed : 1;
+    for (unsigned long long i = 0; i < iterations; i++) {
+        size_t len = seed_build((size_t)(rnd(&s) % NSEEDS), buf);
+
+        /* One round of edits, and now and then a second one on top. */
+        len = mutate(&s, buf, len);
+        if (rnd(&s) % 4 == 0)
+            len = mutate(&s, buf, len);
+        run_one(buf, len);
+    }
+    printf("fuzz_smoke: %llu inputs (%zu seeds + %llu mutations, seed %#llx): %llu ACKs, "
+           "%llu AGENT-DISCONNECTs\n",
+           (unsigned long long)NSEEDS + iterations, (size_t)NSEEDS, iterations, seed, total_acks,
+           total_disconnects);
+    printf("fuzz_smoke: %llu inputs, 0 crashes\n", (unsigned long long)NSEEDS + iterations);
+    ruleset_unref(fuzz_rs);
+    fuzz_rs = NULL;
+    return 0;
+}
+
+#endif /* FUZZ_STANDALONE */

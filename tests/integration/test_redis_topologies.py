@@ -1,0 +1,307 @@
+"""Redis topologies other than one url: a master found through Sentinel (and
+followed through a failover), and a Redis Cluster of three masters (keys
+routed by slot and spread over the nodes, a slot migrated under a running
+agent: -ASK, then -MOVED; a master down: only its keys fall back).
+
+Every test starts its own redis-server processes on free loopback ports, in a
+temporary directory, and stops them at the end (agents first, so they can
+give their leases back; agents must exit 0 on SIGTERM)."""
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import unittest
+
+import spop
+from harness import Agent, Proc, free_port, wait_port
+
+RULES = """
+[rule:t]
+key = key
+rate = 10/1m
+burst = 10
+
+[rule:x]
+key = xkey
+rate = 10/1m
+burst = 10
+lease = off
+"""
+
+
+def wait_for(pred, timeout=10.0, step=0.05):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        v = pred()
+        if v:
+            return v
+        time.sleep(step)
+    return pred()
+
+
+def cli(port, *args, timeout=10):
+    return subprocess.run(["redis-cli", "-p", str(port)] + [str(a) for a in args],
+                          capture_output=True, text=True, timeout=timeout).stdout.strip()
+
+
+def cluster_port():
+    """A free port whose cluster bus port (+10000) is free and valid too."""
+    for _ in range(100):
+        p = free_port()
+        if p + 10000 > 65535:
+            continue
+        with socket.socket() as sk:
+            try:
+                sk.bind(("127.0.0.1", p + 10000))
+            except OSError:
+                continue
+        return p
+    raise RuntimeError("no free port pair")
+
+
+def info(port, section):
+    out = {}
+    for line in cli(port, "INFO", section).splitlines():
+        if ":" in line:
+            k, v = line.split(":", 1)
+            out[k] = v.strip()
+    return out
+
+
+class TopologyCase(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="rl-topo-")
+        self.addCleanup(shutil.rmtree, self.dir, True)
+        self.servers = []
+        # registered before any agent's: runs after the agents have stopped
+        self.addCleanup(lambda: [s.kill() for s in self.servers])
+        self.sid = 0
+
+    def server_argv(self, port):
+        return ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                "--appendonly", "no", "--protected-mode", "no", "--dir", self.dir]
+
+    def server(self, port, *extra, name="redis"):
+        p = Proc(self.server_argv(port) + [str(a) for a in extra], name, cwd=self.dir)
+        self.servers.append(p)
+        wait_port(port, proc=p.p)
+        return p
+
+    def agent(self, redis_section, log_level="info"):
+        a = Agent(redis_section + "timeout = 200ms\n\n" + RULES,
+                  extra_agent="log_level = %s\n" % log_level)
+
+        def stop():
+            rc = a.stop(timeout=8)
+            if rc != 0:
+                raise AssertionError("agent exit %s after SIGTERM:\n%s"
+                                     % (rc, a.output()[-3000:]))
+        self.addCleanup(stop)
+        ok = wait_for(lambda: a.p.poll() is None and a.metric("spoa_ratelimit_redis_up") == 1,
+                      timeout=10)
+        self.assertTrue(ok, "redis never up:\n" + a.output()[-3000:])
+        c = spop.Client(a.addr)
+        c.handshake()
+        self.addCleanup(c.close)
+        return a, c
+
+    def decide(self, c, **args):
+        self.sid += 1
+        return c.decide(args, stream=self.sid, fid=1)
+
+    def assert_ten_of(self, got, n, what):
+        blocked = [g.get("blocked") for g in got]
+        self.assertEqual(blocked, [False] * 10 + [True] * (n - 10), "%s: %r" % (what, got))
+        self.assertEqual([g.get("remaining") for g in got[:10]], list(range(9, -1, -1)),
+                         "%s: %r" % (what, got))
+        self.assertEqual([g for g in got if g.get("degraded")], [], what)
+
+
+# ---- Sentinel ----------------------------------------------------------------
+
+
+class Sentinel(TopologyCase):
+    def start_sentinel(self, master_port):
+        port = free_port()
+        conf = os.path.join(self.dir, "sentinel-%d.conf" % port)
+        with open(conf, "w") as f:
+            f.write("port %d\nbind 127.0.0.1\nprotected-mode no\ndir %s\n"
+                    "sentinel monitor mymaster 127.0.0.1 %d 1\n"
+                    "sentinel down-after-milliseconds mymaster 1000\n"
+                    "sentinel failover-timeout mymaster 5000\n"
+                    % (port, self.dir, master_port))
+        p = Proc(["redis-server", conf, "--sentinel"], "sentinel", cwd=self.dir)
+        self.servers.append(p)
+        wait_port(port, proc=p.p)
+        return port
+
+    def test_master_through_sentinel_and_failover(self):
+        mport, rport = free_port(), free_port()
+        self.server(mport)
+        self.server(rport, "--replicaof", "127.0.0.1", mport)
+        self.assertTrue(wait_for(lambda: info(rport, "replication").get("master_link_status")
+                                 == "up"), "replica never synced")
+        sport = self.start_sentinel(mport)
+        agent, c = self.agent("[redis]\nsentinel = 127.0.0.1:%d\nmaster = mymaster\n" % sport)
+
+        got = [self.decide(c, key="s1") for _ in range(14)]
+        self.assert_ten_of(got, 14, "through sentinel")
+        self.assertEqual(agent.metric("spoa_ratelimit_redis_up"), 1)
+        self.assertEqual(cli(mport, "EXISTS", "rl:tb:t:s1"), "1")
+        self.assertIn('"redis master" master=mymaster addr=127.0.0.1:%d' % mport, agent.output())
+
+        # Failover: the replica becomes the master; the agent follows.
+        def failover():
+            return cli(sport, "SENTINEL", "FAILOVER", "mymaster") == "OK"
+        self.assertTrue(wait_for(failover, timeout=15, step=0.5), "sentinel refused FAILOVER")
+        self.assertTrue(wait_for(lambda: cli(sport, "SENTINEL", "get-master-addr-by-name",
+                                             "mymaster").split() == ["127.0.0.1", str(rport)],
+                                 timeout=15), "failover did not complete")
+        t0 = time.monotonic()
+        n = [0]
+
+        def on_new_master():
+            n[0] += 1
+            key = "fo-%d" % n[0]
+            r = self.decide(c, key=key)
+            return (r.get("degraded") is not True and r["blocked"] is False
+                    and cli(rport, "EXISTS", "rl:tb:t:" + key) == "1")
+        self.assertTrue(wait_for(on_new_master, timeout=10, step=0.1),
+                        "decisions did not move to the new master:\n" + agent.output()[-3000:])
+        self.assertLess(time.monotonic() - t0, 10)
+        self.assertIn('"redis master" master=mymaster addr=127.0.0.1:%d' % rport, agent.output())
+        got = [self.decide(c, xkey="after-failover") for _ in range(12)]
+        self.assert_ten_of(got, 12, "exact rule on the new master")
+        self.assertEqual(agent.metric("spoa_ratelimit_redis_up"), 1)
+
+
+# ---- Cluster -------------------------------------------------------------------
+
+
+class Cluster(TopologyCase):
+    def setUp(self):
+        super().setUp()
+        self.ports = [cluster_port() for _ in range(3)]
+        for p in self.ports:
+            self.server(p, "--cluster-enabled", "yes",
+                        "--cluster-config-file", os.path.join(self.dir, "nodes-%d.conf" % p),
+                        "--cluster-node-timeout", "2000",
+                        # survivors keep serving their slots while a master is down
+                        "--cluster-require-full-coverage", "no")
+        out = subprocess.run(["redis-cli", "--cluster", "create"] +
+                             ["127.0.0.1:%d" % p for p in self.ports] +
+                             ["--cluster-replicas", "0", "--cluster-yes"],
+                             capture_output=True, text=True, timeout=30)
+        self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+        self.assertTrue(wait_for(lambda: all("cluster_state:ok" in cli(p, "CLUSTER", "INFO")
+                                             for p in self.ports), timeout=15),
+                        "cluster never ok")
+        self.ids = {p: cli(p, "CLUSTER", "MYID") for p in self.ports}
+
+    def owner(self, slot):
+        for entry in self.slots():
+            if entry[0] <= slot <= entry[1]:
+                return entry[2]
+        return None
+
+    def slots(self):
+        """[(start, end, port)] of the masters, from CLUSTER NODES."""
+        out = []
+        for line in cli(self.ports[0], "CLUSTER", "NODES").splitlines():
+            f = line.split()
+            if len(f) < 8 or "master" not in f[2].split(","):
+                continue
+            port = int(f[1].split("@")[0].rsplit(":", 1)[1])
+            for r in f[8:]:
+                if r.startswith("["):  # importing/migrating marks
+                    continue
+                lo, _, hi = r.partition("-")
+                out.append((int(lo), int(hi or lo), port))
+        return out
+
+    def test_keys_routed_by_slot(self):
+        agent, c = self.agent("[redis]\ncluster = 127.0.0.1:%d\n" % self.ports[0],
+                              log_level="debug")
+        for i in range(30):
+            got = [self.decide(c, key="user%d" % i) for _ in range(12)]
+            self.assert_ten_of(got, 12, "key user%d" % i)
+        per_node = {p: [k for k in cli(p, "--scan", "--pattern", "rl:*").splitlines() if k]
+                    for p in self.ports}
+        self.assertEqual(sum(len(v) for v in per_node.values()), 30, per_node)
+        self.assertGreaterEqual(len([p for p in self.ports if per_node[p]]), 2, per_node)
+        for p, keys in per_node.items():
+            for k in keys:  # each key sits on the master of its slot
+                self.assertEqual(self.owner(int(cli(p, "CLUSTER", "KEYSLOT", k))), p, k)
+        # our CRC16 agreed with Redis: not a single redirect was needed
+        self.assertNotIn('"redis redirect"', agent.output())
+        self.assertEqual(agent.metric("spoa_ratelimit_redis_up"), 1)
+
+    def test_slot_migrated_under_the_agent(self):
+        agent, c = self.agent("[redis]\ncluster = 127.0.0.1:%d\n" % self.ports[0],
+                              log_level="debug")
+        key = "rl:tb:x:mover"
+        slot = int(cli(self.ports[0], "CLUSTER", "KEYSLOT", key))
+        src = self.owner(slot)
+        dst = [p for p in self.ports if p != src][0]
+        got = [self.decide(c, xkey="mover") for _ in range(3)]
+        self.assertEqual(cli(src, "EXISTS", key), "1")
+
+        # Migration under way, key moved: the source answers -ASK.
+        self.assertEqual(cli(dst, "CLUSTER", "SETSLOT", slot, "IMPORTING", self.ids[src]), "OK")
+        self.assertEqual(cli(src, "CLUSTER", "SETSLOT", slot, "MIGRATING", self.ids[dst]), "OK")
+        got.append(self.decide(c, xkey="mover"))  # still on the source
+        self.assertEqual(cli(src, "MIGRATE", "127.0.0.1", dst, "", 0, 5000, "KEYS", key), "OK")
+        got += [self.decide(c, xkey="mover") for _ in range(3)]
+        self.assertIn("ASK %d" % slot, agent.output())
+
+        # Migration done: the source answers -MOVED, the agent follows.
+        for p in self.ports:
+            self.assertEqual(cli(p, "CLUSTER", "SETSLOT", slot, "NODE", self.ids[dst]), "OK")
+        self.assertTrue(wait_for(lambda: self.owner(slot) == dst), "slot not moved")
+        got += [self.decide(c, xkey="mover") for _ in range(5)]
+        self.assertIn("MOVED %d" % slot, agent.output())
+        self.assert_ten_of(got, 12, "migrated key")
+        self.assertEqual(cli(dst, "EXISTS", key), "1")
+        # the map was refreshed: the next calls go straight to the new master
+        moves = agent.output().count("MOVED %d" % slot)
+        more = [self.decide(c, xkey="mover") for _ in range(3)]
+        self.assertEqual([g.get("blocked") for g in more], [True] * 3, more)
+        self.assertEqual([g for g in more if g.get("degraded")], [])
+        self.assertEqual(agent.output().count("MOVED %d" % slot), moves,
+                         "still redirected after the map refresh")
+
+    def test_node_down_falls_back_for_its_keys_only(self):
+        agent, c = self.agent("[redis]\ncluster = %s\n"
+                              % ",".join("127.0.0.1:%d" % p for p in self.ports))
+        # one client key per master (its bucket lives there)
+        where = {}
+        for i in range(200):
+            k = "n%d" % i
+            where.setdefault(self.owner(int(cli(self.ports[0], "CLUSTER", "KEYSLOT",
+                                                "rl:tb:t:" + k))), k)
+            if len(where) == 3:
+                break
+        victim = self.ports[1]
+        down_key, up_key = where[victim], where[self.ports[0]]
+        for k in (down_key, up_key):
+            self.assertIsNot(self.decide(c, key=k).get("degraded"), True)
+        node = self.servers[1]
+        node.kill()
+        time.sleep(0.3)
+        self.assertTrue(wait_for(lambda: self.decide(c, key=down_key).get("degraded") is True,
+                                 timeout=5), "the dead master's key did not fall back")
+        for _ in range(5):
+            r = self.decide(c, key=up_key)
+            self.assertIsNot(r.get("degraded"), True, "a live master's key fell back: %r" % r)
+        self.assertEqual(agent.metric("spoa_ratelimit_redis_up"), 1)
+        # the master comes back (same port, same nodes file): its keys recover
+        self.server(victim, *node.argv[len(self.server_argv(victim)):])
+        self.assertTrue(wait_for(lambda: self.decide(c, key=down_key).get("degraded") is not True,
+                                 timeout=15, step=0.2),
+                        "the master's keys did not recover:\n" + agent.output()[-3000:])
+
+
+if __name__ == "__main__":
+    unittest.main()
