@@ -1,0 +1,178 @@
+/* test_metrics.c - Prometheus rendering, exact counters under threads, the
+ * blocked-clients sketch behind /top, and the alert and shadow ticks. */
+#include <check.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "metrics.h"
+
+#define S 1000000ull
+
+START_TEST(render_has_every_interface_metric)
+{
+    static const char *const names[] = {
+        "spoa_ratelimit_decisions_total", "spoa_ratelimit_redis_commands_total",
+        "spoa_ratelimit_redis_errors_total", "spoa_ratelimit_redis_up",
+        "spoa_ratelimit_decision_seconds", "spoa_ratelimit_connections",
+    };
+    struct metrics_rule *r = metrics_rule_get("render");
+    size_t len;
+
+    ck_assert_ptr_nonnull(r);
+    atomic_fetch_add(&r->allowed, 3);
+    atomic_fetch_add(&r->blocked, 2);
+    metrics_hist_observe(&metrics.decision, 30000);    /* 30 us */
+    metrics_hist_observe(&metrics.decision, 2000000);  /* 2 ms */
+    char *text = metrics_render(&len);
+    ck_assert_ptr_nonnull(text);
+    ck_assert_uint_eq(strlen(text), len);
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        char want[128];
+        snprintf(want, sizeof(want), "# TYPE %s ", names[i]);
+        ck_assert_msg(strstr(text, want), "missing %s", names[i]);
+    }
+    ck_assert_ptr_nonnull(
+        strstr(text, "spoa_ratelimit_decisions_total{rule=\"render\",result=\"allowed\"} 3\n"));
+    ck_assert_ptr_nonnull(
+        strstr(text, "spoa_ratelimit_decisions_total{rule=\"render\",result=\"blocked\"} 2\n"));
+    /* cumulative buckets: 30 us is above 25 us, below 50 us */
+    ck_assert_ptr_nonnull(strstr(text, "spoa_ratelimit_decision_seconds_bucket{le=\"2.5e-05\"} 0\n"));
+    ck_assert_ptr_nonnull(strstr(text, "spoa_ratelimit_decision_seconds_bucket{le=\"5e-05\"} 1\n"));
+    ck_assert_ptr_nonnull(strstr(text, "spoa_ratelimit_decision_seconds_bucket{le=\"+Inf\"} 2\n"));
+    ck_assert_ptr_nonnull(strstr(text, "spoa_ratelimit_decision_seconds_count 2\n"));
+    free(text);
+    ck_assert_ptr_eq(metrics_rule_get("render"), r); /* one record per name */
+}
+END_TEST
+
+static void *bump(void *arg)
+{
+    struct metrics_rule *r = arg;
+    for (int i = 0; i < 100000; i++) {
+        atomic_fetch_add_explicit(&r->allowed, 1, memory_order_relaxed);
+        metrics_hist_observe(&metrics.redis_latency, (uint64_t)i);
+    }
+    return NULL;
+}
+
+START_TEST(counters_exact_under_threads)
+{
+    struct metrics_rule *r = metrics_rule_get("threads");
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++)
+        pthread_create(&th[i], NULL, bump, r);
+    for (int i = 0; i < 4; i++)
+        pthread_join(th[i], NULL);
+    ck_assert_uint_eq(atomic_load(&r->allowed), 400000);
+    ck_assert_uint_eq(atomic_load(&metrics.redis_latency.count), 400000);
+}
+END_TEST
+
+START_TEST(top_keeps_heavy_hitters_in_bounded_memory)
+{
+    struct metrics_rule *r = metrics_rule_get("top");
+    char key[32];
+    size_t len;
+
+    /* 1000 distinct light clients, and two heavy ones */
+    for (int i = 0; i < 1000; i++) {
+        snprintf(key, sizeof(key), "light-%d", i);
+        metrics_top_add(r, key, strlen(key), 10 * S);
+        metrics_top_add(r, "heavy-a", 7, 10 * S);
+        if (i % 2)
+            metrics_top_add(r, "heavy-b", 7, 10 * S);
+    }
+    ck_assert_uint_le(r->top_cur.n, METRICS_TOP_K);
+    char *json = metrics_top_render(10 * S, &len);
+    ck_assert_ptr_nonnull(json);
+    const char *a = strstr(json, "\"top\":[{\"key\":\"heavy-a\"");
+    ck_assert_msg(a, "%s", json);
+    ck_assert_ptr_nonnull(strstr(json, "\"key\":\"heavy-b\""));
+    free(json);
+    /* two minutes later the sketch has rotated out */
+    json = metrics_top_render(10 * S + 2 * METRICS_TOP_PERIOD_US + 1, &len);
+    ck_assert_ptr_nonnull(strstr(json, "\"top\":[]"));
+    free(json);
+    /* keys are JSON-escaped */
+    metrics_top_add(r, "q\"\\\x01", 4, 200 * S);
+    json = metrics_top_render(200 * S, &len);
+    ck_assert_ptr_nonnull(strstr(json, "\"q\\\"\\\\\\u0001\""));
+    free(json);
+}
+END_TEST
+
+static char alerted[64];
+static uint64_t alert_blocks, alert_decisions;
+
+static void on_alert(const char *rule, uint64_t blocks, uint64_t decisions)
+{
+    if (strcmp(rule, "alert") != 0)
+        return;
+    snprintf(alerted, sizeof(alerted), "%s", rule);
+    alert_blocks = blocks;
+    alert_decisions = decisions;
+}
+
+START_TEST(alert_tick_above_share_only)
+{
+    struct metrics_rule *r = metrics_rule_get("alert");
+
+    metrics_minute_tick(0.05, on_alert); /* reset what other tests left */
+    alerted[0] = '\0';
+    atomic_store(&r->minute_decisions, 100);
+    atomic_store(&r->minute_blocks, 5);
+    metrics_minute_tick(0.05, on_alert);
+    ck_assert_str_eq(alerted, ""); /* 5% is not more than 5% */
+    atomic_store(&r->minute_decisions, 100);
+    atomic_store(&r->minute_blocks, 6);
+    metrics_minute_tick(0.05, on_alert);
+    ck_assert_str_eq(alerted, "alert");
+    ck_assert_uint_eq(alert_blocks, 6);
+    ck_assert_uint_eq(alert_decisions, 100);
+    ck_assert_uint_eq(atomic_load(&r->minute_decisions), 0); /* reset by the tick */
+}
+END_TEST
+
+static uint64_t shadow_n;
+static char shadow_top[80];
+
+static void on_shadow(const char *rule, uint64_t n, const char *top)
+{
+    if (strcmp(rule, "shadow") != 0)
+        return;
+    shadow_n = n;
+    snprintf(shadow_top, sizeof(shadow_top), "%s", top);
+}
+
+START_TEST(shadow_tick_counts_and_top_key)
+{
+    struct metrics_rule *r = metrics_rule_get("shadow");
+    atomic_store(&r->shadow_pending, 7);
+    metrics_top_add(r, "noisy", 5, 5 * S);
+    metrics_shadow_tick(on_shadow);
+    ck_assert_uint_eq(shadow_n, 7);
+    ck_assert_str_eq(shadow_top, "noisy");
+    shadow_n = 0;
+    metrics_shadow_tick(on_shadow); /* nothing new: no call */
+    ck_assert_uint_eq(shadow_n, 0);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("metrics");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, render_has_every_interface_metric);
+    tcase_add_test(tc, counters_exact_under_threads);
+    tcase_add_test(tc, top_keeps_heavy_hitters_in_bounded_memory);
+    tcase_add_test(tc, alert_tick_above_share_only);
+    tcase_add_test(tc, shadow_tick_counts_and_top_key);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
