@@ -968,6 +968,32 @@ START_TEST(tb_exact_admits_burst_then_denies)
 }
 END_TEST
 
+/* advance() holds the refill that the bound rests on. Each script must stand
+ * alone under EVALSHA, so the three token-bucket scripts carry a copy each:
+ * the copies must stay identical, byte for byte. */
+static const char *advance_of(enum script s, size_t *len)
+{
+    const char *start = strstr(script_text[s], "local function advance(");
+    ck_assert_msg(start != NULL, "%s: no advance()", script_name[s]);
+    const char *end = strstr(start, "\nend\n");
+    ck_assert_ptr_nonnull(end);
+    *len = (size_t)(end - start) + 5;
+    return start;
+}
+
+START_TEST(tb_advance_copies_identical)
+{
+    size_t l0, l1, l2;
+    const char *a = advance_of(TB_CLAIM, &l0);
+    const char *b = advance_of(TB_RETURN, &l1);
+    const char *c = advance_of(TB_EXACT, &l2);
+    ck_assert_uint_eq(l0, l1);
+    ck_assert_uint_eq(l0, l2);
+    ck_assert_int_eq(memcmp(a, b, l0), 0);
+    ck_assert_int_eq(memcmp(a, c, l0), 0);
+}
+END_TEST
+
 START_TEST(bad_arguments_are_errors)
 {
     char key[128];
@@ -1214,6 +1240,7 @@ static Suite *scripts_suite(void)
     tcase_add_test(tb, tb_vanished_agent_lease_dropped_not_returned);
     tcase_add_test(tb, tb_refill_capped_while_leases_held);
     tcase_add_test(tb, tb_no_banked_refill_when_lease_ends);
+    tcase_add_test(tb, tb_advance_copies_identical);
     tcase_add_test(tb, tb_burst_shrink_clamps);
     tcase_add_test(tb, tb_clock_step_back_no_double_refill);
     tcase_add_test(tb, tb_key_expires);
