@@ -216,5 +216,32 @@ class Listeners(unittest.TestCase):
             self.assertEqual(p.stop(), 0, p.output())
 
 
+class AllowList(unittest.TestCase):
+    def test_peer_outside_allow_is_closed(self):
+        agent = Agent(RULES, extra_agent="allow = 10.0.0.0/8, ::1/128\n")
+        try:
+            sk = socket.create_connection(agent.addr, timeout=5)
+            sk.sendall(spop.hello())
+            try:
+                data = sk.recv(4096)
+            except ConnectionResetError:
+                data = b""
+            self.assertEqual(data, b"", "a refused peer gets no AGENT-HELLO")
+            sk.close()
+            self.assertIsNone(agent.p.poll())
+        finally:
+            self.assertEqual(agent.stop(), 0, agent.output())
+
+    def test_peer_inside_allow_is_served(self):
+        agent = Agent(RULES, extra_agent="allow = 127.0.0.0/8\n")
+        try:
+            c = spop.Client(agent.addr)
+            c.handshake()
+            self.assertIs(c.decide({"key": "a"})["blocked"], False)
+            c.close()
+        finally:
+            self.assertEqual(agent.stop(), 0, agent.output())
+
+
 if __name__ == "__main__":
     unittest.main()
