@@ -3,7 +3,7 @@
  * and comma-separated lists; and the peer check against [agent] allow.
  *
  * Pure string and address work: no inih, no parse state, no error text (the
- * caller words the error). config.c keeps the file, section and key logic.
+ * caller words the error: config_set.c). config.c keeps the file and sections.
  */
 #include "config_value.h"
 

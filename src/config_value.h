@@ -1,6 +1,7 @@
-/* config_value.h - value and address syntax checks shared by config.c and
- * config_value.c. Private to the config module: the public value parsers
- * (config_parse_duration, ...) and config_peer_allowed are in config.h.
+/* config_value.h - value and address syntax checks shared by config.c,
+ * config_set.c and config_value.c. Private to the config module: the public
+ * value parsers (config_parse_duration, ...) and config_peer_allowed are in
+ * config.h.
  *
  * All of them are pure and return 0 (valid) or -1; none prints.
  */

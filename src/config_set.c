@@ -1,0 +1,304 @@
+/* config_set.c - one key's value into its field of struct config or of the
+ * current rule: checked with the value parsers of config_value.c, each
+ * failure worded as a "FILE:LINE:" error naming the key.
+ *
+ * The key table that says which field and type each key has is in config.c.
+ */
+#include "config_set.h"
+
+#include <ctype.h>
+#include <regex.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "config_reader.h"
+#include "config_value.h"
+
+static int set_string(struct parse_state *st, char **field, const char *value)
+{
+    char *copy = strdup(value);
+
+    if (!copy) {
+        config_add_error(st, st->line, "out of memory");
+        return -1;
+    }
+    free(*field);
+    *field = copy;
+    return 0;
+}
+
+static void set_uint(struct parse_state *st, const struct key_def *d, void *field, const char *v)
+{
+    uint64_t n;
+
+    if (config_parse_digits(v, strlen(v), &n) == -1 || n < d->min || n > d->max) {
+        config_add_error(st, st->line,
+                         "bad number '%.80s' for '%s' (expected an integer from %llu to %llu)", v,
+                         d->name, (unsigned long long)d->min, (unsigned long long)d->max);
+        return;
+    }
+    /* fields are int, uint32_t, size_t or uint64_t; values fit the field by range */
+    if (d->size == sizeof(uint32_t)) {
+        uint32_t n32 = (uint32_t)n;
+        memcpy(field, &n32, sizeof(n32));
+    } else {
+        memcpy(field, &n, sizeof(n));
+    }
+}
+
+static void set_enum(struct parse_state *st, const struct key_def *d, int *field, const char *v)
+{
+    char expected[128] = "";
+    size_t i;
+
+    for (i = 0; d->names[i]; i++) {
+        if (strcmp(v, d->names[i]) == 0) {
+            *field = (int)i;
+            return;
+        }
+    }
+    for (i = 0; d->names[i]; i++) {
+        const char *sep = i == 0 ? "" : d->names[i + 1] ? ", " : " or ";
+        size_t used = strlen(expected);
+
+        snprintf(expected + used, sizeof(expected) - used, "%s%s", sep, d->names[i]);
+    }
+    config_add_error(st, st->line, "bad value '%.80s' for '%s' (expected %s)", v, d->name,
+                     expected);
+}
+
+/* cluster / sentinel: a list of host:port, kept as "h1:p1,h2:p2"; a
+ * continuation line appends to it. */
+static void set_hosts(struct parse_state *st, const struct key_def *d, char **field, const char *v)
+{
+    char item[CONFIG_MAX_ITEM];
+    const char *p = v;
+    char *list = NULL;
+    size_t len = 0;
+    int r, n = 0;
+
+    if (st->cont && *field) { /* take the list over, give it back at the end */
+        list = *field;
+        len = strlen(list);
+        *field = NULL;
+    } else if (!*v) { /* empty: unset */
+        free(*field);
+        *field = NULL;
+        return;
+    }
+    while ((r = config_next_item(&p, item)) != 0) {
+        char *grown;
+
+        if (r == -1 || config_valid_hostport(item, 0) == -1) {
+            config_add_error(st, st->line,
+                             "bad address '%.80s' in '%s' (expected host:port or [v6]:port)", item,
+                             d->name);
+            goto out;
+        }
+        if (!(grown = realloc(list, len + strlen(item) + 2))) {
+            config_add_error(st, st->line, "out of memory");
+            goto out;
+        }
+        list = grown;
+        len += (size_t)sprintf(list + len, "%s%s", len ? "," : "", item);
+        n++;
+    }
+    if (n == 0)
+        config_add_error(st, st->line, "empty list for '%s'", d->name);
+out:
+    free(*field);
+    *field = list;
+}
+
+static void set_allow(struct parse_state *st, const char *v)
+{
+    struct config *cfg = st->cfg;
+    char item[CONFIG_MAX_ITEM];
+    const char *p = v;
+    int r;
+
+    while ((r = config_next_item(&p, item)) != 0) {
+        struct cfg_cidr c;
+
+        if (r == -1 || config_parse_cidr(item, &c) == -1) {
+            config_add_error(st, st->line, "bad CIDR '%.80s' in 'allow'", item);
+            continue;
+        }
+        if (cfg->nallow == CFG_MAX_ALLOW) {
+            config_add_error(st, st->line, "too many entries in 'allow' (max %d)", CFG_MAX_ALLOW);
+            return;
+        }
+        cfg->allow[cfg->nallow++] = c;
+    }
+    /* "allow =" alone is the default: any peer */
+}
+
+static void set_keys(struct parse_state *st, struct cfg_rule *rule, const char *v)
+{
+    char item[CONFIG_MAX_ITEM];
+    const char *p = v;
+    int r, n = 0;
+
+    while ((r = config_next_item(&p, item)) != 0) {
+        size_t i;
+
+        n++;
+        for (i = 0; r == 1 && item[i]; i++) {
+            if (isspace((unsigned char)item[i]))
+                break;
+        }
+        if (r == -1 || item[i]) {
+            config_add_error(st, st->line, "bad arg name '%.80s' in 'key'", item);
+            continue;
+        }
+        for (i = 0; i < rule->nkeys && strcmp(rule->keys[i], item) != 0; i++)
+            ;
+        if (i < rule->nkeys) {
+            config_add_error(st, st->line, "arg '%s' appears twice in 'key'", item);
+            continue;
+        }
+        if (rule->nkeys == CFG_MAX_KEY_ARGS) {
+            config_add_error(st, st->line, "too many args in 'key' (max %d)", CFG_MAX_KEY_ARGS);
+            return;
+        }
+        if (!(rule->keys[rule->nkeys] = strdup(item))) {
+            config_add_error(st, st->line, "out of memory");
+            return;
+        }
+        rule->nkeys++;
+    }
+    if (n == 0)
+        config_add_error(st, st->line, "empty list for 'key'");
+}
+
+/* match = ARG REGEX: the regex is the rest of the line, so it may hold spaces
+ * (but not " ;", which inih takes for a comment). */
+static void set_match(struct parse_state *st, struct cfg_rule *rule, const char *v)
+{
+    struct cfg_match *m;
+    const char *sp = v, *re;
+    int rc;
+
+    while (*sp && !isspace((unsigned char)*sp))
+        sp++;
+    re = sp;
+    while (isspace((unsigned char)*re))
+        re++;
+    if (sp == v || !*re) {
+        config_add_error(st, st->line, "'match' needs an arg and a regex: match = ARG REGEX");
+        return;
+    }
+    if (rule->nmatches == CFG_MAX_MATCHES) {
+        config_add_error(st, st->line, "too many 'match' lines (max %d)", CFG_MAX_MATCHES);
+        return;
+    }
+    m = &rule->matches[rule->nmatches];
+    m->arg = strndup(v, (size_t)(sp - v));
+    m->pattern = strdup(re);
+    if (!m->arg || !m->pattern) {
+        config_add_error(st, st->line, "out of memory");
+        goto fail;
+    }
+    rc = regcomp(&m->re, m->pattern, REG_EXTENDED | REG_NOSUB);
+    if (rc != 0) {
+        char why[128];
+
+        regerror(rc, &m->re, why, sizeof(why));
+        config_add_error(st, st->line, "bad regex '%.80s' in 'match': %s", re, why);
+        goto fail;
+    }
+    rule->nmatches++;
+    return;
+fail:
+    free(m->arg);
+    free(m->pattern);
+    m->arg = m->pattern = NULL;
+}
+
+void config_set_value(struct parse_state *st, const struct key_def *d, const char *v)
+{
+    struct cfg_rule *rule = d->section == SEC_RULE ? &st->cfg->rules[st->rule] : NULL;
+    char *field = (rule ? (char *)rule : (char *)st->cfg) + d->off;
+    uint64_t ms;
+    int b;
+
+    switch (d->type) {
+    case T_STR: /* max: longest value, 0 = no limit */
+        if ((d->flags & F_NONEMPTY) && !*v)
+            config_add_error(st, st->line, "empty value for '%s'", d->name);
+        else if (d->max && strlen(v) > d->max)
+            config_add_error(st, st->line, "'%s' is longer than %llu bytes", d->name,
+                             (unsigned long long)d->max);
+        else
+            set_string(st, (char **)field, v);
+        break;
+    case T_UINT:
+        set_uint(st, d, field, v);
+        break;
+    case T_DUR:
+        if (config_parse_duration(v, &ms) == -1)
+            config_add_error(
+                st, st->line,
+                "bad duration '%.80s' for '%s' (expected an integer > 0 and a unit: ms, s, "
+                "m, h or d)",
+                v, d->name);
+        else
+            memcpy(field, &ms, sizeof(ms));
+        break;
+    case T_BOOL:
+        if (config_parse_bool(v, &b) == -1)
+            config_add_error(
+                st, st->line,
+                "bad boolean '%.80s' for '%s' (expected yes, no, on, off, true, false, 1 or 0)", v,
+                d->name);
+        else
+            memcpy(field, &b, sizeof(b));
+        break;
+    case T_SHARE:
+        if (config_parse_share(v, (double *)(void *)field) == -1)
+            config_add_error(st, st->line,
+                             "bad value '%.80s' for '%s' (expected a number in (0, 1])", v,
+                             d->name);
+        break;
+    case T_ENUM:
+        set_enum(st, d, (int *)(void *)field, v);
+        break;
+    case T_ADDR:
+    case T_URL:
+        if (!*v && (d->type == T_URL || (d->flags & F_OPT))) {
+            free(*(char **)(void *)field);
+            *(char **)(void *)field = NULL;
+        } else if (d->type == T_ADDR && config_valid_listen(v) == -1) {
+            config_add_error(
+                st, st->line,
+                "bad address '%.80s' for '%s' (expected host:port, [v6]:port or unix:/path)", v,
+                d->name);
+        } else if (d->type == T_URL && config_valid_redis_url(v) == -1) {
+            config_add_error(
+                st, st->line,
+                "bad url '%.80s' (expected redis://[:password@]host:port[/db] or unix:/path)", v);
+        } else {
+            set_string(st, (char **)(void *)field, v);
+        }
+        break;
+    case T_HOSTS:
+        set_hosts(st, d, (char **)(void *)field, v);
+        break;
+    case T_ALLOW:
+        set_allow(st, v);
+        break;
+    case T_KEYS:
+        set_keys(st, rule, v);
+        break;
+    case T_MATCH:
+        set_match(st, rule, v);
+        break;
+    case T_RATE:
+        if (config_parse_rate(v, &rule->rate_n, &rule->rate_period_ms) == -1)
+            config_add_error(st, st->line,
+                             "bad rate '%.80s' (expected N/DURATION such as 100/1m or 10/1h)", v);
+        break;
+    }
+}
