@@ -33,6 +33,11 @@
 
 struct worker;
 
+/* Connections past their HELLO, health checks excluded: "HAProxy connected"
+ * and "no HAProxy connection left" are logged on its 0 <-> 1 transitions, so
+ * health checks (a connection every few seconds) do not flood the log. */
+static atomic_uint ready_conns;
+
 struct conn {
     struct worker *w;
     int fd;
@@ -41,6 +46,7 @@ struct conn {
     int closing;   /* close once out[] is flushed */
     int reading;   /* rio started */
     int dead;      /* socket closed; freed when the last pending request ends */
+    int ready;     /* counted in ready_conns: HELLO done, not a health check */
     unsigned npending; /* requests waiting for Redis */
     struct conn *flush_next; /* on the worker's to-flush list */
     int to_flush;
@@ -209,8 +215,9 @@ static void conn_free(struct conn *c)
         if (c->next)
             c->next->prev = c->prev;
         spop_conn_release(&c->sp);
-        if (atomic_fetch_sub(&metrics.connections, 1) == 1 && !w->stopping)
-            LOG_INFO("\"no SPOP connection left\"");
+        atomic_fetch_sub(&metrics.connections, 1);
+        if (c->ready && atomic_fetch_sub(&ready_conns, 1) == 1 && !w->stopping)
+            LOG_INFO("\"no HAProxy connection left\"");
         c->dead = 1;
     }
     if (c->npending == 0)
@@ -399,7 +406,13 @@ static void conn_read_cb(struct ev_loop *loop, ev_io *io, int revents)
         }
         if (n == -1)
             break;
-        if (spop_conn_in_commit(&c->sp, (size_t)n, on_notify, c)) {
+        int closing = spop_conn_in_commit(&c->sp, (size_t)n, on_notify, c);
+        if (!c->ready && c->sp.state == SPOP_CONN_READY) {
+            c->ready = 1;
+            if (atomic_fetch_add(&ready_conns, 1) == 0)
+                LOG_INFO("\"HAProxy connected\"");
+        }
+        if (closing) {
             c->closing = 1;
             ev_io_stop(loop, &c->rio);
             c->reading = 0;
@@ -458,8 +471,7 @@ static void accept_cb(struct ev_loop *loop, ev_io *io, int revents)
         if (w->conns)
             w->conns->prev = c;
         w->conns = c;
-        if (atomic_fetch_add(&metrics.connections, 1) == 0)
-            LOG_INFO("\"SPOP peer connected\"");
+        atomic_fetch_add(&metrics.connections, 1);
         METRIC_INC(connections_total);
     }
 }
