@@ -9,6 +9,8 @@
 #include "util.h"
 
 #define ALGO_SW 1 /* enum cfg_algorithm: sliding window */
+/* A report of "everything held was spent": scripts cap a report at what is held. */
+#define LEASE_VOID 1000000000000ull
 
 struct lease_entry {
     struct lease_entry *next; /* hash chain */
@@ -390,8 +392,16 @@ void lease_reply(struct lease_table *t, struct lease_job *job, int ok, const int
     pthread_mutex_lock(&s->lock);
     e->inflight = NULL;
     if (!ok || n < LEASE_REPLY_VALUES) {
-        /* The report it carried is lost: Redis counts those tokens as held
-         * until the lease expires there (under-admission only). */
+        /* We cannot know whether Redis ran it (the connection may have died
+         * after sending). Keeping the lease would be wrong either way: its
+         * report, if lost, would come back as tokens in the next `mine` and
+         * be spent twice; if it did run, sending it again would hide tokens
+         * we still hold. So void the lease: spend nothing more from it, and
+         * let the next claim report everything Redis thinks we hold as spent
+         * (the script caps the report at that). Under-admission only. */
+        e->tokens = 0;
+        e->deadline_us = 0;
+        e->used = LEASE_VOID;
         take_waiters(e, fallback, 1);
         goto out;
     }

@@ -19,6 +19,7 @@
 #define KEYBUF 1024
 #define CLOSED_RETRY_US 1000000 /* fail-closed answers: retry in a second */
 #define STALL_PROBE_US 100000  /* while stalled, one decision per 100 ms still asks Redis */
+#define STALL_LOG_EVERY_US 10000000 /* a flapping Redis is logged every 10 s at most */
 
 enum rjob_kind { RJOB_LEASE = 0, RJOB_EXACT = 1 };
 
@@ -52,6 +53,8 @@ struct limiter {
     atomic_int up;
     atomic_int stalled; /* a call timed out and no reply came since */
     atomic_uint_fast64_t last_probe_us;
+    uint64_t stall_logged_us; /* limiter thread only */
+    int stall_announced;      /* the warning went out: say when it ends */
     struct rjob *ihead, *itail; /* in flight */
     uint64_t timeout_us;
     uint64_t ttl_ms;
@@ -131,9 +134,14 @@ static void on_reply(void *arg, const struct store_result *res)
     int ok = res->status == STORE_OK;
 
     inflight_unlink(l, j);
-    if (res->status != STORE_DOWN && atomic_load(&l->stalled)) {
+    /* Only an answer in time ends a stall: late answers to calls that timed
+     * out say Redis is still slow. */
+    if (res->status != STORE_DOWN && !j->timed_out && atomic_load(&l->stalled)) {
         atomic_store(&l->stalled, 0);
-        LOG_INFO("\"redis answering again\"");
+        if (l->stall_announced) {
+            l->stall_announced = 0;
+            LOG_INFO("\"redis answering in time again\"");
+        }
     }
     if (j->kind == RJOB_EXACT) {
         struct lease_waiter *w = j->w;
@@ -275,9 +283,13 @@ static void timeouts_cb(struct ev_loop *loop, ev_timer *t, int revents)
         /* Until Redis answers something, new decisions do not wait for it.
          * Not with a cluster: one slow node says nothing of the others (its
          * keys fall back through their own timeouts). */
-        if (!store_clustered(l->store) && !atomic_exchange(&l->stalled, 1))
+        if (!store_clustered(l->store) && !atomic_exchange(&l->stalled, 1) &&
+            now - l->stall_logged_us >= STALL_LOG_EVERY_US) {
+            l->stall_logged_us = now;
+            l->stall_announced = 1;
             LOG_WARN("\"redis slower than timeout: rules fall back\" timeout_ms=%llu",
                      (unsigned long long)(l->timeout_us / 1000));
+        }
         if (j->kind == RJOB_EXACT) {
             if (j->w) {
                 struct limiter_req *req = j->w->req;

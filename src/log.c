@@ -8,7 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
-int log_level = 2;
+atomic_int log_level = 2;
 
 static const char *const level_names[] = {"error", "warn", "info", "debug"};
 

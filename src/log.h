@@ -7,7 +7,10 @@
 #ifndef LOG_H
 #define LOG_H
 
-extern int log_level; /* enum cfg_log_level; default info */
+#include <stdatomic.h>
+
+/* enum cfg_log_level; default info. Atomic: SIGHUP changes it while workers log. */
+extern atomic_int log_level;
 
 void log_write(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

@@ -67,7 +67,7 @@ static void top_insert(struct top_sketch *s, const char *key, size_t keylen)
     unsigned i, min = 0;
 
     for (i = 0; i < s->n; i++) {
-        if (strlen(s->e[i].key) == keylen && memcmp(s->e[i].key, key, keylen) == 0) {
+        if (s->e[i].len == keylen && memcmp(s->e[i].key, key, keylen) == 0) {
             s->e[i].count++;
             return;
         }
@@ -85,6 +85,7 @@ static void top_insert(struct top_sketch *s, const char *key, size_t keylen)
     }
     memcpy(s->e[i].key, key, keylen);
     s->e[i].key[keylen] = '\0';
+    s->e[i].len = keylen;
 }
 
 static void top_rotate(struct metrics_rule *r, uint64_t now_us)
@@ -103,7 +104,11 @@ void metrics_top_add(struct metrics_rule *r, const char *key, size_t keylen, uin
 {
     if (keylen > METRICS_TOP_KEY_MAX)
         keylen = METRICS_TOP_KEY_MAX;
-    pthread_mutex_lock(r->top_lock);
+    /* Under overload most decisions are denials, from every worker at once:
+     * when another thread holds the sketch, skip this sample rather than
+     * wait. Heavy hitters dominate the samples that are taken. */
+    if (pthread_mutex_trylock(r->top_lock) != 0)
+        return;
     if (r->top_period_start_us == 0)
         r->top_period_start_us = now_us;
     top_rotate(r, now_us);
@@ -279,11 +284,11 @@ char *metrics_render(size_t *len)
 }
 
 /* JSON string body: escape quotes, backslashes and control bytes. */
-static void sb_json_str(struct strbuf *b, const char *s)
+static void sb_json_str(struct strbuf *b, const char *s, size_t len)
 {
     sb_printf(b, "\"");
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
         if (c == '"' || c == '\\')
             sb_printf(b, "\\%c", c);
         else if (c < 0x20 || c >= 0x7f)
@@ -320,7 +325,8 @@ char *metrics_top_render(uint64_t now_us, size_t *len)
         for (unsigned i = 0; i < r->top_prev.n; i++) {
             unsigned j;
             for (j = 0; j < n; j++)
-                if (strcmp(merged[j].key, r->top_prev.e[i].key) == 0)
+                if (merged[j].len == r->top_prev.e[i].len &&
+                    memcmp(merged[j].key, r->top_prev.e[i].key, merged[j].len) == 0)
                     break;
             if (j < n) {
                 merged[j].count += r->top_prev.e[i].count;
@@ -334,11 +340,11 @@ char *metrics_top_render(uint64_t now_us, size_t *len)
 
         sb_printf(&b, "%s", first_rule ? "" : ",");
         first_rule = 0;
-        sb_json_str(&b, r->name);
+        sb_json_str(&b, r->name, strlen(r->name));
         sb_printf(&b, ":[");
         for (unsigned i = 0; i < n && i < METRICS_TOP_K; i++) {
             sb_printf(&b, "%s{\"key\":", i ? "," : "");
-            sb_json_str(&b, merged[i].key);
+            sb_json_str(&b, merged[i].key, merged[i].len);
             sb_printf(&b, ",\"blocked\":%llu,\"error\":%llu}", (unsigned long long)merged[i].count,
                       (unsigned long long)merged[i].error);
         }

@@ -26,6 +26,7 @@ struct metrics_hist {
 
 struct top_entry {
     char key[METRICS_TOP_KEY_MAX + 1];
+    size_t len; /* keys may hold NUL bytes (binary args) */
     uint64_t count;
     uint64_t error; /* Space-Saving over-estimate bound */
 };

@@ -313,8 +313,11 @@ static void request_finish(struct request *r)
     struct ack_arg a = {r->lr.rs, &r->lr.ev};
 
     rules_account(r->lr.rs, &r->lr.ev, r->t0);
-    if (spop_conn_ack(&c->sp, r->stream_id, r->frame_id, encode_ack, &a) == 0)
+    int ret = spop_conn_ack(&c->sp, r->stream_id, r->frame_id, encode_ack, &a);
+    if (ret == 0)
         METRIC_INC(acks);
+    else if (ret < 0)
+        c->closing = 1; /* an AGENT-DISCONNECT was queued instead */
     /* decision_seconds runs to the ACK's write: observed after the flush. */
     struct worker *w = r->w;
     if (w->nacked == sizeof(w->acked_t0) / sizeof(w->acked_t0[0]))

@@ -87,7 +87,7 @@ int spop_conn_ack(struct spop_conn *c, uint64_t stream_id, uint64_t frame_id,
     size_t room = (size_t)c->max_frame + SPOP_FRAME_LEN_SIZE;
 
     if (c->state == SPOP_CONN_CLOSING)
-        return 0; /* HAProxy will not read it: drop quietly */
+        return 1; /* HAProxy will not read it: dropped */
     if (out_reserve(c, room) < 0) {
         spop_conn_disconnect(c, SPOP_ST_RES_ALLOC_ERR);
         return -1;

@@ -57,9 +57,10 @@ static inline uint8_t *spop_conn_in_space(struct spop_conn *c, size_t *room)
 int spop_conn_in_commit(struct spop_conn *c, size_t n, spop_notify_fn *notify, void *ctx);
 
 /* Queue an ACK for (stream_id, frame_id) whose actions are written by the
- * encode callback. Returns 0, or -1 when out of memory / the actions do not
- * fit in the negotiated frame size (then an AGENT-DISCONNECT is queued
- * instead and the state becomes CLOSING). */
+ * encode callback. Returns 0; 1 when the connection is closing (the ACK is
+ * dropped); or -1 when out of memory / the actions do not fit in the
+ * negotiated frame size (then an AGENT-DISCONNECT is queued instead and the
+ * state becomes CLOSING). */
 int spop_conn_ack(struct spop_conn *c, uint64_t stream_id, uint64_t frame_id,
                   int (*encode)(struct spop_writer *w, void *arg), void *arg);
 

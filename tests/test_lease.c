@@ -280,6 +280,53 @@ START_TEST(drain_returns_everything)
 }
 END_TEST
 
+/* A job that fails may or may not have run in Redis. Either way the lease is
+ * voided: nothing more is spent from it, and the next claim reports all that
+ * Redis thinks we hold as spent, so a lost report never comes back as tokens
+ * to spend twice (found in review: 114 admitted with b = 100). */
+START_TEST(failed_job_voids_the_lease)
+{
+    struct lease_table *t = lease_table_new(&cfg, 4);
+    struct lease_job *j, *next, *jobs = NULL;
+    struct lease_waiter *done, *fb;
+    struct req r;
+    int allowed = 0;
+
+    decide(t, "k", &pbig, 0, 1, &r, &j);
+    j->sent_us = 0;
+    reply(t, j, (const int64_t[8]){10, 990, 10, 1, 0, 1, 1000, 10}, 100, &done, &fb, &next);
+    allowed++; /* the waiter */
+    for (int i = 0; i < 7; i++)
+        if (decide(t, "k", &pbig, 1000, 1, &r, &next) == LEASE_DONE && r.res.allowed)
+            allowed++;
+    ck_assert_int_eq(allowed, 8);
+    /* the top-up carrying the report of 8 spent fails */
+    lease_tick(t, 100 * MS, 1, &jobs);
+    ck_assert_ptr_nonnull(jobs);
+    ck_assert_uint_eq(jobs->used, 8);
+    done = fb = NULL;
+    lease_reply(t, jobs, 0, NULL, 0, 101 * MS, &done, &fb, &next);
+    /* the 2 unspent are not spent any more: the next decision claims */
+    ck_assert_int_eq(decide(t, "k", &pbig, 102 * MS, 1, &r, &j), LEASE_PENDING);
+    ck_assert_ptr_nonnull(j);
+    ck_assert_uint_ge(j->used, 10); /* "all I held is spent" (capped by Redis) */
+    j->sent_us = 102 * MS;
+    /* Redis (which never saw the lost report) settles all 10 and grants 3 */
+    reply(t, j, (const int64_t[8]){3, 977, 3, 1, 0, 1, 1000, 3}, 103 * MS, &done, &fb, &next);
+    allowed++; /* the waiter */
+    for (int i = 0; i < 10; i++)
+        if (decide(t, "k", &pbig, 104 * MS, 1, &r, &next) == LEASE_DONE && r.res.allowed)
+            allowed++;
+        else if (next) {
+            lease_reply(t, next, 0, NULL, 0, 105 * MS, &done, &fb, &j);
+            break;
+        }
+    ck_assert_int_le(allowed, 10 + 3); /* never more than granted */
+    ck_assert_int_eq(allowed, 11);
+    lease_table_free(t);
+}
+END_TEST
+
 static Suite *lease_suite(void)
 {
     Suite *s = suite_create("lease");
@@ -291,6 +338,7 @@ static Suite *lease_suite(void)
     tcase_add_test(tc, timeout_failure_and_down);
     tcase_add_test(tc, tick_top_up_give_back_forget);
     tcase_add_test(tc, drain_returns_everything);
+    tcase_add_test(tc, failed_job_voids_the_lease);
     suite_add_tcase(s, tc);
     return s;
 }
