@@ -107,6 +107,7 @@ class Stop(unittest.TestCase):
             agent = Agent(RULE_A.replace("3/1m", "1000/1s\nburst = 1000") +
                           "[redis]\nurl = redis://127.0.0.1:%d/0\n[lease]\nttl = 5s\n"
                           % redis.port)
+            self.assertTrue(wait_for(lambda: agent.metric("spoa_ratelimit_redis_up") == 1))
             c = spop.Client(agent.addr)
             c.handshake()
             for i in range(50):
