@@ -55,7 +55,9 @@ struct limiter {
     atomic_uint_fast64_t last_probe_us;
     uint64_t stall_logged_us; /* limiter thread only */
     int stall_announced;      /* the warning went out: say when it ends */
-    struct rjob *ihead, *itail; /* in flight */
+    struct rjob *ihead, *itail; /* in flight, in the order sent */
+    struct rjob *icheck;        /* the first of them not timed out yet (the
+                                   timed-out ones are a prefix of the list) */
     uint64_t timeout_us;
     uint64_t ttl_ms;
     char prefix[80];
@@ -113,6 +115,8 @@ static void complete_waiters(struct limiter *l, struct lease_waiter *done,
 
 static void inflight_unlink(struct limiter *l, struct rjob *j)
 {
+    if (l->icheck == j)
+        l->icheck = j->inext;
     if (j->iprev)
         j->iprev->inext = j->inext;
     else
@@ -245,6 +249,8 @@ static void send_job(struct limiter *l, struct rjob *j)
     else
         l->ihead = j;
     l->itail = j;
+    if (!l->icheck)
+        l->icheck = j;
     /* The callback runs now when Redis is down: on_reply unlinks. */
     store_eval(l->store, script, key, keylen, argc, argv, argvlen, on_reply, j);
 }
@@ -275,9 +281,12 @@ static void timeouts_cb(struct ev_loop *loop, ev_timer *t, int revents)
     struct limiter *l = t->data;
     uint64_t now = util_now_us();
 
-    for (struct rjob *j = l->ihead; j && now - j->sent_us >= l->timeout_us; j = j->inext) {
-        if (j->timed_out)
-            continue;
+    struct rjob *j;
+
+    /* Calls time out in the order they were sent: start past those that
+     * already did, so a frozen Redis does not make this scan grow. */
+    for (j = l->icheck; j && now - j->sent_us >= l->timeout_us; j = j->inext) {
+        l->icheck = j->inext;
         j->timed_out = 1;
         METRIC_INC(redis_errors);
         /* Until Redis answers something, new decisions do not wait for it.
