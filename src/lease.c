@@ -38,6 +38,7 @@ struct lease_entry {
     uint64_t reply_us;
     uint64_t reset_ms;
     uint64_t blocked_until_us; /* negative cache */
+    uint64_t redis_exp_us;     /* our lease in Redis ends before this (local clock) */
     size_t keylen;
     char key[]; /* the Redis key, NUL-terminated */
 };
@@ -391,6 +392,10 @@ void lease_reply(struct lease_table *t, struct lease_job *job, int ok, const int
 
     pthread_mutex_lock(&s->lock);
     e->inflight = NULL;
+    /* Whatever the outcome, Redis ran this call (if at all) before now: a
+     * lease it set ends by now + ttl. */
+    if (e->redis_exp_us < now_us + t->cfg.ttl_us)
+        e->redis_exp_us = now_us + t->cfg.ttl_us;
     if (!ok || n < LEASE_REPLY_VALUES) {
         /* We cannot know whether Redis ran it (the connection may have died
          * after sending). Keeping the lease would be wrong either way: its
@@ -518,10 +523,13 @@ void lease_tick(struct lease_table *t, uint64_t now_us, int redis_up, struct lea
                     *jobs = job;
                 }
                 if (!e->inflight && e->tokens == 0 && !e->wait_head &&
-                    now_us >= e->blocked_until_us &&
-                    now_us - e->last_hit_us > 2 * t->cfg.ttl_us) {
-                    /* Idle: nothing left to spend or report that matters
-                     * (spent tokens expire in Redis as spent). */
+                    now_us >= e->blocked_until_us && now_us >= e->redis_exp_us &&
+                    now_us - e->last_hit_us > t->cfg.ttl_us) {
+                    /* Idle, and whatever Redis holds for us has expired
+                     * there (counted as spent): nothing left to spend or to
+                     * report. Dropping the entry earlier would forget an
+                     * unreported spend that a new entry's first claim would
+                     * then get back as tokens. */
                     entry_remove(s, link);
                     continue;
                 }
