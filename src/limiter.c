@@ -128,6 +128,25 @@ static void inflight_unlink(struct limiter *l, struct rjob *j)
     j->iprev = j->inext = NULL;
 }
 
+/* Wrap a lease job into a Redis call. Out of memory: the job is settled as
+ * failed at once (its waiters fall back) and NULL is returned. */
+static struct rjob *lease_rjob(struct limiter *l, struct lease_job *lj, uint64_t now_us)
+{
+    struct rjob *j = calloc(1, sizeof(*j));
+
+    if (!j) {
+        struct lease_waiter *done = NULL, *fallback = NULL;
+        struct lease_job *next = NULL;
+        lease_reply(l->leases, lj, 0, NULL, 0, now_us, &done, &fallback, &next);
+        complete_waiters(l, done, fallback, now_us);
+        return NULL;
+    }
+    j->l = l;
+    j->kind = RJOB_LEASE;
+    j->lj = lj;
+    return j;
+}
+
 static void send_job(struct limiter *l, struct rjob *j);
 
 static void on_reply(void *arg, const struct store_result *res)
@@ -172,20 +191,8 @@ static void on_reply(void *arg, const struct store_result *res)
     lease_reply(l->leases, j->lj, ok, res->v, res->n, now, &done, &fallback, &next);
     free(j);
     complete_waiters(l, done, fallback, now);
-    if (next) {
-        struct rjob *nj = calloc(1, sizeof(*nj));
-        if (nj) {
-            nj->l = l;
-            nj->kind = RJOB_LEASE;
-            nj->lj = next;
-            send_job(l, nj);
-        } else {
-            /* Out of memory: settle the follow-up as failed. */
-            done = fallback = NULL;
-            lease_reply(l->leases, next, 0, NULL, 0, now, &done, &fallback, &next);
-            complete_waiters(l, done, fallback, now);
-        }
-    }
+    if (next && (j = lease_rjob(l, next, now)))
+        send_job(l, j);
 }
 
 static void send_job(struct limiter *l, struct rjob *j)
@@ -321,18 +328,9 @@ static void send_jobs(struct limiter *l, struct lease_job *jobs)
 
     for (; jobs; jobs = next) {
         next = jobs->next;
-        struct rjob *j = calloc(1, sizeof(*j));
-        if (!j) {
-            struct lease_waiter *done = NULL, *fallback = NULL;
-            struct lease_job *nx = NULL;
-            lease_reply(l->leases, jobs, 0, NULL, 0, now, &done, &fallback, &nx);
-            complete_waiters(l, done, fallback, now);
-            continue;
-        }
-        j->l = l;
-        j->kind = RJOB_LEASE;
-        j->lj = jobs;
-        send_job(l, j);
+        struct rjob *j = lease_rjob(l, jobs, now);
+        if (j)
+            send_job(l, j);
     }
 }
 
@@ -459,19 +457,8 @@ int limiter_decide(struct limiter *l, struct limiter_req *req, uint64_t now_us)
                 decide_fallback(l, req, i, now_us);
                 decided++;
             }
-            if (lj) {
-                struct rjob *j = calloc(1, sizeof(*j));
-                if (!j) {
-                    /* Settle the claim as failed: its waiters fall back. */
-                    struct lease_waiter *done = NULL, *fb = NULL;
-                    struct lease_job *nx = NULL;
-                    lease_reply(l->leases, lj, 0, NULL, 0, now_us, &done, &fb, &nx);
-                    complete_waiters(l, done, fb, now_us);
-                    continue;
-                }
-                j->l = l;
-                j->kind = RJOB_LEASE;
-                j->lj = lj;
+            struct rjob *j = lj ? lease_rjob(l, lj, now_us) : NULL;
+            if (j) {
                 enqueue(l, j);
                 queued = 1;
             }
@@ -628,22 +615,25 @@ void limiter_free(struct limiter *l)
     free(l);
 }
 
-static const struct bucket_params *params_of(void *ctx, const char *rule)
+/* The current parameters of a rule by name, from rs->params or (with
+ * backstop) rs->backstop; NULL when the rule is gone. */
+static const struct bucket_params *rule_params(const struct ruleset *rs, const char *rule,
+                                               int backstop)
 {
-    const struct ruleset *rs = ctx;
     for (size_t i = 0; i < rs->cfg->nrules; i++)
         if (strcmp(rs->cfg->rules[i].name, rule) == 0)
-            return &rs->params[i];
+            return backstop ? &rs->backstop[i] : &rs->params[i];
     return NULL;
+}
+
+static const struct bucket_params *params_of(void *ctx, const char *rule)
+{
+    return rule_params(ctx, rule, 0);
 }
 
 static const struct bucket_params *backstop_of(void *ctx, const char *rule)
 {
-    const struct ruleset *rs = ctx;
-    for (size_t i = 0; i < rs->cfg->nrules; i++)
-        if (strcmp(rs->cfg->rules[i].name, rule) == 0)
-            return &rs->backstop[i];
-    return NULL;
+    return rule_params(ctx, rule, 1);
 }
 
 size_t limiter_expire(struct limiter *l, const struct ruleset *rs, uint64_t now_us,

@@ -55,25 +55,27 @@ static void print_errors(const char *err)
         fputc('\n', stderr);
 }
 
+/* NULL and "" are both "unset". */
+static int same_str(const char *a, const char *b)
+{
+    return strcmp(a ? a : "", b ? b : "") == 0;
+}
+
 /* Settings that only a restart changes: warn when a reload tries. */
 static void warn_static_changes(const struct config *old, const struct config *nw)
 {
-    if (strcmp(old->listen, nw->listen) != 0)
+    if (!same_str(old->listen, nw->listen))
         LOG_WARN("\"listen changed; takes effect at restart\"");
     if (old->workers != nw->workers)
         LOG_WARN("\"workers changed; takes effect at restart\"");
     if (old->max_frame_size != nw->max_frame_size)
         LOG_WARN("\"max_frame_size changed; takes effect at restart\"");
-    if (strcmp(old->stats ? old->stats : "", nw->stats ? nw->stats : "") != 0)
+    if (!same_str(old->stats, nw->stats))
         LOG_WARN("\"stats changed; takes effect at restart\"");
-    if (config_standalone(old) != config_standalone(nw) ||
-        strcmp(old->redis_url ? old->redis_url : "", nw->redis_url ? nw->redis_url : "") ||
-        strcmp(old->redis_cluster ? old->redis_cluster : "",
-               nw->redis_cluster ? nw->redis_cluster : "") ||
-        strcmp(old->redis_sentinel ? old->redis_sentinel : "",
-               nw->redis_sentinel ? nw->redis_sentinel : "") ||
-        strcmp(old->redis_prefix ? old->redis_prefix : "",
-               nw->redis_prefix ? nw->redis_prefix : "") ||
+    if (!same_str(old->redis_url, nw->redis_url) ||
+        !same_str(old->redis_cluster, nw->redis_cluster) ||
+        !same_str(old->redis_sentinel, nw->redis_sentinel) ||
+        !same_str(old->redis_prefix, nw->redis_prefix) ||
         old->redis_timeout_ms != nw->redis_timeout_ms)
         LOG_WARN("\"[redis] changed; takes effect at restart\"");
     if (old->lease_interval_ms != nw->lease_interval_ms || old->lease_ttl_ms != nw->lease_ttl_ms ||
