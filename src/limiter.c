@@ -9,10 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
+#include "config/config.h"
 #include "log.h"
 #include "metrics.h"
-#include "store.h"
+#include "store/store.h"
 #include "util.h"
 
 #define STRIPES 64

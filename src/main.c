@@ -1,5 +1,5 @@
 /* main.c - spoa-ratelimit: argv, signals, wiring. */
-#include "config.h"
+#include "config/config.h"
 
 #include <ev.h>
 #include <getopt.h>

@@ -13,9 +13,9 @@
 #include <stdint.h>
 
 #include "bucket.h"
-#include "config.h"
+#include "config/config.h"
 #include "metrics.h"
-#include "spop.h"
+#include "spop/spop.h"
 
 struct ruleset {
     struct config *cfg;

@@ -19,12 +19,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "config.h"
+#include "config/config.h"
 #include "limiter.h"
 #include "log.h"
 #include "metrics.h"
 #include "rules.h"
-#include "spop_conn.h"
+#include "spop/spop_conn.h"
 #include "util.h"
 
 #define LISTEN_BACKLOG 4096   /* an HAProxy reload opens a burst of connections */

@@ -27,10 +27,10 @@
 #include <string.h>
 
 #include "bucket.h"
-#include "config.h"
+#include "config/config.h"
 #include "rules.h"
-#include "spop.h"
-#include "spop_conn.h"
+#include "spop/spop.h"
+#include "spop/spop_conn.h"
 #include "spop_vectors.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -16,7 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "spop.h"
+#include "spop/spop.h"
 
 static const uint8_t spop_vec_haproxy_hello_healthcheck[] = {
     0x00, 0x00, 0x00, 0x4e, 0x01, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x12,

@@ -1,6 +1,6 @@
 /* test_config.c - unit tests of the configuration module: value parsers,
  * defaults, a full file, every kind of error with its FILE:LINE, peers. */
-#include "config.h"
+#include "config/config.h"
 
 #include <arpa/inet.h>
 #include <check.h>

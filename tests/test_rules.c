@@ -5,9 +5,9 @@
 #include <string.h>
 
 #include "bucket.h"
-#include "config.h"
+#include "config/config.h"
 #include "rules.h"
-#include "spop.h"
+#include "spop/spop.h"
 
 static const char *const ini =
     "[agent]\nmax_key = 32\n"

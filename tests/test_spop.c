@@ -1,10 +1,10 @@
-/* test_spop.c - unit tests of the SPOP codec (src/spop.c).
+/* test_spop.c - unit tests of the SPOP codec (src/spop/spop.c).
  *
  * Every decoder input lives in a heap buffer of exactly its size, so that
  * AddressSanitizer reports a read of even one byte past the end. The real
  * frames come from tests/spop_vectors.h (HAProxy 2.6 captures).
  */
-#include "spop.h"
+#include "spop/spop.h"
 
 #include <check.h>
 #include <stdint.h>

@@ -14,7 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "config.h"
+#include "config/config.h"
 #include "log.h"
 #include "metrics.h"
 #include "store_cluster.h"

@@ -1,7 +1,7 @@
 /* bench.c - spoa-bench: an SPOP load generator that talks to the agent the way
  * HAProxy does (HELLO, then pipelined NOTIFYs on many connections) and prints
  * decisions/s, latency percentiles and the allowed/blocked counts. */
-#include "spop.h"
+#include "spop/spop.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

@@ -19,7 +19,7 @@
 #include "config_reader.h"
 #include "config_set.h"
 #include "config_value.h"
-#include "spop.h"
+#include "spop/spop.h"
 
 #define CFG_MAX_LINE 4096 /* longest accepted line, newline included */
 #define MAX_WORKERS 256
