@@ -276,10 +276,12 @@ static void wake_cb(struct ev_loop *loop, ev_async *a, int revents)
         q->next = rev;
         rev = q;
     }
+    store_cork(l->store, 1); /* what workers queued together goes out together */
     for (q = rev; q; q = next) {
         next = q->next;
         send_job(l, q);
     }
+    store_cork(l->store, 0);
 }
 
 /* Answer from the fallback whatever has waited past the Redis timeout. */
@@ -326,12 +328,14 @@ static void send_jobs(struct limiter *l, struct lease_job *jobs)
     uint64_t now = util_now_us();
     struct lease_job *next;
 
+    store_cork(l->store, 1);
     for (; jobs; jobs = next) {
         next = jobs->next;
         struct rjob *j = lease_rjob(l, jobs, now);
         if (j)
             send_job(l, j);
     }
+    store_cork(l->store, 0);
 }
 
 static void tick_cb(struct ev_loop *loop, ev_timer *t, int revents)

@@ -223,6 +223,11 @@ char *metrics_render(size_t *len)
 
     render_simple(&b, "spoa_ratelimit_redis_commands_total", "counter",
                   "Commands sent to Redis.", ld(&metrics.redis_commands));
+    render_simple(&b, "spoa_ratelimit_redis_batches_total", "counter",
+                  "Batch script calls: many keys' claims or decisions in one EVALSHA.",
+                  ld(&metrics.redis_batches));
+    render_simple(&b, "spoa_ratelimit_redis_batched_calls_total", "counter",
+                  "Script calls sent inside batches.", ld(&metrics.redis_batched_calls));
     render_simple(&b, "spoa_ratelimit_redis_errors_total", "counter",
                   "Redis commands that failed or timed out.", ld(&metrics.redis_errors));
     render_simple(&b, "spoa_ratelimit_redis_up", "gauge", "1 when connected to Redis.",

@@ -57,6 +57,8 @@ struct metrics_rule {
 struct metrics {
     atomic_uint_fast64_t redis_commands;
     atomic_uint_fast64_t redis_errors;
+    atomic_uint_fast64_t redis_batches;       /* batch script calls sent */
+    atomic_uint_fast64_t redis_batched_calls; /* script calls they carried */
     atomic_int redis_up;
     atomic_int redis_configured;
     atomic_int connections;

@@ -197,6 +197,17 @@ int store_eval(struct store *s, enum store_script script, const char *key, size_
     return 0;
 }
 
+void store_cork(struct store *s, int on)
+{
+    s->env.corked = on;
+    if (on)
+        return;
+    if (s->cluster)
+        store_cluster_uncork(s->cluster);
+    else if (s->conn)
+        store_conn_uncork(s->conn);
+}
+
 /* ---- lifecycle ----------------------------------------------------------- */
 
 static int setup_topology(struct store *s, struct ev_loop *loop, const struct config *cfg,

@@ -85,6 +85,12 @@ int store_eval(struct store *s, enum store_script script, const char *key, size_
                int argc, const char *const *argv, const size_t *argvlen, store_cb *cb,
                void *arg);
 
+/* Group commit (see store_conn.h): between store_cork(s, 1) and
+ * store_cork(s, 0), store_eval() calls only queue, and the uncork sends them
+ * as batches, one per connection (Cluster: per hash slot). For a run of
+ * calls made at once, e.g. a tick's top-ups or what workers queued. */
+void store_cork(struct store *s, int on);
+
 /* Called on every up/down transition (from the loop thread). */
 void store_on_state(struct store *s, void (*fn)(void *arg, int up), void *arg);
 

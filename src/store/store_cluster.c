@@ -113,7 +113,7 @@ static struct store_conn *node_get(struct store_cluster *cl, const char *host, i
         cl->nodes = grown;
         cl->capnodes = cap;
     }
-    conn = store_conn_new(cl->env, &node_hooks, cl, host, port, NULL, 0);
+    conn = store_conn_new(cl->env, &node_hooks, cl, host, port, NULL, STORE_CONN_SLOTS);
     if (!conn)
         return NULL;
     cl->nodes[cl->nnodes++] = conn;
@@ -423,4 +423,10 @@ void store_cluster_free(struct store_cluster *cl)
     free(nodes);
     store_addr_list_free(cl->seeds, cl->nseeds);
     free(cl);
+}
+
+void store_cluster_uncork(struct store_cluster *cl)
+{
+    for (size_t i = 0; i < cl->nnodes; i++)
+        store_conn_uncork(cl->nodes[i]);
 }

@@ -46,4 +46,7 @@ int store_cluster_up(const struct store_cluster *cl);
  * for the slot, or its master is not connected): the caller still owns cmd. */
 int store_cluster_send(struct store_cluster *cl, struct store_cmd *cmd);
 
+/* store_conn_uncork() on every node connection. */
+void store_cluster_uncork(struct store_cluster *cl);
+
 #endif

@@ -52,17 +52,23 @@ struct store_conn {
     ev_timer retry;
     ev_timer watchdog;
     struct store_cmd *head, *tail; /* in flight, oldest first */
+    unsigned inflight;             /* how many */
+    struct store_cmd *qhead, *qtail; /* queued for the next batch (linked by next) */
+    unsigned qlen;
     char last_err[ERR_LEN];
 };
 
 static void set_addr_owned(struct store_conn *conn, char *h, int port);
 
-static const char *const script_src[SCRIPT_COUNT] = {
+/* The scripts in enum store_script order, then the batch script, whose
+ * operations name them by that index. */
+#define SCRIPT_BATCH SCRIPT_COUNT
+static const char *const script_src[SCRIPT_COUNT + 1] = {
     script_tb_claim, script_tb_return, script_tb_exact,
-    script_sw_claim, script_sw_return, script_sw_exact,
+    script_sw_claim, script_sw_return, script_sw_exact, script_batch,
 };
-static const char *const script_names[SCRIPT_COUNT] = {
-    "tb_claim", "tb_return", "tb_exact", "sw_claim", "sw_return", "sw_exact",
+static const char *const script_names[SCRIPT_COUNT + 1] = {
+    "tb_claim", "tb_return", "tb_exact", "sw_claim", "sw_return", "sw_exact", "batch",
 };
 
 /* ---- commands ------------------------------------------------------------ */
@@ -71,8 +77,13 @@ static void cmd_free(struct store_cmd *c)
 {
     if (!c)
         return;
-    for (int i = 0; i < c->argc; i++)
-        free(c->argv[i]);
+    if (c->batch) { /* owns its sha buffer and arena; the rest is borrowed */
+        free(c->argv[1]);
+        free(c->arena);
+    } else {
+        for (int i = 0; i < c->argc; i++)
+            free(c->argv[i]);
+    }
     free(c->argv);
     free(c->argvlen);
     free(c);
@@ -151,6 +162,7 @@ static void cmd_link(struct store_conn *conn, struct store_cmd *c)
     else
         conn->head = c;
     conn->tail = c;
+    conn->inflight++;
     conn->env->pending++;
 }
 
@@ -168,7 +180,31 @@ static void cmd_unlink(struct store_cmd *c)
         conn->tail = c->prev;
     c->prev = c->next = NULL;
     c->conn = NULL;
+    conn->inflight--;
     conn->env->pending--;
+}
+
+/* Take the queue over (the caller sends or fails every command on it). */
+static struct store_cmd *queue_take(struct store_conn *conn)
+{
+    struct store_cmd *q = conn->qhead;
+
+    conn->env->pending -= conn->qlen;
+    conn->qhead = conn->qtail = NULL;
+    conn->qlen = 0;
+    return q;
+}
+
+static void fail_list(struct store_cmd *c, const char *why)
+{
+    struct store_cmd *next;
+
+    for (; c; c = next) {
+        next = c->next;
+        c->next = NULL;
+        METRIC_INC(redis_errors);
+        store_cmd_fail(c, STORE_DOWN, why);
+    }
 }
 
 /* ---- connection state ---------------------------------------------------- */
@@ -208,6 +244,7 @@ static void conn_lost(struct store_conn *conn, redisAsyncContext *ac, const char
         METRIC_INC(redis_errors);
         store_cmd_fail(c, STORE_DOWN, reason);
     }
+    fail_list(queue_take(conn), reason);
     if (retry)
         store_conn_retry_later(conn);
 }
@@ -317,8 +354,8 @@ static void send_setup(struct store_conn *conn)
         redisAsyncCommand(ac, on_setup_reply, (void *)(intptr_t)SETUP_ROLE, "ROLE");
         METRIC_INC(redis_commands);
     }
-    conn->loading = SCRIPT_COUNT;
-    for (long i = 0; i < SCRIPT_COUNT; i++) {
+    conn->loading = SCRIPT_COUNT + 1;
+    for (long i = 0; i <= SCRIPT_BATCH; i++) {
         redisAsyncCommand(ac, on_setup_reply, (void *)(intptr_t)i, "SCRIPT LOAD %s",
                           script_src[i]);
         METRIC_INC(redis_commands);
@@ -465,7 +502,8 @@ static int parse_redirect(const struct store_conn *conn, const char *err, int *a
 
 static void on_eval_reply(redisAsyncContext *ac, void *r, void *priv);
 
-int store_conn_send(struct store_conn *conn, struct store_cmd *c)
+/* Put cmd on the wire now. 0 in flight, -1 not sent (the caller owns it). */
+static int wire_send(struct store_conn *conn, struct store_cmd *c)
 {
     if (!conn->ac)
         return -1;
@@ -486,6 +524,172 @@ int store_conn_send(struct store_conn *conn, struct store_cmd *c)
     return 0;
 }
 
+/* A batch that failed as a whole: so does every call in it. */
+static void batch_failed(void *arg, const struct store_result *res)
+{
+    struct store_cmd *b = arg, *m, *next;
+
+    for (m = b->members; m; m = next) {
+        next = m->mnext;
+        store_cmd_fail(m, res->status, res->err);
+    }
+    b->members = NULL;
+}
+
+/* One EVALSHA of the batch script carrying the n calls of list (linked by
+ * mnext): EVALSHA sha n key... then per call "script argc args...". NULL when
+ * out of memory (list untouched). */
+static struct store_cmd *batch_new(struct store_cmd *list, unsigned n)
+{
+    struct store_cmd *b = calloc(1, sizeof(*b)), *m;
+    int argc = 3 + (int)n, i, k;
+    char *num;
+
+    for (m = list; m; m = m->mnext)
+        argc += 2 + (m->argc - 4);
+    if (!b)
+        return NULL;
+    b->batch = 1;
+    b->script = SCRIPT_BATCH;
+    b->cb = batch_failed;
+    b->arg = b;
+    b->members = list;
+    b->nmembers = n;
+    b->argv = calloc((size_t)argc, sizeof(char *));
+    b->argvlen = calloc((size_t)argc, sizeof(size_t));
+    b->arena = malloc(24 * ((size_t)n + 1) + 8);
+    if (b->argv)
+        b->argv[1] = calloc(1, STORE_SHA_LEN + 1);
+    if (!b->argv || !b->argvlen || !b->arena || !b->argv[1]) {
+        b->argc = 0;
+        free(b->argv ? b->argv[1] : NULL);
+        free(b->argv);
+        free(b->argvlen);
+        free(b->arena);
+        free(b);
+        return NULL;
+    }
+    b->argc = argc;
+    b->argv[0] = (char *)"EVALSHA"; /* never freed: see cmd_free */
+    b->argvlen[0] = 7;
+    b->argvlen[1] = STORE_SHA_LEN;
+    num = b->arena;
+#define ARENA_NUM(v, at)                                                                           \
+    do {                                                                                           \
+        int len_ = sprintf(num, "%d", (int)(v));                                                   \
+        b->argv[at] = num;                                                                         \
+        b->argvlen[at] = (size_t)len_;                                                             \
+        num += len_ + 1;                                                                           \
+    } while (0)
+    ARENA_NUM(n, 2);
+    i = 3;
+    for (m = list; m; m = m->mnext, i++) { /* keys */
+        b->argv[i] = m->argv[3];
+        b->argvlen[i] = m->argvlen[3];
+    }
+    for (m = list; m; m = m->mnext) { /* operations */
+        ARENA_NUM(m->script, i);
+        ARENA_NUM(m->argc - 4, i + 1);
+        i += 2;
+        for (k = 4; k < m->argc; k++, i++) {
+            b->argv[i] = m->argv[k];
+            b->argvlen[i] = m->argvlen[k];
+        }
+    }
+#undef ARENA_NUM
+    return b;
+}
+
+/* Send the calls of list (linked by mnext, n of them): alone, or as a batch. */
+static void send_group(struct store_conn *conn, struct store_cmd *list, unsigned n)
+{
+    struct store_cmd *c = list;
+
+    if (n > 1) {
+        c = batch_new(list, n);
+        if (!c) { /* out of memory: send them one by one */
+            struct store_cmd *m, *next;
+            for (m = list; m; m = next) {
+                next = m->mnext;
+                m->mnext = NULL;
+                send_group(conn, m, 1);
+            }
+            return;
+        }
+        METRIC_INC(redis_batches);
+        METRIC_ADD(redis_batched_calls, n);
+    }
+    if (wire_send(conn, c) < 0) {
+        METRIC_INC(redis_errors);
+        store_cmd_fail(c, STORE_DOWN, "send failed");
+    }
+}
+
+/* Send the queue: one batch of everything (with STORE_CONN_SLOTS, one per
+ * hash slot, pipelined). A redirected call, or a batch being resent, goes
+ * alone: it must keep its own ASKING. */
+static void flush(struct store_conn *conn)
+{
+    struct store_cmd *q = queue_take(conn);
+
+    while (q) {
+        struct store_cmd *first = q, *rest = NULL, **rt = &rest, *c, *next;
+        struct store_cmd *group = first, **gt = &first->mnext;
+        unsigned n = 1;
+        size_t len;
+        const char *key = store_cmd_key(first, &len);
+        unsigned slot = util_redis_slot(key, len);
+        int alone = first->batch || first->asking;
+
+        first->mnext = NULL;
+        for (c = first->next; c; c = next) {
+            next = c->next;
+            c->next = NULL;
+            key = store_cmd_key(c, &len);
+            if (!alone && !c->batch && !c->asking && n < STORE_CONN_BATCH_MAX &&
+                (!(conn->flags & STORE_CONN_SLOTS) || util_redis_slot(key, len) == slot)) {
+                *gt = c;
+                gt = &c->mnext;
+                c->mnext = NULL;
+                n++;
+            } else {
+                *rt = c;
+                rt = &c->next;
+            }
+        }
+        first->next = NULL;
+        send_group(conn, group, n);
+        q = rest;
+    }
+}
+
+int store_conn_send(struct store_conn *conn, struct store_cmd *c)
+{
+    if (!conn->ac)
+        return -1;
+    if (!c->first_us)
+        c->first_us = util_now_us(); /* latency includes the wait for a batch */
+    if (!conn->env->corked && conn->inflight < STORE_CONN_MAX_INFLIGHT && !conn->qhead)
+        return wire_send(conn, c);
+    c->next = NULL;
+    if (conn->qtail)
+        conn->qtail->next = c;
+    else
+        conn->qhead = c;
+    conn->qtail = c;
+    conn->qlen++;
+    conn->env->pending++;
+    if (conn->qlen >= STORE_CONN_BATCH_MAX)
+        flush(conn);
+    return 0;
+}
+
+void store_conn_uncork(struct store_conn *conn)
+{
+    if (conn->qhead && conn->inflight < STORE_CONN_MAX_INFLIGHT)
+        flush(conn);
+}
+
 /* Error replies that are not the script's answer. 1 when c was taken care of. */
 static int handle_error(struct store_conn *conn, redisAsyncContext *ac, struct store_cmd *c,
                         const char *err)
@@ -503,7 +707,7 @@ static int handle_error(struct store_conn *conn, redisAsyncContext *ac, struct s
                               script_src[c->script]) == REDIS_OK) {
             METRIC_INC(redis_commands);
             conn->loading++;
-            if (store_conn_send(conn, c) == 0)
+            if (wire_send(conn, c) == 0)
                 return 1;
         }
         METRIC_INC(redis_errors);
@@ -526,6 +730,59 @@ static int handle_error(struct store_conn *conn, redisAsyncContext *ac, struct s
     return 0;
 }
 
+/* An integer of a script reply (Lua numbers come back as integers; a string
+ * is parsed). -1 when e is neither. */
+static int reply_int(const redisReply *e, int64_t *v)
+{
+    if (e->type == REDIS_REPLY_INTEGER)
+        *v = e->integer;
+    else if (e->type == REDIS_REPLY_STRING)
+        *v = strtoll(e->str, NULL, 10);
+    else
+        return -1;
+    return 0;
+}
+
+/* The reply values of one call, elements [at, at + n) of reply, into res. */
+static void fill_result(struct store_result *res, const redisReply *reply, size_t at, size_t n)
+{
+    res->status = STORE_OK;
+    for (size_t i = 0; i < n && i < STORE_MAX_VALUES; i++) {
+        if (reply_int(reply->element[at + i], &res->v[i]) < 0) {
+            res->status = STORE_ERR;
+            res->err = "unexpected reply element";
+        }
+        res->n = (int)i + 1;
+    }
+}
+
+/* Hand each call of batch b its part of the reply ("n values..." per call, in
+ * order); calls the reply does not cover fail. */
+static void batch_reply(struct store_cmd *b, const redisReply *reply, uint64_t now)
+{
+    struct store_cmd *m, *next;
+    size_t at = 0;
+
+    for (m = b->members; m; m = next) {
+        struct store_result res = {.status = STORE_ERR, .err = "short batch reply"};
+        int64_t n;
+        next = m->mnext;
+        if (at < reply->elements && reply_int(reply->element[at], &n) == 0 && n >= 0 &&
+            (size_t)n <= reply->elements - at - 1) {
+            fill_result(&res, reply, at + 1, (size_t)n);
+            at += 1 + (size_t)n;
+        } else {
+            at = reply->elements; /* malformed: fail the rest */
+        }
+        if (res.status != STORE_OK)
+            METRIC_INC(redis_errors);
+        res.latency_us = now - m->first_us;
+        m->cb(m->arg, &res);
+        cmd_free(m);
+    }
+    b->members = NULL;
+}
+
 static void on_eval_reply(redisAsyncContext *ac, void *r, void *priv)
 {
     redisReply *reply = r;
@@ -540,22 +797,15 @@ static void on_eval_reply(redisAsyncContext *ac, void *r, void *priv)
     now = util_now_us();
     metrics_hist_observe(&metrics.redis_latency, (now - c->sent_us) * 1000);
     if (reply->type == REDIS_REPLY_ERROR && handle_error(conn, ac, c, reply->str))
-        return;
+        goto next;
     res.latency_us = now - c->first_us;
+    if (reply->type == REDIS_REPLY_ARRAY && c->batch) {
+        batch_reply(c, reply, now);
+        cmd_free(c);
+        goto next;
+    }
     if (reply->type == REDIS_REPLY_ARRAY) {
-        res.status = STORE_OK;
-        for (size_t i = 0; i < reply->elements && i < STORE_MAX_VALUES; i++) {
-            redisReply *e = reply->element[i];
-            if (e->type == REDIS_REPLY_INTEGER) {
-                res.v[i] = e->integer;
-            } else if (e->type == REDIS_REPLY_STRING) {
-                res.v[i] = strtoll(e->str, NULL, 10);
-            } else {
-                res.status = STORE_ERR;
-                res.err = "unexpected reply element";
-            }
-            res.n = (int)i + 1;
-        }
+        fill_result(&res, reply, 0, reply->elements);
     } else {
         res.status = STORE_ERR;
         res.err = reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply type";
@@ -567,6 +817,11 @@ static void on_eval_reply(redisAsyncContext *ac, void *r, void *priv)
     }
     c->cb(c->arg, &res);
     cmd_free(c);
+next:
+    /* What queued while this call was out goes now, together. The context
+     * may have been lost in a callback above: then the queue has failed. */
+    if (conn->ac == ac && !conn->env->corked && conn->inflight < STORE_CONN_MAX_INFLIGHT)
+        flush(conn);
 }
 
 /* ---- lifecycle and accessors --------------------------------------------- */
@@ -642,6 +897,7 @@ void store_conn_free(struct store_conn *conn)
         cmd_unlink(c);
         store_cmd_fail(c, STORE_DOWN, "connection closed");
     }
+    fail_list(queue_take(conn), "connection closed");
     free(conn->host);
     free(conn->unix_path);
     free(conn);

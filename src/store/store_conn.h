@@ -37,9 +37,19 @@ struct store_env {
     const char *user;        /* AUTH user (NULL: password only) */
     const char *password;    /* AUTH at connect when not NULL */
     int db;                  /* SELECT at connect when not 0 */
-    char sha[SCRIPT_COUNT][STORE_SHA_LEN + 1]; /* from SCRIPT LOAD: the same on every server */
-    unsigned pending;        /* commands in flight over all connections */
+    char sha[SCRIPT_COUNT + 1][STORE_SHA_LEN + 1]; /* from SCRIPT LOAD: the same on every
+                                                       server; [SCRIPT_COUNT] is the batch */
+    unsigned pending;        /* commands queued or in flight over all connections */
+    int corked;              /* store_conn_send() only queues (see store_conn_uncork) */
 };
+
+/* Group commit. While STORE_CONN_MAX_INFLIGHT script calls are in flight on a
+ * connection, further calls queue; when one returns, the queue goes out as one
+ * EVALSHA of the batch script (lua/batch.sh: many keys, per-key results), or
+ * per slot with STORE_CONN_SLOTS. A queue of STORE_CONN_BATCH_MAX goes out at
+ * once. A lone call is sent at once, as itself. */
+#define STORE_CONN_MAX_INFLIGHT 1
+#define STORE_CONN_BATCH_MAX 256
 
 /* One store_eval() call: EVALSHA sha 1 key args... Owned by the store until
  * its callback has run (store_cmd_fail or a reply). */
@@ -53,11 +63,17 @@ struct store_cmd {
     unsigned moved : 1;      /* followed a -MOVED already */
     unsigned asked : 1;      /* followed an -ASK already */
     unsigned asking : 1;     /* send ASKING first (the last redirect was -ASK) */
+    unsigned batch : 1;      /* carries members (below) */
     int argc;
     char **argv;             /* argv[1] is the sha, filled in when sent */
     size_t *argvlen;
     struct store_conn *conn; /* where it is in flight; NULL when not */
     struct store_cmd *prev, *next;
+    /* A batch: the calls it carries, in reply order (linked by mnext); its
+     * argv borrows their keys and arguments. NULL for a single call. */
+    struct store_cmd *members, *mnext;
+    unsigned nmembers;
+    char *arena;             /* a batch's own numbers ("script argc" per call) */
 };
 
 /* A copy of the call; NULL when out of memory. */
@@ -92,6 +108,8 @@ struct store_conn_hooks {
 /* Ask ROLE at connect and drop the connection unless it says master; a
  * -READONLY reply drops it too (Sentinel: the master was demoted). */
 #define STORE_CONN_CHECK_ROLE 1
+/* Redis Cluster node: a batch carries the keys of one hash slot only. */
+#define STORE_CONN_SLOTS 2
 
 /* A connection, not connected yet (see store_conn_connect). host NULL and
  * unix_path NULL: no address yet (store_conn_set_addr). NULL when out of
@@ -127,9 +145,13 @@ int store_conn_ready(const struct store_conn *conn);
  * the setup commands, in order). Only meaningful once env->sha is filled. */
 int store_conn_usable(const struct store_conn *conn);
 
-/* Send cmd (EVALSHA, ASKING first when cmd->asking). 0: in flight here, it
- * completes as said at the top. -1: not sent, the caller still owns cmd. */
+/* Send cmd (EVALSHA, ASKING first when cmd->asking), or queue it for the next
+ * batch (see STORE_CONN_MAX_INFLIGHT). 0: taken, it completes as said at the
+ * top. -1: not sent, the caller still owns cmd. */
 int store_conn_send(struct store_conn *conn, struct store_cmd *cmd);
+
+/* After env->corked went back to 0: send what queued meanwhile, as batches. */
+void store_conn_uncork(struct store_conn *conn);
 
 /* "host:port" or the unix path, for logs and comparisons. */
 const char *store_conn_name(const struct store_conn *conn);

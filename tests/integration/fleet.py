@@ -437,6 +437,20 @@ class Monitor:
             out.append((client, cmd))
         return out
 
+    def script_ops(self, i, j):
+        """Script operations between two marks: an EVALSHA carries as many as
+        its numkeys (the batch script runs one per key)."""
+        with self.cond:
+            lines = self.lines[i:j - 1]
+        n = 0
+        for ln in lines:
+            m = MON_RE.match(ln)
+            if not m or m.group(3) == "lua" or m.group(4).upper() != "EVALSHA":
+                continue
+            args = re.findall(r'"((?:[^"\\]|\\.)*)"', ln)
+            n += int(args[2]) if len(args) > 2 and args[2].isdigit() else 1
+        return n
+
     def close(self):
         try:
             self.sock.shutdown(socket.SHUT_RDWR)
