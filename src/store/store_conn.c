@@ -77,65 +77,56 @@ static void cmd_free(struct store_cmd *c)
 {
     if (!c)
         return;
-    if (c->batch) { /* owns its sha buffer and arena; the rest is borrowed */
+    if (c->batch) { /* owns its arrays, sha buffer and arena; the rest is borrowed */
         free(c->argv[1]);
+        free(c->argv);
+        free(c->argvlen);
         free(c->arena);
-    } else {
-        for (int i = 0; i < c->argc; i++)
-            free(c->argv[i]);
     }
-    free(c->argv);
-    free(c->argvlen);
-    free(c);
+    free(c); /* a single call is one block (store_cmd_new) */
 }
 
-static char *dup_bytes(const char *p, size_t len)
-{
-    char *d = malloc(len + 1);
-    if (d) {
-        memcpy(d, p, len);
-        d[len] = '\0';
-    }
-    return d;
-}
-
+/* One block: the command, its argv and argvlen arrays, then the bytes of
+ * every argument (each NUL-terminated), so a call costs one allocation. */
 struct store_cmd *store_cmd_new(enum store_script script, const char *key, size_t keylen, int argc,
                                 const char *const *argv, const size_t *argvlen, store_cb *cb,
                                 void *arg)
 {
-    struct store_cmd *c = calloc(1, sizeof(*c));
+    static const char evalsha[] = "EVALSHA", one[] = "1";
     int n = argc + 4;
+    size_t bytes = sizeof(evalsha) + STORE_SHA_LEN + 1 + sizeof(one) + keylen + 1;
+    struct store_cmd *c;
+    char *p;
 
+    for (int i = 0; i < argc; i++)
+        bytes += argvlen[i] + 1;
+    c = calloc(1, sizeof(*c) + (size_t)n * (sizeof(char *) + sizeof(size_t)) + bytes);
     if (!c)
         return NULL;
     c->cb = cb;
     c->arg = arg;
     c->script = script;
-    c->argv = calloc((size_t)n, sizeof(char *));
-    c->argvlen = calloc((size_t)n, sizeof(size_t));
-    if (!c->argv || !c->argvlen) {
-        cmd_free(c);
-        return NULL;
-    }
-    c->argc = n; /* from here on cmd_free walks argv */
-    c->argv[0] = dup_bytes("EVALSHA", 7);
-    c->argv[1] = calloc(1, STORE_SHA_LEN + 1);
-    c->argv[2] = dup_bytes("1", 1);
-    c->argv[3] = dup_bytes(key, keylen);
-    c->argvlen[0] = 7;
+    c->argc = n;
+    c->argv = (char **)(c + 1);
+    c->argvlen = (size_t *)(c->argv + n);
+    p = (char *)(c->argvlen + n);
+#define PUT(i, s, len)                                                                             \
+    do {                                                                                           \
+        c->argv[i] = p;                                                                            \
+        c->argvlen[i] = (len);                                                                     \
+        memcpy(p, (s), (len));                                                                     \
+        p[len] = '\0';                                                                             \
+        p += (len) + 1;                                                                            \
+    } while (0)
+    PUT(0, evalsha, sizeof(evalsha) - 1);
+    c->argv[1] = p; /* the sha, filled in when sent (calloc'd: zeros) */
     c->argvlen[1] = STORE_SHA_LEN;
-    c->argvlen[2] = 1;
-    c->argvlen[3] = keylen;
-    for (int i = 0; i < argc; i++) {
-        c->argv[4 + i] = dup_bytes(argv[i], argvlen[i]);
-        c->argvlen[4 + i] = argvlen[i];
-    }
-    for (int i = 0; i < n; i++) {
-        if (!c->argv[i]) {
-            cmd_free(c);
-            return NULL;
-        }
-    }
+    p += STORE_SHA_LEN + 1;
+    PUT(2, one, sizeof(one) - 1);
+    PUT(3, key, keylen);
+    for (int i = 0; i < argc; i++)
+        PUT(4 + i, argv[i], argvlen[i]);
+#undef PUT
     return c;
 }
 
