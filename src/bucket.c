@@ -36,10 +36,6 @@
  * without overflowing a uint64_t. */
 #define MAX_WAIT_US ((uint64_t)1 << 53)
 
-/* enum cfg_algorithm (config.h) value of the sliding window; not included
- * so that this module depends on libc only. */
-#define ALGO_SLIDING_WINDOW_ID 1
-
 /* Retry hint when a decision could not be made for lack of memory. */
 #define OOM_RETRY_US 1000000u
 
@@ -75,7 +71,7 @@ static double snap(double x, double eps)
  * while it holds a request. */
 static double tolerance(const struct bucket_params *p)
 {
-    double per_us = (p->algorithm == ALGO_SLIDING_WINDOW_ID ? 1.0 : (double)p->limit) /
+    double per_us = (p->algorithm == BUCKET_SLIDING_WINDOW ? 1.0 : (double)p->limit) /
                     (double)period_of(p);
     return per_us > 0 ? fmin(SNAP_EPS, per_us / 4) : SNAP_EPS;
 }
@@ -271,7 +267,7 @@ static void sw_take(struct bucket *b, const struct bucket_params *p, uint64_t no
 
 void bucket_init(struct bucket *b, const struct bucket_params *p, uint64_t now_us)
 {
-    if (p->algorithm == ALGO_SLIDING_WINDOW_ID) {
+    if (p->algorithm == BUCKET_SLIDING_WINDOW) {
         b->tokens = 0;
         b->cur = 0;
         b->ts_us = now_us - now_us % period_of(p);
@@ -285,7 +281,7 @@ void bucket_init(struct bucket *b, const struct bucket_params *p, uint64_t now_u
 void bucket_take(struct bucket *b, const struct bucket_params *p, uint64_t now_us, uint64_t n,
                  struct bucket_result *res)
 {
-    if (p->algorithm == ALGO_SLIDING_WINDOW_ID)
+    if (p->algorithm == BUCKET_SLIDING_WINDOW)
         sw_take(b, p, now_us, n, res);
     else
         tb_take(b, p, now_us, n, res);
@@ -293,7 +289,7 @@ void bucket_take(struct bucket *b, const struct bucket_params *p, uint64_t now_u
 
 int bucket_idle(const struct bucket *b, const struct bucket_params *p, uint64_t now_us)
 {
-    if (p->algorithm == ALGO_SLIDING_WINDOW_ID) {
+    if (p->algorithm == BUCKET_SLIDING_WINDOW) {
         if (b->tokens <= 0 && b->cur <= 0)
             return 1;
         return now_us >= b->ts_us && now_us - b->ts_us >= 2 * period_of(p);

@@ -8,7 +8,6 @@
 #include "metrics.h"
 #include "util.h"
 
-#define ALGO_SW 1 /* enum cfg_algorithm: sliding window */
 /* A report of "everything held was spent": scripts cap a report at what is held. */
 #define LEASE_VOID 1000000000000ull
 
@@ -17,7 +16,7 @@ struct lease_entry {
     uint64_t hash;
     unsigned stripe;
     /* parameters in force (updated by every decision: reloads apply) */
-    int algorithm;
+    enum bucket_algorithm algorithm;
     uint64_t limit, period_us, burst;
     /* the local lease */
     uint64_t tokens;      /* L: may still be spent */
@@ -182,7 +181,7 @@ static double bucket_now(const struct lease_entry *e, uint64_t now_us)
 {
     if (!e->known)
         return 0;
-    if (e->algorithm == ALGO_SW)
+    if (e->algorithm == BUCKET_SLIDING_WINDOW)
         return e->t_last;
     double rate = (double)e->limit / (double)e->period_us;
     double cap = (double)e->burst - (double)e->others_held - (double)e->tokens;
@@ -194,7 +193,7 @@ static double bucket_now(const struct lease_entry *e, uint64_t now_us)
 
 static uint64_t reset_estimate(const struct lease_entry *e, uint64_t now_us, double tnow)
 {
-    if (e->algorithm == ALGO_SW || !e->known) {
+    if (e->algorithm == BUCKET_SLIDING_WINDOW || !e->known) {
         uint64_t elapsed = (now_us - e->reply_us) / 1000;
         return e->reset_ms > elapsed ? (e->reset_ms - elapsed) * 1000 : 0;
     }
@@ -240,8 +239,8 @@ static uint64_t claim_size(const struct lease_table *t, const struct lease_entry
     double want = (double)e->nwait;
     if (e->known && (e->demand >= 1.0 || e->hits >= 2))
         want += ceil(2.0 * d) - (double)e->tokens;
-    double cap = floor(t->cfg.max_fraction * (double)(e->algorithm == ALGO_SW ? e->limit
-                                                                             : e->burst));
+    uint64_t size = e->algorithm == BUCKET_SLIDING_WINDOW ? e->limit : e->burst;
+    double cap = floor(t->cfg.max_fraction * (double)size);
     if (cap < 1)
         cap = 1;
     if (e->known) {

@@ -52,7 +52,7 @@ struct lease_job {
     struct lease_job *next;
     struct lease_entry *e;
     int kind;
-    int algorithm;
+    enum bucket_algorithm algorithm;
     uint64_t limit, period_ms, burst;
     uint64_t want, used, returned;
     uint64_t sent_us;

@@ -33,7 +33,7 @@ struct rjob {
     uint64_t sent_us;
     struct lease_job *lj;           /* RJOB_LEASE */
     struct lease_waiter *w;         /* RJOB_EXACT: NULL once answered by fallback */
-    int algorithm;                  /* RJOB_EXACT */
+    enum bucket_algorithm algorithm; /* RJOB_EXACT */
     uint64_t limit, period_ms, burst;
     size_t keylen;
     char key[];                     /* RJOB_EXACT */
@@ -218,7 +218,7 @@ static void send_job(struct limiter *l, struct rjob *j)
     } while (0)
 
     if (j->kind == RJOB_EXACT) {
-        script = j->algorithm == ALGO_SLIDING_WINDOW ? SCRIPT_SW_EXACT : SCRIPT_TB_EXACT;
+        script = j->algorithm == BUCKET_SLIDING_WINDOW ? SCRIPT_SW_EXACT : SCRIPT_TB_EXACT;
         ARG_NUM(j->limit);
         ARG_NUM(j->period_ms);
         ARG_NUM(j->burst);
@@ -226,7 +226,7 @@ static void send_job(struct limiter *l, struct rjob *j)
         keylen = j->keylen;
     } else {
         struct lease_job *lj = j->lj;
-        int sw = lj->algorithm == ALGO_SLIDING_WINDOW;
+        int sw = lj->algorithm == BUCKET_SLIDING_WINDOW;
         ARG_STR(store_agent_id(l->store));
         ARG_NUM(lj->limit);
         ARG_NUM(lj->period_ms);
@@ -388,7 +388,7 @@ static size_t redis_key(const struct limiter *l, const struct limiter_req *req,
     if (n > cap)
         return 0;
     memcpy(buf, l->prefix, l->prefix_len);
-    memcpy(buf + l->prefix_len, r->algorithm == ALGO_SLIDING_WINDOW ? "sw:" : "tb:", 3);
+    memcpy(buf + l->prefix_len, r->algorithm == BUCKET_SLIDING_WINDOW ? "sw:" : "tb:", 3);
     memcpy(buf + l->prefix_len + 3, r->name, rl);
     buf[l->prefix_len + 3 + rl] = ':';
     memcpy(buf + l->prefix_len + 4 + rl, rules_hit_key(&req->ev, h), h->key_len);
