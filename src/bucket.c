@@ -10,8 +10,8 @@
  * "remaining".
  *
  * The table is nstripes independent chained hash tables, each behind its own
- * mutex, chosen by the high bits of the key hash; a decision locks exactly one
- * stripe. Memory stays bounded because bucket_table_expire() drops buckets
+ * mutex, chosen by util_stripe() from the key hash; a decision locks exactly
+ * one stripe. Memory stays bounded because bucket_table_expire() drops buckets
  * that hold no information any more (see bucket_idle()).
  */
 #include "bucket.h"
@@ -332,28 +332,16 @@ struct bucket_table {
     size_t cur_skip;
 };
 
-/* FNV-1a alone leaves the high bits, which choose the stripe, poorly mixed
- * for short keys; a 64-bit finalizer spreads every input bit. */
-static uint64_t mix64(uint64_t h)
-{
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdULL;
-    h ^= h >> 33;
-    h *= 0xc4ceb9fe1a85ec53ULL;
-    h ^= h >> 33;
-    return h;
-}
-
 static uint64_t key_hash(const char *rule, size_t rulelen, const void *key, size_t keylen)
 {
     /* The rule's NUL is hashed too so ("ab", "c") and ("a", "bc") differ. */
     uint64_t h = util_hash(UTIL_HASH_INIT, rule, rulelen + 1);
-    return mix64(util_hash(h, key, keylen));
+    return util_hash_mix(util_hash(h, key, keylen));
 }
 
 static struct stripe *stripe_of(struct bucket_table *t, uint64_t hash)
 {
-    return &t->stripes[(hash >> 32) & (t->nstripes - 1)];
+    return &t->stripes[util_stripe(hash, t->nstripes)];
 }
 
 /* Rehash stripe s into nslots chains (a power of two, or 0 only when s
@@ -371,7 +359,7 @@ static int stripe_resize(struct stripe *s, size_t nslots)
         struct entry *e = s->slots[i];
         while (e) {
             struct entry *next = e->next;
-            size_t j = e->hash & (nslots - 1);
+            size_t j = util_slot(e->hash, nslots);
             e->next = slots[j];
             slots[j] = e;
             e = next;
@@ -388,7 +376,7 @@ static struct entry *stripe_find(struct stripe *s, uint64_t hash, const char *ru
 {
     if (!s->nslots)
         return NULL;
-    for (struct entry *e = s->slots[hash & (s->nslots - 1)]; e; e = e->next) {
+    for (struct entry *e = s->slots[util_slot(hash, s->nslots)]; e; e = e->next) {
         if (e->hash == hash && e->rulelen == rulelen && e->keylen == keylen &&
             memcmp(e->data, rule, rulelen) == 0 &&
             memcmp(e->data + rulelen + 1, key, keylen) == 0)
@@ -420,7 +408,7 @@ static struct entry *stripe_insert(struct stripe *s, uint64_t hash, const char *
     e->data[rulelen] = '\0';
     if (keylen)
         memcpy(e->data + rulelen + 1, key, keylen);
-    size_t j = hash & (s->nslots - 1);
+    size_t j = util_slot(hash, s->nslots);
     e->next = s->slots[j];
     s->slots[j] = e;
     s->count++;

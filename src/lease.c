@@ -13,7 +13,7 @@
 
 struct lease_entry {
     struct lease_entry *next; /* hash chain */
-    uint64_t hash;
+    uint64_t hash;            /* of the key, mixed: see util_stripe() */
     unsigned stripe;
     /* parameters in force (updated by every decision: reloads apply) */
     enum bucket_algorithm algorithm;
@@ -126,8 +126,9 @@ static int stripe_grow(struct lease_stripe *s)
         struct lease_entry *e = s->slots[i], *next;
         for (; e; e = next) {
             next = e->next;
-            e->next = slots[(e->hash >> 8) & (n - 1)];
-            slots[(e->hash >> 8) & (n - 1)] = e;
+            size_t slot = util_slot(e->hash, n);
+            e->next = slots[slot];
+            slots[slot] = e;
         }
     }
     free(s->slots);
@@ -143,7 +144,7 @@ static struct lease_entry *find_or_create(struct lease_table *t, struct lease_st
     struct lease_entry *e;
 
     if (s->nslots) {
-        for (e = s->slots[(h >> 8) & (s->nslots - 1)]; e; e = e->next)
+        for (e = s->slots[util_slot(h, s->nslots)]; e; e = e->next)
             if (e->hash == h && e->keylen == keylen && memcmp(e->key, key, keylen) == 0)
                 return e;
     }
@@ -156,7 +157,7 @@ static struct lease_entry *find_or_create(struct lease_table *t, struct lease_st
     e->stripe = stripe;
     e->keylen = keylen;
     memcpy(e->key, key, keylen);
-    size_t slot = (h >> 8) & (s->nslots - 1);
+    size_t slot = util_slot(h, s->nslots);
     e->next = s->slots[slot];
     s->slots[slot] = e;
     s->count++;
@@ -309,8 +310,8 @@ int lease_decide(struct lease_table *t, const char *key, size_t keylen,
                  const struct bucket_params *p, uint64_t now_us, int redis_up,
                  struct lease_waiter *w, struct bucket_result *res, struct lease_job **job)
 {
-    uint64_t h = util_hash(UTIL_HASH_INIT, key, keylen);
-    unsigned si = (unsigned)(h & (t->nstripes - 1));
+    uint64_t h = util_hash_mix(util_hash(UTIL_HASH_INIT, key, keylen));
+    unsigned si = util_stripe(h, t->nstripes);
     struct lease_stripe *s = &t->stripes[si];
     struct lease_entry *e;
     int ret;
