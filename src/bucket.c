@@ -10,8 +10,8 @@
  * "remaining".
  *
  * The table is nstripes independent chained hash tables, each behind its own
- * mutex, chosen by the high bits of the key hash; a decision locks exactly one
- * stripe. Memory stays bounded because bucket_table_expire() drops buckets
+ * mutex, chosen by util_stripe() from the key hash; a decision locks exactly
+ * one stripe. Memory stays bounded because bucket_table_expire() drops buckets
  * that hold no information any more (see bucket_idle()).
  */
 #include "bucket.h"
@@ -35,10 +35,6 @@
  * 285 years, small enough that callers can add to it or round it to seconds
  * without overflowing a uint64_t. */
 #define MAX_WAIT_US ((uint64_t)1 << 53)
-
-/* enum cfg_algorithm (config.h) value of the sliding window; not included
- * so that this module depends on libc only. */
-#define ALGO_SLIDING_WINDOW_ID 1
 
 /* Retry hint when a decision could not be made for lack of memory. */
 #define OOM_RETRY_US 1000000u
@@ -75,7 +71,7 @@ static double snap(double x, double eps)
  * while it holds a request. */
 static double tolerance(const struct bucket_params *p)
 {
-    double per_us = (p->algorithm == ALGO_SLIDING_WINDOW_ID ? 1.0 : (double)p->limit) /
+    double per_us = (p->algorithm == BUCKET_SLIDING_WINDOW ? 1.0 : (double)p->limit) /
                     (double)period_of(p);
     return per_us > 0 ? fmin(SNAP_EPS, per_us / 4) : SNAP_EPS;
 }
@@ -271,7 +267,7 @@ static void sw_take(struct bucket *b, const struct bucket_params *p, uint64_t no
 
 void bucket_init(struct bucket *b, const struct bucket_params *p, uint64_t now_us)
 {
-    if (p->algorithm == ALGO_SLIDING_WINDOW_ID) {
+    if (p->algorithm == BUCKET_SLIDING_WINDOW) {
         b->tokens = 0;
         b->cur = 0;
         b->ts_us = now_us - now_us % period_of(p);
@@ -285,7 +281,7 @@ void bucket_init(struct bucket *b, const struct bucket_params *p, uint64_t now_u
 void bucket_take(struct bucket *b, const struct bucket_params *p, uint64_t now_us, uint64_t n,
                  struct bucket_result *res)
 {
-    if (p->algorithm == ALGO_SLIDING_WINDOW_ID)
+    if (p->algorithm == BUCKET_SLIDING_WINDOW)
         sw_take(b, p, now_us, n, res);
     else
         tb_take(b, p, now_us, n, res);
@@ -293,7 +289,7 @@ void bucket_take(struct bucket *b, const struct bucket_params *p, uint64_t now_u
 
 int bucket_idle(const struct bucket *b, const struct bucket_params *p, uint64_t now_us)
 {
-    if (p->algorithm == ALGO_SLIDING_WINDOW_ID) {
+    if (p->algorithm == BUCKET_SLIDING_WINDOW) {
         if (b->tokens <= 0 && b->cur <= 0)
             return 1;
         return now_us >= b->ts_us && now_us - b->ts_us >= 2 * period_of(p);
@@ -336,28 +332,16 @@ struct bucket_table {
     size_t cur_skip;
 };
 
-/* FNV-1a alone leaves the high bits, which choose the stripe, poorly mixed
- * for short keys; a 64-bit finalizer spreads every input bit. */
-static uint64_t mix64(uint64_t h)
-{
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdULL;
-    h ^= h >> 33;
-    h *= 0xc4ceb9fe1a85ec53ULL;
-    h ^= h >> 33;
-    return h;
-}
-
 static uint64_t key_hash(const char *rule, size_t rulelen, const void *key, size_t keylen)
 {
     /* The rule's NUL is hashed too so ("ab", "c") and ("a", "bc") differ. */
     uint64_t h = util_hash(UTIL_HASH_INIT, rule, rulelen + 1);
-    return mix64(util_hash(h, key, keylen));
+    return util_hash_mix(util_hash(h, key, keylen));
 }
 
 static struct stripe *stripe_of(struct bucket_table *t, uint64_t hash)
 {
-    return &t->stripes[(hash >> 32) & (t->nstripes - 1)];
+    return &t->stripes[util_stripe(hash, t->nstripes)];
 }
 
 /* Rehash stripe s into nslots chains (a power of two, or 0 only when s
@@ -375,7 +359,7 @@ static int stripe_resize(struct stripe *s, size_t nslots)
         struct entry *e = s->slots[i];
         while (e) {
             struct entry *next = e->next;
-            size_t j = e->hash & (nslots - 1);
+            size_t j = util_slot(e->hash, nslots);
             e->next = slots[j];
             slots[j] = e;
             e = next;
@@ -392,7 +376,7 @@ static struct entry *stripe_find(struct stripe *s, uint64_t hash, const char *ru
 {
     if (!s->nslots)
         return NULL;
-    for (struct entry *e = s->slots[hash & (s->nslots - 1)]; e; e = e->next) {
+    for (struct entry *e = s->slots[util_slot(hash, s->nslots)]; e; e = e->next) {
         if (e->hash == hash && e->rulelen == rulelen && e->keylen == keylen &&
             memcmp(e->data, rule, rulelen) == 0 &&
             memcmp(e->data + rulelen + 1, key, keylen) == 0)
@@ -424,7 +408,7 @@ static struct entry *stripe_insert(struct stripe *s, uint64_t hash, const char *
     e->data[rulelen] = '\0';
     if (keylen)
         memcpy(e->data + rulelen + 1, key, keylen);
-    size_t j = hash & (s->nslots - 1);
+    size_t j = util_slot(hash, s->nslots);
     e->next = s->slots[j];
     s->slots[j] = e;
     s->count++;

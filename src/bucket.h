@@ -10,9 +10,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* How a rule counts. The config's algorithm values are these. */
+enum bucket_algorithm {
+    BUCKET_TOKEN_BUCKET = 0,   /* refill limit per period, capacity burst */
+    BUCKET_SLIDING_WINDOW = 1, /* at most limit per period, two-window estimate */
+};
+
 /* Limit parameters of one rule. */
 struct bucket_params {
-    int algorithm;      /* enum cfg_algorithm: 0 token bucket, 1 sliding window */
+    enum bucket_algorithm algorithm;
     uint64_t limit;     /* N of the rate */
     uint64_t period_us; /* DURATION of the rate (also the sliding window) */
     uint64_t burst;     /* token bucket capacity */

@@ -8,16 +8,15 @@
 #include "metrics.h"
 #include "util.h"
 
-#define ALGO_SW 1 /* enum cfg_algorithm: sliding window */
 /* A report of "everything held was spent": scripts cap a report at what is held. */
 #define LEASE_VOID 1000000000000ull
 
 struct lease_entry {
     struct lease_entry *next; /* hash chain */
-    uint64_t hash;
+    uint64_t hash;            /* of the key, mixed: see util_stripe() */
     unsigned stripe;
     /* parameters in force (updated by every decision: reloads apply) */
-    int algorithm;
+    enum bucket_algorithm algorithm;
     uint64_t limit, period_us, burst;
     /* the local lease */
     uint64_t tokens;      /* L: may still be spent */
@@ -127,8 +126,9 @@ static int stripe_grow(struct lease_stripe *s)
         struct lease_entry *e = s->slots[i], *next;
         for (; e; e = next) {
             next = e->next;
-            e->next = slots[(e->hash >> 8) & (n - 1)];
-            slots[(e->hash >> 8) & (n - 1)] = e;
+            size_t slot = util_slot(e->hash, n);
+            e->next = slots[slot];
+            slots[slot] = e;
         }
     }
     free(s->slots);
@@ -144,7 +144,7 @@ static struct lease_entry *find_or_create(struct lease_table *t, struct lease_st
     struct lease_entry *e;
 
     if (s->nslots) {
-        for (e = s->slots[(h >> 8) & (s->nslots - 1)]; e; e = e->next)
+        for (e = s->slots[util_slot(h, s->nslots)]; e; e = e->next)
             if (e->hash == h && e->keylen == keylen && memcmp(e->key, key, keylen) == 0)
                 return e;
     }
@@ -157,7 +157,7 @@ static struct lease_entry *find_or_create(struct lease_table *t, struct lease_st
     e->stripe = stripe;
     e->keylen = keylen;
     memcpy(e->key, key, keylen);
-    size_t slot = (h >> 8) & (s->nslots - 1);
+    size_t slot = util_slot(h, s->nslots);
     e->next = s->slots[slot];
     s->slots[slot] = e;
     s->count++;
@@ -182,7 +182,7 @@ static double bucket_now(const struct lease_entry *e, uint64_t now_us)
 {
     if (!e->known)
         return 0;
-    if (e->algorithm == ALGO_SW)
+    if (e->algorithm == BUCKET_SLIDING_WINDOW)
         return e->t_last;
     double rate = (double)e->limit / (double)e->period_us;
     double cap = (double)e->burst - (double)e->others_held - (double)e->tokens;
@@ -194,7 +194,7 @@ static double bucket_now(const struct lease_entry *e, uint64_t now_us)
 
 static uint64_t reset_estimate(const struct lease_entry *e, uint64_t now_us, double tnow)
 {
-    if (e->algorithm == ALGO_SW || !e->known) {
+    if (e->algorithm == BUCKET_SLIDING_WINDOW || !e->known) {
         uint64_t elapsed = (now_us - e->reply_us) / 1000;
         return e->reset_ms > elapsed ? (e->reset_ms - elapsed) * 1000 : 0;
     }
@@ -240,8 +240,8 @@ static uint64_t claim_size(const struct lease_table *t, const struct lease_entry
     double want = (double)e->nwait;
     if (e->known && (e->demand >= 1.0 || e->hits >= 2))
         want += ceil(2.0 * d) - (double)e->tokens;
-    double cap = floor(t->cfg.max_fraction * (double)(e->algorithm == ALGO_SW ? e->limit
-                                                                             : e->burst));
+    uint64_t size = e->algorithm == BUCKET_SLIDING_WINDOW ? e->limit : e->burst;
+    double cap = floor(t->cfg.max_fraction * (double)size);
     if (cap < 1)
         cap = 1;
     if (e->known) {
@@ -310,8 +310,8 @@ int lease_decide(struct lease_table *t, const char *key, size_t keylen,
                  const struct bucket_params *p, uint64_t now_us, int redis_up,
                  struct lease_waiter *w, struct bucket_result *res, struct lease_job **job)
 {
-    uint64_t h = util_hash(UTIL_HASH_INIT, key, keylen);
-    unsigned si = (unsigned)(h & (t->nstripes - 1));
+    uint64_t h = util_hash_mix(util_hash(UTIL_HASH_INIT, key, keylen));
+    unsigned si = util_stripe(h, t->nstripes);
     struct lease_stripe *s = &t->stripes[si];
     struct lease_entry *e;
     int ret;
@@ -383,56 +383,68 @@ static void take_waiters(struct lease_entry *e, struct lease_waiter **list, int 
     e->nwait = 0;
 }
 
-void lease_reply(struct lease_table *t, struct lease_job *job, int ok, const int64_t *v, int n,
-                 uint64_t now_us, struct lease_waiter **done, struct lease_waiter **fallback,
-                 struct lease_job **next)
+/* A claim or return reply (store/script.h), negative values read as 0. */
+struct reply {
+    uint64_t granted, remaining, held, holders, retry_ms, reset_ms, lease_ms, mine;
+};
+
+static uint64_t nonneg(int64_t x)
 {
-    struct lease_entry *e = job->e;
-    struct lease_stripe *s = &t->stripes[e->stripe];
+    return x > 0 ? (uint64_t)x : 0;
+}
 
-    pthread_mutex_lock(&s->lock);
-    e->inflight = NULL;
-    /* Whatever the outcome, Redis ran this call (if at all) before now: a
-     * lease it set ends by now + ttl. */
-    if (e->redis_exp_us < now_us + t->cfg.ttl_us)
-        e->redis_exp_us = now_us + t->cfg.ttl_us;
-    if (!ok || n < LEASE_REPLY_VALUES) {
-        /* We cannot know whether Redis ran it (the connection may have died
-         * after sending). Keeping the lease would be wrong either way: its
-         * report, if lost, would come back as tokens in the next `mine` and
-         * be spent twice; if it did run, sending it again would hide tokens
-         * we still hold. So void the lease: spend nothing more from it, and
-         * let the next claim report everything Redis thinks we hold as spent
-         * (the script caps the report at that). Under-admission only. */
-        e->tokens = 0;
-        e->deadline_us = 0;
-        e->used = LEASE_VOID;
-        take_waiters(e, fallback, 1);
-        goto out;
-    }
-    uint64_t granted = v[0] > 0 ? (uint64_t)v[0] : 0;
-    uint64_t held = v[2] > 0 ? (uint64_t)v[2] : 0;
-    uint64_t lease_ms = v[6] > 0 ? (uint64_t)v[6] : 0;
-    uint64_t mine = v[7] > 0 ? (uint64_t)v[7] : 0;
+static void read_reply(const int64_t *v, struct reply *r)
+{
+    r->granted = nonneg(v[CLAIM_R_GRANTED]);
+    r->remaining = nonneg(v[CLAIM_R_REMAINING]);
+    r->held = nonneg(v[CLAIM_R_HELD]);
+    r->holders = nonneg(v[CLAIM_R_HOLDERS]);
+    r->retry_ms = nonneg(v[CLAIM_R_RETRY_MS]);
+    r->reset_ms = nonneg(v[CLAIM_R_RESET_MS]);
+    r->lease_ms = nonneg(v[CLAIM_R_LEASE_MS]);
+    r->mine = nonneg(v[CLAIM_R_MINE]);
+}
 
-    METRIC_ADD(lease_tokens_granted, granted);
+/* A call failed. We cannot know whether Redis ran it (the connection may
+ * have died after sending). Keeping the lease would be wrong either way: its
+ * report, if lost, would come back as tokens in the next `mine` and be spent
+ * twice; if it did run, sending it again would hide tokens we still hold. So
+ * void the lease: spend nothing more from it, and let the next claim report
+ * everything Redis thinks we hold as spent (the script caps the report at
+ * that). Under-admission only. */
+static void void_lease(struct lease_entry *e)
+{
+    e->tokens = 0;
+    e->deadline_us = 0;
+    e->used = LEASE_VOID;
+}
+
+/* Take in what Redis says: its counts, and our lease. */
+static void apply_reply(const struct lease_table *t, struct lease_entry *e,
+                        const struct lease_job *job, const struct reply *r, uint64_t now_us)
+{
+    METRIC_ADD(lease_tokens_granted, r->granted);
     e->known = 1;
-    e->t_last = (double)(v[1] > 0 ? v[1] : 0);
-    e->holders = v[3] > 0 ? (uint64_t)v[3] : 0;
-    e->others_held = held > mine ? held - mine : 0;
-    e->reset_ms = v[5] > 0 ? (uint64_t)v[5] : 0;
+    e->t_last = (double)r->remaining;
+    e->holders = r->holders;
+    e->others_held = r->held > r->mine ? r->held - r->mine : 0;
+    e->reset_ms = r->reset_ms;
     e->reply_us = now_us;
     /* Redis' count is authoritative: what it says we hold, less what we
      * spent since the call left. The deadline runs from when it left. */
-    if (lease_ms > 0 && mine > e->used) {
-        e->tokens = mine - e->used;
-        e->deadline_us = job->sent_us + lease_ms * 1000 - t->margin_us;
+    if (r->lease_ms > 0 && r->mine > e->used) {
+        e->tokens = r->mine - e->used;
+        e->deadline_us = job->sent_us + r->lease_ms * 1000 - t->margin_us;
     } else {
         e->tokens = 0;
     }
-    if (e->holders > 0 && mine > 0)
+    if (e->holders > 0 && r->mine > 0)
         e->holders--; /* holders counts us; keep "the others" */
+}
 
+/* Spend the lease on the waiters, first come first served, while it lasts. */
+static void serve_waiters(struct lease_entry *e, uint64_t now_us, struct lease_waiter **done)
+{
     while (e->wait_head && e->tokens > 0 && now_us < e->deadline_us) {
         struct lease_waiter *w = e->wait_head;
         e->wait_head = w->next;
@@ -445,26 +457,56 @@ void lease_reply(struct lease_table *t, struct lease_job *job, int ok, const int
         w->next = *done;
         *done = w;
     }
-    if (e->wait_head) {
-        if (v[1] < 1 && granted < job->want) {
-            /* Redis is out of tokens: answer blocked until the next one is
-             * due, with no Redis call; one probe claim after. */
-            uint64_t retry_ms = v[4] > 0 ? (uint64_t)v[4] : 1;
-            e->blocked_until_us = now_us + retry_ms * 1000;
-            while (e->wait_head) {
-                struct lease_waiter *w = e->wait_head;
-                e->wait_head = w->next;
-                fill_blocked(e, now_us, w->out);
-                w->next = *done;
-                *done = w;
-            }
-            e->wait_tail = NULL;
-            e->nwait = 0;
-        } else {
-            *next = make_claim(t, e, now_us);
-            if (!*next)
-                take_waiters(e, fallback, 1);
-        }
+}
+
+/* Redis is out of tokens: answer every waiter blocked until the next one is
+ * due, and make no Redis call until then (one probe claim after). */
+static void block_waiters(struct lease_entry *e, uint64_t now_us, uint64_t retry_ms,
+                          struct lease_waiter **done)
+{
+    e->blocked_until_us = now_us + retry_ms * 1000;
+    while (e->wait_head) {
+        struct lease_waiter *w = e->wait_head;
+        e->wait_head = w->next;
+        fill_blocked(e, now_us, w->out);
+        w->next = *done;
+        *done = w;
+    }
+    e->wait_tail = NULL;
+    e->nwait = 0;
+}
+
+void lease_reply(struct lease_table *t, struct lease_job *job, int ok, const int64_t *v, int n,
+                 uint64_t now_us, struct lease_waiter **done, struct lease_waiter **fallback,
+                 struct lease_job **next)
+{
+    struct lease_entry *e = job->e;
+    struct lease_stripe *s = &t->stripes[e->stripe];
+    struct reply r;
+
+    pthread_mutex_lock(&s->lock);
+    e->inflight = NULL;
+    /* Whatever the outcome, Redis ran this call (if at all) before now: a
+     * lease it set ends by now + ttl. */
+    if (e->redis_exp_us < now_us + t->cfg.ttl_us)
+        e->redis_exp_us = now_us + t->cfg.ttl_us;
+    if (!ok || n < CLAIM_R_COUNT) {
+        void_lease(e);
+        take_waiters(e, fallback, 1);
+        goto out;
+    }
+    read_reply(v, &r);
+    apply_reply(t, e, job, &r, now_us);
+    serve_waiters(e, now_us, done);
+    if (!e->wait_head)
+        goto out;
+    /* Some wait still: the grant was short. */
+    if (r.remaining < 1 && r.granted < job->want) {
+        block_waiters(e, now_us, r.retry_ms > 0 ? r.retry_ms : 1, done);
+    } else {
+        *next = make_claim(t, e, now_us);
+        if (!*next)
+            take_waiters(e, fallback, 1);
     }
 out:
     pthread_mutex_unlock(&s->lock);

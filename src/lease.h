@@ -19,10 +19,9 @@
 #include <stdint.h>
 
 #include "bucket.h"
+#include "store/script.h"
 
 #define LEASE_MAX_WAITERS 4096 /* per key: past this, requests are answered blocked */
-#define LEASE_REPLY_VALUES 8  /* {granted, remaining, held, holders, retry_ms, reset_ms,
-                                  lease_ms, mine}, see lua/README.md */
 
 struct lease_config {
     uint64_t interval_us;
@@ -52,7 +51,7 @@ struct lease_job {
     struct lease_job *next;
     struct lease_entry *e;
     int kind;
-    int algorithm;
+    enum bucket_algorithm algorithm;
     uint64_t limit, period_ms, burst;
     uint64_t want, used, returned;
     uint64_t sent_us;
@@ -81,11 +80,12 @@ int lease_decide(struct lease_table *t, const char *key, size_t keylen,
                  const struct bucket_params *p, uint64_t now_us, int redis_up,
                  struct lease_waiter *w, struct bucket_result *res, struct lease_job **job);
 
-/* Apply the reply of job: v[0..n) when ok, or failure. Decided waiters are
- * appended to *done, waiters to decide by fallback to *fallback (both lists
- * for the caller to complete, outside any lock). A follow-up claim for the
- * same entry may be returned in *next (for waiters a small grant did not
- * cover). The job is freed. */
+/* Apply the reply of job: v[0..n) when ok, laid out as enum
+ * script_claim_reply (fewer than CLAIM_R_COUNT values count as a failure),
+ * or failure. Decided waiters are appended to *done, waiters to decide by
+ * fallback to *fallback (both lists for the caller to complete, outside any
+ * lock). A follow-up claim for the same entry may be returned in *next (for
+ * waiters a small grant did not cover). The job is freed. */
 void lease_reply(struct lease_table *t, struct lease_job *job, int ok, const int64_t *v, int n,
                  uint64_t now_us, struct lease_waiter **done, struct lease_waiter **fallback,
                  struct lease_job **next);

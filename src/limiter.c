@@ -12,6 +12,7 @@
 #include "config/config.h"
 #include "log.h"
 #include "metrics.h"
+#include "store/script.h"
 #include "store/store.h"
 #include "util.h"
 
@@ -21,22 +22,29 @@
 #define STALL_PROBE_US 100000  /* while stalled, one decision per 100 ms still asks Redis */
 #define STALL_LOG_EVERY_US 10000000 /* a flapping Redis is logged every 10 s at most */
 
+/* The most arguments a script call takes (a claim), and a reply that fits. */
+#define MAX_ARGC ((int)CLAIM_ARGC)
+_Static_assert((int)RETURN_ARGC <= MAX_ARGC && (int)EXACT_ARGC <= MAX_ARGC,
+               "a claim takes the most arguments");
+_Static_assert(CLAIM_R_COUNT <= STORE_MAX_VALUES && EXACT_R_COUNT <= STORE_MAX_VALUES,
+               "a script reply fits in a store_result");
+
 enum rjob_kind { RJOB_LEASE = 0, RJOB_EXACT = 1 };
 
 /* A Redis call: queued by a worker, then in flight on the limiter's thread. */
 struct rjob {
-    struct rjob *next;              /* queue */
-    struct rjob *iprev, *inext;     /* in flight, oldest first */
+    struct rjob *next;               /* queue */
+    struct rjob *iprev, *inext;      /* in flight, oldest first */
     struct limiter *l;
     int kind;
     int timed_out;
     uint64_t sent_us;
-    struct lease_job *lj;           /* RJOB_LEASE */
-    struct lease_waiter *w;         /* RJOB_EXACT: NULL once answered by fallback */
-    int algorithm;                  /* RJOB_EXACT */
+    struct lease_job *lj;            /* RJOB_LEASE */
+    struct lease_waiter *w;          /* RJOB_EXACT: NULL once answered by fallback */
+    enum bucket_algorithm algorithm; /* RJOB_EXACT */
     uint64_t limit, period_ms, burst;
     size_t keylen;
-    char key[];                     /* RJOB_EXACT */
+    char key[];                      /* RJOB_EXACT */
 };
 
 struct limiter {
@@ -149,6 +157,29 @@ static struct rjob *lease_rjob(struct limiter *l, struct lease_job *lj, uint64_t
 
 static void send_job(struct limiter *l, struct rjob *j);
 
+/* Complete the decision w waited for with the reply of an exact script
+ * (enum script_exact_reply), or by fallback when res is NULL (failed) or
+ * short. */
+static void exact_reply(struct limiter *l, struct lease_waiter *w, const struct store_result *res,
+                        uint64_t now_us)
+{
+    struct limiter_req *req = w->req;
+
+    if (res && res->n >= EXACT_R_COUNT) {
+        const int64_t *v = res->v;
+        struct bucket_result *out = w->out;
+        out->allowed = v[EXACT_R_ALLOWED] == 1;
+        out->remaining = v[EXACT_R_REMAINING] > 0 ? (uint64_t)v[EXACT_R_REMAINING] : 0;
+        out->retry_us =
+            out->allowed ? 0 : (uint64_t)(v[EXACT_R_RETRY_MS] > 0 ? v[EXACT_R_RETRY_MS] : 1) * 1000;
+        out->reset_us = (uint64_t)(v[EXACT_R_RESET_MS] > 0 ? v[EXACT_R_RESET_MS] : 0) * 1000;
+        req->ev.hits[w->hit].out.degraded = 0;
+    } else {
+        decide_fallback(l, req, w->hit, now_us);
+    }
+    hit_done(req);
+}
+
 static void on_reply(void *arg, const struct store_result *res)
 {
     struct rjob *j = arg;
@@ -167,21 +198,8 @@ static void on_reply(void *arg, const struct store_result *res)
         }
     }
     if (j->kind == RJOB_EXACT) {
-        struct lease_waiter *w = j->w;
-        if (w) {
-            struct limiter_req *req = w->req;
-            if (ok && res->n >= 4) {
-                struct bucket_result *out = w->out;
-                out->allowed = res->v[0] == 1;
-                out->remaining = res->v[1] > 0 ? (uint64_t)res->v[1] : 0;
-                out->retry_us = out->allowed ? 0 : (uint64_t)(res->v[2] > 0 ? res->v[2] : 1) * 1000;
-                out->reset_us = (uint64_t)(res->v[3] > 0 ? res->v[3] : 0) * 1000;
-                req->ev.hits[w->hit].out.degraded = 0;
-            } else {
-                decide_fallback(l, req, w->hit, now);
-            }
-            hit_done(req);
-        }
+        if (j->w)
+            exact_reply(l, j->w, ok ? res : NULL, now);
         free(j);
         return;
     }
@@ -195,57 +213,68 @@ static void on_reply(void *arg, const struct store_result *res)
         send_job(l, j);
 }
 
-static void send_job(struct limiter *l, struct rjob *j)
-{
-    char nums[8][24];
-    const char *argv[8];
-    size_t argvlen[8];
-    int argc = 0;
-    enum store_script script;
-    const char *key;
-    size_t keylen;
+/* The arguments of one script call, each at its position in store/script.h. */
+struct script_args {
+    int argc;
+    const char *argv[MAX_ARGC];
+    size_t argvlen[MAX_ARGC];
+    char nums[MAX_ARGC][24];
+};
 
-#define ARG_STR(s)                                                                                \
-    do {                                                                                          \
-        argv[argc] = (s);                                                                         \
-        argvlen[argc] = strlen(s);                                                                \
-        argc++;                                                                                   \
-    } while (0)
-#define ARG_NUM(v)                                                                                \
-    do {                                                                                          \
-        snprintf(nums[argc], sizeof(nums[argc]), "%" PRIu64, (uint64_t)(v));                      \
-        ARG_STR(nums[argc]);                                                                      \
-    } while (0)
+static void arg_str(struct script_args *a, int i, const char *s)
+{
+    a->argv[i] = s;
+    a->argvlen[i] = strlen(s);
+}
+
+static void arg_num(struct script_args *a, int i, uint64_t v)
+{
+    snprintf(a->nums[i], sizeof(a->nums[i]), "%" PRIu64, v);
+    arg_str(a, i, a->nums[i]);
+}
+
+/* Fill *a with the arguments of j's call; returns the script to call. */
+static enum store_script job_args(const struct limiter *l, const struct rjob *j,
+                                  struct script_args *a)
+{
+    const struct lease_job *lj = j->lj;
 
     if (j->kind == RJOB_EXACT) {
-        script = j->algorithm == ALGO_SLIDING_WINDOW ? SCRIPT_SW_EXACT : SCRIPT_TB_EXACT;
-        ARG_NUM(j->limit);
-        ARG_NUM(j->period_ms);
-        ARG_NUM(j->burst);
-        key = j->key;
-        keylen = j->keylen;
-    } else {
-        struct lease_job *lj = j->lj;
-        int sw = lj->algorithm == ALGO_SLIDING_WINDOW;
-        ARG_STR(store_agent_id(l->store));
-        ARG_NUM(lj->limit);
-        ARG_NUM(lj->period_ms);
-        ARG_NUM(lj->burst);
-        if (lj->kind == LEASE_JOB_CLAIM) {
-            script = sw ? SCRIPT_SW_CLAIM : SCRIPT_TB_CLAIM;
-            ARG_NUM(lj->want);
-            ARG_NUM(lj->used);
-            ARG_NUM(lj->returned);
-            ARG_NUM(l->ttl_ms);
-        } else {
-            script = sw ? SCRIPT_SW_RETURN : SCRIPT_TB_RETURN;
-            ARG_NUM(lj->used);
-        }
-        key = lj->key;
-        keylen = lj->keylen;
+        a->argc = EXACT_ARGC;
+        arg_num(a, EXACT_ARG_LIMIT, j->limit);
+        arg_num(a, EXACT_ARG_PERIOD_MS, j->period_ms);
+        arg_num(a, EXACT_ARG_BURST, j->burst);
+        return j->algorithm == BUCKET_SLIDING_WINDOW ? SCRIPT_SW_EXACT : SCRIPT_TB_EXACT;
     }
-#undef ARG_STR
-#undef ARG_NUM
+    int sw = lj->algorithm == BUCKET_SLIDING_WINDOW;
+    if (lj->kind == LEASE_JOB_CLAIM) {
+        a->argc = CLAIM_ARGC;
+        arg_str(a, CLAIM_ARG_AGENT, store_agent_id(l->store));
+        arg_num(a, CLAIM_ARG_LIMIT, lj->limit);
+        arg_num(a, CLAIM_ARG_PERIOD_MS, lj->period_ms);
+        arg_num(a, CLAIM_ARG_BURST, lj->burst);
+        arg_num(a, CLAIM_ARG_WANT, lj->want);
+        arg_num(a, CLAIM_ARG_USED, lj->used);
+        arg_num(a, CLAIM_ARG_RETURNED, lj->returned);
+        arg_num(a, CLAIM_ARG_TTL_MS, l->ttl_ms);
+        return sw ? SCRIPT_SW_CLAIM : SCRIPT_TB_CLAIM;
+    }
+    a->argc = RETURN_ARGC;
+    arg_str(a, RETURN_ARG_AGENT, store_agent_id(l->store));
+    arg_num(a, RETURN_ARG_LIMIT, lj->limit);
+    arg_num(a, RETURN_ARG_PERIOD_MS, lj->period_ms);
+    arg_num(a, RETURN_ARG_BURST, lj->burst);
+    arg_num(a, RETURN_ARG_USED, lj->used);
+    return sw ? SCRIPT_SW_RETURN : SCRIPT_TB_RETURN;
+}
+
+static void send_job(struct limiter *l, struct rjob *j)
+{
+    struct script_args a;
+    enum store_script script = job_args(l, j, &a);
+    const char *key = j->kind == RJOB_EXACT ? j->key : j->lj->key;
+    size_t keylen = j->kind == RJOB_EXACT ? j->keylen : j->lj->keylen;
+
     j->sent_us = util_now_us();
     if (j->lj)
         j->lj->sent_us = j->sent_us;
@@ -259,7 +288,7 @@ static void send_job(struct limiter *l, struct rjob *j)
     if (!l->icheck)
         l->icheck = j;
     /* The callback runs now when Redis is down: on_reply unlinks. */
-    store_eval(l->store, script, key, keylen, argc, argv, argvlen, on_reply, j);
+    store_eval(l->store, script, key, keylen, a.argc, a.argv, a.argvlen, on_reply, j);
 }
 
 static void wake_cb(struct ev_loop *loop, ev_async *a, int revents)
@@ -392,105 +421,141 @@ static size_t redis_key(const struct limiter *l, const struct limiter_req *req,
     if (n > cap)
         return 0;
     memcpy(buf, l->prefix, l->prefix_len);
-    memcpy(buf + l->prefix_len, r->algorithm == ALGO_SLIDING_WINDOW ? "sw:" : "tb:", 3);
+    memcpy(buf + l->prefix_len, r->algorithm == BUCKET_SLIDING_WINDOW ? "sw:" : "tb:", 3);
     memcpy(buf + l->prefix_len + 3, r->name, rl);
     buf[l->prefix_len + 3 + rl] = ':';
     memcpy(buf + l->prefix_len + 4 + rl, rules_hit_key(&req->ev, h), h->key_len);
     return n;
 }
 
-int limiter_decide(struct limiter *l, struct limiter_req *req, uint64_t now_us)
+/* Standalone: every hit from the in-memory buckets, at once. */
+static void decide_standalone(struct limiter *l, struct limiter_req *req, uint64_t now_us)
 {
     struct rule_eval *ev = &req->ev;
-    unsigned decided = 0;
-    int queued = 0;
-    char key[KEYBUF];
-
-    if (!l->store) {
-        for (size_t i = 0; i < ev->nhits; i++) {
-            struct rule_hit *h = &ev->hits[i];
-            const struct cfg_rule *r = &req->rs->cfg->rules[h->rule];
-            bucket_table_take(l->buckets, r->name, rules_hit_key(ev, h), h->key_len,
-                              &req->rs->params[h->rule], now_us, 1, &h->out.res);
-            h->out.degraded = 0;
-        }
-        return 0;
-    }
-
-    if (req->waiters_cap < ev->nhits) {
-        struct lease_waiter *w = realloc(req->waiters, ev->nhits * sizeof(*w));
-        if (!w)
-            return -1;
-        req->waiters = w;
-        req->waiters_cap = ev->nhits;
-    }
-    atomic_store(&req->waiting, (unsigned)ev->nhits + 1);
-    int up = atomic_load(&l->up) && !redis_stalled(l, now_us);
 
     for (size_t i = 0; i < ev->nhits; i++) {
         struct rule_hit *h = &ev->hits[i];
         const struct cfg_rule *r = &req->rs->cfg->rules[h->rule];
-        struct lease_waiter *w = &req->waiters[i];
-        char *kp = key;
-        size_t klen = redis_key(l, req, h, key, sizeof(key));
-
+        bucket_table_take(l->buckets, r->name, rules_hit_key(ev, h), h->key_len,
+                          &req->rs->params[h->rule], now_us, 1, &h->out.res);
         h->out.degraded = 0;
-        w->out = &h->out.res;
-        w->req = req;
-        w->hit = i;
-        if (klen == 0) { /* a long max_key: build it on the heap */
-            size_t cap = l->prefix_len + 4 + CFG_MAX_NAME + h->key_len;
-            kp = malloc(cap);
-            klen = kp ? redis_key(l, req, h, kp, cap) : 0;
-            if (!klen) {
-                free(kp);
-                decide_fallback(l, req, i, now_us);
-                decided++;
-                continue;
-            }
-        }
-        if (r->lease) {
-            struct lease_job *lj = NULL;
-            int v = lease_decide(l->leases, kp, klen, &req->rs->params[h->rule], now_us, up, w,
-                                 &h->out.res, &lj);
-            if (kp != key) /* the lease entry keeps its own copy */
-                free(kp);
-            if (v == LEASE_DONE) {
-                decided++;
-            } else if (v == LEASE_DOWN) {
-                decide_fallback(l, req, i, now_us);
-                decided++;
-            }
-            struct rjob *j = lj ? lease_rjob(l, lj, now_us) : NULL;
-            if (j) {
-                enqueue(l, j);
-                queued = 1;
-            }
-            continue;
-        }
-        /* lease = off: one exact script call per decision */
-        struct rjob *j = up ? calloc(1, sizeof(*j) + klen + 1) : NULL;
-        if (!j) {
-            if (kp != key)
-                free(kp);
-            decide_fallback(l, req, i, now_us);
-            decided++;
-            continue;
-        }
-        j->l = l;
-        j->kind = RJOB_EXACT;
-        j->w = w;
-        j->algorithm = r->algorithm;
-        j->limit = r->rate_n;
-        j->period_ms = r->rate_period_ms;
-        j->burst = r->burst;
-        j->keylen = klen;
-        memcpy(j->key, kp, klen);
-        if (kp != key)
-            free(kp);
-        enqueue(l, j);
-        queued = 1;
     }
+}
+
+/* One waiter per hit, kept in req from one request to the next. */
+static int reserve_waiters(struct limiter_req *req)
+{
+    size_t n = req->ev.nhits;
+
+    if (req->waiters_cap < n) {
+        struct lease_waiter *w = realloc(req->waiters, n * sizeof(*w));
+        if (!w)
+            return -1;
+        req->waiters = w;
+        req->waiters_cap = n;
+    }
+    return 0;
+}
+
+/* Hit i of a leased rule: from the local lease, or by a claim (queued). */
+static int decide_leased(struct limiter *l, struct limiter_req *req, size_t i, const char *key,
+                         size_t keylen, uint64_t now_us, int up, int *queued)
+{
+    struct rule_hit *h = &req->ev.hits[i];
+    struct lease_job *lj = NULL;
+    int v = lease_decide(l->leases, key, keylen, &req->rs->params[h->rule], now_us, up,
+                         &req->waiters[i], &h->out.res, &lj);
+
+    if (v == LEASE_DOWN)
+        decide_fallback(l, req, i, now_us);
+    struct rjob *j = lj ? lease_rjob(l, lj, now_us) : NULL;
+    if (j) {
+        enqueue(l, j);
+        *queued = 1;
+    }
+    return v != LEASE_PENDING;
+}
+
+/* Hit i of a rule with lease = off: one exact script call per decision.
+ * Returns 0 when queued, -1 when it cannot be (Redis down, out of memory). */
+static int queue_exact(struct limiter *l, struct limiter_req *req, size_t i, const char *key,
+                       size_t keylen, int up)
+{
+    const struct cfg_rule *r = &req->rs->cfg->rules[req->ev.hits[i].rule];
+    struct rjob *j = up ? calloc(1, sizeof(*j) + keylen + 1) : NULL;
+
+    if (!j)
+        return -1;
+    j->l = l;
+    j->kind = RJOB_EXACT;
+    j->w = &req->waiters[i];
+    j->algorithm = r->algorithm;
+    j->limit = r->rate_n;
+    j->period_ms = r->rate_period_ms;
+    j->burst = r->burst;
+    j->keylen = keylen;
+    memcpy(j->key, key, keylen);
+    enqueue(l, j);
+    return 0;
+}
+
+/* Decide hit i of req with Redis, or queue the call it waits for (and set
+ * *queued). Returns 1 when decided here, 0 when it waits. */
+static int decide_hit(struct limiter *l, struct limiter_req *req, size_t i, uint64_t now_us,
+                      int up, int *queued)
+{
+    struct rule_hit *h = &req->ev.hits[i];
+    struct lease_waiter *w = &req->waiters[i];
+    char buf[KEYBUF];
+    char *key = buf;
+    size_t klen = redis_key(l, req, h, buf, sizeof(buf));
+    int decided = 1;
+
+    h->out.degraded = 0;
+    w->out = &h->out.res;
+    w->req = req;
+    w->hit = i;
+    if (klen == 0) { /* a long max_key: build it on the heap */
+        size_t cap = l->prefix_len + 4 + CFG_MAX_NAME + h->key_len;
+        key = malloc(cap);
+        klen = key ? redis_key(l, req, h, key, cap) : 0;
+        if (!klen) {
+            free(key);
+            decide_fallback(l, req, i, now_us);
+            return 1;
+        }
+    }
+    if (req->rs->cfg->rules[h->rule].lease) {
+        decided = decide_leased(l, req, i, key, klen, now_us, up, queued);
+    } else if (queue_exact(l, req, i, key, klen, up) == 0) {
+        *queued = 1;
+        decided = 0;
+    } else {
+        decide_fallback(l, req, i, now_us);
+    }
+    if (key != buf) /* the lease entry and the call keep their own copies */
+        free(key);
+    return decided;
+}
+
+int limiter_decide(struct limiter *l, struct limiter_req *req, uint64_t now_us)
+{
+    unsigned decided = 0;
+    int queued = 0;
+
+    if (!l->store) {
+        decide_standalone(l, req, now_us);
+        return 0;
+    }
+    if (reserve_waiters(req) < 0)
+        return -1;
+    /* One count per hit still to decide, and one held by this call, so that
+     * replies arriving meanwhile cannot complete req before it returns. */
+    atomic_store(&req->waiting, (unsigned)req->ev.nhits + 1);
+    int up = atomic_load(&l->up) && !redis_stalled(l, now_us);
+
+    for (size_t i = 0; i < req->ev.nhits; i++)
+        decided += (unsigned)decide_hit(l, req, i, now_us, up, &queued);
     if (queued)
         ev_async_send(l->loop, &l->wake);
     if (atomic_fetch_sub_explicit(&req->waiting, decided + 1, memory_order_acq_rel) ==

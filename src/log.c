@@ -3,14 +3,18 @@
 
 #include <stdarg.h>
 #include <stdio.h>
-#include <string.h>
-#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
-atomic_int log_level = 2;
+atomic_int log_level = LOG_LVL_INFO;
 
-static const char *const level_names[] = {"error", "warn", "info", "debug"};
+const char *const log_level_names[] = {
+    [LOG_LVL_ERROR] = "error",
+    [LOG_LVL_WARN] = "warn",
+    [LOG_LVL_INFO] = "info",
+    [LOG_LVL_DEBUG] = "debug",
+    [LOG_LVL_DEBUG + 1] = NULL,
+};
 
 void log_write(int level, const char *fmt, ...)
 {
@@ -20,13 +24,13 @@ void log_write(int level, const char *fmt, ...)
     size_t n;
     int r;
 
-    if (level < 0 || level > 3)
-        level = 3;
+    if (level < LOG_LVL_ERROR || level > LOG_LVL_DEBUG)
+        level = LOG_LVL_DEBUG;
     clock_gettime(CLOCK_REALTIME, &ts);
     gmtime_r(&ts.tv_sec, &tm);
     n = strftime(line, sizeof(line), "ts=%Y-%m-%dT%H:%M:%S", &tm);
     r = snprintf(line + n, sizeof(line) - n, ".%03ldZ level=%s msg=", ts.tv_nsec / 1000000,
-                 level_names[level]);
+                 log_level_names[level]);
     if (r > 0)
         n += (size_t)r;
 
@@ -40,14 +44,4 @@ void log_write(int level, const char *fmt, ...)
     /* stderr is unbuffered but fprintf may split; one write keeps lines whole. */
     if (write(STDERR_FILENO, line, n) == -1)
         return;
-}
-
-int log_level_parse(const char *s)
-{
-    for (int i = 0; i < 4; i++)
-        if (strcasecmp(s, level_names[i]) == 0)
-            return i;
-    if (strcasecmp(s, "warning") == 0)
-        return 1;
-    return -1;
 }

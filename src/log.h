@@ -9,7 +9,15 @@
 
 #include <stdatomic.h>
 
-/* enum cfg_log_level; default info. Atomic: SIGHUP changes it while workers log. */
+/* Levels, most severe first: a line is written when its level <= log_level.
+ * The config's log_level values are these. */
+enum log_level { LOG_LVL_ERROR = 0, LOG_LVL_WARN = 1, LOG_LVL_INFO = 2, LOG_LVL_DEBUG = 3 };
+
+/* Their names, indexed by level and NULL-terminated: what lines say after
+ * level=, and what the config's log_level accepts. */
+extern const char *const log_level_names[];
+
+/* enum log_level; default info. Atomic: SIGHUP changes it while workers log. */
 extern atomic_int log_level;
 
 void log_write(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -20,12 +28,9 @@ void log_write(int level, const char *fmt, ...) __attribute__((format(printf, 2,
         if ((lvl) <= log_level)                                                                   \
             log_write((lvl), __VA_ARGS__);                                                        \
     } while (0)
-#define LOG_ERROR(...) LOG_AT(0, __VA_ARGS__)
-#define LOG_WARN(...) LOG_AT(1, __VA_ARGS__)
-#define LOG_INFO(...) LOG_AT(2, __VA_ARGS__)
-#define LOG_DEBUG(...) LOG_AT(3, __VA_ARGS__)
-
-/* Parse "error|warn|info|debug"; -1 when unknown. */
-int log_level_parse(const char *s);
+#define LOG_ERROR(...) LOG_AT(LOG_LVL_ERROR, __VA_ARGS__)
+#define LOG_WARN(...) LOG_AT(LOG_LVL_WARN, __VA_ARGS__)
+#define LOG_INFO(...) LOG_AT(LOG_LVL_INFO, __VA_ARGS__)
+#define LOG_DEBUG(...) LOG_AT(LOG_LVL_DEBUG, __VA_ARGS__)
 
 #endif

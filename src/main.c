@@ -164,42 +164,137 @@ static void on_report(struct ev_loop *loop, ev_timer *t, int revents)
         metrics_minute_tick(a->rs->cfg->alert_share, alert_cb);
 }
 
-int main(int argc, char **argv)
+/* Read argv: the config path into *path, --check into *check. 0 to go on;
+ * -1 when main is done and exits with *status (0 after --version or --help,
+ * 2 after a usage error, which has been printed). */
+static int parse_args(int argc, char **argv, const char **path, int *check, int *status)
 {
     static const struct option opts[] = {
         {"config", required_argument, NULL, 'c'}, {"check", no_argument, NULL, 't'},
         {"version", no_argument, NULL, 'v'},      {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    struct agent a;
-    struct config *cfg;
-    char err[ERRBUF];
-    int check = 0, c, ret = 0;
+    int c;
 
-    memset(&a, 0, sizeof(a));
     while ((c = getopt_long(argc, argv, "c:tvh", opts, NULL)) != -1) {
         switch (c) {
         case 'c':
-            a.path = optarg;
+            *path = optarg;
             break;
         case 't':
-            check = 1;
+            *check = 1;
             break;
         case 'v':
             printf("spoa-ratelimit %s\n", PACKAGE_VERSION);
-            return 0;
+            *status = 0;
+            return -1;
         case 'h':
             usage(stdout);
-            return 0;
+            *status = 0;
+            return -1;
         default:
             usage(stderr);
-            return 2;
+            *status = 2;
+            return -1;
         }
     }
-    if (!a.path || optind != argc) {
+    if (!*path || optind != argc) {
         usage(stderr);
-        return 2;
+        *status = 2;
+        return -1;
     }
+    return 0;
+}
+
+/* Build the parts of the agent from cfg (owned from here on): rules,
+ * limiter, SPOP listeners, and the stats listener when configured. -1 after
+ * saying why on stderr; what was built stays in a for agent_free. */
+static int agent_open(struct agent *a, struct config *cfg)
+{
+    char err[ERRBUF];
+
+    a->rs = ruleset_new(cfg);
+    if (!a->rs) {
+        fprintf(stderr, "spoa-ratelimit: out of memory\n");
+        return -1;
+    }
+    a->lim = limiter_new(a->loop, a->rs->cfg, err, sizeof(err));
+    if (!a->lim) {
+        fprintf(stderr, "spoa-ratelimit: %s\n", err);
+        return -1;
+    }
+    a->srv = server_new(a->rs->cfg, a->rs, a->lim, err, sizeof(err));
+    if (!a->srv) {
+        fprintf(stderr, "spoa-ratelimit: cannot listen on %s\n", err);
+        return -1;
+    }
+    if (a->rs->cfg->stats && *a->rs->cfg->stats) {
+        a->httpd = httpd_new(a->loop, a->rs->cfg->stats, err, sizeof(err));
+        if (!a->httpd) {
+            fprintf(stderr, "spoa-ratelimit: cannot listen for stats on %s\n", err);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Signals (reload, stop) and the periodic timers (expiry, reports). */
+static void agent_watch(struct agent *a)
+{
+    ev_signal_init(&a->sighup, on_sighup, SIGHUP);
+    ev_signal_init(&a->sigterm, on_stop, SIGTERM);
+    ev_signal_init(&a->sigint, on_stop, SIGINT);
+    a->sighup.data = a->sigterm.data = a->sigint.data = a;
+    ev_signal_start(a->loop, &a->sighup);
+    ev_signal_start(a->loop, &a->sigterm);
+    ev_signal_start(a->loop, &a->sigint);
+    ev_timer_init(&a->expire, on_expire, EXPIRE_EVERY_S, EXPIRE_EVERY_S);
+    ev_timer_init(&a->minute, on_report, REPORT_EVERY_S, REPORT_EVERY_S);
+    a->expire.data = a->minute.data = a;
+    ev_timer_start(a->loop, &a->expire);
+    ev_timer_start(a->loop, &a->minute);
+}
+
+/* After the loop ended on a stop signal: wait for the workers, then free
+ * what they no longer use. */
+static void agent_shutdown(struct agent *a)
+{
+    httpd_free(a->httpd);
+    ev_timer_stop(a->loop, &a->expire);
+    ev_timer_stop(a->loop, &a->minute);
+    ev_timer_stop(a->loop, &a->stopping);
+    /* Unused leased tokens go back to Redis. */
+    limiter_shutdown(a->lim, 1.0);
+    if (server_join(a->srv, 1.0) < 0) {
+        /* Workers still flush to peers that do not read: the process exit
+         * closes those sockets; their memory goes with it. */
+        LOG_WARN("\"connections still open at the stop deadline; closing them\"");
+    } else {
+        server_free(a->srv);
+        limiter_free(a->lim);
+        ruleset_unref(a->rs);
+    }
+}
+
+/* When starting failed: free what agent_open built (NULL parts are skipped). */
+static void agent_free(struct agent *a)
+{
+    httpd_free(a->httpd);
+    server_free(a->srv);
+    limiter_free(a->lim);
+    ruleset_unref(a->rs);
+}
+
+int main(int argc, char **argv)
+{
+    struct agent a;
+    struct config *cfg;
+    char err[ERRBUF];
+    int check = 0, status;
+
+    memset(&a, 0, sizeof(a));
+    if (parse_args(argc, argv, &a.path, &check, &status) < 0)
+        return status;
 
     if (config_load_file(a.path, &cfg, err, sizeof(err)) < 0) {
         print_errors(err);
@@ -214,42 +309,9 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
 
     a.loop = ev_default_loop(EVFLAG_AUTO);
-    a.rs = ruleset_new(cfg);
-    if (!a.rs) {
-        fprintf(stderr, "spoa-ratelimit: out of memory\n");
-        return 1;
-    }
-    a.lim = limiter_new(a.loop, a.rs->cfg, err, sizeof(err));
-    if (!a.lim) {
-        fprintf(stderr, "spoa-ratelimit: %s\n", err);
+    if (agent_open(&a, cfg) < 0)
         goto fail;
-    }
-    a.srv = server_new(a.rs->cfg, a.rs, a.lim, err, sizeof(err));
-    if (!a.srv) {
-        fprintf(stderr, "spoa-ratelimit: cannot listen on %s\n", err);
-        goto fail;
-    }
-    if (a.rs->cfg->stats && *a.rs->cfg->stats) {
-        a.httpd = httpd_new(a.loop, a.rs->cfg->stats, err, sizeof(err));
-        if (!a.httpd) {
-            fprintf(stderr, "spoa-ratelimit: cannot listen for stats on %s\n", err);
-            goto fail;
-        }
-    }
-
-    ev_signal_init(&a.sighup, on_sighup, SIGHUP);
-    ev_signal_init(&a.sigterm, on_stop, SIGTERM);
-    ev_signal_init(&a.sigint, on_stop, SIGINT);
-    a.sighup.data = a.sigterm.data = a.sigint.data = &a;
-    ev_signal_start(a.loop, &a.sighup);
-    ev_signal_start(a.loop, &a.sigterm);
-    ev_signal_start(a.loop, &a.sigint);
-    ev_timer_init(&a.expire, on_expire, EXPIRE_EVERY_S, EXPIRE_EVERY_S);
-    ev_timer_init(&a.minute, on_report, REPORT_EVERY_S, REPORT_EVERY_S);
-    a.expire.data = a.minute.data = &a;
-    ev_timer_start(a.loop, &a.expire);
-    ev_timer_start(a.loop, &a.minute);
-
+    agent_watch(&a);
     if (server_start(a.srv) < 0)
         goto fail;
     LOG_INFO("\"started\" version=%s listen=%s workers=%d rules=%zu mode=%s stats=%s",
@@ -259,27 +321,10 @@ int main(int argc, char **argv)
 
     ev_run(a.loop, 0);
 
-    httpd_free(a.httpd);
-    ev_timer_stop(a.loop, &a.expire);
-    ev_timer_stop(a.loop, &a.minute);
-    ev_timer_stop(a.loop, &a.stopping);
-    /* Unused leased tokens go back to Redis. */
-    limiter_shutdown(a.lim, 1.0);
-    if (server_join(a.srv, 1.0) < 0) {
-        /* Workers still flush to peers that do not read: the process exit
-         * closes those sockets; their memory goes with it. */
-        LOG_WARN("\"connections still open at the stop deadline; closing them\"");
-    } else {
-        server_free(a.srv);
-        limiter_free(a.lim);
-        ruleset_unref(a.rs);
-    }
+    agent_shutdown(&a);
     LOG_INFO("\"stopped\"");
-    return ret;
+    return 0;
 fail:
-    httpd_free(a.httpd);
-    server_free(a.srv);
-    limiter_free(a.lim);
-    ruleset_unref(a.rs);
+    agent_free(&a);
     return 1;
 }

@@ -197,89 +197,111 @@ static void render_simple(struct strbuf *b, const char *name, const char *type, 
               (unsigned long long)v);
 }
 
-char *metrics_render(size_t *len)
+/* Per rule: decisions by result, and those taken without Redis. */
+static void render_rules(struct strbuf *b)
+{
+    struct metrics_rule *r;
+
+    sb_printf(b, "# HELP spoa_ratelimit_decisions_total Rate limit decisions by rule and "
+                 "result.\n# TYPE spoa_ratelimit_decisions_total counter\n");
+    for (r = atomic_load(&rules_head); r; r = r->next) {
+        sb_printf(b, "spoa_ratelimit_decisions_total{rule=\"%s\",result=\"allowed\"} %llu\n",
+                  r->name, (unsigned long long)ld(&r->allowed));
+        sb_printf(b, "spoa_ratelimit_decisions_total{rule=\"%s\",result=\"blocked\"} %llu\n",
+                  r->name, (unsigned long long)ld(&r->blocked));
+        sb_printf(b, "spoa_ratelimit_decisions_total{rule=\"%s\",result=\"would_block\"} %llu\n",
+                  r->name, (unsigned long long)ld(&r->would_block));
+    }
+    sb_printf(b, "# HELP spoa_ratelimit_degraded_decisions_total Decisions taken without Redis "
+                 "because it was unreachable.\n# TYPE spoa_ratelimit_degraded_decisions_total "
+                 "counter\n");
+    for (r = atomic_load(&rules_head); r; r = r->next)
+        sb_printf(b, "spoa_ratelimit_degraded_decisions_total{rule=\"%s\"} %llu\n", r->name,
+                  (unsigned long long)ld(&r->degraded));
+}
+
+static void render_redis(struct strbuf *b)
+{
+    render_simple(b, "spoa_ratelimit_redis_commands_total", "counter", "Commands sent to Redis.",
+                  ld(&metrics.redis_commands));
+    render_simple(b, "spoa_ratelimit_redis_batches_total", "counter",
+                  "Batch script calls: many keys' claims or decisions in one EVALSHA.",
+                  ld(&metrics.redis_batches));
+    render_simple(b, "spoa_ratelimit_redis_batched_calls_total", "counter",
+                  "Script calls sent inside batches.", ld(&metrics.redis_batched_calls));
+    render_simple(b, "spoa_ratelimit_redis_errors_total", "counter",
+                  "Redis commands that failed or timed out.", ld(&metrics.redis_errors));
+    render_simple(b, "spoa_ratelimit_redis_up", "gauge", "1 when connected to Redis.",
+                  (uint64_t)atomic_load(&metrics.redis_up));
+    render_simple(b, "spoa_ratelimit_redis_configured", "gauge",
+                  "1 when a [redis] section makes limits global, 0 standalone.",
+                  (uint64_t)atomic_load(&metrics.redis_configured));
+    render_hist(b, "spoa_ratelimit_redis_latency_seconds", "Redis round trip per command batch.",
+                &metrics.redis_latency);
+}
+
+/* The SPOP side: decision latency, connections, frames in, ACKs out, and
+ * the connections closed on a protocol error. */
+static void render_spop(struct strbuf *b)
 {
     static const char *const frame_names[4] = {"other", "haproxy_hello", "haproxy_disconnect",
                                                "notify"};
-    struct strbuf b = {0};
-    struct metrics_rule *r;
 
-    sb_printf(&b, "# HELP spoa_ratelimit_decisions_total Rate limit decisions by rule and "
-                  "result.\n# TYPE spoa_ratelimit_decisions_total counter\n");
-    for (r = atomic_load(&rules_head); r; r = r->next) {
-        sb_printf(&b, "spoa_ratelimit_decisions_total{rule=\"%s\",result=\"allowed\"} %llu\n",
-                  r->name, (unsigned long long)ld(&r->allowed));
-        sb_printf(&b, "spoa_ratelimit_decisions_total{rule=\"%s\",result=\"blocked\"} %llu\n",
-                  r->name, (unsigned long long)ld(&r->blocked));
-        sb_printf(&b, "spoa_ratelimit_decisions_total{rule=\"%s\",result=\"would_block\"} %llu\n",
-                  r->name, (unsigned long long)ld(&r->would_block));
-    }
-    sb_printf(&b, "# HELP spoa_ratelimit_degraded_decisions_total Decisions taken without Redis "
-                  "because it was unreachable.\n# TYPE spoa_ratelimit_degraded_decisions_total "
-                  "counter\n");
-    for (r = atomic_load(&rules_head); r; r = r->next)
-        sb_printf(&b, "spoa_ratelimit_degraded_decisions_total{rule=\"%s\"} %llu\n", r->name,
-                  (unsigned long long)ld(&r->degraded));
-
-    render_simple(&b, "spoa_ratelimit_redis_commands_total", "counter",
-                  "Commands sent to Redis.", ld(&metrics.redis_commands));
-    render_simple(&b, "spoa_ratelimit_redis_batches_total", "counter",
-                  "Batch script calls: many keys' claims or decisions in one EVALSHA.",
-                  ld(&metrics.redis_batches));
-    render_simple(&b, "spoa_ratelimit_redis_batched_calls_total", "counter",
-                  "Script calls sent inside batches.", ld(&metrics.redis_batched_calls));
-    render_simple(&b, "spoa_ratelimit_redis_errors_total", "counter",
-                  "Redis commands that failed or timed out.", ld(&metrics.redis_errors));
-    render_simple(&b, "spoa_ratelimit_redis_up", "gauge", "1 when connected to Redis.",
-                  (uint64_t)atomic_load(&metrics.redis_up));
-    render_simple(&b, "spoa_ratelimit_redis_configured", "gauge",
-                  "1 when a [redis] section makes limits global, 0 standalone.",
-                  (uint64_t)atomic_load(&metrics.redis_configured));
-    render_hist(&b, "spoa_ratelimit_redis_latency_seconds", "Redis round trip per command batch.",
-                &metrics.redis_latency);
-    render_hist(&b, "spoa_ratelimit_decision_seconds", "NOTIFY read to ACK written.",
+    render_hist(b, "spoa_ratelimit_decision_seconds", "NOTIFY read to ACK written.",
                 &metrics.decision);
-    render_simple(&b, "spoa_ratelimit_connections", "gauge", "Open SPOP connections.",
+    render_simple(b, "spoa_ratelimit_connections", "gauge", "Open SPOP connections.",
                   (uint64_t)atomic_load(&metrics.connections));
-    render_simple(&b, "spoa_ratelimit_connections_accepted_total", "counter",
+    render_simple(b, "spoa_ratelimit_connections_accepted_total", "counter",
                   "SPOP connections accepted.", ld(&metrics.connections_total));
 
-    sb_printf(&b, "# HELP spoa_ratelimit_frames_total SPOP frames received by type.\n"
-                  "# TYPE spoa_ratelimit_frames_total counter\n");
+    sb_printf(b, "# HELP spoa_ratelimit_frames_total SPOP frames received by type.\n"
+                 "# TYPE spoa_ratelimit_frames_total counter\n");
     for (unsigned i = 0; i < 4; i++)
-        sb_printf(&b, "spoa_ratelimit_frames_total{type=\"%s\"} %llu\n", frame_names[i],
+        sb_printf(b, "spoa_ratelimit_frames_total{type=\"%s\"} %llu\n", frame_names[i],
                   (unsigned long long)ld(&metrics.frames_in[i]));
-    render_simple(&b, "spoa_ratelimit_acks_total", "counter", "ACK frames sent.",
-                  ld(&metrics.acks));
-    sb_printf(&b, "# HELP spoa_ratelimit_protocol_errors_total Connections closed with an "
-                  "AGENT-DISCONNECT, by SPOE status code.\n"
-                  "# TYPE spoa_ratelimit_protocol_errors_total counter\n");
+    render_simple(b, "spoa_ratelimit_acks_total", "counter", "ACK frames sent.", ld(&metrics.acks));
+    /* Status codes 1..13 in order, then 99 ("unknown"), which is counted in [0]. */
+    sb_printf(b, "# HELP spoa_ratelimit_protocol_errors_total Connections closed with an "
+                 "AGENT-DISCONNECT, by SPOE status code.\n"
+                 "# TYPE spoa_ratelimit_protocol_errors_total counter\n");
     for (unsigned i = 1; i < 14; i++)
-        sb_printf(&b, "spoa_ratelimit_protocol_errors_total{status=\"%u\"} %llu\n", i,
+        sb_printf(b, "spoa_ratelimit_protocol_errors_total{status=\"%u\"} %llu\n", i,
                   (unsigned long long)ld(&metrics.protocol_errors[i]));
-    sb_printf(&b, "spoa_ratelimit_protocol_errors_total{status=\"99\"} %llu\n",
+    sb_printf(b, "spoa_ratelimit_protocol_errors_total{status=\"99\"} %llu\n",
               (unsigned long long)ld(&metrics.protocol_errors[0]));
+}
 
-    render_simple(&b, "spoa_ratelimit_lease_claims_total", "counter",
+static void render_lease(struct strbuf *b)
+{
+    render_simple(b, "spoa_ratelimit_lease_claims_total", "counter",
                   "Lease claims and top-ups sent to Redis.", ld(&metrics.lease_claims));
-    render_simple(&b, "spoa_ratelimit_lease_tokens_granted_total", "counter",
+    render_simple(b, "spoa_ratelimit_lease_tokens_granted_total", "counter",
                   "Tokens granted to this agent by Redis.", ld(&metrics.lease_tokens_granted));
-    render_simple(&b, "spoa_ratelimit_lease_tokens_returned_total", "counter",
-                  "Unspent leased tokens given back to Redis.",
-                  ld(&metrics.lease_tokens_returned));
-    render_simple(&b, "spoa_ratelimit_lease_local_decisions_total", "counter",
+    render_simple(b, "spoa_ratelimit_lease_tokens_returned_total", "counter",
+                  "Unspent leased tokens given back to Redis.", ld(&metrics.lease_tokens_returned));
+    render_simple(b, "spoa_ratelimit_lease_local_decisions_total", "counter",
                   "Decisions answered from a local lease without Redis.",
                   ld(&metrics.lease_local_decisions));
-    render_simple(&b, "spoa_ratelimit_lease_negative_hits_total", "counter",
+    render_simple(b, "spoa_ratelimit_lease_negative_hits_total", "counter",
                   "Decisions answered blocked from the local negative cache.",
                   ld(&metrics.lease_negative_hits));
-    render_simple(&b, "spoa_ratelimit_lease_waiters_total", "counter",
+    render_simple(b, "spoa_ratelimit_lease_waiters_total", "counter",
                   "Decisions that waited for a claim in flight for their key.",
                   ld(&metrics.lease_waiters));
-    render_simple(&b, "spoa_ratelimit_lease_keys", "gauge", "Keys with a local lease record.",
+    render_simple(b, "spoa_ratelimit_lease_keys", "gauge", "Keys with a local lease record.",
                   (uint64_t)atomic_load(&metrics.lease_keys));
-    render_simple(&b, "spoa_ratelimit_buckets", "gauge", "In-memory buckets (standalone and "
-                  "fallback).", ld(&metrics.buckets));
+}
+
+char *metrics_render(size_t *len)
+{
+    struct strbuf b = {0};
+
+    render_rules(&b);
+    render_redis(&b);
+    render_spop(&b);
+    render_lease(&b);
+    render_simple(&b, "spoa_ratelimit_buckets", "gauge",
+                  "In-memory buckets (standalone and fallback).", ld(&metrics.buckets));
     render_simple(&b, "spoa_ratelimit_reloads_total", "counter", "Successful config reloads.",
                   ld(&metrics.reloads));
     render_simple(&b, "spoa_ratelimit_reload_failures_total", "counter",

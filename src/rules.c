@@ -41,7 +41,7 @@ struct ruleset *ruleset_new(struct config *cfg)
         b->burst = (uint64_t)(share * (double)r->burst);
         if (b->burst < 1)
             b->burst = 1;
-        if (r->algorithm == ALGO_SLIDING_WINDOW) {
+        if (r->algorithm == BUCKET_SLIDING_WINDOW) {
             b->period_us = p->period_us;
             b->limit = (uint64_t)(share * (double)p->limit);
             if (b->limit < 1)

@@ -21,6 +21,17 @@ uint64_t util_hash(uint64_t h, const void *data, size_t len)
     return h;
 }
 
+uint64_t util_hash_mix(uint64_t h)
+{
+    /* MurmurHash3's fmix64. */
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdULL;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ULL;
+    h ^= h >> 33;
+    return h;
+}
+
 uint16_t util_crc16(const void *data, size_t len)
 {
     const unsigned char *p = data;

@@ -1,4 +1,5 @@
-/* util.h - small helpers shared by every module: monotonic time, hashing. */
+/* util.h - small helpers shared by every module: monotonic time, hashing,
+ * the choice of stripe and slot in the striped hash tables. */
 #ifndef UTIL_H
 #define UTIL_H
 
@@ -11,6 +12,25 @@ uint64_t util_now_us(void);
 /* 64-bit FNV-1a over len bytes, continuing from h (start with UTIL_HASH_INIT). */
 #define UTIL_HASH_INIT 0xcbf29ce484222325ULL
 uint64_t util_hash(uint64_t h, const void *data, size_t len);
+
+/* A finalizer that spreads every bit of h over all 64 (a bijection): the low
+ * bits of FNV-1a depend only on the low bits of each byte, and its high bits
+ * are poorly mixed. Hash tables index with util_hash_mix(util_hash(...)). */
+uint64_t util_hash_mix(uint64_t h);
+
+/* The striped hash tables (buckets, leases) split a mixed key hash in two:
+ * its high 32 bits choose the stripe (the lock), its low bits the slot inside
+ * that stripe's table, so that the keys of one stripe still spread over all
+ * its slots. nstripes and nslots are powers of two; nstripes <= 2^32. */
+static inline unsigned util_stripe(uint64_t mixed, unsigned nstripes)
+{
+    return (unsigned)(mixed >> 32) & (nstripes - 1);
+}
+
+static inline size_t util_slot(uint64_t mixed, size_t nslots)
+{
+    return (size_t)(mixed & (nslots - 1));
+}
 
 /* CRC16/XMODEM (polynomial 0x1021, initial 0, no reflection): the Redis
  * Cluster key hash. "123456789" -> 0x31c3. */

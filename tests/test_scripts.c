@@ -26,6 +26,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "store/script.h"
+
 #ifndef SRCDIR
 #define SRCDIR "."
 #endif
@@ -33,16 +35,43 @@
 #define SERVER_START_TRIES 10
 #define SERVER_START_WAIT_MS 5000
 
-enum script { TB_CLAIM, TB_RETURN, TB_EXACT, SW_CLAIM, SW_RETURN, SW_EXACT, NSCRIPTS };
-static const char *const script_name[NSCRIPTS] = {"tb_claim", "tb_return", "tb_exact",
-                                                  "sw_claim", "sw_return", "sw_exact"};
+/* Short names for the scripts and their reply positions of src/store/script.h. */
+enum script {
+    TB_CLAIM = SCRIPT_TB_CLAIM,
+    TB_RETURN = SCRIPT_TB_RETURN,
+    TB_EXACT = SCRIPT_TB_EXACT,
+    SW_CLAIM = SCRIPT_SW_CLAIM,
+    SW_RETURN = SCRIPT_SW_RETURN,
+    SW_EXACT = SCRIPT_SW_EXACT,
+    NSCRIPTS = SCRIPT_COUNT,
+};
+static const char *const script_name[NSCRIPTS] = {
+    [TB_CLAIM] = "tb_claim", [TB_RETURN] = "tb_return", [TB_EXACT] = "tb_exact",
+    [SW_CLAIM] = "sw_claim", [SW_RETURN] = "sw_return", [SW_EXACT] = "sw_exact",
+};
 static char *script_text[NSCRIPTS];
 static size_t script_len[NSCRIPTS];
 static char script_sha[NSCRIPTS][41];
 
 /* Reply of the claim and return scripts, and of the exact ones. */
-enum { R_GRANTED, R_REMAINING, R_HELD, R_HOLDERS, R_RETRY, R_RESET, R_LEASE, R_MINE, R_N };
-enum { X_ALLOWED, X_REMAINING, X_RETRY, X_RESET, X_N };
+enum {
+    R_GRANTED = CLAIM_R_GRANTED,
+    R_REMAINING = CLAIM_R_REMAINING,
+    R_HELD = CLAIM_R_HELD,
+    R_HOLDERS = CLAIM_R_HOLDERS,
+    R_RETRY = CLAIM_R_RETRY_MS,
+    R_RESET = CLAIM_R_RESET_MS,
+    R_LEASE = CLAIM_R_LEASE_MS,
+    R_MINE = CLAIM_R_MINE,
+    R_N = CLAIM_R_COUNT,
+};
+enum {
+    X_ALLOWED = EXACT_R_ALLOWED,
+    X_REMAINING = EXACT_R_REMAINING,
+    X_RETRY = EXACT_R_RETRY_MS,
+    X_RESET = EXACT_R_RESET_MS,
+    X_N = EXACT_R_COUNT,
+};
 
 /* What a rule passes to the scripts. */
 struct rule {
@@ -178,6 +207,9 @@ static void load_script(enum script s)
 }
 
 #define MAX_ARGS 8
+_Static_assert((int)CLAIM_ARGC <= MAX_ARGS && (int)RETURN_ARGC <= MAX_ARGS &&
+                   (int)EXACT_ARGC_MAX <= MAX_ARGS,
+               "every script's arguments fit");
 
 /* EVALSHA sha 1 key args..., without any retry. */
 static redisReply *evalsha_raw(enum script s, const char *key, int nargs, const char *const *args)
@@ -1225,6 +1257,212 @@ START_TEST(sw_random_sequence_keeps_counts)
 }
 END_TEST
 
+/* ---- the contract of src/store/script.h -------------------------------------- */
+
+/* Arguments filled by position name, as the agent fills them. */
+struct args {
+    int n;
+    const char *v[MAX_ARGS];
+    char num[MAX_ARGS][24];
+};
+
+static void arg_num(struct args *a, int i, long long v)
+{
+    snprintf(a->num[i], sizeof(a->num[i]), "%lld", v);
+    a->v[i] = a->num[i];
+}
+
+static void claim_args(struct args *a, const char *agent, const struct rule *ru, long long want,
+                       long long used, long long returned)
+{
+    a->n = CLAIM_ARGC;
+    a->v[CLAIM_ARG_AGENT] = agent;
+    arg_num(a, CLAIM_ARG_LIMIT, ru->limit);
+    arg_num(a, CLAIM_ARG_PERIOD_MS, ru->period_ms);
+    arg_num(a, CLAIM_ARG_BURST, ru->burst);
+    arg_num(a, CLAIM_ARG_WANT, want);
+    arg_num(a, CLAIM_ARG_USED, used);
+    arg_num(a, CLAIM_ARG_RETURNED, returned);
+    arg_num(a, CLAIM_ARG_TTL_MS, ru->ttl_ms);
+}
+
+static void return_args(struct args *a, const char *agent, const struct rule *ru, long long used)
+{
+    a->n = RETURN_ARGC;
+    a->v[RETURN_ARG_AGENT] = agent;
+    arg_num(a, RETURN_ARG_LIMIT, ru->limit);
+    arg_num(a, RETURN_ARG_PERIOD_MS, ru->period_ms);
+    arg_num(a, RETURN_ARG_BURST, ru->burst);
+    arg_num(a, RETURN_ARG_USED, used);
+}
+
+/* n = 0: what the agent sends (no cost: 1). */
+static void exact_args(struct args *a, const struct rule *ru, long long n)
+{
+    a->n = n ? EXACT_ARGC_MAX : EXACT_ARGC;
+    arg_num(a, EXACT_ARG_LIMIT, ru->limit);
+    arg_num(a, EXACT_ARG_PERIOD_MS, ru->period_ms);
+    arg_num(a, EXACT_ARG_BURST, ru->burst);
+    if (n)
+        arg_num(a, EXACT_ARG_N, n);
+}
+
+/* Call s with a; the reply must be exactly count integers. */
+static void call_args(enum script s, const char *key, const struct args *a, long long *out,
+                      int count)
+{
+    redisReply *r = evalsha(s, key, a->n, a->v);
+    ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "%s: %s", script_name[s],
+                  r->type == REDIS_REPLY_ERROR ? r->str : "not an array");
+    ck_assert_uint_eq(r->elements, (size_t)count);
+    for (int i = 0; i < count; i++) {
+        ck_assert_int_eq(r->element[i]->type, REDIS_REPLY_INTEGER);
+        out[i] = r->element[i]->integer;
+    }
+    freeReplyObject(r);
+}
+
+/* out[pos] within [lo, hi], the message naming the position. */
+#define EXPECT(out, pos, lo, hi) expect_in((out), (pos), #pos, (lo), (hi))
+#define EXPECT_EQ(out, pos, v) EXPECT(out, pos, v, v)
+static void expect_in(const long long *out, int pos, const char *name, long long lo, long long hi)
+{
+    ck_assert_msg(out[pos] >= lo && out[pos] <= hi, "%s = %lld, expected %lld..%lld", name,
+                  out[pos], lo, hi);
+}
+
+/* 20 per minute, burst 20: a token bucket refills one token every 3 s, so
+ * the few ms between calls add a fraction of one. Leases of 5 s outlive the
+ * test; a sliding window test starts with at least 8 s of its window left,
+ * so that lease_ms is the ttl there too. */
+static const struct rule contract_rule = {20, 60000, 20, 5000};
+#define FAR_MS 1000000000LL /* "any time" as an upper bound */
+
+/* The claim scripts. B holds 3, A claims 4, then reports 1 spent and claims
+ * 3 more: every position holds a different number. Then B takes the rest. */
+static void contract_claim(enum script s, const char *key, int sw)
+{
+    struct args a;
+    long long o[CLAIM_R_COUNT];
+
+    claim_args(&a, "B", &contract_rule, 3, 0, 0);
+    call_args(s, key, &a, o, CLAIM_R_COUNT);
+    claim_args(&a, "A", &contract_rule, 4, 0, 0);
+    call_args(s, key, &a, o, CLAIM_R_COUNT);
+    claim_args(&a, "A", &contract_rule, 3, 1, 0);
+    call_args(s, key, &a, o, CLAIM_R_COUNT);
+    EXPECT_EQ(o, CLAIM_R_GRANTED, 3);
+    EXPECT_EQ(o, CLAIM_R_REMAINING, 10); /* 20 - 3 - 4 - 3: the spent one stays spent */
+    EXPECT_EQ(o, CLAIM_R_HELD, 9);       /* B's 3, A's 6 */
+    EXPECT_EQ(o, CLAIM_R_HOLDERS, 2);
+    EXPECT_EQ(o, CLAIM_R_RETRY_MS, 0);
+    if (sw) /* 10 counted: the rest of this window and the next one */
+        EXPECT(o, CLAIM_R_RESET_MS, 60000 + 1, 120000);
+    else /* t + H = 19: one token short of the burst */
+        EXPECT(o, CLAIM_R_RESET_MS, 2000 + 1, 3000);
+    EXPECT_EQ(o, CLAIM_R_LEASE_MS, contract_rule.ttl_ms);
+    EXPECT_EQ(o, CLAIM_R_MINE, 6);
+
+    claim_args(&a, "B", &contract_rule, 100, 0, 0);
+    call_args(s, key, &a, o, CLAIM_R_COUNT);
+    EXPECT_EQ(o, CLAIM_R_GRANTED, 10);
+    EXPECT_EQ(o, CLAIM_R_REMAINING, 0);
+    EXPECT_EQ(o, CLAIM_R_HELD, 19);
+    if (sw) /* the estimate 20 falls to 19 a twentieth into the next window */
+        EXPECT(o, CLAIM_R_RETRY_MS, 3000 + 1, 63000);
+    else
+        EXPECT(o, CLAIM_R_RETRY_MS, 2000 + 1, 3000);
+    EXPECT_EQ(o, CLAIM_R_MINE, 13);
+}
+
+/* The return scripts: A holds 5 and B 2; A spent 2 and gives 3 back. */
+static void contract_return(enum script claim_s, enum script s, const char *key, int sw)
+{
+    struct args a;
+    long long o[CLAIM_R_COUNT];
+
+    claim_args(&a, "A", &contract_rule, 5, 0, 0);
+    call_args(claim_s, key, &a, o, CLAIM_R_COUNT);
+    claim_args(&a, "B", &contract_rule, 2, 0, 0);
+    call_args(claim_s, key, &a, o, CLAIM_R_COUNT);
+    return_args(&a, "A", &contract_rule, 2);
+    call_args(s, key, &a, o, CLAIM_R_COUNT);
+    EXPECT_EQ(o, CLAIM_R_GRANTED, 0);
+    EXPECT_EQ(o, CLAIM_R_REMAINING, 16); /* 20 - 5 - 2 + 3 */
+    EXPECT_EQ(o, CLAIM_R_HELD, 2);
+    EXPECT_EQ(o, CLAIM_R_HOLDERS, 1);
+    EXPECT_EQ(o, CLAIM_R_RETRY_MS, 0);
+    if (sw)
+        EXPECT(o, CLAIM_R_RESET_MS, 60000 + 1, 120000);
+    else /* t + H = 18: two tokens short */
+        EXPECT(o, CLAIM_R_RESET_MS, 5000 + 1, 6000);
+    EXPECT_EQ(o, CLAIM_R_LEASE_MS, 0);
+    EXPECT_EQ(o, CLAIM_R_MINE, 0);
+}
+
+/* The exact scripts: a cost of 3 passes, one of 18 does not, the default
+ * cost (what the agent sends) is 1. */
+static void contract_exact(enum script s, const char *key, int sw)
+{
+    struct args a;
+    long long x[EXACT_R_COUNT];
+
+    exact_args(&a, &contract_rule, 3);
+    call_args(s, key, &a, x, EXACT_R_COUNT);
+    EXPECT_EQ(x, EXACT_R_ALLOWED, 1);
+    EXPECT_EQ(x, EXACT_R_REMAINING, 17);
+    EXPECT_EQ(x, EXACT_R_RETRY_MS, 0);
+    if (sw)
+        EXPECT(x, EXACT_R_RESET_MS, 60000 + 1, 120000);
+    else
+        EXPECT(x, EXACT_R_RESET_MS, 8000 + 1, 9000);
+
+    exact_args(&a, &contract_rule, 18);
+    call_args(s, key, &a, x, EXACT_R_COUNT);
+    EXPECT_EQ(x, EXACT_R_ALLOWED, 0);
+    EXPECT_EQ(x, EXACT_R_REMAINING, 17);
+    if (sw) /* the estimate 3 falls to 2 a third into the next window */
+        EXPECT(x, EXACT_R_RETRY_MS, 20000 + 1, 80000);
+    else
+        EXPECT(x, EXACT_R_RETRY_MS, 2000 + 1, 3000);
+
+    exact_args(&a, &contract_rule, 0);
+    call_args(s, key, &a, x, EXACT_R_COUNT);
+    EXPECT_EQ(x, EXACT_R_ALLOWED, 1);
+    EXPECT_EQ(x, EXACT_R_REMAINING, 16);
+    EXPECT(x, EXACT_R_RESET_MS, 1, FAR_MS);
+}
+
+START_TEST(reply_layout_matches_script_h)
+{
+    enum script s = (enum script)_i;
+    int sw = s == SW_CLAIM || s == SW_RETURN || s == SW_EXACT;
+    char key[128];
+
+    mkkey(key, sizeof(key), script_name[s]);
+    if (sw && window_left_ms(contract_rule.period_ms) < 8000)
+        sleep_ms(window_left_ms(contract_rule.period_ms) + 10);
+    switch (s) {
+    case TB_CLAIM:
+    case SW_CLAIM:
+        contract_claim(s, key, sw);
+        break;
+    case TB_RETURN:
+        contract_return(TB_CLAIM, s, key, sw);
+        break;
+    case SW_RETURN:
+        contract_return(SW_CLAIM, s, key, sw);
+        break;
+    case TB_EXACT:
+    case SW_EXACT:
+        contract_exact(s, key, sw);
+        break;
+    default:
+        ck_abort_msg("script %d", _i);
+    }
+}
+END_TEST
+
 /* ---- main ------------------------------------------------------------------- */
 
 static Suite *scripts_suite(void)
@@ -1257,6 +1495,12 @@ static Suite *scripts_suite(void)
     tcase_add_test(sw, sw_window_roll);
     tcase_add_test(sw, sw_random_sequence_keeps_counts);
     suite_add_tcase(s, sw);
+
+    TCase *contract = tcase_create("contract");
+    tcase_add_checked_fixture(contract, setup, teardown);
+    tcase_set_timeout(contract, 30);
+    tcase_add_loop_test(contract, reply_layout_matches_script_h, 0, NSCRIPTS);
+    suite_add_tcase(s, contract);
     return s;
 }
 

@@ -1,6 +1,8 @@
 /* test_util.c - CRC16 and Redis Cluster key slots against the published
- * values (the cluster spec's check value, and slots Redis reports). */
+ * values (the cluster spec's check value, and slots Redis reports); how the
+ * striped tables split a key hash. */
 #include <check.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,6 +49,30 @@ START_TEST(hash_is_fnv1a)
 }
 END_TEST
 
+START_TEST(stripe_and_slot_use_different_bits)
+{
+    ck_assert_uint_eq(util_stripe(0xabcdef0123456789ULL, 16), 0x1);
+    ck_assert_uint_eq(util_slot(0xabcdef0123456789ULL, 256), 0x89);
+    ck_assert_uint_eq(util_hash_mix(0), 0);
+
+    /* The keys of one stripe still spread over the slots of its table. */
+    enum { STRIPES = 64, SLOTS = 64, KEYS = 4096 };
+    int seen[SLOTS] = {0}, in_stripe = 0, distinct = 0;
+    for (int i = 0; i < KEYS; i++) {
+        char key[32];
+        int n = snprintf(key, sizeof(key), "10.0.%d.%d", i / 256, i % 256);
+        uint64_t h = util_hash_mix(util_hash(UTIL_HASH_INIT, key, (size_t)n));
+        if (util_stripe(h, STRIPES) != 0)
+            continue;
+        in_stripe++;
+        if (!seen[util_slot(h, SLOTS)]++)
+            distinct++;
+    }
+    ck_assert_int_gt(in_stripe, KEYS / STRIPES / 2);
+    ck_assert_int_gt(distinct, SLOTS / 3);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("util");
@@ -54,6 +80,7 @@ int main(void)
     tcase_add_test(tc, crc16_check_value);
     tcase_add_loop_test(tc, key_slots, 0, sizeof(slots) / sizeof(slots[0]));
     tcase_add_test(tc, hash_is_fnv1a);
+    tcase_add_test(tc, stripe_and_slot_use_different_bits);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

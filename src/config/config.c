@@ -27,9 +27,9 @@
 
 static const char *const section_names[] = {"", "", "agent", "redis", "lease", "fallback", "rule"};
 
-static const char *const log_names[] = {"error", "warn", "info", "debug", NULL};
 static const char *const mode_names[] = {"open", "closed", NULL};
-static const char *const algo_names[] = {"token-bucket", "sliding-window", NULL};
+static const char *const algo_names[] = {[BUCKET_TOKEN_BUCKET] = "token-bucket",
+                                         [BUCKET_SLIDING_WINDOW] = "sliding-window", NULL};
 
 #define CF(f) offsetof(struct config, f), sizeof(((struct config *)0)->f)
 #define RF(f) offsetof(struct cfg_rule, f), sizeof(((struct cfg_rule *)0)->f)
@@ -40,7 +40,7 @@ static const struct key_def key_defs[] = {
     {SEC_AGENT, "max_frame_size", T_UINT, CF(max_frame_size), SPOP_MIN_FRAME_SIZE,
      SPOP_MAX_FRAME_SIZE, 0, NULL},
     {SEC_AGENT, "stats", T_ADDR, CF(stats), 0, 0, F_OPT, NULL},
-    {SEC_AGENT, "log_level", T_ENUM, CF(log_level), 0, 0, 0, log_names},
+    {SEC_AGENT, "log_level", T_ENUM, CF(log_level), 0, 0, 0, log_level_names},
     {SEC_AGENT, "shadow", T_BOOL, CF(shadow), 0, 0, 0, NULL},
     {SEC_AGENT, "allow", T_ALLOW, 0, 0, 0, 0, F_LIST, NULL},
     /* a 64-bit hash takes 16 hex digits: a smaller limit would lengthen keys */

@@ -12,6 +12,9 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
+#include "bucket.h"
+#include "log.h"
+
 #define CFG_MAX_RULES 1024
 #define CFG_MAX_KEY_ARGS 16
 #define CFG_MAX_MATCHES 16
@@ -20,8 +23,10 @@
 #define CFG_MAX_DURATION_MS (UINT64_MAX / 1000) /* so that microseconds fit in 64 bits */
 #define CFG_MAX_COUNT 1000000000000000ULL /* rate N and burst: exact in a double */
 
-enum cfg_log_level { LOG_LVL_ERROR = 0, LOG_LVL_WARN = 1, LOG_LVL_INFO = 2, LOG_LVL_DEBUG = 3 };
-enum cfg_algorithm { ALGO_TOKEN_BUCKET = 0, ALGO_SLIDING_WINDOW = 1 };
+/* log_level is an enum log_level (log.h); a rule's algorithm an enum
+ * bucket_algorithm (bucket.h), also known here by the config's names: */
+#define ALGO_TOKEN_BUCKET BUCKET_TOKEN_BUCKET
+#define ALGO_SLIDING_WINDOW BUCKET_SLIDING_WINDOW
 enum cfg_down_mode { DOWN_OPEN = 0, DOWN_CLOSED = 1 };
 
 /* One CIDR of [agent] allow. family is AF_INET or AF_INET6; addr in network
@@ -50,7 +55,7 @@ struct cfg_rule {
     uint64_t rate_n;             /* N of N/DURATION */
     uint64_t rate_period_ms;     /* DURATION of N/DURATION */
     uint64_t burst;              /* default: rate_n */
-    int algorithm;               /* enum cfg_algorithm */
+    int algorithm;               /* enum bucket_algorithm */
     int lease;                   /* bool, default on */
     int on_redis_down;           /* enum cfg_down_mode, default [fallback] mode */
     int shadow;                  /* bool; [agent] shadow = yes forces it */

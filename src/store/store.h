@@ -28,19 +28,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "script.h"
+
 struct ev_loop;
 struct config;
 struct store;
-
-enum store_script {
-    SCRIPT_TB_CLAIM = 0,
-    SCRIPT_TB_RETURN,
-    SCRIPT_TB_EXACT,
-    SCRIPT_SW_CLAIM,
-    SCRIPT_SW_RETURN,
-    SCRIPT_SW_EXACT,
-    SCRIPT_COUNT,
-};
 
 enum store_status {
     STORE_OK = 0,   /* v[0..n) holds the integers of the reply array */

@@ -197,28 +197,32 @@ static uint64_t map_signature(const struct store_cluster *cl, unsigned *covered)
     return h;
 }
 
-/* Install the map of a CLUSTER SLOTS reply; close the masters that left it.
- * 1 installed, 0 unusable (nothing changed). */
-static int apply_map(struct store_cluster *cl, const redisReply *reply, const char *asked)
+/* 0 when every entry of a CLUSTER SLOTS reply parses: a map is taken whole
+ * or not at all. -1 otherwise. */
+static int map_check(const redisReply *reply, const char *asked)
 {
-    struct store_conn **table, **gone, *last = NULL;
-    unsigned char *used;
-    size_t ngone = 0, kept = 0;
-    unsigned covered;
-    uint64_t sig;
-
     if (reply->type != REDIS_REPLY_ARRAY || reply->elements == 0)
-        return 0;
-    for (size_t i = 0; i < reply->elements; i++) { /* all or nothing */
+        return -1;
+    for (size_t i = 0; i < reply->elements; i++) {
         long start, end;
         const char *host;
         int port;
         if (parse_entry(reply->element[i], asked, &start, &end, &host, &port) < 0)
-            return 0;
+            return -1;
     }
-    table = calloc(STORE_CLUSTER_SLOTS, sizeof(*table));
+    return 0;
+}
+
+/* The slot table of a checked reply (malloc'd, STORE_CLUSTER_SLOTS entries,
+ * NULL where no master is known), connecting to the masters not held yet.
+ * NULL when out of memory. */
+static struct store_conn **map_table(struct store_cluster *cl, const redisReply *reply,
+                                     const char *asked)
+{
+    struct store_conn **table = calloc(STORE_CLUSTER_SLOTS, sizeof(*table));
+
     if (!table)
-        return 0;
+        return NULL;
     for (size_t i = 0; i < reply->elements; i++) {
         long start, end;
         const char *host;
@@ -228,21 +232,22 @@ static int apply_map(struct store_cluster *cl, const redisReply *reply, const ch
             continue;
         if (!(node = node_get(cl, host, port))) {
             free(table);
-            return 0;
+            return NULL;
         }
         for (long s = start; s <= end; s++)
             table[s] = node;
     }
-    used = calloc(cl->nnodes ? cl->nnodes : 1, 1);
-    gone = calloc(cl->nnodes ? cl->nnodes : 1, sizeof(*gone));
-    if (!used || !gone) {
-        free(used);
-        free(gone);
-        free(table);
-        return 0;
-    }
-    memcpy(cl->slots, table, sizeof(cl->slots));
-    free(table);
+    return table;
+}
+
+/* Keep in cl->nodes, in their order, the masters that own a slot of
+ * cl->slots; move the others to gone (room for cl->nnodes). used: cl->nnodes
+ * zeroed bytes of scratch. Returns how many went to gone. */
+static size_t drop_unmapped(struct store_cluster *cl, unsigned char *used, struct store_conn **gone)
+{
+    struct store_conn *last = NULL;
+    size_t ngone = 0, kept = 0;
+
     for (size_t s = 0; s < STORE_CLUSTER_SLOTS; s++) {
         if (!cl->slots[s] || cl->slots[s] == last)
             continue;
@@ -261,13 +266,48 @@ static int apply_map(struct store_cluster *cl, const redisReply *reply, const ch
             gone[ngone++] = cl->nodes[i];
     }
     cl->nnodes = kept;
-    cl->loaded = 1;
-    sig = map_signature(cl, &covered);
+    return ngone;
+}
+
+/* Count the assigned slots; log the map once each time it changes. */
+static void note_map(struct store_cluster *cl)
+{
+    unsigned covered;
+    uint64_t sig = map_signature(cl, &covered);
+
     cl->covered = covered;
     if (sig != cl->map_sig) {
         LOG_INFO("\"redis cluster map\" masters=%zu slots=%u", cl->nnodes, covered);
         cl->map_sig = sig;
     }
+}
+
+/* Install the map of a CLUSTER SLOTS reply; close the masters that left it.
+ * 1 installed, 0 unusable (nothing changed). */
+static int apply_map(struct store_cluster *cl, const redisReply *reply, const char *asked)
+{
+    struct store_conn **table, **gone;
+    unsigned char *used;
+    size_t ngone;
+
+    if (map_check(reply, asked) < 0)
+        return 0;
+    if (!(table = map_table(cl, reply, asked)))
+        return 0;
+    /* Taken before the map changes, so that running out leaves it as it was. */
+    used = calloc(cl->nnodes ? cl->nnodes : 1, 1);
+    gone = calloc(cl->nnodes ? cl->nnodes : 1, sizeof(*gone));
+    if (!used || !gone) {
+        free(used);
+        free(gone);
+        free(table);
+        return 0;
+    }
+    memcpy(cl->slots, table, sizeof(cl->slots));
+    free(table);
+    ngone = drop_unmapped(cl, used, gone);
+    cl->loaded = 1;
+    note_map(cl);
     /* Out of every structure first: their failing commands may route again. */
     for (size_t i = 0; i < ngone; i++) {
         LOG_INFO("\"redis cluster node left the map\" addr=%s", store_conn_name(gone[i]));

@@ -60,15 +60,18 @@ struct store_conn {
 
 static void set_addr_owned(struct store_conn *conn, char *h, int port);
 
-/* The scripts in enum store_script order, then the batch script, whose
- * operations name them by that index. */
-#define SCRIPT_BATCH SCRIPT_COUNT
+/* The scripts by enum store_script, then the batch script (script.h). */
 static const char *const script_src[SCRIPT_COUNT + 1] = {
-    script_tb_claim, script_tb_return, script_tb_exact,
-    script_sw_claim, script_sw_return, script_sw_exact, script_batch,
+    [SCRIPT_TB_CLAIM] = script_tb_claim, [SCRIPT_TB_RETURN] = script_tb_return,
+    [SCRIPT_TB_EXACT] = script_tb_exact, [SCRIPT_SW_CLAIM] = script_sw_claim,
+    [SCRIPT_SW_RETURN] = script_sw_return, [SCRIPT_SW_EXACT] = script_sw_exact,
+    [SCRIPT_BATCH] = script_batch,
 };
 static const char *const script_names[SCRIPT_COUNT + 1] = {
-    "tb_claim", "tb_return", "tb_exact", "sw_claim", "sw_return", "sw_exact", "batch",
+    [SCRIPT_TB_CLAIM] = "tb_claim", [SCRIPT_TB_RETURN] = "tb_return",
+    [SCRIPT_TB_EXACT] = "tb_exact", [SCRIPT_SW_CLAIM] = "sw_claim",
+    [SCRIPT_SW_RETURN] = "sw_return", [SCRIPT_SW_EXACT] = "sw_exact",
+    [SCRIPT_BATCH] = "batch",
 };
 
 /* ---- commands ------------------------------------------------------------ */
@@ -579,9 +582,9 @@ static struct store_cmd *batch_new(struct store_cmd *list, unsigned n)
         b->argvlen[i] = m->argvlen[3];
     }
     for (m = list; m; m = m->mnext) { /* operations */
-        ARENA_NUM(m->script, i);
-        ARENA_NUM(m->argc - 4, i + 1);
-        i += 2;
+        ARENA_NUM(m->script, i + BATCH_OP_SCRIPT);
+        ARENA_NUM(m->argc - 4, i + BATCH_OP_ARGC);
+        i += BATCH_OP_HEAD;
         for (k = 4; k < m->argc; k++, i++) {
             b->argv[i] = m->argv[k];
             b->argvlen[i] = m->argvlen[k];
