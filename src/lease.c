@@ -5,16 +5,31 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dlist.h"
 #include "metrics.h"
 #include "util.h"
 
 /* A report of "everything held was spent": scripts cap a report at what is held. */
 #define LEASE_VOID 1000000000000ull
+/* Entries the sweep looks at per stripe and tick, at most: a churn of keys is
+ * forgotten over several ticks rather than in one long stall. */
+#define SWEEP_MAX 2048
 
+/* Each stripe keeps two lists beside its hash table, so that a tick costs
+ * what is active, not what is known:
+ *   active  entries the tick must look at: seen since the last tick, or
+ *           holding tokens (to give back or top up);
+ *   age     every entry, least recently touched first (a decision, or a
+ *           reply from Redis). An entry untouched for longer than ttl has
+ *           no lease left in Redis; the tick forgets such entries from the
+ *           front of this list, a bounded number per tick. */
 struct lease_entry {
     struct lease_entry *next; /* hash chain */
     uint64_t hash;            /* of the key, mixed: see util_stripe() */
     unsigned stripe;
+    struct dlist active, age;
+    uint64_t touch_us;        /* last decision or reply: the age list's order */
+    uint32_t demand_tick;     /* the stripe tick demand was last brought to */
     /* parameters in force (updated by every decision: reloads apply) */
     enum bucket_algorithm algorithm;
     uint64_t limit, period_us, burst;
@@ -46,6 +61,8 @@ struct lease_stripe {
     pthread_mutex_t lock;
     struct lease_entry **slots;
     size_t nslots, count;
+    struct dlist active, age;
+    uint32_t tick; /* ticks so far */
 } __attribute__((aligned(64)));
 
 struct lease_table {
@@ -78,8 +95,11 @@ struct lease_table *lease_table_new(const struct lease_config *cfg, unsigned nst
         return NULL;
     }
     memset(t->stripes, 0, sizeof(struct lease_stripe) * n);
-    for (unsigned i = 0; i < n; i++)
+    for (unsigned i = 0; i < n; i++) {
         pthread_mutex_init(&t->stripes[i].lock, NULL);
+        dlist_init(&t->stripes[i].active);
+        dlist_init(&t->stripes[i].age);
+    }
     return t;
 }
 
@@ -114,6 +134,18 @@ size_t lease_count(struct lease_table *t)
     return n;
 }
 
+size_t lease_active(struct lease_table *t)
+{
+    size_t n = 0;
+    for (unsigned i = 0; i < t->nstripes; i++) {
+        pthread_mutex_lock(&t->stripes[i].lock);
+        for (struct dlist *d = t->stripes[i].active.next; d != &t->stripes[i].active; d = d->next)
+            n++;
+        pthread_mutex_unlock(&t->stripes[i].lock);
+    }
+    return n;
+}
+
 /* ---- hash table (stripe locked by the caller) ----------------------------- */
 
 static int stripe_grow(struct lease_stripe *s)
@@ -137,7 +169,7 @@ static int stripe_grow(struct lease_stripe *s)
     return 0;
 }
 
-static struct lease_entry *find_or_create(struct lease_table *t, struct lease_stripe *s,
+static struct lease_entry *find_or_create(struct lease_stripe *s,
                                           unsigned stripe, uint64_t h, const char *key,
                                           size_t keylen)
 {
@@ -157,6 +189,8 @@ static struct lease_entry *find_or_create(struct lease_table *t, struct lease_st
     e->stripe = stripe;
     e->keylen = keylen;
     memcpy(e->key, key, keylen);
+    e->demand_tick = s->tick;
+    dlist_push_tail(&s->age, &e->age);
     size_t slot = util_slot(h, s->nslots);
     e->next = s->slots[slot];
     s->slots[slot] = e;
@@ -165,13 +199,40 @@ static struct lease_entry *find_or_create(struct lease_table *t, struct lease_st
     return e;
 }
 
-static void entry_remove(struct lease_stripe *s, struct lease_entry **link)
+/* Unlink e from its hash chain and lists, and free it. */
+static void entry_remove(struct lease_stripe *s, struct lease_entry *e)
 {
-    struct lease_entry *e = *link;
+    struct lease_entry **link = &s->slots[util_slot(e->hash, s->nslots)];
+
+    while (*link != e)
+        link = &(*link)->next;
     *link = e->next;
+    if (dlist_linked(&e->active))
+        dlist_del(&e->active);
+    dlist_del(&e->age);
     s->count--;
     atomic_fetch_sub(&metrics.lease_keys, 1);
     free(e);
+}
+
+/* A decision or a reply: e moves to the young end of the age list. */
+static void entry_touch(struct lease_stripe *s, struct lease_entry *e, uint64_t now_us)
+{
+    e->touch_us = now_us;
+    dlist_move_tail(&s->age, &e->age);
+}
+
+/* Put e on the active list, first bringing its demand up to date: demand
+ * halves every tick without hits, which the tick does not do for entries off
+ * the list. */
+static void entry_activate(struct lease_stripe *s, struct lease_entry *e)
+{
+    if (dlist_linked(&e->active))
+        return;
+    uint32_t idle = s->tick - e->demand_tick;
+    e->demand = idle >= 64 ? 0 : ldexp(e->demand, -(int)idle);
+    e->demand_tick = s->tick;
+    dlist_push_tail(&s->active, &e->active);
 }
 
 /* ---- decisions ------------------------------------------------------------ */
@@ -317,12 +378,14 @@ int lease_decide(struct lease_table *t, const char *key, size_t keylen,
     int ret;
 
     pthread_mutex_lock(&s->lock);
-    e = find_or_create(t, s, si, h, key, keylen);
+    e = find_or_create(s, si, h, key, keylen);
     if (!e) {
         pthread_mutex_unlock(&s->lock);
         return LEASE_DOWN; /* out of memory: the fallback still answers */
     }
     set_params(e, p);
+    entry_activate(s, e);
+    entry_touch(s, e, now_us);
     e->hits++;
     e->last_hit_us = now_us;
 
@@ -490,6 +553,7 @@ void lease_reply(struct lease_table *t, struct lease_job *job, int ok, const int
      * lease it set ends by now + ttl. */
     if (e->redis_exp_us < now_us + t->cfg.ttl_us)
         e->redis_exp_us = now_us + t->cfg.ttl_us;
+    entry_touch(s, e, now_us);
     if (!ok || n < CLAIM_R_COUNT) {
         void_lease(e);
         take_waiters(e, fallback, 1);
@@ -498,6 +562,8 @@ void lease_reply(struct lease_table *t, struct lease_job *job, int ok, const int
     read_reply(v, &r);
     apply_reply(t, e, job, &r, now_us);
     serve_waiters(e, now_us, done);
+    if (e->tokens > 0)
+        entry_activate(s, e); /* the tick gives it back or tops it up */
     if (!e->wait_head)
         goto out;
     /* Some wait still: the grant was short. */
@@ -524,62 +590,97 @@ void lease_timeout(struct lease_table *t, struct lease_job *job, struct lease_wa
     pthread_mutex_unlock(&s->lock);
 }
 
+/* The tick's work on one active entry: demand, expiry, give-back, top-up. */
+static struct lease_job *tick_entry(const struct lease_table *t, struct lease_entry *e,
+                                    uint64_t now_us, int redis_up)
+{
+    uint32_t hits = e->hits;
+    struct lease_job *job = NULL;
+
+    e->demand = 0.5 * e->demand + 0.5 * hits;
+    e->hits = 0;
+    if (e->tokens > 0 && now_us >= e->deadline_us)
+        e->tokens = 0;
+    if (e->inflight || !redis_up || now_us < e->blocked_until_us)
+        return NULL;
+    if (e->tokens > 0 && hits == 0)
+        return make_return(e); /* no demand for a tick: give back */
+    if (hits >= 2 && ((double)e->tokens < 1.5 * e->demand + 1 ||
+                      e->deadline_us - now_us < 2 * t->cfg.interval_us)) {
+        /* Busy, and will not last until the next tick or the lease ends
+         * soon: top up (a claim also renews it). A key seen once in a tick
+         * is not topped up: its next request claims for itself, so a cold
+         * key costs one call, not a claim, a top-up and a give-back. */
+        job = make_claim(t, e, now_us);
+        if (job && job->want == 0 && e->tokens == 0) {
+            e->inflight = NULL;
+            e->used += job->used;
+            free(job);
+            job = NULL;
+        }
+    }
+    return job;
+}
+
+/* Whether e can be forgotten: idle, and whatever Redis holds for us has
+ * expired there (counted as spent), so nothing is left to spend or to report.
+ * Dropping the entry earlier would forget an unreported spend that a new
+ * entry's first claim would then get back as tokens. */
+static int entry_idle(const struct lease_table *t, const struct lease_entry *e, uint64_t now_us)
+{
+    return !e->inflight && e->tokens == 0 && !e->wait_head && !dlist_linked(&e->active) &&
+           now_us >= e->blocked_until_us && now_us >= e->redis_exp_us &&
+           now_us - e->last_hit_us > t->cfg.ttl_us;
+}
+
+/* Forget idle entries from the old end of the age list: those untouched for
+ * longer than ttl, at most SWEEP_MAX. One that must stay (a negative-cache
+ * entry, a lease still active) goes to the young end to be looked at again
+ * a ttl later. */
+static void sweep(const struct lease_table *t, struct lease_stripe *s, uint64_t now_us)
+{
+    for (unsigned n = 0; n < SWEEP_MAX && !dlist_empty(&s->age); n++) {
+        struct lease_entry *e = DLIST_ENTRY(s->age.next, struct lease_entry, age);
+        if (now_us - e->touch_us <= t->cfg.ttl_us)
+            break; /* the rest is younger */
+        if (entry_idle(t, e, now_us))
+            entry_remove(s, e);
+        else
+            entry_touch(s, e, now_us);
+    }
+}
+
 void lease_tick(struct lease_table *t, uint64_t now_us, int redis_up, struct lease_job **jobs)
 {
+    uint64_t walked = 0;
+
     for (unsigned i = 0; i < t->nstripes; i++) {
         struct lease_stripe *s = &t->stripes[i];
+        struct dlist *n, *next;
 
         pthread_mutex_lock(&s->lock);
-        for (size_t j = 0; j < s->nslots; j++) {
-            struct lease_entry **link = &s->slots[j], *e;
-            while ((e = *link)) {
-                uint32_t hits = e->hits;
-                struct lease_job *job = NULL;
+        s->tick++;
+        for (n = s->active.next; n != &s->active; n = next) {
+            struct lease_entry *e = DLIST_ENTRY(n, struct lease_entry, active);
+            struct lease_job *job;
 
-                e->demand = 0.5 * e->demand + 0.5 * hits;
-                e->hits = 0;
-                if (e->tokens > 0 && now_us >= e->deadline_us)
-                    e->tokens = 0;
-                if (!e->inflight && redis_up && now_us >= e->blocked_until_us) {
-                    if (e->tokens > 0 && hits == 0) {
-                        job = make_return(e); /* no demand for a tick: give back */
-                    } else if (hits >= 2 &&
-                               ((double)e->tokens < 1.5 * e->demand + 1 ||
-                                e->deadline_us - now_us < 2 * t->cfg.interval_us)) {
-                        /* Busy, and will not last until the next tick or the
-                         * lease ends soon: top up (a claim also renews it).
-                         * A key seen once in a tick is not topped up: its
-                         * next request claims for itself, so a cold key costs
-                         * one call, not a claim, a top-up and a give-back. */
-                        job = make_claim(t, e, now_us);
-                        if (job && job->want == 0 && e->tokens == 0) {
-                            e->inflight = NULL;
-                            e->used += job->used;
-                            free(job);
-                            job = NULL;
-                        }
-                    }
-                }
-                if (job) {
-                    job->next = *jobs;
-                    *jobs = job;
-                }
-                if (!e->inflight && e->tokens == 0 && !e->wait_head &&
-                    now_us >= e->blocked_until_us && now_us >= e->redis_exp_us &&
-                    now_us - e->last_hit_us > t->cfg.ttl_us) {
-                    /* Idle, and whatever Redis holds for us has expired
-                     * there (counted as spent): nothing left to spend or to
-                     * report. Dropping the entry earlier would forget an
-                     * unreported spend that a new entry's first claim would
-                     * then get back as tokens. */
-                    entry_remove(s, link);
-                    continue;
-                }
-                link = &e->next;
+            next = n->next;
+            walked++;
+            e->demand_tick = s->tick;
+            job = tick_entry(t, e, now_us, redis_up);
+            if (job) {
+                job->next = *jobs;
+                *jobs = job;
             }
+            /* Off the list once it has neither hits nor tokens; a job in
+             * flight comes back through lease_reply, a hit puts it back. */
+            if (e->hits == 0 && e->tokens == 0)
+                dlist_del(&e->active);
         }
+        sweep(t, s, now_us);
         pthread_mutex_unlock(&s->lock);
     }
+    atomic_store(&metrics.lease_active_keys, walked);
 }
 
 void lease_drain(struct lease_table *t, uint64_t now_us, struct lease_job **jobs)

@@ -96,7 +96,8 @@ void lease_reply(struct lease_table *t, struct lease_job *job, int ok, const int
 void lease_timeout(struct lease_table *t, struct lease_job *job, struct lease_waiter **fallback);
 
 /* Every interval: update demand, top up leases that will not last until the
- * next tick, give back leases that saw no demand, forget idle entries.
+ * next tick, give back leases that saw no demand (all for active entries
+ * only), forget idle entries (from the old end of the age list, bounded).
  * Jobs to send are prepended to *jobs. */
 void lease_tick(struct lease_table *t, uint64_t now_us, int redis_up, struct lease_job **jobs);
 
@@ -106,5 +107,10 @@ void lease_drain(struct lease_table *t, uint64_t now_us, struct lease_job **jobs
 
 /* Number of entries. */
 size_t lease_count(struct lease_table *t);
+
+/* Number of entries on the active lists: what one tick walks (keys seen since
+ * the last tick, or holding tokens). Idle entries are only swept, a bounded
+ * number per stripe and tick, once untouched for longer than ttl. */
+size_t lease_active(struct lease_table *t);
 
 #endif

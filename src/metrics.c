@@ -290,6 +290,10 @@ static void render_lease(struct strbuf *b)
                   ld(&metrics.lease_waiters));
     render_simple(b, "spoa_ratelimit_lease_keys", "gauge", "Keys with a local lease record.",
                   (uint64_t)atomic_load(&metrics.lease_keys));
+    render_simple(b, "spoa_ratelimit_lease_active_keys", "gauge",
+                  "Lease records the last tick walked: seen since the tick before, or holding "
+                  "tokens.",
+                  (uint64_t)atomic_load(&metrics.lease_active_keys));
 }
 
 char *metrics_render(size_t *len)

@@ -76,6 +76,7 @@ struct metrics {
     atomic_uint_fast64_t lease_negative_hits;
     atomic_uint_fast64_t lease_waiters;
     atomic_int lease_keys;
+    atomic_uint_fast64_t lease_active_keys; /* walked by the last tick */
     atomic_uint_fast64_t buckets;
     struct metrics_hist decision;
     struct metrics_hist redis_latency;

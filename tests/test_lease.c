@@ -284,6 +284,83 @@ END_TEST
  * voided: nothing more is spent from it, and the next claim reports all that
  * Redis thinks we hold as spent, so a lost report never comes back as tokens
  * to spend twice (found in review: 114 admitted with b = 100). */
+/* A churn of keys seen once: the tick walks only what is active, and forgets
+ * the idle entries once ttl has passed, a bounded number per tick. */
+START_TEST(tick_costs_what_is_active)
+{
+    struct lease_table *t = lease_table_new(&cfg, 4);
+    struct lease_job *j, *next, *jobs = NULL;
+    struct lease_waiter *done, *fb;
+    struct req r;
+    char key[32];
+    const int64_t v[8] = {1, 9, 1, 1, 0, 6000, 1000, 1};
+    const size_t nkeys = 20000;
+
+    for (size_t i = 0; i < nkeys; i++) {
+        snprintf(key, sizeof(key), "k%zu", i);
+        ck_assert_int_eq(decide(t, key, &p10, 10 * S, 1, &r, &j), LEASE_PENDING);
+        j->sent_us = 10 * S;
+        reply(t, j, v, 10 * S + 100, &done, &fb, &next);
+        ck_assert_int_eq(count(done), 1); /* spent at once: nothing held locally */
+    }
+    ck_assert_uint_eq(lease_count(t), nkeys);
+    ck_assert_uint_eq(lease_active(t), nkeys); /* seen in this tick */
+    lease_tick(t, 10 * S + 100 * MS, 1, &jobs);
+    ck_assert_ptr_null(jobs); /* seen once: no top-up, nothing to give back */
+    ck_assert_uint_eq(lease_active(t), 0);
+    ck_assert_uint_eq(lease_count(t), nkeys); /* Redis still holds their leases */
+    /* one key stays busy: the only one a tick walks */
+    ck_assert_int_eq(decide(t, "k0", &p10, 10 * S + 150 * MS, 1, &r, &j), LEASE_PENDING);
+    ck_assert_uint_eq(lease_active(t), 1);
+    j->sent_us = 10 * S + 150 * MS;
+    reply(t, j, v, 10 * S + 151 * MS, &done, &fb, &next);
+    /* past ttl: the sweep forgets at most 2048 per stripe and tick */
+    size_t before = lease_count(t);
+    lease_tick(t, 12 * S, 1, &jobs);
+    size_t after = lease_count(t);
+    ck_assert_uint_lt(after, before);
+    ck_assert_uint_ge(after, before - 4 * 2048);
+    for (int i = 0; i < 10 && lease_count(t) > 0; i++)
+        lease_tick(t, 12 * S + (uint64_t)(i + 1) * 100 * MS, 1, &jobs);
+    ck_assert_uint_eq(lease_count(t), 0);
+    ck_assert_ptr_null(jobs);
+    lease_table_free(t);
+}
+END_TEST
+
+/* An entry off the active list keeps its demand halving per tick (lazily):
+ * the claim size after a pause is what the tick-by-tick decay gives. */
+START_TEST(demand_decays_off_the_list)
+{
+    struct lease_table *t = lease_table_new(&cfg, 1);
+    struct lease_job *j, *next, *jobs = NULL;
+    struct lease_waiter *done, *fb;
+    struct req r;
+    uint64_t now = 10 * S;
+    const int64_t v[8] = {1, 999, 1, 1, 0, 1, 1000, 1};
+
+    /* 8 hits in one tick: demand 4 after it */
+    for (int i = 0; i < 8; i++) {
+        int got = decide(t, "k", &pbig, now, 1, &r, &j);
+        if (got == LEASE_PENDING && j) {
+            j->sent_us = now;
+            reply(t, j, v, now, &done, &fb, &next);
+        }
+    }
+    lease_tick(t, now += 100 * MS, 0, &jobs); /* redis down: no jobs, demand 4 */
+    ck_assert_ptr_null(jobs);
+    /* two idle ticks (off the list): 4 -> 2 -> 1 */
+    lease_tick(t, now += 100 * MS, 0, &jobs);
+    lease_tick(t, now += 100 * MS, 0, &jobs);
+    ck_assert_uint_eq(lease_active(t), 0);
+    /* a request now: claim = waiting + ceil(2 * demand) - tokens = 1 + 2 */
+    ck_assert_int_eq(decide(t, "k", &pbig, now + 1, 1, &r, &j), LEASE_PENDING);
+    ck_assert_ptr_nonnull(j);
+    ck_assert_uint_eq(j->want, 3);
+    lease_table_free(t);
+}
+END_TEST
+
 START_TEST(failed_job_voids_the_lease)
 {
     struct lease_table *t = lease_table_new(&cfg, 4);
@@ -339,6 +416,8 @@ static Suite *lease_suite(void)
     tcase_add_test(tc, tick_top_up_give_back_forget);
     tcase_add_test(tc, drain_returns_everything);
     tcase_add_test(tc, failed_job_voids_the_lease);
+    tcase_add_test(tc, tick_costs_what_is_active);
+    tcase_add_test(tc, demand_decays_off_the_list);
     suite_add_tcase(s, tc);
     return s;
 }
