@@ -11,7 +11,7 @@
 
 #include "log.h"
 #include "metrics.h"
-#include "server.h"
+#include "net.h"
 #include "util.h"
 
 #define HTTP_REQ_MAX 8192
@@ -178,7 +178,7 @@ static void http_accept_cb(struct ev_loop *loop, ev_io *io, int revents)
     }
 }
 
-struct httpd *httpd_new(struct ev_loop *loop, const char *addr, char *err, size_t errlen)
+struct httpd *httpd_new(struct ev_loop *loop, const struct net_addr *addr, char *err, size_t errlen)
 {
     struct httpd *h = calloc(1, sizeof(*h));
     if (!h) {
@@ -186,7 +186,7 @@ struct httpd *httpd_new(struct ev_loop *loop, const char *addr, char *err, size_
         return NULL;
     }
     h->loop = loop;
-    h->fd = server_listen_addr(addr, 128, err, errlen);
+    h->fd = net_listen(addr, 128, err, errlen);
     if (h->fd == -1) {
         free(h);
         return NULL;

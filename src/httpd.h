@@ -10,9 +10,11 @@
 
 struct ev_loop;
 struct httpd;
+struct net_addr;
 
-/* Listen on addr. NULL with a message in err on failure. */
-struct httpd *httpd_new(struct ev_loop *loop, const char *addr, char *err, size_t errlen);
+/* Listen on addr (net_listen). NULL with a message in err on failure. */
+struct httpd *httpd_new(struct ev_loop *loop, const struct net_addr *addr, char *err,
+                        size_t errlen);
 void httpd_free(struct httpd *h);
 
 #endif

@@ -228,8 +228,8 @@ static int agent_open(struct agent *a, struct config *cfg)
         fprintf(stderr, "spoa-ratelimit: cannot listen on %s\n", err);
         return -1;
     }
-    if (a->rs->cfg->stats && *a->rs->cfg->stats) {
-        a->httpd = httpd_new(a->loop, a->rs->cfg->stats, err, sizeof(err));
+    if (a->rs->cfg->stats_addr.kind != NET_ADDR_NONE) {
+        a->httpd = httpd_new(a->loop, &a->rs->cfg->stats_addr, err, sizeof(err));
         if (!a->httpd) {
             fprintf(stderr, "spoa-ratelimit: cannot listen for stats on %s\n", err);
             return -1;

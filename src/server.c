@@ -1,11 +1,8 @@
 /* server.c - SPOP listeners, workers, non-blocking connection I/O. */
 #include "server.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <ev.h>
-#include <fcntl.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
@@ -14,8 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -23,6 +18,7 @@
 #include "limiter.h"
 #include "log.h"
 #include "metrics.h"
+#include "net.h"
 #include "rules.h"
 #include "spop/spop_conn.h"
 #include "util.h"
@@ -98,101 +94,6 @@ struct server {
     pthread_cond_t done_cond;
     unsigned done;
 };
-
-/* ---- addresses ---------------------------------------------------------- */
-
-static int set_nonblock(int fd)
-{
-    int fl = fcntl(fd, F_GETFL);
-    if (fl == -1 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) == -1)
-        return -1;
-    return 0;
-}
-
-int server_listen_addr(const char *addr, int backlog, char *err, size_t errlen)
-{
-    int fd = -1, one = 1;
-
-    if (strncmp(addr, "unix:", 5) == 0) {
-        struct sockaddr_un sun;
-        const char *path = addr + 5;
-        struct stat st;
-
-        memset(&sun, 0, sizeof(sun));
-        sun.sun_family = AF_UNIX;
-        if (strlen(path) >= sizeof(sun.sun_path) || !*path) {
-            snprintf(err, errlen, "%s: bad unix socket path", addr);
-            return -1;
-        }
-        strcpy(sun.sun_path, path);
-        /* A stale socket from a previous run is replaced, anything else is not. */
-        if (stat(path, &st) == 0 && S_ISSOCK(st.st_mode))
-            unlink(path);
-        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd == -1 || bind(fd, (struct sockaddr *)&sun, sizeof(sun)) == -1)
-            goto fail;
-    } else {
-        char host[256];
-        const char *port, *h = addr;
-        size_t hlen;
-        struct addrinfo hints, *res = NULL;
-        int rc;
-
-        if (*addr == '[') {
-            const char *e = strchr(addr, ']');
-            if (!e || e[1] != ':') {
-                snprintf(err, errlen, "%s: expected [v6]:port", addr);
-                return -1;
-            }
-            h = addr + 1;
-            hlen = (size_t)(e - h);
-            port = e + 2;
-        } else {
-            const char *c = strrchr(addr, ':');
-            if (!c) {
-                snprintf(err, errlen, "%s: expected host:port", addr);
-                return -1;
-            }
-            hlen = (size_t)(c - addr);
-            port = c + 1;
-        }
-        if (hlen >= sizeof(host)) {
-            snprintf(err, errlen, "%s: host too long", addr);
-            return -1;
-        }
-        memcpy(host, h, hlen);
-        host[hlen] = '\0';
-        memset(&hints, 0, sizeof(hints));
-        hints.ai_family = AF_UNSPEC;
-        hints.ai_socktype = SOCK_STREAM;
-        hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-        rc = getaddrinfo(hlen && strcmp(host, "*") ? host : NULL, port, &hints, &res);
-        if (rc != 0) {
-            snprintf(err, errlen, "%s: %s", addr, gai_strerror(rc));
-            return -1;
-        }
-        fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd == -1) {
-            freeaddrinfo(res);
-            goto fail;
-        }
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-        if (res->ai_family == AF_INET6)
-            setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
-        rc = bind(fd, res->ai_addr, res->ai_addrlen);
-        freeaddrinfo(res);
-        if (rc == -1)
-            goto fail;
-    }
-    if (listen(fd, backlog) == -1 || set_nonblock(fd) == -1)
-        goto fail;
-    return fd;
-fail:
-    snprintf(err, errlen, "%s: %s", addr, strerror(errno));
-    if (fd != -1)
-        close(fd);
-    return -1;
-}
 
 /* ---- connections -------------------------------------------------------- */
 
@@ -448,7 +349,7 @@ static void accept_cb(struct ev_loop *loop, ev_io *io, int revents)
                 LOG_WARN("\"accept failed\" err=\"%s\"", strerror(errno));
             return; /* EAGAIN: another worker took it */
         }
-        if (!config_peer_allowed(w->rs->cfg, (struct sockaddr *)&ss)) {
+        if (!net_peer_allowed(w->rs->cfg->allow, w->rs->cfg->nallow, (struct sockaddr *)&ss)) {
             LOG_DEBUG("\"peer refused by allow list\"");
             close(fd);
             continue;
@@ -597,7 +498,7 @@ struct server *server_new(const struct config *cfg, struct ruleset *rs, struct l
     s->lim = lim;
     s->max_frame = cfg->max_frame_size;
     s->nworkers = (unsigned)cfg->workers;
-    fd = server_listen_addr(cfg->listen, LISTEN_BACKLOG, err, errlen);
+    fd = net_listen(&cfg->listen_addr, LISTEN_BACKLOG, err, errlen);
     if (fd == -1)
         goto fail;
     s->lfds = malloc(sizeof(int));
@@ -609,8 +510,8 @@ struct server *server_new(const struct config *cfg, struct ruleset *rs, struct l
     }
     s->lfds[0] = fd;
     s->nlfds = 1;
-    if (strncmp(cfg->listen, "unix:", 5) == 0)
-        s->unix_path = strdup(cfg->listen + 5);
+    if (cfg->listen_addr.kind == NET_ADDR_UNIX)
+        s->unix_path = strdup(cfg->listen_addr.path);
 
     for (unsigned i = 0; i < s->nworkers; i++) {
         struct worker *w = &s->workers[i];

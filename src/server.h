@@ -15,12 +15,8 @@ struct ruleset;
 struct limiter;
 struct server;
 
-/* Bind and listen on addr ("host:port", "[v6]:port", "unix:/path").
- * Returns the non-blocking fd, or -1 with a message in err. */
-int server_listen_addr(const char *addr, int backlog, char *err, size_t errlen);
-
-/* Bind the SPOP listener of cfg. NULL with a message in err on failure. The
- * server takes a reference on rs. */
+/* Bind the SPOP listener of cfg (its listen_addr, with net_listen). NULL with
+ * a message in err on failure. The server takes a reference on rs. */
 struct server *server_new(const struct config *cfg, struct ruleset *rs, struct limiter *lim,
                           char *err, size_t errlen);
 /* Start the worker threads. Returns 0 or -1. */

@@ -3,27 +3,28 @@
  * This file holds the key table, the inih handler, sections and rules, the
  * checks across keys and sections made at the end of the file, and the public
  * API. config_reader.c reads the lines for inih (counting them, which Debian's
- * inih does not) and collects the errors; config_set.c stores one key's value.
+ * inih does not) and hands sections and pairs to the hooks here;
+ * config_set.c stores one key's value; config_errors.c keeps the errors.
  */
 #include "config.h"
 
 #include <ctype.h>
 #include <errno.h>
-#include <ini.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "config_errors.h"
 #include "config_internal.h"
 #include "config_reader.h"
 #include "config_set.h"
 #include "config_value.h"
 #include "spop/spop.h"
 
-#define CFG_MAX_LINE 4096 /* longest accepted line, newline included */
 #define MAX_WORKERS 256
 #define MAX_PREFIX 64 /* [redis] prefix */
+#define DEFAULT_LISTEN "127.0.0.1:12345"
 
 static const char *const section_names[] = {"", "", "agent", "redis", "lease", "fallback", "rule"};
 
@@ -32,40 +33,42 @@ static const char *const algo_names[] = {[BUCKET_TOKEN_BUCKET] = "token-bucket",
                                          [BUCKET_SLIDING_WINDOW] = "sliding-window", NULL};
 
 #define CF(f) offsetof(struct config, f), sizeof(((struct config *)0)->f)
+#define PF(f) offsetof(struct config, f) /* the parsed form of an address key */
 #define RF(f) offsetof(struct cfg_rule, f), sizeof(((struct cfg_rule *)0)->f)
 
 static const struct key_def key_defs[] = {
-    {SEC_AGENT, "listen", T_ADDR, CF(listen), 0, 0, 0, NULL},
-    {SEC_AGENT, "workers", T_UINT, CF(workers), 1, MAX_WORKERS, 0, NULL},
+    {SEC_AGENT, "listen", T_ADDR, CF(listen), 0, 0, 0, NULL, PF(listen_addr)},
+    {SEC_AGENT, "workers", T_UINT, CF(workers), 1, MAX_WORKERS, 0, NULL, 0},
     {SEC_AGENT, "max_frame_size", T_UINT, CF(max_frame_size), SPOP_MIN_FRAME_SIZE,
-     SPOP_MAX_FRAME_SIZE, 0, NULL},
-    {SEC_AGENT, "stats", T_ADDR, CF(stats), 0, 0, F_OPT, NULL},
-    {SEC_AGENT, "log_level", T_ENUM, CF(log_level), 0, 0, 0, log_level_names},
-    {SEC_AGENT, "shadow", T_BOOL, CF(shadow), 0, 0, 0, NULL},
-    {SEC_AGENT, "allow", T_ALLOW, 0, 0, 0, 0, F_LIST, NULL},
+     SPOP_MAX_FRAME_SIZE, 0, NULL, 0},
+    {SEC_AGENT, "stats", T_ADDR, CF(stats), 0, 0, F_OPT, NULL, PF(stats_addr)},
+    {SEC_AGENT, "log_level", T_ENUM, CF(log_level), 0, 0, 0, log_level_names, 0},
+    {SEC_AGENT, "shadow", T_BOOL, CF(shadow), 0, 0, 0, NULL, 0},
+    {SEC_AGENT, "allow", T_ALLOW, 0, 0, 0, 0, F_LIST, NULL, 0},
     /* a 64-bit hash takes 16 hex digits: a smaller limit would lengthen keys */
-    {SEC_AGENT, "max_key", T_UINT, CF(max_key), 16, 65536, 0, NULL},
-    {SEC_AGENT, "alert_share", T_SHARE, CF(alert_share), 0, 0, 0, NULL},
-    {SEC_REDIS, "url", T_URL, CF(redis_url), 0, 0, 0, NULL},
-    {SEC_REDIS, "cluster", T_HOSTS, CF(redis_cluster), 0, 0, F_LIST, NULL},
-    {SEC_REDIS, "sentinel", T_HOSTS, CF(redis_sentinel), 0, 0, F_LIST, NULL},
-    {SEC_REDIS, "master", T_STR, CF(redis_master), 0, 0, F_NONEMPTY, NULL},
-    {SEC_REDIS, "timeout", T_DUR, CF(redis_timeout_ms), 0, 0, 0, NULL},
-    {SEC_REDIS, "prefix", T_STR, CF(redis_prefix), 0, MAX_PREFIX, 0, NULL},
-    {SEC_LEASE, "interval", T_DUR, CF(lease_interval_ms), 0, 0, 0, NULL},
-    {SEC_LEASE, "ttl", T_DUR, CF(lease_ttl_ms), 0, 0, 0, NULL},
-    {SEC_LEASE, "max_fraction", T_SHARE, CF(lease_max_fraction), 0, 0, 0, NULL},
-    {SEC_FALLBACK, "mode", T_ENUM, CF(fallback_mode), 0, 0, 0, mode_names},
-    {SEC_FALLBACK, "share", T_SHARE, CF(fallback_share), 0, 0, 0, NULL},
-    {SEC_RULE, "message", T_STR, RF(message), 0, 0, F_NONEMPTY, NULL},
-    {SEC_RULE, "key", T_KEYS, 0, 0, 0, 0, F_LIST, NULL},
-    {SEC_RULE, "match", T_MATCH, 0, 0, 0, 0, F_LIST | F_MULTI, NULL},
-    {SEC_RULE, "rate", T_RATE, 0, 0, 0, 0, 0, NULL},
-    {SEC_RULE, "burst", T_UINT, RF(burst), 1, CFG_MAX_COUNT, 0, NULL},
-    {SEC_RULE, "algorithm", T_ENUM, RF(algorithm), 0, 0, 0, algo_names},
-    {SEC_RULE, "lease", T_BOOL, RF(lease), 0, 0, 0, NULL},
-    {SEC_RULE, "on_redis_down", T_ENUM, RF(on_redis_down), 0, 0, 0, mode_names},
-    {SEC_RULE, "shadow", T_BOOL, RF(shadow), 0, 0, 0, NULL},
+    {SEC_AGENT, "max_key", T_UINT, CF(max_key), 16, 65536, 0, NULL, 0},
+    {SEC_AGENT, "alert_share", T_SHARE, CF(alert_share), 0, 0, 0, NULL, 0},
+    {SEC_REDIS, "url", T_URL, CF(redis_url), 0, 0, 0, NULL, PF(redis_server)},
+    {SEC_REDIS, "cluster", T_HOSTS, CF(redis_cluster), 0, 0, F_LIST, NULL, PF(redis_cluster_hosts)},
+    {SEC_REDIS, "sentinel", T_HOSTS, CF(redis_sentinel), 0, 0, F_LIST, NULL,
+     PF(redis_sentinel_hosts)},
+    {SEC_REDIS, "master", T_STR, CF(redis_master), 0, 0, F_NONEMPTY, NULL, 0},
+    {SEC_REDIS, "timeout", T_DUR, CF(redis_timeout_ms), 0, 0, 0, NULL, 0},
+    {SEC_REDIS, "prefix", T_STR, CF(redis_prefix), 0, MAX_PREFIX, 0, NULL, 0},
+    {SEC_LEASE, "interval", T_DUR, CF(lease_interval_ms), 0, 0, 0, NULL, 0},
+    {SEC_LEASE, "ttl", T_DUR, CF(lease_ttl_ms), 0, 0, 0, NULL, 0},
+    {SEC_LEASE, "max_fraction", T_SHARE, CF(lease_max_fraction), 0, 0, 0, NULL, 0},
+    {SEC_FALLBACK, "mode", T_ENUM, CF(fallback_mode), 0, 0, 0, mode_names, 0},
+    {SEC_FALLBACK, "share", T_SHARE, CF(fallback_share), 0, 0, 0, NULL, 0},
+    {SEC_RULE, "message", T_STR, RF(message), 0, 0, F_NONEMPTY, NULL, 0},
+    {SEC_RULE, "key", T_KEYS, 0, 0, 0, 0, F_LIST, NULL, 0},
+    {SEC_RULE, "match", T_MATCH, 0, 0, 0, 0, F_LIST | F_MULTI, NULL, 0},
+    {SEC_RULE, "rate", T_RATE, 0, 0, 0, 0, 0, NULL, 0},
+    {SEC_RULE, "burst", T_UINT, RF(burst), 1, CFG_MAX_COUNT, 0, NULL, 0},
+    {SEC_RULE, "algorithm", T_ENUM, RF(algorithm), 0, 0, 0, algo_names, 0},
+    {SEC_RULE, "lease", T_BOOL, RF(lease), 0, 0, 0, NULL, 0},
+    {SEC_RULE, "on_redis_down", T_ENUM, RF(on_redis_down), 0, 0, 0, mode_names, 0},
+    {SEC_RULE, "shadow", T_BOOL, RF(shadow), 0, 0, 0, NULL, 0},
 };
 
 #define NKEYS (sizeof(key_defs) / sizeof(key_defs[0]))
@@ -88,11 +91,12 @@ static unsigned seen_line(const struct parse_state *st, int section, const char 
     return st->seen[find_key(section, name) - key_defs];
 }
 
-void config_end_section(struct parse_state *st)
+/* Closes the current section (a rule without a rate is an error there). */
+static void end_section(struct parse_state *st)
 {
     if (st->kind == SEC_RULE && !seen_line(st, SEC_RULE, "rate")) {
         const struct cfg_rule *r = &st->cfg->rules[st->rule];
-        config_add_error(st, r->line, "rule '%s' has no rate", r->name);
+        config_errors_add(&st->errors, r->line, "rule '%s' has no rate", r->name);
     }
     st->kind = SEC_NONE;
 }
@@ -103,19 +107,21 @@ static void begin_rule(struct parse_state *st, const char *name, size_t len)
     struct cfg_rule *r;
 
     if (config_valid_rule_name(name, len) == -1) {
-        config_add_error(st, st->line, "bad rule name '%.*s' (1 to %d of A-Z a-z 0-9 _ . -)",
-                         (int)(len > 80 ? 80 : len), name, CFG_MAX_NAME);
+        config_errors_add(&st->errors, st->line,
+                          "bad rule name '%.*s' (1 to %d of A-Z a-z 0-9 _ . -)",
+                          (int)(len > 80 ? 80 : len), name, CFG_MAX_NAME);
         return;
     }
     for (size_t i = 0; i < cfg->nrules; i++) {
         if (strlen(cfg->rules[i].name) == len && memcmp(cfg->rules[i].name, name, len) == 0) {
-            config_add_error(st, st->line, "duplicate rule name '%.*s' (first at line %u)",
-                             (int)len, name, cfg->rules[i].line);
+            config_errors_add(&st->errors, st->line,
+                              "duplicate rule name '%.*s' (first at line %u)", (int)len, name,
+                              cfg->rules[i].line);
             return;
         }
     }
     if (cfg->nrules == CFG_MAX_RULES) {
-        config_add_error(st, st->line, "too many rules (max %d)", CFG_MAX_RULES);
+        config_errors_add(&st->errors, st->line, "too many rules (max %d)", CFG_MAX_RULES);
         return;
     }
     /* grow by doubling; rules are addressed by index while parsing. realloc
@@ -126,7 +132,7 @@ static void begin_rule(struct parse_state *st, const char *name, size_t len)
         struct cfg_rule *grown = realloc(cfg->rules, cap * sizeof(*grown));
 
         if (!grown) {
-            config_add_error(st, st->line, "out of memory");
+            config_errors_add(&st->errors, st->line, "out of memory");
             return;
         }
         cfg->rules = grown;
@@ -134,7 +140,7 @@ static void begin_rule(struct parse_state *st, const char *name, size_t len)
     r = &cfg->rules[cfg->nrules];
     memset(r, 0, sizeof(*r));
     if (!(r->name = strndup(name, len))) {
-        config_add_error(st, st->line, "out of memory");
+        config_errors_add(&st->errors, st->line, "out of memory");
         return;
     }
     r->algorithm = ALGO_TOKEN_BUCKET;
@@ -149,11 +155,14 @@ static void begin_rule(struct parse_state *st, const char *name, size_t len)
     }
 }
 
-/* A "[name]" line, name not NUL-terminated. */
-void config_begin_section(struct parse_state *st, const char *name, size_t len)
+/* A "[name]" line, name not NUL-terminated; NULL: a malformed header. Ends
+ * the current section first. */
+static void begin_section(struct parse_state *st, const char *name, size_t len)
 {
-    config_end_section(st);
+    end_section(st);
     st->kind = SEC_SKIP; /* until proven otherwise: keys of a bad section are ignored */
+    if (!name)
+        return;
     while (len && isspace((unsigned char)*name)) {
         name++;
         len--;
@@ -170,20 +179,20 @@ void config_begin_section(struct parse_state *st, const char *name, size_t len)
             return;
         }
     }
-    config_add_error(st, st->line, "unknown section [%.*s]", (int)(len > 80 ? 80 : len), name);
+    config_errors_add(&st->errors, st->line, "unknown section [%.*s]", (int)(len > 80 ? 80 : len),
+                      name);
 }
 
 /* ---- handler -------------------------------------------------------------------- */
 
-/* ini_handler: one key = value (or continuation) line. Returns 0 when the
- * line holds an error, which inih then counts as well. */
-static int on_key(void *user, const char *section, const char *name, const char *value)
+/* One key = value (or continuation) line. Returns 0 when the line holds an
+ * error, which inih then counts as well. */
+static int on_key(struct parse_state *st, const char *name, const char *value)
 {
-    struct parse_state *st = user;
     const struct key_def *d;
-    size_t before = st->nerrors + st->ndropped;
+    size_t before = config_errors_count(&st->errors);
     unsigned *seen;
-    char cont_value[CFG_MAX_LINE];
+    char cont_value[CONFIG_MAX_LINE];
 
     if (st->kind == SEC_SKIP || !value) /* !value: a syntax error, already reported */
         return 1;
@@ -204,28 +213,48 @@ static int on_key(void *user, const char *section, const char *name, const char 
         value = cont_value;
     }
     if (st->kind == SEC_NONE) {
-        config_add_error(st, st->line, "key '%s' outside any section", name);
+        config_errors_add(&st->errors, st->line, "key '%s' outside any section", name);
     } else if (!d) {
         if (st->kind == SEC_RULE)
-            config_add_error(st, st->line, "unknown key '%s' in [rule:%s]", name,
-                             st->cfg->rules[st->rule].name);
+            config_errors_add(&st->errors, st->line, "unknown key '%s' in [rule:%s]", name,
+                              st->cfg->rules[st->rule].name);
         else
-            config_add_error(st, st->line, "unknown key '%s' in [%s]", name,
-                             section_names[st->kind]);
+            config_errors_add(&st->errors, st->line, "unknown key '%s' in [%s]", name,
+                              section_names[st->kind]);
     } else if (st->cont && !(d->flags & F_LIST)) {
-        config_add_error(st, st->line, "'%s' takes one line (is this line indented by mistake?)",
-                         name);
+        config_errors_add(&st->errors, st->line,
+                          "'%s' takes one line (is this line indented by mistake?)", name);
     } else if (!st->cont && *seen && !(d->flags & F_MULTI)) {
-        config_add_error(st, st->line, "duplicate key '%s' (first set at line %u)", name, *seen);
+        config_errors_add(&st->errors, st->line, "duplicate key '%s' (first set at line %u)", name,
+                          *seen);
     } else {
         if (!*seen)
             *seen = st->line;
         config_set_value(st, d, value);
     }
-    if (st->nerrors + st->ndropped == before)
-        return 1;
-    config_flag_line(st);
-    return 0;
+    return config_errors_count(&st->errors) == before;
+}
+
+/* ---- reader hooks ------------------------------------------------------------- */
+
+static void hook_begin_section(void *ctx, unsigned line, const char *name, size_t len)
+{
+    struct parse_state *st = ctx;
+
+    st->line = line;
+    st->cont = 0;
+    begin_section(st, name, len);
+}
+
+static void hook_end_section(void *ctx) { end_section(ctx); }
+
+static int hook_value(void *ctx, unsigned line, int cont, const char *name, const char *value)
+{
+    struct parse_state *st = ctx;
+
+    st->line = line;
+    st->cont = cont;
+    return on_key(st, name, value);
 }
 
 /* ---- whole-file checks ---------------------------------------------------------- */
@@ -236,9 +265,9 @@ static void check_exclusive(struct parse_state *st, const char *a, const char *v
     unsigned la = seen_line(st, SEC_REDIS, a), lb = seen_line(st, SEC_REDIS, b);
 
     if (va && vb)
-        config_add_error(st, la > lb ? la : lb,
-                         "'%s' and '%s' cannot be used together (lines %u and %u)", a, b,
-                         la < lb ? la : lb, la > lb ? la : lb);
+        config_errors_add(&st->errors, la > lb ? la : lb,
+                          "'%s' and '%s' cannot be used together (lines %u and %u)", a, b,
+                          la < lb ? la : lb, la > lb ? la : lb);
 }
 
 /* Checks across keys and sections, and the rule defaults that depend on
@@ -251,18 +280,19 @@ static void finish(struct parse_state *st)
     check_exclusive(st, "url", cfg->redis_url, "sentinel", cfg->redis_sentinel);
     check_exclusive(st, "cluster", cfg->redis_cluster, "sentinel", cfg->redis_sentinel);
     if (cfg->redis_sentinel && !cfg->redis_master)
-        config_add_error(st, seen_line(st, SEC_REDIS, "sentinel"), "'sentinel' needs 'master'");
+        config_errors_add(&st->errors, seen_line(st, SEC_REDIS, "sentinel"),
+                          "'sentinel' needs 'master'");
     if (cfg->redis_master && !cfg->redis_sentinel)
-        config_add_error(st, seen_line(st, SEC_REDIS, "master"),
-                         "'master' is only used with 'sentinel'");
+        config_errors_add(&st->errors, seen_line(st, SEC_REDIS, "master"),
+                          "'master' is only used with 'sentinel'");
 
     /* a lease must outlive at least one top-up round, or it is never renewed */
     if (cfg->lease_ttl_ms <= cfg->lease_interval_ms) {
         unsigned line = seen_line(st, SEC_LEASE, "ttl");
-        config_add_error(st, line ? line : seen_line(st, SEC_LEASE, "interval"),
-                         "lease ttl (%llu ms) must be longer than interval (%llu ms)",
-                         (unsigned long long)cfg->lease_ttl_ms,
-                         (unsigned long long)cfg->lease_interval_ms);
+        config_errors_add(&st->errors, line ? line : seen_line(st, SEC_LEASE, "interval"),
+                          "lease ttl (%llu ms) must be longer than interval (%llu ms)",
+                          (unsigned long long)cfg->lease_ttl_ms,
+                          (unsigned long long)cfg->lease_interval_ms);
     }
 
     for (size_t i = 0; i < cfg->nrules; i++) {
@@ -286,9 +316,10 @@ static struct config *config_new(const char *path)
     if (!cfg)
         return NULL;
     cfg->path = strdup(path);
-    cfg->listen = strdup("127.0.0.1:12345");
+    cfg->listen = strdup(DEFAULT_LISTEN);
     cfg->redis_prefix = strdup("rl:");
-    if (!cfg->path || !cfg->listen || !cfg->redis_prefix) {
+    if (!cfg->path || !cfg->listen || !cfg->redis_prefix ||
+        net_parse_addr(DEFAULT_LISTEN, NET_ANY_HOST, &cfg->listen_addr) == -1) {
         config_free(cfg);
         return NULL;
     }
@@ -306,29 +337,23 @@ static struct config *config_new(const char *path)
     return cfg;
 }
 
-static int load(struct parse_state *st, struct config **out, char *err, size_t errlen)
+/* Reads the input rd was given into st->cfg, then checks the whole. */
+static int load(struct parse_state *st, struct config_reader *rd, struct config **out, char *err,
+                size_t errlen)
 {
-    int ret;
+    const struct config_reader_hooks hooks = {hook_begin_section, hook_end_section, hook_value, st};
 
     *out = NULL;
     if (err && errlen)
         err[0] = '\0';
-    /* Debian's inih reads its line limit (a stack VLA) from this global;
-     * 200 is too short for regexes and allow lists. Config loads happen on
-     * the main thread only. */
-    if (ini_max_line < CFG_MAX_LINE)
-        ini_max_line = CFG_MAX_LINE;
-    ret = ini_parse_stream(config_read_line, st, on_key, st);
-    config_end_section(st);
-    if (st->read_errno)
-        config_add_error(st, 0, "read error: %s", strerror(st->read_errno));
-    if (ret == -2)
-        config_add_error(st, 0, "out of memory");
-    else if (ret > 0 && (unsigned)ret != st->first_flagged)
-        config_add_error(st, (unsigned)ret, "syntax error");
+    rd->errors = &st->errors;
+    rd->hooks = &hooks;
+    config_reader_run(rd);
+    config_reader_release(rd);
+    rd->hooks = NULL;
     finish(st);
-    if (st->nerrors + st->ndropped > 0) {
-        config_write_errors(st, err, errlen);
+    if (config_errors_count(&st->errors) > 0) {
+        config_errors_write(&st->errors, st->name, err, errlen);
         config_free(st->cfg);
         return -1;
     }
@@ -352,6 +377,7 @@ static struct parse_state *state_new(const char *name, char *err, size_t errlen)
 int config_load_file(const char *path, struct config **out, char *err, size_t errlen)
 {
     struct parse_state *st;
+    struct config_reader rd = {0};
     FILE *fp;
     int ret;
 
@@ -366,9 +392,8 @@ int config_load_file(const char *path, struct config **out, char *err, size_t er
         return -1;
     }
     st->name = path;
-    st->fp = fp;
-    ret = load(st, out, err, errlen);
-    free(st->buf);
+    rd.fp = fp;
+    ret = load(st, &rd, out, err, errlen);
     fclose(fp);
     free(st);
     return ret;
@@ -378,6 +403,7 @@ int config_load_string(const char *text, const char *name, struct config **out, 
                        size_t errlen)
 {
     struct parse_state *st;
+    struct config_reader rd = {0};
     int ret;
 
     *out = NULL;
@@ -386,8 +412,8 @@ int config_load_string(const char *text, const char *name, struct config **out, 
     if (!(st = state_new(name, err, errlen)))
         return -1;
     st->name = name;
-    st->text = text ? text : "";
-    ret = load(st, out, err, errlen);
+    rd.text = text ? text : "";
+    ret = load(st, &rd, out, err, errlen);
     free(st);
     return ret;
 }
@@ -414,8 +440,11 @@ void config_free(struct config *cfg)
     free(cfg->listen);
     free(cfg->stats);
     free(cfg->redis_url);
+    free(cfg->redis_server.password);
     free(cfg->redis_cluster);
+    free(cfg->redis_cluster_hosts.list);
     free(cfg->redis_sentinel);
+    free(cfg->redis_sentinel_hosts.list);
     free(cfg->redis_master);
     free(cfg->redis_prefix);
     free(cfg);
@@ -423,5 +452,6 @@ void config_free(struct config *cfg)
 
 int config_standalone(const struct config *cfg)
 {
-    return !cfg->redis_url && !cfg->redis_cluster && !cfg->redis_sentinel;
+    return cfg->redis_server.addr.kind == NET_ADDR_NONE && cfg->redis_cluster_hosts.n == 0 &&
+           cfg->redis_sentinel_hosts.n == 0;
 }

@@ -14,6 +14,7 @@
 
 #include "bucket.h"
 #include "log.h"
+#include "net.h"
 
 #define CFG_MAX_RULES 1024
 #define CFG_MAX_KEY_ARGS 16
@@ -21,7 +22,7 @@
 #define CFG_MAX_ALLOW 64
 #define CFG_MAX_NAME 40 /* rule names appear in ACK vars and metrics labels */
 #define CFG_MAX_DURATION_MS (UINT64_MAX / 1000) /* so that microseconds fit in 64 bits */
-#define CFG_MAX_COUNT 1000000000000000ULL /* rate N and burst: exact in a double */
+#define CFG_MAX_COUNT 1000000000000000ULL       /* rate N and burst: exact in a double */
 
 /* log_level is an enum log_level (log.h); a rule's algorithm an enum
  * bucket_algorithm (bucket.h), also known here by the config's names: */
@@ -29,12 +30,21 @@
 #define ALGO_SLIDING_WINDOW BUCKET_SLIDING_WINDOW
 enum cfg_down_mode { DOWN_OPEN = 0, DOWN_CLOSED = 1 };
 
-/* One CIDR of [agent] allow. family is AF_INET or AF_INET6; addr in network
- * order; a v4 CIDR also matches v4-mapped v6 peers. */
-struct cfg_cidr {
-    int family;
-    uint8_t addr[16];
-    unsigned prefix;
+/* The old name of a CIDR of [agent] allow (struct net_cidr, net.h), kept for
+ * config_parse_cidr and the tests that use it. */
+#define cfg_cidr net_cidr
+
+/* [redis] url, taken apart when the file is read. */
+struct cfg_redis_url {
+    struct net_addr addr; /* TCP host:port or unix path; NET_ADDR_NONE: no url */
+    char *password;       /* redis://:PASSWORD@...; NULL: no AUTH */
+    int db;               /* redis://.../DB; 0 by default */
+};
+
+/* A host:port list ([redis] cluster, sentinel), parsed. */
+struct cfg_hosts {
+    struct net_hostport *list;
+    size_t n; /* 0: unset */
 };
 
 /* match = ARG REGEX */
@@ -46,7 +56,7 @@ struct cfg_match {
 
 struct cfg_rule {
     char *name;
-    char *message;               /* NULL: every message */
+    char *message;                /* NULL: every message */
     char *keys[CFG_MAX_KEY_ARGS]; /* arg names joined into the client key; with none,
                                     every matching request shares one key (a global limit) */
     size_t nkeys;
@@ -66,21 +76,28 @@ struct config {
     char *path;
 
     /* [agent] */
-    char *listen;            /* default "127.0.0.1:12345" */
-    int workers;             /* default: number of CPUs */
-    uint32_t max_frame_size; /* default SPOP_DEFAULT_FRAME_SIZE (16380) */
-    char *stats;             /* NULL or "" = off */
-    int log_level;           /* default LOG_LVL_INFO */
+    char *listen; /* as written, for logs; default "127.0.0.1:12345" */
+    struct net_addr listen_addr;
+    int workers;                /* default: number of CPUs */
+    uint32_t max_frame_size;    /* default SPOP_DEFAULT_FRAME_SIZE (16380) */
+    char *stats;                /* as written, for logs; NULL = off */
+    struct net_addr stats_addr; /* NET_ADDR_NONE = off */
+    int log_level;              /* default LOG_LVL_INFO */
     int shadow;
-    struct cfg_cidr allow[CFG_MAX_ALLOW];
-    size_t nallow;           /* 0 = any peer */
-    size_t max_key;          /* default 512 */
-    double alert_share;      /* warn when a rule blocks more than this share; default 0.05 */
+    struct net_cidr allow[CFG_MAX_ALLOW];
+    size_t nallow;      /* 0 = any peer */
+    size_t max_key;     /* default 512 */
+    double alert_share; /* warn when a rule blocks more than this share; default 0.05 */
 
-    /* [redis]: standalone when url, cluster and sentinel are all empty */
+    /* [redis]: standalone when url, cluster and sentinel are all empty. The
+     * strings are the values as written (lists normalised to "a:1,b:2"), to
+     * compare and show; the store uses the parsed forms. */
     char *redis_url;
+    struct cfg_redis_url redis_server;
     char *redis_cluster;
+    struct cfg_hosts redis_cluster_hosts;
     char *redis_sentinel;
+    struct cfg_hosts redis_sentinel_hosts;
     char *redis_master;
     uint64_t redis_timeout_ms; /* default 100 */
     char *redis_prefix;        /* default "rl:" */
@@ -115,14 +132,16 @@ void config_free(struct config *cfg);
 int config_standalone(const struct config *cfg);
 
 /* Value parsers, exposed for tests. Each returns 0 or -1. */
-int config_parse_duration(const char *s, uint64_t *ms);      /* "250ms", "1s", "1m", "1h", "1d" */
+int config_parse_duration(const char *s, uint64_t *ms); /* "250ms", "1s", "1m", "1h", "1d" */
 /* "100/1m"; a bare unit counts one: "100/m" is "100/1m" */
 int config_parse_rate(const char *s, uint64_t *n, uint64_t *period_ms);
-int config_parse_bool(const char *s, int *b);                /* yes|no|on|off|true|false|1|0 */
-int config_parse_cidr(const char *s, struct cfg_cidr *c);    /* "127.0.0.0/8", "::1/128", "10.0.0.1" */
+int config_parse_bool(const char *s, int *b); /* yes|no|on|off|true|false|1|0 */
+/* "127.0.0.0/8", "::1/128", "10.0.0.1": net_cidr_parse */
+int config_parse_cidr(const char *s, struct cfg_cidr *c);
 
 /* Whether the peer address (AF_INET or AF_INET6 sockaddr) is allowed by cfg
- * (always true when allow is empty or the peer is a unix socket). */
+ * (always true when allow is empty or the peer is a unix socket):
+ * net_peer_allowed on cfg's allow list. */
 int config_peer_allowed(const struct config *cfg, const struct sockaddr *sa);
 
 #endif

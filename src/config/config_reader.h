@@ -1,34 +1,64 @@
-/* config_reader.h - the config module's line reader and error list.
- * Private to src/config*.c (see config_internal.h).
+/* config_reader.h - the config module's input side: lines in, sections and
+ * key = value pairs out. Private to src/config/ (the public API is config.h).
+ *
+ * The reader drives inih over a FILE or a string, counts the lines, reports
+ * syntax errors, and hands each section header and each pair to the hooks it
+ * is given. It knows nothing of keys or sections: it calls nothing above it
+ * but those hooks.
  */
 #ifndef CONFIG_READER_H
 #define CONFIG_READER_H
 
 #include <stddef.h>
+#include <stdio.h>
 
-#include "config_internal.h"
+#define CONFIG_MAX_LINE 4096 /* longest accepted line, newline included */
 
-/* Records "message" for line (0: the whole file). The first ERR_KEEP errors
- * are kept, later ones only counted. */
-void config_add_error(struct parse_state *st, unsigned line, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+struct config_errors;
 
-/* Marks the current line as one inih also counts as an error (a handler
- * failure or a syntax error); only the first such line is remembered. */
-void config_flag_line(struct parse_state *st);
+/* What the reader reports; ctx is passed back to each. Strings are valid
+ * during the call only. */
+struct config_reader_hooks {
+    /* A "[name]" line (name not NUL-terminated, not trimmed), or name NULL
+     * for a malformed header: the current section ends either way, and the
+     * keys under a malformed header are to be ignored. */
+    void (*begin_section)(void *ctx, unsigned line, const char *name, size_t len);
+    /* The end of the input closes the last section. */
+    void (*end_section)(void *ctx);
+    /* A "name = value" line, or a continuation line of name (cont 1, value
+     * as inih gives it: inline comments left in). value NULL: a line inih
+     * could not split, already reported. Returns 0 when the line holds an
+     * error (already reported), 1 otherwise. */
+    int (*value)(void *ctx, unsigned line, int cont, const char *name, const char *value);
+    void *ctx;
+};
+
+struct config_reader {
+    /* set by the caller: a FILE (read with getline), or else a string */
+    FILE *fp;
+    const char *text;
+    struct config_errors *errors;
+    const struct config_reader_hooks *hooks;
+
+    /* the reader's own */
+    char *buf;
+    size_t bufcap;
+    int read_errno;
+    unsigned line;
+    int cont;               /* the line continues the previous key (indented) */
+    int prev_name;          /* mirror of inih's prev_name: a key was seen in this section */
+    unsigned first_flagged; /* first line where inih also records an error */
+};
+
+/* Reads the whole input, calling the hooks, then end_section once. Syntax
+ * and read errors go to r->errors. Call once per reader. */
+void config_reader_run(struct config_reader *r);
+
+/* Frees what the reader allocated (not the FILE). */
+void config_reader_release(struct config_reader *r);
 
 /* The first of chars in s, or an inline comment (a comment prefix after
  * whitespace) as inih sees it, or the terminating NUL. */
 const char *config_find_chars_or_comment(const char *s, const char *chars);
-
-/* The ini_reader for ini_parse_stream; stream is the struct parse_state.
- * Reads st->fp, or st->text when fp is NULL. */
-char *config_read_line(char *str, int num, void *stream);
-
-/* Writes the kept errors, sorted by line (st->errors is sorted in place),
- * into err: "FILE:LINE: message\n", or "FILE: message\n" for line 0, then a
- * count of the dropped ones. Whole lines while they fit, the first one
- * truncated if even it does not. Nothing when err is NULL or errlen is 0. */
-void config_write_errors(struct parse_state *st, char *err, size_t errlen);
 
 #endif

@@ -1,6 +1,7 @@
 /* config_set.c - one key's value into its field of struct config or of the
  * current rule: checked with the value parsers of config_value.c, each
- * failure worded as a "FILE:LINE:" error naming the key.
+ * failure worded as a "FILE:LINE:" error naming the key. Addresses are
+ * stored twice: as written (to show) and parsed (to use).
  *
  * The key table that says which field and type each key has is in config.c.
  */
@@ -13,15 +14,16 @@
 #include <string.h>
 
 #include "config.h"
-#include "config_reader.h"
+#include "config_errors.h"
 #include "config_value.h"
+#include "net.h"
 
 static int set_string(struct parse_state *st, char **field, const char *value)
 {
     char *copy = strdup(value);
 
     if (!copy) {
-        config_add_error(st, st->line, "out of memory");
+        config_errors_add(&st->errors, st->line, "out of memory");
         return -1;
     }
     free(*field);
@@ -34,9 +36,9 @@ static void set_uint(struct parse_state *st, const struct key_def *d, void *fiel
     uint64_t n;
 
     if (config_parse_digits(v, strlen(v), &n) == -1 || n < d->min || n > d->max) {
-        config_add_error(st, st->line,
-                         "bad number '%.80s' for '%s' (expected an integer from %llu to %llu)", v,
-                         d->name, (unsigned long long)d->min, (unsigned long long)d->max);
+        config_errors_add(&st->errors, st->line,
+                          "bad number '%.80s' for '%s' (expected an integer from %llu to %llu)", v,
+                          d->name, (unsigned long long)d->min, (unsigned long long)d->max);
         return;
     }
     /* fields are int, uint32_t, size_t or uint64_t; values fit the field by range */
@@ -65,13 +67,26 @@ static void set_enum(struct parse_state *st, const struct key_def *d, int *field
 
         snprintf(expected + used, sizeof(expected) - used, "%s%s", sep, d->names[i]);
     }
-    config_add_error(st, st->line, "bad value '%.80s' for '%s' (expected %s)", v, d->name,
-                     expected);
+    config_errors_add(&st->errors, st->line, "bad value '%.80s' for '%s' (expected %s)", v, d->name,
+                      expected);
 }
 
-/* cluster / sentinel: a list of host:port, kept as "h1:p1,h2:p2"; a
- * continuation line appends to it. */
-static void set_hosts(struct parse_state *st, const struct key_def *d, char **field, const char *v)
+/* Appends hp to hosts. 0, or -1 when out of memory. */
+static int hosts_add(struct cfg_hosts *hosts, const struct net_hostport *hp)
+{
+    struct net_hostport *grown = realloc(hosts->list, (hosts->n + 1) * sizeof(*grown));
+
+    if (!grown)
+        return -1;
+    hosts->list = grown;
+    hosts->list[hosts->n++] = *hp;
+    return 0;
+}
+
+/* cluster / sentinel: a list of host:port, kept as "h1:p1,h2:p2" and parsed
+ * into hosts; a continuation line appends to both. */
+static void set_hosts(struct parse_state *st, const struct key_def *d, char **field,
+                      struct cfg_hosts *hosts, const char *v)
 {
     char item[CONFIG_MAX_ITEM];
     const char *p = v;
@@ -83,22 +98,30 @@ static void set_hosts(struct parse_state *st, const struct key_def *d, char **fi
         list = *field;
         len = strlen(list);
         *field = NULL;
-    } else if (!*v) { /* empty: unset */
-        free(*field);
-        *field = NULL;
-        return;
+    } else {
+        free(hosts->list);
+        hosts->list = NULL;
+        hosts->n = 0;
+        if (!*v) { /* empty: unset */
+            free(*field);
+            *field = NULL;
+            return;
+        }
     }
     while ((r = config_next_item(&p, item)) != 0) {
+        struct net_hostport hp;
         char *grown;
 
-        if (r == -1 || config_valid_hostport(item, 0) == -1) {
-            config_add_error(st, st->line,
-                             "bad address '%.80s' in '%s' (expected host:port or [v6]:port)", item,
-                             d->name);
+        if (r == -1 || net_parse_hostport(item, strlen(item), 0, &hp) == -1) {
+            config_errors_add(&st->errors, st->line,
+                              "bad address '%.80s' in '%s' (expected host:port or [v6]:port)", item,
+                              d->name);
             goto out;
         }
-        if (!(grown = realloc(list, len + strlen(item) + 2))) {
-            config_add_error(st, st->line, "out of memory");
+        if (!(grown = realloc(list, len + strlen(item) + 2)) || hosts_add(hosts, &hp) == -1) {
+            if (grown)
+                list = grown;
+            config_errors_add(&st->errors, st->line, "out of memory");
             goto out;
         }
         list = grown;
@@ -106,7 +129,7 @@ static void set_hosts(struct parse_state *st, const struct key_def *d, char **fi
         n++;
     }
     if (n == 0)
-        config_add_error(st, st->line, "empty list for '%s'", d->name);
+        config_errors_add(&st->errors, st->line, "empty list for '%s'", d->name);
 out:
     free(*field);
     *field = list;
@@ -120,14 +143,15 @@ static void set_allow(struct parse_state *st, const char *v)
     int r;
 
     while ((r = config_next_item(&p, item)) != 0) {
-        struct cfg_cidr c;
+        struct net_cidr c;
 
-        if (r == -1 || config_parse_cidr(item, &c) == -1) {
-            config_add_error(st, st->line, "bad CIDR '%.80s' in 'allow'", item);
+        if (r == -1 || net_cidr_parse(item, &c) == -1) {
+            config_errors_add(&st->errors, st->line, "bad CIDR '%.80s' in 'allow'", item);
             continue;
         }
         if (cfg->nallow == CFG_MAX_ALLOW) {
-            config_add_error(st, st->line, "too many entries in 'allow' (max %d)", CFG_MAX_ALLOW);
+            config_errors_add(&st->errors, st->line, "too many entries in 'allow' (max %d)",
+                              CFG_MAX_ALLOW);
             return;
         }
         cfg->allow[cfg->nallow++] = c;
@@ -150,27 +174,28 @@ static void set_keys(struct parse_state *st, struct cfg_rule *rule, const char *
                 break;
         }
         if (r == -1 || item[i]) {
-            config_add_error(st, st->line, "bad arg name '%.80s' in 'key'", item);
+            config_errors_add(&st->errors, st->line, "bad arg name '%.80s' in 'key'", item);
             continue;
         }
         for (i = 0; i < rule->nkeys && strcmp(rule->keys[i], item) != 0; i++)
             ;
         if (i < rule->nkeys) {
-            config_add_error(st, st->line, "arg '%s' appears twice in 'key'", item);
+            config_errors_add(&st->errors, st->line, "arg '%s' appears twice in 'key'", item);
             continue;
         }
         if (rule->nkeys == CFG_MAX_KEY_ARGS) {
-            config_add_error(st, st->line, "too many args in 'key' (max %d)", CFG_MAX_KEY_ARGS);
+            config_errors_add(&st->errors, st->line, "too many args in 'key' (max %d)",
+                              CFG_MAX_KEY_ARGS);
             return;
         }
         if (!(rule->keys[rule->nkeys] = strdup(item))) {
-            config_add_error(st, st->line, "out of memory");
+            config_errors_add(&st->errors, st->line, "out of memory");
             return;
         }
         rule->nkeys++;
     }
     if (n == 0)
-        config_add_error(st, st->line, "empty list for 'key'");
+        config_errors_add(&st->errors, st->line, "empty list for 'key'");
 }
 
 /* match = ARG REGEX: the regex is the rest of the line, so it may hold spaces
@@ -187,18 +212,20 @@ static void set_match(struct parse_state *st, struct cfg_rule *rule, const char 
     while (isspace((unsigned char)*re))
         re++;
     if (sp == v || !*re) {
-        config_add_error(st, st->line, "'match' needs an arg and a regex: match = ARG REGEX");
+        config_errors_add(&st->errors, st->line,
+                          "'match' needs an arg and a regex: match = ARG REGEX");
         return;
     }
     if (rule->nmatches == CFG_MAX_MATCHES) {
-        config_add_error(st, st->line, "too many 'match' lines (max %d)", CFG_MAX_MATCHES);
+        config_errors_add(&st->errors, st->line, "too many 'match' lines (max %d)",
+                          CFG_MAX_MATCHES);
         return;
     }
     m = &rule->matches[rule->nmatches];
     m->arg = strndup(v, (size_t)(sp - v));
     m->pattern = strdup(re);
     if (!m->arg || !m->pattern) {
-        config_add_error(st, st->line, "out of memory");
+        config_errors_add(&st->errors, st->line, "out of memory");
         goto fail;
     }
     rc = regcomp(&m->re, m->pattern, REG_EXTENDED | REG_NOSUB);
@@ -206,7 +233,7 @@ static void set_match(struct parse_state *st, struct cfg_rule *rule, const char 
         char why[128];
 
         regerror(rc, &m->re, why, sizeof(why));
-        config_add_error(st, st->line, "bad regex '%.80s' in 'match': %s", re, why);
+        config_errors_add(&st->errors, st->line, "bad regex '%.80s' in 'match': %s", re, why);
         goto fail;
     }
     rule->nmatches++;
@@ -217,74 +244,135 @@ fail:
     m->arg = m->pattern = NULL;
 }
 
+static void set_str(struct parse_state *st, const struct key_def *d, char **field, const char *v)
+{
+    if ((d->flags & F_NONEMPTY) && !*v)
+        config_errors_add(&st->errors, st->line, "empty value for '%s'", d->name);
+    else if (d->max && strlen(v) > d->max) /* max: longest value, 0 = no limit */
+        config_errors_add(&st->errors, st->line, "'%s' is longer than %llu bytes", d->name,
+                          (unsigned long long)d->max);
+    else
+        set_string(st, field, v);
+}
+
+static void set_duration(struct parse_state *st, const struct key_def *d, uint64_t *field,
+                         const char *v)
+{
+    if (config_parse_duration(v, field) == -1)
+        config_errors_add(&st->errors, st->line,
+                          "bad duration '%.80s' for '%s' (expected an integer > 0 and a unit: ms, "
+                          "s, m, h or d)",
+                          v, d->name);
+}
+
+static void set_bool(struct parse_state *st, const struct key_def *d, int *field, const char *v)
+{
+    if (config_parse_bool(v, field) == -1)
+        config_errors_add(
+            &st->errors, st->line,
+            "bad boolean '%.80s' for '%s' (expected yes, no, on, off, true, false, 1 or 0)", v,
+            d->name);
+}
+
+static void set_share(struct parse_state *st, const struct key_def *d, double *field, const char *v)
+{
+    if (config_parse_share(v, field) == -1)
+        config_errors_add(&st->errors, st->line,
+                          "bad value '%.80s' for '%s' (expected a number in (0, 1])", v, d->name);
+}
+
+/* listen, stats: kept as written and parsed. "" unsets an optional one. */
+static void set_addr(struct parse_state *st, const struct key_def *d, char **field,
+                     struct net_addr *addr, const char *v)
+{
+    struct net_addr parsed;
+
+    if (!*v && (d->flags & F_OPT)) {
+        free(*field);
+        *field = NULL;
+        memset(addr, 0, sizeof(*addr));
+    } else if (net_parse_addr(v, NET_ANY_HOST, &parsed) == -1) {
+        config_errors_add(
+            &st->errors, st->line,
+            "bad address '%.80s' for '%s' (expected host:port, [v6]:port or unix:/path)", v,
+            d->name);
+    } else if (set_string(st, field, v) == 0) {
+        *addr = parsed;
+    }
+}
+
+/* [redis] url: kept as written and taken apart. "" unsets it. */
+static void set_url(struct parse_state *st, char **field, struct cfg_redis_url *url, const char *v)
+{
+    struct cfg_redis_url parsed = {.password = NULL};
+    const char *pw;
+    size_t pwlen;
+
+    if (!*v) {
+        free(*field);
+        *field = NULL;
+        free(url->password);
+        memset(url, 0, sizeof(*url));
+        return;
+    }
+    if (config_parse_redis_url(v, &parsed.addr, &parsed.db, &pw, &pwlen) == -1) {
+        config_errors_add(
+            &st->errors, st->line,
+            "bad url '%.80s' (expected redis://[:password@]host:port[/db] or unix:/path)", v);
+        return;
+    }
+    if (pw && !(parsed.password = strndup(pw, pwlen))) {
+        config_errors_add(&st->errors, st->line, "out of memory");
+        return;
+    }
+    if (set_string(st, field, v) == -1) {
+        free(parsed.password);
+        return;
+    }
+    free(url->password);
+    *url = parsed;
+}
+
+static void set_rate(struct parse_state *st, struct cfg_rule *rule, const char *v)
+{
+    if (config_parse_rate(v, &rule->rate_n, &rule->rate_period_ms) == -1)
+        config_errors_add(&st->errors, st->line,
+                          "bad rate '%.80s' (expected N/DURATION such as 100/1m or 10/1h)", v);
+}
+
 void config_set_value(struct parse_state *st, const struct key_def *d, const char *v)
 {
     struct cfg_rule *rule = d->section == SEC_RULE ? &st->cfg->rules[st->rule] : NULL;
-    char *field = (rule ? (char *)rule : (char *)st->cfg) + d->off;
-    uint64_t ms;
-    int b;
+    void *field = (rule ? (char *)rule : (char *)st->cfg) + d->off;
+    void *parsed = (char *)st->cfg + d->parsed;
 
     switch (d->type) {
-    case T_STR: /* max: longest value, 0 = no limit */
-        if ((d->flags & F_NONEMPTY) && !*v)
-            config_add_error(st, st->line, "empty value for '%s'", d->name);
-        else if (d->max && strlen(v) > d->max)
-            config_add_error(st, st->line, "'%s' is longer than %llu bytes", d->name,
-                             (unsigned long long)d->max);
-        else
-            set_string(st, (char **)field, v);
+    case T_STR:
+        set_str(st, d, field, v);
         break;
     case T_UINT:
         set_uint(st, d, field, v);
         break;
     case T_DUR:
-        if (config_parse_duration(v, &ms) == -1)
-            config_add_error(
-                st, st->line,
-                "bad duration '%.80s' for '%s' (expected an integer > 0 and a unit: ms, s, "
-                "m, h or d)",
-                v, d->name);
-        else
-            memcpy(field, &ms, sizeof(ms));
+        set_duration(st, d, field, v);
         break;
     case T_BOOL:
-        if (config_parse_bool(v, &b) == -1)
-            config_add_error(
-                st, st->line,
-                "bad boolean '%.80s' for '%s' (expected yes, no, on, off, true, false, 1 or 0)", v,
-                d->name);
-        else
-            memcpy(field, &b, sizeof(b));
+        set_bool(st, d, field, v);
         break;
     case T_SHARE:
-        if (config_parse_share(v, (double *)(void *)field) == -1)
-            config_add_error(st, st->line,
-                             "bad value '%.80s' for '%s' (expected a number in (0, 1])", v,
-                             d->name);
+        set_share(st, d, field, v);
         break;
     case T_ENUM:
-        set_enum(st, d, (int *)(void *)field, v);
+        set_enum(st, d, field, v);
         break;
     case T_ADDR:
+        set_addr(st, d, field, parsed, v);
+        break;
     case T_URL:
-        if (!*v && (d->type == T_URL || (d->flags & F_OPT))) {
-            free(*(char **)(void *)field);
-            *(char **)(void *)field = NULL;
-        } else if (d->type == T_ADDR && config_valid_listen(v) == -1) {
-            config_add_error(
-                st, st->line,
-                "bad address '%.80s' for '%s' (expected host:port, [v6]:port or unix:/path)", v,
-                d->name);
-        } else if (d->type == T_URL && config_valid_redis_url(v) == -1) {
-            config_add_error(
-                st, st->line,
-                "bad url '%.80s' (expected redis://[:password@]host:port[/db] or unix:/path)", v);
-        } else {
-            set_string(st, (char **)(void *)field, v);
-        }
+        set_url(st, field, parsed, v);
         break;
     case T_HOSTS:
-        set_hosts(st, d, (char **)(void *)field, v);
+        set_hosts(st, d, field, parsed, v);
         break;
     case T_ALLOW:
         set_allow(st, v);
@@ -296,9 +384,7 @@ void config_set_value(struct parse_state *st, const struct key_def *d, const cha
         set_match(st, rule, v);
         break;
     case T_RATE:
-        if (config_parse_rate(v, &rule->rate_n, &rule->rate_period_ms) == -1)
-            config_add_error(st, st->line,
-                             "bad rate '%.80s' (expected N/DURATION such as 100/1m or 10/1h)", v);
+        set_rate(st, rule, v);
         break;
     }
 }

@@ -1,23 +1,21 @@
 /* config_value.c - the syntax of configuration values: numbers, durations,
- * rates, booleans, shares, CIDRs, listen addresses, Redis URLs, rule names
- * and comma-separated lists; and the peer check against [agent] allow.
+ * rates, booleans, shares, Redis URLs, rule names and comma-separated lists.
+ * Addresses and CIDRs are net.c's; the public wrappers for them
+ * (config_parse_cidr, config_peer_allowed) are here.
  *
- * Pure string and address work: no inih, no parse state, no error text (the
- * caller words the error: config_set.c). config.c keeps the file and sections.
+ * Pure string work: no inih, no parse state, no error text (the caller words
+ * the error: config_set.c). config.c keeps the file and sections.
  */
 #include "config_value.h"
 
-#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
-#include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 
 #include "config.h"
+#include "net.h"
 
 /* ---- value parsers --------------------------------------------------------- */
 
@@ -111,42 +109,7 @@ int config_parse_bool(const char *s, int *b)
     return -1;
 }
 
-int config_parse_cidr(const char *s, struct cfg_cidr *c)
-{
-    char buf[INET6_ADDRSTRLEN];
-    const char *slash;
-    size_t alen;
-    unsigned maxbits;
-    uint64_t prefix;
-
-    if (!s)
-        return -1;
-    slash = strchr(s, '/');
-    alen = slash ? (size_t)(slash - s) : strlen(s);
-    if (alen == 0 || alen >= sizeof(buf))
-        return -1;
-    memcpy(buf, s, alen);
-    buf[alen] = '\0';
-    memset(c, 0, sizeof(*c));
-    if (inet_pton(AF_INET, buf, c->addr) == 1) {
-        c->family = AF_INET;
-        maxbits = 32;
-    } else if (inet_pton(AF_INET6, buf, c->addr) == 1) {
-        c->family = AF_INET6;
-        maxbits = 128;
-    } else {
-        return -1;
-    }
-    prefix = maxbits;
-    if (slash &&
-        (config_parse_digits(slash + 1, strlen(slash + 1), &prefix) == -1 || prefix > maxbits))
-        return -1;
-    c->prefix = (unsigned)prefix;
-    /* keep the network part only, as HAProxy does with "10.1.2.3/8" */
-    for (unsigned bit = c->prefix; bit < maxbits; bit++)
-        c->addr[bit / 8] &= (uint8_t) ~(0x80u >> (bit % 8));
-    return 0;
-}
+int config_parse_cidr(const char *s, struct cfg_cidr *c) { return net_cidr_parse(s, c); }
 
 /* (0, 1]; NaN fails both comparisons. */
 int config_parse_share(const char *s, double *d)
@@ -164,92 +127,21 @@ int config_parse_share(const char *s, double *d)
     return 0;
 }
 
-/* ---- address syntax -------------------------------------------------------- */
+/* ---- Redis URL ------------------------------------------------------------- */
 
-static int valid_port(const char *s)
+/* redis://[:password@]host:port[/db] or unix:/path. */
+int config_parse_redis_url(const char *s, struct net_addr *addr, int *db, const char **password,
+                           size_t *password_len)
 {
-    uint64_t port;
-
-    return config_parse_digits(s, strlen(s), &port) == 0 && port >= 1 && port <= 65535 ? 0 : -1;
-}
-
-/* A hostname or IPv4 literal; any_ok also accepts "" and "*" (all addresses). */
-static int valid_host(const char *h, size_t len, int any_ok)
-{
-    char buf[INET_ADDRSTRLEN];
-    struct in_addr a;
-    size_t i;
-
-    if (len == 0 || (len == 1 && h[0] == '*'))
-        return any_ok ? 0 : -1;
-    if (len > 253 || h[0] == '-' || h[0] == '.')
-        return -1;
-    for (i = 0; i < len && (isdigit((unsigned char)h[i]) || h[i] == '.'); i++)
-        ;
-    if (i == len) { /* all digits and dots: must be a real IPv4 address */
-        if (len >= sizeof(buf))
-            return -1;
-        memcpy(buf, h, len);
-        buf[len] = '\0';
-        return inet_pton(AF_INET, buf, &a) == 1 ? 0 : -1;
-    }
-    for (i = 0; i < len; i++) {
-        if (!isalnum((unsigned char)h[i]) && h[i] != '-' && h[i] != '.' && h[i] != '_')
-            return -1;
-    }
-    return 0;
-}
-
-/* host:port or [v6]:port */
-int config_valid_hostport(const char *s, int any_ok)
-{
-    const char *colon;
-
-    if (s[0] == '[') {
-        char buf[INET6_ADDRSTRLEN];
-        struct in6_addr a;
-        const char *close = strchr(s, ']');
-        size_t len = close ? (size_t)(close - s - 1) : 0;
-
-        if (!close || close[1] != ':' || len == 0 || len >= sizeof(buf))
-            return -1;
-        memcpy(buf, s + 1, len);
-        buf[len] = '\0';
-        if (inet_pton(AF_INET6, buf, &a) != 1)
-            return -1;
-        return valid_port(close + 2);
-    }
-    colon = strrchr(s, ':');
-    if (!colon || memchr(s, ':', (size_t)(colon - s))) /* IPv6 needs brackets */
-        return -1;
-    if (valid_host(s, (size_t)(colon - s), any_ok) == -1)
-        return -1;
-    return valid_port(colon + 1);
-}
-
-static int valid_unix_path(const char *path)
-{
-    return path[0] == '/' && strlen(path) < sizeof(((struct sockaddr_un *)0)->sun_path) ? 0 : -1;
-}
-
-int config_valid_listen(const char *s)
-{
-    if (strncmp(s, "unix:", 5) == 0)
-        return valid_unix_path(s + 5);
-    return config_valid_hostport(s, 1);
-}
-
-/* redis://[:password@]host:port[/db] or unix:/path; syntax only, the store
- * module takes the URL apart. */
-int config_valid_redis_url(const char *s)
-{
-    char hp[CONFIG_MAX_ITEM];
     const char *p, *at, *slash;
-    uint64_t db;
+    uint64_t n = 0;
     size_t len;
 
+    *password = NULL;
+    *password_len = 0;
+    *db = 0;
     if (strncmp(s, "unix:", 5) == 0)
-        return valid_unix_path(s + 5);
+        return net_parse_addr(s, 0, addr);
     if (strncmp(s, "redis://", 8) != 0)
         return -1;
     p = s + 8;
@@ -257,20 +149,23 @@ int config_valid_redis_url(const char *s)
     if (at) {
         if (p[0] != ':' || at - p < 2)
             return -1;
+        *password = p + 1;
+        *password_len = (size_t)(at - p - 1);
         p = at + 1;
     }
     slash = strchr(p, '/');
     len = slash ? (size_t)(slash - p) : strlen(p);
-    if (len >= sizeof(hp))
+    memset(addr, 0, sizeof(*addr));
+    if (len >= CONFIG_MAX_ITEM || net_parse_hostport(p, len, 0, &addr->tcp) == -1)
         return -1;
-    memcpy(hp, p, len);
-    hp[len] = '\0';
-    if (config_valid_hostport(hp, 0) == -1)
+    addr->kind = NET_ADDR_TCP;
+    if (slash && (config_parse_digits(slash + 1, strlen(slash + 1), &n) == -1 || n > 65535))
         return -1;
-    if (slash && (config_parse_digits(slash + 1, strlen(slash + 1), &db) == -1 || db > 65535))
-        return -1;
+    *db = (int)n;
     return 0;
 }
+
+/* ---- names and lists ------------------------------------------------------- */
 
 int config_valid_rule_name(const char *s, size_t len)
 {
@@ -318,52 +213,7 @@ int config_next_item(const char **p, char *item)
 
 /* ---- peers ------------------------------------------------------------------ */
 
-/* Whether the first prefix bits of net and addr agree. */
-static int prefix_match(const uint8_t *net, const uint8_t *addr, unsigned prefix)
-{
-    unsigned full = prefix / 8, rest = prefix % 8;
-
-    if (memcmp(net, addr, full) != 0)
-        return 0;
-    if (rest == 0)
-        return 1;
-    return ((net[full] ^ addr[full]) & (uint8_t)(0xff00u >> rest)) == 0;
-}
-
 int config_peer_allowed(const struct config *cfg, const struct sockaddr *sa)
 {
-    uint8_t v4[4], v6[16];
-    int has4 = 0, has6 = 0;
-
-    if (cfg->nallow == 0)
-        return 1;
-    if (!sa)
-        return 0;
-    if (sa->sa_family == AF_UNIX)
-        return 1;
-    if (sa->sa_family == AF_INET) {
-        struct sockaddr_in sin;
-
-        memcpy(&sin, sa, sizeof(sin)); /* sa may be less aligned than sockaddr_in */
-        memcpy(v4, &sin.sin_addr, 4);
-        has4 = 1;
-    } else if (sa->sa_family == AF_INET6) {
-        struct sockaddr_in6 sin6;
-
-        memcpy(&sin6, sa, sizeof(sin6));
-        memcpy(v6, &sin6.sin6_addr, 16);
-        has6 = 1;
-        if (IN6_IS_ADDR_V4MAPPED(&sin6.sin6_addr)) { /* ::ffff:a.b.c.d on a dual-stack socket */
-            memcpy(v4, v6 + 12, 4);
-            has4 = 1;
-        }
-    }
-    for (size_t i = 0; i < cfg->nallow; i++) {
-        const struct cfg_cidr *c = &cfg->allow[i];
-
-        if ((c->family == AF_INET && has4 && prefix_match(c->addr, v4, c->prefix)) ||
-            (c->family == AF_INET6 && has6 && prefix_match(c->addr, v6, c->prefix)))
-            return 1;
-    }
-    return 0;
+    return net_peer_allowed(cfg->allow, cfg->nallow, sa);
 }

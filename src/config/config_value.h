@@ -1,7 +1,7 @@
-/* config_value.h - value and address syntax checks shared by config.c,
- * config_set.c and config_value.c. Private to the config module: the public
- * value parsers (config_parse_duration, ...) and config_peer_allowed are in
- * config.h.
+/* config_value.h - value syntax shared by config.c and config_set.c.
+ * Private to src/config/: the public value parsers (config_parse_duration,
+ * ...) and config_peer_allowed are in config.h; addresses are parsed by
+ * net.h.
  *
  * All of them are pure and return 0 (valid) or -1; none prints.
  */
@@ -11,6 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct net_addr;
+
 #define CONFIG_MAX_ITEM 300 /* one item of a comma-separated list, NUL included */
 
 /* Exactly len decimal digits (len > 0), no sign, no overflow. */
@@ -19,14 +21,11 @@ int config_parse_digits(const char *s, size_t len, uint64_t *v);
 /* A number in (0, 1], nothing around it. */
 int config_parse_share(const char *s, double *d);
 
-/* host:port or [v6]:port; any_ok also accepts an empty host or "*". */
-int config_valid_hostport(const char *s, int any_ok);
-
-/* A listen address: host:port, [v6]:port or unix:/path. */
-int config_valid_listen(const char *s);
-
-/* redis://[:password@]host:port[/db] or unix:/path (syntax only). */
-int config_valid_redis_url(const char *s);
+/* redis://[:password@]host:port[/db] or unix:/path, taken apart: the
+ * address into *addr, the db (0 when absent) into *db, the password as a view
+ * into s (*password NULL when absent). */
+int config_parse_redis_url(const char *s, struct net_addr *addr, int *db, const char **password,
+                           size_t *password_len);
 
 /* A rule name: 1..CFG_MAX_NAME bytes of [A-Za-z0-9_.-]. */
 int config_valid_rule_name(const char *s, size_t len);

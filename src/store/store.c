@@ -17,6 +17,7 @@
 #include "config/config.h"
 #include "log.h"
 #include "metrics.h"
+#include "net.h"
 #include "store_cluster.h"
 #include "store_conn.h"
 #include "store_sentinel.h"
@@ -30,74 +31,17 @@ struct store {
     struct store_cluster *cluster;   /* cluster: the slot map and the masters */
     int up;
     int closing; /* store_free is failing what is in flight */
-    /* url */
+    /* url: copies, the config may be replaced by a reload */
     char *host;
     int port;
     char *unix_path;
-    char *user, *password;
+    char *password;
     int db;
     char *master; /* sentinel: the master's name, for logs */
     void (*state_fn)(void *, int);
     void *state_arg;
     char agent_id[128];
 };
-
-/* ---- URL ---------------------------------------------------------------- */
-
-static int parse_url(struct store *s, const char *url, char *err, size_t errlen)
-{
-    if (strncmp(url, "unix:", 5) == 0) {
-        s->unix_path = strdup(url + 5);
-        return s->unix_path ? 0 : -1;
-    }
-    if (strncmp(url, "redis://", 8) != 0) {
-        snprintf(err, errlen, "redis url %s: expected redis://[:password@]host:port[/db]", url);
-        return -1;
-    }
-    const char *p = url + 8, *at = strrchr(p, '@');
-    if (at) {
-        const char *colon = memchr(p, ':', (size_t)(at - p));
-        if (colon) {
-            if (colon > p)
-                s->user = strndup(p, (size_t)(colon - p));
-            s->password = strndup(colon + 1, (size_t)(at - colon - 1));
-        } else {
-            s->password = strndup(p, (size_t)(at - p));
-        }
-        p = at + 1;
-    }
-    const char *slash = strchr(p, '/');
-    size_t hp_len = slash ? (size_t)(slash - p) : strlen(p);
-    char hostport[300];
-    if (hp_len == 0 || hp_len >= sizeof(hostport)) {
-        snprintf(err, errlen, "redis url %s: bad host", url);
-        return -1;
-    }
-    memcpy(hostport, p, hp_len);
-    hostport[hp_len] = '\0';
-    char *h = hostport, *port = NULL;
-    if (*h == '[') {
-        char *e = strchr(h, ']');
-        if (!e) {
-            snprintf(err, errlen, "redis url %s: bad [v6] host", url);
-            return -1;
-        }
-        *e = '\0';
-        h++;
-        if (e[1] == ':')
-            port = e + 2;
-    } else if ((port = strrchr(h, ':'))) {
-        *port++ = '\0';
-    }
-    s->host = strdup(h);
-    s->port = port ? atoi(port) : 6379;
-    s->db = slash && slash[1] ? atoi(slash + 1) : 0;
-    if (s->port <= 0 || s->port > 65535) {
-        snprintf(err, errlen, "redis url %s: bad port", url);
-        return -1;
-    }
-    return s->host ? 0 : -1;
-}
 
 /* ---- up and down ---------------------------------------------------------- */
 
@@ -210,19 +154,46 @@ void store_cork(struct store *s, int on)
 
 /* ---- lifecycle ----------------------------------------------------------- */
 
+/* One server, by [redis] url (parsed by the config). */
+static int setup_url(struct store *s, const struct cfg_redis_url *url, char *err, size_t errlen)
+{
+    if (url->addr.kind == NET_ADDR_UNIX)
+        s->unix_path = strdup(url->addr.path);
+    else
+        s->host = strdup(url->addr.tcp.host);
+    s->port = url->addr.tcp.port;
+    s->password = url->password ? strdup(url->password) : NULL;
+    s->db = url->db;
+    if ((!s->unix_path && !s->host) || (url->password && !s->password)) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    s->env.password = s->password;
+    s->env.db = s->db;
+    s->conn = store_conn_new(&s->env, &url_hooks, s, s->host, s->port, s->unix_path, 0);
+    if (!s->conn) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    store_conn_connect(s->conn);
+    return 0;
+}
+
 static int setup_topology(struct store *s, struct ev_loop *loop, const struct config *cfg,
                           char *err, size_t errlen)
 {
-    if (cfg->redis_cluster && *cfg->redis_cluster) {
-        s->cluster = store_cluster_new(&s->env, cfg->redis_cluster, cluster_state, s, err, errlen);
+    if (cfg->redis_cluster_hosts.n > 0) {
+        s->cluster = store_cluster_new(&s->env, cfg->redis_cluster_hosts.list,
+                                       cfg->redis_cluster_hosts.n, cluster_state, s, err, errlen);
         return s->cluster ? 0 : -1;
     }
-    if (cfg->redis_sentinel && *cfg->redis_sentinel) {
+    if (cfg->redis_sentinel_hosts.n > 0) {
         s->master = strdup(cfg->redis_master ? cfg->redis_master : "");
         s->conn = store_conn_new(&s->env, &sentinel_hooks, s, NULL, 0, NULL,
                                  STORE_CONN_CHECK_ROLE);
-        s->sentinel = store_sentinel_new(loop, s->env.timeout_us, cfg->redis_sentinel,
-                                         cfg->redis_master, on_master, s, err, errlen);
+        s->sentinel = store_sentinel_new(loop, s->env.timeout_us, cfg->redis_sentinel_hosts.list,
+                                         cfg->redis_sentinel_hosts.n, cfg->redis_master, on_master,
+                                         s, err, errlen);
         if (!s->sentinel)
             return -1;
         if (!s->conn || !s->master) {
@@ -233,22 +204,11 @@ static int setup_topology(struct store *s, struct ev_loop *loop, const struct co
         store_sentinel_resolve(s->sentinel);
         return 0;
     }
-    if (!cfg->redis_url || !*cfg->redis_url) {
+    if (cfg->redis_server.addr.kind == NET_ADDR_NONE) {
         snprintf(err, errlen, "redis: no url, cluster or sentinel");
         return -1;
     }
-    if (parse_url(s, cfg->redis_url, err, errlen) < 0)
-        return -1;
-    s->env.user = s->user;
-    s->env.password = s->password;
-    s->env.db = s->db;
-    s->conn = store_conn_new(&s->env, &url_hooks, s, s->host, s->port, s->unix_path, 0);
-    if (!s->conn) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
-    store_conn_connect(s->conn);
-    return 0;
+    return setup_url(s, &cfg->redis_server, err, errlen);
 }
 
 struct store *store_new(struct ev_loop *loop, const struct config *cfg, char *err,
@@ -287,7 +247,6 @@ void store_free(struct store *s)
     store_conn_free(s->conn);
     free(s->host);
     free(s->unix_path);
-    free(s->user);
     free(s->password);
     free(s->master);
     free(s);

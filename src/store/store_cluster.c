@@ -17,6 +17,7 @@
 
 #include "log.h"
 #include "metrics.h"
+#include "net.h"
 #include "store_conn.h"
 #include "store_probe.h"
 #include "util.h"
@@ -32,7 +33,7 @@ struct store_cluster {
     void (*up_cb)(void *arg, int up);
     void *up_arg;
     int up;
-    struct store_addr *seeds;
+    struct net_hostport *seeds;
     size_t nseeds;
     struct store_conn **nodes; /* every master connection we hold */
     size_t nnodes, capnodes;
@@ -355,7 +356,7 @@ static void refresh_cb(struct ev_loop *loop, ev_timer *t, int revents)
 {
     struct store_cluster *cl = t->data;
     const char *argv[2] = {"CLUSTER", "SLOTS"};
-    struct store_addr *cand;
+    struct net_hostport *cand;
     size_t n = 0;
 
     if (store_probe_running(cl->probe))
@@ -365,8 +366,8 @@ static void refresh_cb(struct ev_loop *loop, ev_timer *t, int revents)
         map_done(cl, 0);
         return;
     }
-    for (size_t i = 0; i < cl->nnodes; i++) {
-        cand[n].host = (char *)store_conn_host(cl->nodes[i]); /* borrowed: the probe copies */
+    for (size_t i = 0; i < cl->nnodes; i++) { /* hosts under HOST_MAX: they fit */
+        snprintf(cand[n].host, sizeof(cand[n].host), "%s", store_conn_host(cl->nodes[i]));
         cand[n++].port = store_conn_port(cl->nodes[i]);
     }
     for (size_t i = 0; i < cl->nseeds; i++)
@@ -413,9 +414,9 @@ int store_cluster_up(const struct store_cluster *cl)
     return cl && cl->up;
 }
 
-struct store_cluster *store_cluster_new(struct store_env *env, const char *seeds,
-                                        void (*up_cb)(void *arg, int up), void *arg, char *err,
-                                        size_t errlen)
+struct store_cluster *store_cluster_new(struct store_env *env, const struct net_hostport *seeds,
+                                        size_t n, void (*up_cb)(void *arg, int up), void *arg,
+                                        char *err, size_t errlen)
 {
     struct store_cluster *cl = calloc(1, sizeof(*cl));
 
@@ -429,8 +430,16 @@ struct store_cluster *store_cluster_new(struct store_env *env, const char *seeds
     cl->backoff = BACKOFF_MIN;
     ev_timer_init(&cl->refresh, refresh_cb, 0., 0.);
     cl->refresh.data = cl;
-    if (store_addr_list_parse(seeds, &cl->seeds, &cl->nseeds, err, errlen) < 0)
+    if (n == 0) {
+        snprintf(err, errlen, "redis: empty address list");
         goto fail;
+    }
+    if (!(cl->seeds = malloc(n * sizeof(*cl->seeds)))) {
+        snprintf(err, errlen, "out of memory");
+        goto fail;
+    }
+    memcpy(cl->seeds, seeds, n * sizeof(*cl->seeds));
+    cl->nseeds = n;
     if (!(cl->probe = store_probe_new(env->loop, env->timeout_us))) {
         snprintf(err, errlen, "out of memory");
         goto fail;
@@ -461,7 +470,7 @@ void store_cluster_free(struct store_cluster *cl)
     for (size_t i = 0; i < n; i++)
         store_conn_free(nodes[i]);
     free(nodes);
-    store_addr_list_free(cl->seeds, cl->nseeds);
+    free(cl->seeds);
     free(cl);
 }
 

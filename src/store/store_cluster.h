@@ -19,6 +19,7 @@
 
 #define STORE_CLUSTER_SLOTS 16384
 
+struct net_hostport;
 struct store_env;
 struct store_conn;
 struct store_cmd;
@@ -28,12 +29,12 @@ struct store_cluster;
  * of the key, or of its {hashtag} when it has a non-empty one, mod 16384. */
 unsigned store_cluster_slot(const char *key, size_t len);
 
-/* Parse the seeds ("host:port,...") and ask the first map at once. up_cb runs
- * on every change of "up". NULL with a message in err on a bad list or out of
+/* Keep the seeds[0..n) (copied) and ask the first map at once. up_cb runs on
+ * every change of "up". NULL with a message in err on an empty list or out of
  * memory. */
-struct store_cluster *store_cluster_new(struct store_env *env, const char *seeds,
-                                        void (*up_cb)(void *arg, int up), void *arg, char *err,
-                                        size_t errlen);
+struct store_cluster *store_cluster_new(struct store_env *env, const struct net_hostport *seeds,
+                                        size_t n, void (*up_cb)(void *arg, int up), void *arg,
+                                        char *err, size_t errlen);
 
 /* Close every node connection: commands in flight fail with STORE_DOWN.
  * NULL no-op. */

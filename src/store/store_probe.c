@@ -19,6 +19,7 @@
 
 #include "log.h"
 #include "metrics.h"
+#include "net.h"
 
 struct store_probe {
     struct ev_loop *loop;
@@ -26,7 +27,7 @@ struct store_probe {
     redisAsyncContext *ac; /* the attempt under way, or NULL */
     ev_timer timer;
     int running;
-    struct store_addr *addrs;
+    struct net_hostport *addrs; /* a copy */
     size_t n, next; /* addrs[next - 1] is being asked */
     int argc;
     char **argv;
@@ -36,102 +37,11 @@ struct store_probe {
     void *arg;
 };
 
-/* ---- address lists ------------------------------------------------------- */
-
-void store_addr_list_free(struct store_addr *a, size_t n)
-{
-    if (!a)
-        return;
-    for (size_t i = 0; i < n; i++)
-        free(a[i].host);
-    free(a);
-}
-
-/* One "host:port" or "[v6]:port" of len bytes. */
-static int parse_one(const char *s, size_t len, struct store_addr *out)
-{
-    const char *colon = NULL, *h = s;
-    size_t hl;
-    char *end;
-    long port;
-
-    for (size_t i = len; i > 0; i--) {
-        if (s[i - 1] == ':') {
-            colon = s + i - 1;
-            break;
-        }
-    }
-    if (!colon || colon == s)
-        return -1;
-    hl = (size_t)(colon - s);
-    if (s[0] == '[') {
-        if (hl < 3 || colon[-1] != ']')
-            return -1;
-        h = s + 1;
-        hl -= 2;
-    }
-    port = strtol(colon + 1, &end, 10);
-    if (end != s + len || end == colon + 1 || port <= 0 || port > 65535)
-        return -1;
-    out->host = malloc(hl + 1);
-    if (!out->host)
-        return -1;
-    memcpy(out->host, h, hl);
-    out->host[hl] = '\0';
-    out->port = (int)port;
-    return 0;
-}
-
-int store_addr_list_parse(const char *list, struct store_addr **out, size_t *n, char *err,
-                          size_t errlen)
-{
-    struct store_addr *a = NULL;
-    size_t cnt = 0;
-    const char *p = list;
-
-    *out = NULL;
-    *n = 0;
-    while (*p) {
-        const char *e = strchr(p, ',');
-        size_t len = e ? (size_t)(e - p) : strlen(p);
-        struct store_addr *grown;
-
-        while (len > 0 && (*p == ' ' || *p == '\t')) {
-            p++;
-            len--;
-        }
-        while (len > 0 && (p[len - 1] == ' ' || p[len - 1] == '\t'))
-            len--;
-        if (len > 0) {
-            grown = realloc(a, (cnt + 1) * sizeof(*a));
-            if (!grown || parse_one(p, len, &grown[cnt]) < 0) {
-                if (grown)
-                    a = grown;
-                snprintf(err, errlen, "redis: bad address '%.*s' (expected host:port)",
-                         (int)(len > 80 ? 80 : len), p);
-                store_addr_list_free(a, cnt);
-                return -1;
-            }
-            a = grown;
-            cnt++;
-        }
-        p += e ? (size_t)(e - p) + 1 : strlen(p);
-    }
-    if (cnt == 0) {
-        snprintf(err, errlen, "redis: empty address list");
-        free(a);
-        return -1;
-    }
-    *out = a;
-    *n = cnt;
-    return 0;
-}
-
 /* ---- the walk -------------------------------------------------------------- */
 
 static void reset(struct store_probe *p)
 {
-    store_addr_list_free(p->addrs, p->n);
+    free(p->addrs);
     p->addrs = NULL;
     p->n = p->next = 0;
     for (int i = 0; i < p->argc; i++)
@@ -162,7 +72,7 @@ static void on_disconnect(const redisAsyncContext *ac, int status);
 static void attempt(struct store_probe *p)
 {
     while (p->next < p->n) {
-        const struct store_addr *a = &p->addrs[p->next++];
+        const struct net_hostport *a = &p->addrs[p->next++];
         redisAsyncContext *ac = redisAsyncConnect(a->host, a->port);
 
         if (!ac || ac->err) {
@@ -197,7 +107,7 @@ static void attempt(struct store_probe *p)
 static void attempt_failed(struct store_probe *p, redisAsyncContext *ac, const char *why,
                            int free_it)
 {
-    const struct store_addr *a = &p->addrs[p->next - 1];
+    const struct net_hostport *a = &p->addrs[p->next - 1];
 
     LOG_DEBUG("\"redis probe failed\" addr=%s:%d err=\"%s\"", a->host, a->port, why);
     METRIC_INC(redis_errors);
@@ -228,7 +138,7 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
 {
     struct store_probe *p = priv;
     redisReply *reply = r;
-    const struct store_addr *a;
+    const struct net_hostport *a;
 
     if (!reply || p->ac != ac)
         return; /* on_connect/on_disconnect/the timer deal with it */
@@ -288,7 +198,7 @@ int store_probe_running(const struct store_probe *p)
     return p->running;
 }
 
-int store_probe_start(struct store_probe *p, const struct store_addr *addrs, size_t n, int argc,
+int store_probe_start(struct store_probe *p, const struct net_hostport *addrs, size_t n, int argc,
                       const char *const *argv, store_probe_accept *accept, store_probe_done *done,
                       void *arg)
 {
@@ -299,12 +209,8 @@ int store_probe_start(struct store_probe *p, const struct store_addr *addrs, siz
     p->argvlen = calloc((size_t)argc, sizeof(size_t));
     if (!p->addrs || !p->argv || !p->argvlen)
         goto oom;
+    memcpy(p->addrs, addrs, n * sizeof(*p->addrs));
     p->n = n;
-    for (size_t i = 0; i < n; i++) {
-        if (!(p->addrs[i].host = strdup(addrs[i].host)))
-            goto oom;
-        p->addrs[i].port = addrs[i].port;
-    }
     p->argc = argc;
     for (int i = 0; i < argc; i++) {
         if (!(p->argv[i] = strdup(argv[i])))

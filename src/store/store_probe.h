@@ -3,8 +3,8 @@
  * what the slot map is (Cluster). Internal to the store module.
  *
  * Each attempt opens its own short-lived connection (hiredis + libev), sends
- * one command and waits at most the timeout for connect plus reply. Address
- * lists ("host:port,[v6]:port") are parsed here as well.
+ * one command and waits at most the timeout for connect plus reply. The
+ * addresses come parsed (struct net_hostport, net.h).
  */
 #ifndef STORE_PROBE_H
 #define STORE_PROBE_H
@@ -13,19 +13,9 @@
 #include <stdint.h>
 
 struct ev_loop;
+struct net_hostport;
 struct redisReply;
 struct store_probe;
-
-struct store_addr {
-    char *host;
-    int port;
-};
-
-/* Parse "host:port,host:port,[v6]:port" into a new array. 0, or -1 with a
- * message in err. */
-int store_addr_list_parse(const char *list, struct store_addr **out, size_t *n, char *err,
-                          size_t errlen);
-void store_addr_list_free(struct store_addr *a, size_t n);
 
 /* Judge a reply (valid during the call only) from host:port: 1 accepts it and
  * ends the walk, 0 tries the next address. */
@@ -49,7 +39,7 @@ int store_probe_running(const struct store_probe *p);
  * reply, done once at the end, both on the loop thread; done may run before
  * this returns (every address failed at once) and may start another walk.
  * 0 started; -1 already running or out of memory (done does not run). */
-int store_probe_start(struct store_probe *p, const struct store_addr *addrs, size_t n, int argc,
+int store_probe_start(struct store_probe *p, const struct net_hostport *addrs, size_t n, int argc,
                       const char *const *argv, store_probe_accept *accept, store_probe_done *done,
                       void *arg);
 

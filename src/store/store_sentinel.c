@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "net.h"
 #include "store_probe.h"
 
 #define RECHECK_EVERY 1.0 /* seconds between background questions */
@@ -17,7 +18,7 @@
 struct store_sentinel {
     struct ev_loop *loop;
     struct store_probe *probe;
-    struct store_addr *sentinels;
+    struct net_hostport *sentinels;
     size_t nsentinels;
     char *master;
     store_sentinel_cb *cb;
@@ -100,9 +101,9 @@ void store_sentinel_resolve(struct store_sentinel *sn)
 }
 
 struct store_sentinel *store_sentinel_new(struct ev_loop *loop, uint64_t timeout_us,
-                                          const char *sentinels, const char *master,
-                                          store_sentinel_cb *cb, void *arg, char *err,
-                                          size_t errlen)
+                                          const struct net_hostport *sentinels, size_t n,
+                                          const char *master, store_sentinel_cb *cb, void *arg,
+                                          char *err, size_t errlen)
 {
     struct store_sentinel *sn = calloc(1, sizeof(*sn));
 
@@ -119,14 +120,19 @@ struct store_sentinel *store_sentinel_new(struct ev_loop *loop, uint64_t timeout
         snprintf(err, errlen, "redis: sentinel needs master = NAME");
         goto fail;
     }
-    if (store_addr_list_parse(sentinels, &sn->sentinels, &sn->nsentinels, err, errlen) < 0)
+    if (n == 0) {
+        snprintf(err, errlen, "redis: empty address list");
         goto fail;
+    }
+    sn->sentinels = malloc(n * sizeof(*sn->sentinels));
     sn->master = strdup(master);
     sn->probe = store_probe_new(loop, timeout_us);
-    if (!sn->master || !sn->probe) {
+    if (!sn->sentinels || !sn->master || !sn->probe) {
         snprintf(err, errlen, "out of memory");
         goto fail;
     }
+    memcpy(sn->sentinels, sentinels, n * sizeof(*sn->sentinels));
+    sn->nsentinels = n;
     return sn;
 fail:
     store_sentinel_free(sn);
@@ -139,7 +145,7 @@ void store_sentinel_free(struct store_sentinel *sn)
         return;
     ev_timer_stop(sn->loop, &sn->recheck);
     store_probe_free(sn->probe);
-    store_addr_list_free(sn->sentinels, sn->nsentinels);
+    free(sn->sentinels);
     free(sn->master);
     free(sn);
 }

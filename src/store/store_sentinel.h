@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 struct ev_loop;
+struct net_hostport;
 struct store_sentinel;
 
 /* An answer: host:port of the master (valid during the call only), or host
@@ -20,12 +21,13 @@ struct store_sentinel;
  * resolution, asked for or periodic. */
 typedef void store_sentinel_cb(void *arg, const char *host, int port);
 
-/* sentinels: "host:port,host:port". NULL with a message in err when the list
- * is bad or memory is short. Nothing is asked before store_sentinel_resolve. */
+/* sentinels[0..n) (copied), asked in that order. NULL with a message in err
+ * when the list is empty, master is missing or memory is short. Nothing is
+ * asked before store_sentinel_resolve. */
 struct store_sentinel *store_sentinel_new(struct ev_loop *loop, uint64_t timeout_us,
-                                          const char *sentinels, const char *master,
-                                          store_sentinel_cb *cb, void *arg, char *err,
-                                          size_t errlen);
+                                          const struct net_hostport *sentinels, size_t n,
+                                          const char *master, store_sentinel_cb *cb, void *arg,
+                                          char *err, size_t errlen);
 
 /* NULL no-op; cb does not run any more. */
 void store_sentinel_free(struct store_sentinel *sn);

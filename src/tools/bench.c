@@ -3,21 +3,16 @@
  * decisions/s, latency percentiles and the allowed/blocked counts. */
 #include "spop/spop.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
+#include "net.h"
 #include "util.h"
 
 #define BENCH_MAX_CONNS 1024
@@ -36,6 +31,7 @@ struct bconn {
 
 struct opts {
     const char *addr;
+    struct net_addr target; /* addr, parsed */
     unsigned conns, pipeline, keys;
     uint64_t total;
     double duration;
@@ -46,42 +42,6 @@ struct opts {
 static uint64_t *lat;
 static size_t nlat, caplat;
 static uint64_t allowed, blocked, acks, errors;
-
-static int dial(const char *addr)
-{
-    int fd, one = 1;
-
-    if (strncmp(addr, "unix:", 5) == 0) {
-        struct sockaddr_un sun = {.sun_family = AF_UNIX};
-        snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", addr + 5);
-        fd = socket(AF_UNIX, SOCK_STREAM, 0);
-        if (fd == -1 || connect(fd, (struct sockaddr *)&sun, sizeof(sun)) == -1)
-            return -1;
-        return fd;
-    }
-    char host[256];
-    const char *c = strrchr(addr, ':');
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res;
-    if (!c || (size_t)(c - addr) >= sizeof(host))
-        return -1;
-    memcpy(host, addr, (size_t)(c - addr));
-    host[c - addr] = '\0';
-    char *h = host;
-    if (*h == '[') {
-        h++;
-        h[strlen(h) - 1] = '\0';
-    }
-    if (getaddrinfo(h, c + 1, &hints, &res) != 0)
-        return -1;
-    fd = socket(res->ai_family, SOCK_STREAM, 0);
-    if (fd == -1 || connect(fd, res->ai_addr, res->ai_addrlen) == -1) {
-        freeaddrinfo(res);
-        return -1;
-    }
-    freeaddrinfo(res);
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    return fd;
-}
 
 static int write_all(int fd, const uint8_t *p, size_t n)
 {
@@ -241,109 +201,160 @@ static void usage(FILE *f)
                "  -P PATH      value of the path arg (/api/bench)\n");
 }
 
-int main(int argc, char **argv)
+/* Options into o. 0 to run, 1 to exit 0 (help printed), 2 on a usage error
+ * (reported). */
+static int parse_opts(int argc, char **argv, struct opts *o)
 {
-    struct opts o = {"127.0.0.1:12345", 8, 20, 1000, 100000, 0, "check-rate", "/api/bench"};
-    struct bconn *conns;
-    struct pollfd *pfd;
-    uint64_t sent = 0, t0, t1, deadline = 0;
     int c;
 
     while ((c = getopt(argc, argv, "a:c:p:n:d:k:m:P:h")) != -1) {
         switch (c) {
-        case 'a': o.addr = optarg; break;
-        case 'c': o.conns = (unsigned)atoi(optarg); break;
-        case 'p': o.pipeline = (unsigned)atoi(optarg); break;
-        case 'n': o.total = strtoull(optarg, NULL, 10); break;
-        case 'd': o.duration = atof(optarg); break;
-        case 'k': o.keys = (unsigned)atoi(optarg); break;
-        case 'm': o.message = optarg; break;
-        case 'P': o.path = optarg; break;
-        case 'h': usage(stdout); return 0;
+        case 'a': o->addr = optarg; break;
+        case 'c': o->conns = (unsigned)atoi(optarg); break;
+        case 'p': o->pipeline = (unsigned)atoi(optarg); break;
+        case 'n': o->total = strtoull(optarg, NULL, 10); break;
+        case 'd': o->duration = atof(optarg); break;
+        case 'k': o->keys = (unsigned)atoi(optarg); break;
+        case 'm': o->message = optarg; break;
+        case 'P': o->path = optarg; break;
+        case 'h': usage(stdout); return 1;
         default: usage(stderr); return 2;
         }
     }
-    if (o.conns < 1 || o.conns > BENCH_MAX_CONNS || o.pipeline < 1 ||
-        o.pipeline > BENCH_MAX_PIPELINE || o.keys < 1) {
+    if (o->conns < 1 || o->conns > BENCH_MAX_CONNS || o->pipeline < 1 ||
+        o->pipeline > BENCH_MAX_PIPELINE || o->keys < 1) {
         usage(stderr);
         return 2;
     }
-    conns = calloc(o.conns, sizeof(*conns));
-    pfd = calloc(o.conns, sizeof(*pfd));
-    if (!conns || !pfd)
-        return 1;
-    for (unsigned i = 0; i < o.conns; i++) {
-        conns[i].fd = dial(o.addr);
+    if (net_parse_addr(o->addr, 0, &o->target) == -1) {
+        fprintf(stderr,
+                "spoa-bench: bad address '%s' (expected host:port, [v6]:port or unix:/path)\n",
+                o->addr);
+        return 2;
+    }
+    return 0;
+}
+
+/* Connect and say HELLO on every connection. 0, or -1 (reported). */
+static int open_conns(const struct opts *o, struct bconn *conns, struct pollfd *pfd)
+{
+    char err[512];
+
+    for (unsigned i = 0; i < o->conns; i++) {
+        conns[i].fd = net_connect(&o->target, err, sizeof(err));
         conns[i].next_stream = (uint64_t)i << 32;
-        if (conns[i].fd < 0 || handshake(&conns[i]) < 0) {
-            fprintf(stderr, "spoa-bench: cannot connect to %s: %s\n", o.addr, strerror(errno));
-            return 1;
+        if (conns[i].fd < 0) {
+            fprintf(stderr, "spoa-bench: cannot connect to %s\n", err);
+            return -1;
+        }
+        if (handshake(&conns[i]) < 0) {
+            fprintf(stderr, "spoa-bench: cannot connect to %s: %s\n", o->addr, strerror(errno));
+            return -1;
         }
         pfd[i].fd = conns[i].fd;
         pfd[i].events = POLLIN;
     }
+    return 0;
+}
 
-    t0 = util_now_us();
-    if (o.duration > 0) {
-        deadline = t0 + (uint64_t)(o.duration * 1e6);
-        o.total = UINT64_MAX;
+/* Read what bc has, record its ACKs, keep its pipeline full. -1 when the
+ * connection is lost. */
+static int serve_conn(const struct opts *o, struct bconn *bc, uint64_t *sent, uint64_t deadline)
+{
+    size_t off = 0, used;
+    struct spop_frame f;
+    ssize_t n = read(bc->fd, bc->in + bc->in_len, sizeof(bc->in) - bc->in_len);
+
+    if (n <= 0)
+        return -1;
+    bc->in_len += (size_t)n;
+    while (spop_frame_decode(bc->in + off, bc->in_len - off, BENCH_BUF - 4, &f, &used) == 0) {
+        if (f.type == SPOP_FRAME_ACK)
+            record_ack(bc, &f, o);
+        else if (f.type == SPOP_FRAME_AGENT_DISCONNECT)
+            return -1;
+        off += used;
     }
-    for (unsigned i = 0; i < o.conns; i++)
-        for (unsigned j = 0; j < o.pipeline && sent < o.total; j++, sent++)
-            if (send_notify(&conns[i], &o) < 0)
+    memmove(bc->in, bc->in + off, bc->in_len - off);
+    bc->in_len -= off;
+    int more = deadline ? util_now_us() < deadline : 1;
+    while (more && bc->inflight < o->pipeline && *sent < o->total) {
+        if (send_notify(bc, o) < 0)
+            return -1;
+        (*sent)++;
+    }
+    return 0;
+}
+
+/* Fill every pipeline, then answer ACKs with NOTIFYs until the total (or the
+ * deadline) is reached and every ACK is in. The errors are counted. */
+static void run(struct opts *o, struct bconn *conns, struct pollfd *pfd)
+{
+    uint64_t sent = 0, deadline = 0;
+
+    if (o->duration > 0) {
+        deadline = util_now_us() + (uint64_t)(o->duration * 1e6);
+        o->total = UINT64_MAX;
+    }
+    for (unsigned i = 0; i < o->conns; i++)
+        for (unsigned j = 0; j < o->pipeline && sent < o->total; j++, sent++)
+            if (send_notify(&conns[i], o) < 0)
                 goto io_error;
 
     while (acks < sent) {
-        if (poll(pfd, o.conns, 5000) <= 0) {
+        if (poll(pfd, o->conns, 5000) <= 0) {
             fprintf(stderr, "spoa-bench: no answer for 5 s (%" PRIu64 " of %" PRIu64 ")\n",
                     acks, sent);
             errors++;
-            break;
+            return;
         }
-        for (unsigned i = 0; i < o.conns; i++) {
-            struct bconn *bc = &conns[i];
-            if (!(pfd[i].revents & (POLLIN | POLLHUP | POLLERR)))
-                continue;
-            ssize_t n = read(bc->fd, bc->in + bc->in_len, sizeof(bc->in) - bc->in_len);
-            if (n <= 0)
+        for (unsigned i = 0; i < o->conns; i++) {
+            if ((pfd[i].revents & (POLLIN | POLLHUP | POLLERR)) &&
+                serve_conn(o, &conns[i], &sent, deadline) < 0)
                 goto io_error;
-            bc->in_len += (size_t)n;
-            size_t off = 0, used;
-            struct spop_frame f;
-            while (spop_frame_decode(bc->in + off, bc->in_len - off, BENCH_BUF - 4, &f, &used) ==
-                   0) {
-                if (f.type == SPOP_FRAME_ACK)
-                    record_ack(bc, &f, &o);
-                else if (f.type == SPOP_FRAME_AGENT_DISCONNECT)
-                    goto io_error;
-                off += used;
-            }
-            memmove(bc->in, bc->in + off, bc->in_len - off);
-            bc->in_len -= off;
-            int more = deadline ? util_now_us() < deadline : 1;
-            while (more && bc->inflight < o.pipeline && sent < o.total) {
-                if (send_notify(bc, &o) < 0)
-                    goto io_error;
-                sent++;
-            }
         }
     }
-    t1 = util_now_us();
-    goto report;
+    return;
 io_error:
     fprintf(stderr, "spoa-bench: connection lost: %s\n", strerror(errno));
     errors++;
-    t1 = util_now_us();
-report:
-    qsort(lat, nlat, sizeof(*lat), cmp_u64);
+}
+
+static void report(const struct opts *o, uint64_t t0, uint64_t t1)
+{
     double secs = (double)(t1 - t0) / 1e6;
+
+    qsort(lat, nlat, sizeof(*lat), cmp_u64);
 #define PCT(p) (nlat ? lat[(size_t)((double)(nlat - 1) * (p))] : 0)
     printf("decisions %" PRIu64 " in %.3f s: %.0f decisions/s (%u conns x %u pipelined, %u keys)\n",
-           acks, secs, secs > 0 ? (double)acks / secs : 0, o.conns, o.pipeline, o.keys);
+           acks, secs, secs > 0 ? (double)acks / secs : 0, o->conns, o->pipeline, o->keys);
     printf("latency_us p50 %" PRIu64 " p99 %" PRIu64 " p99.9 %" PRIu64 " max %" PRIu64 "\n",
            PCT(0.50), PCT(0.99), PCT(0.999), nlat ? lat[nlat - 1] : 0);
+#undef PCT
     printf("allowed %" PRIu64 " blocked %" PRIu64 " errors %" PRIu64 "\n", allowed, blocked,
            errors);
+}
+
+int main(int argc, char **argv)
+{
+    struct opts o = {"127.0.0.1:12345", {0}, 8, 20, 1000, 100000, 0, "check-rate", "/api/bench"};
+    struct bconn *conns;
+    struct pollfd *pfd;
+    uint64_t t0, t1;
+    int ret;
+
+    if ((ret = parse_opts(argc, argv, &o)) != 0)
+        return ret == 1 ? 0 : 2;
+    conns = calloc(o.conns, sizeof(*conns));
+    pfd = calloc(o.conns, sizeof(*pfd));
+    if (!conns || !pfd)
+        return 1;
+    if (open_conns(&o, conns, pfd) < 0)
+        return 1;
+    t0 = util_now_us();
+    run(&o, conns, pfd);
+    t1 = util_now_us();
+    report(&o, t0, t1);
     for (unsigned i = 0; i < o.conns; i++)
         close(conns[i].fd);
     free(conns);
