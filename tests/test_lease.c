@@ -357,6 +357,7 @@ START_TEST(demand_decays_off_the_list)
     ck_assert_int_eq(decide(t, "k", &pbig, now + 1, 1, &r, &j), LEASE_PENDING);
     ck_assert_ptr_nonnull(j);
     ck_assert_uint_eq(j->want, 3);
+    free(j); /* the caller's until replied */
     lease_table_free(t);
 }
 END_TEST
