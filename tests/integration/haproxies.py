@@ -5,7 +5,8 @@ at ../shared/haproxy-3.4/haproxy beside the repository (where CI clones it),
 and any paths listed in HAPROXIES (colon-separated). A test class written once
 becomes one class per HAProxy found, named after its version (ShippedKit_2_6_12,
 ShippedKit_3_4_0); an expected HAProxy that is missing gives a skipped class
-saying where it was looked for. `python3 haproxies.py` prints the versions."""
+saying where it was looked for. `python3 haproxies.py [--short]` prints the
+versions found."""
 import csv
 import functools
 import os
@@ -198,4 +199,7 @@ class KitHAProxy(HAProxy):
 
 
 if __name__ == "__main__":
-    print(describe())
+    if sys.argv[1:] == ["--short"]:  # "2.6.12, 3.4.0", for run-tests' summary
+        print(", ".join(b.text for b in survey()[0]) or "none")
+    else:
+        print(describe())
