@@ -148,9 +148,10 @@ class Redis(Proc):
 
 
 class HAProxy(Proc):
-    """haproxy with the shipped haproxy/ files copied and only the ports changed."""
+    """haproxy with the shipped haproxy/ files copied and only the ports changed.
+    binary: the haproxy to run (default: the one on PATH, Debian's)."""
 
-    def __init__(self, agent_port, http_port=None, stats_port=9145):
+    def __init__(self, agent_port, http_port=None, stats_port=9145, binary="haproxy"):
         self.http_port = http_port or free_port()
         self.dir = tempfile.mkdtemp(prefix="haproxy-test-")
         src = os.path.join(TOP, "haproxy")
@@ -164,7 +165,7 @@ class HAProxy(Proc):
         with open(cfg, "w") as f:
             f.write(text)
         # cwd: HAProxy 2.6 opens map files relative to its working directory
-        super().__init__(["haproxy", "-db", "-f", cfg], "haproxy", cwd=self.dir)
+        super().__init__([binary, "-db", "-f", cfg], "haproxy", cwd=self.dir)
         wait_port(self.http_port, proc=self.p)
 
     def request(self, path="/", headers=None, method="GET"):

@@ -1,12 +1,14 @@
 """The shipped haproxy/ kit, started as it is (ports aside), in front of the
 agent running the shipped sample rules: 200s with RateLimit headers, then 429
-with Retry-After; and still 200 with the agent stopped."""
+with Retry-After; and still 200 with the agent stopped. Once per HAProxy found
+(Debian's 2.6, ../shared/haproxy-3.4/haproxy): see haproxies.py."""
 import os
 import re
 import time
 import unittest
 
 from harness import AGENT, TOP, HAProxy, Proc, free_port, wait_port
+from haproxies import backend_first, check_config, per_haproxy
 
 
 def shipped_agent(port, stats_port):
@@ -22,11 +24,23 @@ def shipped_agent(port, stats_port):
     return p
 
 
-class ShippedKit(unittest.TestCase):
+class KitParses:
+    """The one kit parses with warnings as errors, backend declared last (as
+    shipped) or first: `mode spop` on 3.1+, `mode tcp` and timeout hello/idle
+    before (2.6 rejects `mode spop`)."""
+
+    def test_parses_with_warnings_as_errors(self):
+        for name, edits in (("backend last", ()), ("backend first", (backend_first,))):
+            rc, out = check_config(self.build, cfg_edits=edits)
+            self.assertEqual(rc, 0, "%s, %s: haproxy -c -dW:\n%s" % (self.build, name, out))
+            self.assertNotIn("WARNING", out.upper(), out)
+
+
+class ShippedKit:
     def setUp(self):
         self.port, self.stats = free_port(), free_port()
         self.agent = shipped_agent(self.port, self.stats)
-        self.haproxy = HAProxy(self.port)
+        self.haproxy = HAProxy(self.port, binary=self.build.path)
         # the SPOE applet connects lazily: wait until a decision comes back
         end = time.time() + 10
         while time.time() < end:
@@ -76,6 +90,9 @@ class ShippedKit(unittest.TestCase):
             self.assertEqual(h.get("ratelimit-status"), "unavailable")
             self.assertNotIn("ratelimit-policy", h)
 
+
+per_haproxy(KitParses, globals())
+per_haproxy(ShippedKit, globals())
 
 if __name__ == "__main__":
     unittest.main()

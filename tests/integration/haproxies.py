@@ -1,0 +1,205 @@
+"""Every HAProxy the HAProxy tests run against, and the kit started under each.
+
+Found: Debian's haproxy on PATH (2.6 on Debian 12), the HAProxy 3.4 build kept
+at ../shared/haproxy-3.4/haproxy beside the repository (where CI clones it),
+and any paths listed in HAPROXIES (colon-separated). A test class written once
+becomes one class per HAProxy found, named after its version (ShippedKit_2_6_12,
+ShippedKit_3_4_0); an expected HAProxy that is missing gives a skipped class
+saying where it was looked for. `python3 haproxies.py [--short]` prints the
+versions found."""
+import csv
+import functools
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import unittest
+
+from harness import TOP, HAProxy, Proc, free_port, wait_port
+
+SHARED_34 = os.path.normpath(os.path.join(TOP, "..", "shared", "haproxy-3.4", "haproxy"))
+
+
+class Build:
+    def __init__(self, path, version):
+        self.path = path
+        self.version = version                    # (3, 4, 0)
+        self.text = ".".join(map(str, version))   # "3.4.0"
+        self.label = "_".join(map(str, version))  # "3_4_0"
+
+    def atleast(self, major, minor):
+        return self.version[:2] >= (major, minor)
+
+    def __repr__(self):
+        return "HAProxy %s (%s)" % (self.text, self.path)
+
+
+def version_of(path):
+    out = subprocess.run([path, "-v"], capture_output=True, text=True, timeout=10).stdout
+    m = re.search(r"version (\d+)\.(\d+)(?:\.(\d+))?", out)
+    if not m:
+        raise RuntimeError("%s -v: no version in %r" % (path, out[:200]))
+    return tuple(int(x or 0) for x in m.groups())
+
+
+@functools.lru_cache(maxsize=None)
+def survey():
+    """([Build], [(label, why a wanted HAProxy is missing)]), each binary once."""
+    wanted = [("debian", "Debian's haproxy (on PATH)", shutil.which("haproxy")),
+              ("3_4", "HAProxy 3.4 (../shared/haproxy-3.4/haproxy beside the repository)",
+               SHARED_34)]
+    wanted += [("extra_%d" % i, "HAPROXIES entry", p)
+               for i, p in enumerate(os.environ.get("HAPROXIES", "").split(":")) if p]
+    builds, missing, seen = [], [], set()
+    for label, what, path in wanted:
+        if not path or not os.access(path, os.X_OK):
+            missing.append((label, "%s not found%s" % (what, " at " + path if path else "")))
+            continue
+        real = os.path.realpath(path)
+        if real in seen:
+            continue
+        seen.add(real)
+        builds.append(Build(path, version_of(path)))
+    return builds, missing
+
+
+def describe():
+    builds, missing = survey()
+    line = "HAProxy versions under test: " + (", ".join(map(repr, builds)) or "none")
+    for _, why in missing:
+        line += "\n  skipped: " + why
+    return line
+
+
+_announced = []
+
+
+def per_haproxy(base, namespace):
+    """Put into `namespace` one unittest class per HAProxy found, from the mixin
+    `base` (whose tests read self.build), and a skipped one per missing HAProxy."""
+    if not _announced:
+        _announced.append(True)
+        print(describe(), file=sys.stderr)
+    builds, missing = survey()
+    for b in builds:
+        if getattr(base, "min_version", None) and not b.atleast(*base.min_version):
+            continue
+        name = "%s_%s" % (base.__name__, b.label)
+        namespace[name] = type(name, (base, unittest.TestCase),
+                               {"build": b, "__module__": namespace["__name__"]})
+    for label, why in missing:
+        name = "%s_%s_missing" % (base.__name__, label)
+        cls = type(name, (base, unittest.TestCase), {"build": None,
+                                                     "__module__": namespace["__name__"]})
+        namespace[name] = unittest.skip(why)(cls)
+
+
+# ---- the kit, with the edits a test asks for -------------------------------
+
+def backend_first(cfg):
+    """Move `backend spoe-ratelimit` (the last section of the kit) above the frontend."""
+    i = cfg.index("backend spoe-ratelimit")
+    backend = cfg[i:].rstrip("\n") + "\n\n"
+    cfg = cfg[:i].rstrip("\n") + "\n"
+    j = cfg.index("frontend www")
+    return cfg[:j] + backend + cfg[j:]
+
+
+def plain_mode_tcp(cfg):
+    """The kit as it was before 3.1 support: `mode tcp` whatever the version."""
+    new = re.sub(r"\.if version_atleast\(3\.1\)\n\s*mode spop\n\.else\n(\s*mode tcp\n)\.endif\n",
+                 r"\1", cfg)
+    assert new != cfg, "the kit's backend has no version_atleast(3.1) block"
+    return new
+
+
+def spoe_processing(timeout):
+    def edit(spoe):
+        new = re.sub(r"timeout processing \S+", "timeout processing " + timeout, spoe)
+        assert new != spoe
+        return new
+    return edit
+
+
+def check_config(build, cfg_edits=(), spoe_edits=()):
+    """`haproxy -c -dW` (warnings are errors) on an edited copy of the kit:
+    (exit code, output)."""
+    d = tempfile.mkdtemp(prefix="haproxy-check-")
+    try:
+        _copy_kit(d, cfg_edits, spoe_edits)
+        p = subprocess.run([build.path, "-c", "-dW", "-f", "haproxy.cfg"], cwd=d,
+                           capture_output=True, text=True, timeout=30)
+        return p.returncode, p.stdout + p.stderr
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def _copy_kit(d, cfg_edits, spoe_edits, ports=()):
+    src = os.path.join(TOP, "haproxy")
+    for name in os.listdir(src):
+        shutil.copy(os.path.join(src, name), d)
+    for name, edits in (("haproxy.cfg", cfg_edits), ("spoe-ratelimit.conf", spoe_edits)):
+        path = os.path.join(d, name)
+        with open(path) as f:
+            text = f.read()
+        for old, new in ports:
+            text = text.replace(old, new)
+        for e in edits:
+            text = e(text)
+        with open(path, "w") as f:
+            f.write(text)
+
+
+class KitHAProxy(HAProxy):
+    """HAProxy `build` running the shipped kit: the ports changed (HTTP on a free
+    port, the agent at agent_port), then the given edits, and an admin socket
+    (`show stat`) in the global section."""
+
+    def __init__(self, build, agent_port, cfg_edits=(), spoe_edits=()):
+        self.build = build
+        self.http_port = free_port()
+        self.dir = tempfile.mkdtemp(prefix="haproxy-test-")
+        self.admin = os.path.join(self.dir, "admin.sock")
+
+        def admin_socket(cfg):
+            return cfg.replace("global\n", "global\n    stats socket %s level admin\n"
+                               % self.admin, 1)
+        _copy_kit(self.dir, list(cfg_edits) + [admin_socket], spoe_edits,
+                  ports=(("127.0.0.1:8080", "127.0.0.1:%d" % self.http_port),
+                         ("127.0.0.1:12345", "127.0.0.1:%d" % agent_port)))
+        # cwd: HAProxy 2.6 opens map files relative to its working directory
+        Proc.__init__(self, [build.path, "-db", "-f", "haproxy.cfg"],
+                      "haproxy-" + build.text, cwd=self.dir)
+        wait_port(self.http_port, proc=self.p)
+
+    def show_stat(self):
+        """`show stat` as a list of dicts (pxname, svname, status, check_status...)."""
+        with socket.socket(socket.AF_UNIX) as sk:
+            sk.settimeout(5)
+            sk.connect(self.admin)
+            sk.sendall(b"show stat\n")
+            out = b""
+            while True:
+                data = sk.recv(65536)
+                if not data:
+                    break
+                out += data
+        lines = out.decode().splitlines()
+        head = lines[0].lstrip("# ").split(",")
+        return [dict(zip(head, row)) for row in csv.reader(lines[1:]) if row]
+
+    def server(self, proxy, server):
+        for row in self.show_stat():
+            if row["pxname"] == proxy and row["svname"] == server:
+                return row
+        return None
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--short"]:  # "2.6.12, 3.4.0", for run-tests' summary
+        print(", ".join(b.text for b in survey()[0]) or "none")
+    else:
+        print(describe())
