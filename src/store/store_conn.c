@@ -13,7 +13,6 @@
  */
 #include "store_conn.h"
 
-#include <errno.h>
 #include <ev.h>
 #include <hiredis/adapters/libev.h>
 #include <hiredis/async.h>
@@ -751,49 +750,31 @@ static void fill_result(struct store_result *res, const redisReply *reply)
     }
 }
 
-/* The next decimal integer of [*p, end), past spaces. -1 when there is none. */
-static int next_int(const char **p, const char *end, int64_t *v)
+/* Hand each call of batch b its part of the reply ("n v1 .. vn" per call, in
+ * order: lua/batch.sh); calls the reply does not cover fail. */
+static void batch_reply(struct store_cmd *b, const redisReply *reply, uint64_t now)
 {
-    const char *q = *p;
-    char *e;
-
-    while (q < end && *q == ' ')
-        q++;
-    if (q == end)
-        return -1;
-    errno = 0;
-    *v = strtoll(q, &e, 10); /* stops at the space or the terminating NUL */
-    if (e == q || errno || e > end)
-        return -1;
-    *p = e;
-    return 0;
-}
-
-/* Hand each call of batch b its part of the reply: one string of decimal
- * integers, "n v1 .. vn" per call, in order (lua/batch.sh). Calls the reply
- * does not cover fail. */
-static void batch_reply(struct store_cmd *b, const char *p, size_t len, uint64_t now)
-{
-    const char *end = p + len;
     struct store_cmd *m, *next;
+    size_t at = 0;
 
     for (m = b->members; m; m = next) {
         struct store_result res = {.status = STORE_ERR, .err = "short batch reply"};
         int64_t n, x;
         next = m->mnext;
-        if (next_int(&p, end, &n) == 0 && n >= 0) {
+        if (at < reply->elements && reply_int(reply->element[at], &n) == 0 && n >= 0 &&
+            (uint64_t)n < reply->elements - at) {
             res.status = STORE_OK;
-            for (int64_t i = 0; i < n; i++) {
-                if (next_int(&p, end, &x) < 0) {
+            for (int64_t i = 1; i <= n; i++) {
+                if (reply_int(reply->element[at + (size_t)i], &x) < 0) {
                     res.status = STORE_ERR;
-                    p = end;
-                    break;
-                }
-                if (res.n < STORE_MAX_VALUES)
+                    res.err = "unexpected reply element";
+                } else if (res.n < STORE_MAX_VALUES) {
                     res.v[res.n++] = x;
+                }
             }
+            at += 1 + (size_t)n;
         } else {
-            p = end; /* malformed: fail the rest */
+            at = reply->elements; /* malformed: fail the rest */
         }
         if (res.status != STORE_OK)
             METRIC_INC(redis_errors);
@@ -820,8 +801,8 @@ static void on_eval_reply(redisAsyncContext *ac, void *r, void *priv)
     if (reply->type == REDIS_REPLY_ERROR && handle_error(conn, ac, c, reply->str))
         goto next;
     res.latency_us = now - c->first_us;
-    if (reply->type == REDIS_REPLY_STRING && c->batch) {
-        batch_reply(c, reply->str, (size_t)reply->len, now);
+    if (reply->type == REDIS_REPLY_ARRAY && c->batch) {
+        batch_reply(c, reply, now);
         cmd_free(c);
         goto next;
     }

@@ -48,7 +48,7 @@ struct store_env {
  * EVALSHA of the batch script (lua/batch.sh: many keys, per-key results), or
  * per slot with STORE_CONN_SLOTS. A queue of STORE_CONN_BATCH_MAX goes out at
  * once. A lone call is sent at once, as itself. */
-#define STORE_CONN_MAX_INFLIGHT 1
+#define STORE_CONN_MAX_INFLIGHT 2
 #define STORE_CONN_BATCH_MAX 256
 
 /* One store_eval() call: EVALSHA sha 1 key args... Owned by the store until
