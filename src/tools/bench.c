@@ -37,6 +37,7 @@ struct opts {
     double duration;
     const char *message;
     const char *path;
+    double rate; /* decisions per second, paced; 0: as fast as the pipelines allow */
 };
 
 static uint64_t *lat;
@@ -111,6 +112,14 @@ static int handshake(struct bconn *c)
 }
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ULL;
+/* xorshift must not start at 0: it would stay there. */
+static void rng_seed(uint64_t seed)
+{
+    rng_state = (seed + 1) * 0x9e3779b97f4a7c15ULL;
+    if (!rng_state)
+        rng_state = 1;
+}
+
 static uint64_t rng(void)
 {
     rng_state ^= rng_state << 13;
@@ -190,7 +199,7 @@ static int cmp_u64(const void *a, const void *b)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: spoa-bench [-a ADDR] [-c CONNS] [-p PIPELINE] [-n TOTAL | -d SECONDS]\n"
-               "                  [-k KEYS] [-m MESSAGE] [-P PATH]\n"
+               "                  [-k KEYS] [-m MESSAGE] [-P PATH] [-r RATE] [-s SEED]\n"
                "  -a ADDR      agent address, host:port or unix:/path (127.0.0.1:12345)\n"
                "  -c CONNS     connections (8)\n"
                "  -p PIPELINE  NOTIFYs in flight per connection (20, as HAProxy)\n"
@@ -198,7 +207,9 @@ static void usage(FILE *f)
                "  -d SECONDS   run for this long instead of -n\n"
                "  -k KEYS      distinct client keys, chosen at random (1000)\n"
                "  -m MESSAGE   SPOE message name (check-rate)\n"
-               "  -P PATH      value of the path arg (/api/bench)\n");
+               "  -P PATH      value of the path arg (/api/bench)\n"
+               "  -r RATE      send RATE decisions per second, paced (light load: latency)\n"
+               "  -s SEED      seed of the key choice (a different set of keys)\n");
 }
 
 /* Options into o. 0 to run, 1 to exit 0 (help printed), 2 on a usage error
@@ -207,7 +218,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 {
     int c;
 
-    while ((c = getopt(argc, argv, "a:c:p:n:d:k:m:P:h")) != -1) {
+    while ((c = getopt(argc, argv, "a:c:p:n:d:k:m:P:r:s:h")) != -1) {
         switch (c) {
         case 'a': o->addr = optarg; break;
         case 'c': o->conns = (unsigned)atoi(optarg); break;
@@ -217,6 +228,8 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         case 'k': o->keys = (unsigned)atoi(optarg); break;
         case 'm': o->message = optarg; break;
         case 'P': o->path = optarg; break;
+        case 'r': o->rate = atof(optarg); break;
+        case 's': rng_seed(strtoull(optarg, NULL, 0)); break;
         case 'h': usage(stdout); return 1;
         default: usage(stderr); return 2;
         }
@@ -257,9 +270,10 @@ static int open_conns(const struct opts *o, struct bconn *conns, struct pollfd *
     return 0;
 }
 
-/* Read what bc has, record its ACKs, keep its pipeline full. -1 when the
- * connection is lost. */
-static int serve_conn(const struct opts *o, struct bconn *bc, uint64_t *sent, uint64_t deadline)
+/* Read what bc has, record its ACKs, and (refill) keep its pipeline full
+ * until the deadline (0: none). -1 when the connection is lost. */
+static int serve_conn(const struct opts *o, struct bconn *bc, uint64_t *sent, int refill,
+                      uint64_t deadline)
 {
     size_t off = 0, used;
     struct spop_frame f;
@@ -277,7 +291,7 @@ static int serve_conn(const struct opts *o, struct bconn *bc, uint64_t *sent, ui
     }
     memmove(bc->in, bc->in + off, bc->in_len - off);
     bc->in_len -= off;
-    int more = deadline ? util_now_us() < deadline : 1;
+    int more = refill && (deadline ? util_now_us() < deadline : 1);
     while (more && bc->inflight < o->pipeline && *sent < o->total) {
         if (send_notify(bc, o) < 0)
             return -1;
@@ -286,12 +300,63 @@ static int serve_conn(const struct opts *o, struct bconn *bc, uint64_t *sent, ui
     return 0;
 }
 
+/* Paced: one NOTIFY every 1/rate s, on the connections in turn, until the
+ * total (or the deadline) is sent and every ACK is in. */
+static void run_paced(struct opts *o, struct bconn *conns, struct pollfd *pfd)
+{
+    uint64_t sent = 0, t0 = util_now_us(), deadline = 0;
+    unsigned next_conn = 0;
+
+    if (o->duration > 0) {
+        deadline = t0 + (uint64_t)(o->duration * 1e6);
+        o->total = UINT64_MAX;
+    }
+    while (acks < sent || (sent < o->total && (!deadline || util_now_us() < deadline))) {
+        uint64_t now = util_now_us(), due = t0 + (uint64_t)((double)sent * 1e6 / o->rate);
+        int wait_ms = 1000;
+        if (sent < o->total && (!deadline || now < deadline)) {
+            if (now >= due) {
+                struct bconn *bc = &conns[next_conn];
+                next_conn = (next_conn + 1) % o->conns;
+                if (bc->inflight < o->pipeline) {
+                    if (send_notify(bc, o) < 0)
+                        goto io_error;
+                    sent++;
+                }
+                continue;
+            }
+            wait_ms = (int)((due - now) / 1000);
+        }
+        int r = poll(pfd, o->conns, wait_ms);
+        if (r < 0)
+            goto io_error;
+        if (r == 0 && acks < sent && util_now_us() - now > 5000000) {
+            fprintf(stderr, "spoa-bench: no answer for 5 s\n");
+            errors++;
+            return;
+        }
+        for (unsigned i = 0; i < o->conns; i++) {
+            if ((pfd[i].revents & (POLLIN | POLLHUP | POLLERR)) &&
+                serve_conn(o, &conns[i], &sent, 0, 0) < 0)
+                goto io_error;
+        }
+    }
+    return;
+io_error:
+    fprintf(stderr, "spoa-bench: connection lost: %s\n", strerror(errno));
+    errors++;
+}
+
 /* Fill every pipeline, then answer ACKs with NOTIFYs until the total (or the
  * deadline) is reached and every ACK is in. The errors are counted. */
 static void run(struct opts *o, struct bconn *conns, struct pollfd *pfd)
 {
     uint64_t sent = 0, deadline = 0;
 
+    if (o->rate > 0) {
+        run_paced(o, conns, pfd);
+        return;
+    }
     if (o->duration > 0) {
         deadline = util_now_us() + (uint64_t)(o->duration * 1e6);
         o->total = UINT64_MAX;
@@ -310,7 +375,7 @@ static void run(struct opts *o, struct bconn *conns, struct pollfd *pfd)
         }
         for (unsigned i = 0; i < o->conns; i++) {
             if ((pfd[i].revents & (POLLIN | POLLHUP | POLLERR)) &&
-                serve_conn(o, &conns[i], &sent, deadline) < 0)
+                serve_conn(o, &conns[i], &sent, 1, deadline) < 0)
                 goto io_error;
         }
     }
@@ -337,7 +402,7 @@ static void report(const struct opts *o, uint64_t t0, uint64_t t1)
 
 int main(int argc, char **argv)
 {
-    struct opts o = {"127.0.0.1:12345", {0}, 8, 20, 1000, 100000, 0, "check-rate", "/api/bench"};
+    struct opts o = {"127.0.0.1:12345", {0}, 8, 20, 1000, 100000, 0, "check-rate", "/api/bench", 0};
     struct bconn *conns;
     struct pollfd *pfd;
     uint64_t t0, t1;

@@ -1,8 +1,18 @@
-"""`make bench`: the full benchmark. Runs spoa-bench against the agent in
-several modes, REPEAT times each, and prints medians (decisions/s, latency
-percentiles, Redis commands per decision) and each mode's throughput as a
-ratio of standalone. The machine is shared and noisy: read medians and
-ratios, not single runs.
+"""`make bench`: the full benchmark, every figure side by side in one run.
+
+1. Throughput: spoa-bench against the agent (1 worker) in several modes,
+   REPEAT times each: medians of decisions/s, latency percentiles, Redis
+   script calls (EVALSHA, from INFO commandstats) and script operations (a
+   batch carries many) per decision. Ratios are against the do-nothing SPOP
+   path (the agent with no rule that matches: what the SPOP side costs).
+2. The textbook design on the same Redis: redis-benchmark -P16 EVALSHA of a
+   one-call-per-request token bucket script over 1M random keys, and the
+   agent's 1M-random-key row as a ratio of it.
+3. Light load after a key churn: p50/p99 at 200 decisions/s on a fresh agent,
+   then after 4 s of 1M-random-key traffic; and bytes of agent memory per
+   lease entry after the churn.
+
+The machine is shared and noisy: read medians and ratios, not single runs.
 
 usage: bench.py AGENT BENCH [REPEAT] [DECISIONS]"""
 import os
@@ -10,6 +20,8 @@ import re
 import statistics
 import subprocess
 import sys
+import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
@@ -19,67 +31,192 @@ repeat = int(sys.argv[3]) if len(sys.argv) > 3 else 5
 n = int(sys.argv[4]) if len(sys.argv) > 4 else 200000
 harness.AGENT = agent_bin
 
+NOTHING = "[rule:nothing]\nmessage = no-such-message\nkey = key\nrate = 1/1s\n"
 HOT = "[rule:bench]\nkey = key\nrate = 1000000/1s\nburst = 1000000\n"
 LIMITED = "[rule:bench]\nkey = key\nrate = 100/1s\nburst = 50\n"
 EXACT = HOT + "lease = off\n"
+PER_IP = "[rule:perip]\nkey = ip\nrate = 100/1m\nburst = 20\n"
 
 # (name, rules, redis?, keys)
 MODES = [
+    ("do-nothing SPOP path (no rule)", NOTHING, False, 20),
     ("standalone, 20 hot keys", HOT, False, 20),
     ("standalone, 1M keys (cold)", HOT, False, 1000000),
     ("standalone, 1000 keys over limit", LIMITED, False, 1000),
     ("redis lease, 20 hot keys", HOT, True, 20),
-    ("redis lease, 1M keys (cold)", HOT, True, 1000000),
     ("redis lease, 1000 keys over limit", LIMITED, True, 1000),
     ("redis exact (lease=off), 20 keys", EXACT, True, 20),
+    ("redis, 1M random keys, per-IP 100/1m", PER_IP, True, 1000000),
 ]
+PER_IP_MODE = MODES[-1][0]
+
+# The textbook design: one script call per request, on the same Redis.
+TEXTBOOK = """
+local key = KEYS[1]
+local rate, burst = tonumber(ARGV[1]) / tonumber(ARGV[2]), tonumber(ARGV[3])
+local tm = redis.call('TIME')
+local now = tonumber(tm[1]) * 1000 + tonumber(tm[2]) / 1000
+local v = redis.call('HMGET', key, 't', 'ts')
+local t, ts = tonumber(v[1]) or burst, tonumber(v[2]) or now
+t = math.min(burst, t + (now - ts) * rate)
+local allowed = 0
+if t >= 1 then t = t - 1; allowed = 1 end
+redis.call('HSET', key, 't', t, 'ts', now)
+redis.call('PEXPIRE', key, math.ceil((burst - t) / rate) + 1000)
+return {allowed, math.floor(t)}
+"""
 
 
-def run_once(rules, redis, keys):
-    extra = ""
-    r = None
-    if redis:
-        r = harness.Redis()
-        extra = "[redis]\nurl = redis://127.0.0.1:%d/0\n" % r.port
-    a = harness.Agent(rules + extra, workers=2)
-    try:
-        if redis:
-            import time
-            for _ in range(100):
-                if a.metric("spoa_ratelimit_redis_up") == 1:
-                    break
-                time.sleep(0.05)
-        c0 = a.metric("spoa_ratelimit_redis_commands_total") or 0
-        p = subprocess.run([bench_bin, "-a", "127.0.0.1:%d" % a.port, "-c", "8", "-p", "20",
-                            "-n", str(n), "-k", str(keys)], capture_output=True, text=True,
-                           timeout=600)
-        c1 = a.metric("spoa_ratelimit_redis_commands_total") or 0
-    finally:
-        a.stop()
-        if r:
-            r.stop()
+def evalsha_calls(redis):
+    out = redis.cli("INFO", "commandstats")
+    m = re.search(r"cmdstat_evalsha:calls=(\d+)", out)
+    return int(m.group(1)) if m else 0
+
+
+def wait_redis_up(agent):
+    for _ in range(200):
+        if agent.metric("spoa_ratelimit_redis_up") == 1:
+            return
+        time.sleep(0.05)
+    raise RuntimeError("agent never connected to Redis")
+
+
+def spoa_bench(agent, *args):
+    p = subprocess.run([bench_bin, "-a", "127.0.0.1:%d" % agent.port] + list(args),
+                       capture_output=True, text=True, timeout=600)
     if p.returncode != 0:
         raise RuntimeError(p.stdout + p.stderr)
     rate = float(re.search(r"([\d.]+) decisions/s", p.stdout).group(1))
     lat = [int(x) for x in re.search(r"p50 (\d+) p99 (\d+) p99.9 (\d+) max (\d+)",
                                      p.stdout).groups()]
-    return rate, lat, (c1 - c0) / n
+    return rate, lat
+
+
+def run_once(rules, redis, keys):
+    r = harness.Redis() if redis else None
+    extra = "[redis]\nurl = redis://127.0.0.1:%d/0\n" % r.port if r else ""
+    a = harness.Agent(rules + extra, workers=1)
+    try:
+        if r:
+            wait_redis_up(a)
+        c0 = evalsha_calls(r) if r else 0
+        rate, lat = spoa_bench(a, "-c", "8", "-p", "20", "-n", str(n), "-k", str(keys))
+        c1 = evalsha_calls(r) if r else 0
+        batched = a.metric("spoa_ratelimit_redis_batched_calls_total") or 0
+        batches = a.metric("spoa_ratelimit_redis_batches_total") or 0
+        cmds = a.metric("spoa_ratelimit_redis_commands_total") or 0
+        # script operations: single calls plus the calls carried by batches
+        ops = (cmds - batches + batched) if r else 0
+    finally:
+        a.stop()
+        if r:
+            r.stop()
+    return rate, lat, (c1 - c0) / n, ops / n
+
+
+def textbook(keys, requests):
+    """redis-benchmark -P16 EVALSHA of the textbook script: requests/s."""
+    r = harness.Redis()
+    try:
+        sha = r.cli("SCRIPT", "LOAD", TEXTBOOK).strip()
+        p = subprocess.run(["redis-benchmark", "-p", str(r.port), "-P", "16", "-q",
+                            "-n", str(requests), "-r", str(keys), "evalsha", sha, "1",
+                            "tb:__rand_int__", "100", "60000", "20"],
+                           capture_output=True, text=True, timeout=600)
+        m = re.findall(r"([\d.]+) requests per second", p.stdout.replace("\r", "\n"))
+        if not m:
+            raise RuntimeError(p.stdout + p.stderr)
+        return float(m[-1])
+    finally:
+        r.stop()
+
+
+def rss_kb(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def light(agent, seed):
+    return spoa_bench(agent, "-c", "2", "-p", "20", "-r", "200", "-d", "3", "-k", "1000000",
+                      "-s", str(seed))[1]
+
+
+def churn_once():
+    """Light-load latency on a fresh agent, then right after 4 s of 1M-key
+    traffic; memory per lease entry after the churn. Control: a second, fresh
+    agent on the same Redis right after a churn of the first one, which shows
+    what Redis itself adds after a churn (its keys expiring in bulk)."""
+    r = harness.Redis()
+    ini = PER_IP + "[redis]\nurl = redis://127.0.0.1:%d/0\n" % r.port
+    a = harness.Agent(ini, workers=1)
+    b = None
+    try:
+        wait_redis_up(a)
+        fresh = light(a, 1)
+        rss0 = rss_kb(a.p.pid)
+        spoa_bench(a, "-c", "8", "-p", "20", "-d", "4", "-k", "1000000", "-s", "2")
+        entries = a.metric("spoa_ratelimit_lease_keys") or 0
+        rss1 = rss_kb(a.p.pid)
+        after = light(a, 3)
+        time.sleep(3)  # Redis settles: the churned keys are gone
+        spoa_bench(a, "-c", "8", "-p", "20", "-d", "4", "-k", "1000000", "-s", "4")
+        b = harness.Agent(ini, workers=1)
+        wait_redis_up(b)
+        control = light(b, 5)
+    finally:
+        a.stop()
+        if b:
+            b.stop()
+        r.stop()
+    per_entry = (rss1 - rss0) * 1024 / entries if entries else 0
+    return fresh, after, entries, per_entry, control
 
 
 def main():
     print("spoa-bench: 8 connections x 20 pipelined, %d decisions per run, %d runs per mode, "
-          "%d CPUs" % (n, repeat, os.cpu_count()))
-    print("%-36s %12s %7s %8s %8s %8s %10s" % ("mode", "decisions/s", "ratio", "p50 us",
-                                               "p99 us", "p99.9 us", "redis/dec"))
+          "agent with 1 worker, %d CPUs" % (n, repeat, os.cpu_count()))
+    print("%-38s %12s %7s %8s %8s %8s %10s %10s" % (
+        "mode", "decisions/s", "ratio", "p50 us", "p99 us", "p99.9 us", "calls/dec",
+        "ops/dec"))
     base = None
+    rates = {}
     for name, rules, redis, keys in MODES:
         runs = [run_once(rules, redis, keys) for _ in range(repeat)]
-        rate = statistics.median(r[0] for r in runs)
-        p50, p99, p999 = (statistics.median(r[1][i] for r in runs) for i in range(3))
-        cmds = statistics.median(r[2] for r in runs)
+        rate = statistics.median(x[0] for x in runs)
+        p50, p99, p999 = (statistics.median(x[1][i] for x in runs) for i in range(3))
+        calls = statistics.median(x[2] for x in runs)
+        ops = statistics.median(x[3] for x in runs)
         base = base or rate
-        print("%-36s %12.0f %7.2f %8.0f %8.0f %8.0f %10.4f" % (name, rate, rate / base, p50,
-                                                               p99, p999, cmds))
+        rates[name] = rate
+        print("%-38s %12.0f %7.2f %8.0f %8.0f %8.0f %10.4f %10.4f" % (
+            name, rate, rate / base, p50, p99, p999, calls, ops), flush=True)
+
+    tb = statistics.median(textbook(1000000, max(n, 200000)) for _ in range(repeat))
+    print("%-38s %12.0f %7s %8s %8s %8s %10.4f %10.4f" % (
+        "textbook EVALSHA -P16, 1M random keys", tb, "", "", "", "", 1.0, 1.0))
+    print("agent (1M random keys) / textbook: %.2f" % (rates[PER_IP_MODE] / tb))
+
+    churns = [churn_once() for _ in range(max(1, min(repeat, 3)))]
+    f50 = statistics.median(c[0][0] for c in churns)
+    f99 = statistics.median(c[0][1] for c in churns)
+    a50 = statistics.median(c[1][0] for c in churns)
+    a99 = statistics.median(c[1][1] for c in churns)
+    amax = statistics.median(c[1][3] for c in churns)
+    ent = statistics.median(c[2] for c in churns)
+    per = statistics.median(c[3] for c in churns)
+    c50 = statistics.median(c[4][0] for c in churns)
+    c99 = statistics.median(c[4][1] for c in churns)
+    print("light load (200/s, 1M random keys): fresh agent p50 %.0f us p99 %.0f us; right after "
+          "4 s of 1M-key traffic p50 %.0f us p99 %.0f us max %.0f us (p99 ratio %.2f)"
+          % (f50, f99, a50, a99, amax, a99 / f99 if f99 else 0))
+    print("  control, a fresh agent on the same Redis right after another agent's churn: "
+          "p50 %.0f us p99 %.0f us (what Redis adds while the churned keys expire)"
+          % (c50, c99))
+    print("memory: %.0f lease entries after the churn, %.0f bytes of agent RSS per entry"
+          % (ent, per))
     return 0
 
 
