@@ -81,6 +81,26 @@ struct store_cmd *store_cmd_new(enum store_script script, const char *key, size_
                                 const char *const *argv, const size_t *argvlen, store_cb *cb,
                                 void *arg);
 
+/* Free a command (a batch: not its members). NULL no-op. */
+void store_cmd_free(struct store_cmd *c);
+
+/* One EVALSHA of the batch script carrying the n calls of list (linked by
+ * mnext, each a store_cmd_new() of one script): "EVALSHA sha n key... then
+ * per call script argc args...". Its callback fails every member; a reply
+ * goes to store_batch_reply(). NULL when out of memory (list untouched). */
+struct store_cmd *store_batch_new(struct store_cmd *list, unsigned n);
+
+struct redisReply;
+
+/* The integers of a script's array reply into res (STORE_OK), or STORE_ERR
+ * with res->err for an element that is not one. */
+void store_cmd_result(struct store_result *res, const struct redisReply *reply);
+
+/* Hand each member of batch b its part of reply ("n v1 .. vn" per call, in
+ * order: lua/batch.sh), running and freeing each; members the reply does not
+ * cover fail. now: for the latency reported. */
+void store_batch_reply(struct store_cmd *b, const struct redisReply *reply, uint64_t now);
+
 /* The key of the command (argv[3]). */
 const char *store_cmd_key(const struct store_cmd *c, size_t *len);
 

@@ -1,0 +1,219 @@
+/* store_cmd.c - one script call: its copy of the arguments, a batch of many
+ * (the group commit of store_conn.c: one EVALSHA of the batch script), and
+ * reading their replies. No I/O: store_conn.c sends them. */
+#include "store_conn.h"
+
+#include <hiredis/hiredis.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "metrics.h"
+
+void store_cmd_free(struct store_cmd *c)
+{
+    if (!c)
+        return;
+    if (c->batch) { /* owns its arrays, sha buffer and arena; the rest is borrowed */
+        free(c->argv[1]);
+        free(c->argv);
+        free(c->argvlen);
+        free(c->arena);
+    }
+    free(c); /* a single call is one block (store_cmd_new) */
+}
+
+/* One block: the command, its argv and argvlen arrays, then the bytes of
+ * every argument (each NUL-terminated), so a call costs one allocation. */
+struct store_cmd *store_cmd_new(enum store_script script, const char *key, size_t keylen, int argc,
+                                const char *const *argv, const size_t *argvlen, store_cb *cb,
+                                void *arg)
+{
+    static const char evalsha[] = "EVALSHA", one[] = "1";
+    int n = argc + 4;
+    size_t bytes = sizeof(evalsha) + STORE_SHA_LEN + 1 + sizeof(one) + keylen + 1;
+    struct store_cmd *c;
+    char *p;
+
+    for (int i = 0; i < argc; i++)
+        bytes += argvlen[i] + 1;
+    c = calloc(1, sizeof(*c) + (size_t)n * (sizeof(char *) + sizeof(size_t)) + bytes);
+    if (!c)
+        return NULL;
+    c->cb = cb;
+    c->arg = arg;
+    c->script = script;
+    c->argc = n;
+    c->argv = (char **)(c + 1);
+    c->argvlen = (size_t *)(c->argv + n);
+    p = (char *)(c->argvlen + n);
+#define PUT(i, s, len)                                                                             \
+    do {                                                                                           \
+        c->argv[i] = p;                                                                            \
+        c->argvlen[i] = (len);                                                                     \
+        memcpy(p, (s), (len));                                                                     \
+        p[len] = '\0';                                                                             \
+        p += (len) + 1;                                                                            \
+    } while (0)
+    PUT(0, evalsha, sizeof(evalsha) - 1);
+    c->argv[1] = p; /* the sha, filled in when sent (calloc'd: zeros) */
+    c->argvlen[1] = STORE_SHA_LEN;
+    p += STORE_SHA_LEN + 1;
+    PUT(2, one, sizeof(one) - 1);
+    PUT(3, key, keylen);
+    for (int i = 0; i < argc; i++)
+        PUT(4 + i, argv[i], argvlen[i]);
+#undef PUT
+    return c;
+}
+
+const char *store_cmd_key(const struct store_cmd *c, size_t *len)
+{
+    *len = c->argvlen[3];
+    return c->argv[3];
+}
+
+void store_cmd_fail(struct store_cmd *c, int status, const char *err)
+{
+    struct store_result res = {.status = status, .err = err};
+    c->cb(c->arg, &res);
+    store_cmd_free(c);
+}
+
+/* A batch that failed as a whole: so does every call in it. */
+static void batch_failed(void *arg, const struct store_result *res)
+{
+    struct store_cmd *b = arg, *m, *next;
+
+    for (m = b->members; m; m = next) {
+        next = m->mnext;
+        store_cmd_fail(m, res->status, res->err);
+    }
+    b->members = NULL;
+}
+
+/* One EVALSHA of the batch script carrying the n calls of list (linked by
+ * mnext): EVALSHA sha n key... then per call "script argc args...". NULL when
+ * out of memory (list untouched). */
+struct store_cmd *store_batch_new(struct store_cmd *list, unsigned n)
+{
+    struct store_cmd *b = calloc(1, sizeof(*b)), *m;
+    int argc = 3 + (int)n, i, k;
+    char *num;
+
+    for (m = list; m; m = m->mnext)
+        argc += 2 + (m->argc - 4);
+    if (!b)
+        return NULL;
+    b->batch = 1;
+    b->script = SCRIPT_BATCH;
+    b->cb = batch_failed;
+    b->arg = b;
+    b->members = list;
+    b->nmembers = n;
+    b->argv = calloc((size_t)argc, sizeof(char *));
+    b->argvlen = calloc((size_t)argc, sizeof(size_t));
+    b->arena = malloc(24 * ((size_t)n + 1) + 8);
+    if (b->argv)
+        b->argv[1] = calloc(1, STORE_SHA_LEN + 1);
+    if (!b->argv || !b->argvlen || !b->arena || !b->argv[1]) {
+        b->argc = 0;
+        free(b->argv ? b->argv[1] : NULL);
+        free(b->argv);
+        free(b->argvlen);
+        free(b->arena);
+        free(b);
+        return NULL;
+    }
+    b->argc = argc;
+    b->argv[0] = (char *)"EVALSHA"; /* never freed: see cmd_free */
+    b->argvlen[0] = 7;
+    b->argvlen[1] = STORE_SHA_LEN;
+    num = b->arena;
+#define ARENA_NUM(v, at)                                                                           \
+    do {                                                                                           \
+        int len_ = sprintf(num, "%d", (int)(v));                                                   \
+        b->argv[at] = num;                                                                         \
+        b->argvlen[at] = (size_t)len_;                                                             \
+        num += len_ + 1;                                                                           \
+    } while (0)
+    ARENA_NUM(n, 2);
+    i = 3;
+    for (m = list; m; m = m->mnext, i++) { /* keys */
+        b->argv[i] = m->argv[3];
+        b->argvlen[i] = m->argvlen[3];
+    }
+    for (m = list; m; m = m->mnext) { /* operations */
+        ARENA_NUM(m->script, i + BATCH_OP_SCRIPT);
+        ARENA_NUM(m->argc - 4, i + BATCH_OP_ARGC);
+        i += BATCH_OP_HEAD;
+        for (k = 4; k < m->argc; k++, i++) {
+            b->argv[i] = m->argv[k];
+            b->argvlen[i] = m->argvlen[k];
+        }
+    }
+#undef ARENA_NUM
+    return b;
+}
+
+/* An integer of a script reply (Lua numbers come back as integers; a string
+ * is parsed). -1 when e is neither. */
+static int reply_int(const redisReply *e, int64_t *v)
+{
+    if (e->type == REDIS_REPLY_INTEGER)
+        *v = e->integer;
+    else if (e->type == REDIS_REPLY_STRING)
+        *v = strtoll(e->str, NULL, 10);
+    else
+        return -1;
+    return 0;
+}
+
+/* The values of a script's array reply into res. */
+void store_cmd_result(struct store_result *res, const struct redisReply *reply)
+{
+    res->status = STORE_OK;
+    for (size_t i = 0; i < reply->elements && i < STORE_MAX_VALUES; i++) {
+        if (reply_int(reply->element[i], &res->v[i]) < 0) {
+            res->status = STORE_ERR;
+            res->err = "unexpected reply element";
+        }
+        res->n = (int)i + 1;
+    }
+}
+
+/* Hand each call of batch b its part of the reply ("n v1 .. vn" per call, in
+ * order: lua/batch.sh); calls the reply does not cover fail. */
+void store_batch_reply(struct store_cmd *b, const struct redisReply *reply, uint64_t now)
+{
+    struct store_cmd *m, *next;
+    size_t at = 0;
+
+    for (m = b->members; m; m = next) {
+        struct store_result res = {.status = STORE_ERR, .err = "short batch reply"};
+        int64_t n, x;
+        next = m->mnext;
+        if (at < reply->elements && reply_int(reply->element[at], &n) == 0 && n >= 0 &&
+            (uint64_t)n < reply->elements - at) {
+            res.status = STORE_OK;
+            for (int64_t i = 1; i <= n; i++) {
+                if (reply_int(reply->element[at + (size_t)i], &x) < 0) {
+                    res.status = STORE_ERR;
+                    res.err = "unexpected reply element";
+                } else if (res.n < STORE_MAX_VALUES) {
+                    res.v[res.n++] = x;
+                }
+            }
+            at += 1 + (size_t)n;
+        } else {
+            at = reply->elements; /* malformed: fail the rest */
+        }
+        if (res.status != STORE_OK)
+            METRIC_INC(redis_errors);
+        res.latency_us = now - m->first_us;
+        m->cb(m->arg, &res);
+        store_cmd_free(m);
+    }
+    b->members = NULL;
+}
+
