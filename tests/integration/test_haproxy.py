@@ -82,6 +82,41 @@ class ShippedKit:
         self.assertEqual(got[0][1]["ratelimit-policy"], '"login";q=10;w=3600')
         self.assertTrue(360 - 1 <= int(got[11][1]["retry-after"]) <= 360)
 
+    def log_lines(self, path, n):
+        """HAProxy's HTTP log lines for path, once n of them are there."""
+        end = time.time() + 10
+        while True:
+            lines = [ln for ln in self.haproxy.output().splitlines() if '"GET %s ' % path in ln]
+            if len(lines) >= n or time.time() > end:
+                return lines
+            time.sleep(0.05)
+
+    def test_log_line_carries_the_verdict(self):
+        """The kit's log-format: every request's line says which rule decided,
+        blocked or not, the SPOE error and processing time; the SPOE filter's
+        own lines (dontlog-normal) only appear for errors."""
+        for _ in range(22):
+            self.haproxy.request("/api/log", {"x-api-key": "tenant-log"})
+        lines = self.log_lines("/api/log", 22)
+        self.assertEqual(len(lines), 22, self.haproxy.output()[-2000:])
+        ok = [ln for ln in lines if " 200 " in ln]
+        denied = [ln for ln in lines if " 429 " in ln]
+        self.assertEqual((len(ok), len(denied)), (20, 2), lines)
+        for ln in ok:
+            self.assertRegex(ln, r'rl_rule="api-key" rl_blocked=0 rl_would_block=- rl_error=- '
+                                 r'rl_ptime=\d+$')
+        for ln in denied:
+            self.assertRegex(ln, r'rl_rule="api-key" rl_blocked=1 .* rl_error=- rl_ptime=\d+$')
+        self.assertNotIn("SPOE: [ratelimit-agent]", self.haproxy.output(),
+                         "dontlog-normal: no SPOE line for a normal decision")
+        # the agent down: the request passes, and its line says why
+        self.agent.stop()
+        self.haproxy.request("/api/down", {"x-api-key": "tenant-log"})
+        lines = self.log_lines("/api/down", 1)
+        self.assertEqual(len(lines), 1, self.haproxy.output()[-2000:])
+        self.assertRegex(lines[0], r' 200 .*rl_rule="" rl_blocked=- rl_would_block=- '
+                                   r'rl_error=[1-9]\d* ')
+
     def test_agent_down_fails_open(self):
         self.agent.stop()
         for _ in range(3):
