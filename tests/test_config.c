@@ -415,6 +415,12 @@ START_TEST(test_variants)
     config_free(cfg);
     cfg = load_ok("[redis]\nurl = redis://:p@ss@[::1]:6379/0\n");
     config_free(cfg);
+    /* a Redis 6+ ACL user: redis://USER:PASSWORD@host */
+    cfg = load_ok("[redis]\nurl = redis://ratelimit:p@ss@127.0.0.1:6379/3\n");
+    ck_assert_str_eq(cfg->redis_server.user, "ratelimit");
+    ck_assert_str_eq(cfg->redis_server.password, "p@ss");
+    ck_assert_int_eq(cfg->redis_server.db, 3);
+    config_free(cfg);
 }
 END_TEST
 

@@ -440,6 +440,7 @@ void config_free(struct config *cfg)
     free(cfg->listen);
     free(cfg->stats);
     free(cfg->redis_url);
+    free(cfg->redis_server.user);
     free(cfg->redis_server.password);
     free(cfg->redis_cluster);
     free(cfg->redis_cluster_hosts.list);

@@ -37,6 +37,7 @@ enum cfg_down_mode { DOWN_OPEN = 0, DOWN_CLOSED = 1 };
 /* [redis] url, taken apart when the file is read. */
 struct cfg_redis_url {
     struct net_addr addr; /* TCP host:port or unix path; NET_ADDR_NONE: no url */
+    char *user;           /* redis://USER:PASSWORD@... (a Redis 6+ ACL user); NULL: default */
     char *password;       /* redis://:PASSWORD@...; NULL: no AUTH */
     int db;               /* redis://.../DB; 0 by default */
 };

@@ -305,30 +305,36 @@ static void set_addr(struct parse_state *st, const struct key_def *d, char **fie
 static void set_url(struct parse_state *st, char **field, struct cfg_redis_url *url, const char *v)
 {
     struct cfg_redis_url parsed = {.password = NULL};
-    const char *pw;
-    size_t pwlen;
+    const char *user, *pw;
+    size_t userlen, pwlen;
 
     if (!*v) {
         free(*field);
         *field = NULL;
+        free(url->user);
         free(url->password);
         memset(url, 0, sizeof(*url));
         return;
     }
-    if (config_parse_redis_url(v, &parsed.addr, &parsed.db, &pw, &pwlen) == -1) {
+    if (config_parse_redis_url(v, &parsed.addr, &parsed.db, &user, &userlen, &pw, &pwlen) ==
+        -1) {
         config_errors_add(
             &st->errors, st->line,
             "bad url '%.80s' (expected redis://[:password@]host:port[/db] or unix:/path)", v);
         return;
     }
-    if (pw && !(parsed.password = strndup(pw, pwlen))) {
+    if ((pw && !(parsed.password = strndup(pw, pwlen))) ||
+        (user && !(parsed.user = strndup(user, userlen)))) {
+        free(parsed.password);
         config_errors_add(&st->errors, st->line, "out of memory");
         return;
     }
     if (set_string(st, field, v) == -1) {
+        free(parsed.user);
         free(parsed.password);
         return;
     }
+    free(url->user);
     free(url->password);
     *url = parsed;
 }

@@ -129,16 +129,16 @@ int config_parse_share(const char *s, double *d)
 
 /* ---- Redis URL ------------------------------------------------------------- */
 
-/* redis://[:password@]host:port[/db] or unix:/path. */
-int config_parse_redis_url(const char *s, struct net_addr *addr, int *db, const char **password,
-                           size_t *password_len)
+/* redis://[[user]:password@]host:port[/db] or unix:/path. */
+int config_parse_redis_url(const char *s, struct net_addr *addr, int *db, const char **user,
+                           size_t *user_len, const char **password, size_t *password_len)
 {
-    const char *p, *at, *slash;
+    const char *p, *at, *slash, *colon;
     uint64_t n = 0;
     size_t len;
 
-    *password = NULL;
-    *password_len = 0;
+    *user = *password = NULL;
+    *user_len = *password_len = 0;
     *db = 0;
     if (strncmp(s, "unix:", 5) == 0)
         return net_parse_addr(s, 0, addr);
@@ -147,10 +147,15 @@ int config_parse_redis_url(const char *s, struct net_addr *addr, int *db, const 
     p = s + 8;
     at = strrchr(p, '@'); /* the password may itself hold '@' */
     if (at) {
-        if (p[0] != ':' || at - p < 2)
+        colon = memchr(p, ':', (size_t)(at - p)); /* a user name holds no ':' */
+        if (!colon || at - colon < 2)
             return -1;
-        *password = p + 1;
-        *password_len = (size_t)(at - p - 1);
+        if (colon > p) {
+            *user = p;
+            *user_len = (size_t)(colon - p);
+        }
+        *password = colon + 1;
+        *password_len = (size_t)(at - colon - 1);
         p = at + 1;
     }
     slash = strchr(p, '/');

@@ -21,11 +21,11 @@ int config_parse_digits(const char *s, size_t len, uint64_t *v);
 /* A number in (0, 1], nothing around it. */
 int config_parse_share(const char *s, double *d);
 
-/* redis://[:password@]host:port[/db] or unix:/path, taken apart: the
+/* redis://[[user]:password@]host:port[/db] or unix:/path, taken apart: the
  * address into *addr, the db (0 when absent) into *db, the password as a view
  * into s (*password NULL when absent). */
-int config_parse_redis_url(const char *s, struct net_addr *addr, int *db, const char **password,
-                           size_t *password_len);
+int config_parse_redis_url(const char *s, struct net_addr *addr, int *db, const char **user,
+                           size_t *user_len, const char **password, size_t *password_len);
 
 /* A rule name: 1..CFG_MAX_NAME bytes of [A-Za-z0-9_.-]. */
 int config_valid_rule_name(const char *s, size_t len);

@@ -36,6 +36,7 @@ struct store {
     int port;
     char *unix_path;
     char *password;
+    char *user; /* Redis 6+ ACL user, or NULL */
     int db;
     char *master; /* sentinel: the master's name, for logs */
     void (*state_fn)(void *, int);
@@ -163,11 +164,14 @@ static int setup_url(struct store *s, const struct cfg_redis_url *url, char *err
         s->host = strdup(url->addr.tcp.host);
     s->port = url->addr.tcp.port;
     s->password = url->password ? strdup(url->password) : NULL;
+    s->user = url->user ? strdup(url->user) : NULL;
     s->db = url->db;
-    if ((!s->unix_path && !s->host) || (url->password && !s->password)) {
+    if ((!s->unix_path && !s->host) || (url->password && !s->password) ||
+        (url->user && !s->user)) {
         snprintf(err, errlen, "out of memory");
         return -1;
     }
+    s->env.user = s->user;
     s->env.password = s->password;
     s->env.db = s->db;
     s->conn = store_conn_new(&s->env, &url_hooks, s, s->host, s->port, s->unix_path, 0);
@@ -248,6 +252,7 @@ void store_free(struct store *s)
     free(s->host);
     free(s->unix_path);
     free(s->password);
+    free(s->user);
     free(s->master);
     free(s);
 }
