@@ -209,7 +209,8 @@ static void usage(FILE *f)
                "  -m MESSAGE   SPOE message name (check-rate)\n"
                "  -P PATH      value of the path arg (/api/bench)\n"
                "  -r RATE      send RATE decisions per second, paced (light load: latency)\n"
-               "  -s SEED      seed of the key choice (a different set of keys)\n");
+               "  -s SEED      seed of the key choice (a different set of keys)\n"
+               "  -h, --help   print this help and exit\n");
 }
 
 /* Options into o. 0 to run, 1 to exit 0 (help printed), 2 on a usage error
@@ -218,7 +219,9 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 {
     int c;
 
-    while ((c = getopt(argc, argv, "a:c:p:n:d:k:m:P:r:s:h")) != -1) {
+    static const struct option longopts[] = {{"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
+
+    while ((c = getopt_long(argc, argv, "a:c:p:n:d:k:m:P:r:s:h", longopts, NULL)) != -1) {
         switch (c) {
         case 'a': o->addr = optarg; break;
         case 'c': o->conns = (unsigned)atoi(optarg); break;
