@@ -39,11 +39,12 @@ struct agent {
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: spoa-ratelimit -c FILE [--check]\n"
+    fprintf(f, "usage: spoa-ratelimit -c FILE [--check [--print]]\n"
                "       spoa-ratelimit --version | --help\n"
                "\n"
                "  -c, --config FILE   configuration file (INI)\n"
                "  -t, --check         validate FILE and exit: 0 valid, 1 invalid\n"
+               "  -p, --print         with --check: print the effective configuration\n"
                "  -v, --version       print the version and exit\n"
                "  -h, --help          print this help and exit\n");
 }
@@ -164,25 +165,45 @@ static void on_report(struct ev_loop *loop, ev_timer *t, int revents)
         metrics_minute_tick(a->rs->cfg->alert_share, alert_cb);
 }
 
-/* Read argv: the config path into *path, --check into *check. 0 to go on;
+/* --check --print: the effective configuration on stdout. */
+static int print_config(const struct config *cfg)
+{
+    size_t len;
+    char *text = config_render(cfg, &len);
+
+    if (!text) {
+        fprintf(stderr, "spoa-ratelimit: out of memory\n");
+        return 1;
+    }
+    fwrite(text, 1, len, stdout);
+    free(text);
+    return 0;
+}
+
+/* Read argv: the config path into *path, --check into *check (2 with
+ * --print). 0 to go on;
  * -1 when main is done and exits with *status (0 after --version or --help,
  * 2 after a usage error, which has been printed). */
 static int parse_args(int argc, char **argv, const char **path, int *check, int *status)
 {
     static const struct option opts[] = {
         {"config", required_argument, NULL, 'c'}, {"check", no_argument, NULL, 't'},
+        {"print", no_argument, NULL, 'p'},        {"dump", no_argument, NULL, 'p'},
         {"version", no_argument, NULL, 'v'},      {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    int c;
+    int c, print = 0;
 
-    while ((c = getopt_long(argc, argv, "c:tvh", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "c:tpvh", opts, NULL)) != -1) {
         switch (c) {
         case 'c':
             *path = optarg;
             break;
         case 't':
             *check = 1;
+            break;
+        case 'p':
+            print = 1;
             break;
         case 'v':
             printf("spoa-ratelimit %s\n", PACKAGE_VERSION);
@@ -198,11 +219,13 @@ static int parse_args(int argc, char **argv, const char **path, int *check, int 
             return -1;
         }
     }
-    if (!*path || optind != argc) {
+    if (!*path || optind != argc || (print && !*check)) {
         usage(stderr);
         *status = 2;
         return -1;
     }
+    if (print)
+        *check = 2;
     return 0;
 }
 
@@ -301,9 +324,11 @@ int main(int argc, char **argv)
         return 1;
     }
     if (check) {
-        printf("%s: OK (%zu rules)\n", a.path, cfg->nrules);
+        status = check == 2 ? print_config(cfg) : 0;
+        if (check != 2)
+            printf("%s: OK (%zu rules)\n", a.path, cfg->nrules);
         config_free(cfg);
-        return 0;
+        return status;
     }
     log_level = cfg->log_level;
     signal(SIGPIPE, SIG_IGN);

@@ -876,6 +876,41 @@ END_TEST
 
 #define LOOP(tc, fn, table) tcase_add_loop_test(tc, fn, 0, (int)(sizeof(table) / sizeof(table[0])))
 
+/* --check --print: what it prints is a config that means the same (it loads,
+ * and prints the same again), with every default written out. */
+START_TEST(print_round_trip)
+{
+    static const char *const files[] = {
+        "[rule:r]\nrate = 10/1m\n",
+        "[agent]\nlisten = [::1]:9000\nallow = 10.0.0.0/8, ::1\nshadow = yes\n"
+        "[redis]\nurl = redis://u:pw@127.0.0.1:6379/2\ntimeout = 1500ms\n"
+        "[lease]\nttl = 2s\n[fallback]\nmode = closed\n"
+        "[rule:a]\nmessage = m\nkey = k, ip\nmatch = path ^/a\nmatch = plan x\n"
+        "rate = 1000/10s\nburst = 7\nalgorithm = sliding-window\nlease = off\n"
+        "[rule:g]\nrate = 5/1d\n",
+    };
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+        struct config *cfg, *again;
+        char err[4096];
+        size_t len, len2;
+        ck_assert_int_eq(config_load_string(files[i], "t.ini", &cfg, err, sizeof(err)), 0);
+        char *text = config_render(cfg, &len);
+        ck_assert_ptr_nonnull(text);
+        ck_assert_uint_eq(strlen(text), len);
+        ck_assert_msg(config_load_string(text, "t.ini", &again, err, sizeof(err)) == 0,
+                      "printed config does not load:\n%s\n%s", err, text);
+        char *text2 = config_render(again, &len2);
+        ck_assert_str_eq(text2, text);
+        ck_assert_uint_eq(config_hash(cfg), config_hash(again));
+        ck_assert_ptr_null(strstr(text, "pw@")); /* the password is masked */
+        free(text);
+        free(text2);
+        config_free(again);
+        config_free(cfg);
+    }
+}
+END_TEST
+
 static Suite *config_suite(void)
 {
     Suite *s = suite_create("config");
@@ -889,6 +924,7 @@ static Suite *config_suite(void)
     suite_add_tcase(s, tc);
 
     tc = tcase_create("files");
+    tcase_add_test(tc, print_round_trip);
     tcase_add_test(tc, test_full);
     tcase_add_test(tc, test_defaults);
     tcase_add_test(tc, test_variants);

@@ -129,6 +129,14 @@ int config_load_string(const char *text, const char *name, struct config **out, 
 /* Free a config and everything it owns. NULL is a no-op. */
 void config_free(struct config *cfg);
 
+/* The effective configuration as INI text (every default resolved, passwords
+ * masked): malloc'd, NUL-terminated, its length in *len; NULL out of memory. */
+char *config_render(const struct config *cfg, size_t *len);
+
+/* A hash of what the configuration means (its rendering, file name aside):
+ * equal for two files that say the same thing. */
+uint64_t config_hash(const struct config *cfg);
+
 /* Whether the config runs without Redis. */
 int config_standalone(const struct config *cfg);
 
