@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -108,6 +109,7 @@ static void on_sighup(struct ev_loop *loop, ev_signal *w, int revents)
     ruleset_unref(a->rs);
     a->rs = rs;
     METRIC_INC(reloads);
+    metrics_config_loaded(config_hash(rs->cfg), (uint64_t)time(NULL));
     LOG_INFO("\"configuration reloaded\" file=%s rules=%zu", a->path, rs->cfg->nrules);
 }
 
@@ -332,6 +334,8 @@ int main(int argc, char **argv)
     }
     log_level = cfg->log_level;
     signal(SIGPIPE, SIG_IGN);
+    metrics_set_version(PACKAGE_VERSION);
+    metrics_config_loaded(config_hash(cfg), (uint64_t)time(NULL));
 
     a.loop = ev_default_loop(EVFLAG_AUTO);
     if (agent_open(&a, cfg) < 0)

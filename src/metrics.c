@@ -296,10 +296,41 @@ static void render_lease(struct strbuf *b)
                   (uint64_t)atomic_load(&metrics.lease_active_keys));
 }
 
+static const char *build_version = "unknown";
+
+void metrics_set_version(const char *version)
+{
+    build_version = version;
+}
+
+void metrics_config_loaded(uint64_t hash, uint64_t unix_s)
+{
+    atomic_store(&metrics.config_hash, hash);
+    atomic_store(&metrics.last_reload_unix, unix_s);
+}
+
+/* What runs: the build, the configuration in force and since when. */
+static void render_identity(struct strbuf *b)
+{
+    sb_printf(b, "# HELP spoa_ratelimit_build_info The agent's version (value 1).\n"
+                 "# TYPE spoa_ratelimit_build_info gauge\n"
+                 "spoa_ratelimit_build_info{version=\"%s\"} 1\n",
+              build_version);
+    /* 53 bits: a Prometheus sample is a double, and must stay exact */
+    render_simple(b, "spoa_ratelimit_config_hash", "gauge",
+                  "Hash of the effective configuration in force (--check --print): it "
+                  "changes when what the rules mean changes.",
+                  ld(&metrics.config_hash) & ((1ULL << 53) - 1));
+    render_simple(b, "spoa_ratelimit_last_reload_seconds", "gauge",
+                  "Unix time the configuration in force was loaded (start or SIGHUP).",
+                  ld(&metrics.last_reload_unix));
+}
+
 char *metrics_render(size_t *len)
 {
     struct strbuf b = {0};
 
+    render_identity(&b);
     render_rules(&b);
     render_redis(&b);
     render_spop(&b);

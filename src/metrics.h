@@ -67,6 +67,8 @@ struct metrics {
     atomic_uint_fast64_t protocol_errors[14]; /* by status code 1..13; [0] counts 99 */
     atomic_uint_fast64_t acks;
     atomic_uint_fast64_t reloads;
+    atomic_uint_fast64_t config_hash;      /* of the configuration in force */
+    atomic_uint_fast64_t last_reload_unix; /* when it was loaded (start or SIGHUP), s */
     atomic_uint_fast64_t reload_failures;
     /* leases */
     atomic_uint_fast64_t lease_claims;
@@ -96,6 +98,14 @@ struct metrics_rule *metrics_rule_get(const char *name);
 
 /* Record a blocked client key for rule r at now_us (Space-Saving). */
 void metrics_top_add(struct metrics_rule *r, const char *key, size_t keylen, uint64_t now_us);
+
+/* The version in spoa_ratelimit_build_info (a static string); set once at
+ * start. */
+void metrics_set_version(const char *version);
+
+/* The configuration now in force: its hash (config_hash) and the time it
+ * was loaded. */
+void metrics_config_loaded(uint64_t hash, uint64_t unix_s);
 
 /* Render all metrics as Prometheus text. Returns a malloc'd NUL-terminated
  * buffer (caller frees) and its length in *len; NULL when out of memory. */
