@@ -15,6 +15,7 @@
 #include "limiter.h"
 #include "log.h"
 #include "metrics.h"
+#include "mismatch.h"
 #include "rules.h"
 #include "server.h"
 #include "util.h"
@@ -85,6 +86,45 @@ static void warn_static_changes(const struct config *old, const struct config *n
         LOG_WARN("\"[lease] changed; takes effect at restart\"");
 }
 
+/* A misconfiguration seen in traffic (mismatch.h): once a minute at most
+ * per kind and rule, the first time at the next report. */
+static void mismatch_cb(enum mismatch_kind kind, const char *rule, uint64_t n, const char *sample)
+{
+    switch (kind) {
+    case MISMATCH_MESSAGE:
+        LOG_WARN("\"no rule reads this SPOE message: check message = in the rules\" "
+                 "message=\"%s\" count=%llu",
+                 sample, (unsigned long long)n);
+        break;
+    case MISMATCH_ARG:
+        LOG_WARN("\"rule skipped: an argument it needs is never sent: check key = and match = "
+                 "against the SPOE message args\" rule=%s arg=\"%s\" count=%llu",
+                 rule ? rule : "?", sample, (unsigned long long)n);
+        break;
+    default:
+        LOG_INFO("\"no rule applied: requests passed unlimited\" count=%llu example=\"%s\"",
+                 (unsigned long long)n, sample);
+        break;
+    }
+}
+
+/* Rules with no key share one bucket for every client: legitimate for a
+ * global limit, a mistake for a per-client one. Said at every (re)load. */
+static void note_keyless_rules(const struct config *cfg)
+{
+    uint64_t n = 0;
+
+    for (size_t i = 0; i < cfg->nrules; i++) {
+        if (cfg->rules[i].nkeys)
+            continue;
+        n++;
+        LOG_WARN("\"rule without key: one bucket shared by every client (a global limit)\" "
+                 "rule=%s",
+                 cfg->rules[i].name);
+    }
+    atomic_store(&metrics.rules_without_key, n);
+}
+
 static void on_sighup(struct ev_loop *loop, ev_signal *w, int revents)
 {
     struct agent *a = w->data;
@@ -111,6 +151,7 @@ static void on_sighup(struct ev_loop *loop, ev_signal *w, int revents)
     METRIC_INC(reloads);
     metrics_config_loaded(config_hash(rs->cfg), (uint64_t)time(NULL));
     LOG_INFO("\"configuration reloaded\" file=%s rules=%zu", a->path, rs->cfg->nrules);
+    note_keyless_rules(rs->cfg);
 }
 
 /* Workers answer what is in flight (some answers may wait for Redis, which
@@ -163,6 +204,7 @@ static void on_report(struct ev_loop *loop, ev_timer *t, int revents)
 {
     struct agent *a = t->data;
     metrics_shadow_tick(shadow_cb);
+    mismatch_report(util_now_us(), 60000000, mismatch_cb);
     if (++a->reports % (60 / (int)REPORT_EVERY_S) == 0)
         metrics_minute_tick(a->rs->cfg->alert_share, alert_cb);
 }
@@ -347,6 +389,7 @@ int main(int argc, char **argv)
              PACKAGE_VERSION, a.rs->cfg->listen, a.rs->cfg->workers, a.rs->cfg->nrules,
              config_standalone(a.rs->cfg) ? "standalone" : "redis",
              a.rs->cfg->stats && *a.rs->cfg->stats ? a.rs->cfg->stats : "off");
+    note_keyless_rules(a.rs->cfg);
 
     ev_run(a.loop, 0);
 

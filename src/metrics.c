@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mismatch.h"
+
 struct metrics metrics;
 
 /* Upper bounds of the histogram buckets in nanoseconds; the last is +Inf. */
@@ -309,6 +311,24 @@ void metrics_config_loaded(uint64_t hash, uint64_t unix_s)
     atomic_store(&metrics.last_reload_unix, unix_s);
 }
 
+/* Silent misconfigurations (mismatch.h). */
+static void render_mismatches(struct strbuf *b)
+{
+    render_simple(b, "spoa_ratelimit_unknown_messages_total", "counter",
+                  "NOTIFY messages whose name no rule reads (a misspelt message = ?).",
+                  mismatch_total(MISMATCH_MESSAGE));
+    render_simple(b, "spoa_ratelimit_missing_args_total", "counter",
+                  "Rules skipped because an argument they key or match on was not sent at all "
+                  "(a misspelt key = or match = ?).",
+                  mismatch_total(MISMATCH_ARG));
+    render_simple(b, "spoa_ratelimit_unmatched_requests_total", "counter",
+                  "NOTIFYs to which no rule applied (passed unlimited).",
+                  mismatch_total(MISMATCH_NO_RULE));
+    render_simple(b, "spoa_ratelimit_rules_without_key", "gauge",
+                  "Rules with no key: one bucket shared by every client.",
+                  ld(&metrics.rules_without_key));
+}
+
 /* What runs: the build, the configuration in force and since when. */
 static void render_identity(struct strbuf *b)
 {
@@ -331,6 +351,7 @@ char *metrics_render(size_t *len)
     struct strbuf b = {0};
 
     render_identity(&b);
+    render_mismatches(&b);
     render_rules(&b);
     render_redis(&b);
     render_spop(&b);

@@ -68,6 +68,7 @@ struct metrics {
     atomic_uint_fast64_t acks;
     atomic_uint_fast64_t reloads;
     atomic_uint_fast64_t config_hash;      /* of the configuration in force */
+    atomic_uint_fast64_t rules_without_key; /* in the configuration in force */
     atomic_uint_fast64_t last_reload_unix; /* when it was loaded (start or SIGHUP), s */
     atomic_uint_fast64_t reload_failures;
     /* leases */

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mismatch.h"
 #include "util.h"
 
 #define KEY_SEP '|'
@@ -169,10 +170,17 @@ static const struct spop_data *find_arg(const struct spop_message *m, const char
     return NULL;
 }
 
+/* Why a rule did not apply, for the mismatch counters. */
+struct why {
+    const char *absent;   /* an argument the rule keys or matches on was not sent at all */
+    const char *failed;   /* the argument whose value failed a match, and its text: */
+    size_t failed_off, failed_len; /*   in ev->keys scratch, valid until the next append */
+};
+
 /* Whether every match of rule r holds for message m. The text is copied,
  * NUL-terminated, past the end of the keys (scratch space) for regexec. */
 static int rule_matches(struct rule_eval *ev, const struct cfg_rule *r,
-                        const struct spop_message *m, int *err)
+                        const struct spop_message *m, int *err, struct why *why)
 {
     char num[64];
     const char *txt;
@@ -180,7 +188,11 @@ static int rule_matches(struct rule_eval *ev, const struct cfg_rule *r,
     for (size_t i = 0; i < r->nmatches; i++) {
         const struct spop_data *v = find_arg(m, r->matches[i].arg);
         int n;
-        if (!v || (n = rules_value_text(v, num, sizeof(num), &txt)) < 0)
+        if (!v) {
+            why->absent = r->matches[i].arg;
+            return 0;
+        }
+        if ((n = rules_value_text(v, num, sizeof(num), &txt)) < 0)
             return 0;
         if (keys_reserve(ev, (size_t)n + 1) < 0) {
             *err = -ENOMEM;
@@ -188,8 +200,12 @@ static int rule_matches(struct rule_eval *ev, const struct cfg_rule *r,
         }
         memcpy(ev->keys + ev->keys_len, txt, (size_t)n);
         ev->keys[ev->keys_len + (size_t)n] = '\0';
-        if (regexec(&r->matches[i].re, ev->keys + ev->keys_len, 0, NULL, 0) != 0)
+        if (regexec(&r->matches[i].re, ev->keys + ev->keys_len, 0, NULL, 0) != 0) {
+            why->failed = r->matches[i].arg;
+            why->failed_off = ev->keys_len;
+            why->failed_len = (size_t)n;
             return 0;
+        }
     }
     return 1;
 }
@@ -197,7 +213,7 @@ static int rule_matches(struct rule_eval *ev, const struct cfg_rule *r,
 /* Append the client key of rule r for message m. Returns 1 when built, 0
  * when an arg is missing or empty (the rule does not apply), <0 on error. */
 static int build_key(struct rule_eval *ev, const struct cfg_rule *r, const struct spop_message *m,
-                     size_t max_key, size_t *off, size_t *len)
+                     size_t max_key, size_t *off, size_t *len, struct why *why)
 {
     char num[64];
     const char *txt;
@@ -206,6 +222,8 @@ static int build_key(struct rule_eval *ev, const struct cfg_rule *r, const struc
     for (size_t i = 0; i < r->nkeys; i++) {
         const struct spop_data *v = find_arg(m, r->keys[i]);
         int n;
+        if (!v)
+            why->absent = r->keys[i]; /* never sent, unlike a NULL or empty value */
         if (!v || (n = rules_value_text(v, num, sizeof(num), &txt)) <= 0) {
             ev->keys_len = start;
             return 0;
@@ -264,41 +282,78 @@ static int already_hit(const struct rule_eval *ev, unsigned rule)
     return 0;
 }
 
+/* "message=NAME" and, when a match failed, " ARG=VALUE": what no rule applied to. */
+static size_t no_rule_sample(char *buf, size_t cap, const struct spop_message *m,
+                             const struct rule_eval *ev, const struct why *why)
+{
+    int n = snprintf(buf, cap, "message=%.*s", (int)(m->name.len > 40 ? 40 : m->name.len),
+                     m->name.ptr);
+    if (why->failed && n >= 0 && (size_t)n < cap)
+        n += snprintf(buf + n, cap - (size_t)n, " %s=%.*s", why->failed,
+                      (int)(why->failed_len > 40 ? 40 : why->failed_len),
+                      ev->keys + why->failed_off);
+    return n < 0 ? 0 : (size_t)n >= cap ? cap - 1 : (size_t)n;
+}
+
+/* The rules of cfg that apply to message m, appended to ev. */
+static int match_message(const struct config *cfg, const struct spop_message *m,
+                         struct rule_eval *ev, char *sample, size_t *sample_len)
+{
+    struct why why = {0};
+    int named = 0, ret;
+
+    for (unsigned i = 0; i < cfg->nrules; i++) {
+        const struct cfg_rule *rule = &cfg->rules[i];
+        size_t off, klen;
+        int err = 0;
+
+        if (rule->message && (m->name.len != strlen(rule->message) ||
+                              memcmp(m->name.ptr, rule->message, m->name.len) != 0))
+            continue;
+        named = 1;
+        if (already_hit(ev, i))
+            continue;
+        why.absent = NULL;
+        if (!rule_matches(ev, rule, m, &err, &why)) {
+            if (err)
+                return err;
+        } else if ((ret = build_key(ev, rule, m, cfg->max_key, &off, &klen, &why)) < 0) {
+            return ret;
+        } else if (ret == 1) {
+            if (hits_push(ev, i, off, klen) < 0)
+                return -ENOMEM;
+            continue;
+        }
+        if (why.absent)
+            mismatch_note(MISMATCH_ARG, rule->name, why.absent, strlen(why.absent));
+    }
+    if (!named)
+        mismatch_note(MISMATCH_MESSAGE, NULL, (const char *)m->name.ptr, m->name.len);
+    if (!*sample_len)
+        *sample_len = no_rule_sample(sample, MISMATCH_SAMPLE + 1, m, ev, &why);
+    return 0;
+}
+
 int rules_match(const struct ruleset *rs, const uint8_t *payload, size_t len,
                 struct rule_eval *ev)
 {
-    const struct config *cfg = rs->cfg;
     struct spop_reader r = {payload, payload + len};
     struct spop_message m;
+    char sample[MISMATCH_SAMPLE + 1];
+    size_t sample_len = 0;
     int ret;
 
     rules_eval_reset(ev);
     while ((ret = spop_message_next(&r, &m)) == 1) {
-        for (unsigned i = 0; i < cfg->nrules; i++) {
-            const struct cfg_rule *rule = &cfg->rules[i];
-            size_t off, klen;
-            int err = 0;
-
-            if (rule->message && (m.name.len != strlen(rule->message) ||
-                                  memcmp(m.name.ptr, rule->message, m.name.len) != 0))
-                continue;
-            if (already_hit(ev, i))
-                continue;
-            if (!rule_matches(ev, rule, &m, &err)) {
-                if (err)
-                    return err;
-                continue;
-            }
-            ret = build_key(ev, rule, &m, cfg->max_key, &off, &klen);
-            if (ret < 0)
-                return ret;
-            if (ret == 0)
-                continue;
-            if (hits_push(ev, i, off, klen) < 0)
-                return -ENOMEM;
-        }
+        int err = match_message(rs->cfg, &m, ev, sample, &sample_len);
+        if (err)
+            return err;
     }
-    return ret < 0 ? SPOP_EINVAL : 0;
+    if (ret < 0)
+        return SPOP_EINVAL;
+    if (ev->nhits == 0)
+        mismatch_note(MISMATCH_NO_RULE, NULL, sample, sample_len);
+    return 0;
 }
 
 void rules_account(const struct ruleset *rs, const struct rule_eval *ev, uint64_t now_us)

@@ -1,0 +1,108 @@
+/* mismatch.c - silent misconfigurations, counted and sampled. */
+#include "mismatch.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#define RULE_SLOTS 64 /* rules reported by name; more share the last slot */
+
+struct slot {
+    char rule[48];
+    char sample[MISMATCH_SAMPLE + 1];
+    uint64_t count, reported;
+    uint64_t reported_us; /* 0: never */
+};
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static struct slot kinds[MISMATCH_KINDS];
+static struct slot args[RULE_SLOTS]; /* MISMATCH_ARG, per rule */
+static atomic_uint_fast64_t totals[MISMATCH_KINDS];
+
+/* A copy safe to log: bytes a log line or a logfmt value could be forged with
+ * (quotes, backslashes, control and non-ASCII bytes) become '?'. */
+static void copy(char *dst, size_t cap, const char *src, size_t len)
+{
+    if (len > cap - 1)
+        len = cap - 1;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)src[i];
+        dst[i] = c < 0x20 || c >= 0x7f || c == '"' || c == '\\' ? '?' : (char)c;
+    }
+    dst[len] = '\0';
+}
+
+static struct slot *arg_slot(const char *rule)
+{
+    size_t i;
+
+    for (i = 0; i < RULE_SLOTS - 1 && args[i].rule[0]; i++)
+        if (strcmp(args[i].rule, rule) == 0)
+            return &args[i];
+    if (!args[i].rule[0])
+        copy(args[i].rule, sizeof(args[i].rule), rule, strlen(rule));
+    return &args[i];
+}
+
+void mismatch_note(enum mismatch_kind kind, const char *rule, const char *sample, size_t len)
+{
+    struct slot *s;
+
+    atomic_fetch_add_explicit(&totals[kind], 1, memory_order_relaxed);
+    pthread_mutex_lock(&lock);
+    s = kind == MISMATCH_ARG && rule ? arg_slot(rule) : &kinds[kind];
+    s->count++;
+    copy(s->sample, sizeof(s->sample), sample, len);
+    pthread_mutex_unlock(&lock);
+}
+
+uint64_t mismatch_total(enum mismatch_kind kind)
+{
+    return atomic_load_explicit(&totals[kind], memory_order_relaxed);
+}
+
+/* Whether slot s has something to report now; if so, take it into *out. */
+static int take(struct slot *s, uint64_t now_us, uint64_t every_us, struct slot *out)
+{
+    if (s->count <= s->reported || (s->reported_us && now_us - s->reported_us < every_us))
+        return 0;
+    *out = *s;
+    out->count -= s->reported;
+    s->reported = s->count;
+    s->reported_us = now_us ? now_us : 1;
+    return 1;
+}
+
+void mismatch_report(uint64_t now_us, uint64_t every_us,
+                     void (*cb)(enum mismatch_kind kind, const char *rule, uint64_t n,
+                                const char *sample))
+{
+    struct slot out[MISMATCH_KINDS + RULE_SLOTS];
+    enum mismatch_kind kind_of[MISMATCH_KINDS + RULE_SLOTS];
+    size_t n = 0;
+
+    pthread_mutex_lock(&lock); /* copy out: the callback logs outside the lock */
+    for (int k = 0; k < MISMATCH_KINDS; k++) {
+        if (k == MISMATCH_ARG)
+            continue;
+        if (take(&kinds[k], now_us, every_us, &out[n]))
+            kind_of[n++] = (enum mismatch_kind)k;
+    }
+    for (size_t i = 0; i < RULE_SLOTS && args[i].rule[0]; i++) {
+        if (take(&args[i], now_us, every_us, &out[n]))
+            kind_of[n++] = MISMATCH_ARG;
+    }
+    pthread_mutex_unlock(&lock);
+    for (size_t i = 0; i < n; i++)
+        cb(kind_of[i], out[i].rule[0] ? out[i].rule : NULL, out[i].count, out[i].sample);
+}
+
+void mismatch_reset(void)
+{
+    pthread_mutex_lock(&lock);
+    memset(kinds, 0, sizeof(kinds));
+    memset(args, 0, sizeof(args));
+    for (int k = 0; k < MISMATCH_KINDS; k++)
+        atomic_store(&totals[k], 0);
+    pthread_mutex_unlock(&lock);
+}
