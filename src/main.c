@@ -368,6 +368,12 @@ int main(int argc, char **argv)
         return 1;
     }
     if (check) {
+        for (size_t i = 0; i < cfg->nrules; i++)
+            if (!cfg->rules[i].nkeys)
+                fprintf(stderr,
+                        "%s:%u: warning: rule '%s' has no key: one bucket shared by every "
+                        "client (a global limit)\n",
+                        a.path, cfg->rules[i].line, cfg->rules[i].name);
         status = check == 2 ? print_config(cfg) : 0;
         if (check != 2)
             printf("%s: OK (%zu rules)\n", a.path, cfg->nrules);

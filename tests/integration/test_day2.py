@@ -5,10 +5,11 @@ import re
 import shutil
 import subprocess
 import tempfile
+import time
 import unittest
 
 import fleet
-from harness import TOP, Agent, Redis
+from harness import TOP, Agent, HAProxy, Redis
 
 RULE = "[rule:r]\nkey = key\nrate = 10/1m\n"
 
@@ -72,6 +73,63 @@ class ManPages(unittest.TestCase):
             self.assertEqual(p.stderr.strip(), "", "%s: groff warnings:\n%s" % (page, p.stderr))
             self.assertIn(title, out)
             self.assertIn("SYNOPSIS" if page.endswith("8") else "DESCRIPTION", out)
+
+
+class Mismatch(unittest.TestCase):
+    """Silent misconfigurations, through a real HAProxy running the kit: each
+    gives a log line and a metric (the report comes within 10 s of traffic,
+    and at most once a minute after that)."""
+
+    def start(self, rules):
+        self.agent = Agent(rules, extra_agent="log_level = info\n")
+        self.addCleanup(self.agent.stop)
+        self.haproxy = HAProxy(self.agent.port)
+        self.addCleanup(self.haproxy.stop)
+
+    def traffic_until(self, pred, what, headers=None):
+        end = time.monotonic() + 30
+        while time.monotonic() < end:
+            self.haproxy.request("/api/x", headers or {"x-api-key": "tenant-1"})
+            if pred():
+                return
+            time.sleep(0.2)
+        self.fail("%s: not seen within 30 s:\n%s" % (what, self.agent.output()[-2000:]))
+
+    def metric(self, name):
+        return self.agent.metric(name) or 0
+
+    def test_misspelt_key_arg(self):
+        self.start("[rule:api]\nkey = api_key\nrate = 10/1m\n")  # HAProxy sends "key"
+        self.traffic_until(lambda: 'rule skipped' in self.agent.output() and
+                           self.metric("spoa_ratelimit_missing_args_total") > 0,
+                           "missing argument")
+        self.assertRegex(self.agent.output(), r'rule=api arg="api_key" count=\d+')
+
+    def test_misspelt_message(self):
+        self.start("[rule:api]\nmessage = check_rate\nkey = key\nrate = 10/1m\n")
+        self.traffic_until(lambda: 'no rule reads this SPOE message' in self.agent.output() and
+                           self.metric("spoa_ratelimit_unknown_messages_total") > 0,
+                           "unknown message")
+        self.assertIn('message="check-rate"', self.agent.output())
+        self.assertGreater(self.metric("spoa_ratelimit_unmatched_requests_total"), 0)
+
+    def test_plan_no_rule_matches(self):
+        # plans.map says tenant-paid-1 is "paid": no rule for it
+        self.start("[rule:free]\nkey = key\nmatch = plan ^free$\nrate = 10/1m\n")
+        self.traffic_until(lambda: 'no rule applied' in self.agent.output() and
+                           self.metric("spoa_ratelimit_unmatched_requests_total") > 0,
+                           "no rule applied", headers={"x-api-key": "tenant-paid-1"})
+        self.assertIn('example="message=check-rate plan=paid"', self.agent.output())
+        self.assertEqual(self.metric("spoa_ratelimit_missing_args_total"), 0)
+
+    def test_rule_without_key(self):
+        self.start("[rule:all]\nrate = 10/1m\n")
+        self.assertEqual(self.metric("spoa_ratelimit_rules_without_key"), 1)
+        self.assertIn('"rule without key: one bucket shared by every client', self.agent.output())
+        p = subprocess.run([__import__("harness").AGENT, "-c", self.agent.ini, "--check"],
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertRegex(p.stderr, r"agent\.ini:\d+: warning: rule 'all' has no key")
 
 
 BUILD = os.path.dirname(os.path.dirname(os.path.abspath(__import__("harness").AGENT)))
