@@ -1,5 +1,6 @@
 /* net.c - addresses and sockets (see net.h): the address parser, listening
- * sockets, blocking connects, CIDRs and the peer check. */
+ * sockets, blocking connects, CIDRs and the peer check, what to do when
+ * accept(2) fails, and the blocking name lookup the store runs off its loop. */
 #include "net.h"
 
 #include <arpa/inet.h>
@@ -417,4 +418,63 @@ int net_connect(const struct net_addr *a, char *err, size_t errlen)
     addr_error(a, strerror(saved), err, errlen);
     errno = saved;
     return -1;
+}
+
+int net_accept_action(int err)
+{
+    switch (err) {
+    case EMFILE:
+    case ENFILE:
+    case ENOBUFS:
+    case ENOMEM:
+        return NET_ACCEPT_PAUSE;
+    case EINTR:
+    case ECONNABORTED:
+    case EPROTO:
+    case EPERM: /* a firewall rule refused that peer */
+        return NET_ACCEPT_NEXT;
+    default: /* EAGAIN: another worker took it, or none left */
+        return NET_ACCEPT_WAIT;
+    }
+}
+
+/* ---- names -------------------------------------------------------------- */
+
+int net_host_is_numeric(const char *host)
+{
+    uint8_t buf[16];
+
+    return inet_pton(AF_INET, host, buf) == 1 || inet_pton(AF_INET6, host, buf) == 1;
+}
+
+int net_resolve_host(const char *host, char *ip, size_t iplen, char *err, size_t errlen)
+{
+    struct addrinfo hints, *res;
+    const void *a;
+    int rc;
+
+    if (net_host_is_numeric(host)) {
+        if (snprintf(ip, iplen, "%s", host) >= (int)iplen) {
+            snprintf(err, errlen, "%s: address too long", host);
+            return -1;
+        }
+        return 0;
+    }
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    rc = getaddrinfo(host, NULL, &hints, &res);
+    if (rc != 0) {
+        snprintf(err, errlen, "%s: %s", host, rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
+        return -1;
+    }
+    if (res->ai_family == AF_INET)
+        a = &((const struct sockaddr_in *)(const void *)res->ai_addr)->sin_addr;
+    else
+        a = &((const struct sockaddr_in6 *)(const void *)res->ai_addr)->sin6_addr;
+    rc = inet_ntop(res->ai_family, a, ip, (socklen_t)iplen) ? 0 : -1;
+    if (rc == -1)
+        snprintf(err, errlen, "%s: %s", host, strerror(errno));
+    freeaddrinfo(res);
+    return rc;
 }
