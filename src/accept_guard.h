@@ -26,10 +26,10 @@ struct accept_guard {
     ev_io *ios; /* the listener watchers paused together (borrowed) */
     size_t nios;
     ev_timer timer;
-    double delay;                  /* the next pause; ACCEPT_PAUSE_MIN after a success */
-    const char *listener;          /* "spop" or "stats", for logs */
-    atomic_uint_fast64_t *pauses;  /* counter to bump per pause (a metric), or NULL */
-    int stopped;                   /* the owner stopped listening for good */
+    double delay;                 /* the next pause; ACCEPT_PAUSE_MIN after a success */
+    const char *listener;         /* "spop" or "stats", for logs */
+    atomic_uint_fast64_t *pauses; /* counter to bump per pause (a metric), or NULL */
+    int stopped;                  /* the owner stopped listening for good */
 };
 
 /* Set up (the watchers are started and stopped by the owner as usual). */

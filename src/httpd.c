@@ -19,8 +19,8 @@
 #include "util.h"
 
 #define HTTP_REQ_MAX 8192
-#define HTTP_TIMEOUT 5.0     /* a connection's whole life: request in, response out */
-#define HTTP_MAX_CONNS 64    /* at once; fewer under a small fd limit (conns_cap) */
+#define HTTP_TIMEOUT 5.0  /* a connection's whole life: request in, response out */
+#define HTTP_MAX_CONNS 64 /* at once; fewer under a small fd limit (conns_cap) */
 #define REFUSE_LOG_EVERY_S 10.0
 
 struct http_conn {
@@ -171,8 +171,7 @@ static unsigned conns_cap(void)
     struct rlimit rl;
     unsigned cap = HTTP_MAX_CONNS;
 
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
-        rl.rlim_cur / 8 < cap)
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur / 8 < cap)
         cap = rl.rlim_cur / 8 < 4 ? 4 : (unsigned)(rl.rlim_cur / 8);
     return cap;
 }
@@ -190,11 +189,10 @@ static int http_admit(struct httpd *h, const struct sockaddr *peer)
                 inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)peer)->sin_addr,
                           text, sizeof(text));
             else if (peer->sa_family == AF_INET6)
-                inet_ntop(AF_INET6,
-                          &((const struct sockaddr_in6 *)(const void *)peer)->sin6_addr, text,
-                          sizeof(text));
-            LOG_WARN("\"stats peer refused by stats_allow\" peer=%s refused_not_logged=%llu",
-                     text, suppressed);
+                inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)(const void *)peer)->sin6_addr,
+                          text, sizeof(text));
+            LOG_WARN("\"stats peer refused by stats_allow\" peer=%s refused_not_logged=%llu", text,
+                     suppressed);
         }
         return 0;
     }

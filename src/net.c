@@ -460,12 +460,19 @@ int net_resolve_host(const char *host, char *ip, size_t iplen, char *err, size_t
         }
         return 0;
     }
+    /* IPv4 first, then IPv6: what hiredis 0.14 does with a name, so that
+     * "localhost" still means 127.0.0.1 where Redis listens on that only */
     memset(&hints, 0, sizeof(hints));
-    hints.ai_family = AF_UNSPEC;
+    hints.ai_family = AF_INET;
     hints.ai_socktype = SOCK_STREAM;
     rc = getaddrinfo(host, NULL, &hints, &res);
+    if (rc != 0 && rc != EAI_SYSTEM && rc != EAI_AGAIN && rc != EAI_MEMORY) {
+        hints.ai_family = AF_INET6;
+        rc = getaddrinfo(host, NULL, &hints, &res);
+    }
     if (rc != 0) {
-        snprintf(err, errlen, "%s: %s", host, rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
+        snprintf(err, errlen, "%s: %s", host,
+                 rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
         return -1;
     }
     if (res->ai_family == AF_INET)

@@ -124,9 +124,10 @@ int net_accept_action(int err);
 int net_host_is_numeric(const char *host);
 
 /* Blocking: look host up (getaddrinfo, every source nsswitch.conf names) and
- * write its first TCP address as numeric text into ip (NET_NUMERIC_MAX
- * bytes). A numeric host is copied. 0, or -1 with the reason in err. May take
- * as long as the resolver's own timeouts: never call it on an event loop. */
+ * write its first IPv4 address, or when it has none its first IPv6 address,
+ * as numeric text into ip (NET_NUMERIC_MAX bytes). A numeric host is copied.
+ * 0, or -1 with the reason in err. May take as long as the resolver's own
+ * timeouts: never call it on an event loop. */
 int net_resolve_host(const char *host, char *ip, size_t iplen, char *err, size_t errlen);
 
 #endif

@@ -25,18 +25,18 @@
 #include "spop/spop_conn.h"
 #include "util.h"
 
-#define LISTEN_BACKLOG 4096   /* an HAProxy reload opens a burst of connections */
-#define ACCEPT_BATCH 64       /* accepts per wake-up, to stay fair to open connections */
+#define LISTEN_BACKLOG 4096       /* an HAProxy reload opens a burst of connections */
+#define ACCEPT_BATCH 64           /* accepts per wake-up, to stay fair to open connections */
 #define OUT_HIGH_WATER (1u << 20) /* stop reading while this much output is unsent */
-#define HELLO_TIMEOUT_S 5.0  /* a new connection must complete its HAPROXY-HELLO in this */
-#define DRAIN_TIMEOUT_S 5.0  /* a half-closed peer gets its answers within this, or none */
+#define HELLO_TIMEOUT_S 5.0       /* a new connection must complete its HAPROXY-HELLO in this */
+#define DRAIN_TIMEOUT_S 5.0       /* a half-closed peer gets its answers within this, or none */
 /* NOTIFYs of one connection waiting for Redis at once. HAProxy sends at most
  * max-waiting-frames (20 by default) before it waits for ACKs; past this the
  * connection's frames stay unread until answers go out (TCP pushes back),
  * rather than a DISCONNECT, which HAProxy would take as an error for every
  * request in flight on it. */
 #define MAX_WAITING_PER_CONN 256
-#define FD_RESERVE 256       /* fds beside SPOP connections: stats, Redis, loops, logs */
+#define FD_RESERVE 256 /* fds beside SPOP connections: stats, Redis, loops, logs */
 #define REFUSE_LOG_EVERY_S 10.0
 
 struct worker;
@@ -52,12 +52,12 @@ struct conn {
     ev_io rio, wio;
     ev_timer timer; /* the HELLO deadline; after the peer's EOF, the drain deadline */
     struct spop_conn sp;
-    int closing;   /* close once out[] is flushed */
-    int reading;   /* rio started */
-    int eof;       /* the peer half-closed: answer what it is owed, then close */
-    int dead;      /* socket closed; freed when the last pending request ends */
-    int ready;     /* counted in ready_conns: HELLO done, not a health check */
-    unsigned npending; /* requests waiting for Redis */
+    int closing;             /* close once out[] is flushed */
+    int reading;             /* rio started */
+    int eof;                 /* the peer half-closed: answer what it is owed, then close */
+    int dead;                /* socket closed; freed when the last pending request ends */
+    int ready;               /* counted in ready_conns: HELLO done, not a health check */
+    unsigned npending;       /* requests waiting for Redis */
     struct conn *flush_next; /* on the worker's to-flush list */
     int to_flush;
     struct conn *prev, *next;
@@ -80,19 +80,19 @@ struct worker {
     pthread_t thread;
     struct ev_loop *loop;
     ev_async wake;
-    ev_io *accept_io; /* one per listener */
+    ev_io *accept_io;          /* one per listener */
     struct accept_guard guard; /* pauses accept_io when out of fds */
     struct conn *conns;
-    struct ruleset *rs;            /* in force on this worker */
+    struct ruleset *rs;              /* in force on this worker */
     struct ruleset *_Atomic next_rs; /* handed over by server_set_ruleset */
     atomic_int stop;
     int stopping;
-    uint64_t acked_t0[256];        /* NOTIFY read times of ACKs queued, not yet written */
+    uint64_t acked_t0[256]; /* NOTIFY read times of ACKs queued, not yet written */
     unsigned nacked;
-    struct request *free_reqs;     /* recycled requests */
+    struct request *free_reqs; /* recycled requests */
     unsigned nfree;
-    unsigned pending;              /* requests waiting for Redis */
-    pthread_mutex_t done_lock;     /* requests completed by the limiter's thread */
+    unsigned pending;          /* requests waiting for Redis */
+    pthread_mutex_t done_lock; /* requests completed by the limiter's thread */
     struct request *done_reqs;
 };
 
@@ -538,13 +538,14 @@ static void worker_maybe_done(struct worker *w)
 }
 
 /* Answers went out on live connection c: parse the frames a pause left
- * unread once it is below the cap again, and close it once nothing is owed
+ * unread once half the cap is free again, and close it once nothing is owed
  * when the worker stops or the peer half-closed. */
 static void conn_answered(struct conn *c)
 {
     struct worker *w = c->w;
 
-    if (c->sp.paused && c->npending < MAX_WAITING_PER_CONN && !c->closing) {
+    /* half-way down before reading on: not a parse per answer at the cap */
+    if (c->sp.paused && c->npending <= MAX_WAITING_PER_CONN / 2 && !c->closing) {
         c->sp.paused = 0;
         conn_parse(c, 0);
     }

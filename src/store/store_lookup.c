@@ -87,8 +87,8 @@ static void timeout_cb(struct ev_loop *loop, ev_timer *t, int revents)
     cb(arg, NULL, err);
 }
 
-struct store_lookup *store_lookup_start(struct ev_loop *loop, const char *host,
-                                        store_lookup_cb *cb, void *arg)
+struct store_lookup *store_lookup_start(struct ev_loop *loop, const char *host, store_lookup_cb *cb,
+                                        void *arg)
 {
     struct store_lookup *l;
     pthread_attr_t attr;

@@ -33,8 +33,8 @@ typedef void store_lookup_cb(void *arg, const char *ip, const char *err);
 /* Start looking host up; cb runs later, on loop, never from inside this
  * call. NULL when no lookup could start (out of memory, threads, or
  * STORE_LOOKUP_MAX reached): nothing runs then. */
-struct store_lookup *store_lookup_start(struct ev_loop *loop, const char *host,
-                                        store_lookup_cb *cb, void *arg);
+struct store_lookup *store_lookup_start(struct ev_loop *loop, const char *host, store_lookup_cb *cb,
+                                        void *arg);
 
 /* The callback will not run. Only before it ran. NULL no-op. */
 void store_lookup_cancel(struct store_lookup *l);

@@ -27,12 +27,12 @@
 struct store_probe {
     struct ev_loop *loop;
     double timeout;
-    redisAsyncContext *ac; /* the attempt under way, or NULL */
+    redisAsyncContext *ac;       /* the attempt under way, or NULL */
     struct store_lookup *lookup; /* or the name of addrs[next - 1] being looked up */
     ev_timer timer;
     int running;
     struct net_hostport *addrs; /* a copy */
-    size_t n, next; /* addrs[next - 1] is being asked */
+    size_t n, next;             /* addrs[next - 1] is being asked */
     int argc;
     char **argv;
     size_t *argvlen;
@@ -135,8 +135,8 @@ static void attempt(struct store_probe *p)
         }
         if ((p->lookup = store_lookup_start(p->loop, a->host, on_lookup, p)))
             return;
-        LOG_DEBUG("\"redis probe failed\" addr=%s:%d err=\"cannot start a name lookup\"",
-                  a->host, a->port);
+        LOG_DEBUG("\"redis probe failed\" addr=%s:%d err=\"cannot start a name lookup\"", a->host,
+                  a->port);
         METRIC_INC(redis_errors);
     }
     finish(p, 0);
