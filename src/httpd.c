@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -168,12 +167,9 @@ static void http_timeout_cb(struct ev_loop *loop, ev_timer *t, int revents)
  * HTTP_MAX_CONNS connections, and at most an eighth of the fd limit. */
 static unsigned conns_cap(void)
 {
-    struct rlimit rl;
-    unsigned cap = HTTP_MAX_CONNS;
+    uint64_t eighth = net_raise_nofile(0) / 8;
 
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur / 8 < cap)
-        cap = rl.rlim_cur / 8 < 4 ? 4 : (unsigned)(rl.rlim_cur / 8);
-    return cap;
+    return eighth >= HTTP_MAX_CONNS ? HTTP_MAX_CONNS : eighth < 4 ? 4 : (unsigned)eighth;
 }
 
 /* 1 when the peer may have a connection: in stats_allow and below the cap. */

@@ -12,6 +12,7 @@
 #include <netinet/tcp.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -418,6 +419,22 @@ int net_connect(const struct net_addr *a, char *err, size_t errlen)
     addr_error(a, strerror(saved), err, errlen);
     errno = saved;
     return -1;
+}
+
+uint64_t net_raise_nofile(uint64_t want)
+{
+    struct rlimit rl;
+    rlim_t cur;
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) == -1)
+        return 0;
+    cur = rl.rlim_cur;
+    if (cur != RLIM_INFINITY && cur < want) {
+        rl.rlim_cur = rl.rlim_max != RLIM_INFINITY && rl.rlim_max < want ? rl.rlim_max : want;
+        if (rl.rlim_cur > cur && setrlimit(RLIMIT_NOFILE, &rl) == 0)
+            cur = rl.rlim_cur;
+    }
+    return cur == RLIM_INFINITY ? UINT64_MAX : (uint64_t)cur;
 }
 
 int net_accept_action(int err)

@@ -104,6 +104,11 @@ int net_listen(const struct net_addr *a, int backlog, char *err, size_t errlen);
  * errno set. */
 int net_connect(const struct net_addr *a, char *err, size_t errlen);
 
+/* Raise the soft open-file limit (RLIMIT_NOFILE) towards want, within the
+ * hard limit; never lowers it. Returns the soft limit in force after the call
+ * (UINT64_MAX: unlimited; 0: unknown). want 0: only read it. */
+uint64_t net_raise_nofile(uint64_t want);
+
 /* What a listener does after accept(2) failed with err. */
 enum net_accept_action {
     NET_ACCEPT_WAIT = 0,  /* nothing (left) to accept: wait for the socket to be readable */

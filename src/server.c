@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -346,18 +345,16 @@ static int conn_parse(struct conn *c, size_t n)
 /* The peer half-closed its side (or closed): nothing more comes. The NOTIFYs
  * it sent that wait for Redis are still answered (an HAProxy that only shut
  * down its writing side reads them), then the connection closes; at most
- * DRAIN_TIMEOUT_S later either way. A peer that closed altogether makes the
- * writes fail, which frees the connection then. */
+ * DRAIN_TIMEOUT_S later either way, also when the peer does not read. A peer
+ * that closed altogether makes the writes fail, which frees it sooner. */
 static void conn_eof(struct conn *c)
 {
     struct worker *w = c->w;
 
     c->eof = 1;
     conn_update_reading(c);
-    if (c->npending == 0) {
+    if (c->npending == 0)
         c->closing = 1;
-        return;
-    }
     ev_timer_stop(w->loop, &c->timer);
     ev_timer_set(&c->timer, DRAIN_TIMEOUT_S, 0.);
     ev_timer_start(w->loop, &c->timer);
@@ -629,19 +626,12 @@ static void *worker_main(void *arg)
  * then pause when fds run out, see accept_guard.h). */
 static void raise_nofile(unsigned max_conns)
 {
-    struct rlimit rl;
-    rlim_t want = (rlim_t)max_conns + FD_RESERVE, cur;
+    uint64_t want = (uint64_t)max_conns + FD_RESERVE, got = net_raise_nofile(want);
 
-    if (getrlimit(RLIMIT_NOFILE, &rl) == -1 || rl.rlim_cur >= want)
-        return;
-    cur = rl.rlim_cur;
-    rl.rlim_cur = rl.rlim_max != RLIM_INFINITY && rl.rlim_max < want ? rl.rlim_max : want;
-    if (rl.rlim_cur > cur && setrlimit(RLIMIT_NOFILE, &rl) == -1)
-        rl.rlim_cur = cur;
-    if (rl.rlim_cur < want)
+    if (got < want)
         LOG_WARN("\"open file limit below what max_connections needs\" nofile=%llu "
                  "max_connections=%u wanted=%llu",
-                 (unsigned long long)rl.rlim_cur, max_conns, (unsigned long long)want);
+                 (unsigned long long)got, max_conns, (unsigned long long)want);
 }
 
 struct server *server_new(const struct config *cfg, struct ruleset *rs, struct limiter *lim,

@@ -1,6 +1,7 @@
 /* test_net.c - the address parser (host:port, [v6]:port, unix:/path, bad and
- * missing ports, overlong parts), CIDRs and the peer check, and real sockets
- * on loopback: net_listen on 127.0.0.1:0 and a unix path, net_connect. */
+ * missing ports, overlong parts), CIDRs and the peer check, real sockets on
+ * loopback (net_listen on 127.0.0.1:0 and a unix path, net_connect), what a
+ * listener does after accept fails, the open-file limit, name lookups. */
 #include "net.h"
 
 #include <arpa/inet.h>
@@ -11,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -407,6 +409,25 @@ START_TEST(test_accept_action)
 }
 END_TEST
 
+/* Check runs each test in a child: the limit changed here is that child's. */
+START_TEST(test_raise_nofile)
+{
+    struct rlimit rl, low;
+
+    ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
+    ck_assert(net_raise_nofile(0) == (rl.rlim_cur == RLIM_INFINITY ? UINT64_MAX : rl.rlim_cur));
+    if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < 64)
+        return;
+    low.rlim_cur = 32;
+    low.rlim_max = rl.rlim_max;
+    ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &low), 0);
+    ck_assert_uint_eq(net_raise_nofile(48), 48);
+    ck_assert_uint_eq(net_raise_nofile(40), 48); /* never lowered */
+    if (rl.rlim_max != RLIM_INFINITY) /* never above the hard limit */
+        ck_assert_uint_eq(net_raise_nofile((uint64_t)rl.rlim_max + 1), rl.rlim_max);
+}
+END_TEST
+
 static const struct {
     const char *host;
     int numeric;
@@ -473,6 +494,7 @@ static Suite *net_suite(void)
 
     tc = tcase_create("accept and names");
     LOOP(tc, test_accept_action, accept_errs);
+    tcase_add_test(tc, test_raise_nofile);
     LOOP(tc, test_numeric_host, hosts);
     tcase_add_test(tc, test_resolve_host);
     tcase_set_timeout(tc, 30); /* a lookup of .invalid may ask a slow DNS server */
