@@ -1,21 +1,26 @@
 /* httpd.c - GET /metrics and GET /top on the main loop. */
 #include "httpd.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <ev.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "accept_guard.h"
 #include "log.h"
 #include "metrics.h"
 #include "net.h"
 #include "util.h"
 
 #define HTTP_REQ_MAX 8192
-#define HTTP_TIMEOUT 5.0
+#define HTTP_TIMEOUT 5.0  /* a connection's whole life: request in, response out */
+#define HTTP_MAX_CONNS 64 /* at once; fewer under a small fd limit (conns_cap) */
+#define REFUSE_LOG_EVERY_S 10.0
 
 struct http_conn {
     struct httpd *h;
@@ -33,8 +38,14 @@ struct httpd {
     struct ev_loop *loop;
     int fd;
     ev_io accept_io;
+    struct accept_guard guard;
     struct http_conn *conns;
+    unsigned nconns, max_conns;
+    struct net_cidr *allow; /* a copy; none: any peer */
+    size_t nallow;
 };
+
+static struct log_gate refuse_gate;
 
 static void http_conn_free(struct http_conn *c)
 {
@@ -48,6 +59,7 @@ static void http_conn_free(struct http_conn *c)
         h->conns = c->next;
     if (c->next)
         c->next->prev = c->prev;
+    h->nconns--;
     free(c->resp);
     free(c);
 }
@@ -147,7 +159,45 @@ static void http_io_cb(struct ev_loop *loop, ev_io *io, int revents)
 
 static void http_timeout_cb(struct ev_loop *loop, ev_timer *t, int revents)
 {
+    METRIC_INC(timeouts[METRICS_TIMEOUT_STATS]);
     http_conn_free(t->data);
+}
+
+/* The stats listener must never take the fds SPOP needs: at most
+ * HTTP_MAX_CONNS connections, and at most an eighth of the fd limit. */
+static unsigned conns_cap(void)
+{
+    uint64_t eighth = net_raise_nofile(0) / 8;
+
+    return eighth >= HTTP_MAX_CONNS ? HTTP_MAX_CONNS : eighth < 4 ? 4 : (unsigned)eighth;
+}
+
+/* 1 when the peer may have a connection: in stats_allow and below the cap. */
+static int http_admit(struct httpd *h, const struct sockaddr *peer)
+{
+    unsigned long long suppressed;
+    char text[INET6_ADDRSTRLEN] = "?";
+
+    if (!net_peer_allowed(h->allow, h->nallow, peer)) {
+        METRIC_INC(refused[METRICS_STATS][METRICS_REFUSED_ALLOW]);
+        if (log_gate_open(&refuse_gate, REFUSE_LOG_EVERY_S, &suppressed)) {
+            if (peer->sa_family == AF_INET)
+                inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)peer)->sin_addr,
+                          text, sizeof(text));
+            else if (peer->sa_family == AF_INET6)
+                inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)(const void *)peer)->sin6_addr,
+                          text, sizeof(text));
+            LOG_WARN("\"stats peer refused by stats_allow\" peer=%s refused_not_logged=%llu", text,
+                     suppressed);
+        }
+        return 0;
+    }
+    if (h->nconns >= h->max_conns) {
+        METRIC_INC(refused[METRICS_STATS][METRICS_REFUSED_MAX_CONNS]);
+        LOG_DEBUG("\"stats connection refused: too many open\" max=%u", h->max_conns);
+        return 0;
+    }
+    return 1;
 }
 
 static void http_accept_cb(struct ev_loop *loop, ev_io *io, int revents)
@@ -155,9 +205,20 @@ static void http_accept_cb(struct ev_loop *loop, ev_io *io, int revents)
     struct httpd *h = io->data;
 
     for (int i = 0; i < 16; i++) {
-        int fd = accept4(h->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd == -1)
-            return;
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof(ss);
+        int fd = accept4(h->fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+        if (fd == -1) {
+            if (accept_guard_failed(&h->guard, errno))
+                return;
+            continue;
+        }
+        accept_guard_ok(&h->guard);
+        if (!http_admit(h, (struct sockaddr *)&ss)) {
+            close(fd);
+            continue;
+        }
         struct http_conn *c = calloc(1, sizeof(*c));
         if (!c) {
             close(fd);
@@ -175,26 +236,49 @@ static void http_accept_cb(struct ev_loop *loop, ev_io *io, int revents)
         if (h->conns)
             h->conns->prev = c;
         h->conns = c;
+        h->nconns++;
     }
 }
 
-struct httpd *httpd_new(struct ev_loop *loop, const struct net_addr *addr, char *err, size_t errlen)
+struct httpd *httpd_new(struct ev_loop *loop, const struct net_addr *addr,
+                        const struct net_cidr *allow, size_t nallow, char *err, size_t errlen)
 {
     struct httpd *h = calloc(1, sizeof(*h));
-    if (!h) {
+    if (!h || httpd_set_allow(h, allow, nallow) < 0) {
+        free(h);
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
     h->loop = loop;
     h->fd = net_listen(addr, 128, err, errlen);
     if (h->fd == -1) {
+        free(h->allow);
         free(h);
         return NULL;
     }
     ev_io_init(&h->accept_io, http_accept_cb, h->fd, EV_READ);
     h->accept_io.data = h;
     ev_io_start(loop, &h->accept_io);
+    accept_guard_init(&h->guard, loop, &h->accept_io, 1, "stats",
+                      &metrics.accept_pauses[METRICS_STATS]);
+    h->max_conns = conns_cap();
     return h;
+}
+
+int httpd_set_allow(struct httpd *h, const struct net_cidr *allow, size_t n)
+{
+    struct net_cidr *copy = NULL;
+
+    if (!h)
+        return 0;
+    if (n > 0 && !(copy = malloc(n * sizeof(*copy))))
+        return -1;
+    if (n > 0)
+        memcpy(copy, allow, n * sizeof(*copy));
+    free(h->allow);
+    h->allow = copy;
+    h->nallow = n;
+    return 0;
 }
 
 void httpd_free(struct httpd *h)
@@ -203,7 +287,9 @@ void httpd_free(struct httpd *h)
         return;
     while (h->conns)
         http_conn_free(h->conns);
+    accept_guard_stop(&h->guard);
     ev_io_stop(h->loop, &h->accept_io);
     close(h->fd);
+    free(h->allow);
     free(h);
 }

@@ -145,6 +145,8 @@ static void on_sighup(struct ev_loop *loop, ev_signal *w, int revents)
         return;
     }
     log_level = rs->cfg->log_level;
+    if (httpd_set_allow(a->httpd, rs->cfg->stats_allow, rs->cfg->nstats_allow) < 0)
+        LOG_ERROR("\"out of memory: stats_allow not reloaded\"");
     server_set_ruleset(a->srv, rs);
     ruleset_unref(a->rs);
     a->rs = rs;
@@ -296,7 +298,8 @@ static int agent_open(struct agent *a, struct config *cfg)
         return -1;
     }
     if (a->rs->cfg->stats_addr.kind != NET_ADDR_NONE) {
-        a->httpd = httpd_new(a->loop, &a->rs->cfg->stats_addr, err, sizeof(err));
+        a->httpd = httpd_new(a->loop, &a->rs->cfg->stats_addr, a->rs->cfg->stats_allow,
+                             a->rs->cfg->nstats_allow, err, sizeof(err));
         if (!a->httpd) {
             fprintf(stderr, "spoa-ratelimit: cannot listen for stats on %s\n", err);
             return -1;

@@ -273,6 +273,47 @@ static void render_spop(struct strbuf *b)
               (unsigned long long)ld(&metrics.protocol_errors[0]));
 }
 
+/* What the listeners refused or cut: accept pauses for want of fds,
+ * connections refused by an allow list or a connection cap, timeouts. */
+static void render_protection(struct strbuf *b)
+{
+    static const char *const listeners[2] = {"spop", "stats"};
+    static const char *const reasons[2] = {"allow", "max_connections"};
+    static const char *const timeouts[3][2] = {
+        {"spop", "hello"}, {"spop", "drain"}, {"stats", "request"}};
+
+    sb_printf(b, "# HELP spoa_ratelimit_accept_pauses_total Times a listener stopped accepting "
+                 "for a back-off because the process was out of file descriptors or memory.\n"
+                 "# TYPE spoa_ratelimit_accept_pauses_total counter\n");
+    for (unsigned l = 0; l < 2; l++)
+        sb_printf(b, "spoa_ratelimit_accept_pauses_total{listener=\"%s\"} %llu\n", listeners[l],
+                  (unsigned long long)ld(&metrics.accept_pauses[l]));
+    sb_printf(b, "# HELP spoa_ratelimit_connections_refused_total Connections closed at accept: "
+                 "peer not in the allow list, or the listener's connection cap reached.\n"
+                 "# TYPE spoa_ratelimit_connections_refused_total counter\n");
+    for (unsigned l = 0; l < 2; l++)
+        for (unsigned r = 0; r < 2; r++)
+            sb_printf(b,
+                      "spoa_ratelimit_connections_refused_total{listener=\"%s\",reason=\"%s\"} "
+                      "%llu\n",
+                      listeners[l], reasons[r], (unsigned long long)ld(&metrics.refused[l][r]));
+    sb_printf(b, "# HELP spoa_ratelimit_connection_timeouts_total Connections closed by a "
+                 "timeout: no HELLO, half-closed with answers still owed, slow stats request.\n"
+                 "# TYPE spoa_ratelimit_connection_timeouts_total counter\n");
+    for (unsigned t = 0; t < 3; t++)
+        sb_printf(b,
+                  "spoa_ratelimit_connection_timeouts_total{listener=\"%s\",phase=\"%s\"} "
+                  "%llu\n",
+                  timeouts[t][0], timeouts[t][1], (unsigned long long)ld(&metrics.timeouts[t]));
+    render_simple(b, "spoa_ratelimit_notify_read_pauses_total", "counter",
+                  "Times an SPOP connection had the most NOTIFYs waiting for Redis allowed: "
+                  "its frames were left unread until some were answered.",
+                  ld(&metrics.notify_read_pauses));
+    render_simple(b, "spoa_ratelimit_notifies_waiting", "gauge",
+                  "NOTIFYs waiting for Redis, over all connections.",
+                  (uint64_t)atomic_load(&metrics.notifies_waiting));
+}
+
 static void render_lease(struct strbuf *b)
 {
     render_simple(b, "spoa_ratelimit_lease_claims_total", "counter",
@@ -355,6 +396,7 @@ char *metrics_render(size_t *len)
     render_rules(&b);
     render_redis(&b);
     render_spop(&b);
+    render_protection(&b);
     render_lease(&b);
     render_simple(&b, "spoa_ratelimit_buckets", "gauge",
                   "In-memory buckets (standalone and fallback).", ld(&metrics.buckets));

@@ -81,8 +81,23 @@ struct metrics {
     atomic_int lease_keys;
     atomic_uint_fast64_t lease_active_keys; /* walked by the last tick */
     atomic_uint_fast64_t buckets;
+    /* protection of the listeners (server.c, httpd.c): indexed by enum
+     * metrics_listener, enum metrics_refusal and enum metrics_timeout */
+    atomic_uint_fast64_t accept_pauses[2];
+    atomic_uint_fast64_t refused[2][2];
+    atomic_uint_fast64_t timeouts[3];
+    atomic_uint_fast64_t notify_read_pauses; /* a connection reached the waiting-NOTIFY cap */
+    atomic_int notifies_waiting;             /* NOTIFYs waiting for Redis, all connections */
     struct metrics_hist decision;
     struct metrics_hist redis_latency;
+};
+
+enum metrics_listener { METRICS_SPOP = 0, METRICS_STATS = 1 };
+enum metrics_refusal { METRICS_REFUSED_ALLOW = 0, METRICS_REFUSED_MAX_CONNS = 1 };
+enum metrics_timeout {
+    METRICS_TIMEOUT_HELLO = 0, /* SPOP: no HAPROXY-HELLO in time */
+    METRICS_TIMEOUT_DRAIN = 1, /* SPOP: the peer half-closed; answers not all out in time */
+    METRICS_TIMEOUT_STATS = 2, /* stats: no whole request (or response read) in time */
 };
 
 extern struct metrics metrics;

@@ -1,5 +1,6 @@
 /* net.c - addresses and sockets (see net.h): the address parser, listening
- * sockets, blocking connects, CIDRs and the peer check. */
+ * sockets, blocking connects, CIDRs and the peer check, what to do when
+ * accept(2) fails, and the blocking name lookup the store runs off its loop. */
 #include "net.h"
 
 #include <arpa/inet.h>
@@ -11,6 +12,7 @@
 #include <netinet/tcp.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -417,4 +419,86 @@ int net_connect(const struct net_addr *a, char *err, size_t errlen)
     addr_error(a, strerror(saved), err, errlen);
     errno = saved;
     return -1;
+}
+
+uint64_t net_raise_nofile(uint64_t want)
+{
+    struct rlimit rl;
+    rlim_t cur;
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) == -1)
+        return 0;
+    cur = rl.rlim_cur;
+    if (cur != RLIM_INFINITY && cur < want) {
+        rl.rlim_cur = rl.rlim_max != RLIM_INFINITY && rl.rlim_max < want ? rl.rlim_max : want;
+        if (rl.rlim_cur > cur && setrlimit(RLIMIT_NOFILE, &rl) == 0)
+            cur = rl.rlim_cur;
+    }
+    return cur == RLIM_INFINITY ? UINT64_MAX : (uint64_t)cur;
+}
+
+int net_accept_action(int err)
+{
+    switch (err) {
+    case EMFILE:
+    case ENFILE:
+    case ENOBUFS:
+    case ENOMEM:
+        return NET_ACCEPT_PAUSE;
+    case EINTR:
+    case ECONNABORTED:
+    case EPROTO:
+    case EPERM: /* a firewall rule refused that peer */
+        return NET_ACCEPT_NEXT;
+    default: /* EAGAIN: another worker took it, or none left */
+        return NET_ACCEPT_WAIT;
+    }
+}
+
+/* ---- names -------------------------------------------------------------- */
+
+int net_host_is_numeric(const char *host)
+{
+    uint8_t buf[16];
+
+    return inet_pton(AF_INET, host, buf) == 1 || inet_pton(AF_INET6, host, buf) == 1;
+}
+
+int net_resolve_host(const char *host, char *ip, size_t iplen, char *err, size_t errlen)
+{
+    struct addrinfo hints, *res;
+    const void *a;
+    int rc;
+
+    if (net_host_is_numeric(host)) {
+        if (snprintf(ip, iplen, "%s", host) >= (int)iplen) {
+            snprintf(err, errlen, "%s: address too long", host);
+            return -1;
+        }
+        return 0;
+    }
+    /* IPv4 first, then IPv6: what hiredis 0.14 does with a name, so that
+     * "localhost" still means 127.0.0.1 where Redis listens on that only */
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_INET;
+    hints.ai_socktype = SOCK_STREAM;
+    rc = getaddrinfo(host, NULL, &hints, &res);
+    if (rc != 0 && rc != EAI_SYSTEM && rc != EAI_AGAIN && rc != EAI_MEMORY) {
+        hints.ai_family = AF_INET6;
+        rc = getaddrinfo(host, NULL, &hints, &res);
+    }
+    if (rc != 0) {
+        snprintf(err, errlen, "%s: %s", host,
+                 rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
+        return -1;
+    }
+    if (res->ai_family == AF_INET)
+        a = &((const struct sockaddr_in *)(const void *)res->ai_addr)->sin_addr;
+    else
+        a = &((const struct sockaddr_in6 *)(const void *)res->ai_addr)->sin6_addr;
+    rc = inet_ntop(res->ai_family, a, ip, (socklen_t)iplen) ? 0 : -1;
+    if (rc == -1)
+        snprintf(err, errlen, "%s: %s", host, strerror(errno));
+    freeaddrinfo(res);
+    return rc;
 }

@@ -104,4 +104,35 @@ int net_listen(const struct net_addr *a, int backlog, char *err, size_t errlen);
  * errno set. */
 int net_connect(const struct net_addr *a, char *err, size_t errlen);
 
+/* Raise the soft open-file limit (RLIMIT_NOFILE) towards want, within the
+ * hard limit; never lowers it. Returns the soft limit in force after the call
+ * (UINT64_MAX: unlimited; 0: unknown). want 0: only read it. */
+uint64_t net_raise_nofile(uint64_t want);
+
+/* What a listener does after accept(2) failed with err. */
+enum net_accept_action {
+    NET_ACCEPT_WAIT = 0,  /* nothing (left) to accept: wait for the socket to be readable */
+    NET_ACCEPT_NEXT = 1,  /* that one connection failed (aborted, EINTR...): take the next */
+    NET_ACCEPT_PAUSE = 2, /* out of fds or memory (EMFILE, ENFILE, ENOBUFS, ENOMEM): the
+                             socket stays readable, so a watcher that keeps it would spin;
+                             stop watching it for a while */
+};
+int net_accept_action(int err);
+
+/* ---- names -------------------------------------------------------------- */
+
+/* The longest numeric address text, NUL included (an IPv6 address). */
+#define NET_NUMERIC_MAX 46
+
+/* 1 when host is a numeric IPv4 or IPv6 address (no brackets): connecting to
+ * it needs no name lookup. */
+int net_host_is_numeric(const char *host);
+
+/* Blocking: look host up (getaddrinfo, every source nsswitch.conf names) and
+ * write its first IPv4 address, or when it has none its first IPv6 address,
+ * as numeric text into ip (NET_NUMERIC_MAX bytes). A numeric host is copied.
+ * 0, or -1 with the reason in err. May take as long as the resolver's own
+ * timeouts: never call it on an event loop. */
+int net_resolve_host(const char *host, char *ip, size_t iplen, char *err, size_t errlen);
+
 #endif

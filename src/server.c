@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "accept_guard.h"
 #include "config/config.h"
 #include "limiter.h"
 #include "log.h"
@@ -23,9 +24,19 @@
 #include "spop/spop_conn.h"
 #include "util.h"
 
-#define LISTEN_BACKLOG 4096   /* an HAProxy reload opens a burst of connections */
-#define ACCEPT_BATCH 64       /* accepts per wake-up, to stay fair to open connections */
+#define LISTEN_BACKLOG 4096       /* an HAProxy reload opens a burst of connections */
+#define ACCEPT_BATCH 64           /* accepts per wake-up, to stay fair to open connections */
 #define OUT_HIGH_WATER (1u << 20) /* stop reading while this much output is unsent */
+#define HELLO_TIMEOUT_S 5.0       /* a new connection must complete its HAPROXY-HELLO in this */
+#define DRAIN_TIMEOUT_S 5.0       /* a half-closed peer gets its answers within this, or none */
+/* NOTIFYs of one connection waiting for Redis at once. HAProxy sends at most
+ * max-waiting-frames (20 by default) before it waits for ACKs; past this the
+ * connection's frames stay unread until answers go out (TCP pushes back),
+ * rather than a DISCONNECT, which HAProxy would take as an error for every
+ * request in flight on it. */
+#define MAX_WAITING_PER_CONN 256
+#define FD_RESERVE 256 /* fds beside SPOP connections: stats, Redis, loops, logs */
+#define REFUSE_LOG_EVERY_S 10.0
 
 struct worker;
 
@@ -38,12 +49,14 @@ struct conn {
     struct worker *w;
     int fd;
     ev_io rio, wio;
+    ev_timer timer; /* the HELLO deadline; after the peer's EOF, the drain deadline */
     struct spop_conn sp;
-    int closing;   /* close once out[] is flushed */
-    int reading;   /* rio started */
-    int dead;      /* socket closed; freed when the last pending request ends */
-    int ready;     /* counted in ready_conns: HELLO done, not a health check */
-    unsigned npending; /* requests waiting for Redis */
+    int closing;             /* close once out[] is flushed */
+    int reading;             /* rio started */
+    int eof;                 /* the peer half-closed: answer what it is owed, then close */
+    int dead;                /* socket closed; freed when the last pending request ends */
+    int ready;               /* counted in ready_conns: HELLO done, not a health check */
+    unsigned npending;       /* requests waiting for Redis */
     struct conn *flush_next; /* on the worker's to-flush list */
     int to_flush;
     struct conn *prev, *next;
@@ -66,18 +79,19 @@ struct worker {
     pthread_t thread;
     struct ev_loop *loop;
     ev_async wake;
-    ev_io *accept_io; /* one per listener */
+    ev_io *accept_io;          /* one per listener */
+    struct accept_guard guard; /* pauses accept_io when out of fds */
     struct conn *conns;
-    struct ruleset *rs;            /* in force on this worker */
+    struct ruleset *rs;              /* in force on this worker */
     struct ruleset *_Atomic next_rs; /* handed over by server_set_ruleset */
     atomic_int stop;
     int stopping;
-    uint64_t acked_t0[256];        /* NOTIFY read times of ACKs queued, not yet written */
+    uint64_t acked_t0[256]; /* NOTIFY read times of ACKs queued, not yet written */
     unsigned nacked;
-    struct request *free_reqs;     /* recycled requests */
+    struct request *free_reqs; /* recycled requests */
     unsigned nfree;
-    unsigned pending;              /* requests waiting for Redis */
-    pthread_mutex_t done_lock;     /* requests completed by the limiter's thread */
+    unsigned pending;          /* requests waiting for Redis */
+    pthread_mutex_t done_lock; /* requests completed by the limiter's thread */
     struct request *done_reqs;
 };
 
@@ -89,6 +103,7 @@ struct server {
     struct worker *workers;
     struct limiter *lim;
     uint32_t max_frame;
+    atomic_uint nconns; /* open connections, for [agent] max_connections */
     atomic_int running;
     pthread_mutex_t done_lock;
     pthread_cond_t done_cond;
@@ -98,6 +113,7 @@ struct server {
 /* ---- connections -------------------------------------------------------- */
 
 static void worker_maybe_done(struct worker *w);
+static struct log_gate refuse_gate; /* "max_connections reached" lines */
 
 /* Close the socket now; free the memory now, or when the last request that
  * still points to it comes back from the limiter (never from under it). */
@@ -108,7 +124,9 @@ static void conn_free(struct conn *c)
     if (!c->dead) {
         ev_io_stop(w->loop, &c->rio);
         ev_io_stop(w->loop, &c->wio);
+        ev_timer_stop(w->loop, &c->timer);
         close(c->fd);
+        atomic_fetch_sub(&w->srv->nconns, 1);
         if (c->prev)
             c->prev->next = c->next;
         else
@@ -124,6 +142,24 @@ static void conn_free(struct conn *c)
     if (c->npending == 0)
         free(c);
     worker_maybe_done(w);
+}
+
+/* Read while the connection can take more: the worker is not stopping, the
+ * connection is not closing or half-closed, not paused at the waiting-NOTIFY
+ * cap, and not too far behind writing. */
+static void conn_update_reading(struct conn *c)
+{
+    struct worker *w = c->w;
+    size_t len;
+    int want;
+
+    spop_conn_out(&c->sp, &len);
+    want = !w->stopping && !c->closing && !c->eof && !c->sp.paused && len <= OUT_HIGH_WATER;
+    if (want && !c->reading)
+        ev_io_start(w->loop, &c->rio);
+    else if (!want && c->reading)
+        ev_io_stop(w->loop, &c->rio);
+    c->reading = want;
 }
 
 /* Write what is pending. Returns -1 when the connection is gone (freed). */
@@ -149,10 +185,7 @@ static int conn_flush(struct conn *c)
     spop_conn_out(&c->sp, &len);
     if (len > 0) {
         ev_io_start(w->loop, &c->wio);
-        if (len > OUT_HIGH_WATER && c->reading) {
-            ev_io_stop(w->loop, &c->rio);
-            c->reading = 0;
-        }
+        conn_update_reading(c);
         return 0;
     }
     ev_io_stop(w->loop, &c->wio);
@@ -160,10 +193,7 @@ static int conn_flush(struct conn *c)
         conn_free(c);
         return -1;
     }
-    if (!c->reading && !w->stopping) {
-        ev_io_start(w->loop, &c->rio);
-        c->reading = 1;
-    }
+    conn_update_reading(c);
     return 0;
 }
 
@@ -280,11 +310,54 @@ static int on_notify(void *ctx, struct spop_conn *sp, const struct spop_frame *f
     if (ret == 1) { /* waits for Redis: answered from wake_cb */
         c->npending++;
         w->pending++;
+        atomic_fetch_add(&metrics.notifies_waiting, 1);
+        if (c->npending >= MAX_WAITING_PER_CONN) {
+            c->sp.paused = 1; /* the next frames wait in in[] (see MAX_WAITING_PER_CONN) */
+            METRIC_INC(notify_read_pauses);
+        }
         return 0;
     }
     request_finish(r);
     request_put(w, r);
     return 0;
+}
+
+/* Parse n more bytes (0: the frames a pause left in in[]). Returns 1 when
+ * reading must stop: the connection is closing, or paused at the cap. */
+static int conn_parse(struct conn *c, size_t n)
+{
+    struct worker *w = c->w;
+    int closing = spop_conn_in_commit(&c->sp, n, on_notify, c);
+
+    if (c->sp.state != SPOP_CONN_HELLO && !c->eof)
+        ev_timer_stop(w->loop, &c->timer); /* the HELLO is in */
+    if (!c->ready && c->sp.state == SPOP_CONN_READY) {
+        c->ready = 1;
+        if (atomic_fetch_add(&ready_conns, 1) == 0)
+            LOG_INFO("\"HAProxy connected\"");
+    }
+    if (closing)
+        c->closing = 1;
+    conn_update_reading(c);
+    return closing || c->sp.paused;
+}
+
+/* The peer half-closed its side (or closed): nothing more comes. The NOTIFYs
+ * it sent that wait for Redis are still answered (an HAProxy that only shut
+ * down its writing side reads them), then the connection closes; at most
+ * DRAIN_TIMEOUT_S later either way, also when the peer does not read. A peer
+ * that closed altogether makes the writes fail, which frees it sooner. */
+static void conn_eof(struct conn *c)
+{
+    struct worker *w = c->w;
+
+    c->eof = 1;
+    conn_update_reading(c);
+    if (c->npending == 0)
+        c->closing = 1;
+    ev_timer_stop(w->loop, &c->timer);
+    ev_timer_set(&c->timer, DRAIN_TIMEOUT_S, 0.);
+    ev_timer_start(w->loop, &c->timer);
 }
 
 static void conn_read_cb(struct ev_loop *loop, ev_io *io, int revents)
@@ -300,38 +373,106 @@ static void conn_read_cb(struct ev_loop *loop, ev_io *io, int revents)
         if (room == 0) { /* cannot happen: in[] holds a whole max frame */
             spop_conn_disconnect(&c->sp, SPOP_ST_TOO_BIG);
             c->closing = 1;
+            conn_update_reading(c);
             break;
         }
         n = recv(c->fd, p, room, 0);
-        if (n == 0 || (n == -1 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-            conn_free(c);
+        if (n == 0) {
+            conn_eof(c);
+            break;
+        }
+        if (n == -1) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+                break;
+            conn_free(c); /* reset: nobody reads the answers */
             observe_written(w);
             return;
         }
-        if (n == -1)
-            break;
-        int closing = spop_conn_in_commit(&c->sp, (size_t)n, on_notify, c);
-        if (!c->ready && c->sp.state == SPOP_CONN_READY) {
-            c->ready = 1;
-            if (atomic_fetch_add(&ready_conns, 1) == 0)
-                LOG_INFO("\"HAProxy connected\"");
-        }
-        if (closing) {
-            c->closing = 1;
-            ev_io_stop(loop, &c->rio);
-            c->reading = 0;
-            break;
-        }
-        if ((size_t)n < room)
+        if (conn_parse(c, (size_t)n) || (size_t)n < room)
             break;
     }
     conn_flush(c);
     observe_written(w);
 }
 
+/* No HELLO in time, or a half-closed peer still owed answers past the drain
+ * deadline. */
+static void conn_timer_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    struct conn *c = t->data;
+
+    if (c->eof) {
+        METRIC_INC(timeouts[METRICS_TIMEOUT_DRAIN]);
+        LOG_DEBUG("\"half-closed connection not drained in time\" waiting=%u", c->npending);
+        conn_free(c);
+        return;
+    }
+    METRIC_INC(timeouts[METRICS_TIMEOUT_HELLO]);
+    LOG_DEBUG("\"no HAPROXY-HELLO in time; closing\"");
+    spop_conn_disconnect(&c->sp, SPOP_ST_TIMEOUT);
+    c->closing = 1;
+    conn_update_reading(c);
+    /* one try to say why; a peer that does not read is not waited for */
+    if (conn_flush(c) == 0)
+        conn_free(c);
+}
+
 static void conn_write_cb(struct ev_loop *loop, ev_io *io, int revents)
 {
     conn_flush(io->data);
+}
+
+/* A new connection on w, or -1 with the fd closed (out of memory). */
+static int conn_new(struct worker *w, int fd)
+{
+    struct conn *c = calloc(1, sizeof(*c));
+
+    if (!c || spop_conn_init(&c->sp, w->srv->max_frame) < 0) {
+        LOG_WARN("\"out of memory accepting a connection\"");
+        free(c);
+        close(fd);
+        return -1;
+    }
+    c->w = w;
+    c->fd = fd;
+    ev_io_init(&c->rio, conn_read_cb, fd, EV_READ);
+    ev_io_init(&c->wio, conn_write_cb, fd, EV_WRITE);
+    ev_timer_init(&c->timer, conn_timer_cb, HELLO_TIMEOUT_S, 0.);
+    c->rio.data = c->wio.data = c->timer.data = c;
+    ev_io_start(w->loop, &c->rio);
+    ev_timer_start(w->loop, &c->timer);
+    c->reading = 1;
+    c->next = w->conns;
+    if (w->conns)
+        w->conns->prev = c;
+    w->conns = c;
+    atomic_fetch_add(&metrics.connections, 1);
+    METRIC_INC(connections_total);
+    return 0;
+}
+
+/* 1 when the peer may have a connection: in the allow list, and below
+ * max_connections (then counted in nconns). */
+static int conn_admit(struct worker *w, const struct sockaddr *peer)
+{
+    const struct config *cfg = w->rs->cfg;
+    unsigned long long suppressed;
+
+    if (!net_peer_allowed(cfg->allow, cfg->nallow, peer)) {
+        METRIC_INC(refused[METRICS_SPOP][METRICS_REFUSED_ALLOW]);
+        LOG_DEBUG("\"peer refused by allow list\"");
+        return 0;
+    }
+    if (atomic_fetch_add(&w->srv->nconns, 1) >= cfg->max_connections) {
+        atomic_fetch_sub(&w->srv->nconns, 1);
+        METRIC_INC(refused[METRICS_SPOP][METRICS_REFUSED_MAX_CONNS]);
+        if (log_gate_open(&refuse_gate, REFUSE_LOG_EVERY_S, &suppressed))
+            LOG_WARN("\"connection refused: max_connections reached\" max_connections=%u "
+                     "refused_not_logged=%llu",
+                     cfg->max_connections, suppressed);
+        return 0;
+    }
+    return 1;
 }
 
 static void accept_cb(struct ev_loop *loop, ev_io *io, int revents)
@@ -345,38 +486,19 @@ static void accept_cb(struct ev_loop *loop, ev_io *io, int revents)
         int fd = accept4(io->fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
 
         if (fd == -1) {
-            if (errno == EMFILE || errno == ENFILE)
-                LOG_WARN("\"accept failed\" err=\"%s\"", strerror(errno));
-            return; /* EAGAIN: another worker took it */
+            if (accept_guard_failed(&w->guard, errno))
+                return;
+            continue;
         }
-        if (!net_peer_allowed(w->rs->cfg->allow, w->rs->cfg->nallow, (struct sockaddr *)&ss)) {
-            LOG_DEBUG("\"peer refused by allow list\"");
+        accept_guard_ok(&w->guard);
+        if (!conn_admit(w, (struct sockaddr *)&ss)) {
             close(fd);
             continue;
         }
         if (ss.ss_family != AF_UNIX)
             setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-
-        struct conn *c = calloc(1, sizeof(*c));
-        if (!c || spop_conn_init(&c->sp, w->srv->max_frame) < 0) {
-            LOG_WARN("\"out of memory accepting a connection\"");
-            free(c);
-            close(fd);
-            continue;
-        }
-        c->w = w;
-        c->fd = fd;
-        ev_io_init(&c->rio, conn_read_cb, fd, EV_READ);
-        ev_io_init(&c->wio, conn_write_cb, fd, EV_WRITE);
-        c->rio.data = c->wio.data = c;
-        ev_io_start(loop, &c->rio);
-        c->reading = 1;
-        c->next = w->conns;
-        if (w->conns)
-            w->conns->prev = c;
-        w->conns = c;
-        atomic_fetch_add(&metrics.connections, 1);
-        METRIC_INC(connections_total);
+        if (conn_new(w, fd) < 0)
+            atomic_fetch_sub(&w->srv->nconns, 1);
     }
 }
 
@@ -389,12 +511,12 @@ static void worker_begin_stop(struct worker *w)
     struct conn *c, *next;
 
     w->stopping = 1;
+    accept_guard_stop(&w->guard);
     for (size_t i = 0; i < w->srv->nlfds; i++)
         ev_io_stop(w->loop, &w->accept_io[i]);
     for (c = w->conns; c; c = next) {
         next = c->next;
-        ev_io_stop(w->loop, &c->rio);
-        c->reading = 0;
+        conn_update_reading(c);
         if (c->npending)
             continue; /* answered first, then closed (wake_cb) */
         if (c->sp.state == SPOP_CONN_READY)
@@ -410,6 +532,25 @@ static void worker_maybe_done(struct worker *w)
 {
     if (w->stopping && !w->conns && w->pending == 0 && ev_is_active(&w->wake))
         ev_async_stop(w->loop, &w->wake);
+}
+
+/* Answers went out on live connection c: parse the frames a pause left
+ * unread once half the cap is free again, and close it once nothing is owed
+ * when the worker stops or the peer half-closed. */
+static void conn_answered(struct conn *c)
+{
+    struct worker *w = c->w;
+
+    /* half-way down before reading on: not a parse per answer at the cap */
+    if (c->sp.paused && c->npending <= MAX_WAITING_PER_CONN / 2 && !c->closing) {
+        c->sp.paused = 0;
+        conn_parse(c, 0);
+    }
+    if ((w->stopping || c->eof) && c->npending == 0 && !c->sp.paused && !c->closing) {
+        if (w->stopping && c->sp.state == SPOP_CONN_READY)
+            spop_conn_disconnect(&c->sp, SPOP_ST_NONE);
+        c->closing = 1;
+    }
 }
 
 /* Answer the requests the limiter completed, then write each connection
@@ -428,14 +569,9 @@ static void finish_done_requests(struct worker *w)
         c = r->conn;
         w->pending--;
         c->npending--;
-        if (!c->dead) {
+        atomic_fetch_sub(&metrics.notifies_waiting, 1);
+        if (!c->dead)
             request_finish(r);
-            if (w->stopping && c->npending == 0 && !c->closing) {
-                if (c->sp.state == SPOP_CONN_READY)
-                    spop_conn_disconnect(&c->sp, SPOP_ST_NONE);
-                c->closing = 1;
-            }
-        }
         request_put(w, r);
         if (!c->to_flush) { /* dead ones too: freed below, once */
             c->to_flush = 1;
@@ -450,6 +586,7 @@ static void finish_done_requests(struct worker *w)
             if (c->npending == 0)
                 conn_free(c);
         } else {
+            conn_answered(c);
             conn_flush(c);
         }
     }
@@ -483,6 +620,20 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
+/* Debian's default soft limit is 1024 fds, below max_connections' default
+ * plus what the rest of the agent holds: raise it towards what is needed, as
+ * HAProxy does, and say so when the hard limit does not allow it (accepts
+ * then pause when fds run out, see accept_guard.h). */
+static void raise_nofile(unsigned max_conns)
+{
+    uint64_t want = (uint64_t)max_conns + FD_RESERVE, got = net_raise_nofile(want);
+
+    if (got < want)
+        LOG_WARN("\"open file limit below what max_connections needs\" nofile=%llu "
+                 "max_connections=%u wanted=%llu",
+                 (unsigned long long)got, max_conns, (unsigned long long)want);
+}
+
 struct server *server_new(const struct config *cfg, struct ruleset *rs, struct limiter *lim,
                           char *err, size_t errlen)
 {
@@ -498,6 +649,7 @@ struct server *server_new(const struct config *cfg, struct ruleset *rs, struct l
     s->lim = lim;
     s->max_frame = cfg->max_frame_size;
     s->nworkers = (unsigned)cfg->workers;
+    raise_nofile(cfg->max_connections);
     fd = net_listen(&cfg->listen_addr, LISTEN_BACKLOG, err, errlen);
     if (fd == -1)
         goto fail;
@@ -534,6 +686,8 @@ struct server *server_new(const struct config *cfg, struct ruleset *rs, struct l
             w->accept_io[l].data = w;
             ev_io_start(w->loop, &w->accept_io[l]);
         }
+        accept_guard_init(&w->guard, w->loop, w->accept_io, s->nlfds, "spop",
+                          &metrics.accept_pauses[METRICS_SPOP]);
     }
     return s;
 fail:

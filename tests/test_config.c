@@ -874,6 +874,50 @@ START_TEST(test_file)
 }
 END_TEST
 
+/* [agent] max_connections and stats_allow: defaults (1024; loopback only),
+ * values, a list over continuation lines that replaces the default, the
+ * empty list (any peer), errors naming the key. */
+START_TEST(test_listener_limits)
+{
+    struct config *cfg = load_ok("");
+    struct sockaddr_in lo = {.sin_family = AF_INET}, other = {.sin_family = AF_INET};
+    struct sockaddr_in6 lo6 = {.sin6_family = AF_INET6};
+    char err[ERRLEN];
+
+    inet_pton(AF_INET, "127.0.0.1", &lo.sin_addr);
+    inet_pton(AF_INET, "192.0.2.1", &other.sin_addr);
+    inet_pton(AF_INET6, "::1", &lo6.sin6_addr);
+    ck_assert_uint_eq(cfg->max_connections, 1024);
+    ck_assert_uint_eq(cfg->nstats_allow, 2);
+    ck_assert(net_peer_allowed(cfg->stats_allow, cfg->nstats_allow, (struct sockaddr *)&lo));
+    ck_assert(net_peer_allowed(cfg->stats_allow, cfg->nstats_allow, (struct sockaddr *)&lo6));
+    ck_assert(!net_peer_allowed(cfg->stats_allow, cfg->nstats_allow, (struct sockaddr *)&other));
+    config_free(cfg);
+
+    cfg = load_ok("[agent]\nmax_connections = 1\nstats_allow = 192.0.2.0/24,\n  10.0.0.0/8\n");
+    ck_assert_uint_eq(cfg->max_connections, 1);
+    ck_assert_uint_eq(cfg->nstats_allow, 2);
+    ck_assert_uint_eq(cfg->stats_allow[1].prefix, 8);
+    ck_assert(net_peer_allowed(cfg->stats_allow, cfg->nstats_allow, (struct sockaddr *)&other));
+    ck_assert(!net_peer_allowed(cfg->stats_allow, cfg->nstats_allow, (struct sockaddr *)&lo));
+    ck_assert_uint_eq(cfg->nallow, 0); /* the SPOP list is another one */
+    config_free(cfg);
+
+    cfg = load_ok("[agent]\nstats_allow =\n");
+    ck_assert_uint_eq(cfg->nstats_allow, 0);
+    ck_assert(net_peer_allowed(cfg->stats_allow, cfg->nstats_allow, (struct sockaddr *)&other));
+    config_free(cfg);
+
+    load_bad("[agent]\nstats_allow = 10.0.0.0/33\n", err, sizeof(err));
+    ck_assert_str_eq(err, "t.ini:2: bad CIDR '10.0.0.0/33' in 'stats_allow'\n");
+    load_bad("[agent]\nmax_connections = 0\n", err, sizeof(err));
+    ck_assert_str_eq(err, "t.ini:2: bad number '0' for 'max_connections' (expected an integer "
+                          "from 1 to 1000000)\n");
+    load_bad("[agent]\nmax_connections = 100\nmax_connections = 200\n", err, sizeof(err));
+    ck_assert_str_eq(err, "t.ini:3: duplicate key 'max_connections' (first set at line 2)\n");
+}
+END_TEST
+
 #define LOOP(tc, fn, table) tcase_add_loop_test(tc, fn, 0, (int)(sizeof(table) / sizeof(table[0])))
 
 /* --check --print: what it prints is a config that means the same (it loads,
@@ -946,6 +990,7 @@ static Suite *config_suite(void)
     tc = tcase_create("peers");
     LOOP(tc, test_peer, peers);
     tcase_add_test(tc, test_peer_special);
+    tcase_add_test(tc, test_listener_limits);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -1,6 +1,7 @@
 /* test_net.c - the address parser (host:port, [v6]:port, unix:/path, bad and
- * missing ports, overlong parts), CIDRs and the peer check, and real sockets
- * on loopback: net_listen on 127.0.0.1:0 and a unix path, net_connect. */
+ * missing ports, overlong parts), CIDRs and the peer check, real sockets on
+ * loopback (net_listen on 127.0.0.1:0 and a unix path, net_connect), what a
+ * listener does after accept fails, the open-file limit, name lookups. */
 #include "net.h"
 
 #include <arpa/inet.h>
@@ -11,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -386,6 +388,84 @@ START_TEST(test_no_address)
 }
 END_TEST
 
+/* ---- accept errors and names ------------------------------------------------------ */
+
+static const struct {
+    int err;
+    int action;
+} accept_errs[] = {
+    {EAGAIN, NET_ACCEPT_WAIT},       {EWOULDBLOCK, NET_ACCEPT_WAIT},
+    {EBADF, NET_ACCEPT_WAIT},        {EINVAL, NET_ACCEPT_WAIT},
+    {EINTR, NET_ACCEPT_NEXT},        {ECONNABORTED, NET_ACCEPT_NEXT},
+    {EPROTO, NET_ACCEPT_NEXT},       {EPERM, NET_ACCEPT_NEXT},
+    /* the listening socket stays readable: watching it would spin */
+    {EMFILE, NET_ACCEPT_PAUSE},      {ENFILE, NET_ACCEPT_PAUSE},
+    {ENOBUFS, NET_ACCEPT_PAUSE},     {ENOMEM, NET_ACCEPT_PAUSE},
+};
+
+START_TEST(test_accept_action)
+{
+    ck_assert_int_eq(net_accept_action(accept_errs[_i].err), accept_errs[_i].action);
+}
+END_TEST
+
+/* Check runs each test in a child: the limit changed here is that child's. */
+START_TEST(test_raise_nofile)
+{
+    struct rlimit rl, low;
+
+    ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
+    ck_assert(net_raise_nofile(0) == (rl.rlim_cur == RLIM_INFINITY ? UINT64_MAX : rl.rlim_cur));
+    if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < 64)
+        return;
+    low.rlim_cur = 32;
+    low.rlim_max = rl.rlim_max;
+    ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &low), 0);
+    ck_assert_uint_eq(net_raise_nofile(48), 48);
+    ck_assert_uint_eq(net_raise_nofile(40), 48); /* never lowered */
+    if (rl.rlim_max != RLIM_INFINITY) /* never above the hard limit */
+        ck_assert_uint_eq(net_raise_nofile((uint64_t)rl.rlim_max + 1), rl.rlim_max);
+}
+END_TEST
+
+static const struct {
+    const char *host;
+    int numeric;
+} hosts[] = {
+    {"127.0.0.1", 1}, {"10.1.2.3", 1},   {"::1", 1},        {"2001:db8::7", 1},
+    {"::ffff:10.0.0.1", 1}, {"localhost", 0}, {"redis-1", 0}, {"1.2.3", 0},
+    {"[::1]", 0},     {"", 0},           {"256.1.1.1", 0}, {"1.2.3.4.example", 0},
+};
+
+START_TEST(test_numeric_host)
+{
+    ck_assert_int_eq(net_host_is_numeric(hosts[_i].host), hosts[_i].numeric);
+}
+END_TEST
+
+/* A numeric host is copied without a lookup; "localhost" comes from
+ * /etc/hosts (files before dns in every nsswitch.conf we run on); an
+ * .invalid name (RFC 6761) never resolves. */
+START_TEST(test_resolve_host)
+{
+    char ip[NET_NUMERIC_MAX], err[128], small[4];
+
+    ck_assert_int_eq(net_resolve_host("10.9.8.7", ip, sizeof(ip), err, sizeof(err)), 0);
+    ck_assert_str_eq(ip, "10.9.8.7");
+    ck_assert_int_eq(net_resolve_host("2001:db8::7", ip, sizeof(ip), err, sizeof(err)), 0);
+    ck_assert_str_eq(ip, "2001:db8::7");
+    ck_assert_int_eq(net_resolve_host("10.9.8.7", small, sizeof(small), err, sizeof(err)), -1);
+
+    /* IPv4 first, as hiredis does, even where ::1 is localhost too */
+    ck_assert_int_eq(net_resolve_host("localhost", ip, sizeof(ip), err, sizeof(err)), 0);
+    ck_assert_str_eq(ip, "127.0.0.1");
+
+    ck_assert_int_eq(net_resolve_host("no-such-host.invalid", ip, sizeof(ip), err, sizeof(err)),
+                     -1);
+    ck_assert_ptr_nonnull(strstr(err, "no-such-host.invalid: "));
+}
+END_TEST
+
 #define LOOP(tc, fn, table) tcase_add_loop_test(tc, fn, 0, (int)(sizeof(table) / sizeof(table[0])))
 
 static Suite *net_suite(void)
@@ -410,6 +490,14 @@ static Suite *net_suite(void)
     tcase_add_test(tc, test_listen_tcp);
     tcase_add_test(tc, test_listen_unix);
     tcase_add_test(tc, test_no_address);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("accept and names");
+    LOOP(tc, test_accept_action, accept_errs);
+    tcase_add_test(tc, test_raise_nofile);
+    LOOP(tc, test_numeric_host, hosts);
+    tcase_add_test(tc, test_resolve_host);
+    tcase_set_timeout(tc, 30); /* a lookup of .invalid may ask a slow DNS server */
     suite_add_tcase(s, tc);
     return s;
 }

@@ -2,7 +2,9 @@
  *
  * Every decoder input lives in a heap buffer of exactly its size, so that
  * AddressSanitizer reports a read of even one byte past the end. The real
- * frames come from tests/spop_vectors.h (HAProxy 2.6 captures).
+ * frames come from tests/spop_vectors.h (HAProxy 2.6 captures). One test
+ * drives the connection state machine (spop_conn.c): the pause at the
+ * waiting-NOTIFY cap.
  */
 #include "spop/spop.h"
 
@@ -11,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "spop/spop_conn.h"
 #include "spop_vectors.h"
 
 #define FUZZ_ITERATIONS 20000
@@ -955,6 +958,61 @@ static void fuzz_decoders(const uint8_t *p, size_t n)
     ck_assert(rc == 0 || rc == SPOP_EINVAL);
 }
 
+/* ---- connection: pausing at the waiting-NOTIFY cap ------------------------ */
+
+struct pause_ctx {
+    unsigned seen, pause_at;
+};
+
+static int pause_notify(void *ctx, struct spop_conn *c, const struct spop_frame *f)
+{
+    struct pause_ctx *p = ctx;
+
+    (void)f;
+    if (++p->seen == p->pause_at)
+        c->paused = 1;
+    return 0;
+}
+
+/* A HELLO and 5 NOTIFYs in one read: the callback pauses at the 2nd, the
+ * other 3 stay whole in in[] (nothing is dropped or answered); cleared, a
+ * call with n = 0 handles them. */
+START_TEST(test_conn_pause)
+{
+    const struct spop_vector *hello = &spop_vectors[SPOP_VEC_HAPROXY_HELLO];
+    const struct spop_vector *notify = &spop_vectors[SPOP_VEC_NOTIFY_IPV4];
+    struct pause_ctx ctx = {0, 2};
+    struct spop_conn c;
+    size_t room, out_len;
+    uint8_t *p;
+
+    ck_assert_int_eq(spop_conn_init(&c, 16380), 0);
+    p = spop_conn_in_space(&c, &room);
+    ck_assert_uint_ge(room, hello->len + 5 * notify->len);
+    memcpy(p, hello->data, hello->len);
+    for (int i = 0; i < 5; i++)
+        memcpy(p + hello->len + (size_t)i * notify->len, notify->data, notify->len);
+    ck_assert_int_eq(spop_conn_in_commit(&c, hello->len + 5 * notify->len, pause_notify, &ctx), 0);
+    ck_assert_int_eq(c.state, SPOP_CONN_READY);
+    ck_assert_uint_eq(ctx.seen, 2);
+    ck_assert_int_eq(c.paused, 1);
+    ck_assert_uint_eq(c.in_len, 3 * notify->len);
+    ck_assert_mem_eq(c.in, notify->data, notify->len);
+    spop_conn_out(&c, &out_len);
+    ck_assert_uint_gt(out_len, 0); /* the AGENT-HELLO */
+
+    /* still paused: nothing is parsed */
+    ck_assert_int_eq(spop_conn_in_commit(&c, 0, pause_notify, &ctx), 0);
+    ck_assert_uint_eq(ctx.seen, 2);
+
+    c.paused = 0;
+    ck_assert_int_eq(spop_conn_in_commit(&c, 0, pause_notify, &ctx), 0);
+    ck_assert_uint_eq(ctx.seen, 5);
+    ck_assert_uint_eq(c.in_len, 0);
+    spop_conn_release(&c);
+}
+END_TEST
+
 START_TEST(test_fuzz)
 {
     for (int it = 0; it < FUZZ_ITERATIONS; it++) {
@@ -1027,6 +1085,10 @@ static Suite *spop_suite(void)
     tcase_add_test(tc, test_actions);
     tcase_add_test(tc, test_actions_invalid_put);
     tcase_add_test(tc, test_status_str);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("connection");
+    tcase_add_test(tc, test_conn_pause);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("malformed");

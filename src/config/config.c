@@ -44,10 +44,12 @@ static const struct key_def key_defs[] = {
     {SEC_AGENT, "stats", T_ADDR, CF(stats), 0, 0, F_OPT, NULL, PF(stats_addr)},
     {SEC_AGENT, "log_level", T_ENUM, CF(log_level), 0, 0, 0, log_level_names, 0},
     {SEC_AGENT, "shadow", T_BOOL, CF(shadow), 0, 0, 0, NULL, 0},
-    {SEC_AGENT, "allow", T_ALLOW, 0, 0, 0, 0, F_LIST, NULL, 0},
+    {SEC_AGENT, "allow", T_ALLOW, CF(allow), 0, 0, F_LIST, NULL, PF(nallow)},
     /* a 64-bit hash takes 16 hex digits: a smaller limit would lengthen keys */
     {SEC_AGENT, "max_key", T_UINT, CF(max_key), 16, 65536, 0, NULL, 0},
     {SEC_AGENT, "alert_share", T_SHARE, CF(alert_share), 0, 0, 0, NULL, 0},
+    {SEC_AGENT, "max_connections", T_UINT, CF(max_connections), 1, 1000000, 0, NULL, 0},
+    {SEC_AGENT, "stats_allow", T_ALLOW, CF(stats_allow), 0, 0, F_LIST, NULL, PF(nstats_allow)},
     {SEC_REDIS, "url", T_URL, CF(redis_url), 0, 0, 0, NULL, PF(redis_server)},
     {SEC_REDIS, "cluster", T_HOSTS, CF(redis_cluster), 0, 0, F_LIST, NULL, PF(redis_cluster_hosts)},
     {SEC_REDIS, "sentinel", T_HOSTS, CF(redis_sentinel), 0, 0, F_LIST, NULL,
@@ -327,6 +329,14 @@ static struct config *config_new(const char *path)
     cfg->max_frame_size = SPOP_DEFAULT_FRAME_SIZE;
     cfg->log_level = LOG_LVL_INFO;
     cfg->max_key = 512;
+    cfg->max_connections = 1024;
+    /* /top names blocked clients: loopback only unless the operator says otherwise */
+    if (net_cidr_parse("127.0.0.0/8", &cfg->stats_allow[0]) == -1 ||
+        net_cidr_parse("::1/128", &cfg->stats_allow[1]) == -1) {
+        config_free(cfg);
+        return NULL;
+    }
+    cfg->nstats_allow = 2;
     cfg->alert_share = 0.05;
     cfg->redis_timeout_ms = 100;
     cfg->lease_interval_ms = 100;

@@ -88,6 +88,9 @@ struct config {
     struct net_cidr allow[CFG_MAX_ALLOW];
     size_t nallow;      /* 0 = any peer */
     size_t max_key;     /* default 512 */
+    unsigned max_connections; /* SPOP connections at once; default 1024 */
+    struct net_cidr stats_allow[CFG_MAX_ALLOW]; /* who may use the stats listener */
+    size_t nstats_allow; /* default 2: 127.0.0.0/8, ::1/128; 0 = any peer */
     double alert_share; /* warn when a rule blocks more than this share; default 0.05 */
 
     /* [redis]: standalone when url, cluster and sentinel are all empty. The

@@ -15,7 +15,7 @@
 
 #include "config_errors.h"
 
-#define CONFIG_NKEYS 29 /* entries of config.c's key table, checked there */
+#define CONFIG_NKEYS 31 /* entries of config.c's key table, checked there */
 
 struct config;
 
@@ -31,7 +31,7 @@ enum value_type {
     T_ADDR,  /* char * and struct net_addr: listen address; F_OPT: "" means unset */
     T_URL,   /* char * and struct cfg_redis_url: redis url, "" means unset */
     T_HOSTS, /* char *, normalised to "a:1,b:2", and struct cfg_hosts; "" means unset */
-    T_ALLOW, /* [agent] allow */
+    T_ALLOW, /* a CIDR list: struct net_cidr[CFG_MAX_ALLOW] at off, its size_t count at parsed */
     T_KEYS,  /* rule keys */
     T_MATCH, /* rule matches */
     T_RATE,  /* rule rate */
@@ -50,7 +50,8 @@ struct key_def {
     uint64_t min, max;
     unsigned flags;
     const char *const *names; /* T_ENUM */
-    size_t parsed;            /* T_ADDR, T_URL, T_HOSTS: the parsed form, in struct config */
+    size_t parsed;            /* T_ADDR, T_URL, T_HOSTS: the parsed form, in struct config;
+                                 T_ALLOW: the count */
 };
 
 struct parse_state {

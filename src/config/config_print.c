@@ -111,7 +111,10 @@ static void put_agent(struct out *o, const struct config *cfg)
     } else {
         put(o, "; allow: any peer\n");
     }
-    put(o, "max_key = %zu\nalert_share = %g\n\n", cfg->max_key, cfg->alert_share);
+    put(o, "max_key = %zu\nalert_share = %g\nmax_connections = %u\nstats_allow = ", cfg->max_key,
+        cfg->alert_share, cfg->max_connections);
+    put_cidrs(o, cfg->stats_allow, cfg->nstats_allow);
+    put(o, "%s\n\n", cfg->nstats_allow ? "" : " ; any peer");
 }
 
 static void put_redis(struct out *o, const struct config *cfg)

@@ -135,28 +135,33 @@ out:
     *field = list;
 }
 
-static void set_allow(struct parse_state *st, const char *v)
+/* A CIDR list (d->off: the array, d->parsed: its count). The key's first line
+ * replaces the default list; its continuation lines add to it. */
+static void set_allow(struct parse_state *st, const struct key_def *d, const char *v)
 {
-    struct config *cfg = st->cfg;
+    struct net_cidr *list = (struct net_cidr *)(void *)((char *)st->cfg + d->off);
+    size_t *n = (size_t *)(void *)((char *)st->cfg + d->parsed);
     char item[CONFIG_MAX_ITEM];
     const char *p = v;
     int r;
 
+    if (!st->cont)
+        *n = 0;
     while ((r = config_next_item(&p, item)) != 0) {
         struct net_cidr c;
 
         if (r == -1 || net_cidr_parse(item, &c) == -1) {
-            config_errors_add(&st->errors, st->line, "bad CIDR '%.80s' in 'allow'", item);
+            config_errors_add(&st->errors, st->line, "bad CIDR '%.80s' in '%s'", item, d->name);
             continue;
         }
-        if (cfg->nallow == CFG_MAX_ALLOW) {
-            config_errors_add(&st->errors, st->line, "too many entries in 'allow' (max %d)",
-                              CFG_MAX_ALLOW);
+        if (*n == CFG_MAX_ALLOW) {
+            config_errors_add(&st->errors, st->line, "too many entries in '%s' (max %d)",
+                              d->name, CFG_MAX_ALLOW);
             return;
         }
-        cfg->allow[cfg->nallow++] = c;
+        list[(*n)++] = c;
     }
-    /* "allow =" alone is the default: any peer */
+    /* "allow =" alone is the default: any peer; "stats_allow =" alone: any peer too */
 }
 
 static void set_keys(struct parse_state *st, struct cfg_rule *rule, const char *v)
@@ -381,7 +386,7 @@ void config_set_value(struct parse_state *st, const struct key_def *d, const cha
         set_hosts(st, d, field, parsed, v);
         break;
     case T_ALLOW:
-        set_allow(st, v);
+        set_allow(st, d, v);
         break;
     case T_KEYS:
         set_keys(st, rule, v);

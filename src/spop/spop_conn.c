@@ -193,7 +193,7 @@ int spop_conn_in_commit(struct spop_conn *c, size_t n, spop_notify_fn *notify, v
     int done = 0;
 
     c->in_len += n;
-    while (!done && c->state != SPOP_CONN_CLOSING) {
+    while (!done && c->state != SPOP_CONN_CLOSING && !c->paused) {
         struct spop_frame f;
         size_t used;
         int ret = spop_frame_decode(c->in + off, c->in_len - off, c->max_frame, &f, &used);

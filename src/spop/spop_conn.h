@@ -29,6 +29,8 @@ struct spop_conn {
     uint32_t agent_max_frame; /* our offer */
     uint32_t max_frame;       /* negotiated (agent_max_frame until HELLO) */
     unsigned status;          /* status of the AGENT-DISCONNECT sent, if any */
+    int paused;               /* set by the NOTIFY callback: parse no further frame (they
+                                 stay in in[]) until cleared and in_commit is called again */
     uint8_t *in;              /* read buffer: max_frame + 4 bytes */
     size_t in_len, in_cap;
     uint8_t *out;             /* pending output */
@@ -52,8 +54,10 @@ static inline uint8_t *spop_conn_in_space(struct spop_conn *c, size_t *room)
     return c->in + c->in_len;
 }
 
-/* Account n bytes read, then parse and answer every whole frame. Returns 0
- * to go on, 1 when the connection must close once out[] is flushed. */
+/* Account n bytes read, then parse and answer every whole frame, or stop
+ * after the frame whose NOTIFY callback set paused (the rest stays in in[];
+ * clear paused and call again with n = 0 to go on). Returns 0 to go on, 1
+ * when the connection must close once out[] is flushed. */
 int spop_conn_in_commit(struct spop_conn *c, size_t n, spop_notify_fn *notify, void *ctx);
 
 /* Queue an ACK for (stream_id, frame_id) whose actions are written by the

@@ -23,7 +23,9 @@
 
 #include "log.h"
 #include "metrics.h"
+#include "net.h"
 #include "scripts.h"
+#include "store_lookup.h"
 #include "util.h"
 
 #define BACKOFF_MIN 0.05
@@ -44,6 +46,7 @@ struct store_conn {
     char *unix_path; /* a unix socket */
     char name[300];  /* host:port or the path, for logs */
     redisAsyncContext *ac; /* NULL between connections */
+    struct store_lookup *lookup; /* the host name being looked up before a connect */
     int connected;         /* the TCP/unix connect succeeded */
     int ready;             /* role checked and scripts loaded */
     int loading;           /* SCRIPT LOAD replies still expected */
@@ -286,22 +289,16 @@ static void send_setup(struct store_conn *conn)
     }
 }
 
-void store_conn_connect(struct store_conn *conn)
+/* Connect to ip (numeric: hiredis then looks nothing up) or the unix path. */
+static void connect_to(struct store_conn *conn, const char *ip)
 {
     struct ev_loop *loop = conn->env->loop;
     redisAsyncContext *ac;
 
-    if (conn->ac)
-        return;
-    ev_timer_stop(loop, &conn->retry);
-    if (!conn->host && !conn->unix_path) {
-        conn_lost(conn, NULL, "no address", 1);
-        return;
-    }
     if (conn->unix_path)
         ac = redisAsyncConnectUnix(conn->unix_path);
     else
-        ac = redisAsyncConnect(conn->host, conn->port);
+        ac = redisAsyncConnect(ip, conn->port);
     if (!ac || ac->err) {
         char why[ERR_LEN];
         snprintf(why, sizeof(why), "%s", ac ? ac->errstr : "out of memory");
@@ -321,11 +318,42 @@ void store_conn_connect(struct store_conn *conn)
     ev_timer_again(loop, &conn->watchdog);
 }
 
+static void on_lookup(void *arg, const char *ip, const char *err)
+{
+    struct store_conn *conn = arg;
+
+    conn->lookup = NULL;
+    if (!ip) {
+        conn_lost(conn, NULL, err, 1);
+        return;
+    }
+    connect_to(conn, ip);
+}
+
+void store_conn_connect(struct store_conn *conn)
+{
+    if (conn->ac || conn->lookup)
+        return;
+    ev_timer_stop(conn->env->loop, &conn->retry);
+    if (!conn->host && !conn->unix_path) {
+        conn_lost(conn, NULL, "no address", 1);
+        return;
+    }
+    if (conn->unix_path || net_host_is_numeric(conn->host)) {
+        connect_to(conn, conn->host);
+        return;
+    }
+    /* a name: looked up off the loop (store_lookup.h); not usable meanwhile */
+    conn->lookup = store_lookup_start(conn->env->loop, conn->host, on_lookup, conn);
+    if (!conn->lookup)
+        conn_lost(conn, NULL, "cannot start a name lookup", 1);
+}
+
 static void retry_cb(struct ev_loop *loop, ev_timer *t, int revents)
 {
     struct store_conn *conn = t->data;
 
-    if (conn->ac)
+    if (conn->ac || conn->lookup)
         return;
     if (conn->hooks->retry)
         conn->hooks->retry(conn->owner, conn);
@@ -624,6 +652,8 @@ next:
 /* Take h (malloc'd) as the TCP host. */
 static void set_addr_owned(struct store_conn *conn, char *h, int port)
 {
+    store_lookup_cancel(conn->lookup); /* of the old name */
+    conn->lookup = NULL;
     free(conn->host);
     conn->host = h;
     conn->port = port;
@@ -683,6 +713,7 @@ void store_conn_free(struct store_conn *conn)
         return;
     ev_timer_stop(conn->env->loop, &conn->retry);
     ev_timer_stop(conn->env->loop, &conn->watchdog);
+    store_lookup_cancel(conn->lookup);
     if (conn->ac) {
         redisAsyncContext *ac = conn->ac;
         conn->ac = NULL;   /* on_disconnect ignores it */

@@ -6,6 +6,8 @@
  * reply), the reply callback, or the timer. Each clears p->ac before moving
  * on, and every callback ignores a context that is not p->ac, so the late
  * callbacks of an abandoned context (NULL replies, disconnect) do nothing.
+ * A host name is looked up first, off the loop (store_lookup.h): that wait is
+ * bounded by the lookup's own timeout, not the attempt's.
  */
 #include "store_probe.h"
 
@@ -20,15 +22,17 @@
 #include "log.h"
 #include "metrics.h"
 #include "net.h"
+#include "store_lookup.h"
 
 struct store_probe {
     struct ev_loop *loop;
     double timeout;
-    redisAsyncContext *ac; /* the attempt under way, or NULL */
+    redisAsyncContext *ac;       /* the attempt under way, or NULL */
+    struct store_lookup *lookup; /* or the name of addrs[next - 1] being looked up */
     ev_timer timer;
     int running;
     struct net_hostport *addrs; /* a copy */
-    size_t n, next; /* addrs[next - 1] is being asked */
+    size_t n, next;             /* addrs[next - 1] is being asked */
     int argc;
     char **argv;
     size_t *argvlen;
@@ -41,6 +45,8 @@ struct store_probe {
 
 static void reset(struct store_probe *p)
 {
+    store_lookup_cancel(p->lookup);
+    p->lookup = NULL;
     free(p->addrs);
     p->addrs = NULL;
     p->n = p->next = 0;
@@ -68,36 +74,70 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv);
 static void on_connect(const redisAsyncContext *ac, int status);
 static void on_disconnect(const redisAsyncContext *ac, int status);
 
+/* Connect to ip (numeric) for addrs[next - 1] and send the command. 0, or
+ * -1 when that failed at once (counted). */
+static int connect_to(struct store_probe *p, const char *ip)
+{
+    const struct net_hostport *a = &p->addrs[p->next - 1];
+    redisAsyncContext *ac = redisAsyncConnect(ip, a->port);
+
+    if (!ac || ac->err) {
+        LOG_DEBUG("\"redis probe failed\" addr=%s:%d err=\"%s\"", a->host, a->port,
+                  ac ? ac->errstr : "out of memory");
+        METRIC_INC(redis_errors);
+        if (ac)
+            redisAsyncFree(ac);
+        return -1;
+    }
+    ac->data = p;
+    redisLibevAttach(p->loop, ac);
+    redisAsyncSetConnectCallback(ac, on_connect);
+    redisAsyncSetDisconnectCallback(ac, on_disconnect);
+    if (redisAsyncCommandArgv(ac, on_reply, p, p->argc, (const char **)p->argv, p->argvlen) !=
+        REDIS_OK) {
+        redisAsyncFree(ac);
+        return -1;
+    }
+    METRIC_INC(redis_commands);
+    p->ac = ac;
+    ev_timer_stop(p->loop, &p->timer);
+    ev_timer_set(&p->timer, p->timeout, 0.);
+    ev_timer_start(p->loop, &p->timer);
+    return 0;
+}
+
+static void attempt(struct store_probe *p);
+
+static void on_lookup(void *arg, const char *ip, const char *err)
+{
+    struct store_probe *p = arg;
+
+    p->lookup = NULL;
+    if (!ip) {
+        LOG_DEBUG("\"redis probe failed\" err=\"%s\"", err);
+        METRIC_INC(redis_errors);
+    } else if (connect_to(p, ip) == 0) {
+        return;
+    }
+    attempt(p);
+}
+
 /* Start the next attempt, or finish when none is left. */
 static void attempt(struct store_probe *p)
 {
     while (p->next < p->n) {
         const struct net_hostport *a = &p->addrs[p->next++];
-        redisAsyncContext *ac = redisAsyncConnect(a->host, a->port);
 
-        if (!ac || ac->err) {
-            LOG_DEBUG("\"redis probe failed\" addr=%s:%d err=\"%s\"", a->host, a->port,
-                      ac ? ac->errstr : "out of memory");
-            METRIC_INC(redis_errors);
-            if (ac)
-                redisAsyncFree(ac);
+        if (net_host_is_numeric(a->host)) {
+            if (connect_to(p, a->host) == 0)
+                return;
             continue;
         }
-        ac->data = p;
-        redisLibevAttach(p->loop, ac);
-        redisAsyncSetConnectCallback(ac, on_connect);
-        redisAsyncSetDisconnectCallback(ac, on_disconnect);
-        if (redisAsyncCommandArgv(ac, on_reply, p, p->argc, (const char **)p->argv, p->argvlen) !=
-            REDIS_OK) {
-            redisAsyncFree(ac);
-            continue;
-        }
-        METRIC_INC(redis_commands);
-        p->ac = ac;
-        ev_timer_stop(p->loop, &p->timer);
-        ev_timer_set(&p->timer, p->timeout, 0.);
-        ev_timer_start(p->loop, &p->timer);
-        return;
+        if ((p->lookup = store_lookup_start(p->loop, a->host, on_lookup, p)))
+            return;
+        LOG_DEBUG("\"redis probe failed\" addr=%s:%d err=\"cannot start a name lookup\"", a->host,
+                  a->port);
+        METRIC_INC(redis_errors);
     }
     finish(p, 0);
 }

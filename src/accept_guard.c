@@ -1,0 +1,96 @@
+/* accept_guard.c - pausing a listener that is out of file descriptors (see
+ * accept_guard.h). */
+#include "accept_guard.h"
+
+#include <string.h>
+
+#include "log.h"
+#include "net.h"
+#include "util.h"
+
+#define WARN_EVERY_S 10.0
+
+/* One gate for every listener of the process: when fds run out, all of them
+ * (and every worker) fail together, and one line says it. */
+static struct log_gate pause_gate;
+
+int log_gate_open(struct log_gate *g, double every_s, unsigned long long *suppressed)
+{
+    uint64_t now = util_now_us(), last = atomic_load(&g->last_us);
+
+    if (last != 0 && now - last < (uint64_t)(every_s * 1e6)) {
+        atomic_fetch_add(&g->suppressed, 1);
+        return 0;
+    }
+    /* another thread may win the same slot: then it writes the line */
+    if (!atomic_compare_exchange_strong(&g->last_us, &last, now)) {
+        atomic_fetch_add(&g->suppressed, 1);
+        return 0;
+    }
+    *suppressed = (unsigned long long)atomic_exchange(&g->suppressed, 0);
+    return 1;
+}
+
+static void resume_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    struct accept_guard *g = t->data;
+
+    if (g->stopped)
+        return;
+    for (size_t i = 0; i < g->nios; i++)
+        ev_io_start(loop, &g->ios[i]);
+}
+
+void accept_guard_init(struct accept_guard *g, struct ev_loop *loop, ev_io *ios, size_t nios,
+                       const char *listener, atomic_uint_fast64_t *pauses)
+{
+    memset(g, 0, sizeof(*g));
+    g->loop = loop;
+    g->ios = ios;
+    g->nios = nios;
+    g->listener = listener;
+    g->pauses = pauses;
+    g->delay = ACCEPT_PAUSE_MIN;
+    ev_timer_init(&g->timer, resume_cb, 0., 0.);
+    g->timer.data = g;
+}
+
+int accept_guard_failed(struct accept_guard *g, int err)
+{
+    unsigned long long suppressed;
+
+    switch (net_accept_action(err)) {
+    case NET_ACCEPT_NEXT:
+        return 0;
+    case NET_ACCEPT_WAIT:
+        return 1;
+    default:
+        break;
+    }
+    for (size_t i = 0; i < g->nios; i++)
+        ev_io_stop(g->loop, &g->ios[i]);
+    if (g->pauses)
+        atomic_fetch_add_explicit(g->pauses, 1, memory_order_relaxed);
+    if (log_gate_open(&pause_gate, WARN_EVERY_S, &suppressed))
+        LOG_WARN("\"cannot accept connections, pausing the listener\" listener=%s err=\"%s\" "
+                 "pause_ms=%d pauses_not_logged=%llu",
+                 g->listener, strerror(err), (int)(g->delay * 1000), suppressed);
+    if (!g->stopped) {
+        ev_timer_stop(g->loop, &g->timer);
+        ev_timer_set(&g->timer, g->delay, 0.);
+        ev_timer_start(g->loop, &g->timer);
+    }
+    g->delay = g->delay * 2 > ACCEPT_PAUSE_MAX ? ACCEPT_PAUSE_MAX : g->delay * 2;
+    return 1;
+}
+
+int accept_guard_paused(const struct accept_guard *g)
+{
+    return ev_is_active(&g->timer);
+}
+
+void accept_guard_stop(struct accept_guard *g)
+{
+    g->stopped = 1;
+    ev_timer_stop(g->loop, &g->timer);
+}
