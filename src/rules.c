@@ -21,8 +21,12 @@ void rules_backstop_params(const struct bucket_params *p, double share, struct b
 {
     /* The backstop keeps N and stretches the period: share x rate without
      * fractional N; its burst is share x burst, at least 1. */
+    double period = (double)p->period_us / share;
+
     *b = *p;
-    b->period_us = (uint64_t)((double)p->period_us / share);
+    /* a period from an arg may be the longest the syntax allows: saturate
+     * rather than convert an out-of-range double */
+    b->period_us = period < 0x1p63 ? (uint64_t)period : (uint64_t)1 << 63;
     b->burst = (uint64_t)(share * (double)p->burst);
     if (b->burst < 1)
         b->burst = 1;
@@ -399,6 +403,11 @@ static int request_params(const struct ruleset *rs, unsigned i, const struct spo
         }
         if (!r->burst_arg && !r->burst) /* the default burst: N of this rate */
             p->burst = p->limit < r->max_burst ? p->limit : r->max_burst;
+        /* A sliding window admits N at once: N is its burst, so a long window
+         * (1000000/1000m under a max_rate of 1000/1m) is bounded the same. */
+        uint64_t cap = r->max_burst ? r->max_burst : r->max_rate_n;
+        if (p->algorithm == BUCKET_SLIDING_WINDOW && p->limit > cap)
+            p->limit = cap;
     }
     if (r->burst_arg) {
         uint64_t burst;

@@ -450,6 +450,39 @@ START_TEST(arg_burst)
 }
 END_TEST
 
+/* A sliding window admits its N at once: N is bounded like a burst. The
+ * longest period the syntax allows gives a backstop that still fits. */
+START_TEST(arg_rate_sliding_window)
+{
+    struct ruleset *rs = load("[rule:sw]\nkey = key\nrate = arg:limit\nmax_rate = 1000/1m\n"
+                              "algorithm = sliding-window\n"
+                              "[rule:swb]\nkey = key\nrate = arg:limit\nmax_rate = 1000/1m\n"
+                              "max_burst = 100\nalgorithm = sliding-window\n");
+    struct rule_eval ev = {0};
+
+    match_limit(rs, &ev, "m", "acme", "500/1m", NULL);
+    assert_params(&hit_of(rs, &ev, "sw")->params, 500, 60000, 500);
+    assert_params(&hit_of(rs, &ev, "swb")->params, 100, 60000, 100);
+    match_limit(rs, &ev, "m", "acme", "1000000/1000m", NULL); /* the same rate as max_rate */
+    assert_params(&hit_of(rs, &ev, "sw")->params, 1000, 60000000, 1000);
+    assert_params(&hit_of(rs, &ev, "swb")->params, 100, 60000000, 100);
+    match_limit(rs, &ev, "m", "acme", "1/18446744073709551ms", NULL);
+    const struct rule_hit *h = hit_of(rs, &ev, "sw");
+    ck_assert_uint_eq(h->params.period_us, 18446744073709551000ULL);
+    ck_assert_uint_eq(h->backstop.period_us, h->params.period_us); /* a window keeps it */
+    ck_assert_uint_eq(h->backstop.limit, 1);
+    rules_eval_free(&ev);
+    ruleset_unref(rs);
+
+    /* a token bucket stretches the period: saturated, not overflowed */
+    rs = load("[rule:tb]\nkey = key\nrate = arg:limit\nmax_rate = 1000/1m\n");
+    match_limit(rs, &ev, "m", "acme", "1/18446744073709551ms", NULL);
+    ck_assert_uint_eq(ev.hits[0].backstop.period_us, (uint64_t)1 << 63);
+    rules_eval_free(&ev);
+    ruleset_unref(rs);
+}
+END_TEST
+
 /* limit and policy are the request's own; remaining from its bucket. */
 START_TEST(arg_rate_vars)
 {
@@ -559,6 +592,7 @@ static Suite *rules_suite(void)
     tcase_add_test(tc, arg_rate_invalid_sample);
     tcase_add_test(tc, arg_rate_keys);
     tcase_add_test(tc, arg_burst);
+    tcase_add_test(tc, arg_rate_sliding_window);
     tcase_add_test(tc, arg_rate_vars);
     tcase_add_test(tc, arg_rate_expiry);
     tcase_add_loop_test(tc, rate_above, 0, (int)(sizeof(rate_cmp) / sizeof(rate_cmp[0])));
