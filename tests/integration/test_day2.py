@@ -148,6 +148,7 @@ class PerClientLimits:
     says, through a real HAProxy, in one run (hours, so that no token comes
     back during the test)."""
     redis = False
+    rule_extra = ""
 
     def setUp(self):
         head = ""
@@ -155,7 +156,8 @@ class PerClientLimits:
             self.rd = Redis()
             self.addCleanup(self.rd.kill)
             head = "[redis]\nurl = redis://127.0.0.1:%d/0\n\n" % self.rd.port
-        self.agent = Agent(head + CUSTOM_RULE, extra_agent="log_level = info\n")
+        self.agent = Agent(head + CUSTOM_RULE + self.rule_extra,
+                           extra_agent="log_level = info\n")
         self.addCleanup(self.agent.stop)
         if self.redis:
             fleet.wait_redis_up(self.agent)
@@ -222,6 +224,12 @@ class PerClientLimitsStandalone(PerClientLimits, unittest.TestCase):
 
 class PerClientLimitsRedis(PerClientLimits, unittest.TestCase):
     redis = True
+
+
+class PerClientLimitsRedisExact(PerClientLimits, unittest.TestCase):
+    """lease = off: the limits go to Redis with every script call."""
+    redis = True
+    rule_extra = "lease = off\n"
 
 
 BUILD = os.path.dirname(os.path.dirname(os.path.abspath(__import__("harness").AGENT)))
