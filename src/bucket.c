@@ -299,6 +299,8 @@ int bucket_idle(const struct bucket *b, const struct bucket_params *p, uint64_t 
 
 /* ---- table -------------------------------------------------------------- */
 
+const struct bucket_params bucket_params_per_bucket = {BUCKET_TOKEN_BUCKET, 0, 0, 0};
+
 /* One (rule, key) bucket. data holds the rule name, a NUL (so that data is
  * the rule as a C string for params_of), then keylen key bytes. */
 struct entry {
@@ -308,6 +310,10 @@ struct entry {
     uint32_t keylen;
     uint16_t rulelen;
     uint8_t algorithm; /* of the parameters last used, to notice a switch */
+    /* The parameters of the last take, for expiry when they differ per
+     * bucket (bucket_params_per_bucket): dropping a bucket that is not full
+     * by its own parameters would admit more than its limit. */
+    uint64_t limit, period_us, burst;
     char data[];
 };
 
@@ -498,6 +504,9 @@ int bucket_table_take(struct bucket_table *t, const char *rule, const void *key,
     /* A reload that lowered the burst needs no special case: the refill in
      * bucket_take caps the level at the current burst. */
     bucket_take(&e->b, p, now_us, n, res);
+    e->limit = p->limit;
+    e->period_us = p->period_us;
+    e->burst = p->burst;
     pthread_mutex_unlock(&s->lock);
     return 0;
 }
@@ -543,6 +552,11 @@ size_t bucket_table_expire(struct bucket_table *t, uint64_t now_us, size_t max_v
             while (*pp && visited < max_visit) {
                 struct entry *e = *pp;
                 const struct bucket_params *p = params_of(ctx, e->data);
+                struct bucket_params own;
+                if (p == &bucket_params_per_bucket) {
+                    own = (struct bucket_params){e->algorithm, e->limit, e->period_us, e->burst};
+                    p = &own;
+                }
                 visited++;
                 if (!p || (uint8_t)p->algorithm != e->algorithm || bucket_idle(&e->b, p, now_us)) {
                     *pp = e->next;

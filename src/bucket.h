@@ -73,11 +73,17 @@ int bucket_table_take(struct bucket_table *t, const char *rule, const void *key,
                       const struct bucket_params *p, uint64_t now_us, uint64_t n,
                       struct bucket_result *res);
 
+/* What params_of (below) returns for a rule whose parameters differ from
+ * one bucket to the next (limits taken per request): each bucket is then
+ * judged by the parameters of its last take. Compared by address. */
+extern const struct bucket_params bucket_params_per_bucket;
+
 /* Drop idle buckets, visiting at most max_visit entries from where the last
  * call stopped (so a timer can spread the work). params_of returns the
- * current parameters of a rule by name, or NULL when the rule is gone (its
- * buckets are then dropped); it is called with a stripe lock held and must
- * not call into the table. Returns the number of buckets dropped. */
+ * current parameters of a rule by name, &bucket_params_per_bucket, or NULL
+ * when the rule is gone (its buckets are then dropped); it is called with a
+ * stripe lock held and must not call into the table. Returns the number of
+ * buckets dropped. */
 size_t bucket_table_expire(struct bucket_table *t, uint64_t now_us, size_t max_visit,
                            const struct bucket_params *(*params_of)(void *ctx, const char *rule),
                            void *ctx);

@@ -89,7 +89,7 @@ static void decide_fallback(struct limiter *l, struct limiter_req *req, size_t i
         return;
     }
     bucket_table_take(l->backstop, r->name, rules_hit_key(&req->ev, h), h->key_len,
-                      &req->rs->backstop[h->rule], now_us, 1, &h->out.res);
+                      &h->backstop, now_us, 1, &h->out.res);
 }
 
 /* One decision of req is in: complete req when it was the last. */
@@ -436,8 +436,8 @@ static void decide_standalone(struct limiter *l, struct limiter_req *req, uint64
     for (size_t i = 0; i < ev->nhits; i++) {
         struct rule_hit *h = &ev->hits[i];
         const struct cfg_rule *r = &req->rs->cfg->rules[h->rule];
-        bucket_table_take(l->buckets, r->name, rules_hit_key(ev, h), h->key_len,
-                          &req->rs->params[h->rule], now_us, 1, &h->out.res);
+        bucket_table_take(l->buckets, r->name, rules_hit_key(ev, h), h->key_len, &h->params,
+                          now_us, 1, &h->out.res);
         h->out.degraded = 0;
     }
 }
@@ -463,8 +463,8 @@ static int decide_leased(struct limiter *l, struct limiter_req *req, size_t i, c
 {
     struct rule_hit *h = &req->ev.hits[i];
     struct lease_job *lj = NULL;
-    int v = lease_decide(l->leases, key, keylen, &req->rs->params[h->rule], now_us, up,
-                         &req->waiters[i], &h->out.res, &lj);
+    int v = lease_decide(l->leases, key, keylen, &h->params, now_us, up, &req->waiters[i],
+                         &h->out.res, &lj);
 
     if (v == LEASE_DOWN)
         decide_fallback(l, req, i, now_us);
@@ -481,7 +481,7 @@ static int decide_leased(struct limiter *l, struct limiter_req *req, size_t i, c
 static int queue_exact(struct limiter *l, struct limiter_req *req, size_t i, const char *key,
                        size_t keylen, int up)
 {
-    const struct cfg_rule *r = &req->rs->cfg->rules[req->ev.hits[i].rule];
+    const struct bucket_params *p = &req->ev.hits[i].params;
     struct rjob *j = up ? calloc(1, sizeof(*j) + keylen + 1) : NULL;
 
     if (!j)
@@ -489,10 +489,10 @@ static int queue_exact(struct limiter *l, struct limiter_req *req, size_t i, con
     j->l = l;
     j->kind = RJOB_EXACT;
     j->w = &req->waiters[i];
-    j->algorithm = r->algorithm;
-    j->limit = r->rate_n;
-    j->period_ms = r->rate_period_ms;
-    j->burst = r->burst;
+    j->algorithm = p->algorithm;
+    j->limit = p->limit;
+    j->period_ms = p->period_us / 1000;
+    j->burst = p->burst;
     j->keylen = keylen;
     memcpy(j->key, key, keylen);
     enqueue(l, j);
@@ -685,13 +685,18 @@ void limiter_free(struct limiter *l)
 }
 
 /* The current parameters of a rule by name, from rs->params or (with
- * backstop) rs->backstop; NULL when the rule is gone. */
+ * backstop) rs->backstop; NULL when the rule is gone. A rule with limits
+ * from args has them per bucket: each is judged by those of its last take. */
 static const struct bucket_params *rule_params(const struct ruleset *rs, const char *rule,
                                                int backstop)
 {
-    for (size_t i = 0; i < rs->cfg->nrules; i++)
-        if (strcmp(rs->cfg->rules[i].name, rule) == 0)
-            return backstop ? &rs->backstop[i] : &rs->params[i];
+    for (size_t i = 0; i < rs->cfg->nrules; i++) {
+        if (strcmp(rs->cfg->rules[i].name, rule) != 0)
+            continue;
+        if (config_rule_per_request(&rs->cfg->rules[i]))
+            return &bucket_params_per_bucket;
+        return backstop ? &rs->backstop[i] : &rs->params[i];
+    }
     return NULL;
 }
 

@@ -97,8 +97,11 @@ static void mismatch_cb(enum mismatch_kind kind, const char *rule, uint64_t n, c
                  sample, (unsigned long long)n);
         break;
     case MISMATCH_ARG:
-        LOG_WARN("\"rule skipped: an argument it needs is never sent: check key = and match = "
-                 "against the SPOE message args\" rule=%s arg=\"%s\" count=%llu",
+        /* sample: the arg's name, or NAME=VALUE for a limit arg holding no
+         * valid rate or burst */
+        LOG_WARN("\"rule skipped: an argument it needs is never sent (or holds no valid "
+                 "limit): check key =, match = and arg: against the SPOE message args\" "
+                 "rule=%s arg=\"%s\" count=%llu",
                  rule ? rule : "?", sample, (unsigned long long)n);
         break;
     default:

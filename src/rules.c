@@ -12,6 +12,59 @@
 #include "util.h"
 
 #define KEY_SEP '|'
+/* Before the limits in the key of a rule with limits from args: a control
+ * byte, which no HTTP header value holds. */
+#define LIMITS_SEP '\x1f'
+#define ARG_TEXT_MAX 64 /* the longest rate or burst taken from an arg */
+
+void rules_backstop_params(const struct bucket_params *p, double share, struct bucket_params *b)
+{
+    /* The backstop keeps N and stretches the period: share x rate without
+     * fractional N; its burst is share x burst, at least 1. */
+    double period = (double)p->period_us / share;
+
+    *b = *p;
+    /* a period from an arg may be the longest the syntax allows: saturate
+     * rather than convert an out-of-range double */
+    b->period_us = period < 0x1p63 ? (uint64_t)period : (uint64_t)1 << 63;
+    b->burst = (uint64_t)(share * (double)p->burst);
+    if (b->burst < 1)
+        b->burst = 1;
+    if (p->algorithm == BUCKET_SLIDING_WINDOW) {
+        b->period_us = p->period_us;
+        b->limit = (uint64_t)(share * (double)p->limit);
+        if (b->limit < 1)
+            b->limit = 1;
+    }
+}
+
+/* Compares a/b with c/d (b, d > 0) exactly: -1, 0 or 1. Products of a rate's
+ * N (up to 1e15) and a period in ms (up to 1.8e16) overflow 64 bits, so this
+ * compares integer parts, then the inverses of the remainders (Euclid). */
+static int frac_cmp(uint64_t a, uint64_t b, uint64_t c, uint64_t d)
+{
+    int sign = 1;
+
+    for (;;) {
+        uint64_t qa = a / b, qc = c / d, ra = a % b, rc = c % d;
+
+        if (qa != qc)
+            return qa < qc ? -sign : sign;
+        if (ra == 0 || rc == 0)
+            return ra == rc ? 0 : ra == 0 ? -sign : sign;
+        /* ra/b < rc/d exactly when b/ra > d/rc */
+        a = b;
+        b = ra;
+        c = d;
+        d = rc;
+        sign = -sign;
+    }
+}
+
+int rules_rate_above(uint64_t n1, uint64_t p1, uint64_t n2, uint64_t p2)
+{
+    return frac_cmp(n1, p1, n2, p2) > 0;
+}
 
 struct ruleset *ruleset_new(struct config *cfg)
 {
@@ -28,26 +81,15 @@ struct ruleset *ruleset_new(struct config *cfg)
         goto fail;
     for (size_t i = 0; i < cfg->nrules; i++) {
         const struct cfg_rule *r = &cfg->rules[i];
-        struct bucket_params *p = &rs->params[i], *b = &rs->backstop[i];
-        double share = cfg->fallback_share;
+        struct bucket_params *p = &rs->params[i];
 
         p->algorithm = r->algorithm;
-        p->limit = r->rate_n;
-        p->period_us = r->rate_period_ms * 1000;
-        p->burst = r->burst;
-        /* The backstop keeps N and stretches the period: share x rate
-         * without fractional N; its burst is share x burst, at least 1. */
-        *b = *p;
-        b->period_us = (uint64_t)((double)p->period_us / share);
-        b->burst = (uint64_t)(share * (double)r->burst);
-        if (b->burst < 1)
-            b->burst = 1;
-        if (r->algorithm == BUCKET_SLIDING_WINDOW) {
-            b->period_us = p->period_us;
-            b->limit = (uint64_t)(share * (double)p->limit);
-            if (b->limit < 1)
-                b->limit = 1;
-        }
+        /* A rule whose rate comes from an arg gets its ceiling here: what
+         * requests get at most (the per-request limits are in the hits). */
+        p->limit = r->rate_arg ? r->max_rate_n : r->rate_n;
+        p->period_us = (r->rate_arg ? r->max_rate_period_ms : r->rate_period_ms) * 1000;
+        p->burst = r->burst_arg || !r->burst ? r->max_burst : r->burst;
+        rules_backstop_params(p, cfg->fallback_share, &rs->backstop[i]);
         rs->metrics[i] = metrics_rule_get(r->name);
         if (!rs->metrics[i])
             goto fail;
@@ -210,10 +252,11 @@ static int rule_matches(struct rule_eval *ev, const struct cfg_rule *r,
     return 1;
 }
 
-/* Append the client key of rule r for message m. Returns 1 when built, 0
- * when an arg is missing or empty (the rule does not apply), <0 on error. */
+/* Append the client key of rule r for message m (not finished: see
+ * finish_key). Returns 1 when built, 0 when an arg is missing or empty (the
+ * rule does not apply; nothing appended), <0 on error. */
 static int build_key(struct rule_eval *ev, const struct cfg_rule *r, const struct spop_message *m,
-                     size_t max_key, size_t *off, size_t *len, struct why *why)
+                     struct why *why)
 {
     char num[64];
     const char *txt;
@@ -237,6 +280,28 @@ static int build_key(struct rule_eval *ev, const struct cfg_rule *r, const struc
         memcpy(ev->keys + ev->keys_len, txt, (size_t)n);
         ev->keys_len += (size_t)n;
     }
+    return 1;
+}
+
+/* Finish the key built from start: append the limits when they are the
+ * request's own (LIMITS_SEP, then N/PERIODms/BURST: exact and canonical, so
+ * that two limits never share a key), hash it when longer than max_key, and
+ * NUL-terminate it. Returns 0 with *off and *len set, or -ENOMEM (nothing
+ * appended then). */
+static int finish_key(struct rule_eval *ev, size_t start, const struct bucket_params *limits,
+                      size_t max_key, size_t *off, size_t *len)
+{
+    if (limits) {
+        char buf[80];
+        int n = snprintf(buf, sizeof(buf), "%c%" PRIu64 "/%" PRIu64 "ms/%" PRIu64, LIMITS_SEP,
+                         limits->limit, limits->period_us / 1000, limits->burst);
+        if (keys_reserve(ev, (size_t)n) < 0) {
+            ev->keys_len = start;
+            return -ENOMEM;
+        }
+        memcpy(ev->keys + ev->keys_len, buf, (size_t)n);
+        ev->keys_len += (size_t)n;
+    }
     if (ev->keys_len - start > max_key) {
         /* Too long to keep: 128 bits of two differently seeded hashes. */
         uint64_t h1 = util_hash(UTIL_HASH_INIT, ev->keys + start, ev->keys_len - start);
@@ -253,17 +318,119 @@ static int build_key(struct rule_eval *ev, const struct cfg_rule *r, const struc
     *off = start;
     *len = ev->keys_len - start;
     ev->keys_len++; /* keep the NUL */
+    return 0;
+}
+
+/* The text of arg name of m, NUL-terminated in buf (cap bytes): 1 when it
+ * fits, -1 when longer (buf holds its start), 0 when NULL or empty, or never
+ * sent (why->absent is set then). */
+static int arg_text(const struct spop_message *m, const char *name, char *buf, size_t cap,
+                    struct why *why)
+{
+    char num[64];
+    const char *txt;
+    const struct spop_data *v = find_arg(m, name);
+    int n;
+
+    if (!v) {
+        why->absent = name;
+        return 0;
+    }
+    if ((n = rules_value_text(v, num, sizeof(num), &txt)) <= 0)
+        return 0;
+    size_t len = (size_t)n < cap ? (size_t)n : cap - 1;
+    memcpy(buf, txt, len);
+    buf[len] = '\0';
+    return (size_t)n < cap ? 1 : -1;
+}
+
+/* An arg that does not hold a valid rate or burst: counted like a missing
+ * one, with "NAME=VALUE" as the example. Returns 0: the rule does not apply. */
+static int arg_invalid(const struct cfg_rule *r, const char *name, const char *text)
+{
+    char sample[MISMATCH_SAMPLE + 1];
+    int n = snprintf(sample, sizeof(sample), "%s=%.40s", name, text);
+
+    mismatch_note(MISMATCH_ARG, r->name, sample,
+                  n < 0 ? 0 : (size_t)n >= sizeof(sample) ? sizeof(sample) - 1 : (size_t)n);
+    return 0;
+}
+
+/* A burst: decimal digits, at most 19 (so no overflow), not 0. */
+static int parse_burst(const char *s, uint64_t *v)
+{
+    size_t len = strlen(s);
+    uint64_t n = 0;
+
+    if (len == 0 || len > 19)
+        return -1;
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return -1;
+        n = n * 10 + (uint64_t)(s[i] - '0');
+    }
+    if (n == 0)
+        return -1;
+    *v = n;
+    return 0;
+}
+
+/* The limits of rule i for message m into *p and its backstop into *b: the
+ * rule's own, or those its args ask for, each bounded by its ceiling.
+ * Returns 1, or 0 when the rule does not apply to m (an arg is NULL, empty,
+ * never sent: why->absent, or invalid: counted here). */
+static int request_params(const struct ruleset *rs, unsigned i, const struct spop_message *m,
+                          struct bucket_params *p, struct bucket_params *b, struct why *why)
+{
+    const struct cfg_rule *r = &rs->cfg->rules[i];
+    char text[ARG_TEXT_MAX + 1];
+    int ret;
+
+    *p = rs->params[i]; /* for a rule with a rate from an arg: its ceilings */
+    *b = rs->backstop[i];
+    if (!config_rule_per_request(r))
+        return 1;
+    if (r->rate_arg) {
+        uint64_t n, period_ms;
+
+        if ((ret = arg_text(m, r->rate_arg, text, sizeof(text), why)) == 0)
+            return 0;
+        if (ret < 0 || config_parse_rate(text, &n, &period_ms) == -1)
+            return arg_invalid(r, r->rate_arg, text);
+        if (!rules_rate_above(n, period_ms, r->max_rate_n, r->max_rate_period_ms)) {
+            p->limit = n;
+            p->period_us = period_ms * 1000;
+        }
+        if (!r->burst_arg && !r->burst) /* the default burst: N of this rate */
+            p->burst = p->limit < r->max_burst ? p->limit : r->max_burst;
+        /* A sliding window admits N at once: N is its burst, so a long window
+         * (1000000/1000m under a max_rate of 1000/1m) is bounded the same. */
+        uint64_t cap = r->max_burst ? r->max_burst : r->max_rate_n;
+        if (p->algorithm == BUCKET_SLIDING_WINDOW && p->limit > cap)
+            p->limit = cap;
+    }
+    if (r->burst_arg) {
+        uint64_t burst;
+
+        if ((ret = arg_text(m, r->burst_arg, text, sizeof(text), why)) == 0)
+            return 0;
+        if (ret < 0 || parse_burst(text, &burst) == -1)
+            return arg_invalid(r, r->burst_arg, text);
+        p->burst = burst < r->max_burst ? burst : r->max_burst;
+    }
+    rules_backstop_params(p, rs->cfg->fallback_share, b);
     return 1;
 }
 
-static int hits_push(struct rule_eval *ev, unsigned rule, size_t off, size_t len)
+static int hits_push(struct rule_eval *ev, unsigned rule, size_t off, size_t len,
+                     const struct bucket_params *p, const struct bucket_params *b)
 {
     if (ev->nhits == ev->hits_cap) {
         size_t cap = ev->hits_cap ? ev->hits_cap * 2 : 8;
-        struct rule_hit *p = realloc(ev->hits, cap * sizeof(*p));
-        if (!p)
+        struct rule_hit *grown = realloc(ev->hits, cap * sizeof(*grown));
+        if (!grown)
             return -ENOMEM;
-        ev->hits = p;
+        ev->hits = grown;
         ev->hits_cap = cap;
     }
     struct rule_hit *h = &ev->hits[ev->nhits++];
@@ -271,6 +438,8 @@ static int hits_push(struct rule_eval *ev, unsigned rule, size_t off, size_t len
     h->rule = rule;
     h->key_off = off;
     h->key_len = len;
+    h->params = *p;
+    h->backstop = *b;
     return 0;
 }
 
@@ -295,16 +464,18 @@ static size_t no_rule_sample(char *buf, size_t cap, const struct spop_message *m
     return n < 0 ? 0 : (size_t)n >= cap ? cap - 1 : (size_t)n;
 }
 
-/* The rules of cfg that apply to message m, appended to ev. */
-static int match_message(const struct config *cfg, const struct spop_message *m,
+/* The rules of rs that apply to message m, appended to ev. */
+static int match_message(const struct ruleset *rs, const struct spop_message *m,
                          struct rule_eval *ev, char *sample, size_t *sample_len)
 {
+    const struct config *cfg = rs->cfg;
     struct why why = {0};
     int named = 0, ret;
 
     for (unsigned i = 0; i < cfg->nrules; i++) {
         const struct cfg_rule *rule = &cfg->rules[i];
-        size_t off, klen;
+        struct bucket_params p, b;
+        size_t start = ev->keys_len, off, klen;
         int err = 0;
 
         if (rule->message && (m->name.len != strlen(rule->message) ||
@@ -317,10 +488,14 @@ static int match_message(const struct config *cfg, const struct spop_message *m,
         if (!rule_matches(ev, rule, m, &err, &why)) {
             if (err)
                 return err;
-        } else if ((ret = build_key(ev, rule, m, cfg->max_key, &off, &klen, &why)) < 0) {
+        } else if ((ret = build_key(ev, rule, m, &why)) < 0) {
             return ret;
+        } else if (ret == 1 && !request_params(rs, i, m, &p, &b, &why)) {
+            ev->keys_len = start;
         } else if (ret == 1) {
-            if (hits_push(ev, i, off, klen) < 0)
+            if (finish_key(ev, start, config_rule_per_request(rule) ? &p : NULL, cfg->max_key,
+                           &off, &klen) < 0 ||
+                hits_push(ev, i, off, klen, &p, &b) < 0)
                 return -ENOMEM;
             continue;
         }
@@ -345,7 +520,7 @@ int rules_match(const struct ruleset *rs, const uint8_t *payload, size_t len,
 
     rules_eval_reset(ev);
     while ((ret = spop_message_next(&r, &m)) == 1) {
-        int err = match_message(rs->cfg, &m, ev, sample, &sample_len);
+        int err = match_message(rs, &m, ev, sample, &sample_len);
         if (err)
             return err;
     }
@@ -449,10 +624,11 @@ int rules_encode_actions(struct spop_writer *w, const struct ruleset *rs,
 
     const struct cfg_rule *rule = &rs->cfg->rules[h->rule];
     uint64_t reset = util_us_to_s_ceil(h->out.res.reset_us);
-    uint64_t window = (rule->rate_period_ms + 999) / 1000;
+    /* the request's own N and window: a limit from an arg is per request */
+    uint64_t window = (h->params.period_us / 1000 + 999) / 1000;
 
     if ((ret = put_var_str(w, "rule", rule->name)) < 0 ||
-        (ret = put_var_int(w, "limit", (int64_t)rule->rate_n)) < 0 ||
+        (ret = put_var_int(w, "limit", (int64_t)h->params.limit)) < 0 ||
         (ret = put_var_int(w, "remaining", (int64_t)h->out.res.remaining)) < 0 ||
         (ret = put_var_int(w, "reset", (int64_t)reset)) < 0)
         return ret;
@@ -461,7 +637,7 @@ int rules_encode_actions(struct spop_writer *w, const struct ruleset *rs,
         if ((ret = put_var_int(w, "retry_after", (int64_t)(retry ? retry : 1))) < 0)
             return ret;
     }
-    snprintf(buf, sizeof(buf), "\"%s\";q=%" PRIu64 ";w=%" PRIu64, rule->name, rule->rate_n,
+    snprintf(buf, sizeof(buf), "\"%s\";q=%" PRIu64 ";w=%" PRIu64, rule->name, h->params.limit,
              window ? window : 1);
     if ((ret = put_var_str(w, "policy", buf)) < 0)
         return ret;

@@ -19,8 +19,10 @@
 
 struct ruleset {
     struct config *cfg;
-    struct bucket_params *params;   /* per rule */
-    struct bucket_params *backstop; /* per rule: share x rate and burst, for fail-open */
+    /* Per rule. A rule with limits from args (config_rule_per_request) has
+     * them per request in its hits; here it has its ceilings. */
+    struct bucket_params *params;
+    struct bucket_params *backstop; /* share x rate and burst, for fail-open */
     struct metrics_rule **metrics;  /* per rule */
     atomic_int refs;
 };
@@ -42,6 +44,9 @@ struct rule_outcome {
 struct rule_hit {
     unsigned rule;           /* index in ruleset->cfg->rules */
     size_t key_off, key_len; /* client key in rule_eval.keys */
+    /* The limits of this request: the rule's (ruleset params and backstop),
+     * or those its args asked for, bounded by the rule's ceilings. */
+    struct bucket_params params, backstop;
     struct rule_outcome out;
 };
 
@@ -66,9 +71,24 @@ static inline const char *rules_hit_key(const struct rule_eval *ev, const struct
 
 /* Find the rules that apply to the messages of a NOTIFY payload: each rule
  * at most once, in config order. Returns 0, SPOP_EINVAL when the payload is
- * malformed, or -ENOMEM. Keys longer than max_key are replaced by a hash. */
+ * malformed, or -ENOMEM. Keys longer than max_key are replaced by a hash.
+ *
+ * A rule with rate = arg:NAME (or burst = arg:NAME) applies only when the
+ * arg holds a valid rate (burst): a NULL or empty one skips it like a key
+ * arg, an invalid one is counted as a mismatch (MISMATCH_ARG, sample
+ * "NAME=VALUE"). A rate above max_rate is clamped to it, a burst to
+ * max_burst. The client key of such a rule ends with its limits, "\x1f"
+ * "N/PERIODms/BURST", so that keys given different limits never share a
+ * bucket, a lease or a Redis key. */
 int rules_match(const struct ruleset *rs, const uint8_t *payload, size_t len,
                 struct rule_eval *ev);
+
+/* The fail-open backstop of limits p under [fallback] share: share x rate
+ * and share x burst, at least 1 (for a sliding window, share x N). */
+void rules_backstop_params(const struct bucket_params *p, double share, struct bucket_params *b);
+
+/* Whether rate n1 per p1 is above rate n2 per p2 (periods > 0), exactly. */
+int rules_rate_above(uint64_t n1, uint64_t p1, uint64_t n2, uint64_t p2);
 
 /* Count the decisions in the rule metrics (allowed / blocked / would_block,
  * blocked clients). */

@@ -524,6 +524,31 @@ static const struct {
      "t.ini:4: duplicate key 'burst' (first set at line 3)\n"},
     {"[redis]\nprefix = 12345678901234567890123456789012345678901234567890123456789012345\n",
      "t.ini:2: 'prefix' is longer than 64 bytes\n"},
+    /* limits from args: each with its ceiling, and no ceiling without one */
+    {"[rule:r]\nkey = k\nrate = arg:limit\n",
+     "t.ini:3: rate = arg:limit needs max_rate = N/DURATION in the same rule (the highest rate "
+     "the arg may ask for)\n"},
+    {"[rule:r]\nrate = 10/1m\nmax_rate = 100/1m\n",
+     "t.ini:3: 'max_rate' is only used with rate = arg:NAME\n"},
+    {"[rule:r]\nrate = 10/1m\nburst = arg:b\n",
+     "t.ini:3: burst = arg:b needs max_burst = N in the same rule (the highest burst the arg may "
+     "ask for)\n"},
+    {"[rule:r]\nrate = 10/1m\nmax_burst = 5\n",
+     "t.ini:3: 'max_burst' is only used with burst = arg:NAME, or with rate = arg:NAME and no "
+     "burst\n"},
+    {"[rule:r]\nrate = arg:l\nmax_rate = 10/1m\nburst = 5\nmax_burst = 5\n",
+     "t.ini:5: 'max_burst' is only used with burst = arg:NAME, or with rate = arg:NAME and no "
+     "burst\n"},
+    {"[rule:r]\nrate = arg:\n", "t.ini:2: bad arg name in 'rate = arg:'\n"},
+    {"[rule:r]\nrate = 1/1s\nburst = arg:a b\nmax_burst = 3\n",
+     "t.ini:3: bad arg name in 'burst = arg:a b'\n"},
+    {"[rule:r]\nrate = arg:l\nmax_rate = 10\n",
+     "t.ini:3: bad rate '10' for 'max_rate' (expected N/DURATION such as 100/1m or 10/1h)\n"},
+    {"[rule:r]\nrate = arg:l\nmax_rate = 10/1m\nmax_burst = 0\n",
+     "t.ini:4: bad number '0' for 'max_burst' (expected an integer from 1 to "
+     "1000000000000000)\n"},
+    {"[rule:r]\nrate = arg:l\nrate = 1/1s\nmax_rate = 10/1m\n",
+     "t.ini:3: duplicate key 'rate' (first set at line 2)\n"},
 };
 
 START_TEST(test_bad)
@@ -707,6 +732,52 @@ START_TEST(test_resolution)
     cfg = load_ok("[rule:a]\nkey = k\nrate = 30/1m\n[rule:b]\nburst = 7\nrate = 30/1m\n");
     ck_assert_uint_eq(cfg->rules[0].burst, 30);
     ck_assert_uint_eq(cfg->rules[1].burst, 7);
+    config_free(cfg);
+}
+END_TEST
+
+/* rate = arg:NAME, burst = arg:NAME and their ceilings */
+START_TEST(test_arg_limits)
+{
+    struct config *cfg;
+    const struct cfg_rule *r;
+
+    cfg = load_ok("[rule:a]\nkey = k\nrate = arg:limit\nmax_rate = 1000/1m\n"
+                  "[rule:b]\nkey = k\nrate = arg:limit\nmax_rate = 5/1s\nmax_burst = 3\n"
+                  "[rule:c]\nkey = k\nrate = 10/1m\nburst = arg:b\nmax_burst = 50\n"
+                  "[rule:d]\nkey = k\nmax_rate = 1/1h\nburst = arg:b\nrate = arg:l\n"
+                  "max_burst = 9\n"
+                  "[rule:e]\nkey = k\nrate = arg:l\nmax_rate = 10/1m\nburst = 4\n"
+                  "[rule:f]\nrate = 10/1m\n");
+    r = &cfg->rules[0];
+    ck_assert_str_eq(r->rate_arg, "limit");
+    ck_assert_ptr_null(r->burst_arg);
+    ck_assert_uint_eq(r->max_rate_n, 1000);
+    ck_assert_uint_eq(r->max_rate_period_ms, 60000);
+    ck_assert_uint_eq(r->rate_n, 0);
+    ck_assert_uint_eq(r->burst, 0);        /* N of each request's rate ... */
+    ck_assert_uint_eq(r->max_burst, 1000); /* ... at most max_rate's N by default */
+    ck_assert(config_rule_per_request(r));
+    r = &cfg->rules[1];
+    ck_assert_uint_eq(r->max_rate_period_ms, 1000);
+    ck_assert_uint_eq(r->max_burst, 3);
+    r = &cfg->rules[2];
+    ck_assert_ptr_null(r->rate_arg);
+    ck_assert_str_eq(r->burst_arg, "b");
+    ck_assert_uint_eq(r->rate_n, 10);
+    ck_assert_uint_eq(r->max_burst, 50);
+    ck_assert(config_rule_per_request(r));
+    r = &cfg->rules[3];
+    ck_assert_str_eq(r->rate_arg, "l");
+    ck_assert_str_eq(r->burst_arg, "b");
+    ck_assert_uint_eq(r->max_rate_n, 1);
+    ck_assert_uint_eq(r->max_burst, 9);
+    r = &cfg->rules[4];
+    ck_assert_uint_eq(r->burst, 4);
+    ck_assert_uint_eq(r->max_burst, 0);
+    r = &cfg->rules[5];
+    ck_assert(!config_rule_per_request(r));
+    ck_assert_uint_eq(r->max_burst, 0);
     config_free(cfg);
 }
 END_TEST
@@ -932,6 +1003,11 @@ START_TEST(print_round_trip)
         "[rule:a]\nmessage = m\nkey = k, ip\nmatch = path ^/a\nmatch = plan x\n"
         "rate = 1000/10s\nburst = 7\nalgorithm = sliding-window\nlease = off\n"
         "[rule:g]\nrate = 5/1d\n",
+        "[rule:a]\nkey = k\nrate = arg:limit\nmax_rate = 1000/1m\n"
+        "[rule:b]\nkey = k\nrate = arg:limit\nmax_rate = 5/1s\nmax_burst = 3\n"
+        "[rule:c]\nkey = k\nrate = 10/1m\nburst = arg:b\nmax_burst = 50\n"
+        "[rule:d]\nkey = k\nrate = arg:l\nmax_rate = 90/1h\nburst = arg:b\nmax_burst = 9\n"
+        "[rule:e]\nkey = k\nrate = arg:l\nmax_rate = 10/1m\nburst = 4\n",
     };
     for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
         struct config *cfg, *again;
@@ -947,6 +1023,11 @@ START_TEST(print_round_trip)
         ck_assert_str_eq(text2, text);
         ck_assert_uint_eq(config_hash(cfg), config_hash(again));
         ck_assert_ptr_null(strstr(text, "pw@")); /* the password is masked */
+        if (strstr(files[i], "arg:")) { /* limits from args are printed as such */
+            ck_assert_ptr_nonnull(strstr(text, "rate = arg:limit\nmax_rate = 1000/1m\n"));
+            ck_assert_ptr_nonnull(strstr(text, "burst = arg:b\nmax_burst = 9\n"));
+            ck_assert_ptr_nonnull(strstr(text, "max_rate = 10/1m\nburst = 4\n"));
+        }
         free(text);
         free(text2);
         config_free(again);
@@ -974,6 +1055,7 @@ static Suite *config_suite(void)
     tcase_add_test(tc, test_variants);
     tcase_add_test(tc, test_resolution);
     tcase_add_test(tc, test_match);
+    tcase_add_test(tc, test_arg_limits);
     tcase_add_test(tc, test_file);
     suite_add_tcase(s, tc);
 

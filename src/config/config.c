@@ -65,8 +65,11 @@ static const struct key_def key_defs[] = {
     {SEC_RULE, "message", T_STR, RF(message), 0, 0, F_NONEMPTY, NULL, 0},
     {SEC_RULE, "key", T_KEYS, 0, 0, 0, 0, F_LIST, NULL, 0},
     {SEC_RULE, "match", T_MATCH, 0, 0, 0, 0, F_LIST | F_MULTI, NULL, 0},
-    {SEC_RULE, "rate", T_RATE, 0, 0, 0, 0, 0, NULL, 0},
-    {SEC_RULE, "burst", T_UINT, RF(burst), 1, CFG_MAX_COUNT, 0, NULL, 0},
+    {SEC_RULE, "rate", T_RATE, 0, 0, 0, 0, F_ARG, NULL, offsetof(struct cfg_rule, rate_arg)},
+    {SEC_RULE, "burst", T_UINT, RF(burst), 1, CFG_MAX_COUNT, F_ARG, NULL,
+     offsetof(struct cfg_rule, burst_arg)},
+    {SEC_RULE, "max_rate", T_MAX_RATE, 0, 0, 0, 0, 0, NULL, 0},
+    {SEC_RULE, "max_burst", T_UINT, RF(max_burst), 1, CFG_MAX_COUNT, 0, NULL, 0},
     {SEC_RULE, "algorithm", T_ENUM, RF(algorithm), 0, 0, 0, algo_names, 0},
     {SEC_RULE, "lease", T_BOOL, RF(lease), 0, 0, 0, NULL, 0},
     {SEC_RULE, "on_redis_down", T_ENUM, RF(on_redis_down), 0, 0, 0, mode_names, 0},
@@ -93,12 +96,47 @@ static unsigned seen_line(const struct parse_state *st, int section, const char 
     return st->seen[find_key(section, name) - key_defs];
 }
 
+/* A limit taken from an arg comes with its ceiling (rate = arg:NAME with
+ * max_rate, burst = arg:NAME with max_burst), and a ceiling without such a
+ * limit bounds nothing: both are mistakes worth a FILE:LINE error. */
+static void check_rule_args(struct parse_state *st, const struct cfg_rule *r)
+{
+    unsigned rate = seen_line(st, SEC_RULE, "rate"), burst = seen_line(st, SEC_RULE, "burst");
+    unsigned max_rate = seen_line(st, SEC_RULE, "max_rate");
+    unsigned max_burst = seen_line(st, SEC_RULE, "max_burst");
+    /* a bad value was reported already: say nothing of its ceiling */
+    int rate_bad = rate && !r->rate_arg && !r->rate_n;
+    int burst_bad = burst && !r->burst_arg && !r->burst;
+
+    if (rate_bad || burst_bad)
+        return;
+    if (r->rate_arg && !max_rate)
+        config_errors_add(&st->errors, rate,
+                          "rate = arg:%s needs max_rate = N/DURATION in the same rule (the "
+                          "highest rate the arg may ask for)",
+                          r->rate_arg);
+    if (max_rate && !r->rate_arg)
+        config_errors_add(&st->errors, max_rate, "'max_rate' is only used with rate = arg:NAME");
+    if (r->burst_arg && !max_burst)
+        config_errors_add(&st->errors, burst,
+                          "burst = arg:%s needs max_burst = N in the same rule (the highest "
+                          "burst the arg may ask for)",
+                          r->burst_arg);
+    if (max_burst && !r->burst_arg && !(r->rate_arg && !burst))
+        config_errors_add(&st->errors, max_burst,
+                          "'max_burst' is only used with burst = arg:NAME, or with rate = "
+                          "arg:NAME and no burst");
+}
+
 /* Closes the current section (a rule without a rate is an error there). */
 static void end_section(struct parse_state *st)
 {
-    if (st->kind == SEC_RULE && !seen_line(st, SEC_RULE, "rate")) {
+    if (st->kind == SEC_RULE) {
         const struct cfg_rule *r = &st->cfg->rules[st->rule];
-        config_errors_add(&st->errors, r->line, "rule '%s' has no rate", r->name);
+
+        if (!seen_line(st, SEC_RULE, "rate"))
+            config_errors_add(&st->errors, r->line, "rule '%s' has no rate", r->name);
+        check_rule_args(st, r);
     }
     st->kind = SEC_NONE;
 }
@@ -300,8 +338,12 @@ static void finish(struct parse_state *st)
     for (size_t i = 0; i < cfg->nrules; i++) {
         struct cfg_rule *r = &cfg->rules[i];
 
-        if (r->burst == 0)
+        /* With rate = arg:NAME and no burst, each request's burst is the N
+         * of its rate: bounded by max_burst, by default max_rate's N. */
+        if (r->burst == 0 && !r->burst_arg)
             r->burst = r->rate_n;
+        if (r->rate_arg && !r->burst_arg && r->burst == 0 && r->max_burst == 0)
+            r->max_burst = r->max_rate_n;
         if (r->on_redis_down == -1)
             r->on_redis_down = cfg->fallback_mode;
         r->shadow = r->shadow || cfg->shadow;
@@ -437,6 +479,8 @@ void config_free(struct config *cfg)
 
         free(r->name);
         free(r->message);
+        free(r->rate_arg);
+        free(r->burst_arg);
         for (size_t k = 0; k < r->nkeys; k++)
             free(r->keys[k]);
         for (size_t m = 0; m < r->nmatches; m++) {

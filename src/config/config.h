@@ -63,9 +63,18 @@ struct cfg_rule {
     size_t nkeys;
     struct cfg_match matches[CFG_MAX_MATCHES];
     size_t nmatches;
-    uint64_t rate_n;             /* N of N/DURATION */
-    uint64_t rate_period_ms;     /* DURATION of N/DURATION */
-    uint64_t burst;              /* default: rate_n */
+    uint64_t rate_n;             /* N of N/DURATION; 0 with rate_arg */
+    uint64_t rate_period_ms;     /* DURATION of N/DURATION; 0 with rate_arg */
+    uint64_t burst;              /* default: rate_n; with rate_arg and no burst: 0,
+                                    meaning N of each request's rate (capped by max_burst) */
+    /* Limits taken per request from an arg (rate = arg:NAME, burst = arg:NAME),
+     * bounded by ceilings that are required with them. */
+    char *rate_arg;              /* NULL: the rate is rate_n/rate_period_ms */
+    char *burst_arg;             /* NULL: the burst is burst */
+    uint64_t max_rate_n;         /* max_rate: the highest rate an arg may ask for */
+    uint64_t max_rate_period_ms; /*   (0 without rate_arg) */
+    uint64_t max_burst;          /* the highest burst from an arg or derived from an arg's
+                                    rate (default then: max_rate_n); 0 when unused */
     int algorithm;               /* enum bucket_algorithm */
     int lease;                   /* bool, default on */
     int on_redis_down;           /* enum cfg_down_mode, default [fallback] mode */
@@ -139,6 +148,12 @@ char *config_render(const struct config *cfg, size_t *len);
 /* A hash of what the configuration means (its rendering, file name aside):
  * equal for two files that say the same thing. */
 uint64_t config_hash(const struct config *cfg);
+
+/* Whether rule r takes its limits per request from args (rate or burst). */
+static inline int config_rule_per_request(const struct cfg_rule *r)
+{
+    return r->rate_arg || r->burst_arg;
+}
 
 /* Whether the config runs without Redis. */
 int config_standalone(const struct config *cfg);

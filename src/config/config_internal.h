@@ -15,7 +15,7 @@
 
 #include "config_errors.h"
 
-#define CONFIG_NKEYS 31 /* entries of config.c's key table, checked there */
+#define CONFIG_NKEYS 33 /* entries of config.c's key table, checked there */
 
 struct config;
 
@@ -34,13 +34,16 @@ enum value_type {
     T_ALLOW, /* a CIDR list: struct net_cidr[CFG_MAX_ALLOW] at off, its size_t count at parsed */
     T_KEYS,  /* rule keys */
     T_MATCH, /* rule matches */
-    T_RATE,  /* rule rate */
+    T_RATE,  /* rule rate, into rate_n and rate_period_ms */
+    T_MAX_RATE, /* rule max_rate, into max_rate_n and max_rate_period_ms */
 };
 
 #define F_NONEMPTY 1u
 #define F_OPT 2u
 #define F_LIST 4u  /* continuation lines append to the value */
 #define F_MULTI 8u /* the key may be repeated; each line adds */
+#define F_ARG 16u  /* "arg:NAME" takes the value per request from an arg: NAME goes
+                      into the char * of struct cfg_rule at offset `parsed` */
 
 struct key_def {
     int section;
@@ -51,7 +54,8 @@ struct key_def {
     unsigned flags;
     const char *const *names; /* T_ENUM */
     size_t parsed;            /* T_ADDR, T_URL, T_HOSTS: the parsed form, in struct config;
-                                 T_ALLOW: the count */
+                                 T_ALLOW: the count; F_ARG: the arg name's field, in
+                                 struct cfg_rule */
 };
 
 struct parse_state {

@@ -143,6 +143,32 @@ static void put_redis(struct out *o, const struct config *cfg)
     put(o, "\nmax_fraction = %g\n\n", cfg->lease_max_fraction);
 }
 
+static void put_rate(struct out *o, const char *name, uint64_t n, uint64_t period_ms)
+{
+    put(o, "%s = %" PRIu64 "/", name, n);
+    put_duration(o, period_ms);
+    put(o, "\n");
+}
+
+/* rate and burst, fixed or from args with their ceilings. */
+static void put_limits(struct out *o, const struct cfg_rule *r)
+{
+    if (r->rate_arg) {
+        put(o, "rate = arg:%s\n", r->rate_arg);
+        put_rate(o, "max_rate", r->max_rate_n, r->max_rate_period_ms);
+    } else {
+        put_rate(o, "rate", r->rate_n, r->rate_period_ms);
+    }
+    if (r->burst_arg)
+        put(o, "burst = arg:%s\n", r->burst_arg);
+    else if (r->burst)
+        put(o, "burst = %" PRIu64 "\n", r->burst);
+    else
+        put(o, "; burst: N of each request's rate, at most max_burst\n");
+    if (r->max_burst)
+        put(o, "max_burst = %" PRIu64 "\n", r->max_burst);
+}
+
 static void put_rule(struct out *o, const struct config *cfg, const struct cfg_rule *r)
 {
     static const char *const modes[] = {"open", "closed"};
@@ -162,10 +188,8 @@ static void put_rule(struct out *o, const struct config *cfg, const struct cfg_r
     }
     for (size_t i = 0; i < r->nmatches; i++)
         put(o, "match = %s %s\n", r->matches[i].arg, r->matches[i].pattern);
-    put(o, "rate = %" PRIu64 "/", r->rate_n);
-    put_duration(o, r->rate_period_ms);
-    put(o, "\nburst = %" PRIu64 "\nalgorithm = %s\nlease = %s\n", r->burst, algos[r->algorithm],
-        yes_no(r->lease));
+    put_limits(o, r);
+    put(o, "algorithm = %s\nlease = %s\n", algos[r->algorithm], yes_no(r->lease));
     put(o, "on_redis_down = %s\nshadow = %s%s\n\n", modes[r->on_redis_down], yes_no(r->shadow),
         cfg->shadow ? " ; [agent] shadow = yes" : "");
 }

@@ -344,11 +344,37 @@ static void set_url(struct parse_state *st, char **field, struct cfg_redis_url *
     *url = parsed;
 }
 
-static void set_rate(struct parse_state *st, struct cfg_rule *rule, const char *v)
+static void set_rate(struct parse_state *st, const struct key_def *d, uint64_t *n,
+                     uint64_t *period_ms, const char *v)
 {
-    if (config_parse_rate(v, &rule->rate_n, &rule->rate_period_ms) == -1)
+    if (config_parse_rate(v, n, period_ms) == -1)
         config_errors_add(&st->errors, st->line,
-                          "bad rate '%.80s' (expected N/DURATION such as 100/1m or 10/1h)", v);
+                          "bad rate '%.80s'%s%s%s (expected N/DURATION such as 100/1m or 10/1h)",
+                          v, d->type == T_RATE ? "" : " for '", d->type == T_RATE ? "" : d->name,
+                          d->type == T_RATE ? "" : "'");
+}
+
+/* "arg:NAME" for a key that may take its value per request (F_ARG): the
+ * arg's name into the rule. A name is what HAProxy's SPOE "args" accepts:
+ * no spaces, no commas. */
+static void set_arg(struct parse_state *st, const struct key_def *d, struct cfg_rule *rule,
+                    const char *name)
+{
+    char **field = (char **)((char *)rule + d->parsed);
+    size_t len = strlen(name);
+
+    for (size_t i = 0; i < len; i++) {
+        if (isspace((unsigned char)name[i]) || name[i] == ',') {
+            len = 0;
+            break;
+        }
+    }
+    if (len == 0 || len > CONFIG_MAX_ITEM) {
+        config_errors_add(&st->errors, st->line, "bad arg name in '%s = arg:%.80s'", d->name,
+                          name);
+        return;
+    }
+    set_string(st, field, name);
 }
 
 void config_set_value(struct parse_state *st, const struct key_def *d, const char *v)
@@ -357,6 +383,10 @@ void config_set_value(struct parse_state *st, const struct key_def *d, const cha
     void *field = (rule ? (char *)rule : (char *)st->cfg) + d->off;
     void *parsed = (char *)st->cfg + d->parsed;
 
+    if ((d->flags & F_ARG) && strncmp(v, "arg:", 4) == 0) {
+        set_arg(st, d, rule, v + 4);
+        return;
+    }
     switch (d->type) {
     case T_STR:
         set_str(st, d, field, v);
@@ -395,7 +425,10 @@ void config_set_value(struct parse_state *st, const struct key_def *d, const cha
         set_match(st, rule, v);
         break;
     case T_RATE:
-        set_rate(st, rule, v);
+        set_rate(st, d, &rule->rate_n, &rule->rate_period_ms, v);
+        break;
+    case T_MAX_RATE:
+        set_rate(st, d, &rule->max_rate_n, &rule->max_rate_period_ms, v);
         break;
     }
 }

@@ -149,14 +149,19 @@ class Redis(Proc):
 
 class HAProxy(Proc):
     """haproxy with the shipped haproxy/ files copied and only the ports changed.
-    binary: the haproxy to run (default: the one on PATH, Debian's)."""
+    binary: the haproxy to run (default: the one on PATH, Debian's). files: {name:
+    text} written over the copies (a test's own map files)."""
 
-    def __init__(self, agent_port, http_port=None, stats_port=9145, binary="haproxy"):
+    def __init__(self, agent_port, http_port=None, stats_port=9145, binary="haproxy",
+                 files=None):
         self.http_port = http_port or free_port()
         self.dir = tempfile.mkdtemp(prefix="haproxy-test-")
         src = os.path.join(TOP, "haproxy")
         for name in os.listdir(src):
             shutil.copy(os.path.join(src, name), self.dir)
+        for name, text in (files or {}).items():
+            with open(os.path.join(self.dir, name), "w") as f:
+                f.write(text)
         cfg = os.path.join(self.dir, "haproxy.cfg")
         with open(cfg) as f:
             text = f.read()

@@ -1,5 +1,6 @@
 """What an operator needs on day two (issue 13): Redis ACL users, the man
-pages, the systemd unit installed under a non-default prefix."""
+pages, the systemd unit installed under a non-default prefix, mismatches,
+per-client limits from an HAProxy map."""
 import os
 import re
 import shutil
@@ -130,6 +131,105 @@ class Mismatch(unittest.TestCase):
                            capture_output=True, text=True, timeout=30)
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertRegex(p.stderr, r"agent\.ini:\d+: warning: rule 'all' has no key")
+
+
+# The kit's haproxy.cfg sets txn.limit from limits.map (no default) and sends it
+# as the "limit" arg: this map replaces the shipped one.
+LIMITS_MAP = ("tenant-a 5/1h\n"
+              "tenant-b 12/1h\n"
+              "tenant-huge 500/1h\n"  # above max_rate: clamped to 20/1h
+              "tenant-bad lots\n")    # not a rate: the rule is skipped, and counted
+CUSTOM_RULE = ("[rule:custom]\nmessage = check-rate\nkey = key\nrate = arg:limit\n"
+               "max_rate = 20/1h\n")
+
+
+class PerClientLimits:
+    """One rule with rate = arg:limit gives each API key the limit the map
+    says, through a real HAProxy, in one run (hours, so that no token comes
+    back during the test)."""
+    redis = False
+    rule_extra = ""
+
+    def setUp(self):
+        head = ""
+        if self.redis:
+            self.rd = Redis()
+            self.addCleanup(self.rd.kill)
+            head = "[redis]\nurl = redis://127.0.0.1:%d/0\n\n" % self.rd.port
+        self.agent = Agent(head + CUSTOM_RULE + self.rule_extra,
+                           extra_agent="log_level = info\n")
+        self.addCleanup(self.agent.stop)
+        if self.redis:
+            fleet.wait_redis_up(self.agent)
+        self.haproxy = HAProxy(self.agent.port, files={"limits.map": LIMITS_MAP})
+        self.addCleanup(self.haproxy.stop)
+        # the SPOE applet connects lazily: wait until the agent answers (a key
+        # not in the map: no rule applies, and no limit arg is sent)
+        end = time.monotonic() + 10
+        while time.monotonic() < end:
+            st, h, _ = self.haproxy.request("/warmup", {"x-api-key": "unlisted"})
+            if st == 200 and "ratelimit-status" not in h:
+                break
+            time.sleep(0.1)
+        else:
+            self.fail("no answer from the agent through HAProxy")
+
+    def get(self, key):
+        return self.haproxy.request("/api/x", {"x-api-key": key})
+
+    def test_each_client_gets_its_own_limit(self):
+        want = {"tenant-a": 5, "tenant-b": 12, "tenant-huge": 20}
+        got = {k: [] for k in want}
+        for _ in range(24):  # interleaved: no client's requests count for another
+            for key in want:
+                got[key].append(self.get(key))
+        for key, n in want.items():
+            self.assertEqual([g[0] for g in got[key]], [200] * n + [429] * (24 - n), key)
+            for st, h, _ in got[key]:
+                self.assertEqual(h.get("ratelimit-policy"), '"custom";q=%d;w=3600' % n, key)
+                self.assertEqual(h.get("ratelimit-limit"), str(n), key)
+                if st == 429:
+                    self.assertGreaterEqual(int(h["retry-after"]), 1)
+            self.assertEqual(got[key][n - 1][1].get("ratelimit-remaining"), "0", key)
+        # a key the map does not list: the rule does not apply, and that is no mismatch
+        st, h, _ = self.get("unlisted")
+        self.assertEqual(st, 200)
+        self.assertNotIn("ratelimit-policy", h)
+        self.assertEqual(self.agent.metric("spoa_ratelimit_missing_args_total") or 0, 0)
+        if self.redis:
+            keys = self.rd.cli("--scan", "--pattern", "rl:tb:custom:*").splitlines()
+            self.assertEqual(len(keys), 3, keys)
+            for key, limits in (("tenant-a", "5/3600000ms/5"), ("tenant-b", "12/3600000ms/12"),
+                                ("tenant-huge", "20/3600000ms/20")):
+                self.assertTrue([k for k in keys if key in k and k.endswith(limits)], keys)
+
+    def test_invalid_limit_skips_the_rule_and_is_counted(self):
+        self.assertEqual(self.agent.metric("spoa_ratelimit_missing_args_total") or 0, 0)
+        end = time.monotonic() + 30
+        while time.monotonic() < end:
+            st, h, _ = self.get("tenant-bad")
+            self.assertEqual(st, 200)
+            self.assertNotIn("ratelimit-policy", h)
+            if 'arg="limit=lots"' in self.agent.output():
+                break
+            time.sleep(0.2)
+        self.assertRegex(self.agent.output(), r'rule skipped.* rule=custom arg="limit=lots" '
+                                              r'count=\d+')
+        self.assertGreater(self.agent.metric("spoa_ratelimit_missing_args_total"), 0)
+
+
+class PerClientLimitsStandalone(PerClientLimits, unittest.TestCase):
+    pass
+
+
+class PerClientLimitsRedis(PerClientLimits, unittest.TestCase):
+    redis = True
+
+
+class PerClientLimitsRedisExact(PerClientLimits, unittest.TestCase):
+    """lease = off: the limits go to Redis with every script call."""
+    redis = True
+    rule_extra = "lease = off\n"
 
 
 BUILD = os.path.dirname(os.path.dirname(os.path.abspath(__import__("harness").AGENT)))

@@ -76,6 +76,13 @@ class ShippedKit:
         self.assertEqual(st, 200)
         self.assertEqual(h.get("ratelimit-policy"), '"api-key-paid";q=1000;w=60')
 
+    def test_per_client_limit_from_the_map(self):
+        """limits.map gives tenant-big-1 (plan "custom") its own 5000/1m."""
+        st, h, _ = self.haproxy.request("/api/x", {"x-api-key": "tenant-big-1"})
+        self.assertEqual(st, 200)
+        self.assertEqual(h.get("ratelimit-policy"), '"api-key-custom";q=5000;w=60')
+        self.assertEqual(h.get("ratelimit-limit"), "5000")
+
     def test_login_per_ip(self):
         got = [self.haproxy.request("/login", {}) for _ in range(12)]
         self.assertEqual([g[0] for g in got], [200] * 10 + [429] * 2)
