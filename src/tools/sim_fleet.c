@@ -240,17 +240,18 @@ static void complete(struct sim *s, struct lease_waiter *done, struct lease_wait
 
 static void wire(struct sim *s, unsigned ai, struct lease_job *list, unsigned n)
 {
-    struct command *c = calloc(1, sizeof(*c));
-    if (c) {
-        c->jobs = malloc(n * sizeof(*c->jobs));
-        c->ok = calloc(n, sizeof(*c->ok));
-        c->nv = calloc(n, sizeof(*c->nv));
-        c->v = calloc(n, sizeof(*c->v));
-    }
-    if (!c || !c->jobs || !c->ok || !c->nv || !c->v) {
+    /* one block: the command, then its per-job arrays */
+    size_t size = sizeof(struct command) + n * (sizeof(int64_t[CLAIM_R_COUNT]) +
+                                                sizeof(struct lease_job *) + 2 * sizeof(int));
+    struct command *c = calloc(1, size);
+    if (!c) {
         s->oom = 1;
         return;
     }
+    c->v = (int64_t(*)[CLAIM_R_COUNT])(c + 1);
+    c->jobs = (struct lease_job **)(c->v + n);
+    c->ok = (int *)(c->jobs + n);
+    c->nv = c->ok + n;
     c->agent = ai;
     c->n = n;
     for (unsigned i = 0; i < n; i++, list = list->next)
@@ -390,10 +391,6 @@ static void exec_command(struct sim *s, struct command *c)
 
 static void free_command(struct command *c)
 {
-    free(c->jobs);
-    free(c->ok);
-    free(c->nv);
-    free(c->v);
     free(c);
 }
 
