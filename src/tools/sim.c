@@ -249,18 +249,20 @@ static void print_json(const struct sim_opts *o, const struct sim_result *r, con
 
 static void print_head(const char *sweep)
 {
-    printf("%-10s %7s %12s %11s %7s %9s %9s %9s %9s %8s %9s %9s %7s\n", sweep ? sweep : "run",
-           "agents", "decisions", "admitted", "util", "false_den", "calls/dec", "ops/dec",
-           "calls/s", "worst_ex", "strand99", "wait99ms", "wall_s");
+    printf("%-10s %7s %12s %11s %7s %9s %9s %9s %9s %8s %9s %9s %7s %7s\n",
+           sweep ? sweep : "run", "agents", "decisions", "admitted", "util", "false_den",
+           "calls/dec", "ops/dec", "calls/s", "worst_ex", "strand99", "wait99ms", "wall_s",
+           "rss_mb");
 }
 
 static void print_row(const struct sim_opts *o, const struct sim_result *r, const char *val)
 {
-    printf("%-10s %7u %12llu %11llu %6.2f%% %9llu %9.4f %9.4f %9.0f %8.2f %9.0f %9.3f %7.1f\n",
+    printf("%-10s %7u %12llu %11llu %6.2f%% %9llu %9.4f %9.4f %9.0f %8.2f %9.0f %9.3f %7.1f "
+           "%7.0f\n",
            val, o->agents, (unsigned long long)r->decisions, (unsigned long long)r->admitted,
            100 * r->utilisation, (unsigned long long)r->false_denials, r->calls_per_decision,
            r->ops_per_decision, r->calls_per_s, r->worst_window_excess, r->stranded_p99,
-           r->wait_p99_ms, r->wall_s);
+           r->wait_p99_ms, r->wall_s, peak_rss_mb());
     fflush(stdout);
 }
 
@@ -377,9 +379,13 @@ int main(int argc, char **argv)
             rc = 1;
             break;
         }
-        if (r[n].redis_errors)
-            fprintf(stderr, "spoa-sim: %llu script calls failed, the first: %s\n",
-                    (unsigned long long)r[n].redis_errors, r[n].redis_error);
+        if (r[n].redis_errors || r[n].fallbacks) {
+            fprintf(stderr, "spoa-sim: %llu script calls failed (the first: %s), %llu "
+                            "decisions fell back\n", (unsigned long long)r[n].redis_errors,
+                    r[n].redis_errors ? r[n].redis_error : "-",
+                    (unsigned long long)r[n].fallbacks);
+            rc = 3;
+        }
         if (c.json)
             print_json(&o[n], &r[n], c.nsweep ? c.sweep_name : NULL, val);
         else
