@@ -151,6 +151,7 @@ static int build(const struct cli *c, const struct sim_trace *trace, struct sim_
             o->agents = sim_trace_agents(trace);
         if (!c->seconds_set)
             o->seconds = sim_trace_seconds(trace) + 0.001;
+        o->rps = (double)sim_trace_requests(trace) / o->seconds; /* as reported */
     }
     if (o->agents < 1 || o->agents > 100000 || o->keys < 1 || o->keys > UINT32_MAX ||
         !(o->rps > 0) || !(o->seconds > 0) || o->seconds > 1e6 || !(o->skew >= 0) ||
@@ -397,10 +398,19 @@ int main(int argc, char **argv)
         }
     }
     if (rc == 0 && c.svg) {
-        char title[256];
-        snprintf(title, sizeof(title), "spoa-sim: %u agents, %llu keys, %g req/s, rate %s burst %s",
-                 o[0].agents, (unsigned long long)o[0].keys, o[0].rps, c.rate,
-                 c.burst[0] ? c.burst : "N");
+        char title[256], agents[32] = "", keys[48] = "", rps[48] = "";
+        const char *sw = c.sweep_name;
+        if (strcmp(sw, "agents") != 0)
+            snprintf(agents, sizeof(agents), "%u agents, ", o[0].agents);
+        if (strcmp(sw, "keys") != 0 && o[0].zipf > 0)
+            snprintf(keys, sizeof(keys), "%llu keys (Zipf %g), ", (unsigned long long)o[0].keys,
+                     o[0].zipf);
+        else if (strcmp(sw, "keys") != 0)
+            snprintf(keys, sizeof(keys), "%llu keys (uniform), ", (unsigned long long)o[0].keys);
+        if (strcmp(sw, "rps") != 0)
+            snprintf(rps, sizeof(rps), "%g req/s, ", o[0].rps);
+        snprintf(title, sizeof(title), "spoa-sim: %s%s%srate %s burst %s", agents, keys, rps,
+                 c.rate, c.burst[0] ? c.burst : "N");
         if (sim_svg_write(c.svg, title, x_label(c.sweep_name), x, r, n) < 0) {
             fprintf(stderr, "spoa-sim: %s: %s\n", c.svg, strerror(errno));
             rc = 1;
