@@ -111,8 +111,12 @@ static int build(const struct cli *c, const struct sim_trace *trace, struct sim_
              "[rule:sim]\nkey = key\nrate = %s\nalgorithm = %s\n%s%s%s",
              c->interval, c->ttl, c->max_fraction, c->rate, c->algorithm,
              c->burst[0] ? "burst = " : "", c->burst, c->burst[0] ? "\n" : "");
-    if (config_load_string(ini, "spoa-sim options", &cfg, cerr, sizeof(cerr)) < 0) {
-        snprintf(err, errlen, "%s", cerr);
+    if (config_load_string(ini, "options", &cfg, cerr, sizeof(cerr)) < 0) {
+        /* "options:LINE: message\n...": the first message is enough */
+        char *m = strstr(cerr, ": ");
+        m = m ? m + 2 : cerr;
+        m[strcspn(m, "\n")] = '\0';
+        snprintf(err, errlen, "%s", m);
         return -1;
     }
     struct ruleset *rs = ruleset_new(cfg);
@@ -364,9 +368,18 @@ int main(int argc, char **argv)
         fprintf(stderr, "spoa-sim: %s\n", err);
         return 1;
     }
+    static const char *const sweepable[] = {"interval", "ttl", "max_fraction", "max-fraction",
+                                            "agents", "rps", "rtt", "skew", "keys"};
+    int known = !c.nsweep;
+    for (size_t i = 0; i < sizeof(sweepable) / sizeof(sweepable[0]); i++)
+        known |= strcmp(c.sweep_name, sweepable[i]) == 0;
+    if (!known) {
+        fprintf(stderr, "spoa-sim: --sweep: unknown setting '%s' (interval, ttl, max_fraction, "
+                        "agents, rps, rtt, skew, keys)\n", c.sweep_name);
+        sim_trace_free(trace);
+        return 2;
+    }
     size_t runs = c.nsweep ? c.nsweep : 1;
-    if (!c.json)
-        print_head(c.nsweep ? c.sweep_name : NULL);
     for (n = 0; n < runs; n++) {
         const char *val = c.nsweep ? c.sweep_vals[n] : "-";
         if (c.nsweep && set_swept(&c, c.sweep_name, val, &x[n]) < 0) {
@@ -387,10 +400,13 @@ int main(int argc, char **argv)
                     (unsigned long long)r[n].fallbacks);
             rc = 3;
         }
-        if (c.json)
+        if (c.json) {
             print_json(&o[n], &r[n], c.nsweep ? c.sweep_name : NULL, val);
-        else
+        } else {
+            if (n == 0)
+                print_head(c.nsweep ? c.sweep_name : NULL);
             print_row(&o[n], &r[n], val);
+        }
         if (r[n].worst_window_excess > 1e-9 && o[n].algorithm == BUCKET_TOKEN_BUCKET) {
             fprintf(stderr, "spoa-sim: the bound b + r*T was exceeded by %.3f requests\n",
                     r[n].worst_window_excess);
