@@ -28,7 +28,7 @@ struct cli {
     uint64_t keys;
     double zipf, skew, rps, seconds;
     char rate[64], burst[32], algorithm[32], interval[32], ttl[32], max_fraction[32];
-    char rtt[32], redis_op[32], spike[96];
+    char rtt[32], redis_op[32], spike[96], tail[32];
     uint64_t seed;
     const char *trace_path, *svg;
     int json;
@@ -43,7 +43,8 @@ static void usage(FILE *f)
           "                [--seconds T] [--rate N/DUR] [--burst B]\n"
           "                [--algorithm token-bucket|sliding-window] [--interval D] [--ttl D]\n"
           "                [--max-fraction F] [--rtt D] [--redis-op D] [--spike X,LEN,EVERY]\n"
-          "                [--seed N] [--trace FILE] [--sweep NAME=V1,V2,...] [--svg FILE]\n"
+          "                [--tail D] [--seed N] [--trace FILE] [--sweep NAME=V1,V2,...]\n"
+          "                [--svg FILE]\n"
           "                [--json]\n"
           "Simulates --agents agents running the real lease code against the real Lua\n"
           "scripts in virtual time, beside one exact bucket per key, and prints what the\n"
@@ -51,6 +52,7 @@ static void usage(FILE *f)
           "  --skew F            share of each key's traffic sent to one agent\n"
           "  --spike X,LEN,EVERY every EVERY, for LEN, the request rate is X times --rps\n"
           "  --redis-op D        Redis CPU per script operation (default 0: instant)\n"
+          "  --tail D            agents keep ticking for D after the last request\n"
           "  --trace FILE        replay 'SECONDS KEY [AGENT]' lines instead\n"
           "  --sweep NAME=...    NAME: interval, ttl, max_fraction, agents, rps, rtt, skew, keys\n"
           "Durations: 250us, 0.3ms, 100ms, 1s, 1m (interval and ttl: whole ms).\n",
@@ -141,8 +143,9 @@ static int build(const struct cli *c, const struct sim_trace *trace, struct sim_
     o->seconds = c->seconds;
     o->seed = c->seed;
     o->trace = trace;
-    if (parse_us(c->rtt, &o->rtt_us) < 0 || parse_us(c->redis_op, &o->redis_op_us) < 0) {
-        snprintf(err, errlen, "bad --rtt or --redis-op duration (e.g. 0.3ms, 250us)");
+    if (parse_us(c->rtt, &o->rtt_us) < 0 || parse_us(c->redis_op, &o->redis_op_us) < 0 ||
+        parse_us(c->tail, &o->tail_us) < 0) {
+        snprintf(err, errlen, "bad --rtt, --redis-op or --tail duration (e.g. 0.3ms, 250us)");
         return -1;
     }
     if (c->spike[0] && parse_spike(c->spike, o) < 0) {
@@ -288,7 +291,7 @@ static int parse_sweep(struct cli *c, char *arg)
 
 static int parse_cli(int argc, char **argv, struct cli *c)
 {
-    enum { O_UNIFORM = 256, O_MAXF, O_REDIS_OP, O_SPIKE, O_JSON, O_SWEEP, O_SVG, O_TRACE };
+    enum { O_UNIFORM = 256, O_MAXF, O_REDIS_OP, O_SPIKE, O_JSON, O_SWEEP, O_SVG, O_TRACE, O_TAIL };
     static const struct option opts[] = {
         {"agents", 1, 0, 'a'},   {"keys", 1, 0, 'k'},       {"zipf", 1, 0, 'z'},
         {"uniform", 0, 0, O_UNIFORM}, {"skew", 1, 0, 'S'},  {"rps", 1, 0, 'r'},
@@ -297,7 +300,7 @@ static int parse_cli(int argc, char **argv, struct cli *c)
         {"max-fraction", 1, 0, O_MAXF}, {"rtt", 1, 0, 'L'}, {"redis-op", 1, 0, O_REDIS_OP},
         {"spike", 1, 0, O_SPIKE}, {"seed", 1, 0, 's'},      {"trace", 1, 0, O_TRACE},
         {"sweep", 1, 0, O_SWEEP}, {"svg", 1, 0, O_SVG},     {"json", 0, 0, O_JSON},
-        {"help", 0, 0, 'h'},     {0, 0, 0, 0}};
+        {"tail", 1, 0, O_TAIL},  {"help", 0, 0, 'h'},     {0, 0, 0, 0}};
     int ch;
 
 #define COPY(dst) snprintf(dst, sizeof(dst), "%s", optarg)
@@ -319,6 +322,7 @@ static int parse_cli(int argc, char **argv, struct cli *c)
         case 'L': COPY(c->rtt); break;
         case O_REDIS_OP: COPY(c->redis_op); break;
         case O_SPIKE: COPY(c->spike); break;
+        case O_TAIL: COPY(c->tail); break;
         case 's': c->seed = strtoull(optarg, NULL, 10); break;
         case O_TRACE: c->trace_path = optarg; break;
         case O_SWEEP:
@@ -349,7 +353,7 @@ int main(int argc, char **argv)
     struct cli c = {.agents = 20, .keys = 10000, .zipf = 1.1, .rps = 100000, .seconds = 10,
                     .rate = "100/1m", .burst = "20", .algorithm = "token-bucket",
                     .interval = "100ms", .ttl = "1s", .max_fraction = "0.1", .rtt = "0.3ms",
-                    .redis_op = "0us", .seed = 1};
+                    .redis_op = "0us", .tail = "0us", .seed = 1};
     struct sim_trace *trace = NULL;
     char err[ERRLEN];
     struct sim_opts o[MAX_SWEEP];

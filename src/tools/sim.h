@@ -30,6 +30,7 @@ struct sim_opts {
     double skew;     /* share of each key's traffic sent to its home agent */
     double rps;      /* requests per second, fleet-wide */
     double seconds;  /* simulated time */
+    uint64_t tail_us; /* agents keep ticking this long after the last request */
     /* spikes: every spike_every_us, for spike_len_us, the rate is x spike_factor */
     double spike_factor;
     uint64_t spike_len_us, spike_every_us;

@@ -622,9 +622,9 @@ int sim_run(const struct sim_opts *o, struct sim_result *res, char *err, size_t 
     push(s, SIM_T0_US + every, EV_SAMPLE, 0, NULL, 0);
     if (sim_traffic_next(s->traffic, &at, &key, &agent) == 0)
         push(s, SIM_T0_US + at, EV_REQ, agent, NULL, key);
-    /* Requests stop at the end; ticks and samples too; the calls in flight
-     * and the claims they lead to run to completion, so every request is
-     * decided. */
+    /* Requests and samples stop at the end, ticks after the tail (leases
+     * given back); the calls in flight and the claims they lead to run to
+     * completion, so every request is decided. */
     while (s->nheap > 0 && !s->oom) {
         struct event e = pop(s);
         s->now = e.at;
@@ -635,7 +635,7 @@ int sim_run(const struct sim_opts *o, struct sim_result *res, char *err, size_t 
                 push(s, SIM_T0_US + at, EV_REQ, agent, NULL, key);
             break;
         case EV_TICK:
-            if (s->now < s->end) {
+            if (s->now < s->end + s->o->tail_us) {
                 on_tick(s, e.agent);
                 push(s, s->now + s->lc.interval_us, EV_TICK, e.agent, NULL, 0);
             }
