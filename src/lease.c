@@ -703,3 +703,20 @@ void lease_drain(struct lease_table *t, uint64_t now_us, struct lease_job **jobs
         pthread_mutex_unlock(&s->lock);
     }
 }
+
+void lease_foreach_held(struct lease_table *t, uint64_t now_us,
+                        void (*fn)(void *ctx, const char *key, size_t keylen, uint64_t tokens),
+                        void *ctx)
+{
+    for (unsigned i = 0; i < t->nstripes; i++) {
+        struct lease_stripe *s = &t->stripes[i];
+
+        pthread_mutex_lock(&s->lock);
+        for (struct dlist *n = s->active.next; n != &s->active; n = n->next) {
+            struct lease_entry *e = DLIST_ENTRY(n, struct lease_entry, active);
+            if (e->tokens > 0 && now_us < e->deadline_us)
+                fn(ctx, e->key, e->keylen, e->tokens);
+        }
+        pthread_mutex_unlock(&s->lock);
+    }
+}

@@ -113,4 +113,12 @@ size_t lease_count(struct lease_table *t);
  * number per stripe and tick, once untouched for longer than ttl. */
 size_t lease_active(struct lease_table *t);
 
+/* For observers (the simulator's count of stranded tokens): fn(ctx, key,
+ * keylen, tokens) for every entry holding tokens it may still spend at
+ * now_us. Such entries are all on the active lists: this costs what a tick
+ * costs. fn must not call into the table. */
+void lease_foreach_held(struct lease_table *t, uint64_t now_us,
+                        void (*fn)(void *ctx, const char *key, size_t keylen, uint64_t tokens),
+                        void *ctx);
+
 #endif

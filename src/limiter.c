@@ -3,7 +3,6 @@
 #include "limiter.h"
 
 #include <ev.h>
-#include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +12,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "store/script.h"
+#include "store/script_args.h"
 #include "store/store.h"
 #include "util.h"
 
@@ -22,10 +22,7 @@
 #define STALL_PROBE_US 100000  /* while stalled, one decision per 100 ms still asks Redis */
 #define STALL_LOG_EVERY_US 10000000 /* a flapping Redis is logged every 10 s at most */
 
-/* The most arguments a script call takes (a claim), and a reply that fits. */
-#define MAX_ARGC ((int)CLAIM_ARGC)
-_Static_assert((int)RETURN_ARGC <= MAX_ARGC && (int)EXACT_ARGC <= MAX_ARGC,
-               "a claim takes the most arguments");
+/* A script reply fits in a store_result. */
 _Static_assert(CLAIM_R_COUNT <= STORE_MAX_VALUES && EXACT_R_COUNT <= STORE_MAX_VALUES,
                "a script reply fits in a store_result");
 
@@ -213,59 +210,14 @@ static void on_reply(void *arg, const struct store_result *res)
         send_job(l, j);
 }
 
-/* The arguments of one script call, each at its position in store/script.h. */
-struct script_args {
-    int argc;
-    const char *argv[MAX_ARGC];
-    size_t argvlen[MAX_ARGC];
-    char nums[MAX_ARGC][24];
-};
-
-static void arg_str(struct script_args *a, int i, const char *s)
-{
-    a->argv[i] = s;
-    a->argvlen[i] = strlen(s);
-}
-
-static void arg_num(struct script_args *a, int i, uint64_t v)
-{
-    snprintf(a->nums[i], sizeof(a->nums[i]), "%" PRIu64, v);
-    arg_str(a, i, a->nums[i]);
-}
-
-/* Fill *a with the arguments of j's call; returns the script to call. */
+/* Fill *a with the arguments of j's call (store/script_args.c, shared with
+ * the simulator); returns the script to call. */
 static enum store_script job_args(const struct limiter *l, const struct rjob *j,
                                   struct script_args *a)
 {
-    const struct lease_job *lj = j->lj;
-
-    if (j->kind == RJOB_EXACT) {
-        a->argc = EXACT_ARGC;
-        arg_num(a, EXACT_ARG_LIMIT, j->limit);
-        arg_num(a, EXACT_ARG_PERIOD_MS, j->period_ms);
-        arg_num(a, EXACT_ARG_BURST, j->burst);
-        return j->algorithm == BUCKET_SLIDING_WINDOW ? SCRIPT_SW_EXACT : SCRIPT_TB_EXACT;
-    }
-    int sw = lj->algorithm == BUCKET_SLIDING_WINDOW;
-    if (lj->kind == LEASE_JOB_CLAIM) {
-        a->argc = CLAIM_ARGC;
-        arg_str(a, CLAIM_ARG_AGENT, store_agent_id(l->store));
-        arg_num(a, CLAIM_ARG_LIMIT, lj->limit);
-        arg_num(a, CLAIM_ARG_PERIOD_MS, lj->period_ms);
-        arg_num(a, CLAIM_ARG_BURST, lj->burst);
-        arg_num(a, CLAIM_ARG_WANT, lj->want);
-        arg_num(a, CLAIM_ARG_USED, lj->used);
-        arg_num(a, CLAIM_ARG_RETURNED, lj->returned);
-        arg_num(a, CLAIM_ARG_TTL_MS, l->ttl_ms);
-        return sw ? SCRIPT_SW_CLAIM : SCRIPT_TB_CLAIM;
-    }
-    a->argc = RETURN_ARGC;
-    arg_str(a, RETURN_ARG_AGENT, store_agent_id(l->store));
-    arg_num(a, RETURN_ARG_LIMIT, lj->limit);
-    arg_num(a, RETURN_ARG_PERIOD_MS, lj->period_ms);
-    arg_num(a, RETURN_ARG_BURST, lj->burst);
-    arg_num(a, RETURN_ARG_USED, lj->used);
-    return sw ? SCRIPT_SW_RETURN : SCRIPT_TB_RETURN;
+    if (j->kind == RJOB_EXACT)
+        return script_exact_args(j->algorithm, j->limit, j->period_ms, j->burst, a);
+    return script_lease_args(j->lj, store_agent_id(l->store), l->ttl_ms, a);
 }
 
 static void send_job(struct limiter *l, struct rjob *j)

@@ -1,0 +1,58 @@
+/* script_args.c - the argument vector of one script call (moved out of
+ * limiter.c so that the simulator builds exactly what the agent sends). */
+#include "store/script_args.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+_Static_assert((int)RETURN_ARGC <= SCRIPT_MAX_ARGC && (int)EXACT_ARGC <= SCRIPT_MAX_ARGC,
+               "a claim takes the most arguments");
+
+static void arg_str(struct script_args *a, int i, const char *s)
+{
+    a->argv[i] = s;
+    a->argvlen[i] = strlen(s);
+}
+
+static void arg_num(struct script_args *a, int i, uint64_t v)
+{
+    snprintf(a->nums[i], sizeof(a->nums[i]), "%" PRIu64, v);
+    arg_str(a, i, a->nums[i]);
+}
+
+enum store_script script_lease_args(const struct lease_job *lj, const char *agent,
+                                    uint64_t ttl_ms, struct script_args *a)
+{
+    int sw = lj->algorithm == BUCKET_SLIDING_WINDOW;
+
+    if (lj->kind == LEASE_JOB_CLAIM) {
+        a->argc = CLAIM_ARGC;
+        arg_str(a, CLAIM_ARG_AGENT, agent);
+        arg_num(a, CLAIM_ARG_LIMIT, lj->limit);
+        arg_num(a, CLAIM_ARG_PERIOD_MS, lj->period_ms);
+        arg_num(a, CLAIM_ARG_BURST, lj->burst);
+        arg_num(a, CLAIM_ARG_WANT, lj->want);
+        arg_num(a, CLAIM_ARG_USED, lj->used);
+        arg_num(a, CLAIM_ARG_RETURNED, lj->returned);
+        arg_num(a, CLAIM_ARG_TTL_MS, ttl_ms);
+        return sw ? SCRIPT_SW_CLAIM : SCRIPT_TB_CLAIM;
+    }
+    a->argc = RETURN_ARGC;
+    arg_str(a, RETURN_ARG_AGENT, agent);
+    arg_num(a, RETURN_ARG_LIMIT, lj->limit);
+    arg_num(a, RETURN_ARG_PERIOD_MS, lj->period_ms);
+    arg_num(a, RETURN_ARG_BURST, lj->burst);
+    arg_num(a, RETURN_ARG_USED, lj->used);
+    return sw ? SCRIPT_SW_RETURN : SCRIPT_TB_RETURN;
+}
+
+enum store_script script_exact_args(enum bucket_algorithm algorithm, uint64_t limit,
+                                    uint64_t period_ms, uint64_t burst, struct script_args *a)
+{
+    a->argc = EXACT_ARGC;
+    arg_num(a, EXACT_ARG_LIMIT, limit);
+    arg_num(a, EXACT_ARG_PERIOD_MS, period_ms);
+    arg_num(a, EXACT_ARG_BURST, burst);
+    return algorithm == BUCKET_SLIDING_WINDOW ? SCRIPT_SW_EXACT : SCRIPT_TB_EXACT;
+}

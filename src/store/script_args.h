@@ -1,0 +1,39 @@
+/* script_args.h - the argument vector of one script call, each argument at
+ * its position in script.h: what the agent sends for a lease job or an exact
+ * decision. Shared by the agent (limiter.c) and the fleet simulator
+ * (src/tools/sim_fleet.c), so that both send the scripts the same ARGV.
+ *
+ * Pure: formatting only, no Redis. The argv strings point into the struct
+ * itself (nums) or at the caller's agent id: valid while both live.
+ */
+#ifndef STORE_SCRIPT_ARGS_H
+#define STORE_SCRIPT_ARGS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bucket.h"
+#include "lease.h"
+#include "script.h"
+
+/* The most arguments a script call takes (a claim). */
+#define SCRIPT_MAX_ARGC ((int)CLAIM_ARGC)
+
+struct script_args {
+    int argc;
+    const char *argv[SCRIPT_MAX_ARGC];
+    size_t argvlen[SCRIPT_MAX_ARGC];
+    char nums[SCRIPT_MAX_ARGC][24];
+};
+
+/* Fill *a with the ARGV of lease job lj (a claim or a return) sent by the
+ * agent named agent with [lease] ttl ttl_ms; returns the script to call. */
+enum store_script script_lease_args(const struct lease_job *lj, const char *agent,
+                                    uint64_t ttl_ms, struct script_args *a);
+
+/* Fill *a with the ARGV of one exact decision (cost 1) under a rule of
+ * algorithm, limit/period_ms and burst; returns the script to call. */
+enum store_script script_exact_args(enum bucket_algorithm algorithm, uint64_t limit,
+                                    uint64_t period_ms, uint64_t burst, struct script_args *a);
+
+#endif

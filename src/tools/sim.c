@@ -1,0 +1,441 @@
+/* sim.c - spoa-sim: simulate a fleet of agents leasing tokens from one
+ * Redis, in virtual time, and say what it costs (Redis calls) and what it
+ * gives (utilisation against an exact limiter, the bound kept). The rule and
+ * [lease] settings go through the agent's own config parser and rule code,
+ * so they mean exactly what they mean in an agent's INI file. */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "config/config.h"
+#include "rules.h"
+#include "tools/sim.h"
+#include "tools/sim_svg.h"
+#include "tools/sim_traffic.h"
+
+#define MAX_SWEEP 64
+#define ERRLEN 1024
+
+/* The command line as given: the settings the agent's config parses stay
+ * text until config_load_string() reads them. */
+struct cli {
+    unsigned agents;
+    int agents_set, seconds_set;
+    uint64_t keys;
+    double zipf, skew, rps, seconds;
+    char rate[64], burst[32], algorithm[32], interval[32], ttl[32], max_fraction[32];
+    char rtt[32], redis_op[32], spike[96], tail[32];
+    uint64_t seed;
+    const char *trace_path, *svg;
+    int json;
+    char sweep_name[32];
+    char *sweep_vals[MAX_SWEEP];
+    size_t nsweep;
+};
+
+static void usage(FILE *f)
+{
+    fputs("usage: spoa-sim [--agents N] [--keys K] [--zipf S | --uniform] [--skew F] [--rps R]\n"
+          "                [--seconds T] [--rate N/DUR] [--burst B]\n"
+          "                [--algorithm token-bucket|sliding-window] [--interval D] [--ttl D]\n"
+          "                [--max-fraction F] [--rtt D] [--redis-op D] [--spike X,LEN,EVERY]\n"
+          "                [--tail D] [--seed N] [--trace FILE] [--sweep NAME=V1,V2,...]\n"
+          "                [--svg FILE]\n"
+          "                [--json]\n"
+          "Simulates --agents agents running the real lease code against the real Lua\n"
+          "scripts in virtual time, beside one exact bucket per key, and prints what the\n"
+          "fleet cost in Redis calls and how close it came to the exact limiter.\n"
+          "  --skew F            share of each key's traffic sent to one agent\n"
+          "  --spike X,LEN,EVERY every EVERY, for LEN, the request rate is X times --rps\n"
+          "  --redis-op D        Redis CPU per script operation (default 0: instant)\n"
+          "  --tail D            agents keep ticking for D after the last request\n"
+          "  --trace FILE        replay 'SECONDS KEY [AGENT]' lines instead\n"
+          "  --sweep NAME=...    NAME: interval, ttl, max_fraction, agents, rps, rtt, skew, keys\n"
+          "Durations: 250us, 0.3ms, 100ms, 1s, 1m (interval and ttl: whole ms).\n",
+          f);
+}
+
+/* "0.3ms", "250us", "1s": microseconds. */
+static int parse_us(const char *s, uint64_t *us)
+{
+    static const struct {
+        const char *unit;
+        double mult;
+    } units[] = {{"us", 1}, {"ms", 1e3}, {"s", 1e6}, {"m", 6e7}};
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || errno || !(v >= 0) || v > 1e12)
+        return -1;
+    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+        if (strcmp(end, units[i].unit) == 0) {
+            *us = (uint64_t)llround(v * units[i].mult);
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static int parse_spike(const char *s, struct sim_opts *o)
+{
+    char buf[96], *len, *every;
+    snprintf(buf, sizeof(buf), "%s", s);
+    if (!(len = strchr(buf, ',')))
+        return -1;
+    *len++ = '\0';
+    if (!(every = strchr(len, ',')))
+        return -1;
+    *every++ = '\0';
+    o->spike_factor = strtod(buf, NULL);
+    if (!(o->spike_factor >= 1) || parse_us(len, &o->spike_len_us) < 0 ||
+        parse_us(every, &o->spike_every_us) < 0 || o->spike_every_us == 0)
+        return -1;
+    return 0;
+}
+
+/* The options of one run: the rule and [lease] read by the agent's config
+ * parser from an INI text made of them (every check the agent makes on its
+ * file applies), the rule's parameters built by the agent's rule code. */
+static int build(const struct cli *c, const struct sim_trace *trace, struct sim_opts *o,
+                 char *err, size_t errlen)
+{
+    char ini[1024], cerr[ERRLEN];
+    struct config *cfg;
+
+    memset(o, 0, sizeof(*o));
+    snprintf(ini, sizeof(ini),
+             "[redis]\nurl = redis://127.0.0.1:6379\n"
+             "[lease]\ninterval = %s\nttl = %s\nmax_fraction = %s\n"
+             "[rule:sim]\nkey = key\nrate = %s\nalgorithm = %s\n%s%s%s",
+             c->interval, c->ttl, c->max_fraction, c->rate, c->algorithm,
+             c->burst[0] ? "burst = " : "", c->burst, c->burst[0] ? "\n" : "");
+    if (config_load_string(ini, "options", &cfg, cerr, sizeof(cerr)) < 0) {
+        /* "options:LINE: message\n...": the first message is enough */
+        char *m = strstr(cerr, ": ");
+        m = m ? m + 2 : cerr;
+        m[strcspn(m, "\n")] = '\0';
+        snprintf(err, errlen, "%s", m);
+        return -1;
+    }
+    struct ruleset *rs = ruleset_new(cfg);
+    if (!rs) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    o->algorithm = rs->params[0].algorithm;
+    o->limit = rs->params[0].limit;
+    o->period_ms = rs->params[0].period_us / 1000;
+    o->burst = rs->params[0].burst;
+    o->interval_ms = cfg->lease_interval_ms;
+    o->ttl_ms = cfg->lease_ttl_ms;
+    o->max_fraction = cfg->lease_max_fraction;
+    ruleset_unref(rs);
+
+    o->agents = c->agents;
+    o->keys = c->keys;
+    o->zipf = c->zipf;
+    o->skew = c->skew;
+    o->rps = c->rps;
+    o->seconds = c->seconds;
+    o->seed = c->seed;
+    o->trace = trace;
+    if (parse_us(c->rtt, &o->rtt_us) < 0 || parse_us(c->redis_op, &o->redis_op_us) < 0 ||
+        parse_us(c->tail, &o->tail_us) < 0) {
+        snprintf(err, errlen, "bad --rtt, --redis-op or --tail duration (e.g. 0.3ms, 250us)");
+        return -1;
+    }
+    if (c->spike[0] && parse_spike(c->spike, o) < 0) {
+        snprintf(err, errlen, "bad --spike: want FACTOR,LEN,EVERY (e.g. 5,2s,10s)");
+        return -1;
+    }
+    if (trace) {
+        o->keys = sim_trace_keys(trace);
+        if (!c->agents_set && sim_trace_agents(trace) > 0)
+            o->agents = sim_trace_agents(trace);
+        if (!c->seconds_set)
+            o->seconds = sim_trace_seconds(trace) + 0.001;
+        o->rps = (double)sim_trace_requests(trace) / o->seconds; /* as reported */
+    }
+    if (o->agents < 1 || o->agents > 100000 || o->keys < 1 || o->keys > UINT32_MAX ||
+        !(o->rps > 0) || !(o->seconds > 0) || o->seconds > 1e6 || !(o->skew >= 0) ||
+        o->skew > 1 || !(o->zipf >= 0)) {
+        snprintf(err, errlen, "need --agents 1..100000, --keys >= 1, --rps > 0, --seconds > 0, "
+                              "--skew in [0, 1], --zipf >= 0");
+        return -1;
+    }
+    return 0;
+}
+
+/* Set the swept setting NAME to text v; its numeric value for the chart in
+ * *x (durations in ms). */
+static int set_swept(struct cli *c, const char *name, const char *v, double *x)
+{
+    uint64_t us;
+    char *end;
+    if (strcmp(name, "interval") == 0 || strcmp(name, "ttl") == 0 || strcmp(name, "rtt") == 0) {
+        char *dst = name[0] == 'i' ? c->interval : name[0] == 't' ? c->ttl : c->rtt;
+        snprintf(dst, 32, "%s", v);
+        if (parse_us(v, &us) < 0)
+            return -1;
+        *x = (double)us / 1000;
+        return 0;
+    }
+    errno = 0;
+    *x = strtod(v, &end);
+    if (end == v || *end || errno)
+        return -1;
+    if (strcmp(name, "max_fraction") == 0 || strcmp(name, "max-fraction") == 0)
+        snprintf(c->max_fraction, sizeof(c->max_fraction), "%s", v);
+    else if (strcmp(name, "agents") == 0)
+        c->agents = (unsigned)*x, c->agents_set = 1;
+    else if (strcmp(name, "rps") == 0)
+        c->rps = *x;
+    else if (strcmp(name, "skew") == 0)
+        c->skew = *x;
+    else if (strcmp(name, "keys") == 0)
+        c->keys = (uint64_t)*x;
+    else
+        return -1;
+    return 0;
+}
+
+static const char *x_label(const char *name)
+{
+    if (strcmp(name, "interval") == 0 || strcmp(name, "ttl") == 0 || strcmp(name, "rtt") == 0) {
+        static char b[48];
+        snprintf(b, sizeof(b), "%s (ms)", name);
+        return b;
+    }
+    return name;
+}
+
+static double peak_rss_mb(void)
+{
+    struct rusage ru;
+    return getrusage(RUSAGE_SELF, &ru) == 0 ? (double)ru.ru_maxrss / 1024.0 : 0;
+}
+
+static void print_json(const struct sim_opts *o, const struct sim_result *r, const char *sweep,
+                       const char *val)
+{
+    printf("{");
+    if (sweep)
+        printf("\"sweep\":\"%s\",\"value\":\"%s\",", sweep, val);
+    printf("\"agents\":%u,\"keys\":%llu,\"rps\":%g,\"seconds\":%g,\"zipf\":%g,\"skew\":%g,"
+           "\"limit\":%llu,\"period_ms\":%llu,\"burst\":%llu,\"algorithm\":\"%s\","
+           "\"interval_ms\":%llu,\"ttl_ms\":%llu,\"max_fraction\":%g,\"rtt_ms\":%g,",
+           o->agents, (unsigned long long)o->keys, o->rps, o->seconds, o->zipf, o->skew,
+           (unsigned long long)o->limit, (unsigned long long)o->period_ms,
+           (unsigned long long)o->burst,
+           o->algorithm == BUCKET_SLIDING_WINDOW ? "sliding-window" : "token-bucket",
+           (unsigned long long)o->interval_ms, (unsigned long long)o->ttl_ms, o->max_fraction,
+           (double)o->rtt_us / 1000);
+    printf("\"decisions\":%llu,\"admitted\":%llu,\"reference_admitted\":%llu,"
+           "\"redis_calls\":%llu,\"script_ops\":%llu,\"claims\":%llu,\"returns\":%llu,"
+           "\"calls_per_decision\":%.6f,\"ops_per_decision\":%.6f,\"redis_calls_per_s\":%.1f,"
+           "\"worst_window_excess\":%.6f,\"reference_worst_window_excess\":%.6f,"
+           "\"utilisation\":%.6f,\"false_denials\":%llu,\"extra_admits\":%llu,"
+           "\"stranded_p99\":%g,\"stranded_max\":%g,\"wait_p99_ms\":%.3f,\"wait_max_ms\":%.3f,"
+           "\"waited\":%llu,\"fallbacks\":%llu,\"redis_errors\":%llu,\"redis_keys_peak\":%llu,"
+           "\"wall_s\":%.3f,\"peak_rss_mb\":%.1f}\n",
+           (unsigned long long)r->decisions, (unsigned long long)r->admitted,
+           (unsigned long long)r->ref_admitted, (unsigned long long)r->redis_calls,
+           (unsigned long long)r->script_ops, (unsigned long long)r->claims,
+           (unsigned long long)r->returns, r->calls_per_decision, r->ops_per_decision,
+           r->calls_per_s, r->worst_window_excess, r->ref_worst_window_excess, r->utilisation,
+           (unsigned long long)r->false_denials, (unsigned long long)r->extra_admits,
+           r->stranded_p99, r->stranded_max, r->wait_p99_ms, r->wait_max_ms,
+           (unsigned long long)r->waited, (unsigned long long)r->fallbacks,
+           (unsigned long long)r->redis_errors, (unsigned long long)r->redis_keys_peak,
+           r->wall_s, peak_rss_mb());
+    fflush(stdout);
+}
+
+static void print_head(const char *sweep)
+{
+    printf("%-10s %7s %12s %11s %7s %9s %9s %9s %9s %8s %9s %9s %7s %7s\n",
+           sweep ? sweep : "run", "agents", "decisions", "admitted", "util", "false_den",
+           "calls/dec", "ops/dec", "calls/s", "worst_ex", "strand99", "wait99ms", "wall_s",
+           "rss_mb");
+}
+
+static void print_row(const struct sim_opts *o, const struct sim_result *r, const char *val)
+{
+    printf("%-10s %7u %12llu %11llu %6.2f%% %9llu %9.4f %9.4f %9.0f %8.2f %9.0f %9.3f %7.1f "
+           "%7.0f\n",
+           val, o->agents, (unsigned long long)r->decisions, (unsigned long long)r->admitted,
+           100 * r->utilisation, (unsigned long long)r->false_denials, r->calls_per_decision,
+           r->ops_per_decision, r->calls_per_s, r->worst_window_excess, r->stranded_p99,
+           r->wait_p99_ms, r->wall_s, peak_rss_mb());
+    fflush(stdout);
+}
+
+static int parse_sweep(struct cli *c, char *arg)
+{
+    char *eq = strchr(arg, '=');
+    if (!eq || eq == arg || (size_t)(eq - arg) >= sizeof(c->sweep_name))
+        return -1;
+    *eq = '\0';
+    snprintf(c->sweep_name, sizeof(c->sweep_name), "%s", arg);
+    for (char *v = strtok(eq + 1, ","); v; v = strtok(NULL, ",")) {
+        if (c->nsweep == MAX_SWEEP)
+            return -1;
+        c->sweep_vals[c->nsweep++] = v;
+    }
+    return c->nsweep ? 0 : -1;
+}
+
+static int parse_cli(int argc, char **argv, struct cli *c)
+{
+    enum { O_UNIFORM = 256, O_MAXF, O_REDIS_OP, O_SPIKE, O_JSON, O_SWEEP, O_SVG, O_TRACE, O_TAIL };
+    static const struct option opts[] = {
+        {"agents", 1, 0, 'a'},   {"keys", 1, 0, 'k'},       {"zipf", 1, 0, 'z'},
+        {"uniform", 0, 0, O_UNIFORM}, {"skew", 1, 0, 'S'},  {"rps", 1, 0, 'r'},
+        {"seconds", 1, 0, 't'},  {"rate", 1, 0, 'R'},       {"burst", 1, 0, 'b'},
+        {"algorithm", 1, 0, 'A'}, {"interval", 1, 0, 'i'},  {"ttl", 1, 0, 'T'},
+        {"max-fraction", 1, 0, O_MAXF}, {"rtt", 1, 0, 'L'}, {"redis-op", 1, 0, O_REDIS_OP},
+        {"spike", 1, 0, O_SPIKE}, {"seed", 1, 0, 's'},      {"trace", 1, 0, O_TRACE},
+        {"sweep", 1, 0, O_SWEEP}, {"svg", 1, 0, O_SVG},     {"json", 0, 0, O_JSON},
+        {"tail", 1, 0, O_TAIL},  {"help", 0, 0, 'h'},     {0, 0, 0, 0}};
+    int ch;
+
+#define COPY(dst) snprintf(dst, sizeof(dst), "%s", optarg)
+    while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (ch) {
+        case 'a': c->agents = (unsigned)strtoul(optarg, NULL, 10), c->agents_set = 1; break;
+        case 'k': c->keys = strtoull(optarg, NULL, 10); break;
+        case 'z': c->zipf = strtod(optarg, NULL); break;
+        case O_UNIFORM: c->zipf = 0; break;
+        case 'S': c->skew = strtod(optarg, NULL); break;
+        case 'r': c->rps = strtod(optarg, NULL); break;
+        case 't': c->seconds = strtod(optarg, NULL), c->seconds_set = 1; break;
+        case 'R': COPY(c->rate); break;
+        case 'b': COPY(c->burst); break;
+        case 'A': COPY(c->algorithm); break;
+        case 'i': COPY(c->interval); break;
+        case 'T': COPY(c->ttl); break;
+        case O_MAXF: COPY(c->max_fraction); break;
+        case 'L': COPY(c->rtt); break;
+        case O_REDIS_OP: COPY(c->redis_op); break;
+        case O_SPIKE: COPY(c->spike); break;
+        case O_TAIL: COPY(c->tail); break;
+        case 's': c->seed = strtoull(optarg, NULL, 10); break;
+        case O_TRACE: c->trace_path = optarg; break;
+        case O_SWEEP:
+            if (parse_sweep(c, optarg) < 0) {
+                fprintf(stderr, "spoa-sim: bad --sweep: want NAME=V1,V2,... (at most %d)\n",
+                        MAX_SWEEP);
+                return -1;
+            }
+            break;
+        case O_SVG: c->svg = optarg; break;
+        case O_JSON: c->json = 1; break;
+        case 'h': usage(stdout); exit(0);
+        default: usage(stderr); return -1;
+        }
+    }
+#undef COPY
+    if (optind < argc) {
+        fprintf(stderr, "spoa-sim: unexpected argument '%s'\n", argv[optind]);
+        return -1;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    /* The seed scenario: 20 agents, 10,000 API keys, Zipf 1.1, 100/1m burst
+     * 20, [lease] defaults, 100k requests/s, a 0.3 ms round trip. */
+    struct cli c = {.agents = 20, .keys = 10000, .zipf = 1.1, .rps = 100000, .seconds = 10,
+                    .rate = "100/1m", .burst = "20", .algorithm = "token-bucket",
+                    .interval = "100ms", .ttl = "1s", .max_fraction = "0.1", .rtt = "0.3ms",
+                    .redis_op = "0us", .tail = "0us", .seed = 1};
+    struct sim_trace *trace = NULL;
+    char err[ERRLEN];
+    struct sim_opts o[MAX_SWEEP];
+    struct sim_result r[MAX_SWEEP];
+    double x[MAX_SWEEP];
+    size_t n = 0;
+    int rc = 0;
+
+    if (parse_cli(argc, argv, &c) < 0)
+        return 2;
+    if (c.svg && !c.nsweep) {
+        fprintf(stderr, "spoa-sim: --svg draws a sweep: give --sweep too\n");
+        return 2;
+    }
+    if (c.trace_path && !(trace = sim_trace_load(c.trace_path, err, sizeof(err)))) {
+        fprintf(stderr, "spoa-sim: %s\n", err);
+        return 1;
+    }
+    static const char *const sweepable[] = {"interval", "ttl", "max_fraction", "max-fraction",
+                                            "agents", "rps", "rtt", "skew", "keys"};
+    int known = !c.nsweep;
+    for (size_t i = 0; i < sizeof(sweepable) / sizeof(sweepable[0]); i++)
+        known |= strcmp(c.sweep_name, sweepable[i]) == 0;
+    if (!known) {
+        fprintf(stderr, "spoa-sim: --sweep: unknown setting '%s' (interval, ttl, max_fraction, "
+                        "agents, rps, rtt, skew, keys)\n", c.sweep_name);
+        sim_trace_free(trace);
+        return 2;
+    }
+    size_t runs = c.nsweep ? c.nsweep : 1;
+    for (n = 0; n < runs; n++) {
+        const char *val = c.nsweep ? c.sweep_vals[n] : "-";
+        if (c.nsweep && set_swept(&c, c.sweep_name, val, &x[n]) < 0) {
+            fprintf(stderr, "spoa-sim: bad --sweep %s value '%s'\n", c.sweep_name, val);
+            rc = 2;
+            break;
+        }
+        if (build(&c, trace, &o[n], err, sizeof(err)) < 0 || sim_run(&o[n], &r[n], err,
+                                                                      sizeof(err)) < 0) {
+            fprintf(stderr, "spoa-sim: %s\n", err);
+            rc = 1;
+            break;
+        }
+        if (r[n].redis_errors || r[n].fallbacks) {
+            fprintf(stderr, "spoa-sim: %llu script calls failed (the first: %s), %llu "
+                            "decisions fell back\n", (unsigned long long)r[n].redis_errors,
+                    r[n].redis_errors ? r[n].redis_error : "-",
+                    (unsigned long long)r[n].fallbacks);
+            rc = 3;
+        }
+        if (c.json) {
+            print_json(&o[n], &r[n], c.nsweep ? c.sweep_name : NULL, val);
+        } else {
+            if (n == 0)
+                print_head(c.nsweep ? c.sweep_name : NULL);
+            print_row(&o[n], &r[n], val);
+        }
+        if (r[n].worst_window_excess > 1e-9 && o[n].algorithm == BUCKET_TOKEN_BUCKET) {
+            fprintf(stderr, "spoa-sim: the bound b + r*T was exceeded by %.3f requests\n",
+                    r[n].worst_window_excess);
+            rc = 3;
+        }
+    }
+    if (rc == 0 && c.svg) {
+        char title[256], agents[32] = "", keys[48] = "", rps[48] = "";
+        const char *sw = c.sweep_name;
+        if (strcmp(sw, "agents") != 0)
+            snprintf(agents, sizeof(agents), "%u agents, ", o[0].agents);
+        if (strcmp(sw, "keys") != 0 && o[0].zipf > 0)
+            snprintf(keys, sizeof(keys), "%llu keys (Zipf %g), ", (unsigned long long)o[0].keys,
+                     o[0].zipf);
+        else if (strcmp(sw, "keys") != 0)
+            snprintf(keys, sizeof(keys), "%llu keys (uniform), ", (unsigned long long)o[0].keys);
+        if (strcmp(sw, "rps") != 0)
+            snprintf(rps, sizeof(rps), "%g req/s, ", o[0].rps);
+        snprintf(title, sizeof(title), "spoa-sim: %s%s%srate %s burst %s", agents, keys, rps,
+                 c.rate, c.burst[0] ? c.burst : "N");
+        if (sim_svg_write(c.svg, title, x_label(c.sweep_name), x, r, n) < 0) {
+            fprintf(stderr, "spoa-sim: %s: %s\n", c.svg, strerror(errno));
+            rc = 1;
+        }
+    }
+    sim_trace_free(trace);
+    return rc;
+}

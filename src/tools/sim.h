@@ -1,0 +1,74 @@
+/* sim.h - spoa-sim, the fleet simulator: what one run is asked to simulate
+ * and what it measured. Shared by its modules:
+ *
+ *   sim.c          command line, sweeps, output (table, JSON, SVG)
+ *   sim_fleet.c    one run: agents running the real lease code (lease.c),
+ *                  their Redis connections, the event queue in virtual time
+ *   sim_redis.c    the Redis server: the agent's Lua scripts, embedded Lua 5.1
+ *   sim_traffic.c  requests: Zipf/uniform keys, skew, spikes, trace replay
+ *   sim_stats.c    histograms and the exact window check
+ *   sim_svg.c      the sweep chart
+ */
+#ifndef SIM_H
+#define SIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bucket.h"
+
+/* Virtual time starts here (microseconds; a whole number of hours, so that
+ * sliding windows of any period up to an hour start with the run). */
+#define SIM_T0_US (1000ull * 3600ull * 1000000ull)
+
+struct sim_trace; /* sim_traffic.h */
+
+struct sim_opts {
+    unsigned agents;
+    uint64_t keys;
+    double zipf;     /* exponent; 0: uniform */
+    double skew;     /* share of each key's traffic sent to its home agent */
+    double rps;      /* requests per second, fleet-wide */
+    double seconds;  /* simulated time */
+    uint64_t tail_us; /* agents keep ticking this long after the last request */
+    /* spikes: every spike_every_us, for spike_len_us, the rate is x spike_factor */
+    double spike_factor;
+    uint64_t spike_len_us, spike_every_us;
+    /* the rule */
+    uint64_t limit, period_ms, burst;
+    enum bucket_algorithm algorithm;
+    /* [lease] and the network */
+    uint64_t interval_ms, ttl_ms;
+    double max_fraction;
+    uint64_t rtt_us;      /* agent-Redis round trip */
+    uint64_t redis_op_us; /* Redis CPU per script operation (0: instant) */
+    uint64_t seed;
+    const struct sim_trace *trace; /* replay this instead of generating */
+};
+
+struct sim_result {
+    uint64_t decisions, admitted;
+    uint64_t ref_admitted;  /* by one exact bucket per key (no leases, no latency) */
+    uint64_t false_denials; /* denied, admitted by the reference */
+    uint64_t extra_admits;  /* admitted, denied by the reference */
+    uint64_t fallbacks;     /* decided without Redis (should stay 0) */
+    uint64_t redis_errors;  /* script calls that failed (should stay 0) */
+    char redis_error[160];  /* the first one's message */
+    uint64_t redis_calls;   /* commands on the wire (a batch is one) */
+    uint64_t script_ops;    /* script operations (a batch carries several) */
+    uint64_t claims, returns;
+    uint64_t waited;        /* decisions that waited for a claim */
+    double calls_per_decision, ops_per_decision;
+    double calls_per_s;     /* redis_calls per simulated second */
+    double utilisation;     /* admitted / ref_admitted */
+    double worst_window_excess, ref_worst_window_excess;
+    double stranded_p99, stranded_max; /* tokens held idle on agents, per key */
+    double wait_p99_ms, wait_max_ms;   /* over all decisions (0 when decided locally) */
+    uint64_t redis_keys_peak;
+    double sim_seconds, wall_s;
+};
+
+/* Simulate o; fill *res. 0, or -1 with a message in err. */
+int sim_run(const struct sim_opts *o, struct sim_result *res, char *err, size_t errlen);
+
+#endif

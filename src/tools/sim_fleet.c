@@ -1,0 +1,670 @@
+/* sim_fleet.c - one simulation run: a fleet of agents, each with its own
+ * lease table driven exactly as limiter.c drives it (lease_decide for every
+ * request, lease_tick every interval, lease_reply for every answer), their
+ * script calls built by the agent's own argument code (store/script_args.c),
+ * sent over a model of the agent's Redis connection (store_conn.c: at most
+ * two calls in flight, the rest go out together as one batch call), and run
+ * by sim_redis on the agent's Lua scripts. All in virtual time, one event
+ * queue (a binary heap); Redis runs each call when it arrives, at the
+ * virtual time it reads with TIME.
+ *
+ * Beside the fleet, one exact in-memory bucket per key (bucket.c, as a
+ * standalone agent) decides every request too: the reference for
+ * utilisation and false denials. */
+#include "tools/sim.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "lease.h"
+#include "store/script.h"
+#include "store/script_args.h"
+#include "tools/sim_redis.h"
+#include "tools/sim_stats.h"
+#include "tools/sim_traffic.h"
+
+/* As limiter.c (STRIPES) and store_conn.h (STORE_CONN_MAX_INFLIGHT,
+ * STORE_CONN_BATCH_MAX), which the simulator mirrors. */
+#define STRIPES 64
+#define CONN_MAX_INFLIGHT 2
+#define CONN_BATCH_MAX 256
+#define KEY_PREFIX "rl:"
+#define RULE_NAME "sim"
+#define KEYBUF 64
+#define REPLY_MAX (CONN_BATCH_MAX * (1 + CLAIM_R_COUNT))
+
+enum ev_kind { EV_REQ, EV_TICK, EV_EXEC, EV_REPLY, EV_SAMPLE };
+
+struct command; /* one call on the wire: a script call or a batch */
+
+struct event {
+    uint64_t at, seq;
+    int kind;
+    unsigned agent;
+    union {
+        struct command *cmd; /* EV_EXEC, EV_REPLY */
+        uint32_t key;        /* EV_REQ */
+    } u;
+};
+
+struct command {
+    unsigned agent, n;
+    uint64_t exec_at, reply_at;
+    struct lease_job **jobs;  /* n */
+    int *ok;                  /* per job */
+    int *nv;                  /* per job: values */
+    int64_t (*v)[CLAIM_R_COUNT];
+};
+
+struct agent {
+    struct lease_table *leases;
+    char id[24];
+    unsigned inflight;
+    struct lease_job *qhead, *qtail; /* queued for the next batch */
+    unsigned qlen;
+};
+
+/* A request waiting for a claim: the waiter lease.c links, and what the
+ * simulator needs to record its decision when it comes. */
+struct wait {
+    struct lease_waiter w; /* first: a waiter pointer is a wait pointer */
+    struct bucket_result out;
+    uint64_t t0;
+    uint32_t key;
+    int ref_allowed;
+    struct wait *free_next;
+};
+
+struct sim {
+    const struct sim_opts *o;
+    struct sim_result *res;
+    struct bucket_params p;
+    struct lease_config lc;
+    struct agent *agents;
+    struct sim_redis *redis;
+    struct sim_traffic *traffic;
+    uint64_t now, end, seq, busy_until;
+    struct event *heap;
+    size_t nheap, heapcap;
+    struct wait *free_waits;
+    /* the reference and the checks, per key */
+    struct bucket *ref;
+    struct sim_window *win, *refwin;
+    struct sim_bound bound, refbound;
+    /* stranded tokens: per-key sums of one sample */
+    uint64_t *held;
+    uint32_t *touched;
+    size_t ntouched;
+    struct sim_hist wait_h, held_h;
+    /* a batch's arguments, reused */
+    struct script_args *args;
+    const char **bkeys, **bargv;
+    size_t *bkeylen, *bargvlen;
+    int64_t reply[REPLY_MAX];
+    int oom;
+};
+
+/* ---- the event queue --------------------------------------------------------------- */
+
+static int ev_less(const struct event *a, const struct event *b)
+{
+    return a->at < b->at || (a->at == b->at && a->seq < b->seq);
+}
+
+static void push(struct sim *s, uint64_t at, int kind, unsigned agent, struct command *cmd,
+                 uint32_t key)
+{
+    if (s->nheap == s->heapcap) {
+        size_t cap = s->heapcap ? s->heapcap * 2 : 4096;
+        struct event *h = realloc(s->heap, cap * sizeof(*h));
+        if (!h) {
+            s->oom = 1;
+            return;
+        }
+        s->heap = h;
+        s->heapcap = cap;
+    }
+    struct event e = {.at = at, .seq = s->seq++, .kind = kind, .agent = agent};
+    if (kind == EV_REQ)
+        e.u.key = key;
+    else
+        e.u.cmd = cmd;
+    size_t i = s->nheap++;
+    while (i > 0 && ev_less(&e, &s->heap[(i - 1) / 2])) {
+        s->heap[i] = s->heap[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    s->heap[i] = e;
+}
+
+static struct event pop(struct sim *s)
+{
+    struct event top = s->heap[0], last = s->heap[--s->nheap];
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= s->nheap)
+            break;
+        if (c + 1 < s->nheap && ev_less(&s->heap[c + 1], &s->heap[c]))
+            c++;
+        if (!ev_less(&s->heap[c], &last))
+            break;
+        s->heap[i] = s->heap[c];
+        i = c;
+    }
+    if (s->nheap > 0)
+        s->heap[i] = last;
+    return top;
+}
+
+/* ---- keys --------------------------------------------------------------------------- */
+
+/* The Redis key of client key k, as limiter.c's redis_key() builds it:
+ * prefix, algorithm, rule, client key. */
+static size_t key_name(const struct sim *s, uint32_t k, char *buf)
+{
+    return (size_t)snprintf(buf, KEYBUF, KEY_PREFIX "%s" RULE_NAME ":%u",
+                            s->p.algorithm == BUCKET_SLIDING_WINDOW ? "sw:" : "tb:", k);
+}
+
+static uint32_t key_id(const char *key, size_t len)
+{
+    const char *p = key + len;
+    while (p > key && p[-1] != ':')
+        p--;
+    return (uint32_t)strtoul(p, NULL, 10);
+}
+
+/* ---- decisions --------------------------------------------------------------------- */
+
+static void record(struct sim *s, uint32_t key, int allowed, int ref_allowed, uint64_t wait_us)
+{
+    struct sim_result *r = s->res;
+
+    r->decisions++;
+    sim_hist_add(&s->wait_h, wait_us);
+    if (wait_us > 0)
+        r->waited++;
+    if (allowed) {
+        r->admitted++;
+        sim_bound_admit(&s->bound, &s->win[key], s->now - SIM_T0_US);
+        if (!ref_allowed)
+            r->extra_admits++;
+    } else if (ref_allowed) {
+        r->false_denials++;
+    }
+}
+
+static struct wait *wait_get(struct sim *s)
+{
+    struct wait *w = s->free_waits;
+    if (w) {
+        s->free_waits = w->free_next;
+        return w;
+    }
+    w = malloc(sizeof(*w));
+    if (!w)
+        s->oom = 1;
+    return w;
+}
+
+static void wait_put(struct sim *s, struct wait *w)
+{
+    w->free_next = s->free_waits;
+    s->free_waits = w;
+}
+
+/* Waiters decided by a reply (done) or left to the fallback (fb). */
+static void complete(struct sim *s, struct lease_waiter *done, struct lease_waiter *fb)
+{
+    struct lease_waiter *w, *next;
+    for (w = done; w; w = next) {
+        next = w->next;
+        struct wait *x = (struct wait *)w;
+        record(s, x->key, x->out.allowed, x->ref_allowed, s->now - x->t0);
+        wait_put(s, x);
+    }
+    for (w = fb; w; w = next) {
+        next = w->next;
+        struct wait *x = (struct wait *)w;
+        s->res->fallbacks++;
+        record(s, x->key, 0, x->ref_allowed, s->now - x->t0);
+        wait_put(s, x);
+    }
+}
+
+/* ---- the connection (store_conn.c's group commit) -------------------------------------- */
+
+static void wire(struct sim *s, unsigned ai, struct lease_job *list, unsigned n)
+{
+    /* one block: the command, then its per-job arrays */
+    size_t size = sizeof(struct command) + n * (sizeof(int64_t[CLAIM_R_COUNT]) +
+                                                sizeof(struct lease_job *) + 2 * sizeof(int));
+    struct command *c = calloc(1, size);
+    if (!c) {
+        s->oom = 1;
+        return;
+    }
+    c->v = (int64_t(*)[CLAIM_R_COUNT])(c + 1);
+    c->jobs = (struct lease_job **)(c->v + n);
+    c->ok = (int *)(c->jobs + n);
+    c->nv = c->ok + n;
+    c->agent = ai;
+    c->n = n;
+    for (unsigned i = 0; i < n; i++, list = list->next)
+        c->jobs[i] = list;
+    s->agents[ai].inflight++;
+    s->res->redis_calls++;
+    s->res->script_ops += n;
+    /* Redis runs calls one at a time in arrival order, each taking
+     * redis_op_us per operation (0: instantly). */
+    uint64_t arrive = s->now + s->o->rtt_us / 2;
+    c->exec_at = arrive > s->busy_until ? arrive : s->busy_until;
+    s->busy_until = c->exec_at + s->o->redis_op_us * n;
+    c->reply_at = s->busy_until + (s->o->rtt_us - s->o->rtt_us / 2);
+    push(s, c->exec_at, EV_EXEC, ai, c, 0);
+}
+
+/* Send what is queued: one batch of everything, in groups of at most
+ * CONN_BATCH_MAX (a group of one goes as itself). */
+static void flush(struct sim *s, unsigned ai)
+{
+    struct agent *a = &s->agents[ai];
+    struct lease_job *q = a->qhead;
+
+    a->qhead = a->qtail = NULL;
+    a->qlen = 0;
+    while (q) {
+        struct lease_job *first = q, *last = q;
+        unsigned n = 1;
+        while (n < CONN_BATCH_MAX && last->next) {
+            last = last->next;
+            n++;
+        }
+        q = last->next;
+        last->next = NULL;
+        wire(s, ai, first, n);
+    }
+}
+
+/* store_conn_send(): at once when nothing is queued, fewer than two calls
+ * are in flight and the connection is not corked; queued otherwise. The
+ * caller (limiter.c's send_job) stamps the job's send time first. */
+static void conn_send(struct sim *s, unsigned ai, struct lease_job *j, int corked)
+{
+    struct agent *a = &s->agents[ai];
+
+    j->sent_us = s->now;
+    j->next = NULL;
+    if (j->kind == LEASE_JOB_CLAIM)
+        s->res->claims++;
+    else
+        s->res->returns++;
+    if (!corked && a->inflight < CONN_MAX_INFLIGHT && !a->qhead) {
+        wire(s, ai, j, 1);
+        return;
+    }
+    if (a->qtail)
+        a->qtail->next = j;
+    else
+        a->qhead = j;
+    a->qtail = j;
+    if (++a->qlen >= CONN_BATCH_MAX)
+        flush(s, ai);
+}
+
+static void uncork(struct sim *s, unsigned ai)
+{
+    if (s->agents[ai].qhead && s->agents[ai].inflight < CONN_MAX_INFLIGHT)
+        flush(s, ai);
+}
+
+/* ---- Redis ----------------------------------------------------------------------------- */
+
+static void redis_error(struct sim *s, const char *err)
+{
+    if (s->res->redis_errors++ == 0)
+        snprintf(s->res->redis_error, sizeof(s->res->redis_error), "%s", err);
+}
+
+/* Run command c as Redis would: one EVALSHA of the job's script, or of the
+ * batch script carrying them all; then hand each job its part of the reply
+ * as store_conn.c's batch_reply() does. */
+static void exec_command(struct sim *s, struct command *c)
+{
+    static const char *const digits[] = {"0", "1", "2", "3", "4", "5", "6", "7", "8", "9"};
+    const char *id = s->agents[c->agent].id;
+    size_t n = 0;
+    const char *err;
+    int rc;
+
+    if (c->n == 1) {
+        struct lease_job *j = c->jobs[0];
+        int script = script_lease_args(j, id, s->o->ttl_ms, &s->args[0]);
+        rc = sim_redis_eval(s->redis, script, s->now, 1, &j->key, &j->keylen, s->args[0].argc,
+                            s->args[0].argv, s->args[0].argvlen, s->reply, REPLY_MAX, &n, &err);
+        if (rc != 0)
+            redis_error(s, err);
+        if (rc == 0) {
+            c->ok[0] = 1;
+            c->nv[0] = n < CLAIM_R_COUNT ? (int)n : CLAIM_R_COUNT;
+            memcpy(c->v[0], s->reply, (size_t)c->nv[0] * sizeof(int64_t));
+        }
+        return;
+    }
+    int argc = 0;
+    for (unsigned i = 0; i < c->n; i++) {
+        struct lease_job *j = c->jobs[i];
+        struct script_args *a = &s->args[i];
+        int script = script_lease_args(j, id, s->o->ttl_ms, a);
+        s->bkeys[i] = j->key;
+        s->bkeylen[i] = j->keylen;
+        s->bargv[argc] = digits[script];
+        s->bargvlen[argc++] = 1;
+        s->bargv[argc] = digits[a->argc];
+        s->bargvlen[argc++] = 1;
+        for (int k = 0; k < a->argc; k++) {
+            s->bargv[argc] = a->argv[k];
+            s->bargvlen[argc++] = a->argvlen[k];
+        }
+    }
+    rc = sim_redis_eval(s->redis, SCRIPT_BATCH, s->now, (int)c->n, s->bkeys, s->bkeylen, argc,
+                        s->bargv, s->bargvlen, s->reply, REPLY_MAX, &n, &err);
+    if (rc != 0) {
+        redis_error(s, err); /* the whole batch failed */
+        return;
+    }
+    size_t at = 0;
+    for (unsigned i = 0; i < c->n && at < n; i++) {
+        int64_t len = s->reply[at];
+        if (len < 0 || (uint64_t)len >= n - at)
+            break; /* malformed: the rest fail */
+        c->ok[i] = 1;
+        c->nv[i] = len < CLAIM_R_COUNT ? (int)len : CLAIM_R_COUNT;
+        memcpy(c->v[i], &s->reply[at + 1], (size_t)c->nv[i] * sizeof(int64_t));
+        at += 1 + (size_t)len;
+    }
+}
+
+static void free_command(struct command *c)
+{
+    free(c);
+}
+
+/* The reply reaches the agent: limiter.c's on_reply() for each job, in
+ * order; what they send goes out at once when the connection allows. */
+static void on_reply(struct sim *s, struct command *c)
+{
+    unsigned ai = c->agent;
+    struct agent *a = &s->agents[ai];
+
+    a->inflight--;
+    for (unsigned i = 0; i < c->n; i++) {
+        struct lease_waiter *done = NULL, *fb = NULL;
+        struct lease_job *next = NULL;
+        lease_reply(a->leases, c->jobs[i], c->ok[i], c->v[i], c->nv[i], s->now, &done, &fb, &next);
+        complete(s, done, fb);
+        if (next)
+            conn_send(s, ai, next, 0);
+    }
+    free_command(c);
+    if (a->inflight < CONN_MAX_INFLIGHT && a->qhead)
+        flush(s, ai);
+}
+
+/* ---- requests, ticks, samples ---------------------------------------------------------- */
+
+static void on_request(struct sim *s, uint32_t key, unsigned ai)
+{
+    struct agent *a = &s->agents[ai];
+    struct bucket_result rr;
+    struct lease_job *job = NULL;
+    char name[KEYBUF];
+    size_t len = key_name(s, key, name);
+    struct wait *w = wait_get(s);
+
+    if (!w)
+        return;
+    bucket_take(&s->ref[key], &s->p, s->now, 1, &rr);
+    if (rr.allowed) {
+        s->res->ref_admitted++;
+        sim_bound_admit(&s->refbound, &s->refwin[key], s->now - SIM_T0_US);
+    }
+    memset(w, 0, sizeof(*w));
+    w->w.out = &w->out;
+    w->w.req = w;
+    w->t0 = s->now;
+    w->key = key;
+    w->ref_allowed = rr.allowed;
+    int v = lease_decide(a->leases, name, len, &s->p, s->now, 1, &w->w, &w->out, &job);
+    if (v != LEASE_PENDING) {
+        if (v == LEASE_DOWN)
+            s->res->fallbacks++;
+        record(s, key, v == LEASE_DONE && w->out.allowed, rr.allowed, 0);
+        wait_put(s, w);
+    }
+    if (job) { /* limiter.c queues it; the Redis thread sends it corked */
+        conn_send(s, ai, job, 1);
+        uncork(s, ai);
+    }
+}
+
+static void on_tick(struct sim *s, unsigned ai)
+{
+    struct lease_job *jobs = NULL, *next;
+
+    lease_tick(s->agents[ai].leases, s->now, 1, &jobs);
+    for (; jobs; jobs = next) { /* limiter.c's send_jobs(): corked */
+        next = jobs->next;
+        conn_send(s, ai, jobs, 1);
+    }
+    uncork(s, ai);
+}
+
+static void held_cb(void *ctx, const char *key, size_t keylen, uint64_t tokens)
+{
+    struct sim *s = ctx;
+    uint32_t k = key_id(key, keylen);
+    if (s->held[k] == 0)
+        s->touched[s->ntouched++] = k;
+    s->held[k] += tokens;
+}
+
+/* Tokens held on agents, per key that any agent holds some for. */
+static void on_sample(struct sim *s)
+{
+    for (unsigned i = 0; i < s->o->agents; i++)
+        lease_foreach_held(s->agents[i].leases, s->now, held_cb, s);
+    for (size_t i = 0; i < s->ntouched; i++) {
+        sim_hist_add(&s->held_h, s->held[s->touched[i]]);
+        s->held[s->touched[i]] = 0;
+    }
+    s->ntouched = 0;
+}
+
+/* ---- the run ------------------------------------------------------------------------------ */
+
+static int setup(struct sim *s, char *err, size_t errlen)
+{
+    const struct sim_opts *o = s->o;
+    uint64_t keys = o->trace ? sim_trace_keys(o->trace) : o->keys;
+    struct sim_rng rng;
+
+    s->p.algorithm = o->algorithm;
+    s->p.limit = o->limit;
+    s->p.period_us = o->period_ms * 1000;
+    s->p.burst = o->burst;
+    s->lc.interval_us = o->interval_ms * 1000;
+    s->lc.ttl_us = o->ttl_ms * 1000;
+    s->lc.max_fraction = o->max_fraction;
+    s->end = SIM_T0_US + (uint64_t)(o->seconds * 1e6);
+    s->agents = calloc(o->agents, sizeof(*s->agents));
+    s->ref = malloc(keys * sizeof(*s->ref));
+    s->win = calloc(keys, sizeof(*s->win));
+    s->refwin = calloc(keys, sizeof(*s->refwin));
+    s->held = calloc(keys, sizeof(*s->held));
+    s->touched = malloc(keys * sizeof(*s->touched));
+    s->args = malloc(CONN_BATCH_MAX * sizeof(*s->args));
+    s->bkeys = malloc(CONN_BATCH_MAX * sizeof(*s->bkeys));
+    s->bkeylen = malloc(CONN_BATCH_MAX * sizeof(*s->bkeylen));
+    s->bargv = malloc(CONN_BATCH_MAX * (2 + SCRIPT_MAX_ARGC) * sizeof(*s->bargv));
+    s->bargvlen = malloc(CONN_BATCH_MAX * (2 + SCRIPT_MAX_ARGC) * sizeof(*s->bargvlen));
+    if (!s->agents || !s->ref || !s->win || !s->refwin || !s->held || !s->touched || !s->args ||
+        !s->bkeys || !s->bkeylen || !s->bargv || !s->bargvlen) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    for (uint64_t k = 0; k < keys; k++) /* full (token bucket) or empty (window) from the start */
+        bucket_init(&s->ref[k], &s->p, SIM_T0_US);
+    sim_bound_init(&s->bound, o->limit, o->period_ms * 1000,
+                   o->algorithm == BUCKET_SLIDING_WINDOW ? o->limit : o->burst);
+    s->refbound = s->bound;
+    if (!(s->redis = sim_redis_new(err, errlen)) ||
+        !(s->traffic = sim_traffic_new(o, err, errlen)))
+        return -1;
+    sim_rng_seed(&rng, o->seed ^ 0x5eedull);
+    for (unsigned i = 0; i < o->agents; i++) {
+        struct agent *a = &s->agents[i];
+        snprintf(a->id, sizeof(a->id), "sim-agent-%u", i);
+        if (!(a->leases = lease_table_new(&s->lc, STRIPES))) {
+            snprintf(err, errlen, "out of memory");
+            return -1;
+        }
+        /* Agents start at different instants: their ticks are not aligned. */
+        push(s, SIM_T0_US + (uint64_t)(sim_rng_unit(&rng) * (double)s->lc.interval_us),
+             EV_TICK, i, NULL, 0);
+    }
+    return 0;
+}
+
+static void teardown(struct sim *s)
+{
+    while (s->nheap > 0) { /* only after an error */
+        struct event e = pop(s);
+        if (e.kind == EV_EXEC || e.kind == EV_REPLY)
+            free_command(e.u.cmd);
+    }
+    for (unsigned i = 0; s->agents && i < s->o->agents; i++)
+        lease_table_free(s->agents[i].leases);
+    while (s->free_waits) {
+        struct wait *w = s->free_waits;
+        s->free_waits = w->free_next;
+        free(w);
+    }
+    sim_redis_free(s->redis);
+    sim_traffic_free(s->traffic);
+    free(s->agents);
+    free(s->ref);
+    free(s->win);
+    free(s->refwin);
+    free(s->held);
+    free(s->touched);
+    free(s->args);
+    free(s->bkeys);
+    free(s->bkeylen);
+    free(s->bargv);
+    free(s->bargvlen);
+    free(s->heap);
+}
+
+/* How often stranded tokens are counted: every interval for short runs,
+ * 50 samples or more, at most 1 s apart (a count walks every agent). */
+static uint64_t sample_every(const struct sim *s)
+{
+    double every = s->o->seconds * 1e6 / 50;
+    if (every > 1e6)
+        every = 1e6;
+    if (every < (double)s->lc.interval_us)
+        every = (double)s->lc.interval_us;
+    return (uint64_t)every;
+}
+
+static void finish(struct sim *s, struct sim_result *r)
+{
+    double secs = s->o->seconds;
+    r->calls_per_decision = r->decisions ? (double)r->redis_calls / (double)r->decisions : 0;
+    r->ops_per_decision = r->decisions ? (double)r->script_ops / (double)r->decisions : 0;
+    r->calls_per_s = secs > 0 ? (double)r->redis_calls / secs : 0;
+    r->utilisation = r->ref_admitted ? (double)r->admitted / (double)r->ref_admitted : 1;
+    r->worst_window_excess = sim_bound_worst(&s->bound);
+    r->ref_worst_window_excess = sim_bound_worst(&s->refbound);
+    r->stranded_p99 = (double)sim_hist_quantile(&s->held_h, 0.99);
+    r->stranded_max = (double)s->held_h.max;
+    r->wait_p99_ms = (double)sim_hist_quantile(&s->wait_h, 0.99) / 1000.0;
+    r->wait_max_ms = (double)s->wait_h.max / 1000.0;
+    r->redis_keys_peak = sim_redis_keys_peak(s->redis);
+    r->sim_seconds = secs;
+}
+
+int sim_run(const struct sim_opts *o, struct sim_result *res, char *err, size_t errlen)
+{
+    struct sim *s = calloc(1, sizeof(*s));
+    struct timespec w0, w1;
+    uint64_t at;
+    uint32_t key;
+    unsigned agent;
+    int rc = -1;
+
+    clock_gettime(CLOCK_MONOTONIC, &w0);
+    memset(res, 0, sizeof(*res));
+    if (!s) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    s->o = o;
+    s->res = res;
+    if (setup(s, err, errlen) < 0)
+        goto out;
+    uint64_t every = sample_every(s);
+    push(s, SIM_T0_US + every, EV_SAMPLE, 0, NULL, 0);
+    if (sim_traffic_next(s->traffic, &at, &key, &agent) == 0)
+        push(s, SIM_T0_US + at, EV_REQ, agent, NULL, key);
+    /* Requests and samples stop at the end, ticks after the tail (leases
+     * given back); the calls in flight and the claims they lead to run to
+     * completion, so every request is decided. */
+    while (s->nheap > 0 && !s->oom) {
+        struct event e = pop(s);
+        s->now = e.at;
+        switch (e.kind) {
+        case EV_REQ:
+            on_request(s, e.u.key, e.agent);
+            if (sim_traffic_next(s->traffic, &at, &key, &agent) == 0)
+                push(s, SIM_T0_US + at, EV_REQ, agent, NULL, key);
+            break;
+        case EV_TICK:
+            if (s->now < s->end + s->o->tail_us) {
+                on_tick(s, e.agent);
+                push(s, s->now + s->lc.interval_us, EV_TICK, e.agent, NULL, 0);
+            }
+            break;
+        case EV_EXEC:
+            exec_command(s, e.u.cmd);
+            push(s, e.u.cmd->reply_at, EV_REPLY, e.agent, e.u.cmd, 0);
+            break;
+        case EV_REPLY:
+            on_reply(s, e.u.cmd);
+            break;
+        case EV_SAMPLE:
+            if (s->now < s->end) {
+                on_sample(s);
+                push(s, s->now + every, EV_SAMPLE, 0, NULL, 0);
+            }
+            break;
+        }
+    }
+    if (s->oom) {
+        snprintf(err, errlen, "out of memory");
+        goto out;
+    }
+    finish(s, res);
+    rc = 0;
+out:
+    teardown(s);
+    free(s);
+    clock_gettime(CLOCK_MONOTONIC, &w1);
+    res->wall_s = (double)(w1.tv_sec - w0.tv_sec) + (double)(w1.tv_nsec - w0.tv_nsec) / 1e9;
+    return rc;
+}
