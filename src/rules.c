@@ -220,12 +220,19 @@ static int build_key(struct rule_eval *ev, const struct cfg_rule *r, const struc
         ev->keys_len += (size_t)n;
     }
     if (ev->keys_len - start > max_key) {
-        /* Too long to keep: 128 bits of two differently seeded hashes. */
+        /* Too long to keep: 128 bits of two differently seeded hashes. The
+         * hash may be longer than the key it replaces (max_key can be 16):
+         * room for it and its NUL is made first, so it is never cut. */
         uint64_t h1 = util_hash(UTIL_HASH_INIT, ev->keys + start, ev->keys_len - start);
         uint64_t h2 = util_hash(0x84222325cbf29ce4ULL, ev->keys + start, ev->keys_len - start);
         ev->keys_len = start;
-        ev->keys_len += (size_t)snprintf(ev->keys + start, ev->keys_cap - start,
-                                         "#%016" PRIx64 "%016" PRIx64, h1, h2);
+        if (keys_reserve(ev, RULES_HASHED_KEY_LEN + 1) < 0)
+            return -ENOMEM;
+        int n = snprintf(ev->keys + start, ev->keys_cap - start, "#%016" PRIx64 "%016" PRIx64,
+                         h1, h2);
+        if (n != RULES_HASHED_KEY_LEN)
+            return -ENOMEM; /* cannot happen: 1 + 2 x 16 hex digits */
+        ev->keys_len += (size_t)n;
     }
     if (keys_reserve(ev, 1) < 0) {
         ev->keys_len = start;

@@ -64,6 +64,9 @@ static inline const char *rules_hit_key(const struct rule_eval *ev, const struct
     return ev->keys + h->key_off;
 }
 
+/* A client key longer than max_key is replaced by '#' and 32 hex digits. */
+#define RULES_HASHED_KEY_LEN 33
+
 /* Find the rules that apply to the messages of a NOTIFY payload: each rule
  * at most once, in config order. Returns 0, SPOP_EINVAL when the payload is
  * malformed, or -ENOMEM. Keys longer than max_key are replaced by a hash. */

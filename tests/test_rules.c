@@ -213,6 +213,81 @@ START_TEST(deciding_rule_and_shadow)
 }
 END_TEST
 
+/* A hashed key (#, 32 hex digits) is longer than max_key can be (16): the
+ * room it needs must be made before it is written, wherever in the keys
+ * buffer it lands. N rules keyed on a short arg fill the buffer so that the
+ * last rule's long key starts at every offset around the first growth
+ * (1024 bytes); its hash must be the same as when it is alone. */
+static const size_t max_keys[] = {16, 24, 32};
+
+static char *filler_config(size_t max_key, size_t nfill)
+{
+    size_t cap = 64 + (nfill + 1) * 48;
+    char *text = malloc(cap);
+    size_t len = 0;
+
+    ck_assert_ptr_nonnull(text);
+    len += (size_t)snprintf(text + len, cap - len, "[agent]\nmax_key = %zu\n", max_key);
+    for (size_t i = 0; i < nfill; i++)
+        len += (size_t)snprintf(text + len, cap - len, "[rule:f%zu]\nkey = a\nrate = 1/1s\n", i);
+    snprintf(text + len, cap - len, "[rule:last]\nkey = b\nrate = 1/1s\n");
+    return text;
+}
+
+START_TEST(hashed_key_never_cut)
+{
+    size_t max_key = max_keys[_i];
+    char a[17], b[64], want[RULES_HASHED_KEY_LEN + 1];
+    uint8_t buf[256];
+    struct rule_eval ev = {0};
+    unsigned checked = 0;
+
+    memset(b, 'y', max_key + 1);
+    b[max_key + 1] = '\0';
+    /* the key alone */
+    {
+        char *text = filler_config(max_key, 0);
+        struct ruleset *rs = load(text);
+        const char *args[] = {"b", b};
+        size_t n = payload(buf, sizeof(buf), "m", args, 1);
+        ck_assert_int_eq(rules_match(rs, buf, n, &ev), 0);
+        ck_assert_uint_eq(ev.nhits, 1);
+        ck_assert_uint_eq(ev.hits[0].key_len, RULES_HASHED_KEY_LEN);
+        memcpy(want, rules_hit_key(&ev, &ev.hits[0]), sizeof(want));
+        ck_assert_int_eq(want[RULES_HASHED_KEY_LEN], '\0');
+        rules_eval_free(&ev);
+        ruleset_unref(rs);
+        free(text);
+    }
+    for (size_t la = 1; la <= 16; la++) {
+        memset(a, 'x', la);
+        a[la] = '\0';
+        /* each filler key takes la + 1 bytes (its NUL) */
+        for (size_t nfill = (1024 - 48) / (la + 1); nfill * (la + 1) <= 1024; nfill++) {
+            char *text = filler_config(max_key, nfill);
+            struct ruleset *rs = load(text);
+            const char *args[] = {"a", a, "b", b};
+            size_t n = payload(buf, sizeof(buf), "m", args, 2);
+
+            ck_assert_int_eq(rules_match(rs, buf, n, &ev), 0);
+            ck_assert_uint_eq(ev.nhits, nfill + 1);
+            const struct rule_hit *h = &ev.hits[nfill];
+            ck_assert_uint_eq(h->key_off, nfill * (la + 1));
+            ck_assert_uint_eq(h->key_len, RULES_HASHED_KEY_LEN);
+            ck_assert_msg(memcmp(rules_hit_key(&ev, h), want, sizeof(want)) == 0,
+                          "max_key %zu, key at offset %zu: '%.*s' != '%s'", max_key, h->key_off,
+                          (int)h->key_len, rules_hit_key(&ev, h), want);
+            ck_assert_uint_le(ev.keys_len, ev.keys_cap);
+            checked++;
+            rules_eval_free(&ev);
+            ruleset_unref(rs);
+            free(text);
+        }
+    }
+    ck_assert_uint_gt(checked, 16);
+}
+END_TEST
+
 struct text_case {
     struct spop_data d;
     const char *want;
@@ -255,6 +330,7 @@ static Suite *rules_suite(void)
     tcase_add_test(tc, ten_per_minute_vars);
     tcase_add_test(tc, deciding_rule_and_shadow);
     tcase_add_loop_test(tc, value_text, 0, 8);
+    tcase_add_loop_test(tc, hashed_key_never_cut, 0, sizeof(max_keys) / sizeof(max_keys[0]));
     suite_add_tcase(s, tc);
     return s;
 }
