@@ -260,6 +260,10 @@ static void render_spop(struct strbuf *b)
         sb_printf(b, "spoa_ratelimit_frames_total{type=\"%s\"} %llu\n", frame_names[i],
                   (unsigned long long)ld(&metrics.frames_in[i]));
     render_simple(b, "spoa_ratelimit_acks_total", "counter", "ACK frames sent.", ld(&metrics.acks));
+    render_simple(b, "spoa_ratelimit_acks_truncated_total", "counter",
+                  "ACKs that carried only blocked and retry_after: the negotiated frame size "
+                  "had no room for the other variables.",
+                  ld(&metrics.acks_truncated));
     /* Status codes 1..13 in order, then 99 ("unknown"), which is counted in [0]. */
     sb_printf(b, "# HELP spoa_ratelimit_protocol_errors_total Connections closed with an "
                  "AGENT-DISCONNECT, by SPOE status code.\n"

@@ -66,6 +66,7 @@ struct metrics {
     atomic_uint_fast64_t frames_in[4];   /* by type: 0 other, 1 hello, 2 disconnect, 3 notify */
     atomic_uint_fast64_t protocol_errors[14]; /* by status code 1..13; [0] counts 99 */
     atomic_uint_fast64_t acks;
+    atomic_uint_fast64_t acks_truncated; /* only blocked (+ retry_after): frame too small */
     atomic_uint_fast64_t reloads;
     atomic_uint_fast64_t reload_failures;
     /* leases */

@@ -377,18 +377,26 @@ static int put_var_str(struct spop_writer *w, const char *name, const char *s)
     return spop_put_set_var(w, SPOP_SCOPE_TXN, name, &d);
 }
 
-int rules_encode_actions(struct spop_writer *w, const struct ruleset *rs,
-                         const struct rule_eval *ev)
+/* The numbers an ACK carries, clamped so that config_ack_max_size() bounds
+ * its size: a bucket never holds more than its capacity (a Redis reply that
+ * says otherwise is wrong), and waits are capped at RULES_MAX_SECONDS. */
+static uint64_t clamp_remaining(const struct cfg_rule *rule, uint64_t remaining)
 {
-    const struct rule_hit *h = deciding_hit(rs, ev);
-    int would_block = 0, degraded = 0, ret;
-    char buf[160];
+    uint64_t cap = rule->burst > rule->rate_n ? rule->burst : rule->rate_n;
+    return remaining < cap ? remaining : cap;
+}
 
-    for (size_t i = 0; i < ev->nhits; i++) {
-        if (rs->cfg->rules[ev->hits[i].rule].shadow && !ev->hits[i].out.res.allowed)
-            would_block = 1;
-        degraded |= ev->hits[i].out.degraded;
-    }
+static uint64_t clamp_seconds(uint64_t s)
+{
+    return s < RULES_MAX_SECONDS ? s : RULES_MAX_SECONDS;
+}
+
+/* Every variable of the ACK (interface.md). */
+static int encode_full(struct spop_writer *w, const struct ruleset *rs, const struct rule_hit *h,
+                       int would_block, int degraded)
+{
+    char buf[160];
+    int ret;
 
     if ((ret = put_var_bool(w, "blocked", h && !h->out.res.allowed)) < 0)
         return ret;
@@ -400,16 +408,17 @@ int rules_encode_actions(struct spop_writer *w, const struct ruleset *rs,
         return 0;
 
     const struct cfg_rule *rule = &rs->cfg->rules[h->rule];
-    uint64_t reset = util_us_to_s_ceil(h->out.res.reset_us);
+    uint64_t reset = clamp_seconds(util_us_to_s_ceil(h->out.res.reset_us));
     uint64_t window = (rule->rate_period_ms + 999) / 1000;
+    uint64_t remaining = clamp_remaining(rule, h->out.res.remaining);
 
     if ((ret = put_var_str(w, "rule", rule->name)) < 0 ||
         (ret = put_var_int(w, "limit", (int64_t)rule->rate_n)) < 0 ||
-        (ret = put_var_int(w, "remaining", (int64_t)h->out.res.remaining)) < 0 ||
+        (ret = put_var_int(w, "remaining", (int64_t)remaining)) < 0 ||
         (ret = put_var_int(w, "reset", (int64_t)reset)) < 0)
         return ret;
     if (!h->out.res.allowed) {
-        uint64_t retry = util_us_to_s_ceil(h->out.res.retry_us);
+        uint64_t retry = clamp_seconds(util_us_to_s_ceil(h->out.res.retry_us));
         if ((ret = put_var_int(w, "retry_after", (int64_t)(retry ? retry : 1))) < 0)
             return ret;
     }
@@ -417,7 +426,43 @@ int rules_encode_actions(struct spop_writer *w, const struct ruleset *rs,
              window ? window : 1);
     if ((ret = put_var_str(w, "policy", buf)) < 0)
         return ret;
-    snprintf(buf, sizeof(buf), "\"%s\";r=%" PRIu64 ";t=%" PRIu64, rule->name,
-             h->out.res.remaining, reset);
+    snprintf(buf, sizeof(buf), "\"%s\";r=%" PRIu64 ";t=%" PRIu64, rule->name, remaining, reset);
     return put_var_str(w, "ratelimit", buf);
+}
+
+/* What must reach HAProxy whatever the frame size: the decision. */
+static int encode_minimal(struct spop_writer *w, const struct rule_hit *h)
+{
+    int ret = put_var_bool(w, "blocked", h && !h->out.res.allowed);
+
+    if (ret < 0 || !h || h->out.res.allowed)
+        return ret;
+    uint64_t retry = clamp_seconds(util_us_to_s_ceil(h->out.res.retry_us));
+    return put_var_int(w, "retry_after", (int64_t)(retry ? retry : 1));
+}
+
+int rules_encode_actions(struct spop_writer *w, const struct ruleset *rs,
+                         const struct rule_eval *ev)
+{
+    const struct rule_hit *h = deciding_hit(rs, ev);
+    uint8_t *start = w->p;
+    int would_block = 0, degraded = 0, ret;
+
+    for (size_t i = 0; i < ev->nhits; i++) {
+        if (rs->cfg->rules[ev->hits[i].rule].shadow && !ev->hits[i].out.res.allowed)
+            would_block = 1;
+        degraded |= ev->hits[i].out.degraded;
+    }
+    ret = encode_full(w, rs, h, would_block, degraded);
+    if (ret != SPOP_ENOSPC)
+        return ret;
+    /* The negotiated frame is too small for every variable (HAProxy may
+     * offer 256 bytes, and a rule name takes 40 three times). Without an
+     * ACK the connection would be dropped and HAProxy would let the request
+     * through: send the decision alone instead. */
+    w->p = start;
+    ret = encode_minimal(w, h);
+    if (ret == 0)
+        METRIC_INC(acks_truncated);
+    return ret;
 }

@@ -77,8 +77,16 @@ int rules_match(const struct ruleset *rs, const uint8_t *payload, size_t len,
  * blocked clients). */
 void rules_account(const struct ruleset *rs, const struct rule_eval *ev, uint64_t now_us);
 
+/* Waits (reset, retry_after) in an ACK are capped at this many seconds
+ * (about 317 years), so that an ACK's size has a bound:
+ * config_ack_max_size(). */
+#define RULES_MAX_SECONDS CFG_ACK_MAX_SECONDS
+
 /* Write the ACK actions (set-var, scope txn) for the decided hits: see the
- * variables table of interface.md. With no hit, only blocked=false. */
+ * variables table of interface.md. With no hit, only blocked=false. When w
+ * has no room for them all, only blocked and (when blocked) retry_after are
+ * written, counted in acks_truncated: the decision always reaches HAProxy.
+ * remaining is capped at the rule's capacity (max of burst and N). */
 int rules_encode_actions(struct spop_writer *w, const struct ruleset *rs,
                          const struct rule_eval *ev);
 

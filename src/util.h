@@ -40,10 +40,11 @@ uint16_t util_crc16(const void *data, size_t len);
  * of the part between the first '{' and the next '}' when that is not empty. */
 unsigned util_redis_slot(const char *key, size_t len);
 
-/* Ceiling division of microseconds into whole seconds. */
+/* Ceiling division of microseconds into whole seconds (without adding
+ * first: that would wrap for waits near UINT64_MAX). */
 static inline uint64_t util_us_to_s_ceil(uint64_t us)
 {
-    return (us + 999999) / 1000000;
+    return us / 1000000 + (us % 1000000 != 0);
 }
 
 #endif

@@ -447,6 +447,16 @@ static const struct {
     {"[agent]\nmax_frame_size = 16777217\n", "t.ini:2: bad number '16777217' for "
                                              "'max_frame_size' (expected an integer from 256 to "
                                              "16777216)\n"},
+    /* HAProxy's ACK must hold every variable of the largest answer */
+    {"[agent]\nmax_frame_size = 256\n[rule:rrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrr]\nrate = 1/1h\n",
+     "t.ini:2: max_frame_size 256 is too small for the ACK of rule "
+     "'rrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrr' (up to 319 bytes): raise it to at least 319 or "
+     "shorten the rule name\n"},
+    {"[rule:a]\nrate = 1/1s\n[rule:rrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrr]\nrate = 1/1h\n[agent]\n"
+     "max_frame_size = 290\n",
+     "t.ini:6: max_frame_size 290 is too small for the ACK of rule "
+     "'rrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrr' (up to 298 bytes): raise it to at least 298 or "
+     "shorten the rule name\n"},
     {"[redis]\ntimeout = 100\n", "t.ini:2: bad duration '100' for 'timeout' (expected an integer "
                                  "> 0 and a unit: ms, s, m, h or d)\n"},
     {"[rule:r]\nrate = 100\n",
@@ -526,6 +536,17 @@ START_TEST(test_bad)
 
     load_bad(bad_configs[_i].text, err, sizeof(err));
     ck_assert_str_eq(err, bad_configs[_i].err);
+}
+END_TEST
+
+/* The smallest frame HAProxy allows holds the ACK of a usual rule. */
+START_TEST(test_small_frame_ok)
+{
+    struct config *cfg = load_ok("[agent]\nmax_frame_size = 256\n"
+                                 "[rule:api-key]\nkey = key\nrate = 100/1m\nburst = 20\n");
+
+    ck_assert_uint_le(config_ack_max_size(&cfg->rules[0]), 256);
+    config_free(cfg);
 }
 END_TEST
 
@@ -894,6 +915,7 @@ static Suite *config_suite(void)
     tc = tcase_create("errors");
     LOOP(tc, test_bad, bad_configs);
     tcase_add_test(tc, test_many_errors);
+    tcase_add_test(tc, test_small_frame_ok);
     tcase_add_test(tc, test_error_buffer);
     tcase_add_test(tc, test_error_flood);
     tcase_add_test(tc, test_limits);

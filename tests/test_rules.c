@@ -213,6 +213,106 @@ START_TEST(deciding_rule_and_shadow)
 }
 END_TEST
 
+/* The largest ACK a rule can produce: every variable, the longest ids, and
+ * numbers past every cap. config_ack_max_size() must be exactly its size, or
+ * --check would accept a max_frame_size that cuts it (or refuse one that
+ * holds it). */
+static const struct {
+    const char *rate, *burst;
+} ack_rates[] = {
+    {"1/1ms", "1"}, {"100/1m", "20"}, {"1000000000000000/365d", "1"},
+    {"1/365d", "1000000000000000"}, {"7/1s", "239"}, {"240/1s", "240"},
+};
+
+#define NAME40 "rrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrr"
+
+START_TEST(ack_size_bound_is_exact)
+{
+    const char *names[] = {"r", "api-key", NAME40};
+    char text[512];
+    uint8_t buf[256], out[1024];
+    struct rule_eval ev = {0};
+    const char *args[] = {"k", "v"};
+    size_t n = payload(buf, sizeof(buf), "m", args, 1);
+
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        snprintf(text, sizeof(text),
+                 "[rule:%s]\nkey = k\nrate = %s\nburst = %s\n"
+                 "[rule:s]\nkey = k\nrate = 1/1s\nshadow = yes\n",
+                 names[i], ack_rates[_i].rate, ack_rates[_i].burst);
+        struct ruleset *rs = load(text);
+        ck_assert_int_eq(rules_match(rs, buf, n, &ev), 0);
+        ck_assert_uint_eq(ev.nhits, 2);
+        ev.hits[0].out.res = (struct bucket_result){0, UINT64_MAX, UINT64_MAX, UINT64_MAX};
+        ev.hits[0].out.degraded = 1;
+        ev.hits[1].out.res = (struct bucket_result){0, 0, 1, 1};
+
+        struct spop_writer w = {out, out + sizeof(out)};
+        uint8_t *start;
+        ck_assert_int_eq(spop_frame_begin(&w, SPOP_FRAME_ACK, SPOP_FLAG_FIN, UINT64_MAX,
+                                          UINT64_MAX, &start),
+                         0);
+        ck_assert_int_eq(rules_encode_actions(&w, rs, &ev), 0);
+        ck_assert_int_eq(spop_frame_end(&w, start), 0);
+        size_t frame = (size_t)(w.p - out) - SPOP_FRAME_LEN_SIZE;
+        ck_assert_uint_eq(frame, config_ack_max_size(&rs->cfg->rules[0]));
+
+        struct vars v;
+        decode(start + SPOP_FRAME_LEN_SIZE + 1 + 4 + 20, (size_t)(w.p - start) - 29, &v);
+        ck_assert_int_eq(v.n, 10); /* every variable */
+        ck_assert_int_eq(var(&v, "reset")->u.sint, (int64_t)RULES_MAX_SECONDS);
+        rules_eval_free(&ev);
+        ruleset_unref(rs);
+    }
+}
+END_TEST
+
+/* HAProxy may negotiate 256 bytes: an ACK that does not fit carries the
+ * decision alone rather than failing (which closed the connection and let
+ * the request through). */
+START_TEST(ack_degrades_when_frame_is_small)
+{
+    struct ruleset *rs = load("[rule:" NAME40 "]\nkey = k\nrate = 1/1h\nburst = 1\n");
+    struct rule_eval ev = {0};
+    uint8_t buf[256], out[SPOP_MIN_FRAME_SIZE + SPOP_FRAME_LEN_SIZE];
+    const char *args[] = {"k", "v"};
+    size_t n = payload(buf, sizeof(buf), "m", args, 1);
+    struct vars v;
+
+    ck_assert_int_eq(rules_match(rs, buf, n, &ev), 0);
+    for (int blocked = 0; blocked < 2; blocked++) {
+        uint64_t before = atomic_load(&metrics.acks_truncated);
+        ev.hits[0].out.res = blocked ? (struct bucket_result){0, 0, 3600000000ULL, 3599000000ULL}
+                                     : (struct bucket_result){1, 0, 3600000000ULL, 0};
+        /* blocked: 260 bytes in all, one over HAProxy's smallest frame; an
+         * allowed answer (no retry_after) fits in 256, so give it 64 */
+        struct spop_writer w = {out, out + (blocked ? sizeof(out) : 64)};
+        uint8_t *start;
+        ck_assert_int_eq(spop_frame_begin(&w, SPOP_FRAME_ACK, SPOP_FLAG_FIN, 1000000, 1, &start),
+                         0);
+        uint8_t *body = w.p;
+        ck_assert_int_eq(rules_encode_actions(&w, rs, &ev), 0);
+        ck_assert_int_eq(spop_frame_end(&w, start), 0);
+        decode(body, (size_t)(w.p - body), &v);
+        ck_assert_int_eq(var(&v, "blocked")->u.sint, blocked);
+        if (blocked) {
+            ck_assert_int_eq(v.n, 2);
+            ck_assert_int_eq(var(&v, "retry_after")->u.sint, 3599);
+        } else {
+            ck_assert_int_eq(v.n, 1);
+        }
+        ck_assert_uint_eq(atomic_load(&metrics.acks_truncated), before + 1);
+        /* the same ACK with room for it is whole */
+        struct spop_writer big = {buf, buf + sizeof(buf)};
+        ck_assert_int_eq(rules_encode_actions(&big, rs, &ev), 0);
+        decode(buf, (size_t)(big.p - buf), &v);
+        ck_assert_str_eq(var_str(&v, "rule"), NAME40);
+    }
+    rules_eval_free(&ev);
+    ruleset_unref(rs);
+}
+END_TEST
+
 /* A hashed key (#, 32 hex digits) is longer than max_key can be (16): the
  * room it needs must be made before it is written, wherever in the keys
  * buffer it lands. N rules keyed on a short arg fill the buffer so that the
@@ -330,6 +430,8 @@ static Suite *rules_suite(void)
     tcase_add_test(tc, ten_per_minute_vars);
     tcase_add_test(tc, deciding_rule_and_shadow);
     tcase_add_loop_test(tc, value_text, 0, 8);
+    tcase_add_loop_test(tc, ack_size_bound_is_exact, 0, sizeof(ack_rates) / sizeof(ack_rates[0]));
+    tcase_add_test(tc, ack_degrades_when_frame_is_small);
     tcase_add_loop_test(tc, hashed_key_never_cut, 0, sizeof(max_keys) / sizeof(max_keys[0]));
     suite_add_tcase(s, tc);
     return s;

@@ -270,6 +270,79 @@ static void check_exclusive(struct parse_state *st, const char *a, const char *v
                           la < lb ? la : lb, la > lb ? la : lb);
 }
 
+/* ---- ACK size -------------------------------------------------------------------- */
+
+static size_t decimal_digits(uint64_t v)
+{
+    size_t d = 1;
+
+    while (v >= 10) {
+        v /= 10;
+        d++;
+    }
+    return d;
+}
+
+/* One set-var action (rules.c): type, nb-args, scope, the name as a string,
+ * the value's type byte, then vlen bytes of value. */
+static size_t set_var_size(const char *name, size_t vlen)
+{
+    size_t n = strlen(name);
+
+    return 3 + spop_varint_len(n) + n + 1 + vlen;
+}
+
+static size_t str_value_size(size_t len)
+{
+    return spop_varint_len(len) + len;
+}
+
+/* Mirrors rules_encode_actions(); tests/test_rules.c encodes the largest ACK
+ * of a rule and checks that it fits in this. */
+size_t config_ack_max_size(const struct cfg_rule *r)
+{
+    size_t name = strlen(r->name);
+    uint64_t cap = r->burst > r->rate_n ? r->burst : r->rate_n;
+    uint64_t window = (r->rate_period_ms + 999) / 1000;
+    /* "NAME";q=N;w=W and "NAME";r=R;t=T */
+    size_t policy = 2 + name + 3 + decimal_digits(r->rate_n) + 3 + decimal_digits(window ? window : 1);
+    size_t ratelimit = 2 + name + 3 + decimal_digits(cap) + 3 + decimal_digits(CFG_ACK_MAX_SECONDS);
+    size_t wait = spop_varint_len(CFG_ACK_MAX_SECONDS);
+
+    return 1 + 4 + 10 + 10 /* type, flags, stream-id and frame-id at their longest */
+           + set_var_size("blocked", 0) + set_var_size("would_block", 0) +
+           set_var_size("degraded", 0) + set_var_size("rule", str_value_size(name)) +
+           set_var_size("limit", spop_varint_len(r->rate_n)) +
+           set_var_size("remaining", spop_varint_len(cap)) + set_var_size("reset", wait) +
+           set_var_size("retry_after", wait) + set_var_size("policy", str_value_size(policy)) +
+           set_var_size("ratelimit", str_value_size(ratelimit));
+}
+
+/* HAProxy may still offer less than max_frame_size (down to 256): then the
+ * agent sends short ACKs (rules_encode_actions). What the operator sets must
+ * hold every variable. */
+static void check_frame_size(struct parse_state *st)
+{
+    struct config *cfg = st->cfg;
+    const struct cfg_rule *worst = NULL;
+    size_t need = 0;
+
+    for (size_t i = 0; i < cfg->nrules; i++) {
+        size_t n = config_ack_max_size(&cfg->rules[i]);
+        if (n > need) {
+            need = n;
+            worst = &cfg->rules[i];
+        }
+    }
+    if (worst && need > cfg->max_frame_size) {
+        unsigned line = seen_line(st, SEC_AGENT, "max_frame_size");
+        config_errors_add(&st->errors, line ? line : worst->line,
+                          "max_frame_size %u is too small for the ACK of rule '%s' (up to %zu "
+                          "bytes): raise it to at least %zu or shorten the rule name",
+                          (unsigned)cfg->max_frame_size, worst->name, need, need);
+    }
+}
+
 /* Checks across keys and sections, and the rule defaults that depend on
  * sections that may come after the rule. */
 static void finish(struct parse_state *st)
@@ -304,6 +377,7 @@ static void finish(struct parse_state *st)
             r->on_redis_down = cfg->fallback_mode;
         r->shadow = r->shadow || cfg->shadow;
     }
+    check_frame_size(st);
 }
 
 /* ---- public API ---------------------------------------------------------------- */

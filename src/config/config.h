@@ -24,6 +24,9 @@
 #define CFG_MAX_DURATION_MS (UINT64_MAX / 1000) /* so that microseconds fit in 64 bits */
 #define CFG_MAX_COUNT 1000000000000000ULL       /* rate N and burst: exact in a double */
 
+/* The largest reset or retry_after an ACK carries, in seconds (10 digits). */
+#define CFG_ACK_MAX_SECONDS 9999999999ULL
+
 /* log_level is an enum log_level (log.h); a rule's algorithm an enum
  * bucket_algorithm (bucket.h), also known here by the config's names: */
 #define ALGO_TOKEN_BUCKET BUCKET_TOKEN_BUCKET
@@ -130,6 +133,12 @@ void config_free(struct config *cfg);
 
 /* Whether the config runs without Redis. */
 int config_standalone(const struct config *cfg);
+
+/* The most bytes an ACK deciding by rule r can take in a frame (header with
+ * the longest ids included, not the 4-byte length): every variable, with
+ * remaining at the rule's capacity and waits at CFG_ACK_MAX_SECONDS. The
+ * end-of-file check refuses a max_frame_size below this for any rule. */
+size_t config_ack_max_size(const struct cfg_rule *r);
 
 /* Value parsers, exposed for tests. Each returns 0 or -1. */
 int config_parse_duration(const char *s, uint64_t *ms); /* "250ms", "1s", "1m", "1h", "1d" */

@@ -1,0 +1,72 @@
+"""Odd configs and hostile keys against the real agent (issue 11): ACKs that do
+not fit HAProxy's smallest frame, absurd durations, max_entries, keys that
+try to forge log lines. Standalone mode (no Redis) unless said otherwise."""
+import os
+import subprocess
+import tempfile
+import unittest
+
+import spop
+from harness import Agent, AGENT
+
+NAME40 = "r" * 40
+
+
+def check(text):
+    """Run --check on text; (exit code, stderr)."""
+    with tempfile.NamedTemporaryFile("w", suffix=".ini", delete=False) as f:
+        f.write(text)
+    try:
+        p = subprocess.run([AGENT, "-c", f.name, "--check"], capture_output=True, text=True,
+                           timeout=10)
+        return p.returncode, p.stderr, f.name
+    finally:
+        os.unlink(f.name)
+
+
+class SmallFrame(unittest.TestCase):
+    """HAProxy may offer max-frame-size 256. An ACK for a blocked request
+    with a 40-character rule name takes 260 bytes: the agent used to answer
+    with AGENT-DISCONNECT, and HAProxy let the request through."""
+
+    def test_blocked_ack_fits_256(self):
+        agent = Agent("[rule:%s]\nkey = key\nrate = 1/1h\nburst = 1\n" % NAME40)
+        try:
+            c = spop.Client(agent.addr)
+            h = c.handshake(max_frame=256)
+            self.assertEqual(h["max-frame-size"], 256)
+            first = c.decide({"key": "k"}, stream=1, fid=1)
+            self.assertIs(first["blocked"], False)
+            self.assertEqual(first["rule"], NAME40)  # fits whole
+            # Stream ids as large as HAProxy 2.6's global counter makes them.
+            c.send(spop.notify(2 ** 40, 7, [("check-rate", [("key", "k")])]))
+            f = c.recv_frame()
+            self.assertIsNotNone(f, "connection closed instead of an ACK")
+            self.assertEqual(f["type"], spop.ACK, "expected an ACK, got frame type %d: %r" %
+                             (f["type"], spop.decode_kv(f["payload"])
+                              if f["type"] == spop.AGENT_DISCONNECT else f))
+            self.assertLessEqual(len(f["payload"]) + 30, 256)
+            second = spop.decode_actions(f["payload"])
+            self.assertEqual(second, {"blocked": True, "retry_after": 3600})
+            # the connection is still usable
+            third = c.decide({"key": "other"}, stream=3, fid=1)
+            self.assertIs(third["blocked"], False)
+            c.close()
+            self.assertEqual(agent.metric("spoa_ratelimit_acks_truncated_total"), 1)
+            self.assertEqual(agent.metric("spoa_ratelimit_protocol_errors_total", status="3"), 0)
+        finally:
+            rc = agent.stop()
+            self.assertEqual(rc, 0, agent.output())
+
+    def test_check_refuses_too_small_max_frame_size(self):
+        rc, err, path = check("[agent]\nmax_frame_size = 256\n[rule:%s]\nrate = 1/1h\n" % NAME40)
+        self.assertEqual(rc, 1, err)
+        self.assertIn("%s:2: max_frame_size 256 is too small for the ACK of rule '%s'"
+                      % (path, NAME40), err)
+        rc, err, _ = check("[agent]\nmax_frame_size = 256\n[rule:api-key]\nrate = 100/1m\n"
+                           "burst = 20\n")
+        self.assertEqual(rc, 0, err)
+
+
+if __name__ == "__main__":
+    unittest.main()
