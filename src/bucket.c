@@ -54,6 +54,8 @@
 static uint64_t period_of(const struct bucket_params *p)
 {
     /* The config rejects an empty period; never divide by zero anyway. */
+    if (p->period_us > BUCKET_MAX_PERIOD_US)
+        return BUCKET_MAX_PERIOD_US;
     return p->period_us ? p->period_us : 1;
 }
 
@@ -84,7 +86,7 @@ static uint64_t us_for_tokens(const struct bucket_params *p, double x)
         return 0;
     if (p->limit == 0)
         return MAX_WAIT_US;
-    double us = ceil(snap(x * (double)p->period_us / (double)p->limit, SNAP_EPS));
+    double us = ceil(snap(x * (double)period_of(p) / (double)p->limit, SNAP_EPS));
     if (!(us < (double)MAX_WAIT_US))
         return MAX_WAIT_US;
     return (uint64_t)us;

@@ -16,6 +16,12 @@ enum bucket_algorithm {
     BUCKET_SLIDING_WINDOW = 1, /* at most limit per period, two-window estimate */
 };
 
+/* The longest period the arithmetic takes (about 285 years): a longer one
+ * counts as this, so that 2 x period, and period x tokens in a double, stay
+ * exact and far from overflow. The config caps durations at a year; the
+ * fallback backstop stretches them by 1/share up to this. */
+#define BUCKET_MAX_PERIOD_US ((uint64_t)1 << 53)
+
 /* Limit parameters of one rule. */
 struct bucket_params {
     enum bucket_algorithm algorithm;

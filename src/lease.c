@@ -263,7 +263,9 @@ static uint64_t reset_estimate(const struct lease_entry *e, uint64_t now_us, dou
     double deficit = (double)e->burst - level;
     if (deficit <= 0)
         return 0;
-    return (uint64_t)ceil(deficit * (double)e->period_us / (double)e->limit);
+    /* burst 1e15 at 1/365d is 3e28 us: past what a uint64_t holds */
+    double us = ceil(deficit * (double)e->period_us / (double)e->limit);
+    return us < (double)BUCKET_MAX_PERIOD_US ? (uint64_t)us : BUCKET_MAX_PERIOD_US;
 }
 
 static void fill_allowed(const struct lease_entry *e, uint64_t now_us, struct bucket_result *res)

@@ -12,6 +12,15 @@
 
 #define KEY_SEP '|'
 
+uint64_t rules_backstop_period(uint64_t period_us, double share)
+{
+    double us = (double)period_us / share;
+
+    if (!(us < (double)BUCKET_MAX_PERIOD_US)) /* NaN and inf too */
+        return BUCKET_MAX_PERIOD_US;
+    return us < 1 ? 1 : (uint64_t)us;
+}
+
 struct ruleset *ruleset_new(struct config *cfg)
 {
     struct ruleset *rs = calloc(1, sizeof(*rs));
@@ -35,9 +44,12 @@ struct ruleset *ruleset_new(struct config *cfg)
         p->period_us = r->rate_period_ms * 1000;
         p->burst = r->burst;
         /* The backstop keeps N and stretches the period: share x rate
-         * without fractional N; its burst is share x burst, at least 1. */
+         * without fractional N; its burst is share x burst, at least 1. A
+         * tiny share would stretch it past what a uint64_t holds (and a
+         * conversion out of range is undefined: it gave 0, no limit at
+         * all): it is capped at BUCKET_MAX_PERIOD_US, about 285 years. */
         *b = *p;
-        b->period_us = (uint64_t)((double)p->period_us / share);
+        b->period_us = rules_backstop_period(p->period_us, share);
         b->burst = (uint64_t)(share * (double)r->burst);
         if (b->burst < 1)
             b->burst = 1;

@@ -28,6 +28,10 @@ struct ruleset {
 /* Build a ruleset owning cfg (freed with the ruleset). NULL when out of
  * memory (cfg is freed then too). refs starts at 1. */
 struct ruleset *ruleset_new(struct config *cfg);
+/* The fallback backstop's period: period_us / share (share in (0, 1]),
+ * within [1, BUCKET_MAX_PERIOD_US] whatever the share. */
+uint64_t rules_backstop_period(uint64_t period_us, double share);
+
 void ruleset_ref(struct ruleset *rs);
 void ruleset_unref(struct ruleset *rs); /* frees at zero; NULL is a no-op */
 

@@ -449,6 +449,35 @@ START_TEST(test_sw_idle)
 }
 END_TEST
 
+/* Periods past BUCKET_MAX_PERIOD_US count as it: 2 x period (the window
+ * pair) stays in range and the bucket still limits. */
+START_TEST(test_huge_period)
+{
+    const uint64_t periods[] = {BUCKET_MAX_PERIOD_US, BUCKET_MAX_PERIOD_US + 1, UINT64_MAX / 2 + 1,
+                                UINT64_MAX};
+    for (size_t i = 0; i < sizeof(periods) / sizeof(periods[0]); i++) {
+        for (int algo = TB; algo <= SW; algo++) {
+            struct bucket_params p = params(algo, 1, periods[i], 1);
+            struct bucket b;
+            struct bucket_result r;
+            uint64_t now = 5 * DAY;
+
+            bucket_init(&b, &p, now);
+            bucket_take(&b, &p, now, 1, &r);
+            ck_assert_int_eq(r.allowed, 1);
+            ck_assert(!bucket_idle(&b, &p, now + DAY));
+            bucket_take(&b, &p, now + DAY, 1, &r);
+            ck_assert_msg(!r.allowed, "period %llu, algorithm %d: not limited",
+                          (unsigned long long)periods[i], algo);
+            ck_assert_uint_ge(r.retry_us, BUCKET_MAX_PERIOD_US - 2 * DAY);
+            ck_assert_uint_le(r.retry_us, 2 * BUCKET_MAX_PERIOD_US);
+            ck_assert_uint_le(r.reset_us, 2 * BUCKET_MAX_PERIOD_US);
+            ck_assert_uint_ge(r.reset_us, BUCKET_MAX_PERIOD_US - 2 * DAY);
+        }
+    }
+}
+END_TEST
+
 START_TEST(test_sw_window_bound)
 {
     /* Randomised: no aligned window ever admits more than the limit, and no
@@ -799,6 +828,7 @@ static Suite *bucket_suite(void)
     tcase_add_loop_test(tc, test_sw_retry, 0, sizeof(sw_cases) / sizeof(sw_cases[0]));
     tcase_add_test(tc, test_sw_idle);
     tcase_add_test(tc, test_sw_window_bound);
+    tcase_add_test(tc, test_huge_period);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("table");

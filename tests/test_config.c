@@ -47,7 +47,17 @@ static const struct {
     {"1h", 3600000},
     {"1d", 86400000},
     {"007s", 7000},
-    {"18446744073709551ms", 18446744073709551ULL}, /* CFG_MAX_DURATION_MS */
+    {"31536000000ms", 31536000000ULL}, /* CFG_MAX_DURATION_MS: one year */
+    {"31536000s", 31536000000ULL},
+    {"525600m", 31536000000ULL},
+    {"8760h", 31536000000ULL},
+    {"365d", 31536000000ULL},
+    {"31536000001ms", 0},
+    {"31536001s", 0},
+    {"8761h", 0},
+    {"366d", 0},
+    {"20000000d", 0},
+    {"18446744073709551ms", 0},
     {"", 0},
     {"0s", 0},
     {"0ms", 0},
@@ -107,6 +117,9 @@ static const struct {
     {"100/ 1m", 0, 0},
     {"1/1s/1s", 0, 0},
     {"1000000000000001/1s", 0, 0},
+    {"1/365d", 1, 31536000000ULL},
+    {"1/366d", 0, 0},
+    {"1/20000000d", 0, 0},
     {"", 0, 0},
 };
 
@@ -457,6 +470,14 @@ static const struct {
      "t.ini:6: max_frame_size 290 is too small for the ACK of rule "
      "'rrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrr' (up to 298 bytes): raise it to at least 298 or "
      "shorten the rule name\n"},
+    /* durations are capped at a year, with their own message */
+    {"[rule:r]\nrate = 1/20000000d\n",
+     "t.ini:2: rate '1/20000000d': the duration is longer than the maximum of 365d\n"},
+    {"[rule:r]\nrate = 1/99999999999999999999999ms\n",
+     "t.ini:2: rate '1/99999999999999999999999ms': the duration is longer than the maximum of "
+     "365d\n"},
+    {"[lease]\n\nttl = 366d\n",
+     "t.ini:3: duration '366d' for 'ttl' is longer than the maximum of 365d\n"},
     {"[redis]\ntimeout = 100\n", "t.ini:2: bad duration '100' for 'timeout' (expected an integer "
                                  "> 0 and a unit: ms, s, m, h or d)\n"},
     {"[rule:r]\nrate = 100\n",

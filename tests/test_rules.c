@@ -313,6 +313,40 @@ START_TEST(ack_degrades_when_frame_is_small)
 }
 END_TEST
 
+/* The backstop stretches the period by 1/share. With a long period and a
+ * tiny share that left a uint64_t (undefined; in practice period 0, so the
+ * fallback did not limit at all). */
+START_TEST(backstop_period_in_range)
+{
+    ck_assert_uint_eq(rules_backstop_period(1000000, 0.05), 20000000);
+    ck_assert_uint_eq(rules_backstop_period(1, 1.0), 1);
+    ck_assert_uint_eq(rules_backstop_period(31536000000000ULL, 1e-300), BUCKET_MAX_PERIOD_US);
+    ck_assert_uint_eq(rules_backstop_period(UINT64_MAX, 1e-9), BUCKET_MAX_PERIOD_US);
+    ck_assert_uint_eq(rules_backstop_period(1000, 0.5), 2000);
+
+    struct ruleset *rs = load("[fallback]\nshare = 1e-300\n"
+                              "[rule:tb]\nkey = k\nrate = 1/365d\n"
+                              "[rule:sw]\nkey = k\nrate = 2/365d\nalgorithm = sliding-window\n");
+    struct bucket_table *t = bucket_table_new(1);
+    struct bucket_result res;
+
+    ck_assert_uint_eq(rs->backstop[0].period_us, BUCKET_MAX_PERIOD_US);
+    ck_assert_uint_eq(rs->backstop[0].burst, 1);
+    ck_assert_uint_eq(rs->backstop[1].period_us, 31536000000000ULL); /* windows keep theirs */
+    ck_assert_uint_eq(rs->backstop[1].limit, 1);
+    for (unsigned r = 0; r < 2; r++) {
+        bucket_table_take(t, rs->cfg->rules[r].name, "c", 1, &rs->backstop[r], 1000, 1, &res);
+        ck_assert_int_eq(res.allowed, 1);
+        bucket_table_take(t, rs->cfg->rules[r].name, "c", 1, &rs->backstop[r], 1000000000, 1,
+                          &res);
+        ck_assert_msg(!res.allowed, "the backstop of rule %u does not limit", r);
+        ck_assert_uint_gt(res.retry_us, 1000000000000ULL);
+    }
+    bucket_table_free(t);
+    ruleset_unref(rs);
+}
+END_TEST
+
 /* A hashed key (#, 32 hex digits) is longer than max_key can be (16): the
  * room it needs must be made before it is written, wherever in the keys
  * buffer it lands. N rules keyed on a short arg fill the buffer so that the
@@ -432,6 +466,7 @@ static Suite *rules_suite(void)
     tcase_add_loop_test(tc, value_text, 0, 8);
     tcase_add_loop_test(tc, ack_size_bound_is_exact, 0, sizeof(ack_rates) / sizeof(ack_rates[0]));
     tcase_add_test(tc, ack_degrades_when_frame_is_small);
+    tcase_add_test(tc, backstop_period_in_range);
     tcase_add_loop_test(tc, hashed_key_never_cut, 0, sizeof(max_keys) / sizeof(max_keys[0]));
     suite_add_tcase(s, tc);
     return s;

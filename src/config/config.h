@@ -21,7 +21,11 @@
 #define CFG_MAX_MATCHES 16
 #define CFG_MAX_ALLOW 64
 #define CFG_MAX_NAME 40 /* rule names appear in ACK vars and metrics labels */
-#define CFG_MAX_DURATION_MS (UINT64_MAX / 1000) /* so that microseconds fit in 64 bits */
+/* One year: longer durations are mistakes (1/20000000d), and bounding them
+ * keeps every product of durations (microseconds, 2 x window, the backstop's
+ * period / share) far from overflow. */
+#define CFG_MAX_DURATION_MS (365ULL * 86400000ULL)
+#define CFG_MAX_DURATION_TEXT "365d"
 #define CFG_MAX_COUNT 1000000000000000ULL       /* rate N and burst: exact in a double */
 
 /* The largest reset or retry_after an ACK carries, in seconds (10 digits). */
@@ -141,7 +145,8 @@ int config_standalone(const struct config *cfg);
 size_t config_ack_max_size(const struct cfg_rule *r);
 
 /* Value parsers, exposed for tests. Each returns 0 or -1. */
-int config_parse_duration(const char *s, uint64_t *ms); /* "250ms", "1s", "1m", "1h", "1d" */
+/* "250ms", "1s", "1m", "1h", "1d"; at most CFG_MAX_DURATION_MS */
+int config_parse_duration(const char *s, uint64_t *ms);
 /* "100/1m"; a bare unit counts one: "100/m" is "100/1m" */
 int config_parse_rate(const char *s, uint64_t *n, uint64_t *period_ms);
 int config_parse_bool(const char *s, int *b); /* yes|no|on|off|true|false|1|0 */

@@ -68,5 +68,42 @@ class SmallFrame(unittest.TestCase):
         self.assertEqual(rc, 0, err)
 
 
+
+class Durations(unittest.TestCase):
+    """Durations past a year are refused with FILE:LINE (they used to pass
+    and leave the fallback backstop with period 0: no limit at all)."""
+
+    def test_check_refuses_absurd_durations(self):
+        rc, err, path = check("[rule:r]\nrate = 1/20000000d\n")
+        self.assertEqual(rc, 1, err)
+        self.assertIn("%s:2: rate '1/20000000d': the duration is longer than the maximum of 365d"
+                      % path, err)
+        rc, err, path = check("[lease]\nttl = 366d\n")
+        self.assertEqual(rc, 1, err)
+        self.assertIn("%s:2: duration '366d' for 'ttl' is longer than the maximum of 365d" % path,
+                      err)
+        rc, err, _ = check("[rule:r]\nrate = 1/365d\n[fallback]\nshare = 1e-300\n")
+        self.assertEqual(rc, 0, err)
+
+    def test_tiny_share_backstop_still_limits(self):
+        """A year-long rate with the smallest share: the backstop (Redis
+        unreachable) must still limit."""
+        agent = Agent("[redis]\nurl = redis://127.0.0.1:1\ntimeout = 20ms\n"
+                      "[fallback]\nshare = 1e-300\n"
+                      "[rule:r]\nkey = key\nrate = 5/365d\nburst = 5\n")
+        try:
+            c = spop.Client(agent.addr)
+            c.handshake()
+            answers = [c.decide({"key": "k"}, stream=i + 1, fid=1) for i in range(3)]
+            self.assertTrue(all(a.get("degraded") for a in answers), answers)
+            self.assertIs(answers[0]["blocked"], False)
+            self.assertIs(answers[1]["blocked"], True)
+            self.assertIs(answers[2]["blocked"], True)
+            c.close()
+        finally:
+            rc = agent.stop()
+            self.assertEqual(rc, 0, agent.output())
+
+
 if __name__ == "__main__":
     unittest.main()
