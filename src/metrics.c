@@ -88,9 +88,14 @@ static void top_insert(struct top_sketch *s, const char *key, size_t keylen)
     s->e[i].len = keylen;
 }
 
+/* now_us may be older than the period's start: a request's clock is read
+ * when it arrives, on its own worker, and it may have waited for Redis while
+ * a later one rotated the sketch. That is no time passed (subtracting would
+ * wrap, and both minutes were thrown away). */
 static void top_rotate(struct metrics_rule *r, uint64_t now_us)
 {
-    if (now_us - r->top_period_start_us < METRICS_TOP_PERIOD_US)
+    if (now_us <= r->top_period_start_us ||
+        now_us - r->top_period_start_us < METRICS_TOP_PERIOD_US)
         return;
     if (now_us - r->top_period_start_us < 2 * METRICS_TOP_PERIOD_US)
         r->top_prev = r->top_cur;

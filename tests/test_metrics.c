@@ -103,6 +103,32 @@ START_TEST(top_keeps_heavy_hitters_in_bounded_memory)
 }
 END_TEST
 
+/* Requests are accounted with the clock read when they arrived: on another
+ * worker, or before waiting for Redis, that can be older than the sketch's
+ * period start. Such a sample is no time passed: it used to wrap around and
+ * clear both minutes. */
+START_TEST(top_survives_older_timestamps)
+{
+    struct metrics_rule *r = metrics_rule_get("older");
+    size_t len;
+
+    metrics_top_add(r, "early", 5, 100 * S);
+    metrics_top_add(r, "early", 5, 100 * S + METRICS_TOP_PERIOD_US + 1); /* rotates */
+    metrics_top_add(r, "late", 4, 100 * S + METRICS_TOP_PERIOD_US + 2);
+    metrics_top_add(r, "waited", 6, 100 * S + METRICS_TOP_PERIOD_US - 1000); /* older */
+    metrics_top_add(r, "waited", 6, 50 * S);
+    ck_assert_uint_eq(r->top_prev.n, 1);
+    ck_assert_uint_eq(r->top_cur.n, 3);
+    char *json = metrics_top_render(100 * S + METRICS_TOP_PERIOD_US - 5 * S, &len);
+    ck_assert_ptr_nonnull(json);
+    ck_assert_msg(strstr(json, "\"older\":[{\"key\":\"early\",\"blocked\":2,\"error\":0}"), "%s",
+                  json);
+    ck_assert_msg(strstr(json, "{\"key\":\"waited\",\"blocked\":2,\"error\":0}"), "%s", json);
+    ck_assert_msg(strstr(json, "{\"key\":\"late\",\"blocked\":1,\"error\":0}"), "%s", json);
+    free(json);
+}
+END_TEST
+
 static char alerted[64];
 static uint64_t alert_blocks, alert_decisions;
 
@@ -167,6 +193,7 @@ int main(void)
     tcase_add_test(tc, render_has_every_interface_metric);
     tcase_add_test(tc, counters_exact_under_threads);
     tcase_add_test(tc, top_keeps_heavy_hitters_in_bounded_memory);
+    tcase_add_test(tc, top_survives_older_timestamps);
     tcase_add_test(tc, alert_tick_above_share_only);
     tcase_add_test(tc, shadow_tick_counts_and_top_key);
     suite_add_tcase(s, tc);
