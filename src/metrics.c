@@ -405,11 +405,13 @@ void metrics_minute_tick(double share,
     }
 }
 
-void metrics_shadow_tick(void (*cb)(const char *rule, uint64_t would_block, const char *top_key))
+void metrics_shadow_tick(void (*cb)(const char *rule, uint64_t would_block, const char *top_key,
+                                    size_t top_len))
 {
     for (struct metrics_rule *r = atomic_load(&rules_head); r; r = r->next) {
         uint64_t n = atomic_exchange(&r->shadow_pending, 0);
         char top[METRICS_TOP_KEY_MAX + 1] = "";
+        size_t top_len = 0;
 
         if (n == 0)
             continue;
@@ -419,9 +421,11 @@ void metrics_shadow_tick(void (*cb)(const char *rule, uint64_t would_block, cons
         for (unsigned i = 1; i < sk->n; i++)
             if (sk->e[i].count > sk->e[best].count)
                 best = i;
-        if (sk->n)
+        if (sk->n) {
             memcpy(top, sk->e[best].key, sizeof(top));
+            top_len = sk->e[best].len;
+        }
         pthread_mutex_unlock(r->top_lock);
-        cb(r->name, n, top);
+        cb(r->name, n, top, top_len);
     }
 }

@@ -112,8 +112,9 @@ void metrics_minute_tick(double share,
                          void (*cb)(const char *rule, uint64_t blocks, uint64_t decisions));
 
 /* For the shadow log: the would-be blocks of each rule since the last call
- * (reset), with the client most blocked recently; cb only for rules with
- * would-be blocks. */
-void metrics_shadow_tick(void (*cb)(const char *rule, uint64_t would_block, const char *top_key));
+ * (reset), with the client most blocked recently (top_len bytes, any bytes:
+ * escape them to log them); cb only for rules with would-be blocks. */
+void metrics_shadow_tick(void (*cb)(const char *rule, uint64_t would_block, const char *top_key,
+                                    size_t top_len));
 
 #endif

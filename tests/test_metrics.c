@@ -164,12 +164,17 @@ END_TEST
 static uint64_t shadow_n;
 static char shadow_top[80];
 
-static void on_shadow(const char *rule, uint64_t n, const char *top)
+static size_t shadow_top_len;
+
+static void on_shadow(const char *rule, uint64_t n, const char *top, size_t top_len)
 {
     if (strcmp(rule, "shadow") != 0)
         return;
     shadow_n = n;
-    snprintf(shadow_top, sizeof(shadow_top), "%s", top);
+    ck_assert_uint_lt(top_len, sizeof(shadow_top));
+    memcpy(shadow_top, top, top_len);
+    shadow_top[top_len] = '\0';
+    shadow_top_len = top_len;
 }
 
 START_TEST(shadow_tick_counts_and_top_key)
@@ -183,6 +188,13 @@ START_TEST(shadow_tick_counts_and_top_key)
     shadow_n = 0;
     metrics_shadow_tick(on_shadow); /* nothing new: no call */
     ck_assert_uint_eq(shadow_n, 0);
+    /* binary keys keep their length, NUL bytes included */
+    atomic_store(&r->shadow_pending, 1);
+    for (int i = 0; i < 10; i++)
+        metrics_top_add(r, "a\0b", 3, 5 * S);
+    metrics_shadow_tick(on_shadow);
+    ck_assert_uint_eq(shadow_top_len, 3);
+    ck_assert_int_eq(memcmp(shadow_top, "a\0b", 3), 0);
 }
 END_TEST
 

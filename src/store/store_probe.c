@@ -76,8 +76,9 @@ static void attempt(struct store_probe *p)
         redisAsyncContext *ac = redisAsyncConnect(a->host, a->port);
 
         if (!ac || ac->err) {
-            LOG_DEBUG("\"redis probe failed\" addr=%s:%d err=\"%s\"", a->host, a->port,
-                      ac ? ac->errstr : "out of memory");
+            LOG_DEBUG("\"redis probe failed\" addr=%s:%d err=\"%s\"", log_val(a->host), a->port,
+                      log_esc(ac ? ac->errstr : "out of memory",
+                              strlen(ac ? ac->errstr : "out of memory")));
             METRIC_INC(redis_errors);
             if (ac)
                 redisAsyncFree(ac);
@@ -109,7 +110,8 @@ static void attempt_failed(struct store_probe *p, redisAsyncContext *ac, const c
 {
     const struct net_hostport *a = &p->addrs[p->next - 1];
 
-    LOG_DEBUG("\"redis probe failed\" addr=%s:%d err=\"%s\"", a->host, a->port, why);
+    LOG_DEBUG("\"redis probe failed\" addr=%s:%d err=\"%s\"", log_val(a->host), a->port,
+              log_esc(why, strlen(why)));
     METRIC_INC(redis_errors);
     p->ac = NULL;
     if (free_it)

@@ -4,6 +4,7 @@ try to forge log lines. Standalone mode (no Redis) unless said otherwise."""
 import os
 import subprocess
 import tempfile
+import time
 import unittest
 
 import spop
@@ -103,6 +104,44 @@ class Durations(unittest.TestCase):
         finally:
             rc = agent.stop()
             self.assertEqual(rc, 0, agent.output())
+
+
+
+def wait_for(cond, timeout=15.0, step=0.1):
+    end = time.time() + timeout
+    while time.time() < end:
+        if cond():
+            return True
+        time.sleep(step)
+    return cond()
+
+
+class LogInjection(unittest.TestCase):
+    """The most blocked key of a shadow rule is logged every 10 s. A key with
+    '"' used to add fields to that line, one with a newline to add lines."""
+
+    def test_client_key_cannot_forge_fields_or_lines(self):
+        evil = 'x" level=error msg="forged\nts=2000-01-01T00:00:00.000Z level=error msg="forged'
+        agent = Agent("[rule:sh]\nkey = key\nrate = 1/1m\nshadow = yes\n")
+        try:
+            c = spop.Client(agent.addr)
+            c.handshake()
+            for i in range(5):
+                self.assertIs(c.decide({"key": evil}, stream=i + 1, fid=1)["blocked"], False)
+            c.close()
+            self.assertTrue(wait_for(lambda: "shadow rule would have blocked" in agent.output()))
+            out = agent.output()
+            lines = out.splitlines()
+            for line in lines:
+                self.assertRegex(line, r"^ts=\S+ level=(error|warn|info|debug) msg=")
+                self.assertNotIn("2000-01-01", line.split(" ")[0])
+            self.assertNotIn("level=error", "\n".join(l for l in lines if "forged" not in l))
+            [line] = [l for l in lines if "shadow rule would have blocked" in l]
+            # the sketch keeps 64 bytes of a key
+            self.assertIn('top_key="x\\" level=error msg=\\"forged\\nts=2000-01-01T00:00:00.000Z '
+                          'level=err"', line)
+        finally:
+            self.assertEqual(agent.stop(), 0)
 
 
 if __name__ == "__main__":
