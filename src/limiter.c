@@ -409,14 +409,18 @@ static void enqueue(struct limiter *l, struct rjob *j)
     pthread_mutex_unlock(&l->qlock);
 }
 
-/* The Redis key of a hit: prefix, algorithm, rule, client key. Returns its
- * length, or 0 when it does not fit in buf. */
+/* The Redis key of a hit: prefix, algorithm, rule, client key (after an
+ * empty hashtag when it holds '{', so that clients cannot choose their
+ * Cluster slot: util_slot_fence). Returns its length, or 0 when it does not
+ * fit in buf. */
 static size_t redis_key(const struct limiter *l, const struct limiter_req *req,
                         const struct rule_hit *h, char *buf, size_t cap)
 {
     const struct cfg_rule *r = &req->rs->cfg->rules[h->rule];
+    const char *key = rules_hit_key(&req->ev, h);
     size_t rl = strlen(r->name);
-    size_t n = l->prefix_len + 3 + rl + 1 + h->key_len;
+    size_t fence = util_slot_fence(key, h->key_len);
+    size_t n = l->prefix_len + 3 + rl + 1 + fence + h->key_len;
 
     if (n > cap)
         return 0;
@@ -424,7 +428,8 @@ static size_t redis_key(const struct limiter *l, const struct limiter_req *req,
     memcpy(buf + l->prefix_len, r->algorithm == BUCKET_SLIDING_WINDOW ? "sw:" : "tb:", 3);
     memcpy(buf + l->prefix_len + 3, r->name, rl);
     buf[l->prefix_len + 3 + rl] = ':';
-    memcpy(buf + l->prefix_len + 4 + rl, rules_hit_key(&req->ev, h), h->key_len);
+    memcpy(buf + l->prefix_len + 4 + rl, UTIL_SLOT_FENCE, fence);
+    memcpy(buf + l->prefix_len + 4 + rl + fence, key, h->key_len);
     return n;
 }
 
@@ -516,7 +521,7 @@ static int decide_hit(struct limiter *l, struct limiter_req *req, size_t i, uint
     w->req = req;
     w->hit = i;
     if (klen == 0) { /* a long max_key: build it on the heap */
-        size_t cap = l->prefix_len + 4 + CFG_MAX_NAME + h->key_len;
+        size_t cap = l->prefix_len + 4 + CFG_MAX_NAME + sizeof(UTIL_SLOT_FENCE) + h->key_len;
         key = malloc(cap);
         klen = key ? redis_key(l, req, h, key, cap) : 0;
         if (!klen) {

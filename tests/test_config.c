@@ -470,6 +470,9 @@ static const struct {
      "t.ini:6: max_frame_size 290 is too small for the ACK of rule "
      "'rrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrr' (up to 298 bytes): raise it to at least 298 or "
      "shorten the rule name\n"},
+    {"[redis]\nurl = redis://127.0.0.1:6379\nprefix = rl{x:\n",
+     "t.ini:3: prefix 'rl{x:': a '{' must be closed by '}' (a Redis Cluster hashtag), or client "
+     "keys would choose their slot\n"},
     /* durations are capped at a year, with their own message */
     {"[rule:r]\nrate = 1/20000000d\n",
      "t.ini:2: rate '1/20000000d': the duration is longer than the maximum of 365d\n"},

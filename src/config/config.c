@@ -359,6 +359,17 @@ static void finish(struct parse_state *st)
         config_errors_add(&st->errors, seen_line(st, SEC_REDIS, "master"),
                           "'master' is only used with 'sentinel'");
 
+    /* An unclosed '{' in the prefix would take the first '}' of a client key
+     * as the end of a Cluster hashtag: clients would choose their slot. */
+    if (cfg->redis_prefix) {
+        const char *open = strchr(cfg->redis_prefix, '{');
+        if (open && !strchr(open, '}'))
+            config_errors_add(&st->errors, seen_line(st, SEC_REDIS, "prefix"),
+                              "prefix '%s': a '{' must be closed by '}' (a Redis Cluster "
+                              "hashtag), or client keys would choose their slot",
+                              cfg->redis_prefix);
+    }
+
     /* a lease must outlive at least one top-up round, or it is never renewed */
     if (cfg->lease_ttl_ms <= cfg->lease_interval_ms) {
         unsigned line = seen_line(st, SEC_LEASE, "ttl");

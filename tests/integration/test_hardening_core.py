@@ -8,6 +8,7 @@ import time
 import unittest
 
 import spop
+import test_redis_topologies as topo
 from harness import Agent, AGENT
 
 NAME40 = "r" * 40
@@ -142,6 +143,55 @@ class LogInjection(unittest.TestCase):
                           'level=err"', line)
         finally:
             self.assertEqual(agent.stop(), 0)
+
+
+
+class ClusterHashtags(topo.TopologyCase):
+    """A client key holding {x} used to choose its Redis Cluster slot: every
+    such key on one master. The agent now fences such keys ("{}" first), so
+    Redis hashes the whole key."""
+
+    owner = topo.Cluster.owner
+    slots = topo.Cluster.slots
+
+    def setUp(self):
+        # topo.Cluster's setUp (not its tests): three masters, no replicas
+        super().setUp()
+        self.ports = [topo.cluster_port() for _ in range(3)]
+        for p in self.ports:
+            self.server(p, "--cluster-enabled", "yes",
+                        "--cluster-config-file", os.path.join(self.dir, "nodes-%d.conf" % p),
+                        "--cluster-node-timeout", "2000")
+        out = subprocess.run(["redis-cli", "--cluster", "create"] +
+                             ["127.0.0.1:%d" % p for p in self.ports] +
+                             ["--cluster-replicas", "0", "--cluster-yes"],
+                             capture_output=True, text=True, timeout=30)
+        self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+        self.assertTrue(topo.wait_for(lambda: all("cluster_state:ok" in
+                                                  topo.cli(p, "CLUSTER", "INFO")
+                                                  for p in self.ports), timeout=15),
+                        "cluster never ok")
+
+    def test_client_hashtags_do_not_choose_the_slot(self):
+        agent, c = self.agent("[redis]\ncluster = 127.0.0.1:%d\n" % self.ports[0],
+                              log_level="debug")
+        for i in range(30):
+            got = [self.decide(c, key="{same}%d" % i) for _ in range(12)]
+            self.assert_ten_of(got, 12, "key {same}%d" % i)
+        per_node = {p: [k for k in topo.cli(p, "--scan", "--pattern", "rl:*").splitlines() if k]
+                    for p in self.ports}
+        keys = sorted(k for v in per_node.values() for k in v)
+        self.assertEqual(keys, sorted("rl:tb:t:{}{same}%d" % i for i in range(30)))
+        used = [p for p in self.ports if per_node[p]]
+        self.assertGreaterEqual(len(used), 2, per_node)  # not all on one master
+        slots = set()
+        for p, ks in per_node.items():
+            for k in ks:  # Redis agrees with the agent's CRC16: no redirect
+                slot = int(topo.cli(p, "CLUSTER", "KEYSLOT", k))
+                self.assertEqual(self.owner(slot), p, k)
+                slots.add(slot)
+        self.assertGreater(len(slots), 25)
+        self.assertNotIn('"redis redirect"', agent.output())
 
 
 if __name__ == "__main__":
