@@ -50,6 +50,7 @@ struct rjob {
 struct limiter {
     struct bucket_table *buckets;  /* standalone */
     struct bucket_table *backstop; /* fail-open while Redis is down */
+    struct bucket_budget budget;   /* [agent] max_entries: buckets and leases together */
     /* Redis mode */
     struct store *store;
     struct lease_table *leases;
@@ -547,6 +548,11 @@ int limiter_decide(struct limiter *l, struct limiter_req *req, uint64_t now_us)
 {
     unsigned decided = 0;
     int queued = 0;
+    size_t max_entries = req->rs->cfg->max_entries;
+
+    /* max_entries applies at reload: the ruleset carries it */
+    if (atomic_load_explicit(&l->budget.max, memory_order_relaxed) != max_entries)
+        atomic_store_explicit(&l->budget.max, max_entries, memory_order_relaxed);
 
     if (!l->store) {
         decide_standalone(l, req, now_us);
@@ -588,12 +594,16 @@ struct limiter *limiter_new(struct ev_loop *loop, const struct config *cfg, char
     }
     pthread_mutex_init(&l->qlock, NULL);
     l->loop = loop;
+    atomic_init(&l->budget.count, 0);
+    atomic_init(&l->budget.max, cfg->max_entries);
     l->buckets = bucket_table_new(STRIPES);
     l->backstop = bucket_table_new(STRIPES);
     if (!l->buckets || !l->backstop) {
         snprintf(err, errlen, "out of memory");
         goto fail;
     }
+    bucket_table_set_budget(l->buckets, &l->budget);
+    bucket_table_set_budget(l->backstop, &l->budget);
     if (config_standalone(cfg))
         return l;
 
@@ -604,6 +614,7 @@ struct limiter *limiter_new(struct ev_loop *loop, const struct config *cfg, char
         snprintf(err, errlen, "out of memory");
         goto fail;
     }
+    lease_table_set_budget(l->leases, &l->budget);
     l->timeout_us = cfg->redis_timeout_ms * 1000;
     l->ttl_ms = cfg->lease_ttl_ms;
     snprintf(l->prefix, sizeof(l->prefix), "%s", cfg->redis_prefix ? cfg->redis_prefix : "");

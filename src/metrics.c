@@ -315,6 +315,10 @@ char *metrics_render(size_t *len)
     render_lease(&b);
     render_simple(&b, "spoa_ratelimit_buckets", "gauge",
                   "In-memory buckets (standalone and fallback).", ld(&metrics.buckets));
+    render_simple(&b, "spoa_ratelimit_evictions_total", "counter",
+                  "Buckets and lease records dropped, least recently used first, to stay within "
+                  "[agent] max_entries.",
+                  ld(&metrics.evictions));
     render_simple(&b, "spoa_ratelimit_reloads_total", "counter", "Successful config reloads.",
                   ld(&metrics.reloads));
     render_simple(&b, "spoa_ratelimit_reload_failures_total", "counter",

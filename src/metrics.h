@@ -79,6 +79,7 @@ struct metrics {
     atomic_int lease_keys;
     atomic_uint_fast64_t lease_active_keys; /* walked by the last tick */
     atomic_uint_fast64_t buckets;
+    atomic_uint_fast64_t evictions; /* buckets and lease entries dropped for max_entries */
     struct metrics_hist decision;
     struct metrics_hist redis_latency;
 };

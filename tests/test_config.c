@@ -350,6 +350,7 @@ START_TEST(test_defaults)
     ck_assert_int_eq(cfg->shadow, 0);
     ck_assert_uint_eq(cfg->nallow, 0);
     ck_assert_uint_eq(cfg->max_key, 512);
+    ck_assert_uint_eq(cfg->max_entries, 1000000);
     ck_assert_double_eq(cfg->alert_share, 0.05);
     ck_assert_ptr_null(cfg->redis_url);
     ck_assert_ptr_null(cfg->redis_cluster);
@@ -392,6 +393,10 @@ START_TEST(test_variants)
     ck_assert_str_eq(cfg->listen, "unix:/run/spoa.sock");
     ck_assert_int_eq(cfg->workers, 256);
     ck_assert_uint_eq(cfg->max_frame_size, 16777216);
+    config_free(cfg);
+
+    cfg = load_ok("[agent]\nmax_entries = 5000\n");
+    ck_assert_uint_eq(cfg->max_entries, 5000);
     config_free(cfg);
 
     cfg = load_ok("[agent]\nlisten = *:12345\nstats = :9145\nmax_frame_size = 256\n"
@@ -455,6 +460,8 @@ static const struct {
      "t.ini:2: bad number '0' for 'workers' (expected an integer from 1 to 256)\n"},
     {"[agent]\nworkers = 257\n",
      "t.ini:2: bad number '257' for 'workers' (expected an integer from 1 to 256)\n"},
+    {"[agent]\nmax_entries = 0\n", "t.ini:2: bad number '0' for 'max_entries' (expected an "
+                                   "integer from 1 to 1000000000000)\n"},
     {"[agent]\nmax_frame_size = 255\n", "t.ini:2: bad number '255' for 'max_frame_size' "
                                         "(expected an integer from 256 to 16777216)\n"},
     {"[agent]\nmax_frame_size = 16777217\n", "t.ini:2: bad number '16777217' for "

@@ -48,6 +48,7 @@ static const struct key_def key_defs[] = {
     /* a 64-bit hash takes 16 hex digits: a smaller limit would lengthen keys */
     {SEC_AGENT, "max_key", T_UINT, CF(max_key), 16, 65536, 0, NULL, 0},
     {SEC_AGENT, "alert_share", T_SHARE, CF(alert_share), 0, 0, 0, NULL, 0},
+    {SEC_AGENT, "max_entries", T_UINT, CF(max_entries), 1, CFG_MAX_ENTRIES, 0, NULL, 0},
     {SEC_REDIS, "url", T_URL, CF(redis_url), 0, 0, 0, NULL, PF(redis_server)},
     {SEC_REDIS, "cluster", T_HOSTS, CF(redis_cluster), 0, 0, F_LIST, NULL, PF(redis_cluster_hosts)},
     {SEC_REDIS, "sentinel", T_HOSTS, CF(redis_sentinel), 0, 0, F_LIST, NULL,
@@ -412,6 +413,7 @@ static struct config *config_new(const char *path)
     cfg->max_frame_size = SPOP_DEFAULT_FRAME_SIZE;
     cfg->log_level = LOG_LVL_INFO;
     cfg->max_key = 512;
+    cfg->max_entries = 1000000;
     cfg->alert_share = 0.05;
     cfg->redis_timeout_ms = 100;
     cfg->lease_interval_ms = 100;

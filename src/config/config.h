@@ -20,6 +20,7 @@
 #define CFG_MAX_KEY_ARGS 16
 #define CFG_MAX_MATCHES 16
 #define CFG_MAX_ALLOW 64
+#define CFG_MAX_ENTRIES 1000000000000ULL /* [agent] max_entries */
 #define CFG_MAX_NAME 40 /* rule names appear in ACK vars and metrics labels */
 /* One year: longer durations are mistakes (1/20000000d), and bounding them
  * keeps every product of durations (microseconds, 2 x window, the backstop's
@@ -94,6 +95,7 @@ struct config {
     struct net_cidr allow[CFG_MAX_ALLOW];
     size_t nallow;      /* 0 = any peer */
     size_t max_key;     /* default 512 */
+    size_t max_entries; /* buckets + lease entries in memory; default 1000000 */
     double alert_share; /* warn when a rule blocks more than this share; default 0.05 */
 
     /* [redis]: standalone when url, cluster and sentinel are all empty. The

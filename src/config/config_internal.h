@@ -15,7 +15,7 @@
 
 #include "config_errors.h"
 
-#define CONFIG_NKEYS 29 /* entries of config.c's key table, checked there */
+#define CONFIG_NKEYS 30 /* entries of config.c's key table, checked there */
 
 struct config;
 

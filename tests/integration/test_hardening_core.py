@@ -9,7 +9,7 @@ import unittest
 
 import spop
 import test_redis_topologies as topo
-from harness import Agent, AGENT
+from harness import Agent, AGENT, Redis
 
 NAME40 = "r" * 40
 
@@ -144,6 +144,79 @@ class LogInjection(unittest.TestCase):
         finally:
             self.assertEqual(agent.stop(), 0)
 
+
+
+class MaxEntries(unittest.TestCase):
+    """Client-chosen keys used to create buckets without bound. Past
+    [agent] max_entries the least recently used ones are dropped."""
+
+    def pipeline(self, c, keys, first_stream):
+        """One NOTIFY per key, all sent at once; the answers by key."""
+        c.send(b"".join(spop.notify(first_stream + i, 1, [("check-rate", [("key", k)])])
+                        for i, k in enumerate(keys)))
+        out = {}
+        for _ in keys:
+            f = c.recv_frame()
+            self.assertEqual(f["type"], spop.ACK)
+            out[f["stream"] - first_stream] = spop.decode_actions(f["payload"])
+        return [out[i] for i in range(len(keys))]
+
+    def test_standalone_buckets_bounded_lru(self):
+        agent = Agent("[rule:r]\nkey = key\nrate = 1/1h\nburst = 1\n",
+                      extra_agent="max_entries = 1000\n")
+        try:
+            c = spop.Client(agent.addr)
+            c.handshake()
+            self.assertIs(c.decide({"key": "hot"}, stream=1, fid=1)["blocked"], False)
+            sid = 10
+            for batch in range(20):
+                # 500 new clients, and the hot one every 10 requests
+                keys = []
+                for i in range(500):
+                    keys.append("cold-%d-%d" % (batch, i))
+                    if i % 10 == 9:
+                        keys.append("hot")
+                got = self.pipeline(c, keys, sid)
+                sid += len(keys)
+                for k, g in zip(keys, got):
+                    # a new client passes; the hot one stays remembered: blocked
+                    self.assertIs(g["blocked"], k == "hot", (k, g))
+            c.close()
+            # the gauge is refreshed every second
+            self.assertTrue(wait_for(lambda: 1000 - 64 <= agent.metric("spoa_ratelimit_buckets")
+                                     <= 1000 + 64), agent.metrics())
+            self.assertGreaterEqual(agent.metric("spoa_ratelimit_evictions_total"),
+                                    10001 - 1000 - 64)
+        finally:
+            self.assertEqual(agent.stop(), 0)
+
+    def test_redis_lease_entries_bounded(self):
+        redis = Redis()
+        agent = Agent("[redis]\nurl = redis://127.0.0.1:%d\ntimeout = 1s\n"
+                      "[rule:r]\nkey = key\nrate = 5/1h\nburst = 5\n" % redis.port,
+                      extra_agent="max_entries = 200\n")
+        try:
+            self.assertTrue(wait_for(lambda: agent.metric("spoa_ratelimit_redis_up") == 1))
+            c = spop.Client(agent.addr)
+            c.handshake()
+            sid, hot_allowed = 1, 0
+            for batch in range(10):
+                keys = ["k-%d-%d" % (batch, i) for i in range(200)] + ["hot"] * 2
+                got = self.pipeline(c, keys, sid)
+                sid += len(keys)
+                self.assertFalse([g for g in got if g.get("degraded")])
+                self.assertFalse([g for g in got[:200] if g["blocked"]])
+                hot_allowed += sum(1 for g in got[200:] if not g["blocked"])
+            # the hot key: 5 in all (Redis keeps the count), whatever was dropped
+            got = self.pipeline(c, ["hot"] * 10, sid)
+            hot_allowed += sum(1 for g in got if not g["blocked"])
+            self.assertEqual(hot_allowed, 5)
+            c.close()
+            self.assertLessEqual(agent.metric("spoa_ratelimit_lease_keys"), 200 + 64)
+            self.assertGreater(agent.metric("spoa_ratelimit_evictions_total"), 1500)
+        finally:
+            self.assertEqual(agent.stop(), 0)
+            redis.stop()
 
 
 class ClusterHashtags(topo.TopologyCase):
