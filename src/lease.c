@@ -540,6 +540,19 @@ static void void_lease(struct lease_entry *e)
     e->used = LEASE_VOID;
 }
 
+/* The margin of a lease of lease_us: margin_us for a full ttl, less for a
+ * shorter one in proportion. A sliding window's lease ends with its window,
+ * so it may be much shorter than ttl; the whole margin would leave nothing
+ * to spend (a lease of 30 ms against 50 ms), and the agent would claim,
+ * and be charged, again and again until the window ends. The margin covers
+ * clock rate error, which grows with the lease's length. */
+static uint64_t margin_for(const struct lease_table *t, uint64_t lease_us)
+{
+    if (lease_us >= t->cfg.ttl_us)
+        return t->margin_us;
+    return (uint64_t)((double)t->margin_us * (double)lease_us / (double)t->cfg.ttl_us);
+}
+
 /* Take in what Redis says: its counts, and our lease. */
 static void apply_reply(const struct lease_table *t, struct lease_entry *e,
                         const struct lease_job *job, const struct reply *r, uint64_t now_us)
@@ -555,7 +568,7 @@ static void apply_reply(const struct lease_table *t, struct lease_entry *e,
      * spent since the call left. The deadline runs from when it left. */
     if (r->lease_ms > 0 && r->mine > e->used) {
         e->tokens = r->mine - e->used;
-        e->deadline_us = job->sent_us + r->lease_ms * 1000 - t->margin_us;
+        e->deadline_us = job->sent_us + r->lease_ms * 1000 - margin_for(t, r->lease_ms * 1000);
     } else {
         e->tokens = 0;
     }
@@ -620,6 +633,16 @@ void lease_reply(struct lease_table *t, struct lease_job *job, int ok, const int
     read_reply(v, &r);
     apply_reply(t, e, job, &r, now_us);
     serve_waiters(e, now_us, done);
+    /* A lease that ended before its reply came (a sliding window's last
+     * moments, a slow Redis) cannot be spent. Its units go back with the
+     * next claim, if one is sent now, rather than stay charged while that
+     * claim is charged again (they leave the count if it lands in the same
+     * window; otherwise they expired, counted as spent). */
+    uint64_t unusable = 0;
+    if (e->tokens > 0 && now_us >= e->deadline_us) {
+        unusable = e->tokens;
+        e->tokens = 0;
+    }
     if (e->tokens > 0)
         entry_activate(s, e); /* the tick gives it back or tops it up */
     if (!e->wait_head)
@@ -629,8 +652,12 @@ void lease_reply(struct lease_table *t, struct lease_job *job, int ok, const int
         block_waiters(e, now_us, r.retry_ms > 0 ? r.retry_ms : 1, done);
     } else {
         *next = make_claim(t, e, now_us);
-        if (!*next)
+        if (!*next) {
             take_waiters(e, fallback, 1);
+        } else if (unusable) {
+            (*next)->returned = unusable;
+            METRIC_ADD(lease_tokens_returned, unusable);
+        }
     }
 out:
     pthread_mutex_unlock(&s->lock);

@@ -406,6 +406,47 @@ START_TEST(failed_job_voids_the_lease)
 }
 END_TEST
 
+/* A sliding window's lease ends with its window: it may be far shorter than
+ * ttl. The whole margin (ttl / 20 = 50 ms here) used to leave a 30 ms lease
+ * nothing to spend, and the agent claimed, and was charged, again and again
+ * until the window ended. */
+START_TEST(short_window_lease_is_spent)
+{
+    static const struct bucket_params sw = {BUCKET_SLIDING_WINDOW, 100, 10 * S, 100};
+    struct lease_table *t = lease_table_new(&cfg, 1);
+    struct lease_job *j, *next;
+    struct lease_waiter *done, *fb;
+    struct req r[2];
+
+    ck_assert_int_eq(decide(t, "w", &sw, 10 * S, 1, &r[0], &j), LEASE_PENDING);
+    j->sent_us = 10 * S;
+    reply(t, j, (const int64_t[8]){1, 90, 1, 1, 0, 15000, 30, 1}, 10 * S + 1 * MS, &done, &fb,
+          &next);
+    ck_assert_int_eq(count(done), 1);
+    ck_assert(r[0].res.allowed);
+    ck_assert_ptr_null(next);
+
+    /* A grant whose lease ended before its reply came cannot be spent: it
+     * goes back with the follow-up claim instead of staying charged. */
+    ck_assert_int_eq(decide(t, "w", &sw, 12 * S, 1, &r[1], &j), LEASE_PENDING);
+    j->sent_us = 12 * S;
+    reply(t, j, (const int64_t[8]){2, 88, 2, 1, 0, 15000, 2, 2}, 12 * S + 5 * MS, &done, &fb,
+          &next);
+    ck_assert_int_eq(count(done), 0);
+    ck_assert_ptr_nonnull(next);
+    ck_assert_uint_eq(next->kind, LEASE_JOB_CLAIM);
+    ck_assert_uint_eq(next->returned, 2);
+    ck_assert_uint_eq(next->used, 0);
+    next->sent_us = 12 * S + 5 * MS;
+    /* the next window: Redis dropped that lease, grants afresh */
+    reply(t, next, (const int64_t[8]){1, 99, 1, 1, 0, 15000, 1000, 1}, 12 * S + 6 * MS, &done,
+          &fb, &j);
+    ck_assert_int_eq(count(done), 1);
+    ck_assert(r[1].res.allowed);
+    lease_table_free(t);
+}
+END_TEST
+
 /* [agent] max_entries: a new key past the budget drops the least recently
  * used entry without a job in flight or waiters. A spend it had not
  * reported must not come back: while its lease may live in Redis, new
@@ -517,6 +558,7 @@ static Suite *lease_suite(void)
     tcase_add_test(tc, failed_job_voids_the_lease);
     tcase_add_test(tc, tick_costs_what_is_active);
     tcase_add_test(tc, demand_decays_off_the_list);
+    tcase_add_test(tc, short_window_lease_is_spent);
     tcase_add_test(tc, eviction_never_loses_a_report);
     tcase_add_test(tc, budget_shared_with_buckets);
     suite_add_tcase(s, tc);

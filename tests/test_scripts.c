@@ -275,6 +275,8 @@ static void claim(enum script s, const char *key, const char *agent, const struc
     ck_assert_int_ge(out[R_RESET], 0);
     if (out[R_LEASE] > 0) /* sw: a lease may be 0 ms long in a window's last ms */
         ck_assert_int_gt(out[R_MINE], 0);
+    else /* ...but then nothing is granted: it could not be spent */
+        ck_assert_int_eq(out[R_GRANTED], 0);
     if (s == TB_CLAIM)
         ck_assert_int_eq(out[R_LEASE], out[R_MINE] > 0 ? ru->ttl_ms : 0);
 }
@@ -1144,6 +1146,40 @@ START_TEST(sw_claim_return_exact)
 }
 END_TEST
 
+/* In a window's last millisecond a lease would be 0 ms long: the claim used
+ * to charge its grant anyway (spent by nobody, inflating the next window's
+ * estimate, and charged again by the agent's next claim). Windows of 2 ms:
+ * about half the calls land in a last millisecond. A fresh agent id per
+ * call, so that mine is what this call granted. */
+START_TEST(sw_last_ms_grants_nothing)
+{
+    const struct rule ru = {1000000, 2, 1000000, 1000};
+    char key[128], agent[32];
+    long long o[R_N];
+    int in_last_ms = 0, granted = 0;
+    mkkey(key, sizeof(key), "sw-last-ms");
+
+    for (int i = 0; i < 100000 && (in_last_ms < 20 || granted < 20); i++) {
+        snprintf(agent, sizeof(agent), "A%d", i);
+        claim(SW_CLAIM, key, agent, &ru, 3, 0, 0, o);
+        if (o[R_LEASE] == 0) {
+            in_last_ms++;
+            ck_assert_int_eq(o[R_GRANTED], 0);
+            ck_assert_int_eq(o[R_MINE], 0);
+            ck_assert_int_ge(o[R_REMAINING], 1); /* refused for the boundary, not the limit */
+        } else {
+            granted++;
+            ck_assert_int_eq(o[R_GRANTED], 3);
+            ck_assert_int_ge(o[R_LEASE], 1);
+            ck_assert_int_le(o[R_LEASE], 2); /* 2 at the window's very first us */
+            ck_assert_int_eq(o[R_MINE], 3);
+        }
+    }
+    ck_assert_int_ge(in_last_ms, 20);
+    ck_assert_int_ge(granted, 20);
+}
+END_TEST
+
 START_TEST(sw_window_roll)
 {
     const struct rule ru = {10, 300, 10, 10000};
@@ -1493,6 +1529,7 @@ static Suite *scripts_suite(void)
     tcase_set_timeout(sw, 30);
     tcase_add_test(sw, sw_claim_return_exact);
     tcase_add_test(sw, sw_window_roll);
+    tcase_add_test(sw, sw_last_ms_grants_nothing);
     tcase_add_test(sw, sw_random_sequence_keeps_counts);
     suite_add_tcase(s, sw);
 
