@@ -682,6 +682,51 @@ START_TEST(tb_vanished_agent_lease_dropped_not_returned)
 }
 END_TEST
 
+/* A forward step of Redis' clock by D (or a failover to a master whose clock
+ * is ahead) is the same, to the scripts, as every stored time being D older:
+ * shift ts and e:<agent> back to play it. Leases expire in Redis while their
+ * agents, on their own clocks, may still spend them, and the bucket refills
+ * up to b - H without them: at most one extra b + H (lua/README.md). */
+START_TEST(tb_redis_clock_forward_step_costs_at_most_b_plus_h)
+{
+    const struct rule ru = {1, 1000000, 10, 60000}; /* refill negligible, lease 1 min */
+    char key[128];
+    long long o[R_N];
+    struct state st;
+    mkkey(key, sizeof(key), "clock-step");
+
+    claim(TB_CLAIM, key, "A", &ru, 6, 0, 0, o);
+    ck_assert_int_eq(o[R_GRANTED], 6); /* A holds 6 (H), t = 4 */
+    claim(TB_CLAIM, key, "B", &ru, 4, 0, 0, o);
+    ck_assert_int_eq(o[R_GRANTED], 4); /* t = 0: the fleet holds b */
+
+    /* the clock jumps a day forward */
+    redisReply *r = cmd("EVAL %s 1 %s %s", "local d = tonumber(ARGV[1]) "
+                        "local f = redis.call('HGETALL', KEYS[1]) "
+                        "for i = 1, #f, 2 do "
+                        "  if f[i] == 'ts' or string.sub(f[i], 1, 2) == 'e:' then "
+                        "    redis.call('HSET', KEYS[1], f[i], "
+                        "               string.format('%.17g', tonumber(f[i + 1]) - d)) end end "
+                        "return 1",
+                        key, "86400000000");
+    ck_assert_int_eq(r->type, REDIS_REPLY_INTEGER);
+    freeReplyObject(r);
+
+    /* C's claim: both leases are gone in Redis (counted as spent), and the
+     * bucket refills to b, while A and B still spend what they hold */
+    claim(TB_CLAIM, key, "C", &ru, 100, 0, 0, o);
+    ck_assert_int_eq(o[R_HELD], o[R_GRANTED]);
+    ck_assert_int_eq(o[R_GRANTED], ru.burst);
+    ck_assert_int_le(o[R_GRANTED] + 6 + 4, 2 * ru.burst); /* b + H, H = 10 at the step */
+    assert_tb_invariant(key, ru.burst, &st);
+    /* A's and B's reports find nothing to settle: nothing is counted twice */
+    claim(TB_CLAIM, key, "A", &ru, 0, 6, 0, o);
+    ck_assert_int_eq(o[R_MINE], 0);
+    ck_assert_int_eq(o[R_REMAINING], 0);
+    assert_tb_invariant(key, ru.burst, &st);
+}
+END_TEST
+
 /* Tokens held (spent or not) cap the refill for as long as they are held:
  * when a lease ends, by expiry or by a report, the cap lifts from then on,
  * with no refill banked from before. Without this, b + H goes through at
@@ -1517,6 +1562,7 @@ static Suite *scripts_suite(void)
     tcase_add_test(tb, tb_advance_copies_identical);
     tcase_add_test(tb, tb_burst_shrink_clamps);
     tcase_add_test(tb, tb_clock_step_back_no_double_refill);
+    tcase_add_test(tb, tb_redis_clock_forward_step_costs_at_most_b_plus_h);
     tcase_add_test(tb, tb_key_expires);
     tcase_add_test(tb, tb_random_sequence_keeps_invariant);
     tcase_add_test(tb, tb_noscript_after_flush);
