@@ -514,15 +514,29 @@ static uint64_t nonneg(int64_t x)
     return x > 0 ? (uint64_t)x : 0;
 }
 
-static void read_reply(const int64_t *v, struct reply *r)
+/* Milliseconds that stay far from overflow once made microseconds and added
+ * to a clock reading: at most BUCKET_MAX_PERIOD_US. */
+static uint64_t ms_capped(int64_t v)
 {
+    uint64_t ms = nonneg(v);
+    return ms < BUCKET_MAX_PERIOD_US / 1000 ? ms : BUCKET_MAX_PERIOD_US / 1000;
+}
+
+/* A lease is never believed longer than the ttl this agent asked for: its
+ * end is bounded by the agent's own view, whatever a reply says. */
+static void read_reply(const struct lease_table *t, const int64_t *v, struct reply *r)
+{
+    uint64_t ttl_ms = t->cfg.ttl_us / 1000;
+
     r->granted = nonneg(v[CLAIM_R_GRANTED]);
     r->remaining = nonneg(v[CLAIM_R_REMAINING]);
     r->held = nonneg(v[CLAIM_R_HELD]);
     r->holders = nonneg(v[CLAIM_R_HOLDERS]);
-    r->retry_ms = nonneg(v[CLAIM_R_RETRY_MS]);
-    r->reset_ms = nonneg(v[CLAIM_R_RESET_MS]);
-    r->lease_ms = nonneg(v[CLAIM_R_LEASE_MS]);
+    r->retry_ms = ms_capped(v[CLAIM_R_RETRY_MS]);
+    r->reset_ms = ms_capped(v[CLAIM_R_RESET_MS]);
+    r->lease_ms = ms_capped(v[CLAIM_R_LEASE_MS]);
+    if (r->lease_ms > ttl_ms)
+        r->lease_ms = ttl_ms;
     r->mine = nonneg(v[CLAIM_R_MINE]);
 }
 
@@ -630,7 +644,7 @@ void lease_reply(struct lease_table *t, struct lease_job *job, int ok, const int
         take_waiters(e, fallback, 1);
         goto out;
     }
-    read_reply(v, &r);
+    read_reply(t, v, &r);
     apply_reply(t, e, job, &r, now_us);
     serve_waiters(e, now_us, done);
     /* A lease that ended before its reply came (a sliding window's last

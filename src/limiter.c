@@ -14,6 +14,7 @@
 #include "metrics.h"
 #include "store/script.h"
 #include "store/store.h"
+#include "store/store_reply.h"
 #include "util.h"
 
 #define STRIPES 64
@@ -166,14 +167,7 @@ static void exact_reply(struct limiter *l, struct lease_waiter *w, const struct 
 {
     struct limiter_req *req = w->req;
 
-    if (res && res->n >= EXACT_R_COUNT) {
-        const int64_t *v = res->v;
-        struct bucket_result *out = w->out;
-        out->allowed = v[EXACT_R_ALLOWED] == 1;
-        out->remaining = v[EXACT_R_REMAINING] > 0 ? (uint64_t)v[EXACT_R_REMAINING] : 0;
-        out->retry_us =
-            out->allowed ? 0 : (uint64_t)(v[EXACT_R_RETRY_MS] > 0 ? v[EXACT_R_RETRY_MS] : 1) * 1000;
-        out->reset_us = (uint64_t)(v[EXACT_R_RESET_MS] > 0 ? v[EXACT_R_RESET_MS] : 0) * 1000;
+    if (res && store_reply_exact(res->v, res->n, w->out) == 0) {
         req->ev.hits[w->hit].out.degraded = 0;
     } else {
         decide_fallback(l, req, w->hit, now_us);
