@@ -24,7 +24,8 @@ ARGV[8]   ttl, ms: longest lease (>= 1)
 
 Returns   {granted, remaining, held, holders, retry_ms, reset_ms, lease_ms, mine}
             granted   units charged and added to the caller's lease:
-                      min(want, floor(N - estimate))
+                      min(want, floor(N - estimate)); 0 in the window's last
+                      ms, where no lease could be spent (see lease_ms)
             remaining max(0, floor(N - estimate)) after the call
             held      units held by leases of the current window, caller included
             holders   number of agents holding such a lease
@@ -92,9 +93,14 @@ ret = math.min(ret, mine - used)
 mine = mine - used - ret
 c = math.max(0, c - ret)
 
--- Grant what fits under the limit, and pre-charge it.
+-- Grant what fits under the limit, and pre-charge it. Not in the window's
+-- last millisecond: the lease would end there (lease_ms 0), so the units
+-- would be charged to this window and never spent, and the agent, still
+-- short, would claim and be charged again. Its next claim lands in the next
+-- window instead.
 local est = p * left / wus + c
-local g = math.max(0, math.min(want, math.floor(limit - est)))
+local g = 0
+if left >= 1000 then g = math.max(0, math.min(want, math.floor(limit - est))) end
 c, mine, est = c + g, mine + g, est + g
 held[agent] = mine
 redis.call('HSET', key, 'w', fmt(W), 'c', fmt(c), 'p', fmt(p))

@@ -12,7 +12,10 @@
  * The table is nstripes independent chained hash tables, each behind its own
  * mutex, chosen by util_stripe() from the key hash; a decision locks exactly
  * one stripe. Memory stays bounded because bucket_table_expire() drops buckets
- * that hold no information any more (see bucket_idle()).
+ * that hold no information any more (see bucket_idle()), and, with a budget
+ * ([agent] max_entries), because a new bucket past it drops the least
+ * recently used one of its stripe: each stripe keeps its entries on an age
+ * list, most recently used last.
  */
 #include "bucket.h"
 
@@ -21,6 +24,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dlist.h"
+#include "metrics.h"
 #include "util.h"
 
 /* Noise below which a token count or a duration in microseconds is taken
@@ -54,6 +59,8 @@
 static uint64_t period_of(const struct bucket_params *p)
 {
     /* The config rejects an empty period; never divide by zero anyway. */
+    if (p->period_us > BUCKET_MAX_PERIOD_US)
+        return BUCKET_MAX_PERIOD_US;
     return p->period_us ? p->period_us : 1;
 }
 
@@ -84,7 +91,7 @@ static uint64_t us_for_tokens(const struct bucket_params *p, double x)
         return 0;
     if (p->limit == 0)
         return MAX_WAIT_US;
-    double us = ceil(snap(x * (double)p->period_us / (double)p->limit, SNAP_EPS));
+    double us = ceil(snap(x * (double)period_of(p) / (double)p->limit, SNAP_EPS));
     if (!(us < (double)MAX_WAIT_US))
         return MAX_WAIT_US;
     return (uint64_t)us;
@@ -305,6 +312,7 @@ const struct bucket_params bucket_params_per_bucket = {BUCKET_TOKEN_BUCKET, 0, 0
  * the rule as a C string for params_of), then keylen key bytes. */
 struct entry {
     struct entry *next;
+    struct dlist age; /* on the stripe's age list, most recently used last */
     uint64_t hash;
     struct bucket b;
     uint32_t keylen;
@@ -324,11 +332,13 @@ struct stripe {
     struct entry **slots; /* nslots chains; NULL while nslots is 0 */
     size_t nslots;        /* 0 or a power of two */
     size_t count;
+    struct dlist age;     /* every entry, least recently used first */
 };
 
 struct bucket_table {
     struct stripe *stripes;
-    unsigned nstripes; /* power of two */
+    unsigned nstripes;            /* power of two */
+    struct bucket_budget *budget; /* NULL: no cap */
     /* Expiry cursor: stripe, slot, and entries of that slot's chain already
      * visited and kept. Guarded by cursor_lock, which is always taken before
      * a stripe lock, never after. */
@@ -417,8 +427,32 @@ static struct entry *stripe_insert(struct stripe *s, uint64_t hash, const char *
     size_t j = util_slot(hash, s->nslots);
     e->next = s->slots[j];
     s->slots[j] = e;
+    dlist_push_tail(&s->age, &e->age);
     s->count++;
     return e;
+}
+
+/* Unlink e from its chain and the age list, and free it. */
+static void stripe_remove(struct stripe *s, struct entry *e)
+{
+    struct entry **pp = &s->slots[util_slot(e->hash, s->nslots)];
+
+    while (*pp != e)
+        pp = &(*pp)->next;
+    *pp = e->next;
+    dlist_del(&e->age);
+    s->count--;
+    free(e);
+}
+
+/* Over the budget: drop up to n of the least recently used entries of s. */
+static void stripe_evict(struct bucket_table *t, struct stripe *s, unsigned n)
+{
+    for (; n > 0 && !dlist_empty(&s->age); n--) {
+        stripe_remove(s, DLIST_ENTRY(s->age.next, struct entry, age));
+        bucket_budget_sub(t->budget, 1);
+        METRIC_INC(evictions);
+    }
 }
 
 struct bucket_table *bucket_table_new(unsigned nstripes)
@@ -437,10 +471,17 @@ struct bucket_table *bucket_table_new(unsigned nstripes)
     }
     memset(t->stripes, 0, n * sizeof(struct stripe));
     t->nstripes = n;
-    for (unsigned i = 0; i < n; i++)
+    for (unsigned i = 0; i < n; i++) {
         pthread_mutex_init(&t->stripes[i].lock, NULL);
+        dlist_init(&t->stripes[i].age);
+    }
     pthread_mutex_init(&t->cursor_lock, NULL);
     return t;
+}
+
+void bucket_table_set_budget(struct bucket_table *t, struct bucket_budget *b)
+{
+    t->budget = b;
 }
 
 void bucket_table_free(struct bucket_table *t)
@@ -449,6 +490,7 @@ void bucket_table_free(struct bucket_table *t)
         return;
     for (unsigned i = 0; i < t->nstripes; i++) {
         struct stripe *s = &t->stripes[i];
+        bucket_budget_sub(t->budget, s->count);
         for (size_t j = 0; j < s->nslots; j++) {
             struct entry *e = s->slots[j];
             while (e) {
@@ -488,8 +530,10 @@ int bucket_table_take(struct bucket_table *t, const char *rule, const void *key,
     pthread_mutex_lock(&s->lock);
     struct entry *e = stripe_find(s, hash, rule, rulelen, key, keylen);
     if (!e) {
+        stripe_evict(t, s, bucket_budget_add(t->budget));
         e = stripe_insert(s, hash, rule, rulelen, key, keylen);
         if (!e) {
+            bucket_budget_sub(t->budget, 1);
             pthread_mutex_unlock(&s->lock);
             deny_oom(res);
             return -1;
@@ -507,6 +551,7 @@ int bucket_table_take(struct bucket_table *t, const char *rule, const void *key,
     e->limit = p->limit;
     e->period_us = p->period_us;
     e->burst = p->burst;
+    dlist_move_tail(&s->age, &e->age);
     pthread_mutex_unlock(&s->lock);
     return 0;
 }
@@ -560,8 +605,10 @@ size_t bucket_table_expire(struct bucket_table *t, uint64_t now_us, size_t max_v
                 visited++;
                 if (!p || (uint8_t)p->algorithm != e->algorithm || bucket_idle(&e->b, p, now_us)) {
                     *pp = e->next;
+                    dlist_del(&e->age);
                     free(e);
                     s->count--;
+                    bucket_budget_sub(t->budget, 1);
                     dropped++;
                 } else {
                     pp = &e->next;

@@ -7,6 +7,7 @@
 #ifndef BUCKET_H
 #define BUCKET_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -15,6 +16,12 @@ enum bucket_algorithm {
     BUCKET_TOKEN_BUCKET = 0,   /* refill limit per period, capacity burst */
     BUCKET_SLIDING_WINDOW = 1, /* at most limit per period, two-window estimate */
 };
+
+/* The longest period the arithmetic takes (about 285 years): a longer one
+ * counts as this, so that 2 x period, and period x tokens in a double, stay
+ * exact and far from overflow. The config caps durations at a year; the
+ * fallback backstop stretches them by 1/share up to this. */
+#define BUCKET_MAX_PERIOD_US ((uint64_t)1 << 53)
 
 /* Limit parameters of one rule. */
 struct bucket_params {
@@ -54,6 +61,40 @@ void bucket_take(struct bucket *b, const struct bucket_params *p, uint64_t now_u
  * past), so that dropping it changes no future decision. */
 int bucket_idle(const struct bucket *b, const struct bucket_params *p, uint64_t now_us);
 
+/* ---- entry budget ----------------------------------------------------------- */
+
+/* A cap on the entries that several tables hold together ([agent]
+ * max_entries): an agent's bucket tables and its lease table share one. A
+ * table that adds an entry while the tables are over the cap drops entries
+ * from the least recently used end of the stripe it locked (striping makes
+ * that "nearly least recently used": the oldest of 1/nstripes of the keys),
+ * so that every decision stays O(1). */
+struct bucket_budget {
+    atomic_size_t count; /* entries held by all the tables */
+    atomic_size_t max;   /* 0: no cap; may change at any time (reload) */
+};
+
+/* Count one new entry. Returns how many entries the caller should drop: 0
+ * under the cap, else 2 while at least 2 over it, so that a table gives
+ * back faster than it takes, and 1 otherwise. b may be NULL (no cap). */
+static inline unsigned bucket_budget_add(struct bucket_budget *b)
+{
+    if (!b)
+        return 0;
+    size_t n = atomic_fetch_add_explicit(&b->count, 1, memory_order_relaxed) + 1;
+    size_t max = atomic_load_explicit(&b->max, memory_order_relaxed);
+    if (max == 0 || n <= max)
+        return 0;
+    return n - max >= 2 ? 2 : 1;
+}
+
+/* n entries are gone. */
+static inline void bucket_budget_sub(struct bucket_budget *b, size_t n)
+{
+    if (b && n)
+        atomic_fetch_sub_explicit(&b->count, n, memory_order_relaxed);
+}
+
 /* ---- table ---------------------------------------------------------------- */
 
 struct bucket_table;
@@ -62,6 +103,12 @@ struct bucket_table;
  * two). Returns NULL when out of memory. */
 struct bucket_table *bucket_table_new(unsigned nstripes);
 void bucket_table_free(struct bucket_table *t);
+
+/* Count this table's entries in b (shared with other tables; NULL: no cap).
+ * Call before the first bucket_table_take. Past b's max, a new bucket drops
+ * the least recently used of its stripe (metrics: evictions): that client
+ * starts full again, so it may get one burst more than its limit. */
+void bucket_table_set_budget(struct bucket_table *t, struct bucket_budget *b);
 
 /* Decide for (rule, key) with parameters p: find or create the bucket and
  * take n units. Returns 0, or -1 when out of memory or when rule (over 65535

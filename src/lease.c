@@ -63,6 +63,10 @@ struct lease_stripe {
     size_t nslots, count;
     struct dlist active, age;
     uint32_t tick; /* ticks so far */
+    /* Until then a new entry's first report is LEASE_VOID: an entry with a
+     * spend not reported yet was evicted while its lease in Redis may still
+     * live (stripe_evict). */
+    uint64_t void_until_us;
 } __attribute__((aligned(64)));
 
 struct lease_table {
@@ -70,6 +74,7 @@ struct lease_table {
     uint64_t margin_us;
     unsigned nstripes;
     struct lease_stripe *stripes;
+    struct bucket_budget *budget; /* [agent] max_entries; NULL: no cap */
 };
 
 struct lease_table *lease_table_new(const struct lease_config *cfg, unsigned nstripes)
@@ -103,12 +108,18 @@ struct lease_table *lease_table_new(const struct lease_config *cfg, unsigned nst
     return t;
 }
 
+void lease_table_set_budget(struct lease_table *t, struct bucket_budget *b)
+{
+    t->budget = b;
+}
+
 void lease_table_free(struct lease_table *t)
 {
     if (!t)
         return;
     for (unsigned i = 0; i < t->nstripes; i++) {
         struct lease_stripe *s = &t->stripes[i];
+        bucket_budget_sub(t->budget, s->count);
         for (size_t j = 0; j < s->nslots; j++) {
             struct lease_entry *e = s->slots[j], *next;
             for (; e; e = next) {
@@ -169,9 +180,12 @@ static int stripe_grow(struct lease_stripe *s)
     return 0;
 }
 
-static struct lease_entry *find_or_create(struct lease_stripe *s,
+static void stripe_evict(const struct lease_table *t, struct lease_stripe *s, unsigned n,
+                         uint64_t now_us);
+
+static struct lease_entry *find_or_create(const struct lease_table *t, struct lease_stripe *s,
                                           unsigned stripe, uint64_t h, const char *key,
-                                          size_t keylen)
+                                          size_t keylen, uint64_t now_us)
 {
     struct lease_entry *e;
 
@@ -180,13 +194,16 @@ static struct lease_entry *find_or_create(struct lease_stripe *s,
             if (e->hash == h && e->keylen == keylen && memcmp(e->key, key, keylen) == 0)
                 return e;
     }
-    if (s->count >= s->nslots && stripe_grow(s) < 0)
+    stripe_evict(t, s, bucket_budget_add(t->budget), now_us);
+    if ((s->count >= s->nslots && stripe_grow(s) < 0) ||
+        !(e = calloc(1, sizeof(*e) + keylen + 1))) {
+        bucket_budget_sub(t->budget, 1);
         return NULL;
-    e = calloc(1, sizeof(*e) + keylen + 1);
-    if (!e)
-        return NULL;
+    }
     e->hash = h;
     e->stripe = stripe;
+    if (now_us < s->void_until_us)
+        e->used = LEASE_VOID; /* it may be a key just evicted: see stripe_evict */
     e->keylen = keylen;
     memcpy(e->key, key, keylen);
     e->demand_tick = s->tick;
@@ -200,7 +217,8 @@ static struct lease_entry *find_or_create(struct lease_stripe *s,
 }
 
 /* Unlink e from its hash chain and lists, and free it. */
-static void entry_remove(struct lease_stripe *s, struct lease_entry *e)
+static void entry_remove(const struct lease_table *t, struct lease_stripe *s,
+                         struct lease_entry *e)
 {
     struct lease_entry **link = &s->slots[util_slot(e->hash, s->nslots)];
 
@@ -212,7 +230,45 @@ static void entry_remove(struct lease_stripe *s, struct lease_entry *e)
     dlist_del(&e->age);
     s->count--;
     atomic_fetch_sub(&metrics.lease_keys, 1);
+    bucket_budget_sub(t->budget, 1);
     free(e);
+}
+
+/* Entries the eviction looks at, from the old end of the age list, for one
+ * it may drop: O(1) per new key even when the oldest must stay. */
+#define EVICT_SCAN 8
+
+/* Over the budget: drop up to n entries, the least recently used first,
+ * among the EVICT_SCAN oldest of s. An entry with a job in flight or
+ * waiters stays (both point to it).
+ *
+ * What an entry knows that Redis does not is its spend since the last
+ * report (used). Dropped while our lease in Redis lives, that spend would
+ * come back: the next entry for the key would claim, get from Redis the
+ * tokens Redis still counts as ours, and spend them twice. So after such a
+ * drop, and until that lease has surely expired in Redis, every new entry of
+ * the stripe reports LEASE_VOID first: "everything you count as mine is
+ * spent", which the scripts cap at what Redis holds for us. For a key that
+ * was not dropped Redis holds nothing for us (a new entry is a key never
+ * seen, or one forgotten after its lease expired), so the report is 0. For
+ * the dropped one, tokens it held unspent count as spent: under-admission,
+ * never over. */
+static void stripe_evict(const struct lease_table *t, struct lease_stripe *s, unsigned n,
+                         uint64_t now_us)
+{
+    struct dlist *d = s->age.next, *next;
+
+    for (unsigned seen = 0; n > 0 && d != &s->age && seen < EVICT_SCAN; d = next, seen++) {
+        struct lease_entry *e = DLIST_ENTRY(d, struct lease_entry, age);
+        next = d->next;
+        if (e->inflight || e->wait_head)
+            continue;
+        if (e->used > 0 && now_us < e->redis_exp_us && s->void_until_us < e->redis_exp_us)
+            s->void_until_us = e->redis_exp_us;
+        entry_remove(t, s, e);
+        METRIC_INC(evictions);
+        n--;
+    }
 }
 
 /* A decision or a reply: e moves to the young end of the age list. */
@@ -263,7 +319,9 @@ static uint64_t reset_estimate(const struct lease_entry *e, uint64_t now_us, dou
     double deficit = (double)e->burst - level;
     if (deficit <= 0)
         return 0;
-    return (uint64_t)ceil(deficit * (double)e->period_us / (double)e->limit);
+    /* burst 1e15 at 1/365d is 3e28 us: past what a uint64_t holds */
+    double us = ceil(deficit * (double)e->period_us / (double)e->limit);
+    return us < (double)BUCKET_MAX_PERIOD_US ? (uint64_t)us : BUCKET_MAX_PERIOD_US;
 }
 
 static void fill_allowed(const struct lease_entry *e, uint64_t now_us, struct bucket_result *res)
@@ -378,7 +436,7 @@ int lease_decide(struct lease_table *t, const char *key, size_t keylen,
     int ret;
 
     pthread_mutex_lock(&s->lock);
-    e = find_or_create(s, si, h, key, keylen);
+    e = find_or_create(t, s, si, h, key, keylen, now_us);
     if (!e) {
         pthread_mutex_unlock(&s->lock);
         return LEASE_DOWN; /* out of memory: the fallback still answers */
@@ -456,15 +514,29 @@ static uint64_t nonneg(int64_t x)
     return x > 0 ? (uint64_t)x : 0;
 }
 
-static void read_reply(const int64_t *v, struct reply *r)
+/* Milliseconds that stay far from overflow once made microseconds and added
+ * to a clock reading: at most BUCKET_MAX_PERIOD_US. */
+static uint64_t ms_capped(int64_t v)
 {
+    uint64_t ms = nonneg(v);
+    return ms < BUCKET_MAX_PERIOD_US / 1000 ? ms : BUCKET_MAX_PERIOD_US / 1000;
+}
+
+/* A lease is never believed longer than the ttl this agent asked for: its
+ * end is bounded by the agent's own view, whatever a reply says. */
+static void read_reply(const struct lease_table *t, const int64_t *v, struct reply *r)
+{
+    uint64_t ttl_ms = t->cfg.ttl_us / 1000;
+
     r->granted = nonneg(v[CLAIM_R_GRANTED]);
     r->remaining = nonneg(v[CLAIM_R_REMAINING]);
     r->held = nonneg(v[CLAIM_R_HELD]);
     r->holders = nonneg(v[CLAIM_R_HOLDERS]);
-    r->retry_ms = nonneg(v[CLAIM_R_RETRY_MS]);
-    r->reset_ms = nonneg(v[CLAIM_R_RESET_MS]);
-    r->lease_ms = nonneg(v[CLAIM_R_LEASE_MS]);
+    r->retry_ms = ms_capped(v[CLAIM_R_RETRY_MS]);
+    r->reset_ms = ms_capped(v[CLAIM_R_RESET_MS]);
+    r->lease_ms = ms_capped(v[CLAIM_R_LEASE_MS]);
+    if (r->lease_ms > ttl_ms)
+        r->lease_ms = ttl_ms;
     r->mine = nonneg(v[CLAIM_R_MINE]);
 }
 
@@ -482,6 +554,19 @@ static void void_lease(struct lease_entry *e)
     e->used = LEASE_VOID;
 }
 
+/* The margin of a lease of lease_us: margin_us for a full ttl, less for a
+ * shorter one in proportion. A sliding window's lease ends with its window,
+ * so it may be much shorter than ttl; the whole margin would leave nothing
+ * to spend (a lease of 30 ms against 50 ms), and the agent would claim,
+ * and be charged, again and again until the window ends. The margin covers
+ * clock rate error, which grows with the lease's length. */
+static uint64_t margin_for(const struct lease_table *t, uint64_t lease_us)
+{
+    if (lease_us >= t->cfg.ttl_us)
+        return t->margin_us;
+    return (uint64_t)((double)t->margin_us * (double)lease_us / (double)t->cfg.ttl_us);
+}
+
 /* Take in what Redis says: its counts, and our lease. */
 static void apply_reply(const struct lease_table *t, struct lease_entry *e,
                         const struct lease_job *job, const struct reply *r, uint64_t now_us)
@@ -497,7 +582,7 @@ static void apply_reply(const struct lease_table *t, struct lease_entry *e,
      * spent since the call left. The deadline runs from when it left. */
     if (r->lease_ms > 0 && r->mine > e->used) {
         e->tokens = r->mine - e->used;
-        e->deadline_us = job->sent_us + r->lease_ms * 1000 - t->margin_us;
+        e->deadline_us = job->sent_us + r->lease_ms * 1000 - margin_for(t, r->lease_ms * 1000);
     } else {
         e->tokens = 0;
     }
@@ -559,9 +644,19 @@ void lease_reply(struct lease_table *t, struct lease_job *job, int ok, const int
         take_waiters(e, fallback, 1);
         goto out;
     }
-    read_reply(v, &r);
+    read_reply(t, v, &r);
     apply_reply(t, e, job, &r, now_us);
     serve_waiters(e, now_us, done);
+    /* A lease that ended before its reply came (a sliding window's last
+     * moments, a slow Redis) cannot be spent. Its units go back with the
+     * next claim, if one is sent now, rather than stay charged while that
+     * claim is charged again (they leave the count if it lands in the same
+     * window; otherwise they expired, counted as spent). */
+    uint64_t unusable = 0;
+    if (e->tokens > 0 && now_us >= e->deadline_us) {
+        unusable = e->tokens;
+        e->tokens = 0;
+    }
     if (e->tokens > 0)
         entry_activate(s, e); /* the tick gives it back or tops it up */
     if (!e->wait_head)
@@ -571,8 +666,12 @@ void lease_reply(struct lease_table *t, struct lease_job *job, int ok, const int
         block_waiters(e, now_us, r.retry_ms > 0 ? r.retry_ms : 1, done);
     } else {
         *next = make_claim(t, e, now_us);
-        if (!*next)
+        if (!*next) {
             take_waiters(e, fallback, 1);
+        } else if (unusable) {
+            (*next)->returned = unusable;
+            METRIC_ADD(lease_tokens_returned, unusable);
+        }
     }
 out:
     pthread_mutex_unlock(&s->lock);
@@ -644,7 +743,7 @@ static void sweep(const struct lease_table *t, struct lease_stripe *s, uint64_t 
         if (now_us - e->touch_us <= t->cfg.ttl_us)
             break; /* the rest is younger */
         if (entry_idle(t, e, now_us))
-            entry_remove(s, e);
+            entry_remove(t, s, e);
         else
             entry_touch(s, e, now_us);
     }

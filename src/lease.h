@@ -67,6 +67,13 @@ struct lease_table *lease_table_new(const struct lease_config *cfg, unsigned nst
 /* Free every entry. Jobs still in flight must have been settled or dropped. */
 void lease_table_free(struct lease_table *t);
 
+/* Count this table's entries in b (bucket.h; shared with the bucket tables;
+ * NULL: no cap). Call before the first lease_decide. Past b's max, a new key
+ * drops the least recently used entry of its stripe without a job in flight
+ * or waiters (metrics: evictions). A spend it had not reported yet is not
+ * lost: see stripe_evict in lease.c. */
+void lease_table_set_budget(struct lease_table *t, struct bucket_budget *b);
+
 enum lease_verdict {
     LEASE_DONE = 0,    /* *res filled: decided from local state */
     LEASE_PENDING = 1, /* w queued; it comes back through lease_reply/lease_timeout */

@@ -14,6 +14,7 @@
 #include "store/script.h"
 #include "store/script_args.h"
 #include "store/store.h"
+#include "store/store_reply.h"
 #include "util.h"
 
 #define STRIPES 64
@@ -47,6 +48,7 @@ struct rjob {
 struct limiter {
     struct bucket_table *buckets;  /* standalone */
     struct bucket_table *backstop; /* fail-open while Redis is down */
+    struct bucket_budget budget;   /* [agent] max_entries: buckets and leases together */
     /* Redis mode */
     struct store *store;
     struct lease_table *leases;
@@ -162,14 +164,7 @@ static void exact_reply(struct limiter *l, struct lease_waiter *w, const struct 
 {
     struct limiter_req *req = w->req;
 
-    if (res && res->n >= EXACT_R_COUNT) {
-        const int64_t *v = res->v;
-        struct bucket_result *out = w->out;
-        out->allowed = v[EXACT_R_ALLOWED] == 1;
-        out->remaining = v[EXACT_R_REMAINING] > 0 ? (uint64_t)v[EXACT_R_REMAINING] : 0;
-        out->retry_us =
-            out->allowed ? 0 : (uint64_t)(v[EXACT_R_RETRY_MS] > 0 ? v[EXACT_R_RETRY_MS] : 1) * 1000;
-        out->reset_us = (uint64_t)(v[EXACT_R_RESET_MS] > 0 ? v[EXACT_R_RESET_MS] : 0) * 1000;
+    if (res && store_reply_exact(res->v, res->n, w->out) == 0) {
         req->ev.hits[w->hit].out.degraded = 0;
     } else {
         decide_fallback(l, req, w->hit, now_us);
@@ -361,14 +356,18 @@ static void enqueue(struct limiter *l, struct rjob *j)
     pthread_mutex_unlock(&l->qlock);
 }
 
-/* The Redis key of a hit: prefix, algorithm, rule, client key. Returns its
- * length, or 0 when it does not fit in buf. */
+/* The Redis key of a hit: prefix, algorithm, rule, client key (after an
+ * empty hashtag when it holds '{', so that clients cannot choose their
+ * Cluster slot: util_slot_fence). Returns its length, or 0 when it does not
+ * fit in buf. */
 static size_t redis_key(const struct limiter *l, const struct limiter_req *req,
                         const struct rule_hit *h, char *buf, size_t cap)
 {
     const struct cfg_rule *r = &req->rs->cfg->rules[h->rule];
+    const char *key = rules_hit_key(&req->ev, h);
     size_t rl = strlen(r->name);
-    size_t n = l->prefix_len + 3 + rl + 1 + h->key_len;
+    size_t fence = util_slot_fence(key, h->key_len);
+    size_t n = l->prefix_len + 3 + rl + 1 + fence + h->key_len;
 
     if (n > cap)
         return 0;
@@ -376,7 +375,8 @@ static size_t redis_key(const struct limiter *l, const struct limiter_req *req,
     memcpy(buf + l->prefix_len, r->algorithm == BUCKET_SLIDING_WINDOW ? "sw:" : "tb:", 3);
     memcpy(buf + l->prefix_len + 3, r->name, rl);
     buf[l->prefix_len + 3 + rl] = ':';
-    memcpy(buf + l->prefix_len + 4 + rl, rules_hit_key(&req->ev, h), h->key_len);
+    memcpy(buf + l->prefix_len + 4 + rl, UTIL_SLOT_FENCE, fence);
+    memcpy(buf + l->prefix_len + 4 + rl + fence, key, h->key_len);
     return n;
 }
 
@@ -468,7 +468,7 @@ static int decide_hit(struct limiter *l, struct limiter_req *req, size_t i, uint
     w->req = req;
     w->hit = i;
     if (klen == 0) { /* a long max_key: build it on the heap */
-        size_t cap = l->prefix_len + 4 + CFG_MAX_NAME + h->key_len;
+        size_t cap = l->prefix_len + 4 + CFG_MAX_NAME + sizeof(UTIL_SLOT_FENCE) + h->key_len;
         key = malloc(cap);
         klen = key ? redis_key(l, req, h, key, cap) : 0;
         if (!klen) {
@@ -494,6 +494,11 @@ int limiter_decide(struct limiter *l, struct limiter_req *req, uint64_t now_us)
 {
     unsigned decided = 0;
     int queued = 0;
+    size_t max_entries = req->rs->cfg->max_entries;
+
+    /* max_entries applies at reload: the ruleset carries it */
+    if (atomic_load_explicit(&l->budget.max, memory_order_relaxed) != max_entries)
+        atomic_store_explicit(&l->budget.max, max_entries, memory_order_relaxed);
 
     if (!l->store) {
         decide_standalone(l, req, now_us);
@@ -535,12 +540,16 @@ struct limiter *limiter_new(struct ev_loop *loop, const struct config *cfg, char
     }
     pthread_mutex_init(&l->qlock, NULL);
     l->loop = loop;
+    atomic_init(&l->budget.count, 0);
+    atomic_init(&l->budget.max, cfg->max_entries);
     l->buckets = bucket_table_new(STRIPES);
     l->backstop = bucket_table_new(STRIPES);
     if (!l->buckets || !l->backstop) {
         snprintf(err, errlen, "out of memory");
         goto fail;
     }
+    bucket_table_set_budget(l->buckets, &l->budget);
+    bucket_table_set_budget(l->backstop, &l->budget);
     if (config_standalone(cfg))
         return l;
 
@@ -551,6 +560,7 @@ struct limiter *limiter_new(struct ev_loop *loop, const struct config *cfg, char
         snprintf(err, errlen, "out of memory");
         goto fail;
     }
+    lease_table_set_budget(l->leases, &l->budget);
     l->timeout_us = cfg->redis_timeout_ms * 1000;
     l->ttl_ms = cfg->lease_ttl_ms;
     snprintf(l->prefix, sizeof(l->prefix), "%s", cfg->redis_prefix ? cfg->redis_prefix : "");

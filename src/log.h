@@ -8,6 +8,7 @@
 #define LOG_H
 
 #include <stdatomic.h>
+#include <stddef.h>
 
 /* Levels, most severe first: a line is written when its level <= log_level.
  * The config's log_level values are these. */
@@ -20,7 +21,29 @@ extern const char *const log_level_names[];
 /* enum log_level; default info. Atomic: SIGHUP changes it while workers log. */
 extern atomic_int log_level;
 
+/* Writes one line. Control bytes that reach the formatted message (a value
+ * passed without log_esc/log_val) are written as \xHH, so that no value can
+ * end the line and forge the next one. */
 void log_write(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Values from clients (keys), from Redis (errors, addresses) or from the
+ * config (paths, names) go through one of these, so that a '"' cannot close
+ * a quoted value and forge fields, nor a newline a line:
+ *
+ *   log_esc(s, len)  the body of a quoted value: '"' and '\' backslashed,
+ *                    \n \r \t, other bytes outside 0x20..0x7e as \xHH. For
+ *                    key="%s". s may hold NUL bytes.
+ *   log_val(s)       a whole value: s as it is when it needs no quotes
+ *                    (printable, no space, '=', '"' or '\', not empty), else
+ *                    quoted and escaped. For key=%s. NULL is "".
+ *
+ * At most LOG_VALUE_MAX bytes of s are shown ("..." marks a cut). The result
+ * lives in a buffer of the calling thread that stays valid for the next
+ * LOG_VALUE_SLOTS - 1 calls: enough for the values of one line. */
+#define LOG_VALUE_MAX 256
+#define LOG_VALUE_SLOTS 8
+const char *log_esc(const void *s, size_t len);
+const char *log_val(const char *s);
 
 /* fmt is the rest of the line after `msg=`: e.g. LOG_WARN("\"redis down\" err=%s", e). */
 #define LOG_AT(lvl, ...)                                                                          \

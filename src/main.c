@@ -136,7 +136,7 @@ static void on_sighup(struct ev_loop *loop, ev_signal *w, int revents)
 
     if (config_load_file(a->path, &cfg, err, sizeof(err)) < 0) {
         METRIC_INC(reload_failures);
-        LOG_ERROR("\"reload failed, keeping the rules in force\" file=%s", a->path);
+        LOG_ERROR("\"reload failed, keeping the rules in force\" file=%s", log_val(a->path));
         print_errors(err);
         return;
     }
@@ -155,7 +155,8 @@ static void on_sighup(struct ev_loop *loop, ev_signal *w, int revents)
     a->rs = rs;
     METRIC_INC(reloads);
     metrics_config_loaded(config_hash(rs->cfg), (uint64_t)time(NULL));
-    LOG_INFO("\"configuration reloaded\" file=%s rules=%zu", a->path, rs->cfg->nrules);
+    LOG_INFO("\"configuration reloaded\" file=%s rules=%zu", log_val(a->path),
+             rs->cfg->nrules);
     note_keyless_rules(rs->cfg);
 }
 
@@ -192,15 +193,18 @@ static void on_expire(struct ev_loop *loop, ev_timer *t, int revents)
 static void alert_cb(const char *rule, uint64_t blocks, uint64_t decisions)
 {
     LOG_WARN("\"high share of blocked requests\" rule=%s blocked=%llu decisions=%llu share=%.3f",
-             rule, (unsigned long long)blocks, (unsigned long long)decisions,
+             log_val(rule), (unsigned long long)blocks, (unsigned long long)decisions,
              (double)blocks / (double)decisions);
 }
 
-static void shadow_cb(const char *rule, uint64_t would_block, const char *top_key)
+/* top_key is a client's key: any bytes, escaped so that it cannot forge
+ * fields or lines. */
+static void shadow_cb(const char *rule, uint64_t would_block, const char *top_key, size_t top_len)
 {
     LOG_INFO("\"shadow rule would have blocked\" rule=%s would_block=%llu period_s=%d "
              "top_key=\"%s\"",
-             rule, (unsigned long long)would_block, (int)REPORT_EVERY_S, top_key);
+             log_val(rule), (unsigned long long)would_block, (int)REPORT_EVERY_S,
+             log_esc(top_key, top_len));
 }
 
 /* Every 10 s: a line per shadow rule that would have blocked (counts, not a
@@ -398,9 +402,9 @@ int main(int argc, char **argv)
     if (server_start(a.srv) < 0)
         goto fail;
     LOG_INFO("\"started\" version=%s listen=%s workers=%d rules=%zu mode=%s stats=%s",
-             PACKAGE_VERSION, a.rs->cfg->listen, a.rs->cfg->workers, a.rs->cfg->nrules,
+             PACKAGE_VERSION, log_val(a.rs->cfg->listen), a.rs->cfg->workers, a.rs->cfg->nrules,
              config_standalone(a.rs->cfg) ? "standalone" : "redis",
-             a.rs->cfg->stats && *a.rs->cfg->stats ? a.rs->cfg->stats : "off");
+             a.rs->cfg->stats && *a.rs->cfg->stats ? log_val(a.rs->cfg->stats) : "off");
     note_keyless_rules(a.rs->cfg);
 
     ev_run(a.loop, 0);

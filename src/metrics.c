@@ -90,9 +90,14 @@ static void top_insert(struct top_sketch *s, const char *key, size_t keylen)
     s->e[i].len = keylen;
 }
 
+/* now_us may be older than the period's start: a request's clock is read
+ * when it arrives, on its own worker, and it may have waited for Redis while
+ * a later one rotated the sketch. That is no time passed (subtracting would
+ * wrap, and both minutes were thrown away). */
 static void top_rotate(struct metrics_rule *r, uint64_t now_us)
 {
-    if (now_us - r->top_period_start_us < METRICS_TOP_PERIOD_US)
+    if (now_us <= r->top_period_start_us ||
+        now_us - r->top_period_start_us < METRICS_TOP_PERIOD_US)
         return;
     if (now_us - r->top_period_start_us < 2 * METRICS_TOP_PERIOD_US)
         r->top_prev = r->top_cur;
@@ -262,6 +267,10 @@ static void render_spop(struct strbuf *b)
         sb_printf(b, "spoa_ratelimit_frames_total{type=\"%s\"} %llu\n", frame_names[i],
                   (unsigned long long)ld(&metrics.frames_in[i]));
     render_simple(b, "spoa_ratelimit_acks_total", "counter", "ACK frames sent.", ld(&metrics.acks));
+    render_simple(b, "spoa_ratelimit_acks_truncated_total", "counter",
+                  "ACKs that carried only blocked and retry_after: the negotiated frame size "
+                  "had no room for the other variables.",
+                  ld(&metrics.acks_truncated));
     /* Status codes 1..13 in order, then 99 ("unknown"), which is counted in [0]. */
     sb_printf(b, "# HELP spoa_ratelimit_protocol_errors_total Connections closed with an "
                  "AGENT-DISCONNECT, by SPOE status code.\n"
@@ -400,6 +409,10 @@ char *metrics_render(size_t *len)
     render_lease(&b);
     render_simple(&b, "spoa_ratelimit_buckets", "gauge",
                   "In-memory buckets (standalone and fallback).", ld(&metrics.buckets));
+    render_simple(&b, "spoa_ratelimit_evictions_total", "counter",
+                  "Buckets and lease records dropped, least recently used first, to stay within "
+                  "[agent] max_entries.",
+                  ld(&metrics.evictions));
     render_simple(&b, "spoa_ratelimit_reloads_total", "counter", "Successful config reloads.",
                   ld(&metrics.reloads));
     render_simple(&b, "spoa_ratelimit_reload_failures_total", "counter",
@@ -490,11 +503,13 @@ void metrics_minute_tick(double share,
     }
 }
 
-void metrics_shadow_tick(void (*cb)(const char *rule, uint64_t would_block, const char *top_key))
+void metrics_shadow_tick(void (*cb)(const char *rule, uint64_t would_block, const char *top_key,
+                                    size_t top_len))
 {
     for (struct metrics_rule *r = atomic_load(&rules_head); r; r = r->next) {
         uint64_t n = atomic_exchange(&r->shadow_pending, 0);
         char top[METRICS_TOP_KEY_MAX + 1] = "";
+        size_t top_len = 0;
 
         if (n == 0)
             continue;
@@ -504,9 +519,11 @@ void metrics_shadow_tick(void (*cb)(const char *rule, uint64_t would_block, cons
         for (unsigned i = 1; i < sk->n; i++)
             if (sk->e[i].count > sk->e[best].count)
                 best = i;
-        if (sk->n)
+        if (sk->n) {
             memcpy(top, sk->e[best].key, sizeof(top));
+            top_len = sk->e[best].len;
+        }
         pthread_mutex_unlock(r->top_lock);
-        cb(r->name, n, top);
+        cb(r->name, n, top, top_len);
     }
 }

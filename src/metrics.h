@@ -66,6 +66,7 @@ struct metrics {
     atomic_uint_fast64_t frames_in[4];   /* by type: 0 other, 1 hello, 2 disconnect, 3 notify */
     atomic_uint_fast64_t protocol_errors[14]; /* by status code 1..13; [0] counts 99 */
     atomic_uint_fast64_t acks;
+    atomic_uint_fast64_t acks_truncated; /* only blocked (+ retry_after): frame too small */
     atomic_uint_fast64_t reloads;
     atomic_uint_fast64_t config_hash;      /* of the configuration in force */
     atomic_uint_fast64_t rules_without_key; /* in the configuration in force */
@@ -88,6 +89,7 @@ struct metrics {
     atomic_uint_fast64_t timeouts[3];
     atomic_uint_fast64_t notify_read_pauses; /* a connection reached the waiting-NOTIFY cap */
     atomic_int notifies_waiting;             /* NOTIFYs waiting for Redis, all connections */
+    atomic_uint_fast64_t evictions; /* buckets and lease entries dropped for max_entries */
     struct metrics_hist decision;
     struct metrics_hist redis_latency;
 };
@@ -137,8 +139,9 @@ void metrics_minute_tick(double share,
                          void (*cb)(const char *rule, uint64_t blocks, uint64_t decisions));
 
 /* For the shadow log: the would-be blocks of each rule since the last call
- * (reset), with the client most blocked recently; cb only for rules with
- * would-be blocks. */
-void metrics_shadow_tick(void (*cb)(const char *rule, uint64_t would_block, const char *top_key));
+ * (reset), with the client most blocked recently (top_len bytes, any bytes:
+ * escape them to log them); cb only for rules with would-be blocks. */
+void metrics_shadow_tick(void (*cb)(const char *rule, uint64_t would_block, const char *top_key,
+                                    size_t top_len));
 
 #endif

@@ -21,12 +21,11 @@ void rules_backstop_params(const struct bucket_params *p, double share, struct b
 {
     /* The backstop keeps N and stretches the period: share x rate without
      * fractional N; its burst is share x burst, at least 1. */
-    double period = (double)p->period_us / share;
-
     *b = *p;
-    /* a period from an arg may be the longest the syntax allows: saturate
-     * rather than convert an out-of-range double */
-    b->period_us = period < 0x1p63 ? (uint64_t)period : (uint64_t)1 << 63;
+    /* A tiny share would stretch the period past what a uint64_t holds (a
+     * conversion out of range is undefined: it gave 0, no limit at all):
+     * rules_backstop_period() caps it at BUCKET_MAX_PERIOD_US. */
+    b->period_us = rules_backstop_period(p->period_us, share);
     b->burst = (uint64_t)(share * (double)p->burst);
     if (b->burst < 1)
         b->burst = 1;
@@ -64,6 +63,15 @@ static int frac_cmp(uint64_t a, uint64_t b, uint64_t c, uint64_t d)
 int rules_rate_above(uint64_t n1, uint64_t p1, uint64_t n2, uint64_t p2)
 {
     return frac_cmp(n1, p1, n2, p2) > 0;
+}
+
+uint64_t rules_backstop_period(uint64_t period_us, double share)
+{
+    double us = (double)period_us / share;
+
+    if (!(us < (double)BUCKET_MAX_PERIOD_US)) /* NaN and inf too */
+        return BUCKET_MAX_PERIOD_US;
+    return us < 1 ? 1 : (uint64_t)us;
 }
 
 struct ruleset *ruleset_new(struct config *cfg)
@@ -303,12 +311,19 @@ static int finish_key(struct rule_eval *ev, size_t start, const struct bucket_pa
         ev->keys_len += (size_t)n;
     }
     if (ev->keys_len - start > max_key) {
-        /* Too long to keep: 128 bits of two differently seeded hashes. */
+        /* Too long to keep: 128 bits of two differently seeded hashes. The
+         * hash may be longer than the key it replaces (max_key can be 16):
+         * room for it and its NUL is made first, so it is never cut. */
         uint64_t h1 = util_hash(UTIL_HASH_INIT, ev->keys + start, ev->keys_len - start);
         uint64_t h2 = util_hash(0x84222325cbf29ce4ULL, ev->keys + start, ev->keys_len - start);
         ev->keys_len = start;
-        ev->keys_len += (size_t)snprintf(ev->keys + start, ev->keys_cap - start,
-                                         "#%016" PRIx64 "%016" PRIx64, h1, h2);
+        if (keys_reserve(ev, RULES_HASHED_KEY_LEN + 1) < 0)
+            return -ENOMEM;
+        int n = snprintf(ev->keys + start, ev->keys_cap - start, "#%016" PRIx64 "%016" PRIx64,
+                         h1, h2);
+        if (n != RULES_HASHED_KEY_LEN)
+            return -ENOMEM; /* cannot happen: 1 + 2 x 16 hex digits */
+        ev->keys_len += (size_t)n;
     }
     if (keys_reserve(ev, 1) < 0) {
         ev->keys_len = start;
@@ -600,18 +615,26 @@ static int put_var_str(struct spop_writer *w, const char *name, const char *s)
     return spop_put_set_var(w, SPOP_SCOPE_TXN, name, &d);
 }
 
-int rules_encode_actions(struct spop_writer *w, const struct ruleset *rs,
-                         const struct rule_eval *ev)
+/* The numbers an ACK carries, clamped so that config_ack_max_size() bounds
+ * its size: a bucket never holds more than its capacity (a Redis reply that
+ * says otherwise is wrong), and waits are capped at RULES_MAX_SECONDS. */
+static uint64_t clamp_remaining(const struct bucket_params *p, uint64_t remaining)
 {
-    const struct rule_hit *h = deciding_hit(rs, ev);
-    int would_block = 0, degraded = 0, ret;
-    char buf[160];
+    uint64_t cap = p->burst > p->limit ? p->burst : p->limit;
+    return remaining < cap ? remaining : cap;
+}
 
-    for (size_t i = 0; i < ev->nhits; i++) {
-        if (rs->cfg->rules[ev->hits[i].rule].shadow && !ev->hits[i].out.res.allowed)
-            would_block = 1;
-        degraded |= ev->hits[i].out.degraded;
-    }
+static uint64_t clamp_seconds(uint64_t s)
+{
+    return s < RULES_MAX_SECONDS ? s : RULES_MAX_SECONDS;
+}
+
+/* Every variable of the ACK (interface.md). */
+static int encode_full(struct spop_writer *w, const struct ruleset *rs, const struct rule_hit *h,
+                       int would_block, int degraded)
+{
+    char buf[160];
+    int ret;
 
     if ((ret = put_var_bool(w, "blocked", h && !h->out.res.allowed)) < 0)
         return ret;
@@ -623,17 +646,18 @@ int rules_encode_actions(struct spop_writer *w, const struct ruleset *rs,
         return 0;
 
     const struct cfg_rule *rule = &rs->cfg->rules[h->rule];
-    uint64_t reset = util_us_to_s_ceil(h->out.res.reset_us);
+    uint64_t reset = clamp_seconds(util_us_to_s_ceil(h->out.res.reset_us));
     /* the request's own N and window: a limit from an arg is per request */
     uint64_t window = (h->params.period_us / 1000 + 999) / 1000;
+    uint64_t remaining = clamp_remaining(&h->params, h->out.res.remaining);
 
     if ((ret = put_var_str(w, "rule", rule->name)) < 0 ||
         (ret = put_var_int(w, "limit", (int64_t)h->params.limit)) < 0 ||
-        (ret = put_var_int(w, "remaining", (int64_t)h->out.res.remaining)) < 0 ||
+        (ret = put_var_int(w, "remaining", (int64_t)remaining)) < 0 ||
         (ret = put_var_int(w, "reset", (int64_t)reset)) < 0)
         return ret;
     if (!h->out.res.allowed) {
-        uint64_t retry = util_us_to_s_ceil(h->out.res.retry_us);
+        uint64_t retry = clamp_seconds(util_us_to_s_ceil(h->out.res.retry_us));
         if ((ret = put_var_int(w, "retry_after", (int64_t)(retry ? retry : 1))) < 0)
             return ret;
     }
@@ -641,7 +665,43 @@ int rules_encode_actions(struct spop_writer *w, const struct ruleset *rs,
              window ? window : 1);
     if ((ret = put_var_str(w, "policy", buf)) < 0)
         return ret;
-    snprintf(buf, sizeof(buf), "\"%s\";r=%" PRIu64 ";t=%" PRIu64, rule->name,
-             h->out.res.remaining, reset);
+    snprintf(buf, sizeof(buf), "\"%s\";r=%" PRIu64 ";t=%" PRIu64, rule->name, remaining, reset);
     return put_var_str(w, "ratelimit", buf);
+}
+
+/* What must reach HAProxy whatever the frame size: the decision. */
+static int encode_minimal(struct spop_writer *w, const struct rule_hit *h)
+{
+    int ret = put_var_bool(w, "blocked", h && !h->out.res.allowed);
+
+    if (ret < 0 || !h || h->out.res.allowed)
+        return ret;
+    uint64_t retry = clamp_seconds(util_us_to_s_ceil(h->out.res.retry_us));
+    return put_var_int(w, "retry_after", (int64_t)(retry ? retry : 1));
+}
+
+int rules_encode_actions(struct spop_writer *w, const struct ruleset *rs,
+                         const struct rule_eval *ev)
+{
+    const struct rule_hit *h = deciding_hit(rs, ev);
+    uint8_t *start = w->p;
+    int would_block = 0, degraded = 0, ret;
+
+    for (size_t i = 0; i < ev->nhits; i++) {
+        if (rs->cfg->rules[ev->hits[i].rule].shadow && !ev->hits[i].out.res.allowed)
+            would_block = 1;
+        degraded |= ev->hits[i].out.degraded;
+    }
+    ret = encode_full(w, rs, h, would_block, degraded);
+    if (ret != SPOP_ENOSPC)
+        return ret;
+    /* The negotiated frame is too small for every variable (HAProxy may
+     * offer 256 bytes, and a rule name takes 40 three times). Without an
+     * ACK the connection would be dropped and HAProxy would let the request
+     * through: send the decision alone instead. */
+    w->p = start;
+    ret = encode_minimal(w, h);
+    if (ret == 0)
+        METRIC_INC(acks_truncated);
+    return ret;
 }

@@ -30,6 +30,10 @@ struct ruleset {
 /* Build a ruleset owning cfg (freed with the ruleset). NULL when out of
  * memory (cfg is freed then too). refs starts at 1. */
 struct ruleset *ruleset_new(struct config *cfg);
+/* The fallback backstop's period: period_us / share (share in (0, 1]),
+ * within [1, BUCKET_MAX_PERIOD_US] whatever the share. */
+uint64_t rules_backstop_period(uint64_t period_us, double share);
+
 void ruleset_ref(struct ruleset *rs);
 void ruleset_unref(struct ruleset *rs); /* frees at zero; NULL is a no-op */
 
@@ -69,6 +73,9 @@ static inline const char *rules_hit_key(const struct rule_eval *ev, const struct
     return ev->keys + h->key_off;
 }
 
+/* A client key longer than max_key is replaced by '#' and 32 hex digits. */
+#define RULES_HASHED_KEY_LEN 33
+
 /* Find the rules that apply to the messages of a NOTIFY payload: each rule
  * at most once, in config order. Returns 0, SPOP_EINVAL when the payload is
  * malformed, or -ENOMEM. Keys longer than max_key are replaced by a hash.
@@ -94,8 +101,16 @@ int rules_rate_above(uint64_t n1, uint64_t p1, uint64_t n2, uint64_t p2);
  * blocked clients). */
 void rules_account(const struct ruleset *rs, const struct rule_eval *ev, uint64_t now_us);
 
+/* Waits (reset, retry_after) in an ACK are capped at this many seconds
+ * (about 317 years), so that an ACK's size has a bound:
+ * config_ack_max_size(). */
+#define RULES_MAX_SECONDS CFG_ACK_MAX_SECONDS
+
 /* Write the ACK actions (set-var, scope txn) for the decided hits: see the
- * variables table of interface.md. With no hit, only blocked=false. */
+ * variables table of interface.md. With no hit, only blocked=false. When w
+ * has no room for them all, only blocked and (when blocked) retry_after are
+ * written, counted in acks_truncated: the decision always reaches HAProxy.
+ * remaining is capped at the rule's capacity (max of burst and N). */
 int rules_encode_actions(struct spop_writer *w, const struct ruleset *rs,
                          const struct rule_eval *ev);
 

@@ -60,3 +60,8 @@ unsigned util_redis_slot(const char *key, size_t len)
     }
     return util_crc16(key, len) & 16383;
 }
+
+size_t util_slot_fence(const char *key, size_t len)
+{
+    return len && memchr(key, '{', len) ? sizeof(UTIL_SLOT_FENCE) - 1 : 0;
+}

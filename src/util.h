@@ -40,10 +40,23 @@ uint16_t util_crc16(const void *data, size_t len);
  * of the part between the first '{' and the next '}' when that is not empty. */
 unsigned util_redis_slot(const char *key, size_t len);
 
-/* Ceiling division of microseconds into whole seconds. */
+/* Redis Cluster hashes only the part of a key between the first '{' and the
+ * next '}' (a hashtag) when it is not empty. Redis keys are PREFIX + "tb:" +
+ * RULE + ":" + CLIENT KEY, so a client key holding "{x}" would choose its
+ * own slot and could pile keys onto one master. A client key holding '{' is
+ * therefore written after UTIL_SLOT_FENCE, an empty hashtag: Redis (and
+ * util_redis_slot) then hash the whole key. Other keys are written as they
+ * are, so their Redis names do not change; fenced keys are the only ones to
+ * start with '{', so two client keys never share a Redis key. Returns the
+ * bytes to write before key: 0, or 2 for the fence. */
+#define UTIL_SLOT_FENCE "{}"
+size_t util_slot_fence(const char *key, size_t len);
+
+/* Ceiling division of microseconds into whole seconds (without adding
+ * first: that would wrap for waits near UINT64_MAX). */
 static inline uint64_t util_us_to_s_ceil(uint64_t us)
 {
-    return (us + 999999) / 1000000;
+    return us / 1000000 + (us % 1000000 != 0);
 }
 
 #endif

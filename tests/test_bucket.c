@@ -1,5 +1,6 @@
 /* test_bucket.c - token bucket, sliding window and bucket table. */
 #include "bucket.h"
+#include "metrics.h"
 
 #include <check.h>
 #include <pthread.h>
@@ -449,6 +450,35 @@ START_TEST(test_sw_idle)
 }
 END_TEST
 
+/* Periods past BUCKET_MAX_PERIOD_US count as it: 2 x period (the window
+ * pair) stays in range and the bucket still limits. */
+START_TEST(test_huge_period)
+{
+    const uint64_t periods[] = {BUCKET_MAX_PERIOD_US, BUCKET_MAX_PERIOD_US + 1, UINT64_MAX / 2 + 1,
+                                UINT64_MAX};
+    for (size_t i = 0; i < sizeof(periods) / sizeof(periods[0]); i++) {
+        for (int algo = TB; algo <= SW; algo++) {
+            struct bucket_params p = params(algo, 1, periods[i], 1);
+            struct bucket b;
+            struct bucket_result r;
+            uint64_t now = 5 * DAY;
+
+            bucket_init(&b, &p, now);
+            bucket_take(&b, &p, now, 1, &r);
+            ck_assert_int_eq(r.allowed, 1);
+            ck_assert(!bucket_idle(&b, &p, now + DAY));
+            bucket_take(&b, &p, now + DAY, 1, &r);
+            ck_assert_msg(!r.allowed, "period %llu, algorithm %d: not limited",
+                          (unsigned long long)periods[i], algo);
+            ck_assert_uint_ge(r.retry_us, BUCKET_MAX_PERIOD_US - 2 * DAY);
+            ck_assert_uint_le(r.retry_us, 2 * BUCKET_MAX_PERIOD_US);
+            ck_assert_uint_le(r.reset_us, 2 * BUCKET_MAX_PERIOD_US);
+            ck_assert_uint_ge(r.reset_us, BUCKET_MAX_PERIOD_US - 2 * DAY);
+        }
+    }
+}
+END_TEST
+
 START_TEST(test_sw_window_bound)
 {
     /* Randomised: no aligned window ever admits more than the limit, and no
@@ -528,6 +558,84 @@ START_TEST(test_table_keys)
     ck_assert_uint_eq(bucket_table_count(t), 8);
     bucket_table_free(t);
     bucket_table_free(NULL);
+}
+END_TEST
+
+static const struct bucket_params *same_params(void *ctx, const char *rule)
+{
+    (void)rule;
+    return ctx;
+}
+
+/* [agent] max_entries: past the budget a new bucket drops the least recently
+ * used one of its stripe, which starts full again. One stripe: exact LRU. */
+START_TEST(test_table_lru_eviction)
+{
+    struct bucket_budget budget = {0};
+    struct bucket_table *t = bucket_table_new(1);
+    struct bucket_params p = params(TB, 1, HOUR, 1);
+    struct bucket_result r;
+    uint64_t ev0 = atomic_load(&metrics.evictions);
+
+    atomic_store(&budget.max, 3);
+    bucket_table_set_budget(t, &budget);
+    ck_assert(ttake(t, "r", "a", &p, 0, &r));
+    ck_assert(ttake(t, "r", "b", &p, 1, &r));
+    ck_assert(ttake(t, "r", "c", &p, 2, &r));
+    ck_assert(!ttake(t, "r", "a", &p, 3, &r)); /* a used again: b is the oldest */
+    ck_assert_uint_eq(atomic_load(&budget.count), 3);
+    ck_assert(ttake(t, "r", "d", &p, 4, &r)); /* drops b */
+    ck_assert_uint_eq(bucket_table_count(t), 3);
+    ck_assert_uint_eq(atomic_load(&budget.count), 3);
+    ck_assert_uint_eq(atomic_load(&metrics.evictions), ev0 + 1);
+    ck_assert(!ttake(t, "r", "a", &p, 5, &r)); /* kept: still empty */
+    ck_assert(!ttake(t, "r", "c", &p, 6, &r));
+    /* b was forgotten: full again, one burst more than the limit (and it
+     * drops d, now the oldest) */
+    ck_assert(ttake(t, "r", "b", &p, 7, &r));
+    ck_assert_uint_eq(atomic_load(&metrics.evictions), ev0 + 2);
+    ck_assert(ttake(t, "r", "d", &p, 8, &r));
+
+    /* a lower cap (a reload) is reached back: two dropped per new bucket */
+    atomic_store(&budget.max, 1);
+    ck_assert(ttake(t, "r", "e", &p, 9, &r));
+    ck_assert_uint_eq(bucket_table_count(t), 2);
+    ck_assert(ttake(t, "r", "f", &p, 10, &r));
+    ck_assert_uint_eq(bucket_table_count(t), 1);
+    ck_assert_uint_eq(atomic_load(&budget.count), 1);
+    /* idle buckets expire as before, and leave the budget */
+    ck_assert_uint_eq(bucket_table_expire(t, 10 * HOUR, 100, same_params, &p), 1);
+    ck_assert_uint_eq(atomic_load(&budget.count), 0);
+    bucket_table_free(t);
+}
+END_TEST
+
+/* Many stripes, many keys: the table stays at the budget. */
+START_TEST(test_table_budget_many_keys)
+{
+    struct bucket_budget budget = {0};
+    struct bucket_table *t = bucket_table_new(64);
+    struct bucket_params p = params(TB, 1, HOUR, 1);
+    struct bucket_result r;
+    char key[32];
+
+    atomic_store(&budget.max, 1000);
+    bucket_table_set_budget(t, &budget);
+    for (int i = 0; i < 100000; i++) {
+        int n = snprintf(key, sizeof(key), "client-%d", i);
+        ck_assert_int_eq(bucket_table_take(t, "r", key, (size_t)n, &p, (uint64_t)i, 1, &r), 0);
+        ck_assert_uint_le(atomic_load(&budget.count), 1000 + 64);
+    }
+    ck_assert_uint_eq(bucket_table_count(t), atomic_load(&budget.count));
+    ck_assert_uint_ge(bucket_table_count(t), 1000 - 64);
+    /* the most recent keys are still there (and empty) */
+    for (int i = 100000 - 10; i < 100000; i++) {
+        int n = snprintf(key, sizeof(key), "client-%d", i);
+        ck_assert_int_eq(bucket_table_take(t, "r", key, (size_t)n, &p, 100000, 1, &r), 0);
+        ck_assert(!r.allowed);
+    }
+    bucket_table_free(t);
+    ck_assert_uint_eq(atomic_load(&budget.count), 0);
 }
 END_TEST
 
@@ -799,11 +907,14 @@ static Suite *bucket_suite(void)
     tcase_add_loop_test(tc, test_sw_retry, 0, sizeof(sw_cases) / sizeof(sw_cases[0]));
     tcase_add_test(tc, test_sw_idle);
     tcase_add_test(tc, test_sw_window_bound);
+    tcase_add_test(tc, test_huge_period);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("table");
     tcase_add_test(tc, test_table_keys);
     tcase_add_test(tc, test_table_reload);
+    tcase_add_test(tc, test_table_lru_eviction);
+    tcase_add_test(tc, test_table_budget_many_keys);
     tcase_add_test(tc, test_table_expire);
     tcase_add_loop_test(tc, test_table_expire_max_visit, 0,
                         sizeof(visit_stripes) / sizeof(visit_stripes[0]));

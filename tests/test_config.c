@@ -47,7 +47,17 @@ static const struct {
     {"1h", 3600000},
     {"1d", 86400000},
     {"007s", 7000},
-    {"18446744073709551ms", 18446744073709551ULL}, /* CFG_MAX_DURATION_MS */
+    {"31536000000ms", 31536000000ULL}, /* CFG_MAX_DURATION_MS: one year */
+    {"31536000s", 31536000000ULL},
+    {"525600m", 31536000000ULL},
+    {"8760h", 31536000000ULL},
+    {"365d", 31536000000ULL},
+    {"31536000001ms", 0},
+    {"31536001s", 0},
+    {"8761h", 0},
+    {"366d", 0},
+    {"20000000d", 0},
+    {"18446744073709551ms", 0},
     {"", 0},
     {"0s", 0},
     {"0ms", 0},
@@ -107,6 +117,9 @@ static const struct {
     {"100/ 1m", 0, 0},
     {"1/1s/1s", 0, 0},
     {"1000000000000001/1s", 0, 0},
+    {"1/365d", 1, 31536000000ULL},
+    {"1/366d", 0, 0},
+    {"1/20000000d", 0, 0},
     {"", 0, 0},
 };
 
@@ -337,6 +350,7 @@ START_TEST(test_defaults)
     ck_assert_int_eq(cfg->shadow, 0);
     ck_assert_uint_eq(cfg->nallow, 0);
     ck_assert_uint_eq(cfg->max_key, 512);
+    ck_assert_uint_eq(cfg->max_entries, 1000000);
     ck_assert_double_eq(cfg->alert_share, 0.05);
     ck_assert_ptr_null(cfg->redis_url);
     ck_assert_ptr_null(cfg->redis_cluster);
@@ -379,6 +393,10 @@ START_TEST(test_variants)
     ck_assert_str_eq(cfg->listen, "unix:/run/spoa.sock");
     ck_assert_int_eq(cfg->workers, 256);
     ck_assert_uint_eq(cfg->max_frame_size, 16777216);
+    config_free(cfg);
+
+    cfg = load_ok("[agent]\nmax_entries = 5000\n");
+    ck_assert_uint_eq(cfg->max_entries, 5000);
     config_free(cfg);
 
     cfg = load_ok("[agent]\nlisten = *:12345\nstats = :9145\nmax_frame_size = 256\n"
@@ -448,11 +466,34 @@ static const struct {
      "t.ini:2: bad number '0' for 'workers' (expected an integer from 1 to 256)\n"},
     {"[agent]\nworkers = 257\n",
      "t.ini:2: bad number '257' for 'workers' (expected an integer from 1 to 256)\n"},
+    {"[agent]\nmax_entries = 0\n", "t.ini:2: bad number '0' for 'max_entries' (expected an "
+                                   "integer from 1 to 1000000000000)\n"},
     {"[agent]\nmax_frame_size = 255\n", "t.ini:2: bad number '255' for 'max_frame_size' "
                                         "(expected an integer from 256 to 16777216)\n"},
     {"[agent]\nmax_frame_size = 16777217\n", "t.ini:2: bad number '16777217' for "
                                              "'max_frame_size' (expected an integer from 256 to "
                                              "16777216)\n"},
+    /* HAProxy's ACK must hold every variable of the largest answer */
+    {"[agent]\nmax_frame_size = 256\n[rule:rrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrr]\nrate = 1/1h\n",
+     "t.ini:2: max_frame_size 256 is too small for the ACK of rule "
+     "'rrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrr' (up to 319 bytes): raise it to at least 319 or "
+     "shorten the rule name\n"},
+    {"[rule:a]\nrate = 1/1s\n[rule:rrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrr]\nrate = 1/1h\n[agent]\n"
+     "max_frame_size = 290\n",
+     "t.ini:6: max_frame_size 290 is too small for the ACK of rule "
+     "'rrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrr' (up to 298 bytes): raise it to at least 298 or "
+     "shorten the rule name\n"},
+    {"[redis]\nurl = redis://127.0.0.1:6379\nprefix = rl{x:\n",
+     "t.ini:3: prefix 'rl{x:': a '{' must be closed by '}' (a Redis Cluster hashtag), or client "
+     "keys would choose their slot\n"},
+    /* durations are capped at a year, with their own message */
+    {"[rule:r]\nrate = 1/20000000d\n",
+     "t.ini:2: rate '1/20000000d': the duration is longer than the maximum of 365d\n"},
+    {"[rule:r]\nrate = 1/99999999999999999999999ms\n",
+     "t.ini:2: rate '1/99999999999999999999999ms': the duration is longer than the maximum of "
+     "365d\n"},
+    {"[lease]\n\nttl = 366d\n",
+     "t.ini:3: duration '366d' for 'ttl' is longer than the maximum of 365d\n"},
     {"[redis]\ntimeout = 100\n", "t.ini:2: bad duration '100' for 'timeout' (expected an integer "
                                  "> 0 and a unit: ms, s, m, h or d)\n"},
     {"[rule:r]\nrate = 100\n",
@@ -557,6 +598,17 @@ START_TEST(test_bad)
 
     load_bad(bad_configs[_i].text, err, sizeof(err));
     ck_assert_str_eq(err, bad_configs[_i].err);
+}
+END_TEST
+
+/* The smallest frame HAProxy allows holds the ACK of a usual rule. */
+START_TEST(test_small_frame_ok)
+{
+    struct config *cfg = load_ok("[agent]\nmax_frame_size = 256\n"
+                                 "[rule:api-key]\nkey = key\nrate = 100/1m\nburst = 20\n");
+
+    ck_assert_uint_le(config_ack_max_size(&cfg->rules[0]), 256);
+    config_free(cfg);
 }
 END_TEST
 
@@ -1062,6 +1114,7 @@ static Suite *config_suite(void)
     tc = tcase_create("errors");
     LOOP(tc, test_bad, bad_configs);
     tcase_add_test(tc, test_many_errors);
+    tcase_add_test(tc, test_small_frame_ok);
     tcase_add_test(tc, test_error_buffer);
     tcase_add_test(tc, test_error_flood);
     tcase_add_test(tc, test_limits);

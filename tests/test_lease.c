@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "lease.h"
+#include "metrics.h"
 
 #define MS 1000ull
 #define S 1000000ull
@@ -405,6 +406,144 @@ START_TEST(failed_job_voids_the_lease)
 }
 END_TEST
 
+/* A sliding window's lease ends with its window: it may be far shorter than
+ * ttl. The whole margin (ttl / 20 = 50 ms here) used to leave a 30 ms lease
+ * nothing to spend, and the agent claimed, and was charged, again and again
+ * until the window ended. */
+START_TEST(short_window_lease_is_spent)
+{
+    static const struct bucket_params sw = {BUCKET_SLIDING_WINDOW, 100, 10 * S, 100};
+    struct lease_table *t = lease_table_new(&cfg, 1);
+    struct lease_job *j, *next;
+    struct lease_waiter *done, *fb;
+    struct req r[2];
+
+    ck_assert_int_eq(decide(t, "w", &sw, 10 * S, 1, &r[0], &j), LEASE_PENDING);
+    j->sent_us = 10 * S;
+    reply(t, j, (const int64_t[8]){1, 90, 1, 1, 0, 15000, 30, 1}, 10 * S + 1 * MS, &done, &fb,
+          &next);
+    ck_assert_int_eq(count(done), 1);
+    ck_assert(r[0].res.allowed);
+    ck_assert_ptr_null(next);
+
+    /* A grant whose lease ended before its reply came cannot be spent: it
+     * goes back with the follow-up claim instead of staying charged. */
+    ck_assert_int_eq(decide(t, "w", &sw, 12 * S, 1, &r[1], &j), LEASE_PENDING);
+    j->sent_us = 12 * S;
+    reply(t, j, (const int64_t[8]){2, 88, 2, 1, 0, 15000, 2, 2}, 12 * S + 5 * MS, &done, &fb,
+          &next);
+    ck_assert_int_eq(count(done), 0);
+    ck_assert_ptr_nonnull(next);
+    ck_assert_uint_eq(next->kind, LEASE_JOB_CLAIM);
+    ck_assert_uint_eq(next->returned, 2);
+    ck_assert_uint_eq(next->used, 0);
+    next->sent_us = 12 * S + 5 * MS;
+    /* the next window: Redis dropped that lease, grants afresh */
+    reply(t, next, (const int64_t[8]){1, 99, 1, 1, 0, 15000, 1000, 1}, 12 * S + 6 * MS, &done,
+          &fb, &j);
+    ck_assert_int_eq(count(done), 1);
+    ck_assert(r[1].res.allowed);
+    lease_table_free(t);
+}
+END_TEST
+
+/* [agent] max_entries: a new key past the budget drops the least recently
+ * used entry without a job in flight or waiters. A spend it had not
+ * reported must not come back: while its lease may live in Redis, new
+ * entries of the stripe report "all spent" (capped by Redis at what it
+ * holds) with their first claim. */
+START_TEST(eviction_never_loses_a_report)
+{
+    struct lease_table *t = lease_table_new(&cfg, 1); /* one stripe: exact order */
+    struct bucket_budget budget = {0};
+    struct lease_job *ja, *jb, *jc, *jd, *next;
+    struct lease_waiter *done, *fb;
+    struct req r[8];
+    uint64_t ev0 = atomic_load(&metrics.evictions);
+
+    atomic_store(&budget.max, 2);
+    lease_table_set_budget(t, &budget);
+    /* a: 5 granted, 1 spent by its waiter: a report pending, lease alive */
+    decide(t, "a", &pbig, 0, 1, &r[0], &ja);
+    ck_assert_uint_eq(ja->used, 0); /* nothing evicted yet: a plain first claim */
+    ja->sent_us = 0;
+    reply(t, ja, (const int64_t[8]){5, 995, 5, 1, 0, 5, 1000, 5}, 100, &done, &fb, &next);
+    ck_assert_int_eq(count(done), 1);
+    /* b: a claim in flight (with its waiter) */
+    ck_assert_int_eq(decide(t, "b", &pbig, 200, 1, &r[1], &jb), LEASE_PENDING);
+    /* c: over the budget; b must stay, a (the oldest) goes */
+    ck_assert_int_eq(decide(t, "c", &pbig, 300, 1, &r[2], &jc), LEASE_PENDING);
+    ck_assert_uint_eq(atomic_load(&metrics.evictions), ev0 + 1);
+    ck_assert_uint_eq(lease_count(t), 2);
+    ck_assert_uint_eq(atomic_load(&budget.count), 2);
+    /* c may be a key just dropped: its first claim says all it held is spent */
+    ck_assert_uint_ge(jc->used, 1000000000000ull);
+    /* c's claim fails: its waiter falls back, nothing points to c any more */
+    lease_reply(t, jc, 0, NULL, 0, 350, &done, &fb, &next);
+    ck_assert_int_eq(count(fb), 1);
+    /* a again: its 1 unreported spend is reported as "all spent", so Redis
+     * cannot hand back the 4 it still counts as ours; b still stays, c goes */
+    ck_assert_int_eq(decide(t, "a", &pbig, 400, 1, &r[3], &ja), LEASE_PENDING);
+    ck_assert_ptr_nonnull(ja);
+    ck_assert_uint_ge(ja->used, 5);
+    ck_assert_uint_eq(lease_count(t), 2);
+    ck_assert_uint_eq(atomic_load(&metrics.evictions), ev0 + 2);
+    /* Redis settles all 5 of a's as spent and grants 3: a spends 3, no more */
+    ja->sent_us = 400;
+    reply(t, ja, (const int64_t[8]){3, 990, 3, 1, 0, 5, 1000, 3}, 500, &done, &fb, &next);
+    ck_assert_int_eq(count(done), 1);
+    int allowed = 1;
+    for (int i = 0; i < 5; i++)
+        if (decide(t, "a", &pbig, 600, 1, &r[4], &next) == LEASE_DONE && r[4].res.allowed)
+            allowed++;
+        else if (next) {
+            lease_reply(t, next, 0, NULL, 0, 700, &done, &fb, &jd);
+            break;
+        }
+    ck_assert_int_eq(allowed, 3);
+    /* once a second has passed since the last drop, new keys report nothing */
+    jb->sent_us = 200;
+    lease_reply(t, jb, 0, NULL, 0, 800, &done, &fb, &next);
+    ck_assert_int_eq(decide(t, "d", &pbig, 3 * S, 1, &r[5], &jd), LEASE_PENDING);
+    ck_assert_uint_eq(jd->used, 0);
+    lease_reply(t, jd, 0, NULL, 0, 3 * S, &done, &fb, &next);
+    lease_table_free(t);
+    ck_assert_uint_eq(atomic_load(&budget.count), 0);
+}
+END_TEST
+
+/* Buckets and lease entries share one budget. */
+START_TEST(budget_shared_with_buckets)
+{
+    struct bucket_budget budget = {0};
+    struct lease_table *t = lease_table_new(&cfg, 1);
+    struct bucket_table *b = bucket_table_new(1);
+    struct bucket_result res;
+    struct lease_job *j;
+    struct req r;
+
+    atomic_store(&budget.max, 4);
+    lease_table_set_budget(t, &budget);
+    bucket_table_set_budget(b, &budget);
+    for (int i = 0; i < 4; i++) {
+        char key[8];
+        snprintf(key, sizeof(key), "b%d", i);
+        bucket_table_take(b, "r", key, strlen(key), &p10, 0, 1, &res);
+    }
+    ck_assert_int_eq(decide(t, "l", &pbig, 0, 1, &r, &j), LEASE_PENDING);
+    ck_assert_uint_eq(atomic_load(&budget.count), 5);
+    bucket_table_take(b, "r", "b4", 2, &p10, 1, 1, &res); /* two buckets go */
+    ck_assert_uint_eq(atomic_load(&budget.count), 4);
+    ck_assert_uint_eq(bucket_table_count(b) + lease_count(t), 4);
+    struct lease_waiter *done = NULL, *fb = NULL;
+    struct lease_job *next = NULL;
+    lease_reply(t, j, 0, NULL, 0, 10, &done, &fb, &next);
+    lease_table_free(t);
+    bucket_table_free(b);
+    ck_assert_uint_eq(atomic_load(&budget.count), 0);
+}
+END_TEST
+
 static Suite *lease_suite(void)
 {
     Suite *s = suite_create("lease");
@@ -419,6 +558,9 @@ static Suite *lease_suite(void)
     tcase_add_test(tc, failed_job_voids_the_lease);
     tcase_add_test(tc, tick_costs_what_is_active);
     tcase_add_test(tc, demand_decays_off_the_list);
+    tcase_add_test(tc, short_window_lease_is_spent);
+    tcase_add_test(tc, eviction_never_loses_a_report);
+    tcase_add_test(tc, budget_shared_with_buckets);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -103,6 +103,32 @@ START_TEST(top_keeps_heavy_hitters_in_bounded_memory)
 }
 END_TEST
 
+/* Requests are accounted with the clock read when they arrived: on another
+ * worker, or before waiting for Redis, that can be older than the sketch's
+ * period start. Such a sample is no time passed: it used to wrap around and
+ * clear both minutes. */
+START_TEST(top_survives_older_timestamps)
+{
+    struct metrics_rule *r = metrics_rule_get("older");
+    size_t len;
+
+    metrics_top_add(r, "early", 5, 100 * S);
+    metrics_top_add(r, "early", 5, 100 * S + METRICS_TOP_PERIOD_US + 1); /* rotates */
+    metrics_top_add(r, "late", 4, 100 * S + METRICS_TOP_PERIOD_US + 2);
+    metrics_top_add(r, "waited", 6, 100 * S + METRICS_TOP_PERIOD_US - 1000); /* older */
+    metrics_top_add(r, "waited", 6, 50 * S);
+    ck_assert_uint_eq(r->top_prev.n, 1);
+    ck_assert_uint_eq(r->top_cur.n, 3);
+    char *json = metrics_top_render(100 * S + METRICS_TOP_PERIOD_US - 5 * S, &len);
+    ck_assert_ptr_nonnull(json);
+    ck_assert_msg(strstr(json, "\"older\":[{\"key\":\"early\",\"blocked\":2,\"error\":0}"), "%s",
+                  json);
+    ck_assert_msg(strstr(json, "{\"key\":\"waited\",\"blocked\":2,\"error\":0}"), "%s", json);
+    ck_assert_msg(strstr(json, "{\"key\":\"late\",\"blocked\":1,\"error\":0}"), "%s", json);
+    free(json);
+}
+END_TEST
+
 static char alerted[64];
 static uint64_t alert_blocks, alert_decisions;
 
@@ -138,12 +164,17 @@ END_TEST
 static uint64_t shadow_n;
 static char shadow_top[80];
 
-static void on_shadow(const char *rule, uint64_t n, const char *top)
+static size_t shadow_top_len;
+
+static void on_shadow(const char *rule, uint64_t n, const char *top, size_t top_len)
 {
     if (strcmp(rule, "shadow") != 0)
         return;
     shadow_n = n;
-    snprintf(shadow_top, sizeof(shadow_top), "%s", top);
+    ck_assert_uint_lt(top_len, sizeof(shadow_top));
+    memcpy(shadow_top, top, top_len);
+    shadow_top[top_len] = '\0';
+    shadow_top_len = top_len;
 }
 
 START_TEST(shadow_tick_counts_and_top_key)
@@ -157,6 +188,13 @@ START_TEST(shadow_tick_counts_and_top_key)
     shadow_n = 0;
     metrics_shadow_tick(on_shadow); /* nothing new: no call */
     ck_assert_uint_eq(shadow_n, 0);
+    /* binary keys keep their length, NUL bytes included */
+    atomic_store(&r->shadow_pending, 1);
+    for (int i = 0; i < 10; i++)
+        metrics_top_add(r, "a\0b", 3, 5 * S);
+    metrics_shadow_tick(on_shadow);
+    ck_assert_uint_eq(shadow_top_len, 3);
+    ck_assert_int_eq(memcmp(shadow_top, "a\0b", 3), 0);
 }
 END_TEST
 
@@ -167,6 +205,7 @@ int main(void)
     tcase_add_test(tc, render_has_every_interface_metric);
     tcase_add_test(tc, counters_exact_under_threads);
     tcase_add_test(tc, top_keeps_heavy_hitters_in_bounded_memory);
+    tcase_add_test(tc, top_survives_older_timestamps);
     tcase_add_test(tc, alert_tick_above_share_only);
     tcase_add_test(tc, shadow_tick_counts_and_top_key);
     suite_add_tcase(s, tc);

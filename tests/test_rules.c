@@ -214,6 +214,221 @@ START_TEST(deciding_rule_and_shadow)
 }
 END_TEST
 
+/* The largest ACK a rule can produce: every variable, the longest ids, and
+ * numbers past every cap. config_ack_max_size() must be exactly its size, or
+ * --check would accept a max_frame_size that cuts it (or refuse one that
+ * holds it). */
+static const struct {
+    const char *rate, *burst;
+} ack_rates[] = {
+    {"1/1ms", "1"}, {"100/1m", "20"}, {"1000000000000000/365d", "1"},
+    {"1/365d", "1000000000000000"}, {"7/1s", "239"}, {"240/1s", "240"},
+};
+
+#define NAME40 "rrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrr"
+
+START_TEST(ack_size_bound_is_exact)
+{
+    const char *names[] = {"r", "api-key", NAME40};
+    char text[512];
+    uint8_t buf[256], out[1024];
+    struct rule_eval ev = {0};
+    const char *args[] = {"k", "v"};
+    size_t n = payload(buf, sizeof(buf), "m", args, 1);
+
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        snprintf(text, sizeof(text),
+                 "[rule:%s]\nkey = k\nrate = %s\nburst = %s\n"
+                 "[rule:s]\nkey = k\nrate = 1/1s\nshadow = yes\n",
+                 names[i], ack_rates[_i].rate, ack_rates[_i].burst);
+        struct ruleset *rs = load(text);
+        ck_assert_int_eq(rules_match(rs, buf, n, &ev), 0);
+        ck_assert_uint_eq(ev.nhits, 2);
+        ev.hits[0].out.res = (struct bucket_result){0, UINT64_MAX, UINT64_MAX, UINT64_MAX};
+        ev.hits[0].out.degraded = 1;
+        ev.hits[1].out.res = (struct bucket_result){0, 0, 1, 1};
+
+        struct spop_writer w = {out, out + sizeof(out)};
+        uint8_t *start;
+        ck_assert_int_eq(spop_frame_begin(&w, SPOP_FRAME_ACK, SPOP_FLAG_FIN, UINT64_MAX,
+                                          UINT64_MAX, &start),
+                         0);
+        ck_assert_int_eq(rules_encode_actions(&w, rs, &ev), 0);
+        ck_assert_int_eq(spop_frame_end(&w, start), 0);
+        size_t frame = (size_t)(w.p - out) - SPOP_FRAME_LEN_SIZE;
+        ck_assert_uint_eq(frame, config_ack_max_size(&rs->cfg->rules[0]));
+
+        struct vars v;
+        decode(start + SPOP_FRAME_LEN_SIZE + 1 + 4 + 20, (size_t)(w.p - start) - 29, &v);
+        ck_assert_int_eq(v.n, 10); /* every variable */
+        ck_assert_int_eq(var(&v, "reset")->u.sint, (int64_t)RULES_MAX_SECONDS);
+        rules_eval_free(&ev);
+        ruleset_unref(rs);
+    }
+}
+END_TEST
+
+/* HAProxy may negotiate 256 bytes: an ACK that does not fit carries the
+ * decision alone rather than failing (which closed the connection and let
+ * the request through). */
+START_TEST(ack_degrades_when_frame_is_small)
+{
+    struct ruleset *rs = load("[rule:" NAME40 "]\nkey = k\nrate = 1/1h\nburst = 1\n");
+    struct rule_eval ev = {0};
+    uint8_t buf[256], out[SPOP_MIN_FRAME_SIZE + SPOP_FRAME_LEN_SIZE];
+    const char *args[] = {"k", "v"};
+    size_t n = payload(buf, sizeof(buf), "m", args, 1);
+    struct vars v;
+
+    ck_assert_int_eq(rules_match(rs, buf, n, &ev), 0);
+    for (int blocked = 0; blocked < 2; blocked++) {
+        uint64_t before = atomic_load(&metrics.acks_truncated);
+        ev.hits[0].out.res = blocked ? (struct bucket_result){0, 0, 3600000000ULL, 3599000000ULL}
+                                     : (struct bucket_result){1, 0, 3600000000ULL, 0};
+        /* blocked: 260 bytes in all, one over HAProxy's smallest frame; an
+         * allowed answer (no retry_after) fits in 256, so give it 64 */
+        struct spop_writer w = {out, out + (blocked ? sizeof(out) : 64)};
+        uint8_t *start;
+        ck_assert_int_eq(spop_frame_begin(&w, SPOP_FRAME_ACK, SPOP_FLAG_FIN, 1000000, 1, &start),
+                         0);
+        uint8_t *body = w.p;
+        ck_assert_int_eq(rules_encode_actions(&w, rs, &ev), 0);
+        ck_assert_int_eq(spop_frame_end(&w, start), 0);
+        decode(body, (size_t)(w.p - body), &v);
+        ck_assert_int_eq(var(&v, "blocked")->u.sint, blocked);
+        if (blocked) {
+            ck_assert_int_eq(v.n, 2);
+            ck_assert_int_eq(var(&v, "retry_after")->u.sint, 3599);
+        } else {
+            ck_assert_int_eq(v.n, 1);
+        }
+        ck_assert_uint_eq(atomic_load(&metrics.acks_truncated), before + 1);
+        /* the same ACK with room for it is whole */
+        struct spop_writer big = {buf, buf + sizeof(buf)};
+        ck_assert_int_eq(rules_encode_actions(&big, rs, &ev), 0);
+        decode(buf, (size_t)(big.p - buf), &v);
+        ck_assert_str_eq(var_str(&v, "rule"), NAME40);
+    }
+    rules_eval_free(&ev);
+    ruleset_unref(rs);
+}
+END_TEST
+
+/* The backstop stretches the period by 1/share. With a long period and a
+ * tiny share that left a uint64_t (undefined; in practice period 0, so the
+ * fallback did not limit at all). */
+START_TEST(backstop_period_in_range)
+{
+    ck_assert_uint_eq(rules_backstop_period(1000000, 0.05), 20000000);
+    ck_assert_uint_eq(rules_backstop_period(1, 1.0), 1);
+    ck_assert_uint_eq(rules_backstop_period(31536000000000ULL, 1e-300), BUCKET_MAX_PERIOD_US);
+    ck_assert_uint_eq(rules_backstop_period(UINT64_MAX, 1e-9), BUCKET_MAX_PERIOD_US);
+    ck_assert_uint_eq(rules_backstop_period(1000, 0.5), 2000);
+
+    struct ruleset *rs = load("[fallback]\nshare = 1e-300\n"
+                              "[rule:tb]\nkey = k\nrate = 1/365d\n"
+                              "[rule:sw]\nkey = k\nrate = 2/365d\nalgorithm = sliding-window\n");
+    struct bucket_table *t = bucket_table_new(1);
+    struct bucket_result res;
+
+    ck_assert_uint_eq(rs->backstop[0].period_us, BUCKET_MAX_PERIOD_US);
+    ck_assert_uint_eq(rs->backstop[0].burst, 1);
+    ck_assert_uint_eq(rs->backstop[1].period_us, 31536000000000ULL); /* windows keep theirs */
+    ck_assert_uint_eq(rs->backstop[1].limit, 1);
+    for (unsigned r = 0; r < 2; r++) {
+        bucket_table_take(t, rs->cfg->rules[r].name, "c", 1, &rs->backstop[r], 1000, 1, &res);
+        ck_assert_int_eq(res.allowed, 1);
+        bucket_table_take(t, rs->cfg->rules[r].name, "c", 1, &rs->backstop[r], 1000000000, 1,
+                          &res);
+        ck_assert_msg(!res.allowed, "the backstop of rule %u does not limit", r);
+        ck_assert_uint_gt(res.retry_us, 1000000000000ULL);
+    }
+    bucket_table_free(t);
+    ruleset_unref(rs);
+}
+END_TEST
+
+/* A hashed key (#, 32 hex digits) is longer than max_key can be (16): the
+ * room it needs must be made before it is written, wherever in the keys
+ * buffer it lands. N rules keyed on a short arg fill the buffer so that the
+ * last rule's long key starts at every offset around the first growth
+ * (1024 bytes); its hash must be the same as when it is alone. */
+static const size_t max_keys[] = {16, 24, 32};
+
+static char *filler_config(size_t max_key, size_t nfill)
+{
+    size_t cap = 64 + (nfill + 1) * 48;
+    char *text = malloc(cap);
+    size_t len = 0;
+
+    ck_assert_ptr_nonnull(text);
+    len += (size_t)snprintf(text + len, cap - len, "[agent]\nmax_key = %zu\n", max_key);
+    for (size_t i = 0; i < nfill; i++)
+        len += (size_t)snprintf(text + len, cap - len, "[rule:f%zu]\nkey = a\nrate = 1/1s\n", i);
+    snprintf(text + len, cap - len, "[rule:last]\nkey = b\nrate = 1/1s\n");
+    return text;
+}
+
+START_TEST(hashed_key_never_cut)
+{
+    size_t max_key = max_keys[_i];
+    char a[17], b[64], want[RULES_HASHED_KEY_LEN + 1];
+    uint8_t buf[256];
+    struct rule_eval ev = {0};
+    unsigned checked = 0;
+
+    memset(b, 'y', max_key + 1);
+    b[max_key + 1] = '\0';
+    /* the key alone */
+    {
+        char *text = filler_config(max_key, 0);
+        struct ruleset *rs = load(text);
+        const char *args[] = {"b", b};
+        size_t n = payload(buf, sizeof(buf), "m", args, 1);
+        ck_assert_int_eq(rules_match(rs, buf, n, &ev), 0);
+        ck_assert_uint_eq(ev.nhits, 1);
+        ck_assert_uint_eq(ev.hits[0].key_len, RULES_HASHED_KEY_LEN);
+        memcpy(want, rules_hit_key(&ev, &ev.hits[0]), sizeof(want));
+        ck_assert_int_eq(want[RULES_HASHED_KEY_LEN], '\0');
+        rules_eval_free(&ev);
+        ruleset_unref(rs);
+        free(text);
+    }
+    /* filler keys of 8, 12, 16 and 17 bytes with their NUL: the long key
+     * starts at offsets from 976 to 1024, among them 992 and 1003, where the
+     * room left (32 and 21 bytes) holds the key but not its hash. Fewer,
+     * longer fillers would mean configs of 500 rules: slow under sanitizers. */
+    static const size_t las[] = {7, 11, 15, 16};
+    for (size_t li = 0; li < sizeof(las) / sizeof(las[0]); li++) {
+        size_t la = las[li];
+        memset(a, 'x', la);
+        a[la] = '\0';
+        /* each filler key takes la + 1 bytes (its NUL) */
+        for (size_t nfill = (1024 - 48) / (la + 1); nfill * (la + 1) <= 1024; nfill++) {
+            char *text = filler_config(max_key, nfill);
+            struct ruleset *rs = load(text);
+            const char *args[] = {"a", a, "b", b};
+            size_t n = payload(buf, sizeof(buf), "m", args, 2);
+
+            ck_assert_int_eq(rules_match(rs, buf, n, &ev), 0);
+            ck_assert_uint_eq(ev.nhits, nfill + 1);
+            const struct rule_hit *h = &ev.hits[nfill];
+            ck_assert_uint_eq(h->key_off, nfill * (la + 1));
+            ck_assert_uint_eq(h->key_len, RULES_HASHED_KEY_LEN);
+            ck_assert_msg(memcmp(rules_hit_key(&ev, h), want, sizeof(want)) == 0,
+                          "max_key %zu, key at offset %zu: '%.*s' != '%s'", max_key, h->key_off,
+                          (int)h->key_len, rules_hit_key(&ev, h), want);
+            ck_assert_uint_le(ev.keys_len, ev.keys_cap);
+            checked++;
+            rules_eval_free(&ev);
+            ruleset_unref(rs);
+            free(text);
+        }
+    }
+    ck_assert_uint_ge(checked, 14);
+}
+END_TEST
+
 struct text_case {
     struct spop_data d;
     const char *want;
@@ -466,18 +681,23 @@ START_TEST(arg_rate_sliding_window)
     match_limit(rs, &ev, "m", "acme", "1000000/1000m", NULL); /* the same rate as max_rate */
     assert_params(&hit_of(rs, &ev, "sw")->params, 1000, 60000000, 1000);
     assert_params(&hit_of(rs, &ev, "swb")->params, 100, 60000000, 100);
-    match_limit(rs, &ev, "m", "acme", "1/18446744073709551ms", NULL);
+    /* the longest period a duration may have (a year): a window keeps it */
+    match_limit(rs, &ev, "m", "acme", "1/365d", NULL);
     const struct rule_hit *h = hit_of(rs, &ev, "sw");
-    ck_assert_uint_eq(h->params.period_us, 18446744073709551000ULL);
-    ck_assert_uint_eq(h->backstop.period_us, h->params.period_us); /* a window keeps it */
+    ck_assert_uint_eq(h->params.period_us, 365ULL * 86400 * 1000000);
+    ck_assert_uint_eq(h->backstop.period_us, h->params.period_us);
     ck_assert_uint_eq(h->backstop.limit, 1);
+    /* past it the value is invalid: the rule does not apply */
+    match_limit(rs, &ev, "m", "acme", "1/366d", NULL);
+    ck_assert_ptr_null(hit_of(rs, &ev, "sw"));
     rules_eval_free(&ev);
     ruleset_unref(rs);
 
-    /* a token bucket stretches the period: saturated, not overflowed */
-    rs = load("[rule:tb]\nkey = key\nrate = arg:limit\nmax_rate = 1000/1m\n");
-    match_limit(rs, &ev, "m", "acme", "1/18446744073709551ms", NULL);
-    ck_assert_uint_eq(ev.hits[0].backstop.period_us, (uint64_t)1 << 63);
+    /* a token bucket stretches the period by 1/share: capped, not overflowed */
+    rs = load("[fallback]\nshare = 0.0001\n"
+              "[rule:tb]\nkey = key\nrate = arg:limit\nmax_rate = 1000/1m\n");
+    match_limit(rs, &ev, "m", "acme", "1/365d", NULL);
+    ck_assert_uint_eq(ev.hits[0].backstop.period_us, BUCKET_MAX_PERIOD_US);
     rules_eval_free(&ev);
     ruleset_unref(rs);
 }
@@ -585,6 +805,11 @@ static Suite *rules_suite(void)
     tcase_add_test(tc, ten_per_minute_vars);
     tcase_add_test(tc, deciding_rule_and_shadow);
     tcase_add_loop_test(tc, value_text, 0, 8);
+    tcase_add_loop_test(tc, ack_size_bound_is_exact, 0, sizeof(ack_rates) / sizeof(ack_rates[0]));
+    tcase_add_test(tc, ack_degrades_when_frame_is_small);
+    tcase_add_test(tc, backstop_period_in_range);
+    tcase_add_loop_test(tc, hashed_key_never_cut, 0, sizeof(max_keys) / sizeof(max_keys[0]));
+    tcase_set_timeout(tc, 30); /* hundreds of configs: slow under sanitizers */
     suite_add_tcase(s, tc);
     tc = tcase_create("arg-limits");
     tcase_add_loop_test(tc, arg_rate_params, 0, (int)(sizeof(arg_rates) / sizeof(arg_rates[0])));

@@ -275,6 +275,8 @@ static void claim(enum script s, const char *key, const char *agent, const struc
     ck_assert_int_ge(out[R_RESET], 0);
     if (out[R_LEASE] > 0) /* sw: a lease may be 0 ms long in a window's last ms */
         ck_assert_int_gt(out[R_MINE], 0);
+    else /* ...but then nothing is granted: it could not be spent */
+        ck_assert_int_eq(out[R_GRANTED], 0);
     if (s == TB_CLAIM)
         ck_assert_int_eq(out[R_LEASE], out[R_MINE] > 0 ? ru->ttl_ms : 0);
 }
@@ -676,6 +678,51 @@ START_TEST(tb_vanished_agent_lease_dropped_not_returned)
     ck_assert_int_eq(o[R_MINE], 0);
     give_back(TB_RETURN, key, "A", &ru, 0, o);
     ck_assert_int_eq(o[R_REMAINING], 6);
+    assert_tb_invariant(key, ru.burst, &st);
+}
+END_TEST
+
+/* A forward step of Redis' clock by D (or a failover to a master whose clock
+ * is ahead) is the same, to the scripts, as every stored time being D older:
+ * shift ts and e:<agent> back to play it. Leases expire in Redis while their
+ * agents, on their own clocks, may still spend them, and the bucket refills
+ * up to b - H without them: at most one extra b + H (lua/README.md). */
+START_TEST(tb_redis_clock_forward_step_costs_at_most_b_plus_h)
+{
+    const struct rule ru = {1, 1000000, 10, 60000}; /* refill negligible, lease 1 min */
+    char key[128];
+    long long o[R_N];
+    struct state st;
+    mkkey(key, sizeof(key), "clock-step");
+
+    claim(TB_CLAIM, key, "A", &ru, 6, 0, 0, o);
+    ck_assert_int_eq(o[R_GRANTED], 6); /* A holds 6 (H), t = 4 */
+    claim(TB_CLAIM, key, "B", &ru, 4, 0, 0, o);
+    ck_assert_int_eq(o[R_GRANTED], 4); /* t = 0: the fleet holds b */
+
+    /* the clock jumps a day forward */
+    redisReply *r = cmd("EVAL %s 1 %s %s", "local d = tonumber(ARGV[1]) "
+                        "local f = redis.call('HGETALL', KEYS[1]) "
+                        "for i = 1, #f, 2 do "
+                        "  if f[i] == 'ts' or string.sub(f[i], 1, 2) == 'e:' then "
+                        "    redis.call('HSET', KEYS[1], f[i], "
+                        "               string.format('%.17g', tonumber(f[i + 1]) - d)) end end "
+                        "return 1",
+                        key, "86400000000");
+    ck_assert_int_eq(r->type, REDIS_REPLY_INTEGER);
+    freeReplyObject(r);
+
+    /* C's claim: both leases are gone in Redis (counted as spent), and the
+     * bucket refills to b, while A and B still spend what they hold */
+    claim(TB_CLAIM, key, "C", &ru, 100, 0, 0, o);
+    ck_assert_int_eq(o[R_HELD], o[R_GRANTED]);
+    ck_assert_int_eq(o[R_GRANTED], ru.burst);
+    ck_assert_int_le(o[R_GRANTED] + 6 + 4, 2 * ru.burst); /* b + H, H = 10 at the step */
+    assert_tb_invariant(key, ru.burst, &st);
+    /* A's and B's reports find nothing to settle: nothing is counted twice */
+    claim(TB_CLAIM, key, "A", &ru, 0, 6, 0, o);
+    ck_assert_int_eq(o[R_MINE], 0);
+    ck_assert_int_eq(o[R_REMAINING], 0);
     assert_tb_invariant(key, ru.burst, &st);
 }
 END_TEST
@@ -1144,6 +1191,40 @@ START_TEST(sw_claim_return_exact)
 }
 END_TEST
 
+/* In a window's last millisecond a lease would be 0 ms long: the claim used
+ * to charge its grant anyway (spent by nobody, inflating the next window's
+ * estimate, and charged again by the agent's next claim). Windows of 2 ms:
+ * about half the calls land in a last millisecond. A fresh agent id per
+ * call, so that mine is what this call granted. */
+START_TEST(sw_last_ms_grants_nothing)
+{
+    const struct rule ru = {1000000, 2, 1000000, 1000};
+    char key[128], agent[32];
+    long long o[R_N];
+    int in_last_ms = 0, granted = 0;
+    mkkey(key, sizeof(key), "sw-last-ms");
+
+    for (int i = 0; i < 100000 && (in_last_ms < 20 || granted < 20); i++) {
+        snprintf(agent, sizeof(agent), "A%d", i);
+        claim(SW_CLAIM, key, agent, &ru, 3, 0, 0, o);
+        if (o[R_LEASE] == 0) {
+            in_last_ms++;
+            ck_assert_int_eq(o[R_GRANTED], 0);
+            ck_assert_int_eq(o[R_MINE], 0);
+            ck_assert_int_ge(o[R_REMAINING], 1); /* refused for the boundary, not the limit */
+        } else {
+            granted++;
+            ck_assert_int_eq(o[R_GRANTED], 3);
+            ck_assert_int_ge(o[R_LEASE], 1);
+            ck_assert_int_le(o[R_LEASE], 2); /* 2 at the window's very first us */
+            ck_assert_int_eq(o[R_MINE], 3);
+        }
+    }
+    ck_assert_int_ge(in_last_ms, 20);
+    ck_assert_int_ge(granted, 20);
+}
+END_TEST
+
 START_TEST(sw_window_roll)
 {
     const struct rule ru = {10, 300, 10, 10000};
@@ -1481,6 +1562,7 @@ static Suite *scripts_suite(void)
     tcase_add_test(tb, tb_advance_copies_identical);
     tcase_add_test(tb, tb_burst_shrink_clamps);
     tcase_add_test(tb, tb_clock_step_back_no_double_refill);
+    tcase_add_test(tb, tb_redis_clock_forward_step_costs_at_most_b_plus_h);
     tcase_add_test(tb, tb_key_expires);
     tcase_add_test(tb, tb_random_sequence_keeps_invariant);
     tcase_add_test(tb, tb_noscript_after_flush);
@@ -1493,6 +1575,7 @@ static Suite *scripts_suite(void)
     tcase_set_timeout(sw, 30);
     tcase_add_test(sw, sw_claim_return_exact);
     tcase_add_test(sw, sw_window_roll);
+    tcase_add_test(sw, sw_last_ms_grants_nothing);
     tcase_add_test(sw, sw_random_sequence_keeps_counts);
     suite_add_tcase(s, sw);
 

@@ -18,8 +18,18 @@ static const struct slot_case slots[] = {
     {"bar", 5061},
     {"{foo}.bar", 12182},          /* hashtag */
     {"x{foo}y{bar}", 12182},       /* the first {...} counts */
-    {"{}foo", 0},                  /* empty tag: whole key (filled in below) */
-    {"foo{", 12182 + 0},           /* no closing brace: whole key (filled in below) */
+    /* from CLUSTER KEYSLOT of redis-server 7.0 in cluster mode, not from
+     * the code under test */
+    {"{}foo", 9500},               /* empty tag: whole key */
+    {"foo{", 7673},                /* no closing brace: whole key */
+    {"x", 16287},
+    {"rl:tb:api:{x}1", 16287},     /* a client's hashtag chooses the slot... */
+    {"rl:tb:api:{x}2", 16287},
+    {"rl:tb:api:{}{x}1", 13944},   /* ...unless fenced: the whole key counts */
+    {"rl:tb:api:{}{x}2", 1563},
+    {"rl:tb:api:{}{}", 12656},
+    {"rl:sw:login:{}{user}", 3949},
+    {"{}{a}b", 14354},
 };
 
 START_TEST(crc16_check_value)
@@ -32,9 +42,38 @@ END_TEST
 START_TEST(key_slots)
 {
     struct slot_case c = slots[_i];
-    if (strcmp(c.key, "{}foo") == 0 || strcmp(c.key, "foo{") == 0)
-        c.slot = util_crc16(c.key, strlen(c.key)) & 16383;
     ck_assert_uint_eq(util_redis_slot(c.key, strlen(c.key)), c.slot);
+}
+END_TEST
+
+/* A client key holding '{' gets the fence, which makes the whole Redis key
+ * count; no two client keys end up with the same text. */
+START_TEST(slot_fence)
+{
+    static const char *const plain[] = {"", "x", "user}1", "a}b{", "10.0.0.1"};
+    static const char *const fenced[] = {"{x}1", "a{", "{", "{}", "}{x}"};
+    char key[64];
+
+    for (size_t i = 0; i < sizeof(plain) / sizeof(plain[0]); i++)
+        ck_assert_uint_eq(util_slot_fence(plain[i], strlen(plain[i])), strchr(plain[i], '{') ? 2 : 0);
+    for (size_t i = 0; i < sizeof(fenced) / sizeof(fenced[0]); i++) {
+        ck_assert_uint_eq(util_slot_fence(fenced[i], strlen(fenced[i])), 2);
+        int n = snprintf(key, sizeof(key), "rl:tb:r:%s%s", UTIL_SLOT_FENCE, fenced[i]);
+        ck_assert_uint_eq(util_redis_slot(key, (size_t)n), util_crc16(key, (size_t)n) & 16383);
+    }
+    /* the client's {x} no longer decides: 100 such keys spread over slots */
+    unsigned first = 0, distinct = 0;
+    for (int i = 0; i < 100; i++) {
+        int n = snprintf(key, sizeof(key), "{x}%d", i);
+        size_t f = util_slot_fence(key, (size_t)n);
+        char full[80];
+        int m = snprintf(full, sizeof(full), "rl:tb:r:%.*s%s", (int)f, UTIL_SLOT_FENCE, key);
+        unsigned s = util_redis_slot(full, (size_t)m);
+        if (i == 0)
+            first = s;
+        distinct += s != first;
+    }
+    ck_assert_uint_gt(distinct, 90);
 }
 END_TEST
 
@@ -46,6 +85,7 @@ START_TEST(hash_is_fnv1a)
     ck_assert_uint_eq(util_us_to_s_ceil(1), 1);
     ck_assert_uint_eq(util_us_to_s_ceil(1000000), 1);
     ck_assert_uint_eq(util_us_to_s_ceil(1000001), 2);
+    ck_assert_uint_eq(util_us_to_s_ceil(UINT64_MAX), UINT64_MAX / 1000000 + 1); /* no wrap */
 }
 END_TEST
 
@@ -79,6 +119,7 @@ int main(void)
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, crc16_check_value);
     tcase_add_loop_test(tc, key_slots, 0, sizeof(slots) / sizeof(slots[0]));
+    tcase_add_test(tc, slot_fence);
     tcase_add_test(tc, hash_is_fnv1a);
     tcase_add_test(tc, stripe_and_slot_use_different_bits);
     suite_add_tcase(s, tc);

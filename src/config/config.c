@@ -50,6 +50,7 @@ static const struct key_def key_defs[] = {
     {SEC_AGENT, "alert_share", T_SHARE, CF(alert_share), 0, 0, 0, NULL, 0},
     {SEC_AGENT, "max_connections", T_UINT, CF(max_connections), 1, 1000000, 0, NULL, 0},
     {SEC_AGENT, "stats_allow", T_ALLOW, CF(stats_allow), 0, 0, F_LIST, NULL, PF(nstats_allow)},
+    {SEC_AGENT, "max_entries", T_UINT, CF(max_entries), 1, CFG_MAX_ENTRIES, 0, NULL, 0},
     {SEC_REDIS, "url", T_URL, CF(redis_url), 0, 0, 0, NULL, PF(redis_server)},
     {SEC_REDIS, "cluster", T_HOSTS, CF(redis_cluster), 0, 0, F_LIST, NULL, PF(redis_cluster_hosts)},
     {SEC_REDIS, "sentinel", T_HOSTS, CF(redis_sentinel), 0, 0, F_LIST, NULL,
@@ -310,6 +311,82 @@ static void check_exclusive(struct parse_state *st, const char *a, const char *v
                           la < lb ? la : lb, la > lb ? la : lb);
 }
 
+/* ---- ACK size -------------------------------------------------------------------- */
+
+static size_t decimal_digits(uint64_t v)
+{
+    size_t d = 1;
+
+    while (v >= 10) {
+        v /= 10;
+        d++;
+    }
+    return d;
+}
+
+/* One set-var action (rules.c): type, nb-args, scope, the name as a string,
+ * the value's type byte, then vlen bytes of value. */
+static size_t set_var_size(const char *name, size_t vlen)
+{
+    size_t n = strlen(name);
+
+    return 3 + spop_varint_len(n) + n + 1 + vlen;
+}
+
+static size_t str_value_size(size_t len)
+{
+    return spop_varint_len(len) + len;
+}
+
+/* Mirrors rules_encode_actions(); tests/test_rules.c encodes the largest ACK
+ * of a rule and checks that it fits in this. */
+size_t config_ack_max_size(const struct cfg_rule *r)
+{
+    size_t name = strlen(r->name);
+    /* a limit from an arg may be any N and window within the ceiling: count
+     * the longest (the agent still shortens an ACK that does not fit) */
+    uint64_t n = r->rate_arg ? CFG_MAX_COUNT : r->rate_n;
+    uint64_t cap = r->rate_arg || r->burst_arg ? CFG_MAX_COUNT : r->burst > n ? r->burst : n;
+    uint64_t window = ((r->rate_arg ? CFG_MAX_DURATION_MS : r->rate_period_ms) + 999) / 1000;
+    /* "NAME";q=N;w=W and "NAME";r=R;t=T */
+    size_t policy = 2 + name + 3 + decimal_digits(n) + 3 + decimal_digits(window ? window : 1);
+    size_t ratelimit = 2 + name + 3 + decimal_digits(cap) + 3 + decimal_digits(CFG_ACK_MAX_SECONDS);
+    size_t wait = spop_varint_len(CFG_ACK_MAX_SECONDS);
+
+    return 1 + 4 + 10 + 10 /* type, flags, stream-id and frame-id at their longest */
+           + set_var_size("blocked", 0) + set_var_size("would_block", 0) +
+           set_var_size("degraded", 0) + set_var_size("rule", str_value_size(name)) +
+           set_var_size("limit", spop_varint_len(n)) +
+           set_var_size("remaining", spop_varint_len(cap)) + set_var_size("reset", wait) +
+           set_var_size("retry_after", wait) + set_var_size("policy", str_value_size(policy)) +
+           set_var_size("ratelimit", str_value_size(ratelimit));
+}
+
+/* HAProxy may still offer less than max_frame_size (down to 256): then the
+ * agent sends short ACKs (rules_encode_actions). What the operator sets must
+ * hold every variable. */
+static void check_frame_size(struct parse_state *st)
+{
+    struct config *cfg = st->cfg;
+    const struct cfg_rule *worst = NULL;
+    size_t need = 0;
+
+    for (size_t i = 0; i < cfg->nrules; i++) {
+        size_t n = config_ack_max_size(&cfg->rules[i]);
+        if (n > need) {
+            need = n;
+            worst = &cfg->rules[i];
+        }
+    }
+    if (worst && need > cfg->max_frame_size) {
+        unsigned line = seen_line(st, SEC_AGENT, "max_frame_size");
+        config_errors_add(&st->errors, line ? line : worst->line,
+                          "max_frame_size %u is too small for the ACK of rule '%s' (up to %zu "
+                          "bytes): raise it to at least %zu or shorten the rule name",
+                          (unsigned)cfg->max_frame_size, worst->name, need, need);
+    }
+}
+
 /* Checks across keys and sections, and the rule defaults that depend on
  * sections that may come after the rule. */
 static void finish(struct parse_state *st)
@@ -325,6 +402,17 @@ static void finish(struct parse_state *st)
     if (cfg->redis_master && !cfg->redis_sentinel)
         config_errors_add(&st->errors, seen_line(st, SEC_REDIS, "master"),
                           "'master' is only used with 'sentinel'");
+
+    /* An unclosed '{' in the prefix would take the first '}' of a client key
+     * as the end of a Cluster hashtag: clients would choose their slot. */
+    if (cfg->redis_prefix) {
+        const char *open = strchr(cfg->redis_prefix, '{');
+        if (open && !strchr(open, '}'))
+            config_errors_add(&st->errors, seen_line(st, SEC_REDIS, "prefix"),
+                              "prefix '%s': a '{' must be closed by '}' (a Redis Cluster "
+                              "hashtag), or client keys would choose their slot",
+                              cfg->redis_prefix);
+    }
 
     /* a lease must outlive at least one top-up round, or it is never renewed */
     if (cfg->lease_ttl_ms <= cfg->lease_interval_ms) {
@@ -348,6 +436,7 @@ static void finish(struct parse_state *st)
             r->on_redis_down = cfg->fallback_mode;
         r->shadow = r->shadow || cfg->shadow;
     }
+    check_frame_size(st);
 }
 
 /* ---- public API ---------------------------------------------------------------- */
@@ -379,6 +468,7 @@ static struct config *config_new(const char *path)
         return NULL;
     }
     cfg->nstats_allow = 2;
+    cfg->max_entries = 1000000;
     cfg->alert_share = 0.05;
     cfg->redis_timeout_ms = 100;
     cfg->lease_interval_ms = 100;

@@ -20,9 +20,17 @@
 #define CFG_MAX_KEY_ARGS 16
 #define CFG_MAX_MATCHES 16
 #define CFG_MAX_ALLOW 64
+#define CFG_MAX_ENTRIES 1000000000000ULL /* [agent] max_entries */
 #define CFG_MAX_NAME 40 /* rule names appear in ACK vars and metrics labels */
-#define CFG_MAX_DURATION_MS (UINT64_MAX / 1000) /* so that microseconds fit in 64 bits */
+/* One year: longer durations are mistakes (1/20000000d), and bounding them
+ * keeps every product of durations (microseconds, 2 x window, the backstop's
+ * period / share) far from overflow. */
+#define CFG_MAX_DURATION_MS (365ULL * 86400000ULL)
+#define CFG_MAX_DURATION_TEXT "365d"
 #define CFG_MAX_COUNT 1000000000000000ULL       /* rate N and burst: exact in a double */
+
+/* The largest reset or retry_after an ACK carries, in seconds (10 digits). */
+#define CFG_ACK_MAX_SECONDS 9999999999ULL
 
 /* log_level is an enum log_level (log.h); a rule's algorithm an enum
  * bucket_algorithm (bucket.h), also known here by the config's names: */
@@ -100,6 +108,7 @@ struct config {
     unsigned max_connections; /* SPOP connections at once; default 1024 */
     struct net_cidr stats_allow[CFG_MAX_ALLOW]; /* who may use the stats listener */
     size_t nstats_allow; /* default 2: 127.0.0.0/8, ::1/128; 0 = any peer */
+    size_t max_entries; /* buckets + lease entries in memory; default 1000000 */
     double alert_share; /* warn when a rule blocks more than this share; default 0.05 */
 
     /* [redis]: standalone when url, cluster and sentinel are all empty. The
@@ -158,8 +167,15 @@ static inline int config_rule_per_request(const struct cfg_rule *r)
 /* Whether the config runs without Redis. */
 int config_standalone(const struct config *cfg);
 
+/* The most bytes an ACK deciding by rule r can take in a frame (header with
+ * the longest ids included, not the 4-byte length): every variable, with
+ * remaining at the rule's capacity and waits at CFG_ACK_MAX_SECONDS. The
+ * end-of-file check refuses a max_frame_size below this for any rule. */
+size_t config_ack_max_size(const struct cfg_rule *r);
+
 /* Value parsers, exposed for tests. Each returns 0 or -1. */
-int config_parse_duration(const char *s, uint64_t *ms); /* "250ms", "1s", "1m", "1h", "1d" */
+/* "250ms", "1s", "1m", "1h", "1d"; at most CFG_MAX_DURATION_MS */
+int config_parse_duration(const char *s, uint64_t *ms);
 /* "100/1m"; a bare unit counts one: "100/m" is "100/1m" */
 int config_parse_rate(const char *s, uint64_t *n, uint64_t *period_ms);
 int config_parse_bool(const char *s, int *b); /* yes|no|on|off|true|false|1|0 */

@@ -263,7 +263,13 @@ static void set_str(struct parse_state *st, const struct key_def *d, char **fiel
 static void set_duration(struct parse_state *st, const struct key_def *d, uint64_t *field,
                          const char *v)
 {
-    if (config_parse_duration(v, field) == -1)
+    int rc = config_duration(v, field);
+
+    if (rc == CONFIG_ETOOLONG)
+        config_errors_add(&st->errors, st->line,
+                          "duration '%.80s' for '%s' is longer than the maximum of " CFG_MAX_DURATION_TEXT,
+                          v, d->name);
+    else if (rc != 0)
         config_errors_add(&st->errors, st->line,
                           "bad duration '%.80s' for '%s' (expected an integer > 0 and a unit: ms, "
                           "s, m, h or d)",
@@ -347,7 +353,13 @@ static void set_url(struct parse_state *st, char **field, struct cfg_redis_url *
 static void set_rate(struct parse_state *st, const struct key_def *d, uint64_t *n,
                      uint64_t *period_ms, const char *v)
 {
-    if (config_parse_rate(v, n, period_ms) == -1)
+    int rc = config_rate(v, n, period_ms);
+
+    if (rc == CONFIG_ETOOLONG)
+        config_errors_add(&st->errors, st->line,
+                          "rate '%.80s': the duration is longer than the maximum of " CFG_MAX_DURATION_TEXT,
+                          v);
+    else if (rc != 0)
         config_errors_add(&st->errors, st->line,
                           "bad rate '%.80s'%s%s%s (expected N/DURATION such as 100/1m or 10/1h)",
                           v, d->type == T_RATE ? "" : " for '", d->type == T_RATE ? "" : d->name,

@@ -53,7 +53,7 @@ static int unit_ms(const char *u, uint64_t *mult)
     return -1;
 }
 
-int config_parse_duration(const char *s, uint64_t *ms)
+int config_duration(const char *s, uint64_t *ms)
 {
     size_t ndig = 0;
     uint64_t n, mult;
@@ -62,18 +62,28 @@ int config_parse_duration(const char *s, uint64_t *ms)
         return -1;
     while (s[ndig] >= '0' && s[ndig] <= '9')
         ndig++;
-    if (config_parse_digits(s, ndig, &n) == -1 || unit_ms(s + ndig, &mult) == -1)
+    if (unit_ms(s + ndig, &mult) == -1)
         return -1;
-    if (n == 0 || n > CFG_MAX_DURATION_MS / mult)
+    if (config_parse_digits(s, ndig, &n) == -1)
+        return ndig > 0 ? CONFIG_ETOOLONG : -1; /* digits that overflow 64 bits */
+    if (n == 0)
         return -1;
+    if (n > CFG_MAX_DURATION_MS / mult)
+        return CONFIG_ETOOLONG;
     *ms = n * mult;
     return 0;
 }
 
-int config_parse_rate(const char *s, uint64_t *n, uint64_t *period_ms)
+int config_parse_duration(const char *s, uint64_t *ms)
+{
+    return config_duration(s, ms) == 0 ? 0 : -1;
+}
+
+int config_rate(const char *s, uint64_t *n, uint64_t *period_ms)
 {
     const char *slash;
     uint64_t count, mult;
+    int rc;
 
     if (!s || !(slash = strchr(s, '/')))
         return -1;
@@ -83,10 +93,15 @@ int config_parse_rate(const char *s, uint64_t *n, uint64_t *period_ms)
     /* "100/m" reads as "100/1m" */
     if (unit_ms(slash + 1, &mult) == 0)
         *period_ms = mult;
-    else if (config_parse_duration(slash + 1, period_ms) == -1)
-        return -1;
+    else if ((rc = config_duration(slash + 1, period_ms)) != 0)
+        return rc;
     *n = count;
     return 0;
+}
+
+int config_parse_rate(const char *s, uint64_t *n, uint64_t *period_ms)
+{
+    return config_rate(s, n, period_ms) == 0 ? 0 : -1;
 }
 
 int config_parse_bool(const char *s, int *b)

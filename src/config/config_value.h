@@ -3,7 +3,8 @@
  * ...) and config_peer_allowed are in config.h; addresses are parsed by
  * net.h.
  *
- * All of them are pure and return 0 (valid) or -1; none prints.
+ * All of them are pure and return 0 (valid) or -1 (config_duration and
+ * config_rate also CONFIG_ETOOLONG); none prints.
  */
 #ifndef CONFIG_VALUE_H
 #define CONFIG_VALUE_H
@@ -14,6 +15,14 @@
 struct net_addr;
 
 #define CONFIG_MAX_ITEM 300 /* one item of a comma-separated list, NUL included */
+
+/* A duration or rate that is well formed but longer than CFG_MAX_DURATION_MS. */
+#define CONFIG_ETOOLONG (-2)
+
+/* config_parse_duration and config_parse_rate (config.h), telling a value
+ * that is too long (CONFIG_ETOOLONG) from one that is not a duration (-1). */
+int config_duration(const char *s, uint64_t *ms);
+int config_rate(const char *s, uint64_t *n, uint64_t *period_ms);
 
 /* Exactly len decimal digits (len > 0), no sign, no overflow. */
 int config_parse_digits(const char *s, size_t len, uint64_t *v);

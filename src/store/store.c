@@ -56,10 +56,11 @@ static void set_up(struct store *s, int up)
         if (s->cluster)
             LOG_INFO("\"redis up\" mode=cluster");
         else if (s->sentinel)
-            LOG_INFO("\"redis up\" master=%s addr=%s", s->master, store_conn_name(s->conn));
+            LOG_INFO("\"redis up\" master=%s addr=%s", log_val(s->master),
+                     log_val(store_conn_name(s->conn)));
         else
             LOG_INFO("\"redis up\" %s=%s", s->unix_path ? "path" : "addr",
-                     store_conn_name(s->conn));
+                     log_val(store_conn_name(s->conn)));
     }
     if (s->state_fn)
         s->state_fn(s->state_arg, up);

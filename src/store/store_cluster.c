@@ -77,7 +77,7 @@ static void node_state(void *owner, struct store_conn *conn, int ready)
     struct store_cluster *cl = owner;
 
     if (ready)
-        LOG_INFO("\"redis cluster node ready\" addr=%s", store_conn_name(conn));
+        LOG_INFO("\"redis cluster node ready\" addr=%s", log_val(store_conn_name(conn)));
     else
         refresh_soon(cl); /* a failover may have moved its slots */
     update_up(cl);
@@ -311,7 +311,8 @@ static int apply_map(struct store_cluster *cl, const redisReply *reply, const ch
     note_map(cl);
     /* Out of every structure first: their failing commands may route again. */
     for (size_t i = 0; i < ngone; i++) {
-        LOG_INFO("\"redis cluster node left the map\" addr=%s", store_conn_name(gone[i]));
+        LOG_INFO("\"redis cluster node left the map\" addr=%s",
+                 log_val(store_conn_name(gone[i])));
         store_conn_free(gone[i]);
     }
     free(gone);

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "metrics.h"
+#include "store_reply.h"
 
 void store_cmd_free(struct store_cmd *c)
 {
@@ -156,58 +157,15 @@ struct store_cmd *store_batch_new(struct store_cmd *list, unsigned n)
     return b;
 }
 
-/* An integer of a script reply (Lua numbers come back as integers; a string
- * is parsed). -1 when e is neither. */
-static int reply_int(const redisReply *e, int64_t *v)
-{
-    if (e->type == REDIS_REPLY_INTEGER)
-        *v = e->integer;
-    else if (e->type == REDIS_REPLY_STRING)
-        *v = strtoll(e->str, NULL, 10);
-    else
-        return -1;
-    return 0;
-}
-
-/* The values of a script's array reply into res. */
-void store_cmd_result(struct store_result *res, const struct redisReply *reply)
-{
-    res->status = STORE_OK;
-    for (size_t i = 0; i < reply->elements && i < STORE_MAX_VALUES; i++) {
-        if (reply_int(reply->element[i], &res->v[i]) < 0) {
-            res->status = STORE_ERR;
-            res->err = "unexpected reply element";
-        }
-        res->n = (int)i + 1;
-    }
-}
-
-/* Hand each call of batch b its part of the reply ("n v1 .. vn" per call, in
- * order: lua/batch.sh); calls the reply does not cover fail. */
 void store_batch_reply(struct store_cmd *b, const struct redisReply *reply, uint64_t now)
 {
     struct store_cmd *m, *next;
     size_t at = 0;
 
     for (m = b->members; m; m = next) {
-        struct store_result res = {.status = STORE_ERR, .err = "short batch reply"};
-        int64_t n, x;
+        struct store_result res = {0};
         next = m->mnext;
-        if (at < reply->elements && reply_int(reply->element[at], &n) == 0 && n >= 0 &&
-            (uint64_t)n < reply->elements - at) {
-            res.status = STORE_OK;
-            for (int64_t i = 1; i <= n; i++) {
-                if (reply_int(reply->element[at + (size_t)i], &x) < 0) {
-                    res.status = STORE_ERR;
-                    res.err = "unexpected reply element";
-                } else if (res.n < STORE_MAX_VALUES) {
-                    res.v[res.n++] = x;
-                }
-            }
-            at += 1 + (size_t)n;
-        } else {
-            at = reply->elements; /* malformed: fail the rest */
-        }
+        store_reply_batch_next(reply, &at, &res);
         if (res.status != STORE_OK)
             METRIC_INC(redis_errors);
         res.latency_us = now - m->first_us;

@@ -26,6 +26,7 @@
 #include "net.h"
 #include "scripts.h"
 #include "store_lookup.h"
+#include "store_reply.h"
 #include "util.h"
 
 #define BACKOFF_MIN 0.05
@@ -155,9 +156,11 @@ static void conn_lost(struct store_conn *conn, redisAsyncContext *ac, const char
 
     snprintf(reason, sizeof(reason), "%s", why); /* why may live in ac */
     if (conn->ready)
-        LOG_WARN("\"redis connection lost\" addr=%s err=\"%s\"", conn->name, reason);
+        LOG_WARN("\"redis connection lost\" addr=%s err=\"%s\"", log_val(conn->name),
+                 log_esc(reason, strlen(reason)));
     else if (strcmp(conn->last_err, reason) != 0)
-        LOG_WARN("\"redis unreachable\" addr=%s err=\"%s\"", conn->name, reason);
+        LOG_WARN("\"redis unreachable\" addr=%s err=\"%s\"", log_val(conn->name),
+                 log_esc(reason, strlen(reason)));
     snprintf(conn->last_err, sizeof(conn->last_err), "%s", reason);
     conn->ac = NULL;
     conn->connected = 0;
@@ -228,7 +231,8 @@ static void on_setup_reply(redisAsyncContext *ac, void *r, void *priv)
         snprintf(why, sizeof(why), "%s: %s", setup_name(what), reply->str);
         METRIC_INC(redis_errors);
         if (strcmp(conn->last_err, why) != 0) /* once per distinct refusal */
-            LOG_ERROR("\"redis refused setup\" err=\"%s\" addr=%s", why, conn->name);
+            LOG_ERROR("\"redis refused setup\" err=\"%s\" addr=%s", log_esc(why, strlen(why)),
+                      log_val(conn->name));
         snprintf(conn->last_err, sizeof(conn->last_err), "%s", why);
         conn_lost(conn, ac, why, 1);
         return;
@@ -241,7 +245,8 @@ static void on_setup_reply(redisAsyncContext *ac, void *r, void *priv)
         if (strcmp(role, "master") != 0) {
             snprintf(why, sizeof(why), "ROLE is %.40s, not master", role);
             if (strcmp(conn->last_err, why) != 0)
-                LOG_WARN("\"redis is not the master\" addr=%s role=%.40s", conn->name, role);
+                LOG_WARN("\"redis is not the master\" addr=%s role=%s", log_val(conn->name),
+                         log_esc(role, strnlen(role, 40)));
             snprintf(conn->last_err, sizeof(conn->last_err), "%s", why);
             conn_lost(conn, ac, why, 1);
         }
@@ -398,7 +403,7 @@ static void watchdog_cb(struct ev_loop *loop, ev_timer *t, int revents)
         return;
     }
     if (conn->head && now - conn->head->sent_us > conn->env->dead_after_us) {
-        LOG_WARN("\"redis not answering; reconnecting\" addr=%s waited_ms=%llu", conn->name,
+        LOG_WARN("\"redis not answering; reconnecting\" addr=%s waited_ms=%llu", log_val(conn->name),
                  (unsigned long long)((now - conn->head->sent_us) / 1000));
         conn_lost(conn, conn->ac, "not answering", 1);
     } else if (!conn->ready && now - conn->connect_us > conn->env->dead_after_us) {
@@ -577,7 +582,7 @@ static int handle_error(struct store_conn *conn, redisAsyncContext *ac, struct s
         /* Redis lost its scripts (restart, failover, SCRIPT FLUSH): load the
          * script again and retry; both go out in order on this connection. */
         c->noscript_retried = 1;
-        LOG_INFO("\"redis lost its scripts; reloading\" addr=%s script=%s", conn->name,
+        LOG_INFO("\"redis lost its scripts; reloading\" addr=%s script=%s", log_val(conn->name),
                  script_names[c->script]);
         if (redisAsyncCommand(ac, on_setup_reply, (void *)(intptr_t)c->script, "SCRIPT LOAD %s",
                               script_src[c->script]) == REDIS_OK) {
@@ -592,7 +597,8 @@ static int handle_error(struct store_conn *conn, redisAsyncContext *ac, struct s
     }
     if (conn->hooks->redirect &&
         parse_redirect(conn, err, &ask, &slot, host, sizeof(host), &port) == 0) {
-        LOG_DEBUG("\"redis redirect\" from=%s err=\"%s\"", conn->name, err);
+        LOG_DEBUG("\"redis redirect\" from=%s err=\"%s\"", log_val(conn->name),
+                  log_esc(err, strlen(err)));
         conn->hooks->redirect(conn->owner, conn, c, ask, slot, host, port);
         return 1;
     }
@@ -628,15 +634,15 @@ static void on_eval_reply(redisAsyncContext *ac, void *r, void *priv)
         goto next;
     }
     if (reply->type == REDIS_REPLY_ARRAY && !c->batch) {
-        store_cmd_result(&res, reply);
+        store_reply_values(reply, &res);
     } else {
         res.status = STORE_ERR;
         res.err = reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply type";
     }
     if (res.status != STORE_OK) {
         METRIC_INC(redis_errors);
-        LOG_DEBUG("\"redis script error\" addr=%s script=%s err=\"%s\"", conn->name,
-                  script_names[c->script], res.err);
+        LOG_DEBUG("\"redis script error\" addr=%s script=%s err=\"%s\"", log_val(conn->name),
+                  script_names[c->script], log_esc(res.err, strlen(res.err)));
     }
     c->cb(c->arg, &res);
     store_cmd_free(c);

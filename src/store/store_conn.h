@@ -92,10 +92,6 @@ struct store_cmd *store_batch_new(struct store_cmd *list, unsigned n);
 
 struct redisReply;
 
-/* The integers of a script's array reply into res (STORE_OK), or STORE_ERR
- * with res->err for an element that is not one. */
-void store_cmd_result(struct store_result *res, const struct redisReply *reply);
-
 /* Hand each member of batch b its part of reply ("n v1 .. vn" per call, in
  * order: lua/batch.sh), running and freeing each; members the reply does not
  * cover fail. now: for the latency reported. */

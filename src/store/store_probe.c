@@ -82,8 +82,9 @@ static int connect_to(struct store_probe *p, const char *ip)
     redisAsyncContext *ac = redisAsyncConnect(ip, a->port);
 
     if (!ac || ac->err) {
-        LOG_DEBUG("\"redis probe failed\" addr=%s:%d err=\"%s\"", a->host, a->port,
-                  ac ? ac->errstr : "out of memory");
+        const char *why = ac ? ac->errstr : "out of memory";
+        LOG_DEBUG("\"redis probe failed\" addr=%s:%d err=\"%s\"", log_val(a->host), a->port,
+                  log_esc(why, strlen(why)));
         METRIC_INC(redis_errors);
         if (ac)
             redisAsyncFree(ac);
@@ -114,7 +115,7 @@ static void on_lookup(void *arg, const char *ip, const char *err)
 
     p->lookup = NULL;
     if (!ip) {
-        LOG_DEBUG("\"redis probe failed\" err=\"%s\"", err);
+        LOG_DEBUG("\"redis probe failed\" err=\"%s\"", log_esc(err, strlen(err)));
         METRIC_INC(redis_errors);
     } else if (connect_to(p, ip) == 0) {
         return;
@@ -135,8 +136,8 @@ static void attempt(struct store_probe *p)
         }
         if ((p->lookup = store_lookup_start(p->loop, a->host, on_lookup, p)))
             return;
-        LOG_DEBUG("\"redis probe failed\" addr=%s:%d err=\"cannot start a name lookup\"", a->host,
-                  a->port);
+        LOG_DEBUG("\"redis probe failed\" addr=%s:%d err=\"cannot start a name lookup\"",
+                  log_val(a->host), a->port);
         METRIC_INC(redis_errors);
     }
     finish(p, 0);
@@ -149,7 +150,8 @@ static void attempt_failed(struct store_probe *p, redisAsyncContext *ac, const c
 {
     const struct net_hostport *a = &p->addrs[p->next - 1];
 
-    LOG_DEBUG("\"redis probe failed\" addr=%s:%d err=\"%s\"", a->host, a->port, why);
+    LOG_DEBUG("\"redis probe failed\" addr=%s:%d err=\"%s\"", log_val(a->host), a->port,
+              log_esc(why, strlen(why)));
     METRIC_INC(redis_errors);
     p->ac = NULL;
     if (free_it)

@@ -43,8 +43,8 @@ static int accept_reply(void *arg, const struct redisReply *r, const char *host,
         reply->element[0]->type != REDIS_REPLY_STRING ||
         reply->element[1]->type != REDIS_REPLY_STRING || reply->element[0]->len == 0 ||
         reply->element[0]->len >= HOST_MAX) {
-        LOG_DEBUG("\"sentinel does not know the master\" sentinel=%s:%d master=%s", host, port,
-                  sn->master);
+        LOG_DEBUG("\"sentinel does not know the master\" sentinel=%s:%d master=%s", log_val(host),
+                  port, log_val(sn->master));
         return 0;
     }
     p = strtol(reply->element[1]->str, &end, 10);
@@ -62,7 +62,7 @@ static void on_done(void *arg, int ok)
 
     if (!ok) {
         if (!sn->failing)
-            LOG_WARN("\"no sentinel knows the master\" master=%s sentinels=%zu", sn->master,
+            LOG_WARN("\"no sentinel knows the master\" master=%s sentinels=%zu", log_val(sn->master),
                      sn->nsentinels);
         sn->failing = 1;
         sn->cb(sn->arg, NULL, 0);
@@ -71,7 +71,7 @@ static void on_done(void *arg, int ok)
     sn->failing = 0;
     snprintf(addr, sizeof(addr), strchr(sn->host, ':') ? "[%s]:%d" : "%s:%d", sn->host, sn->port);
     if (strcmp(addr, sn->logged) != 0) {
-        LOG_INFO("\"redis master\" master=%s addr=%s", sn->master, addr);
+        LOG_INFO("\"redis master\" master=%s addr=%s", log_val(sn->master), log_val(addr));
         memcpy(sn->logged, addr, sizeof(addr));
     }
     sn->cb(sn->arg, sn->host, sn->port);

@@ -1,0 +1,85 @@
+/* store_reply.c - what a script's reply says. */
+#include "store_reply.h"
+
+#include <hiredis/hiredis.h>
+#include <stdlib.h>
+
+#include "script.h"
+
+/* An integer of a script reply (Lua numbers come back as integers; a string
+ * is parsed). -1 when e is neither. */
+static int reply_int(const redisReply *e, int64_t *v)
+{
+    if (e->type == REDIS_REPLY_INTEGER)
+        *v = e->integer;
+    else if (e->type == REDIS_REPLY_STRING)
+        *v = strtoll(e->str, NULL, 10);
+    else
+        return -1;
+    return 0;
+}
+
+void store_reply_values(const redisReply *reply, struct store_result *res)
+{
+    res->status = STORE_OK;
+    for (size_t i = 0; i < reply->elements && i < STORE_MAX_VALUES; i++) {
+        if (reply_int(reply->element[i], &res->v[i]) < 0) {
+            res->status = STORE_ERR;
+            res->err = "unexpected reply element";
+        }
+        res->n = (int)i + 1;
+    }
+}
+
+void store_reply_batch_next(const redisReply *reply, size_t *at, struct store_result *res)
+{
+    int64_t n, x;
+
+    res->status = STORE_ERR;
+    res->err = "short batch reply";
+    res->n = 0;
+    if (*at >= reply->elements || reply_int(reply->element[*at], &n) < 0 || n < 0 ||
+        (uint64_t)n >= reply->elements - *at) {
+        *at = reply->elements; /* malformed: fail the rest */
+        return;
+    }
+    res->status = STORE_OK;
+    res->err = NULL;
+    for (int64_t i = 1; i <= n; i++) {
+        if (reply_int(reply->element[*at + (size_t)i], &x) < 0) {
+            res->status = STORE_ERR;
+            res->err = "unexpected reply element";
+        } else if (res->n < STORE_MAX_VALUES) {
+            res->v[res->n++] = x;
+        }
+    }
+    *at += 1 + (size_t)n;
+}
+
+/* Milliseconds from Redis as microseconds: negative reads as 0, and a value
+ * past BUCKET_MAX_PERIOD_US (285 years) as that, so that it can be added to
+ * a clock reading. */
+static uint64_t ms_to_us(int64_t ms)
+{
+    if (ms <= 0)
+        return 0;
+    if ((uint64_t)ms > BUCKET_MAX_PERIOD_US / 1000)
+        return BUCKET_MAX_PERIOD_US;
+    return (uint64_t)ms * 1000;
+}
+
+int store_reply_exact(const int64_t *v, int n, struct bucket_result *out)
+{
+    if (n < EXACT_R_COUNT)
+        return -1;
+    out->allowed = v[EXACT_R_ALLOWED] == 1;
+    out->remaining = v[EXACT_R_REMAINING] > 0 ? (uint64_t)v[EXACT_R_REMAINING] : 0;
+    out->retry_us = 0;
+    if (!out->allowed) {
+        out->retry_us = ms_to_us(v[EXACT_R_RETRY_MS]);
+        if (out->retry_us == 0)
+            out->retry_us = 1000;
+    }
+    out->reset_us = ms_to_us(v[EXACT_R_RESET_MS]);
+    return 0;
+}

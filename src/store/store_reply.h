@@ -1,0 +1,37 @@
+/* store_reply.h - what a script's reply says: its integers, taken out of
+ * hiredis' reply objects (one call, or one call's part of a batch), and an
+ * exact script's reply as a decision.
+ *
+ * Pure: no I/O and no hiredis call, only its reply type, so that tests and
+ * fuzzers feed replies as bytes through hiredis' own parser (redisReader).
+ */
+#ifndef STORE_REPLY_H
+#define STORE_REPLY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bucket.h"
+#include "store.h"
+
+struct redisReply;
+
+/* The integers of a script's array reply into res->v (at most
+ * STORE_MAX_VALUES, n counting them all): STORE_OK, or STORE_ERR ("unexpected
+ * reply element") when an element is neither an integer nor a string. */
+void store_reply_values(const struct redisReply *reply, struct store_result *res);
+
+/* One call's part of a batch reply, "n v1 .. vn" per call in order
+ * (lua/batch.sh), starting at element *at: its values into res (STORE_OK),
+ * *at moved past them. When the reply does not cover the call, res is
+ * STORE_ERR ("short batch reply") and *at goes to the end: the calls after it
+ * fail too. */
+void store_reply_batch_next(const struct redisReply *reply, size_t *at, struct store_result *res);
+
+/* The decision of an exact script's reply v[0..n) (enum script_exact_reply):
+ * 0, or -1 when the reply is too short (out untouched). retry_us is > 0
+ * when denied; negative values read as 0; times are capped so that they
+ * stay far from overflow. */
+int store_reply_exact(const int64_t *v, int n, struct bucket_result *out);
+
+#endif
