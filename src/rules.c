@@ -256,6 +256,35 @@ static int build_key(struct rule_eval *ev, const struct cfg_rule *r, const struc
     return 1;
 }
 
+int rules_client_key(const char *key, size_t len, const struct bucket_params *limits,
+                     size_t max_key, char *out, size_t cap)
+{
+    char suffix[80];
+    size_t slen = 0;
+
+    if (limits) {
+        int n = snprintf(suffix, sizeof(suffix), "%c%" PRIu64 "/%" PRIu64 "ms/%" PRIu64,
+                         RULES_LIMITS_SEP, limits->limit, limits->period_us / 1000,
+                         limits->burst);
+        slen = n > 0 ? (size_t)n : 0;
+    }
+    if (len + slen > max_key) {
+        /* As build_key: 128 bits of two differently seeded hashes (FNV-1a
+         * runs on, so hashing key then suffix hashes their concatenation). */
+        uint64_t h1 = util_hash(util_hash(UTIL_HASH_INIT, key, len), suffix, slen);
+        uint64_t h2 = util_hash(util_hash(0x84222325cbf29ce4ULL, key, len), suffix, slen);
+        if (cap < RULES_HASHED_KEY_LEN + 1)
+            return -1;
+        return snprintf(out, cap, "#%016" PRIx64 "%016" PRIx64, h1, h2);
+    }
+    if (len + slen + 1 > cap)
+        return -1;
+    memcpy(out, key, len);
+    memcpy(out + len, suffix, slen);
+    out[len + slen] = '\0';
+    return (int)(len + slen);
+}
+
 static int hits_push(struct rule_eval *ev, unsigned rule, size_t off, size_t len)
 {
     if (ev->nhits == ev->hits_cap) {

@@ -70,6 +70,20 @@ static inline const char *rules_hit_key(const struct rule_eval *ev, const struct
 int rules_match(const struct ruleset *rs, const uint8_t *payload, size_t len,
                 struct rule_eval *ev);
 
+/* The client key a request is counted under, as rules_match() builds it,
+ * from the text of its key args (len bytes; several args joined with '|'):
+ * that text, with limits appended when not NULL (a rule taking its limits
+ * per request from args keys each client by its limits too: RULES_LIMITS_SEP
+ * then "N/PERIODms/BURST"), replaced by "#" and a 128-bit hash of it when
+ * longer than max_key. Written NUL-terminated into out (cap bytes: a hashed
+ * key needs RULES_HASHED_KEY_LEN + 1). Returns its length, or -1 when out is
+ * too small. For the operator's GET /key and POST /reset, which must find
+ * the bucket a request with that key would use. */
+#define RULES_LIMITS_SEP '\x1f'
+#define RULES_HASHED_KEY_LEN 33
+int rules_client_key(const char *key, size_t len, const struct bucket_params *limits,
+                     size_t max_key, char *out, size_t cap);
+
 /* Count the decisions in the rule metrics (allowed / blocked / would_block,
  * blocked clients). */
 void rules_account(const struct ruleset *rs, const struct rule_eval *ev, uint64_t now_us);

@@ -461,7 +461,8 @@ static int wire_send(struct store_conn *conn, struct store_cmd *c)
 {
     if (!conn->ac)
         return -1;
-    memcpy(c->argv[1], conn->env->sha[c->script], STORE_SHA_LEN);
+    if (!c->read)
+        memcpy(c->argv[1], conn->env->sha[c->script], STORE_SHA_LEN);
     if (c->asking) {
         if (redisAsyncCommand(conn->ac, NULL, NULL, "ASKING") != REDIS_OK)
             return -1;
@@ -517,14 +518,14 @@ static void flush(struct store_conn *conn)
         size_t len;
         const char *key = store_cmd_key(first, &len);
         unsigned slot = util_redis_slot(key, len);
-        int alone = first->batch || first->asking;
+        int alone = first->batch || first->asking || first->read;
 
         first->mnext = NULL;
         for (c = first->next; c; c = next) {
             next = c->next;
             c->next = NULL;
             key = store_cmd_key(c, &len);
-            if (!alone && !c->batch && !c->asking && n < STORE_CONN_BATCH_MAX &&
+            if (!alone && !c->batch && !c->asking && !c->read && n < STORE_CONN_BATCH_MAX &&
                 (!(conn->flags & STORE_CONN_SLOTS) || util_redis_slot(key, len) == slot)) {
                 *gt = c;
                 gt = &c->mnext;
@@ -575,7 +576,7 @@ static int handle_error(struct store_conn *conn, redisAsyncContext *ac, struct s
     char host[256];
     int ask, slot, port;
 
-    if (strncmp(err, "NOSCRIPT", 8) == 0 && !c->noscript_retried) {
+    if (strncmp(err, "NOSCRIPT", 8) == 0 && !c->noscript_retried && !c->read) {
         /* Redis lost its scripts (restart, failover, SCRIPT FLUSH): load the
          * script again and retry; both go out in order on this connection. */
         c->noscript_retried = 1;
@@ -624,6 +625,10 @@ static void on_eval_reply(redisAsyncContext *ac, void *r, void *priv)
     if (reply->type == REDIS_REPLY_ERROR && handle_error(conn, ac, c, reply->str))
         goto next;
     res.latency_us = now - c->first_us;
+    if (c->read) {
+        store_cmd_read_reply(c, reply, now);
+        goto next;
+    }
     if (reply->type == REDIS_REPLY_ARRAY && c->batch) {
         store_batch_reply(c, reply, now);
         store_cmd_free(c);
