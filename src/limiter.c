@@ -409,14 +409,11 @@ static void enqueue(struct limiter *l, struct rjob *j)
     pthread_mutex_unlock(&l->qlock);
 }
 
-/* The Redis key of a hit: prefix, algorithm, rule, client key. Returns its
- * length, or 0 when it does not fit in buf. */
-static size_t redis_key(const struct limiter *l, const struct limiter_req *req,
-                        const struct rule_hit *h, char *buf, size_t cap)
+size_t limiter_redis_key(const struct limiter *l, const struct cfg_rule *r, const char *key,
+                         size_t keylen, char *buf, size_t cap)
 {
-    const struct cfg_rule *r = &req->rs->cfg->rules[h->rule];
     size_t rl = strlen(r->name);
-    size_t n = l->prefix_len + 3 + rl + 1 + h->key_len;
+    size_t n = l->prefix_len + 3 + rl + 1 + keylen;
 
     if (n > cap)
         return 0;
@@ -424,8 +421,16 @@ static size_t redis_key(const struct limiter *l, const struct limiter_req *req,
     memcpy(buf + l->prefix_len, r->algorithm == BUCKET_SLIDING_WINDOW ? "sw:" : "tb:", 3);
     memcpy(buf + l->prefix_len + 3, r->name, rl);
     buf[l->prefix_len + 3 + rl] = ':';
-    memcpy(buf + l->prefix_len + 4 + rl, rules_hit_key(&req->ev, h), h->key_len);
+    memcpy(buf + l->prefix_len + 4 + rl, key, keylen);
     return n;
+}
+
+/* The Redis key of a hit (limiter_redis_key). */
+static size_t redis_key(const struct limiter *l, const struct limiter_req *req,
+                        const struct rule_hit *h, char *buf, size_t cap)
+{
+    return limiter_redis_key(l, &req->rs->cfg->rules[h->rule], rules_hit_key(&req->ev, h),
+                             h->key_len, buf, cap);
 }
 
 /* Standalone: every hit from the in-memory buckets, at once. */
@@ -630,6 +635,14 @@ fail:
 int limiter_redis(const struct limiter *l)
 {
     return l->store != NULL;
+}
+
+void limiter_parts(struct limiter *l, struct limiter_parts *out)
+{
+    out->buckets = l->buckets;
+    out->backstop = l->backstop;
+    out->leases = l->leases;
+    out->store = l->store;
 }
 
 static void run_until_idle(struct limiter *l, uint64_t deadline)
