@@ -52,7 +52,8 @@ static void s_stats(const struct config *c, char *r, char *s, size_t n)
 static void s_url(const struct config *c, char *r, char *s, size_t n)
 {
     const char *url = c->redis_url ? c->redis_url : "", *at = strrchr(url, '@');
-    const char *colon = at && strlen(url) > 8 ? memchr(url + 8, ':', (size_t)(at - (url + 8))) : NULL;
+    const char *colon =
+        at && strlen(url) > 8 ? memchr(url + 8, ':', (size_t)(at - (url + 8))) : NULL;
 
     str_value(url, r, s, n);
     if (c->redis_server.password && colon)

@@ -111,8 +111,8 @@ static void start_writing(struct http_conn *c)
     ev_io_start(c->h->loop, &c->io);
 }
 
-void httpd_reply(struct httpd_req *req, const char *status, const char *ctype,
-                 const char *headers, char *body, size_t len)
+void httpd_reply(struct httpd_req *req, const char *status, const char *ctype, const char *headers,
+                 char *body, size_t len)
 {
     struct http_conn *c = req->c;
     int head = req->head;

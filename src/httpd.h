@@ -45,7 +45,7 @@ void httpd_set_handler(struct httpd *h, httpd_handler *fn, void *ctx);
  * out of memory: the connection is closed). A HEAD request gets the
  * headers only. req is freed: never use it again. When its connection went
  * away meanwhile (timeout, peer gone, httpd_free), the answer is dropped. */
-void httpd_reply(struct httpd_req *req, const char *status, const char *ctype,
-                 const char *headers, char *body, size_t len);
+void httpd_reply(struct httpd_req *req, const char *status, const char *ctype, const char *headers,
+                 char *body, size_t len);
 
 #endif

@@ -16,9 +16,9 @@
 #include "store/store.h"
 #include "util.h"
 
-#define ARG_MAX 8192 /* a decoded query value: the request is at most 8 KiB */
-#define CKEY_MAX (ARG_MAX + 128)   /* a client key, limits appended */
-#define RKEY_MAX (CKEY_MAX + 256)  /* prefix, algorithm, rule name */
+#define ARG_MAX 8192              /* a decoded query value: the request is at most 8 KiB */
+#define CKEY_MAX (ARG_MAX + 128)  /* a client key, limits appended */
+#define RKEY_MAX (CKEY_MAX + 256) /* prefix, algorithm, rule name */
 
 /* ---- JSON ---------------------------------------------------------------- */
 
@@ -52,8 +52,9 @@ static void jput(struct jbuf *b, const char *fmt, ...)
     }
 }
 
-/* A JSON string: quotes, backslashes and control bytes escaped; other
- * bytes as they are (keys are whatever clients sent). */
+/* A JSON string: quotes and backslashes escaped, control bytes and bytes
+ * past ASCII as \u00XX (one per byte, as /top writes keys: always valid
+ * JSON, whatever bytes clients sent). */
 static void jstr(struct jbuf *b, const char *s, size_t len)
 {
     jput(b, "\"");
@@ -61,7 +62,7 @@ static void jstr(struct jbuf *b, const char *s, size_t len)
         unsigned char c = (unsigned char)s[i];
         if (c == '"' || c == '\\')
             jput(b, "\\%c", c);
-        else if (c < 0x20 || c == 0x7f)
+        else if (c < 0x20 || c >= 0x7f)
             jput(b, "\\u%04x", c);
         else
             jput(b, "%c", c);
@@ -105,9 +106,9 @@ struct target {
     struct bucket_params p, b; /* its limits, and those of its backstop */
     char key[ARG_MAX];         /* as given */
     size_t keylen;
-    char ckey[CKEY_MAX];       /* the client key requests use */
+    char ckey[CKEY_MAX]; /* the client key requests use */
     size_t cklen;
-    char rkey[RKEY_MAX];       /* its Redis key (Redis mode) */
+    char rkey[RKEY_MAX]; /* its Redis key (Redis mode) */
     size_t rklen;
 };
 
@@ -176,16 +177,16 @@ static const char *find_target(struct limiter *l, const struct ruleset *rs, cons
     t->keylen = n > 0 ? (size_t)n : 0;
     if (client_limits(rs, t->rule, query, &t->p, &t->b, &keyed, why) < 0)
         return "400 Bad Request";
-    int len = rules_client_key(t->key, t->keylen, keyed ? &t->p : NULL, rs->cfg->max_key,
-                               t->ckey, sizeof(t->ckey));
+    int len = rules_client_key(t->key, t->keylen, keyed ? &t->p : NULL, rs->cfg->max_key, t->ckey,
+                               sizeof(t->ckey));
     if (len < 0) {
         *why = "key too long";
         return "400 Bad Request";
     }
     t->cklen = (size_t)len;
-    t->rklen = limiter_redis(l) ? limiter_redis_key(l, t->r, t->ckey, t->cklen, t->rkey,
-                                                   sizeof(t->rkey))
-                                : 0;
+    t->rklen = limiter_redis(l)
+                   ? limiter_redis_key(l, t->r, t->ckey, t->cklen, t->rkey, sizeof(t->rkey))
+                   : 0;
     return NULL;
 }
 
@@ -248,8 +249,8 @@ static void put_bucket(struct jbuf *b, const char *name, int found, const struct
     else
         jput(b, "{\"tokens\":%.6g,\"burst\":%" PRIu64, st->level, p->burst);
     jput(b,
-         ",\"limit\":%" PRIu64 ",\"remaining\":%" PRIu64 ",\"blocked\":%s,\"retry_after_ms\":%" PRIu64
-         ",\"reset_ms\":%" PRIu64 "}",
+         ",\"limit\":%" PRIu64 ",\"remaining\":%" PRIu64
+         ",\"blocked\":%s,\"retry_after_ms\":%" PRIu64 ",\"reset_ms\":%" PRIu64 "}",
          p->limit, st->remaining, jbool(st->blocked), ms_up(st->retry_us), ms_up(st->reset_us));
 }
 
@@ -263,8 +264,9 @@ static void put_lease(struct jbuf *b, int found, const struct lease_state *st)
         return;
     }
     jput(b,
-         "{\"tokens\":%" PRIu64 ",\"unreported\":%" PRIu64 ",\"voided\":%s,\"lease_left_ms\":%" PRIu64
-         ",\"blocked\":%s,\"blocked_left_ms\":%" PRIu64 ",\"in_flight\":",
+         "{\"tokens\":%" PRIu64 ",\"unreported\":%" PRIu64
+         ",\"voided\":%s,\"lease_left_ms\":%" PRIu64 ",\"blocked\":%s,\"blocked_left_ms\":%" PRIu64
+         ",\"in_flight\":",
          st->tokens, st->unreported, jbool(st->voided), st->lease_left_us / 1000,
          jbool(st->blocked_left_us > 0), ms_up(st->blocked_left_us));
     if (st->inflight >= 0 && st->inflight <= LEASE_JOB_RETURN)
@@ -290,7 +292,7 @@ struct kreq {
     struct limiter *l;
     struct ruleset *rs; /* referenced */
     int pending;
-    const char *err;    /* the first failure (a static string) */
+    const char *err; /* the first failure (a static string) */
     char errbuf[160];
     /* HGETALL: field, value, field, value... copied */
     size_t nstr;
@@ -317,7 +319,9 @@ static int read_failed(struct kreq *k, const struct store_result *res)
         return 0;
     if (!k->err) {
         snprintf(k->errbuf, sizeof(k->errbuf), "%s",
-                 res->err ? res->err : res->status == STORE_DOWN ? "redis down" : "redis error");
+                 res->err                    ? res->err
+                 : res->status == STORE_DOWN ? "redis down"
+                                             : "redis error");
         k->err = k->errbuf;
     }
     return 1;
@@ -420,6 +424,19 @@ static void put_leases(struct jbuf *b, const struct kreq *k, int sw, double wind
     jput(b, "]");
 }
 
+/* Microseconds until a sliding window's estimate falls to thr if nothing
+ * more is charged, as sw_claim.lua computes it: the previous count fades
+ * over the rest of this window, then the current one over the next. */
+static double sw_wait(double est, double c, double p, double left, double period, double thr)
+{
+    if (est <= thr)
+        return 0;
+    thr = fmax(thr, 0);
+    if (c <= thr)
+        return (est - thr) * period / p;
+    return left + (c - thr) * period / c;
+}
+
 /* The Redis bucket, as the hash says and as the scripts would see it now
  * (an estimate: the scripts also apply expiries in time order). */
 static void put_redis(struct jbuf *b, const struct kreq *k, const char *self)
@@ -451,8 +468,12 @@ static void put_redis(struct jbuf *b, const struct kreq *k, const char *self)
              cur_w, left / 1000, c, p);
         put_leases(b, k, 1, cur_w, self, &held, &holders);
         double rem = floor((double)t->p.limit - est + 1e-9);
-        jput(b, ",\"estimate\":%.6g,\"remaining\":%.0f,\"blocked\":%s", est, rem > 0 ? rem : 0,
-             jbool(est + 1 > (double)t->p.limit + 1e-9));
+        jput(b,
+             ",\"estimate\":%.6g,\"remaining\":%.0f,\"blocked\":%s,\"retry_after_ms\":%.0f"
+             ",\"reset_ms\":%.0f",
+             est, rem > 0 ? rem : 0, jbool(est + 1 > (double)t->p.limit + 1e-9),
+             ceil(sw_wait(est, c, p, left, period, (double)t->p.limit - 1) / 1000),
+             ceil(sw_wait(est, c, p, left, period, 0) / 1000));
     } else {
         double burst = (double)t->p.burst;
         double tk = fnum(k, "t", burst), ts = fnum(k, "ts", (double)k->now_us);
@@ -462,11 +483,12 @@ static void put_redis(struct jbuf *b, const struct kreq *k, const char *self)
             now_t = fmin(cap, tk + rate * ((double)k->now_us - ts));
         now_t = fmin(now_t, cap);
         double retry = now_t >= 1 ? 0 : (1 - now_t) / rate;
+        double full = fmax(0, burst - held - now_t) / rate; /* if no held token is spent */
         jput(b,
              ",\"t\":%.17g,\"refilled_ms_ago\":%.0f,\"tokens_now\":%.6g,\"remaining\":%.0f"
-             ",\"blocked\":%s,\"retry_after_ms\":%.0f",
+             ",\"blocked\":%s,\"retry_after_ms\":%.0f,\"reset_ms\":%.0f",
              tk, ((double)k->now_us - ts) / 1000, now_t, now_t > 0 ? floor(now_t + 1e-9) : 0,
-             jbool(now_t < 1), ceil(retry / 1000));
+             jbool(now_t < 1), ceil(retry / 1000), ceil(full / 1000));
     }
     jput(b, ",\"held\":%.6g,\"holders\":%u}", held, holders);
 }
@@ -483,7 +505,8 @@ static void render_get(struct httpd_req *req, struct limiter *l, const struct kr
     limiter_parts(l, &parts);
     put_head(&b, t, parts.store ? "redis" : "standalone");
     if (!parts.store) {
-        int found = bucket_table_peek(parts.buckets, t->r->name, t->ckey, t->cklen, &t->p, now, &st);
+        int found =
+            bucket_table_peek(parts.buckets, t->r->name, t->ckey, t->cklen, &t->p, now, &st);
         put_bucket(&b, "bucket", found, &st, &t->p);
     } else {
         struct lease_state ls;
@@ -610,8 +633,7 @@ static void on_reset(void *arg, const struct store_result *res)
     kreq_free(k);
 }
 
-void keyapi_reset(struct limiter *l, struct ruleset *rs, struct httpd_req *req,
-                  const char *query)
+void keyapi_reset(struct limiter *l, struct ruleset *rs, struct httpd_req *req, const char *query)
 {
     const char *status, *why;
     struct kreq *k = kreq_new(l, rs, req, query, &status, &why);

@@ -29,7 +29,6 @@ struct ruleset;
 void keyapi_get(struct limiter *l, struct ruleset *rs, struct httpd_req *req, const char *query);
 
 /* POST /reset: clear the client named by query; answer req when done. */
-void keyapi_reset(struct limiter *l, struct ruleset *rs, struct httpd_req *req,
-                  const char *query);
+void keyapi_reset(struct limiter *l, struct ruleset *rs, struct httpd_req *req, const char *query);
 
 #endif

@@ -219,8 +219,7 @@ static int on_http(void *ctx, struct httpd_req *req, const char *method, const c
     int get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
     int post = strcmp(method, "POST") == 0;
 
-    if (strcmp(path, "/config") != 0 && strcmp(path, "/key") != 0 &&
-        strcmp(path, "/reset") != 0)
+    if (strcmp(path, "/config") != 0 && strcmp(path, "/key") != 0 && strcmp(path, "/reset") != 0)
         return -1;
     if (strcmp(path, "/reset") == 0 ? !post : !get) {
         int reset = strcmp(path, "/reset") == 0;

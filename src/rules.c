@@ -264,8 +264,7 @@ int rules_client_key(const char *key, size_t len, const struct bucket_params *li
 
     if (limits) {
         int n = snprintf(suffix, sizeof(suffix), "%c%" PRIu64 "/%" PRIu64 "ms/%" PRIu64,
-                         RULES_LIMITS_SEP, limits->limit, limits->period_us / 1000,
-                         limits->burst);
+                         RULES_LIMITS_SEP, limits->limit, limits->period_us / 1000, limits->burst);
         slen = n > 0 ? (size_t)n : 0;
     }
     if (len + slen > max_key) {

@@ -978,10 +978,11 @@ START_TEST(test_config_page)
 
     ck_assert_uint_eq(config_page_pending(a, a, note, got), 0);
     ck_assert_uint_eq(config_page_pending(a, b, note, got), 4);
-    ck_assert_str_eq(got, "listen: 127.0.0.1:12345 -> 127.0.0.1:1\n"
-                          "workers: 2 -> 3\n"
-                          "[redis] url: redis://:***@127.0.0.1:6379 -> redis://:***@127.0.0.1:6379\n"
-                          "[lease] ttl: 1000ms -> 2000ms\n");
+    ck_assert_str_eq(got,
+                     "listen: 127.0.0.1:12345 -> 127.0.0.1:1\n"
+                     "workers: 2 -> 3\n"
+                     "[redis] url: redis://:***@127.0.0.1:6379 -> redis://:***@127.0.0.1:6379\n"
+                     "[lease] ttl: 1000ms -> 2000ms\n");
     char *page = config_page_render(a, b, 86400, &len);
     char *body = config_render(b, &body_len);
     ck_assert_ptr_nonnull(page);

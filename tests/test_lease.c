@@ -176,7 +176,7 @@ START_TEST(peek_and_forget)
     reply(t, j, (const int64_t[8]){3, 0, 5, 2, 6000, 60000, 1000, 3}, 1000, &done, &fb, &next);
     decide(t, "k", &p10, 2000, 1, &r, &next);
     ck_assert_int_eq(lease_peek(t, "k", 1, 3000, &st), 1);
-    ck_assert_uint_eq(st.tokens, 1);     /* 3 granted, 2 spent */
+    ck_assert_uint_eq(st.tokens, 1); /* 3 granted, 2 spent */
     ck_assert_uint_eq(st.unreported, 2);
     ck_assert_uint_eq(st.lease_left_us, 1 * S - 3000 - 50 * MS); /* sent + ttl - margin */
     ck_assert_int_eq(st.inflight, -1);

@@ -104,8 +104,8 @@ START_TEST(client_key_as_requests_build_it)
         for (size_t h = 0; h < 2; h++) { /* api: key; pair: key, ip */
             char text[128];
             snprintf(text, sizeof(text), h ? "%s|10.0.0.1" : "%s", values[i]);
-            int len = rules_client_key(text, strlen(text), NULL, rs->cfg->max_key, out,
-                                       sizeof(out));
+            int len =
+                rules_client_key(text, strlen(text), NULL, rs->cfg->max_key, out, sizeof(out));
             ck_assert_int_eq(len, (int)ev.hits[h].key_len);
             ck_assert_str_eq(out, rules_hit_key(&ev, &ev.hits[h]));
         }
@@ -119,7 +119,8 @@ START_TEST(client_key_as_requests_build_it)
     /* per-request limits are part of the key, before hashing */
     struct bucket_params lim = {0, 100, 60000000, 20};
     ck_assert_int_eq(rules_client_key("t", 1, &lim, 32, out, sizeof(out)), 16);
-    ck_assert_str_eq(out, "t\x1f" "100/60000ms/20");
+    ck_assert_str_eq(out, "t\x1f"
+                          "100/60000ms/20");
     ck_assert_int_eq(rules_client_key("tenant-1234567890123456", 23, &lim, 32, out, sizeof(out)),
                      33);
     rules_eval_free(&ev);

@@ -1640,8 +1640,7 @@ static void contract_exact(enum script s, const char *key, int sw)
 
 /* The reset scripts: A holds 3, B 2, an exact call took 4; the reset
  * keeps the 5 held. */
-static void contract_reset(enum script claim_s, enum script exact_s, enum script s,
-                           const char *key)
+static void contract_reset(enum script claim_s, enum script exact_s, enum script s, const char *key)
 {
     struct args a;
     long long o[CLAIM_R_COUNT], x[EXACT_R_COUNT], z[RESET_R_COUNT];

@@ -93,8 +93,7 @@ START_TEST(query_params)
     ck_assert_int_eq(util_query_param("rule=a", "key", out, sizeof(out)), UTIL_QUERY_ABSENT);
     ck_assert_int_eq(util_query_param("k=%4", "k", out, sizeof(out)), UTIL_QUERY_BAD);
     ck_assert_int_eq(util_query_param("k=%zz", "k", out, sizeof(out)), UTIL_QUERY_BAD);
-    ck_assert_int_eq(util_query_param("k=0123456789abcdef", "k", out, sizeof(out)),
-                     UTIL_QUERY_BAD);
+    ck_assert_int_eq(util_query_param("k=0123456789abcdef", "k", out, sizeof(out)), UTIL_QUERY_BAD);
     ck_assert_int_eq(util_query_param("k=0123456789abcde", "k", out, sizeof(out)), 15);
 }
 END_TEST

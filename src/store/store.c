@@ -142,8 +142,8 @@ int store_eval(struct store *s, enum store_script script, const char *key, size_
     return 0;
 }
 
-int store_read(struct store *s, const char *key, size_t keylen, int argc,
-               const char *const *argv, const size_t *argvlen, store_cb *cb, void *arg)
+int store_read(struct store *s, const char *key, size_t keylen, int argc, const char *const *argv,
+               const size_t *argvlen, store_cb *cb, void *arg)
 {
     struct store_cmd *c;
 

@@ -90,8 +90,8 @@ int store_eval(struct store *s, enum store_script script, const char *key, size_
  * callback runs exactly once as store_eval()'s does: an array reply comes
  * as res->str, an integer one as res->v[0] (n = 1), an error as STORE_ERR.
  * Never batched; not for the request path. */
-int store_read(struct store *s, const char *key, size_t keylen, int argc,
-               const char *const *argv, const size_t *argvlen, store_cb *cb, void *arg);
+int store_read(struct store *s, const char *key, size_t keylen, int argc, const char *const *argv,
+               const size_t *argvlen, store_cb *cb, void *arg);
 
 /* Group commit (see store_conn.h): between store_cork(s, 1) and
  * store_cork(s, 0), store_eval() calls only queue, and the uncork sends them

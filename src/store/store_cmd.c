@@ -70,8 +70,8 @@ struct store_cmd *store_cmd_new(enum store_script script, const char *key, size_
 /* One block, as store_cmd_new: the command, argv and argvlen, the bytes of
  * every argument, then the routing key. */
 struct store_cmd *store_cmd_new_read(const char *key, size_t keylen, int argc,
-                                     const char *const *argv, const size_t *argvlen,
-                                     store_cb *cb, void *arg)
+                                     const char *const *argv, const size_t *argvlen, store_cb *cb,
+                                     void *arg)
 {
     size_t bytes = keylen + 1;
     struct store_cmd *c;

@@ -65,15 +65,15 @@ static void set_addr_owned(struct store_conn *conn, char *h, int port);
 
 /* The scripts by enum store_script, then the batch script (script.h). */
 static const char *const script_src[SCRIPT_COUNT + 1] = {
-    [SCRIPT_TB_CLAIM] = script_tb_claim, [SCRIPT_TB_RETURN] = script_tb_return,
-    [SCRIPT_TB_EXACT] = script_tb_exact, [SCRIPT_SW_CLAIM] = script_sw_claim,
+    [SCRIPT_TB_CLAIM] = script_tb_claim,   [SCRIPT_TB_RETURN] = script_tb_return,
+    [SCRIPT_TB_EXACT] = script_tb_exact,   [SCRIPT_SW_CLAIM] = script_sw_claim,
     [SCRIPT_SW_RETURN] = script_sw_return, [SCRIPT_SW_EXACT] = script_sw_exact,
     [SCRIPT_TB_RESET] = script_tb_reset,   [SCRIPT_SW_RESET] = script_sw_reset,
     [SCRIPT_BATCH] = script_batch,
 };
 static const char *const script_names[SCRIPT_COUNT + 1] = {
-    [SCRIPT_TB_CLAIM] = "tb_claim", [SCRIPT_TB_RETURN] = "tb_return",
-    [SCRIPT_TB_EXACT] = "tb_exact", [SCRIPT_SW_CLAIM] = "sw_claim",
+    [SCRIPT_TB_CLAIM] = "tb_claim",   [SCRIPT_TB_RETURN] = "tb_return",
+    [SCRIPT_TB_EXACT] = "tb_exact",   [SCRIPT_SW_CLAIM] = "sw_claim",
     [SCRIPT_SW_RETURN] = "sw_return", [SCRIPT_SW_EXACT] = "sw_exact",
     [SCRIPT_TB_RESET] = "tb_reset",   [SCRIPT_SW_RESET] = "sw_reset",
     [SCRIPT_BATCH] = "batch",

@@ -88,8 +88,8 @@ struct store_cmd *store_cmd_new(enum store_script script, const char *key, size_
 /* A copy of a read command (store_read): argv as given, routed by key.
  * NULL when out of memory. */
 struct store_cmd *store_cmd_new_read(const char *key, size_t keylen, int argc,
-                                     const char *const *argv, const size_t *argvlen,
-                                     store_cb *cb, void *arg);
+                                     const char *const *argv, const size_t *argvlen, store_cb *cb,
+                                     void *arg);
 
 /* Free a command (a batch: not its members). NULL no-op. */
 void store_cmd_free(struct store_cmd *c);
