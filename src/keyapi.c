@@ -174,6 +174,10 @@ static const char *find_target(struct limiter *l, const struct ruleset *rs, cons
         *why = "key= is required (the values of the rule's key args, joined with '|')";
         return "400 Bad Request";
     }
+    if (!t->r->nkeys && n > 0) {
+        *why = "this rule has no key: one bucket for every client (leave key= out)";
+        return "400 Bad Request";
+    }
     t->keylen = n > 0 ? (size_t)n : 0;
     if (client_limits(rs, t->rule, query, &t->p, &t->b, &keyed, why) < 0)
         return "400 Bad Request";

@@ -184,6 +184,7 @@ class Config(unittest.TestCase):
             ("POST", "/reset?rule=api&key=", 400),
             ("GET", "/key?rule=api&key=%zz", 400),
             ("GET", "/key?" + q("api", "x", limit="10/1m"), 400),  # fixed limits
+            ("GET", "/key?" + q("global", "x"), 400),  # a rule without key
             ("GET", "/keys", 404),
         ]
         for method, path, want in cases:
@@ -446,23 +447,34 @@ class RedisKeys(unittest.TestCase):
         a, _ = self.agent()
         b, _ = self.agent()
         key = unique("bound")
+        agents = (a, a, b, b)
         # 4 x 20/s = 80/s under r = 100/s: the agents hold leases (top-ups)
-        clients = [LoadClient(ag.addr, {"key": key}, [(1.2, "paced", 20.0), (2.0, "flood", 4)],
-                              name=i, message="m-fleet") for i, ag in enumerate((a, a, b, b))]
-        for c in clients:
+        paced = [LoadClient(ag.addr, {"key": key}, [(1.5, "paced", 20.0)], name=i,
+                            message="m-fleet") for i, ag in enumerate(agents)]
+        # then a flood that starts the moment the reset is done, while the
+        # leases are still out: a reset that forgot them (t = b, or the key
+        # deleted) would let their tokens through on top of a full bucket
+        flood = [LoadClient(ag.addr, {"key": key}, [(2.0, "flood", 4)], name=4 + i,
+                            message="m-fleet") for i, ag in enumerate(agents)]
+        for c in paced + flood:
             c.start()
         t0 = time.monotonic() + 0.05
-        for c in clients:
+        for c in paced:
             c.start_at(t0)
-        while time.monotonic() < t0 + 1.0:
+        while time.monotonic() < t0 + 0.8:
             time.sleep(0.01)
+        while time.monotonic() < t0 + 1.4:  # both agents hold a lease, as /key shows
+            if key_state(a, "fleet", key)["redis"].get("holders") == 2:
+                break
         t_reset = time.monotonic()
         r = reset(a, "fleet", key)
         t_done = time.monotonic()
+        for c in flood:
+            c.start_at(t_done)
         h = self.hash("rl:tb:fleet:" + key)
-        for c in clients:
+        for c in paced + flood:
             c.join(30)
-        recs = fleet.collect(clients)
+        recs = fleet.collect(paced + flood)
         z = r["redis"]
         print("\n  reset with leases out: held %d by %d agents, remaining %d (before %d)"
               % (z["held"], z["holders"], z["remaining"], z["remaining_before"]))
