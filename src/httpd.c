@@ -175,7 +175,9 @@ static void route(struct http_conn *c)
     int head;
 
     /* "METHOD SP target SP ...": the target in place, up to the whole request */
-    if (sscanf(c->req, "%7s", method) != 1 || !(target = strchr(c->req, ' '))) {
+    target = strchr(c->req, ' ');
+    if (sscanf(c->req, "%7s", method) != 1 || !target ||
+        target > c->req + strcspn(c->req, "\r\n")) {
         plain(c, "400 Bad Request", "bad request\n", 0);
         return;
     }
