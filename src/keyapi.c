@@ -138,7 +138,7 @@ static int client_limits(const struct ruleset *rs, unsigned i, const char *query
     return 0;
 }
 
-/* Fill t from the query: 0, or an HTTP status with why. */
+/* Fill t from the query: NULL, or an HTTP status line with why. */
 static const char *find_target(struct limiter *l, const struct ruleset *rs, const char *query,
                                struct target *t, const char **why)
 {
