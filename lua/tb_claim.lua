@@ -62,8 +62,8 @@ for i = 1, #raw, 2 do f[raw[i]] = raw[i + 1] end
 -- the refill runs on to now. Refilling the whole gap against the final cap
 -- would bank refill that was never allowed while those tokens were held,
 -- and let b + H through at once when the lease ends.
--- The same function stands in tb_claim, tb_return and tb_exact (each script must
--- load alone); tests/test_scripts.c checks the copies are identical.
+-- The same function stands in tb_claim, tb_return, tb_exact and tb_reset (each
+-- script must load alone); tests/test_scripts.c checks the copies are identical.
 local function advance(f, b, rate, now)
     local leases, H = {}, 0
     for k, v in pairs(f) do

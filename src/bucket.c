@@ -294,6 +294,38 @@ void bucket_take(struct bucket *b, const struct bucket_params *p, uint64_t now_u
         tb_take(b, p, now_us, n, res);
 }
 
+void bucket_peek(const struct bucket *b, const struct bucket_params *p, uint64_t now_us,
+                 struct bucket_state *st)
+{
+    struct bucket c = *b;
+    struct bucket_result r;
+    double eps = tolerance(p);
+
+    memset(st, 0, sizeof(*st));
+    /* Whether one would pass, and when, as a take would say: on a copy. */
+    bucket_take(&c, p, now_us, 1, &r);
+    st->blocked = !r.allowed;
+    st->retry_us = r.retry_us;
+    c = *b;
+    if (p->algorithm == BUCKET_SLIDING_WINDOW) {
+        uint64_t period = period_of(p);
+        sw_advance(&c, period, now_us);
+        uint64_t now = now_us > c.ts_us ? now_us : c.ts_us;
+        st->prev = c.tokens;
+        st->cur = c.cur;
+        st->level = sw_estimate(c.tokens, c.cur, period, now - c.ts_us);
+        st->remaining = whole((double)p->limit - st->level, eps);
+        if (c.cur > 0)
+            st->reset_us = c.ts_us + 2 * period - now;
+        else if (c.tokens > 0)
+            st->reset_us = c.ts_us + period - now;
+        return;
+    }
+    st->level = tb_level(c.tokens, c.ts_us, p, now_us);
+    st->remaining = whole(st->level, eps);
+    st->reset_us = us_for_tokens(p, (double)p->burst - st->level);
+}
+
 int bucket_idle(const struct bucket *b, const struct bucket_params *p, uint64_t now_us)
 {
     if (p->algorithm == BUCKET_SLIDING_WINDOW) {
@@ -554,6 +586,50 @@ int bucket_table_take(struct bucket_table *t, const char *rule, const void *key,
     dlist_move_tail(&s->age, &e->age);
     pthread_mutex_unlock(&s->lock);
     return 0;
+}
+
+int bucket_table_peek(struct bucket_table *t, const char *rule, const void *key, size_t keylen,
+                      const struct bucket_params *p, uint64_t now_us, struct bucket_state *st)
+{
+    size_t rulelen = strlen(rule);
+    if (rulelen > MAX_RULE_LEN || (uint64_t)keylen > MAX_KEY_LEN)
+        return 0;
+    uint64_t hash = key_hash(rule, rulelen, key, keylen);
+    struct stripe *s = stripe_of(t, hash);
+    int found = 0;
+
+    pthread_mutex_lock(&s->lock);
+    struct entry *e = stripe_find(s, hash, rule, rulelen, key, keylen);
+    if (e && e->algorithm == (uint8_t)p->algorithm) {
+        bucket_peek(&e->b, p, now_us, st);
+        found = 1;
+    }
+    pthread_mutex_unlock(&s->lock);
+    return found;
+}
+
+int bucket_table_drop(struct bucket_table *t, const char *rule, const void *key, size_t keylen)
+{
+    size_t rulelen = strlen(rule);
+    if (rulelen > MAX_RULE_LEN || (uint64_t)keylen > MAX_KEY_LEN)
+        return 0;
+    uint64_t hash = key_hash(rule, rulelen, key, keylen);
+    struct stripe *s = stripe_of(t, hash);
+    struct entry *e;
+    int dropped = 0;
+
+    pthread_mutex_lock(&s->lock);
+    e = stripe_find(s, hash, rule, rulelen, key, keylen);
+    if (e) {
+        dropped = 1;
+        /* The expiry cursor may skip one entry of this chain on its next
+         * visit (it counts kept entries): that entry is looked at a round
+         * later, which is harmless. */
+        stripe_remove(s, e);
+        bucket_budget_sub(t->budget, 1);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return dropped;
 }
 
 /* Shrink a stripe whose load fell below 1/4 so that expiring a burst of

@@ -95,6 +95,20 @@ static inline void bucket_budget_sub(struct bucket_budget *b, size_t n)
         atomic_fetch_sub_explicit(&b->count, n, memory_order_relaxed);
 }
 
+/* A bucket as a request arriving at now would find it, without changing it
+ * (the operator's GET /key). */
+struct bucket_state {
+    double level;       /* token bucket: tokens; sliding window: the weighted estimate */
+    double prev, cur;   /* sliding window: counts of the previous and current window */
+    uint64_t remaining; /* whole units a request could take now */
+    int blocked;        /* a request of 1 would be denied now */
+    uint64_t retry_us;  /* when blocked: until one would pass; else 0 */
+    uint64_t reset_us;  /* until full again (both windows empty) */
+};
+
+void bucket_peek(const struct bucket *b, const struct bucket_params *p, uint64_t now_us,
+                 struct bucket_state *st);
+
 /* ---- table ---------------------------------------------------------------- */
 
 struct bucket_table;
@@ -134,6 +148,17 @@ extern const struct bucket_params bucket_params_per_bucket;
 size_t bucket_table_expire(struct bucket_table *t, uint64_t now_us, size_t max_visit,
                            const struct bucket_params *(*params_of)(void *ctx, const char *rule),
                            void *ctx);
+
+/* The bucket of (rule, key) as bucket_peek() sees it at now under p: 1 with
+ * *st filled, 0 when there is none, or when it counts with another
+ * algorithm than p's (the next take starts it afresh): a request would find
+ * it full. Thread-safe; changes nothing. */
+int bucket_table_peek(struct bucket_table *t, const char *rule, const void *key, size_t keylen,
+                      const struct bucket_params *p, uint64_t now_us, struct bucket_state *st);
+
+/* Drop the bucket of (rule, key): the next request finds it full (the
+ * operator's POST /reset). 1 when there was one. Thread-safe. */
+int bucket_table_drop(struct bucket_table *t, const char *rule, const void *key, size_t keylen);
 
 /* Number of buckets held. */
 size_t bucket_table_count(struct bucket_table *t);

@@ -1,4 +1,5 @@
-/* httpd.c - GET /metrics and GET /top on the main loop. */
+/* httpd.c - GET /metrics and GET /top on the main loop; other paths go to
+ * the owner's handler, whose answer may come later (struct httpd_req). */
 #include "httpd.h"
 
 #include <arpa/inet.h>
@@ -31,7 +32,17 @@ struct http_conn {
     size_t req_len;
     char *resp; /* header + body, malloc'd */
     size_t resp_len, resp_off;
+    struct httpd_req *waiting; /* the handler's answer is still to come */
+    int routing;               /* inside route(): an answer is only stored */
     struct http_conn *prev, *next;
+};
+
+/* A handler's answer may come after its connection went away: the record
+ * outlives it, the connection only clears the pointer back to itself (the
+ * rule for callbacks that cannot be cancelled). */
+struct httpd_req {
+    struct http_conn *c; /* NULL once the connection is gone */
+    int head;            /* HEAD: headers only */
 };
 
 struct httpd {
@@ -43,6 +54,8 @@ struct httpd {
     unsigned nconns, max_conns;
     struct net_cidr *allow; /* a copy; none: any peer */
     size_t nallow;
+    httpd_handler *handler;
+    void *handler_ctx;
 };
 
 static struct log_gate refuse_gate;
@@ -60,60 +73,149 @@ static void http_conn_free(struct http_conn *c)
     if (c->next)
         c->next->prev = c->prev;
     h->nconns--;
+    if (c->waiting)
+        c->waiting->c = NULL; /* the handler's answer will find no one */
     free(c->resp);
     free(c);
 }
 
-static void set_response(struct http_conn *c, const char *status, const char *ctype, char *body,
-                         size_t body_len)
+/* headers: extra header lines, each ending in CRLF, or NULL. body is freed;
+ * HEAD: only the header is kept. */
+static void set_response(struct http_conn *c, const char *status, const char *ctype,
+                         const char *headers, char *body, size_t body_len, int head)
 {
-    char hdr[256];
+    char hdr[512];
     int n = snprintf(hdr, sizeof(hdr),
-                     "HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
+                     "HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%s"
                      "Connection: close\r\n\r\n",
-                     status, ctype, body_len);
-    c->resp = malloc((size_t)n + body_len);
+                     status, ctype, body_len, headers ? headers : "");
+    if (n < 0 || (size_t)n >= sizeof(hdr) || !body) {
+        free(body);
+        return;
+    }
+    size_t copy = head ? 0 : body_len; /* HEAD: Content-Length as for GET */
+    c->resp = malloc((size_t)n + copy);
     if (c->resp) {
         memcpy(c->resp, hdr, (size_t)n);
-        if (body_len)
-            memcpy(c->resp + n, body, body_len);
-        c->resp_len = (size_t)n + body_len;
+        if (copy)
+            memcpy(c->resp + n, body, copy);
+        c->resp_len = (size_t)n + copy;
     }
     free(body);
 }
 
-static void route(struct http_conn *c)
+static void start_writing(struct http_conn *c)
 {
-    char method[8], path[256];
-    size_t len = 0;
-    char *body;
+    ev_io_stop(c->h->loop, &c->io);
+    ev_io_set(&c->io, c->fd, EV_WRITE);
+    ev_io_start(c->h->loop, &c->io);
+}
 
-    if (sscanf(c->req, "%7s %255s", method, path) != 2) {
-        set_response(c, "400 Bad Request", "text/plain", strdup("bad request\n"), 12);
+void httpd_reply(struct httpd_req *req, const char *status, const char *ctype, const char *headers,
+                 char *body, size_t len)
+{
+    struct http_conn *c = req->c;
+    int head = req->head;
+
+    free(req);
+    if (!c) {
+        free(body);
         return;
     }
-    char *q = strchr(path, '?');
-    if (q)
-        *q = '\0';
-    if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) {
-        set_response(c, "405 Method Not Allowed", "text/plain", strdup("GET only\n"), 9);
+    c->waiting = NULL;
+    set_response(c, status, ctype, headers, body, len, head);
+    if (c->routing)
+        return; /* route()'s caller goes on */
+    if (!c->resp) {
+        http_conn_free(c);
+        return;
+    }
+    start_writing(c);
+}
+
+void httpd_set_handler(struct httpd *h, httpd_handler *fn, void *ctx)
+{
+    if (!h)
+        return;
+    h->handler = fn;
+    h->handler_ctx = ctx;
+}
+
+static void plain(struct http_conn *c, const char *status, const char *text, int head)
+{
+    set_response(c, status, "text/plain", NULL, strdup(text), strlen(text), head);
+}
+
+/* Hand the request to the owner's handler. 0 when it took it (answered, or
+ * will), -1 when it does not know the path. */
+static int delegate(struct http_conn *c, const char *method, const char *path, const char *query)
+{
+    struct httpd *h = c->h;
+    struct httpd_req *req;
+
+    if (!h->handler)
+        return -1;
+    if (!(req = calloc(1, sizeof(*req))))
+        return 0; /* no answer: the connection is closed */
+    req->c = c;
+    req->head = strcmp(method, "HEAD") == 0;
+    c->waiting = req;
+    if (h->handler(h->handler_ctx, req, method, path, query) == 0)
+        return 0;
+    c->waiting = NULL;
+    free(req);
+    return -1;
+}
+
+static void route(struct http_conn *c)
+{
+    char method[8], *target, *end, *query;
+    size_t len = 0;
+    char *body;
+    int head;
+
+    /* "METHOD SP target SP ...": the target in place, up to the whole request */
+    target = strchr(c->req, ' ');
+    if (sscanf(c->req, "%7s", method) != 1 || !target ||
+        target > c->req + strcspn(c->req, "\r\n")) {
+        plain(c, "400 Bad Request", "bad request\n", 0);
+        return;
+    }
+    target++;
+    end = target + strcspn(target, " \r\n");
+    *end = '\0';
+    query = strchr(target, '?');
+    if (query)
+        *query++ = '\0';
+    else
+        query = end;
+    head = strcmp(method, "HEAD") == 0;
+    int get = head || strcmp(method, "GET") == 0;
+    const char *path = target;
+    int builtin = strcmp(path, "/metrics") == 0 || strcmp(path, "/top") == 0 ||
+                  strcmp(path, "/") == 0 || strcmp(path, "/health") == 0;
+
+    if (!builtin) {
+        c->routing = 1;
+        int taken = delegate(c, method, path, query);
+        c->routing = 0;
+        if (taken == 0)
+            return;
+    }
+    if (!get) {
+        set_response(c, "405 Method Not Allowed", "text/plain", "Allow: GET, HEAD\r\n",
+                     strdup("GET only\n"), 9, 0);
     } else if (strcmp(path, "/metrics") == 0) {
         body = metrics_render(&len);
-        if (body)
-            set_response(c, "200 OK", "text/plain; version=0.0.4; charset=utf-8", body, len);
+        set_response(c, "200 OK", "text/plain; version=0.0.4; charset=utf-8", NULL, body, len,
+                     head);
     } else if (strcmp(path, "/top") == 0) {
         body = metrics_top_render(util_now_us(), &len);
-        if (body)
-            set_response(c, "200 OK", "application/json", body, len);
+        set_response(c, "200 OK", "application/json", NULL, body, len, head);
     } else if (strcmp(path, "/") == 0 || strcmp(path, "/health") == 0) {
-        set_response(c, "200 OK", "text/plain", strdup("ok\n"), 3);
+        plain(c, "200 OK", "ok\n", head);
     } else {
-        set_response(c, "404 Not Found", "text/plain", strdup("not found\n"), 10);
-    }
-    if (strcmp(method, "HEAD") == 0 && c->resp) {
-        char *e = strstr(c->resp, "\r\n\r\n");
-        if (e)
-            c->resp_len = (size_t)(e + 4 - c->resp);
+        plain(c, "404 Not Found", "not found\n", head);
     }
 }
 
@@ -137,13 +239,15 @@ static void http_io_cb(struct ev_loop *loop, ev_io *io, int revents)
             return;
         }
         route(c);
+        if (!c->resp && c->waiting) {
+            ev_io_stop(loop, &c->io); /* read no more: httpd_reply starts the writing */
+            return;
+        }
         if (!c->resp) {
             http_conn_free(c);
             return;
         }
-        ev_io_stop(loop, &c->io);
-        ev_io_set(&c->io, c->fd, EV_WRITE);
-        ev_io_start(loop, &c->io);
+        start_writing(c);
     }
     while (c->resp_off < c->resp_len) {
         ssize_t n = send(c->fd, c->resp + c->resp_off, c->resp_len - c->resp_off, MSG_NOSIGNAL);

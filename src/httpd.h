@@ -1,7 +1,9 @@
 /* httpd.h - the stats listener: a tiny HTTP/1.x server on the main event
- * loop answering GET /metrics (Prometheus text 0.0.4) and GET /top (JSON).
- * One request per connection; requests over 8 KiB or slower than 5 s are
- * dropped. Peers outside the allow list ([agent] stats_allow) are closed at
+ * loop answering GET /metrics (Prometheus text 0.0.4) and GET /top (JSON),
+ * and handing other paths to the owner's handler (GET /config, GET /key,
+ * POST /reset), which may answer later (after a Redis reply) without
+ * blocking the loop. One request per connection; requests over 8 KiB or
+ * slower than 5 s are dropped. Peers outside the allow list ([agent] stats_allow) are closed at
  * accept, and so is a connection past the cap: 64 at once, at most an eighth
  * of the fd limit (the stats listener must not starve SPOP). Out of fds, the
  * listener pauses (accept_guard.h).
@@ -24,5 +26,26 @@ struct httpd *httpd_new(struct ev_loop *loop, const struct net_addr *addr,
  * any peer). 0, or -1 out of memory (the old list stays). NULL h: no-op. */
 int httpd_set_allow(struct httpd *h, const struct net_cidr *allow, size_t n);
 void httpd_free(struct httpd *h);
+
+/* One request waiting for its answer. */
+struct httpd_req;
+
+/* The paths the listener does not serve itself. method: "GET", "HEAD",
+ * "POST"...; path without the query; query: what follows '?', still
+ * percent-encoded (util_query_param), "" without one. Strings valid during
+ * the call only. The handler answers through httpd_reply(), now or later,
+ * exactly once, and returns 0; or -1 when it does not know the path (404,
+ * or 405 for a method other than GET or HEAD, as for unknown paths). */
+typedef int httpd_handler(void *ctx, struct httpd_req *req, const char *method, const char *path,
+                          const char *query);
+void httpd_set_handler(struct httpd *h, httpd_handler *fn, void *ctx);
+
+/* Answer req with status ("200 OK"), content type, extra header lines
+ * ("Allow: POST\r\n", or NULL) and body (malloc'd, taken over; NULL when
+ * out of memory: the connection is closed). A HEAD request gets the
+ * headers only. req is freed: never use it again. When its connection went
+ * away meanwhile (timeout, peer gone, httpd_free), the answer is dropped. */
+void httpd_reply(struct httpd_req *req, const char *status, const char *ctype, const char *headers,
+                 char *body, size_t len);
 
 #endif

@@ -112,6 +112,40 @@ void lease_tick(struct lease_table *t, uint64_t now_us, int redis_up, struct lea
  * in flight are skipped: call again once their replies arrived). */
 void lease_drain(struct lease_table *t, uint64_t now_us, struct lease_job **jobs);
 
+/* ---- one key, for the operator (GET /key, POST /reset) ---------------------- */
+
+/* The local state of one key. */
+struct lease_state {
+    uint64_t tokens;          /* L: may still be spent here without asking Redis */
+    uint64_t unreported;      /* spent since the last report */
+    int voided;               /* a failed call voided the lease: the next claim
+                               * reports all of it spent */
+    uint64_t lease_left_us;   /* until the local deadline; 0: no lease */
+    uint64_t blocked_left_us; /* negative cache: answered blocked here, without
+                               * Redis, for this long; 0: not */
+    int inflight;             /* -1: no call; else its enum lease_job_kind */
+    unsigned waiting;         /* decisions waiting for that call */
+    double demand;            /* decisions per interval, smoothed */
+    int known;                /* Redis answered for this key; its last words: */
+    double bucket_tokens;     /* t (sw: remaining) */
+    uint64_t others_held;     /* held by the other agents */
+    uint64_t others;          /* other agents holding a lease */
+    uint64_t reply_age_us;
+};
+
+/* The entry of key at now into *st: 1, or 0 when there is none. Changes
+ * nothing. */
+int lease_peek(struct lease_table *t, const char *key, size_t keylen, uint64_t now_us,
+               struct lease_state *st);
+
+/* The Redis bucket of key was reset (tb_reset / sw_reset): forget the
+ * negative cache, and take in what the reset answered (remaining; held and
+ * holders over every agent). The lease runs on: its tokens are among those
+ * Redis still counts held (t = b - H), so spending them keeps the bound, and
+ * voiding it would only under-admit. 1 when the key had an entry. */
+int lease_forget(struct lease_table *t, const char *key, size_t keylen, uint64_t now_us,
+                 uint64_t remaining, uint64_t held, uint64_t holders);
+
 /* Number of entries. */
 size_t lease_count(struct lease_table *t);
 

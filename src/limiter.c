@@ -356,18 +356,15 @@ static void enqueue(struct limiter *l, struct rjob *j)
     pthread_mutex_unlock(&l->qlock);
 }
 
-/* The Redis key of a hit: prefix, algorithm, rule, client key (after an
- * empty hashtag when it holds '{', so that clients cannot choose their
- * Cluster slot: util_slot_fence). Returns its length, or 0 when it does not
- * fit in buf. */
-static size_t redis_key(const struct limiter *l, const struct limiter_req *req,
-                        const struct rule_hit *h, char *buf, size_t cap)
+/* The Redis key (limiter.h): the client key goes after an empty hashtag
+ * when it holds '{', so that clients cannot choose their Cluster slot
+ * (util_slot_fence). */
+size_t limiter_redis_key(const struct limiter *l, const struct cfg_rule *r, const char *key,
+                         size_t keylen, char *buf, size_t cap)
 {
-    const struct cfg_rule *r = &req->rs->cfg->rules[h->rule];
-    const char *key = rules_hit_key(&req->ev, h);
     size_t rl = strlen(r->name);
-    size_t fence = util_slot_fence(key, h->key_len);
-    size_t n = l->prefix_len + 3 + rl + 1 + fence + h->key_len;
+    size_t fence = util_slot_fence(key, keylen);
+    size_t n = l->prefix_len + 3 + rl + 1 + fence + keylen;
 
     if (n > cap)
         return 0;
@@ -376,8 +373,16 @@ static size_t redis_key(const struct limiter *l, const struct limiter_req *req,
     memcpy(buf + l->prefix_len + 3, r->name, rl);
     buf[l->prefix_len + 3 + rl] = ':';
     memcpy(buf + l->prefix_len + 4 + rl, UTIL_SLOT_FENCE, fence);
-    memcpy(buf + l->prefix_len + 4 + rl + fence, key, h->key_len);
+    memcpy(buf + l->prefix_len + 4 + rl + fence, key, keylen);
     return n;
+}
+
+/* The Redis key of a hit (limiter_redis_key). */
+static size_t redis_key(const struct limiter *l, const struct limiter_req *req,
+                        const struct rule_hit *h, char *buf, size_t cap)
+{
+    return limiter_redis_key(l, &req->rs->cfg->rules[h->rule], rules_hit_key(&req->ev, h),
+                             h->key_len, buf, cap);
 }
 
 /* Standalone: every hit from the in-memory buckets, at once. */
@@ -592,6 +597,14 @@ fail:
 int limiter_redis(const struct limiter *l)
 {
     return l->store != NULL;
+}
+
+void limiter_parts(struct limiter *l, struct limiter_parts *out)
+{
+    out->buckets = l->buckets;
+    out->backstop = l->backstop;
+    out->leases = l->leases;
+    out->store = l->store;
 }
 
 static void run_until_idle(struct limiter *l, uint64_t deadline)

@@ -11,7 +11,9 @@
 #include <unistd.h>
 
 #include "autoconfig.h"
+#include "config_page.h"
 #include "httpd.h"
+#include "keyapi.h"
 #include "limiter.h"
 #include "log.h"
 #include "metrics.h"
@@ -30,6 +32,8 @@ struct agent {
     struct ev_loop *loop;
     const char *path;
     struct ruleset *rs;
+    struct ruleset *boot; /* the first: its restart-only settings are in force */
+    uint64_t loaded_unix; /* when rs was loaded */
     struct limiter *lim;
     struct server *srv;
     struct httpd *httpd;
@@ -58,32 +62,17 @@ static void print_errors(const char *err)
         fputc('\n', stderr);
 }
 
-/* NULL and "" are both "unset". */
-static int same_str(const char *a, const char *b)
+static void warn_static(void *ctx, const char *name, const char *in_force, const char *file)
 {
-    return strcmp(a ? a : "", b ? b : "") == 0;
+    LOG_WARN("\"%s changed; takes effect at restart\"", name);
 }
 
-/* Settings that only a restart changes: warn when a reload tries. */
-static void warn_static_changes(const struct config *old, const struct config *nw)
+/* Settings that only a restart changes: warn when a reloaded file differs
+ * from what is in force (the values the agent started with), each reload
+ * (GET /config lists them too). */
+static void warn_static_changes(const struct config *in_force, const struct config *nw)
 {
-    if (!same_str(old->listen, nw->listen))
-        LOG_WARN("\"listen changed; takes effect at restart\"");
-    if (old->workers != nw->workers)
-        LOG_WARN("\"workers changed; takes effect at restart\"");
-    if (old->max_frame_size != nw->max_frame_size)
-        LOG_WARN("\"max_frame_size changed; takes effect at restart\"");
-    if (!same_str(old->stats, nw->stats))
-        LOG_WARN("\"stats changed; takes effect at restart\"");
-    if (!same_str(old->redis_url, nw->redis_url) ||
-        !same_str(old->redis_cluster, nw->redis_cluster) ||
-        !same_str(old->redis_sentinel, nw->redis_sentinel) ||
-        !same_str(old->redis_prefix, nw->redis_prefix) ||
-        old->redis_timeout_ms != nw->redis_timeout_ms)
-        LOG_WARN("\"[redis] changed; takes effect at restart\"");
-    if (old->lease_interval_ms != nw->lease_interval_ms || old->lease_ttl_ms != nw->lease_ttl_ms ||
-        old->lease_max_fraction != nw->lease_max_fraction)
-        LOG_WARN("\"[lease] changed; takes effect at restart\"");
+    config_page_pending(in_force, nw, warn_static, NULL);
 }
 
 /* A misconfiguration seen in traffic (mismatch.h): once a minute at most
@@ -140,7 +129,7 @@ static void on_sighup(struct ev_loop *loop, ev_signal *w, int revents)
         print_errors(err);
         return;
     }
-    warn_static_changes(a->rs->cfg, cfg);
+    warn_static_changes(a->boot->cfg, cfg);
     struct ruleset *rs = ruleset_new(cfg);
     if (!rs) {
         METRIC_INC(reload_failures);
@@ -154,7 +143,8 @@ static void on_sighup(struct ev_loop *loop, ev_signal *w, int revents)
     ruleset_unref(a->rs);
     a->rs = rs;
     METRIC_INC(reloads);
-    metrics_config_loaded(config_hash(rs->cfg), (uint64_t)time(NULL));
+    a->loaded_unix = (uint64_t)time(NULL);
+    metrics_config_loaded(config_hash(rs->cfg), a->loaded_unix);
     LOG_INFO("\"configuration reloaded\" file=%s rules=%zu", log_val(a->path),
              rs->cfg->nrules);
     note_keyless_rules(rs->cfg);
@@ -216,6 +206,41 @@ static void on_report(struct ev_loop *loop, ev_timer *t, int revents)
     mismatch_report(util_now_us(), 60000000, mismatch_cb);
     if (++a->reports % (60 / (int)REPORT_EVERY_S) == 0)
         metrics_minute_tick(a->rs->cfg->alert_share, alert_cb);
+}
+
+/* GET /config: the file last loaded, the restart-only settings that differ. */
+static void config_get(struct agent *a, struct httpd_req *req)
+{
+    size_t len = 0;
+    char *text = config_page_render(a->boot->cfg, a->rs->cfg, a->loaded_unix, &len);
+
+    httpd_reply(req, "200 OK", "text/plain; charset=utf-8", NULL, text, len);
+}
+
+/* What the stats listener does not serve itself: /config, /key, /reset
+ * (behind stats_allow like the rest). */
+static int on_http(void *ctx, struct httpd_req *req, const char *method, const char *path,
+                   const char *query)
+{
+    struct agent *a = ctx;
+    int get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
+    int post = strcmp(method, "POST") == 0;
+
+    if (strcmp(path, "/config") != 0 && strcmp(path, "/key") != 0 && strcmp(path, "/reset") != 0)
+        return -1;
+    if (strcmp(path, "/reset") == 0 ? !post : !get) {
+        int reset = strcmp(path, "/reset") == 0;
+        httpd_reply(req, "405 Method Not Allowed", "text/plain",
+                    reset ? "Allow: POST\r\n" : "Allow: GET, HEAD\r\n",
+                    strdup(reset ? "POST only\n" : "GET only\n"), reset ? 10 : 9);
+    } else if (strcmp(path, "/config") == 0) {
+        config_get(a, req);
+    } else if (strcmp(path, "/key") == 0) {
+        keyapi_get(a->lim, a->rs, req, query);
+    } else {
+        keyapi_reset(a->lim, a->rs, req, query);
+    }
+    return 0;
 }
 
 /* --check --print: the effective configuration on stdout. */
@@ -294,6 +319,8 @@ static int agent_open(struct agent *a, struct config *cfg)
         fprintf(stderr, "spoa-ratelimit: out of memory\n");
         return -1;
     }
+    a->boot = a->rs;
+    ruleset_ref(a->boot);
     a->lim = limiter_new(a->loop, a->rs->cfg, err, sizeof(err));
     if (!a->lim) {
         fprintf(stderr, "spoa-ratelimit: %s\n", err);
@@ -311,6 +338,7 @@ static int agent_open(struct agent *a, struct config *cfg)
             fprintf(stderr, "spoa-ratelimit: cannot listen for stats on %s\n", err);
             return -1;
         }
+        httpd_set_handler(a->httpd, on_http, a);
     }
     return 0;
 }
@@ -350,6 +378,7 @@ static void agent_shutdown(struct agent *a)
         server_free(a->srv);
         limiter_free(a->lim);
         ruleset_unref(a->rs);
+        ruleset_unref(a->boot);
     }
 }
 
@@ -360,6 +389,7 @@ static void agent_free(struct agent *a)
     server_free(a->srv);
     limiter_free(a->lim);
     ruleset_unref(a->rs);
+    ruleset_unref(a->boot);
 }
 
 int main(int argc, char **argv)
@@ -393,7 +423,8 @@ int main(int argc, char **argv)
     log_level = cfg->log_level;
     signal(SIGPIPE, SIG_IGN);
     metrics_set_version(PACKAGE_VERSION);
-    metrics_config_loaded(config_hash(cfg), (uint64_t)time(NULL));
+    a.loaded_unix = (uint64_t)time(NULL);
+    metrics_config_loaded(config_hash(cfg), a.loaded_unix);
 
     a.loop = ev_default_loop(EVFLAG_AUTO);
     if (agent_open(&a, cfg) < 0)

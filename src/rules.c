@@ -390,28 +390,20 @@ static int parse_burst(const char *s, uint64_t *v)
     return 0;
 }
 
-/* The limits of rule i for message m into *p and its backstop into *b: the
- * rule's own, or those its args ask for, each bounded by its ceiling.
- * Returns 1, or 0 when the rule does not apply to m (an arg is NULL, empty,
- * never sent: why->absent, or invalid: counted here). */
-static int request_params(const struct ruleset *rs, unsigned i, const struct spop_message *m,
-                          struct bucket_params *p, struct bucket_params *b, struct why *why)
+int rules_request_limits(const struct ruleset *rs, unsigned i, const char *rate,
+                         const char *burst, struct bucket_params *p, struct bucket_params *b)
 {
     const struct cfg_rule *r = &rs->cfg->rules[i];
-    char text[ARG_TEXT_MAX + 1];
-    int ret;
 
     *p = rs->params[i]; /* for a rule with a rate from an arg: its ceilings */
     *b = rs->backstop[i];
     if (!config_rule_per_request(r))
-        return 1;
+        return 0;
     if (r->rate_arg) {
         uint64_t n, period_ms;
 
-        if ((ret = arg_text(m, r->rate_arg, text, sizeof(text), why)) == 0)
-            return 0;
-        if (ret < 0 || config_parse_rate(text, &n, &period_ms) == -1)
-            return arg_invalid(r, r->rate_arg, text);
+        if (!rate || config_parse_rate(rate, &n, &period_ms) == -1)
+            return RULES_BAD_RATE;
         if (!rules_rate_above(n, period_ms, r->max_rate_n, r->max_rate_period_ms)) {
             p->limit = n;
             p->period_us = period_ms * 1000;
@@ -425,16 +417,72 @@ static int request_params(const struct ruleset *rs, unsigned i, const struct spo
             p->limit = cap;
     }
     if (r->burst_arg) {
-        uint64_t burst;
+        uint64_t v;
 
-        if ((ret = arg_text(m, r->burst_arg, text, sizeof(text), why)) == 0)
-            return 0;
-        if (ret < 0 || parse_burst(text, &burst) == -1)
-            return arg_invalid(r, r->burst_arg, text);
-        p->burst = burst < r->max_burst ? burst : r->max_burst;
+        if (!burst || parse_burst(burst, &v) == -1)
+            return RULES_BAD_BURST;
+        p->burst = v < r->max_burst ? v : r->max_burst;
     }
     rules_backstop_params(p, rs->cfg->fallback_share, b);
+    return 0;
+}
+
+/* The limits of rule i for message m into *p and its backstop into *b: the
+ * rule's own, or those its args ask for, each bounded by its ceiling.
+ * Returns 1, or 0 when the rule does not apply to m (an arg is NULL, empty,
+ * never sent: why->absent, or invalid: counted here). */
+static int request_params(const struct ruleset *rs, unsigned i, const struct spop_message *m,
+                          struct bucket_params *p, struct bucket_params *b, struct why *why)
+{
+    const struct cfg_rule *r = &rs->cfg->rules[i];
+    char rate[ARG_TEXT_MAX + 1], burst[ARG_TEXT_MAX + 1];
+    int ret;
+
+    if (r->rate_arg && (ret = arg_text(m, r->rate_arg, rate, sizeof(rate), why)) <= 0) {
+        if (ret == 0)
+            return 0;
+        return arg_invalid(r, r->rate_arg, rate);
+    }
+    if (r->burst_arg && (ret = arg_text(m, r->burst_arg, burst, sizeof(burst), why)) <= 0) {
+        if (ret == 0)
+            return 0;
+        return arg_invalid(r, r->burst_arg, burst);
+    }
+    ret = rules_request_limits(rs, i, r->rate_arg ? rate : NULL, r->burst_arg ? burst : NULL, p,
+                               b);
+    if (ret == RULES_BAD_RATE)
+        return arg_invalid(r, r->rate_arg, rate);
+    if (ret == RULES_BAD_BURST)
+        return arg_invalid(r, r->burst_arg, burst);
     return 1;
+}
+
+int rules_client_key(const char *key, size_t len, const struct bucket_params *limits,
+                     size_t max_key, char *out, size_t cap)
+{
+    char suffix[80];
+    size_t slen = 0;
+
+    if (limits) {
+        int n = snprintf(suffix, sizeof(suffix), "%c%" PRIu64 "/%" PRIu64 "ms/%" PRIu64,
+                         RULES_LIMITS_SEP, limits->limit, limits->period_us / 1000, limits->burst);
+        slen = n > 0 ? (size_t)n : 0;
+    }
+    if (len + slen > max_key) {
+        /* As build_key: 128 bits of two differently seeded hashes (FNV-1a
+         * runs on, so hashing key then suffix hashes their concatenation). */
+        uint64_t h1 = util_hash(util_hash(UTIL_HASH_INIT, key, len), suffix, slen);
+        uint64_t h2 = util_hash(util_hash(0x84222325cbf29ce4ULL, key, len), suffix, slen);
+        if (cap < RULES_HASHED_KEY_LEN + 1)
+            return -1;
+        return snprintf(out, cap, "#%016" PRIx64 "%016" PRIx64, h1, h2);
+    }
+    if (len + slen + 1 > cap)
+        return -1;
+    memcpy(out, key, len);
+    memcpy(out + len, suffix, slen);
+    out[len + slen] = '\0';
+    return (int)(len + slen);
 }
 
 static int hits_push(struct rule_eval *ev, unsigned rule, size_t off, size_t len,

@@ -94,8 +94,32 @@ int rules_match(const struct ruleset *rs, const uint8_t *payload, size_t len,
  * and share x burst, at least 1 (for a sliding window, share x N). */
 void rules_backstop_params(const struct bucket_params *p, double share, struct bucket_params *b);
 
+/* The limits of rule i for a request whose args say rate (text of its
+ * rate = arg:NAME, "1000/1m") and burst (of burst = arg:NAME); NULL for a
+ * rule that takes none: *p and its backstop *b, clamped to the rule's
+ * ceilings as rules_match() does. 0, or RULES_BAD_RATE / RULES_BAD_BURST
+ * when that text is missing or invalid (*p and *b then hold the ceilings). */
+#define RULES_BAD_RATE (-1)
+#define RULES_BAD_BURST (-2)
+int rules_request_limits(const struct ruleset *rs, unsigned i, const char *rate,
+                         const char *burst, struct bucket_params *p, struct bucket_params *b);
+
 /* Whether rate n1 per p1 is above rate n2 per p2 (periods > 0), exactly. */
 int rules_rate_above(uint64_t n1, uint64_t p1, uint64_t n2, uint64_t p2);
+
+/* The client key a request is counted under, as rules_match() builds it,
+ * from the text of its key args (len bytes; several args joined with '|'):
+ * that text, with limits appended when not NULL (a rule taking its limits
+ * per request from args keys each client by its limits too: RULES_LIMITS_SEP
+ * then "N/PERIODms/BURST"), replaced by "#" and a 128-bit hash of it when
+ * longer than max_key. Written NUL-terminated into out (cap bytes: a hashed
+ * key needs RULES_HASHED_KEY_LEN + 1). Returns its length, or -1 when out is
+ * too small. For the operator's GET /key and POST /reset, which must find
+ * the bucket a request with that key would use. */
+#define RULES_LIMITS_SEP '\x1f'
+#define RULES_HASHED_KEY_LEN 33
+int rules_client_key(const char *key, size_t len, const struct bucket_params *limits,
+                     size_t max_key, char *out, size_t cap);
 
 /* Count the decisions in the rule metrics (allowed / blocked / would_block,
  * blocked clients). */

@@ -1,4 +1,4 @@
-/* util.c - monotonic time and hashing. */
+/* util.c - monotonic time, hashing, URL query parameters. */
 #include "util.h"
 
 #include <string.h>
@@ -9,6 +9,51 @@ uint64_t util_now_us(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+static int hex_digit(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+long util_query_param(const char *query, const char *name, char *out, size_t cap)
+{
+    size_t nlen = strlen(name);
+    const char *p = query;
+
+    while (p && *p) {
+        const char *end = strchr(p, '&');
+        size_t plen = end ? (size_t)(end - p) : strlen(p);
+        if (plen >= nlen && strncmp(p, name, nlen) == 0 && (plen == nlen || p[nlen] == '=')) {
+            size_t n = 0;
+            for (size_t i = plen == nlen ? plen : nlen + 1; i < plen; i++) {
+                char c = p[i];
+                if (c == '%') {
+                    int hi = i + 2 < plen ? hex_digit(p[i + 1]) : -1;
+                    int lo = hi >= 0 ? hex_digit(p[i + 2]) : -1;
+                    if (lo < 0)
+                        return UTIL_QUERY_BAD;
+                    c = (char)(hi * 16 + lo);
+                    i += 2;
+                } else if (c == '+') {
+                    c = ' ';
+                }
+                if (n + 1 >= cap)
+                    return UTIL_QUERY_BAD;
+                out[n++] = c;
+            }
+            out[n] = '\0';
+            return (long)n;
+        }
+        p = end ? end + 1 : NULL;
+    }
+    return UTIL_QUERY_ABSENT;
 }
 
 uint64_t util_hash(uint64_t h, const void *data, size_t len)

@@ -1,5 +1,6 @@
 /* util.h - small helpers shared by every module: monotonic time, hashing,
- * the choice of stripe and slot in the striped hash tables. */
+ * the choice of stripe and slot in the striped hash tables, URL query
+ * parameters. */
 #ifndef UTIL_H
 #define UTIL_H
 
@@ -39,6 +40,16 @@ uint16_t util_crc16(const void *data, size_t len);
 /* The Redis Cluster slot of a key (0..16383): the CRC16 of the whole key, or
  * of the part between the first '{' and the next '}' when that is not empty. */
 unsigned util_redis_slot(const char *key, size_t len);
+
+/* The value of parameter name in a URL query string ("rule=a&key=x%20y"),
+ * percent-decoded ('+' is a space), NUL-terminated into out (cap >= 1
+ * bytes; the value may hold NUL bytes: its length says where it ends). The
+ * first occurrence counts; "name" alone is an empty value. Returns its
+ * length, UTIL_QUERY_ABSENT, or UTIL_QUERY_BAD for a broken %-escape or a
+ * value longer than cap - 1. */
+#define UTIL_QUERY_ABSENT (-1)
+#define UTIL_QUERY_BAD (-2)
+long util_query_param(const char *query, const char *name, char *out, size_t cap);
 
 /* Redis Cluster hashes only the part of a key between the first '{' and the
  * next '}' (a hashtag) when it is not empty. Redis keys are PREFIX + "tb:" +

@@ -885,6 +885,59 @@ START_TEST(test_threads_expire)
 }
 END_TEST
 
+/* GET /key: peek shows what a take would find, changes nothing; POST
+ * /reset: drop makes the next take find the bucket full. */
+START_TEST(test_table_peek_drop)
+{
+    struct bucket_table *t = bucket_table_new(4);
+    struct bucket_params tb = params(TB, 10, MINUTE, 10), sw = params(SW, 10, MINUTE, 10);
+    struct bucket_result r;
+    struct bucket_state st;
+    uint64_t now = 1000 * MINUTE;
+
+    ck_assert_int_eq(bucket_table_peek(t, "r", "k", 1, &tb, now, &st), 0);
+    for (int i = 0; i < 10; i++)
+        bucket_table_take(t, "r", "k", 1, &tb, now, 1, &r);
+    ck_assert_int_eq(bucket_table_peek(t, "r", "k", 1, &tb, now + 3 * SEC, &st), 1);
+    ck_assert(st.level > 0.49 && st.level < 0.51); /* 3 s of 6 s per token */
+    ck_assert_uint_eq(st.remaining, 0);
+    ck_assert_int_eq(st.blocked, 1);
+    ck_assert_uint_eq(st.retry_us, 3 * SEC);
+    ck_assert_uint_eq(st.reset_us, 57 * SEC);
+    /* peeking took nothing: still blocked at the same instant */
+    ck_assert_int_eq(bucket_table_peek(t, "r", "k", 1, &tb, now + 3 * SEC, &st), 1);
+    ck_assert_int_eq(st.blocked, 1);
+    ck_assert_int_eq(bucket_table_peek(t, "r", "k", 1, &tb, now + 6 * SEC, &st), 1);
+    ck_assert_int_eq(st.blocked, 0);
+    ck_assert_uint_eq(st.remaining, 1);
+    ck_assert_uint_eq(st.retry_us, 0);
+    /* another algorithm: the next take starts afresh, as if there were none */
+    ck_assert_int_eq(bucket_table_peek(t, "r", "k", 1, &sw, now, &st), 0);
+
+    ck_assert_int_eq(bucket_table_drop(t, "r", "k", 1), 1);
+    ck_assert_int_eq(bucket_table_drop(t, "r", "k", 1), 0);
+    ck_assert_uint_eq(bucket_table_count(t), 0);
+    bucket_table_take(t, "r", "k", 1, &tb, now, 1, &r);
+    ck_assert_int_eq(r.allowed, 1);
+    ck_assert_uint_eq(r.remaining, 9);
+
+    /* sliding window: the two counts and the estimate */
+    uint64_t w0 = 2000 * MINUTE; /* a window start */
+    for (int i = 0; i < 6; i++)
+        bucket_table_take(t, "s", "k", 1, &sw, w0 + 10 * SEC, 1, &r);
+    for (int i = 0; i < 2; i++)
+        bucket_table_take(t, "s", "k", 1, &sw, w0 + MINUTE + SEC, 1, &r);
+    ck_assert_int_eq(bucket_table_peek(t, "s", "k", 1, &sw, w0 + MINUTE + 30 * SEC, &st), 1);
+    ck_assert(st.prev == 6 && st.cur == 2);
+    ck_assert(st.level > 4.99 && st.level < 5.01); /* 6 x 1/2 + 2 */
+    ck_assert_uint_eq(st.remaining, 5);
+    ck_assert_int_eq(st.blocked, 0);
+    ck_assert_uint_eq(st.reset_us, 90 * SEC);
+    ck_assert_int_eq(bucket_table_drop(t, "s", "k", 1), 1);
+    bucket_table_free(t);
+}
+END_TEST
+
 static Suite *bucket_suite(void)
 {
     Suite *s = suite_create("bucket");
@@ -920,6 +973,7 @@ static Suite *bucket_suite(void)
                         sizeof(visit_stripes) / sizeof(visit_stripes[0]));
     tcase_add_test(tc, test_table_million);
     tcase_add_test(tc, test_table_limits);
+    tcase_add_test(tc, test_table_peek_drop);
     tcase_set_timeout(tc, 300);
     suite_add_tcase(s, tc);
 

@@ -1,6 +1,7 @@
 /* test_config.c - unit tests of the configuration module: value parsers,
  * defaults, a full file, every kind of error with its FILE:LINE, peers. */
 #include "config/config.h"
+#include "config_page.h"
 
 #include <arpa/inet.h>
 #include <check.h>
@@ -1088,6 +1089,53 @@ START_TEST(print_round_trip)
 }
 END_TEST
 
+/* GET /config: the restart-only settings that differ from those in force,
+ * a password masked but its change seen; the page is the rendering under a
+ * header. */
+static void note(void *ctx, const char *name, const char *in_force, const char *file)
+{
+    char *out = ctx;
+    size_t n = strlen(out);
+    snprintf(out + n, 1024 - n, "%s: %s -> %s\n", name, in_force, file);
+}
+
+START_TEST(test_config_page)
+{
+    struct config *a = load_ok("[agent]\nworkers = 2\n[redis]\nurl = redis://:pw1@127.0.0.1:6379\n"
+                               "[rule:r]\nrate = 1/1s\n");
+    struct config *b = load_ok("[agent]\nworkers = 3\nlisten = 127.0.0.1:1\n[redis]\n"
+                               "url = redis://:pw2@127.0.0.1:6379\n[lease]\nttl = 2s\n"
+                               "[rule:r]\nrate = 2/1s\n");
+    char got[1024] = "";
+    size_t len, body_len;
+
+    ck_assert_uint_eq(config_page_pending(a, a, note, got), 0);
+    ck_assert_uint_eq(config_page_pending(a, b, note, got), 4);
+    ck_assert_str_eq(got,
+                     "listen: 127.0.0.1:12345 -> 127.0.0.1:1\n"
+                     "workers: 2 -> 3\n"
+                     "[redis] url: redis://:***@127.0.0.1:6379 -> redis://:***@127.0.0.1:6379\n"
+                     "[lease] ttl: 1000ms -> 2000ms\n");
+    char *page = config_page_render(a, b, 86400, &len);
+    char *body = config_render(b, &body_len);
+    ck_assert_ptr_nonnull(page);
+    ck_assert_ptr_nonnull(strstr(page, "; loaded = 1970-01-02T00:00:00Z (unix 86400)\n"));
+    ck_assert_ptr_nonnull(strstr(page, ";   workers = 2 in force; the file says 3\n"));
+    ck_assert_ptr_null(strstr(page, "pw"));
+    const char *rest = strstr(page, "\n\n");
+    ck_assert_ptr_nonnull(rest);
+    ck_assert_uint_eq(strlen(rest + 2), body_len);
+    ck_assert_str_eq(rest + 2, body);
+    free(page);
+    free(body);
+    page = config_page_render(a, a, 0, &len);
+    ck_assert_ptr_nonnull(strstr(page, "; restart pending: none\n"));
+    free(page);
+    config_free(a);
+    config_free(b);
+}
+END_TEST
+
 static Suite *config_suite(void)
 {
     Suite *s = suite_create("config");
@@ -1109,6 +1157,7 @@ static Suite *config_suite(void)
     tcase_add_test(tc, test_match);
     tcase_add_test(tc, test_arg_limits);
     tcase_add_test(tc, test_file);
+    tcase_add_test(tc, test_config_page);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("errors");

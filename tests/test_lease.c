@@ -154,6 +154,69 @@ START_TEST(negative_cache)
 }
 END_TEST
 
+/* GET /key and POST /reset: peek shows the lease and the negative cache;
+ * after a reset in Redis, forget clears the negative cache and keeps the
+ * lease (its tokens stay counted held in Redis). */
+START_TEST(peek_and_forget)
+{
+    struct lease_table *t = lease_table_new(&cfg, 4);
+    struct lease_job *j, *next;
+    struct lease_waiter *done, *fb;
+    struct lease_state st;
+    struct req r;
+
+    ck_assert_int_eq(lease_peek(t, "k", 1, 0, &st), 0);
+    ck_assert_int_eq(lease_forget(t, "k", 1, 0, 10, 0, 0), 0);
+    decide(t, "k", &p10, 0, 1, &r, &j);
+    ck_assert_int_eq(lease_peek(t, "k", 1, 10, &st), 1);
+    ck_assert_int_eq(st.inflight, LEASE_JOB_CLAIM);
+    ck_assert_uint_eq(st.waiting, 1);
+    ck_assert_int_eq(st.known, 0);
+    j->sent_us = 0;
+    /* granted 3 of what is left; another agent holds 2 */
+    reply(t, j, (const int64_t[8]){3, 0, 5, 2, 6000, 60000, 1000, 3}, 1000, &done, &fb, &next);
+    decide(t, "k", &p10, 2000, 1, &r, &next);
+    ck_assert_int_eq(lease_peek(t, "k", 1, 3000, &st), 1);
+    ck_assert_uint_eq(st.tokens, 1); /* 3 granted, 2 spent */
+    ck_assert_uint_eq(st.unreported, 2);
+    ck_assert_uint_eq(st.lease_left_us, 1 * S - 3000 - 50 * MS); /* sent + ttl - margin */
+    ck_assert_int_eq(st.inflight, -1);
+    ck_assert_int_eq(st.known, 1);
+    ck_assert_uint_eq(st.others_held, 2);
+    ck_assert_uint_eq(st.others, 1);
+    /* a reset meanwhile (t = 10 - 5 held, 3 of them ours): the lease runs on */
+    ck_assert_int_eq(lease_forget(t, "k", 1, 3000, 5, 5, 2), 1);
+    ck_assert_int_eq(lease_peek(t, "k", 1, 3000, &st), 1);
+    ck_assert_uint_eq(st.tokens, 1);
+    ck_assert_uint_eq(st.unreported, 2);
+    ck_assert_uint_eq(st.others_held, 2);
+    ck_assert_uint_eq(st.others, 1);
+    decide(t, "k", &p10, 4000, 1, &r, &next); /* the last one */
+    ck_assert(r.res.allowed);
+    ck_assert_int_eq(decide(t, "k", &p10, 5000, 1, &r, &j), LEASE_PENDING);
+    j->sent_us = 5000;
+    ck_assert_uint_eq(j->used, 3);
+    /* the 3 reported spent; nothing left: the other agent holds 2 */
+    reply(t, j, (const int64_t[8]){0, 0, 2, 1, 6000, 60000, 0, 0}, 6000, &done, &fb, &next);
+    ck_assert(!r.res.allowed);
+    ck_assert_int_eq(lease_peek(t, "k", 1, 7000, &st), 1);
+    ck_assert_uint_eq(st.blocked_left_us, 6 * S - 1000);
+
+    /* reset in Redis: t = 10 - 2 held by the other agent */
+    ck_assert_int_eq(lease_forget(t, "k", 1, 8000, 8, 2, 1), 1);
+    ck_assert_int_eq(lease_peek(t, "k", 1, 8000, &st), 1);
+    ck_assert_uint_eq(st.blocked_left_us, 0);
+    ck_assert(st.bucket_tokens == 8);
+    ck_assert_uint_eq(st.others_held, 2);
+    ck_assert_uint_eq(st.others, 1);
+    /* no longer blocked locally: the next decision asks Redis */
+    ck_assert_int_eq(decide(t, "k", &p10, 9000, 1, &r, &j), LEASE_PENDING);
+    ck_assert_ptr_nonnull(j);
+    lease_reply(t, j, 0, NULL, 0, 10000, &done, &fb, &next);
+    lease_table_free(t);
+}
+END_TEST
+
 START_TEST(follow_up_claim_for_uncovered_waiters)
 {
     struct lease_table *t = lease_table_new(&cfg, 4);
@@ -551,6 +614,7 @@ static Suite *lease_suite(void)
     tcase_add_test(tc, claim_then_local);
     tcase_add_test(tc, deadline_and_mine_are_authoritative);
     tcase_add_test(tc, negative_cache);
+    tcase_add_test(tc, peek_and_forget);
     tcase_add_test(tc, follow_up_claim_for_uncovered_waiters);
     tcase_add_test(tc, timeout_failure_and_down);
     tcase_add_test(tc, tick_top_up_give_back_forget);

@@ -85,6 +85,50 @@ START_TEST(match_and_keys)
 }
 END_TEST
 
+/* The operator's lookup finds the key a request builds: the same text up to
+ * max_key, the same hash past it, for one key arg and for several. */
+START_TEST(client_key_as_requests_build_it)
+{
+    struct ruleset *rs = load(ini); /* max_key = 32 */
+    struct rule_eval ev = {0};
+    uint8_t buf[1024];
+    char out[128];
+    static const char *const values[] = {"tenant-1", "0123456789012345678901234567890",
+                                         "01234567890123456789012345678901",
+                                         "012345678901234567890123456789012"};
+
+    for (size_t i = 0; i < sizeof(values) / sizeof(values[0]); i++) {
+        const char *args[] = {"key", values[i], "path", "/api/", "ip", "10.0.0.1"};
+        size_t n = payload(buf, sizeof(buf), "check-rate", args, 3);
+        ck_assert_int_eq(rules_match(rs, buf, n, &ev), 0);
+        ck_assert_uint_eq(ev.nhits, 3);
+        for (size_t h = 0; h < 2; h++) { /* api: key; pair: key, ip */
+            char text[128];
+            snprintf(text, sizeof(text), h ? "%s|10.0.0.1" : "%s", values[i]);
+            int len =
+                rules_client_key(text, strlen(text), NULL, rs->cfg->max_key, out, sizeof(out));
+            ck_assert_int_eq(len, (int)ev.hits[h].key_len);
+            ck_assert_str_eq(out, rules_hit_key(&ev, &ev.hits[h]));
+        }
+    }
+    /* a long key is hashed: 33 bytes, whatever its length */
+    ck_assert_int_eq(rules_client_key(values[3], 33, NULL, 32, out, sizeof(out)), 33);
+    ck_assert_int_eq(out[0], '#');
+    ck_assert_int_eq(rules_client_key(values[3], 33, NULL, 32, out, 33), -1);
+    ck_assert_int_eq(rules_client_key("abc", 3, NULL, 32, out, 3), -1);
+    ck_assert_int_eq(rules_client_key("", 0, NULL, 32, out, 1), 0); /* a rule without key */
+    /* per-request limits are part of the key, before hashing */
+    struct bucket_params lim = {0, 100, 60000000, 20};
+    ck_assert_int_eq(rules_client_key("t", 1, &lim, 32, out, sizeof(out)), 16);
+    ck_assert_str_eq(out, "t\x1f"
+                          "100/60000ms/20");
+    ck_assert_int_eq(rules_client_key("tenant-1234567890123456", 23, &lim, 32, out, sizeof(out)),
+                     33);
+    rules_eval_free(&ev);
+    ruleset_unref(rs);
+}
+END_TEST
+
 /* Decode the actions of an encoded ACK body into a small table. */
 struct vars {
     char name[16][32];
@@ -802,6 +846,7 @@ static Suite *rules_suite(void)
     Suite *s = suite_create("rules");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, match_and_keys);
+    tcase_add_test(tc, client_key_as_requests_build_it);
     tcase_add_test(tc, ten_per_minute_vars);
     tcase_add_test(tc, deciding_rule_and_shadow);
     tcase_add_loop_test(tc, value_text, 0, 8);

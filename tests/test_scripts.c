@@ -43,11 +43,14 @@ enum script {
     SW_CLAIM = SCRIPT_SW_CLAIM,
     SW_RETURN = SCRIPT_SW_RETURN,
     SW_EXACT = SCRIPT_SW_EXACT,
+    TB_RESET = SCRIPT_TB_RESET,
+    SW_RESET = SCRIPT_SW_RESET,
     NSCRIPTS = SCRIPT_COUNT,
 };
 static const char *const script_name[NSCRIPTS] = {
     [TB_CLAIM] = "tb_claim", [TB_RETURN] = "tb_return", [TB_EXACT] = "tb_exact",
     [SW_CLAIM] = "sw_claim", [SW_RETURN] = "sw_return", [SW_EXACT] = "sw_exact",
+    [TB_RESET] = "tb_reset", [SW_RESET] = "sw_reset",
 };
 static char *script_text[NSCRIPTS];
 static size_t script_len[NSCRIPTS];
@@ -71,6 +74,13 @@ enum {
     X_RETRY = EXACT_R_RETRY_MS,
     X_RESET = EXACT_R_RESET_MS,
     X_N = EXACT_R_COUNT,
+};
+enum {
+    Z_REMAINING = RESET_R_REMAINING,
+    Z_HELD = RESET_R_HELD,
+    Z_HOLDERS = RESET_R_HOLDERS,
+    Z_BEFORE = RESET_R_BEFORE,
+    Z_N = RESET_R_COUNT,
 };
 
 /* What a rule passes to the scripts. */
@@ -299,6 +309,16 @@ static void exact(enum script s, const char *key, const struct rule *ru, long lo
     ck_assert_int_ge(out[X_ALLOWED], 0);
     ck_assert_int_le(out[X_ALLOWED], 1);
     ck_assert_int_ge(out[X_RETRY], 0);
+}
+
+static void reset(enum script s, const char *key, const struct rule *ru, long long *out)
+{
+    long long nums[] = {ru->limit, ru->period_ms, ru->burst};
+    call_ints(s, key, NULL, nums, 3, out, Z_N);
+    ck_assert_int_ge(out[Z_REMAINING], 0);
+    ck_assert_int_ge(out[Z_HELD], 0);
+    ck_assert_int_ge(out[Z_BEFORE], 0);
+    ck_assert_int_le(out[Z_BEFORE], out[Z_REMAINING]); /* a reset never takes tokens */
 }
 
 /* ---- reading a bucket independently ----------------------------------------- */
@@ -1047,6 +1067,138 @@ START_TEST(tb_exact_admits_burst_then_denies)
 }
 END_TEST
 
+/* A reset fills the bucket up to b - H: the leases of every agent run on
+ * (their agents spend them without asking Redis), so t + H <= b holds across
+ * it, and it never takes tokens. */
+START_TEST(tb_reset_keeps_leases)
+{
+    char key[128];
+    long long o[R_N], x[X_N], z[Z_N];
+    struct state st;
+    mkkey(key, sizeof(key), "reset");
+
+    claim(TB_CLAIM, key, "A", &slow, 3, 0, 0, o);
+    claim(TB_CLAIM, key, "B", &slow, 4, 0, 0, o);
+    for (int i = 0; i < 3; i++) {
+        exact(TB_EXACT, key, &slow, 1, x);
+        ck_assert_int_eq(x[X_ALLOWED], 1);
+    }
+    exact(TB_EXACT, key, &slow, 1, x);
+    ck_assert_int_eq(x[X_ALLOWED], 0);
+
+    reset(TB_RESET, key, &slow, z);
+    ck_assert_int_eq(z[Z_REMAINING], 3); /* b - H = 10 - 7 */
+    ck_assert_int_eq(z[Z_HELD], 7);
+    ck_assert_int_eq(z[Z_HOLDERS], 2);
+    ck_assert_int_eq(z[Z_BEFORE], 0);
+    assert_tb_invariant(key, slow.burst, &st);
+    ck_assert_int_eq(st.held, 7);
+    ck_assert_msg(fabs(st.t - 3.0) < 1e-9, "t = %.17g after the reset", st.t);
+    ck_assert_int_eq(hget_ll(key, "h:A"), 3); /* the leases are untouched */
+    ck_assert_int_eq(hget_ll(key, "h:B"), 4);
+    ck_assert_int_gt(cmd_int("PTTL %s", key), 0);
+
+    /* A spent its 3, B gives its 4 back: full again, never over */
+    claim(TB_CLAIM, key, "A", &slow, 0, 3, 0, o);
+    ck_assert_int_eq(o[R_REMAINING], 3);
+    give_back(TB_RETURN, key, "B", &slow, 0, o);
+    ck_assert_int_eq(o[R_REMAINING], 7);
+    ck_assert_int_eq(o[R_HELD], 0);
+    assert_tb_invariant(key, slow.burst, &st);
+}
+END_TEST
+
+/* With no lease left a reset deletes the key (a missing bucket is full);
+ * an expired lease is dropped first, its tokens counted as spent. */
+START_TEST(tb_reset_without_leases_deletes_key)
+{
+    const struct rule ru = {5, 10000, 5, 1000};
+    const struct rule short_ttl = {1, 1000000, 10, 30};
+    char key[128];
+    long long o[R_N], x[X_N], z[Z_N];
+    mkkey(key, sizeof(key), "reset-empty");
+
+    for (int i = 0; i < 5; i++)
+        exact(TB_EXACT, key, &ru, 1, x);
+    ck_assert_int_eq(x[X_REMAINING], 0);
+    reset(TB_RESET, key, &ru, z);
+    ck_assert_int_eq(z[Z_REMAINING], 5);
+    ck_assert_int_eq(z[Z_HELD], 0);
+    ck_assert_int_eq(z[Z_HOLDERS], 0);
+    ck_assert_int_eq(z[Z_BEFORE], 0);
+    ck_assert_int_eq(cmd_int("EXISTS %s", key), 0);
+    exact(TB_EXACT, key, &ru, 1, x);
+    ck_assert_int_eq(x[X_ALLOWED], 1);
+    ck_assert_int_eq(x[X_REMAINING], 4);
+
+    mkkey(key, sizeof(key), "reset-missing");
+    reset(TB_RESET, key, &ru, z);
+    ck_assert_int_eq(z[Z_REMAINING], 5);
+    ck_assert_int_eq(z[Z_BEFORE], 5);
+    ck_assert_int_eq(cmd_int("EXISTS %s", key), 0);
+
+    mkkey(key, sizeof(key), "reset-expired");
+    claim(TB_CLAIM, key, "A", &short_ttl, 3, 0, 0, o);
+    sleep_ms(80);
+    reset(TB_RESET, key, &short_ttl, z);
+    ck_assert_int_eq(z[Z_HOLDERS], 0);
+    ck_assert_int_eq(z[Z_BEFORE], 7); /* the expired lease's 3 were spent */
+    ck_assert_int_eq(z[Z_REMAINING], 10);
+    ck_assert_int_eq(cmd_int("EXISTS %s", key), 0);
+}
+END_TEST
+
+/* Resets among random claims, reports, returns and exact calls of several
+ * agents: t + H <= b after every call, and = b right after a reset. */
+START_TEST(tb_reset_random_keeps_invariant)
+{
+    struct rule ru = {20, 20, 30, 0}; /* 1 token/ms, burst 30 */
+    static const char *const agents[] = {"a0", "a1", "a2"};
+    long long L[3] = {0};
+    char key[128];
+    long long o[R_N], x[X_N], z[Z_N];
+    struct state st;
+    int resets = 0, with_leases = 0;
+    mkkey(key, sizeof(key), "reset-random");
+    rng = 0x6a09e667f3bcc908ULL;
+
+    for (int i = 0; i < 600; i++) {
+        int a = (int)rnd_below(3);
+        long long op = rnd_below(100);
+        ru.ttl_ms = rnd_below(2) ? 5 : 1000;
+        if (op < 45) {
+            long long used = rnd_below(L[a] + 1);
+            claim(TB_CLAIM, key, agents[a], &ru, rnd_below(12), used, 0, o);
+            L[a] = o[R_MINE];
+        } else if (op < 55) {
+            give_back(TB_RETURN, key, agents[a], &ru, rnd_below(L[a] + 1), o);
+            L[a] = 0;
+        } else if (op < 85) {
+            exact(TB_EXACT, key, &ru, 1 + rnd_below(3), x);
+        } else {
+            reset(TB_RESET, key, &ru, z);
+            resets++;
+            read_state(key, 0, &st);
+            ck_assert_int_eq(st.orphans, 0);
+            ck_assert_int_eq(z[Z_HELD], st.held);
+            ck_assert_int_eq(z[Z_HOLDERS], st.holders);
+            if (z[Z_HOLDERS] == 0) {
+                ck_assert(!st.exists);
+                continue;
+            }
+            with_leases++;
+            ck_assert_msg(fabs(st.t + (double)st.held - (double)ru.burst) < 1e-6,
+                          "after a reset t %.17g + H %lld != b", st.t, st.held);
+        }
+        if (rnd_below(30) == 0)
+            sleep_ms((double)rnd_below(4));
+        assert_tb_invariant(key, ru.burst, &st);
+    }
+    ck_assert_int_gt(resets, 20);
+    ck_assert_int_gt(with_leases, 5);
+}
+END_TEST
+
 /* advance() holds the refill that the bound rests on. Each script must stand
  * alone under EVALSHA, so the three token-bucket scripts carry a copy each:
  * the copies must stay identical, byte for byte. */
@@ -1062,14 +1214,17 @@ static const char *advance_of(enum script s, size_t *len)
 
 START_TEST(tb_advance_copies_identical)
 {
-    size_t l0, l1, l2;
+    size_t l0, l1, l2, l3;
     const char *a = advance_of(TB_CLAIM, &l0);
     const char *b = advance_of(TB_RETURN, &l1);
     const char *c = advance_of(TB_EXACT, &l2);
+    const char *d = advance_of(TB_RESET, &l3);
     ck_assert_uint_eq(l0, l1);
     ck_assert_uint_eq(l0, l2);
+    ck_assert_uint_eq(l0, l3);
     ck_assert_int_eq(memcmp(a, b, l0), 0);
     ck_assert_int_eq(memcmp(a, c, l0), 0);
+    ck_assert_int_eq(memcmp(a, d, l0), 0);
 }
 END_TEST
 
@@ -1094,6 +1249,9 @@ START_TEST(bad_arguments_are_errors)
         {SW_CLAIM, 8, {"A", "10", "1000", "10", "1", "0", "0", "nan"}, "bad ARGV[8]"},
         {SW_RETURN, 5, {"A", "10", "1000", "10", "inf"}, "bad ARGV[5]"},
         {SW_EXACT, 4, {"10", "-1000", "10", "1"}, "bad ARGV[2]"},
+        {TB_RESET, 3, {"10", "1000", "-1"}, "bad ARGV[3]"},
+        {TB_RESET, 3, {"10", "x", "10"}, "bad ARGV[2]"},
+        {SW_RESET, 3, {"0", "1000", "10"}, "bad ARGV[1]"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         redisReply *r = evalsha(cases[i].s, key, cases[i].n, cases[i].args);
@@ -1338,6 +1496,53 @@ START_TEST(sw_random_sequence_keeps_counts)
 }
 END_TEST
 
+/* A reset of a sliding window keeps the units held by leases of the
+ * current window (c = held, p = 0), and deletes a counter without any. */
+START_TEST(sw_reset_keeps_leases)
+{
+    const struct rule ru = {10, 60000, 10, 5000};
+    char key[128];
+    long long o[R_N], x[X_N], z[Z_N];
+    struct state st;
+    mkkey(key, sizeof(key), "sw-reset");
+    if (window_left_ms(ru.period_ms) < 8000)
+        sleep_ms(window_left_ms(ru.period_ms) + 10);
+
+    claim(SW_CLAIM, key, "A", &ru, 3, 0, 0, o);
+    claim(SW_CLAIM, key, "B", &ru, 2, 0, 0, o);
+    for (int i = 0; i < 4; i++)
+        exact(SW_EXACT, key, &ru, 1, x);
+    ck_assert_int_eq(x[X_REMAINING], 1);
+    reset(SW_RESET, key, &ru, z);
+    ck_assert_int_eq(z[Z_REMAINING], 5);
+    ck_assert_int_eq(z[Z_HELD], 5);
+    ck_assert_int_eq(z[Z_HOLDERS], 2);
+    ck_assert_int_eq(z[Z_BEFORE], 1);
+    read_state(key, 1, &st);
+    ck_assert_int_eq(st.c, 5);
+    ck_assert_int_eq(st.p, 0);
+    ck_assert_int_eq(st.held, 5);
+    /* A spent 1 and returns 2: they leave the count as before the reset */
+    give_back(SW_RETURN, key, "A", &ru, 1, o);
+    ck_assert_int_eq(o[R_REMAINING], 7);
+
+    /* a previous window's count goes too; no lease left: the key goes */
+    mkkey(key, sizeof(key), "sw-reset-prev");
+    long long w = redis_now_us() / (ru.period_ms * 1000);
+    redisReply *r = cmd("HSET %s w %lld c 4 p 6", key, w);
+    freeReplyObject(r);
+    double left_hi = window_left_ms(ru.period_ms);
+    reset(SW_RESET, key, &ru, z);
+    double left_lo = window_left_ms(ru.period_ms);
+    /* before = floor(10 - (6 x left / period + 4)) */
+    ck_assert_int_ge(z[Z_BEFORE], (long long)floor(6.0 - 6.0 * left_hi / 60000.0));
+    ck_assert_int_le(z[Z_BEFORE], (long long)floor(6.0 - 6.0 * left_lo / 60000.0));
+    ck_assert_int_eq(z[Z_REMAINING], 10);
+    ck_assert_int_eq(z[Z_HOLDERS], 0);
+    ck_assert_int_eq(cmd_int("EXISTS %s", key), 0);
+}
+END_TEST
+
 /* ---- the contract of src/store/script.h -------------------------------------- */
 
 /* Arguments filled by position name, as the agent fills them. */
@@ -1514,10 +1719,34 @@ static void contract_exact(enum script s, const char *key, int sw)
     EXPECT(x, EXACT_R_RESET_MS, 1, FAR_MS);
 }
 
+/* The reset scripts: A holds 3, B 2, an exact call took 4; the reset
+ * keeps the 5 held. */
+static void contract_reset(enum script claim_s, enum script exact_s, enum script s, const char *key)
+{
+    struct args a;
+    long long o[CLAIM_R_COUNT], x[EXACT_R_COUNT], z[RESET_R_COUNT];
+
+    claim_args(&a, "A", &contract_rule, 3, 0, 0);
+    call_args(claim_s, key, &a, o, CLAIM_R_COUNT);
+    claim_args(&a, "B", &contract_rule, 2, 0, 0);
+    call_args(claim_s, key, &a, o, CLAIM_R_COUNT);
+    exact_args(&a, &contract_rule, 4);
+    call_args(exact_s, key, &a, x, EXACT_R_COUNT);
+    a.n = RESET_ARGC;
+    arg_num(&a, RESET_ARG_LIMIT, contract_rule.limit);
+    arg_num(&a, RESET_ARG_PERIOD_MS, contract_rule.period_ms);
+    arg_num(&a, RESET_ARG_BURST, contract_rule.burst);
+    call_args(s, key, &a, z, RESET_R_COUNT);
+    EXPECT_EQ(z, RESET_R_REMAINING, 15); /* 20 - 5 */
+    EXPECT_EQ(z, RESET_R_HELD, 5);
+    EXPECT_EQ(z, RESET_R_HOLDERS, 2);
+    EXPECT_EQ(z, RESET_R_BEFORE, 11); /* 20 - 3 - 2 - 4 */
+}
+
 START_TEST(reply_layout_matches_script_h)
 {
     enum script s = (enum script)_i;
-    int sw = s == SW_CLAIM || s == SW_RETURN || s == SW_EXACT;
+    int sw = s == SW_CLAIM || s == SW_RETURN || s == SW_EXACT || s == SW_RESET;
     char key[128];
 
     mkkey(key, sizeof(key), script_name[s]);
@@ -1537,6 +1766,12 @@ START_TEST(reply_layout_matches_script_h)
     case TB_EXACT:
     case SW_EXACT:
         contract_exact(s, key, sw);
+        break;
+    case TB_RESET:
+        contract_reset(TB_CLAIM, TB_EXACT, s, key);
+        break;
+    case SW_RESET:
+        contract_reset(SW_CLAIM, SW_EXACT, s, key);
         break;
     default:
         ck_abort_msg("script %d", _i);
@@ -1568,6 +1803,9 @@ static Suite *scripts_suite(void)
     tcase_add_test(tb, tb_noscript_after_flush);
     tcase_add_test(tb, tb_exact_admits_burst_then_denies);
     tcase_add_test(tb, bad_arguments_are_errors);
+    tcase_add_test(tb, tb_reset_keeps_leases);
+    tcase_add_test(tb, tb_reset_without_leases_deletes_key);
+    tcase_add_test(tb, tb_reset_random_keeps_invariant);
     suite_add_tcase(s, tb);
 
     TCase *sw = tcase_create("sliding_window");
@@ -1577,6 +1815,7 @@ static Suite *scripts_suite(void)
     tcase_add_test(sw, sw_window_roll);
     tcase_add_test(sw, sw_last_ms_grants_nothing);
     tcase_add_test(sw, sw_random_sequence_keeps_counts);
+    tcase_add_test(sw, sw_reset_keeps_leases);
     suite_add_tcase(s, sw);
 
     TCase *contract = tcase_create("contract");

@@ -113,6 +113,31 @@ START_TEST(stripe_and_slot_use_different_bits)
 }
 END_TEST
 
+START_TEST(query_params)
+{
+    char out[16];
+
+    ck_assert_int_eq(util_query_param("rule=api&key=t%2D1+x", "rule", out, sizeof(out)), 3);
+    ck_assert_str_eq(out, "api");
+    ck_assert_int_eq(util_query_param("rule=api&key=t%2D1+x", "key", out, sizeof(out)), 5);
+    ck_assert_str_eq(out, "t-1 x");
+    ck_assert_int_eq(util_query_param("rulex=1&rule=2", "rule", out, sizeof(out)), 1);
+    ck_assert_str_eq(out, "2");
+    ck_assert_int_eq(util_query_param("a=1&a=2", "a", out, sizeof(out)), 1);
+    ck_assert_str_eq(out, "1");
+    ck_assert_int_eq(util_query_param("key&x=1", "key", out, sizeof(out)), 0);
+    ck_assert_int_eq(util_query_param("key=", "key", out, sizeof(out)), 0);
+    ck_assert_int_eq(util_query_param("k=a%00b", "k", out, sizeof(out)), 3);
+    ck_assert_int_eq(memcmp(out, "a\0b", 4), 0);
+    ck_assert_int_eq(util_query_param("", "key", out, sizeof(out)), UTIL_QUERY_ABSENT);
+    ck_assert_int_eq(util_query_param("rule=a", "key", out, sizeof(out)), UTIL_QUERY_ABSENT);
+    ck_assert_int_eq(util_query_param("k=%4", "k", out, sizeof(out)), UTIL_QUERY_BAD);
+    ck_assert_int_eq(util_query_param("k=%zz", "k", out, sizeof(out)), UTIL_QUERY_BAD);
+    ck_assert_int_eq(util_query_param("k=0123456789abcdef", "k", out, sizeof(out)), UTIL_QUERY_BAD);
+    ck_assert_int_eq(util_query_param("k=0123456789abcde", "k", out, sizeof(out)), 15);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("util");
@@ -122,6 +147,7 @@ int main(void)
     tcase_add_test(tc, slot_fence);
     tcase_add_test(tc, hash_is_fnv1a);
     tcase_add_test(tc, stripe_and_slot_use_different_bits);
+    tcase_add_test(tc, query_params);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -143,6 +143,30 @@ int store_eval(struct store *s, enum store_script script, const char *key, size_
     return 0;
 }
 
+int store_read(struct store *s, const char *key, size_t keylen, int argc, const char *const *argv,
+               const size_t *argvlen, store_cb *cb, void *arg)
+{
+    struct store_cmd *c;
+
+    if (s->closing || !s->up || (s->conn && !store_conn_ready(s->conn))) {
+        struct store_result res = {.status = STORE_DOWN, .err = "redis down"};
+        cb(arg, &res);
+        return -1;
+    }
+    c = store_cmd_new_read(key, keylen, argc, argv, argvlen, cb, arg);
+    if (!c) {
+        struct store_result res = {.status = STORE_ERR, .err = "out of memory"};
+        cb(arg, &res);
+        return -1;
+    }
+    if ((s->cluster ? store_cluster_send(s->cluster, c) : store_conn_send(s->conn, c)) < 0) {
+        METRIC_INC(redis_errors);
+        store_cmd_fail(c, STORE_DOWN, s->cluster ? "redis node down" : "send failed");
+        return -1;
+    }
+    return 0;
+}
+
 void store_cork(struct store *s, int on)
 {
     s->env.corked = on;

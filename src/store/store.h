@@ -48,6 +48,12 @@ struct store_result {
     int64_t v[STORE_MAX_VALUES];
     uint64_t latency_us;
     const char *err; /* valid during the callback only */
+    /* store_read() only: the elements of an array reply as text (integers
+     * in decimal), str[i] of str_len[i] bytes, NUL-terminated; 0 for nil
+     * or an empty array. Valid during the callback only. */
+    size_t nstr;
+    const char *const *str;
+    const size_t *str_len;
 };
 
 typedef void store_cb(void *arg, const struct store_result *res);
@@ -76,6 +82,16 @@ unsigned store_pending(const struct store *s);
 int store_eval(struct store *s, enum store_script script, const char *key, size_t keylen,
                int argc, const char *const *argv, const size_t *argvlen, store_cb *cb,
                void *arg);
+
+/* A read-only command about one key, for the operator (GET /key): argv is
+ * the whole command (HGETALL key, PTTL key, TIME), key routes it (Cluster:
+ * to the master of key's slot; otherwise the one connection), so that
+ * several reads about one key answer from one server, in order. The
+ * callback runs exactly once as store_eval()'s does: an array reply comes
+ * as res->str, an integer one as res->v[0] (n = 1), an error as STORE_ERR.
+ * Never batched; not for the request path. */
+int store_read(struct store *s, const char *key, size_t keylen, int argc, const char *const *argv,
+               const size_t *argvlen, store_cb *cb, void *arg);
 
 /* Group commit (see store_conn.h): between store_cork(s, 1) and
  * store_cork(s, 0), store_eval() calls only queue, and the uncork sends them

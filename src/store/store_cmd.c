@@ -68,8 +68,49 @@ struct store_cmd *store_cmd_new(enum store_script script, const char *key, size_
     return c;
 }
 
+/* One block, as store_cmd_new: the command, argv and argvlen, the bytes of
+ * every argument, then the routing key. */
+struct store_cmd *store_cmd_new_read(const char *key, size_t keylen, int argc,
+                                     const char *const *argv, const size_t *argvlen, store_cb *cb,
+                                     void *arg)
+{
+    size_t bytes = keylen + 1;
+    struct store_cmd *c;
+    char *p;
+
+    for (int i = 0; i < argc; i++)
+        bytes += argvlen[i] + 1;
+    c = calloc(1, sizeof(*c) + (size_t)argc * (sizeof(char *) + sizeof(size_t)) + bytes);
+    if (!c)
+        return NULL;
+    c->cb = cb;
+    c->arg = arg;
+    c->read = 1;
+    c->script = -1;
+    c->argc = argc;
+    c->argv = (char **)(c + 1);
+    c->argvlen = (size_t *)(c->argv + argc);
+    p = (char *)(c->argvlen + argc);
+    for (int i = 0; i < argc; i++) {
+        c->argv[i] = p;
+        c->argvlen[i] = argvlen[i];
+        memcpy(p, argv[i], argvlen[i]);
+        p[argvlen[i]] = '\0';
+        p += argvlen[i] + 1;
+    }
+    memcpy(p, key, keylen);
+    p[keylen] = '\0';
+    c->rkey = p;
+    c->rkeylen = keylen;
+    return c;
+}
+
 const char *store_cmd_key(const struct store_cmd *c, size_t *len)
 {
+    if (c->read) {
+        *len = c->rkeylen;
+        return c->rkey;
+    }
     *len = c->argvlen[3];
     return c->argv[3];
 }
@@ -155,6 +196,55 @@ struct store_cmd *store_batch_new(struct store_cmd *list, unsigned n)
     }
 #undef ARENA_NUM
     return b;
+}
+
+/* A read's reply: an array's elements as text (integers printed into num),
+ * an integer as v[0], nil as nothing. */
+void store_cmd_read_reply(struct store_cmd *c, const struct redisReply *reply, uint64_t now)
+{
+    struct store_result res = {.status = STORE_OK, .latency_us = now - c->first_us};
+    size_t n = reply->type == REDIS_REPLY_ARRAY ? reply->elements : 0;
+    const char **str = n ? calloc(n, sizeof(*str)) : NULL;
+    size_t *len = n ? calloc(n, sizeof(*len)) : NULL;
+    char(*num)[24] = n ? calloc(n, sizeof(*num)) : NULL;
+
+    if (n && (!str || !len || !num)) {
+        res.status = STORE_ERR;
+        res.err = "out of memory";
+        n = 0;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const redisReply *e = reply->element[i];
+        if (e->type == REDIS_REPLY_STRING || e->type == REDIS_REPLY_STATUS) {
+            str[i] = e->str;
+            len[i] = e->len;
+        } else if (e->type == REDIS_REPLY_INTEGER) {
+            len[i] = (size_t)snprintf(num[i], sizeof(num[i]), "%lld", e->integer);
+            str[i] = num[i];
+        } else {
+            str[i] = "";
+        }
+    }
+    res.nstr = n;
+    res.str = str;
+    res.str_len = len;
+    if (reply->type == REDIS_REPLY_INTEGER) {
+        res.v[0] = reply->integer;
+        res.n = 1;
+    } else if (reply->type == REDIS_REPLY_STRING || reply->type == REDIS_REPLY_STATUS) {
+        res.nstr = 1;
+        res.str = (const char *const *)&reply->str;
+        res.str_len = &reply->len;
+    } else if (reply->type == REDIS_REPLY_ERROR) {
+        res.status = STORE_ERR;
+        res.err = reply->str;
+        METRIC_INC(redis_errors);
+    }
+    c->cb(c->arg, &res);
+    free(str);
+    free(len);
+    free(num);
+    store_cmd_free(c);
 }
 
 void store_batch_reply(struct store_cmd *b, const struct redisReply *reply, uint64_t now)

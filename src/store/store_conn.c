@@ -66,15 +66,17 @@ static void set_addr_owned(struct store_conn *conn, char *h, int port);
 
 /* The scripts by enum store_script, then the batch script (script.h). */
 static const char *const script_src[SCRIPT_COUNT + 1] = {
-    [SCRIPT_TB_CLAIM] = script_tb_claim, [SCRIPT_TB_RETURN] = script_tb_return,
-    [SCRIPT_TB_EXACT] = script_tb_exact, [SCRIPT_SW_CLAIM] = script_sw_claim,
+    [SCRIPT_TB_CLAIM] = script_tb_claim,   [SCRIPT_TB_RETURN] = script_tb_return,
+    [SCRIPT_TB_EXACT] = script_tb_exact,   [SCRIPT_SW_CLAIM] = script_sw_claim,
     [SCRIPT_SW_RETURN] = script_sw_return, [SCRIPT_SW_EXACT] = script_sw_exact,
+    [SCRIPT_TB_RESET] = script_tb_reset,   [SCRIPT_SW_RESET] = script_sw_reset,
     [SCRIPT_BATCH] = script_batch,
 };
 static const char *const script_names[SCRIPT_COUNT + 1] = {
-    [SCRIPT_TB_CLAIM] = "tb_claim", [SCRIPT_TB_RETURN] = "tb_return",
-    [SCRIPT_TB_EXACT] = "tb_exact", [SCRIPT_SW_CLAIM] = "sw_claim",
+    [SCRIPT_TB_CLAIM] = "tb_claim",   [SCRIPT_TB_RETURN] = "tb_return",
+    [SCRIPT_TB_EXACT] = "tb_exact",   [SCRIPT_SW_CLAIM] = "sw_claim",
     [SCRIPT_SW_RETURN] = "sw_return", [SCRIPT_SW_EXACT] = "sw_exact",
+    [SCRIPT_TB_RESET] = "tb_reset",   [SCRIPT_SW_RESET] = "sw_reset",
     [SCRIPT_BATCH] = "batch",
 };
 
@@ -464,7 +466,8 @@ static int wire_send(struct store_conn *conn, struct store_cmd *c)
 {
     if (!conn->ac)
         return -1;
-    memcpy(c->argv[1], conn->env->sha[c->script], STORE_SHA_LEN);
+    if (!c->read)
+        memcpy(c->argv[1], conn->env->sha[c->script], STORE_SHA_LEN);
     if (c->asking) {
         if (redisAsyncCommand(conn->ac, NULL, NULL, "ASKING") != REDIS_OK)
             return -1;
@@ -520,14 +523,14 @@ static void flush(struct store_conn *conn)
         size_t len;
         const char *key = store_cmd_key(first, &len);
         unsigned slot = util_redis_slot(key, len);
-        int alone = first->batch || first->asking;
+        int alone = first->batch || first->asking || first->read;
 
         first->mnext = NULL;
         for (c = first->next; c; c = next) {
             next = c->next;
             c->next = NULL;
             key = store_cmd_key(c, &len);
-            if (!alone && !c->batch && !c->asking && n < STORE_CONN_BATCH_MAX &&
+            if (!alone && !c->batch && !c->asking && !c->read && n < STORE_CONN_BATCH_MAX &&
                 (!(conn->flags & STORE_CONN_SLOTS) || util_redis_slot(key, len) == slot)) {
                 *gt = c;
                 gt = &c->mnext;
@@ -578,7 +581,7 @@ static int handle_error(struct store_conn *conn, redisAsyncContext *ac, struct s
     char host[256];
     int ask, slot, port;
 
-    if (strncmp(err, "NOSCRIPT", 8) == 0 && !c->noscript_retried) {
+    if (strncmp(err, "NOSCRIPT", 8) == 0 && !c->noscript_retried && !c->read) {
         /* Redis lost its scripts (restart, failover, SCRIPT FLUSH): load the
          * script again and retry; both go out in order on this connection. */
         c->noscript_retried = 1;
@@ -628,6 +631,10 @@ static void on_eval_reply(redisAsyncContext *ac, void *r, void *priv)
     if (reply->type == REDIS_REPLY_ERROR && handle_error(conn, ac, c, reply->str))
         goto next;
     res.latency_us = now - c->first_us;
+    if (c->read) {
+        store_cmd_read_reply(c, reply, now);
+        goto next;
+    }
     if (reply->type == REDIS_REPLY_ARRAY && c->batch) {
         store_batch_reply(c, reply, now);
         store_cmd_free(c);

@@ -64,6 +64,8 @@ struct store_cmd {
     unsigned asked : 1;      /* followed an -ASK already */
     unsigned asking : 1;     /* send ASKING first (the last redirect was -ASK) */
     unsigned batch : 1;      /* carries members (below) */
+    unsigned read : 1;       /* store_read(): argv is the command as is, no sha;
+                              * never batched; key in rkey */
     int argc;
     char **argv;             /* argv[1] is the sha, filled in when sent */
     size_t *argvlen;
@@ -74,12 +76,20 @@ struct store_cmd {
     struct store_cmd *members, *mnext;
     unsigned nmembers;
     char *arena;             /* a batch's own numbers ("script argc" per call) */
+    const char *rkey;        /* a read's routing key (in the same block) */
+    size_t rkeylen;
 };
 
 /* A copy of the call; NULL when out of memory. */
 struct store_cmd *store_cmd_new(enum store_script script, const char *key, size_t keylen, int argc,
                                 const char *const *argv, const size_t *argvlen, store_cb *cb,
                                 void *arg);
+
+/* A copy of a read command (store_read): argv as given, routed by key.
+ * NULL when out of memory. */
+struct store_cmd *store_cmd_new_read(const char *key, size_t keylen, int argc,
+                                     const char *const *argv, const size_t *argvlen, store_cb *cb,
+                                     void *arg);
 
 /* Free a command (a batch: not its members). NULL no-op. */
 void store_cmd_free(struct store_cmd *c);
@@ -97,7 +107,11 @@ struct redisReply;
  * cover fail. now: for the latency reported. */
 void store_batch_reply(struct store_cmd *b, const struct redisReply *reply, uint64_t now);
 
-/* The key of the command (argv[3]). */
+/* Hand a read command its reply (strings of an array, or an integer), run
+ * its callback and free it. now: for the latency reported. */
+void store_cmd_read_reply(struct store_cmd *c, const struct redisReply *reply, uint64_t now);
+
+/* The key of the command (argv[3]; a read's routing key). */
 const char *store_cmd_key(const struct store_cmd *c, size_t *len);
 
 /* Run the callback with status (STORE_DOWN or STORE_ERR) and err, then free

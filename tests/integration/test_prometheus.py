@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import unittest
 
+import fleet
 import spop
 from harness import TOP, Agent, Redis
 
@@ -71,6 +72,9 @@ class Prometheus(unittest.TestCase):
         redis = Redis()
         agent = Agent("[redis]\nurl = redis://127.0.0.1:%d/0\n" % redis.port + RULES)
         try:
+            # the Redis series need answers from Redis: traffic once it is up
+            # (the scripts load in a few ms, after the listeners opened)
+            fleet.wait_redis_up(agent)
             text = self.check_metrics(agent)
             self.assertRegex(text, r"(?m)^spoa_ratelimit_redis_latency_seconds_count [1-9]")
         finally:

@@ -1,0 +1,74 @@
+--[[ sw_reset.lua - reset one client's sliding window counter (the agent's
+POST /reset): both windows emptied, except the units leases still hold.
+
+KEYS[1]   the counter hash, same layout as sw_claim.lua (w, c, p, h:<agent>, w:<agent>)
+ARGV[1]   limit N      } at most N per window of period ms (estimated)
+ARGV[2]   period, ms   }
+ARGV[3]   burst: ignored (same ARGV as tb_reset.lua)
+
+Returns   {remaining, held, holders, before}
+            remaining max(0, floor(N - estimate)) after the reset
+            held      units held by leases of the current window, every agent's
+            holders   number of agents holding such a lease
+            before    max(0, floor(N - estimate)) just before the reset
+
+A lease of the current window is not taken back: its agent may spend its
+units until the window ends, without asking Redis, and a return takes its
+unspent units off c. So the reset sets p = 0 and c = held (the units charged
+for those leases) rather than c = 0: held <= c <= N still holds after it.
+Leases of older windows are dropped first, as sw_claim drops them. With no
+lease left the key is deleted: a missing counter is an empty one. Uses Redis
+server time only.
+]]
+
+local key = KEYS[1]
+local function num(i, min)
+    local v = tonumber(ARGV[i])
+    if v == nil or v ~= v or v < min or v == math.huge then
+        error('sw_reset: bad ARGV[' .. i .. ']')
+    end
+    return math.floor(v)
+end
+local limit, period = num(1, 1), num(2, 1)
+local wus = period * 1000 -- window length, microseconds
+local function fmt(x) return string.format('%.17g', x) end
+
+local tm = redis.call('TIME')
+local now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
+local k = math.floor(now / wus) -- guard the division's rounding
+if k * wus > now then k = k - 1 elseif (k + 1) * wus <= now then k = k + 1 end
+
+local f, raw = {}, redis.call('HGETALL', key)
+for i = 1, #raw, 2 do f[raw[i]] = raw[i + 1] end
+
+-- Roll the windows forward to k (never back), as sw_claim does.
+local W, c, p = tonumber(f.w), tonumber(f.c) or 0, tonumber(f.p) or 0
+if W == nil or k > W + 1 then
+    W, c, p = k, 0, 0
+elseif k == W + 1 then
+    W, c, p = k, 0, c
+end
+local left = math.min(wus, math.max(0, (W + 1) * wus - now)) -- us to the boundary
+local before = math.max(0, math.floor(limit - (p * left / wus + c)))
+
+-- Leases of older windows are over: forget them (their units stay counted).
+local H, holders = 0, 0
+for fk, v in pairs(f) do
+    if string.sub(fk, 1, 2) == 'h:' then
+        local a = string.sub(fk, 3)
+        if tonumber(f['w:' .. a]) == W then
+            H, holders = H + tonumber(v), holders + 1
+        else
+            redis.call('HDEL', key, fk, 'w:' .. a)
+        end
+    end
+end
+
+if holders == 0 then
+    redis.call('DEL', key)
+    return {limit, 0, 0, before}
+end
+c, p = H, 0
+redis.call('HSET', key, 'w', fmt(W), 'c', fmt(c), 'p', fmt(p))
+redis.call('PEXPIRE', key, fmt(math.ceil((left + wus) / 1000) + 1000))
+return {math.max(0, math.floor(limit - c)), H, holders, before}

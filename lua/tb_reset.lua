@@ -1,0 +1,104 @@
+--[[ tb_reset.lua - reset one client's token bucket (the agent's POST /reset):
+full again, less what the unexpired leases of every agent still hold.
+
+KEYS[1]   the bucket hash, same layout as tb_claim.lua (t, ts, h:<agent>, e:<agent>)
+ARGV[1]   limit N      } refill rate = N / period
+ARGV[2]   period, ms   }
+ARGV[3]   burst b: capacity (>= 0)
+
+Returns   {remaining, held, holders, before}
+            remaining max(0, floor(t)) after the reset: floor(b - H)
+            held      H: tokens held by unexpired leases, every agent's
+            holders   number of agents holding such a lease
+            before    max(0, floor(t)) just before the reset (refilled to now)
+
+A lease still running is not taken back: its agent may spend its tokens until
+it expires, without asking Redis. So the reset sets t = b - H (and ts = now)
+rather than t = b: t + H <= b still holds after it, and the fleet admits at
+most b + r*T in any interval of length T from the reset on, as before it.
+Expired leases are dropped first, as every script does (advance(): their
+tokens count as spent). With no lease left the key is deleted: a missing
+bucket is a full one. Uses Redis server time only.
+]]
+
+local key = KEYS[1]
+local function num(i, min)
+    local v = tonumber(ARGV[i])
+    if v == nil or v ~= v or v < min or v == math.huge then
+        error('tb_reset: bad ARGV[' .. i .. ']')
+    end
+    return math.floor(v)
+end
+local limit, period, b = num(1, 1), num(2, 1), num(3, 0)
+local rate = limit / (period * 1000) -- tokens per microsecond
+local function fmt(x) return string.format('%.17g', x) end
+
+local tm = redis.call('TIME')
+local now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
+
+local f, raw = {}, redis.call('HGETALL', key)
+for i = 1, #raw, 2 do f[raw[i]] = raw[i + 1] end
+
+-- (1) Advance to now. The refill never lifts t above b - H, where H is what
+-- the leases held AT THAT TIME: a lease that expired since the last call
+-- lifts the cap only from its expiry on. So expiries are applied in time
+-- order (refill up to each, then drop it: its tokens count as spent), then
+-- the refill runs on to now. Refilling the whole gap against the final cap
+-- would bank refill that was never allowed while those tokens were held,
+-- and let b + H through at once when the lease ends.
+-- The same function stands in tb_claim, tb_return, tb_exact and tb_reset (each
+-- script must load alone); tests/test_scripts.c checks the copies are identical.
+local function advance(f, b, rate, now)
+    local leases, H = {}, 0
+    for k, v in pairs(f) do
+        if string.sub(k, 1, 2) == 'h:' then
+            local a = string.sub(k, 3)
+            local l = {a = a, h = tonumber(v), e = tonumber(f['e:' .. a]) or 0}
+            H = H + l.h
+            leases[#leases + 1] = l
+        end
+    end
+    table.sort(leases, function(x, y) return x.e < y.e end)
+    local t, ts = tonumber(f.t), tonumber(f.ts) or now
+    if t == nil then t = b end -- new bucket: full
+    local function refill(to)
+        if to > ts then -- ts never goes back
+            if t < b - H then t = math.min(b - H, t + rate * (to - ts)) end
+            ts = to
+        end
+    end
+    local held, exp = {}, {}
+    for _, l in ipairs(leases) do
+        if l.e <= now then
+            refill(l.e)
+            H = H - l.h
+            redis.call('HDEL', key, 'h:' .. l.a, 'e:' .. l.a)
+        else
+            held[l.a], exp[l.a] = l.h, l.e
+        end
+    end
+    refill(now)
+    return math.min(t, b - H), ts, H, held, exp
+end
+local t, ts, H, held, exp = advance(f, b, rate, now)
+local before = t
+
+-- (2) Reset: full, less the leases that run on. b - H < 0 only after the
+-- burst shrank below what is held: t is then the same debt a claim leaves.
+local holders, emax = 0, now
+for _, e in pairs(exp) do
+    holders = holders + 1
+    emax = math.max(emax, e)
+end
+if holders == 0 then
+    redis.call('DEL', key)
+    return {b, 0, 0, math.max(0, math.floor(before))}
+end
+t, ts = b - H, now
+redis.call('HSET', key, 't', fmt(t), 'ts', fmt(ts))
+
+-- (3) The key outlives every lease and the time to refill fully, as in tb_claim.
+local rate_ms = rate * 1000
+local life = math.max((b - t) / rate_ms, (emax - now) / 1000)
+redis.call('PEXPIRE', key, fmt(math.min(math.ceil(life) + 1000, 1e15)))
+return {math.max(0, math.floor(t)), H, holders, math.max(0, math.floor(before))}

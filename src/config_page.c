@@ -1,0 +1,224 @@
+/* config_page.c - GET /config: the configuration in force, with its header. */
+#include "config_page.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "config/config.h"
+
+#define VALUE_MAX 1024
+
+/* How one restart-only setting reads: its raw value (compared: a password
+ * change counts) and what the page shows (a password masked). */
+typedef void setting_fn(const struct config *cfg, char *raw, char *shown, size_t cap);
+
+static void str_value(const char *v, char *raw, char *shown, size_t cap)
+{
+    snprintf(raw, cap, "%s", v ? v : "");
+    snprintf(shown, cap, "%s", v ? v : "");
+}
+
+static void num_value(uint64_t v, const char *unit, char *raw, char *shown, size_t cap)
+{
+    snprintf(raw, cap, "%" PRIu64 "%s", v, unit);
+    snprintf(shown, cap, "%" PRIu64 "%s", v, unit);
+}
+
+static void s_listen(const struct config *c, char *r, char *s, size_t n)
+{
+    str_value(c->listen, r, s, n);
+}
+
+static void s_workers(const struct config *c, char *r, char *s, size_t n)
+{
+    num_value((uint64_t)c->workers, "", r, s, n);
+}
+
+static void s_frame(const struct config *c, char *r, char *s, size_t n)
+{
+    num_value(c->max_frame_size, "", r, s, n);
+}
+
+static void s_stats(const struct config *c, char *r, char *s, size_t n)
+{
+    str_value(c->stats, r, s, n);
+}
+
+/* redis://[user]:PASSWORD@host...: the password as "***", as --print does. */
+static void s_url(const struct config *c, char *r, char *s, size_t n)
+{
+    const char *url = c->redis_url ? c->redis_url : "", *at = strrchr(url, '@');
+    const char *colon =
+        at && strlen(url) > 8 ? memchr(url + 8, ':', (size_t)(at - (url + 8))) : NULL;
+
+    str_value(url, r, s, n);
+    if (c->redis_server.password && colon)
+        snprintf(s, n, "%.*s***%s", (int)(colon + 1 - url), url, at);
+}
+
+static void s_cluster(const struct config *c, char *r, char *s, size_t n)
+{
+    str_value(c->redis_cluster, r, s, n);
+}
+
+static void s_sentinel(const struct config *c, char *r, char *s, size_t n)
+{
+    str_value(c->redis_sentinel, r, s, n);
+}
+
+static void s_master(const struct config *c, char *r, char *s, size_t n)
+{
+    str_value(c->redis_master, r, s, n);
+}
+
+static void s_timeout(const struct config *c, char *r, char *s, size_t n)
+{
+    num_value(c->redis_timeout_ms, "ms", r, s, n);
+}
+
+static void s_prefix(const struct config *c, char *r, char *s, size_t n)
+{
+    str_value(c->redis_prefix, r, s, n);
+}
+
+static void s_interval(const struct config *c, char *r, char *s, size_t n)
+{
+    num_value(c->lease_interval_ms, "ms", r, s, n);
+}
+
+static void s_ttl(const struct config *c, char *r, char *s, size_t n)
+{
+    num_value(c->lease_ttl_ms, "ms", r, s, n);
+}
+
+static void s_fraction(const struct config *c, char *r, char *s, size_t n)
+{
+    snprintf(r, n, "%.17g", c->lease_max_fraction);
+    snprintf(s, n, "%g", c->lease_max_fraction);
+}
+
+/* What only a restart changes: the listeners and threads are made once, and
+ * so are the Redis connections and the lease cache. */
+static const struct {
+    const char *name;
+    setting_fn *fn;
+} settings[] = {
+    {"listen", s_listen},
+    {"workers", s_workers},
+    {"max_frame_size", s_frame},
+    {"stats", s_stats},
+    {"[redis] url", s_url},
+    {"[redis] cluster", s_cluster},
+    {"[redis] sentinel", s_sentinel},
+    {"[redis] master", s_master},
+    {"[redis] timeout", s_timeout},
+    {"[redis] prefix", s_prefix},
+    {"[lease] interval", s_interval},
+    {"[lease] ttl", s_ttl},
+    {"[lease] max_fraction", s_fraction},
+};
+
+size_t config_page_pending(const struct config *in_force, const struct config *file,
+                           void (*fn)(void *ctx, const char *name, const char *in_force,
+                                      const char *file),
+                           void *ctx)
+{
+    char raw_a[VALUE_MAX], raw_b[VALUE_MAX], shown_a[VALUE_MAX], shown_b[VALUE_MAX];
+    size_t n = 0;
+
+    for (size_t i = 0; i < sizeof(settings) / sizeof(settings[0]); i++) {
+        settings[i].fn(in_force, raw_a, shown_a, sizeof(raw_a));
+        settings[i].fn(file, raw_b, shown_b, sizeof(raw_b));
+        if (strcmp(raw_a, raw_b) == 0)
+            continue;
+        n++;
+        if (fn)
+            fn(ctx, settings[i].name, shown_a, shown_b);
+    }
+    return n;
+}
+
+/* The header, grown as the pending settings are listed. */
+struct page {
+    char *p;
+    size_t len, cap;
+    int oom;
+};
+
+static void add(struct page *pg, const char *text, size_t len)
+{
+    if (pg->oom)
+        return;
+    if (pg->len + len + 1 > pg->cap) {
+        size_t cap = (pg->len + len + 1) * 2;
+        char *p = realloc(pg->p, cap);
+        if (!p) {
+            pg->oom = 1;
+            return;
+        }
+        pg->p = p;
+        pg->cap = cap;
+    }
+    memcpy(pg->p + pg->len, text, len);
+    pg->len += len;
+    pg->p[pg->len] = '\0';
+}
+
+static void addf(struct page *pg, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* One line (a longer one is cut: values are at most VALUE_MAX). */
+static void addf(struct page *pg, const char *fmt, ...)
+{
+    char line[3 * VALUE_MAX + 128];
+    va_list ap;
+
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    add(pg, line, n < 0 ? 0 : (size_t)n >= sizeof(line) ? sizeof(line) - 1 : (size_t)n);
+}
+
+static void pending_line(void *ctx, const char *name, const char *in_force, const char *file)
+{
+    addf(ctx, ";   %s = %s in force; the file says %s\n", name, in_force, file);
+}
+
+char *config_page_render(const struct config *in_force, const struct config *file,
+                         uint64_t loaded_unix, size_t *len)
+{
+    struct page pg = {0};
+    char hash[64], when[64], unix_s[32];
+    time_t t = (time_t)loaded_unix;
+    struct tm tm;
+    size_t body_len;
+    char *body = config_render(file, &body_len);
+
+    if (!body)
+        return NULL;
+    snprintf(hash, sizeof(hash), "%" PRIu64, (uint64_t)(config_hash(file) & ((1ULL << 53) - 1)));
+    if (!gmtime_r(&t, &tm) || !strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm))
+        snprintf(when, sizeof(when), "?");
+    snprintf(unix_s, sizeof(unix_s), "%" PRIu64, loaded_unix);
+    addf(&pg, "; GET /config: the configuration in force\n");
+    addf(&pg, "; config_hash = %s (the spoa_ratelimit_config_hash gauge)\n", hash);
+    addf(&pg, "; loaded = %s (unix %s)\n", when, unix_s);
+    if (config_page_pending(in_force, file, NULL, NULL) == 0) {
+        addf(&pg, "; restart pending: none\n");
+    } else {
+        addf(&pg, "; restart pending: the file changed settings only a restart applies:\n");
+        config_page_pending(in_force, file, pending_line, &pg);
+    }
+    add(&pg, "\n", 1);
+    add(&pg, body, body_len);
+    free(body);
+    if (pg.oom) {
+        free(pg.p);
+        return NULL;
+    }
+    *len = pg.len;
+    return pg.p;
+}
