@@ -441,7 +441,8 @@ int main(int argc, char **argv)
             snprintf(keys, sizeof(keys), "%llu keys (uniform), ", (unsigned long long)o[0].keys);
         if (strcmp(sw, "rps") != 0)
             snprintf(rps, sizeof(rps), "%g req/s, ", o[0].rps);
-        snprintf(title, sizeof(title), "spoa-sim: %s%s%srate %s burst %s", agents, keys, rps,
+        snprintf(title, sizeof(title), "spoa-sim%s: %s%s%srate %s burst %s",
+                 c.policy == SIM_POLICY_RATE ? " (rate-lease model)" : "", agents, keys, rps,
                  c.rate, c.burst[0] ? c.burst : "N");
         if (sim_svg_write(c.svg, title, x_label(c.sweep_name), x, r, n) < 0) {
             fprintf(stderr, "spoa-sim: %s: %s\n", c.svg, strerror(errno));

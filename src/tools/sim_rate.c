@@ -36,7 +36,6 @@
  * limit), and no clock skew between agents and Redis. */
 #include "tools/sim.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
