@@ -32,6 +32,7 @@ struct cli {
     uint64_t seed;
     const char *trace_path, *svg;
     int json;
+    enum sim_policy policy;
     char sweep_name[32];
     char *sweep_vals[MAX_SWEEP];
     size_t nsweep;
@@ -44,7 +45,7 @@ static void usage(FILE *f)
           "                [--algorithm token-bucket|sliding-window] [--interval D] [--ttl D]\n"
           "                [--max-fraction F] [--rtt D] [--redis-op D] [--spike X,LEN,EVERY]\n"
           "                [--tail D] [--seed N] [--trace FILE] [--sweep NAME=V1,V2,...]\n"
-          "                [--svg FILE]\n"
+          "                [--svg FILE] [--policy token|rate]\n"
           "                [--json]\n"
           "Simulates --agents agents running the real lease code against the real Lua\n"
           "scripts in virtual time, beside one exact bucket per key, and prints what the\n"
@@ -53,6 +54,8 @@ static void usage(FILE *f)
           "  --spike X,LEN,EVERY every EVERY, for LEN, the request rate is X times --rps\n"
           "  --redis-op D        Redis CPU per script operation (default 0: instant)\n"
           "  --tail D            agents keep ticking for D after the last request\n"
+          "  --policy P          token: the agent's token leases (default); rate: a model of\n"
+          "                      rate leases written in the simulator only (see sim_rate.c)\n"
           "  --trace FILE        replay 'SECONDS KEY [AGENT]' lines instead\n"
           "  --sweep NAME=...    NAME: interval, ttl, max_fraction, agents, rps, rtt, skew, keys\n"
           "Durations: 250us, 0.3ms, 100ms, 1s, 1m (interval and ttl: whole ms).\n",
@@ -143,6 +146,7 @@ static int build(const struct cli *c, const struct sim_trace *trace, struct sim_
     o->seconds = c->seconds;
     o->seed = c->seed;
     o->trace = trace;
+    o->policy = c->policy;
     if (parse_us(c->rtt, &o->rtt_us) < 0 || parse_us(c->redis_op, &o->redis_op_us) < 0 ||
         parse_us(c->tail, &o->tail_us) < 0) {
         snprintf(err, errlen, "bad --rtt, --redis-op or --tail duration (e.g. 0.3ms, 250us)");
@@ -225,6 +229,7 @@ static void print_json(const struct sim_opts *o, const struct sim_result *r, con
     printf("{");
     if (sweep)
         printf("\"sweep\":\"%s\",\"value\":\"%s\",", sweep, val);
+    printf("\"policy\":\"%s\",", o->policy == SIM_POLICY_RATE ? "rate" : "token");
     printf("\"agents\":%u,\"keys\":%llu,\"rps\":%g,\"seconds\":%g,\"zipf\":%g,\"skew\":%g,"
            "\"limit\":%llu,\"period_ms\":%llu,\"burst\":%llu,\"algorithm\":\"%s\","
            "\"interval_ms\":%llu,\"ttl_ms\":%llu,\"max_fraction\":%g,\"rtt_ms\":%g,",
@@ -291,7 +296,7 @@ static int parse_sweep(struct cli *c, char *arg)
 
 static int parse_cli(int argc, char **argv, struct cli *c)
 {
-    enum { O_UNIFORM = 256, O_MAXF, O_REDIS_OP, O_SPIKE, O_JSON, O_SWEEP, O_SVG, O_TRACE, O_TAIL };
+    enum { O_UNIFORM = 256, O_MAXF, O_REDIS_OP, O_SPIKE, O_JSON, O_SWEEP, O_SVG, O_TRACE, O_TAIL, O_POLICY };
     static const struct option opts[] = {
         {"agents", 1, 0, 'a'},   {"keys", 1, 0, 'k'},       {"zipf", 1, 0, 'z'},
         {"uniform", 0, 0, O_UNIFORM}, {"skew", 1, 0, 'S'},  {"rps", 1, 0, 'r'},
@@ -300,7 +305,7 @@ static int parse_cli(int argc, char **argv, struct cli *c)
         {"max-fraction", 1, 0, O_MAXF}, {"rtt", 1, 0, 'L'}, {"redis-op", 1, 0, O_REDIS_OP},
         {"spike", 1, 0, O_SPIKE}, {"seed", 1, 0, 's'},      {"trace", 1, 0, O_TRACE},
         {"sweep", 1, 0, O_SWEEP}, {"svg", 1, 0, O_SVG},     {"json", 0, 0, O_JSON},
-        {"tail", 1, 0, O_TAIL},  {"help", 0, 0, 'h'},     {0, 0, 0, 0}};
+        {"tail", 1, 0, O_TAIL},  {"policy", 1, 0, O_POLICY},  {"help", 0, 0, 'h'},     {0, 0, 0, 0}};
     int ch;
 
 #define COPY(dst) snprintf(dst, sizeof(dst), "%s", optarg)
@@ -323,6 +328,13 @@ static int parse_cli(int argc, char **argv, struct cli *c)
         case O_REDIS_OP: COPY(c->redis_op); break;
         case O_SPIKE: COPY(c->spike); break;
         case O_TAIL: COPY(c->tail); break;
+        case O_POLICY:
+            if (strcmp(optarg, "token") != 0 && strcmp(optarg, "rate") != 0) {
+                fprintf(stderr, "spoa-sim: --policy: token or rate\n");
+                return -1;
+            }
+            c->policy = optarg[0] == 'r' ? SIM_POLICY_RATE : SIM_POLICY_TOKEN;
+            break;
         case 's': c->seed = strtoull(optarg, NULL, 10); break;
         case O_TRACE: c->trace_path = optarg; break;
         case O_SWEEP:
@@ -429,7 +441,8 @@ int main(int argc, char **argv)
             snprintf(keys, sizeof(keys), "%llu keys (uniform), ", (unsigned long long)o[0].keys);
         if (strcmp(sw, "rps") != 0)
             snprintf(rps, sizeof(rps), "%g req/s, ", o[0].rps);
-        snprintf(title, sizeof(title), "spoa-sim: %s%s%srate %s burst %s", agents, keys, rps,
+        snprintf(title, sizeof(title), "spoa-sim%s: %s%s%srate %s burst %s",
+                 c.policy == SIM_POLICY_RATE ? " (rate-lease model)" : "", agents, keys, rps,
                  c.rate, c.burst[0] ? c.burst : "N");
         if (sim_svg_write(c.svg, title, x_label(c.sweep_name), x, r, n) < 0) {
             fprintf(stderr, "spoa-sim: %s: %s\n", c.svg, strerror(errno));

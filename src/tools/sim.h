@@ -4,6 +4,7 @@
  *   sim.c          command line, sweeps, output (table, JSON, SVG)
  *   sim_fleet.c    one run: agents running the real lease code (lease.c),
  *                  their Redis connections, the event queue in virtual time
+ *   sim_rate.c     --policy rate: a model of rate leases (not in the agent)
  *   sim_redis.c    the Redis server: the agent's Lua scripts, embedded Lua 5.1
  *   sim_traffic.c  requests: Zipf/uniform keys, skew, spikes, trace replay
  *   sim_stats.c    histograms and the exact window check
@@ -22,6 +23,10 @@
 #define SIM_T0_US (1000ull * 3600ull * 1000000ull)
 
 struct sim_trace; /* sim_traffic.h */
+
+/* token: the agent's token leases (lease.c, the Lua scripts); rate: a model
+ * of rate leases written in the simulator only (sim_rate.c). */
+enum sim_policy { SIM_POLICY_TOKEN, SIM_POLICY_RATE };
 
 struct sim_opts {
     unsigned agents;
@@ -44,6 +49,7 @@ struct sim_opts {
     uint64_t redis_op_us; /* Redis CPU per script operation (0: instant) */
     uint64_t seed;
     const struct sim_trace *trace; /* replay this instead of generating */
+    enum sim_policy policy;
 };
 
 struct sim_result {
@@ -70,5 +76,7 @@ struct sim_result {
 
 /* Simulate o; fill *res. 0, or -1 with a message in err. */
 int sim_run(const struct sim_opts *o, struct sim_result *res, char *err, size_t errlen);
+/* The same for o->policy == SIM_POLICY_RATE (sim_run calls it). */
+int sim_run_rate(const struct sim_opts *o, struct sim_result *res, char *err, size_t errlen);
 
 #endif

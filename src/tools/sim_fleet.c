@@ -608,6 +608,10 @@ int sim_run(const struct sim_opts *o, struct sim_result *res, char *err, size_t 
     unsigned agent;
     int rc = -1;
 
+    if (o->policy == SIM_POLICY_RATE) {
+        free(s);
+        return sim_run_rate(o, res, err, errlen);
+    }
     clock_gettime(CLOCK_MONOTONIC, &w0);
     memset(res, 0, sizeof(*res));
     if (!s) {

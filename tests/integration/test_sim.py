@@ -246,6 +246,28 @@ class Scenarios(unittest.TestCase):
             self.assertEqual(r["fallbacks"], 0)
             self.assertGreater(r["utilisation"], 0.5)
 
+    def test_rate_lease_model(self):
+        """--policy rate (a simulator model, not in the agent): warm keys on
+        4 agents (~1.5 req/s per key per agent, below 2 per interval) cost
+        token leases ~1 call per decision and the rate-lease model a fraction
+        of it; overloaded keys, bursts and skew never break the bound."""
+        warm = ["--agents", 4, "--keys", 50, "--uniform", "--rps", 300, "--seconds", 120,
+                "--rate", "100/10s", "--burst", 20]
+        tok = sim("--policy", "token", *warm)[0]
+        rate = sim("--policy", "rate", "--ttl", "10s", *warm)[0]
+        print("\n  warm keys: token %.3f, rate %.3f calls per decision (rate: utilisation "
+              "%.2f %%)" % (tok["calls_per_decision"], rate["calls_per_decision"],
+                            100 * rate["utilisation"]))
+        self.assertEqual(rate["policy"], "rate")
+        self.assertLessEqual(rate["worst_window_excess"], 0)
+        self.assertLess(rate["calls_per_decision"], 0.5 * tok["calls_per_decision"])
+        self.assertGreater(rate["utilisation"], 0.98)
+        r = sim("--policy", "rate", "--ttl", "5s", "--agents", 20, "--keys", 200, "--rps", 5000,
+                "--seconds", 20, "--skew", 0.5, "--spike", "5,1s,4s", "--rate", "50/1s",
+                "--burst", 20)[0]
+        self.assertLessEqual(r["worst_window_excess"], 0)
+        self.assertGreater(r["utilisation"], 0.5)
+
 
 if __name__ == "__main__":
     unittest.main()
