@@ -255,7 +255,9 @@ class ClusterBatches(topo.Cluster):
     test_node_down_falls_back_for_its_keys_only = None
 
     def test_slot_migrated_under_batches(self):
-        agent = harness.Agent("[redis]\ncluster = 127.0.0.1:%d\ntimeout = 500ms\n\n%s"
+        # timeout 1s: a stall of a loaded machine must not make the check after
+        # the migration degraded (the migration's point is -ASK/-MOVED, not it)
+        agent = harness.Agent("[redis]\ncluster = 127.0.0.1:%d\ntimeout = 1s\n\n%s"
                               % (self.ports[0], RULES), extra_agent="log_level = debug\n")
 
         def stop():

@@ -3,7 +3,6 @@ agent running the shipped sample rules: 200s with RateLimit headers, then 429
 with Retry-After; and still 200 with the agent stopped. Once per HAProxy found
 (Debian's 2.6, ../shared/haproxy-3.4/haproxy): see haproxies.py."""
 import os
-import re
 import time
 import unittest
 

@@ -192,7 +192,7 @@ class Protocol(unittest.TestCase):
 class Listeners(unittest.TestCase):
     def test_ipv6_and_unix(self):
         import tempfile
-        from harness import free_port, Proc, wait_port, AGENT
+        from harness import free_port, Proc, AGENT
         d = tempfile.mkdtemp()
         path = os.path.join(d, "agent.sock")
         port = free_port()
