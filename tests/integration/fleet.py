@@ -21,16 +21,18 @@ import spop
 # ---- configuration ----------------------------------------------------------
 
 def redis_ini(port, prefix="rl:", timeout="1s", interval="100ms", ttl="1s",
-              max_fraction="0.1", fallback_mode="open", share="0.05"):
+              max_fraction="0.1", fallback_mode="open", share="0.05", password=None, db=0):
     """[redis], [lease] and [fallback] sections for an agent on one Redis.
     timeout: 1s by default, not the shipped 100ms: tests that are not about the
     timeout fail on a degraded answer, and on a loaded machine one stall of
     the agent (under ASan) or of redis-server exceeds 100 ms. Tests of the
     timeout itself pass it explicitly."""
-    return ("[redis]\nurl = redis://127.0.0.1:%d/0\ntimeout = %s\nprefix = %s\n\n"
+    auth = ":%s@" % password if password else ""
+    return ("[redis]\nurl = redis://%s127.0.0.1:%d/%d\ntimeout = %s\nprefix = %s\n\n"
             "[lease]\ninterval = %s\nttl = %s\nmax_fraction = %s\n\n"
             "[fallback]\nmode = %s\nshare = %s\n\n"
-            % (port, timeout, prefix, interval, ttl, max_fraction, fallback_mode, share))
+            % (auth, port, db, timeout, prefix, interval, ttl, max_fraction, fallback_mode,
+               share))
 
 
 def unique(word="k"):
