@@ -50,7 +50,12 @@ class ShippedKit:
 
     def tearDown(self):
         self.haproxy.stop()
-        self.agent.stop()
+        self.stop_agent()
+
+    def stop_agent(self):
+        """SIGTERM; the agent must exit 0 (under ASan, exit 23 is a report)."""
+        rc = self.agent.stop()
+        self.assertEqual(rc, 0, "agent exit code %s:\n%s" % (rc, self.agent.output()[-3000:]))
 
     def test_200_then_429_with_headers(self):
         statuses = []
@@ -82,7 +87,7 @@ class ShippedKit:
         self.assertTrue(360 - 1 <= int(got[11][1]["retry-after"]) <= 360)
 
     def test_agent_down_fails_open(self):
-        self.agent.stop()
+        self.stop_agent()
         for _ in range(3):
             st, h, body = self.haproxy.request("/api/v1/items", {"x-api-key": "tenant-1"})
             self.assertEqual(st, 200)

@@ -230,8 +230,8 @@ class Metrics(unittest.TestCase):
                             "every second)")
             c.close()
         finally:
-            agent.stop()
             redis.stop()
+            agent.stop()  # last: it raises unless the agent exits 0
 
 
 if __name__ == "__main__":

@@ -74,8 +74,8 @@ class Prometheus(unittest.TestCase):
             text = self.check_metrics(agent)
             self.assertRegex(text, r"(?m)^spoa_ratelimit_redis_latency_seconds_count [1-9]")
         finally:
-            agent.stop()
             redis.stop()
+            agent.stop()  # last: it raises unless the agent exits 0
 
     def test_alert_rules_check(self):
         rc, out = promtool("check", "rules", "prometheus-alerts.yml", cwd=CONTRIB)
