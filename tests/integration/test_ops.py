@@ -277,7 +277,7 @@ class Metrics(unittest.TestCase):
     def test_with_redis(self):
         redis = Redis()
         try:
-            m = self.run_25("[redis]\nurl = redis://127.0.0.1:%d/0\n" % redis.port)
+            m = self.run_25("[redis]\nurl = redis://127.0.0.1:%d/0\ntimeout = 1s\n" % redis.port)
             self.assertIn("spoa_ratelimit_redis_up 1\n", m)
             self.assertIn("spoa_ratelimit_redis_latency_seconds_count", m)
         finally:
@@ -354,7 +354,8 @@ if __name__ == "__main__":
 
 
 class RedisConnection(unittest.TestCase):
-    """AUTH and db from the URL; unix sockets."""
+    """AUTH and db from the URL; unix sockets. ([redis] timeout = 1s where
+    an answer must not be degraded: 100ms is one stall of a loaded machine.)"""
 
     def start_redis(self, *args):
         r = Redis(args=args)
@@ -372,7 +373,7 @@ class RedisConnection(unittest.TestCase):
         redis, port = self.start_redis("--requirepass", "s3cret")
         try:
             agent = Agent("[rule:u]\nkey = key\nrate = 10/1m\n"
-                          "[redis]\nurl = redis://:s3cret@127.0.0.1:%d/3\n" % port)
+                          "[redis]\nurl = redis://:s3cret@127.0.0.1:%d/3\ntimeout = 1s\n" % port)
             self.assertTrue(wait_for(lambda: agent.metric("spoa_ratelimit_redis_up") == 1))
             self.decide_10(agent)
             cli = ["redis-cli", "-p", str(port), "-a", "s3cret", "--no-auth-warning"]
@@ -411,7 +412,8 @@ class RedisConnection(unittest.TestCase):
         redis, port = self.start_redis("--unixsocket", sock, "--unixsocketperm", "700")
         try:
             self.assertTrue(wait_for(lambda: os.path.exists(sock)))
-            agent = Agent("[rule:u]\nkey = key\nrate = 10/1m\n[redis]\nurl = unix:%s\n" % sock)
+            agent = Agent("[rule:u]\nkey = key\nrate = 10/1m\n"
+                          "[redis]\nurl = unix:%s\ntimeout = 1s\n" % sock)
             self.assertTrue(wait_for(lambda: agent.metric("spoa_ratelimit_redis_up") == 1))
             self.decide_10(agent)
             self.assertEqual(agent.stop(), 0, agent.output())

@@ -12,6 +12,7 @@ import subprocess
 import unittest
 
 import spop
+from fleet import wait_redis_up
 from harness import TOP, Agent, Redis
 
 PROMTOOL = shutil.which("promtool")
@@ -69,9 +70,14 @@ class Prometheus(unittest.TestCase):
 
     def test_metrics_redis(self):
         redis = Redis()
-        agent = Agent("[redis]\nurl = redis://127.0.0.1:%d/0\n" % redis.port + RULES)
+        # timeout 1s and wait for the link: decisions must go through Redis
+        # (a loaded machine must not turn them into fallback ones)
+        agent = Agent("[redis]\nurl = redis://127.0.0.1:%d/0\ntimeout = 1s\n" % redis.port
+                      + RULES)
         try:
+            wait_redis_up(agent)
             text = self.check_metrics(agent)
+            self.assertNotRegex(text, r'(?m)^spoa_ratelimit_degraded_decisions_total\{[^}]*\} [1-9]')
             self.assertRegex(text, r"(?m)^spoa_ratelimit_redis_latency_seconds_count [1-9]")
         finally:
             redis.stop()
