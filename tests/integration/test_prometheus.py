@@ -77,7 +77,8 @@ class Prometheus(unittest.TestCase):
         try:
             wait_redis_up(agent)
             text = self.check_metrics(agent)
-            self.assertNotRegex(text, r'(?m)^spoa_ratelimit_degraded_decisions_total\{[^}]*\} [1-9]')
+            self.assertNotRegex(text,
+                                r'(?m)^spoa_ratelimit_degraded_decisions_total\{[^}]*\} [1-9]')
             self.assertRegex(text, r"(?m)^spoa_ratelimit_redis_latency_seconds_count [1-9]")
         finally:
             redis.stop()

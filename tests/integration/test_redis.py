@@ -308,7 +308,8 @@ class Fleet(RedisCase):
               "bound %.1f, utilisation %.1f%%" % (len(recs), T, len(recs) / T, admitted,
                                                  per_agent, bound, 100.0 * admitted / bound))
         self.assertGreaterEqual(len(recs) / T, 4 * R,
-                                "load generator too slow to test the bound: %.0f/s" % (len(recs) / T))
+                                "load generator too slow to test the bound: %.0f/s"
+                                % (len(recs) / T))
         problems = self.check_bound(recs, "overload")
         self.assertLessEqual(admitted, bound, "fleet admitted more than b + r*T overall")
         self.assertEqual(problems, [])
@@ -340,7 +341,8 @@ class Fleet(RedisCase):
               "utilisation %.1f%%; worker CPU seconds per agent %r"
               % (len(recs), T, admitted, B + R * T, 100.0 * admitted / (B + R * T), busy))
         self.assertGreaterEqual(len(recs) / T, 4 * R,
-                                "load generator too slow to test the bound: %.0f/s" % (len(recs) / T))
+                                "load generator too slow to test the bound: %.0f/s"
+                                % (len(recs) / T))
         for k, cpu in enumerate(busy):
             self.assertGreaterEqual(len([x for x in cpu if x >= 0.05]), 2,
                                     "agent %d: fewer than two worker threads decided (thread "
