@@ -12,10 +12,36 @@
 
 START_TEST(render_has_every_interface_metric)
 {
+    /* every metric of README's table (interface.md's six among them); the
+     * integration suite (test_ops.Metrics) reads the table itself and checks
+     * a live agent's /metrics against it both ways */
     static const char *const names[] = {
-        "spoa_ratelimit_decisions_total", "spoa_ratelimit_redis_commands_total",
-        "spoa_ratelimit_redis_errors_total", "spoa_ratelimit_redis_up",
-        "spoa_ratelimit_decision_seconds", "spoa_ratelimit_connections",
+        "spoa_ratelimit_decisions_total",
+        "spoa_ratelimit_degraded_decisions_total",
+        "spoa_ratelimit_decision_seconds",
+        "spoa_ratelimit_redis_up",
+        "spoa_ratelimit_redis_configured",
+        "spoa_ratelimit_redis_commands_total",
+        "spoa_ratelimit_redis_batches_total",
+        "spoa_ratelimit_redis_batched_calls_total",
+        "spoa_ratelimit_redis_errors_total",
+        "spoa_ratelimit_redis_latency_seconds",
+        "spoa_ratelimit_connections",
+        "spoa_ratelimit_connections_accepted_total",
+        "spoa_ratelimit_frames_total",
+        "spoa_ratelimit_acks_total",
+        "spoa_ratelimit_protocol_errors_total",
+        "spoa_ratelimit_lease_claims_total",
+        "spoa_ratelimit_lease_tokens_granted_total",
+        "spoa_ratelimit_lease_tokens_returned_total",
+        "spoa_ratelimit_lease_local_decisions_total",
+        "spoa_ratelimit_lease_negative_hits_total",
+        "spoa_ratelimit_lease_waiters_total",
+        "spoa_ratelimit_lease_keys",
+        "spoa_ratelimit_lease_active_keys",
+        "spoa_ratelimit_buckets",
+        "spoa_ratelimit_reloads_total",
+        "spoa_ratelimit_reload_failures_total",
     };
     struct metrics_rule *r = metrics_rule_get("render");
     size_t len;

@@ -20,7 +20,6 @@ import re
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -108,9 +107,9 @@ def run_once(rules, redis, keys):
         # script operations: single calls plus the calls carried by batches
         ops = (cmds - batches + batched) if r else 0
     finally:
-        a.stop()
         if r:
             r.stop()
+        a.stop()  # last: raises unless the agent exits 0
     return rate, lat, (c1 - c0) / n, ops / n
 
 
@@ -167,10 +166,12 @@ def churn_once():
         wait_redis_up(b)
         control = light(b, 5)
     finally:
-        a.stop()
-        if b:
-            b.stop()
         r.stop()
+        try:
+            a.stop()  # raises unless the agent exits 0
+        finally:
+            if b:
+                b.stop()
     per_entry = (rss1 - rss0) * 1024 / entries if entries else 0
     return fresh, after, entries, per_entry, control
 

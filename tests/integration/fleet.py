@@ -6,6 +6,7 @@ decision, Redis MONITOR command counting, and the checks of the lease bound
 All load clients of one test run as threads of this one Python process, so
 their time.monotonic() stamps share one clock (the agents and Redis run on the
 same machine, hence on that clock too)."""
+import os
 import re
 import socket
 import sys
@@ -19,13 +20,19 @@ import spop
 
 # ---- configuration ----------------------------------------------------------
 
-def redis_ini(port, prefix="rl:", timeout="100ms", interval="100ms", ttl="1s",
-              max_fraction="0.1", fallback_mode="open", share="0.05"):
-    """[redis], [lease] and [fallback] sections for an agent on one Redis."""
-    return ("[redis]\nurl = redis://127.0.0.1:%d/0\ntimeout = %s\nprefix = %s\n\n"
+def redis_ini(port, prefix="rl:", timeout="1s", interval="100ms", ttl="1s",
+              max_fraction="0.1", fallback_mode="open", share="0.05", password=None, db=0):
+    """[redis], [lease] and [fallback] sections for an agent on one Redis.
+    timeout: 1s by default, not the shipped 100ms: tests that are not about the
+    timeout fail on a degraded answer, and on a loaded machine one stall of
+    the agent (under ASan) or of redis-server exceeds 100 ms. Tests of the
+    timeout itself pass it explicitly."""
+    auth = ":%s@" % password if password else ""
+    return ("[redis]\nurl = redis://%s127.0.0.1:%d/%d\ntimeout = %s\nprefix = %s\n\n"
             "[lease]\ninterval = %s\nttl = %s\nmax_fraction = %s\n\n"
             "[fallback]\nmode = %s\nshare = %s\n\n"
-            % (port, timeout, prefix, interval, ttl, max_fraction, fallback_mode, share))
+            % (auth, port, db, timeout, prefix, interval, ttl, max_fraction, fallback_mode,
+               share))
 
 
 def unique(word="k"):
@@ -61,6 +68,65 @@ def stop_all(procs):
         except Exception as e:  # keep stopping the others
             rcs[i] = repr(e)
     return rcs
+
+
+def thread_cpu(pid):
+    """{tid: CPU seconds (user + system)} of every thread of pid, from /proc."""
+    out = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        out[int(tid)] = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+    return out
+
+
+def busy_workers(before, after):
+    """CPU seconds spent between two thread_cpu() samples by each thread but
+    the main one (tid == pid: the agent's main thread runs Redis and timers;
+    the others are its workers), largest first."""
+    main = min(after)
+    return sorted((round(after[t] - before.get(t, 0.0), 2) for t in after if t != main),
+                  reverse=True)
+
+
+def clients_on_each_worker(addr, pid, workers, per_worker, tries=60):
+    """SPOP connections to the agent (pid) at addr, per_worker of them served
+    by each of its `workers` worker threads. Which worker accepts a connection
+    is up to the kernel, so each new connection is asked 2,000 decisions (on a
+    key of its own) and the thread that spent the CPU on them owns it;
+    connections are opened until every worker has its share."""
+    by = {}
+    for _ in range(tries):
+        c = spop.Client(addr, timeout=10.0)
+        c.handshake()
+        probe = unique("probe")
+        before = thread_cpu(pid)
+        c.send(b"".join(spop.notify(i + 1, 1, [("check-rate", [("key", probe)])])
+                        for i in range(2000)))
+        for _ in range(2000):
+            f = c.recv_frame()
+            if f is None or f["type"] != spop.ACK:
+                raise AssertionError("probe: expected an ACK, got %r" % (f,))
+        after = thread_cpu(pid)
+        spent = {t: after[t] - before.get(t, 0.0) for t in after if t != pid}
+        owner = max(spent, key=spent.get)
+        mine = by.setdefault(owner, [])
+        if spent[owner] > 0 and len(mine) < per_worker:
+            mine.append(c)
+        else:
+            c.close()
+        if len(by) >= workers and sum(min(len(v), per_worker) for v in by.values()) \
+                >= workers * per_worker:
+            return [c for v in by.values() for c in v]
+    for v in by.values():
+        for c in v:
+            c.close()
+    raise AssertionError("after %d connections, not %d on each of %d workers: %r"
+                         % (tries, per_worker, workers, {t: len(v) for t, v in by.items()}))
 
 
 # ---- sequential helper ------------------------------------------------------
@@ -108,14 +174,17 @@ class LoadClient(threading.Thread):
     time just after the read that completed it (`acked`): the agent decided
     somewhere in [sent, acked]."""
 
-    def __init__(self, addr, args, phases, name=0, message="check-rate", timeout=5.0):
+    def __init__(self, addr, args, phases, name=0, message="check-rate", timeout=5.0,
+                 client=None):
         super().__init__(daemon=True)
         self.args = list(args.items())
         self.phases = phases
         self.name_ = name
         self.message = message
-        self.cl = spop.Client(addr, timeout=timeout)
-        self.cl.handshake()
+        if client is None:  # else: a connection already open, handshake done
+            client = spop.Client(addr, timeout=timeout)
+            client.handshake()
+        self.cl = client
         self.records = []
         self.error = None
         self.t0 = None

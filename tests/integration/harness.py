@@ -1,5 +1,7 @@
 """Processes for the integration tests: the agent, redis-server and haproxy,
 each on a free loopback port, stopped at the end whatever happens."""
+import errno
+import fcntl
 import os
 import random
 import shutil
@@ -14,23 +16,104 @@ TOP = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 AGENT = os.environ.get("AGENT", os.path.join(TOP, "build", "src", "spoa-ratelimit"))
 BENCH = os.environ.get("BENCH", os.path.join(TOP, "build", "src", "spoa-bench"))
 
-_used_ports = set()
+# ---- ports -------------------------------------------------------------------
+#
+# Every server under test gets a port chosen here and binds it itself a moment
+# later. Two things could take the port in that moment, and each is ruled out:
+# - the kernel, handing it to an outgoing connection (redis-cli, the agent's
+#   Redis link, HAProxy's SPOP connections) as its local port: ports are chosen
+#   outside /proc/sys/net/ipv4/ip_local_port_range, which the kernel never uses
+#   for that;
+# - another test run on this machine (CI and developers share it): each port
+#   handed out is locked (flock on /tmp/spoa-test-ports/PORT) for as long as this
+#   process lives, and a locked port is never handed out by another run.
+# What remains (a foreign program binding the port in between) is caught by
+# the servers' start-up: the agent and redis-server are started again on new
+# ports when they exit saying the port is in use (start_retrying below).
+
+PORT_LOCK_DIR = "/tmp/spoa-test-ports"
+_held_ports = {}  # port -> open lock file, kept for the life of the process
 
 
-def free_port():
-    """A loopback TCP port nobody listens on, not handed out before."""
-    for _ in range(200):
-        p = random.randint(20000, 60000)
-        if p in _used_ports:
-            continue
-        with socket.socket() as sk:
+def _ephemeral_range():
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            lo, hi = (int(x) for x in f.read().split())
+        return lo, hi
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
+def _port_ranges(span):
+    """Inclusive (first, last) ranges from which p and p + span both lie
+    outside the ephemeral range (and p + span <= 65535)."""
+    lo, hi = _ephemeral_range()
+    out = []
+    for first, last in ((10000, lo - 1), (hi + 1, 65535)):
+        last -= span
+        if last >= first:
+            out.append((first, last))
+    return out
+
+
+def _bindable(p):
+    """Nothing bound to p on loopback, TIME_WAIT leftovers included (no
+    SO_REUSEADDR here, unlike the servers: stricter than they are)."""
+    for fam, host in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
+        try:
+            sk = socket.socket(fam, socket.SOCK_STREAM)
+        except OSError:
+            continue  # no IPv6 here
+        with sk:
             try:
-                sk.bind(("127.0.0.1", p))
-            except OSError:
-                continue
-        _used_ports.add(p)
-        return p
+                sk.bind((host, p))
+            except OSError as e:
+                if fam == socket.AF_INET6 and e.errno == errno.EADDRNOTAVAIL:
+                    continue
+                return False
+    return True
+
+
+def _lock_port(p):
+    os.makedirs(PORT_LOCK_DIR, exist_ok=True)
+    f = open(os.path.join(PORT_LOCK_DIR, str(p)), "a")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.close()
+        return False
+    _held_ports[p] = f
+    return True
+
+
+def free_port(plus=()):
+    """A loopback TCP port nobody listens on, outside the ephemeral range,
+    not handed out before by this run or any other running one. plus: offsets
+    whose ports must be free too and are reserved with it (a Redis Cluster
+    node also binds its bus on port + 10000)."""
+    span = max(plus, default=0)
+    ranges = _port_ranges(span)
+    if not ranges:
+        raise RuntimeError("no port range outside the ephemeral one for span %d" % span)
+    for _ in range(500):
+        first, last = random.choice(ranges)
+        p = random.randint(first, last)
+        group = [p] + [p + d for d in plus]
+        if any(q in _held_ports for q in group):
+            continue
+        locked = []
+        for q in group:
+            if not _lock_port(q):
+                break
+            locked.append(q)
+        if len(locked) == len(group) and all(_bindable(q) for q in group):
+            return p
+        # the ones locked but not usable stay locked: never tried again
     raise RuntimeError("no free port")
+
+
+class PortInUse(RuntimeError):
+    """A server exited at start because its port was taken."""
 
 
 def wait_port(port, host="127.0.0.1", timeout=10.0, proc=None):
@@ -78,31 +161,42 @@ class Proc:
 
 
 class Agent(Proc):
-    """The agent with an INI whose [agent] section gets listen/stats ports."""
+    """The agent with an INI whose [agent] section gets listen/stats ports.
+    stop() checks the exit code: the agent must exit 0 on SIGTERM, and under
+    ASan (run-tests sets exitcode=23) a leak found at exit fails the test."""
 
     def __init__(self, ini, workers=2, stats=True, extra_agent="", wait=True):
-        self.port = free_port()
-        self.stats_port = free_port() if stats else None
+        self.workers = workers
+        self.extra_agent = extra_agent
         self.dir = tempfile.mkdtemp(prefix="spoa-test-")
         self.ini = os.path.join(self.dir, "agent.ini")
-        head = "[agent]\nlisten = 127.0.0.1:%d\nworkers = %d\n" % (self.port, workers)
-        if stats:
-            head += "stats = 127.0.0.1:%d\n" % self.stats_port
-        head += extra_agent
-        with open(self.ini, "w") as f:
-            f.write(head + ini)
-        super().__init__([AGENT, "-c", self.ini], "agent")
-        if wait:
-            wait_port(self.port, proc=self.p)
-            if stats:
-                wait_port(self.stats_port, proc=self.p)
+        for attempt in range(3):
+            self.port = free_port()
+            self.stats_port = free_port() if stats else None
+            self.rewrite(ini, extra_agent)
+            super().__init__([AGENT, "-c", self.ini], "agent")
+            if not wait:
+                return
+            try:
+                wait_port(self.port, proc=self.p)
+                if stats:
+                    wait_port(self.stats_port, proc=self.p)
+                return
+            except RuntimeError:
+                self.kill()
+                if "in use" not in self.output() or attempt == 2:
+                    raise RuntimeError("agent did not start:\n" + self.output()[-3000:])
 
     @property
     def addr(self):
         return ("127.0.0.1", self.port)
 
-    def rewrite(self, ini, extra_agent=""):
-        head = "[agent]\nlisten = 127.0.0.1:%d\nworkers = 2\n" % self.port
+    def rewrite(self, ini, extra_agent=None):
+        """Write the INI (for a reload: the same ports and workers).
+        extra_agent: more [agent] lines (default: those given at start)."""
+        if extra_agent is None:
+            extra_agent = self.extra_agent
+        head = "[agent]\nlisten = 127.0.0.1:%d\nworkers = %d\n" % (self.port, self.workers)
         if self.stats_port:
             head += "stats = 127.0.0.1:%d\n" % self.stats_port
         with open(self.ini, "w") as f:
@@ -128,19 +222,37 @@ class Agent(Proc):
                 return float(line.split()[-1])
         return None
 
-    def stop(self, sig=signal.SIGTERM, timeout=10.0):
+    def stop(self, sig=signal.SIGTERM, timeout=10.0, check=True):
+        """Stop with sig (SIGTERM: the agent answers what is in flight and
+        exits 0 within 5 s). check: raise unless the exit code is 0 (also
+        when the agent had already exited, e.g. crashed, before this call)."""
         rc = super().stop(sig, timeout)
         shutil.rmtree(self.dir, ignore_errors=True)
+        if check and rc != 0:
+            raise AssertionError("agent exit code %s (23: ASan report; negative: killed by "
+                                 "that signal, -9 after not stopping within %.0f s):\n%s"
+                                 % (rc, timeout, self.output()[-4000:]))
         return rc
 
 
 class Redis(Proc):
-    def __init__(self, port=None):
-        self.port = port or free_port()
-        super().__init__(["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
-                          "--save", "", "--appendonly", "no", "--protected-mode", "no"],
-                         "redis")
-        wait_port(self.port, proc=self.p)
+    """redis-server on loopback, no persistence. port: a given port (to
+    restart a Redis where it was); by default a free one, and another one
+    if that is taken at start."""
+
+    def __init__(self, port=None, args=()):
+        for attempt in range(3):
+            self.port = port or free_port()
+            super().__init__(["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
+                              "--save", "", "--appendonly", "no", "--protected-mode", "no"]
+                             + list(args), "redis")
+            try:
+                wait_port(self.port, proc=self.p)
+                return
+            except RuntimeError:
+                self.kill()
+                if port or "in use" not in self.output() or attempt == 2:
+                    raise RuntimeError("redis-server did not start:\n" + self.output()[-3000:])
 
     def cli(self, *args):
         return subprocess.run(["redis-cli", "-p", str(self.port)] + list(args),

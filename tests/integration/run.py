@@ -26,6 +26,13 @@ def main():
     passed = res.testsRun - failed - len(res.skipped)
     print("integration tests took %.0f s" % (time.time() - t0))
     print("integration: %d passed, %d failed, %d skipped" % (passed, failed, len(res.skipped)))
+    # NO_SKIP=1 (run-tests) or CI=true: a skipped test means something the
+    # suite needs is missing, and fails the run
+    strict = os.environ.get("NO_SKIP") == "1" or os.environ.get("CI") == "true"
+    if strict and res.skipped:
+        for test, why in res.skipped:
+            print("skipped, which fails this run: %s: %s" % (test.id(), why))
+        return 1
     return 0 if failed == 0 and res.testsRun > 0 else 1
 
 

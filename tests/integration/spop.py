@@ -210,12 +210,21 @@ class Client:
         assert f and f["type"] == ACK and f["stream"] == stream and f["fid"] == fid, f
         return decode_actions(f["payload"])
 
-    def closed(self):
-        """True when the peer closed (after any pending frames were read)."""
+    def closed(self, timeout=10.0):
+        """True when the peer closed (EOF or reset) within `timeout` seconds,
+        after any pending frames were read. False when more data came or
+        nothing happened before the deadline: a peer that never closes must
+        fail "the agent must close", however slow the machine is."""
+        old = self.sock.gettimeout()
+        self.sock.settimeout(timeout)
         try:
             data = self.sock.recv(65536)
-        except (ConnectionResetError, socket.timeout):
+        except ConnectionResetError:
             return True
+        except socket.timeout:
+            return False
+        finally:
+            self.sock.settimeout(old)
         if data:
             self.buf += data
             return False

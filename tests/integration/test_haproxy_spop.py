@@ -343,9 +343,9 @@ class Pipelining:
         finally:
             haproxy.stop()
             tap.stop()
-            agent.stop()
             delay.stop()
             redis.stop()
+            agent.stop()  # last: it raises unless the agent exits 0
 
 
 per_haproxy(Reuse, globals())

@@ -8,6 +8,7 @@ import subprocess
 import time
 import unittest
 
+import fleet
 import spop
 from harness import AGENT, Agent, Redis, free_port
 
@@ -33,29 +34,53 @@ def wait_for(pred, timeout=5.0, step=0.02):
 
 
 class Reload(unittest.TestCase):
+    """SIGHUP on an open connection. Each reload's file also carries a probe
+    rule of its own (message probe-N): the test waits until the worker that
+    owns its connection answers with rules of that file, instead of sleeping
+    and hoping the workers are done."""
+
     def setUp(self):
         self.agent = Agent(RULE_A)
         self.c = spop.Client(self.agent.addr)
         self.c.handshake()
         self.sid = 0
+        self.gen = 0
 
     def tearDown(self):
         self.c.close()
-        self.assertEqual(self.agent.stop(), 0, self.agent.output())
+        self.agent.stop()  # checks the exit code
 
-    def decide(self, **args):
+    def decide(self, msg="check-rate", **args):
         self.sid += 1
-        return self.c.decide(args, stream=self.sid, fid=1)
+        return self.c.decide(args, stream=self.sid, fid=1, message=msg)
 
-    def reload(self, ini):
+    def probe_rule(self, gen):
+        return "\n[rule:probe-%d]\nmessage = probe-%d\nkey = key\nrate = 1/1h\n" % (gen, gen)
+
+    def has_rules_of(self, gen):
+        """The second request for a fresh key under probe-gen's 1/1h is
+        denied (blocked, or would_block under [agent] shadow): only when this
+        connection's worker has that file's rules (else nothing matches)."""
+        key = unique_key()
+        self.decide(msg="probe-%d" % gen, key=key)
+        r = self.decide(msg="probe-%d" % gen, key=key)
+        return r.get("blocked") is True or r.get("would_block") is True
+
+    def reload(self, ini, extra_agent=None, valid=True):
         before = self.agent.metric("spoa_ratelimit_reloads_total")
         failed = self.agent.metric("spoa_ratelimit_reload_failures_total")
-        self.agent.rewrite(ini)
+        self.gen += 1
+        self.agent.rewrite(ini + self.probe_rule(self.gen), extra_agent)
         self.agent.p.send_signal(signal.SIGHUP)
-        self.assertTrue(wait_for(lambda: self.agent.metric("spoa_ratelimit_reloads_total") > before
-                                 or self.agent.metric("spoa_ratelimit_reload_failures_total")
-                                 > failed))
-        time.sleep(0.05)  # workers pick the new rules up through their loops
+        if not valid:
+            self.assertTrue(wait_for(lambda: self.agent.metric(
+                "spoa_ratelimit_reload_failures_total") > failed, timeout=10))
+            self.assertEqual(self.agent.metric("spoa_ratelimit_reloads_total"), before)
+            return
+        self.assertTrue(wait_for(lambda: self.agent.metric("spoa_ratelimit_reloads_total")
+                                 > before, timeout=10), self.agent.output()[-2000:])
+        self.assertTrue(wait_for(lambda: self.has_rules_of(self.gen), timeout=10),
+                        "the connection's worker never answered with the new rules")
 
     def test_add_change_remove_on_open_connection(self):
         ip = ("ipv4", "192.0.2.1")
@@ -72,16 +97,102 @@ class Reload(unittest.TestCase):
         self.assertIs(r["blocked"], True)
         self.assertEqual(r["rule"], "b")
         # a broken file leaves the old rules in force
-        self.reload(RULE_A + RULE_B + "\n[rule:c]\nkey = key\nrate = lots/1s\n")
+        self.reload(RULE_A + RULE_B + "\n[rule:c]\nkey = key\nrate = lots/1s\n", valid=False)
         self.assertEqual(self.agent.metric("spoa_ratelimit_reload_failures_total"), 1)
         self.assertRegex(self.agent.output(), r"agent\.ini:\d+: ")
         self.assertEqual(self.decide(key="other3", ip=ip)["rule"], "b")
+        self.assertTrue(self.has_rules_of(self.gen - 1), "the rules in force changed")
         # remove b, change a's rate
         self.reload(RULE_A.replace("3/1m", "100/1m"))
         r = self.decide(key="fresh", ip=ip)
         self.assertEqual(r["rule"], "a")
         self.assertEqual(r["limit"], 100)
         self.assertIsNone(self.agent.p.poll())
+
+    def test_agent_shadow_reloaded(self):
+        """[agent] shadow = yes turns every rule into a dry run, and back."""
+        key = unique_key()
+        got = [self.decide(key=key) for _ in range(4)]
+        self.assertEqual([g["blocked"] for g in got], [False, False, False, True])
+        self.reload(RULE_A, extra_agent="shadow = yes\n")
+        r = self.decide(key=key)  # over the limit: would block, does not
+        self.assertIs(r["blocked"], False, r)
+        self.assertIs(r["would_block"], True, r)
+        self.assertNotIn("rule", r)
+        self.reload(RULE_A, extra_agent="shadow = no\n")
+        r = self.decide(key=key)
+        self.assertIs(r["blocked"], True, r)
+        self.assertEqual(r["rule"], "a")
+
+    def refused(self):
+        """A new connection from 127.0.0.1 gets no AGENT-HELLO: closed at accept."""
+        sk = socket.create_connection(self.agent.addr, timeout=10)
+        try:
+            sk.sendall(spop.hello())
+            return sk.recv(4096) == b""
+        except ConnectionResetError:
+            return True
+        finally:
+            sk.close()
+
+    def test_allow_reloaded(self):
+        """allow reloaded: new peers outside it are refused at accept, the
+        connection already open keeps working; and allowed again after."""
+        self.assertFalse(self.refused())
+        self.reload(RULE_A, extra_agent="allow = 10.0.0.0/8\n")
+        # every worker accepts; each takes the new list on its next wake-up
+        self.assertTrue(wait_for(self.refused, timeout=10), "127.0.0.1 still served")
+        self.assertEqual([self.refused() for _ in range(10)], [True] * 10)
+        self.assertIn("blocked", self.decide(key="still-open"))
+        self.reload(RULE_A, extra_agent="allow = 127.0.0.0/8\n")
+        self.assertTrue(wait_for(lambda: not self.refused(), timeout=10))
+        self.assertEqual([self.refused() for _ in range(10)], [False] * 10)
+
+
+class ReloadFallback(Reload):
+    """[fallback] reloaded while Redis is unreachable (the agent points at a
+    port where nothing listens, so every decision falls back)."""
+
+    def setUp(self):
+        self.dead = free_port()  # reserved: nothing will listen there
+        self.redis_ini = "[redis]\nurl = redis://127.0.0.1:%d/0\n" % self.dead
+        self.rule = "\n[rule:f]\nkey = key\nrate = 100/1m\n"
+        self.agent = Agent(self.fallback("open", "0.5"))
+        self.c = spop.Client(self.agent.addr)
+        self.c.handshake()
+        self.sid = 0
+        self.gen = 0
+
+    def fallback(self, mode, share):
+        return self.redis_ini + "[fallback]\nmode = %s\nshare = %s\n" % (mode, share) + self.rule
+
+    def allowed_of_fresh_key(self, n=60):
+        key = unique_key()
+        got = [self.decide(key=key) for _ in range(n)]
+        for g in got:
+            self.assertIs(g.get("degraded"), True, g)
+        return sum(1 for g in got if g["blocked"] is False), got
+
+    def test_fallback_reloaded(self):
+        # open, share 0.5: the backstop bucket holds 0.5 x burst = 50
+        n, _ = self.allowed_of_fresh_key()
+        self.assertEqual(n, 50)
+        self.reload(self.fallback("closed", "0.5"))
+        n, got = self.allowed_of_fresh_key(5)
+        self.assertEqual(n, 0, got)
+        self.assertTrue(all(g.get("retry_after", 0) >= 1 for g in got), got)
+        self.reload(self.fallback("open", "0.05"))
+        n, _ = self.allowed_of_fresh_key()
+        self.assertEqual(n, 5)
+
+    # the inherited tests run in Reload
+    test_add_change_remove_on_open_connection = None
+    test_agent_shadow_reloaded = None
+    test_allow_reloaded = None
+
+
+def unique_key():
+    return "k-" + os.urandom(6).hex()
 
 
 class Stop(unittest.TestCase):
@@ -102,24 +213,34 @@ class Stop(unittest.TestCase):
         idle.close()
 
     def test_sigterm_returns_leases(self):
+        """A key kept busy until SIGTERM holds a lease then (a lease that
+        sees no request for a tick is given back anyway, so the traffic must
+        go on until the signal); after the agent exits none is held."""
         redis = Redis()
         try:
             agent = Agent(RULE_A.replace("3/1m", "1000/1s\nburst = 1000") +
-                          "[redis]\nurl = redis://127.0.0.1:%d/0\n[lease]\nttl = 5s\n"
-                          % redis.port)
+                          "[redis]\nurl = redis://127.0.0.1:%d/0\ntimeout = 1s\n"
+                          "[lease]\nttl = 5s\n" % redis.port)
             self.assertTrue(wait_for(lambda: agent.metric("spoa_ratelimit_redis_up") == 1))
-            c = spop.Client(agent.addr)
-            c.handshake()
-            for i in range(50):
-                c.decide({"key": "lk"}, stream=i, fid=1)
+            busy = fleet.LoadClient(agent.addr, {"key": "lk"}, [(None, "paced", 200.0)])
+            busy.start()
+            busy.start_at(time.monotonic())
+            try:
+                def held():
+                    keys = redis.cli("--scan", "--pattern", "rl:*").split()
+                    return keys and [f for f in redis.cli("hkeys", keys[0]).split()
+                                     if f.startswith("h:")]
+                self.assertTrue(wait_for(held, timeout=10),
+                                "the agent should hold a lease while busy")
+                self.assertEqual(len(redis.cli("--scan", "--pattern", "rl:*").split()), 1)
+                self.assertEqual(agent.stop(), 0, agent.output())
+            finally:
+                busy.stop()
+                busy.join(10)
+            self.assertGreater(len(busy.records), 0)
             keys = redis.cli("--scan", "--pattern", "rl:*").split()
-            self.assertEqual(len(keys), 1, keys)
-            held = [f for f in redis.cli("hkeys", keys[0]).split() if f.startswith("h:")]
-            self.assertTrue(held, "the agent should hold a lease while busy")
-            self.assertEqual(agent.stop(), 0, agent.output())
-            c.close()
-            held = [f for f in redis.cli("hkeys", keys[0]).split() if f.startswith("h:")]
-            self.assertEqual(held, [], "leases must be given back at SIGTERM")
+            left = [f for f in redis.cli("hkeys", keys[0]).split() if f.startswith("h:")]
+            self.assertEqual(left, [], "leases must be given back at SIGTERM")
         finally:
             redis.stop()
 
@@ -156,7 +277,7 @@ class Metrics(unittest.TestCase):
     def test_with_redis(self):
         redis = Redis()
         try:
-            m = self.run_25("[redis]\nurl = redis://127.0.0.1:%d/0\n" % redis.port)
+            m = self.run_25("[redis]\nurl = redis://127.0.0.1:%d/0\ntimeout = 1s\n" % redis.port)
             self.assertIn("spoa_ratelimit_redis_up 1\n", m)
             self.assertIn("spoa_ratelimit_redis_latency_seconds_count", m)
         finally:
@@ -233,15 +354,12 @@ if __name__ == "__main__":
 
 
 class RedisConnection(unittest.TestCase):
-    """AUTH and db from the URL; unix sockets."""
+    """AUTH and db from the URL; unix sockets. ([redis] timeout = 1s where
+    an answer must not be degraded: 100ms is one stall of a loaded machine.)"""
 
     def start_redis(self, *args):
-        from harness import Proc, wait_port
-        port = free_port()
-        p = Proc(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                  "--appendonly", "no"] + list(args), "redis")
-        wait_port(port, proc=p.p)
-        return p, port
+        r = Redis(args=args)
+        return r, r.port
 
     def decide_10(self, agent):
         c = spop.Client(agent.addr)
@@ -255,7 +373,7 @@ class RedisConnection(unittest.TestCase):
         redis, port = self.start_redis("--requirepass", "s3cret")
         try:
             agent = Agent("[rule:u]\nkey = key\nrate = 10/1m\n"
-                          "[redis]\nurl = redis://:s3cret@127.0.0.1:%d/3\n" % port)
+                          "[redis]\nurl = redis://:s3cret@127.0.0.1:%d/3\ntimeout = 1s\n" % port)
             self.assertTrue(wait_for(lambda: agent.metric("spoa_ratelimit_redis_up") == 1))
             self.decide_10(agent)
             cli = ["redis-cli", "-p", str(port), "-a", "s3cret", "--no-auth-warning"]
@@ -294,7 +412,8 @@ class RedisConnection(unittest.TestCase):
         redis, port = self.start_redis("--unixsocket", sock, "--unixsocketperm", "700")
         try:
             self.assertTrue(wait_for(lambda: os.path.exists(sock)))
-            agent = Agent("[rule:u]\nkey = key\nrate = 10/1m\n[redis]\nurl = unix:%s\n" % sock)
+            agent = Agent("[rule:u]\nkey = key\nrate = 10/1m\n"
+                          "[redis]\nurl = unix:%s\ntimeout = 1s\n" % sock)
             self.assertTrue(wait_for(lambda: agent.metric("spoa_ratelimit_redis_up") == 1))
             self.decide_10(agent)
             self.assertEqual(agent.stop(), 0, agent.output())

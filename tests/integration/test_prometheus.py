@@ -13,6 +13,7 @@ import unittest
 
 import fleet
 import spop
+from fleet import wait_redis_up
 from harness import TOP, Agent, Redis
 
 PROMTOOL = shutil.which("promtool")
@@ -70,16 +71,21 @@ class Prometheus(unittest.TestCase):
 
     def test_metrics_redis(self):
         redis = Redis()
-        agent = Agent("[redis]\nurl = redis://127.0.0.1:%d/0\n" % redis.port + RULES)
+        # timeout 1s and wait for the link: decisions must go through Redis
+        # (a loaded machine must not turn them into fallback ones)
+        agent = Agent("[redis]\nurl = redis://127.0.0.1:%d/0\ntimeout = 1s\n" % redis.port
+                      + RULES)
         try:
             # the Redis series need answers from Redis: traffic once it is up
             # (the scripts load in a few ms, after the listeners opened)
             fleet.wait_redis_up(agent)
             text = self.check_metrics(agent)
+            self.assertNotRegex(text,
+                                r'(?m)^spoa_ratelimit_degraded_decisions_total\{[^}]*\} [1-9]')
             self.assertRegex(text, r"(?m)^spoa_ratelimit_redis_latency_seconds_count [1-9]")
         finally:
-            agent.stop()
             redis.stop()
+            agent.stop()  # last: it raises unless the agent exits 0
 
     def test_alert_rules_check(self):
         rc, out = promtool("check", "rules", "prometheus-alerts.yml", cwd=CONTRIB)

@@ -189,10 +189,53 @@ class Protocol(unittest.TestCase):
         c.close()
 
 
+class ClientClosed(unittest.TestCase):
+    """spop.Client.closed(), which every "the agent must close" rests on:
+    true on EOF or reset, false on a peer that stays open (a timeout)."""
+
+    def pair(self):
+        ls = socket.socket()
+        ls.bind(("127.0.0.1", 0))
+        ls.listen(1)
+        c = spop.Client(ls.getsockname())
+        peer, _ = ls.accept()
+        ls.close()
+        return c, peer
+
+    def test_open_peer_is_not_closed(self):
+        c, peer = self.pair()
+        try:
+            t0 = time.monotonic()
+            self.assertFalse(c.closed(timeout=0.3))
+            self.assertGreaterEqual(time.monotonic() - t0, 0.3)
+        finally:
+            c.close()
+            peer.close()
+
+    def test_eof_and_reset_are_closed(self):
+        c, peer = self.pair()
+        peer.close()
+        self.assertTrue(c.closed())
+        c.close()
+        c, peer = self.pair()
+        peer.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        peer.close()  # RST
+        self.assertTrue(c.closed())
+        c.close()
+
+    def test_data_is_not_closed(self):
+        c, peer = self.pair()
+        peer.sendall(b"more")
+        self.assertFalse(c.closed())
+        self.assertEqual(c.buf, b"more")
+        c.close()
+        peer.close()
+
+
 class Listeners(unittest.TestCase):
     def test_ipv6_and_unix(self):
         import tempfile
-        from harness import free_port, Proc, wait_port, AGENT
+        from harness import free_port, Proc, AGENT
         d = tempfile.mkdtemp()
         path = os.path.join(d, "agent.sock")
         port = free_port()

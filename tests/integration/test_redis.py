@@ -1,13 +1,12 @@
 """Redis mode: rule semantics against a real redis-server, several agents
 sharing one limit, the lease bound under load (no interval of length T admits
 more than b + r*T across the fleet), Redis commands per decision, and what
-happens when Redis dies, freezes and comes back empty.
+happens when Redis dies, freezes and comes back empty (test_redis_recovery.py).
 
 Every test starts its own redis-server and agents on free loopback ports and
 stops them at the end. Agents must exit 0 on SIGTERM (checked at cleanup)."""
 import os
 import re
-import signal
 import subprocess
 import time
 import unittest
@@ -260,35 +259,29 @@ rate = 400/1s
 burst = 40
 """
 B, R = 40, 400.0
-# ACK-timestamp-only window check: an ACK is read some time after the agent
-# decided (agent write, kernel, Python thread scheduling), and that lag varies
-# from one decision to the next. If every lag lies within [0, D], decisions
-# i..j really happened in an interval at most D longer than acked[j]-acked[i],
-# so the bound there is b + r*(acked[j]-acked[i]) + r*D. We allow D = 20 ms,
-# i.e. r*D = 8 tokens. The rigorous check (sent/acked brackets, no slack) is
-# asserted as well and is the stricter one whenever round trips are < 20 ms.
-ACK_SLACK = R * 0.020
 
 
 class Fleet(RedisCase):
-    def start_fleet(self, n=3):
+    def start_fleet(self, n=3, workers=1):
         self.redis = self.start_redis()
-        return [self.start_agent(self.redis, FLEET_RULE, workers=1, interval="100ms",
+        return [self.start_agent(self.redis, FLEET_RULE, workers=workers, interval="100ms",
                                  ttl="1s", max_fraction="0.1") for _ in range(n)]
 
     def check_bound(self, records, label):
-        msgs = []
-        for rigorous, slack in ((True, 0.0), (False, ACK_SLACK)):
-            ex, count, T, i, j = worst_window(records, B, R, rigorous)
-            print("  %s: worst window (%s): %d admitted in %.4f s, bound %.1f, excess %.2f"
-                  % (label, "sent/acked" if rigorous else "acked only", count, T,
-                     B + R * T, ex))
-            if ex > slack + 1e-9:
-                msgs.append("%s window check: %d admitted in an interval of %.4f s "
-                            "(bound b + r*T = %.1f, slack %.0f)"
-                            % ("rigorous" if rigorous else "ACK-timestamp", count, T,
-                               B + R * T, slack))
-        return msgs
+        """The window check on sent/acked brackets (worst_window rigorous):
+        sound whatever the delays, so no slack. The ACK-timestamp-only figure
+        is printed for comparison, not asserted: it needs a bound on how late
+        an ACK is read, and on a loaded machine there is none (a check with
+        the measured worst lag as slack is implied by this one)."""
+        ex, count, T, i, j = worst_window(records, B, R, True)
+        ex2, count2, T2, _, _ = worst_window(records, B, R, False)
+        print("  %s: worst window (sent/acked): %d admitted in %.4f s, bound %.1f, excess %.2f;"
+              " (acked only: %d in %.4f s, excess %.2f)"
+              % (label, count, T, B + R * T, ex, count2, T2, ex2))
+        if ex > 1e-9:
+            return ["window check: %d admitted in an interval of %.4f s (bound b + r*T = %.1f)"
+                    % (count, T, B + R * T)]
+        return []
 
     def lease_used(self, agents):
         for a in agents:
@@ -315,13 +308,49 @@ class Fleet(RedisCase):
               "bound %.1f, utilisation %.1f%%" % (len(recs), T, len(recs) / T, admitted,
                                                  per_agent, bound, 100.0 * admitted / bound))
         self.assertGreaterEqual(len(recs) / T, 4 * R,
-                                "load generator too slow to test the bound: %.0f/s" % (len(recs) / T))
+                                "load generator too slow to test the bound: %.0f/s"
+                                % (len(recs) / T))
         problems = self.check_bound(recs, "overload")
         self.assertLessEqual(admitted, bound, "fleet admitted more than b + r*T overall")
         self.assertEqual(problems, [])
         self.assertGreaterEqual(admitted, 0.9 * bound,
                                 "utilisation under overload below 90%%: %d of %.1f"
                                 % (admitted, bound))
+        self.assertEqual(sanity_problems(recs, {"fleet": (400, 1, 40)}), [])
+        self.lease_used(agents)
+
+    def test_fleet_bound_with_workers_sharing_the_lease_cache(self):
+        """2 agents of 2 workers each: the workers of one agent share its
+        lease cache (one entry per key, claims from both). 8 pipelining
+        clients, 4 per agent, on one key at 400/1s burst 40 for 3 s: no window
+        admits more than b + r*T, and each agent's two workers both decided
+        (CPU time of each thread, from /proc)."""
+        agents = self.start_fleet(n=2, workers=2)
+        conns = [fleet.clients_on_each_worker(a.addr, a.p.pid, workers=2, per_worker=2)
+                 for a in agents]
+        before = [fleet.thread_cpu(a.p.pid) for a in agents]
+        key = unique("workers")
+        clients = [LoadClient(None, {"key": key}, [(3.0, "flood", 4)], name=i,
+                              client=conns[i // 4][i % 4]) for i in range(8)]
+        recs = run_clients(clients)
+        after = [fleet.thread_cpu(a.p.pid) for a in agents]
+        T = max(r.acked for r in recs) - min(r.sent for r in recs)
+        admitted = sum(1 for r in recs if r.allowed)
+        busy = [fleet.busy_workers(b, a) for b, a in zip(before, after)]
+        print("\n  2 agents x 2 workers: %d decisions in %.3f s, admitted %d, bound %.1f, "
+              "utilisation %.1f%%; worker CPU seconds per agent %r"
+              % (len(recs), T, admitted, B + R * T, 100.0 * admitted / (B + R * T), busy))
+        self.assertGreaterEqual(len(recs) / T, 4 * R,
+                                "load generator too slow to test the bound: %.0f/s"
+                                % (len(recs) / T))
+        for k, cpu in enumerate(busy):
+            self.assertGreaterEqual(len([x for x in cpu if x >= 0.05]), 2,
+                                    "agent %d: fewer than two worker threads decided (thread "
+                                    "CPU seconds besides the main thread: %r)" % (k, cpu))
+        self.assertLessEqual(admitted, B + R * T, "fleet admitted more than b + r*T overall")
+        self.assertEqual(self.check_bound(recs, "2x2 workers"), [])
+        self.assertGreaterEqual(admitted, 0.9 * (B + R * T),
+                                "utilisation below 90%%: %d of %.1f" % (admitted, B + R * T))
         self.assertEqual(sanity_problems(recs, {"fleet": (400, 1, 40)}), [])
         self.lease_used(agents)
 
@@ -517,189 +546,7 @@ class Efficiency(RedisCase):
                              "spoa_ratelimit_redis_commands_total disagrees with MONITOR")
 
 
-# ---- 5. Redis down under load ------------------------------------------------
-
-DOWN = """
-[rule:open]
-key = key
-match = path ^/open/
-rate = 1000/1s
-burst = 100
-
-[rule:closed]
-key = key
-match = path ^/closed/
-rate = 1000/1s
-burst = 100
-on_redis_down = closed
-
-[rule:ten]
-key = key
-match = path ^/ten/
-rate = 10/1m
-burst = 10
-"""
-TTL = 1.0        # [lease] ttl: a valid lease may still be spent after Redis went away
-MARGIN = 0.3     # + timeout and detection
-# tokens an agent may hold in valid leases when Redis goes away: a claim is at
-# most max_fraction * burst = 10, and a top-up may come on top of an unspent one
-LEASE_SLACK = 2 * 10 + 1
-SHARE_B, SHARE_R = 0.05 * 100, 0.05 * 1000  # backstop: share x burst, share x rate
-
-
-class RedisDown(RedisCase):
-    def start(self):
-        self.redis = self.start_redis()
-        self.agent = self.start_agent(self.redis, DOWN, prefix="down:", timeout="100ms",
-                                      interval="100ms", ttl="1s", max_fraction="0.1",
-                                      fallback_mode="open", share="0.05")
-        self.okey, self.ckey = unique("open"), unique("closed")
-        self.clients = [
-            LoadClient(self.agent.addr, {"key": self.okey, "path": "/open/x"},
-                       [(None, "flood", 1)], name="open"),
-            LoadClient(self.agent.addr, {"key": self.ckey, "path": "/closed/x"},
-                       [(None, "flood", 1)], name="closed"),
-        ]
-        for c in self.clients:
-            c.start()
-        t0 = time.monotonic() + 0.02
-        for c in self.clients:
-            c.start_at(t0)
-        self.addCleanup(lambda: [c.stop() for c in self.clients])
-
-    def wait_global(self, since, timeout=10.0):
-        """Poll the open rule's answers until 20 in a row, sent after `since`,
-        are not degraded; returns the time it took."""
-        cl = self.clients[0]
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            recs = [r for r in list(cl.records) if r.sent >= since]
-            if len(recs) >= 20 and all(r.vars.get("degraded") is not True for r in recs[-20:]):
-                return time.monotonic() - since
-            if cl.error:
-                self.fail(cl.error)
-            time.sleep(0.05)
-        self.fail("decisions still degraded %.0f s after Redis came back; agent log:\n%s"
-                  % (timeout, self.agent.output()[-3000:]))
-
-    def finish(self):
-        for c in self.clients:
-            c.stop()
-        for c in self.clients:
-            c.join(10)
-        return fleet.collect(self.clients)
-
-    def check_outage(self, recs, t_down, t_back, label):
-        """Answers while Redis was unreachable (t_down..t_back). Every problem
-        found is reported, not only the first."""
-        p = []
-        opn = [r for r in recs if r.client == "open"]
-        cls = [r for r in recs if r.client == "closed"]
-        around = [r for r in recs if r.acked >= t_down - 0.2]
-        worst = max(around, key=lambda r: r.acked - r.sent)
-        lat = worst.acked - worst.sent
-        settled = t_down + TTL + MARGIN  # leases gone, Redis known unreachable
-        o_out = [r for r in opn if t_down <= r.sent < t_back]
-        T = max(r.acked for r in o_out) - t_down
-        o_adm = sum(1 for r in o_out if r.allowed)
-        o_late = [r for r in opn if r.sent >= settled and r.acked <= t_back]
-        o_late_adm = sum(1 for r in o_late if r.allowed)
-        c_late = [r for r in cls if r.sent >= settled and r.acked <= t_back]
-        c_adm = sum(1 for r in cls if r.allowed and t_down <= r.sent < t_back)
-        print("\n  %s: outage %.2f s, max ACK latency %.1f ms; open rule %d decisions, %d "
-              "admitted (bound %.0f + lease slack %d), %d/%d admitted after leases expired; "
-              "closed rule %d admitted during outage"
-              % (label, t_back - t_down, lat * 1000, len(o_out), o_adm, SHARE_B + SHARE_R * T,
-                 LEASE_SLACK, o_late_adm, len(o_late), c_adm))
-        if lat > 0.5:
-            slow = [r for r in around if r.acked - r.sent > 0.5]
-            p.append("%d decisions took longer than 0.5 s (timeout 100ms); the worst %.3f s, "
-                     "sent %.3f s after Redis went away: %r"
-                     % (len(slow), lat, worst.sent - t_down, worst.vars))
-        if len(o_late) < 20 or len(c_late) < 20:
-            p.append("too few decisions in the outage: %d open, %d closed"
-                     % (len(o_late), len(c_late)))
-        notdeg = [r for r in o_late if r.vars.get("degraded") is not True]
-        if notdeg:
-            p.append("%d open-rule answers not degraded while Redis is unreachable, e.g. %r"
-                     % (len(notdeg), notdeg[0]))
-        if o_adm > SHARE_B + SHARE_R * T + LEASE_SLACK:
-            p.append("fail-open admitted %d in %.2f s: more than share x (burst + rate x T) "
-                     "= %.0f (+ %d for leases)" % (o_adm, T, SHARE_B + SHARE_R * T, LEASE_SLACK))
-        period = t_back - settled
-        if o_late_adm < max(1, 0.5 * SHARE_R * period):
-            p.append("fail-open admitted %d in %.2f s, less than half of share x rate"
-                     % (o_late_adm, period))
-        wrong = [r for r in c_late if r.vars.get("blocked") is not True or
-                 r.vars.get("degraded") is not True or r.vars.get("retry_after", 0) < 1]
-        if wrong:
-            p.append("%d closed-rule answers not blocked + degraded + retry_after >= 1, e.g. %r"
-                     % (len(wrong), wrong[0]))
-        if c_adm > LEASE_SLACK:
-            p.append("closed rule admitted %d during the outage, beyond its leases" % c_adm)
-        early = [r for r in recs if r.vars.get("degraded") is True and r.acked < t_down]
-        if early:
-            p.append("degraded before Redis went away: %r" % early[0])
-        p += sanity_problems(recs, {"open": (1000, 1, 100), "closed": (1000, 1, 100)},
-                             allow_degraded=True)
-        self.assertEqual(p, [], label)
-
-    def ten_again(self, label):
-        c = self.seq(self.agent)
-        before = self.dbsize(self.redis)
-        key = unique("fresh")
-        got = [c.decide(key=key, path="/ten/x") for _ in range(14)]
-        self.assertEqual(ten_per_minute_problems(got, "ten"), [], "%s: %r" % (label, got))
-        self.assertGreater(self.dbsize(self.redis), before, "%s: nothing written to Redis" % label)
-
-    def test_redis_killed_and_restarted_empty(self):
-        """SIGKILL under load: ACKs stay prompt, the open rule falls back to
-        its share (degraded), the closed rule denies (degraded). Redis comes
-        back empty on the same port: decisions are global again within
-        seconds, and exact for a fresh key, also after SCRIPT FLUSH."""
-        self.start()
-        time.sleep(1.0)
-        t_down = time.monotonic()
-        self.redis.kill()  # SIGKILL
-        time.sleep(0.6)
-        up = self.agent.metric("spoa_ratelimit_redis_up")
-        time.sleep(max(0.0, t_down + 2.6 - time.monotonic()))
-        t_back = time.monotonic()
-        self.redis = self.start_redis(self.redis.port)  # empty: no keys, no scripts
-        took = self.wait_global(t_back)
-        self.assertEqual(self.agent.metric("spoa_ratelimit_redis_up"), 1)
-        recs = self.finish()
-        print("  global again %.2f s after the restart" % took)
-        self.assertEqual(up, 0, "spoa_ratelimit_redis_up during the outage")
-        # a fresh key is exact again (scripts were loaded into the new Redis)
-        self.ten_again("after restart")
-        # and once more after the scripts vanish under a live connection
-        self.assertEqual(self.redis.cli("SCRIPT", "FLUSH"), "OK")
-        self.ten_again("after SCRIPT FLUSH")
-        self.check_outage(recs, t_down, t_back, "SIGKILL")
-
-    def test_redis_frozen(self):
-        """SIGSTOP: the connection stays open but nothing answers. Every
-        decision still gets its ACK within timeout + a little; late replies
-        after SIGCONT are absorbed."""
-        self.start()
-        time.sleep(1.0)
-        err0 = self.metric(self.agent, "spoa_ratelimit_redis_errors_total")
-        t_down = time.monotonic()
-        os.kill(self.redis.p.pid, signal.SIGSTOP)
-        self.addCleanup(lambda: self.redis.p.poll() is None and
-                        os.kill(self.redis.p.pid, signal.SIGCONT))
-        time.sleep(max(0.0, t_down + 2.6 - time.monotonic()))
-        t_back = time.monotonic()
-        os.kill(self.redis.p.pid, signal.SIGCONT)
-        took = self.wait_global(t_back)
-        recs = self.finish()
-        print("  global again %.2f s after SIGCONT" % took)
-        self.assertGreater(self.metric(self.agent, "spoa_ratelimit_redis_errors_total"), err0,
-                           "timeouts must count as Redis errors")
-        self.ten_again("after SIGCONT")
-        self.check_outage(recs, t_down, t_back, "SIGSTOP")
-
+# ---- 5. Redis down under load: test_redis_recovery.py ------------------------
 
 # ---- 6. reported values -----------------------------------------------------
 

@@ -175,23 +175,25 @@ class Check(unittest.TestCase):
         self.assertEqual(p.returncode, 0, p.stderr)
 
     def test_mistakes_each_reported_with_line(self):
+        # each message names what is wrong and quotes the offending value
         cases = [
-            ("[agent]\nbogus = 1\n", 2, "unknown key"),
-            ("[agent]\nworkers = many\n", 2, ""),
-            ("[lease]\ninterval = 10 parsecs\n", 2, ""),
-            ("[rule:a]\nkey = k\n", 1, "rate"),
-            ("[nosuch]\n", 1, "section"),
-            ("[rule:a]\nrate = 1/1s\n[rule:a]\nrate = 2/1s\n", 3, "duplicate"),
-            ("[rule:a]\nrate = 1/1s\nmatch = path ([a-\n", 3, "regex"),
-            ("[rule:a]\nrate = ten/1m\n", 2, ""),
-            ("[rule:a]\nrate = 1/1s\nshadow = perhaps\n", 3, ""),
-            ("[agent]\nallow = 10.0.0.0/33\n", 2, ""),
+            ("[agent]\nbogus = 1\n", 2, ("unknown key", "bogus")),
+            ("[agent]\nworkers = many\n", 2, ("number", "'many'", "workers")),
+            ("[lease]\ninterval = 10 parsecs\n", 2, ("duration", "'10 parsecs'", "interval")),
+            ("[rule:a]\nkey = k\n", 1, ("rate",)),
+            ("[nosuch]\n", 1, ("section", "nosuch")),
+            ("[rule:a]\nrate = 1/1s\n[rule:a]\nrate = 2/1s\n", 3, ("duplicate",)),
+            ("[rule:a]\nrate = 1/1s\nmatch = path ([a-\n", 3, ("regex",)),
+            ("[rule:a]\nrate = ten/1m\n", 2, ("rate", "'ten/1m'")),
+            ("[rule:a]\nrate = 1/1s\nshadow = perhaps\n", 3, ("boolean", "'perhaps'", "shadow")),
+            ("[agent]\nallow = 10.0.0.0/33\n", 2, ("CIDR", "10.0.0.0/33", "allow")),
         ]
-        for text, line, word in cases:
+        for text, line, words in cases:
             rc, err = self.check(text)
             self.assertEqual(rc, 1, text)
             self.assertRegex(err, r"^FILE:%d: " % line, text)
-            self.assertIn(word, err, text)
+            for word in words:
+                self.assertIn(word, err, text)
 
     def test_unreadable(self):
         p = subprocess.run([AGENT, "-c", "/nonexistent/x.ini", "--check"], capture_output=True,
