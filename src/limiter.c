@@ -12,7 +12,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "store/script.h"
-#include "store/script_args.h"
+#include "script_args.h"
 #include "store/store.h"
 #include "store/store_reply.h"
 #include "util.h"

@@ -21,7 +21,7 @@
 
 #include "lease.h"
 #include "store/script.h"
-#include "store/script_args.h"
+#include "script_args.h"
 #include "tools/sim_redis.h"
 #include "tools/sim_stats.h"
 #include "tools/sim_traffic.h"

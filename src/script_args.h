@@ -14,7 +14,7 @@
 
 #include "bucket.h"
 #include "lease.h"
-#include "script.h"
+#include "store/script.h"
 
 /* The most arguments a script call takes (a claim). */
 #define SCRIPT_MAX_ARGC ((int)CLAIM_ARGC)

@@ -1,6 +1,6 @@
 /* script_args.c - the argument vector of one script call (moved out of
  * limiter.c so that the simulator builds exactly what the agent sends). */
-#include "store/script_args.h"
+#include "script_args.h"
 
 #include <inttypes.h>
 #include <stdio.h>
