@@ -121,6 +121,7 @@ class AgentUnder(Agent):
         self.dir = tempfile.mkdtemp(prefix="spoa-test-")
         self.ini = os.path.join(self.dir, "agent.ini")
         self.extra_agent = extra_agent
+        self.workers = workers  # the harness's rewrite() keeps them at a reload
         with open(self.ini, "w") as f:
             f.write(self.head(workers) + extra_agent + ini)
         full_env = dict(os.environ)
