@@ -124,4 +124,4 @@ for _, h in pairs(held) do H, holders = H + h, holders + 1 end
 redis.call('PEXPIRE', key, fmt(math.ceil((left + wus) / 1000) + 1000))
 return {g, math.max(0, math.floor(limit - est)), H, holders,
         math.ceil(wait_us(limit - 1) / 1000), math.ceil(wait_us(0) / 1000),
-        mine > 0 and math.floor(math.min(ttl * 1000, left) / 1000) or 0, mine}
+        mine > 0 and math.floor(math.min(ttl * 1000, left) / 1000) or 0, mine, 0, 0}

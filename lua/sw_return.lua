@@ -79,4 +79,4 @@ local H, holders = 0, 0
 for _, h in pairs(held) do H, holders = H + h, holders + 1 end
 redis.call('PEXPIRE', key, fmt(math.ceil((left + wus) / 1000) + 1000))
 return {0, math.max(0, math.floor(limit - est)), H, holders,
-        math.ceil(wait_us(limit - 1) / 1000), math.ceil(wait_us(0) / 1000), 0, 0}
+        math.ceil(wait_us(limit - 1) / 1000), math.ceil(wait_us(0) / 1000), 0, 0, 0, 0}

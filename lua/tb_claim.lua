@@ -1,37 +1,58 @@
---[[ tb_claim.lua - lease tokens from a shared token bucket, settling the
-caller's previous lease in the same atomic step.
+--[[ tb_claim.lua - lease tokens, or a share of the rate, from a shared token
+bucket, settling the caller's previous lease in the same atomic step.
 
 KEYS[1]   the bucket, one hash per (rule, client key):
             t          tokens in the bucket (real; < 0 only after the burst shrank
                        below what is held, as a debt)
             ts         Redis time of the last refill, microseconds
-            h:<agent>  tokens leased to <agent>, not yet reported (integer > 0)
+            h:<agent>  tokens leased to <agent>, not yet reported (integer > 0);
+                       a rate lease: its slice of the burst, as counted
             e:<agent>  Redis time when that lease expires, microseconds
+            q:<agent>  a rate lease: its share of the rate, tokens per
+                       microsecond, as counted (absent: a token lease)
+            hn:<agent>, qn:<agent>  a rate lease: slice and share as last
+                       granted (the counted ones are never lower: see (2))
+            d:<agent>  a rate lease: the demand it reported, ppm of the rate
 ARGV[1]   agent id (non-empty)
 ARGV[2]   limit N      } refill rate = N / period
 ARGV[3]   period, ms   }
 ARGV[4]   burst b: capacity (>= 0)
-ARGV[5]   want: tokens requested (>= 0; 0 = only settle and report)
+ARGV[5]   want: tokens requested (>= 0; 0 = only settle and report); with a
+          rate lease: tokens taken for requests waiting on this call
 ARGV[6]   used: tokens spent from the lease since the last report (capped at held)
 ARGV[7]   returned: unspent tokens given back (capped at held - used)
 ARGV[8]   ttl, ms: lifetime of the lease from now (>= 1)
+ARGV[9]   optional, with ARGV[10]: a rate lease. The share of the rate wanted,
+          in millionths of the rate (0: none: end the rate lease)
+ARGV[10]  the caller's demand on this key, requests per time in millionths of
+          the rate (weights the shares when the pool runs short)
 
-Returns   {granted, remaining, held, holders, retry_ms, reset_ms, lease_ms, mine}
-            granted   tokens added to the caller's lease: min(want, floor(t))
+Returns   {granted, remaining, held, holders, retry_ms, reset_ms, lease_ms, mine,
+           share_ppm, had}
+            granted   tokens added to the caller's lease: min(want, floor(t));
+                      a rate lease: tokens moved to its local bucket (slice
+                      growth), plus those taken for its waiting requests
             remaining max(0, floor(t)) after the call
             held      H: tokens held by all unexpired leases, caller included
             holders   number of agents holding a lease
             retry_ms  0 when remaining >= 1, else ms until one token is expected
-                      (exact while b - H >= 1; otherwise at least until the
-                      first lease expires)
+                      (exact while b - H >= 1 and no rate lease runs; otherwise
+                      at least until the first lease expires)
             reset_ms  ms until t + H reaches b if no held token is spent
             lease_ms  ttl when the caller still holds tokens, else 0: the agent
                       may spend them until (time it SENT this call) + lease_ms
-            mine      tokens the caller now holds in Redis (0: no lease)
+            mine      tokens the caller now holds in Redis (0: no lease); a
+                      rate lease: its slice, the capacity of its local bucket
+            share_ppm the caller's share of the rate, millionths (0: a token lease)
+            had       what Redis counted the caller held before this call (0:
+                      its lease had expired, or it had none)
 
-Invariant: after every call t + H <= b. Expired leases vanish (counted as
-spent), a report only moves held tokens back to t, and refill is capped at
-b - H, so the fleet spends at most b + r*T in any interval T.
+Invariant: after every call t + H <= b and P <= r, where H and P count the
+slices and shares of every unexpired lease. Expired leases vanish (counted as
+spent), a report only moves held tokens back to t, the refill of t is capped
+at b - H and runs at r - P, and every agent keeps its local tokens under its
+slice and refills them at its share: so the fleet spends at most b + r*T in
+any interval T (the proof: lua/README.md).
 Uses Redis server time only; agents never send timestamps.
 ]]
 
@@ -46,6 +67,11 @@ local function num(i, min)
 end
 local limit, period, b = num(2, 1), num(3, 1), num(4, 0)
 local want, used, ret, ttl = num(5, 0), num(6, 0), num(7, 0), num(8, 1)
+-- A rate lease: both or neither of ARGV[9] and ARGV[10].
+local rated = ARGV[9] ~= nil
+local qwant, demand = 0, 0
+if rated then qwant, demand = math.min(num(9, 0), 1e6), math.min(num(10, 0), 1e9) end
+local RATE_POOL = 0.8 -- at most this share of r goes to rate leases; the rest stays central
 local rate = limit / (period * 1000) -- tokens per microsecond
 local function fmt(x) return string.format('%.17g', x) end
 
@@ -56,21 +82,24 @@ local f, raw = {}, redis.call('HGETALL', key)
 for i = 1, #raw, 2 do f[raw[i]] = raw[i + 1] end
 
 -- (1) Advance to now. The refill never lifts t above b - H, where H is what
--- the leases held AT THAT TIME: a lease that expired since the last call
--- lifts the cap only from its expiry on. So expiries are applied in time
--- order (refill up to each, then drop it: its tokens count as spent), then
--- the refill runs on to now. Refilling the whole gap against the final cap
--- would bank refill that was never allowed while those tokens were held,
--- and let b + H through at once when the lease ends.
+-- the leases held AT THAT TIME, and runs at r - P, where P is the rate the
+-- rate leases (q:<agent>) refill on their agents AT THAT TIME: a lease that
+-- expired since the last call lifts the cap and gives its rate back only from
+-- its expiry on. So expiries are applied in time order (refill up to each,
+-- then drop it: its tokens count as spent), then the refill runs on to now.
+-- Refilling the whole gap against the final cap would bank refill that was
+-- never allowed while those tokens were held, and let b + H through at once
+-- when the lease ends.
 -- The same function stands in tb_claim, tb_return, tb_exact and tb_reset (each
 -- script must load alone); tests/test_scripts.c checks the copies are identical.
 local function advance(f, b, rate, now)
-    local leases, H = {}, 0
+    local leases, H, P = {}, 0, 0
     for k, v in pairs(f) do
         if string.sub(k, 1, 2) == 'h:' then
             local a = string.sub(k, 3)
-            local l = {a = a, h = tonumber(v), e = tonumber(f['e:' .. a]) or 0}
-            H = H + l.h
+            local l = {a = a, h = tonumber(v), q = tonumber(f['q:' .. a]) or 0,
+                       e = tonumber(f['e:' .. a]) or 0}
+            H, P = H + l.h, P + l.q
             leases[#leases + 1] = l
         end
     end
@@ -79,50 +108,134 @@ local function advance(f, b, rate, now)
     if t == nil then t = b end -- new bucket: full
     local function refill(to)
         if to > ts then -- ts never goes back
-            if t < b - H then t = math.min(b - H, t + rate * (to - ts)) end
+            if t < b - H and rate > P then t = math.min(b - H, t + (rate - P) * (to - ts)) end
             ts = to
         end
     end
-    local held, exp = {}, {}
+    local held, exp, share = {}, {}, {}
     for _, l in ipairs(leases) do
         if l.e <= now then
             refill(l.e)
-            H = H - l.h
-            redis.call('HDEL', key, 'h:' .. l.a, 'e:' .. l.a)
+            H, P = H - l.h, P - l.q
+            redis.call('HDEL', key, 'h:' .. l.a, 'e:' .. l.a, 'q:' .. l.a, 'qn:' .. l.a,
+                       'hn:' .. l.a, 'd:' .. l.a)
         else
-            held[l.a], exp[l.a] = l.h, l.e
+            held[l.a], exp[l.a], share[l.a] = l.h, l.e, l.q
         end
     end
     refill(now)
-    return math.min(t, b - H), ts, H, held, exp
+    return math.min(t, b - H), ts, H, held, exp, share, P
 end
-local t, ts, H, held, exp = advance(f, b, rate, now)
+local t, ts, H, held, exp, share, P = advance(f, b, rate, now)
 
--- (2) Settle the caller: spent tokens are gone, returned ones go back to t.
+-- (2) The caller applies each reply before its next call on this key (one
+-- call at a time per key and agent), so a rate lease's slice and share as
+-- counted, which stayed at least the previous grant until now (the agent may
+-- have used that one until our last reply reached it), fall to the last
+-- grant. Then settle: spent tokens are gone, returned ones go back to t.
 -- Caps make sure a report never creates tokens. Spent tokens stayed in H
 -- until now (they capped the refill while unreported): under-admission only.
-local mine = held[agent] or 0
+local had = held[agent] or 0
+local mine, qold = had, share[agent] or 0
+if had > 0 then
+    local hn, qn = tonumber(f['hn:' .. agent]), tonumber(f['qn:' .. agent])
+    if hn and hn < mine then H, mine = H - mine + hn, hn end
+    if qn and qn < qold then P, qold = P - qold + qn, qn end
+end
 used = math.min(used, mine)
 ret = math.min(ret, mine - used)
 mine = mine - used - ret
 t, H = t + ret, H - used - ret
-held[agent] = mine
 t = math.min(t, b - H) -- only binds after the burst shrank (debt)
 
--- (3) Grant whole tokens.
-local g = math.max(0, math.min(want, math.floor(t)))
-t, mine, H = t - g, mine + g, H + g
-if mine > 0 then
+-- (3) A rate lease (ARGV[9] given): the caller's share q of the rate, refilled
+-- on the agent into its local bucket of capacity `slice`. Shares are sized by
+-- demand: at most what was asked for, at most the caller's demand-weighted
+-- part of RATE_POOL of the rate, never more than that pool less what the
+-- others hold. The slice follows the share (b q / r rounded up): it grows
+-- with tokens moved from t to the caller (granted) and, past those, with room
+-- under b - H that no token fills (the local refill fills it). A slice or
+-- share that shrinks stays counted at its old value until the caller's next
+-- call (see (2)) or the lease's end: the caller uses the old one until this
+-- reply reaches it. A token claim (no ARGV[9]) ends a rate lease the same way.
+local q, slice, g, hcount = 0, mine, 0, mine
+if rated and qold > rate * qwant / 1e6 then
+    -- The caller cut its own share to what it asks for when it sent this
+    -- call: that much of it is free from now on.
+    P, qold = P - qold + rate * qwant / 1e6, rate * qwant / 1e6
+end
+if rated then
+    local dsum = demand
+    for a, _ in pairs(exp) do
+        if a ~= agent then dsum = dsum + (tonumber(f['d:' .. a]) or 0) end
+    end
+    local pool = RATE_POOL * rate
+    q = math.min(rate * qwant / 1e6, pool - (P - qold))
+    if dsum > 0 then q = math.min(q, pool * demand / dsum) end
+    -- A first share takes at most half of what is free: agents that have not
+    -- asked yet find room (the shares converge to the weighted ones as their
+    -- holders renew).
+    if qold == 0 then q = math.min(q, (pool - (P - qold)) / 2) end
+    -- Slices too stay within RATE_POOL of the burst, so that the central
+    -- bucket keeps room for the requests local buckets could not serve.
+    local hfree = math.floor(RATE_POOL * b - (H - mine))
+    if q > 0 and hfree >= 1 then
+        slice = math.min(hfree, math.max(1, math.ceil(b * q / rate - 1e-9)))
+    else
+        q, slice = 0, 0
+    end
+    if slice > mine then
+        g = math.min(slice - mine, math.max(0, math.floor(t)))
+        t, mine, H = t - g, mine + g, H + g
+        local room = math.max(0, math.floor(b - H - math.max(t, 0)))
+        local extra = math.min(slice - mine, room)
+        mine, H = mine + extra, H + extra
+        slice, hcount = mine, mine
+    else
+        hcount = mine -- counted as before until the next call
+    end
+end
+local qcount = math.max(qold, q)
+P = P - qold + qcount
+
+-- (4) Grant whole tokens. With a rate lease they are taken for the requests
+-- waiting on this call and are not part of the slice (spent at once; any the
+-- agent cannot spend at once are dropped, counted as spent).
+local taken = math.max(0, math.min(want, math.floor(t)))
+if rated then
+    t = t - taken
+    mine = slice
+else
+    t, mine, H = t - taken, mine + taken, H + taken
+    hcount = mine
+end
+-- A rate lease's caller that got no share keeps a record (slice and share
+-- 0) with its demand, for a ttl: the others' shares make room for it when
+-- they renew.
+local eold = exp[agent]
+if mine > 0 or (rated and demand > 0) then
     exp[agent] = now + ttl * 1000
-    redis.call('HSET', key, 't', fmt(t), 'ts', fmt(ts),
-               'h:' .. agent, fmt(mine), 'e:' .. agent, fmt(exp[agent]))
+elseif (hcount > 0 or qcount > 0) and eold then
+    exp[agent] = eold -- no lease any more; what is still counted ends with the old one
 else
     exp[agent] = nil
+end
+if exp[agent] then
+    redis.call('HSET', key, 't', fmt(t), 'ts', fmt(ts),
+               'h:' .. agent, fmt(hcount), 'e:' .. agent, fmt(exp[agent]))
+    if qcount > 0 or rated then
+        redis.call('HSET', key, 'q:' .. agent, fmt(qcount), 'qn:' .. agent, fmt(q),
+                   'hn:' .. agent, fmt(mine), 'd:' .. agent, fmt(rated and demand or 0))
+    else
+        redis.call('HDEL', key, 'q:' .. agent, 'qn:' .. agent, 'hn:' .. agent, 'd:' .. agent)
+    end
+else
     redis.call('HSET', key, 't', fmt(t), 'ts', fmt(ts))
-    redis.call('HDEL', key, 'h:' .. agent, 'e:' .. agent)
+    redis.call('HDEL', key, 'h:' .. agent, 'e:' .. agent, 'q:' .. agent, 'qn:' .. agent,
+               'hn:' .. agent, 'd:' .. agent)
 end
 
--- (4) Report. The key outlives every lease and the time to refill fully:
+-- (5) Report. The key outlives every lease and the time to refill fully:
 -- after that it is equivalent to a missing (full) bucket.
 local holders, emin, emax = 0, nil, now
 for _, e in pairs(exp) do
@@ -131,13 +244,15 @@ for _, e in pairs(exp) do
     emax = math.max(emax, e)
 end
 local rate_ms = rate * 1000
+local free_ms = rate > P and (rate - P) * 1000 or rate_ms -- refill of t (after the leases, if none)
 local retry = 0
 if t < 1 then
-    retry = (1 - t) / rate_ms
-    if b - H < 1 and emin then retry = math.max(retry, (emin - now) / 1000) end
+    retry = (1 - t) / free_ms
+    if (b - H < 1 or rate <= P) and emin then retry = math.max(retry, (emin - now) / 1000) end
 end
-local reset = math.max(0, b - H - t) / rate_ms
+local reset = math.max(0, b - H - t) / free_ms
 local life = math.max((ts - now) / 1000 + (b - t) / rate_ms, (emax - now) / 1000)
+if P > 0 then life = (emax - now) / 1000 + (b - t) / rate_ms end
 redis.call('PEXPIRE', key, fmt(math.min(math.ceil(life) + 1000, 1e15)))
-return {g, math.max(0, math.floor(t)), H, holders, math.ceil(retry), math.ceil(reset),
-        mine > 0 and ttl or 0, mine}
+return {g + taken, math.max(0, math.floor(t)), H, holders, math.ceil(retry), math.ceil(reset),
+        mine > 0 and ttl or 0, mine, math.floor(q / rate * 1e6), had}

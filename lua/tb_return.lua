@@ -37,21 +37,24 @@ local f, raw = {}, redis.call('HGETALL', key)
 for i = 1, #raw, 2 do f[raw[i]] = raw[i + 1] end
 
 -- (1) Advance to now. The refill never lifts t above b - H, where H is what
--- the leases held AT THAT TIME: a lease that expired since the last call
--- lifts the cap only from its expiry on. So expiries are applied in time
--- order (refill up to each, then drop it: its tokens count as spent), then
--- the refill runs on to now. Refilling the whole gap against the final cap
--- would bank refill that was never allowed while those tokens were held,
--- and let b + H through at once when the lease ends.
+-- the leases held AT THAT TIME, and runs at r - P, where P is the rate the
+-- rate leases (q:<agent>) refill on their agents AT THAT TIME: a lease that
+-- expired since the last call lifts the cap and gives its rate back only from
+-- its expiry on. So expiries are applied in time order (refill up to each,
+-- then drop it: its tokens count as spent), then the refill runs on to now.
+-- Refilling the whole gap against the final cap would bank refill that was
+-- never allowed while those tokens were held, and let b + H through at once
+-- when the lease ends.
 -- The same function stands in tb_claim, tb_return, tb_exact and tb_reset (each
 -- script must load alone); tests/test_scripts.c checks the copies are identical.
 local function advance(f, b, rate, now)
-    local leases, H = {}, 0
+    local leases, H, P = {}, 0, 0
     for k, v in pairs(f) do
         if string.sub(k, 1, 2) == 'h:' then
             local a = string.sub(k, 3)
-            local l = {a = a, h = tonumber(v), e = tonumber(f['e:' .. a]) or 0}
-            H = H + l.h
+            local l = {a = a, h = tonumber(v), q = tonumber(f['q:' .. a]) or 0,
+                       e = tonumber(f['e:' .. a]) or 0}
+            H, P = H + l.h, P + l.q
             leases[#leases + 1] = l
         end
     end
@@ -60,30 +63,32 @@ local function advance(f, b, rate, now)
     if t == nil then t = b end -- new bucket: full
     local function refill(to)
         if to > ts then -- ts never goes back
-            if t < b - H then t = math.min(b - H, t + rate * (to - ts)) end
+            if t < b - H and rate > P then t = math.min(b - H, t + (rate - P) * (to - ts)) end
             ts = to
         end
     end
-    local held, exp = {}, {}
+    local held, exp, share = {}, {}, {}
     for _, l in ipairs(leases) do
         if l.e <= now then
             refill(l.e)
-            H = H - l.h
-            redis.call('HDEL', key, 'h:' .. l.a, 'e:' .. l.a)
+            H, P = H - l.h, P - l.q
+            redis.call('HDEL', key, 'h:' .. l.a, 'e:' .. l.a, 'q:' .. l.a, 'qn:' .. l.a,
+                       'hn:' .. l.a, 'd:' .. l.a)
         else
-            held[l.a], exp[l.a] = l.h, l.e
+            held[l.a], exp[l.a], share[l.a] = l.h, l.e, l.q
         end
     end
     refill(now)
-    return math.min(t, b - H), ts, H, held, exp
+    return math.min(t, b - H), ts, H, held, exp, share, P
 end
-local t, ts, H, held, exp = advance(f, b, rate, now)
+local t, ts, H, held, exp, share, P = advance(f, b, rate, now)
 
 -- Settle and close the caller's lease: unspent tokens go back to t.
 local mine = held[agent] or 0
+local had = mine
 local ret = mine - math.min(used, mine)
 held[agent], exp[agent] = nil, nil
-t, H = t + ret, H - mine
+t, H, P = t + ret, H - mine, P - (share[agent] or 0)
 t = math.min(t, b - H)
 
 local holders, emin, emax = 0, nil, now
@@ -94,15 +99,18 @@ for a, _ in pairs(held) do
 end
 
 redis.call('HSET', key, 't', fmt(t), 'ts', fmt(ts))
-redis.call('HDEL', key, 'h:' .. agent, 'e:' .. agent)
+redis.call('HDEL', key, 'h:' .. agent, 'e:' .. agent, 'q:' .. agent, 'qn:' .. agent,
+           'hn:' .. agent, 'd:' .. agent)
 
 local rate_ms = rate * 1000
+local free_ms = rate > P and (rate - P) * 1000 or rate_ms -- refill of t (after the leases, if none)
 local retry = 0
 if t < 1 then
-    retry = (1 - t) / rate_ms
-    if b - H < 1 and emin then retry = math.max(retry, (emin - now) / 1000) end
+    retry = (1 - t) / free_ms
+    if (b - H < 1 or rate <= P) and emin then retry = math.max(retry, (emin - now) / 1000) end
 end
-local reset = math.max(0, b - H - t) / rate_ms
+local reset = math.max(0, b - H - t) / free_ms
 local life = math.max((ts - now) / 1000 + (b - t) / rate_ms, (emax - now) / 1000)
+if P > 0 then life = (emax - now) / 1000 + (b - t) / rate_ms end
 redis.call('PEXPIRE', key, fmt(math.min(math.ceil(life) + 1000, 1e15)))
-return {0, math.max(0, math.floor(t)), H, holders, math.ceil(retry), math.ceil(reset), 0, 0}
+return {0, math.max(0, math.floor(t)), H, holders, math.ceil(retry), math.ceil(reset), 0, 0, 0, had}

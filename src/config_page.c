@@ -101,6 +101,17 @@ static void s_fraction(const struct config *c, char *r, char *s, size_t n)
     snprintf(s, n, "%g", c->lease_max_fraction);
 }
 
+static void s_rate(const struct config *c, char *r, char *s, size_t n)
+{
+    snprintf(r, n, "%d", c->lease_rate);
+    snprintf(s, n, "%s", c->lease_rate ? "on" : "off");
+}
+
+static void s_rate_ttl(const struct config *c, char *r, char *s, size_t n)
+{
+    num_value(c->lease_rate_ttl_ms, "ms", r, s, n);
+}
+
 /* What only a restart changes: the listeners and threads are made once, and
  * so are the Redis connections and the lease cache. */
 static const struct {
@@ -120,6 +131,8 @@ static const struct {
     {"[lease] interval", s_interval},
     {"[lease] ttl", s_ttl},
     {"[lease] max_fraction", s_fraction},
+    {"[lease] rate_leases", s_rate},
+    {"[lease] rate_ttl", s_rate_ttl},
 };
 
 size_t config_page_pending(const struct config *in_force, const struct config *file,

@@ -6,76 +6,14 @@
 #include <string.h>
 
 #include "dlist.h"
+#include "lease_int.h"
 #include "metrics.h"
 #include "util.h"
 
-/* A report of "everything held was spent": scripts cap a report at what is held. */
-#define LEASE_VOID 1000000000000ull
 /* Entries the sweep looks at per stripe and tick, at most: a churn of keys is
  * forgotten over several ticks rather than in one long stall. */
 #define SWEEP_MAX 2048
 
-/* Each stripe keeps two lists beside its hash table, so that a tick costs
- * what is active, not what is known:
- *   active  entries the tick must look at: seen since the last tick, or
- *           holding tokens (to give back or top up);
- *   age     every entry, least recently touched first (a decision, or a
- *           reply from Redis). An entry untouched for longer than ttl has
- *           no lease left in Redis; the tick forgets such entries from the
- *           front of this list, a bounded number per tick. */
-struct lease_entry {
-    struct lease_entry *next; /* hash chain */
-    uint64_t hash;            /* of the key, mixed: see util_stripe() */
-    unsigned stripe;
-    struct dlist active, age;
-    uint64_t touch_us;        /* last decision or reply: the age list's order */
-    uint32_t demand_tick;     /* the stripe tick demand was last brought to */
-    /* parameters in force (updated by every decision: reloads apply) */
-    enum bucket_algorithm algorithm;
-    uint64_t limit, period_us, burst;
-    /* the local lease */
-    uint64_t tokens;      /* L: may still be spent */
-    uint64_t used;        /* spent since the last report sent */
-    uint64_t deadline_us; /* spend only before this (local clock) */
-    struct lease_job *inflight;
-    struct lease_waiter *wait_head, *wait_tail;
-    unsigned nwait;
-    /* demand */
-    uint32_t hits;        /* decisions since the last tick */
-    double demand;        /* decisions per interval, smoothed */
-    uint64_t last_hit_us;
-    /* what Redis said last */
-    int known;
-    double t_last;        /* tokens in the bucket (sw: remaining) */
-    uint64_t others_held; /* held by other agents */
-    uint64_t holders;
-    uint64_t reply_us;
-    uint64_t reset_ms;
-    uint64_t blocked_until_us; /* negative cache */
-    uint64_t redis_exp_us;     /* our lease in Redis ends before this (local clock) */
-    size_t keylen;
-    char key[]; /* the Redis key, NUL-terminated */
-};
-
-struct lease_stripe {
-    pthread_mutex_t lock;
-    struct lease_entry **slots;
-    size_t nslots, count;
-    struct dlist active, age;
-    uint32_t tick; /* ticks so far */
-    /* Until then a new entry's first report is LEASE_VOID: an entry with a
-     * spend not reported yet was evicted while its lease in Redis may still
-     * live (stripe_evict). */
-    uint64_t void_until_us;
-} __attribute__((aligned(64)));
-
-struct lease_table {
-    struct lease_config cfg;
-    uint64_t margin_us;
-    unsigned nstripes;
-    struct lease_stripe *stripes;
-    struct bucket_budget *budget; /* [agent] max_entries; NULL: no cap */
-};
 
 struct lease_table *lease_table_new(const struct lease_config *cfg, unsigned nstripes)
 {
@@ -263,7 +201,8 @@ static void stripe_evict(const struct lease_table *t, struct lease_stripe *s, un
         next = d->next;
         if (e->inflight || e->wait_head)
             continue;
-        if (e->used > 0 && now_us < e->redis_exp_us && s->void_until_us < e->redis_exp_us)
+        if ((e->used > 0 || e->share > 0) && now_us < e->redis_exp_us &&
+            s->void_until_us < e->redis_exp_us)
             s->void_until_us = e->redis_exp_us;
         entry_remove(t, s, e);
         METRIC_INC(evictions);
@@ -302,7 +241,8 @@ static double bucket_now(const struct lease_entry *e, uint64_t now_us)
     if (e->algorithm == BUCKET_SLIDING_WINDOW)
         return e->t_last;
     double rate = (double)e->limit / (double)e->period_us;
-    double cap = (double)e->burst - (double)e->others_held - (double)e->tokens;
+    double mine = e->share > 0 ? (double)e->slice : (double)e->tokens;
+    double cap = (double)e->burst - (double)e->others_held - mine;
     double t = e->t_last + rate * (double)(now_us - e->reply_us);
     if (t > cap)
         t = cap;
@@ -400,7 +340,10 @@ static struct lease_job *make_claim(const struct lease_table *t, struct lease_en
 {
     struct lease_job *j = new_job(e, LEASE_JOB_CLAIM);
     if (j) {
-        j->want = claim_size(t, e, now_us);
+        if (rate_wanted(t, e, now_us))
+            rate_claim(t, e, j, now_us);
+        else
+            j->want = claim_size(t, e, now_us);
         METRIC_INC(lease_claims);
     }
     return j;
@@ -412,6 +355,14 @@ static struct lease_job *make_return(struct lease_entry *e)
     if (j) {
         j->returned = e->tokens;
         METRIC_ADD(lease_tokens_returned, e->tokens);
+        if (e->share > 0) {
+            /* Redis counts the slice: all of it but what we give back is
+             * reported spent (tb_return gives back held - used). */
+            if (j->used < LEASE_VOID)
+                j->used = e->slice > e->tokens ? e->slice - e->tokens : 0;
+            e->share = 0;
+            e->slice = 0;
+        }
         e->tokens = 0;
     }
     return j;
@@ -446,6 +397,10 @@ int lease_decide(struct lease_table *t, const char *key, size_t keylen,
     entry_touch(s, e, now_us);
     e->hits++;
     e->last_hit_us = now_us;
+    if (e->seen++ == 0)
+        e->first_us = now_us;
+    e->rl_hits++;
+    rate_refill(e, now_us);
 
     if (now_us < e->blocked_until_us) {
         fill_blocked(e, now_us, res);
@@ -453,7 +408,12 @@ int lease_decide(struct lease_table *t, const char *key, size_t keylen,
         ret = LEASE_DONE;
     } else if (e->tokens > 0 && now_us < e->deadline_us) {
         e->tokens--;
-        e->used++;
+        if (e->share > 0) {
+            if (rate_prefetch(t, e, now_us))
+                *job = make_claim(t, e, now_us); /* renew before it runs dry */
+        } else {
+            e->used++;
+        }
         fill_allowed(e, now_us, res);
         METRIC_INC(lease_local_decisions);
         ret = LEASE_DONE;
@@ -469,6 +429,8 @@ int lease_decide(struct lease_table *t, const char *key, size_t keylen,
     } else {
         if (e->tokens > 0 && now_us >= e->deadline_us)
             e->tokens = 0; /* expired here; Redis counts them as spent */
+        if (e->share > 0 && now_us >= e->deadline_us)
+            e->share = 0;
         w->next = NULL;
         w->fallback = 0;
         if (e->wait_tail)
@@ -507,6 +469,7 @@ static void take_waiters(struct lease_entry *e, struct lease_waiter **list, int 
 /* A claim or return reply (store/script.h), negative values read as 0. */
 struct reply {
     uint64_t granted, remaining, held, holders, retry_ms, reset_ms, lease_ms, mine;
+    uint64_t share_ppm, had;
 };
 
 static uint64_t nonneg(int64_t x)
@@ -524,9 +487,10 @@ static uint64_t ms_capped(int64_t v)
 
 /* A lease is never believed longer than the ttl this agent asked for: its
  * end is bounded by the agent's own view, whatever a reply says. */
-static void read_reply(const struct lease_table *t, const int64_t *v, struct reply *r)
+static void read_reply(const struct lease_table *t, const struct lease_job *job, const int64_t *v,
+                       struct reply *r)
 {
-    uint64_t ttl_ms = t->cfg.ttl_us / 1000;
+    uint64_t ttl_ms = job->ttl_ms ? job->ttl_ms : t->cfg.ttl_us / 1000;
 
     r->granted = nonneg(v[CLAIM_R_GRANTED]);
     r->remaining = nonneg(v[CLAIM_R_REMAINING]);
@@ -538,6 +502,10 @@ static void read_reply(const struct lease_table *t, const int64_t *v, struct rep
     if (r->lease_ms > ttl_ms)
         r->lease_ms = ttl_ms;
     r->mine = nonneg(v[CLAIM_R_MINE]);
+    r->share_ppm = nonneg(v[CLAIM_R_SHARE_PPM]);
+    if (r->share_ppm > 1000000)
+        r->share_ppm = 1000000;
+    r->had = nonneg(v[CLAIM_R_HAD]);
 }
 
 /* A call failed. We cannot know whether Redis ran it (the connection may
@@ -552,6 +520,8 @@ static void void_lease(struct lease_entry *e)
     e->tokens = 0;
     e->deadline_us = 0;
     e->used = LEASE_VOID;
+    e->share = 0;
+    e->slice = 0;
 }
 
 /* The margin of a lease of lease_us: margin_us for a full ttl, less for a
@@ -560,7 +530,7 @@ static void void_lease(struct lease_entry *e)
  * to spend (a lease of 30 ms against 50 ms), and the agent would claim,
  * and be charged, again and again until the window ends. The margin covers
  * clock rate error, which grows with the lease's length. */
-static uint64_t margin_for(const struct lease_table *t, uint64_t lease_us)
+uint64_t lease_margin_for(const struct lease_table *t, uint64_t lease_us)
 {
     if (lease_us >= t->cfg.ttl_us)
         return t->margin_us;
@@ -578,11 +548,13 @@ static void apply_reply(const struct lease_table *t, struct lease_entry *e,
     e->others_held = r->held > r->mine ? r->held - r->mine : 0;
     e->reset_ms = r->reset_ms;
     e->reply_us = now_us;
-    /* Redis' count is authoritative: what it says we hold, less what we
-     * spent since the call left. The deadline runs from when it left. */
-    if (r->lease_ms > 0 && r->mine > e->used) {
+    if (job->rated) {
+        rate_apply(t, e, job, r->granted, r->mine, r->share_ppm, r->had, r->lease_ms, now_us);
+    } else if (r->lease_ms > 0 && r->mine > e->used) {
+        /* Redis' count is authoritative: what it says we hold, less what we
+         * spent since the call left. The deadline runs from when it left. */
         e->tokens = r->mine - e->used;
-        e->deadline_us = job->sent_us + r->lease_ms * 1000 - margin_for(t, r->lease_ms * 1000);
+        e->deadline_us = job->sent_us + r->lease_ms * 1000 - lease_margin_for(t, r->lease_ms * 1000);
     } else {
         e->tokens = 0;
     }
@@ -636,17 +608,25 @@ void lease_reply(struct lease_table *t, struct lease_job *job, int ok, const int
     e->inflight = NULL;
     /* Whatever the outcome, Redis ran this call (if at all) before now: a
      * lease it set ends by now + ttl. */
-    if (e->redis_exp_us < now_us + t->cfg.ttl_us)
-        e->redis_exp_us = now_us + t->cfg.ttl_us;
+    uint64_t ttl_us = job->ttl_ms ? job->ttl_ms * 1000 : t->cfg.ttl_us;
+    if (e->redis_exp_us < now_us + ttl_us)
+        e->redis_exp_us = now_us + ttl_us;
     entry_touch(s, e, now_us);
     if (!ok || n < CLAIM_R_COUNT) {
         void_lease(e);
         take_waiters(e, fallback, 1);
         goto out;
     }
-    read_reply(t, v, &r);
+    read_reply(t, job, v, &r);
     apply_reply(t, e, job, &r, now_us);
     serve_waiters(e, now_us, done);
+    if (job->rated) {
+        /* A rate lease reports no spends (the waiters' tokens were taken
+         * from the central bucket), and never holds more than its slice. */
+        e->used = 0;
+        if (e->tokens > e->slice)
+            e->tokens = e->slice;
+    }
     /* A lease that ended before its reply came (a sliding window's last
      * moments, a slow Redis) cannot be spent. Its units go back with the
      * next claim, if one is sent now, rather than stay charged while that
@@ -663,7 +643,13 @@ void lease_reply(struct lease_table *t, struct lease_job *job, int ok, const int
         goto out;
     /* Some wait still: the grant was short. */
     if (r.remaining < 1 && r.granted < job->want) {
-        block_waiters(e, now_us, r.retry_ms > 0 ? r.retry_ms : 1, done);
+        uint64_t retry_ms = r.retry_ms > 0 ? r.retry_ms : 1;
+        if (e->share > 0) { /* the local refill may bring one sooner */
+            double ms = ceil((1.0 - e->frac) / e->share / 1000.0);
+            if (ms < (double)retry_ms)
+                retry_ms = ms < 1 ? 1 : (uint64_t)ms;
+        }
+        block_waiters(e, now_us, retry_ms, done);
     } else {
         *next = make_claim(t, e, now_us);
         if (!*next) {
@@ -698,10 +684,25 @@ static struct lease_job *tick_entry(const struct lease_table *t, struct lease_en
 
     e->demand = 0.5 * e->demand + 0.5 * hits;
     e->hits = 0;
+    rate_refill(e, now_us);
     if (e->tokens > 0 && now_us >= e->deadline_us)
         e->tokens = 0;
+    if (e->share > 0 && now_us >= e->deadline_us) {
+        e->share = 0; /* ended here; Redis drops it at its end */
+        e->slice = 0;
+    }
     if (e->inflight || !redis_up || now_us < e->blocked_until_us)
         return NULL;
+    if (e->share > 0) {
+        switch (rate_tick(t, e, now_us)) {
+        case RATE_RENEW:
+            return make_claim(t, e, now_us);
+        case RATE_RETURN:
+            return make_return(e);
+        default:
+            return NULL;
+        }
+    }
     if (e->tokens > 0 && hits == 0)
         return make_return(e); /* no demand for a tick: give back */
     if (hits >= 2 && ((double)e->tokens < 1.5 * e->demand + 1 ||
@@ -782,83 +783,6 @@ void lease_tick(struct lease_table *t, uint64_t now_us, int redis_up, struct lea
     atomic_store(&metrics.lease_active_keys, walked);
 }
 
-/* ---- one key, for the operator ----------------------------------------- */
-
-/* The entry of key, locked in its stripe (the caller unlocks *sp), or NULL
- * (nothing locked). */
-static struct lease_entry *find_locked(struct lease_table *t, const char *key, size_t keylen,
-                                       struct lease_stripe **sp)
-{
-    uint64_t h = util_hash_mix(util_hash(UTIL_HASH_INIT, key, keylen));
-    struct lease_stripe *s = &t->stripes[util_stripe(h, t->nstripes)];
-
-    pthread_mutex_lock(&s->lock);
-    if (s->nslots) {
-        for (struct lease_entry *e = s->slots[util_slot(h, s->nslots)]; e; e = e->next) {
-            if (e->hash == h && e->keylen == keylen && memcmp(e->key, key, keylen) == 0) {
-                *sp = s;
-                return e;
-            }
-        }
-    }
-    pthread_mutex_unlock(&s->lock);
-    return NULL;
-}
-
-int lease_peek(struct lease_table *t, const char *key, size_t keylen, uint64_t now_us,
-               struct lease_state *st)
-{
-    struct lease_stripe *s;
-    struct lease_entry *e = find_locked(t, key, keylen, &s);
-
-    memset(st, 0, sizeof(*st));
-    st->inflight = -1;
-    if (!e)
-        return 0;
-    if (e->tokens > 0 && now_us < e->deadline_us) {
-        st->tokens = e->tokens;
-        st->lease_left_us = e->deadline_us - now_us;
-    }
-    st->voided = e->used >= LEASE_VOID;
-    st->unreported = st->voided ? 0 : e->used;
-    st->blocked_left_us = e->blocked_until_us > now_us ? e->blocked_until_us - now_us : 0;
-    st->inflight = e->inflight ? e->inflight->kind : -1;
-    st->waiting = e->nwait;
-    st->demand = e->demand;
-    st->known = e->known;
-    if (e->known) {
-        st->bucket_tokens = e->t_last;
-        st->others_held = e->others_held;
-        st->others = e->holders;
-        st->reply_age_us = now_us > e->reply_us ? now_us - e->reply_us : 0;
-    }
-    pthread_mutex_unlock(&s->lock);
-    return 1;
-}
-
-int lease_forget(struct lease_table *t, const char *key, size_t keylen, uint64_t now_us,
-                 uint64_t remaining, uint64_t held, uint64_t holders)
-{
-    struct lease_stripe *s;
-    struct lease_entry *e = find_locked(t, key, keylen, &s);
-
-    if (!e)
-        return 0;
-    e->blocked_until_us = 0;
-    /* What Redis counts held for us: our tokens and the unreported spend
-     * (unknown once voided: then the others are taken to hold it all). */
-    uint64_t mine = e->used >= LEASE_VOID ? 0 : e->tokens + e->used;
-    e->known = 1;
-    e->t_last = (double)remaining;
-    e->reply_us = now_us;
-    e->others_held = held > mine ? held - mine : 0;
-    e->holders = holders > 0 && mine > 0 ? holders - 1 : holders;
-    if (held == 0)
-        e->reset_ms = 0;
-    pthread_mutex_unlock(&s->lock);
-    return 1;
-}
-
 void lease_drain(struct lease_table *t, uint64_t now_us, struct lease_job **jobs)
 {
     for (unsigned i = 0; i < t->nstripes; i++) {
@@ -867,7 +791,7 @@ void lease_drain(struct lease_table *t, uint64_t now_us, struct lease_job **jobs
         pthread_mutex_lock(&s->lock);
         for (size_t j = 0; j < s->nslots; j++) {
             for (struct lease_entry *e = s->slots[j]; e; e = e->next) {
-                if (e->inflight || e->tokens == 0 || now_us >= e->deadline_us)
+                if (e->inflight || (e->tokens == 0 && e->share <= 0) || now_us >= e->deadline_us)
                     continue;
                 struct lease_job *job = make_return(e);
                 if (job) {
@@ -875,23 +799,6 @@ void lease_drain(struct lease_table *t, uint64_t now_us, struct lease_job **jobs
                     *jobs = job;
                 }
             }
-        }
-        pthread_mutex_unlock(&s->lock);
-    }
-}
-
-void lease_foreach_held(struct lease_table *t, uint64_t now_us,
-                        void (*fn)(void *ctx, const char *key, size_t keylen, uint64_t tokens),
-                        void *ctx)
-{
-    for (unsigned i = 0; i < t->nstripes; i++) {
-        struct lease_stripe *s = &t->stripes[i];
-
-        pthread_mutex_lock(&s->lock);
-        for (struct dlist *n = s->active.next; n != &s->active; n = n->next) {
-            struct lease_entry *e = DLIST_ENTRY(n, struct lease_entry, active);
-            if (e->tokens > 0 && now_us < e->deadline_us)
-                fn(ctx, e->key, e->keylen, e->tokens);
         }
         pthread_mutex_unlock(&s->lock);
     }

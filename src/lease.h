@@ -27,6 +27,10 @@ struct lease_config {
     uint64_t interval_us;
     uint64_t ttl_us;
     double max_fraction;
+    /* Rate leases (token bucket only; 0: off): a warm key, one seen on this
+     * agent now and then but not every interval, holds a share of the rate
+     * and a slice of the burst for this long, refilled here. */
+    uint64_t rate_ttl_us;
 };
 
 /* A decision waiting for a claim. out is where its outcome goes. */
@@ -54,6 +58,9 @@ struct lease_job {
     enum bucket_algorithm algorithm;
     uint64_t limit, period_ms, burst;
     uint64_t want, used, returned;
+    int rated;                     /* a rate lease's claim (tb_claim's ARGV 9, 10) */
+    uint64_t rate_ppm, demand_ppm; /* share wanted, demand: millionths of the rate */
+    uint64_t ttl_ms;               /* 0: [lease] ttl */
     uint64_t sent_us;
     int timed_out;   /* set by lease_timeout(): later arrivals do not wait on it */
     const char *key; /* the Redis key: valid while the job is in flight */
@@ -126,6 +133,8 @@ struct lease_state {
     int inflight;             /* -1: no call; else its enum lease_job_kind */
     unsigned waiting;         /* decisions waiting for that call */
     double demand;            /* decisions per interval, smoothed */
+    double share_per_s;       /* a rate lease: its refill here, tokens/s (0: none) */
+    uint64_t slice;           /* a rate lease: its slice of the burst */
     int known;                /* Redis answered for this key; its last words: */
     double bucket_tokens;     /* t (sw: remaining) */
     uint64_t others_held;     /* held by the other agents */

@@ -35,7 +35,12 @@ enum store_script script_lease_args(const struct lease_job *lj, const char *agen
         arg_num(a, CLAIM_ARG_WANT, lj->want);
         arg_num(a, CLAIM_ARG_USED, lj->used);
         arg_num(a, CLAIM_ARG_RETURNED, lj->returned);
-        arg_num(a, CLAIM_ARG_TTL_MS, ttl_ms);
+        arg_num(a, CLAIM_ARG_TTL_MS, lj->ttl_ms ? lj->ttl_ms : ttl_ms);
+        if (lj->rated && !sw) {
+            a->argc = CLAIM_ARGC_RATED;
+            arg_num(a, CLAIM_ARG_RATE_PPM, lj->rate_ppm);
+            arg_num(a, CLAIM_ARG_DEMAND_PPM, lj->demand_ppm);
+        }
         return sw ? SCRIPT_SW_CLAIM : SCRIPT_TB_CLAIM;
     }
     a->argc = RETURN_ARGC;

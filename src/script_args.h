@@ -17,7 +17,7 @@
 #include "store/script.h"
 
 /* The most arguments a script call takes (a claim). */
-#define SCRIPT_MAX_ARGC ((int)CLAIM_ARGC)
+#define SCRIPT_MAX_ARGC ((int)CLAIM_ARGC_RATED)
 
 struct script_args {
     int argc;
@@ -27,7 +27,8 @@ struct script_args {
 };
 
 /* Fill *a with the ARGV of lease job lj (a claim or a return) sent by the
- * agent named agent with [lease] ttl ttl_ms; returns the script to call. */
+ * agent named agent with [lease] ttl ttl_ms (a rate lease's claim carries
+ * its own, lj->ttl_ms); returns the script to call. */
 enum store_script script_lease_args(const struct lease_job *lj, const char *agent,
                                     uint64_t ttl_ms, struct script_args *a);
 

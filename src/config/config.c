@@ -61,6 +61,8 @@ static const struct key_def key_defs[] = {
     {SEC_LEASE, "interval", T_DUR, CF(lease_interval_ms), 0, 0, 0, NULL, 0},
     {SEC_LEASE, "ttl", T_DUR, CF(lease_ttl_ms), 0, 0, 0, NULL, 0},
     {SEC_LEASE, "max_fraction", T_SHARE, CF(lease_max_fraction), 0, 0, 0, NULL, 0},
+    {SEC_LEASE, "rate_leases", T_BOOL, CF(lease_rate), 0, 0, 0, NULL, 0},
+    {SEC_LEASE, "rate_ttl", T_DUR, CF(lease_rate_ttl_ms), 0, 0, 0, NULL, 0},
     {SEC_FALLBACK, "mode", T_ENUM, CF(fallback_mode), 0, 0, 0, mode_names, 0},
     {SEC_FALLBACK, "share", T_SHARE, CF(fallback_share), 0, 0, 0, NULL, 0},
     {SEC_RULE, "message", T_STR, RF(message), 0, 0, F_NONEMPTY, NULL, 0},
@@ -423,6 +425,15 @@ static void finish(struct parse_state *st)
                           (unsigned long long)cfg->lease_interval_ms);
     }
 
+    /* a rate lease is renewed in its last quarter, at a tick at the latest */
+    if (cfg->lease_rate && cfg->lease_rate_ttl_ms < 4 * cfg->lease_ttl_ms) {
+        unsigned line = seen_line(st, SEC_LEASE, "rate_ttl");
+        config_errors_add(&st->errors, line ? line : seen_line(st, SEC_LEASE, "ttl"),
+                          "lease rate_ttl (%llu ms) must be at least 4 times ttl (%llu ms)",
+                          (unsigned long long)cfg->lease_rate_ttl_ms,
+                          (unsigned long long)cfg->lease_ttl_ms);
+    }
+
     for (size_t i = 0; i < cfg->nrules; i++) {
         struct cfg_rule *r = &cfg->rules[i];
 
@@ -474,6 +485,8 @@ static struct config *config_new(const char *path)
     cfg->lease_interval_ms = 100;
     cfg->lease_ttl_ms = 1000;
     cfg->lease_max_fraction = 0.1;
+    cfg->lease_rate = 1;
+    cfg->lease_rate_ttl_ms = 30000;
     cfg->fallback_mode = DOWN_OPEN;
     cfg->fallback_share = 0.05;
     return cfg;

@@ -128,6 +128,8 @@ struct config {
     uint64_t lease_interval_ms; /* default 100 */
     uint64_t lease_ttl_ms;      /* default 1000 */
     double lease_max_fraction;  /* default 0.1, in (0, 1] */
+    int lease_rate;             /* rate leases for warm keys: default on */
+    uint64_t lease_rate_ttl_ms; /* their lifetime: default 30000 */
 
     /* [fallback] */
     int fallback_mode;     /* enum cfg_down_mode, default DOWN_OPEN */

@@ -140,7 +140,10 @@ static void put_redis(struct out *o, const struct config *cfg)
     put_duration(o, cfg->lease_interval_ms);
     put(o, "\nttl = ");
     put_duration(o, cfg->lease_ttl_ms);
-    put(o, "\nmax_fraction = %g\n\n", cfg->lease_max_fraction);
+    put(o, "\nmax_fraction = %g\nrate_leases = %s\nrate_ttl = ", cfg->lease_max_fraction,
+        cfg->lease_rate ? "on" : "off");
+    put_duration(o, cfg->lease_rate_ttl_ms);
+    put(o, "\n\n");
 }
 
 static void put_rate(struct out *o, const char *name, uint64_t n, uint64_t period_ms)

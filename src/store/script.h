@@ -54,7 +54,12 @@ enum script_claim_arg {
     CLAIM_ARG_USED,      /* spent from the lease since the last report */
     CLAIM_ARG_RETURNED,  /* unspent tokens given back */
     CLAIM_ARG_TTL_MS,    /* the lease lifetime (>= 1) */
-    CLAIM_ARGC,
+    CLAIM_ARGC,          /* a token lease's claim */
+    /* tb_claim only, both or neither: a rate lease (the caller's local bucket
+     * refills at a share of the rate; see lua/README.md) */
+    CLAIM_ARG_RATE_PPM = CLAIM_ARGC, /* share wanted, millionths of the rate (0: none) */
+    CLAIM_ARG_DEMAND_PPM,            /* the caller's request rate, millionths of the rate */
+    CLAIM_ARGC_RATED,
 };
 
 /* ARGV of *_return: settle and close the caller's lease. The first four are
@@ -88,7 +93,12 @@ enum script_claim_reply {
     CLAIM_R_RETRY_MS,    /* 0 when remaining >= 1, else until one is expected */
     CLAIM_R_RESET_MS,    /* until the bucket is full (the window empty) again */
     CLAIM_R_LEASE_MS,    /* how long the caller may spend its lease (0: none) */
-    CLAIM_R_MINE,        /* tokens the caller now holds in Redis */
+    CLAIM_R_MINE,        /* tokens the caller now holds in Redis (a rate
+                          * lease: its slice, the local bucket's capacity) */
+    CLAIM_R_SHARE_PPM,   /* the caller's rate share, millionths of the rate
+                          * (0: a token lease; sw_* and *_return: 0) */
+    CLAIM_R_HAD,         /* what the caller held before the call (0: its lease
+                          * had expired, or it had none) */
     CLAIM_R_COUNT,
 };
 

@@ -28,7 +28,7 @@ struct cli {
     uint64_t keys;
     double zipf, skew, rps, seconds;
     char rate[64], burst[32], algorithm[32], interval[32], ttl[32], max_fraction[32];
-    char rtt[32], redis_op[32], spike[96], tail[32];
+    char rtt[32], redis_op[32], spike[96], tail[32], rate_leases[8], rate_ttl[32];
     uint64_t seed;
     const char *trace_path, *svg;
     int json;
@@ -45,7 +45,8 @@ static void usage(FILE *f)
           "                [--algorithm token-bucket|sliding-window] [--interval D] [--ttl D]\n"
           "                [--max-fraction F] [--rtt D] [--redis-op D] [--spike X,LEN,EVERY]\n"
           "                [--tail D] [--seed N] [--trace FILE] [--sweep NAME=V1,V2,...]\n"
-          "                [--svg FILE] [--policy token|rate]\n"
+          "                [--svg FILE] [--policy token|rate] [--rate-leases on|off]\n"
+          "                [--rate-ttl D]\n"
           "                [--json]\n"
           "Simulates --agents agents running the real lease code against the real Lua\n"
           "scripts in virtual time, beside one exact bucket per key, and prints what the\n"
@@ -56,8 +57,11 @@ static void usage(FILE *f)
           "  --tail D            agents keep ticking for D after the last request\n"
           "  --policy P          token: the agent's token leases (default); rate: a model of\n"
           "                      rate leases written in the simulator only (see sim_rate.c)\n"
+          "  --rate-leases on|off the agent's rate leases for warm keys ([lease] rate_leases;\n"
+          "                      default on); --rate-ttl D: their [lease] rate_ttl (30s)\n"
           "  --trace FILE        replay 'SECONDS KEY [AGENT]' lines instead\n"
-          "  --sweep NAME=...    NAME: interval, ttl, max_fraction, agents, rps, rtt, skew, keys\n"
+          "  --sweep NAME=...    NAME: interval, ttl, max_fraction, agents, rps, rtt, skew, keys,\n"
+          "                      rate_ttl\n"
           "Durations: 250us, 0.3ms, 100ms, 1s, 1m (interval and ttl: whole ms).\n",
           f);
 }
@@ -112,9 +116,11 @@ static int build(const struct cli *c, const struct sim_trace *trace, struct sim_
     memset(o, 0, sizeof(*o));
     snprintf(ini, sizeof(ini),
              "[redis]\nurl = redis://127.0.0.1:6379\n"
-             "[lease]\ninterval = %s\nttl = %s\nmax_fraction = %s\n"
+             "[lease]\ninterval = %s\nttl = %s\nmax_fraction = %s\nrate_leases = %s\n"
+             "rate_ttl = %s\n"
              "[rule:sim]\nkey = key\nrate = %s\nalgorithm = %s\n%s%s%s",
-             c->interval, c->ttl, c->max_fraction, c->rate, c->algorithm,
+             c->interval, c->ttl, c->max_fraction, c->rate_leases, c->rate_ttl, c->rate,
+             c->algorithm,
              c->burst[0] ? "burst = " : "", c->burst, c->burst[0] ? "\n" : "");
     if (config_load_string(ini, "options", &cfg, cerr, sizeof(cerr)) < 0) {
         /* "options:LINE: message\n...": the first message is enough */
@@ -135,6 +141,7 @@ static int build(const struct cli *c, const struct sim_trace *trace, struct sim_
     o->burst = rs->params[0].burst;
     o->interval_ms = cfg->lease_interval_ms;
     o->ttl_ms = cfg->lease_ttl_ms;
+    o->rate_ttl_ms = cfg->lease_rate ? cfg->lease_rate_ttl_ms : 0;
     o->max_fraction = cfg->lease_max_fraction;
     ruleset_unref(rs);
 
@@ -180,8 +187,12 @@ static int set_swept(struct cli *c, const char *name, const char *v, double *x)
 {
     uint64_t us;
     char *end;
-    if (strcmp(name, "interval") == 0 || strcmp(name, "ttl") == 0 || strcmp(name, "rtt") == 0) {
-        char *dst = name[0] == 'i' ? c->interval : name[0] == 't' ? c->ttl : c->rtt;
+    if (strcmp(name, "interval") == 0 || strcmp(name, "ttl") == 0 || strcmp(name, "rtt") == 0 ||
+        strcmp(name, "rate_ttl") == 0) {
+        char *dst = name[0] == 'i'   ? c->interval
+                    : name[0] == 't' ? c->ttl
+                    : name[1] == 'a' ? c->rate_ttl
+                                     : c->rtt;
         snprintf(dst, 32, "%s", v);
         if (parse_us(v, &us) < 0)
             return -1;
@@ -296,7 +307,8 @@ static int parse_sweep(struct cli *c, char *arg)
 
 static int parse_cli(int argc, char **argv, struct cli *c)
 {
-    enum { O_UNIFORM = 256, O_MAXF, O_REDIS_OP, O_SPIKE, O_JSON, O_SWEEP, O_SVG, O_TRACE, O_TAIL, O_POLICY };
+    enum { O_UNIFORM = 256, O_MAXF, O_REDIS_OP, O_SPIKE, O_JSON, O_SWEEP, O_SVG, O_TRACE, O_TAIL, O_POLICY,
+           O_RATE_LEASES, O_RATE_TTL };
     static const struct option opts[] = {
         {"agents", 1, 0, 'a'},   {"keys", 1, 0, 'k'},       {"zipf", 1, 0, 'z'},
         {"uniform", 0, 0, O_UNIFORM}, {"skew", 1, 0, 'S'},  {"rps", 1, 0, 'r'},
@@ -305,7 +317,8 @@ static int parse_cli(int argc, char **argv, struct cli *c)
         {"max-fraction", 1, 0, O_MAXF}, {"rtt", 1, 0, 'L'}, {"redis-op", 1, 0, O_REDIS_OP},
         {"spike", 1, 0, O_SPIKE}, {"seed", 1, 0, 's'},      {"trace", 1, 0, O_TRACE},
         {"sweep", 1, 0, O_SWEEP}, {"svg", 1, 0, O_SVG},     {"json", 0, 0, O_JSON},
-        {"tail", 1, 0, O_TAIL},  {"policy", 1, 0, O_POLICY},  {"help", 0, 0, 'h'},     {0, 0, 0, 0}};
+        {"tail", 1, 0, O_TAIL},  {"policy", 1, 0, O_POLICY},  {"help", 0, 0, 'h'},
+        {"rate-leases", 1, 0, O_RATE_LEASES}, {"rate-ttl", 1, 0, O_RATE_TTL}, {0, 0, 0, 0}};
     int ch;
 
 #define COPY(dst) snprintf(dst, sizeof(dst), "%s", optarg)
@@ -328,6 +341,8 @@ static int parse_cli(int argc, char **argv, struct cli *c)
         case O_REDIS_OP: COPY(c->redis_op); break;
         case O_SPIKE: COPY(c->spike); break;
         case O_TAIL: COPY(c->tail); break;
+        case O_RATE_LEASES: COPY(c->rate_leases); break;
+        case O_RATE_TTL: COPY(c->rate_ttl); break;
         case O_POLICY:
             if (strcmp(optarg, "token") != 0 && strcmp(optarg, "rate") != 0) {
                 fprintf(stderr, "spoa-sim: --policy: token or rate\n");
@@ -365,7 +380,8 @@ int main(int argc, char **argv)
     struct cli c = {.agents = 20, .keys = 10000, .zipf = 1.1, .rps = 100000, .seconds = 10,
                     .rate = "100/1m", .burst = "20", .algorithm = "token-bucket",
                     .interval = "100ms", .ttl = "1s", .max_fraction = "0.1", .rtt = "0.3ms",
-                    .redis_op = "0us", .tail = "0us", .seed = 1};
+                    .redis_op = "0us", .tail = "0us", .rate_leases = "on", .rate_ttl = "30s",
+                    .seed = 1};
     struct sim_trace *trace = NULL;
     char err[ERRLEN];
     struct sim_opts o[MAX_SWEEP];
@@ -385,13 +401,13 @@ int main(int argc, char **argv)
         return 1;
     }
     static const char *const sweepable[] = {"interval", "ttl", "max_fraction", "max-fraction",
-                                            "agents", "rps", "rtt", "skew", "keys"};
+                                            "agents", "rps", "rtt", "skew", "keys", "rate_ttl"};
     int known = !c.nsweep;
     for (size_t i = 0; i < sizeof(sweepable) / sizeof(sweepable[0]); i++)
         known |= strcmp(c.sweep_name, sweepable[i]) == 0;
     if (!known) {
         fprintf(stderr, "spoa-sim: --sweep: unknown setting '%s' (interval, ttl, max_fraction, "
-                        "agents, rps, rtt, skew, keys)\n", c.sweep_name);
+                        "agents, rps, rtt, skew, keys, rate_ttl)\n", c.sweep_name);
         sim_trace_free(trace);
         return 2;
     }

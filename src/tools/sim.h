@@ -44,6 +44,7 @@ struct sim_opts {
     enum bucket_algorithm algorithm;
     /* [lease] and the network */
     uint64_t interval_ms, ttl_ms;
+    uint64_t rate_ttl_ms; /* [lease] rate leases' ttl; 0: rate leases off */
     double max_fraction;
     uint64_t rtt_us;      /* agent-Redis round trip */
     uint64_t redis_op_us; /* Redis CPU per script operation (0: instant) */

@@ -335,7 +335,9 @@ static void redis_error(struct sim *s, const char *err)
  * as store_conn.c's batch_reply() does. */
 static void exec_command(struct sim *s, struct command *c)
 {
-    static const char *const digits[] = {"0", "1", "2", "3", "4", "5", "6", "7", "8", "9"};
+    static const char *const digits[] = {"0", "1", "2",  "3",  "4",  "5",  "6",  "7",
+                                         "8", "9", "10", "11", "12", "13", "14", "15"};
+    _Static_assert(SCRIPT_COUNT <= 16 && SCRIPT_MAX_ARGC <= 16, "digits[] must cover them");
     const char *id = s->agents[c->agent].id;
     size_t n = 0;
     const char *err;
@@ -363,9 +365,9 @@ static void exec_command(struct sim *s, struct command *c)
         s->bkeys[i] = j->key;
         s->bkeylen[i] = j->keylen;
         s->bargv[argc] = digits[script];
-        s->bargvlen[argc++] = 1;
+        s->bargvlen[argc++] = strlen(digits[script]);
         s->bargv[argc] = digits[a->argc];
-        s->bargvlen[argc++] = 1;
+        s->bargvlen[argc++] = strlen(digits[a->argc]);
         for (int k = 0; k < a->argc; k++) {
             s->bargv[argc] = a->argv[k];
             s->bargvlen[argc++] = a->argvlen[k];
@@ -500,6 +502,7 @@ static int setup(struct sim *s, char *err, size_t errlen)
     s->lc.interval_us = o->interval_ms * 1000;
     s->lc.ttl_us = o->ttl_ms * 1000;
     s->lc.max_fraction = o->max_fraction;
+    s->lc.rate_ttl_us = o->rate_ttl_ms * 1000;
     s->end = SIM_T0_US + (uint64_t)(o->seconds * 1e6);
     s->agents = calloc(o->agents, sizeof(*s->agents));
     s->ref = malloc(keys * sizeof(*s->ref));

@@ -1,0 +1,127 @@
+/* lease_int.h - the lease cache's private parts, shared by lease.c (the
+ * cache and token leases), lease_rate.c (rate leases) and lease_ops.c (one
+ * key, for the operator). Nothing outside those files includes it. */
+#ifndef LEASE_INT_H
+#define LEASE_INT_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "dlist.h"
+#include "lease.h"
+
+/* A report of "everything held was spent": scripts cap a report at what is held. */
+#define LEASE_VOID 1000000000000ull
+
+/* Each stripe keeps two lists beside its hash table, so that a tick costs
+ * what is active, not what is known:
+ *   active  entries the tick must look at: seen since the last tick, or
+ *           holding tokens (to give back or top up);
+ *   age     every entry, least recently touched first (a decision, or a
+ *           reply from Redis). An entry untouched for longer than ttl has
+ *           no lease left in Redis; the tick forgets such entries from the
+ *           front of this list, a bounded number per tick. */
+struct lease_entry {
+    struct lease_entry *next; /* hash chain */
+    uint64_t hash;            /* of the key, mixed: see util_stripe() */
+    unsigned stripe;
+    struct dlist active, age;
+    uint64_t touch_us;        /* last decision or reply: the age list's order */
+    uint32_t demand_tick;     /* the stripe tick demand was last brought to */
+    /* parameters in force (updated by every decision: reloads apply) */
+    enum bucket_algorithm algorithm;
+    uint64_t limit, period_us, burst;
+    /* the local lease */
+    uint64_t tokens;      /* L: may still be spent */
+    uint64_t used;        /* spent since the last report sent */
+    uint64_t deadline_us; /* spend only before this (local clock) */
+    struct lease_job *inflight;
+    struct lease_waiter *wait_head, *wait_tail;
+    unsigned nwait;
+    /* demand */
+    uint32_t hits;        /* decisions since the last tick */
+    double demand;        /* decisions per interval, smoothed */
+    uint64_t last_hit_us;
+    /* what Redis said last */
+    int known;
+    double t_last;        /* tokens in the bucket (sw: remaining) */
+    uint64_t others_held; /* held by other agents */
+    uint64_t holders;
+    uint64_t reply_us;
+    uint64_t reset_ms;
+    uint64_t blocked_until_us; /* negative cache */
+    uint64_t redis_exp_us;     /* our lease in Redis ends before this (local clock) */
+    /* A rate lease (lease_rate.c; share == 0: a token lease, or none). Its
+     * tokens (above) refill here at share, up to slice, until deadline_us;
+     * Redis counts the slice and the share, not the spends (used stays 0). */
+    double share;              /* tokens per us */
+    double frac;               /* refill not yet a whole token */
+    uint64_t refill_us;        /* refilled up to this time */
+    uint64_t slice;            /* capacity: Redis' `mine` */
+    /* demand over a longer run than one tick, to find warm keys */
+    uint32_t seen;             /* decisions since the entry was made */
+    uint64_t first_us;         /* the first of them */
+    uint32_t rl_hits;          /* decisions since the last rate lease call */
+    uint64_t rl_since_us;      /* that call */
+    size_t keylen;
+    char key[]; /* the Redis key, NUL-terminated */
+};
+
+struct lease_stripe {
+    pthread_mutex_t lock;
+    struct lease_entry **slots;
+    size_t nslots, count;
+    struct dlist active, age;
+    uint32_t tick; /* ticks so far */
+    /* Until then a new entry's first report is LEASE_VOID: an entry with a
+     * spend not reported yet was evicted while its lease in Redis may still
+     * live (stripe_evict). */
+    uint64_t void_until_us;
+} __attribute__((aligned(64)));
+
+struct lease_table {
+    struct lease_config cfg;
+    uint64_t margin_us;
+    unsigned nstripes;
+    struct lease_stripe *stripes;
+    struct bucket_budget *budget; /* [agent] max_entries; NULL: no cap */
+};
+
+
+/* lease_ops.c: the entry of key, locked in its stripe (the caller unlocks
+ * *sp), or NULL (nothing locked). */
+struct lease_entry *lease_find_locked(struct lease_table *t, const char *key, size_t keylen,
+                                      struct lease_stripe **sp);
+
+/* ---- rate leases (lease_rate.c); the caller holds e's stripe lock ---------- */
+
+/* Bring e's local bucket up to now (no refill past its deadline). */
+void rate_refill(struct lease_entry *e, uint64_t now_us);
+/* Whether a claim for e now should be a rate lease's: a token bucket, rate
+ * leases on, and e warm (seen often enough in a rate lease's life to pay, not
+ * so often that token leases cost nothing), or e holds one already. */
+int rate_wanted(const struct lease_table *t, const struct lease_entry *e, uint64_t now_us);
+/* Make j (a claim of e, its report already taken) a rate lease's claim:
+ * share and demand, the rate ttl; or, when e holds one but is no longer
+ * warm, the claim that ends it (share 0). */
+void rate_claim(const struct lease_table *t, struct lease_entry *e, struct lease_job *j,
+                uint64_t now_us);
+/* Apply the reply of a rate lease's claim: share, slice, deadline, tokens
+ * (what e had, if Redis still had it, plus granted, to be capped at the slice
+ * once the waiters are served). */
+void rate_apply(const struct lease_table *t, struct lease_entry *e, const struct lease_job *j,
+                uint64_t granted, uint64_t mine, uint64_t share_ppm, uint64_t had,
+                uint64_t lease_ms, uint64_t now_us);
+/* The tick's word on a rate lease: RATE_KEEP, RATE_RENEW (prefetch: it ends
+ * soon and still sees demand; or it ends: it is no longer warm), or
+ * RATE_RETURN (idle: give it back). */
+enum { RATE_KEEP = 0, RATE_RENEW, RATE_RETURN };
+int rate_tick(const struct lease_table *t, struct lease_entry *e, uint64_t now_us);
+/* Whether a decision that just spent from e's rate lease should renew it in
+ * the background (its last quarter, no call in flight). */
+int rate_prefetch(const struct lease_table *t, const struct lease_entry *e, uint64_t now_us);
+
+/* lease.c */
+uint64_t lease_margin_for(const struct lease_table *t, uint64_t lease_us);
+
+#endif

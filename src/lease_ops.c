@@ -1,0 +1,96 @@
+/* lease_ops.c - one key of the lease cache, for the operator (GET /key,
+ * POST /reset) and for observers (the simulator's count of held tokens). */
+#include <string.h>
+
+#include "lease_int.h"
+#include "util.h"
+
+struct lease_entry *lease_find_locked(struct lease_table *t, const char *key, size_t keylen,
+                                       struct lease_stripe **sp)
+{
+    uint64_t h = util_hash_mix(util_hash(UTIL_HASH_INIT, key, keylen));
+    struct lease_stripe *s = &t->stripes[util_stripe(h, t->nstripes)];
+
+    pthread_mutex_lock(&s->lock);
+    if (s->nslots) {
+        for (struct lease_entry *e = s->slots[util_slot(h, s->nslots)]; e; e = e->next) {
+            if (e->hash == h && e->keylen == keylen && memcmp(e->key, key, keylen) == 0) {
+                *sp = s;
+                return e;
+            }
+        }
+    }
+    pthread_mutex_unlock(&s->lock);
+    return NULL;
+}
+
+int lease_peek(struct lease_table *t, const char *key, size_t keylen, uint64_t now_us,
+               struct lease_state *st)
+{
+    struct lease_stripe *s;
+    struct lease_entry *e = lease_find_locked(t, key, keylen, &s);
+
+    memset(st, 0, sizeof(*st));
+    st->inflight = -1;
+    if (!e)
+        return 0;
+    if (e->tokens > 0 && now_us < e->deadline_us) {
+        st->tokens = e->tokens;
+        st->lease_left_us = e->deadline_us - now_us;
+    }
+    st->voided = e->used >= LEASE_VOID;
+    st->unreported = st->voided ? 0 : e->used;
+    st->blocked_left_us = e->blocked_until_us > now_us ? e->blocked_until_us - now_us : 0;
+    st->inflight = e->inflight ? e->inflight->kind : -1;
+    st->waiting = e->nwait;
+    st->demand = e->demand;
+    st->known = e->known;
+    if (e->known) {
+        st->bucket_tokens = e->t_last;
+        st->others_held = e->others_held;
+        st->others = e->holders;
+        st->reply_age_us = now_us > e->reply_us ? now_us - e->reply_us : 0;
+    }
+    pthread_mutex_unlock(&s->lock);
+    return 1;
+}
+
+int lease_forget(struct lease_table *t, const char *key, size_t keylen, uint64_t now_us,
+                 uint64_t remaining, uint64_t held, uint64_t holders)
+{
+    struct lease_stripe *s;
+    struct lease_entry *e = lease_find_locked(t, key, keylen, &s);
+
+    if (!e)
+        return 0;
+    e->blocked_until_us = 0;
+    /* What Redis counts held for us: our tokens and the unreported spend
+     * (unknown once voided: then the others are taken to hold it all). */
+    uint64_t mine = e->used >= LEASE_VOID ? 0 : e->tokens + e->used;
+    e->known = 1;
+    e->t_last = (double)remaining;
+    e->reply_us = now_us;
+    e->others_held = held > mine ? held - mine : 0;
+    e->holders = holders > 0 && mine > 0 ? holders - 1 : holders;
+    if (held == 0)
+        e->reset_ms = 0;
+    pthread_mutex_unlock(&s->lock);
+    return 1;
+}
+
+void lease_foreach_held(struct lease_table *t, uint64_t now_us,
+                        void (*fn)(void *ctx, const char *key, size_t keylen, uint64_t tokens),
+                        void *ctx)
+{
+    for (unsigned i = 0; i < t->nstripes; i++) {
+        struct lease_stripe *s = &t->stripes[i];
+
+        pthread_mutex_lock(&s->lock);
+        for (struct dlist *n = s->active.next; n != &s->active; n = n->next) {
+            struct lease_entry *e = DLIST_ENTRY(n, struct lease_entry, active);
+            if (e->tokens > 0 && now_us < e->deadline_us)
+                fn(ctx, e->key, e->keylen, e->tokens);
+        }
+        pthread_mutex_unlock(&s->lock);
+    }
+}

@@ -1,0 +1,171 @@
+/* lease_rate.c - rate leases: the policy for warm keys (see lua/README.md
+ * for the script's side and the proof of the bound).
+ *
+ * A token lease pays only for a key this agent sees at least about once per
+ * interval: it is topped up every interval and gives back what it did not
+ * spend. A key seen now and then (a few times a second, a few times a
+ * minute) would cost one Redis call per request. For such a warm key the
+ * agent asks instead for a rate lease: a share of the rule's rate, sized by
+ * the key's demand here, and a slice of its burst, for rate_ttl. Its local
+ * bucket refills at that share up to that slice, so requests are decided
+ * here until the lease ends; a request that finds it empty takes one token
+ * from the central bucket (one call, which also resizes the share), and a
+ * lease that still sees demand is renewed in its last quarter, in the
+ * background (prefetch). Hot keys keep token leases, which cost nothing per
+ * request there; a rate lease whose key turns hot is ended, and so is one
+ * whose key went quiet (its tokens are given back). */
+#include <math.h>
+
+#include "lease_int.h"
+
+#define RATE_WORTH 4.0   /* requests expected in a lease's life for it to pay */
+#define RATE_HOT 1.0     /* decisions per interval from which token leases win */
+#define RATE_HEADROOM 2.0 /* a share: up to this many times the demand here */
+#define RATE_RENEW 4     /* renew in the last 1/RATE_RENEW of the lease */
+#define RATE_IDLE 2      /* give back after 1/RATE_IDLE of a lease without use */
+
+void rate_refill(struct lease_entry *e, uint64_t now_us)
+{
+    uint64_t to = now_us < e->deadline_us ? now_us : e->deadline_us;
+
+    if (e->share <= 0 || to <= e->refill_us)
+        return;
+    if (e->tokens >= e->slice) {
+        e->frac = 0;
+    } else {
+        double add = e->frac + e->share * (double)(to - e->refill_us);
+        double room = (double)(e->slice - e->tokens);
+        if (add >= room) {
+            e->tokens = e->slice;
+            e->frac = 0;
+        } else {
+            double whole = floor(add);
+            e->tokens += (uint64_t)whole;
+            e->frac = add - whole;
+        }
+    }
+    e->refill_us = to;
+}
+
+/* Requests per us on this key here: over the current rate lease once it has
+ * run a while, else over the entry's life (at least 3 sightings). */
+static double demand_per_us(const struct lease_table *t, const struct lease_entry *e,
+                            uint64_t now_us)
+{
+    if (e->share > 0 && now_us - e->rl_since_us >= t->cfg.rate_ttl_us / RATE_RENEW)
+        return (double)e->rl_hits / (double)(now_us - e->rl_since_us);
+    if (e->seen < 4 || now_us <= e->first_us)
+        return 0;
+    return (double)(e->seen - 1) / (double)(now_us - e->first_us);
+}
+
+/* Hot: about one decision per interval or more, on average (the smoothed
+ * per-tick demand alone jumps with two requests in one tick). */
+static int hot(const struct lease_table *t, const struct lease_entry *e, uint64_t now_us)
+{
+    return e->demand >= 2 * RATE_HOT ||
+           demand_per_us(t, e, now_us) * (double)t->cfg.interval_us >= RATE_HOT;
+}
+
+static int warm(const struct lease_table *t, const struct lease_entry *e, uint64_t now_us)
+{
+    return !hot(t, e, now_us) &&
+           demand_per_us(t, e, now_us) * (double)t->cfg.rate_ttl_us >= RATE_WORTH;
+}
+
+int rate_wanted(const struct lease_table *t, const struct lease_entry *e, uint64_t now_us)
+{
+    if (t->cfg.rate_ttl_us == 0 || e->algorithm != BUCKET_TOKEN_BUCKET || e->burst < 1)
+        return 0;
+    return e->share > 0 || warm(t, e, now_us);
+}
+
+void rate_claim(const struct lease_table *t, struct lease_entry *e, struct lease_job *j,
+                uint64_t now_us)
+{
+    j->rated = 1;
+    j->ttl_ms = t->cfg.rate_ttl_us / 1000;
+    /* Taken from the central bucket for the waiters, and one more for the
+     * local bucket that ran dry (it stays under the slice): the next request
+     * here is decided here. */
+    j->want = e->nwait ? e->nwait + 1 : 0;
+    if (warm(t, e, now_us)) {
+        double r = (double)e->limit / (double)e->period_us; /* tokens per us */
+        double d = demand_per_us(t, e, now_us) / r * 1e6;
+        double want = RATE_HEADROOM * d;
+        j->rate_ppm = want >= 1e6 ? 1000000 : (uint64_t)ceil(want);
+        j->demand_ppm = d >= 1e9 ? 1000000000 : (uint64_t)ceil(d);
+    } /* else share 0: the lease ends (its key turned hot or quiet) */
+    /* A share larger than the one asked for is cut here, now: Redis frees
+     * the difference when the call runs (tb_claim), and the local refill
+     * must not run on at the old share after that. */
+    rate_refill(e, now_us);
+    double asked = (double)j->rate_ppm * (double)e->limit / (double)e->period_us / 1e6;
+    if (e->share > asked)
+        e->share = asked;
+    e->rl_hits = 0;
+    e->rl_since_us = now_us;
+}
+
+void rate_apply(const struct lease_table *t, struct lease_entry *e, const struct lease_job *j,
+                uint64_t granted, uint64_t mine, uint64_t share_ppm, uint64_t had,
+                uint64_t lease_ms, uint64_t now_us)
+{
+    rate_refill(e, now_us);
+    /* Our tokens survive only if Redis still had our lease when the call
+     * ran; otherwise it counted them as spent. */
+    uint64_t have = had > 0 && now_us < e->deadline_us ? e->tokens : 0;
+
+    e->used = 0; /* a rate lease reports no spends: Redis counts the slice */
+    if (!have)
+        e->frac = 0; /* else the refill under way carries on */
+    e->refill_us = now_us;
+    if (share_ppm > 0 && mine > 0 && lease_ms > 0) {
+        e->share = (double)share_ppm * (double)e->limit / (double)e->period_us / 1e6;
+        e->slice = mine;
+        e->tokens = have + granted;
+        e->deadline_us =
+            j->sent_us + lease_ms * 1000 - lease_margin_for(t, lease_ms * 1000);
+    } else {
+        /* No share: granted tokens are for the waiters, now or never. */
+        e->share = 0;
+        e->slice = 0;
+        e->tokens = granted;
+        e->deadline_us = now_us + 1;
+    }
+}
+
+/* A lease is renewed (resized, extended) in its last quarter when it still
+ * sees demand, and, so that shares follow demand across the fleet, also once
+ * it has run half its life since the last call and served at least
+ * RATE_WORTH requests here since (renewals stay a small share of them). */
+static int renew_due(const struct lease_table *t, const struct lease_entry *e, uint64_t now_us)
+{
+    uint64_t quarter = t->cfg.rate_ttl_us / RATE_RENEW;
+
+    if (e->deadline_us - now_us < quarter)
+        return e->rl_hits > 0;
+    if (e->rl_hits < RATE_WORTH)
+        return 0;
+    uint64_t ran = now_us - e->rl_since_us;
+    if (ran >= 2 * quarter)
+        return 1;
+    /* Holding much more than the demand here asks for: give it up early,
+     * other agents may be short of it. */
+    return ran >= quarter / 2 &&
+           e->share > 2 * RATE_HEADROOM * demand_per_us(t, e, now_us);
+}
+
+int rate_tick(const struct lease_table *t, struct lease_entry *e, uint64_t now_us)
+{
+    if (hot(t, e, now_us))
+        return RATE_RENEW; /* rate_claim ends it, token leases take over */
+    if (now_us - e->last_hit_us > t->cfg.rate_ttl_us / RATE_IDLE)
+        return RATE_RETURN;
+    return renew_due(t, e, now_us) ? RATE_RENEW : RATE_KEEP;
+}
+
+int rate_prefetch(const struct lease_table *t, const struct lease_entry *e, uint64_t now_us)
+{
+    return e->share > 0 && !e->inflight && renew_due(t, e, now_us);
+}
