@@ -22,7 +22,8 @@ ARGV[6]   used: units spent from the lease since the last report (capped at held
 ARGV[7]   returned: unspent units given back (capped at held - used)
 ARGV[8]   ttl, ms: longest lease (>= 1)
 
-Returns   {granted, remaining, held, holders, retry_ms, reset_ms, lease_ms, mine}
+Returns   {granted, remaining, held, holders, retry_ms, reset_ms, lease_ms, mine, 0, 0}
+          (the last two: tb_claim's share_ppm and had; no rate leases here)
             granted   units charged and added to the caller's lease:
                       min(want, floor(N - estimate)); 0 in the window's last
                       ms, where no lease could be spent (see lease_ms)

@@ -8,7 +8,7 @@ ARGV[3]   period, ms   }
 ARGV[4]   burst: ignored (same ARGV as tb_return.lua)
 ARGV[5]   used: units spent from the lease since the last report (capped at held)
 
-Returns   {granted, remaining, held, holders, retry_ms, reset_ms, lease_ms, mine}
+Returns   {granted, remaining, held, holders, retry_ms, reset_ms, lease_ms, mine, 0, 0}
           as sw_claim.lua, with granted = 0, lease_ms = 0 and mine = 0: the
           caller's h:/w: fields are deleted and, when they were charged in the
           current window, its held - used units are subtracted from c. Units of

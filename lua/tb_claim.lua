@@ -71,7 +71,7 @@ local want, used, ret, ttl = num(5, 0), num(6, 0), num(7, 0), num(8, 1)
 local rated = ARGV[9] ~= nil
 local qwant, demand = 0, 0
 if rated then qwant, demand = math.min(num(9, 0), 1e6), math.min(num(10, 0), 1e9) end
-local RATE_POOL = 0.8 -- at most this share of r goes to rate leases; the rest stays central
+local RATE_POOL = 0.7 -- at most this share of r goes to rate leases; the rest stays central
 local rate = limit / (period * 1000) -- tokens per microsecond
 local function fmt(x) return string.format('%.17g', x) end
 
@@ -165,17 +165,20 @@ if rated and qold > rate * qwant / 1e6 then
     P, qold = P - qold + rate * qwant / 1e6, rate * qwant / 1e6
 end
 if rated then
-    local dsum = demand
+    local dsum, n = demand, 1
     for a, _ in pairs(exp) do
-        if a ~= agent then dsum = dsum + (tonumber(f['d:' .. a]) or 0) end
+        if a ~= agent then
+            dsum, n = dsum + (tonumber(f['d:' .. a]) or 0), n + 1
+        end
     end
     local pool = RATE_POOL * rate
     q = math.min(rate * qwant / 1e6, pool - (P - qold))
     if dsum > 0 then q = math.min(q, pool * demand / dsum) end
-    -- A first share takes at most half of what is free: agents that have not
-    -- asked yet find room (the shares converge to the weighted ones as their
-    -- holders renew).
-    if qold == 0 then q = math.min(q, (pool - (P - qold)) / 2) end
+    -- A first share takes at most half of what is free, and no more than an
+    -- even split between the agents with a lease on the key (token leases
+    -- too): agents that have not asked yet find room; the shares converge to
+    -- the demand-weighted ones as their holders renew.
+    if qold == 0 then q = math.min(q, (pool - (P - qold)) / 2, pool / n) end
     -- Slices too stay within RATE_POOL of the burst, so that the central
     -- bucket keeps room for the requests local buckets could not serve.
     local hfree = math.floor(RATE_POOL * b - (H - mine))

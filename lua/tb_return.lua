@@ -1,17 +1,22 @@
 --[[ tb_return.lua - close the caller's lease on a shared token bucket: report
 what it spent and give every unspent token back.
 
-KEYS[1]   the bucket hash, same layout as tb_claim.lua (t, ts, h:<agent>, e:<agent>)
+KEYS[1]   the bucket hash, same layout as tb_claim.lua (t, ts, and per agent h:, e:,
+          and for a rate lease q:, hn:, qn:, d:)
 ARGV[1]   agent id (non-empty)
 ARGV[2]   limit N      } refill rate = N / period
 ARGV[3]   period, ms   }
 ARGV[4]   burst b: capacity (>= 0)
-ARGV[5]   used: tokens spent from the lease since the last report (capped at held)
+ARGV[5]   used: tokens spent from the lease since the last report (capped at held);
+          a rate lease: its slice less the tokens it gives back
 
-Returns   {granted, remaining, held, holders, retry_ms, reset_ms, lease_ms, mine}
-          as tb_claim.lua, with granted = 0, lease_ms = 0 and mine = 0: the
-          caller's h:/e: fields are deleted and its held - used tokens go back
-          to t. A lease that already expired returns nothing (its tokens vanished).
+Returns   {granted, remaining, held, holders, retry_ms, reset_ms, lease_ms, mine,
+           share_ppm, had}
+          as tb_claim.lua, with granted = lease_ms = mine = share_ppm = 0: the
+          caller's fields are deleted and its held - used tokens go back to t
+          (a rate lease: its last granted slice - used), its share to the
+          central refill. A lease that already expired returns nothing (its
+          tokens vanished).
 
 Invariant: after every call t + H <= b (H = tokens held by unexpired leases).
 Uses Redis server time only.
@@ -83,12 +88,15 @@ local function advance(f, b, rate, now)
 end
 local t, ts, H, held, exp, share, P = advance(f, b, rate, now)
 
--- Settle and close the caller's lease: unspent tokens go back to t.
-local mine = held[agent] or 0
-local had = mine
+-- Settle and close the caller's lease: unspent tokens go back to t. A rate
+-- lease's tokens are under the slice last granted (hn), which may be below
+-- the one counted (see tb_claim.lua): what it did not spend is hn - used.
+local counted = held[agent] or 0
+local had = counted
+local mine = math.min(counted, tonumber(f['hn:' .. agent]) or counted)
 local ret = mine - math.min(used, mine)
 held[agent], exp[agent] = nil, nil
-t, H, P = t + ret, H - mine, P - (share[agent] or 0)
+t, H, P = t + ret, H - counted, P - (share[agent] or 0)
 t = math.min(t, b - H)
 
 local holders, emin, emax = 0, nil, now

@@ -285,7 +285,9 @@ static void put_lease(struct jbuf *b, int found, const struct lease_state *st)
         jput(b, "\"%s\"", kinds[st->inflight]);
     else
         jput(b, "null");
-    jput(b, ",\"waiting\":%u,\"demand\":%.3g,\"redis_last_said\":", st->waiting, st->demand);
+    jput(b, ",\"waiting\":%u,\"demand\":%.3g,\"rate_share_per_s\":%.6g,\"slice\":%" PRIu64
+            ",\"redis_last_said\":",
+         st->waiting, st->demand, st->share_per_s, st->slice);
     if (st->known)
         jput(b,
              "{\"tokens\":%.6g,\"held_by_others\":%" PRIu64 ",\"other_holders\":%" PRIu64

@@ -44,6 +44,10 @@ int lease_peek(struct lease_table *t, const char *key, size_t keylen, uint64_t n
     st->inflight = e->inflight ? e->inflight->kind : -1;
     st->waiting = e->nwait;
     st->demand = e->demand;
+    if (e->share > 0 && now_us < e->deadline_us) {
+        st->share_per_s = e->share * 1e6;
+        st->slice = e->slice;
+    }
     st->known = e->known;
     if (e->known) {
         st->bucket_tokens = e->t_last;

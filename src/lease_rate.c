@@ -54,7 +54,7 @@ static double demand_per_us(const struct lease_table *t, const struct lease_entr
 {
     if (e->share > 0 && now_us - e->rl_since_us >= t->cfg.rate_ttl_us / RATE_RENEW)
         return (double)e->rl_hits / (double)(now_us - e->rl_since_us);
-    if (e->seen < 4 || now_us <= e->first_us)
+    if (e->seen < 3 || now_us <= e->first_us)
         return 0;
     return (double)(e->seen - 1) / (double)(now_us - e->first_us);
 }

@@ -11,7 +11,7 @@
 #define MS 1000ull
 #define S 1000000ull
 
-static const struct lease_config cfg = {100 * MS, 1 * S, 0.1};
+static const struct lease_config cfg = {100 * MS, 1 * S, 0.1, 0}; /* token leases only */
 static const struct bucket_params p10 = {0, 10, 60 * S, 10};      /* 10/1m burst 10 */
 static const struct bucket_params pbig = {0, 10000, 1 * S, 1000}; /* 10000/1s burst 1000 */
 
@@ -30,13 +30,18 @@ static int decide(struct lease_table *t, const char *key, const struct bucket_pa
     return lease_decide(t, key, strlen(key), p, now, up, &r->w, &r->res, job);
 }
 
-/* reply: {granted, remaining, held, holders, retry_ms, reset_ms, lease_ms, mine} */
+/* reply: {granted, remaining, held, holders, retry_ms, reset_ms, lease_ms, mine}, then
+ * share_ppm 0 (a token lease) and had (what Redis held for us before: mine - granted) */
 static void reply(struct lease_table *t, struct lease_job *j, const int64_t v[8], uint64_t now,
                   struct lease_waiter **done, struct lease_waiter **fb, struct lease_job **next)
 {
+    int64_t w[CLAIM_R_COUNT];
+    memcpy(w, v, 8 * sizeof(*v));
+    w[CLAIM_R_SHARE_PPM] = 0;
+    w[CLAIM_R_HAD] = v[CLAIM_R_MINE] > v[CLAIM_R_GRANTED] ? v[CLAIM_R_MINE] - v[CLAIM_R_GRANTED] : 0;
     *done = *fb = NULL;
     *next = NULL;
-    lease_reply(t, j, 1, v, 8, now, done, fb, next);
+    lease_reply(t, j, 1, w, CLAIM_R_COUNT, now, done, fb, next);
 }
 
 static int count(struct lease_waiter *w)

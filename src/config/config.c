@@ -425,9 +425,13 @@ static void finish(struct parse_state *st)
                           (unsigned long long)cfg->lease_interval_ms);
     }
 
-    /* a rate lease is renewed in its last quarter, at a tick at the latest */
+    /* A rate lease outlives token leases several times over: it is renewed
+     * in its last quarter. Unset, rate_ttl follows a long ttl. */
+    unsigned rate_ttl_line = seen_line(st, SEC_LEASE, "rate_ttl");
+    if (!rate_ttl_line && cfg->lease_rate_ttl_ms < 4 * cfg->lease_ttl_ms)
+        cfg->lease_rate_ttl_ms = 4 * cfg->lease_ttl_ms;
     if (cfg->lease_rate && cfg->lease_rate_ttl_ms < 4 * cfg->lease_ttl_ms) {
-        unsigned line = seen_line(st, SEC_LEASE, "rate_ttl");
+        unsigned line = rate_ttl_line;
         config_errors_add(&st->errors, line ? line : seen_line(st, SEC_LEASE, "ttl"),
                           "lease rate_ttl (%llu ms) must be at least 4 times ttl (%llu ms)",
                           (unsigned long long)cfg->lease_rate_ttl_ms,

@@ -58,7 +58,8 @@ static void usage(FILE *f)
           "  --policy P          token: the agent's token leases (default); rate: a model of\n"
           "                      rate leases written in the simulator only (see sim_rate.c)\n"
           "  --rate-leases on|off the agent's rate leases for warm keys ([lease] rate_leases;\n"
-          "                      default on); --rate-ttl D: their [lease] rate_ttl (30s)\n"
+          "                      default on); --rate-ttl D: their [lease] rate_ttl (30s,\n"
+          "                      at least 4 x ttl)\n"
           "  --trace FILE        replay 'SECONDS KEY [AGENT]' lines instead\n"
           "  --sweep NAME=...    NAME: interval, ttl, max_fraction, agents, rps, rtt, skew, keys,\n"
           "                      rate_ttl\n"
@@ -117,9 +118,10 @@ static int build(const struct cli *c, const struct sim_trace *trace, struct sim_
     snprintf(ini, sizeof(ini),
              "[redis]\nurl = redis://127.0.0.1:6379\n"
              "[lease]\ninterval = %s\nttl = %s\nmax_fraction = %s\nrate_leases = %s\n"
-             "rate_ttl = %s\n"
+             "%s%s%s"
              "[rule:sim]\nkey = key\nrate = %s\nalgorithm = %s\n%s%s%s",
-             c->interval, c->ttl, c->max_fraction, c->rate_leases, c->rate_ttl, c->rate,
+             c->interval, c->ttl, c->max_fraction, c->rate_leases,
+             c->rate_ttl[0] ? "rate_ttl = " : "", c->rate_ttl, c->rate_ttl[0] ? "\n" : "", c->rate,
              c->algorithm,
              c->burst[0] ? "burst = " : "", c->burst, c->burst[0] ? "\n" : "");
     if (config_load_string(ini, "options", &cfg, cerr, sizeof(cerr)) < 0) {
@@ -380,7 +382,7 @@ int main(int argc, char **argv)
     struct cli c = {.agents = 20, .keys = 10000, .zipf = 1.1, .rps = 100000, .seconds = 10,
                     .rate = "100/1m", .burst = "20", .algorithm = "token-bucket",
                     .interval = "100ms", .ttl = "1s", .max_fraction = "0.1", .rtt = "0.3ms",
-                    .redis_op = "0us", .tail = "0us", .rate_leases = "on", .rate_ttl = "30s",
+                    .redis_op = "0us", .tail = "0us", .rate_leases = "on",
                     .seed = 1};
     struct sim_trace *trace = NULL;
     char err[ERRLEN];
