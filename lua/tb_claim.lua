@@ -158,7 +158,7 @@ t = math.min(t, b - H) -- only binds after the burst shrank (debt)
 -- share that shrinks stays counted at its old value until the caller's next
 -- call (see (2)) or the lease's end: the caller uses the old one until this
 -- reply reaches it. A token claim (no ARGV[9]) ends a rate lease the same way.
-local q, slice, g, hcount = 0, mine, 0, mine
+local q, slice, g, hcount, reserve = 0, mine, 0, mine, 0
 if rated and qold > rate * qwant / 1e6 then
     -- The caller cut its own share to what it asks for when it sent this
     -- call: that much of it is free from now on.
@@ -172,6 +172,7 @@ if rated then
         end
     end
     local pool = RATE_POOL * rate
+    reserve = (1 - RATE_POOL) * b
     q = math.min(rate * qwant / 1e6, pool - (P - qold))
     if dsum > 0 then q = math.min(q, pool * demand / dsum) end
     -- A first share takes at most half of what is free, and no more than an
@@ -188,7 +189,10 @@ if rated then
         q, slice = 0, 0
     end
     if slice > mine then
-        g = math.min(slice - mine, math.max(0, math.floor(t)))
+        -- Tokens for the slice come from t only above a reserve that
+        -- stays for the requests local buckets cannot serve (the local
+        -- refill fills the rest of the slice).
+        g = math.min(slice - mine, math.max(0, math.floor(t - reserve)))
         t, mine, H = t - g, mine + g, H + g
         local room = math.max(0, math.floor(b - H - math.max(t, 0)))
         local extra = math.min(slice - mine, room)
@@ -203,11 +207,15 @@ P = P - qold + qcount
 
 -- (4) Grant whole tokens. With a rate lease they are taken for the requests
 -- waiting on this call and are not part of the slice (spent at once; any the
--- agent cannot spend at once are dropped, counted as spent).
+-- agent cannot spend at once, or keep under its slice, are dropped, counted
+-- as spent).
 local taken = math.max(0, math.min(want, math.floor(t)))
 if rated then
     t = t - taken
     mine = slice
+    -- A local bucket that ran dry (requests wait on this call) gets one
+    -- token more: the next request there is decided there.
+    if taken > 0 and mine > 0 and t >= 1 then t, taken = t - 1, taken + 1 end
 else
     t, mine, H = t - taken, mine + taken, H + taken
     hcount = mine

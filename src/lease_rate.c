@@ -85,10 +85,9 @@ void rate_claim(const struct lease_table *t, struct lease_entry *e, struct lease
 {
     j->rated = 1;
     j->ttl_ms = t->cfg.rate_ttl_us / 1000;
-    /* Taken from the central bucket for the waiters, and one more for the
-     * local bucket that ran dry (it stays under the slice): the next request
-     * here is decided here. */
-    j->want = e->nwait ? e->nwait + 1 : 0;
+    /* Taken from the central bucket for the waiters (tb_claim adds one for
+     * the local bucket that ran dry, when the central bucket can spare it). */
+    j->want = e->nwait;
     if (warm(t, e, now_us)) {
         double r = (double)e->limit / (double)e->period_us; /* tokens per us */
         double d = demand_per_us(t, e, now_us) / r * 1e6;

@@ -90,12 +90,13 @@ START_TEST(first_grant_share_and_slice)
 
     /* Alone: 30 % asked, below the pool and half of it: granted. The slice
      * follows the share (20 * 0.3 = 6), filled with tokens from the full
-     * bucket, plus the one taken for the waiting request. */
+     * bucket (above the reserve of 30 % of it), plus the one taken for the
+     * waiting request and one more for the local bucket. */
     rclaim(key, "A", &warm, 1, 0, 300000, 150000, o);
     ck_assert_int_eq(o[S_SHARE], 300000);
     ck_assert_int_eq(o[R_MINE], 6);
-    ck_assert_int_eq(o[R_GRANTED], 7);
-    ck_assert_int_eq(o[R_REMAINING], 13);
+    ck_assert_int_eq(o[R_GRANTED], 8);
+    ck_assert_int_eq(o[R_REMAINING], 12);
     ck_assert_int_eq(o[R_HELD], 6);
     ck_assert_int_eq(o[S_HAD], 0);
     ck_assert_int_eq(hget_ll(key, "hn:A"), 6);

@@ -566,3 +566,55 @@ class Resp:
     def close(self):
         self.f.close()
         self.sock.close()
+
+
+# ---- replaying a schedule ---------------------------------------------------
+
+class Replayer(threading.Thread):
+    """One SPOP connection to one agent: sends each request of its schedule
+    at t0 + t (pipelined: never waits for an ACK), a second thread reads the
+    ACKs. Records when each request really left and whether it was allowed."""
+
+    def __init__(self, addr, reqs):
+        super().__init__(daemon=True)
+        self.reqs = reqs
+        self.cl = spop.Client(addr, timeout=10)
+        self.cl.handshake()
+        self.sent = [None] * len(reqs)
+        self.acked = [None] * len(reqs)
+        self.answers = {}
+        self.error = None
+        self.t0 = None
+        self.reader = threading.Thread(target=self.read, daemon=True)
+
+    def read(self):
+        try:
+            buf = b""
+            while len(self.answers) < len(self.reqs):
+                data = self.cl.sock.recv(65536)
+                if not data:
+                    raise ConnectionError("agent closed the connection")
+                buf += data
+                while True:
+                    f, buf = spop.decode_frame(buf)
+                    if f is None:
+                        break
+                    assert f["type"] == spop.ACK, f
+                    self.answers[f["stream"]] = spop.decode_actions(f["payload"])
+                    self.acked[f["stream"] - 1] = time.monotonic()
+        except Exception as e:  # reported by the test
+            self.error = "reader: %r" % e
+
+    def run(self):
+        self.reader.start()
+        try:
+            for i, (t, key, _) in enumerate(self.reqs):
+                delay = self.t0 + t - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+                self.sent[i] = time.monotonic()
+                self.cl.send(spop.notify(i + 1, 1, [("check-rate", [("key", "k%d" % key)])]))
+        except Exception as e:
+            self.error = "sender: %r" % e
+        self.reader.join(30)
+        self.cl.close()
