@@ -13,6 +13,9 @@ KEYS[1]   the bucket, one hash per (rule, client key):
             hn:<agent>, qn:<agent>  a rate lease: slice and share as last
                        granted (the counted ones are never lower: see (2))
             d:<agent>  a rate lease: the demand it reported, ppm of the rate
+            x          until this Redis time no share is granted: a request of
+                       a rate lease was denied while the demands reported add
+                       up to 90 % of the rate (the key is at its limit)
 ARGV[1]   agent id (non-empty)
 ARGV[2]   limit N      } refill rate = N / period
 ARGV[3]   period, ms   }
@@ -72,6 +75,7 @@ local rated = ARGV[9] ~= nil
 local qwant, demand = 0, 0
 if rated then qwant, demand = math.min(num(9, 0), 1e6), math.min(num(10, 0), 1e9) end
 local RATE_POOL = 0.7 -- at most this share of r goes to rate leases; the rest stays central
+local RATE_MIN_SLICE = 2 -- the smallest slice of the burst worth a rate lease
 local rate = limit / (period * 1000) -- tokens per microsecond
 local function fmt(x) return string.format('%.17g', x) end
 
@@ -158,14 +162,15 @@ t = math.min(t, b - H) -- only binds after the burst shrank (debt)
 -- share that shrinks stays counted at its old value until the caller's next
 -- call (see (2)) or the lease's end: the caller uses the old one until this
 -- reply reaches it. A token claim (no ARGV[9]) ends a rate lease the same way.
-local q, slice, g, hcount, reserve = 0, mine, 0, mine, 0
+local q, slice, g, hcount, reserve, dsum = 0, mine, 0, mine, 0, 0
 if rated and qold > rate * qwant / 1e6 then
     -- The caller cut its own share to what it asks for when it sent this
     -- call: that much of it is free from now on.
     P, qold = P - qold + rate * qwant / 1e6, rate * qwant / 1e6
 end
 if rated then
-    local dsum, n = demand, 1
+    local n = 1
+    dsum = demand
     for a, _ in pairs(exp) do
         if a ~= agent then
             dsum, n = dsum + (tonumber(f['d:' .. a]) or 0), n + 1
@@ -173,6 +178,8 @@ if rated then
     end
     local pool = RATE_POOL * rate
     reserve = (1 - RATE_POOL) * b
+    -- No share while the key is at its limit (x: see (4)).
+    if (tonumber(f.x) or 0) > now then pool = 0 end
     q = math.min(rate * qwant / 1e6, pool - (P - qold))
     if dsum > 0 then q = math.min(q, pool * demand / dsum) end
     -- A first share takes at most half of what is free, and no more than an
@@ -182,10 +189,12 @@ if rated then
     if qold == 0 then q = math.min(q, (pool - (P - qold)) / 2, pool / n) end
     -- Slices too stay within RATE_POOL of the burst, so that the central
     -- bucket keeps room for the requests local buckets could not serve.
+    -- A slice of fewer than RATE_MIN_SLICE tokens cannot absorb the bursts of
+    -- a local stream of requests (they would keep falling back to the
+    -- central bucket, and be denied there): no rate lease then.
     local hfree = math.floor(RATE_POOL * b - (H - mine))
-    if q > 0 and hfree >= 1 then
-        slice = math.min(hfree, math.max(1, math.ceil(b * q / rate - 1e-9)))
-    else
+    slice = math.min(hfree, math.ceil(b * q / rate - 1e-9))
+    if q <= 0 or slice < RATE_MIN_SLICE then
         q, slice = 0, 0
     end
     if slice > mine then
@@ -216,6 +225,13 @@ if rated then
     -- A local bucket that ran dry (requests wait on this call) gets one
     -- token more: the next request there is decided there.
     if taken > 0 and mine > 0 and t >= 1 then t, taken = t - 1, taken + 1 end
+    -- A request of a rate lease denied here while the agents' demands add up
+    -- to 90 % of the rate or more: the key is at its limit, where splitting
+    -- the rate strands it. No shares for a ttl: the leases end at their
+    -- holders' next calls and token leases take over.
+    if taken < want and dsum >= 0.9e6 then
+        redis.call('HSET', key, 'x', fmt(now + ttl * 1000))
+    end
 else
     t, mine, H = t - taken, mine + taken, H + taken
     hcount = mine

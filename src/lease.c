@@ -62,6 +62,7 @@ void lease_table_free(struct lease_table *t)
             struct lease_entry *e = s->slots[j], *next;
             for (; e; e = next) {
                 next = e->next;
+                rate_set_share(e, 0);
                 free(e);
             }
         }
@@ -167,6 +168,7 @@ static void entry_remove(const struct lease_table *t, struct lease_stripe *s,
         dlist_del(&e->active);
     dlist_del(&e->age);
     s->count--;
+    rate_set_share(e, 0);
     atomic_fetch_sub(&metrics.lease_keys, 1);
     bucket_budget_sub(t->budget, 1);
     free(e);
@@ -360,7 +362,7 @@ static struct lease_job *make_return(struct lease_entry *e)
              * reported spent (tb_return gives back held - used). */
             if (j->used < LEASE_VOID)
                 j->used = e->slice > e->tokens ? e->slice - e->tokens : 0;
-            e->share = 0;
+            rate_set_share(e, 0);
             e->slice = 0;
         }
         e->tokens = 0;
@@ -430,7 +432,7 @@ int lease_decide(struct lease_table *t, const char *key, size_t keylen,
         if (e->tokens > 0 && now_us >= e->deadline_us)
             e->tokens = 0; /* expired here; Redis counts them as spent */
         if (e->share > 0 && now_us >= e->deadline_us)
-            e->share = 0;
+            rate_set_share(e, 0);
         w->next = NULL;
         w->fallback = 0;
         if (e->wait_tail)
@@ -520,7 +522,7 @@ static void void_lease(struct lease_entry *e)
     e->tokens = 0;
     e->deadline_us = 0;
     e->used = LEASE_VOID;
-    e->share = 0;
+    rate_set_share(e, 0);
     e->slice = 0;
 }
 
@@ -688,7 +690,7 @@ static struct lease_job *tick_entry(const struct lease_table *t, struct lease_en
     if (e->tokens > 0 && now_us >= e->deadline_us)
         e->tokens = 0;
     if (e->share > 0 && now_us >= e->deadline_us) {
-        e->share = 0; /* ended here; Redis drops it at its end */
+        rate_set_share(e, 0); /* ended here; Redis drops it at its end */
         e->slice = 0;
     }
     if (e->inflight || !redis_up || now_us < e->blocked_until_us)

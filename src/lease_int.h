@@ -95,6 +95,8 @@ struct lease_entry *lease_find_locked(struct lease_table *t, const char *key, si
 
 /* ---- rate leases (lease_rate.c); the caller holds e's stripe lock ---------- */
 
+/* Set e's share (0: none), keeping the count of rate leases (metrics). */
+void rate_set_share(struct lease_entry *e, double share);
 /* Bring e's local bucket up to now (no refill past its deadline). */
 void rate_refill(struct lease_entry *e, uint64_t now_us);
 /* Whether a claim for e now should be a rate lease's: a token bucket, rate

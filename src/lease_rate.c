@@ -17,12 +17,20 @@
 #include <math.h>
 
 #include "lease_int.h"
+#include "metrics.h"
 
 #define RATE_WORTH 4.0   /* requests expected in a lease's life for it to pay */
 #define RATE_HOT 1.0     /* decisions per interval from which token leases win */
 #define RATE_HEADROOM 2.0 /* a share: up to this many times the demand here */
 #define RATE_RENEW 4     /* renew in the last 1/RATE_RENEW of the lease */
 #define RATE_IDLE 2      /* give back after 1/RATE_IDLE of a lease without use */
+
+void rate_set_share(struct lease_entry *e, double share)
+{
+    if ((e->share > 0) != (share > 0))
+        atomic_fetch_add(&metrics.lease_rate_keys, share > 0 ? 1 : -1);
+    e->share = share;
+}
 
 void rate_refill(struct lease_entry *e, uint64_t now_us)
 {
@@ -85,6 +93,7 @@ void rate_claim(const struct lease_table *t, struct lease_entry *e, struct lease
 {
     j->rated = 1;
     j->ttl_ms = t->cfg.rate_ttl_us / 1000;
+    METRIC_INC(lease_rate_claims);
     /* Taken from the central bucket for the waiters (tb_claim adds one for
      * the local bucket that ran dry, when the central bucket can spare it). */
     j->want = e->nwait;
@@ -101,7 +110,7 @@ void rate_claim(const struct lease_table *t, struct lease_entry *e, struct lease
     rate_refill(e, now_us);
     double asked = (double)j->rate_ppm * (double)e->limit / (double)e->period_us / 1e6;
     if (e->share > asked)
-        e->share = asked;
+        rate_set_share(e, asked);
     e->rl_hits = 0;
     e->rl_since_us = now_us;
 }
@@ -113,21 +122,22 @@ void rate_apply(const struct lease_table *t, struct lease_entry *e, const struct
     rate_refill(e, now_us);
     /* Our tokens survive only if Redis still had our lease when the call
      * ran; otherwise it counted them as spent. */
-    uint64_t have = had > 0 && now_us < e->deadline_us ? e->tokens : 0;
+    int kept = had > 0 && now_us < e->deadline_us;
+    uint64_t have = kept ? e->tokens : 0;
 
     e->used = 0; /* a rate lease reports no spends: Redis counts the slice */
-    if (!have)
+    if (!kept || e->share <= 0)
         e->frac = 0; /* else the refill under way carries on */
     e->refill_us = now_us;
     if (share_ppm > 0 && mine > 0 && lease_ms > 0) {
-        e->share = (double)share_ppm * (double)e->limit / (double)e->period_us / 1e6;
+        rate_set_share(e, (double)share_ppm * (double)e->limit / (double)e->period_us / 1e6);
         e->slice = mine;
         e->tokens = have + granted;
         e->deadline_us =
             j->sent_us + lease_ms * 1000 - lease_margin_for(t, lease_ms * 1000);
     } else {
         /* No share: granted tokens are for the waiters, now or never. */
-        e->share = 0;
+        rate_set_share(e, 0);
         e->slice = 0;
         e->tokens = granted;
         e->deadline_us = now_us + 1;
@@ -168,3 +178,4 @@ int rate_prefetch(const struct lease_table *t, const struct lease_entry *e, uint
 {
     return e->share > 0 && !e->inflight && renew_due(t, e, now_us);
 }
+

@@ -346,6 +346,13 @@ static void render_lease(struct strbuf *b)
                   "Lease records the last tick walked: seen since the tick before, or holding "
                   "tokens.",
                   (uint64_t)atomic_load(&metrics.lease_active_keys));
+    render_simple(b, "spoa_ratelimit_lease_rate_claims_total", "counter",
+                  "Claims of rate leases (warm keys): grants, renewals, and the calls of "
+                  "requests their local bucket could not serve.",
+                  ld(&metrics.lease_rate_claims));
+    render_simple(b, "spoa_ratelimit_lease_rate_keys", "gauge",
+                  "Keys holding a rate lease here (a share of the rate, refilled locally).",
+                  (uint64_t)atomic_load(&metrics.lease_rate_keys));
 }
 
 static const char *build_version = "unknown";

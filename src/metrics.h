@@ -81,6 +81,8 @@ struct metrics {
     atomic_uint_fast64_t lease_waiters;
     atomic_int lease_keys;
     atomic_uint_fast64_t lease_active_keys; /* walked by the last tick */
+    atomic_uint_fast64_t lease_rate_claims; /* claims of rate leases (lease_rate.c) */
+    atomic_int lease_rate_keys;             /* keys holding a rate lease here */
     atomic_uint_fast64_t buckets;
     /* protection of the listeners (server.c, httpd.c): indexed by enum
      * metrics_listener, enum metrics_refusal and enum metrics_timeout */
