@@ -226,11 +226,16 @@ if rated then
     -- token more: the next request there is decided there.
     if taken > 0 and mine > 0 and t >= 1 then t, taken = t - 1, taken + 1 end
     -- A request of a rate lease denied here while the agents' demands add up
-    -- to 90 % of the rate or more: the key is at its limit, where splitting
-    -- the rate strands it. No shares for a ttl: the leases end at their
-    -- holders' next calls and token leases take over.
-    if taken < want and dsum >= 0.9e6 then
-        redis.call('HSET', key, 'x', fmt(now + ttl * 1000))
+    -- to 90 % of the rate or more, or the third such denial in about a ttl
+    -- (xn counts them, decaying; agents on token leases report no demand):
+    -- the key is at its limit, where splitting the rate strands it. No
+    -- shares for a ttl: the leases end at their holders' next calls and
+    -- token leases take over.
+    if taken < want then
+        local xn = (tonumber(f.xn) or 0) * math.exp(-(now - (tonumber(f.xt) or now)) / (ttl * 1000))
+        xn = xn + 1
+        redis.call('HSET', key, 'xn', fmt(xn), 'xt', fmt(now))
+        if xn >= 3 or dsum >= 0.9e6 then redis.call('HSET', key, 'x', fmt(now + ttl * 1000)) end
     end
 else
     t, mine, H = t - taken, mine + taken, H + taken

@@ -75,8 +75,13 @@ static int hot(const struct lease_table *t, const struct lease_entry *e, uint64_
            demand_per_us(t, e, now_us) * (double)t->cfg.interval_us >= RATE_HOT;
 }
 
+/* Warm: seen often enough here for a rate lease to pay, not hot, and not
+ * at its limit (Redis' last word was an empty bucket: splitting the rate of
+ * a contested key strands it; token leases do better there). */
 static int warm(const struct lease_table *t, const struct lease_entry *e, uint64_t now_us)
 {
+    if (e->known && e->t_last < 1)
+        return 0;
     return !hot(t, e, now_us) &&
            demand_per_us(t, e, now_us) * (double)t->cfg.rate_ttl_us >= RATE_WORTH;
 }
