@@ -223,8 +223,9 @@ if rated then
     t = t - taken
     mine = slice
     -- A local bucket that ran dry (requests wait on this call) gets one
-    -- token more: the next request there is decided there.
-    if taken > 0 and mine > 0 and t >= 1 then t, taken = t - 1, taken + 1 end
+    -- token more, if its slice has room beside the g just moved in: the next
+    -- request there is decided there.
+    if taken > 0 and g < mine and t >= 1 then t, taken = t - 1, taken + 1 end
     -- A request of a rate lease denied here while the agents' demands add up
     -- to 90 % of the rate or more, or the third such denial in about a ttl
     -- (xn counts them, decaying; agents on token leases report no demand):

@@ -430,9 +430,14 @@ static void put_leases(struct jbuf *b, const struct kreq *k, int sw, double wind
         jput(b, ",\"held\":%.6g,\"this_agent\":%s", h, jbool(self && strcmp(agent, self) == 0));
         if (sw)
             jput(b, ",\"window\":%.17g,\"live\":%s}", when, jbool(live));
-        else
+        else {
+            snprintf(other, sizeof(other), "q:%s", agent);
+            double q = fnum(k, other, 0); /* a rate lease's share, tokens per us */
+            if (q > 0)
+                jput(b, ",\"share_per_s\":%.6g", q * 1e6);
             jput(b, ",\"expires_in_ms\":%.0f,\"live\":%s}", (when - (double)k->now_us) / 1000,
                  jbool(live));
+        }
         first = 0;
     }
     jput(b, "]");

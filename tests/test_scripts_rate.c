@@ -91,17 +91,23 @@ START_TEST(first_grant_share_and_slice)
     /* Alone: 30 % asked, below the pool and half of it: granted. The slice
      * follows the share (20 * 0.3 = 6), filled with tokens from the full
      * bucket (above the reserve of 30 % of it), plus the one taken for the
-     * waiting request and one more for the local bucket. */
+     * waiting request (no more: the slice is full). */
     rclaim(key, "A", &warm, 1, 0, 300000, 150000, o);
     ck_assert_int_eq(o[S_SHARE], 300000);
     ck_assert_int_eq(o[R_MINE], 6);
-    ck_assert_int_eq(o[R_GRANTED], 8);
-    ck_assert_int_eq(o[R_REMAINING], 12);
+    ck_assert_int_eq(o[R_GRANTED], 7);
+    ck_assert_int_eq(o[R_REMAINING], 13);
     ck_assert_int_eq(o[R_HELD], 6);
     ck_assert_int_eq(o[S_HAD], 0);
     ck_assert_int_eq(hget_ll(key, "hn:A"), 6);
     ck_assert(fabs(field_of(key, "d", "A") - 150000) < 1e-6);
     assert_rate_invariant(key, &warm);
+    /* Its local bucket ran dry: a request waits; the slice stays, the one
+     * taken for it and one more for the bucket */
+    rclaim(key, "A", &warm, 1, 0, 300000, 150000, o);
+    ck_assert_int_eq(o[R_MINE], 6);
+    ck_assert_int_eq(o[R_GRANTED], 2);
+    ck_assert_int_eq(o[R_REMAINING], 11);
 
     /* A first share takes at most half of what is free: B asks for all. */
     rclaim(key, "B", &warm, 0, 0, 1000000, 150000, o);
@@ -112,6 +118,7 @@ START_TEST(first_grant_share_and_slice)
     /* A again: Redis had its lease (had = its slice). */
     rclaim(key, "A", &warm, 0, 0, 300000, 150000, o);
     ck_assert_int_eq(o[S_HAD], 6);
+    ck_assert_int_eq(o[R_GRANTED], 0); /* no request waits: no token taken */
     ck_assert_int_eq(o[R_HOLDERS], 2);
 }
 END_TEST

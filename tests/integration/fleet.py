@@ -21,7 +21,8 @@ import spop
 # ---- configuration ----------------------------------------------------------
 
 def redis_ini(port, prefix="rl:", timeout="1s", interval="100ms", ttl="1s",
-              max_fraction="0.1", fallback_mode="open", share="0.05", password=None, db=0):
+              max_fraction="0.1", fallback_mode="open", share="0.05", password=None, db=0,
+              rate_leases=None):
     """[redis], [lease] and [fallback] sections for an agent on one Redis.
     timeout: 1s by default, not the shipped 100ms: tests that are not about the
     timeout fail on a degraded answer, and on a loaded machine one stall of
@@ -29,9 +30,10 @@ def redis_ini(port, prefix="rl:", timeout="1s", interval="100ms", ttl="1s",
     timeout itself pass it explicitly."""
     auth = ":%s@" % password if password else ""
     return ("[redis]\nurl = redis://%s127.0.0.1:%d/%d\ntimeout = %s\nprefix = %s\n\n"
-            "[lease]\ninterval = %s\nttl = %s\nmax_fraction = %s\n\n"
+            "[lease]\ninterval = %s\nttl = %s\nmax_fraction = %s\n%s\n"
             "[fallback]\nmode = %s\nshare = %s\n\n"
-            % (auth, port, db, timeout, prefix, interval, ttl, max_fraction, fallback_mode,
+            % (auth, port, db, timeout, prefix, interval, ttl, max_fraction,
+               "rate_leases = %s\n" % rate_leases if rate_leases else "", fallback_mode,
                share))
 
 

@@ -264,6 +264,25 @@ class Cluster(TopologyCase):
         self.assertEqual(agent.output().count("MOVED %d" % slot), moves,
                          "still redirected after the map refresh")
 
+    def test_rate_lease_on_its_slot(self):
+        """A warm key's rate lease (tb_claim with a share, also inside a
+        batch) lives on the master of the key's slot, and goes back at SIGTERM."""
+        agent, c = self.agent("[redis]\ncluster = 127.0.0.1:%d\n" % self.ports[0])
+        key = "rl:tb:t:warm"
+        owner = self.owner(int(cli(self.ports[0], "CLUSTER", "KEYSLOT", key)))
+        got = []
+        for _ in range(4):
+            got.append(self.decide(c, key="warm"))
+            time.sleep(0.2)  # the traffic's shape: ~5 requests/s, warm
+        self.assertEqual([g.get("blocked") for g in got], [False] * 4, got)
+        fields = lambda: cli(owner, "HKEYS", key).split()
+        self.assertTrue(wait_for(lambda: any(f.startswith("q:") for f in fields()), timeout=5),
+                        "no rate lease on the slot's master: %r" % fields())
+        self.assertEqual(agent.metric("spoa_ratelimit_lease_rate_keys"), 1)
+        self.assertEqual(agent.stop(timeout=8), 0, agent.output()[-2000:])
+        self.assertEqual([f for f in fields() if f.split(":")[0] in ("h", "q", "hn", "qn")], [],
+                         "a lease left after SIGTERM: %r" % fields())
+
     def test_node_down_falls_back_for_its_keys_only(self):
         agent, c = self.agent("[redis]\ncluster = %s\n"
                               % ",".join("127.0.0.1:%d" % p for p in self.ports))

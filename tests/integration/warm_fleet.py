@@ -63,8 +63,7 @@ def run(mode, reqs, seconds):
     redis = harness.Redis()
     agents = []
     try:
-        text = fleet.redis_ini(redis.port).replace(
-            "[lease]\n", "[lease]\nrate_leases = %s\n" % mode) + RULE
+        text = fleet.redis_ini(redis.port, rate_leases=mode) + RULE
         for _ in range(AGENTS):
             agents.append(harness.Agent(text, workers=1))
         for a in agents:
