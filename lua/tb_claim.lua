@@ -187,6 +187,9 @@ if rated then
     -- too): agents that have not asked yet find room; the shares converge to
     -- the demand-weighted ones as their holders renew.
     if qold == 0 then q = math.min(q, (pool - (P - qold)) / 2, pool / n) end
+    -- More agents on the key than slices of RATE_MIN_SLICE in its burst:
+    -- below the line, where a split rate strands more than it saves.
+    if n * RATE_MIN_SLICE > b then q = 0 end
     -- Slices too stay within RATE_POOL of the burst, so that the central
     -- bucket keeps room for the requests local buckets could not serve.
     -- A slice of fewer than RATE_MIN_SLICE tokens cannot absorb the bursts of

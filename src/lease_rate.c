@@ -24,6 +24,7 @@
 #define RATE_HEADROOM 2.0 /* a share: up to this many times the demand here */
 #define RATE_RENEW 4     /* renew in the last 1/RATE_RENEW of the lease */
 #define RATE_IDLE 2      /* give back after 1/RATE_IDLE of a lease without use */
+#define RATE_MIN_SLICE 2 /* tb_claim.lua's RATE_MIN_SLICE */
 
 void rate_set_share(struct lease_entry *e, double share)
 {
@@ -55,12 +56,13 @@ void rate_refill(struct lease_entry *e, uint64_t now_us)
     e->refill_us = to;
 }
 
-/* Requests per us on this key here: over the current rate lease once it has
- * run a while, else over the entry's life (at least 3 sightings). */
+/* Requests per us on this key here: since the last call of the current rate
+ * lease once that ran an eighth of its life, else over the entry's life (at
+ * least 3 sightings). */
 static double demand_per_us(const struct lease_table *t, const struct lease_entry *e,
                             uint64_t now_us)
 {
-    if (e->share > 0 && now_us - e->rl_since_us >= t->cfg.rate_ttl_us / RATE_RENEW)
+    if (e->share > 0 && now_us - e->rl_since_us >= t->cfg.rate_ttl_us / RATE_RENEW / 2)
         return (double)e->rl_hits / (double)(now_us - e->rl_since_us);
     if (e->seen < 3 || now_us <= e->first_us)
         return 0;
@@ -82,8 +84,16 @@ static int warm(const struct lease_table *t, const struct lease_entry *e, uint64
 {
     if (e->known && e->t_last < 1)
         return 0;
-    return !hot(t, e, now_us) &&
-           demand_per_us(t, e, now_us) * (double)t->cfg.rate_ttl_us >= RATE_WORTH;
+    double d = demand_per_us(t, e, now_us);
+    double r = (double)e->limit / (double)e->period_us;
+    /* The slice its share would bring (burst x share / rate) must reach the
+     * 2 tokens tb_claim.lua grants at least: a key seen here far less often
+     * than the rate (many agents share it) would strand what it holds. */
+    /* A lease that runs keeps going down to half of that: a key near the
+     * line would otherwise start and end leases over and over. */
+    double min_slice = e->share > 0 ? RATE_MIN_SLICE / 2.0 : RATE_MIN_SLICE;
+    return !hot(t, e, now_us) && d * (double)t->cfg.rate_ttl_us >= RATE_WORTH &&
+           (double)e->burst * RATE_HEADROOM * d / r >= min_slice;
 }
 
 int rate_wanted(const struct lease_table *t, const struct lease_entry *e, uint64_t now_us)
@@ -108,11 +118,18 @@ void rate_claim(const struct lease_table *t, struct lease_entry *e, struct lease
         double want = RATE_HEADROOM * d;
         j->rate_ppm = want >= 1e6 ? 1000000 : (uint64_t)ceil(want);
         j->demand_ppm = d >= 1e9 ? 1000000000 : (uint64_t)ceil(d);
-    } /* else share 0: the lease ends (its key turned hot or quiet) */
+    }
+    rate_refill(e, now_us);
+    if (j->rate_ppm == 0 && e->share > 0 && e->used < LEASE_VOID) {
+        /* The lease ends (its key turned hot, or went below the line): its
+         * tokens go back with this call rather than be dropped. */
+        j->returned = e->tokens;
+        METRIC_ADD(lease_tokens_returned, e->tokens);
+        e->tokens = 0;
+    }
     /* A share larger than the one asked for is cut here, now: Redis frees
      * the difference when the call runs (tb_claim), and the local refill
      * must not run on at the old share after that. */
-    rate_refill(e, now_us);
     double asked = (double)j->rate_ppm * (double)e->limit / (double)e->period_us / 1e6;
     if (e->share > asked)
         rate_set_share(e, asked);
@@ -157,17 +174,16 @@ static int renew_due(const struct lease_table *t, const struct lease_entry *e, u
 {
     uint64_t quarter = t->cfg.rate_ttl_us / RATE_RENEW;
 
+    uint64_t ran = now_us - e->rl_since_us;
+
     if (e->deadline_us - now_us < quarter)
         return e->rl_hits > 0;
-    if (e->rl_hits < RATE_WORTH)
-        return 0;
-    uint64_t ran = now_us - e->rl_since_us;
-    if (ran >= 2 * quarter)
+    /* Holding much more than the demand seen here since the last call asks
+     * for (a first estimate from a few close requests can be far too high):
+     * give it up early, other agents may be short of it. */
+    if (ran >= quarter / 2 && e->share > 1.5 * RATE_HEADROOM * (double)e->rl_hits / (double)ran)
         return 1;
-    /* Holding much more than the demand here asks for: give it up early,
-     * other agents may be short of it. */
-    return ran >= quarter / 2 &&
-           e->share > 2 * RATE_HEADROOM * demand_per_us(t, e, now_us);
+    return ran >= 2 * quarter && e->rl_hits >= RATE_WORTH;
 }
 
 int rate_tick(const struct lease_table *t, struct lease_entry *e, uint64_t now_us)
