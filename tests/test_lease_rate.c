@@ -115,6 +115,19 @@ START_TEST(warm_key_spends_and_refills_locally)
 }
 END_TEST
 
+/* A request a second until 14 s: decided here, nothing sent (the lease is
+ * neither due for renewal nor holding more than the demand needs). */
+static void keep_busy(struct lease_table *t)
+{
+    struct lease_job *j;
+    struct req r;
+    for (uint64_t s = 2; s <= 14; s++) {
+        ck_assert_int_eq(decide(t, s * S, &r, &j), LEASE_DONE);
+        ck_assert(r.res.allowed);
+        ck_assert_ptr_null(j);
+    }
+}
+
 /* In its last quarter, a decision renews the lease in the background. */
 START_TEST(prefetch_before_the_end)
 {
@@ -124,10 +137,12 @@ START_TEST(prefetch_before_the_end)
     struct req r;
     uint64_t now = 25 * S; /* the lease (sent at 1.2 s) ends at 31.2 s less its margin */
 
+    keep_busy(t);
     ck_assert_int_eq(decide(t, now, &r, &j), LEASE_DONE);
     ck_assert(r.res.allowed);
     ck_assert_ptr_nonnull(j); /* the renewal: nothing waits on it */
     ck_assert_int_eq(j->rated, 1);
+    ck_assert_uint_gt(j->rate_ppm, 0);
     ck_assert_uint_eq(j->want, 0);
     j->sent_us = now;
     /* Redis had dropped our lease (had = 0): the 3 tokens left here were
@@ -138,13 +153,39 @@ START_TEST(prefetch_before_the_end)
     lease_table_free(t);
 
     t = warm_up();
+    keep_busy(t);
     ck_assert_int_eq(decide(t, now, &r, &j), LEASE_DONE);
+    ck_assert_ptr_nonnull(j);
+    ck_assert_uint_gt(j->rate_ppm, 0); /* still warm: a renewal, not an end */
+    ck_assert_uint_eq(j->returned, 0);
     j->sent_us = now;
     /* It still had it: the 3 left plus 2 more, under the new slice of 5 */
     reply(t, j, (const int64_t[CLAIM_R_COUNT]){2, 10, 5, 1, 0, 0, 30000, 5, 200000, 4},
           now + 1, &done, &next);
     ck_assert_uint_eq(peek(t, now + 1).tokens, 5);
     ck_assert(peek(t, now + 1).lease_left_us > 29 * S);
+    lease_table_free(t);
+}
+END_TEST
+
+/* A lease whose key slowed down below the line ends at its renewal, its
+ * local tokens given back with that call. */
+START_TEST(slowed_key_ends_and_gives_back)
+{
+    struct lease_table *t = warm_up();
+    struct lease_job *j;
+    struct req r;
+
+    /* one request in 24 s: 0.04/s here, about one per rate_ttl */
+    ck_assert_int_eq(decide(t, 25 * S, &r, &j), LEASE_DONE);
+    ck_assert(r.res.allowed);
+    ck_assert_ptr_nonnull(j);
+    ck_assert_int_eq(j->rated, 1);
+    ck_assert_uint_eq(j->rate_ppm, 0);  /* the end of the rate lease */
+    ck_assert_uint_eq(j->returned, 3);  /* its 4 refilled, less this request */
+    ck_assert_uint_eq(peek(t, 25 * S).tokens, 0);
+    lease_reply(t, j, 0, NULL, 0, 25 * S + 1, &(struct lease_waiter *){NULL},
+                &(struct lease_waiter *){NULL}, &(struct lease_job *){NULL});
     lease_table_free(t);
 }
 END_TEST
@@ -220,6 +261,7 @@ START_TEST(failure_voids_rate_lease)
     struct lease_waiter *done, *fb;
     struct req r;
 
+    keep_busy(t);
     ck_assert_int_eq(decide(t, 25 * S, &r, &j), LEASE_DONE); /* a prefetch */
     ck_assert_ptr_nonnull(j);
     lease_reply(t, j, 0, NULL, 0, 25 * S + 1, &done, &fb, &next);
@@ -263,6 +305,7 @@ static Suite *rate_suite(void)
     tcase_add_test(tc, warm_key_spends_and_refills_locally);
     tcase_add_test(tc, prefetch_before_the_end);
     tcase_add_test(tc, quiet_lease_given_back);
+    tcase_add_test(tc, slowed_key_ends_and_gives_back);
     tcase_add_test(tc, hot_key_ends_rate_lease);
     tcase_add_test(tc, failure_voids_rate_lease);
     tcase_add_test(tc, off_keeps_token_leases);
