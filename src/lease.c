@@ -526,19 +526,6 @@ static void void_lease(struct lease_entry *e)
     e->slice = 0;
 }
 
-/* The margin of a lease of lease_us: margin_us for a full ttl, less for a
- * shorter one in proportion. A sliding window's lease ends with its window,
- * so it may be much shorter than ttl; the whole margin would leave nothing
- * to spend (a lease of 30 ms against 50 ms), and the agent would claim,
- * and be charged, again and again until the window ends. The margin covers
- * clock rate error, which grows with the lease's length. */
-uint64_t lease_margin_for(const struct lease_table *t, uint64_t lease_us)
-{
-    if (lease_us >= t->cfg.ttl_us)
-        return t->margin_us;
-    return (uint64_t)((double)t->margin_us * (double)lease_us / (double)t->cfg.ttl_us);
-}
-
 /* Take in what Redis says: its counts, and our lease. */
 static void apply_reply(const struct lease_table *t, struct lease_entry *e,
                         const struct lease_job *job, const struct reply *r, uint64_t now_us)

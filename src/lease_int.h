@@ -123,7 +123,17 @@ int rate_tick(const struct lease_table *t, struct lease_entry *e, uint64_t now_u
  * the background (its last quarter, no call in flight). */
 int rate_prefetch(const struct lease_table *t, const struct lease_entry *e, uint64_t now_us);
 
-/* lease.c */
-uint64_t lease_margin_for(const struct lease_table *t, uint64_t lease_us);
+/* The margin of a lease of lease_us: margin_us for a full ttl, less for a
+ * shorter one in proportion. A sliding window's lease ends with its window,
+ * so it may be much shorter than ttl; the whole margin would leave nothing
+ * to spend (a lease of 30 ms against 50 ms), and the agent would claim,
+ * and be charged, again and again until the window ends. The margin covers
+ * clock rate error, which grows with the lease's length. */
+static inline uint64_t lease_margin_for(const struct lease_table *t, uint64_t lease_us)
+{
+    if (lease_us >= t->cfg.ttl_us)
+        return t->margin_us;
+    return (uint64_t)((double)t->margin_us * (double)lease_us / (double)t->cfg.ttl_us);
+}
 
 #endif
