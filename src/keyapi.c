@@ -268,7 +268,8 @@ static void put_bucket(struct jbuf *b, const char *name, int found, const struct
 
 static void put_lease(struct jbuf *b, int found, const struct lease_state *st)
 {
-    static const char *const kinds[] = {[LEASE_JOB_CLAIM] = "claim", [LEASE_JOB_RETURN] = "return"};
+    static const char *const kinds[] = {[LEASE_JOB_CLAIM] = "claim", [LEASE_JOB_RETURN] = "return",
+                                         [LEASE_JOB_EXACT] = "exact"};
 
     jput(b, ",\"lease\":");
     if (!found) {
@@ -281,7 +282,7 @@ static void put_lease(struct jbuf *b, int found, const struct lease_state *st)
          ",\"in_flight\":",
          st->tokens, st->unreported, jbool(st->voided), st->lease_left_us / 1000,
          jbool(st->blocked_left_us > 0), ms_up(st->blocked_left_us));
-    if (st->inflight >= 0 && st->inflight <= LEASE_JOB_RETURN)
+    if (st->inflight >= 0 && st->inflight <= LEASE_JOB_EXACT)
         jput(b, "\"%s\"", kinds[st->inflight]);
     else
         jput(b, "null");

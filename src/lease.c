@@ -337,18 +337,45 @@ static struct lease_job *new_job(struct lease_entry *e, int kind)
     return j;
 }
 
-static struct lease_job *make_claim(const struct lease_table *t, struct lease_entry *e,
-                                    uint64_t now_us)
+/* Whether claim j of e may go as an exact call instead: it asks for the one
+ * token its one waiter needs, and has nothing to report, give back or renew.
+ * That is a cold key's claim (most of a million per-IP keys): granted, its
+ * token is spent at once and nothing is left to lease. The exact script
+ * decides the same request without touching the key's lease fields, which
+ * costs Redis less, and its reply is shorter. */
+static int exact_will_do(const struct lease_table *t, const struct lease_entry *e,
+                         const struct lease_job *j)
+{
+    return t->cfg.exact_cold && j->want == 1 && e->nwait == 1 && !j->rated && j->used == 0 && j->returned == 0 &&
+           e->tokens == 0 && e->share <= 0;
+}
+
+/* A claim for e; returned: tokens it gives back (a lease that ended before
+ * its reply came). */
+static struct lease_job *claim_returning(const struct lease_table *t, struct lease_entry *e,
+                                         uint64_t now_us, uint64_t returned)
 {
     struct lease_job *j = new_job(e, LEASE_JOB_CLAIM);
     if (j) {
+        j->returned = returned;
         if (rate_wanted(t, e, now_us))
             rate_claim(t, e, j, now_us);
         else
             j->want = claim_size(t, e, now_us);
-        METRIC_INC(lease_claims);
+        if (exact_will_do(t, e, j)) {
+            j->kind = LEASE_JOB_EXACT;
+            METRIC_INC(lease_exact_calls);
+        } else {
+            METRIC_INC(lease_claims);
+        }
     }
     return j;
+}
+
+static struct lease_job *make_claim(const struct lease_table *t, struct lease_entry *e,
+                                    uint64_t now_us)
+{
+    return claim_returning(t, e, now_us, 0);
 }
 
 static struct lease_job *make_return(struct lease_entry *e)
@@ -585,6 +612,35 @@ static void block_waiters(struct lease_entry *e, uint64_t now_us, uint64_t retry
     e->nwait = 0;
 }
 
+/* The reply of an exact job (enum script_exact_reply): Redis decided the
+ * first waiter itself. What it says of the bucket is kept for the estimates
+ * (remaining, reset) of later local decisions; what others hold, it does not
+ * say. -1 when v is not such a reply. */
+static int apply_exact(struct lease_entry *e, const int64_t *v, int n, uint64_t now_us,
+                       struct lease_waiter **done)
+{
+    if (n < EXACT_R_COUNT)
+        return -1;
+    e->known = 1;
+    e->t_last = (double)nonneg(v[EXACT_R_REMAINING]);
+    e->reset_ms = ms_capped(v[EXACT_R_RESET_MS]);
+    e->reply_us = now_us;
+    if (v[EXACT_R_ALLOWED] != 1) {
+        uint64_t retry_ms = ms_capped(v[EXACT_R_RETRY_MS]);
+        block_waiters(e, now_us, retry_ms > 0 ? retry_ms : 1, done);
+    } else if (e->wait_head) { /* none when the call timed out: decided already */
+        struct lease_waiter *w = e->wait_head;
+        e->wait_head = w->next;
+        if (!e->wait_head)
+            e->wait_tail = NULL;
+        e->nwait--;
+        fill_allowed(e, now_us, w->out);
+        w->next = *done;
+        *done = w;
+    }
+    return 0;
+}
+
 void lease_reply(struct lease_table *t, struct lease_job *job, int ok, const int64_t *v, int n,
                  uint64_t now_us, struct lease_waiter **done, struct lease_waiter **fallback,
                  struct lease_job **next)
@@ -601,6 +657,17 @@ void lease_reply(struct lease_table *t, struct lease_job *job, int ok, const int
     if (e->redis_exp_us < now_us + ttl_us)
         e->redis_exp_us = now_us + ttl_us;
     entry_touch(s, e, now_us);
+    if (job->kind == LEASE_JOB_EXACT) {
+        /* Nothing is held either way: a failure only sends the waiter to
+         * the fallback, as an exact rule's would. */
+        if (!ok || apply_exact(e, v, n, now_us, done) != 0)
+            take_waiters(e, fallback, 1);
+        else if (e->wait_head)
+            *next = make_claim(t, e, now_us); /* those who came meanwhile */
+        if (e->wait_head && !*next)
+            take_waiters(e, fallback, 1);
+        goto out;
+    }
     if (!ok || n < CLAIM_R_COUNT) {
         void_lease(e);
         take_waiters(e, fallback, 1);
@@ -640,13 +707,11 @@ void lease_reply(struct lease_table *t, struct lease_job *job, int ok, const int
         }
         block_waiters(e, now_us, retry_ms, done);
     } else {
-        *next = make_claim(t, e, now_us);
-        if (!*next) {
+        *next = claim_returning(t, e, now_us, unusable);
+        if (!*next)
             take_waiters(e, fallback, 1);
-        } else if (unusable) {
-            (*next)->returned = unusable;
+        else if (unusable)
             METRIC_ADD(lease_tokens_returned, unusable);
-        }
     }
 out:
     pthread_mutex_unlock(&s->lock);

@@ -31,6 +31,9 @@ struct lease_config {
      * agent now and then but not every interval, holds a share of the rate
      * and a slice of the burst for this long, refilled here. */
     uint64_t rate_ttl_us;
+    /* A cold key's claim (one request waits, nothing held or to report)
+     * goes as an exact call instead (the agent: on). */
+    int exact_cold;
 };
 
 /* A decision waiting for a claim. out is where its outcome goes. */
@@ -45,6 +48,7 @@ struct lease_waiter {
 enum lease_job_kind {
     LEASE_JOB_CLAIM = 0,  /* tb_claim / sw_claim */
     LEASE_JOB_RETURN = 1, /* tb_return / sw_return */
+    LEASE_JOB_EXACT = 2,  /* tb_exact / sw_exact: one waiter, no lease (a cold key) */
 };
 
 struct lease_entry;

@@ -327,6 +327,9 @@ static void render_lease(struct strbuf *b)
 {
     render_simple(b, "spoa_ratelimit_lease_claims_total", "counter",
                   "Lease claims and top-ups sent to Redis.", ld(&metrics.lease_claims));
+    render_simple(b, "spoa_ratelimit_lease_exact_calls_total", "counter",
+                  "Single decisions of cold keys sent to Redis as exact calls (nothing leased).",
+                  ld(&metrics.lease_exact_calls));
     render_simple(b, "spoa_ratelimit_lease_tokens_granted_total", "counter",
                   "Tokens granted to this agent by Redis.", ld(&metrics.lease_tokens_granted));
     render_simple(b, "spoa_ratelimit_lease_tokens_returned_total", "counter",

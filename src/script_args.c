@@ -26,6 +26,9 @@ enum store_script script_lease_args(const struct lease_job *lj, const char *agen
 {
     int sw = lj->algorithm == BUCKET_SLIDING_WINDOW;
 
+    if (lj->kind == LEASE_JOB_EXACT)
+        return script_exact_args(lj->algorithm, lj->limit, lj->period_ms, lj->burst, a);
+
     if (lj->kind == LEASE_JOB_CLAIM) {
         a->argc = CLAIM_ARGC;
         arg_str(a, CLAIM_ARG_AGENT, agent);

@@ -39,6 +39,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define MODE_TICKS 0x10u     /* a lease tick between replies */
 #define MODE_TIMEOUTS 0x20u  /* calls time out before their reply */
 #define MODE_SLOW 0x40u      /* replies come late (past the lease's end) */
+#define MODE_EXACT 0x80u     /* a cold key's claim goes as an exact call (the agent's way) */
 
 #define NKEYS 3
 #define MAX_REQS 512  /* decisions per input */
@@ -46,7 +47,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define MS 1000ull
 #define TTL_US (1000 * MS)
 
-static const struct lease_config lcfg = {100 * MS, TTL_US, 0.5, 0}; /* token leases */
+static const struct lease_config lcfg = {100 * MS, TTL_US, 0.5, 0, 0}; /* token leases */
+static const struct lease_config lcfg_exact = {100 * MS, TTL_US, 0.5, 0, 1};
 static const char *const keys[NKEYS] = {"rl:tb:r:a", "rl:tb:r:b", "rl:tb:r:{}{c}"};
 
 struct req {
@@ -175,6 +177,7 @@ static void answer(struct run *r, int ok, const int64_t *v, int n)
     int k = key_of(j);
     struct key_state *ks = &r->ks[k];
     uint64_t spent_since_sent = ks->total - ks->sent_mark;
+    int exact = j->kind == LEASE_JOB_EXACT;
 
     if (r->mode & MODE_TIMEOUTS && n_replies % 3 == 0) {
         lease_timeout(r->t, j, &fallback);
@@ -187,9 +190,14 @@ static void answer(struct run *r, int ok, const int64_t *v, int n)
     ks->allowed = 0;
     ks->have_budget = 1;
     ks->budget = 0;
-    if (ok && n >= CLAIM_R_COUNT && v[CLAIM_R_LEASE_MS] > 0 && v[CLAIM_R_MINE] > 0 &&
-        (uint64_t)v[CLAIM_R_MINE] > spent_since_sent)
+    if (exact) {
+        /* an exact call leases nothing: its one waiter, if Redis allowed it */
+        if (ok && n >= EXACT_R_COUNT && v[EXACT_R_ALLOWED] == 1)
+            ks->budget = 1;
+    } else if (ok && n >= CLAIM_R_COUNT && v[CLAIM_R_LEASE_MS] > 0 && v[CLAIM_R_MINE] > 0 &&
+               (uint64_t)v[CLAIM_R_MINE] > spent_since_sent) {
         ks->budget = (uint64_t)v[CLAIM_R_MINE] - spent_since_sent;
+    }
     complete(r, done, fallback);
     push_job(r, next);
 }
@@ -273,7 +281,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     kind = mode & MODE_KIND_MASK;
     memset(&r, 0, sizeof(r));
     r.mode = mode;
-    r.t = lease_table_new(&lcfg, 2);
+    r.t = lease_table_new(mode & MODE_EXACT ? &lcfg_exact : &lcfg, 2);
     r.p = (struct bucket_params){(mode & MODE_SLIDING) ? BUCKET_SLIDING_WINDOW
                                                        : BUCKET_TOKEN_BUCKET,
                                  100, 1000 * MS, 20};
@@ -347,6 +355,8 @@ static const struct {
     {0x01, BATCH BATCH CLAIM_OK BATCH},
     {0x02, EXACT_OK EXACT_NO EXACT_OK ERR},
     {0x13, CLAIM_OK EXACT_NO CLAIM_STR EXACT_OK BATCH},
+    {0x80, EXACT_OK CLAIM_OK EXACT_NO CLAIM_OK EXACT_OK},
+    {0xb1, EXACT_OK BATCH ERR EXACT_OK CLAIM_OK NIL},
 };
 #define NSEEDS (sizeof(seeds) / sizeof(seeds[0]))
 

@@ -11,7 +11,7 @@
 #define MS 1000ull
 #define S 1000000ull
 
-static const struct lease_config cfg = {100 * MS, 1 * S, 0.1, 0}; /* token leases only */
+static const struct lease_config cfg = {100 * MS, 1 * S, 0.1, 0, 0}; /* token leases only */
 static const struct bucket_params p10 = {0, 10, 60 * S, 10};      /* 10/1m burst 10 */
 static const struct bucket_params pbig = {0, 10000, 1 * S, 1000}; /* 10000/1s burst 1000 */
 
@@ -612,6 +612,131 @@ START_TEST(budget_shared_with_buckets)
 }
 END_TEST
 
+/* ---- a cold key's claim as an exact call (exact_cold: the agent's way) ---- */
+
+static const struct lease_config cfg_exact = {100 * MS, 1 * S, 0.1, 0, 1};
+
+static void exact_reply(struct lease_table *t, struct lease_job *j, int ok, int64_t allowed,
+                        int64_t remaining, int64_t retry_ms, uint64_t now,
+                        struct lease_waiter **done, struct lease_waiter **fb,
+                        struct lease_job **next)
+{
+    int64_t v[EXACT_R_COUNT] = {[EXACT_R_ALLOWED] = allowed, [EXACT_R_REMAINING] = remaining,
+                                [EXACT_R_RETRY_MS] = retry_ms, [EXACT_R_RESET_MS] = 3000};
+    *done = *fb = NULL;
+    *next = NULL;
+    lease_reply(t, j, ok, ok ? v : NULL, ok ? EXACT_R_COUNT : 0, now, done, fb, next);
+}
+
+START_TEST(cold_key_goes_exact)
+{
+    struct lease_table *t = lease_table_new(&cfg_exact, 4);
+    struct lease_job *j, *next;
+    struct lease_waiter *done, *fb;
+    struct req r[3];
+
+    ck_assert_int_eq(decide(t, "k", &pbig, 10 * S, 1, &r[0], &j), LEASE_PENDING);
+    ck_assert_ptr_nonnull(j);
+    ck_assert_uint_eq(j->kind, LEASE_JOB_EXACT);
+    ck_assert_uint_eq(j->want, 1);
+    ck_assert_uint_eq(j->used, 0);
+    j->sent_us = 10 * S;
+    exact_reply(t, j, 1, 1, 999, 0, 10 * S + 500, &done, &fb, &next);
+    ck_assert_int_eq(count(done), 1);
+    ck_assert_ptr_null(fb);
+    ck_assert_ptr_null(next);
+    ck_assert(r[0].res.allowed);
+    ck_assert_uint_eq(r[0].res.remaining, 999);
+    /* nothing was leased: the key's next request asks Redis again, and a key
+     * seen twice claims for more than itself (a lease), not exactly */
+    ck_assert_int_eq(decide(t, "k", &pbig, 10 * S + 600, 1, &r[1], &j), LEASE_PENDING);
+    ck_assert_ptr_nonnull(j);
+    ck_assert_uint_eq(j->kind, LEASE_JOB_CLAIM);
+    ck_assert_uint_gt(j->want, 1);
+    lease_timeout(t, j, &fb);
+    ck_assert_int_eq(count(fb), 1);
+    exact_reply(t, j, 0, 0, 0, 0, 10 * S + 700, &done, &fb, &next); /* settle it */
+    lease_table_free(t);
+}
+END_TEST
+
+START_TEST(exact_denial_is_cached)
+{
+    struct lease_table *t = lease_table_new(&cfg_exact, 4);
+    struct lease_job *j, *next;
+    struct lease_waiter *done, *fb;
+    struct req r[2];
+
+    ck_assert_int_eq(decide(t, "k", &p10, 10 * S, 1, &r[0], &j), LEASE_PENDING);
+    ck_assert_uint_eq(j->kind, LEASE_JOB_EXACT);
+    exact_reply(t, j, 1, 0, 0, 2500, 10 * S, &done, &fb, &next);
+    ck_assert_int_eq(count(done), 1);
+    ck_assert(!r[0].res.allowed);
+    ck_assert_uint_eq(r[0].res.retry_us, 2500 * MS);
+    ck_assert_ptr_null(next);
+    /* blocked until the retry time without asking Redis */
+    ck_assert_int_eq(decide(t, "k", &p10, 12 * S, 1, &r[1], &j), LEASE_DONE);
+    ck_assert_ptr_null(j);
+    ck_assert(!r[1].res.allowed);
+    ck_assert_uint_eq(r[1].res.retry_us, 500 * MS);
+    lease_table_free(t);
+}
+END_TEST
+
+START_TEST(exact_failure_and_arrivals)
+{
+    struct lease_table *t = lease_table_new(&cfg_exact, 4);
+    struct lease_job *j, *j2, *next;
+    struct lease_waiter *done, *fb;
+    struct req r[4];
+
+    /* a failed exact call: its waiter goes to the fallback; nothing was held,
+     * so nothing is voided (the next call reports no spend) */
+    ck_assert_int_eq(decide(t, "a", &pbig, 10 * S, 1, &r[0], &j), LEASE_PENDING);
+    ck_assert_uint_eq(j->kind, LEASE_JOB_EXACT);
+    exact_reply(t, j, 0, 0, 0, 0, 10 * S, &done, &fb, &next);
+    ck_assert_ptr_null(done);
+    ck_assert_int_eq(count(fb), 1);
+    ck_assert_ptr_null(next);
+    ck_assert_int_eq(decide(t, "a", &pbig, 20 * S, 1, &r[1], &j), LEASE_PENDING);
+    ck_assert_uint_eq(j->used, 0);
+    exact_reply(t, j, 1, 1, 5, 0, 20 * S, &done, &fb, &next);
+    ck_assert_ptr_null(next);
+    /* requests that come while the exact call is out wait on it; the one it
+     * was for is decided by it, the others by a claim sent then */
+    ck_assert_int_eq(decide(t, "b", &pbig, 30 * S, 1, &r[1], &j), LEASE_PENDING);
+    ck_assert_uint_eq(j->kind, LEASE_JOB_EXACT);
+    ck_assert_int_eq(decide(t, "b", &pbig, 30 * S + 1, 1, &r[2], &j2), LEASE_PENDING);
+    ck_assert_ptr_null(j2);
+    ck_assert_int_eq(decide(t, "b", &pbig, 30 * S + 2, 1, &r[3], &j2), LEASE_PENDING);
+    ck_assert_ptr_null(j2);
+    exact_reply(t, j, 1, 1, 900, 0, 30 * S + 300, &done, &fb, &next);
+    ck_assert_int_eq(count(done), 1);
+    ck_assert(r[1].res.allowed);
+    ck_assert_ptr_nonnull(next);
+    ck_assert_uint_eq(next->kind, LEASE_JOB_CLAIM);
+    ck_assert_uint_ge(next->want, 2);
+    j = next;
+    j->sent_us = 30 * S + 300;
+    const int64_t v[8] = {2, 898, 2, 1, 0, 0, 1000, 2};
+    reply(t, j, v, 30 * S + 600, &done, &fb, &next);
+    ck_assert_int_eq(count(done), 2);
+    ck_assert(r[2].res.allowed && r[3].res.allowed);
+    /* a timed-out exact call: later requests do not wait on it, and its late
+     * reply decides nothing twice */
+    ck_assert_int_eq(decide(t, "c", &pbig, 40 * S, 1, &r[0], &j), LEASE_PENDING);
+    ck_assert_uint_eq(j->kind, LEASE_JOB_EXACT);
+    lease_timeout(t, j, &fb);
+    ck_assert_int_eq(count(fb), 1);
+    ck_assert_int_eq(decide(t, "c", &pbig, 40 * S + 1, 1, &r[1], &j2), LEASE_DOWN);
+    exact_reply(t, j, 1, 1, 7, 0, 40 * S + 200, &done, &fb, &next);
+    ck_assert_ptr_null(done);
+    ck_assert_ptr_null(fb);
+    ck_assert_ptr_null(next);
+    lease_table_free(t);
+}
+END_TEST
+
 static Suite *lease_suite(void)
 {
     Suite *s = suite_create("lease");
@@ -630,6 +755,9 @@ static Suite *lease_suite(void)
     tcase_add_test(tc, short_window_lease_is_spent);
     tcase_add_test(tc, eviction_never_loses_a_report);
     tcase_add_test(tc, budget_shared_with_buckets);
+    tcase_add_test(tc, cold_key_goes_exact);
+    tcase_add_test(tc, exact_denial_is_cached);
+    tcase_add_test(tc, exact_failure_and_arrivals);
     suite_add_tcase(s, tc);
     return s;
 }

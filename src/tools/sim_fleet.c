@@ -299,7 +299,7 @@ static void conn_send(struct sim *s, unsigned ai, struct lease_job *j, int corke
 
     j->sent_us = s->now;
     j->next = NULL;
-    if (j->kind == LEASE_JOB_CLAIM)
+    if (j->kind != LEASE_JOB_RETURN)
         s->res->claims++;
     else
         s->res->returns++;
@@ -503,6 +503,7 @@ static int setup(struct sim *s, char *err, size_t errlen)
     s->lc.ttl_us = o->ttl_ms * 1000;
     s->lc.max_fraction = o->max_fraction;
     s->lc.rate_ttl_us = o->rate_ttl_ms * 1000;
+    s->lc.exact_cold = 1; /* as the agent */
     s->end = SIM_T0_US + (uint64_t)(o->seconds * 1e6);
     s->agents = calloc(o->agents, sizeof(*s->agents));
     s->ref = malloc(keys * sizeof(*s->ref));
