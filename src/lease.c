@@ -630,6 +630,7 @@ static int apply_exact(struct lease_entry *e, const int64_t *v, int n, uint64_t 
         block_waiters(e, now_us, retry_ms > 0 ? retry_ms : 1, done);
     } else if (e->wait_head) { /* none when the call timed out: decided already */
         struct lease_waiter *w = e->wait_head;
+        METRIC_INC(lease_tokens_granted); /* and spent: granted - returned = spent */
         e->wait_head = w->next;
         if (!e->wait_head)
             e->wait_tail = NULL;
