@@ -16,6 +16,13 @@
 # every operation sees that time (a batch runs atomically: its operations
 # happen at one instant).
 #
+# Each script is split at its line starting with "-- per call": what comes
+# before it (helper functions that take all their input as parameters) is
+# defined once per batch, in a do-block of its own; what follows is the body
+# run per operation. Creating the helpers' closures, and the tables for
+# KEYS and ARGV, once per operation cost more Redis CPU than the operations'
+# own arithmetic.
+#
 # A script error (bad arguments) fails the whole call; the operations before
 # it in the batch have run. Callers treat a failed batch as a failure of every
 # operation in it, which only ever under-admits.
@@ -28,22 +35,30 @@ tmp="$out.tmp"
     echo "local S = {}"
     i=0
     for file in "$@"; do
-        echo "S[$i] = function(KEYS, ARGV) -- $(basename "$file")"
-        sed "s/redis\.call('TIME')/batch_time/g" "$file"
+        grep -q '^-- per call' "$file" || { echo "$file: no '-- per call' line" >&2; exit 1; }
+        echo "do -- $(basename "$file")"
+        sed '/^-- per call/,$d' "$file"
+        echo "S[$i] = function(KEYS, ARGV)"
+        sed -n '/^-- per call/,$p' "$file" | sed "s/redis\.call('TIME')/batch_time/g"
+        echo "end"
         echo "end"
         i=$((i + 1))
     done
     cat <<'LUA'
-local out, no, a = {}, 0, 1
+-- One KEYS and one ARGV table for every operation (the scripts keep neither):
+-- ARGV's slots past the operation's own arguments are cleared.
+local out, no, a, nargv = {}, 0, 1, #ARGV
+local keys, args, nargs = {}, {}, 0
 for i = 1, #KEYS do
     local s, n = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
-    if s == nil or S[s] == nil or n == nil or n < 0 or a + 1 + n > #ARGV then
+    if s == nil or S[s] == nil or n == nil or n < 0 or a + 1 + n > nargv then
         error('batch: bad operation ' .. i)
     end
-    local args = {}
     for j = 1, n do args[j] = ARGV[a + 1 + j] end
-    a = a + 2 + n
-    local r = S[s]({KEYS[i]}, args)
+    for j = n + 1, nargs do args[j] = nil end
+    a, nargs = a + 2 + n, n
+    keys[1] = KEYS[i]
+    local r = S[s](keys, args)
     no = no + 1
     out[no] = #r
     for j = 1, #r do
@@ -51,7 +66,7 @@ for i = 1, #KEYS do
         out[no] = r[j]
     end
 end
-if a ~= #ARGV + 1 then error('batch: ' .. (#ARGV + 1 - a) .. ' arguments left over') end
+if a ~= nargv + 1 then error('batch: ' .. (nargv + 1 - a) .. ' arguments left over') end
 return out
 LUA
 } > "$tmp"

@@ -43,19 +43,23 @@ Invariant: c <= N and the sum of current-window holdings <= c after every call.
 Uses Redis server time only; agents never send timestamps.
 ]]
 
-local key, agent = KEYS[1], ARGV[1]
-if agent == nil or agent == '' then error('sw_claim: empty agent id') end
-local function num(i, min)
+local floor, huge = math.floor, math.huge
+local function num(ARGV, i, min)
     local v = tonumber(ARGV[i])
-    if v == nil or v ~= v or v < min or v == math.huge then
+    if v == nil or v ~= v or v < min or v == huge then
         error('sw_claim: bad ARGV[' .. i .. ']')
     end
-    return math.floor(v)
+    return floor(v)
 end
-local limit, period = num(2, 1), num(3, 1)
-local want, used, ret, ttl = num(5, 0), num(6, 0), num(7, 0), num(8, 1)
-local wus = period * 1000 -- window length, microseconds
 local function fmt(x) return string.format('%.17g', x) end
+
+-- per call. Everything above takes its input as parameters: lua/batch.sh defines it
+-- once per batch, and runs what follows once per operation.
+local key, agent = KEYS[1], ARGV[1]
+if agent == nil or agent == '' then error('sw_claim: empty agent id') end
+local limit, period = num(ARGV, 2, 1), num(ARGV, 3, 1)
+local want, used, ret, ttl = num(ARGV, 5, 0), num(ARGV, 6, 0), num(ARGV, 7, 0), num(ARGV, 8, 1)
+local wus = period * 1000 -- window length, microseconds
 
 local tm = redis.call('TIME')
 local now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])

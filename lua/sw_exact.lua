@@ -19,17 +19,21 @@ Invariant: c <= N after every call.
 Uses Redis server time only.
 ]]
 
-local key = KEYS[1]
-local function num(i, min, default)
+local floor, huge = math.floor, math.huge
+local function num(ARGV, i, min, default)
     local v = tonumber(ARGV[i] or default)
-    if v == nil or v ~= v or v < min or v == math.huge then
+    if v == nil or v ~= v or v < min or v == huge then
         error('sw_exact: bad ARGV[' .. i .. ']')
     end
-    return math.floor(v)
+    return floor(v)
 end
-local limit, period, n = num(1, 1), num(2, 1), num(4, 1, 1)
-local wus = period * 1000 -- window length, microseconds
 local function fmt(x) return string.format('%.17g', x) end
+
+-- per call. Everything above takes its input as parameters: lua/batch.sh defines it
+-- once per batch, and runs what follows once per operation.
+local key = KEYS[1]
+local limit, period, n = num(ARGV, 1, 1), num(ARGV, 2, 1), num(ARGV, 4, 1, 1)
+local wus = period * 1000 -- window length, microseconds
 
 local tm = redis.call('TIME')
 local now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])

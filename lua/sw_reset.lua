@@ -21,17 +21,21 @@ lease left the key is deleted: a missing counter is an empty one. Uses Redis
 server time only.
 ]]
 
-local key = KEYS[1]
-local function num(i, min)
+local floor, huge = math.floor, math.huge
+local function num(ARGV, i, min)
     local v = tonumber(ARGV[i])
-    if v == nil or v ~= v or v < min or v == math.huge then
+    if v == nil or v ~= v or v < min or v == huge then
         error('sw_reset: bad ARGV[' .. i .. ']')
     end
-    return math.floor(v)
+    return floor(v)
 end
-local limit, period = num(1, 1), num(2, 1)
-local wus = period * 1000 -- window length, microseconds
 local function fmt(x) return string.format('%.17g', x) end
+
+-- per call. Everything above takes its input as parameters: lua/batch.sh defines it
+-- once per batch, and runs what follows once per operation.
+local key = KEYS[1]
+local limit, period = num(ARGV, 1, 1), num(ARGV, 2, 1)
+local wus = period * 1000 -- window length, microseconds
 
 local tm = redis.call('TIME')
 local now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])

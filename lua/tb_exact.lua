@@ -19,23 +19,15 @@ Invariant: after every call t + H <= b (H = tokens held by unexpired leases).
 Uses Redis server time only.
 ]]
 
-local key = KEYS[1]
-local function num(i, min, default)
+local floor, huge = math.floor, math.huge
+local function num(ARGV, i, min, default)
     local v = tonumber(ARGV[i] or default)
-    if v == nil or v ~= v or v < min or v == math.huge then
+    if v == nil or v ~= v or v < min or v == huge then
         error('tb_exact: bad ARGV[' .. i .. ']')
     end
-    return math.floor(v)
+    return floor(v)
 end
-local limit, period, b, n = num(1, 1), num(2, 1), num(3, 0), num(4, 1, 1)
-local rate = limit / (period * 1000) -- tokens per microsecond
 local function fmt(x) return string.format('%.17g', x) end
-
-local tm = redis.call('TIME')
-local now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
-
-local f, raw = {}, redis.call('HGETALL', key)
-for i = 1, #raw, 2 do f[raw[i]] = raw[i + 1] end
 
 -- (1) Advance to now. The refill never lifts t above b - H, where H is what
 -- the leases held AT THAT TIME, and runs at r - P, where P is the rate the
@@ -46,43 +38,62 @@ for i = 1, #raw, 2 do f[raw[i]] = raw[i + 1] end
 -- Refilling the whole gap against the final cap would bank refill that was
 -- never allowed while those tokens were held, and let b + H through at once
 -- when the lease ends.
--- The same function stands in tb_claim, tb_return, tb_exact and tb_reset (each
--- script must load alone); tests/test_scripts.c checks the copies are identical.
-local function advance(f, b, rate, now)
-    local leases, H, P = {}, 0, 0
+-- The same functions, refill() to advance(), stand in tb_claim, tb_return,
+-- tb_exact and tb_reset (each script must load alone); tests/test_scripts.c
+-- checks the copies are identical.
+local function refill(t, ts, to, cap, r) -- t from ts on to `to`, at rate r, under cap
+    if to > ts then -- ts never goes back
+        if t < cap and r > 0 then t = math.min(cap, t + r * (to - ts)) end
+        ts = to
+    end
+    return t, ts
+end
+local function by_expiry(x, y) return x.e < y.e end
+local function advance(key, f, b, rate, now)
+    local t, ts = tonumber(f.t), tonumber(f.ts) or now
+    if t == nil then t = b end -- new bucket: full
+    local leases, H, P = nil, 0, 0
     for k, v in pairs(f) do
         if string.sub(k, 1, 2) == 'h:' then
             local a = string.sub(k, 3)
             local l = {a = a, h = tonumber(v), q = tonumber(f['q:' .. a]) or 0,
                        e = tonumber(f['e:' .. a]) or 0}
             H, P = H + l.h, P + l.q
+            leases = leases or {}
             leases[#leases + 1] = l
         end
     end
-    table.sort(leases, function(x, y) return x.e < y.e end)
-    local t, ts = tonumber(f.t), tonumber(f.ts) or now
-    if t == nil then t = b end -- new bucket: full
-    local function refill(to)
-        if to > ts then -- ts never goes back
-            if t < b - H and rate > P then t = math.min(b - H, t + (rate - P) * (to - ts)) end
-            ts = to
-        end
-    end
     local held, exp, share = {}, {}, {}
-    for _, l in ipairs(leases) do
-        if l.e <= now then
-            refill(l.e)
-            H, P = H - l.h, P - l.q
-            redis.call('HDEL', key, 'h:' .. l.a, 'e:' .. l.a, 'q:' .. l.a, 'qn:' .. l.a,
-                       'hn:' .. l.a, 'd:' .. l.a)
-        else
-            held[l.a], exp[l.a], share[l.a] = l.h, l.e, l.q
+    if leases then -- none on most keys
+        table.sort(leases, by_expiry)
+        for _, l in ipairs(leases) do
+            if l.e <= now then
+                t, ts = refill(t, ts, l.e, b - H, rate - P)
+                H, P = H - l.h, P - l.q
+                redis.call('HDEL', key, 'h:' .. l.a, 'e:' .. l.a, 'q:' .. l.a, 'qn:' .. l.a,
+                           'hn:' .. l.a, 'd:' .. l.a)
+            else
+                held[l.a], exp[l.a], share[l.a] = l.h, l.e, l.q
+            end
         end
     end
-    refill(now)
+    t, ts = refill(t, ts, now, b - H, rate - P)
     return math.min(t, b - H), ts, H, held, exp, share, P
 end
-local t, ts, H, held, exp, share, P = advance(f, b, rate, now)
+
+-- per call. Everything above takes its input as parameters: lua/batch.sh defines it
+-- once per batch, and runs what follows once per operation.
+local key = KEYS[1]
+local limit, period, b, n = num(ARGV, 1, 1), num(ARGV, 2, 1), num(ARGV, 3, 0), num(ARGV, 4, 1, 1)
+local rate = limit / (period * 1000) -- tokens per microsecond
+
+local tm = redis.call('TIME')
+local now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
+
+local f, raw = {}, redis.call('HGETALL', key)
+for i = 1, #raw, 2 do f[raw[i]] = raw[i + 1] end
+
+local t, ts, H, held, exp, share, P = advance(key, f, b, rate, now)
 local emin, emax = nil, now
 for a, _ in pairs(held) do
     emin = math.min(emin or exp[a], exp[a])

@@ -735,13 +735,16 @@ START_TEST(tb_reset_random_keeps_invariant)
 END_TEST
 
 /* advance() holds the refill that the bound rests on. Each script must stand
- * alone under EVALSHA, so the three token-bucket scripts carry a copy each:
- * the copies must stay identical, byte for byte. */
+ * alone under EVALSHA, so the four token-bucket scripts carry a copy each:
+ * the copies, from refill() (its helpers come first) to the end of advance(),
+ * must stay identical, byte for byte. */
 static const char *advance_of(enum script s, size_t *len)
 {
-    const char *start = strstr(script_text[s], "local function advance(");
-    ck_assert_msg(start != NULL, "%s: no advance()", script_name[s]);
-    const char *end = strstr(start, "\nend\n");
+    const char *start = strstr(script_text[s], "local function refill(");
+    ck_assert_msg(start != NULL, "%s: no refill()", script_name[s]);
+    const char *adv = strstr(start, "local function advance(");
+    ck_assert_msg(adv != NULL, "%s: no advance() after refill()", script_name[s]);
+    const char *end = strstr(adv, "\nend\n");
     ck_assert_ptr_nonnull(end);
     *len = (size_t)(end - start) + 5;
     return start;
