@@ -22,15 +22,36 @@ Invariant: after every call t + H <= b (H = tokens held by unexpired leases).
 Uses Redis server time only.
 ]]
 
-local floor, huge = math.floor, math.huge
+-- num(ARGV, i, min) and fmt(x) remember the numbers they convert: the
+-- operations of a batch repeat the same few (rules, Redis time), and strtod()
+-- and '%.17g' cost more than the arithmetic.
+local floor, huge, format = math.floor, math.huge, string.format
+local nums, strs = {}, {}
 local function num(ARGV, i, min)
-    local v = tonumber(ARGV[i])
+    local s = ARGV[i]
+    local v = nums[s]
+    if v == nil then
+        v = tonumber(s)
+        if v ~= nil then nums[s] = v end
+    end
     if v == nil or v ~= v or v < min or v == huge then
         error('tb_return: bad ARGV[' .. i .. ']')
     end
     return floor(v)
 end
-local function fmt(x) return string.format('%.17g', x) end
+local function fmt(x) -- format('%.17g', x): the exact value
+    local s = strs[x]
+    if s == nil then
+        -- whole numbers below 2^53 print the same with %d, which is cheaper
+        if x == floor(x) and x < 2 ^ 53 and x > -2 ^ 53 and x ~= 0 then
+            s = format('%d', x)
+        else
+            s = format('%.17g', x)
+        end
+        if x ~= 0 and x == x then strs[x] = s end -- 0 and -0 are one key; NaN none
+    end
+    return s
+end
 
 -- (1) Advance to now. The refill never lifts t above b - H, where H is what
 -- the leases held AT THAT TIME, and runs at r - P, where P is the rate the
