@@ -294,13 +294,18 @@ if exp[agent] then
     if qcount > 0 or rated then
         redis.call('HSET', key, 'q:' .. agent, fmt(qcount), 'qn:' .. agent, fmt(q),
                    'hn:' .. agent, fmt(mine), 'd:' .. agent, fmt(rated and demand or 0))
-    else
+    elseif f['q:' .. agent] or f['qn:' .. agent] or f['hn:' .. agent] or f['d:' .. agent] then
+        -- (only if there: nothing since the HGETALL writes them, and a call saved is
+        -- most of the cost of a claim on a new key)
         redis.call('HDEL', key, 'q:' .. agent, 'qn:' .. agent, 'hn:' .. agent, 'd:' .. agent)
     end
 else
     redis.call('HSET', key, 't', fmt(t), 'ts', fmt(ts))
-    redis.call('HDEL', key, 'h:' .. agent, 'e:' .. agent, 'q:' .. agent, 'qn:' .. agent,
-               'hn:' .. agent, 'd:' .. agent)
+    if f['h:' .. agent] or f['e:' .. agent] or f['q:' .. agent] or f['qn:' .. agent] or
+       f['hn:' .. agent] or f['d:' .. agent] then
+        redis.call('HDEL', key, 'h:' .. agent, 'e:' .. agent, 'q:' .. agent, 'qn:' .. agent,
+                   'hn:' .. agent, 'd:' .. agent)
+    end
 end
 
 -- (5) Report. The key outlives every lease and the time to refill fully:
