@@ -23,20 +23,22 @@ server time only.
 
 -- num(ARGV, i, min) and fmt(x) remember the numbers they convert: the
 -- operations of a batch repeat the same few (rules, Redis time), and strtod()
--- and '%.17g' cost more than the arithmetic.
-local floor, huge, format = math.floor, math.huge, string.format
-local nums, strs = {}, {}
+-- and '%.17g' cost more than the arithmetic. Calls, even of math.min, cost
+-- more than the lines around them: the hot paths make few.
+local floor, ceil, min, max = math.floor, math.ceil, math.min, math.max
+local huge, format = math.huge, string.format
+local ints, strs = {}, {}
 local function num(ARGV, i, min)
     local s = ARGV[i]
-    local v = nums[s]
-    if v == nil then
-        v = tonumber(s)
-        if v ~= nil then nums[s] = v end
-    end
+    local v = ints[s] -- floor(tonumber(s)) of an s that passed: >= 0
+    if v ~= nil and v >= min then return v end -- (floor(x) >= min iff x >= min)
+    v = tonumber(s)
     if v == nil or v ~= v or v < min or v == huge then
         error('sw_reset: bad ARGV[' .. i .. ']')
     end
-    return floor(v)
+    v = floor(v)
+    ints[s] = v
+    return v
 end
 local function fmt(x) -- format('%.17g', x): the exact value
     local s = strs[x]
@@ -60,7 +62,7 @@ local wus = period * 1000 -- window length, microseconds
 
 local tm = redis.call('TIME')
 local now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
-local k = math.floor(now / wus) -- guard the division's rounding
+local k = floor(now / wus) -- guard the division's rounding
 if k * wus > now then k = k - 1 elseif (k + 1) * wus <= now then k = k + 1 end
 
 local f, raw = {}, redis.call('HGETALL', key)
@@ -73,12 +75,12 @@ if W == nil or k > W + 1 then
 elseif k == W + 1 then
     W, c, p = k, 0, c
 end
-local left = math.min(wus, math.max(0, (W + 1) * wus - now)) -- us to the boundary
-local before = math.max(0, math.floor(limit - (p * left / wus + c)))
+local left = min(wus, max(0, (W + 1) * wus - now)) -- us to the boundary
+local before = max(0, floor(limit - (p * left / wus + c)))
 
 -- Leases of older windows are over: forget them (their units stay counted).
 local H, holders = 0, 0
-for fk, v in pairs(f) do
+for fk, v in next, f do
     if string.sub(fk, 1, 2) == 'h:' then
         local a = string.sub(fk, 3)
         if tonumber(f['w:' .. a]) == W then
@@ -95,5 +97,5 @@ if holders == 0 then
 end
 c, p = H, 0
 redis.call('HSET', key, 'w', fmt(W), 'c', fmt(c), 'p', fmt(p))
-redis.call('PEXPIRE', key, fmt(math.ceil((left + wus) / 1000) + 1000))
-return {math.max(0, math.floor(limit - c)), H, holders, before}
+redis.call('PEXPIRE', key, fmt(ceil((left + wus) / 1000) + 1000))
+return {max(0, floor(limit - c)), H, holders, before}

@@ -61,20 +61,22 @@ Uses Redis server time only; agents never send timestamps.
 
 -- num(ARGV, i, min) and fmt(x) remember the numbers they convert: the
 -- operations of a batch repeat the same few (rules, Redis time), and strtod()
--- and '%.17g' cost more than the arithmetic.
-local floor, huge, format = math.floor, math.huge, string.format
-local nums, strs = {}, {}
+-- and '%.17g' cost more than the arithmetic. Calls, even of math.min, cost
+-- more than the lines around them: the hot paths make few.
+local floor, ceil, min, max = math.floor, math.ceil, math.min, math.max
+local huge, format = math.huge, string.format
+local ints, strs = {}, {}
 local function num(ARGV, i, min)
     local s = ARGV[i]
-    local v = nums[s]
-    if v == nil then
-        v = tonumber(s)
-        if v ~= nil then nums[s] = v end
-    end
+    local v = ints[s] -- floor(tonumber(s)) of an s that passed: >= 0
+    if v ~= nil and v >= min then return v end -- (floor(x) >= min iff x >= min)
+    v = tonumber(s)
     if v == nil or v ~= v or v < min or v == huge then
         error('tb_claim: bad ARGV[' .. i .. ']')
     end
-    return floor(v)
+    v = floor(v)
+    ints[s] = v
+    return v
 end
 local function fmt(x) -- format('%.17g', x): the exact value
     local s = strs[x]
@@ -104,17 +106,18 @@ end
 -- checks the copies are identical.
 local function refill(t, ts, to, cap, r) -- t from ts on to `to`, at rate r, under cap
     if to > ts then -- ts never goes back
-        if t < cap and r > 0 then t = math.min(cap, t + r * (to - ts)) end
+        if t < cap and r > 0 then t = min(cap, t + r * (to - ts)) end
         ts = to
     end
     return t, ts
 end
 local function by_expiry(x, y) return x.e < y.e end
 local function advance(key, f, b, rate, now)
-    local t, ts = tonumber(f.t), tonumber(f.ts) or now
+    local t, ts = f.t, f.ts -- (no tonumber() calls on a new key)
+    t, ts = t and tonumber(t), ts and tonumber(ts) or now
     if t == nil then t = b end -- new bucket: full
     local leases, H, P = nil, 0, 0
-    for k, v in pairs(f) do
+    for k, v in next, f do
         if string.sub(k, 1, 2) == 'h:' then
             local a = string.sub(k, 3)
             local l = {a = a, h = tonumber(v), q = tonumber(f['q:' .. a]) or 0,
@@ -138,8 +141,9 @@ local function advance(key, f, b, rate, now)
             end
         end
     end
-    t, ts = refill(t, ts, now, b - H, rate - P)
-    return math.min(t, b - H), ts, H, held, exp, share, P
+    if now > ts then t, ts = refill(t, ts, now, b - H, rate - P) end
+    if b - H < t then t = b - H end -- min(t, b - H)
+    return t, ts, H, held, exp, share, P
 end
 
 -- per call. Everything above takes its input as parameters: lua/batch.sh defines it
@@ -151,7 +155,7 @@ local want, used, ret, ttl = num(ARGV, 5, 0), num(ARGV, 6, 0), num(ARGV, 7, 0), 
 -- A rate lease: both or neither of ARGV[9] and ARGV[10].
 local rated = ARGV[9] ~= nil
 local qwant, demand = 0, 0
-if rated then qwant, demand = math.min(num(ARGV, 9, 0), 1e6), math.min(num(ARGV, 10, 0), 1e9) end
+if rated then qwant, demand = min(num(ARGV, 9, 0), 1e6), min(num(ARGV, 10, 0), 1e9) end
 local RATE_POOL = 0.7 -- at most this share of r goes to rate leases; the rest stays central
 local RATE_MIN_SLICE = 2 -- the smallest slice of the burst worth a rate lease
 local rate = limit / (period * 1000) -- tokens per microsecond
@@ -178,11 +182,11 @@ if had > 0 then
     if hn and hn < mine then H, mine = H - mine + hn, hn end
     if qn and qn < qold then P, qold = P - qold + qn, qn end
 end
-used = math.min(used, mine)
-ret = math.min(ret, mine - used)
+used = min(used, mine)
+ret = min(ret, mine - used)
 mine = mine - used - ret
 t, H = t + ret, H - used - ret
-t = math.min(t, b - H) -- only binds after the burst shrank (debt)
+t = min(t, b - H) -- only binds after the burst shrank (debt)
 
 -- (3) A rate lease (ARGV[9] given): the caller's share q of the rate, refilled
 -- on the agent into its local bucket of capacity `slice`. Shares are sized by
@@ -203,7 +207,7 @@ end
 if rated then
     local n = 1
     dsum = demand
-    for a, _ in pairs(exp) do
+    for a, _ in next, exp do
         if a ~= agent then
             dsum, n = dsum + (tonumber(f['d:' .. a]) or 0), n + 1
         end
@@ -212,13 +216,13 @@ if rated then
     reserve = (1 - RATE_POOL) * b
     -- No share while the key is at its limit (x: see (4)).
     if (tonumber(f.x) or 0) > now then pool = 0 end
-    q = math.min(rate * qwant / 1e6, pool - (P - qold))
-    if dsum > 0 then q = math.min(q, pool * demand / dsum) end
+    q = min(rate * qwant / 1e6, pool - (P - qold))
+    if dsum > 0 then q = min(q, pool * demand / dsum) end
     -- A first share takes at most half of what is free, and no more than an
     -- even split between the agents with a lease on the key (token leases
     -- too): agents that have not asked yet find room; the shares converge to
     -- the demand-weighted ones as their holders renew.
-    if qold == 0 then q = math.min(q, (pool - (P - qold)) / 2, pool / n) end
+    if qold == 0 then q = min(q, (pool - (P - qold)) / 2, pool / n) end
     -- More agents on the key than slices of RATE_MIN_SLICE in its burst:
     -- below the line, where a split rate strands more than it saves.
     if n * RATE_MIN_SLICE > b then q = 0 end
@@ -227,8 +231,8 @@ if rated then
     -- A slice of fewer than RATE_MIN_SLICE tokens cannot absorb the bursts of
     -- a local stream of requests (they would keep falling back to the
     -- central bucket, and be denied there): no rate lease then.
-    local hfree = math.floor(RATE_POOL * b - (H - mine))
-    slice = math.min(hfree, math.ceil(b * q / rate - 1e-9))
+    local hfree = floor(RATE_POOL * b - (H - mine))
+    slice = min(hfree, ceil(b * q / rate - 1e-9))
     if q <= 0 or slice < RATE_MIN_SLICE then
         q, slice = 0, 0
     end
@@ -236,24 +240,24 @@ if rated then
         -- Tokens for the slice come from t only above a reserve that
         -- stays for the requests local buckets cannot serve (the local
         -- refill fills the rest of the slice).
-        g = math.min(slice - mine, math.max(0, math.floor(t - reserve)))
+        g = min(slice - mine, max(0, floor(t - reserve)))
         t, mine, H = t - g, mine + g, H + g
-        local room = math.max(0, math.floor(b - H - math.max(t, 0)))
-        local extra = math.min(slice - mine, room)
+        local room = max(0, floor(b - H - max(t, 0)))
+        local extra = min(slice - mine, room)
         mine, H = mine + extra, H + extra
         slice, hcount = mine, mine
     else
         hcount = mine -- counted as before until the next call
     end
 end
-local qcount = math.max(qold, q)
+local qcount = max(qold, q)
 P = P - qold + qcount
 
 -- (4) Grant whole tokens. With a rate lease they are taken for the requests
 -- waiting on this call and are not part of the slice (spent at once; any the
 -- agent cannot spend at once, or keep under its slice, are dropped, counted
 -- as spent).
-local taken = math.max(0, math.min(want, math.floor(t)))
+local taken = max(0, min(want, floor(t)))
 if rated then
     t = t - taken
     mine = slice
@@ -311,21 +315,21 @@ end
 -- (5) Report. The key outlives every lease and the time to refill fully:
 -- after that it is equivalent to a missing (full) bucket.
 local holders, emin, emax = 0, nil, now
-for _, e in pairs(exp) do
+for _, e in next, exp do
     holders = holders + 1
-    emin = math.min(emin or e, e)
-    emax = math.max(emax, e)
+    emin = min(emin or e, e)
+    emax = max(emax, e)
 end
 local rate_ms = rate * 1000
 local free_ms = rate > P and (rate - P) * 1000 or rate_ms -- refill of t (after the leases, if none)
 local retry = 0
 if t < 1 then
     retry = (1 - t) / free_ms
-    if (b - H < 1 or rate <= P) and emin then retry = math.max(retry, (emin - now) / 1000) end
+    if (b - H < 1 or rate <= P) and emin then retry = max(retry, (emin - now) / 1000) end
 end
-local reset = math.max(0, b - H - t) / free_ms
-local life = math.max((ts - now) / 1000 + (b - t) / rate_ms, (emax - now) / 1000)
+local reset = max(0, b - H - t) / free_ms
+local life = max((ts - now) / 1000 + (b - t) / rate_ms, (emax - now) / 1000)
 if P > 0 then life = (emax - now) / 1000 + (b - t) / rate_ms end
-redis.call('PEXPIRE', key, fmt(math.min(math.ceil(life) + 1000, 1e15)))
-return {g + taken, math.max(0, math.floor(t)), H, holders, math.ceil(retry), math.ceil(reset),
-        mine > 0 and ttl or 0, mine, math.floor(q / rate * 1e6), had}
+redis.call('PEXPIRE', key, fmt(min(ceil(life) + 1000, 1e15)))
+return {g + taken, max(0, floor(t)), H, holders, ceil(retry), ceil(reset),
+        mine > 0 and ttl or 0, mine, floor(q / rate * 1e6), had}

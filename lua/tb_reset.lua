@@ -23,20 +23,22 @@ bucket is a full one. Uses Redis server time only.
 
 -- num(ARGV, i, min) and fmt(x) remember the numbers they convert: the
 -- operations of a batch repeat the same few (rules, Redis time), and strtod()
--- and '%.17g' cost more than the arithmetic.
-local floor, huge, format = math.floor, math.huge, string.format
-local nums, strs = {}, {}
+-- and '%.17g' cost more than the arithmetic. Calls, even of math.min, cost
+-- more than the lines around them: the hot paths make few.
+local floor, ceil, min, max = math.floor, math.ceil, math.min, math.max
+local huge, format = math.huge, string.format
+local ints, strs = {}, {}
 local function num(ARGV, i, min)
     local s = ARGV[i]
-    local v = nums[s]
-    if v == nil then
-        v = tonumber(s)
-        if v ~= nil then nums[s] = v end
-    end
+    local v = ints[s] -- floor(tonumber(s)) of an s that passed: >= 0
+    if v ~= nil and v >= min then return v end -- (floor(x) >= min iff x >= min)
+    v = tonumber(s)
     if v == nil or v ~= v or v < min or v == huge then
         error('tb_reset: bad ARGV[' .. i .. ']')
     end
-    return floor(v)
+    v = floor(v)
+    ints[s] = v
+    return v
 end
 local function fmt(x) -- format('%.17g', x): the exact value
     local s = strs[x]
@@ -66,17 +68,18 @@ end
 -- checks the copies are identical.
 local function refill(t, ts, to, cap, r) -- t from ts on to `to`, at rate r, under cap
     if to > ts then -- ts never goes back
-        if t < cap and r > 0 then t = math.min(cap, t + r * (to - ts)) end
+        if t < cap and r > 0 then t = min(cap, t + r * (to - ts)) end
         ts = to
     end
     return t, ts
 end
 local function by_expiry(x, y) return x.e < y.e end
 local function advance(key, f, b, rate, now)
-    local t, ts = tonumber(f.t), tonumber(f.ts) or now
+    local t, ts = f.t, f.ts -- (no tonumber() calls on a new key)
+    t, ts = t and tonumber(t), ts and tonumber(ts) or now
     if t == nil then t = b end -- new bucket: full
     local leases, H, P = nil, 0, 0
-    for k, v in pairs(f) do
+    for k, v in next, f do
         if string.sub(k, 1, 2) == 'h:' then
             local a = string.sub(k, 3)
             local l = {a = a, h = tonumber(v), q = tonumber(f['q:' .. a]) or 0,
@@ -100,8 +103,9 @@ local function advance(key, f, b, rate, now)
             end
         end
     end
-    t, ts = refill(t, ts, now, b - H, rate - P)
-    return math.min(t, b - H), ts, H, held, exp, share, P
+    if now > ts then t, ts = refill(t, ts, now, b - H, rate - P) end
+    if b - H < t then t = b - H end -- min(t, b - H)
+    return t, ts, H, held, exp, share, P
 end
 
 -- per call. Everything above takes its input as parameters: lua/batch.sh defines it
@@ -122,20 +126,20 @@ local before = t
 -- (2) Reset: full, less the leases that run on. b - H < 0 only after the
 -- burst shrank below what is held: t is then the same debt a claim leaves.
 local holders, emax = 0, now
-for _, e in pairs(exp) do
+for _, e in next, exp do
     holders = holders + 1
-    emax = math.max(emax, e)
+    emax = max(emax, e)
 end
 if holders == 0 then
     redis.call('DEL', key)
-    return {b, 0, 0, math.max(0, math.floor(before))}
+    return {b, 0, 0, max(0, floor(before))}
 end
 t, ts = b - H, now
 redis.call('HSET', key, 't', fmt(t), 'ts', fmt(ts))
 
 -- (3) The key outlives every lease and the time to refill fully, as in tb_claim.
 local rate_ms = rate * 1000
-local life = math.max((b - t) / rate_ms, (emax - now) / 1000)
+local life = max((b - t) / rate_ms, (emax - now) / 1000)
 if P > 0 then life = (emax - now) / 1000 + (b - t) / rate_ms end
-redis.call('PEXPIRE', key, fmt(math.min(math.ceil(life) + 1000, 1e15)))
-return {math.max(0, math.floor(t)), H, holders, math.max(0, math.floor(before))}
+redis.call('PEXPIRE', key, fmt(min(ceil(life) + 1000, 1e15)))
+return {max(0, floor(t)), H, holders, max(0, floor(before))}

@@ -24,20 +24,22 @@ Uses Redis server time only.
 
 -- num(ARGV, i, min) and fmt(x) remember the numbers they convert: the
 -- operations of a batch repeat the same few (rules, Redis time), and strtod()
--- and '%.17g' cost more than the arithmetic.
-local floor, huge, format = math.floor, math.huge, string.format
-local nums, strs = {}, {}
+-- and '%.17g' cost more than the arithmetic. Calls, even of math.min, cost
+-- more than the lines around them: the hot paths make few.
+local floor, ceil, min, max = math.floor, math.ceil, math.min, math.max
+local huge, format = math.huge, string.format
+local ints, strs = {}, {}
 local function num(ARGV, i, min)
     local s = ARGV[i]
-    local v = nums[s]
-    if v == nil then
-        v = tonumber(s)
-        if v ~= nil then nums[s] = v end
-    end
+    local v = ints[s] -- floor(tonumber(s)) of an s that passed: >= 0
+    if v ~= nil and v >= min then return v end -- (floor(x) >= min iff x >= min)
+    v = tonumber(s)
     if v == nil or v ~= v or v < min or v == huge then
         error('tb_return: bad ARGV[' .. i .. ']')
     end
-    return floor(v)
+    v = floor(v)
+    ints[s] = v
+    return v
 end
 local function fmt(x) -- format('%.17g', x): the exact value
     local s = strs[x]
@@ -67,17 +69,18 @@ end
 -- checks the copies are identical.
 local function refill(t, ts, to, cap, r) -- t from ts on to `to`, at rate r, under cap
     if to > ts then -- ts never goes back
-        if t < cap and r > 0 then t = math.min(cap, t + r * (to - ts)) end
+        if t < cap and r > 0 then t = min(cap, t + r * (to - ts)) end
         ts = to
     end
     return t, ts
 end
 local function by_expiry(x, y) return x.e < y.e end
 local function advance(key, f, b, rate, now)
-    local t, ts = tonumber(f.t), tonumber(f.ts) or now
+    local t, ts = f.t, f.ts -- (no tonumber() calls on a new key)
+    t, ts = t and tonumber(t), ts and tonumber(ts) or now
     if t == nil then t = b end -- new bucket: full
     local leases, H, P = nil, 0, 0
-    for k, v in pairs(f) do
+    for k, v in next, f do
         if string.sub(k, 1, 2) == 'h:' then
             local a = string.sub(k, 3)
             local l = {a = a, h = tonumber(v), q = tonumber(f['q:' .. a]) or 0,
@@ -101,8 +104,9 @@ local function advance(key, f, b, rate, now)
             end
         end
     end
-    t, ts = refill(t, ts, now, b - H, rate - P)
-    return math.min(t, b - H), ts, H, held, exp, share, P
+    if now > ts then t, ts = refill(t, ts, now, b - H, rate - P) end
+    if b - H < t then t = b - H end -- min(t, b - H)
+    return t, ts, H, held, exp, share, P
 end
 
 -- per call. Everything above takes its input as parameters: lua/batch.sh defines it
@@ -125,17 +129,17 @@ local t, ts, H, held, exp, share, P = advance(key, f, b, rate, now)
 -- the one counted (see tb_claim.lua): what it did not spend is hn - used.
 local counted = held[agent] or 0
 local had = counted
-local mine = math.min(counted, tonumber(f['hn:' .. agent]) or counted)
-local ret = mine - math.min(used, mine)
+local mine = min(counted, tonumber(f['hn:' .. agent]) or counted)
+local ret = mine - min(used, mine)
 held[agent], exp[agent] = nil, nil
 t, H, P = t + ret, H - counted, P - (share[agent] or 0)
-t = math.min(t, b - H)
+t = min(t, b - H)
 
 local holders, emin, emax = 0, nil, now
-for a, _ in pairs(held) do
+for a, _ in next, held do
     holders = holders + 1
-    emin = math.min(emin or exp[a], exp[a])
-    emax = math.max(emax, exp[a])
+    emin = min(emin or exp[a], exp[a])
+    emax = max(emax, exp[a])
 end
 
 redis.call('HSET', key, 't', fmt(t), 'ts', fmt(ts))
@@ -147,10 +151,10 @@ local free_ms = rate > P and (rate - P) * 1000 or rate_ms -- refill of t (after 
 local retry = 0
 if t < 1 then
     retry = (1 - t) / free_ms
-    if (b - H < 1 or rate <= P) and emin then retry = math.max(retry, (emin - now) / 1000) end
+    if (b - H < 1 or rate <= P) and emin then retry = max(retry, (emin - now) / 1000) end
 end
-local reset = math.max(0, b - H - t) / free_ms
-local life = math.max((ts - now) / 1000 + (b - t) / rate_ms, (emax - now) / 1000)
+local reset = max(0, b - H - t) / free_ms
+local life = max((ts - now) / 1000 + (b - t) / rate_ms, (emax - now) / 1000)
 if P > 0 then life = (emax - now) / 1000 + (b - t) / rate_ms end
-redis.call('PEXPIRE', key, fmt(math.min(math.ceil(life) + 1000, 1e15)))
-return {0, math.max(0, math.floor(t)), H, holders, math.ceil(retry), math.ceil(reset), 0, 0, 0, had}
+redis.call('PEXPIRE', key, fmt(min(ceil(life) + 1000, 1e15)))
+return {0, max(0, floor(t)), H, holders, ceil(retry), ceil(reset), 0, 0, 0, had}
