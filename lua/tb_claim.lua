@@ -92,6 +92,19 @@ local function fmt(x) -- format('%.17g', x): the exact value
     return s
 end
 
+-- The names of an agent's fields (h:<agent>, ...), made once per agent: the
+-- claims of a batch mostly come from one agent.
+local named = {}
+local function fields(agent)
+    local n = named[agent]
+    if n == nil then
+        n = {h = 'h:' .. agent, e = 'e:' .. agent, q = 'q:' .. agent, qn = 'qn:' .. agent,
+             hn = 'hn:' .. agent, d = 'd:' .. agent}
+        named[agent] = n
+    end
+    return n
+end
+
 -- (1) Advance to now. The refill never lifts t above b - H, where H is what
 -- the leases held AT THAT TIME, and runs at r - P, where P is the rate the
 -- rate leases (q:<agent>) refill on their agents AT THAT TIME: a lease that
@@ -150,6 +163,7 @@ end
 -- once per batch, and runs what follows once per operation.
 local key, agent = KEYS[1], ARGV[1]
 if agent == nil or agent == '' then error('tb_claim: empty agent id') end
+local my = fields(agent) -- my.h is 'h:' .. agent, ...
 local limit, period, b = num(ARGV, 2, 1), num(ARGV, 3, 1), num(ARGV, 4, 0)
 local want, used, ret, ttl = num(ARGV, 5, 0), num(ARGV, 6, 0), num(ARGV, 7, 0), num(ARGV, 8, 1)
 -- A rate lease: both or neither of ARGV[9] and ARGV[10].
@@ -178,7 +192,7 @@ local t, ts, H, held, exp, share, P = advance(key, f, b, rate, now)
 local had = held[agent] or 0
 local mine, qold = had, share[agent] or 0
 if had > 0 then
-    local hn, qn = tonumber(f['hn:' .. agent]), tonumber(f['qn:' .. agent])
+    local hn, qn = tonumber(f[my.hn]), tonumber(f[my.qn])
     if hn and hn < mine then H, mine = H - mine + hn, hn end
     if qn and qn < qold then P, qold = P - qold + qn, qn end
 end
@@ -294,21 +308,19 @@ else
 end
 if exp[agent] then
     redis.call('HSET', key, 't', fmt(t), 'ts', fmt(ts),
-               'h:' .. agent, fmt(hcount), 'e:' .. agent, fmt(exp[agent]))
+               my.h, fmt(hcount), my.e, fmt(exp[agent]))
     if qcount > 0 or rated then
-        redis.call('HSET', key, 'q:' .. agent, fmt(qcount), 'qn:' .. agent, fmt(q),
-                   'hn:' .. agent, fmt(mine), 'd:' .. agent, fmt(rated and demand or 0))
-    elseif f['q:' .. agent] or f['qn:' .. agent] or f['hn:' .. agent] or f['d:' .. agent] then
+        redis.call('HSET', key, my.q, fmt(qcount), my.qn, fmt(q),
+                   my.hn, fmt(mine), my.d, fmt(rated and demand or 0))
+    elseif f[my.q] or f[my.qn] or f[my.hn] or f[my.d] then
         -- (only if there: nothing since the HGETALL writes them, and a call saved is
         -- most of the cost of a claim on a new key)
-        redis.call('HDEL', key, 'q:' .. agent, 'qn:' .. agent, 'hn:' .. agent, 'd:' .. agent)
+        redis.call('HDEL', key, my.q, my.qn, my.hn, my.d)
     end
 else
     redis.call('HSET', key, 't', fmt(t), 'ts', fmt(ts))
-    if f['h:' .. agent] or f['e:' .. agent] or f['q:' .. agent] or f['qn:' .. agent] or
-       f['hn:' .. agent] or f['d:' .. agent] then
-        redis.call('HDEL', key, 'h:' .. agent, 'e:' .. agent, 'q:' .. agent, 'qn:' .. agent,
-                   'hn:' .. agent, 'd:' .. agent)
+    if f[my.h] or f[my.e] or f[my.q] or f[my.qn] or f[my.hn] or f[my.d] then
+        redis.call('HDEL', key, my.h, my.e, my.q, my.qn, my.hn, my.d)
     end
 end
 
