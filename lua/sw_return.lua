@@ -63,8 +63,12 @@ local now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
 local k = floor(now / wus) -- guard the division's rounding
 if k * wus > now then k = k - 1 elseif (k + 1) * wus <= now then k = k + 1 end
 
-local f, raw = {}, redis.call('HGETALL', key)
-for i = 1, #raw, 2 do f[raw[i]] = raw[i + 1] end
+local raw = redis.call('HGETALL', key)
+local f = raw -- the fields by name; f is only read: a new key's empty reply will do
+if raw[1] ~= nil then
+    f = {}
+    for i = 1, #raw, 2 do f[raw[i]] = raw[i + 1] end
+end
 
 -- Roll the windows forward to k (never back).
 local W, c, p = tonumber(f.w), tonumber(f.c) or 0, tonumber(f.p) or 0
