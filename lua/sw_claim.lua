@@ -43,13 +43,14 @@ Invariant: c <= N and the sum of current-window holdings <= c after every call.
 Uses Redis server time only; agents never send timestamps.
 ]]
 
--- num(ARGV, i, min) and fmt(x) remember the numbers they convert: the
--- operations of a batch repeat the same few (rules, Redis time), and strtod()
--- and '%.17g' cost more than the arithmetic. Calls, even of math.min, cost
--- more than the lines around them: the hot paths make few.
+-- num(ARGV, i, min) and fmt[x] (x as text, exact) remember the numbers they
+-- convert: the operations of a batch repeat the same few (rules, Redis time),
+-- and strtod() and '%.17g' cost more than the arithmetic. Calls, even of
+-- math.min, cost more than the lines around them: the hot paths make few
+-- (fmt is a table: a number already seen costs no call).
 local floor, ceil, min, max = math.floor, math.ceil, math.min, math.max
 local huge, format = math.huge, string.format
-local ints, strs = {}, {}
+local ints = {}
 local function num(ARGV, i, min)
     local s = ARGV[i]
     local v = ints[s] -- floor(tonumber(s)) of an s that passed: >= 0
@@ -62,19 +63,16 @@ local function num(ARGV, i, min)
     ints[s] = v
     return v
 end
-local function fmt(x) -- format('%.17g', x): the exact value
-    local s = strs[x]
-    if s == nil then
-        -- whole numbers below 2^53 print the same with %d, which is cheaper
-        if x == floor(x) and x < 2 ^ 53 and x > -2 ^ 53 and x ~= 0 then
-            s = format('%d', x)
-        else
-            s = format('%.17g', x)
-        end
-        if x ~= 0 and x == x then strs[x] = s end -- 0 and -0 are one key; NaN none
+local fmt = setmetatable({}, {__index = function(strs, x) -- fmt[x]: format('%.17g', x)
+    local s
+    if x == floor(x) and x < 2 ^ 53 and x > -2 ^ 53 and x ~= 0 then
+        s = format('%d', x) -- the same text for whole numbers below 2^53, and cheaper
+    else
+        s = format('%.17g', x)
     end
+    if x ~= 0 and x == x then strs[x] = s end -- 0 and -0 are one key; NaN none
     return s
-end
+end})
 
 -- per call. Everything above takes its input as parameters: lua/batch.sh defines it
 -- once per batch, and runs what follows once per operation.
@@ -135,9 +133,9 @@ local g = 0
 if left >= 1000 then g = max(0, min(want, floor(limit - est))) end
 c, mine, est = c + g, mine + g, est + g
 held[agent] = mine
-redis.call('HSET', key, 'w', fmt(W), 'c', fmt(c), 'p', fmt(p))
+redis.call('HSET', key, 'w', fmt[W], 'c', fmt[c], 'p', fmt[p])
 if mine > 0 then
-    redis.call('HSET', key, 'h:' .. agent, fmt(mine), 'w:' .. agent, fmt(W))
+    redis.call('HSET', key, 'h:' .. agent, fmt[mine], 'w:' .. agent, fmt[W])
 else
     held[agent] = nil
     redis.call('HDEL', key, 'h:' .. agent, 'w:' .. agent)
@@ -153,7 +151,7 @@ local function wait_us(thr)
 end
 local H, holders = 0, 0
 for _, h in next, held do H, holders = H + h, holders + 1 end
-redis.call('PEXPIRE', key, fmt(ceil((left + wus) / 1000) + 1000))
+redis.call('PEXPIRE', key, fmt[ceil((left + wus) / 1000) + 1000])
 return {g, max(0, floor(limit - est)), H, holders,
         ceil(wait_us(limit - 1) / 1000), ceil(wait_us(0) / 1000),
         mine > 0 and floor(min(ttl * 1000, left) / 1000) or 0, mine, 0, 0}

@@ -19,13 +19,14 @@ Invariant: c <= N after every call.
 Uses Redis server time only.
 ]]
 
--- num(ARGV, i, min) and fmt(x) remember the numbers they convert: the
--- operations of a batch repeat the same few (rules, Redis time), and strtod()
--- and '%.17g' cost more than the arithmetic. Calls, even of math.min, cost
--- more than the lines around them: the hot paths make few.
+-- num(ARGV, i, min) and fmt[x] (x as text, exact) remember the numbers they
+-- convert: the operations of a batch repeat the same few (rules, Redis time),
+-- and strtod() and '%.17g' cost more than the arithmetic. Calls, even of
+-- math.min, cost more than the lines around them: the hot paths make few
+-- (fmt is a table: a number already seen costs no call).
 local floor, ceil, min, max = math.floor, math.ceil, math.min, math.max
 local huge, format = math.huge, string.format
-local ints, strs = {}, {}
+local ints = {}
 local function num(ARGV, i, min, default)
     local s = ARGV[i] or default
     local v = ints[s] -- floor(tonumber(s)) of an s that passed: >= 0
@@ -38,19 +39,16 @@ local function num(ARGV, i, min, default)
     ints[s] = v
     return v
 end
-local function fmt(x) -- format('%.17g', x): the exact value
-    local s = strs[x]
-    if s == nil then
-        -- whole numbers below 2^53 print the same with %d, which is cheaper
-        if x == floor(x) and x < 2 ^ 53 and x > -2 ^ 53 and x ~= 0 then
-            s = format('%d', x)
-        else
-            s = format('%.17g', x)
-        end
-        if x ~= 0 and x == x then strs[x] = s end -- 0 and -0 are one key; NaN none
+local fmt = setmetatable({}, {__index = function(strs, x) -- fmt[x]: format('%.17g', x)
+    local s
+    if x == floor(x) and x < 2 ^ 53 and x > -2 ^ 53 and x ~= 0 then
+        s = format('%d', x) -- the same text for whole numbers below 2^53, and cheaper
+    else
+        s = format('%.17g', x)
     end
+    if x ~= 0 and x == x then strs[x] = s end -- 0 and -0 are one key; NaN none
     return s
-end
+end})
 
 -- per call. Everything above takes its input as parameters: lua/batch.sh defines it
 -- once per batch, and runs what follows once per operation.
@@ -77,7 +75,7 @@ local left = min(wus, max(0, (W + 1) * wus - now))
 local est = p * left / wus + c
 local allowed = 0
 if est + n <= limit then c, est, allowed = c + n, est + n, 1 end
-redis.call('HSET', key, 'w', fmt(W), 'c', fmt(c), 'p', fmt(p))
+redis.call('HSET', key, 'w', fmt[W], 'c', fmt[c], 'p', fmt[p])
 
 local function wait_us(thr) -- see sw_claim.lua
     if est <= thr then return 0 end
@@ -85,6 +83,6 @@ local function wait_us(thr) -- see sw_claim.lua
     if c <= thr then return (est - thr) * wus / p end
     return left + (c - thr) * wus / c
 end
-redis.call('PEXPIRE', key, fmt(ceil((left + wus) / 1000) + 1000))
+redis.call('PEXPIRE', key, fmt[ceil((left + wus) / 1000) + 1000])
 return {allowed, max(0, floor(limit - est)),
         ceil(wait_us(limit - n) / 1000), ceil(wait_us(0) / 1000)}

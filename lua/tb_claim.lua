@@ -59,13 +59,14 @@ any interval T (the proof: lua/README.md).
 Uses Redis server time only; agents never send timestamps.
 ]]
 
--- num(ARGV, i, min) and fmt(x) remember the numbers they convert: the
--- operations of a batch repeat the same few (rules, Redis time), and strtod()
--- and '%.17g' cost more than the arithmetic. Calls, even of math.min, cost
--- more than the lines around them: the hot paths make few.
+-- num(ARGV, i, min) and fmt[x] (x as text, exact) remember the numbers they
+-- convert: the operations of a batch repeat the same few (rules, Redis time),
+-- and strtod() and '%.17g' cost more than the arithmetic. Calls, even of
+-- math.min, cost more than the lines around them: the hot paths make few
+-- (fmt is a table: a number already seen costs no call).
 local floor, ceil, min, max = math.floor, math.ceil, math.min, math.max
 local huge, format = math.huge, string.format
-local ints, strs = {}, {}
+local ints = {}
 local function num(ARGV, i, min)
     local s = ARGV[i]
     local v = ints[s] -- floor(tonumber(s)) of an s that passed: >= 0
@@ -78,19 +79,16 @@ local function num(ARGV, i, min)
     ints[s] = v
     return v
 end
-local function fmt(x) -- format('%.17g', x): the exact value
-    local s = strs[x]
-    if s == nil then
-        -- whole numbers below 2^53 print the same with %d, which is cheaper
-        if x == floor(x) and x < 2 ^ 53 and x > -2 ^ 53 and x ~= 0 then
-            s = format('%d', x)
-        else
-            s = format('%.17g', x)
-        end
-        if x ~= 0 and x == x then strs[x] = s end -- 0 and -0 are one key; NaN none
+local fmt = setmetatable({}, {__index = function(strs, x) -- fmt[x]: format('%.17g', x)
+    local s
+    if x == floor(x) and x < 2 ^ 53 and x > -2 ^ 53 and x ~= 0 then
+        s = format('%d', x) -- the same text for whole numbers below 2^53, and cheaper
+    else
+        s = format('%.17g', x)
     end
+    if x ~= 0 and x == x then strs[x] = s end -- 0 and -0 are one key; NaN none
     return s
-end
+end})
 
 -- The names of an agent's fields (h:<agent>, ...), made once per agent: the
 -- claims of a batch mostly come from one agent.
@@ -200,11 +198,14 @@ if had > 0 then
     if hn and hn < mine then H, mine = H - mine + hn, hn end
     if qn and qn < qold then P, qold = P - qold + qn, qn end
 end
-used = min(used, mine)
-ret = min(ret, mine - used)
+-- Lines run on every call write max(a, b) as `b > a and b or a` and min(a, b)
+-- as `b < a and b or a`: what math.max and math.min return, without a call
+-- (a call costs more than the arithmetic around it).
+used = mine < used and mine or used -- min(used, mine)
+ret = mine - used < ret and mine - used or ret -- min(ret, mine - used)
 mine = mine - used - ret
 t, H = t + ret, H - used - ret
-t = min(t, b - H) -- only binds after the burst shrank (debt)
+t = b - H < t and b - H or t -- min(t, b - H): only binds after the burst shrank (debt)
 
 -- (3) A rate lease (ARGV[9] given): the caller's share q of the rate, refilled
 -- on the agent into its local bucket of capacity `slice`. Shares are sized by
@@ -268,14 +269,16 @@ if rated then
         hcount = mine -- counted as before until the next call
     end
 end
-local qcount = max(qold, q)
+local qcount = q > qold and q or qold -- max(qold, q)
 P = P - qold + qcount
 
 -- (4) Grant whole tokens. With a rate lease they are taken for the requests
 -- waiting on this call and are not part of the slice (spent at once; any the
 -- agent cannot spend at once, or keep under its slice, are dropped, counted
 -- as spent).
-local taken = max(0, min(want, floor(t)))
+local taken = floor(t)
+taken = taken < want and taken or want
+taken = taken > 0 and taken or 0 -- max(0, min(want, floor(t)))
 if rated then
     t = t - taken
     mine = slice
@@ -292,8 +295,8 @@ if rated then
     if taken < want then
         local xn = (tonumber(f.xn) or 0) * math.exp(-(now - (tonumber(f.xt) or now)) / (ttl * 1000))
         xn = xn + 1
-        redis.call('HSET', key, 'xn', fmt(xn), 'xt', fmt(now))
-        if xn >= 3 or dsum >= 0.9e6 then redis.call('HSET', key, 'x', fmt(now + ttl * 1000)) end
+        redis.call('HSET', key, 'xn', fmt[xn], 'xt', fmt[now])
+        if xn >= 3 or dsum >= 0.9e6 then redis.call('HSET', key, 'x', fmt[now + ttl * 1000]) end
     end
 else
     t, mine, H = t - taken, mine + taken, H + taken
@@ -311,18 +314,18 @@ else
     exp[agent] = nil
 end
 if exp[agent] then
-    redis.call('HSET', key, 't', fmt(t), 'ts', fmt(ts),
-               my.h, fmt(hcount), my.e, fmt(exp[agent]))
+    redis.call('HSET', key, 't', fmt[t], 'ts', fmt[ts],
+               my.h, fmt[hcount], my.e, fmt[exp[agent]])
     if qcount > 0 or rated then
-        redis.call('HSET', key, my.q, fmt(qcount), my.qn, fmt(q),
-                   my.hn, fmt(mine), my.d, fmt(rated and demand or 0))
+        redis.call('HSET', key, my.q, fmt[qcount], my.qn, fmt[q],
+                   my.hn, fmt[mine], my.d, fmt[rated and demand or 0])
     elseif f[my.q] or f[my.qn] or f[my.hn] or f[my.d] then
         -- (only if there: nothing since the HGETALL writes them, and a call saved is
         -- most of the cost of a claim on a new key)
         redis.call('HDEL', key, my.q, my.qn, my.hn, my.d)
     end
 else
-    redis.call('HSET', key, 't', fmt(t), 'ts', fmt(ts))
+    redis.call('HSET', key, 't', fmt[t], 'ts', fmt[ts])
     if f[my.h] or f[my.e] or f[my.q] or f[my.qn] or f[my.hn] or f[my.d] then
         redis.call('HDEL', key, my.h, my.e, my.q, my.qn, my.hn, my.d)
     end
@@ -333,8 +336,9 @@ end
 local holders, emin, emax = 0, nil, now
 for _, e in next, exp do
     holders = holders + 1
-    emin = min(emin or e, e)
-    emax = max(emax, e)
+    local m = emin or e
+    emin = e < m and e or m -- min(emin or e, e)
+    emax = e > emax and e or emax
 end
 local rate_ms = rate * 1000
 local free_ms = rate > P and (rate - P) * 1000 or rate_ms -- refill of t (after the leases, if none)
@@ -343,9 +347,13 @@ if t < 1 then
     retry = (1 - t) / free_ms
     if (b - H < 1 or rate <= P) and emin then retry = max(retry, (emin - now) / 1000) end
 end
-local reset = max(0, b - H - t) / free_ms
-local life = max((ts - now) / 1000 + (b - t) / rate_ms, (emax - now) / 1000)
+local reset = b - H - t
+reset = (reset > 0 and reset or 0) / free_ms -- max(0, b - H - t) / free_ms
+local life, life_e = (ts - now) / 1000 + (b - t) / rate_ms, (emax - now) / 1000
+life = life_e > life and life_e or life
 if P > 0 then life = (emax - now) / 1000 + (b - t) / rate_ms end
-redis.call('PEXPIRE', key, fmt(min(ceil(life) + 1000, 1e15)))
-return {g + taken, max(0, floor(t)), H, holders, ceil(retry), ceil(reset),
-        mine > 0 and ttl or 0, mine, floor(q / rate * 1e6), had}
+local pttl = ceil(life) + 1000
+redis.call('PEXPIRE', key, fmt[1e15 < pttl and 1e15 or pttl])
+local left = floor(t)
+return {g + taken, left > 0 and left or 0, H, holders, retry == 0 and 0 or ceil(retry),
+        ceil(reset), mine > 0 and ttl or 0, mine, floor(q / rate * 1e6), had}

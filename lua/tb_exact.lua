@@ -19,13 +19,14 @@ Invariant: after every call t + H <= b (H = tokens held by unexpired leases).
 Uses Redis server time only.
 ]]
 
--- num(ARGV, i, min) and fmt(x) remember the numbers they convert: the
--- operations of a batch repeat the same few (rules, Redis time), and strtod()
--- and '%.17g' cost more than the arithmetic. Calls, even of math.min, cost
--- more than the lines around them: the hot paths make few.
+-- num(ARGV, i, min) and fmt[x] (x as text, exact) remember the numbers they
+-- convert: the operations of a batch repeat the same few (rules, Redis time),
+-- and strtod() and '%.17g' cost more than the arithmetic. Calls, even of
+-- math.min, cost more than the lines around them: the hot paths make few
+-- (fmt is a table: a number already seen costs no call).
 local floor, ceil, min, max = math.floor, math.ceil, math.min, math.max
 local huge, format = math.huge, string.format
-local ints, strs = {}, {}
+local ints = {}
 local function num(ARGV, i, min, default)
     local s = ARGV[i] or default
     local v = ints[s] -- floor(tonumber(s)) of an s that passed: >= 0
@@ -38,19 +39,16 @@ local function num(ARGV, i, min, default)
     ints[s] = v
     return v
 end
-local function fmt(x) -- format('%.17g', x): the exact value
-    local s = strs[x]
-    if s == nil then
-        -- whole numbers below 2^53 print the same with %d, which is cheaper
-        if x == floor(x) and x < 2 ^ 53 and x > -2 ^ 53 and x ~= 0 then
-            s = format('%d', x)
-        else
-            s = format('%.17g', x)
-        end
-        if x ~= 0 and x == x then strs[x] = s end -- 0 and -0 are one key; NaN none
+local fmt = setmetatable({}, {__index = function(strs, x) -- fmt[x]: format('%.17g', x)
+    local s
+    if x == floor(x) and x < 2 ^ 53 and x > -2 ^ 53 and x ~= 0 then
+        s = format('%d', x) -- the same text for whole numbers below 2^53, and cheaper
+    else
+        s = format('%.17g', x)
     end
+    if x ~= 0 and x == x then strs[x] = s end -- 0 and -0 are one key; NaN none
     return s
-end
+end})
 
 -- (1) Advance to now. The refill never lifts t above b - H, where H is what
 -- the leases held AT THAT TIME, and runs at r - P, where P is the rate the
@@ -132,7 +130,7 @@ end
 -- Take n if there are n.
 local allowed = 0
 if t >= n then t, allowed = t - n, 1 end
-redis.call('HSET', key, 't', fmt(t), 'ts', fmt(ts))
+redis.call('HSET', key, 't', fmt[t], 'ts', fmt[ts])
 
 local rate_ms = rate * 1000
 local free_ms = rate > P and (rate - P) * 1000 or rate_ms -- refill of t (after the leases, if none)
@@ -141,8 +139,15 @@ if t < n then
     retry = (n - t) / free_ms
     if (b - H < n or rate <= P) and emin then retry = max(retry, (emin - now) / 1000) end
 end
-local reset = max(0, b - H - t) / free_ms
-local life = max((ts - now) / 1000 + (b - t) / rate_ms, (emax - now) / 1000)
+-- Lines run on every call write max(a, b) as `b > a and b or a` and min(a, b)
+-- as `b < a and b or a`: what math.max and math.min return, without a call
+-- (a call costs more than the arithmetic around it).
+local reset = b - H - t
+reset = (reset > 0 and reset or 0) / free_ms -- max(0, b - H - t) / free_ms
+local life, life_e = (ts - now) / 1000 + (b - t) / rate_ms, (emax - now) / 1000
+life = life_e > life and life_e or life
 if P > 0 then life = (emax - now) / 1000 + (b - t) / rate_ms end
-redis.call('PEXPIRE', key, fmt(min(ceil(life) + 1000, 1e15)))
-return {allowed, max(0, floor(t)), ceil(retry), ceil(reset)}
+local pttl = ceil(life) + 1000
+redis.call('PEXPIRE', key, fmt[1e15 < pttl and 1e15 or pttl])
+local left = floor(t)
+return {allowed, left > 0 and left or 0, retry == 0 and 0 or ceil(retry), ceil(reset)}

@@ -22,13 +22,14 @@ Invariant: after every call t + H <= b (H = tokens held by unexpired leases).
 Uses Redis server time only.
 ]]
 
--- num(ARGV, i, min) and fmt(x) remember the numbers they convert: the
--- operations of a batch repeat the same few (rules, Redis time), and strtod()
--- and '%.17g' cost more than the arithmetic. Calls, even of math.min, cost
--- more than the lines around them: the hot paths make few.
+-- num(ARGV, i, min) and fmt[x] (x as text, exact) remember the numbers they
+-- convert: the operations of a batch repeat the same few (rules, Redis time),
+-- and strtod() and '%.17g' cost more than the arithmetic. Calls, even of
+-- math.min, cost more than the lines around them: the hot paths make few
+-- (fmt is a table: a number already seen costs no call).
 local floor, ceil, min, max = math.floor, math.ceil, math.min, math.max
 local huge, format = math.huge, string.format
-local ints, strs = {}, {}
+local ints = {}
 local function num(ARGV, i, min)
     local s = ARGV[i]
     local v = ints[s] -- floor(tonumber(s)) of an s that passed: >= 0
@@ -41,19 +42,16 @@ local function num(ARGV, i, min)
     ints[s] = v
     return v
 end
-local function fmt(x) -- format('%.17g', x): the exact value
-    local s = strs[x]
-    if s == nil then
-        -- whole numbers below 2^53 print the same with %d, which is cheaper
-        if x == floor(x) and x < 2 ^ 53 and x > -2 ^ 53 and x ~= 0 then
-            s = format('%d', x)
-        else
-            s = format('%.17g', x)
-        end
-        if x ~= 0 and x == x then strs[x] = s end -- 0 and -0 are one key; NaN none
+local fmt = setmetatable({}, {__index = function(strs, x) -- fmt[x]: format('%.17g', x)
+    local s
+    if x == floor(x) and x < 2 ^ 53 and x > -2 ^ 53 and x ~= 0 then
+        s = format('%d', x) -- the same text for whole numbers below 2^53, and cheaper
+    else
+        s = format('%.17g', x)
     end
+    if x ~= 0 and x == x then strs[x] = s end -- 0 and -0 are one key; NaN none
     return s
-end
+end})
 
 -- (1) Advance to now. The refill never lifts t above b - H, where H is what
 -- the leases held AT THAT TIME, and runs at r - P, where P is the rate the
@@ -146,7 +144,7 @@ for a, _ in next, held do
     emax = max(emax, exp[a])
 end
 
-redis.call('HSET', key, 't', fmt(t), 'ts', fmt(ts))
+redis.call('HSET', key, 't', fmt[t], 'ts', fmt[ts])
 redis.call('HDEL', key, 'h:' .. agent, 'e:' .. agent, 'q:' .. agent, 'qn:' .. agent,
            'hn:' .. agent, 'd:' .. agent)
 
@@ -160,5 +158,5 @@ end
 local reset = max(0, b - H - t) / free_ms
 local life = max((ts - now) / 1000 + (b - t) / rate_ms, (emax - now) / 1000)
 if P > 0 then life = (emax - now) / 1000 + (b - t) / rate_ms end
-redis.call('PEXPIRE', key, fmt(min(ceil(life) + 1000, 1e15)))
+redis.call('PEXPIRE', key, fmt[min(ceil(life) + 1000, 1e15)])
 return {0, max(0, floor(t)), H, holders, ceil(retry), ceil(reset), 0, 0, 0, had}
