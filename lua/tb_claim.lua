@@ -123,6 +123,8 @@ local function refill(t, ts, to, cap, r) -- t from ts on to `to`, at rate r, und
     return t, ts
 end
 local function by_expiry(x, y) return x.e < y.e end
+-- held and share of a key without leases (most keys): NONE, never written.
+local NONE = {}
 local function advance(key, f, b, rate, now)
     local t, ts = f.t, f.ts -- (no tonumber() calls on a new key)
     t, ts = t and tonumber(t), ts and tonumber(ts) or now
@@ -138,8 +140,9 @@ local function advance(key, f, b, rate, now)
             leases[#leases + 1] = l
         end
     end
-    local held, exp, share = {}, {}, {}
+    local held, exp, share = NONE, {}, NONE -- (exp: the caller may change it)
     if leases then -- none on most keys
+        held, share = {}, {}
         table.sort(leases, by_expiry)
         for _, l in ipairs(leases) do
             if l.e <= now then
@@ -161,7 +164,7 @@ end
 -- once per batch, and runs what follows once per operation.
 local key, agent = KEYS[1], ARGV[1]
 if agent == nil or agent == '' then error('tb_claim: empty agent id') end
-local my = fields(agent) -- my.h is 'h:' .. agent, ...
+local my = named[agent] or fields(agent) -- my.h is 'h:' .. agent, ...
 local limit, period, b = num(ARGV, 2, 1), num(ARGV, 3, 1), num(ARGV, 4, 0)
 local want, used, ret, ttl = num(ARGV, 5, 0), num(ARGV, 6, 0), num(ARGV, 7, 0), num(ARGV, 8, 1)
 -- A rate lease: both or neither of ARGV[9] and ARGV[10].

@@ -73,6 +73,8 @@ local function refill(t, ts, to, cap, r) -- t from ts on to `to`, at rate r, und
     return t, ts
 end
 local function by_expiry(x, y) return x.e < y.e end
+-- held and share of a key without leases (most keys): NONE, never written.
+local NONE = {}
 local function advance(key, f, b, rate, now)
     local t, ts = f.t, f.ts -- (no tonumber() calls on a new key)
     t, ts = t and tonumber(t), ts and tonumber(ts) or now
@@ -88,8 +90,9 @@ local function advance(key, f, b, rate, now)
             leases[#leases + 1] = l
         end
     end
-    local held, exp, share = {}, {}, {}
+    local held, exp, share = NONE, {}, NONE -- (exp: the caller may change it)
     if leases then -- none on most keys
+        held, share = {}, {}
         table.sort(leases, by_expiry)
         for _, l in ipairs(leases) do
             if l.e <= now then
@@ -133,7 +136,7 @@ local counted = held[agent] or 0
 local had = counted
 local mine = min(counted, tonumber(f['hn:' .. agent]) or counted)
 local ret = mine - min(used, mine)
-held[agent], exp[agent] = nil, nil
+if held[agent] then held[agent], exp[agent] = nil, nil end -- (held may be NONE)
 t, H, P = t + ret, H - counted, P - (share[agent] or 0)
 t = min(t, b - H)
 
