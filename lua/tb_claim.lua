@@ -79,6 +79,13 @@ local function num(ARGV, i, min)
     ints[s] = v
     return v
 end
+-- num() of ARGV[i], ARGV[i + 1] and ARGV[i + 2], with these minimums: one call
+-- where all three were seen before.
+local function num3(ARGV, i, m1, m2, m3)
+    local x, y, z = ints[ARGV[i]], ints[ARGV[i + 1]], ints[ARGV[i + 2]]
+    if x and x >= m1 and y and y >= m2 and z and z >= m3 then return x, y, z end
+    return num(ARGV, i, m1), num(ARGV, i + 1, m2), num(ARGV, i + 2, m3)
+end
 local fmt = setmetatable({}, {__index = function(strs, x) -- fmt[x]: format('%.17g', x)
     local s
     if x == floor(x) and x < 2 ^ 53 and x > -2 ^ 53 and x ~= 0 then
@@ -123,7 +130,7 @@ local function refill(t, ts, to, cap, r) -- t from ts on to `to`, at rate r, und
     return t, ts
 end
 local function by_expiry(x, y) return x.e < y.e end
--- held and share of a key without leases (most keys): NONE, never written.
+-- held, exp and share of a key without leases (most keys): NONE, never written.
 local NONE = {}
 local function advance(key, f, b, rate, now)
     local t, ts = f.t, f.ts -- (no tonumber() calls on a new key)
@@ -140,9 +147,9 @@ local function advance(key, f, b, rate, now)
             leases[#leases + 1] = l
         end
     end
-    local held, exp, share = NONE, {}, NONE -- (exp: the caller may change it)
+    local held, exp, share = NONE, NONE, NONE
     if leases then -- none on most keys
-        held, share = {}, {}
+        held, exp, share = {}, {}, {}
         table.sort(leases, by_expiry)
         for _, l in ipairs(leases) do
             if l.e <= now then
@@ -165,8 +172,9 @@ end
 local key, agent = KEYS[1], ARGV[1]
 if agent == nil or agent == '' then error('tb_claim: empty agent id') end
 local my = named[agent] or fields(agent) -- my.h is 'h:' .. agent, ...
-local limit, period, b = num(ARGV, 2, 1), num(ARGV, 3, 1), num(ARGV, 4, 0)
-local want, used, ret, ttl = num(ARGV, 5, 0), num(ARGV, 6, 0), num(ARGV, 7, 0), num(ARGV, 8, 1)
+local limit, period, b = num3(ARGV, 2, 1, 1, 0)
+local want, used, ret = num3(ARGV, 5, 0, 0, 0)
+local ttl = num(ARGV, 8, 1)
 -- A rate lease: both or neither of ARGV[9] and ARGV[10].
 local rated = ARGV[9] ~= nil
 local qwant, demand = 0, 0
@@ -309,6 +317,7 @@ end
 -- 0) with its demand, for a ttl: the others' shares make room for it when
 -- they renew.
 local eold = exp[agent]
+if exp == NONE then exp = {} end -- (advance()'s NONE is never written)
 if mine > 0 or (rated and demand > 0) then
     exp[agent] = now + ttl * 1000
 elseif (hcount > 0 or qcount > 0) and eold then

@@ -39,6 +39,13 @@ local function num(ARGV, i, min, default)
     ints[s] = v
     return v
 end
+-- num() of ARGV[i], ARGV[i + 1] and ARGV[i + 2], with these minimums: one call
+-- where all three were seen before.
+local function num3(ARGV, i, m1, m2, m3)
+    local x, y, z = ints[ARGV[i]], ints[ARGV[i + 1]], ints[ARGV[i + 2]]
+    if x and x >= m1 and y and y >= m2 and z and z >= m3 then return x, y, z end
+    return num(ARGV, i, m1), num(ARGV, i + 1, m2), num(ARGV, i + 2, m3)
+end
 local fmt = setmetatable({}, {__index = function(strs, x) -- fmt[x]: format('%.17g', x)
     local s
     if x == floor(x) and x < 2 ^ 53 and x > -2 ^ 53 and x ~= 0 then
@@ -70,7 +77,7 @@ local function refill(t, ts, to, cap, r) -- t from ts on to `to`, at rate r, und
     return t, ts
 end
 local function by_expiry(x, y) return x.e < y.e end
--- held and share of a key without leases (most keys): NONE, never written.
+-- held, exp and share of a key without leases (most keys): NONE, never written.
 local NONE = {}
 local function advance(key, f, b, rate, now)
     local t, ts = f.t, f.ts -- (no tonumber() calls on a new key)
@@ -87,9 +94,9 @@ local function advance(key, f, b, rate, now)
             leases[#leases + 1] = l
         end
     end
-    local held, exp, share = NONE, {}, NONE -- (exp: the caller may change it)
+    local held, exp, share = NONE, NONE, NONE
     if leases then -- none on most keys
-        held, share = {}, {}
+        held, exp, share = {}, {}, {}
         table.sort(leases, by_expiry)
         for _, l in ipairs(leases) do
             if l.e <= now then
@@ -110,7 +117,8 @@ end
 -- per call. Everything above takes its input as parameters: lua/batch.sh defines it
 -- once per batch, and runs what follows once per operation.
 local key = KEYS[1]
-local limit, period, b, n = num(ARGV, 1, 1), num(ARGV, 2, 1), num(ARGV, 3, 0), num(ARGV, 4, 1, 1)
+local limit, period, b = num3(ARGV, 1, 1, 1, 0)
+local n = num(ARGV, 4, 1, 1)
 local rate = limit / (period * 1000) -- tokens per microsecond
 
 local tm = redis.call('TIME')

@@ -72,7 +72,7 @@ local function refill(t, ts, to, cap, r) -- t from ts on to `to`, at rate r, und
     return t, ts
 end
 local function by_expiry(x, y) return x.e < y.e end
--- held and share of a key without leases (most keys): NONE, never written.
+-- held, exp and share of a key without leases (most keys): NONE, never written.
 local NONE = {}
 local function advance(key, f, b, rate, now)
     local t, ts = f.t, f.ts -- (no tonumber() calls on a new key)
@@ -89,9 +89,9 @@ local function advance(key, f, b, rate, now)
             leases[#leases + 1] = l
         end
     end
-    local held, exp, share = NONE, {}, NONE -- (exp: the caller may change it)
+    local held, exp, share = NONE, NONE, NONE
     if leases then -- none on most keys
-        held, share = {}, {}
+        held, exp, share = {}, {}, {}
         table.sort(leases, by_expiry)
         for _, l in ipairs(leases) do
             if l.e <= now then
