@@ -331,14 +331,14 @@ if exp[agent] then
     if qcount > 0 or rated then
         redis.call('HSET', key, my.q, fmt[qcount], my.qn, fmt[q],
                    my.hn, fmt[mine], my.d, fmt[rated and demand or 0])
-    elseif f[my.q] or f[my.qn] or f[my.hn] or f[my.d] then
+    elseif raw[1] ~= nil and (f[my.q] or f[my.qn] or f[my.hn] or f[my.d]) then -- (a key with fields)
         -- (only if there: nothing since the HGETALL writes them, and a call saved is
         -- most of the cost of a claim on a new key)
         redis.call('HDEL', key, my.q, my.qn, my.hn, my.d)
     end
 else
     redis.call('HSET', key, 't', fmt[t], 'ts', fmt[ts])
-    if f[my.h] or f[my.e] or f[my.q] or f[my.qn] or f[my.hn] or f[my.d] then
+    if raw[1] ~= nil and (f[my.h] or f[my.e] or f[my.q] or f[my.qn] or f[my.hn] or f[my.d]) then
         redis.call('HDEL', key, my.h, my.e, my.q, my.qn, my.hn, my.d)
     end
 end

@@ -133,9 +133,11 @@ end
 
 local t, ts, H, held, exp, share, P = advance(key, f, b, rate, now)
 local emin, emax = nil, now
-for a, _ in next, held do
-    emin = min(emin or exp[a], exp[a])
-    emax = max(emax, exp[a])
+if held ~= NONE then -- (a key with leases)
+    for a, _ in next, held do
+        emin = min(emin or exp[a], exp[a])
+        emax = max(emax, exp[a])
+    end
 end
 
 -- Take n if there are n.
