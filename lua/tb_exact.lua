@@ -27,8 +27,8 @@ Uses Redis server time only.
 local floor, ceil, min, max = math.floor, math.ceil, math.min, math.max
 local huge, format = math.huge, string.format
 local ints = {}
-local function num(ARGV, i, min, default)
-    local s = ARGV[i] or default
+local function num(ARGV, i, min)
+    local s = ARGV[i]
     local v = ints[s] -- floor(tonumber(s)) of an s that passed: >= 0
     if v ~= nil and v >= min then return v end -- (floor(x) >= min iff x >= min)
     v = tonumber(s)
@@ -118,7 +118,7 @@ end
 -- once per batch, and runs what follows once per operation.
 local key = KEYS[1]
 local limit, period, b = num3(ARGV, 1, 1, 1, 0)
-local n = num(ARGV, 4, 1, 1)
+local n = ARGV[4] == nil and 1 or num(ARGV, 4, 1) -- (the agent sends no n for 1)
 local rate = limit / (period * 1000) -- tokens per microsecond
 
 local tm = redis.call('TIME')
