@@ -43,27 +43,56 @@ Invariant: c <= N and the sum of current-window holdings <= c after every call.
 Uses Redis server time only; agents never send timestamps.
 ]]
 
-local key, agent = KEYS[1], ARGV[1]
-if agent == nil or agent == '' then error('sw_claim: empty agent id') end
-local function num(i, min)
-    local v = tonumber(ARGV[i])
-    if v == nil or v ~= v or v < min or v == math.huge then
+-- num(ARGV, i, min) and fmt[x] (x as text, exact) remember the numbers they
+-- convert: the operations of a batch repeat the same few (rules, Redis time),
+-- and strtod() and '%.17g' cost more than the arithmetic. Calls, even of
+-- math.min, cost more than the lines around them: the hot paths make few
+-- (fmt is a table: a number already seen costs no call).
+local floor, ceil, min, max = math.floor, math.ceil, math.min, math.max
+local huge, format = math.huge, string.format
+local ints = {}
+local function num(ARGV, i, min)
+    local s = ARGV[i]
+    local v = ints[s] -- floor(tonumber(s)) of an s that passed: >= 0
+    if v ~= nil and v >= min then return v end -- (floor(x) >= min iff x >= min)
+    v = tonumber(s)
+    if v == nil or v ~= v or v < min or v == huge then
         error('sw_claim: bad ARGV[' .. i .. ']')
     end
-    return math.floor(v)
+    v = floor(v)
+    ints[s] = v
+    return v
 end
-local limit, period = num(2, 1), num(3, 1)
-local want, used, ret, ttl = num(5, 0), num(6, 0), num(7, 0), num(8, 1)
+local fmt = setmetatable({}, {__index = function(strs, x) -- fmt[x]: format('%.17g', x)
+    local s
+    if x == floor(x) and x < 2 ^ 53 and x > -2 ^ 53 and x ~= 0 then
+        s = format('%d', x) -- the same text for whole numbers below 2^53, and cheaper
+    else
+        s = format('%.17g', x)
+    end
+    if x ~= 0 and x == x then strs[x] = s end -- 0 and -0 are one key; NaN none
+    return s
+end})
+
+-- per call. Everything above takes its input as parameters: lua/batch.sh defines it
+-- once per batch, and runs what follows once per operation.
+local key, agent = KEYS[1], ARGV[1]
+if agent == nil or agent == '' then error('sw_claim: empty agent id') end
+local limit, period = num(ARGV, 2, 1), num(ARGV, 3, 1)
+local want, used, ret, ttl = num(ARGV, 5, 0), num(ARGV, 6, 0), num(ARGV, 7, 0), num(ARGV, 8, 1)
 local wus = period * 1000 -- window length, microseconds
-local function fmt(x) return string.format('%.17g', x) end
 
 local tm = redis.call('TIME')
 local now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
-local k = math.floor(now / wus) -- guard the division's rounding
+local k = floor(now / wus) -- guard the division's rounding
 if k * wus > now then k = k - 1 elseif (k + 1) * wus <= now then k = k + 1 end
 
-local f, raw = {}, redis.call('HGETALL', key)
-for i = 1, #raw, 2 do f[raw[i]] = raw[i + 1] end
+local raw = redis.call('HGETALL', key)
+local f = raw -- the fields by name; f is only read: a new key's empty reply will do
+if raw[1] ~= nil then
+    f = {}
+    for i = 1, #raw, 2 do f[raw[i]] = raw[i + 1] end
+end
 
 -- Roll the windows forward to k (never back, should the clock go back).
 local W, c, p = tonumber(f.w), tonumber(f.c) or 0, tonumber(f.p) or 0
@@ -72,11 +101,11 @@ if W == nil or k > W + 1 then
 elseif k == W + 1 then
     W, c, p = k, 0, c
 end
-local left = math.min(wus, math.max(0, (W + 1) * wus - now)) -- us to the boundary
+local left = min(wus, max(0, (W + 1) * wus - now)) -- us to the boundary
 
 -- Leases of older windows are over: forget them (their units stay counted).
 local held = {}
-for fk, v in pairs(f) do
+for fk, v in next, f do
     if string.sub(fk, 1, 2) == 'h:' then
         local a = string.sub(fk, 3)
         if tonumber(f['w:' .. a]) == W then
@@ -89,10 +118,10 @@ end
 
 -- Settle the caller: unspent units returned in their window leave the count.
 local mine = held[agent] or 0
-used = math.min(used, mine)
-ret = math.min(ret, mine - used)
+used = min(used, mine)
+ret = min(ret, mine - used)
 mine = mine - used - ret
-c = math.max(0, c - ret)
+c = max(0, c - ret)
 
 -- Grant what fits under the limit, and pre-charge it. Not in the window's
 -- last millisecond: the lease would end there (lease_ms 0), so the units
@@ -101,12 +130,12 @@ c = math.max(0, c - ret)
 -- window instead.
 local est = p * left / wus + c
 local g = 0
-if left >= 1000 then g = math.max(0, math.min(want, math.floor(limit - est))) end
+if left >= 1000 then g = max(0, min(want, floor(limit - est))) end
 c, mine, est = c + g, mine + g, est + g
 held[agent] = mine
-redis.call('HSET', key, 'w', fmt(W), 'c', fmt(c), 'p', fmt(p))
+redis.call('HSET', key, 'w', fmt[W], 'c', fmt[c], 'p', fmt[p])
 if mine > 0 then
-    redis.call('HSET', key, 'h:' .. agent, fmt(mine), 'w:' .. agent, fmt(W))
+    redis.call('HSET', key, 'h:' .. agent, fmt[mine], 'w:' .. agent, fmt[W])
 else
     held[agent] = nil
     redis.call('HDEL', key, 'h:' .. agent, 'w:' .. agent)
@@ -116,13 +145,13 @@ end
 -- p decays over the rest of this window, then c decays over the next one.
 local function wait_us(thr)
     if est <= thr then return 0 end
-    thr = math.max(thr, 0)
+    thr = max(thr, 0)
     if c <= thr then return (est - thr) * wus / p end
     return left + (c - thr) * wus / c
 end
 local H, holders = 0, 0
-for _, h in pairs(held) do H, holders = H + h, holders + 1 end
-redis.call('PEXPIRE', key, fmt(math.ceil((left + wus) / 1000) + 1000))
-return {g, math.max(0, math.floor(limit - est)), H, holders,
-        math.ceil(wait_us(limit - 1) / 1000), math.ceil(wait_us(0) / 1000),
-        mine > 0 and math.floor(math.min(ttl * 1000, left) / 1000) or 0, mine, 0, 0}
+for _, h in next, held do H, holders = H + h, holders + 1 end
+redis.call('PEXPIRE', key, fmt[ceil((left + wus) / 1000) + 1000])
+return {g, max(0, floor(limit - est)), H, holders,
+        ceil(wait_us(limit - 1) / 1000), ceil(wait_us(0) / 1000),
+        mine > 0 and floor(min(ttl * 1000, left) / 1000) or 0, mine, 0, 0}

@@ -19,21 +19,46 @@ Invariant: c <= N after every call.
 Uses Redis server time only.
 ]]
 
-local key = KEYS[1]
-local function num(i, min, default)
-    local v = tonumber(ARGV[i] or default)
-    if v == nil or v ~= v or v < min or v == math.huge then
+-- num(ARGV, i, min) and fmt[x] (x as text, exact) remember the numbers they
+-- convert: the operations of a batch repeat the same few (rules, Redis time),
+-- and strtod() and '%.17g' cost more than the arithmetic. Calls, even of
+-- math.min, cost more than the lines around them: the hot paths make few
+-- (fmt is a table: a number already seen costs no call).
+local floor, ceil, min, max = math.floor, math.ceil, math.min, math.max
+local huge, format = math.huge, string.format
+local ints = {}
+local function num(ARGV, i, min, default)
+    local s = ARGV[i] or default
+    local v = ints[s] -- floor(tonumber(s)) of an s that passed: >= 0
+    if v ~= nil and v >= min then return v end -- (floor(x) >= min iff x >= min)
+    v = tonumber(s)
+    if v == nil or v ~= v or v < min or v == huge then
         error('sw_exact: bad ARGV[' .. i .. ']')
     end
-    return math.floor(v)
+    v = floor(v)
+    ints[s] = v
+    return v
 end
-local limit, period, n = num(1, 1), num(2, 1), num(4, 1, 1)
+local fmt = setmetatable({}, {__index = function(strs, x) -- fmt[x]: format('%.17g', x)
+    local s
+    if x == floor(x) and x < 2 ^ 53 and x > -2 ^ 53 and x ~= 0 then
+        s = format('%d', x) -- the same text for whole numbers below 2^53, and cheaper
+    else
+        s = format('%.17g', x)
+    end
+    if x ~= 0 and x == x then strs[x] = s end -- 0 and -0 are one key; NaN none
+    return s
+end})
+
+-- per call. Everything above takes its input as parameters: lua/batch.sh defines it
+-- once per batch, and runs what follows once per operation.
+local key = KEYS[1]
+local limit, period, n = num(ARGV, 1, 1), num(ARGV, 2, 1), num(ARGV, 4, 1, 1)
 local wus = period * 1000 -- window length, microseconds
-local function fmt(x) return string.format('%.17g', x) end
 
 local tm = redis.call('TIME')
 local now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
-local k = math.floor(now / wus) -- guard the division's rounding
+local k = floor(now / wus) -- guard the division's rounding
 if k * wus > now then k = k - 1 elseif (k + 1) * wus <= now then k = k + 1 end
 
 -- Roll the windows forward to k (never back). Stale leases are left to
@@ -45,19 +70,19 @@ if W == nil or k > W + 1 then
 elseif k == W + 1 then
     W, c, p = k, 0, c
 end
-local left = math.min(wus, math.max(0, (W + 1) * wus - now))
+local left = min(wus, max(0, (W + 1) * wus - now))
 
 local est = p * left / wus + c
 local allowed = 0
 if est + n <= limit then c, est, allowed = c + n, est + n, 1 end
-redis.call('HSET', key, 'w', fmt(W), 'c', fmt(c), 'p', fmt(p))
+redis.call('HSET', key, 'w', fmt[W], 'c', fmt[c], 'p', fmt[p])
 
 local function wait_us(thr) -- see sw_claim.lua
     if est <= thr then return 0 end
-    thr = math.max(thr, 0)
+    thr = max(thr, 0)
     if c <= thr then return (est - thr) * wus / p end
     return left + (c - thr) * wus / c
 end
-redis.call('PEXPIRE', key, fmt(math.ceil((left + wus) / 1000) + 1000))
-return {allowed, math.max(0, math.floor(limit - est)),
-        math.ceil(wait_us(limit - n) / 1000), math.ceil(wait_us(0) / 1000)}
+redis.call('PEXPIRE', key, fmt[ceil((left + wus) / 1000) + 1000])
+return {allowed, max(0, floor(limit - est)),
+        ceil(wait_us(limit - n) / 1000), ceil(wait_us(0) / 1000)}

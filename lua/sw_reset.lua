@@ -21,25 +21,54 @@ lease left the key is deleted: a missing counter is an empty one. Uses Redis
 server time only.
 ]]
 
-local key = KEYS[1]
-local function num(i, min)
-    local v = tonumber(ARGV[i])
-    if v == nil or v ~= v or v < min or v == math.huge then
+-- num(ARGV, i, min) and fmt[x] (x as text, exact) remember the numbers they
+-- convert: the operations of a batch repeat the same few (rules, Redis time),
+-- and strtod() and '%.17g' cost more than the arithmetic. Calls, even of
+-- math.min, cost more than the lines around them: the hot paths make few
+-- (fmt is a table: a number already seen costs no call).
+local floor, ceil, min, max = math.floor, math.ceil, math.min, math.max
+local huge, format = math.huge, string.format
+local ints = {}
+local function num(ARGV, i, min)
+    local s = ARGV[i]
+    local v = ints[s] -- floor(tonumber(s)) of an s that passed: >= 0
+    if v ~= nil and v >= min then return v end -- (floor(x) >= min iff x >= min)
+    v = tonumber(s)
+    if v == nil or v ~= v or v < min or v == huge then
         error('sw_reset: bad ARGV[' .. i .. ']')
     end
-    return math.floor(v)
+    v = floor(v)
+    ints[s] = v
+    return v
 end
-local limit, period = num(1, 1), num(2, 1)
+local fmt = setmetatable({}, {__index = function(strs, x) -- fmt[x]: format('%.17g', x)
+    local s
+    if x == floor(x) and x < 2 ^ 53 and x > -2 ^ 53 and x ~= 0 then
+        s = format('%d', x) -- the same text for whole numbers below 2^53, and cheaper
+    else
+        s = format('%.17g', x)
+    end
+    if x ~= 0 and x == x then strs[x] = s end -- 0 and -0 are one key; NaN none
+    return s
+end})
+
+-- per call. Everything above takes its input as parameters: lua/batch.sh defines it
+-- once per batch, and runs what follows once per operation.
+local key = KEYS[1]
+local limit, period = num(ARGV, 1, 1), num(ARGV, 2, 1)
 local wus = period * 1000 -- window length, microseconds
-local function fmt(x) return string.format('%.17g', x) end
 
 local tm = redis.call('TIME')
 local now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
-local k = math.floor(now / wus) -- guard the division's rounding
+local k = floor(now / wus) -- guard the division's rounding
 if k * wus > now then k = k - 1 elseif (k + 1) * wus <= now then k = k + 1 end
 
-local f, raw = {}, redis.call('HGETALL', key)
-for i = 1, #raw, 2 do f[raw[i]] = raw[i + 1] end
+local raw = redis.call('HGETALL', key)
+local f = raw -- the fields by name; f is only read: a new key's empty reply will do
+if raw[1] ~= nil then
+    f = {}
+    for i = 1, #raw, 2 do f[raw[i]] = raw[i + 1] end
+end
 
 -- Roll the windows forward to k (never back), as sw_claim does.
 local W, c, p = tonumber(f.w), tonumber(f.c) or 0, tonumber(f.p) or 0
@@ -48,12 +77,12 @@ if W == nil or k > W + 1 then
 elseif k == W + 1 then
     W, c, p = k, 0, c
 end
-local left = math.min(wus, math.max(0, (W + 1) * wus - now)) -- us to the boundary
-local before = math.max(0, math.floor(limit - (p * left / wus + c)))
+local left = min(wus, max(0, (W + 1) * wus - now)) -- us to the boundary
+local before = max(0, floor(limit - (p * left / wus + c)))
 
 -- Leases of older windows are over: forget them (their units stay counted).
 local H, holders = 0, 0
-for fk, v in pairs(f) do
+for fk, v in next, f do
     if string.sub(fk, 1, 2) == 'h:' then
         local a = string.sub(fk, 3)
         if tonumber(f['w:' .. a]) == W then
@@ -69,6 +98,6 @@ if holders == 0 then
     return {limit, 0, 0, before}
 end
 c, p = H, 0
-redis.call('HSET', key, 'w', fmt(W), 'c', fmt(c), 'p', fmt(p))
-redis.call('PEXPIRE', key, fmt(math.ceil((left + wus) / 1000) + 1000))
-return {math.max(0, math.floor(limit - c)), H, holders, before}
+redis.call('HSET', key, 'w', fmt[W], 'c', fmt[c], 'p', fmt[p])
+redis.call('PEXPIRE', key, fmt[ceil((left + wus) / 1000) + 1000])
+return {max(0, floor(limit - c)), H, holders, before}

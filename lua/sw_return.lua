@@ -18,26 +18,55 @@ Invariant: c <= N and the sum of current-window holdings <= c after every call.
 Uses Redis server time only.
 ]]
 
-local key, agent = KEYS[1], ARGV[1]
-if agent == nil or agent == '' then error('sw_return: empty agent id') end
-local function num(i, min)
-    local v = tonumber(ARGV[i])
-    if v == nil or v ~= v or v < min or v == math.huge then
+-- num(ARGV, i, min) and fmt[x] (x as text, exact) remember the numbers they
+-- convert: the operations of a batch repeat the same few (rules, Redis time),
+-- and strtod() and '%.17g' cost more than the arithmetic. Calls, even of
+-- math.min, cost more than the lines around them: the hot paths make few
+-- (fmt is a table: a number already seen costs no call).
+local floor, ceil, min, max = math.floor, math.ceil, math.min, math.max
+local huge, format = math.huge, string.format
+local ints = {}
+local function num(ARGV, i, min)
+    local s = ARGV[i]
+    local v = ints[s] -- floor(tonumber(s)) of an s that passed: >= 0
+    if v ~= nil and v >= min then return v end -- (floor(x) >= min iff x >= min)
+    v = tonumber(s)
+    if v == nil or v ~= v or v < min or v == huge then
         error('sw_return: bad ARGV[' .. i .. ']')
     end
-    return math.floor(v)
+    v = floor(v)
+    ints[s] = v
+    return v
 end
-local limit, period, used = num(2, 1), num(3, 1), num(5, 0)
+local fmt = setmetatable({}, {__index = function(strs, x) -- fmt[x]: format('%.17g', x)
+    local s
+    if x == floor(x) and x < 2 ^ 53 and x > -2 ^ 53 and x ~= 0 then
+        s = format('%d', x) -- the same text for whole numbers below 2^53, and cheaper
+    else
+        s = format('%.17g', x)
+    end
+    if x ~= 0 and x == x then strs[x] = s end -- 0 and -0 are one key; NaN none
+    return s
+end})
+
+-- per call. Everything above takes its input as parameters: lua/batch.sh defines it
+-- once per batch, and runs what follows once per operation.
+local key, agent = KEYS[1], ARGV[1]
+if agent == nil or agent == '' then error('sw_return: empty agent id') end
+local limit, period, used = num(ARGV, 2, 1), num(ARGV, 3, 1), num(ARGV, 5, 0)
 local wus = period * 1000 -- window length, microseconds
-local function fmt(x) return string.format('%.17g', x) end
 
 local tm = redis.call('TIME')
 local now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
-local k = math.floor(now / wus) -- guard the division's rounding
+local k = floor(now / wus) -- guard the division's rounding
 if k * wus > now then k = k - 1 elseif (k + 1) * wus <= now then k = k + 1 end
 
-local f, raw = {}, redis.call('HGETALL', key)
-for i = 1, #raw, 2 do f[raw[i]] = raw[i + 1] end
+local raw = redis.call('HGETALL', key)
+local f = raw -- the fields by name; f is only read: a new key's empty reply will do
+if raw[1] ~= nil then
+    f = {}
+    for i = 1, #raw, 2 do f[raw[i]] = raw[i + 1] end
+end
 
 -- Roll the windows forward to k (never back).
 local W, c, p = tonumber(f.w), tonumber(f.c) or 0, tonumber(f.p) or 0
@@ -46,11 +75,11 @@ if W == nil or k > W + 1 then
 elseif k == W + 1 then
     W, c, p = k, 0, c
 end
-local left = math.min(wus, math.max(0, (W + 1) * wus - now))
+local left = min(wus, max(0, (W + 1) * wus - now))
 
 -- Forget leases of older windows; keep the current ones.
 local held = {}
-for fk, v in pairs(f) do
+for fk, v in next, f do
     if string.sub(fk, 1, 2) == 'h:' then
         local a = string.sub(fk, 3)
         if tonumber(f['w:' .. a]) == W then
@@ -63,20 +92,20 @@ end
 
 -- Close the caller's lease: its unspent units leave the count.
 local mine = held[agent] or 0
-c = math.max(0, c - (mine - math.min(used, mine)))
+c = max(0, c - (mine - min(used, mine)))
 held[agent] = nil
-redis.call('HSET', key, 'w', fmt(W), 'c', fmt(c), 'p', fmt(p))
+redis.call('HSET', key, 'w', fmt[W], 'c', fmt[c], 'p', fmt[p])
 redis.call('HDEL', key, 'h:' .. agent, 'w:' .. agent)
 
 local est = p * left / wus + c
 local function wait_us(thr) -- see sw_claim.lua
     if est <= thr then return 0 end
-    thr = math.max(thr, 0)
+    thr = max(thr, 0)
     if c <= thr then return (est - thr) * wus / p end
     return left + (c - thr) * wus / c
 end
 local H, holders = 0, 0
-for _, h in pairs(held) do H, holders = H + h, holders + 1 end
-redis.call('PEXPIRE', key, fmt(math.ceil((left + wus) / 1000) + 1000))
-return {0, math.max(0, math.floor(limit - est)), H, holders,
-        math.ceil(wait_us(limit - 1) / 1000), math.ceil(wait_us(0) / 1000), 0, 0, 0, 0}
+for _, h in next, held do H, holders = H + h, holders + 1 end
+redis.call('PEXPIRE', key, fmt[ceil((left + wus) / 1000) + 1000])
+return {0, max(0, floor(limit - est)), H, holders,
+        ceil(wait_us(limit - 1) / 1000), ceil(wait_us(0) / 1000), 0, 0, 0, 0}

@@ -59,31 +59,56 @@ any interval T (the proof: lua/README.md).
 Uses Redis server time only; agents never send timestamps.
 ]]
 
-local key, agent = KEYS[1], ARGV[1]
-if agent == nil or agent == '' then error('tb_claim: empty agent id') end
-local function num(i, min)
-    local v = tonumber(ARGV[i])
-    if v == nil or v ~= v or v < min or v == math.huge then
+-- num(ARGV, i, min) and fmt[x] (x as text, exact) remember the numbers they
+-- convert: the operations of a batch repeat the same few (rules, Redis time),
+-- and strtod() and '%.17g' cost more than the arithmetic. Calls, even of
+-- math.min, cost more than the lines around them: the hot paths make few
+-- (fmt is a table: a number already seen costs no call).
+local floor, ceil, min, max = math.floor, math.ceil, math.min, math.max
+local huge, format = math.huge, string.format
+local ints = {}
+local function num(ARGV, i, min)
+    local s = ARGV[i]
+    local v = ints[s] -- floor(tonumber(s)) of an s that passed: >= 0
+    if v ~= nil and v >= min then return v end -- (floor(x) >= min iff x >= min)
+    v = tonumber(s)
+    if v == nil or v ~= v or v < min or v == huge then
         error('tb_claim: bad ARGV[' .. i .. ']')
     end
-    return math.floor(v)
+    v = floor(v)
+    ints[s] = v
+    return v
 end
-local limit, period, b = num(2, 1), num(3, 1), num(4, 0)
-local want, used, ret, ttl = num(5, 0), num(6, 0), num(7, 0), num(8, 1)
--- A rate lease: both or neither of ARGV[9] and ARGV[10].
-local rated = ARGV[9] ~= nil
-local qwant, demand = 0, 0
-if rated then qwant, demand = math.min(num(9, 0), 1e6), math.min(num(10, 0), 1e9) end
-local RATE_POOL = 0.7 -- at most this share of r goes to rate leases; the rest stays central
-local RATE_MIN_SLICE = 2 -- the smallest slice of the burst worth a rate lease
-local rate = limit / (period * 1000) -- tokens per microsecond
-local function fmt(x) return string.format('%.17g', x) end
+-- num() of ARGV[i], ARGV[i + 1] and ARGV[i + 2], with these minimums: one call
+-- where all three were seen before.
+local function num3(ARGV, i, m1, m2, m3)
+    local x, y, z = ints[ARGV[i]], ints[ARGV[i + 1]], ints[ARGV[i + 2]]
+    if x and x >= m1 and y and y >= m2 and z and z >= m3 then return x, y, z end
+    return num(ARGV, i, m1), num(ARGV, i + 1, m2), num(ARGV, i + 2, m3)
+end
+local fmt = setmetatable({}, {__index = function(strs, x) -- fmt[x]: format('%.17g', x)
+    local s
+    if x == floor(x) and x < 2 ^ 53 and x > -2 ^ 53 and x ~= 0 then
+        s = format('%d', x) -- the same text for whole numbers below 2^53, and cheaper
+    else
+        s = format('%.17g', x)
+    end
+    if x ~= 0 and x == x then strs[x] = s end -- 0 and -0 are one key; NaN none
+    return s
+end})
 
-local tm = redis.call('TIME')
-local now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
-
-local f, raw = {}, redis.call('HGETALL', key)
-for i = 1, #raw, 2 do f[raw[i]] = raw[i + 1] end
+-- The names of an agent's fields (h:<agent>, ...), made once per agent: the
+-- claims of a batch mostly come from one agent.
+local named = {}
+local function fields(agent)
+    local n = named[agent]
+    if n == nil then
+        n = {h = 'h:' .. agent, e = 'e:' .. agent, q = 'q:' .. agent, qn = 'qn:' .. agent,
+             hn = 'hn:' .. agent, d = 'd:' .. agent}
+        named[agent] = n
+    end
+    return n
+end
 
 -- (1) Advance to now. The refill never lifts t above b - H, where H is what
 -- the leases held AT THAT TIME, and runs at r - P, where P is the rate the
@@ -94,43 +119,81 @@ for i = 1, #raw, 2 do f[raw[i]] = raw[i + 1] end
 -- Refilling the whole gap against the final cap would bank refill that was
 -- never allowed while those tokens were held, and let b + H through at once
 -- when the lease ends.
--- The same function stands in tb_claim, tb_return, tb_exact and tb_reset (each
--- script must load alone); tests/test_scripts.c checks the copies are identical.
-local function advance(f, b, rate, now)
-    local leases, H, P = {}, 0, 0
-    for k, v in pairs(f) do
+-- The same functions, refill() to advance(), stand in tb_claim, tb_return,
+-- tb_exact and tb_reset (each script must load alone); tests/test_scripts.c
+-- checks the copies are identical.
+local function refill(t, ts, to, cap, r) -- t from ts on to `to`, at rate r, under cap
+    if to > ts then -- ts never goes back
+        if t < cap and r > 0 then t = min(cap, t + r * (to - ts)) end
+        ts = to
+    end
+    return t, ts
+end
+local function by_expiry(x, y) return x.e < y.e end
+-- held, exp and share of a key without leases (most keys): NONE, never written.
+local NONE = {}
+local function advance(key, f, b, rate, now)
+    local t, ts = f.t, f.ts -- (no tonumber() calls on a new key)
+    t, ts = t and tonumber(t), ts and tonumber(ts) or now
+    if t == nil then t = b end -- new bucket: full
+    local leases, H, P = nil, 0, 0
+    for k, v in next, f do
         if string.sub(k, 1, 2) == 'h:' then
             local a = string.sub(k, 3)
             local l = {a = a, h = tonumber(v), q = tonumber(f['q:' .. a]) or 0,
                        e = tonumber(f['e:' .. a]) or 0}
             H, P = H + l.h, P + l.q
+            leases = leases or {}
             leases[#leases + 1] = l
         end
     end
-    table.sort(leases, function(x, y) return x.e < y.e end)
-    local t, ts = tonumber(f.t), tonumber(f.ts) or now
-    if t == nil then t = b end -- new bucket: full
-    local function refill(to)
-        if to > ts then -- ts never goes back
-            if t < b - H and rate > P then t = math.min(b - H, t + (rate - P) * (to - ts)) end
-            ts = to
+    local held, exp, share = NONE, NONE, NONE
+    if leases then -- none on most keys
+        held, exp, share = {}, {}, {}
+        table.sort(leases, by_expiry)
+        for _, l in ipairs(leases) do
+            if l.e <= now then
+                t, ts = refill(t, ts, l.e, b - H, rate - P)
+                H, P = H - l.h, P - l.q
+                redis.call('HDEL', key, 'h:' .. l.a, 'e:' .. l.a, 'q:' .. l.a, 'qn:' .. l.a,
+                           'hn:' .. l.a, 'd:' .. l.a)
+            else
+                held[l.a], exp[l.a], share[l.a] = l.h, l.e, l.q
+            end
         end
     end
-    local held, exp, share = {}, {}, {}
-    for _, l in ipairs(leases) do
-        if l.e <= now then
-            refill(l.e)
-            H, P = H - l.h, P - l.q
-            redis.call('HDEL', key, 'h:' .. l.a, 'e:' .. l.a, 'q:' .. l.a, 'qn:' .. l.a,
-                       'hn:' .. l.a, 'd:' .. l.a)
-        else
-            held[l.a], exp[l.a], share[l.a] = l.h, l.e, l.q
-        end
-    end
-    refill(now)
-    return math.min(t, b - H), ts, H, held, exp, share, P
+    if now > ts then t, ts = refill(t, ts, now, b - H, rate - P) end
+    if b - H < t then t = b - H end -- min(t, b - H)
+    return t, ts, H, held, exp, share, P
 end
-local t, ts, H, held, exp, share, P = advance(f, b, rate, now)
+
+-- per call. Everything above takes its input as parameters: lua/batch.sh defines it
+-- once per batch, and runs what follows once per operation.
+local key, agent = KEYS[1], ARGV[1]
+if agent == nil or agent == '' then error('tb_claim: empty agent id') end
+local my = named[agent] or fields(agent) -- my.h is 'h:' .. agent, ...
+local limit, period, b = num3(ARGV, 2, 1, 1, 0)
+local want, used, ret = num3(ARGV, 5, 0, 0, 0)
+local ttl = num(ARGV, 8, 1)
+-- A rate lease: both or neither of ARGV[9] and ARGV[10].
+local rated = ARGV[9] ~= nil
+local qwant, demand = 0, 0
+if rated then qwant, demand = min(num(ARGV, 9, 0), 1e6), min(num(ARGV, 10, 0), 1e9) end
+local RATE_POOL = 0.7 -- at most this share of r goes to rate leases; the rest stays central
+local RATE_MIN_SLICE = 2 -- the smallest slice of the burst worth a rate lease
+local rate = limit / (period * 1000) -- tokens per microsecond
+
+local tm = redis.call('TIME')
+local now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
+
+local raw = redis.call('HGETALL', key)
+local f = raw -- the fields by name; f is only read: a new key's empty reply will do
+if raw[1] ~= nil then
+    f = {}
+    for i = 1, #raw, 2 do f[raw[i]] = raw[i + 1] end
+end
+
+local t, ts, H, held, exp, share, P = advance(key, f, b, rate, now)
 
 -- (2) The caller applies each reply before its next call on this key (one
 -- call at a time per key and agent), so a rate lease's slice and share as
@@ -142,15 +205,18 @@ local t, ts, H, held, exp, share, P = advance(f, b, rate, now)
 local had = held[agent] or 0
 local mine, qold = had, share[agent] or 0
 if had > 0 then
-    local hn, qn = tonumber(f['hn:' .. agent]), tonumber(f['qn:' .. agent])
+    local hn, qn = tonumber(f[my.hn]), tonumber(f[my.qn])
     if hn and hn < mine then H, mine = H - mine + hn, hn end
     if qn and qn < qold then P, qold = P - qold + qn, qn end
 end
-used = math.min(used, mine)
-ret = math.min(ret, mine - used)
+-- Lines run on every call write max(a, b) as `b > a and b or a` and min(a, b)
+-- as `b < a and b or a`: what math.max and math.min return, without a call
+-- (a call costs more than the arithmetic around it).
+used = mine < used and mine or used -- min(used, mine)
+ret = mine - used < ret and mine - used or ret -- min(ret, mine - used)
 mine = mine - used - ret
 t, H = t + ret, H - used - ret
-t = math.min(t, b - H) -- only binds after the burst shrank (debt)
+t = b - H < t and b - H or t -- min(t, b - H): only binds after the burst shrank (debt)
 
 -- (3) A rate lease (ARGV[9] given): the caller's share q of the rate, refilled
 -- on the agent into its local bucket of capacity `slice`. Shares are sized by
@@ -171,7 +237,7 @@ end
 if rated then
     local n = 1
     dsum = demand
-    for a, _ in pairs(exp) do
+    for a, _ in next, exp do
         if a ~= agent then
             dsum, n = dsum + (tonumber(f['d:' .. a]) or 0), n + 1
         end
@@ -180,13 +246,13 @@ if rated then
     reserve = (1 - RATE_POOL) * b
     -- No share while the key is at its limit (x: see (4)).
     if (tonumber(f.x) or 0) > now then pool = 0 end
-    q = math.min(rate * qwant / 1e6, pool - (P - qold))
-    if dsum > 0 then q = math.min(q, pool * demand / dsum) end
+    q = min(rate * qwant / 1e6, pool - (P - qold))
+    if dsum > 0 then q = min(q, pool * demand / dsum) end
     -- A first share takes at most half of what is free, and no more than an
     -- even split between the agents with a lease on the key (token leases
     -- too): agents that have not asked yet find room; the shares converge to
     -- the demand-weighted ones as their holders renew.
-    if qold == 0 then q = math.min(q, (pool - (P - qold)) / 2, pool / n) end
+    if qold == 0 then q = min(q, (pool - (P - qold)) / 2, pool / n) end
     -- More agents on the key than slices of RATE_MIN_SLICE in its burst:
     -- below the line, where a split rate strands more than it saves.
     if n * RATE_MIN_SLICE > b then q = 0 end
@@ -195,8 +261,8 @@ if rated then
     -- A slice of fewer than RATE_MIN_SLICE tokens cannot absorb the bursts of
     -- a local stream of requests (they would keep falling back to the
     -- central bucket, and be denied there): no rate lease then.
-    local hfree = math.floor(RATE_POOL * b - (H - mine))
-    slice = math.min(hfree, math.ceil(b * q / rate - 1e-9))
+    local hfree = floor(RATE_POOL * b - (H - mine))
+    slice = min(hfree, ceil(b * q / rate - 1e-9))
     if q <= 0 or slice < RATE_MIN_SLICE then
         q, slice = 0, 0
     end
@@ -204,24 +270,26 @@ if rated then
         -- Tokens for the slice come from t only above a reserve that
         -- stays for the requests local buckets cannot serve (the local
         -- refill fills the rest of the slice).
-        g = math.min(slice - mine, math.max(0, math.floor(t - reserve)))
+        g = min(slice - mine, max(0, floor(t - reserve)))
         t, mine, H = t - g, mine + g, H + g
-        local room = math.max(0, math.floor(b - H - math.max(t, 0)))
-        local extra = math.min(slice - mine, room)
+        local room = max(0, floor(b - H - max(t, 0)))
+        local extra = min(slice - mine, room)
         mine, H = mine + extra, H + extra
         slice, hcount = mine, mine
     else
         hcount = mine -- counted as before until the next call
     end
 end
-local qcount = math.max(qold, q)
+local qcount = q > qold and q or qold -- max(qold, q)
 P = P - qold + qcount
 
 -- (4) Grant whole tokens. With a rate lease they are taken for the requests
 -- waiting on this call and are not part of the slice (spent at once; any the
 -- agent cannot spend at once, or keep under its slice, are dropped, counted
 -- as spent).
-local taken = math.max(0, math.min(want, math.floor(t)))
+local taken = floor(t)
+taken = taken < want and taken or want
+taken = taken > 0 and taken or 0 -- max(0, min(want, floor(t)))
 if rated then
     t = t - taken
     mine = slice
@@ -238,8 +306,8 @@ if rated then
     if taken < want then
         local xn = (tonumber(f.xn) or 0) * math.exp(-(now - (tonumber(f.xt) or now)) / (ttl * 1000))
         xn = xn + 1
-        redis.call('HSET', key, 'xn', fmt(xn), 'xt', fmt(now))
-        if xn >= 3 or dsum >= 0.9e6 then redis.call('HSET', key, 'x', fmt(now + ttl * 1000)) end
+        redis.call('HSET', key, 'xn', fmt[xn], 'xt', fmt[now])
+        if xn >= 3 or dsum >= 0.9e6 then redis.call('HSET', key, 'x', fmt[now + ttl * 1000]) end
     end
 else
     t, mine, H = t - taken, mine + taken, H + taken
@@ -249,6 +317,7 @@ end
 -- 0) with its demand, for a ttl: the others' shares make room for it when
 -- they renew.
 local eold = exp[agent]
+if exp == NONE then exp = {} end -- (advance()'s NONE is never written)
 if mine > 0 or (rated and demand > 0) then
     exp[agent] = now + ttl * 1000
 elseif (hcount > 0 or qcount > 0) and eold then
@@ -257,38 +326,46 @@ else
     exp[agent] = nil
 end
 if exp[agent] then
-    redis.call('HSET', key, 't', fmt(t), 'ts', fmt(ts),
-               'h:' .. agent, fmt(hcount), 'e:' .. agent, fmt(exp[agent]))
+    redis.call('HSET', key, 't', fmt[t], 'ts', fmt[ts],
+               my.h, fmt[hcount], my.e, fmt[exp[agent]])
     if qcount > 0 or rated then
-        redis.call('HSET', key, 'q:' .. agent, fmt(qcount), 'qn:' .. agent, fmt(q),
-                   'hn:' .. agent, fmt(mine), 'd:' .. agent, fmt(rated and demand or 0))
-    else
-        redis.call('HDEL', key, 'q:' .. agent, 'qn:' .. agent, 'hn:' .. agent, 'd:' .. agent)
+        redis.call('HSET', key, my.q, fmt[qcount], my.qn, fmt[q],
+                   my.hn, fmt[mine], my.d, fmt[rated and demand or 0])
+    elseif raw[1] ~= nil and (f[my.q] or f[my.qn] or f[my.hn] or f[my.d]) then -- (a key with fields)
+        -- (only if there: nothing since the HGETALL writes them, and a call saved is
+        -- most of the cost of a claim on a new key)
+        redis.call('HDEL', key, my.q, my.qn, my.hn, my.d)
     end
 else
-    redis.call('HSET', key, 't', fmt(t), 'ts', fmt(ts))
-    redis.call('HDEL', key, 'h:' .. agent, 'e:' .. agent, 'q:' .. agent, 'qn:' .. agent,
-               'hn:' .. agent, 'd:' .. agent)
+    redis.call('HSET', key, 't', fmt[t], 'ts', fmt[ts])
+    if raw[1] ~= nil and (f[my.h] or f[my.e] or f[my.q] or f[my.qn] or f[my.hn] or f[my.d]) then
+        redis.call('HDEL', key, my.h, my.e, my.q, my.qn, my.hn, my.d)
+    end
 end
 
 -- (5) Report. The key outlives every lease and the time to refill fully:
 -- after that it is equivalent to a missing (full) bucket.
 local holders, emin, emax = 0, nil, now
-for _, e in pairs(exp) do
+for _, e in next, exp do
     holders = holders + 1
-    emin = math.min(emin or e, e)
-    emax = math.max(emax, e)
+    local m = emin or e
+    emin = e < m and e or m -- min(emin or e, e)
+    emax = e > emax and e or emax
 end
 local rate_ms = rate * 1000
 local free_ms = rate > P and (rate - P) * 1000 or rate_ms -- refill of t (after the leases, if none)
 local retry = 0
 if t < 1 then
     retry = (1 - t) / free_ms
-    if (b - H < 1 or rate <= P) and emin then retry = math.max(retry, (emin - now) / 1000) end
+    if (b - H < 1 or rate <= P) and emin then retry = max(retry, (emin - now) / 1000) end
 end
-local reset = math.max(0, b - H - t) / free_ms
-local life = math.max((ts - now) / 1000 + (b - t) / rate_ms, (emax - now) / 1000)
+local reset = b - H - t
+reset = (reset > 0 and reset or 0) / free_ms -- max(0, b - H - t) / free_ms
+local life, life_e = (ts - now) / 1000 + (b - t) / rate_ms, (emax - now) / 1000
+life = life_e > life and life_e or life
 if P > 0 then life = (emax - now) / 1000 + (b - t) / rate_ms end
-redis.call('PEXPIRE', key, fmt(math.min(math.ceil(life) + 1000, 1e15)))
-return {g + taken, math.max(0, math.floor(t)), H, holders, math.ceil(retry), math.ceil(reset),
-        mine > 0 and ttl or 0, mine, math.floor(q / rate * 1e6), had}
+local pttl = ceil(life) + 1000
+redis.call('PEXPIRE', key, fmt[1e15 < pttl and 1e15 or pttl])
+local left = floor(t)
+return {g + taken, left > 0 and left or 0, H, holders, retry == 0 and 0 or ceil(retry),
+        ceil(reset), mine > 0 and ttl or 0, mine, floor(q / rate * 1e6), had}

@@ -21,23 +21,36 @@ tokens count as spent). With no lease left the key is deleted: a missing
 bucket is a full one. Uses Redis server time only.
 ]]
 
-local key = KEYS[1]
-local function num(i, min)
-    local v = tonumber(ARGV[i])
-    if v == nil or v ~= v or v < min or v == math.huge then
+-- num(ARGV, i, min) and fmt[x] (x as text, exact) remember the numbers they
+-- convert: the operations of a batch repeat the same few (rules, Redis time),
+-- and strtod() and '%.17g' cost more than the arithmetic. Calls, even of
+-- math.min, cost more than the lines around them: the hot paths make few
+-- (fmt is a table: a number already seen costs no call).
+local floor, ceil, min, max = math.floor, math.ceil, math.min, math.max
+local huge, format = math.huge, string.format
+local ints = {}
+local function num(ARGV, i, min)
+    local s = ARGV[i]
+    local v = ints[s] -- floor(tonumber(s)) of an s that passed: >= 0
+    if v ~= nil and v >= min then return v end -- (floor(x) >= min iff x >= min)
+    v = tonumber(s)
+    if v == nil or v ~= v or v < min or v == huge then
         error('tb_reset: bad ARGV[' .. i .. ']')
     end
-    return math.floor(v)
+    v = floor(v)
+    ints[s] = v
+    return v
 end
-local limit, period, b = num(1, 1), num(2, 1), num(3, 0)
-local rate = limit / (period * 1000) -- tokens per microsecond
-local function fmt(x) return string.format('%.17g', x) end
-
-local tm = redis.call('TIME')
-local now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
-
-local f, raw = {}, redis.call('HGETALL', key)
-for i = 1, #raw, 2 do f[raw[i]] = raw[i + 1] end
+local fmt = setmetatable({}, {__index = function(strs, x) -- fmt[x]: format('%.17g', x)
+    local s
+    if x == floor(x) and x < 2 ^ 53 and x > -2 ^ 53 and x ~= 0 then
+        s = format('%d', x) -- the same text for whole numbers below 2^53, and cheaper
+    else
+        s = format('%.17g', x)
+    end
+    if x ~= 0 and x == x then strs[x] = s end -- 0 and -0 are one key; NaN none
+    return s
+end})
 
 -- (1) Advance to now. The refill never lifts t above b - H, where H is what
 -- the leases held AT THAT TIME, and runs at r - P, where P is the rate the
@@ -48,62 +61,90 @@ for i = 1, #raw, 2 do f[raw[i]] = raw[i + 1] end
 -- Refilling the whole gap against the final cap would bank refill that was
 -- never allowed while those tokens were held, and let b + H through at once
 -- when the lease ends.
--- The same function stands in tb_claim, tb_return, tb_exact and tb_reset (each
--- script must load alone); tests/test_scripts.c checks the copies are identical.
-local function advance(f, b, rate, now)
-    local leases, H, P = {}, 0, 0
-    for k, v in pairs(f) do
+-- The same functions, refill() to advance(), stand in tb_claim, tb_return,
+-- tb_exact and tb_reset (each script must load alone); tests/test_scripts.c
+-- checks the copies are identical.
+local function refill(t, ts, to, cap, r) -- t from ts on to `to`, at rate r, under cap
+    if to > ts then -- ts never goes back
+        if t < cap and r > 0 then t = min(cap, t + r * (to - ts)) end
+        ts = to
+    end
+    return t, ts
+end
+local function by_expiry(x, y) return x.e < y.e end
+-- held, exp and share of a key without leases (most keys): NONE, never written.
+local NONE = {}
+local function advance(key, f, b, rate, now)
+    local t, ts = f.t, f.ts -- (no tonumber() calls on a new key)
+    t, ts = t and tonumber(t), ts and tonumber(ts) or now
+    if t == nil then t = b end -- new bucket: full
+    local leases, H, P = nil, 0, 0
+    for k, v in next, f do
         if string.sub(k, 1, 2) == 'h:' then
             local a = string.sub(k, 3)
             local l = {a = a, h = tonumber(v), q = tonumber(f['q:' .. a]) or 0,
                        e = tonumber(f['e:' .. a]) or 0}
             H, P = H + l.h, P + l.q
+            leases = leases or {}
             leases[#leases + 1] = l
         end
     end
-    table.sort(leases, function(x, y) return x.e < y.e end)
-    local t, ts = tonumber(f.t), tonumber(f.ts) or now
-    if t == nil then t = b end -- new bucket: full
-    local function refill(to)
-        if to > ts then -- ts never goes back
-            if t < b - H and rate > P then t = math.min(b - H, t + (rate - P) * (to - ts)) end
-            ts = to
+    local held, exp, share = NONE, NONE, NONE
+    if leases then -- none on most keys
+        held, exp, share = {}, {}, {}
+        table.sort(leases, by_expiry)
+        for _, l in ipairs(leases) do
+            if l.e <= now then
+                t, ts = refill(t, ts, l.e, b - H, rate - P)
+                H, P = H - l.h, P - l.q
+                redis.call('HDEL', key, 'h:' .. l.a, 'e:' .. l.a, 'q:' .. l.a, 'qn:' .. l.a,
+                           'hn:' .. l.a, 'd:' .. l.a)
+            else
+                held[l.a], exp[l.a], share[l.a] = l.h, l.e, l.q
+            end
         end
     end
-    local held, exp, share = {}, {}, {}
-    for _, l in ipairs(leases) do
-        if l.e <= now then
-            refill(l.e)
-            H, P = H - l.h, P - l.q
-            redis.call('HDEL', key, 'h:' .. l.a, 'e:' .. l.a, 'q:' .. l.a, 'qn:' .. l.a,
-                       'hn:' .. l.a, 'd:' .. l.a)
-        else
-            held[l.a], exp[l.a], share[l.a] = l.h, l.e, l.q
-        end
-    end
-    refill(now)
-    return math.min(t, b - H), ts, H, held, exp, share, P
+    if now > ts then t, ts = refill(t, ts, now, b - H, rate - P) end
+    if b - H < t then t = b - H end -- min(t, b - H)
+    return t, ts, H, held, exp, share, P
 end
-local t, ts, H, held, exp, share, P = advance(f, b, rate, now)
+
+-- per call. Everything above takes its input as parameters: lua/batch.sh defines it
+-- once per batch, and runs what follows once per operation.
+local key = KEYS[1]
+local limit, period, b = num(ARGV, 1, 1), num(ARGV, 2, 1), num(ARGV, 3, 0)
+local rate = limit / (period * 1000) -- tokens per microsecond
+
+local tm = redis.call('TIME')
+local now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
+
+local raw = redis.call('HGETALL', key)
+local f = raw -- the fields by name; f is only read: a new key's empty reply will do
+if raw[1] ~= nil then
+    f = {}
+    for i = 1, #raw, 2 do f[raw[i]] = raw[i + 1] end
+end
+
+local t, ts, H, held, exp, share, P = advance(key, f, b, rate, now)
 local before = t
 
 -- (2) Reset: full, less the leases that run on. b - H < 0 only after the
 -- burst shrank below what is held: t is then the same debt a claim leaves.
 local holders, emax = 0, now
-for _, e in pairs(exp) do
+for _, e in next, exp do
     holders = holders + 1
-    emax = math.max(emax, e)
+    emax = max(emax, e)
 end
 if holders == 0 then
     redis.call('DEL', key)
-    return {b, 0, 0, math.max(0, math.floor(before))}
+    return {b, 0, 0, max(0, floor(before))}
 end
 t, ts = b - H, now
-redis.call('HSET', key, 't', fmt(t), 'ts', fmt(ts))
+redis.call('HSET', key, 't', fmt[t], 'ts', fmt[ts])
 
 -- (3) The key outlives every lease and the time to refill fully, as in tb_claim.
 local rate_ms = rate * 1000
-local life = math.max((b - t) / rate_ms, (emax - now) / 1000)
+local life = max((b - t) / rate_ms, (emax - now) / 1000)
 if P > 0 then life = (emax - now) / 1000 + (b - t) / rate_ms end
-redis.call('PEXPIRE', key, fmt(math.min(math.ceil(life) + 1000, 1e15)))
-return {math.max(0, math.floor(t)), H, holders, math.max(0, math.floor(before))}
+redis.call('PEXPIRE', key, fmt[min(ceil(life) + 1000, 1e15)])
+return {max(0, floor(t)), H, holders, max(0, floor(before))}

@@ -735,13 +735,16 @@ START_TEST(tb_reset_random_keeps_invariant)
 END_TEST
 
 /* advance() holds the refill that the bound rests on. Each script must stand
- * alone under EVALSHA, so the three token-bucket scripts carry a copy each:
- * the copies must stay identical, byte for byte. */
+ * alone under EVALSHA, so the four token-bucket scripts carry a copy each:
+ * the copies, from refill() (its helpers come first) to the end of advance(),
+ * must stay identical, byte for byte. */
 static const char *advance_of(enum script s, size_t *len)
 {
-    const char *start = strstr(script_text[s], "local function advance(");
-    ck_assert_msg(start != NULL, "%s: no advance()", script_name[s]);
-    const char *end = strstr(start, "\nend\n");
+    const char *start = strstr(script_text[s], "local function refill(");
+    ck_assert_msg(start != NULL, "%s: no refill()", script_name[s]);
+    const char *adv = strstr(start, "local function advance(");
+    ck_assert_msg(adv != NULL, "%s: no advance() after refill()", script_name[s]);
+    const char *end = strstr(adv, "\nend\n");
     ck_assert_ptr_nonnull(end);
     *len = (size_t)(end - start) + 5;
     return start;
@@ -760,6 +763,49 @@ START_TEST(tb_advance_copies_identical)
     ck_assert_int_eq(memcmp(a, b, l0), 0);
     ck_assert_int_eq(memcmp(a, c, l0), 0);
     ck_assert_int_eq(memcmp(a, d, l0), 0);
+}
+END_TEST
+
+/* fmt, the text of every number a script stores, must print exactly what
+ * string.format('%.17g') prints (the value read back is the value written):
+ * one copy in each script, all identical, so the one tested here is each one. */
+START_TEST(fmt_copies_identical)
+{
+    const char *first = NULL;
+    size_t len0 = 0;
+    for (int s = 0; s < NSCRIPTS; s++) {
+        const char *start = strstr(script_text[s], "local fmt = setmetatable(");
+        ck_assert_msg(start != NULL, "%s: no fmt", script_name[s]);
+        const char *end = strstr(start, "\nend})\n");
+        ck_assert_msg(end != NULL, "%s: fmt without its end", script_name[s]);
+        size_t len = (size_t)(end - start) + 7;
+        if (!first) {
+            first = start;
+            len0 = len;
+            continue;
+        }
+        ck_assert_msg(len == len0 && memcmp(start, first, len) == 0, "%s: another fmt",
+                      script_name[s]);
+    }
+    /* ... and prints what '%.17g' prints, first seen and remembered. */
+    static const char probe[] =
+        "local xs = {0, 0 * -1, 1, -1, 19, 0.1, 1 / 3, -2.5, 1e15, 1796278122005322,\n"
+        "    2 ^ 53 - 1, 2 ^ 53, 2 ^ 53 + 2, -(2 ^ 53) + 1, -(2 ^ 53), 1e17, 1e300, 5e-324,\n"
+        "    1 / 0, -1 / 0, 0 / 0}\n"
+        "for _, x in ipairs(xs) do\n"
+        "    for _ = 1, 2 do\n"
+        "        if fmt[x] ~= format('%.17g', x) then return format('%.17g', x) end\n"
+        "    end\n"
+        "end\n"
+        "return 'same'\n";
+    char src[4096];
+    int n = snprintf(src, sizeof(src), "local floor, format = math.floor, string.format\n%.*s\n%s",
+                     (int)len0, first, probe);
+    ck_assert(n > 0 && (size_t)n < sizeof(src));
+    redisReply *r = cmd("EVAL %s 0", src);
+    ck_assert_msg(r->type == REDIS_REPLY_STRING && strcmp(r->str, "same") == 0,
+                  "fmt differs from %%.17g at %s", r->str ? r->str : "?");
+    freeReplyObject(r);
 }
 END_TEST
 
@@ -1330,6 +1376,7 @@ static Suite *scripts_suite(void)
     tcase_add_test(tb, tb_refill_capped_while_leases_held);
     tcase_add_test(tb, tb_no_banked_refill_when_lease_ends);
     tcase_add_test(tb, tb_advance_copies_identical);
+    tcase_add_test(tb, fmt_copies_identical);
     tcase_add_test(tb, tb_burst_shrink_clamps);
     tcase_add_test(tb, tb_clock_step_back_no_double_refill);
     tcase_add_test(tb, tb_redis_clock_forward_step_costs_at_most_b_plus_h);
