@@ -171,17 +171,18 @@ int rules_value_text(const struct spop_data *d, char *buf, size_t cap, const cha
     case SPOP_DATA_UINT64:
         n = snprintf(buf, cap, "%" PRIu64, d->u.uint);
         break;
-    case SPOP_DATA_IPV4:
-        if (!inet_ntop(AF_INET, d->u.ip, buf, (socklen_t)cap))
+    case SPOP_DATA_IPV4: /* not inet_ntop: it formats with sprintf */
+        if (cap < UTIL_IPV4_TEXT_MAX)
             return -1;
-        n = (int)strlen(buf);
+        n = (int)util_ipv4_text(buf, d->u.ip);
         break;
     case SPOP_DATA_IPV6: {
         static const uint8_t v4mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
         /* One client, one key: a v4-mapped address is the v4 address. */
         if (memcmp(d->u.ip, v4mapped, 12) == 0) {
-            if (!inet_ntop(AF_INET, d->u.ip + 12, buf, (socklen_t)cap))
+            if (cap < UTIL_IPV4_TEXT_MAX)
                 return -1;
+            util_ipv4_text(buf, d->u.ip + 12);
         } else if (!inet_ntop(AF_INET6, d->u.ip, buf, (socklen_t)cap)) {
             return -1;
         }

@@ -145,17 +145,8 @@ static uint64_t rng(void)
  * per frame was a visible part of the generator's CPU. */
 static size_t format_key(char *key, uint64_t k)
 {
-    char digits[20];
-    size_t n = 0;
-
-    do {
-        digits[n++] = (char)('0' + k % 10);
-        k /= 10;
-    } while (k);
     memcpy(key, "key-", 4);
-    for (size_t i = 0; i < n; i++)
-        key[4 + i] = digits[n - 1 - i];
-    return 4 + n;
+    return 4 + util_u64_dec(key + 4, k);
 }
 
 /* Build one NOTIFY at the end of c->out; flush_notifies() writes it. */
