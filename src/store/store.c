@@ -274,6 +274,7 @@ void store_free(struct store *s)
     store_cluster_free(s->cluster);
     store_sentinel_free(s->sentinel);
     store_conn_free(s->conn);
+    store_resp_free(&s->env.resp);
     free(s->host);
     free(s->unix_path);
     free(s->password);

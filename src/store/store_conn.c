@@ -464,17 +464,20 @@ static void on_eval_reply(redisAsyncContext *ac, void *r, void *priv);
 /* Put cmd on the wire now. 0 in flight, -1 not sent (the caller owns it). */
 static int wire_send(struct store_conn *conn, struct store_cmd *c)
 {
+    struct store_resp *w = &conn->env->resp;
+
     if (!conn->ac)
         return -1;
-    if (!c->read)
-        memcpy(c->argv[1], conn->env->sha[c->script], STORE_SHA_LEN);
+    if (store_cmd_format(c, c->read ? NULL : conn->env->sha[c->script], w) < 0)
+        return -1;
     if (c->asking) {
         if (redisAsyncCommand(conn->ac, NULL, NULL, "ASKING") != REDIS_OK)
             return -1;
         METRIC_INC(redis_commands);
     }
-    if (redisAsyncCommandArgv(conn->ac, on_eval_reply, c, c->argc, (const char **)c->argv,
-                              c->argvlen) != REDIS_OK)
+    /* Written by us into one reused buffer: hiredis would build it with an
+     * sds grown per argument (store_resp.h). */
+    if (redisAsyncFormattedCommand(conn->ac, on_eval_reply, c, w->buf, w->len) != REDIS_OK)
         return -1;
     METRIC_INC(redis_commands);
     c->sent_us = util_now_us();

@@ -1,0 +1,185 @@
+/* test_resp.c - the requests the agent writes itself (store_resp.c,
+ * store_cmd_format) byte for byte against what hiredis' own
+ * redisFormatCommandArgv() makes of the same arguments: a script call, a
+ * read, a batch of calls, empty and binary arguments, and requests larger
+ * than the buffer's first allocation. */
+#include <check.h>
+#include <hiredis/hiredis.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store/store_conn.h"
+#include "store/store_resp.h"
+
+static const char sha[] = "0123456789abcdef0123456789abcdef01234567";
+
+static void noop_cb(void *arg, const struct store_result *res)
+{
+    (void)arg;
+    (void)res;
+}
+
+/* What hiredis makes of argv, compared with w's bytes. */
+static void assert_same(const struct store_resp *w, int argc, const char **argv,
+                        const size_t *argvlen)
+{
+    char *want = NULL;
+    int n = redisFormatCommandArgv(&want, argc, argv, argvlen);
+
+    ck_assert_int_gt(n, 0);
+    ck_assert(store_resp_ok(w));
+    ck_assert_uint_eq(w->len, (size_t)n);
+    ck_assert_int_eq(memcmp(w->buf, want, (size_t)n), 0);
+    free(want);
+}
+
+START_TEST(bulk_and_array)
+{
+    struct store_resp w = {0};
+    static char big[70000];
+    const char *argv[5] = {"", "a\r\n\0b", big, "18446744073709551615", "0"};
+    size_t argvlen[5] = {0, 6, sizeof(big), 20, 1};
+
+    memset(big, 'x', sizeof(big));
+    for (int round = 0; round < 2; round++) { /* the second reuses the buffer */
+        store_resp_reset(&w);
+        store_resp_array(&w, 5);
+        store_resp_bulk(&w, argv[0], argvlen[0]);
+        store_resp_bulk(&w, argv[1], argvlen[1]);
+        store_resp_bulk(&w, argv[2], argvlen[2]);
+        store_resp_bulk_u64(&w, UINT64_MAX);
+        store_resp_bulk_u64(&w, 0);
+        assert_same(&w, 5, argv, argvlen);
+    }
+    store_resp_free(&w);
+    store_resp_free(&w); /* twice: a no-op */
+}
+END_TEST
+
+START_TEST(script_call)
+{
+    struct store_resp w = {0};
+    const char *args[3] = {"100", "60000", ""};
+    size_t lens[3] = {3, 5, 0};
+    struct store_cmd *c =
+        store_cmd_new(SCRIPT_TB_EXACT, "rl:tb:perip:10.0.0.1", 20, 3, args, lens, noop_cb, NULL);
+    const char *argv[7] = {"EVALSHA", sha, "1", "rl:tb:perip:10.0.0.1", "100", "60000", ""};
+    size_t argvlen[7] = {7, 40, 1, 20, 3, 5, 0};
+
+    ck_assert_ptr_nonnull(c);
+    ck_assert_int_eq(store_cmd_format(c, sha, &w), 0);
+    assert_same(&w, 7, argv, argvlen);
+    store_cmd_free(c);
+    store_resp_free(&w);
+}
+END_TEST
+
+START_TEST(read_call)
+{
+    struct store_resp w = {0};
+    const char *argv[2] = {"HGETALL", "rl:tb:perip:10.0.0.1"};
+    size_t argvlen[2] = {7, 20};
+    struct store_cmd *c = store_cmd_new_read(argv[1], argvlen[1], 2, argv, argvlen, noop_cb, NULL);
+
+    ck_assert_ptr_nonnull(c);
+    ck_assert_int_eq(store_cmd_format(c, NULL, &w), 0);
+    assert_same(&w, 2, argv, argvlen);
+    store_cmd_free(c);
+    store_resp_free(&w);
+}
+END_TEST
+
+/* n calls of two shapes (an exact call of 3 args, a claim of 8) in a batch,
+ * against the argv the batch script reads: EVALSHA sha n key... then per
+ * call script argc args. Loop over n: 1, 2 and 300 (past the buffer's first
+ * allocation). */
+static const unsigned batch_sizes[] = {1, 2, 300};
+
+START_TEST(batch)
+{
+    unsigned n = batch_sizes[_i];
+    struct store_resp w = {0};
+    struct store_cmd *list = NULL, **tail = &list, *b;
+    size_t cap = 3 + n * 12, argc = 0;
+    const char **argv = calloc(cap, sizeof(*argv));
+    size_t *argvlen = calloc(cap, sizeof(*argvlen));
+    char (*keys)[32] = calloc(n, sizeof(*keys));
+    char (*nums)[8] = calloc(n * 2 + 1, sizeof(*nums));
+    const char *exact[3] = {"20", "60000", "20"};
+    size_t exact_len[3] = {2, 5, 2};
+    const char *claim[8] = {"host:1:abc", "100", "60000", "20", "5", "0", "0", "30000"};
+    size_t claim_len[8] = {10, 3, 5, 2, 1, 1, 1, 5};
+
+    ck_assert(argv && argvlen && keys && nums);
+    argv[argc] = "EVALSHA";
+    argvlen[argc++] = 7;
+    argv[argc] = sha;
+    argvlen[argc++] = 40;
+    argvlen[argc] = (size_t)snprintf(nums[2 * n], sizeof(nums[0]), "%u", n);
+    argv[argc++] = nums[2 * n];
+    for (unsigned i = 0; i < n; i++) {
+        size_t kl = (size_t)snprintf(keys[i], sizeof(keys[i]), "rl:tb:perip:10.0.%u.%u", i / 256,
+                                     i % 256);
+        int is_claim = i % 3 == 1;
+        struct store_cmd *c =
+            is_claim ? store_cmd_new(SCRIPT_TB_CLAIM, keys[i], kl, 8, claim, claim_len, noop_cb, NULL)
+                     : store_cmd_new(SCRIPT_TB_EXACT, keys[i], kl, 3, exact, exact_len, noop_cb, NULL);
+        ck_assert_ptr_nonnull(c);
+        *tail = c;
+        tail = &c->mnext;
+        argv[argc] = keys[i];
+        argvlen[argc++] = kl;
+    }
+    for (unsigned i = 0; i < n; i++) {
+        int is_claim = i % 3 == 1;
+        argvlen[argc] = (size_t)snprintf(nums[2 * i], sizeof(nums[0]), "%d",
+                                         is_claim ? SCRIPT_TB_CLAIM : SCRIPT_TB_EXACT);
+        argv[argc++] = nums[2 * i];
+        argvlen[argc] = (size_t)snprintf(nums[2 * i + 1], sizeof(nums[0]), "%d", is_claim ? 8 : 3);
+        argv[argc++] = nums[2 * i + 1];
+        for (int k = 0; k < (is_claim ? 8 : 3); k++) {
+            argv[argc] = is_claim ? claim[k] : exact[k];
+            argvlen[argc++] = is_claim ? claim_len[k] : exact_len[k];
+        }
+    }
+    b = store_batch_new(list, n);
+    ck_assert_ptr_nonnull(b);
+    ck_assert_int_eq(store_cmd_format(b, sha, &w), 0);
+    assert_same(&w, (int)argc, argv, argvlen);
+
+    size_t klen;
+    ck_assert_ptr_eq(store_cmd_key(b, &klen), list->argv[3]); /* routed by its first call */
+    ck_assert_uint_eq(klen, list->argvlen[3]);
+
+    for (struct store_cmd *m = list, *next; m; m = next) {
+        next = m->mnext;
+        store_cmd_free(m);
+    }
+    store_cmd_free(b);
+    store_resp_free(&w);
+    free(argv);
+    free(argvlen);
+    free(keys);
+    free(nums);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("resp");
+    TCase *tc = tcase_create("core");
+    SRunner *sr;
+    int failed;
+
+    tcase_add_test(tc, bulk_and_array);
+    tcase_add_test(tc, script_call);
+    tcase_add_test(tc, read_call);
+    tcase_add_loop_test(tc, batch, 0, sizeof(batch_sizes) / sizeof(batch_sizes[0]));
+    suite_add_tcase(s, tc);
+    sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
