@@ -679,10 +679,37 @@ static uint64_t clamp_seconds(uint64_t s)
 }
 
 /* Every variable of the ACK (interface.md). */
+/* The longest header_field(): a quoted rule name, two keys and numbers. */
+#define HEADER_FIELD_MAX (2 + CFG_MAX_NAME + 2 * (2 + UTIL_U64_DEC_MAX + 1) + 1)
+
+/* "\"name\";k1=v1;k2=v2" (RateLimit-Policy / RateLimit), NUL-terminated, into
+ * buf of HEADER_FIELD_MAX bytes. Not snprintf: this is in every ACK. */
+static void header_field(char *buf, const char *name, char k1, uint64_t v1, char k2, uint64_t v2)
+{
+    size_t n = strlen(name);
+    char *p = buf;
+
+    if (n > CFG_MAX_NAME) /* config refuses longer names; never overflow */
+        n = CFG_MAX_NAME;
+    *p++ = '"';
+    memcpy(p, name, n);
+    p += n;
+    *p++ = '"';
+    *p++ = ';';
+    *p++ = k1;
+    *p++ = '=';
+    p += util_u64_dec(p, v1);
+    *p++ = ';';
+    *p++ = k2;
+    *p++ = '=';
+    p += util_u64_dec(p, v2);
+    *p = '\0';
+}
+
 static int encode_full(struct spop_writer *w, const struct ruleset *rs, const struct rule_hit *h,
                        int would_block, int degraded)
 {
-    char buf[160];
+    char buf[HEADER_FIELD_MAX];
     int ret;
 
     if ((ret = put_var_bool(w, "blocked", h && !h->out.res.allowed)) < 0)
@@ -710,11 +737,10 @@ static int encode_full(struct spop_writer *w, const struct ruleset *rs, const st
         if ((ret = put_var_int(w, "retry_after", (int64_t)(retry ? retry : 1))) < 0)
             return ret;
     }
-    snprintf(buf, sizeof(buf), "\"%s\";q=%" PRIu64 ";w=%" PRIu64, rule->name, h->params.limit,
-             window ? window : 1);
+    header_field(buf, rule->name, 'q', h->params.limit, 'w', window ? window : 1);
     if ((ret = put_var_str(w, "policy", buf)) < 0)
         return ret;
-    snprintf(buf, sizeof(buf), "\"%s\";r=%" PRIu64 ";t=%" PRIu64, rule->name, remaining, reset);
+    header_field(buf, rule->name, 'r', remaining, 't', reset);
     return put_var_str(w, "ratelimit", buf);
 }
 
