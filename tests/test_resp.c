@@ -57,21 +57,35 @@ START_TEST(bulk_and_array)
 }
 END_TEST
 
+/* A call small enough for a recycled block, and one past it (its own
+ * allocation); each made twice, the second from the block the first gave
+ * back. */
+static const size_t big_arg_sizes[] = {0, 1000};
+
 START_TEST(script_call)
 {
     struct store_resp w = {0};
-    const char *args[3] = {"100", "60000", ""};
-    size_t lens[3] = {3, 5, 0};
-    struct store_cmd *c =
-        store_cmd_new(SCRIPT_TB_EXACT, "rl:tb:perip:10.0.0.1", 20, 3, args, lens, noop_cb, NULL);
-    const char *argv[7] = {"EVALSHA", sha, "1", "rl:tb:perip:10.0.0.1", "100", "60000", ""};
-    size_t argvlen[7] = {7, 40, 1, 20, 3, 5, 0};
+    size_t big = big_arg_sizes[_i];
+    char *third = malloc(big + 1);
 
-    ck_assert_ptr_nonnull(c);
-    ck_assert_int_eq(store_cmd_format(c, sha, &w), 0);
-    assert_same(&w, 7, argv, argvlen);
-    store_cmd_free(c);
+    ck_assert_ptr_nonnull(third);
+    memset(third, 'z', big);
+    for (int round = 0; round < 2; round++) {
+        const char *args[3] = {"100", "60000", third};
+        size_t lens[3] = {3, 5, big};
+        struct store_cmd *c = store_cmd_new(SCRIPT_TB_EXACT, "rl:tb:perip:10.0.0.1", 20, 3, args,
+                                            lens, noop_cb, NULL);
+        const char *argv[7] = {"EVALSHA", sha, "1", "rl:tb:perip:10.0.0.1", "100", "60000", third};
+        size_t argvlen[7] = {7, 40, 1, 20, 3, 5, big};
+
+        ck_assert_ptr_nonnull(c);
+        ck_assert_int_eq(store_cmd_format(c, sha, &w), 0);
+        assert_same(&w, 7, argv, argvlen);
+        store_cmd_free(c);
+    }
+    store_cmd_pool_drain();
     store_resp_free(&w);
+    free(third);
 }
 END_TEST
 
@@ -157,6 +171,7 @@ START_TEST(batch)
         store_cmd_free(m);
     }
     store_cmd_free(b);
+    store_cmd_pool_drain();
     store_resp_free(&w);
     free(argv);
     free(argvlen);
@@ -173,7 +188,7 @@ int main(void)
     int failed;
 
     tcase_add_test(tc, bulk_and_array);
-    tcase_add_test(tc, script_call);
+    tcase_add_loop_test(tc, script_call, 0, sizeof(big_arg_sizes) / sizeof(big_arg_sizes[0]));
     tcase_add_test(tc, read_call);
     tcase_add_loop_test(tc, batch, 0, sizeof(batch_sizes) / sizeof(batch_sizes[0]));
     suite_add_tcase(s, tc);

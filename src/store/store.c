@@ -275,6 +275,7 @@ void store_free(struct store *s)
     store_sentinel_free(s->sentinel);
     store_conn_free(s->conn);
     store_resp_free(&s->env.resp);
+    store_cmd_pool_drain();
     free(s->host);
     free(s->unix_path);
     free(s->password);

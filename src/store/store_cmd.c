@@ -12,13 +12,66 @@
 #include "store_reply.h"
 #include "store_resp.h"
 
+/* Calls are made and freed by the thousand per second, in batches, on the
+ * store's loop thread. glibc keeps only 7 free blocks of a size per thread
+ * in its fast cache, so most of them went through its slower bins (a visible
+ * part of the agent's CPU). Blocks of up to CMD_BLOCK bytes (a script call
+ * with its arguments, a batch) are recycled here instead, per thread: a
+ * store is used from one thread only. */
+#define CMD_BLOCK 512
+#define CMD_POOL_MAX 4096 /* at most 2 MB kept */
+
+struct cmd_block {
+    struct cmd_block *next;
+};
+
+static _Thread_local struct cmd_block *cmd_pool;
+static _Thread_local unsigned cmd_pool_len;
+
+/* A block of size bytes with a zeroed struct store_cmd at its start (the
+ * rest uninitialised); NULL when out of memory. */
+static struct store_cmd *cmd_alloc(size_t size)
+{
+    struct store_cmd *c;
+
+    if (size > CMD_BLOCK)
+        return calloc(1, size);
+    if (cmd_pool) {
+        c = (struct store_cmd *)cmd_pool;
+        cmd_pool = cmd_pool->next;
+        cmd_pool_len--;
+    } else if (!(c = malloc(CMD_BLOCK))) {
+        return NULL;
+    }
+    memset(c, 0, sizeof(*c));
+    c->pooled = 1;
+    return c;
+}
+
 void store_cmd_free(struct store_cmd *c)
 {
     if (!c)
         return;
     /* A single call is one block (store_cmd_new); a batch owns nothing but
      * itself (its members are freed as they complete). */
+    if (c->pooled && cmd_pool_len < CMD_POOL_MAX) {
+        struct cmd_block *b = (struct cmd_block *)c;
+        b->next = cmd_pool;
+        cmd_pool = b;
+        cmd_pool_len++;
+        return;
+    }
     free(c);
+}
+
+void store_cmd_pool_drain(void)
+{
+    while (cmd_pool) {
+        struct cmd_block *b = cmd_pool;
+        cmd_pool = b->next;
+        free(b);
+    }
+    cmd_pool_len = 0;
 }
 
 /* One block: the command, its argv and argvlen arrays, then the bytes of
@@ -35,7 +88,7 @@ struct store_cmd *store_cmd_new(enum store_script script, const char *key, size_
 
     for (int i = 0; i < argc; i++)
         bytes += argvlen[i] + 1;
-    c = calloc(1, sizeof(*c) + (size_t)n * (sizeof(char *) + sizeof(size_t)) + bytes);
+    c = cmd_alloc(sizeof(*c) + (size_t)n * (sizeof(char *) + sizeof(size_t)) + bytes);
     if (!c)
         return NULL;
     c->cb = cb;
@@ -138,7 +191,7 @@ static void batch_failed(void *arg, const struct store_result *res)
  * (list untouched). */
 struct store_cmd *store_batch_new(struct store_cmd *list, unsigned n)
 {
-    struct store_cmd *b = calloc(1, sizeof(*b));
+    struct store_cmd *b = cmd_alloc(sizeof(*b));
 
     if (!b)
         return NULL;

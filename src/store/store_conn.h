@@ -68,6 +68,7 @@ struct store_cmd {
     unsigned batch : 1;      /* carries members (below) */
     unsigned read : 1;       /* store_read(): argv is the command as is, no sha;
                               * never batched; key in rkey */
+    unsigned pooled : 1;     /* a CMD_BLOCK block, recycled (store_cmd.c) */
     int argc;                /* a batch: 0 (its request is written from its members) */
     char **argv;             /* argv[1] is a placeholder: the sha is written when sent */
     size_t *argvlen;
@@ -94,6 +95,10 @@ struct store_cmd *store_cmd_new_read(const char *key, size_t keylen, int argc,
 
 /* Free a command (a batch: not its members). NULL no-op. */
 void store_cmd_free(struct store_cmd *c);
+
+/* Free the blocks this thread keeps for new commands (store_cmd_free
+ * recycles them). For the end of a store, on its thread. */
+void store_cmd_pool_drain(void);
 
 /* One EVALSHA of the batch script carrying the n calls of list (linked by
  * mnext, each a store_cmd_new() of one script): "EVALSHA sha n key... then
