@@ -2,7 +2,8 @@
  * store_cmd_format) byte for byte against what hiredis' own
  * redisFormatCommandArgv() makes of the same arguments: a script call, a
  * read, a batch of calls, empty and binary arguments, and requests larger
- * than the buffer's first allocation. */
+ * than the buffer's first allocation. And the reply objects made from a pool
+ * (store_reply_pool.c) against those of hiredis' own functions. */
 #include <check.h>
 #include <hiredis/hiredis.h>
 #include <stdio.h>
@@ -10,6 +11,7 @@
 #include <string.h>
 
 #include "store/store_conn.h"
+#include "store/store_reply_pool.h"
 #include "store/store_resp.h"
 
 static const char sha[] = "0123456789abcdef0123456789abcdef01234567";
@@ -180,6 +182,81 @@ START_TEST(batch)
 }
 END_TEST
 
+/* Two replies are the same tree: types, integers, strings (with their NUL),
+ * element counts. */
+static void assert_same_reply(const redisReply *a, const redisReply *b)
+{
+    ck_assert_int_eq(a->type, b->type);
+    ck_assert_int_eq(a->integer, b->integer);
+    ck_assert_uint_eq(a->len, b->len);
+    ck_assert_uint_eq(a->elements, b->elements);
+    if (a->str || b->str) {
+        ck_assert(a->str && b->str);
+        ck_assert_int_eq(memcmp(a->str, b->str, a->len + 1), 0);
+    }
+    for (size_t i = 0; i < a->elements; i++)
+        assert_same_reply(a->element[i], b->element[i]);
+}
+
+/* Replies of every type, a batch-like array, nesting, empties and nils;
+ * fed whole and then one byte at a time (partial replies held across
+ * feeds), three rounds so that recycled structs are reused. */
+struct reply_case {
+    const char *bytes;
+    size_t len;
+};
+
+#define REPLY(s) {s, sizeof(s) - 1} /* replies hold NUL bytes: no strlen */
+
+static const struct reply_case replies[] = {
+    REPLY("+OK\r\n"),
+    REPLY("-NOSCRIPT No matching script\r\n"),
+    REPLY(":-42\r\n"),
+    REPLY("$5\r\nhe\0lo\r\n"),
+    REPLY("$0\r\n\r\n"),
+    REPLY("$-1\r\n"),
+    REPLY("*-1\r\n"),
+    REPLY("*0\r\n"),
+    REPLY("*8\r\n:3\r\n:1\r\n:19\r\n:0\r\n:2\r\n:0\r\n:60000\r\n$2\r\n17\r\n"),
+    REPLY("*3\r\n*2\r\n:1\r\n$-1\r\n*0\r\n*1\r\n+x\r\n"),
+};
+#undef REPLY
+
+START_TEST(reply_pool)
+{
+    const char *in = replies[_i].bytes;
+    size_t len = replies[_i].len;
+
+    for (int round = 0; round < 3; round++) {
+        redisReader *want = redisReaderCreate(), *got = redisReaderCreate();
+        void *a = NULL, *b = NULL;
+
+        ck_assert(want && got);
+        got->fn = &store_reply_pool_fns;
+        ck_assert_int_eq(redisReaderFeed(want, in, len), REDIS_OK);
+        ck_assert_int_eq(redisReaderGetReply(want, &a), REDIS_OK);
+        ck_assert_ptr_nonnull(a);
+        for (size_t i = 0; i < len && !b; i++) { /* byte by byte */
+            ck_assert_int_eq(redisReaderFeed(got, in + i, 1), REDIS_OK);
+            ck_assert_int_eq(redisReaderGetReply(got, &b), REDIS_OK);
+            ck_assert(b == NULL || i == len - 1);
+        }
+        ck_assert_ptr_nonnull(b);
+        assert_same_reply(a, b);
+        freeReplyObject(a);
+        store_reply_pool_fns.freeObject(b);
+        redisReaderFree(want);
+        if (round == 2) { /* a partial reply left in the reader: freed with it */
+            ck_assert_int_eq(redisReaderFeed(got, "*2\r\n:1\r\n", 8), REDIS_OK);
+            ck_assert_int_eq(redisReaderGetReply(got, &b), REDIS_OK);
+            ck_assert_ptr_null(b);
+        }
+        redisReaderFree(got);
+    }
+    store_reply_pool_drain();
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("resp");
@@ -191,6 +268,7 @@ int main(void)
     tcase_add_loop_test(tc, script_call, 0, sizeof(big_arg_sizes) / sizeof(big_arg_sizes[0]));
     tcase_add_test(tc, read_call);
     tcase_add_loop_test(tc, batch, 0, sizeof(batch_sizes) / sizeof(batch_sizes[0]));
+    tcase_add_loop_test(tc, reply_pool, 0, sizeof(replies) / sizeof(replies[0]));
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -27,6 +27,7 @@
 #include "scripts.h"
 #include "store_lookup.h"
 #include "store_reply.h"
+#include "store_reply_pool.h"
 #include "util.h"
 
 #define BACKOFF_MIN 0.05
@@ -315,6 +316,7 @@ static void connect_to(struct store_conn *conn, const char *ip)
         return;
     }
     ac->data = conn;
+    ac->c.reader->fn = &store_reply_pool_fns; /* reply structs recycled */
     conn->ac = ac;
     conn->connect_us = util_now_us();
     redisLibevAttach(loop, ac);
