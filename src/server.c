@@ -280,7 +280,8 @@ static void request_done(struct limiter_req *lr)
     r->next = w->done_reqs;
     w->done_reqs = r;
     pthread_mutex_unlock(&w->done_lock);
-    ev_async_send(w->loop, &w->wake);
+    if (!ev_async_pending(&w->wake)) /* as in limiter_decide(): no second fence */
+        ev_async_send(w->loop, &w->wake);
 }
 
 static int on_notify(void *ctx, struct spop_conn *sp, const struct spop_frame *f)
