@@ -568,7 +568,9 @@ static int match_message(const struct ruleset *rs, const struct spop_message *m,
     }
     if (!named)
         mismatch_note(MISMATCH_MESSAGE, NULL, (const char *)m->name.ptr, m->name.len);
-    if (!*sample_len)
+    /* Only read when no rule matched at all (rules_match): once one did, an
+     * snprintf per message for nothing. */
+    if (!*sample_len && ev->nhits == 0)
         *sample_len = no_rule_sample(sample, MISMATCH_SAMPLE + 1, m, ev, &why);
     return 0;
 }
