@@ -40,6 +40,7 @@ struct lease_table *lease_table_new(const struct lease_config *cfg, unsigned nst
     memset(t->stripes, 0, sizeof(struct lease_stripe) * n);
     for (unsigned i = 0; i < n; i++) {
         pthread_mutex_init(&t->stripes[i].lock, NULL);
+        slab_init(&t->stripes[i].slab, sizeof(struct lease_entry) + LEASE_SLOT_KEY + 1);
         dlist_init(&t->stripes[i].active);
         dlist_init(&t->stripes[i].age);
     }
@@ -63,9 +64,10 @@ void lease_table_free(struct lease_table *t)
             for (; e; e = next) {
                 next = e->next;
                 rate_set_share(e, 0);
-                free(e);
+                lease_entry_free(s, e);
             }
         }
+        slab_release(&s->slab);
         free(s->slots);
         pthread_mutex_destroy(&s->lock);
     }
@@ -134,8 +136,7 @@ static struct lease_entry *find_or_create(const struct lease_table *t, struct le
                 return e;
     }
     stripe_evict(t, s, bucket_budget_add(t->budget), now_us);
-    if ((s->count >= s->nslots && stripe_grow(s) < 0) ||
-        !(e = calloc(1, sizeof(*e) + keylen + 1))) {
+    if ((s->count >= s->nslots && stripe_grow(s) < 0) || !(e = lease_entry_alloc(s, keylen))) {
         bucket_budget_sub(t->budget, 1);
         return NULL;
     }
@@ -171,7 +172,7 @@ static void entry_remove(const struct lease_table *t, struct lease_stripe *s,
     rate_set_share(e, 0);
     atomic_fetch_sub(&metrics.lease_keys, 1);
     bucket_budget_sub(t->budget, 1);
-    free(e);
+    lease_entry_free(s, e);
 }
 
 /* Entries the eviction looks at, from the old end of the age list, for one

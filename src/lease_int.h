@@ -6,9 +6,11 @@
 
 #include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "dlist.h"
 #include "lease.h"
+#include "slab.h"
 
 /* A report of "everything held was spent": scripts cap a report at what is held. */
 #define LEASE_VOID 1000000000000ull
@@ -25,6 +27,7 @@ struct lease_entry {
     struct lease_entry *next; /* hash chain */
     uint64_t hash;            /* of the key, mixed: see util_stripe() */
     unsigned stripe;
+    unsigned char in_slab;    /* from its stripe's slab (else calloc: a long key) */
     struct dlist active, age;
     uint64_t touch_us;        /* last decision or reply: the age list's order */
     uint32_t demand_tick;     /* the stripe tick demand was last brought to */
@@ -67,6 +70,10 @@ struct lease_entry {
     char key[]; /* the Redis key, NUL-terminated */
 };
 
+/* Entries are slab slots (slab.h: no page fault per new key) when their key
+ * is this long or shorter, as nearly all are; longer ones are calloc'd. */
+#define LEASE_SLOT_KEY 95
+
 struct lease_stripe {
     pthread_mutex_t lock;
     struct lease_entry **slots;
@@ -77,7 +84,29 @@ struct lease_stripe {
      * spend not reported yet was evicted while its lease in Redis may still
      * live (stripe_evict). */
     uint64_t void_until_us;
+    struct slab slab; /* entries with keys up to LEASE_SLOT_KEY bytes */
 } __attribute__((aligned(64)));
+
+/* A zeroed entry for a key of keylen bytes (its stripe's lock held); NULL
+ * when out of memory. */
+static inline struct lease_entry *lease_entry_alloc(struct lease_stripe *s, size_t keylen)
+{
+    struct lease_entry *e;
+
+    if (keylen > LEASE_SLOT_KEY)
+        return calloc(1, sizeof(*e) + keylen + 1);
+    if ((e = slab_alloc(&s->slab)))
+        e->in_slab = 1;
+    return e;
+}
+
+static inline void lease_entry_free(struct lease_stripe *s, struct lease_entry *e)
+{
+    if (e->in_slab)
+        slab_free(&s->slab, e);
+    else
+        free(e);
+}
 
 struct lease_table {
     struct lease_config cfg;

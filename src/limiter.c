@@ -518,7 +518,10 @@ int limiter_decide(struct limiter *l, struct limiter_req *req, uint64_t now_us)
 
     for (size_t i = 0; i < req->ev.nhits; i++)
         decided += (unsigned)decide_hit(l, req, i, now_us, up, &queued);
-    if (queued)
+    /* ev_async_send() fences memory twice even when a wake-up is already
+     * pending; the queue is taken under qlock after that flag is cleared,
+     * so skipping it then loses nothing (libev: ev_async_pending). */
+    if (queued && !ev_async_pending(&l->wake))
         ev_async_send(l->loop, &l->wake);
     if (atomic_fetch_sub_explicit(&req->waiting, decided + 1, memory_order_acq_rel) ==
         decided + 1)

@@ -326,7 +326,7 @@ static int agent_open(struct agent *a, struct config *cfg)
         fprintf(stderr, "spoa-ratelimit: %s\n", err);
         return -1;
     }
-    a->srv = server_new(a->rs->cfg, a->rs, a->lim, err, sizeof(err));
+    a->srv = server_new(a->rs->cfg, a->rs, a->lim, a->loop, err, sizeof(err));
     if (!a->srv) {
         fprintf(stderr, "spoa-ratelimit: cannot listen on %s\n", err);
         return -1;

@@ -171,17 +171,18 @@ int rules_value_text(const struct spop_data *d, char *buf, size_t cap, const cha
     case SPOP_DATA_UINT64:
         n = snprintf(buf, cap, "%" PRIu64, d->u.uint);
         break;
-    case SPOP_DATA_IPV4:
-        if (!inet_ntop(AF_INET, d->u.ip, buf, (socklen_t)cap))
+    case SPOP_DATA_IPV4: /* not inet_ntop: it formats with sprintf */
+        if (cap < UTIL_IPV4_TEXT_MAX)
             return -1;
-        n = (int)strlen(buf);
+        n = (int)util_ipv4_text(buf, d->u.ip);
         break;
     case SPOP_DATA_IPV6: {
         static const uint8_t v4mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
         /* One client, one key: a v4-mapped address is the v4 address. */
         if (memcmp(d->u.ip, v4mapped, 12) == 0) {
-            if (!inet_ntop(AF_INET, d->u.ip + 12, buf, (socklen_t)cap))
+            if (cap < UTIL_IPV4_TEXT_MAX)
                 return -1;
+            util_ipv4_text(buf, d->u.ip + 12);
         } else if (!inet_ntop(AF_INET6, d->u.ip, buf, (socklen_t)cap)) {
             return -1;
         }
@@ -567,7 +568,9 @@ static int match_message(const struct ruleset *rs, const struct spop_message *m,
     }
     if (!named)
         mismatch_note(MISMATCH_MESSAGE, NULL, (const char *)m->name.ptr, m->name.len);
-    if (!*sample_len)
+    /* Only read when no rule matched at all (rules_match): once one did, an
+     * snprintf per message for nothing. */
+    if (!*sample_len && ev->nhits == 0)
         *sample_len = no_rule_sample(sample, MISMATCH_SAMPLE + 1, m, ev, &why);
     return 0;
 }
@@ -678,10 +681,37 @@ static uint64_t clamp_seconds(uint64_t s)
 }
 
 /* Every variable of the ACK (interface.md). */
+/* The longest header_field(): a quoted rule name, two keys and numbers. */
+#define HEADER_FIELD_MAX (2 + CFG_MAX_NAME + 2 * (2 + UTIL_U64_DEC_MAX + 1) + 1)
+
+/* "\"name\";k1=v1;k2=v2" (RateLimit-Policy / RateLimit), NUL-terminated, into
+ * buf of HEADER_FIELD_MAX bytes. Not snprintf: this is in every ACK. */
+static void header_field(char *buf, const char *name, char k1, uint64_t v1, char k2, uint64_t v2)
+{
+    size_t n = strlen(name);
+    char *p = buf;
+
+    if (n > CFG_MAX_NAME) /* config refuses longer names; never overflow */
+        n = CFG_MAX_NAME;
+    *p++ = '"';
+    memcpy(p, name, n);
+    p += n;
+    *p++ = '"';
+    *p++ = ';';
+    *p++ = k1;
+    *p++ = '=';
+    p += util_u64_dec(p, v1);
+    *p++ = ';';
+    *p++ = k2;
+    *p++ = '=';
+    p += util_u64_dec(p, v2);
+    *p = '\0';
+}
+
 static int encode_full(struct spop_writer *w, const struct ruleset *rs, const struct rule_hit *h,
                        int would_block, int degraded)
 {
-    char buf[160];
+    char buf[HEADER_FIELD_MAX];
     int ret;
 
     if ((ret = put_var_bool(w, "blocked", h && !h->out.res.allowed)) < 0)
@@ -709,11 +739,10 @@ static int encode_full(struct spop_writer *w, const struct ruleset *rs, const st
         if ((ret = put_var_int(w, "retry_after", (int64_t)(retry ? retry : 1))) < 0)
             return ret;
     }
-    snprintf(buf, sizeof(buf), "\"%s\";q=%" PRIu64 ";w=%" PRIu64, rule->name, h->params.limit,
-             window ? window : 1);
+    header_field(buf, rule->name, 'q', h->params.limit, 'w', window ? window : 1);
     if ((ret = put_var_str(w, "policy", buf)) < 0)
         return ret;
-    snprintf(buf, sizeof(buf), "\"%s\";r=%" PRIu64 ";t=%" PRIu64, rule->name, remaining, reset);
+    header_field(buf, rule->name, 'r', remaining, 't', reset);
     return put_var_str(w, "ratelimit", buf);
 }
 

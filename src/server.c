@@ -78,6 +78,9 @@ struct worker {
     unsigned id;
     pthread_t thread;
     struct ev_loop *loop;
+    /* Runs on the main loop, without a thread of its own (one worker): see
+     * server_new(). */
+    int inline_loop;
     ev_async wake;
     ev_io *accept_io;          /* one per listener */
     struct accept_guard guard; /* pauses accept_io when out of fds */
@@ -277,7 +280,8 @@ static void request_done(struct limiter_req *lr)
     r->next = w->done_reqs;
     w->done_reqs = r;
     pthread_mutex_unlock(&w->done_lock);
-    ev_async_send(w->loop, &w->wake);
+    if (!ev_async_pending(&w->wake)) /* as in limiter_decide(): no second fence */
+        ev_async_send(w->loop, &w->wake);
 }
 
 static int on_notify(void *ctx, struct spop_conn *sp, const struct spop_frame *f)
@@ -527,11 +531,23 @@ static void worker_begin_stop(struct worker *w)
     worker_maybe_done(w);
 }
 
-/* A stopping worker's loop ends once nothing is open or pending. */
+static void worker_finished(struct worker *w)
+{
+    pthread_mutex_lock(&w->srv->done_lock);
+    w->srv->done++;
+    pthread_cond_broadcast(&w->srv->done_cond);
+    pthread_mutex_unlock(&w->srv->done_lock);
+}
+
+/* A stopping worker's loop ends once nothing is open or pending; a worker on
+ * the main loop is counted as finished then (that loop goes on). */
 static void worker_maybe_done(struct worker *w)
 {
-    if (w->stopping && !w->conns && w->pending == 0 && ev_is_active(&w->wake))
+    if (w->stopping && !w->conns && w->pending == 0 && ev_is_active(&w->wake)) {
         ev_async_stop(w->loop, &w->wake);
+        if (w->inline_loop)
+            worker_finished(w);
+    }
 }
 
 /* Answers went out on live connection c: parse the frames a pause left
@@ -613,10 +629,7 @@ static void *worker_main(void *arg)
     struct worker *w = arg;
 
     ev_run(w->loop, 0);
-    pthread_mutex_lock(&w->srv->done_lock);
-    w->srv->done++;
-    pthread_cond_broadcast(&w->srv->done_cond);
-    pthread_mutex_unlock(&w->srv->done_lock);
+    worker_finished(w);
     return NULL;
 }
 
@@ -635,7 +648,7 @@ static void raise_nofile(unsigned max_conns)
 }
 
 struct server *server_new(const struct config *cfg, struct ruleset *rs, struct limiter *lim,
-                          char *err, size_t errlen)
+                          struct ev_loop *main_loop, char *err, size_t errlen)
 {
     struct server *s = calloc(1, sizeof(*s));
     int fd;
@@ -669,7 +682,13 @@ struct server *server_new(const struct config *cfg, struct ruleset *rs, struct l
         struct worker *w = &s->workers[i];
         w->srv = s;
         w->id = i;
-        w->loop = ev_loop_new(EVFLAG_AUTO);
+        /* One worker shares the main loop, where the limiter talks to Redis:
+         * a decision then costs no hop between threads (an eventfd write, a
+         * wake-up and a context switch each way), which cost as much CPU as
+         * the decision itself. An ev_async sent from its own loop's thread
+         * makes no system call. */
+        w->inline_loop = s->nworkers == 1;
+        w->loop = w->inline_loop ? main_loop : ev_loop_new(EVFLAG_AUTO);
         w->accept_io = calloc(s->nlfds, sizeof(ev_io));
         if (!w->loop || !w->accept_io) {
             snprintf(err, errlen, "cannot create event loop");
@@ -698,6 +717,8 @@ fail:
 int server_start(struct server *s)
 {
     for (unsigned i = 0; i < s->nworkers; i++) {
+        if (s->workers[i].inline_loop)
+            continue; /* runs when the main loop does */
         if (pthread_create(&s->workers[i].thread, NULL, worker_main, &s->workers[i]) != 0) {
             LOG_ERROR("\"cannot start worker thread\" err=\"%s\"", strerror(errno));
             return -1;
@@ -740,6 +761,13 @@ int server_join(struct server *s, double timeout_s)
 
     if (!atomic_load(&s->running))
         return 0;
+    if (s->nworkers == 1 && s->workers[0].inline_loop) {
+        /* It finishes only while the main loop (the caller's) runs. */
+        if (!server_stopped(s))
+            return -1;
+        atomic_store(&s->running, 0);
+        return 0;
+    }
     clock_gettime(CLOCK_REALTIME, &ts);
     ts.tv_sec += (time_t)timeout_s;
     ts.tv_nsec += (long)((timeout_s - (double)(time_t)timeout_s) * 1e9);
@@ -754,7 +782,8 @@ int server_join(struct server *s, double timeout_s)
     if (s->done < s->nworkers)
         return -1;
     for (unsigned i = 0; i < s->nworkers; i++)
-        pthread_join(s->workers[i].thread, NULL);
+        if (!s->workers[i].inline_loop)
+            pthread_join(s->workers[i].thread, NULL);
     atomic_store(&s->running, 0);
     return 0;
 }
@@ -770,7 +799,15 @@ void server_free(struct server *s)
         if (w->loop) {
             while (w->conns)
                 conn_free(w->conns);
-            ev_loop_destroy(w->loop);
+            if (w->inline_loop) { /* the main loop is its owner's to destroy */
+                for (size_t l = 0; w->accept_io && l < s->nlfds; l++)
+                    ev_io_stop(w->loop, &w->accept_io[l]);
+                if (w->guard.loop)
+                    accept_guard_stop(&w->guard);
+                ev_async_stop(w->loop, &w->wake);
+            } else {
+                ev_loop_destroy(w->loop);
+            }
         }
         free(w->accept_io);
         ruleset_unref(w->rs);

@@ -110,3 +110,35 @@ size_t util_slot_fence(const char *key, size_t len)
 {
     return len && memchr(key, '{', len) ? sizeof(UTIL_SLOT_FENCE) - 1 : 0;
 }
+
+size_t util_u64_dec(char *buf, uint64_t v)
+{
+    char tmp[UTIL_U64_DEC_MAX];
+    size_t n = 0;
+
+    do { /* least significant digit first, then reversed */
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    for (size_t i = 0; i < n; i++)
+        buf[i] = tmp[n - 1 - i];
+    return n;
+}
+
+size_t util_ipv4_text(char *buf, const uint8_t ip[4])
+{
+    char *p = buf;
+
+    for (int i = 0; i < 4; i++) {
+        unsigned b = ip[i];
+        if (i)
+            *p++ = '.';
+        if (b >= 100)
+            *p++ = (char)('0' + b / 100);
+        if (b >= 10)
+            *p++ = (char)('0' + b / 10 % 10);
+        *p++ = (char)('0' + b % 10);
+    }
+    *p = '\0';
+    return (size_t)(p - buf);
+}

@@ -63,6 +63,18 @@ long util_query_param(const char *query, const char *name, char *out, size_t cap
 #define UTIL_SLOT_FENCE "{}"
 size_t util_slot_fence(const char *key, size_t len);
 
+/* v in decimal into buf, which holds UTIL_U64_DEC_MAX bytes or more (no NUL
+ * written); returns the length. For the request path, where the
+ * printf family's parsing and locale work cost more than the digits. */
+#define UTIL_U64_DEC_MAX 20
+size_t util_u64_dec(char *buf, uint64_t v);
+
+/* The dotted quad of an IPv4 address (4 bytes, network order) into buf,
+ * which holds UTIL_IPV4_TEXT_MAX bytes or more, NUL-terminated as
+ * inet_ntop() writes it; returns the length without the NUL. */
+#define UTIL_IPV4_TEXT_MAX 16
+size_t util_ipv4_text(char *buf, const uint8_t ip[4]);
+
 /* Ceiling division of microseconds into whole seconds (without adding
  * first: that would wrap for waits near UINT64_MAX). */
 static inline uint64_t util_us_to_s_ceil(uint64_t us)

@@ -6,6 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <arpa/inet.h>
+#include <inttypes.h>
+#include <sys/socket.h>
+
 #include "util.h"
 
 struct slot_case {
@@ -154,6 +158,49 @@ START_TEST(query_params)
 }
 END_TEST
 
+/* util_u64_dec against printf at the boundaries of every digit count. The
+ * buffer is exactly UTIL_U64_DEC_MAX bytes on the heap so that ASan sees a
+ * write past it. */
+static const uint64_t dec_cases[] = {0, 1, 9, 10, 99, 100, 999, 1000, 65535, 4294967295ULL,
+                                     4294967296ULL, 999999999999999999ULL,
+                                     1000000000000000000ULL, 9999999999999999999ULL,
+                                     10000000000000000000ULL, UINT64_MAX};
+
+START_TEST(u64_dec)
+{
+    char want[32];
+    char *got = malloc(UTIL_U64_DEC_MAX);
+    uint64_t v = dec_cases[_i];
+    int n = snprintf(want, sizeof(want), "%" PRIu64, v);
+
+    ck_assert_ptr_nonnull(got);
+    ck_assert_uint_eq(util_u64_dec(got, v), (size_t)n);
+    ck_assert_int_eq(memcmp(got, want, (size_t)n), 0);
+    free(got);
+}
+END_TEST
+
+/* util_ipv4_text against inet_ntop, over every byte value in each place. */
+START_TEST(ipv4_text)
+{
+    char want[INET_ADDRSTRLEN];
+    char *got = malloc(UTIL_IPV4_TEXT_MAX);
+
+    ck_assert_ptr_nonnull(got);
+    for (unsigned b = 0; b < 256; b++) {
+        for (int at = 0; at < 4; at++) {
+            uint8_t ip[4] = {255, 0, 10, 100};
+            ip[at] = (uint8_t)b;
+            ck_assert_ptr_nonnull(inet_ntop(AF_INET, ip, want, sizeof(want)));
+            ck_assert_uint_eq(util_ipv4_text(got, ip), strlen(want));
+            ck_assert_str_eq(got, want);
+        }
+    }
+    free(got);
+}
+END_TEST
+
+
 int main(void)
 {
     Suite *s = suite_create("util");
@@ -164,6 +211,8 @@ int main(void)
     tcase_add_test(tc, hash_is_fnv1a);
     tcase_add_test(tc, stripe_and_slot_use_different_bits);
     tcase_add_test(tc, query_params);
+    tcase_add_loop_test(tc, u64_dec, 0, sizeof(dec_cases) / sizeof(dec_cases[0]));
+    tcase_add_test(tc, ipv4_text);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -20,6 +20,7 @@
 #include "net.h"
 #include "store_cluster.h"
 #include "store_conn.h"
+#include "store_reply_pool.h"
 #include "store_sentinel.h"
 #include "util.h"
 
@@ -274,6 +275,9 @@ void store_free(struct store *s)
     store_cluster_free(s->cluster);
     store_sentinel_free(s->sentinel);
     store_conn_free(s->conn);
+    store_resp_free(&s->env.resp);
+    store_cmd_pool_drain();
+    store_reply_pool_drain();
     free(s->host);
     free(s->unix_path);
     free(s->password);

@@ -10,18 +10,68 @@
 
 #include "metrics.h"
 #include "store_reply.h"
+#include "store_resp.h"
+
+/* Calls are made and freed by the thousand per second, in batches, on the
+ * store's loop thread. glibc keeps only 7 free blocks of a size per thread
+ * in its fast cache, so most of them went through its slower bins (a visible
+ * part of the agent's CPU). Blocks of up to CMD_BLOCK bytes (a script call
+ * with its arguments, a batch) are recycled here instead, per thread: a
+ * store is used from one thread only. */
+#define CMD_BLOCK 512
+#define CMD_POOL_MAX 4096 /* at most 2 MB kept */
+
+struct cmd_block {
+    struct cmd_block *next;
+};
+
+static _Thread_local struct cmd_block *cmd_pool;
+static _Thread_local unsigned cmd_pool_len;
+
+/* A block of size bytes with a zeroed struct store_cmd at its start (the
+ * rest uninitialised); NULL when out of memory. */
+static struct store_cmd *cmd_alloc(size_t size)
+{
+    struct store_cmd *c;
+
+    if (size > CMD_BLOCK)
+        return calloc(1, size);
+    if (cmd_pool) {
+        c = (struct store_cmd *)cmd_pool;
+        cmd_pool = cmd_pool->next;
+        cmd_pool_len--;
+    } else if (!(c = malloc(CMD_BLOCK))) {
+        return NULL;
+    }
+    memset(c, 0, sizeof(*c));
+    c->pooled = 1;
+    return c;
+}
 
 void store_cmd_free(struct store_cmd *c)
 {
     if (!c)
         return;
-    if (c->batch) { /* owns its arrays, sha buffer and arena; the rest is borrowed */
-        free(c->argv[1]);
-        free(c->argv);
-        free(c->argvlen);
-        free(c->arena);
+    /* A single call is one block (store_cmd_new); a batch owns nothing but
+     * itself (its members are freed as they complete). */
+    if (c->pooled && cmd_pool_len < CMD_POOL_MAX) {
+        struct cmd_block *b = (struct cmd_block *)c;
+        b->next = cmd_pool;
+        cmd_pool = b;
+        cmd_pool_len++;
+        return;
     }
-    free(c); /* a single call is one block (store_cmd_new) */
+    free(c);
+}
+
+void store_cmd_pool_drain(void)
+{
+    while (cmd_pool) {
+        struct cmd_block *b = cmd_pool;
+        cmd_pool = b->next;
+        free(b);
+    }
+    cmd_pool_len = 0;
 }
 
 /* One block: the command, its argv and argvlen arrays, then the bytes of
@@ -38,7 +88,7 @@ struct store_cmd *store_cmd_new(enum store_script script, const char *key, size_
 
     for (int i = 0; i < argc; i++)
         bytes += argvlen[i] + 1;
-    c = calloc(1, sizeof(*c) + (size_t)n * (sizeof(char *) + sizeof(size_t)) + bytes);
+    c = cmd_alloc(sizeof(*c) + (size_t)n * (sizeof(char *) + sizeof(size_t)) + bytes);
     if (!c)
         return NULL;
     c->cb = cb;
@@ -57,7 +107,7 @@ struct store_cmd *store_cmd_new(enum store_script script, const char *key, size_
         p += (len) + 1;                                                                            \
     } while (0)
     PUT(0, evalsha, sizeof(evalsha) - 1);
-    c->argv[1] = p; /* the sha, filled in when sent (calloc'd: zeros) */
+    c->argv[1] = p; /* a placeholder: store_cmd_format writes the sha */
     c->argvlen[1] = STORE_SHA_LEN;
     p += STORE_SHA_LEN + 1;
     PUT(2, one, sizeof(one) - 1);
@@ -107,6 +157,8 @@ struct store_cmd *store_cmd_new_read(const char *key, size_t keylen, int argc,
 
 const char *store_cmd_key(const struct store_cmd *c, size_t *len)
 {
+    if (c->batch) /* its first member's: they share a connection (and slot) */
+        return store_cmd_key(c->members, len);
     if (c->read) {
         *len = c->rkeylen;
         return c->rkey;
@@ -134,17 +186,13 @@ static void batch_failed(void *arg, const struct store_result *res)
     b->members = NULL;
 }
 
-/* One EVALSHA of the batch script carrying the n calls of list (linked by
- * mnext): EVALSHA sha n key... then per call "script argc args...". NULL when
- * out of memory (list untouched). */
+/* A batch of the n calls of list (linked by mnext). Its request is written
+ * from the members when sent (store_cmd_format). NULL when out of memory
+ * (list untouched). */
 struct store_cmd *store_batch_new(struct store_cmd *list, unsigned n)
 {
-    struct store_cmd *b = calloc(1, sizeof(*b)), *m;
-    int argc = 3 + (int)n, i, k;
-    char *num;
+    struct store_cmd *b = cmd_alloc(sizeof(*b));
 
-    for (m = list; m; m = m->mnext)
-        argc += 2 + (m->argc - 4);
     if (!b)
         return NULL;
     b->batch = 1;
@@ -153,49 +201,50 @@ struct store_cmd *store_batch_new(struct store_cmd *list, unsigned n)
     b->arg = b;
     b->members = list;
     b->nmembers = n;
-    b->argv = calloc((size_t)argc, sizeof(char *));
-    b->argvlen = calloc((size_t)argc, sizeof(size_t));
-    b->arena = malloc(24 * ((size_t)n + 1) + 8);
-    if (b->argv)
-        b->argv[1] = calloc(1, STORE_SHA_LEN + 1);
-    if (!b->argv || !b->argvlen || !b->arena || !b->argv[1]) {
-        b->argc = 0;
-        free(b->argv ? b->argv[1] : NULL);
-        free(b->argv);
-        free(b->argvlen);
-        free(b->arena);
-        free(b);
-        return NULL;
+    return b;
+}
+
+/* The batch script reads each call as "script argc args...". */
+_Static_assert(BATCH_OP_SCRIPT == 0 && BATCH_OP_ARGC == 1 && BATCH_OP_HEAD == 2,
+               "store_cmd_format writes a call's head in this order");
+
+/* EVALSHA sha n key... then per call "script argc args..." (lua/batch.sh). */
+static void format_batch(const struct store_cmd *b, const char *sha, struct store_resp *w)
+{
+    const struct store_cmd *m;
+    size_t argc = 3 + b->nmembers;
+
+    for (m = b->members; m; m = m->mnext)
+        argc += BATCH_OP_HEAD + (size_t)(m->argc - 4);
+    store_resp_array(w, argc);
+    store_resp_bulk(w, "EVALSHA", 7);
+    store_resp_bulk(w, sha, STORE_SHA_LEN);
+    store_resp_bulk_u64(w, b->nmembers);
+    for (m = b->members; m; m = m->mnext) /* keys */
+        store_resp_bulk(w, m->argv[3], m->argvlen[3]);
+    for (m = b->members; m; m = m->mnext) { /* operations */
+        store_resp_bulk_u64(w, (uint64_t)m->script);
+        store_resp_bulk_u64(w, (uint64_t)(m->argc - 4));
+        for (int k = 4; k < m->argc; k++)
+            store_resp_bulk(w, m->argv[k], m->argvlen[k]);
     }
-    b->argc = argc;
-    b->argv[0] = (char *)"EVALSHA"; /* never freed: see cmd_free */
-    b->argvlen[0] = 7;
-    b->argvlen[1] = STORE_SHA_LEN;
-    num = b->arena;
-#define ARENA_NUM(v, at)                                                                           \
-    do {                                                                                           \
-        int len_ = sprintf(num, "%d", (int)(v));                                                   \
-        b->argv[at] = num;                                                                         \
-        b->argvlen[at] = (size_t)len_;                                                             \
-        num += len_ + 1;                                                                           \
-    } while (0)
-    ARENA_NUM(n, 2);
-    i = 3;
-    for (m = list; m; m = m->mnext, i++) { /* keys */
-        b->argv[i] = m->argv[3];
-        b->argvlen[i] = m->argvlen[3];
-    }
-    for (m = list; m; m = m->mnext) { /* operations */
-        ARENA_NUM(m->script, i + BATCH_OP_SCRIPT);
-        ARENA_NUM(m->argc - 4, i + BATCH_OP_ARGC);
-        i += BATCH_OP_HEAD;
-        for (k = 4; k < m->argc; k++, i++) {
-            b->argv[i] = m->argv[k];
-            b->argvlen[i] = m->argvlen[k];
+}
+
+int store_cmd_format(const struct store_cmd *c, const char *sha, struct store_resp *w)
+{
+    store_resp_reset(w);
+    if (c->batch) {
+        format_batch(c, sha, w);
+    } else {
+        store_resp_array(w, (size_t)c->argc);
+        for (int i = 0; i < c->argc; i++) {
+            if (i == 1 && !c->read)
+                store_resp_bulk(w, sha, STORE_SHA_LEN);
+            else
+                store_resp_bulk(w, c->argv[i], c->argvlen[i]);
         }
     }
-#undef ARENA_NUM
-    return b;
+    return store_resp_ok(w) ? 0 : -1;
 }
 
 /* A read's reply: an array's elements as text (integers printed into num),

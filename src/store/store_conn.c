@@ -27,6 +27,7 @@
 #include "scripts.h"
 #include "store_lookup.h"
 #include "store_reply.h"
+#include "store_reply_pool.h"
 #include "util.h"
 
 #define BACKOFF_MIN 0.05
@@ -55,6 +56,7 @@ struct store_conn {
     double backoff;
     ev_timer retry;
     ev_timer watchdog;
+    ev_prepare write_early; /* see write_early_cb */
     struct store_cmd *head, *tail; /* in flight, oldest first */
     unsigned inflight;             /* how many */
     struct store_cmd *qhead, *qtail; /* queued for the next batch (linked by next) */
@@ -315,6 +317,7 @@ static void connect_to(struct store_conn *conn, const char *ip)
         return;
     }
     ac->data = conn;
+    ac->c.reader->fn = &store_reply_pool_fns; /* reply structs recycled */
     conn->ac = ac;
     conn->connect_us = util_now_us();
     redisLibevAttach(loop, ac);
@@ -464,17 +467,20 @@ static void on_eval_reply(redisAsyncContext *ac, void *r, void *priv);
 /* Put cmd on the wire now. 0 in flight, -1 not sent (the caller owns it). */
 static int wire_send(struct store_conn *conn, struct store_cmd *c)
 {
+    struct store_resp *w = &conn->env->resp;
+
     if (!conn->ac)
         return -1;
-    if (!c->read)
-        memcpy(c->argv[1], conn->env->sha[c->script], STORE_SHA_LEN);
+    if (store_cmd_format(c, c->read ? NULL : conn->env->sha[c->script], w) < 0)
+        return -1;
     if (c->asking) {
         if (redisAsyncCommand(conn->ac, NULL, NULL, "ASKING") != REDIS_OK)
             return -1;
         METRIC_INC(redis_commands);
     }
-    if (redisAsyncCommandArgv(conn->ac, on_eval_reply, c, c->argc, (const char **)c->argv,
-                              c->argvlen) != REDIS_OK)
+    /* Written by us into one reused buffer: hiredis would build it with an
+     * sds grown per argument (store_resp.h). */
+    if (redisAsyncFormattedCommand(conn->ac, on_eval_reply, c, w->buf, w->len) != REDIS_OK)
         return -1;
     METRIC_INC(redis_commands);
     c->sent_us = util_now_us();
@@ -660,6 +666,25 @@ next:
         flush(conn);
 }
 
+/* Before the loop waits: write what commands queued in this iteration. hiredis
+ * would start a write watcher and write once the next poll said writable:
+ * two epoll_ctl calls and a poll more per batch. Writing here, where no
+ * hiredis callback is running, stops that watcher before libev tells the
+ * kernel about it. A failed write is handled as from the watcher. */
+static void write_early_cb(struct ev_loop *loop, ev_prepare *w, int revents)
+{
+    struct store_conn *conn = w->data;
+    redisAsyncContext *ac = conn->ac;
+    const redisLibevEvents *e;
+
+    if (!ac || (ac->c.flags & (REDIS_DISCONNECTING | REDIS_FREEING)) ||
+        !(ac->c.flags & REDIS_CONNECTED))
+        return; /* connecting: hiredis waits for writable to finish the connect */
+    e = ac->ev.data;
+    if (e && e->writing)
+        redisAsyncHandleWrite(ac);
+}
+
 /* ---- lifecycle and accessors --------------------------------------------- */
 
 /* Take h (malloc'd) as the TCP host. */
@@ -711,6 +736,10 @@ struct store_conn *store_conn_new(struct store_env *env, const struct store_conn
     conn->retry.data = conn;
     ev_timer_init(&conn->watchdog, watchdog_cb, 0., WATCHDOG_EVERY);
     conn->watchdog.data = conn;
+    ev_prepare_init(&conn->write_early, write_early_cb);
+    conn->write_early.data = conn;
+    ev_prepare_start(env->loop, &conn->write_early);
+    ev_unref(env->loop); /* it alone does not keep the loop running */
     return conn;
 oom:
     free(conn->unix_path);
@@ -726,6 +755,8 @@ void store_conn_free(struct store_conn *conn)
         return;
     ev_timer_stop(conn->env->loop, &conn->retry);
     ev_timer_stop(conn->env->loop, &conn->watchdog);
+    ev_ref(conn->env->loop); /* undoes the ev_unref of store_conn_new */
+    ev_prepare_stop(conn->env->loop, &conn->write_early);
     store_lookup_cancel(conn->lookup);
     if (conn->ac) {
         redisAsyncContext *ac = conn->ac;

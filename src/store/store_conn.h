@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include "store.h"
+#include "store_resp.h"
 
 #define STORE_SHA_LEN 40
 
@@ -40,6 +41,7 @@ struct store_env {
     char sha[SCRIPT_COUNT + 1][STORE_SHA_LEN + 1]; /* from SCRIPT LOAD: the same on every
                                                        server; [SCRIPT_COUNT] is the batch */
     unsigned pending;        /* commands queued or in flight over all connections */
+    struct store_resp resp;  /* the request being written (store_cmd_format), reused */
     int corked;              /* store_conn_send() only queues (see store_conn_uncork) */
 };
 
@@ -66,8 +68,9 @@ struct store_cmd {
     unsigned batch : 1;      /* carries members (below) */
     unsigned read : 1;       /* store_read(): argv is the command as is, no sha;
                               * never batched; key in rkey */
-    int argc;
-    char **argv;             /* argv[1] is the sha, filled in when sent */
+    unsigned pooled : 1;     /* a CMD_BLOCK block, recycled (store_cmd.c) */
+    int argc;                /* a batch: 0 (its request is written from its members) */
+    char **argv;             /* argv[1] is a placeholder: the sha is written when sent */
     size_t *argvlen;
     struct store_conn *conn; /* where it is in flight; NULL when not */
     struct store_cmd *prev, *next;
@@ -75,7 +78,6 @@ struct store_cmd {
      * argv borrows their keys and arguments. NULL for a single call. */
     struct store_cmd *members, *mnext;
     unsigned nmembers;
-    char *arena;             /* a batch's own numbers ("script argc" per call) */
     const char *rkey;        /* a read's routing key (in the same block) */
     size_t rkeylen;
 };
@@ -94,11 +96,20 @@ struct store_cmd *store_cmd_new_read(const char *key, size_t keylen, int argc,
 /* Free a command (a batch: not its members). NULL no-op. */
 void store_cmd_free(struct store_cmd *c);
 
+/* Free the blocks this thread keeps for new commands (store_cmd_free
+ * recycles them). For the end of a store, on its thread. */
+void store_cmd_pool_drain(void);
+
 /* One EVALSHA of the batch script carrying the n calls of list (linked by
  * mnext, each a store_cmd_new() of one script): "EVALSHA sha n key... then
  * per call script argc args...". Its callback fails every member; a reply
  * goes to store_batch_reply(). NULL when out of memory (list untouched). */
 struct store_cmd *store_batch_new(struct store_cmd *list, unsigned n);
+
+/* The request of c (a call, a read, or a batch) into w, reset first: sha
+ * (STORE_SHA_LEN bytes; unused for a read) goes in place of argv[1], and a
+ * batch is written from its members. 0, or -1 when out of memory. */
+int store_cmd_format(const struct store_cmd *c, const char *sha, struct store_resp *w);
 
 struct redisReply;
 
@@ -111,7 +122,8 @@ void store_batch_reply(struct store_cmd *b, const struct redisReply *reply, uint
  * its callback and free it. now: for the latency reported. */
 void store_cmd_read_reply(struct store_cmd *c, const struct redisReply *reply, uint64_t now);
 
-/* The key of the command (argv[3]; a read's routing key). */
+/* The key of the command (argv[3]; a read's routing key; a batch's first
+ * member's). */
 const char *store_cmd_key(const struct store_cmd *c, size_t *len);
 
 /* Run the callback with status (STORE_DOWN or STORE_ERR) and err, then free

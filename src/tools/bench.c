@@ -19,6 +19,11 @@
 #define BENCH_MAX_PIPELINE 256
 #define BENCH_BUF 65536
 
+/* The largest NOTIFY send_notify() builds: the message name and path are
+ * limited to BENCH_MAX_NAME bytes each (see parse_opts). */
+#define BENCH_MAX_NAME 256
+#define BENCH_FRAME_MAX 1024
+
 struct bconn {
     int fd;
     uint32_t max_frame;
@@ -27,6 +32,13 @@ struct bconn {
     uint64_t sent_at[BENCH_MAX_PIPELINE]; /* by stream id % pipeline */
     uint8_t in[BENCH_BUF];
     size_t in_len;
+    /* NOTIFYs built and not written yet: a pipeline refill goes out in one
+     * write(), as HAProxy batches the frames of one connection, rather than
+     * one system call per frame, which cost the load generator more CPU
+     * than the agent spent deciding. */
+    uint8_t *out; /* pipeline * BENCH_FRAME_MAX bytes */
+    size_t out_len;
+    unsigned out_frames; /* their streams: the last out_frames before next_stream */
 };
 
 struct opts {
@@ -37,6 +49,7 @@ struct opts {
     double duration;
     const char *message;
     const char *path;
+    size_t message_len, path_len;
     double rate; /* decisions per second, paced; 0: as fast as the pipelines allow */
 };
 
@@ -128,21 +141,30 @@ static uint64_t rng(void)
     return rng_state;
 }
 
+/* "key-" and k in decimal into key (at least 24 bytes); its length. snprintf
+ * per frame was a visible part of the generator's CPU. */
+static size_t format_key(char *key, uint64_t k)
+{
+    memcpy(key, "key-", 4);
+    return 4 + util_u64_dec(key + 4, k);
+}
+
+/* Build one NOTIFY at the end of c->out; flush_notifies() writes it. */
 static int send_notify(struct bconn *c, const struct opts *o)
 {
-    uint8_t buf[1024], *start;
-    struct spop_writer w = {buf, buf + sizeof(buf)};
+    uint8_t *buf = c->out + c->out_len, *start;
+    struct spop_writer w = {buf, buf + BENCH_FRAME_MAX};
     char key[32];
     uint64_t k = rng() % o->keys;
     uint64_t stream = c->next_stream++;
     struct spop_data d;
-    int n = snprintf(key, sizeof(key), "key-%" PRIu64, k);
+    size_t n = format_key(key, k);
 
     spop_frame_begin(&w, SPOP_FRAME_NOTIFY, SPOP_FLAG_FIN, stream, 1, &start);
-    spop_put_str(&w, o->message, strlen(o->message));
+    spop_put_str(&w, o->message, o->message_len);
     *w.p++ = 3; /* nb-args */
     spop_put_str(&w, "key", 3);
-    d = spop_string(key, (size_t)n);
+    d = spop_string(key, n);
     spop_put_data(&w, &d);
     spop_put_str(&w, "ip", 2);
     d.type = SPOP_DATA_IPV4;
@@ -152,13 +174,30 @@ static int send_notify(struct bconn *c, const struct opts *o)
     d.u.ip[3] = (uint8_t)k;
     spop_put_data(&w, &d);
     spop_put_str(&w, "path", 4);
-    d = spop_string(o->path, strlen(o->path));
+    d = spop_string(o->path, o->path_len);
     spop_put_data(&w, &d);
     if (spop_frame_end(&w, start) < 0)
         return -1;
-    c->sent_at[stream % o->pipeline] = util_now_us();
+    c->out_len += (size_t)(w.p - buf);
+    c->out_frames++;
     c->inflight++;
-    return write_all(c->fd, buf, (size_t)(w.p - buf));
+    return 0;
+}
+
+/* Write the NOTIFYs built since the last call, stamping each with the time
+ * it is sent (the latency runs from here to its ACK). */
+static int flush_notifies(struct bconn *c, const struct opts *o)
+{
+    uint64_t now = util_now_us();
+
+    if (c->out_len == 0)
+        return 0;
+    for (uint64_t s = c->next_stream - c->out_frames; s != c->next_stream; s++)
+        c->sent_at[s % o->pipeline] = now;
+    c->out_frames = 0;
+    size_t len = c->out_len;
+    c->out_len = 0;
+    return write_all(c->fd, c->out, len);
 }
 
 static void record_ack(struct bconn *c, const struct spop_frame *f, const struct opts *o)
@@ -237,8 +276,11 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         default: usage(stderr); return 2;
         }
     }
+    o->message_len = strlen(o->message);
+    o->path_len = strlen(o->path);
     if (o->conns < 1 || o->conns > BENCH_MAX_CONNS || o->pipeline < 1 ||
-        o->pipeline > BENCH_MAX_PIPELINE || o->keys < 1) {
+        o->pipeline > BENCH_MAX_PIPELINE || o->keys < 1 || o->message_len > BENCH_MAX_NAME ||
+        o->path_len > BENCH_MAX_NAME) {
         usage(stderr);
         return 2;
     }
@@ -259,6 +301,11 @@ static int open_conns(const struct opts *o, struct bconn *conns, struct pollfd *
     for (unsigned i = 0; i < o->conns; i++) {
         conns[i].fd = net_connect(&o->target, err, sizeof(err));
         conns[i].next_stream = (uint64_t)i << 32;
+        conns[i].out = malloc((size_t)o->pipeline * BENCH_FRAME_MAX);
+        if (!conns[i].out) {
+            fprintf(stderr, "spoa-bench: out of memory\n");
+            return -1;
+        }
         if (conns[i].fd < 0) {
             fprintf(stderr, "spoa-bench: cannot connect to %s\n", err);
             return -1;
@@ -300,7 +347,7 @@ static int serve_conn(const struct opts *o, struct bconn *bc, uint64_t *sent, in
             return -1;
         (*sent)++;
     }
-    return 0;
+    return flush_notifies(bc, o);
 }
 
 /* Paced: one NOTIFY every 1/rate s, on the connections in turn, until the
@@ -322,7 +369,7 @@ static void run_paced(struct opts *o, struct bconn *conns, struct pollfd *pfd)
                 struct bconn *bc = &conns[next_conn];
                 next_conn = (next_conn + 1) % o->conns;
                 if (bc->inflight < o->pipeline) {
-                    if (send_notify(bc, o) < 0)
+                    if (send_notify(bc, o) < 0 || flush_notifies(bc, o) < 0)
                         goto io_error;
                     sent++;
                 }
@@ -364,10 +411,13 @@ static void run(struct opts *o, struct bconn *conns, struct pollfd *pfd)
         deadline = util_now_us() + (uint64_t)(o->duration * 1e6);
         o->total = UINT64_MAX;
     }
-    for (unsigned i = 0; i < o->conns; i++)
+    for (unsigned i = 0; i < o->conns; i++) {
         for (unsigned j = 0; j < o->pipeline && sent < o->total; j++, sent++)
             if (send_notify(&conns[i], o) < 0)
                 goto io_error;
+        if (flush_notifies(&conns[i], o) < 0)
+            goto io_error;
+    }
 
     while (acks < sent) {
         if (poll(pfd, o->conns, 5000) <= 0) {
@@ -405,7 +455,13 @@ static void report(const struct opts *o, uint64_t t0, uint64_t t1)
 
 int main(int argc, char **argv)
 {
-    struct opts o = {"127.0.0.1:12345", {0}, 8, 20, 1000, 100000, 0, "check-rate", "/api/bench", 0};
+    struct opts o = {.addr = "127.0.0.1:12345",
+                   .conns = 8,
+                   .pipeline = 20,
+                   .keys = 1000,
+                   .total = 100000,
+                   .message = "check-rate",
+                   .path = "/api/bench"};
     struct bconn *conns;
     struct pollfd *pfd;
     uint64_t t0, t1;
@@ -423,8 +479,10 @@ int main(int argc, char **argv)
     run(&o, conns, pfd);
     t1 = util_now_us();
     report(&o, t0, t1);
-    for (unsigned i = 0; i < o.conns; i++)
+    for (unsigned i = 0; i < o.conns; i++) {
         close(conns[i].fd);
+        free(conns[i].out);
+    }
     free(conns);
     free(pfd);
     free(lat);
