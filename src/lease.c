@@ -639,6 +639,12 @@ static int apply_exact(struct lease_entry *e, const int64_t *v, int n, uint64_t 
         fill_allowed(e, now_us, w->out);
         w->next = *done;
         *done = w;
+        /* The bucket is dry after it: those who came meanwhile would be
+         * denied by a claim now, so they are (a claim's short grant does
+         * the same), and the key is cached blocked until the next token. */
+        uint64_t retry_ms = ms_capped(v[EXACT_R_RETRY_MS]);
+        if (e->wait_head && retry_ms > 0)
+            block_waiters(e, now_us, retry_ms, done);
     }
     return 0;
 }

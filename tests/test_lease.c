@@ -722,6 +722,18 @@ START_TEST(exact_failure_and_arrivals)
     reply(t, j, v, 30 * S + 600, &done, &fb, &next);
     ck_assert_int_eq(count(done), 2);
     ck_assert(r[2].res.allowed && r[3].res.allowed);
+    /* allowed, but the bucket is dry after it: those who came meanwhile are
+     * denied until the next token, without a claim */
+    ck_assert_int_eq(decide(t, "d", &pbig, 35 * S, 1, &r[1], &j), LEASE_PENDING);
+    ck_assert_uint_eq(j->kind, LEASE_JOB_EXACT);
+    ck_assert_int_eq(decide(t, "d", &pbig, 35 * S + 1, 1, &r[2], &j2), LEASE_PENDING);
+    exact_reply(t, j, 1, 1, 0, 40, 35 * S + 300, &done, &fb, &next);
+    ck_assert_int_eq(count(done), 2);
+    ck_assert_ptr_null(next);
+    ck_assert(r[1].res.allowed && !r[2].res.allowed);
+    ck_assert_uint_eq(r[2].res.retry_us, 40 * MS);
+    ck_assert_int_eq(decide(t, "d", &pbig, 35 * S + 20 * MS, 1, &r[3], &j2), LEASE_DONE);
+    ck_assert(!r[3].res.allowed);
     /* a timed-out exact call: later requests do not wait on it, and its late
      * reply decides nothing twice */
     ck_assert_int_eq(decide(t, "c", &pbig, 40 * S, 1, &r[0], &j), LEASE_PENDING);
