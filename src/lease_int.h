@@ -4,6 +4,7 @@
 #ifndef LEASE_INT_H
 #define LEASE_INT_H
 
+#include <math.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -116,6 +117,42 @@ struct lease_table {
     struct bucket_budget *budget; /* [agent] max_entries; NULL: no cap */
 };
 
+
+/* ---- where entries live (lease_table.c); the caller holds s's lock -------- */
+
+/* The entry of key (hash h, as util_hash_mix(util_hash(...))) in s, or NULL. */
+struct lease_entry *lease_entry_find(const struct lease_stripe *s, uint64_t h, const char *key,
+                                     size_t keylen);
+/* The entry of key, made when there is none (s is stripe number `stripe`; a
+ * new one past the budget drops an old one first); NULL when out of memory. */
+struct lease_entry *lease_entry_get(const struct lease_table *t, struct lease_stripe *s,
+                                    unsigned stripe, uint64_t h, const char *key, size_t keylen,
+                                    uint64_t now_us);
+/* Forget idle entries from the old end of s's age list: those untouched for
+ * longer than ttl, at most a bounded number per call. One that must stay (a
+ * negative-cache entry, a lease still active) goes to the young end to be
+ * looked at again a ttl later. */
+void lease_sweep(const struct lease_table *t, struct lease_stripe *s, uint64_t now_us);
+
+/* A decision or a reply: e moves to the young end of the age list. */
+static inline void lease_entry_touch(struct lease_stripe *s, struct lease_entry *e, uint64_t now_us)
+{
+    e->touch_us = now_us;
+    dlist_move_tail(&s->age, &e->age);
+}
+
+/* Put e on the active list, first bringing its demand up to date: demand
+ * halves every tick without hits, which the tick does not do for entries off
+ * the list. */
+static inline void lease_entry_activate(struct lease_stripe *s, struct lease_entry *e)
+{
+    if (dlist_linked(&e->active))
+        return;
+    uint32_t idle = s->tick - e->demand_tick;
+    e->demand = idle >= 64 ? 0 : ldexp(e->demand, -(int)idle);
+    e->demand_tick = s->tick;
+    dlist_push_tail(&s->active, &e->active);
+}
 
 /* lease_ops.c: the entry of key, locked in its stripe (the caller unlocks
  * *sp), or NULL (nothing locked). */

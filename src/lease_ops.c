@@ -12,16 +12,12 @@ struct lease_entry *lease_find_locked(struct lease_table *t, const char *key, si
     struct lease_stripe *s = &t->stripes[util_stripe(h, t->nstripes)];
 
     pthread_mutex_lock(&s->lock);
-    if (s->nslots) {
-        for (struct lease_entry *e = s->slots[util_slot(h, s->nslots)]; e; e = e->next) {
-            if (e->hash == h && e->keylen == keylen && memcmp(e->key, key, keylen) == 0) {
-                *sp = s;
-                return e;
-            }
-        }
-    }
-    pthread_mutex_unlock(&s->lock);
-    return NULL;
+    struct lease_entry *e = lease_entry_find(s, h, key, keylen);
+    if (e)
+        *sp = s;
+    else
+        pthread_mutex_unlock(&s->lock);
+    return e;
 }
 
 int lease_peek(struct lease_table *t, const char *key, size_t keylen, uint64_t now_us,

@@ -680,7 +680,6 @@ static uint64_t clamp_seconds(uint64_t s)
     return s < RULES_MAX_SECONDS ? s : RULES_MAX_SECONDS;
 }
 
-/* Every variable of the ACK (interface.md). */
 /* The longest header_field(): a quoted rule name, two keys and numbers. */
 #define HEADER_FIELD_MAX (2 + CFG_MAX_NAME + 2 * (2 + UTIL_U64_DEC_MAX + 1) + 1)
 
@@ -708,6 +707,7 @@ static void header_field(char *buf, const char *name, char k1, uint64_t v1, char
     *p = '\0';
 }
 
+/* Every variable of the ACK (interface.md). */
 static int encode_full(struct spop_writer *w, const struct ruleset *rs, const struct rule_hit *h,
                        int would_block, int degraded)
 {

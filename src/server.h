@@ -1,8 +1,8 @@
 /* server.h - SPOP listeners and worker event loops (libev).
  *
  * The listening sockets are shared: every worker watches them and accepts
- * for itself (one worker runs on the main loop, see server_new); a connection then lives on that worker's loop until it
- * closes. The ruleset in force is handed to each worker through an ev_async,
+ * for itself (a single worker runs on the main loop, see server_new); a
+ * connection then lives on that worker's loop until it closes. The ruleset in force is handed to each worker through an ev_async,
  * so the request path reads it without locks.
  */
 #ifndef SERVER_H

@@ -1,0 +1,246 @@
+/* lease_table.c - where the lease cache's entries live: the table and its
+ * stripes, each a hash table behind its own lock, with an age list (least
+ * recently touched first: what the sweep forgets and the eviction drops) and
+ * an active list (what a tick walks). The lease protocol itself is lease.c. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "dlist.h"
+#include "lease_int.h"
+#include "metrics.h"
+#include "util.h"
+
+/* Entries the sweep looks at per stripe and tick, at most: a churn of keys is
+ * forgotten over several ticks rather than in one long stall. */
+#define SWEEP_MAX 2048
+
+
+struct lease_table *lease_table_new(const struct lease_config *cfg, unsigned nstripes)
+{
+    struct lease_table *t = calloc(1, sizeof(*t));
+    unsigned n = 1;
+
+    if (!t)
+        return NULL;
+    while (n < nstripes)
+        n <<= 1;
+    t->cfg = *cfg;
+    /* Our deadline must end before Redis drops the lease. The two clocks run
+     * at the same rate and Redis starts later, so any margin is safe; a small
+     * one covers clock rate error and the script's own run time. */
+    t->margin_us = cfg->ttl_us / 20;
+    if (t->margin_us < 1000)
+        t->margin_us = 1000;
+    t->nstripes = n;
+    t->stripes = aligned_alloc(64, sizeof(struct lease_stripe) * n);
+    if (!t->stripes) {
+        free(t);
+        return NULL;
+    }
+    memset(t->stripes, 0, sizeof(struct lease_stripe) * n);
+    for (unsigned i = 0; i < n; i++) {
+        pthread_mutex_init(&t->stripes[i].lock, NULL);
+        slab_init(&t->stripes[i].slab, sizeof(struct lease_entry) + LEASE_SLOT_KEY + 1);
+        dlist_init(&t->stripes[i].active);
+        dlist_init(&t->stripes[i].age);
+    }
+    return t;
+}
+
+void lease_table_set_budget(struct lease_table *t, struct bucket_budget *b)
+{
+    t->budget = b;
+}
+
+void lease_table_free(struct lease_table *t)
+{
+    if (!t)
+        return;
+    for (unsigned i = 0; i < t->nstripes; i++) {
+        struct lease_stripe *s = &t->stripes[i];
+        bucket_budget_sub(t->budget, s->count);
+        for (size_t j = 0; j < s->nslots; j++) {
+            struct lease_entry *e = s->slots[j], *next;
+            for (; e; e = next) {
+                next = e->next;
+                rate_set_share(e, 0);
+                lease_entry_free(s, e);
+            }
+        }
+        slab_release(&s->slab);
+        free(s->slots);
+        pthread_mutex_destroy(&s->lock);
+    }
+    free(t->stripes);
+    free(t);
+}
+
+size_t lease_count(struct lease_table *t)
+{
+    size_t n = 0;
+    for (unsigned i = 0; i < t->nstripes; i++) {
+        pthread_mutex_lock(&t->stripes[i].lock);
+        n += t->stripes[i].count;
+        pthread_mutex_unlock(&t->stripes[i].lock);
+    }
+    return n;
+}
+
+size_t lease_active(struct lease_table *t)
+{
+    size_t n = 0;
+    for (unsigned i = 0; i < t->nstripes; i++) {
+        pthread_mutex_lock(&t->stripes[i].lock);
+        for (struct dlist *d = t->stripes[i].active.next; d != &t->stripes[i].active; d = d->next)
+            n++;
+        pthread_mutex_unlock(&t->stripes[i].lock);
+    }
+    return n;
+}
+
+/* ---- hash table (stripe locked by the caller) ----------------------------- */
+
+static int stripe_grow(struct lease_stripe *s)
+{
+    size_t n = s->nslots ? s->nslots * 2 : 64;
+    struct lease_entry **slots = calloc(n, sizeof(*slots));
+    if (!slots)
+        return -1;
+    for (size_t i = 0; i < s->nslots; i++) {
+        struct lease_entry *e = s->slots[i], *next;
+        for (; e; e = next) {
+            next = e->next;
+            size_t slot = util_slot(e->hash, n);
+            e->next = slots[slot];
+            slots[slot] = e;
+        }
+    }
+    free(s->slots);
+    s->slots = slots;
+    s->nslots = n;
+    return 0;
+}
+
+static void stripe_evict(const struct lease_table *t, struct lease_stripe *s, unsigned n,
+                         uint64_t now_us);
+
+struct lease_entry *lease_entry_find(const struct lease_stripe *s, uint64_t h, const char *key,
+                                     size_t keylen)
+{
+    if (!s->nslots)
+        return NULL;
+    for (struct lease_entry *e = s->slots[util_slot(h, s->nslots)]; e; e = e->next)
+        if (e->hash == h && e->keylen == keylen && memcmp(e->key, key, keylen) == 0)
+            return e;
+    return NULL;
+}
+
+struct lease_entry *lease_entry_get(const struct lease_table *t, struct lease_stripe *s,
+                                    unsigned stripe, uint64_t h, const char *key, size_t keylen,
+                                    uint64_t now_us)
+{
+    struct lease_entry *e = lease_entry_find(s, h, key, keylen);
+
+    if (e)
+        return e;
+    stripe_evict(t, s, bucket_budget_add(t->budget), now_us);
+    if ((s->count >= s->nslots && stripe_grow(s) < 0) || !(e = lease_entry_alloc(s, keylen))) {
+        bucket_budget_sub(t->budget, 1);
+        return NULL;
+    }
+    e->hash = h;
+    e->stripe = stripe;
+    if (now_us < s->void_until_us)
+        e->used = LEASE_VOID; /* it may be a key just evicted: see stripe_evict */
+    e->keylen = keylen;
+    memcpy(e->key, key, keylen);
+    e->demand_tick = s->tick;
+    dlist_push_tail(&s->age, &e->age);
+    size_t slot = util_slot(h, s->nslots);
+    e->next = s->slots[slot];
+    s->slots[slot] = e;
+    s->count++;
+    atomic_fetch_add(&metrics.lease_keys, 1);
+    return e;
+}
+
+/* Unlink e from its hash chain and lists, and free it. */
+static void entry_remove(const struct lease_table *t, struct lease_stripe *s,
+                         struct lease_entry *e)
+{
+    struct lease_entry **link = &s->slots[util_slot(e->hash, s->nslots)];
+
+    while (*link != e)
+        link = &(*link)->next;
+    *link = e->next;
+    if (dlist_linked(&e->active))
+        dlist_del(&e->active);
+    dlist_del(&e->age);
+    s->count--;
+    rate_set_share(e, 0);
+    atomic_fetch_sub(&metrics.lease_keys, 1);
+    bucket_budget_sub(t->budget, 1);
+    lease_entry_free(s, e);
+}
+
+/* Entries the eviction looks at, from the old end of the age list, for one
+ * it may drop: O(1) per new key even when the oldest must stay. */
+#define EVICT_SCAN 8
+
+/* Over the budget: drop up to n entries, the least recently used first,
+ * among the EVICT_SCAN oldest of s. An entry with a job in flight or
+ * waiters stays (both point to it).
+ *
+ * What an entry knows that Redis does not is its spend since the last
+ * report (used). Dropped while our lease in Redis lives, that spend would
+ * come back: the next entry for the key would claim, get from Redis the
+ * tokens Redis still counts as ours, and spend them twice. So after such a
+ * drop, and until that lease has surely expired in Redis, every new entry of
+ * the stripe reports LEASE_VOID first: "everything you count as mine is
+ * spent", which the scripts cap at what Redis holds for us. For a key that
+ * was not dropped Redis holds nothing for us (a new entry is a key never
+ * seen, or one forgotten after its lease expired), so the report is 0. For
+ * the dropped one, tokens it held unspent count as spent: under-admission,
+ * never over. */
+static void stripe_evict(const struct lease_table *t, struct lease_stripe *s, unsigned n,
+                         uint64_t now_us)
+{
+    struct dlist *d = s->age.next, *next;
+
+    for (unsigned seen = 0; n > 0 && d != &s->age && seen < EVICT_SCAN; d = next, seen++) {
+        struct lease_entry *e = DLIST_ENTRY(d, struct lease_entry, age);
+        next = d->next;
+        if (e->inflight || e->wait_head)
+            continue;
+        if ((e->used > 0 || e->share > 0) && now_us < e->redis_exp_us &&
+            s->void_until_us < e->redis_exp_us)
+            s->void_until_us = e->redis_exp_us;
+        entry_remove(t, s, e);
+        METRIC_INC(evictions);
+        n--;
+    }
+}
+
+/* Whether e can be forgotten: idle, and whatever Redis holds for us has
+ * expired there (counted as spent), so nothing is left to spend or to report.
+ * Dropping the entry earlier would forget an unreported spend that a new
+ * entry's first claim would then get back as tokens. */
+static int entry_idle(const struct lease_table *t, const struct lease_entry *e, uint64_t now_us)
+{
+    return !e->inflight && e->tokens == 0 && !e->wait_head && !dlist_linked(&e->active) &&
+           now_us >= e->blocked_until_us && now_us >= e->redis_exp_us &&
+           now_us - e->last_hit_us > t->cfg.ttl_us;
+}
+
+void lease_sweep(const struct lease_table *t, struct lease_stripe *s, uint64_t now_us)
+{
+    for (unsigned n = 0; n < SWEEP_MAX && !dlist_empty(&s->age); n++) {
+        struct lease_entry *e = DLIST_ENTRY(s->age.next, struct lease_entry, age);
+        if (now_us - e->touch_us <= t->cfg.ttl_us)
+            break; /* the rest is younger */
+        if (entry_idle(t, e, now_us))
+            entry_remove(t, s, e);
+        else
+            lease_entry_touch(s, e, now_us);
+    }
+}
