@@ -74,6 +74,8 @@ uint64_t rules_backstop_period(uint64_t period_us, double share)
     return us < 1 ? 1 : (uint64_t)us;
 }
 
+static int build_ack_heads(struct ruleset *rs);
+
 struct ruleset *ruleset_new(struct config *cfg)
 {
     struct ruleset *rs = calloc(1, sizeof(*rs));
@@ -85,7 +87,9 @@ struct ruleset *ruleset_new(struct config *cfg)
     rs->params = calloc(n, sizeof(*rs->params));
     rs->backstop = calloc(n, sizeof(*rs->backstop));
     rs->metrics = calloc(n, sizeof(*rs->metrics));
-    if (!rs->params || !rs->backstop || !rs->metrics)
+    rs->name_len = calloc(n, sizeof(*rs->name_len));
+    rs->ack_heads = calloc(n, sizeof(*rs->ack_heads));
+    if (!rs->params || !rs->backstop || !rs->metrics || !rs->name_len || !rs->ack_heads)
         goto fail;
     for (size_t i = 0; i < cfg->nrules; i++) {
         const struct cfg_rule *r = &cfg->rules[i];
@@ -101,7 +105,11 @@ struct ruleset *ruleset_new(struct config *cfg)
         rs->metrics[i] = metrics_rule_get(r->name);
         if (!rs->metrics[i])
             goto fail;
+        /* config refuses longer names; the ACK never overflows anyway */
+        rs->name_len[i] = strnlen(r->name, CFG_MAX_NAME);
     }
+    if (build_ack_heads(rs) < 0)
+        goto fail;
     atomic_init(&rs->refs, 1);
     return rs;
 fail:
@@ -109,6 +117,8 @@ fail:
         free(rs->params);
         free(rs->backstop);
         free(rs->metrics);
+        free(rs->name_len);
+        free(rs->ack_heads);
         free(rs);
     }
     config_free(cfg);
@@ -128,6 +138,8 @@ void ruleset_unref(struct ruleset *rs)
     free(rs->params);
     free(rs->backstop);
     free(rs->metrics);
+    free(rs->name_len);
+    free(rs->ack_heads);
     free(rs);
 }
 
@@ -648,22 +660,26 @@ int rules_blocked(const struct ruleset *rs, const struct rule_eval *ev)
     return h && !h->out.res.allowed;
 }
 
-static int put_var_int(struct spop_writer *w, const char *name, int64_t v)
+/* The ACK's variable names are literals: their length is known here. */
+#define VAR(name) name, sizeof(name) - 1
+
+static int put_var_int(struct spop_writer *w, const char *name, size_t len, int64_t v)
 {
     struct spop_data d = spop_int(v);
-    return spop_put_set_var(w, SPOP_SCOPE_TXN, name, &d);
+    return spop_put_set_var_len(w, SPOP_SCOPE_TXN, name, len, &d);
 }
 
-static int put_var_bool(struct spop_writer *w, const char *name, int v)
+static int put_var_bool(struct spop_writer *w, const char *name, size_t len, int v)
 {
     struct spop_data d = spop_bool(v);
-    return spop_put_set_var(w, SPOP_SCOPE_TXN, name, &d);
+    return spop_put_set_var_len(w, SPOP_SCOPE_TXN, name, len, &d);
 }
 
-static int put_var_str(struct spop_writer *w, const char *name, const char *s)
+static int put_var_str(struct spop_writer *w, const char *name, size_t len, const char *s,
+                       size_t slen)
 {
-    struct spop_data d = spop_string(s, strlen(s));
-    return spop_put_set_var(w, SPOP_SCOPE_TXN, name, &d);
+    struct spop_data d = spop_string(s, slen);
+    return spop_put_set_var_len(w, SPOP_SCOPE_TXN, name, len, &d);
 }
 
 /* The numbers an ACK carries, clamped so that config_ack_max_size() bounds
@@ -683,15 +699,14 @@ static uint64_t clamp_seconds(uint64_t s)
 /* The longest header_field(): a quoted rule name, two keys and numbers. */
 #define HEADER_FIELD_MAX (2 + CFG_MAX_NAME + 2 * (2 + UTIL_U64_DEC_MAX + 1) + 1)
 
-/* "\"name\";k1=v1;k2=v2" (RateLimit-Policy / RateLimit), NUL-terminated, into
- * buf of HEADER_FIELD_MAX bytes. Not snprintf: this is in every ACK. */
-static void header_field(char *buf, const char *name, char k1, uint64_t v1, char k2, uint64_t v2)
+/* "\"name\";k1=v1;k2=v2" (RateLimit-Policy / RateLimit) into buf of
+ * HEADER_FIELD_MAX bytes; returns its length. Not snprintf: this is in every
+ * ACK. */
+static size_t header_field(char *buf, const char *name, size_t n, char k1, uint64_t v1,
+                           char k2, uint64_t v2)
 {
-    size_t n = strlen(name);
     char *p = buf;
 
-    if (n > CFG_MAX_NAME) /* config refuses longer names; never overflow */
-        n = CFG_MAX_NAME;
     *p++ = '"';
     memcpy(p, name, n);
     p += n;
@@ -704,7 +719,44 @@ static void header_field(char *buf, const char *name, char k1, uint64_t v1, char
     *p++ = k2;
     *p++ = '=';
     p += util_u64_dec(p, v2);
-    *p = '\0';
+    return (size_t)(p - buf);
+}
+
+/* The ACK's first variables: the decision, then what is fixed per rule
+ * unless its limits come from args (rule, limit, policy). */
+static int put_head(struct spop_writer *w, const struct ruleset *rs, size_t rule_i,
+                    const struct bucket_params *p, int blocked)
+{
+    const char *name = rs->cfg->rules[rule_i].name;
+    size_t name_len = rs->name_len[rule_i], n;
+    uint64_t window = (p->period_us / 1000 + 999) / 1000; /* the request's own window */
+    char buf[HEADER_FIELD_MAX];
+    int ret;
+
+    if ((ret = put_var_bool(w, VAR("blocked"), blocked)) < 0 ||
+        (ret = put_var_str(w, VAR("rule"), name, name_len)) < 0 ||
+        (ret = put_var_int(w, VAR("limit"), (int64_t)p->limit)) < 0)
+        return ret;
+    n = header_field(buf, name, name_len, 'q', p->limit, 'w', window ? window : 1);
+    return put_var_str(w, VAR("policy"), buf, n);
+}
+
+/* put_head() of each fixed rule, allowed and blocked, encoded once when the
+ * ruleset is built: an ACK copies it. */
+static int build_ack_heads(struct ruleset *rs)
+{
+    for (size_t i = 0; i < rs->cfg->nrules; i++) {
+        struct rules_ack_head *ah = &rs->ack_heads[i];
+        if (config_rule_per_request(&rs->cfg->rules[i]))
+            continue; /* len 0: encoded per ACK */
+        for (int b = 0; b < 2; b++) {
+            struct spop_writer w = {ah->bytes[b], ah->bytes[b] + sizeof(ah->bytes[b])};
+            if (put_head(&w, rs, i, &rs->params[i], b) < 0)
+                return -1;
+            ah->len[b] = (size_t)(w.p - ah->bytes[b]);
+        }
+    }
+    return 0;
 }
 
 /* Every variable of the ACK (interface.md). */
@@ -712,49 +764,50 @@ static int encode_full(struct spop_writer *w, const struct ruleset *rs, const st
                        int would_block, int degraded)
 {
     char buf[HEADER_FIELD_MAX];
-    int ret;
+    int blocked = h && !h->out.res.allowed, ret;
 
-    if ((ret = put_var_bool(w, "blocked", h && !h->out.res.allowed)) < 0)
+    if (!h)
+        ret = put_var_bool(w, VAR("blocked"), 0);
+    else if (rs->ack_heads[h->rule].len[blocked])
+        ret = spop_put_encoded(w, rs->ack_heads[h->rule].bytes[blocked],
+                               rs->ack_heads[h->rule].len[blocked]);
+    else
+        ret = put_head(w, rs, h->rule, &h->params, blocked);
+    if (ret < 0)
         return ret;
-    if (would_block && (ret = put_var_bool(w, "would_block", 1)) < 0)
+    if (would_block && (ret = put_var_bool(w, VAR("would_block"), 1)) < 0)
         return ret;
-    if (degraded && (ret = put_var_bool(w, "degraded", 1)) < 0)
+    if (degraded && (ret = put_var_bool(w, VAR("degraded"), 1)) < 0)
         return ret;
     if (!h)
         return 0;
 
-    const struct cfg_rule *rule = &rs->cfg->rules[h->rule];
     uint64_t reset = clamp_seconds(util_us_to_s_ceil(h->out.res.reset_us));
-    /* the request's own N and window: a limit from an arg is per request */
-    uint64_t window = (h->params.period_us / 1000 + 999) / 1000;
     uint64_t remaining = clamp_remaining(&h->params, h->out.res.remaining);
+    size_t n;
 
-    if ((ret = put_var_str(w, "rule", rule->name)) < 0 ||
-        (ret = put_var_int(w, "limit", (int64_t)h->params.limit)) < 0 ||
-        (ret = put_var_int(w, "remaining", (int64_t)remaining)) < 0 ||
-        (ret = put_var_int(w, "reset", (int64_t)reset)) < 0)
+    if ((ret = put_var_int(w, VAR("remaining"), (int64_t)remaining)) < 0 ||
+        (ret = put_var_int(w, VAR("reset"), (int64_t)reset)) < 0)
         return ret;
-    if (!h->out.res.allowed) {
+    if (blocked) {
         uint64_t retry = clamp_seconds(util_us_to_s_ceil(h->out.res.retry_us));
-        if ((ret = put_var_int(w, "retry_after", (int64_t)(retry ? retry : 1))) < 0)
+        if ((ret = put_var_int(w, VAR("retry_after"), (int64_t)(retry ? retry : 1))) < 0)
             return ret;
     }
-    header_field(buf, rule->name, 'q', h->params.limit, 'w', window ? window : 1);
-    if ((ret = put_var_str(w, "policy", buf)) < 0)
-        return ret;
-    header_field(buf, rule->name, 'r', remaining, 't', reset);
-    return put_var_str(w, "ratelimit", buf);
+    n = header_field(buf, rs->cfg->rules[h->rule].name, rs->name_len[h->rule], 'r', remaining,
+                     't', reset);
+    return put_var_str(w, VAR("ratelimit"), buf, n);
 }
 
 /* What must reach HAProxy whatever the frame size: the decision. */
 static int encode_minimal(struct spop_writer *w, const struct rule_hit *h)
 {
-    int ret = put_var_bool(w, "blocked", h && !h->out.res.allowed);
+    int ret = put_var_bool(w, VAR("blocked"), h && !h->out.res.allowed);
 
     if (ret < 0 || !h || h->out.res.allowed)
         return ret;
     uint64_t retry = clamp_seconds(util_us_to_s_ceil(h->out.res.retry_us));
-    return put_var_int(w, "retry_after", (int64_t)(retry ? retry : 1));
+    return put_var_int(w, VAR("retry_after"), (int64_t)(retry ? retry : 1));
 }
 
 int rules_encode_actions(struct spop_writer *w, const struct ruleset *rs,

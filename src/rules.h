@@ -17,6 +17,14 @@
 #include "metrics.h"
 #include "spop/spop.h"
 
+/* A rule's first ACK variables (blocked, rule, limit, policy) as encoded,
+ * [0] allowed and [1] blocked; len 0 for a rule whose limits come from args. */
+#define RULES_ACK_HEAD_MAX 256
+struct rules_ack_head {
+    size_t len[2];
+    uint8_t bytes[2][RULES_ACK_HEAD_MAX];
+};
+
 struct ruleset {
     struct config *cfg;
     /* Per rule. A rule with limits from args (config_rule_per_request) has
@@ -24,6 +32,8 @@ struct ruleset {
     struct bucket_params *params;
     struct bucket_params *backstop; /* share x rate and burst, for fail-open */
     struct metrics_rule **metrics;  /* per rule */
+    size_t *name_len;               /* per rule: strlen of its name, for the ACK */
+    struct rules_ack_head *ack_heads; /* per rule */
     atomic_int refs;
 };
 

@@ -190,6 +190,17 @@ START_TEST(ten_per_minute_vars)
         struct spop_writer w = {out, out + sizeof(out)};
         ck_assert_int_eq(rules_encode_actions(&w, rs, &ev), 0);
         decode(out, (size_t)(w.p - out), &v);
+        /* the rule's head as encoded when the ruleset was built, or per
+         * ACK (as for a rule whose limits come from args): the same bytes */
+        uint8_t again[1024];
+        struct rules_ack_head keep = rs->ack_heads[0];
+        struct spop_writer w2 = {again, again + sizeof(again)};
+        ck_assert_uint_gt(keep.len[i >= 10], 0);
+        rs->ack_heads[0].len[0] = rs->ack_heads[0].len[1] = 0;
+        ck_assert_int_eq(rules_encode_actions(&w2, rs, &ev), 0);
+        rs->ack_heads[0] = keep;
+        ck_assert_uint_eq((size_t)(w2.p - again), (size_t)(w.p - out));
+        ck_assert_mem_eq(again, out, (size_t)(w.p - out));
         ck_assert_int_eq(var(&v, "blocked")->u.sint, i >= 10);
         ck_assert_str_eq(var_str(&v, "rule"), "api");
         ck_assert_int_eq(var(&v, "limit")->u.sint, 10);

@@ -109,6 +109,12 @@ static void check_varint(uint64_t v, size_t want_len, const char *hex)
         ck_assert_mem_eq(buf, want, n);
         free(want);
     }
+    /* a roomy writer encodes in place: the same bytes */
+    uint8_t roomy[SPOP_VARINT_MAX_LEN + 2];
+    w = writer(roomy, sizeof(roomy));
+    ck_assert_int_eq(spop_put_varint(&w, v), SPOP_OK);
+    ck_assert_ptr_eq(w.p, roomy + len);
+    ck_assert_mem_eq(roomy, buf, len);
     /* one byte short: nothing written, cursor unmoved */
     w = writer(buf, len - 1);
     ck_assert_int_eq(spop_put_varint(&w, v), SPOP_ENOSPC);
@@ -858,12 +864,24 @@ START_TEST(test_actions_invalid_put)
     ck_assert_int_eq(spop_put_set_var(&w, SPOP_SCOPE_TXN, "x", NULL), SPOP_EINVAL);
     ck_assert_int_eq(spop_put_set_var(&w, SPOP_SCOPE_TXN, name49, &v), SPOP_EINVAL);
     ck_assert_int_eq(spop_put_unset_var(&w, SPOP_SCOPE_TXN, name49), SPOP_EINVAL);
+    /* the same checks when the caller gives the name's length */
+    ck_assert_int_eq(spop_put_set_var_len(&w, SPOP_SCOPE_TXN, "x", 0, &v), SPOP_EINVAL);
+    ck_assert_int_eq(spop_put_set_var_len(&w, SPOP_SCOPE_TXN, NULL, 1, &v), SPOP_EINVAL);
+    ck_assert_int_eq(spop_put_set_var_len(&w, SPOP_SCOPE_TXN, name49, 49, &v), SPOP_EINVAL);
+    ck_assert_int_eq(spop_put_set_var_len(&w, SPOP_SCOPE_RES + 1, "x", 1, &v), SPOP_EINVAL);
     v.type = 12;
     ck_assert_int_eq(spop_put_set_var(&w, SPOP_SCOPE_TXN, "x", &v), SPOP_EINVAL);
     ck_assert_ptr_eq(w.p, out);
     v = spop_bool(0);
     ck_assert_int_eq(spop_put_set_var(&w, SPOP_SCOPE_PROC, name48, &v), SPOP_OK);
     ck_assert_uint_eq((size_t)(w.p - out), 3 + 1 + 48 + 1);
+    /* a length shorter than the string takes that prefix, as the same bytes */
+    uint8_t a[64], b[64];
+    struct spop_writer wa = writer(a, sizeof(a)), wb = writer(b, sizeof(b));
+    ck_assert_int_eq(spop_put_set_var_len(&wa, SPOP_SCOPE_TXN, "limitless", 5, &v), SPOP_OK);
+    ck_assert_int_eq(spop_put_set_var(&wb, SPOP_SCOPE_TXN, "limit", &v), SPOP_OK);
+    ck_assert_uint_eq((size_t)(wa.p - a), (size_t)(wb.p - b));
+    ck_assert_mem_eq(a, b, (size_t)(wb.p - b));
 }
 END_TEST
 

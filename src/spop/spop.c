@@ -159,6 +159,10 @@ int spop_put_varint(struct spop_writer *w, uint64_t v)
 {
     uint8_t tmp[SPOP_VARINT_MAX_LEN];
 
+    if ((size_t)(w->end - w->p) >= SPOP_VARINT_MAX_LEN) { /* room for any: in place */
+        w->p += varint_encode(w->p, v);
+        return SPOP_OK;
+    }
     return put_bytes(w, tmp, varint_encode(tmp, v));
 }
 
@@ -222,6 +226,14 @@ int spop_put_str(struct spop_writer *w, const char *s, size_t len)
         return SPOP_EINVAL;
     if (len > SIZE_MAX - SPOP_VARINT_MAX_LEN)
         return SPOP_ENOSPC;
+    if ((size_t)(w->end - w->p) >= SPOP_VARINT_MAX_LEN + len) { /* the common case */
+        p = w->p;
+        p += varint_encode(p, len);
+        if (len)
+            memcpy(p, s, len);
+        w->p = p + len;
+        return SPOP_OK;
+    }
     n = varint_encode(tmp, len);
     p = reserve(w, n + len);
     if (!p)
@@ -742,16 +754,12 @@ int spop_message_next(struct spop_reader *r, struct spop_message *m)
 /* Common head of both actions, all or nothing. The name limit keeps
  * HAProxy's 64-byte "scope.prefix.name" buffer from truncating it. */
 static int put_action_head(struct spop_writer *w, uint8_t action, uint8_t nb_args,
-                           uint8_t scope, const char *name)
+                           uint8_t scope, const char *name, size_t len)
 {
     uint8_t head[3], *save = w->p;
-    size_t len;
     int rc;
 
-    if (!name || scope > SPOP_SCOPE_RES)
-        return SPOP_EINVAL;
-    len = bounded_len(name, SPOP_MAX_VAR_NAME + 1);
-    if (len == 0 || len > SPOP_MAX_VAR_NAME)
+    if (!name || scope > SPOP_SCOPE_RES || len == 0 || len > SPOP_MAX_VAR_NAME)
         return SPOP_EINVAL;
     head[0] = action;
     head[1] = nb_args;
@@ -764,16 +772,35 @@ static int put_action_head(struct spop_writer *w, uint8_t action, uint8_t nb_arg
     return rc;
 }
 
+int spop_put_encoded(struct spop_writer *w, const uint8_t *bytes, size_t n)
+{
+    if (!bytes && n)
+        return SPOP_EINVAL;
+    return put_bytes(w, bytes, n);
+}
+
 /* A NULL val is allowed on the wire: HAProxy then unsets the variable. */
+/* The longest name a caller may pass, plus one: longer is SPOP_EINVAL. */
+static size_t name_len(const char *name)
+{
+    return name ? bounded_len(name, SPOP_MAX_VAR_NAME + 1) : 0;
+}
+
 int spop_put_set_var(struct spop_writer *w, uint8_t scope, const char *name,
                      const struct spop_data *val)
+{
+    return spop_put_set_var_len(w, scope, name, name_len(name), val);
+}
+
+int spop_put_set_var_len(struct spop_writer *w, uint8_t scope, const char *name, size_t len,
+                         const struct spop_data *val)
 {
     uint8_t *save = w->p;
     int rc;
 
     if (!val)
         return SPOP_EINVAL;
-    rc = put_action_head(w, SPOP_ACT_SET_VAR, SET_VAR_NB_ARGS, scope, name);
+    rc = put_action_head(w, SPOP_ACT_SET_VAR, SET_VAR_NB_ARGS, scope, name, len);
     if (rc == SPOP_OK)
         rc = spop_put_data(w, val);
     if (rc < 0)
@@ -783,7 +810,8 @@ int spop_put_set_var(struct spop_writer *w, uint8_t scope, const char *name,
 
 int spop_put_unset_var(struct spop_writer *w, uint8_t scope, const char *name)
 {
-    return put_action_head(w, SPOP_ACT_UNSET_VAR, UNSET_VAR_NB_ARGS, scope, name);
+    return put_action_head(w, SPOP_ACT_UNSET_VAR, UNSET_VAR_NB_ARGS, scope, name,
+                           name_len(name));
 }
 
 /* Stricter than HAProxy (which stops at the first action it does not know):

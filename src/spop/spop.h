@@ -236,7 +236,14 @@ int spop_message_next(struct spop_reader *r, struct spop_message *m);
 /* ACK actions. */
 int spop_put_set_var(struct spop_writer *w, uint8_t scope, const char *name,
                      const struct spop_data *val);
+/* The same with the name's length given (no scan: the ACK's names are
+ * literals); SPOP_EINVAL unless 1 <= len <= SPOP_MAX_VAR_NAME. */
+int spop_put_set_var_len(struct spop_writer *w, uint8_t scope, const char *name, size_t len,
+                         const struct spop_data *val);
 int spop_put_unset_var(struct spop_writer *w, uint8_t scope, const char *name);
+/* Items this codec encoded earlier (e.g. a run of actions kept to be sent
+ * again), copied as they are: SPOP_ENOSPC when they do not fit. */
+int spop_put_encoded(struct spop_writer *w, const uint8_t *bytes, size_t n);
 /* Decode one action (for tests and the bench). Returns 1, 0 at the end,
  * SPOP_EINVAL if malformed. For unset-var, val->type is SPOP_DATA_NULL. */
 int spop_action_next(struct spop_reader *r, uint8_t *action, uint8_t *scope,
