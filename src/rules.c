@@ -106,7 +106,8 @@ struct ruleset *ruleset_new(struct config *cfg)
         if (!rs->metrics[i])
             goto fail;
         /* config refuses longer names; the ACK never overflows anyway */
-        rs->name_len[i] = strnlen(r->name, CFG_MAX_NAME);
+        size_t len = strlen(r->name);
+        rs->name_len[i] = len < CFG_MAX_NAME ? len : CFG_MAX_NAME;
     }
     if (build_ack_heads(rs) < 0)
         goto fail;
