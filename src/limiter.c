@@ -512,8 +512,10 @@ int limiter_decide(struct limiter *l, struct limiter_req *req, uint64_t now_us)
     if (reserve_waiters(req) < 0)
         return -1;
     /* One count per hit still to decide, and one held by this call, so that
-     * replies arriving meanwhile cannot complete req before it returns. */
-    atomic_store(&req->waiting, (unsigned)req->ev.nhits + 1);
+     * replies arriving meanwhile cannot complete req before it returns. No
+     * other thread sees req before a waiter is published under a stripe's
+     * lock, which orders this store: relaxed. */
+    atomic_store_explicit(&req->waiting, (unsigned)req->ev.nhits + 1, memory_order_relaxed);
     int up = atomic_load(&l->up) && !redis_stalled(l, now_us);
 
     for (size_t i = 0; i < req->ev.nhits; i++)
@@ -523,6 +525,10 @@ int limiter_decide(struct limiter *l, struct limiter_req *req, uint64_t now_us)
      * so skipping it then loses nothing (libev: ev_async_pending). */
     if (queued && !ev_async_pending(&l->wake))
         ev_async_send(l->loop, &l->wake);
+    /* Every hit decided here (the common case: a leased or cached key): no
+     * waiter was published, no other thread knows req. */
+    if (decided == req->ev.nhits)
+        return 0;
     if (atomic_fetch_sub_explicit(&req->waiting, decided + 1, memory_order_acq_rel) ==
         decided + 1)
         return 0;

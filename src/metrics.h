@@ -19,8 +19,7 @@
 #define METRICS_TOP_KEY_MAX 64    /* bytes of a client key kept in the sketch */
 
 struct metrics_hist {
-    atomic_uint_fast64_t buckets[METRICS_HIST_BUCKETS]; /* non-cumulative */
-    atomic_uint_fast64_t count;
+    atomic_uint_fast64_t buckets[METRICS_HIST_BUCKETS]; /* non-cumulative; _count is their sum */
     atomic_uint_fast64_t sum_ns;
 };
 
@@ -42,9 +41,10 @@ struct metrics_rule {
     atomic_uint_fast64_t blocked;
     atomic_uint_fast64_t would_block;
     atomic_uint_fast64_t degraded;
-    /* last-minute share of blocks, for the alert log line */
-    atomic_uint_fast64_t minute_decisions;
-    atomic_uint_fast64_t minute_blocks;
+    /* last-minute share of blocks, for the alert log line: the counts
+     * above at the last minute tick (only that tick reads and sets them) */
+    uint64_t minute_decisions;
+    uint64_t minute_blocks;
     /* would-be blocks of a shadow rule since the last shadow log line */
     atomic_uint_fast64_t shadow_pending;
     /* blocked clients: the current and the previous minute */

@@ -617,7 +617,6 @@ void rules_account(const struct ruleset *rs, const struct rule_eval *ev, uint64_
         const struct cfg_rule *rule = &rs->cfg->rules[h->rule];
         struct metrics_rule *m = rs->metrics[h->rule];
 
-        atomic_fetch_add_explicit(&m->minute_decisions, 1, memory_order_relaxed);
         if (h->out.degraded)
             atomic_fetch_add_explicit(&m->degraded, 1, memory_order_relaxed);
         if (h->out.res.allowed) {
@@ -628,7 +627,6 @@ void rules_account(const struct ruleset *rs, const struct rule_eval *ev, uint64_
                                   memory_order_relaxed);
         if (rule->shadow)
             atomic_fetch_add_explicit(&m->shadow_pending, 1, memory_order_relaxed);
-        atomic_fetch_add_explicit(&m->minute_blocks, 1, memory_order_relaxed);
         metrics_top_add(m, rules_hit_key(ev, h), h->key_len, now_us);
     }
 }
