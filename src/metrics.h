@@ -85,7 +85,7 @@ struct metrics {
     atomic_uint_fast64_t lease_rate_claims; /* claims of rate leases (lease_rate.c) */
     atomic_int lease_rate_keys;             /* keys holding a rate lease here */
     atomic_uint_fast64_t buckets;
-    /* protection of the listeners (server.c, httpd.c): indexed by enum
+    /* protection of the listeners (server.c, server_conn.c, httpd.c): indexed by enum
      * metrics_listener, enum metrics_refusal and enum metrics_timeout */
     atomic_uint_fast64_t accept_pauses[2];
     atomic_uint_fast64_t refused[2][2];

@@ -42,10 +42,10 @@ rate = 1000000/1s
 lease = off
 """
 
-HELLO_TIMEOUT_S = 5.0  # server.c
-DRAIN_TIMEOUT_S = 5.0  # server.c
+HELLO_TIMEOUT_S = 5.0  # server_conn.c
+DRAIN_TIMEOUT_S = 5.0  # server_conn.c
 STATS_TIMEOUT_S = 5.0  # httpd.c
-WAITING_CAP = 256      # server.c MAX_WAITING_PER_CONN
+WAITING_CAP = 256      # server_conn.c MAX_WAITING_PER_CONN
 
 
 def wait_for(pred, timeout=10.0, step=0.05):

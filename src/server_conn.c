@@ -1,0 +1,497 @@
+/* server_conn.c - one SPOP connection on a worker's loop: accepting and
+ * admitting it, non-blocking reads and writes, the HELLO and drain deadlines,
+ * and the NOTIFYs it sends, handed to the limiter and answered when their
+ * decisions come back. The listeners and the workers' lifecycle are
+ * server.c. */
+#include "server_int.h"
+
+#include <errno.h>
+#include <ev.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "accept_guard.h"
+#include "config/config.h"
+#include "limiter.h"
+#include "log.h"
+#include "metrics.h"
+#include "net.h"
+#include "rules.h"
+#include "spop/spop_conn.h"
+#include "util.h"
+
+#define ACCEPT_BATCH 64           /* accepts per wake-up, to stay fair to open connections */
+#define OUT_HIGH_WATER (1u << 20) /* stop reading while this much output is unsent */
+#define HELLO_TIMEOUT_S 5.0       /* a new connection must complete its HAPROXY-HELLO in this */
+#define DRAIN_TIMEOUT_S 5.0       /* a half-closed peer gets its answers within this, or none */
+/* NOTIFYs of one connection waiting for Redis at once. HAProxy sends at most
+ * max-waiting-frames (20 by default) before it waits for ACKs; past this the
+ * connection's frames stay unread until answers go out (TCP pushes back),
+ * rather than a DISCONNECT, which HAProxy would take as an error for every
+ * request in flight on it. */
+#define MAX_WAITING_PER_CONN 256
+#define REFUSE_LOG_EVERY_S 10.0
+
+/* Connections past their HELLO, health checks excluded: "HAProxy connected"
+ * and "no HAProxy connection left" are logged on its 0 <-> 1 transitions, so
+ * health checks (a connection every few seconds) do not flood the log. */
+static atomic_uint ready_conns;
+
+/* ---- connections -------------------------------------------------------- */
+
+static struct log_gate refuse_gate; /* "max_connections reached" lines */
+
+/* Close the socket now; free the memory now, or when the last request that
+ * still points to it comes back from the limiter (never from under it). */
+void conn_free(struct conn *c)
+{
+    struct worker *w = c->w;
+
+    if (!c->dead) {
+        ev_io_stop(w->loop, &c->rio);
+        ev_io_stop(w->loop, &c->wio);
+        ev_timer_stop(w->loop, &c->timer);
+        close(c->fd);
+        atomic_fetch_sub(&w->srv->nconns, 1);
+        if (c->prev)
+            c->prev->next = c->next;
+        else
+            w->conns = c->next;
+        if (c->next)
+            c->next->prev = c->prev;
+        spop_conn_release(&c->sp);
+        atomic_fetch_sub(&metrics.connections, 1);
+        if (c->ready && atomic_fetch_sub(&ready_conns, 1) == 1 && !w->stopping)
+            LOG_INFO("\"no HAProxy connection left\"");
+        c->dead = 1;
+    }
+    if (c->npending == 0)
+        free(c);
+    worker_maybe_done(w);
+}
+
+/* Read while the connection can take more: the worker is not stopping, the
+ * connection is not closing or half-closed, not paused at the waiting-NOTIFY
+ * cap, and not too far behind writing. */
+void conn_update_reading(struct conn *c)
+{
+    struct worker *w = c->w;
+    size_t len;
+    int want;
+
+    spop_conn_out(&c->sp, &len);
+    want = !w->stopping && !c->closing && !c->eof && !c->sp.paused && len <= OUT_HIGH_WATER;
+    if (want && !c->reading)
+        ev_io_start(w->loop, &c->rio);
+    else if (!want && c->reading)
+        ev_io_stop(w->loop, &c->rio);
+    c->reading = want;
+}
+
+/* Write what is pending. Returns -1 when the connection is gone (freed). */
+int conn_flush(struct conn *c)
+{
+    struct worker *w = c->w;
+    size_t len;
+    const uint8_t *p;
+
+    while ((p = spop_conn_out(&c->sp, &len)), len > 0) {
+        ssize_t n = send(c->fd, p, len, MSG_NOSIGNAL);
+        if (n == -1) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                break;
+            /* ECONNRESET / EPIPE: HAProxy closed; a normal end. */
+            conn_free(c);
+            return -1;
+        }
+        spop_conn_out_consumed(&c->sp, (size_t)n);
+    }
+    spop_conn_out(&c->sp, &len);
+    if (len > 0) {
+        ev_io_start(w->loop, &c->wio);
+        conn_update_reading(c);
+        return 0;
+    }
+    ev_io_stop(w->loop, &c->wio);
+    if (c->closing) {
+        conn_free(c);
+        return -1;
+    }
+    conn_update_reading(c);
+    return 0;
+}
+
+struct ack_arg {
+    const struct ruleset *rs;
+    const struct rule_eval *ev;
+};
+
+static int encode_ack(struct spop_writer *wr, void *arg)
+{
+    struct ack_arg *a = arg;
+    return rules_encode_actions(wr, a->rs, a->ev);
+}
+
+#define MAX_FREE_REQS 256
+
+static struct request *request_get(struct worker *w)
+{
+    struct request *r = w->free_reqs;
+    if (r) {
+        w->free_reqs = r->next;
+        w->nfree--;
+        return r;
+    }
+    return calloc(1, sizeof(*r));
+}
+
+static void request_put(struct worker *w, struct request *r)
+{
+    ruleset_unref(r->lr.rs);
+    r->lr.rs = NULL;
+    r->conn = NULL;
+    if (w->nfree >= MAX_FREE_REQS) {
+        rules_eval_free(&r->lr.ev);
+        limiter_req_release(&r->lr);
+        free(r);
+        return;
+    }
+    r->next = w->free_reqs;
+    w->free_reqs = r;
+    w->nfree++;
+}
+
+/* Account, answer, recycle. */
+static void request_finish(struct request *r)
+{
+    struct conn *c = r->conn;
+    struct ack_arg a = {r->lr.rs, &r->lr.ev};
+
+    rules_account(r->lr.rs, &r->lr.ev, r->t0);
+    int ret = spop_conn_ack(&c->sp, r->stream_id, r->frame_id, encode_ack, &a);
+    if (ret == 0)
+        METRIC_INC(acks);
+    else if (ret < 0)
+        c->closing = 1; /* an AGENT-DISCONNECT was queued instead */
+    /* decision_seconds runs to the ACK's write: observed after the flush. */
+    struct worker *w = r->w;
+    if (w->nacked == sizeof(w->acked_t0) / sizeof(w->acked_t0[0]))
+        metrics_hist_observe(&metrics.decision, (util_now_us() - r->t0) * 1000);
+    else
+        w->acked_t0[w->nacked++] = r->t0;
+}
+
+/* The ACKs queued since the last call have been written (or their
+ * connection is gone): observe their decision times. */
+static void observe_written(struct worker *w)
+{
+    uint64_t now = util_now_us();
+    for (unsigned i = 0; i < w->nacked; i++)
+        metrics_hist_observe(&metrics.decision, (now - w->acked_t0[i]) * 1000);
+    w->nacked = 0;
+}
+
+/* limiter thread: the last decision of r is in; hand r to its worker. */
+static void request_done(struct limiter_req *lr)
+{
+    struct request *r = (struct request *)lr;
+    struct worker *w = r->w;
+
+    pthread_mutex_lock(&w->done_lock);
+    r->next = w->done_reqs;
+    w->done_reqs = r;
+    pthread_mutex_unlock(&w->done_lock);
+    if (!ev_async_pending(&w->wake)) /* as in limiter_decide(): no second fence */
+        ev_async_send(w->loop, &w->wake);
+}
+
+static int on_notify(void *ctx, struct spop_conn *sp, const struct spop_frame *f)
+{
+    struct conn *c = ctx;
+    struct worker *w = c->w;
+    struct request *r = request_get(w);
+    int ret;
+
+    if (!r)
+        return SPOP_ST_RES_ALLOC_ERR;
+    r->t0 = util_now_us();
+    r->w = w;
+    r->conn = c;
+    r->stream_id = f->stream_id;
+    r->frame_id = f->frame_id;
+    r->lr.done = request_done;
+    ruleset_ref(w->rs);
+    r->lr.rs = w->rs;
+    ret = rules_match(r->lr.rs, f->payload, f->payload_len, &r->lr.ev);
+    if (ret < 0) {
+        request_put(w, r);
+        return ret == SPOP_EINVAL ? SPOP_ST_INVALID : SPOP_ST_RES_ALLOC_ERR;
+    }
+    ret = limiter_decide(w->srv->lim, &r->lr, r->t0);
+    if (ret < 0) {
+        request_put(w, r);
+        return SPOP_ST_RES_ALLOC_ERR;
+    }
+    if (ret == 1) { /* waits for Redis: answered from wake_cb */
+        c->npending++;
+        w->pending++;
+        atomic_fetch_add(&metrics.notifies_waiting, 1);
+        if (c->npending >= MAX_WAITING_PER_CONN) {
+            c->sp.paused = 1; /* the next frames wait in in[] (see MAX_WAITING_PER_CONN) */
+            METRIC_INC(notify_read_pauses);
+        }
+        return 0;
+    }
+    request_finish(r);
+    request_put(w, r);
+    return 0;
+}
+
+/* Parse n more bytes (0: the frames a pause left in in[]). Returns 1 when
+ * reading must stop: the connection is closing, or paused at the cap. */
+static int conn_parse(struct conn *c, size_t n)
+{
+    struct worker *w = c->w;
+    int closing = spop_conn_in_commit(&c->sp, n, on_notify, c);
+
+    if (c->sp.state != SPOP_CONN_HELLO && !c->eof)
+        ev_timer_stop(w->loop, &c->timer); /* the HELLO is in */
+    if (!c->ready && c->sp.state == SPOP_CONN_READY) {
+        c->ready = 1;
+        if (atomic_fetch_add(&ready_conns, 1) == 0)
+            LOG_INFO("\"HAProxy connected\"");
+    }
+    if (closing)
+        c->closing = 1;
+    conn_update_reading(c);
+    return closing || c->sp.paused;
+}
+
+/* The peer half-closed its side (or closed): nothing more comes. The NOTIFYs
+ * it sent that wait for Redis are still answered (an HAProxy that only shut
+ * down its writing side reads them), then the connection closes; at most
+ * DRAIN_TIMEOUT_S later either way, also when the peer does not read. A peer
+ * that closed altogether makes the writes fail, which frees it sooner. */
+static void conn_eof(struct conn *c)
+{
+    struct worker *w = c->w;
+
+    c->eof = 1;
+    conn_update_reading(c);
+    if (c->npending == 0)
+        c->closing = 1;
+    ev_timer_stop(w->loop, &c->timer);
+    ev_timer_set(&c->timer, DRAIN_TIMEOUT_S, 0.);
+    ev_timer_start(w->loop, &c->timer);
+}
+
+static void conn_read_cb(struct ev_loop *loop, ev_io *io, int revents)
+{
+    struct conn *c = io->data;
+    struct worker *w = c->w;
+
+    for (int rounds = 0; rounds < 4; rounds++) {
+        size_t room;
+        uint8_t *p = spop_conn_in_space(&c->sp, &room);
+        ssize_t n;
+
+        if (room == 0) { /* cannot happen: in[] holds a whole max frame */
+            spop_conn_disconnect(&c->sp, SPOP_ST_TOO_BIG);
+            c->closing = 1;
+            conn_update_reading(c);
+            break;
+        }
+        n = recv(c->fd, p, room, 0);
+        if (n == 0) {
+            conn_eof(c);
+            break;
+        }
+        if (n == -1) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+                break;
+            conn_free(c); /* reset: nobody reads the answers */
+            observe_written(w);
+            return;
+        }
+        if (conn_parse(c, (size_t)n) || (size_t)n < room)
+            break;
+    }
+    conn_flush(c);
+    observe_written(w);
+}
+
+/* No HELLO in time, or a half-closed peer still owed answers past the drain
+ * deadline. */
+static void conn_timer_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    struct conn *c = t->data;
+
+    if (c->eof) {
+        METRIC_INC(timeouts[METRICS_TIMEOUT_DRAIN]);
+        LOG_DEBUG("\"half-closed connection not drained in time\" waiting=%u", c->npending);
+        conn_free(c);
+        return;
+    }
+    METRIC_INC(timeouts[METRICS_TIMEOUT_HELLO]);
+    LOG_DEBUG("\"no HAPROXY-HELLO in time; closing\"");
+    spop_conn_disconnect(&c->sp, SPOP_ST_TIMEOUT);
+    c->closing = 1;
+    conn_update_reading(c);
+    /* one try to say why; a peer that does not read is not waited for */
+    if (conn_flush(c) == 0)
+        conn_free(c);
+}
+
+static void conn_write_cb(struct ev_loop *loop, ev_io *io, int revents)
+{
+    conn_flush(io->data);
+}
+
+/* A new connection on w, or -1 with the fd closed (out of memory). */
+static int conn_new(struct worker *w, int fd)
+{
+    struct conn *c = calloc(1, sizeof(*c));
+
+    if (!c || spop_conn_init(&c->sp, w->srv->max_frame) < 0) {
+        LOG_WARN("\"out of memory accepting a connection\"");
+        free(c);
+        close(fd);
+        return -1;
+    }
+    c->w = w;
+    c->fd = fd;
+    ev_io_init(&c->rio, conn_read_cb, fd, EV_READ);
+    ev_io_init(&c->wio, conn_write_cb, fd, EV_WRITE);
+    ev_timer_init(&c->timer, conn_timer_cb, HELLO_TIMEOUT_S, 0.);
+    c->rio.data = c->wio.data = c->timer.data = c;
+    ev_io_start(w->loop, &c->rio);
+    ev_timer_start(w->loop, &c->timer);
+    c->reading = 1;
+    c->next = w->conns;
+    if (w->conns)
+        w->conns->prev = c;
+    w->conns = c;
+    atomic_fetch_add(&metrics.connections, 1);
+    METRIC_INC(connections_total);
+    return 0;
+}
+
+/* 1 when the peer may have a connection: in the allow list, and below
+ * max_connections (then counted in nconns). */
+static int conn_admit(struct worker *w, const struct sockaddr *peer)
+{
+    const struct config *cfg = w->rs->cfg;
+    unsigned long long suppressed;
+
+    if (!net_peer_allowed(cfg->allow, cfg->nallow, peer)) {
+        METRIC_INC(refused[METRICS_SPOP][METRICS_REFUSED_ALLOW]);
+        LOG_DEBUG("\"peer refused by allow list\"");
+        return 0;
+    }
+    if (atomic_fetch_add(&w->srv->nconns, 1) >= cfg->max_connections) {
+        atomic_fetch_sub(&w->srv->nconns, 1);
+        METRIC_INC(refused[METRICS_SPOP][METRICS_REFUSED_MAX_CONNS]);
+        if (log_gate_open(&refuse_gate, REFUSE_LOG_EVERY_S, &suppressed))
+            LOG_WARN("\"connection refused: max_connections reached\" max_connections=%u "
+                     "refused_not_logged=%llu",
+                     cfg->max_connections, suppressed);
+        return 0;
+    }
+    return 1;
+}
+
+void accept_cb(struct ev_loop *loop, ev_io *io, int revents)
+{
+    struct worker *w = io->data;
+
+    for (int i = 0; i < ACCEPT_BATCH; i++) {
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof(ss);
+        int one = 1;
+        int fd = accept4(io->fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+        if (fd == -1) {
+            if (accept_guard_failed(&w->guard, errno))
+                return;
+            continue;
+        }
+        accept_guard_ok(&w->guard);
+        if (!conn_admit(w, (struct sockaddr *)&ss)) {
+            close(fd);
+            continue;
+        }
+        if (ss.ss_family != AF_UNIX)
+            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        if (conn_new(w, fd) < 0)
+            atomic_fetch_sub(&w->srv->nconns, 1);
+    }
+}
+
+/* ---- answers from the limiter ------------------------------------------- */
+
+/* Answers went out on live connection c: parse the frames a pause left
+ * unread once half the cap is free again, and close it once nothing is owed
+ * when the worker stops or the peer half-closed. */
+static void conn_answered(struct conn *c)
+{
+    struct worker *w = c->w;
+
+    /* half-way down before reading on: not a parse per answer at the cap */
+    if (c->sp.paused && c->npending <= MAX_WAITING_PER_CONN / 2 && !c->closing) {
+        c->sp.paused = 0;
+        conn_parse(c, 0);
+    }
+    if ((w->stopping || c->eof) && c->npending == 0 && !c->sp.paused && !c->closing) {
+        if (w->stopping && c->sp.state == SPOP_CONN_READY)
+            spop_conn_disconnect(&c->sp, SPOP_ST_NONE);
+        c->closing = 1;
+    }
+}
+
+/* Answer the requests the limiter completed, then write each connection
+ * once (many ACKs in one write). */
+void finish_done_requests(struct worker *w)
+{
+    struct request *r, *next;
+    struct conn *flush = NULL, *c;
+
+    pthread_mutex_lock(&w->done_lock);
+    r = w->done_reqs;
+    w->done_reqs = NULL;
+    pthread_mutex_unlock(&w->done_lock);
+    for (; r; r = next) {
+        next = r->next;
+        c = r->conn;
+        w->pending--;
+        c->npending--;
+        atomic_fetch_sub(&metrics.notifies_waiting, 1);
+        if (!c->dead)
+            request_finish(r);
+        request_put(w, r);
+        if (!c->to_flush) { /* dead ones too: freed below, once */
+            c->to_flush = 1;
+            c->flush_next = flush;
+            flush = c;
+        }
+    }
+    while ((c = flush)) {
+        flush = c->flush_next;
+        c->to_flush = 0;
+        if (c->dead) {
+            if (c->npending == 0)
+                conn_free(c);
+        } else {
+            conn_answered(c);
+            conn_flush(c);
+        }
+    }
+    observe_written(w);
+    worker_maybe_done(w);
+}

@@ -1,0 +1,105 @@
+/* server_int.h - the SPOP server's private parts, shared by server.c (the
+ * listeners, the workers and their lifecycle) and server_conn.c (one
+ * connection's I/O and its requests). Nothing outside those files includes
+ * it. */
+#ifndef SERVER_INT_H
+#define SERVER_INT_H
+
+#include <ev.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "accept_guard.h"
+#include "limiter.h"
+#include "spop/spop_conn.h"
+
+struct worker;
+
+struct conn {
+    struct worker *w;
+    int fd;
+    ev_io rio, wio;
+    ev_timer timer; /* the HELLO deadline; after the peer's EOF, the drain deadline */
+    struct spop_conn sp;
+    int closing;             /* close once out[] is flushed */
+    int reading;             /* rio started */
+    int eof;                 /* the peer half-closed: answer what it is owed, then close */
+    int dead;                /* socket closed; freed when the last pending request ends */
+    int ready;               /* counted in ready_conns: HELLO done, not a health check */
+    unsigned npending;       /* requests waiting for Redis */
+    struct conn *flush_next; /* on the worker's to-flush list */
+    int to_flush;
+    struct conn *prev, *next;
+};
+
+/* One NOTIFY being decided. Recycled through a per-worker free list so the
+ * request path does not allocate once warm. */
+struct request {
+    struct limiter_req lr; /* first: done() gets a pointer to it */
+    struct worker *w;
+    struct conn *conn;
+    uint64_t stream_id, frame_id;
+    uint64_t t0;
+    struct request *next;
+};
+
+struct worker {
+    struct server *srv;
+    unsigned id;
+    pthread_t thread;
+    struct ev_loop *loop;
+    /* Runs on the main loop, without a thread of its own (one worker): see
+     * server_new(). */
+    int inline_loop;
+    ev_async wake;
+    ev_io *accept_io;          /* one per listener */
+    struct accept_guard guard; /* pauses accept_io when out of fds */
+    struct conn *conns;
+    struct ruleset *rs;              /* in force on this worker */
+    struct ruleset *_Atomic next_rs; /* handed over by server_set_ruleset */
+    atomic_int stop;
+    int stopping;
+    uint64_t acked_t0[256]; /* NOTIFY read times of ACKs queued, not yet written */
+    unsigned nacked;
+    struct request *free_reqs; /* recycled requests */
+    unsigned nfree;
+    unsigned pending;          /* requests waiting for Redis */
+    pthread_mutex_t done_lock; /* requests completed by the limiter's thread */
+    struct request *done_reqs;
+};
+
+struct server {
+    int *lfds;
+    size_t nlfds;
+    char *unix_path; /* unlinked at free */
+    unsigned nworkers;
+    struct worker *workers;
+    struct limiter *lim;
+    uint32_t max_frame;
+    atomic_uint nconns; /* open connections, for [agent] max_connections */
+    atomic_int running;
+    pthread_mutex_t done_lock;
+    pthread_cond_t done_cond;
+    unsigned done;
+};
+
+/* ---- connections (server_conn.c) ---------------------------------------- */
+
+/* Close c's socket; free c now, or once its last pending request is back. */
+void conn_free(struct conn *c);
+/* Start or stop reading c as it can take more or not. */
+void conn_update_reading(struct conn *c);
+/* Write what c has pending. -1 when c is gone (freed). */
+int conn_flush(struct conn *c);
+/* A listener of worker io->data is readable: accept and admit connections. */
+void accept_cb(struct ev_loop *loop, ev_io *io, int revents);
+/* Answer the requests the limiter completed for w, and write them out. */
+void finish_done_requests(struct worker *w);
+
+/* ---- workers (server.c) ------------------------------------------------- */
+
+/* End w's loop once it is stopping and nothing is open or pending. */
+void worker_maybe_done(struct worker *w);
+
+#endif
