@@ -52,25 +52,6 @@ static void worker_begin_stop(struct worker *w)
     worker_maybe_done(w);
 }
 
-static void worker_finished(struct worker *w)
-{
-    pthread_mutex_lock(&w->srv->done_lock);
-    w->srv->done++;
-    pthread_cond_broadcast(&w->srv->done_cond);
-    pthread_mutex_unlock(&w->srv->done_lock);
-}
-
-/* A stopping worker's loop ends once nothing is open or pending; a worker on
- * the main loop is counted as finished then (that loop goes on). */
-void worker_maybe_done(struct worker *w)
-{
-    if (w->stopping && !w->conns && w->pending == 0 && ev_is_active(&w->wake)) {
-        ev_async_stop(w->loop, &w->wake);
-        if (w->inline_loop)
-            worker_finished(w);
-    }
-}
-
 static void wake_cb(struct ev_loop *loop, ev_async *a, int revents)
 {
     struct worker *w = a->data;

@@ -1,8 +1,9 @@
 /* server_conn.c - one SPOP connection on a worker's loop: accepting and
  * admitting it, non-blocking reads and writes, the HELLO and drain deadlines,
  * and the NOTIFYs it sends, handed to the limiter and answered when their
- * decisions come back. The listeners and the workers' lifecycle are
- * server.c. */
+ * decisions come back; and the end of a stopping worker, which its last
+ * connection or request brings. The listeners and the workers' lifecycle
+ * are server.c. */
 #include "server_int.h"
 
 #include <errno.h>
@@ -41,6 +42,29 @@
  * and "no HAProxy connection left" are logged on its 0 <-> 1 transitions, so
  * health checks (a connection every few seconds) do not flood the log. */
 static atomic_uint ready_conns;
+
+/* ---- the worker's end ---------------------------------------------------- */
+
+/* A worker ends when its last connection closes and its last request is
+ * answered, both seen here. */
+void worker_finished(struct worker *w)
+{
+    pthread_mutex_lock(&w->srv->done_lock);
+    w->srv->done++;
+    pthread_cond_broadcast(&w->srv->done_cond);
+    pthread_mutex_unlock(&w->srv->done_lock);
+}
+
+/* A stopping worker's loop ends once nothing is open or pending; a worker on
+ * the main loop is counted as finished then (that loop goes on). */
+void worker_maybe_done(struct worker *w)
+{
+    if (w->stopping && !w->conns && w->pending == 0 && ev_is_active(&w->wake)) {
+        ev_async_stop(w->loop, &w->wake);
+        if (w->inline_loop)
+            worker_finished(w);
+    }
+}
 
 /* ---- connections -------------------------------------------------------- */
 

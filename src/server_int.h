@@ -85,7 +85,7 @@ struct server {
     unsigned done;
 };
 
-/* ---- connections (server_conn.c) ---------------------------------------- */
+/* ---- connections and the worker's end (server_conn.c) --------------------- */
 
 /* Close c's socket; free c now, or once its last pending request is back. */
 void conn_free(struct conn *c);
@@ -97,10 +97,9 @@ int conn_flush(struct conn *c);
 void accept_cb(struct ev_loop *loop, ev_io *io, int revents);
 /* Answer the requests the limiter completed for w, and write them out. */
 void finish_done_requests(struct worker *w);
-
-/* ---- workers (server.c) ------------------------------------------------- */
-
 /* End w's loop once it is stopping and nothing is open or pending. */
 void worker_maybe_done(struct worker *w);
+/* Count w as finished for server_join(). */
+void worker_finished(struct worker *w);
 
 #endif
