@@ -111,17 +111,38 @@ size_t util_slot_fence(const char *key, size_t len)
     return len && memchr(key, '{', len) ? sizeof(UTIL_SLOT_FENCE) - 1 : 0;
 }
 
+static const char digit_pairs[201] = "00010203040506070809101112131415161718192021222324"
+                                      "25262728293031323334353637383940414243444546474849"
+                                      "50515253545556575859606162636465666768697071727374"
+                                      "75767778798081828384858687888990919293949596979899";
+
+/* 10^0 .. 10^19: a number has n digits when it is below pow10[n] */
+static const uint64_t pow10[UTIL_U64_DEC_MAX] = {
+    1ULL, 10ULL, 100ULL, 1000ULL, 10000ULL, 100000ULL, 1000000ULL, 10000000ULL,
+    100000000ULL, 1000000000ULL, 10000000000ULL, 100000000000ULL, 1000000000000ULL,
+    10000000000000ULL, 100000000000000ULL, 1000000000000000ULL, 10000000000000000ULL,
+    100000000000000000ULL, 1000000000000000000ULL, 10000000000000000000ULL};
+
 size_t util_u64_dec(char *buf, uint64_t v)
 {
-    char tmp[UTIL_U64_DEC_MAX];
-    size_t n = 0;
+    size_t n = 1;
 
-    do { /* least significant digit first, then reversed */
-        tmp[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    for (size_t i = 0; i < n; i++)
-        buf[i] = tmp[n - 1 - i];
+    while (n < UTIL_U64_DEC_MAX && v >= pow10[n])
+        n++;
+    /* two digits per division, from the last */
+    char *p = buf + n;
+    while (v >= 100) {
+        unsigned d = (unsigned)(v % 100) * 2;
+        v /= 100;
+        *--p = digit_pairs[d + 1];
+        *--p = digit_pairs[d];
+    }
+    if (v >= 10) {
+        *--p = digit_pairs[v * 2 + 1];
+        *--p = digit_pairs[v * 2];
+    } else {
+        *--p = (char)('0' + v);
+    }
     return n;
 }
 

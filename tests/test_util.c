@@ -180,6 +180,24 @@ START_TEST(u64_dec)
 }
 END_TEST
 
+/* ... and on a million values of every size, odd and even digit counts. */
+START_TEST(u64_dec_many)
+{
+    char want[32], got[UTIL_U64_DEC_MAX];
+    uint64_t x = 88172645463325252ULL;
+
+    for (int i = 0; i < 1000000; i++) {
+        x ^= x << 13; /* xorshift64 */
+        x ^= x >> 7;
+        x ^= x << 17;
+        uint64_t v = x >> (i % 64);
+        int n = snprintf(want, sizeof(want), "%" PRIu64, v);
+        if (util_u64_dec(got, v) != (size_t)n || memcmp(got, want, (size_t)n) != 0)
+            ck_abort_msg("util_u64_dec(%s) wrong", want);
+    }
+}
+END_TEST
+
 /* util_ipv4_text against inet_ntop, over every byte value in each place. */
 START_TEST(ipv4_text)
 {
@@ -212,6 +230,7 @@ int main(void)
     tcase_add_test(tc, stripe_and_slot_use_different_bits);
     tcase_add_test(tc, query_params);
     tcase_add_loop_test(tc, u64_dec, 0, sizeof(dec_cases) / sizeof(dec_cases[0]));
+    tcase_add_test(tc, u64_dec_many);
     tcase_add_test(tc, ipv4_text);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
