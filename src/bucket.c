@@ -382,9 +382,8 @@ struct bucket_table {
 
 static uint64_t key_hash(const char *rule, size_t rulelen, const void *key, size_t keylen)
 {
-    /* The rule's NUL is hashed too so ("ab", "c") and ("a", "bc") differ. */
-    uint64_t h = util_hash(UTIL_HASH_INIT, rule, rulelen + 1);
-    return util_hash_mix(util_hash(h, key, keylen));
+    uint64_t h = util_hash_words(UTIL_HASH_INIT, rule, rulelen);
+    return util_hash_mix(util_hash_words(h, key, keylen));
 }
 
 static struct stripe *stripe_of(struct bucket_table *t, uint64_t hash)

@@ -188,7 +188,7 @@ int lease_decide(struct lease_table *t, const char *key, size_t keylen,
                  const struct bucket_params *p, uint64_t now_us, int redis_up,
                  struct lease_waiter *w, struct bucket_result *res, struct lease_job **job)
 {
-    uint64_t h = util_hash_mix(util_hash(UTIL_HASH_INIT, key, keylen));
+    uint64_t h = util_hash_mix(util_hash_words(UTIL_HASH_INIT, key, keylen));
     unsigned si = util_stripe(h, t->nstripes);
     struct lease_stripe *s = &t->stripes[si];
     struct lease_entry *e;

@@ -120,7 +120,7 @@ struct lease_table {
 
 /* ---- where entries live (lease_table.c); the caller holds s's lock -------- */
 
-/* The entry of key (hash h, as util_hash_mix(util_hash(...))) in s, or NULL. */
+/* The entry of key (hash h, as util_hash_mix(util_hash_words(...))) in s, or NULL. */
 struct lease_entry *lease_entry_find(const struct lease_stripe *s, uint64_t h, const char *key,
                                      size_t keylen);
 /* The entry of key, made when there is none (s is stripe number `stripe`; a

@@ -8,7 +8,7 @@
 struct lease_entry *lease_find_locked(struct lease_table *t, const char *key, size_t keylen,
                                        struct lease_stripe **sp)
 {
-    uint64_t h = util_hash_mix(util_hash(UTIL_HASH_INIT, key, keylen));
+    uint64_t h = util_hash_mix(util_hash_words(UTIL_HASH_INIT, key, keylen));
     struct lease_stripe *s = &t->stripes[util_stripe(h, t->nstripes)];
 
     pthread_mutex_lock(&s->lock);

@@ -66,6 +66,27 @@ uint64_t util_hash(uint64_t h, const void *data, size_t len)
     return h;
 }
 
+uint64_t util_hash_words(uint64_t h, const void *data, size_t len)
+{
+    const unsigned char *p = data;
+    uint64_t w;
+
+    h ^= (uint64_t)len * 0x9e3779b97f4a7c15ULL; /* ("ab", "c") and ("a", "bc") differ */
+    for (; len >= 8; p += 8, len -= 8) {
+        memcpy(&w, p, 8);
+        h = (h ^ w) * 0xbf58476d1ce4e5b9ULL;
+        h ^= h >> 31;
+    }
+    if (len) { /* the last 1 to 7 bytes (memcpy of a variable size is a call) */
+        w = 0;
+        for (size_t i = 0; i < len; i++)
+            w |= (uint64_t)p[i] << (8 * i);
+        h = (h ^ w) * 0x94d049bb133111ebULL;
+        h ^= h >> 31;
+    }
+    return h;
+}
+
 uint64_t util_hash_mix(uint64_t h)
 {
     /* MurmurHash3's fmix64. */

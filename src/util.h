@@ -18,6 +18,12 @@ uint64_t util_hash(uint64_t h, const void *data, size_t len);
  * bits of FNV-1a depend only on the low bits of each byte, and its high bits
  * are poorly mixed. Hash tables index with util_hash_mix(util_hash(...)). */
 uint64_t util_hash_mix(uint64_t h);
+/* A hash for the agent's own tables, chained like util_hash: eight bytes per
+ * step, where FNV-1a takes one (a Redis key of 30 bytes: 6 ns against 18).
+ * Its values never leave the process; util_hash's do (hashed client keys,
+ * the config's digest), so that one stays as it is. Index with
+ * util_hash_mix(util_hash_words(...)). */
+uint64_t util_hash_words(uint64_t h, const void *data, size_t len);
 
 /* The striped hash tables (buckets, leases) split a mixed key hash in two:
  * its high 32 bits choose the stripe (the lock), its low bits the slot inside

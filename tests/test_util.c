@@ -121,7 +121,7 @@ START_TEST(stripe_and_slot_use_different_bits)
     for (int i = 0; i < KEYS; i++) {
         char key[32];
         int n = snprintf(key, sizeof(key), "10.0.%d.%d", i / 256, i % 256);
-        uint64_t h = util_hash_mix(util_hash(UTIL_HASH_INIT, key, (size_t)n));
+        uint64_t h = util_hash_mix(util_hash_words(UTIL_HASH_INIT, key, (size_t)n));
         if (util_stripe(h, STRIPES) != 0)
             continue;
         in_stripe++;
@@ -130,6 +130,46 @@ START_TEST(stripe_and_slot_use_different_bits)
     }
     ck_assert_int_gt(in_stripe, KEYS / STRIPES / 2);
     ck_assert_int_gt(distinct, SLOTS / 3);
+}
+END_TEST
+
+/* The tables' hash: every byte of a key counts, in every place and at every
+ * length (the tail of a key shorter than a word included), and the keys the
+ * agent meets (addresses, Redis keys) spread evenly over the slots. */
+START_TEST(hash_words_every_byte_counts)
+{
+    unsigned char key[40];
+
+    for (size_t len = 0; len <= sizeof(key); len++) {
+        memset(key, 'k', sizeof(key));
+        uint64_t base = util_hash_words(UTIL_HASH_INIT, key, len);
+        if (len > 0) /* a longer key is another key */
+            ck_assert_uint_ne(base, util_hash_words(UTIL_HASH_INIT, key, len - 1));
+        for (size_t at = 0; at < len; at++)
+            for (int bit = 0; bit < 8; bit++) {
+                key[at] ^= (unsigned char)(1u << bit);
+                ck_assert_uint_ne(util_hash_words(UTIL_HASH_INIT, key, len), base);
+                key[at] ^= (unsigned char)(1u << bit);
+            }
+    }
+    /* chained: the split between two parts counts */
+    ck_assert_uint_ne(util_hash_words(util_hash_words(UTIL_HASH_INIT, "ab", 2), "c", 1),
+                      util_hash_words(util_hash_words(UTIL_HASH_INIT, "a", 1), "bc", 2));
+
+    enum { SLOTS = 256, KEYS = 256 * 64 };
+    static int count[SLOTS];
+    memset(count, 0, sizeof(count));
+    for (int i = 0; i < KEYS; i++) {
+        char k[64];
+        int n = i % 2 ? snprintf(k, sizeof(k), "10.%d.%d.%d", i >> 16, (i >> 8) & 255, i & 255)
+                      : snprintf(k, sizeof(k), "rl:{api}key-%d", i);
+        count[util_slot(util_hash_mix(util_hash_words(UTIL_HASH_INIT, k, (size_t)n)), SLOTS)]++;
+    }
+    /* 64 expected per slot: a fair spread stays well inside [16, 128] */
+    for (int i = 0; i < SLOTS; i++) {
+        ck_assert_int_ge(count[i], 16);
+        ck_assert_int_le(count[i], 128);
+    }
 }
 END_TEST
 
@@ -227,6 +267,7 @@ int main(void)
     tcase_add_loop_test(tc, key_slots, 0, sizeof(slots) / sizeof(slots[0]));
     tcase_add_test(tc, slot_fence);
     tcase_add_test(tc, hash_is_fnv1a);
+    tcase_add_test(tc, hash_words_every_byte_counts);
     tcase_add_test(tc, stripe_and_slot_use_different_bits);
     tcase_add_test(tc, query_params);
     tcase_add_loop_test(tc, u64_dec, 0, sizeof(dec_cases) / sizeof(dec_cases[0]));
