@@ -6,12 +6,15 @@ agent: -ASK, then -MOVED; a master down: only its keys fall back).
 Every test starts its own redis-server processes on free loopback ports, in a
 temporary directory, and stops them at the end (agents first, so they can
 give their leases back; agents must exit 0 on SIGTERM)."""
+import http.client
+import json
 import os
 import shutil
 import subprocess
 import tempfile
 import time
 import unittest
+import urllib.parse
 
 import spop
 from harness import Agent, Proc, free_port, wait_port
@@ -48,6 +51,27 @@ def cli(port, *args, timeout=10):
 def cluster_port():
     """A free port whose cluster bus port (+10000) is free and valid too."""
     return free_port(plus=(10000,))
+
+
+def stats_call(agent, method, path):
+    c = http.client.HTTPConnection("127.0.0.1", agent.stats_port, timeout=10)
+    try:
+        c.request(method, path)
+        r = c.getresponse()
+        body = r.read().decode()
+        if r.status != 200:
+            raise AssertionError("%s %s: %d %s" % (method, path, r.status, body))
+        return json.loads(body)
+    finally:
+        c.close()
+
+
+def key_state(agent, rule, key):
+    return stats_call(agent, "GET", "/key?" + urllib.parse.urlencode(dict(rule=rule, key=key)))
+
+
+def post_reset(agent, rule, key):
+    return stats_call(agent, "POST", "/reset?" + urllib.parse.urlencode(dict(rule=rule, key=key)))
 
 
 def info(port, section):
@@ -282,6 +306,37 @@ class Cluster(TopologyCase):
         self.assertEqual(agent.stop(timeout=8), 0, agent.output()[-2000:])
         self.assertEqual([f for f in fields() if f.split(":")[0] in ("h", "q", "hn", "qn")], [],
                          "a lease left after SIGTERM: %r" % fields())
+
+    def test_key_page_and_reset_on_each_master(self):
+        """GET /key reads a client's Redis bucket from the master of its slot,
+        and POST /reset clears it there: one key on each master."""
+        agent, c = self.agent("[redis]\ncluster = 127.0.0.1:%d\n" % self.ports[0])
+        where = {}
+        for i in range(200):
+            k = "page%d" % i
+            where.setdefault(self.owner(int(cli(self.ports[0], "CLUSTER", "KEYSLOT",
+                                                "rl:tb:x:" + k))), k)
+            if len(where) == 3:
+                break
+        self.assertEqual(set(where), set(self.ports), where)
+        for port, k in sorted(where.items()):
+            got = [self.decide(c, xkey=k) for _ in range(11)]
+            self.assert_ten_of(got, 11, "key %s" % k)
+            st = key_state(agent, "x", k)
+            self.assertEqual(st["redis_key"], "rl:tb:x:" + k)
+            rb = st["redis"]
+            self.assertNotIn("error", rb)
+            self.assertIs(rb["exists"], True, rb)
+            self.assertLess(rb["t"], 1, rb)  # ten spent of ten, refill 1 per 6 s
+            self.assertEqual(cli(port, "EXISTS", "rl:tb:x:" + k), "1")
+            r = post_reset(agent, "x", k)
+            self.assertIs(r["redis"]["reset"], True, r)
+            self.assertEqual(r["redis"]["remaining"], 10, r)
+            self.assertEqual(key_state(agent, "x", k)["redis"]["tokens_now"], 10)
+            self.assertIs(self.decide(c, xkey=k).get("blocked"), False)
+        # a key no master holds: a full bucket, read from its master all the same
+        st = key_state(agent, "x", "never-seen")
+        self.assertEqual((st["redis"]["exists"], st["redis"]["tokens_now"]), (False, 10), st)
 
     def test_node_down_falls_back_for_its_keys_only(self):
         agent, c = self.agent("[redis]\ncluster = %s\n"
