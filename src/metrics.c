@@ -21,13 +21,35 @@ static const uint64_t hist_bounds_ns[METRICS_HIST_BUCKETS - 1] = {
 static pthread_mutex_t rules_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct metrics_rule *_Atomic rules_head;
 
-void metrics_hist_observe(struct metrics_hist *h, uint64_t ns)
+static unsigned hist_bucket(uint64_t ns)
 {
     unsigned i = 0;
     while (i < METRICS_HIST_BUCKETS - 1 && ns > hist_bounds_ns[i])
         i++;
-    atomic_fetch_add_explicit(&h->buckets[i], 1, memory_order_relaxed);
+    return i;
+}
+
+void metrics_hist_observe(struct metrics_hist *h, uint64_t ns)
+{
+    atomic_fetch_add_explicit(&h->buckets[hist_bucket(ns)], 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&h->sum_ns, ns, memory_order_relaxed);
+}
+
+void metrics_hist_observe_since(struct metrics_hist *h, uint64_t now_us, const uint64_t *t0_us,
+                                size_t n)
+{
+    uint64_t count[METRICS_HIST_BUCKETS] = {0}, sum = 0;
+
+    for (size_t k = 0; k < n; k++) {
+        uint64_t ns = (now_us - t0_us[k]) * 1000;
+        count[hist_bucket(ns)]++;
+        sum += ns;
+    }
+    for (unsigned i = 0; i < METRICS_HIST_BUCKETS; i++)
+        if (count[i])
+            atomic_fetch_add_explicit(&h->buckets[i], count[i], memory_order_relaxed);
+    if (n)
+        atomic_fetch_add_explicit(&h->sum_ns, sum, memory_order_relaxed);
 }
 
 struct metrics_rule *metrics_rule_get(const char *name)

@@ -218,9 +218,7 @@ static void request_finish(struct request *r)
  * connection is gone): observe their decision times. */
 static void observe_written(struct worker *w)
 {
-    uint64_t now = util_now_us();
-    for (unsigned i = 0; i < w->nacked; i++)
-        metrics_hist_observe(&metrics.decision, (now - w->acked_t0[i]) * 1000);
+    metrics_hist_observe_since(&metrics.decision, util_now_us(), w->acked_t0, w->nacked);
     w->nacked = 0;
 }
 

@@ -99,6 +99,28 @@ START_TEST(counters_exact_under_threads)
 }
 END_TEST
 
+/* Observations in a batch land exactly where one by one they would. */
+START_TEST(hist_batch_equals_one_by_one)
+{
+    static struct metrics_hist one, many;
+    uint64_t t0[300], now = 5000000000ULL;
+
+    for (int i = 0; i < 300; i++) /* 0 us to ~4.4 s ago: every bucket, bounds included */
+        t0[i] = now - (i % 3 == 0 ? (uint64_t)i * i * 50 : (uint64_t)(25 << (i % 16)));
+    for (int i = 0; i < 300; i++)
+        metrics_hist_observe(&one, (now - t0[i]) * 1000);
+    metrics_hist_observe_since(&many, now, t0, 300);
+    metrics_hist_observe_since(&many, now, t0, 0); /* nothing */
+    for (unsigned b = 0; b < METRICS_HIST_BUCKETS; b++)
+        ck_assert_uint_eq(atomic_load(&many.buckets[b]), atomic_load(&one.buckets[b]));
+    ck_assert_uint_eq(atomic_load(&many.sum_ns), atomic_load(&one.sum_ns));
+    unsigned used = 0;
+    for (unsigned b = 0; b < METRICS_HIST_BUCKETS; b++)
+        used += atomic_load(&one.buckets[b]) > 0;
+    ck_assert_uint_ge(used, 10); /* the inputs did spread */
+}
+END_TEST
+
 START_TEST(top_keeps_heavy_hitters_in_bounded_memory)
 {
     struct metrics_rule *r = metrics_rule_get("top");
@@ -239,6 +261,7 @@ int main(void)
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, render_has_every_interface_metric);
     tcase_add_test(tc, counters_exact_under_threads);
+    tcase_add_test(tc, hist_batch_equals_one_by_one);
     tcase_add_test(tc, top_keeps_heavy_hitters_in_bounded_memory);
     tcase_add_test(tc, top_survives_older_timestamps);
     tcase_add_test(tc, alert_tick_above_share_only);
