@@ -150,6 +150,8 @@ int rules_encode_actions(struct spop_writer *w, const struct ruleset *rs,
 
 /* Whether the request is blocked (a non-shadow rule denied it). */
 int rules_blocked(const struct ruleset *rs, const struct rule_eval *ev);
+/* Fill rs->ack_heads (ruleset_new does): -1 if a head does not fit. */
+int rules_ack_heads_build(struct ruleset *rs);
 
 /* The text form of a typed value as used in keys and matches: strings and
  * binaries as they are, integers in decimal, addresses as inet_ntop text (a

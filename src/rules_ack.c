@@ -1,0 +1,213 @@
+/* rules_ack.c - the ACK a decision sends: which hit decides, and the
+ * variables of interface.md as SPOP set-var actions (a fixed rule's first
+ * ones encoded once per ruleset). */
+#include "rules.h"
+
+#include <string.h>
+
+#include "metrics.h"
+#include "util.h"
+
+/* The deciding non-shadow hit: the blocking one that asks for the longest
+ * wait, else the one with the fewest remaining. NULL when none. */
+static const struct rule_hit *deciding_hit(const struct ruleset *rs, const struct rule_eval *ev)
+{
+    const struct rule_hit *best = NULL;
+
+    for (size_t i = 0; i < ev->nhits; i++) {
+        const struct rule_hit *h = &ev->hits[i];
+        if (rs->cfg->rules[h->rule].shadow)
+            continue;
+        if (!best) {
+            best = h;
+        } else if (!h->out.res.allowed) {
+            if (best->out.res.allowed || h->out.res.retry_us > best->out.res.retry_us)
+                best = h;
+        } else if (best->out.res.allowed && h->out.res.remaining < best->out.res.remaining) {
+            best = h;
+        }
+    }
+    return best;
+}
+
+int rules_blocked(const struct ruleset *rs, const struct rule_eval *ev)
+{
+    const struct rule_hit *h = deciding_hit(rs, ev);
+    return h && !h->out.res.allowed;
+}
+
+/* The ACK's variable names are literals: their length is known here. */
+#define VAR(name) name, sizeof(name) - 1
+
+static int put_var_int(struct spop_writer *w, const char *name, size_t len, int64_t v)
+{
+    struct spop_data d = spop_int(v);
+    return spop_put_set_var_len(w, SPOP_SCOPE_TXN, name, len, &d);
+}
+
+static int put_var_bool(struct spop_writer *w, const char *name, size_t len, int v)
+{
+    struct spop_data d = spop_bool(v);
+    return spop_put_set_var_len(w, SPOP_SCOPE_TXN, name, len, &d);
+}
+
+static int put_var_str(struct spop_writer *w, const char *name, size_t len, const char *s,
+                       size_t slen)
+{
+    struct spop_data d = spop_string(s, slen);
+    return spop_put_set_var_len(w, SPOP_SCOPE_TXN, name, len, &d);
+}
+
+/* The numbers an ACK carries, clamped so that config_ack_max_size() bounds
+ * its size: a bucket never holds more than its capacity (a Redis reply that
+ * says otherwise is wrong), and waits are capped at RULES_MAX_SECONDS. */
+static uint64_t clamp_remaining(const struct bucket_params *p, uint64_t remaining)
+{
+    uint64_t cap = p->burst > p->limit ? p->burst : p->limit;
+    return remaining < cap ? remaining : cap;
+}
+
+static uint64_t clamp_seconds(uint64_t s)
+{
+    return s < RULES_MAX_SECONDS ? s : RULES_MAX_SECONDS;
+}
+
+/* The longest header_field(): a quoted rule name, two keys and numbers. */
+#define HEADER_FIELD_MAX (2 + CFG_MAX_NAME + 2 * (2 + UTIL_U64_DEC_MAX + 1) + 1)
+
+/* "\"name\";k1=v1;k2=v2" (RateLimit-Policy / RateLimit) into buf of
+ * HEADER_FIELD_MAX bytes; returns its length. Not snprintf: this is in every
+ * ACK. */
+static size_t header_field(char *buf, const char *name, size_t n, char k1, uint64_t v1,
+                           char k2, uint64_t v2)
+{
+    char *p = buf;
+
+    *p++ = '"';
+    memcpy(p, name, n);
+    p += n;
+    *p++ = '"';
+    *p++ = ';';
+    *p++ = k1;
+    *p++ = '=';
+    p += util_u64_dec(p, v1);
+    *p++ = ';';
+    *p++ = k2;
+    *p++ = '=';
+    p += util_u64_dec(p, v2);
+    return (size_t)(p - buf);
+}
+
+/* The ACK's first variables: the decision, then what is fixed per rule
+ * unless its limits come from args (rule, limit, policy). */
+static int put_head(struct spop_writer *w, const struct ruleset *rs, size_t rule_i,
+                    const struct bucket_params *p, int blocked)
+{
+    const char *name = rs->cfg->rules[rule_i].name;
+    size_t name_len = rs->name_len[rule_i], n;
+    uint64_t window = (p->period_us / 1000 + 999) / 1000; /* the request's own window */
+    char buf[HEADER_FIELD_MAX];
+    int ret;
+
+    if ((ret = put_var_bool(w, VAR("blocked"), blocked)) < 0 ||
+        (ret = put_var_str(w, VAR("rule"), name, name_len)) < 0 ||
+        (ret = put_var_int(w, VAR("limit"), (int64_t)p->limit)) < 0)
+        return ret;
+    n = header_field(buf, name, name_len, 'q', p->limit, 'w', window ? window : 1);
+    return put_var_str(w, VAR("policy"), buf, n);
+}
+
+/* put_head() of each fixed rule, allowed and blocked, encoded once when the
+ * ruleset is built: an ACK copies it. */
+int rules_ack_heads_build(struct ruleset *rs)
+{
+    for (size_t i = 0; i < rs->cfg->nrules; i++) {
+        struct rules_ack_head *ah = &rs->ack_heads[i];
+        if (config_rule_per_request(&rs->cfg->rules[i]))
+            continue; /* len 0: encoded per ACK */
+        for (int b = 0; b < 2; b++) {
+            struct spop_writer w = {ah->bytes[b], ah->bytes[b] + sizeof(ah->bytes[b])};
+            if (put_head(&w, rs, i, &rs->params[i], b) < 0)
+                return -1;
+            ah->len[b] = (size_t)(w.p - ah->bytes[b]);
+        }
+    }
+    return 0;
+}
+
+/* Every variable of the ACK (interface.md). */
+static int encode_full(struct spop_writer *w, const struct ruleset *rs, const struct rule_hit *h,
+                       int would_block, int degraded)
+{
+    char buf[HEADER_FIELD_MAX];
+    int blocked = h && !h->out.res.allowed, ret;
+
+    if (!h)
+        ret = put_var_bool(w, VAR("blocked"), 0);
+    else if (rs->ack_heads[h->rule].len[blocked])
+        ret = spop_put_encoded(w, rs->ack_heads[h->rule].bytes[blocked],
+                               rs->ack_heads[h->rule].len[blocked]);
+    else
+        ret = put_head(w, rs, h->rule, &h->params, blocked);
+    if (ret < 0)
+        return ret;
+    if (would_block && (ret = put_var_bool(w, VAR("would_block"), 1)) < 0)
+        return ret;
+    if (degraded && (ret = put_var_bool(w, VAR("degraded"), 1)) < 0)
+        return ret;
+    if (!h)
+        return 0;
+
+    uint64_t reset = clamp_seconds(util_us_to_s_ceil(h->out.res.reset_us));
+    uint64_t remaining = clamp_remaining(&h->params, h->out.res.remaining);
+    size_t n;
+
+    if ((ret = put_var_int(w, VAR("remaining"), (int64_t)remaining)) < 0 ||
+        (ret = put_var_int(w, VAR("reset"), (int64_t)reset)) < 0)
+        return ret;
+    if (blocked) {
+        uint64_t retry = clamp_seconds(util_us_to_s_ceil(h->out.res.retry_us));
+        if ((ret = put_var_int(w, VAR("retry_after"), (int64_t)(retry ? retry : 1))) < 0)
+            return ret;
+    }
+    n = header_field(buf, rs->cfg->rules[h->rule].name, rs->name_len[h->rule], 'r', remaining,
+                     't', reset);
+    return put_var_str(w, VAR("ratelimit"), buf, n);
+}
+
+/* What must reach HAProxy whatever the frame size: the decision. */
+static int encode_minimal(struct spop_writer *w, const struct rule_hit *h)
+{
+    int ret = put_var_bool(w, VAR("blocked"), h && !h->out.res.allowed);
+
+    if (ret < 0 || !h || h->out.res.allowed)
+        return ret;
+    uint64_t retry = clamp_seconds(util_us_to_s_ceil(h->out.res.retry_us));
+    return put_var_int(w, VAR("retry_after"), (int64_t)(retry ? retry : 1));
+}
+
+int rules_encode_actions(struct spop_writer *w, const struct ruleset *rs,
+                         const struct rule_eval *ev)
+{
+    const struct rule_hit *h = deciding_hit(rs, ev);
+    uint8_t *start = w->p;
+    int would_block = 0, degraded = 0, ret;
+
+    for (size_t i = 0; i < ev->nhits; i++) {
+        if (rs->cfg->rules[ev->hits[i].rule].shadow && !ev->hits[i].out.res.allowed)
+            would_block = 1;
+        degraded |= ev->hits[i].out.degraded;
+    }
+    ret = encode_full(w, rs, h, would_block, degraded);
+    if (ret != SPOP_ENOSPC)
+        return ret;
+    /* The negotiated frame is too small for every variable (HAProxy may
+     * offer 256 bytes, and a rule name takes 40 three times). Without an
+     * ACK the connection would be dropped and HAProxy would let the request
+     * through: send the decision alone instead. */
+    w->p = start;
+    ret = encode_minimal(w, h);
+    if (ret == 0)
+        METRIC_INC(acks_truncated);
+    return ret;
+}
