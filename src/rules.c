@@ -1,5 +1,5 @@
-/* rules.c - rule matching and client keys; rulesets. The ACK variables are
- * rules_ack.c. */
+/* rules.c - rule matching and client keys. A ruleset is built in
+ * rules_set.c; the ACK a decision sends is rules_ack.c. */
 #include "rules.h"
 
 #include <arpa/inet.h>
@@ -73,74 +73,6 @@ uint64_t rules_backstop_period(uint64_t period_us, double share)
     if (!(us < (double)BUCKET_MAX_PERIOD_US)) /* NaN and inf too */
         return BUCKET_MAX_PERIOD_US;
     return us < 1 ? 1 : (uint64_t)us;
-}
-
-struct ruleset *ruleset_new(struct config *cfg)
-{
-    struct ruleset *rs = calloc(1, sizeof(*rs));
-    size_t n = cfg->nrules ? cfg->nrules : 1;
-
-    if (!rs)
-        goto fail;
-    rs->cfg = cfg;
-    rs->params = calloc(n, sizeof(*rs->params));
-    rs->backstop = calloc(n, sizeof(*rs->backstop));
-    rs->metrics = calloc(n, sizeof(*rs->metrics));
-    rs->name_len = calloc(n, sizeof(*rs->name_len));
-    rs->ack_heads = calloc(n, sizeof(*rs->ack_heads));
-    if (!rs->params || !rs->backstop || !rs->metrics || !rs->name_len || !rs->ack_heads)
-        goto fail;
-    for (size_t i = 0; i < cfg->nrules; i++) {
-        const struct cfg_rule *r = &cfg->rules[i];
-        struct bucket_params *p = &rs->params[i];
-
-        p->algorithm = r->algorithm;
-        /* A rule whose rate comes from an arg gets its ceiling here: what
-         * requests get at most (the per-request limits are in the hits). */
-        p->limit = r->rate_arg ? r->max_rate_n : r->rate_n;
-        p->period_us = (r->rate_arg ? r->max_rate_period_ms : r->rate_period_ms) * 1000;
-        p->burst = r->burst_arg || !r->burst ? r->max_burst : r->burst;
-        rules_backstop_params(p, cfg->fallback_share, &rs->backstop[i]);
-        rs->metrics[i] = metrics_rule_get(r->name);
-        if (!rs->metrics[i])
-            goto fail;
-        /* config refuses longer names; the ACK never overflows anyway */
-        size_t len = strlen(r->name);
-        rs->name_len[i] = len < CFG_MAX_NAME ? len : CFG_MAX_NAME;
-    }
-    if (rules_ack_heads_build(rs) < 0)
-        goto fail;
-    atomic_init(&rs->refs, 1);
-    return rs;
-fail:
-    if (rs) {
-        free(rs->params);
-        free(rs->backstop);
-        free(rs->metrics);
-        free(rs->name_len);
-        free(rs->ack_heads);
-        free(rs);
-    }
-    config_free(cfg);
-    return NULL;
-}
-
-void ruleset_ref(struct ruleset *rs)
-{
-    atomic_fetch_add_explicit(&rs->refs, 1, memory_order_relaxed);
-}
-
-void ruleset_unref(struct ruleset *rs)
-{
-    if (!rs || atomic_fetch_sub_explicit(&rs->refs, 1, memory_order_acq_rel) != 1)
-        return;
-    config_free(rs->cfg);
-    free(rs->params);
-    free(rs->backstop);
-    free(rs->metrics);
-    free(rs->name_len);
-    free(rs->ack_heads);
-    free(rs);
 }
 
 void rules_eval_reset(struct rule_eval *ev)
