@@ -125,8 +125,8 @@ static struct lease_job *new_job(struct lease_entry *e, int kind)
 static int exact_will_do(const struct lease_table *t, const struct lease_entry *e,
                          const struct lease_job *j)
 {
-    return t->cfg.exact_cold && j->want == 1 && e->nwait == 1 && !j->rated && j->used == 0 && j->returned == 0 &&
-           e->tokens == 0 && e->share <= 0;
+    return t->cfg.exact_cold && j->want == 1 && e->nwait == 1 && !j->rated && j->used == 0 &&
+           j->returned == 0 && e->tokens == 0 && e->share <= 0;
 }
 
 /* A claim for e; returned: tokens it gives back (a lease that ended before
@@ -357,7 +357,6 @@ static void apply_reply(const struct lease_table *t, struct lease_entry *e,
         e->holders--; /* holders counts us; keep "the others" */
 }
 
-/* Spend the lease on the waiters, first come first served, while it lasts. */
 /* The first waiter, allowed (its token already accounted by the caller). */
 static void allow_first_waiter(struct lease_entry *e, uint64_t now_us, struct lease_waiter **done)
 {
@@ -372,6 +371,7 @@ static void allow_first_waiter(struct lease_entry *e, uint64_t now_us, struct le
     *done = w;
 }
 
+/* Spend the lease on the waiters, first come first served, while it lasts. */
 static void serve_waiters(struct lease_entry *e, uint64_t now_us, struct lease_waiter **done)
 {
     while (e->wait_head && e->tokens > 0 && now_us < e->deadline_us) {

@@ -28,7 +28,6 @@ struct lease_entry {
     struct lease_entry *next; /* hash chain */
     uint64_t hash;            /* of the key, mixed: see util_stripe() */
     unsigned stripe;
-    unsigned char in_slab;    /* from its stripe's slab (else calloc: a long key) */
     struct dlist active, age;
     uint64_t touch_us;        /* last decision or reply: the age list's order */
     uint32_t demand_tick;     /* the stripe tick demand was last brought to */
@@ -96,14 +95,12 @@ static inline struct lease_entry *lease_entry_alloc(struct lease_stripe *s, size
 
     if (keylen > LEASE_SLOT_KEY)
         return calloc(1, sizeof(*e) + keylen + 1);
-    if ((e = slab_alloc(&s->slab)))
-        e->in_slab = 1;
-    return e;
+    return slab_alloc(&s->slab);
 }
 
 static inline void lease_entry_free(struct lease_stripe *s, struct lease_entry *e)
 {
-    if (e->in_slab)
+    if (e->keylen <= LEASE_SLOT_KEY) /* as lease_entry_alloc chose */
         slab_free(&s->slab, e);
     else
         free(e);

@@ -362,7 +362,7 @@ static void enqueue(struct limiter *l, struct rjob *j)
 size_t limiter_redis_key(const struct limiter *l, const struct cfg_rule *r, const char *key,
                          size_t keylen, char *buf, size_t cap)
 {
-    size_t rl = strlen(r->name);
+    size_t rl = r->name_len;
     size_t fence = util_slot_fence(key, keylen);
     size_t n = l->prefix_len + 3 + rl + 1 + fence + keylen;
 

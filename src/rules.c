@@ -126,11 +126,12 @@ int rules_value_text(const struct spop_data *d, char *buf, size_t cap, const cha
         if (memcmp(d->u.ip, v4mapped, 12) == 0) {
             if (cap < UTIL_IPV4_TEXT_MAX)
                 return -1;
-            util_ipv4_text(buf, d->u.ip + 12);
-        } else if (!inet_ntop(AF_INET6, d->u.ip, buf, (socklen_t)cap)) {
+            n = (int)util_ipv4_text(buf, d->u.ip + 12);
+        } else if (inet_ntop(AF_INET6, d->u.ip, buf, (socklen_t)cap)) {
+            n = (int)strlen(buf);
+        } else {
             return -1;
         }
-        n = (int)strlen(buf);
         break;
     }
     default: /* NULL: the sample could not be fetched */

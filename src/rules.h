@@ -32,7 +32,6 @@ struct ruleset {
     struct bucket_params *params;
     struct bucket_params *backstop; /* share x rate and burst, for fail-open */
     struct metrics_rule **metrics;  /* per rule */
-    size_t *name_len;               /* per rule: strlen of its name, for the ACK */
     struct rules_ack_head *ack_heads; /* per rule */
     atomic_int refs;
 };

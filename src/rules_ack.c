@@ -104,7 +104,7 @@ static int put_head(struct spop_writer *w, const struct ruleset *rs, size_t rule
                     const struct bucket_params *p, int blocked)
 {
     const char *name = rs->cfg->rules[rule_i].name;
-    size_t name_len = rs->name_len[rule_i], n;
+    size_t name_len = rs->cfg->rules[rule_i].name_len, n;
     uint64_t window = (p->period_us / 1000 + 999) / 1000; /* the request's own window */
     char buf[HEADER_FIELD_MAX];
     int ret;
@@ -170,8 +170,8 @@ static int encode_full(struct spop_writer *w, const struct ruleset *rs, const st
         if ((ret = put_var_int(w, VAR("retry_after"), (int64_t)(retry ? retry : 1))) < 0)
             return ret;
     }
-    n = header_field(buf, rs->cfg->rules[h->rule].name, rs->name_len[h->rule], 'r', remaining,
-                     't', reset);
+    const struct cfg_rule *rule = &rs->cfg->rules[h->rule];
+    n = header_field(buf, rule->name, rule->name_len, 'r', remaining, 't', reset);
     return put_var_str(w, VAR("ratelimit"), buf, n);
 }
 

@@ -14,7 +14,6 @@ static void ruleset_free(struct ruleset *rs)
     free(rs->params);
     free(rs->backstop);
     free(rs->metrics);
-    free(rs->name_len);
     free(rs->ack_heads);
     free(rs);
 }
@@ -30,9 +29,8 @@ struct ruleset *ruleset_new(struct config *cfg)
     rs->params = calloc(n, sizeof(*rs->params));
     rs->backstop = calloc(n, sizeof(*rs->backstop));
     rs->metrics = calloc(n, sizeof(*rs->metrics));
-    rs->name_len = calloc(n, sizeof(*rs->name_len));
     rs->ack_heads = calloc(n, sizeof(*rs->ack_heads));
-    if (!rs->params || !rs->backstop || !rs->metrics || !rs->name_len || !rs->ack_heads)
+    if (!rs->params || !rs->backstop || !rs->metrics || !rs->ack_heads)
         goto fail;
     for (size_t i = 0; i < cfg->nrules; i++) {
         const struct cfg_rule *r = &cfg->rules[i];
@@ -48,9 +46,6 @@ struct ruleset *ruleset_new(struct config *cfg)
         rs->metrics[i] = metrics_rule_get(r->name);
         if (!rs->metrics[i])
             goto fail;
-        /* config refuses longer names; the ACK never overflows anyway */
-        size_t len = strlen(r->name);
-        rs->name_len[i] = len < CFG_MAX_NAME ? len : CFG_MAX_NAME;
     }
     if (rules_ack_heads_build(rs) < 0)
         goto fail;

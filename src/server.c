@@ -203,7 +203,7 @@ int server_join(struct server *s, double timeout_s)
 
     if (!atomic_load(&s->running))
         return 0;
-    if (s->nworkers == 1 && s->workers[0].inline_loop) {
+    if (s->workers[0].inline_loop) {
         /* It finishes only while the main loop (the caller's) runs. */
         if (!server_stopped(s))
             return -1;

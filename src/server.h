@@ -2,8 +2,9 @@
  *
  * The listening sockets are shared: every worker watches them and accepts
  * for itself (a single worker runs on the main loop, see server_new); a
- * connection then lives on that worker's loop until it closes. The ruleset in force is handed to each worker through an ev_async,
- * so the request path reads it without locks.
+ * connection then lives on that worker's loop until it closes. The ruleset
+ * in force is handed to each worker through an ev_async, so the request
+ * path reads it without locks.
  */
 #ifndef SERVER_H
 #define SERVER_H

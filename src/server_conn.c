@@ -178,10 +178,7 @@ static struct request *request_get(struct worker *w)
 
 static void request_put(struct worker *w, struct request *r)
 {
-    if (r->rs_ref)
-        ruleset_unref(r->lr.rs);
-    r->rs_ref = 0;
-    r->lr.rs = NULL;
+    r->lr.rs = NULL; /* a reference, if it held one, went in finish_done_requests */
     r->conn = NULL;
     if (w->nfree >= MAX_FREE_REQS) {
         rules_eval_free(&r->lr.ev);
@@ -218,6 +215,8 @@ static void request_finish(struct request *r)
  * connection is gone): observe their decision times. */
 static void observe_written(struct worker *w)
 {
+    if (w->nacked == 0)
+        return; /* no clock read when nothing was answered */
     metrics_hist_observe_since(&metrics.decision, util_now_us(), w->acked_t0, w->nacked);
     w->nacked = 0;
 }
@@ -267,7 +266,6 @@ static int on_notify(void *ctx, struct spop_conn *sp, const struct spop_frame *f
     }
     if (ret == 1) { /* waits for Redis: answered from wake_cb */
         ruleset_ref(r->lr.rs); /* past a reload, until it is answered */
-        r->rs_ref = 1;
         c->npending++;
         w->pending++;
         atomic_fetch_add(&metrics.notifies_waiting, 1);
@@ -502,6 +500,7 @@ void finish_done_requests(struct worker *w)
         atomic_fetch_sub(&metrics.notifies_waiting, 1);
         if (!c->dead)
             request_finish(r);
+        ruleset_unref(r->lr.rs); /* the one on_notify took as it waited */
         request_put(w, r);
         if (!c->to_flush) { /* dead ones too: freed below, once */
             c->to_flush = 1;

@@ -41,7 +41,6 @@ struct request {
     struct conn *conn;
     uint64_t stream_id, frame_id;
     uint64_t t0;
-    int rs_ref; /* holds a reference on lr.rs: only while it waits for Redis */
     struct request *next;
 };
 

@@ -16,7 +16,7 @@ uint64_t util_hash(uint64_t h, const void *data, size_t len);
 
 /* A finalizer that spreads every bit of h over all 64 (a bijection): the low
  * bits of FNV-1a depend only on the low bits of each byte, and its high bits
- * are poorly mixed. Hash tables index with util_hash_mix(util_hash(...)). */
+ * are poorly mixed. Hash tables index with util_hash_mix(util_hash_words(...)). */
 uint64_t util_hash_mix(uint64_t h);
 /* A hash for the agent's own tables, chained like util_hash: eight bytes per
  * step, where FNV-1a takes one (a Redis key of 30 bytes: 6 ns against 18).

@@ -186,6 +186,7 @@ static void begin_rule(struct parse_state *st, const char *name, size_t len)
         config_errors_add(&st->errors, st->line, "out of memory");
         return;
     }
+    r->name_len = strlen(r->name);
     r->algorithm = ALGO_TOKEN_BUCKET;
     r->lease = 1;
     r->on_redis_down = -1; /* unset: [fallback] mode, known only at the end */

@@ -65,6 +65,7 @@ struct cfg_match {
 
 struct cfg_rule {
     char *name;
+    size_t name_len;              /* strlen(name), at most CFG_MAX_NAME */
     char *message;                /* NULL: every message */
     char *keys[CFG_MAX_KEY_ARGS]; /* arg names joined into the client key; with none,
                                     every matching request shares one key (a global limit) */

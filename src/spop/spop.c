@@ -526,13 +526,13 @@ int spop_put_encoded(struct spop_writer *w, const uint8_t *bytes, size_t n)
     return put_bytes(w, bytes, n);
 }
 
-/* A NULL val is allowed on the wire: HAProxy then unsets the variable. */
 /* The longest name a caller may pass, plus one: longer is SPOP_EINVAL. */
 static size_t name_len(const char *name)
 {
     return name ? bounded_len(name, SPOP_MAX_VAR_NAME + 1) : 0;
 }
 
+/* A NULL val is allowed on the wire: HAProxy then unsets the variable. */
 int spop_put_set_var(struct spop_writer *w, uint8_t scope, const char *name,
                      const struct spop_data *val)
 {

@@ -82,7 +82,7 @@ struct store_cmd *store_cmd_new(enum store_script script, const char *key, size_
 {
     static const char evalsha[] = "EVALSHA", one[] = "1";
     int n = argc + 4;
-    size_t bytes = sizeof(evalsha) + STORE_SHA_LEN + 1 + sizeof(one) + keylen + 1;
+    size_t bytes = sizeof(evalsha) + sizeof(one) + keylen + 1;
     struct store_cmd *c;
     char *p;
 
@@ -107,9 +107,8 @@ struct store_cmd *store_cmd_new(enum store_script script, const char *key, size_
         p += (len) + 1;                                                                            \
     } while (0)
     PUT(0, evalsha, sizeof(evalsha) - 1);
-    c->argv[1] = p; /* a placeholder: store_cmd_format writes the sha */
+    c->argv[1] = NULL; /* the sha: store_cmd_format writes it */
     c->argvlen[1] = STORE_SHA_LEN;
-    p += STORE_SHA_LEN + 1;
     PUT(2, one, sizeof(one) - 1);
     PUT(3, key, keylen);
     for (int i = 0; i < argc; i++)

@@ -70,7 +70,7 @@ struct store_cmd {
                               * never batched; key in rkey */
     unsigned pooled : 1;     /* a CMD_BLOCK block, recycled (store_cmd.c) */
     int argc;                /* a batch: 0 (its request is written from its members) */
-    char **argv;             /* argv[1] is a placeholder: the sha is written when sent */
+    char **argv;             /* argv[1] is NULL: the sha is written when sent */
     size_t *argvlen;
     struct store_conn *conn; /* where it is in flight; NULL when not */
     struct store_cmd *prev, *next;
