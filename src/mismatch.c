@@ -7,10 +7,17 @@
 
 #define RULE_SLOTS 64 /* rules reported by name; more share the last slot */
 
+/* A kind's count is in totals[]; a rule's (MISMATCH_ARG) in its slot. The
+ * request path counts with one atomic add (two for a rule) and keeps an
+ * example only when none was kept since the last report: the lock and the
+ * copy are paid once per report period, not per mismatch. */
 struct slot {
-    char rule[48];
-    char sample[MISMATCH_SAMPLE + 1];
-    uint64_t count, reported;
+    char rule[48];      /* MISMATCH_ARG: written once, before used */
+    atomic_int used;    /* MISMATCH_ARG: rule[] is set */
+    atomic_int taken;   /* an example was kept since the last report */
+    atomic_uint_fast64_t count; /* MISMATCH_ARG */
+    char sample[MISMATCH_SAMPLE + 1]; /* under lock */
+    uint64_t reported;    /* report only, under lock */
     uint64_t reported_us; /* 0: never */
 };
 
@@ -32,26 +39,49 @@ static void copy(char *dst, size_t cap, const char *src, size_t len)
     dst[len] = '\0';
 }
 
+/* The slot of a rule, from its name: slots are only ever added, so a rule
+ * seen before is found without the lock. */
 static struct slot *arg_slot(const char *rule)
 {
     size_t i;
 
-    for (i = 0; i < RULE_SLOTS - 1 && args[i].rule[0]; i++)
+    for (i = 0; i < RULE_SLOTS && atomic_load_explicit(&args[i].used, memory_order_acquire); i++)
         if (strcmp(args[i].rule, rule) == 0)
             return &args[i];
-    if (!args[i].rule[0])
+    pthread_mutex_lock(&lock);
+    for (i = 0; i < RULE_SLOTS - 1 && atomic_load_explicit(&args[i].used, memory_order_relaxed);
+         i++)
+        if (strcmp(args[i].rule, rule) == 0)
+            break;
+    if (!atomic_load_explicit(&args[i].used, memory_order_relaxed)) {
         copy(args[i].rule, sizeof(args[i].rule), rule, strlen(rule));
+        atomic_store_explicit(&args[i].used, 1, memory_order_release);
+    }
+    pthread_mutex_unlock(&lock);
     return &args[i];
+}
+
+static struct slot *slot_of(enum mismatch_kind kind, const char *rule)
+{
+    return kind == MISMATCH_ARG && rule ? arg_slot(rule) : &kinds[kind];
+}
+
+int mismatch_wanted(enum mismatch_kind kind)
+{
+    return !atomic_load_explicit(&kinds[kind].taken, memory_order_relaxed);
 }
 
 void mismatch_note(enum mismatch_kind kind, const char *rule, const char *sample, size_t len)
 {
-    struct slot *s;
+    struct slot *s = slot_of(kind, rule);
 
     atomic_fetch_add_explicit(&totals[kind], 1, memory_order_relaxed);
+    if (s != &kinds[kind])
+        atomic_fetch_add_explicit(&s->count, 1, memory_order_relaxed);
+    if (len == 0 || atomic_load_explicit(&s->taken, memory_order_relaxed) ||
+        atomic_exchange_explicit(&s->taken, 1, memory_order_relaxed))
+        return;
     pthread_mutex_lock(&lock);
-    s = kind == MISMATCH_ARG && rule ? arg_slot(rule) : &kinds[kind];
-    s->count++;
     copy(s->sample, sizeof(s->sample), sample, len);
     pthread_mutex_unlock(&lock);
 }
@@ -61,15 +91,24 @@ uint64_t mismatch_total(enum mismatch_kind kind)
     return atomic_load_explicit(&totals[kind], memory_order_relaxed);
 }
 
-/* Whether slot s has something to report now; if so, take it into *out. */
-static int take(struct slot *s, uint64_t now_us, uint64_t every_us, struct slot *out)
+struct report {
+    char rule[48];
+    char sample[MISMATCH_SAMPLE + 1];
+    uint64_t n;
+};
+
+/* Whether slot s (count so far) has something to report now; if so, take it into *out. */
+static int take(struct slot *s, uint64_t count, uint64_t now_us, uint64_t every_us,
+                struct report *out)
 {
-    if (s->count <= s->reported || (s->reported_us && now_us - s->reported_us < every_us))
+    if (count <= s->reported || (s->reported_us && now_us - s->reported_us < every_us))
         return 0;
-    *out = *s;
-    out->count -= s->reported;
-    s->reported = s->count;
+    memcpy(out->rule, s->rule, sizeof(out->rule));
+    memcpy(out->sample, s->sample, sizeof(out->sample));
+    out->n = count - s->reported;
+    s->reported = count;
     s->reported_us = now_us ? now_us : 1;
+    atomic_store_explicit(&s->taken, 0, memory_order_relaxed); /* a fresh example next */
     return 1;
 }
 
@@ -77,7 +116,7 @@ void mismatch_report(uint64_t now_us, uint64_t every_us,
                      void (*cb)(enum mismatch_kind kind, const char *rule, uint64_t n,
                                 const char *sample))
 {
-    struct slot out[MISMATCH_KINDS + RULE_SLOTS];
+    struct report out[MISMATCH_KINDS + RULE_SLOTS];
     enum mismatch_kind kind_of[MISMATCH_KINDS + RULE_SLOTS];
     size_t n = 0;
 
@@ -85,16 +124,16 @@ void mismatch_report(uint64_t now_us, uint64_t every_us,
     for (int k = 0; k < MISMATCH_KINDS; k++) {
         if (k == MISMATCH_ARG)
             continue;
-        if (take(&kinds[k], now_us, every_us, &out[n]))
+        if (take(&kinds[k], mismatch_total((enum mismatch_kind)k), now_us, every_us, &out[n]))
             kind_of[n++] = (enum mismatch_kind)k;
     }
-    for (size_t i = 0; i < RULE_SLOTS && args[i].rule[0]; i++) {
-        if (take(&args[i], now_us, every_us, &out[n]))
+    for (size_t i = 0; i < RULE_SLOTS && atomic_load(&args[i].used); i++) {
+        if (take(&args[i], atomic_load(&args[i].count), now_us, every_us, &out[n]))
             kind_of[n++] = MISMATCH_ARG;
     }
     pthread_mutex_unlock(&lock);
     for (size_t i = 0; i < n; i++)
-        cb(kind_of[i], out[i].rule[0] ? out[i].rule : NULL, out[i].count, out[i].sample);
+        cb(kind_of[i], out[i].rule[0] ? out[i].rule : NULL, out[i].n, out[i].sample);
 }
 
 void mismatch_reset(void)

@@ -5,8 +5,9 @@
  * message = check_rate for check-rate) or a map value no rule matches would
  * otherwise let requests pass unlimited with no trace.
  *
- * The request path only counts and keeps the latest example (a short copy,
- * under a mutex taken only on a mismatch); mismatch_report(), from a timer,
+ * The request path counts (an atomic add) and keeps one example per report
+ * period (a short copy, under a mutex taken once per period);
+ * mismatch_report(), from a timer,
  * hands each kind with new counts to a callback for a log line. Counters are
  * rendered by metrics_render(). Pure; thread-safe.
  */
@@ -27,8 +28,14 @@ enum mismatch_kind {
 
 /* Count one. rule: the rule (MISMATCH_ARG), else NULL. sample: what to show
  * (the message name, the argument's name, the match arguments' values),
- * copied and cut at MISMATCH_SAMPLE. */
+ * copied and cut at MISMATCH_SAMPLE when no example was kept since the last
+ * report; len 0: none (see mismatch_wanted). */
 void mismatch_note(enum mismatch_kind kind, const char *rule, const char *sample, size_t len);
+
+/* Whether the next mismatch of kind (not MISMATCH_ARG) would keep its
+ * example: a caller whose example costs something to build builds it only
+ * then. */
+int mismatch_wanted(enum mismatch_kind kind);
 
 /* Total counts since start, by kind. */
 uint64_t mismatch_total(enum mismatch_kind kind);

@@ -513,9 +513,9 @@ static int match_message(const struct ruleset *rs, const struct spop_message *m,
     }
     if (!named)
         mismatch_note(MISMATCH_MESSAGE, NULL, (const char *)m->name.ptr, m->name.len);
-    /* Only read when no rule matched at all (rules_match): once one did, an
-     * snprintf per message for nothing. */
-    if (!*sample_len && ev->nhits == 0)
+    /* Only read when no rule matched at all (rules_match), and once per
+     * report period: not an snprintf per request. */
+    if (!*sample_len && ev->nhits == 0 && mismatch_wanted(MISMATCH_NO_RULE))
         *sample_len = no_rule_sample(sample, MISMATCH_SAMPLE + 1, m, ev, &why);
     return 0;
 }

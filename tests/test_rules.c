@@ -658,6 +658,67 @@ START_TEST(arg_rate_invalid_sample)
 }
 END_TEST
 
+struct seen {
+    int calls;
+    uint64_t n[MISMATCH_KINDS], custom, other;
+    char sample[MISMATCH_KINDS][MISMATCH_SAMPLE + 1];
+};
+static struct seen seen;
+
+static void on_seen(enum mismatch_kind kind, const char *rule, uint64_t n, const char *sample)
+{
+    seen.calls++;
+    if (kind == MISMATCH_ARG && rule)
+        *(strcmp(rule, "custom") == 0 ? &seen.custom : &seen.other) += n;
+    seen.n[kind] += n;
+    snprintf(seen.sample[kind], sizeof(seen.sample[kind]), "%s", sample);
+}
+
+/* Every mismatch is counted; one example is kept per report period (the
+ * first since the last report), by kind and, for arguments, by rule. */
+START_TEST(mismatch_counts_and_examples)
+{
+    mismatch_reset();
+    memset(&seen, 0, sizeof(seen));
+    ck_assert_int_eq(mismatch_wanted(MISMATCH_NO_RULE), 1);
+    mismatch_note(MISMATCH_MESSAGE, NULL, "first", 5);
+    mismatch_note(MISMATCH_MESSAGE, NULL, "second", 6);
+    mismatch_note(MISMATCH_NO_RULE, NULL, "", 0); /* counted, no example built */
+    ck_assert_int_eq(mismatch_wanted(MISMATCH_NO_RULE), 1);
+    mismatch_note(MISMATCH_NO_RULE, NULL, "message=x", 9);
+    ck_assert_int_eq(mismatch_wanted(MISMATCH_NO_RULE), 0);
+    mismatch_note(MISMATCH_NO_RULE, NULL, "message=y", 9);
+    mismatch_note(MISMATCH_ARG, "custom", "limit", 5);
+    mismatch_note(MISMATCH_ARG, "other", "key", 3);
+    mismatch_note(MISMATCH_ARG, "custom", "limit", 5);
+    ck_assert_uint_eq(mismatch_total(MISMATCH_MESSAGE), 2);
+    ck_assert_uint_eq(mismatch_total(MISMATCH_NO_RULE), 3);
+    ck_assert_uint_eq(mismatch_total(MISMATCH_ARG), 3);
+
+    mismatch_report(1000, 10, on_seen);
+    ck_assert_int_eq(seen.calls, 4); /* two kinds, two rules */
+    ck_assert_uint_eq(seen.n[MISMATCH_MESSAGE], 2);
+    ck_assert_str_eq(seen.sample[MISMATCH_MESSAGE], "first");
+    ck_assert_uint_eq(seen.n[MISMATCH_NO_RULE], 3);
+    ck_assert_str_eq(seen.sample[MISMATCH_NO_RULE], "message=x");
+    ck_assert_uint_eq(seen.custom, 2);
+    ck_assert_uint_eq(seen.other, 1);
+    ck_assert_int_eq(mismatch_wanted(MISMATCH_NO_RULE), 1); /* re-armed */
+
+    /* the next period: only what is new, with a new example */
+    mismatch_note(MISMATCH_MESSAGE, NULL, "third", 5);
+    mismatch_note(MISMATCH_MESSAGE, NULL, "fourth", 6);
+    memset(&seen, 0, sizeof(seen));
+    mismatch_report(1005, 10, on_seen); /* too soon */
+    ck_assert_int_eq(seen.calls, 0);
+    mismatch_report(1010, 10, on_seen);
+    ck_assert_int_eq(seen.calls, 1);
+    ck_assert_uint_eq(seen.n[MISMATCH_MESSAGE], 2);
+    ck_assert_str_eq(seen.sample[MISMATCH_MESSAGE], "third");
+    ck_assert_uint_eq(mismatch_total(MISMATCH_MESSAGE), 4);
+}
+END_TEST
+
 /* Keys given different limits never share a bucket; the same limit does. */
 START_TEST(arg_rate_keys)
 {
@@ -857,6 +918,7 @@ static Suite *rules_suite(void)
     Suite *s = suite_create("rules");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, match_and_keys);
+    tcase_add_test(tc, mismatch_counts_and_examples);
     tcase_add_test(tc, client_key_as_requests_build_it);
     tcase_add_test(tc, ten_per_minute_vars);
     tcase_add_test(tc, deciding_rule_and_shadow);
