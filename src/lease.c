@@ -212,7 +212,7 @@ int lease_decide(struct lease_table *t, const char *key, size_t keylen,
 
     if (now_us < e->blocked_until_us) {
         fill_blocked(e, now_us, res);
-        METRIC_INC(lease_negative_hits);
+        METRIC_INC_LOCAL(lease_negative_hits);
         ret = LEASE_DONE;
     } else if (e->tokens > 0 && now_us < e->deadline_us) {
         e->tokens--;
@@ -223,7 +223,7 @@ int lease_decide(struct lease_table *t, const char *key, size_t keylen,
             e->used++;
         }
         fill_allowed(e, now_us, res);
-        METRIC_INC(lease_local_decisions);
+        METRIC_INC_LOCAL(lease_local_decisions);
         ret = LEASE_DONE;
     } else if (!redis_up || (e->inflight && e->inflight->timed_out)) {
         /* Redis is down, or already late for this key: do not wait again. */

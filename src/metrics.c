@@ -11,6 +11,7 @@
 #include "mismatch.h"
 
 struct metrics metrics;
+_Thread_local struct metrics_local metrics_local;
 
 /* Upper bounds of the histogram buckets in nanoseconds; the last is +Inf. */
 static const uint64_t hist_bounds_ns[METRICS_HIST_BUCKETS - 1] = {
@@ -50,6 +51,49 @@ void metrics_hist_observe_since(struct metrics_hist *h, uint64_t now_us, const u
             atomic_fetch_add_explicit(&h->buckets[i], count[i], memory_order_relaxed);
     if (n)
         atomic_fetch_add_explicit(&h->sum_ns, sum, memory_order_relaxed);
+}
+
+void metrics_local_enable(void)
+{
+    metrics_local.on = 1;
+}
+
+void metrics_local_flush_slow(void)
+{
+    struct metrics_local *l = &metrics_local;
+
+    for (unsigned i = 0; i < 4; i++)
+        if (l->frames_in[i])
+            METRIC_ADD(frames_in[i], l->frames_in[i]);
+    if (l->acks)
+        METRIC_ADD(acks, l->acks);
+    if (l->lease_local_decisions)
+        METRIC_ADD(lease_local_decisions, l->lease_local_decisions);
+    if (l->lease_negative_hits)
+        METRIC_ADD(lease_negative_hits, l->lease_negative_hits);
+    if (l->rule_allowed)
+        atomic_fetch_add_explicit(&l->rule->allowed, l->rule_allowed, memory_order_relaxed);
+    memset(l->frames_in, 0, sizeof(l->frames_in));
+    l->acks = l->lease_local_decisions = l->lease_negative_hits = l->rule_allowed = 0;
+    l->dirty = 0;
+}
+
+void metrics_rule_allowed(struct metrics_rule *m)
+{
+    struct metrics_local *l = &metrics_local;
+
+    if (!l->on) {
+        atomic_fetch_add_explicit(&m->allowed, 1, memory_order_relaxed);
+        return;
+    }
+    if (l->rule != m) { /* another rule: its predecessor's count goes out */
+        if (l->rule_allowed)
+            atomic_fetch_add_explicit(&l->rule->allowed, l->rule_allowed, memory_order_relaxed);
+        l->rule = m;
+        l->rule_allowed = 0;
+    }
+    l->rule_allowed++;
+    l->dirty = 1;
 }
 
 struct metrics_rule *metrics_rule_get(const char *name)
@@ -430,6 +474,8 @@ static void render_identity(struct strbuf *b)
 char *metrics_render(size_t *len)
 {
     struct strbuf b = {0};
+
+    metrics_local_flush(); /* a worker that serves the scrape itself (workers = 1) */
 
     render_identity(&b);
     render_mismatches(&b);

@@ -552,7 +552,7 @@ void rules_account(const struct ruleset *rs, const struct rule_eval *ev, uint64_
         if (h->out.degraded)
             atomic_fetch_add_explicit(&m->degraded, 1, memory_order_relaxed);
         if (h->out.res.allowed) {
-            atomic_fetch_add_explicit(&m->allowed, 1, memory_order_relaxed);
+            metrics_rule_allowed(m);
             continue;
         }
         atomic_fetch_add_explicit(rule->shadow ? &m->would_block : &m->blocked, 1,

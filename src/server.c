@@ -70,6 +70,7 @@ static void *worker_main(void *arg)
 {
     struct worker *w = arg;
 
+    metrics_local_enable();
     ev_run(w->loop, 0);
     worker_finished(w);
     return NULL;
@@ -159,8 +160,10 @@ fail:
 int server_start(struct server *s)
 {
     for (unsigned i = 0; i < s->nworkers; i++) {
-        if (s->workers[i].inline_loop)
-            continue; /* runs when the main loop does */
+        if (s->workers[i].inline_loop) {
+            metrics_local_enable(); /* this thread: flushed as its callbacks end */
+            continue;               /* runs when the main loop does */
+        }
         if (pthread_create(&s->workers[i].thread, NULL, worker_main, &s->workers[i]) != 0) {
             LOG_ERROR("\"cannot start worker thread\" err=\"%s\"", strerror(errno));
             return -1;

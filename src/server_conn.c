@@ -124,6 +124,7 @@ int conn_flush(struct conn *c)
     size_t len;
     const uint8_t *p;
 
+    metrics_local_flush(); /* what the answers below report is counted first */
     while ((p = spop_conn_out(&c->sp, &len)), len > 0) {
         ssize_t n = send(c->fd, p, len, MSG_NOSIGNAL);
         if (n == -1) {
@@ -200,7 +201,7 @@ static void request_finish(struct request *r)
     rules_account(r->lr.rs, &r->lr.ev, r->t0);
     int ret = spop_conn_ack(&c->sp, r->stream_id, r->frame_id, encode_ack, &a);
     if (ret == 0)
-        METRIC_INC(acks);
+        METRIC_INC_LOCAL(acks);
     else if (ret < 0)
         c->closing = 1; /* an AGENT-DISCONNECT was queued instead */
     /* decision_seconds runs to the ACK's write: observed after the flush. */
@@ -215,6 +216,7 @@ static void request_finish(struct request *r)
  * connection is gone): observe their decision times. */
 static void observe_written(struct worker *w)
 {
+    metrics_local_flush();
     if (w->nacked == 0)
         return; /* no clock read when nothing was answered */
     metrics_hist_observe_since(&metrics.decision, util_now_us(), w->acked_t0, w->nacked);
