@@ -42,7 +42,8 @@ uint64_t mismatch_total(enum mismatch_kind kind);
 
 /* For each kind (MISMATCH_ARG: each rule) with new counts since it was last
  * reported, at most once per every_us (the first time at once): cb with the
- * new count and the latest example. now_us: a monotonic clock. */
+ * new count and an example (the first since the last report). now_us: a
+ * monotonic clock. */
 void mismatch_report(uint64_t now_us, uint64_t every_us,
                      void (*cb)(enum mismatch_kind kind, const char *rule, uint64_t n,
                                 const char *sample));
