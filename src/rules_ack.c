@@ -41,8 +41,7 @@ int rules_blocked(const struct ruleset *rs, const struct rule_eval *ev)
 
 static int put_var_int(struct spop_writer *w, const char *name, size_t len, int64_t v)
 {
-    struct spop_data d = spop_int(v);
-    return spop_put_set_var_len(w, SPOP_SCOPE_TXN, name, len, &d);
+    return spop_put_set_var_int(w, SPOP_SCOPE_TXN, name, len, v);
 }
 
 static int put_var_bool(struct spop_writer *w, const char *name, size_t len, int v)
@@ -54,8 +53,7 @@ static int put_var_bool(struct spop_writer *w, const char *name, size_t len, int
 static int put_var_str(struct spop_writer *w, const char *name, size_t len, const char *s,
                        size_t slen)
 {
-    struct spop_data d = spop_string(s, slen);
-    return spop_put_set_var_len(w, SPOP_SCOPE_TXN, name, len, &d);
+    return spop_put_set_var_str(w, SPOP_SCOPE_TXN, name, len, s, slen);
 }
 
 /* The numbers an ACK carries, clamped so that config_ack_max_size() bounds

@@ -146,10 +146,11 @@ static const uint64_t pow10[UTIL_U64_DEC_MAX] = {
 
 size_t util_u64_dec(char *buf, uint64_t v)
 {
-    size_t n = 1;
+    /* digits: from the bit length (log10(2) ~ 1233 / 4096), then one check */
+    size_t n = ((size_t)(64 - __builtin_clzll(v | 1)) * 1233) >> 12;
 
-    while (n < UTIL_U64_DEC_MAX && v >= pow10[n])
-        n++;
+    n += n < UTIL_U64_DEC_MAX && v >= pow10[n];
+    n += n == 0;
     /* two digits per division, from the last */
     char *p = buf + n;
     while (v >= 100) {

@@ -885,6 +885,47 @@ START_TEST(test_actions_invalid_put)
 }
 END_TEST
 
+/* spop_put_set_var_int/_str write the bytes spop_put_set_var_len writes,
+ * with the same errors and the same rollback, at every writer size (the
+ * in-place path and the generic one alike). */
+START_TEST(test_set_var_typed_same_bytes)
+{
+    static const char name48[] = "abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuv";
+    static const int64_t ints[] = {0, 1, 239, 240, 2287, 2288, 999999, -1, INT64_MAX, INT64_MIN};
+    static char text[300];
+    static const size_t str_lens[] = {0, 1, 25, 239, 240, 300};
+    static const size_t name_lens[] = {0, 1, 9, 48, 49};
+    static const uint8_t scopes[] = {SPOP_SCOPE_TXN, SPOP_SCOPE_RES, SPOP_SCOPE_RES + 1};
+    uint8_t a[400], b[400];
+
+    memset(text, 'r', sizeof(text));
+    for (size_t s = 0; s < sizeof(scopes); s++)
+        for (size_t nl = 0; nl < sizeof(name_lens) / sizeof(name_lens[0]); nl++)
+            for (size_t k = 0; k < 10 + 6; k++)
+                for (size_t cap = 0; cap <= 360; cap += cap < 80 ? 1 : 37) {
+                    struct spop_writer wa = writer(a, cap), wb = writer(b, cap);
+                    struct spop_data d;
+                    int ra, rb;
+                    const char *nm = name_lens[nl] == 49 ? "abcdefghijklmnopqrstuvwxyzabcdefghijklm"
+                                                           "nopqrstuvw" : name48;
+                    memset(a, 0xee, sizeof(a));
+                    memset(b, 0xee, sizeof(b));
+                    if (k < 10) {
+                        d = spop_int(ints[k]);
+                        ra = spop_put_set_var_int(&wa, scopes[s], nm, name_lens[nl], ints[k]);
+                    } else {
+                        d = spop_string(text, str_lens[k - 10]);
+                        ra = spop_put_set_var_str(&wa, scopes[s], nm, name_lens[nl], text,
+                                                  str_lens[k - 10]);
+                    }
+                    rb = spop_put_set_var_len(&wb, scopes[s], nm, name_lens[nl], &d);
+                    ck_assert_int_eq(ra, rb);
+                    ck_assert_uint_eq((size_t)(wa.p - a), (size_t)(wb.p - b));
+                    ck_assert_mem_eq(a, b, (size_t)(wb.p - b));
+                }
+}
+END_TEST
+
 /* Every decoder refuses its bad input without consuming anything. */
 START_TEST(test_malformed)
 {
@@ -1102,6 +1143,7 @@ static Suite *spop_suite(void)
     tcase_add_test(tc, test_frame_end_too_big);
     tcase_add_test(tc, test_actions);
     tcase_add_test(tc, test_actions_invalid_put);
+    tcase_add_test(tc, test_set_var_typed_same_bytes);
     tcase_add_test(tc, test_status_str);
     suite_add_tcase(s, tc);
 

@@ -555,6 +555,58 @@ int spop_put_set_var_len(struct spop_writer *w, uint8_t scope, const char *name,
     return rc;
 }
 
+/* A set-var action up to its value's bytes, in place at p: the caller has
+ * checked the room, the scope and that 1 <= len <= SPOP_MAX_VAR_NAME (below
+ * VARINT_ONE_BYTE_LIMIT: its length is one byte). */
+static uint8_t *set_var_head(uint8_t *p, uint8_t scope, const char *name, size_t len,
+                             uint8_t type)
+{
+    p[0] = SPOP_ACT_SET_VAR;
+    p[1] = SET_VAR_NB_ARGS;
+    p[2] = scope;
+    p[3] = (uint8_t)len;
+    memcpy(p + 4, name, len);
+    p[4 + len] = type;
+    return p + 5 + len;
+}
+
+_Static_assert(SPOP_MAX_VAR_NAME < VARINT_ONE_BYTE_LIMIT, "a name's length is one byte");
+
+static int set_var_fits(const struct spop_writer *w, uint8_t scope, const char *name, size_t len,
+                        size_t value_max)
+{
+    return name && scope <= SPOP_SCOPE_RES && len >= 1 && len <= SPOP_MAX_VAR_NAME &&
+           (size_t)(w->end - w->p) >= 5 + len + value_max;
+}
+
+int spop_put_set_var_int(struct spop_writer *w, uint8_t scope, const char *name, size_t len,
+                         int64_t v)
+{
+    if (!set_var_fits(w, scope, name, len, SPOP_VARINT_MAX_LEN)) {
+        struct spop_data d = spop_int(v);
+        return spop_put_set_var_len(w, scope, name, len, &d);
+    }
+    uint8_t *p = set_var_head(w->p, scope, name, len, SPOP_DATA_INT64);
+    w->p = p + varint_encode(p, (uint64_t)v);
+    return SPOP_OK;
+}
+
+int spop_put_set_var_str(struct spop_writer *w, uint8_t scope, const char *name, size_t len,
+                         const char *s, size_t slen)
+{
+    if (slen >= VARINT_ONE_BYTE_LIMIT || (!s && slen) ||
+        !set_var_fits(w, scope, name, len, 1 + slen)) {
+        struct spop_data d = spop_string(s, slen);
+        return spop_put_set_var_len(w, scope, name, len, &d);
+    }
+    uint8_t *p = set_var_head(w->p, scope, name, len, SPOP_DATA_STR);
+    *p++ = (uint8_t)slen;
+    if (slen)
+        memcpy(p, s, slen);
+    w->p = p + slen;
+    return SPOP_OK;
+}
+
 int spop_put_unset_var(struct spop_writer *w, uint8_t scope, const char *name)
 {
     return put_action_head(w, SPOP_ACT_UNSET_VAR, UNSET_VAR_NB_ARGS, scope, name,

@@ -240,6 +240,13 @@ int spop_put_set_var(struct spop_writer *w, uint8_t scope, const char *name,
  * literals); SPOP_EINVAL unless 1 <= len <= SPOP_MAX_VAR_NAME. */
 int spop_put_set_var_len(struct spop_writer *w, uint8_t scope, const char *name, size_t len,
                          const struct spop_data *val);
+/* The same for an INT64 and a STR value: the bytes of spop_put_set_var_len()
+ * with spop_int(v) or spop_string(s, slen), written in place in one step when
+ * the writer has room for the longest encoding (an ACK's every variable). */
+int spop_put_set_var_int(struct spop_writer *w, uint8_t scope, const char *name, size_t len,
+                         int64_t v);
+int spop_put_set_var_str(struct spop_writer *w, uint8_t scope, const char *name, size_t len,
+                         const char *s, size_t slen);
 int spop_put_unset_var(struct spop_writer *w, uint8_t scope, const char *name);
 /* Items this codec encoded earlier (e.g. a run of actions kept to be sent
  * again), copied as they are: SPOP_ENOSPC when they do not fit. */
