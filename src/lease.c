@@ -184,6 +184,21 @@ static void set_params(struct lease_entry *e, const struct bucket_params *p)
     e->burst = p->burst;
 }
 
+/* Whether a token lease should be topped up now rather than at the next
+ * tick: the key spent more than twice its usual demand since the last tick
+ * and holds less than half of that, so at this pace it runs dry before the
+ * tick tops it up, and its requests would wait for Redis. That is a key whose
+ * demand grows, above all a fresh hot key: each such claim asks for two
+ * intervals at the pace seen so far (claim_size), so a lease grows to its
+ * demand in a few round trips with no request waiting. A key at its usual
+ * pace is left to the tick (two intervals' worth per top-up): no call more
+ * than the tick makes. One claim in flight per key, as ever. */
+static int token_prefetch(const struct lease_table *t, const struct lease_entry *e, int redis_up)
+{
+    return t->cfg.prefetch && redis_up && !e->inflight && e->known && e->hits >= 4 &&
+           2 * e->tokens < e->hits && (double)e->hits > 2.0 * e->demand;
+}
+
 int lease_decide(struct lease_table *t, const char *key, size_t keylen,
                  const struct bucket_params *p, uint64_t now_us, int redis_up,
                  struct lease_waiter *w, struct bucket_result *res, struct lease_job **job)
@@ -221,6 +236,8 @@ int lease_decide(struct lease_table *t, const char *key, size_t keylen,
                 *job = make_claim(t, e, now_us); /* renew before it runs dry */
         } else {
             e->used++;
+            if (token_prefetch(t, e, redis_up))
+                *job = make_claim(t, e, now_us); /* top up before it runs dry */
         }
         fill_allowed(e, now_us, res);
         METRIC_INC_LOCAL(lease_local_decisions);

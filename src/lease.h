@@ -34,6 +34,9 @@ struct lease_config {
     /* A cold key's claim (one request waits, nothing held or to report)
      * goes as an exact call instead (the agent: on). */
     int exact_cold;
+    /* A busy token lease is topped up as it runs low, not only at the tick
+     * (token_prefetch in lease.c; the agent: on). */
+    int prefetch;
 };
 
 /* A decision waiting for a claim. out is where its outcome goes. */

@@ -569,7 +569,7 @@ struct limiter *limiter_new(struct ev_loop *loop, const struct config *cfg, char
 
     struct lease_config lc = {cfg->lease_interval_ms * 1000, cfg->lease_ttl_ms * 1000,
                               cfg->lease_max_fraction,
-                              cfg->lease_rate ? cfg->lease_rate_ttl_ms * 1000 : 0, 1};
+                              cfg->lease_rate ? cfg->lease_rate_ttl_ms * 1000 : 0, 1, 1};
     l->leases = lease_table_new(&lc, STRIPES);
     if (!l->leases) {
         snprintf(err, errlen, "out of memory");

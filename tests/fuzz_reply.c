@@ -47,8 +47,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define MS 1000ull
 #define TTL_US (1000 * MS)
 
-static const struct lease_config lcfg = {100 * MS, TTL_US, 0.5, 0, 0}; /* token leases */
-static const struct lease_config lcfg_exact = {100 * MS, TTL_US, 0.5, 0, 1};
+static const struct lease_config lcfg = {100 * MS, TTL_US, 0.5, 0, 0, 1}; /* token leases */
+static const struct lease_config lcfg_exact = {100 * MS, TTL_US, 0.5, 0, 1, 1};
 static const char *const keys[NKEYS] = {"rl:tb:r:a", "rl:tb:r:b", "rl:tb:r:{}{c}"};
 
 struct req {

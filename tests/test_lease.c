@@ -11,7 +11,8 @@
 #define MS 1000ull
 #define S 1000000ull
 
-static const struct lease_config cfg = {100 * MS, 1 * S, 0.1, 0, 0}; /* token leases only */
+/* token leases only; no prefetch: these tests follow each call (see prefetch_*) */
+static const struct lease_config cfg = {100 * MS, 1 * S, 0.1, 0, 0, 0};
 static const struct bucket_params p10 = {0, 10, 60 * S, 10};      /* 10/1m burst 10 */
 static const struct bucket_params pbig = {0, 10000, 1 * S, 1000}; /* 10000/1s burst 1000 */
 
@@ -87,6 +88,82 @@ START_TEST(claim_then_local)
     ck_assert_uint_ge(j->want, 1);
     ck_assert_uint_le(j->want, 100); /* max_fraction x burst */
     reply(t, j, (const int64_t[8]){0, 0, 0, 0, 1, 0, 0, 0}, 10 * S + 500, &done, &fb, &next);
+    lease_table_free(t);
+}
+END_TEST
+
+/* A busy token lease that runs low is topped up before it runs dry (one
+ * claim in flight, carrying the report), so that no request of a key whose
+ * demand grows waits for Redis; a lease that lasts, a cold key and a Redis
+ * that is down make no such claim. */
+START_TEST(prefetch_tops_up_before_dry)
+{
+    const struct lease_config pf = {100 * MS, 1 * S, 0.1, 0, 0, 1};
+    struct lease_table *t = lease_table_new(&pf, 4);
+    struct lease_job *j, *next;
+    struct lease_waiter *done, *fb;
+    struct req r;
+    uint64_t now = 10 * S;
+
+    ck_assert_int_eq(decide(t, "k", &pbig, now, 1, &r, &j), LEASE_PENDING);
+    j->sent_us = now;
+    reply(t, j, (const int64_t[8]){8, 900, 8, 1, 0, 1, 1000, 8}, now + 100, &done, &fb, &next);
+    ck_assert_int_eq(count(done), 1); /* hit 1: 7 tokens left */
+    /* hits 2..5 leave 6, 5, 4, 3 tokens: at least half of the hits so far */
+    for (int i = 2; i <= 5; i++) {
+        ck_assert_int_eq(decide(t, "k", &pbig, now + 200, 1, &r, &next), LEASE_DONE);
+        ck_assert(r.res.allowed);
+        ck_assert_ptr_null(next);
+    }
+    /* hit 6 leaves 2, below 6 / 2: a claim goes now, with the 6 spent */
+    ck_assert_int_eq(decide(t, "k", &pbig, now + 300, 1, &r, &j), LEASE_DONE);
+    ck_assert(r.res.allowed);
+    ck_assert_ptr_nonnull(j);
+    ck_assert_uint_eq(j->kind, LEASE_JOB_CLAIM);
+    ck_assert_uint_eq(j->used, 6);
+    ck_assert_uint_ge(j->want, 2 * 6 - 2); /* two intervals at the pace seen */
+    j->sent_us = now + 300;
+    /* the two left are spent meanwhile, with no second claim */
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(decide(t, "k", &pbig, now + 400, 1, &r, &next), LEASE_DONE);
+        ck_assert(r.res.allowed);
+        ck_assert_ptr_null(next);
+    }
+    /* Redis now counts 2 + 20 held: 20 left after the 2 spent meanwhile */
+    reply(t, j, (const int64_t[8]){20, 800, 22, 1, 0, 1, 1000, 22}, now + 500, &done, &fb, &next);
+    ck_assert_int_eq(count(done), 0);
+    ck_assert_ptr_null(next);
+    int local = 0;
+    for (int i = 0; i < 20; i++) {
+        int v = decide(t, "k", &pbig, now + 600, 1, &r, &next);
+        ck_assert_int_eq(v, LEASE_DONE);
+        local++;
+        if (next)
+            break; /* the next top-up, never a wait */
+    }
+    ck_assert_ptr_nonnull(next);
+    ck_assert_int_lt(local, 20);
+    lease_reply(t, next, 0, NULL, 0, now + 700, &done, &fb, &j); /* failed: voided */
+    ck_assert_int_eq(decide(t, "k", &pbig, now + 800, 1, &r, &j), LEASE_PENDING);
+    lease_reply(t, j, 0, NULL, 0, now + 900, &done, &fb, &next);
+    lease_table_free(t);
+
+    /* a lease that lasts at the pace seen: no claim before the tick */
+    t = lease_table_new(&pf, 4);
+    decide(t, "k", &pbig, now, 1, &r, &j);
+    j->sent_us = now;
+    reply(t, j, (const int64_t[8]){100, 800, 100, 1, 0, 1, 1000, 100}, now + 100, &done, &fb,
+          &next);
+    for (int i = 0; i < 60; i++) {
+        ck_assert_int_eq(decide(t, "k", &pbig, now + 200, 1, &r, &next), LEASE_DONE);
+        ck_assert_ptr_null(next);
+    }
+    /* Redis down: spend what is held, claim nothing */
+    for (int i = 0; i < 39; i++) {
+        ck_assert_int_eq(decide(t, "k", &pbig, now + 300, 0, &r, &next), LEASE_DONE);
+        ck_assert(r.res.allowed);
+        ck_assert_ptr_null(next);
+    }
     lease_table_free(t);
 }
 END_TEST
@@ -614,7 +691,7 @@ END_TEST
 
 /* ---- a cold key's claim as an exact call (exact_cold: the agent's way) ---- */
 
-static const struct lease_config cfg_exact = {100 * MS, 1 * S, 0.1, 0, 1};
+static const struct lease_config cfg_exact = {100 * MS, 1 * S, 0.1, 0, 1, 0};
 
 static void exact_reply(struct lease_table *t, struct lease_job *j, int ok, int64_t allowed,
                         int64_t remaining, int64_t retry_ms, uint64_t now,
@@ -754,6 +831,7 @@ static Suite *lease_suite(void)
     Suite *s = suite_create("lease");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, claim_then_local);
+    tcase_add_test(tc, prefetch_tops_up_before_dry);
     tcase_add_test(tc, deadline_and_mine_are_authoritative);
     tcase_add_test(tc, negative_cache);
     tcase_add_test(tc, peek_and_forget);

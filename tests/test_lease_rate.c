@@ -11,7 +11,7 @@
 #define S 1000000ull
 
 /* interval 100 ms, ttl 1 s, rate leases of 30 s */
-static const struct lease_config cfg = {100 * MS, 1 * S, 0.1, 30 * S, 0};
+static const struct lease_config cfg = {100 * MS, 1 * S, 0.1, 30 * S, 0, 0};
 static const struct bucket_params p = {BUCKET_TOKEN_BUCKET, 100, 10 * S, 20}; /* 100/10s b 20 */
 
 struct req {
@@ -280,7 +280,7 @@ END_TEST
 /* rate_ttl 0 (rate_leases = off): the same traffic keeps token leases. */
 START_TEST(off_keeps_token_leases)
 {
-    const struct lease_config off = {100 * MS, 1 * S, 0.1, 0, 0};
+    const struct lease_config off = {100 * MS, 1 * S, 0.1, 0, 0, 0};
     struct lease_table *t = lease_table_new(&off, 1);
     struct lease_job *j, *next;
     struct lease_waiter *done;

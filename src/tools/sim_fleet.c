@@ -504,6 +504,7 @@ static int setup(struct sim *s, char *err, size_t errlen)
     s->lc.max_fraction = o->max_fraction;
     s->lc.rate_ttl_us = o->rate_ttl_ms * 1000;
     s->lc.exact_cold = 1; /* as the agent */
+    s->lc.prefetch = 1;
     s->end = SIM_T0_US + (uint64_t)(o->seconds * 1e6);
     s->agents = calloc(o->agents, sizeof(*s->agents));
     s->ref = malloc(keys * sizeof(*s->ref));
