@@ -490,7 +490,7 @@ static struct config *config_new(const char *path)
     cfg->lease_interval_ms = 100;
     cfg->lease_ttl_ms = 1000;
     cfg->lease_max_fraction = 0.1;
-    cfg->lease_rate = 1;
+    cfg->lease_rate = 0; /* README "Lease policy": they cost contested keys */
     cfg->lease_rate_ttl_ms = 30000;
     cfg->fallback_mode = DOWN_OPEN;
     cfg->fallback_share = 0.05;

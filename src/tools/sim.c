@@ -58,7 +58,7 @@ static void usage(FILE *f)
           "  --policy P          token: the agent's token leases (default); rate: a model of\n"
           "                      rate leases written in the simulator only (see sim_rate.c)\n"
           "  --rate-leases on|off the agent's rate leases for warm keys ([lease] rate_leases;\n"
-          "                      default on); --rate-ttl D: their [lease] rate_ttl (30s,\n"
+          "                      default off); --rate-ttl D: their [lease] rate_ttl (30s,\n"
           "                      at least 4 x ttl)\n"
           "  --trace FILE        replay 'SECONDS KEY [AGENT]' lines instead\n"
           "  --sweep NAME=...    NAME: interval, ttl, max_fraction, agents, rps, rtt, skew, keys,\n"
@@ -382,7 +382,7 @@ int main(int argc, char **argv)
     struct cli c = {.agents = 20, .keys = 10000, .zipf = 1.1, .rps = 100000, .seconds = 10,
                     .rate = "100/1m", .burst = "20", .algorithm = "token-bucket",
                     .interval = "100ms", .ttl = "1s", .max_fraction = "0.1", .rtt = "0.3ms",
-                    .redis_op = "0us", .tail = "0us", .rate_leases = "on",
+                    .redis_op = "0us", .tail = "0us", .rate_leases = "off",
                     .seed = 1};
     struct sim_trace *trace = NULL;
     char err[ERRLEN];

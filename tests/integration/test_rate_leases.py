@@ -40,7 +40,7 @@ class RateLeases(RedisCase):
 
     def test_warm_key_decided_locally_and_given_back_at_sigterm(self):
         redis = self.start_redis()
-        a = self.start_agent(redis, WARM, workers=1)
+        a = self.start_agent(redis, WARM, workers=1, rate_leases="on")
         c, rkey, h = self.warm_key(redis, a, "w1")
         agent_id = [k[2:] for k in h if k.startswith("q:")][0]
         share = float(h["q:" + agent_id]) * 1e6  # tokens per second
@@ -76,14 +76,20 @@ class RateLeases(RedisCase):
         self.assertLess(took, 5.0)
 
     def test_off_keeps_token_leases(self):
-        """rate_leases = off: the same warm traffic leaves no share in Redis."""
+        """rate_leases = off (the default, and said explicitly): the same warm
+        traffic leaves no share in Redis."""
+        for setting in (None, "off"):
+            with self.subTest(rate_leases=setting):
+                self.off_keeps_token_leases(setting, "w2" + (setting or ""))
+
+    def off_keeps_token_leases(self, setting, key):
         redis = self.start_redis()
-        a = self.start_agent(redis, WARM, workers=1, rate_leases="off")
+        a = self.start_agent(redis, WARM, workers=1, rate_leases=setting)
         s = self.seq(a)
         for _ in range(5):
-            self.assertIs(s.decide(key="w2").get("blocked"), False)
+            self.assertIs(s.decide(key=key).get("blocked"), False)
             time.sleep(0.2)
-        h = self.hgetall(redis, "rl:tb:warm:w2")
+        h = self.hgetall(redis, "rl:tb:warm:" + key)
         self.assertTrue(h, "no bucket in Redis")
         self.assertEqual([f for f in h if f.startswith(("q:", "hn:", "d:"))], [], h)
         self.assertEqual(a.metric("spoa_ratelimit_lease_rate_keys"), 0)

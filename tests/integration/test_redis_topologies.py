@@ -291,7 +291,8 @@ class Cluster(TopologyCase):
     def test_rate_lease_on_its_slot(self):
         """A warm key's rate lease (tb_claim with a share, also inside a
         batch) lives on the master of the key's slot, and goes back at SIGTERM."""
-        agent, c = self.agent("[redis]\ncluster = 127.0.0.1:%d\n" % self.ports[0])
+        agent, c = self.agent("[lease]\nrate_leases = on\n\n[redis]\ncluster = 127.0.0.1:%d\n"
+                              % self.ports[0])
         key = "rl:tb:t:warm"
         owner = self.owner(int(cli(self.ports[0], "CLUSTER", "KEYSLOT", key)))
         got = []
