@@ -192,11 +192,15 @@ static void set_params(struct lease_entry *e, const struct bucket_params *p)
  * intervals at the pace seen so far (claim_size), so a lease grows to its
  * demand in a few round trips with no request waiting. A key at its usual
  * pace is left to the tick (two intervals' worth per top-up): no call more
- * than the tick makes. One claim in flight per key, as ever. */
-static int token_prefetch(const struct lease_table *t, const struct lease_entry *e, int redis_up)
+ * than the tick makes; nor is a key whose Redis bucket is (as far as we
+ * know) empty: a claim would get nothing, and the request that finds the
+ * lease dry claims and caches the denial. One claim in flight per key. */
+static int token_prefetch(const struct lease_table *t, const struct lease_entry *e,
+                          uint64_t now_us, int redis_up)
 {
     return t->cfg.prefetch && redis_up && !e->inflight && e->known && e->hits >= 4 &&
-           2 * e->tokens < e->hits && (double)e->hits > 2.0 * e->demand;
+           2 * e->tokens < e->hits && (double)e->hits > 2.0 * e->demand &&
+           bucket_now(e, now_us) >= 1;
 }
 
 int lease_decide(struct lease_table *t, const char *key, size_t keylen,
@@ -236,7 +240,7 @@ int lease_decide(struct lease_table *t, const char *key, size_t keylen,
                 *job = make_claim(t, e, now_us); /* renew before it runs dry */
         } else {
             e->used++;
-            if (token_prefetch(t, e, redis_up))
+            if (token_prefetch(t, e, now_us, redis_up))
                 *job = make_claim(t, e, now_us); /* top up before it runs dry */
         }
         fill_allowed(e, now_us, res);

@@ -48,6 +48,8 @@ static struct slot *arg_slot(const char *rule)
     for (i = 0; i < RULE_SLOTS && atomic_load_explicit(&args[i].used, memory_order_acquire); i++)
         if (strcmp(args[i].rule, rule) == 0)
             return &args[i];
+    if (i == RULE_SLOTS)
+        return &args[RULE_SLOTS - 1]; /* all taken: the last one is shared */
     pthread_mutex_lock(&lock);
     for (i = 0; i < RULE_SLOTS - 1 && atomic_load_explicit(&args[i].used, memory_order_relaxed);
          i++)
@@ -78,11 +80,13 @@ void mismatch_note(enum mismatch_kind kind, const char *rule, const char *sample
     atomic_fetch_add_explicit(&totals[kind], 1, memory_order_relaxed);
     if (s != &kinds[kind])
         atomic_fetch_add_explicit(&s->count, 1, memory_order_relaxed);
-    if (len == 0 || atomic_load_explicit(&s->taken, memory_order_relaxed) ||
-        atomic_exchange_explicit(&s->taken, 1, memory_order_relaxed))
+    if (len == 0 || atomic_load_explicit(&s->taken, memory_order_relaxed))
         return;
-    pthread_mutex_lock(&lock);
-    copy(s->sample, sizeof(s->sample), sample, len);
+    pthread_mutex_lock(&lock); /* once per report period: taken and the copy agree */
+    if (!atomic_load_explicit(&s->taken, memory_order_relaxed)) {
+        copy(s->sample, sizeof(s->sample), sample, len);
+        atomic_store_explicit(&s->taken, 1, memory_order_relaxed);
+    }
     pthread_mutex_unlock(&lock);
 }
 
@@ -108,7 +112,8 @@ static int take(struct slot *s, uint64_t count, uint64_t now_us, uint64_t every_
     out->n = count - s->reported;
     s->reported = count;
     s->reported_us = now_us ? now_us : 1;
-    atomic_store_explicit(&s->taken, 0, memory_order_relaxed); /* a fresh example next */
+    s->sample[0] = '\0'; /* reported: the next report shows a new one */
+    atomic_store_explicit(&s->taken, 0, memory_order_relaxed);
     return 1;
 }
 

@@ -148,6 +148,18 @@ START_TEST(prefetch_tops_up_before_dry)
     lease_reply(t, j, 0, NULL, 0, now + 900, &done, &fb, &next);
     lease_table_free(t);
 
+    /* Redis said its bucket is empty: no top-up claim, it would get nothing */
+    t = lease_table_new(&pf, 4);
+    decide(t, "k", &pbig, now, 1, &r, &j);
+    j->sent_us = now;
+    reply(t, j, (const int64_t[8]){8, 0, 8, 1, 0, 1, 1000, 8}, now + 100, &done, &fb, &next);
+    for (int i = 0; i < 7; i++) {
+        ck_assert_int_eq(decide(t, "k", &pbig, now + 100, 1, &r, &next), LEASE_DONE);
+        ck_assert(r.res.allowed);
+        ck_assert_ptr_null(next);
+    }
+    lease_table_free(t);
+
     /* a lease that lasts at the pace seen: no claim before the tick */
     t = lease_table_new(&pf, 4);
     decide(t, "k", &pbig, now, 1, &r, &j);

@@ -129,7 +129,7 @@ struct config {
     uint64_t lease_interval_ms; /* default 100 */
     uint64_t lease_ttl_ms;      /* default 1000 */
     double lease_max_fraction;  /* default 0.1, in (0, 1] */
-    int lease_rate;             /* rate leases for warm keys: default on */
+    int lease_rate;             /* rate leases for warm keys: default off */
     uint64_t lease_rate_ttl_ms; /* their lifetime: default 30000 */
 
     /* [fallback] */
