@@ -402,12 +402,39 @@ static void serve_waiters(struct lease_entry *e, uint64_t now_us, struct lease_w
     }
 }
 
-/* Redis is out of tokens: answer every waiter blocked until the next one is
- * due, and make no Redis call until then (one probe claim after). */
-static void block_waiters(struct lease_entry *e, uint64_t now_us, uint64_t retry_ms,
-                          struct lease_waiter **done)
+/* How long a key out of tokens stays cached blocked, from retry_ms, Redis'
+ * wait for its next token. Probing at each token would cost a key kept over
+ * its limit one call per token it is granted. A rule whose rate brings
+ * several tokens per interval waits instead until about an interval's worth
+ * is due (at most a claim's max_fraction of the burst), and one claim takes
+ * them: over its limit such a key costs a call or two per interval, as a hot
+ * key does, not per token. The tokens wait in Redis meanwhile, where any
+ * agent may take them (nothing is lost to the bound or to utilisation); the
+ * requests in between are denied, as an empty bucket denies them, and are
+ * told to come back then. Token buckets only (a sliding window's wait is its
+ * window's end), and not for a rate lease (its local refill decides). */
+static uint64_t batch_retry_ms(const struct lease_table *t, const struct lease_entry *e,
+                               uint64_t retry_ms)
 {
-    e->blocked_until_us = now_us + retry_ms * 1000;
+    if (e->algorithm != BUCKET_TOKEN_BUCKET || e->share > 0 || e->limit == 0)
+        return retry_ms;
+    double token_ms = (double)e->period_us / 1000.0 / (double)e->limit;
+    double k = floor((double)t->cfg.interval_us / 1000.0 / token_ms);
+    double cap = floor(t->cfg.max_fraction * (double)e->burst);
+    if (k > cap)
+        k = cap;
+    if (k < 2)
+        return retry_ms;
+    return retry_ms + (uint64_t)ceil((k - 1) * token_ms);
+}
+
+/* Redis is out of tokens: answer every waiter blocked until the next ones
+ * are due (batch_retry_ms), and make no Redis call until then (one probe
+ * claim after). */
+static void block_waiters(const struct lease_table *t, struct lease_entry *e, uint64_t now_us,
+                          uint64_t retry_ms, struct lease_waiter **done)
+{
+    e->blocked_until_us = now_us + batch_retry_ms(t, e, retry_ms) * 1000;
     while (e->wait_head) {
         struct lease_waiter *w = e->wait_head;
         e->wait_head = w->next;
@@ -423,8 +450,8 @@ static void block_waiters(struct lease_entry *e, uint64_t now_us, uint64_t retry
  * first waiter itself. What it says of the bucket is kept for the estimates
  * (remaining, reset) of later local decisions; what others hold, it does not
  * say. -1 when v is not such a reply. */
-static int apply_exact(struct lease_entry *e, const int64_t *v, int n, uint64_t now_us,
-                       struct lease_waiter **done)
+static int apply_exact(const struct lease_table *t, struct lease_entry *e, const int64_t *v,
+                       int n, uint64_t now_us, struct lease_waiter **done)
 {
     if (n < EXACT_R_COUNT)
         return -1;
@@ -434,7 +461,7 @@ static int apply_exact(struct lease_entry *e, const int64_t *v, int n, uint64_t 
     e->reply_us = now_us;
     if (v[EXACT_R_ALLOWED] != 1) {
         uint64_t retry_ms = ms_capped(v[EXACT_R_RETRY_MS]);
-        block_waiters(e, now_us, retry_ms > 0 ? retry_ms : 1, done);
+        block_waiters(t, e, now_us, retry_ms > 0 ? retry_ms : 1, done);
     } else if (e->wait_head) { /* none when the call timed out: decided already */
         METRIC_INC(lease_tokens_granted); /* and spent: granted - returned = spent */
         allow_first_waiter(e, now_us, done);
@@ -443,7 +470,7 @@ static int apply_exact(struct lease_entry *e, const int64_t *v, int n, uint64_t 
          * the same), and the key is cached blocked until the next token. */
         uint64_t retry_ms = ms_capped(v[EXACT_R_RETRY_MS]);
         if (e->wait_head && retry_ms > 0)
-            block_waiters(e, now_us, retry_ms, done);
+            block_waiters(t, e, now_us, retry_ms, done);
     }
     return 0;
 }
@@ -467,7 +494,7 @@ void lease_reply(struct lease_table *t, struct lease_job *job, int ok, const int
     if (job->kind == LEASE_JOB_EXACT) {
         /* Nothing is held either way: a failure only sends the waiter to
          * the fallback, as an exact rule's would. */
-        if (!ok || apply_exact(e, v, n, now_us, done) != 0)
+        if (!ok || apply_exact(t, e, v, n, now_us, done) != 0)
             take_waiters(e, fallback, 1);
         else if (e->wait_head)
             *next = make_claim(t, e, now_us); /* those who came meanwhile */
@@ -512,7 +539,7 @@ void lease_reply(struct lease_table *t, struct lease_job *job, int ok, const int
             if (ms < (double)retry_ms)
                 retry_ms = ms < 1 ? 1 : (uint64_t)ms;
         }
-        block_waiters(e, now_us, retry_ms, done);
+        block_waiters(t, e, now_us, retry_ms, done);
     } else {
         *next = claim_returning(t, e, now_us, unusable);
         if (!*next)

@@ -180,6 +180,46 @@ START_TEST(prefetch_tops_up_before_dry)
 }
 END_TEST
 
+/* A key out of tokens is probed once its next tokens are due: one for a
+ * rule that brings less than two per interval, about an interval's worth
+ * (at most max_fraction x burst) for a faster one, which the probe's claim
+ * then takes in one call. */
+START_TEST(blocked_until_an_intervals_worth)
+{
+    const struct bucket_params p100 = {0, 100, 1 * S, 50}; /* 100/1s burst 50 */
+    struct lease_table *t = lease_table_new(&cfg, 4);
+    struct lease_job *j, *next;
+    struct lease_waiter *done, *fb;
+    struct req r;
+
+    /* 10/1m: the next token, 6 s away, is the wait */
+    decide(t, "slow", &p10, 10 * S, 1, &r, &j);
+    j->sent_us = 10 * S;
+    reply(t, j, (const int64_t[8]){0, 0, 0, 0, 6000, 6000, 0, 0}, 10 * S + 100, &done, &fb,
+          &next);
+    ck_assert_int_eq(count(done), 1);
+    ck_assert(!r.res.allowed);
+    ck_assert_uint_eq(r.res.retry_us, 6000 * MS);
+    /* 100/1s: 10 tokens an interval, capped at 0.1 x 50 = 5: the next token's
+     * 10 ms and 4 more at 10 ms each */
+    decide(t, "fast", &p100, 10 * S, 1, &r, &j);
+    j->sent_us = 10 * S;
+    reply(t, j, (const int64_t[8]){0, 0, 0, 0, 10, 10, 0, 0}, 10 * S + 100, &done, &fb, &next);
+    ck_assert(!r.res.allowed);
+    ck_assert_uint_eq(r.res.retry_us, 50 * MS);
+    ck_assert_int_eq(decide(t, "fast", &p100, 10 * S + 40 * MS, 1, &r, &j), LEASE_DONE);
+    ck_assert(!r.res.allowed); /* cached: no call */
+    ck_assert_ptr_null(j);
+    /* then one claim, which may take the five */
+    ck_assert_int_eq(decide(t, "fast", &p100, 10 * S + 51 * MS, 1, &r, &j), LEASE_PENDING);
+    ck_assert_ptr_nonnull(j);
+    ck_assert_uint_eq(j->kind, LEASE_JOB_CLAIM);
+    ck_assert_uint_le(j->want, 5);
+    lease_reply(t, j, 0, NULL, 0, 10 * S + 52 * MS, &done, &fb, &next);
+    lease_table_free(t);
+}
+END_TEST
+
 START_TEST(deadline_and_mine_are_authoritative)
 {
     struct lease_table *t = lease_table_new(&cfg, 4);
@@ -812,7 +852,9 @@ START_TEST(exact_failure_and_arrivals)
     ck_assert_int_eq(count(done), 2);
     ck_assert(r[2].res.allowed && r[3].res.allowed);
     /* allowed, but the bucket is dry after it: those who came meanwhile are
-     * denied until the next token, without a claim */
+     * denied, without a claim, until the next tokens: 10000/1s brings 1000
+     * in an interval, a claim takes at most max_fraction x burst = 100, so
+     * the wait is the next token's 40 ms and 99 more at 0.1 ms each */
     ck_assert_int_eq(decide(t, "d", &pbig, 35 * S, 1, &r[1], &j), LEASE_PENDING);
     ck_assert_uint_eq(j->kind, LEASE_JOB_EXACT);
     ck_assert_int_eq(decide(t, "d", &pbig, 35 * S + 1, 1, &r[2], &j2), LEASE_PENDING);
@@ -820,8 +862,8 @@ START_TEST(exact_failure_and_arrivals)
     ck_assert_int_eq(count(done), 2);
     ck_assert_ptr_null(next);
     ck_assert(r[1].res.allowed && !r[2].res.allowed);
-    ck_assert_uint_eq(r[2].res.retry_us, 40 * MS);
-    ck_assert_int_eq(decide(t, "d", &pbig, 35 * S + 20 * MS, 1, &r[3], &j2), LEASE_DONE);
+    ck_assert_uint_eq(r[2].res.retry_us, 50 * MS);
+    ck_assert_int_eq(decide(t, "d", &pbig, 35 * S + 45 * MS, 1, &r[3], &j2), LEASE_DONE);
     ck_assert(!r[3].res.allowed);
     /* a timed-out exact call: later requests do not wait on it, and its late
      * reply decides nothing twice */
@@ -844,6 +886,7 @@ static Suite *lease_suite(void)
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, claim_then_local);
     tcase_add_test(tc, prefetch_tops_up_before_dry);
+    tcase_add_test(tc, blocked_until_an_intervals_worth);
     tcase_add_test(tc, deadline_and_mine_are_authoritative);
     tcase_add_test(tc, negative_cache);
     tcase_add_test(tc, peek_and_forget);
