@@ -198,9 +198,9 @@ static void set_params(struct lease_entry *e, const struct bucket_params *p)
 static int token_prefetch(const struct lease_table *t, const struct lease_entry *e,
                           uint64_t now_us, int redis_up)
 {
-    return t->cfg.prefetch && redis_up && !e->inflight && e->known && e->hits >= 4 &&
+    return t->cfg.prefetch && redis_up && !e->inflight && e->hits >= 4 &&
            2 * e->tokens < e->hits && (double)e->hits > 2.0 * e->demand &&
-           bucket_now(e, now_us) >= 1;
+           bucket_now(e, now_us) >= 1; /* 0 while Redis has not said: no prefetch */
 }
 
 int lease_decide(struct lease_table *t, const char *key, size_t keylen,

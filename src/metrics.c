@@ -58,6 +58,14 @@ void metrics_local_enable(void)
     metrics_local.on = 1;
 }
 
+/* The pending allowed decisions of the rule last counted. */
+static void flush_rule(struct metrics_local *l)
+{
+    if (l->rule_allowed)
+        atomic_fetch_add_explicit(&l->rule->allowed, l->rule_allowed, memory_order_relaxed);
+    l->rule_allowed = 0;
+}
+
 void metrics_local_flush_slow(void)
 {
     struct metrics_local *l = &metrics_local;
@@ -71,11 +79,8 @@ void metrics_local_flush_slow(void)
         METRIC_ADD(lease_local_decisions, l->lease_local_decisions);
     if (l->lease_negative_hits)
         METRIC_ADD(lease_negative_hits, l->lease_negative_hits);
-    if (l->rule_allowed)
-        atomic_fetch_add_explicit(&l->rule->allowed, l->rule_allowed, memory_order_relaxed);
-    memset(l->frames_in, 0, sizeof(l->frames_in));
-    l->acks = l->lease_local_decisions = l->lease_negative_hits = l->rule_allowed = 0;
-    l->dirty = 0;
+    flush_rule(l);
+    *l = (struct metrics_local){.on = l->on, .rule = l->rule}; /* all counts out */
 }
 
 void metrics_rule_allowed(struct metrics_rule *m)
@@ -87,10 +92,8 @@ void metrics_rule_allowed(struct metrics_rule *m)
         return;
     }
     if (l->rule != m) { /* another rule: its predecessor's count goes out */
-        if (l->rule_allowed)
-            atomic_fetch_add_explicit(&l->rule->allowed, l->rule_allowed, memory_order_relaxed);
+        flush_rule(l);
         l->rule = m;
-        l->rule_allowed = 0;
     }
     l->rule_allowed++;
     l->dirty = 1;
