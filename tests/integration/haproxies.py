@@ -1,12 +1,18 @@
 """Every HAProxy the HAProxy tests run against, and the kit started under each.
 
-Found: Debian's haproxy on PATH (2.6 on Debian 12), the HAProxy 3.4 build kept
-at ../shared/haproxy-3.4/haproxy beside the repository (where CI clones it),
-and any paths listed in HAPROXIES (colon-separated). A test class written once
-becomes one class per HAProxy found, named after its version (ShippedKit_2_6_12,
-ShippedKit_3_4_0); an expected HAProxy that is missing gives a skipped class
-saying where it was looked for. `python3 haproxies.py [--short]` prints the
-versions found."""
+Found: the `haproxy` on PATH (Debian 12's is 2.6), and the first HAProxy 3.1 or
+later among `$HAPROXY3` (a path), the `haproxy` on PATH when its `-v` says 3.1+,
+and ../shared/haproxy-3.4/haproxy beside the repository (where our CI clones
+it); plus any paths listed in HAPROXIES (colon-separated). A test class written
+once becomes one class per HAProxy found, named after its version
+(ShippedKit_2_6_12, ShippedKit_3_4_0).
+
+A plain clone usually has no 3.1+ binary: its 3.x tests are then left out with
+one line saying how to run them, and the run passes. REQUIRE_HAPROXY3=1 (set
+by .ci/run) makes them mandatory: without a 3.1+ binary a failing test says
+where it was looked for. A missing `haproxy` on PATH gives skipped classes
+(run-tests installs it, and counts a skip as a failure).
+`python3 haproxies.py [--short]` prints the versions found."""
 import csv
 import functools
 import os
@@ -20,7 +26,11 @@ import unittest
 
 from harness import TOP, HAProxy, Proc, free_port, wait_port
 
+# Where our CI keeps an HAProxy 3.4 build: beside the checkout, not in it.
 SHARED_34 = os.path.normpath(os.path.join(TOP, "..", "shared", "haproxy-3.4", "haproxy"))
+HOW_TO_RUN_3X = ("HAProxy 3.1+ tests skipped: no HAProxy 3.1 or later found "
+                 "(looked at $HAPROXY3, haproxy on PATH, %s); "
+                 "run them with HAPROXY3=/path/to/haproxy-3.x ./run-tests" % SHARED_34)
 
 
 class Build:
@@ -45,45 +55,86 @@ def version_of(path):
     return tuple(int(x or 0) for x in m.groups())
 
 
+def _usable(path):
+    return bool(path) and os.path.isfile(path) and os.access(path, os.X_OK)
+
+
+def require_3x():
+    return os.environ.get("REQUIRE_HAPROXY3") == "1"
+
+
 @functools.lru_cache(maxsize=None)
 def survey():
-    """([Build], [(label, why a wanted HAProxy is missing)]), each binary once."""
-    wanted = [("debian", "Debian's haproxy (on PATH)", shutil.which("haproxy")),
-              ("3_4", "HAProxy 3.4 (../shared/haproxy-3.4/haproxy beside the repository)",
-               SHARED_34)]
-    wanted += [("extra_%d" % i, "HAPROXIES entry", p)
-               for i, p in enumerate(os.environ.get("HAPROXIES", "").split(":")) if p]
+    """([Build], [(label, why a wanted HAProxy is missing)], 3.x note or None):
+    each binary once. The note says why no 3.1+ build is under test."""
     builds, missing, seen = [], [], set()
-    for label, what, path in wanted:
-        if not path or not os.access(path, os.X_OK):
-            missing.append((label, "%s not found%s" % (what, " at " + path if path else "")))
-            continue
+
+    def add(path):
         real = os.path.realpath(path)
         if real in seen:
-            continue
+            return None
         seen.add(real)
-        builds.append(Build(path, version_of(path)))
-    return builds, missing
+        b = Build(path, version_of(path))
+        builds.append(b)
+        return b
+
+    on_path = shutil.which("haproxy")
+    if _usable(on_path):
+        add(on_path)
+    else:
+        missing.append(("debian", "haproxy not found on PATH (Debian package haproxy)"))
+    note = None
+    if not any(b.atleast(3, 1) for b in builds):
+        for path in (os.environ.get("HAPROXY3"), on_path, SHARED_34):
+            if _usable(path) and version_of(path)[:2] >= (3, 1):
+                add(path)
+                break
+        else:
+            note = HOW_TO_RUN_3X
+            if os.environ.get("HAPROXY3"):
+                note += " ($HAPROXY3=%s is not an executable HAProxy 3.1+)" % (
+                    os.environ["HAPROXY3"])
+    for i, p in enumerate(os.environ.get("HAPROXIES", "").split(":")):
+        if p and _usable(p):
+            add(p)
+        elif p:
+            missing.append(("extra_%d" % i, "HAPROXIES entry %s not found" % p))
+    return builds, missing, note
 
 
 def describe():
-    builds, missing = survey()
+    builds, missing, note = survey()
     line = "HAProxy versions under test: " + (", ".join(map(repr, builds)) or "none")
     for _, why in missing:
         line += "\n  skipped: " + why
+    if note:
+        line += "\n  " + note + (" [REQUIRE_HAPROXY3=1: this fails the run]"
+                                  if require_3x() else "")
     return line
 
 
 _announced = []
 
 
+class _No3x(unittest.TestCase):
+    """REQUIRE_HAPROXY3=1 and no HAProxy 3.1+ found: fails, saying where it looked."""
+
+    def test_haproxy_3x_present(self):
+        self.fail(survey()[2])
+
+
 def per_haproxy(base, namespace):
     """Put into `namespace` one unittest class per HAProxy found, from the mixin
-    `base` (whose tests read self.build), and a skipped one per missing HAProxy."""
+    `base` (whose tests read self.build), and a skipped one per missing HAProxy.
+    A missing 3.1+ build fails the run once under REQUIRE_HAPROXY3=1 and is
+    otherwise left out, with the line describe() prints."""
     if not _announced:
         _announced.append(True)
         print(describe(), file=sys.stderr)
-    builds, missing = survey()
+        if survey()[2] and require_3x():
+            namespace["HAProxy3Required"] = type("HAProxy3Required", (_No3x,),
+                                                 {"__module__": namespace["__name__"]})
+    builds, missing, _ = survey()
     for b in builds:
         if getattr(base, "min_version", None) and not b.atleast(*base.min_version):
             continue
@@ -200,6 +251,7 @@ class KitHAProxy(HAProxy):
 
 if __name__ == "__main__":
     if sys.argv[1:] == ["--short"]:  # "2.6.12, 3.4.0", for run-tests' summary
-        print(", ".join(b.text for b in survey()[0]) or "none")
+        builds, _, note = survey()
+        print((", ".join(b.text for b in builds) or "none") + ("; 3.1+ not found" if note else ""))
     else:
         print(describe())

@@ -1,7 +1,7 @@
 """The shipped haproxy/ kit, started as it is (ports aside), in front of the
 agent running the shipped sample rules: 200s with RateLimit headers, then 429
 with Retry-After; and still 200 with the agent stopped. Once per HAProxy found
-(Debian's 2.6, ../shared/haproxy-3.4/haproxy): see haproxies.py."""
+(Debian's 2.6, and a 3.1+ build where one is found): see haproxies.py."""
 import os
 import time
 import unittest

@@ -1,5 +1,5 @@
 """What real HAProxy does on the wire with the shipped kit, once per HAProxy
-found (Debian's 2.6, ../shared/haproxy-3.4/haproxy; see haproxies.py), seen
+found (Debian's 2.6, and a 3.1+ build where one is found; see haproxies.py), seen
 through a tap between HAProxy and the agent (taps.py):
 
 - connection reuse: a handful of SPOP connections for 100 requests, with the
