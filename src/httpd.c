@@ -34,6 +34,7 @@ struct http_conn {
     size_t resp_len, resp_off;
     struct httpd_req *waiting; /* the handler's answer is still to come */
     int routing;               /* inside route(): an answer is only stored */
+    struct sockaddr_storage peer;
     struct http_conn *prev, *next;
 };
 
@@ -59,6 +60,7 @@ struct httpd {
 };
 
 static struct log_gate refuse_gate;
+static struct log_gate evict_gate;
 
 static void http_conn_free(struct http_conn *c)
 {
@@ -276,27 +278,48 @@ static unsigned conns_cap(void)
     return eighth >= HTTP_MAX_CONNS ? HTTP_MAX_CONNS : eighth < 4 ? 4 : (unsigned)eighth;
 }
 
-/* 1 when the peer may have a connection: in stats_allow and below the cap. */
+/* The oldest connection still reading its request (no answer made or
+ * awaited), or NULL. The list is newest first and at most max_conns long. */
+static struct http_conn *oldest_reading(struct httpd *h)
+{
+    struct http_conn *oldest = NULL;
+
+    for (struct http_conn *c = h->conns; c; c = c->next)
+        if (!c->resp && !c->waiting)
+            oldest = c;
+    return oldest;
+}
+
+/* 1 when the peer may have a connection: in stats_allow, and below the cap,
+ * made room for if need be by closing the oldest connection that has not
+ * sent its whole request (as SPOP does with connections before their HELLO):
+ * idle or slow peers cannot keep a scraper out. With none such, refused. */
 static int http_admit(struct httpd *h, const struct sockaddr *peer)
 {
     unsigned long long suppressed;
-    char text[INET6_ADDRSTRLEN] = "?";
+    char text[NET_PEER_TEXT_MAX] = "?";
 
     if (!net_peer_allowed(h->allow, h->nallow, peer)) {
         METRIC_INC(refused[METRICS_STATS][METRICS_REFUSED_ALLOW]);
-        if (log_gate_open(&refuse_gate, REFUSE_LOG_EVERY_S, &suppressed)) {
-            if (peer->sa_family == AF_INET)
-                inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)peer)->sin_addr,
-                          text, sizeof(text));
-            else if (peer->sa_family == AF_INET6)
-                inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)(const void *)peer)->sin6_addr,
-                          text, sizeof(text));
-            LOG_WARN("\"stats peer refused by stats_allow\" peer=%s refused_not_logged=%llu", text,
-                     suppressed);
-        }
+        if (log_gate_open(&refuse_gate, REFUSE_LOG_EVERY_S, &suppressed))
+            LOG_WARN("\"stats peer refused by stats_allow\" peer=%s refused_not_logged=%llu",
+                     net_format_peer(peer, 0, text, sizeof(text)), suppressed);
         return 0;
     }
     if (h->nconns >= h->max_conns) {
+        struct http_conn *old = oldest_reading(h);
+        if (old) {
+            METRIC_INC(refused[METRICS_STATS][METRICS_REFUSED_HANDSHAKE_EVICTED]);
+            if (log_gate_open(&evict_gate, REFUSE_LOG_EVERY_S, &suppressed))
+                LOG_WARN("\"stats connections closed before a whole request to admit new "
+                         "ones\" max=%u peer=%s evicted_not_logged=%llu",
+                         h->max_conns,
+                         net_format_peer((const struct sockaddr *)&old->peer, 0, text,
+                                         sizeof(text)),
+                         suppressed);
+            http_conn_free(old);
+            return 1;
+        }
         METRIC_INC(refused[METRICS_STATS][METRICS_REFUSED_MAX_CONNS]);
         LOG_DEBUG("\"stats connection refused: too many open\" max=%u", h->max_conns);
         return 0;
@@ -330,6 +353,7 @@ static void http_accept_cb(struct ev_loop *loop, ev_io *io, int revents)
         }
         c->h = h;
         c->fd = fd;
+        memcpy(&c->peer, &ss, sl < sizeof(c->peer) ? sl : sizeof(c->peer));
         ev_io_init(&c->io, http_io_cb, fd, EV_READ);
         c->io.data = c;
         ev_timer_init(&c->timer, http_timeout_cb, HTTP_TIMEOUT, 0.);

@@ -355,7 +355,8 @@ static void render_spop(struct strbuf *b)
 static void render_protection(struct strbuf *b)
 {
     static const char *const listeners[2] = {"spop", "stats"};
-    static const char *const reasons[2] = {"allow", "max_connections"};
+    static const char *const reasons[METRICS_REFUSALS] = {"allow", "max_connections",
+                                                          "handshake_evicted"};
     static const char *const timeouts[3][2] = {
         {"spop", "hello"}, {"spop", "drain"}, {"stats", "request"}};
 
@@ -365,11 +366,13 @@ static void render_protection(struct strbuf *b)
     for (unsigned l = 0; l < 2; l++)
         sb_printf(b, "spoa_ratelimit_accept_pauses_total{listener=\"%s\"} %llu\n", listeners[l],
                   (unsigned long long)ld(&metrics.accept_pauses[l]));
-    sb_printf(b, "# HELP spoa_ratelimit_connections_refused_total Connections closed at accept: "
-                 "peer not in the allow list, or the listener's connection cap reached.\n"
+    sb_printf(b, "# HELP spoa_ratelimit_connections_refused_total Connections closed at accept "
+                 "(peer not in the allow list, or the listener's connection cap reached with "
+                 "nothing to evict), or closed before their handshake ended to admit a newer "
+                 "one (handshake_evicted).\n"
                  "# TYPE spoa_ratelimit_connections_refused_total counter\n");
     for (unsigned l = 0; l < 2; l++)
-        for (unsigned r = 0; r < 2; r++)
+        for (unsigned r = 0; r < METRICS_REFUSALS; r++)
             sb_printf(b,
                       "spoa_ratelimit_connections_refused_total{listener=\"%s\",reason=\"%s\"} "
                       "%llu\n",

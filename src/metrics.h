@@ -54,6 +54,17 @@ struct metrics_rule {
     struct metrics_rule *next;
 };
 
+enum metrics_listener { METRICS_SPOP = 0, METRICS_STATS = 1 };
+enum metrics_refusal {
+    METRICS_REFUSED_ALLOW = 0,     /* peer outside the allow list */
+    METRICS_REFUSED_MAX_CONNS = 1, /* the connection cap, with nothing to evict */
+    /* accepted, then closed to admit a newer connection: it was still in its
+     * handshake (SPOP: no HELLO yet; stats: no whole request) when a cap
+     * was reached, and the oldest such */
+    METRICS_REFUSED_HANDSHAKE_EVICTED = 2,
+    METRICS_REFUSALS = 3,
+};
+
 struct metrics {
     atomic_uint_fast64_t redis_commands;
     atomic_uint_fast64_t redis_errors;
@@ -88,7 +99,7 @@ struct metrics {
     /* protection of the listeners (server.c, server_conn.c, httpd.c): indexed by enum
      * metrics_listener, enum metrics_refusal and enum metrics_timeout */
     atomic_uint_fast64_t accept_pauses[2];
-    atomic_uint_fast64_t refused[2][2];
+    atomic_uint_fast64_t refused[2][METRICS_REFUSALS];
     atomic_uint_fast64_t timeouts[3];
     atomic_uint_fast64_t notify_read_pauses; /* a connection reached the waiting-NOTIFY cap */
     atomic_int notifies_waiting;             /* NOTIFYs waiting for Redis, all connections */
@@ -97,8 +108,6 @@ struct metrics {
     struct metrics_hist redis_latency;
 };
 
-enum metrics_listener { METRICS_SPOP = 0, METRICS_STATS = 1 };
-enum metrics_refusal { METRICS_REFUSED_ALLOW = 0, METRICS_REFUSED_MAX_CONNS = 1 };
 enum metrics_timeout {
     METRICS_TIMEOUT_HELLO = 0, /* SPOP: no HAPROXY-HELLO in time */
     METRICS_TIMEOUT_DRAIN = 1, /* SPOP: the peer half-closed; answers not all out in time */

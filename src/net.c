@@ -261,6 +261,40 @@ int net_peer_allowed(const struct net_cidr *allow, size_t n, const struct sockad
     return 0;
 }
 
+char *net_format_peer(const struct sockaddr *sa, int with_port, char *buf, size_t len)
+{
+    char ip[INET6_ADDRSTRLEN] = "?";
+    unsigned port = 0;
+    int v6 = 0;
+
+    if (len == 0)
+        return buf;
+    if (sa && sa->sa_family == AF_INET) {
+        struct sockaddr_in in;
+        memcpy(&in, sa, sizeof(in));
+        inet_ntop(AF_INET, &in.sin_addr, ip, sizeof(ip));
+        port = ntohs(in.sin_port);
+    } else if (sa && sa->sa_family == AF_INET6) {
+        struct sockaddr_in6 in6;
+        memcpy(&in6, sa, sizeof(in6));
+        port = ntohs(in6.sin6_port);
+        if (IN6_IS_ADDR_V4MAPPED(&in6.sin6_addr)) {
+            inet_ntop(AF_INET, &in6.sin6_addr.s6_addr[12], ip, sizeof(ip));
+        } else {
+            inet_ntop(AF_INET6, &in6.sin6_addr, ip, sizeof(ip));
+            v6 = 1;
+        }
+    } else {
+        snprintf(buf, len, "%s", sa && sa->sa_family == AF_UNIX ? "unix" : "?");
+        return buf;
+    }
+    if (!with_port)
+        snprintf(buf, len, "%s", ip);
+    else
+        snprintf(buf, len, v6 ? "[%s]:%u" : "%s:%u", ip, port);
+    return buf;
+}
+
 /* ---- sockets ------------------------------------------------------------ */
 
 int net_set_nonblock(int fd)

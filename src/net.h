@@ -88,6 +88,13 @@ int net_cidr_match(const struct net_cidr *c, const struct sockaddr *sa);
  * otherwise when some CIDR matches. 1 or 0. */
 int net_peer_allowed(const struct net_cidr *allow, size_t n, const struct sockaddr *sa);
 
+/* A peer as text for logs: "a.b.c.d:port", "[v6]:port" (a v4-mapped v6
+ * peer as its v4 address), "unix" for a unix socket peer, "?" otherwise.
+ * with_port 0 leaves the port out. Truncated to fit len (NET_PEER_TEXT_MAX
+ * always fits). Returns buf. */
+#define NET_PEER_TEXT_MAX 56
+char *net_format_peer(const struct sockaddr *sa, int with_port, char *buf, size_t len);
+
 /* ---- sockets ------------------------------------------------------------ */
 
 /* Set O_NONBLOCK on fd. 0 or -1 (errno set). */

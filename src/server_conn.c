@@ -12,7 +12,9 @@
 #include <netinet/tcp.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -28,7 +30,6 @@
 
 #define ACCEPT_BATCH 64           /* accepts per wake-up, to stay fair to open connections */
 #define OUT_HIGH_WATER (1u << 20) /* stop reading while this much output is unsent */
-#define HELLO_TIMEOUT_S 5.0       /* a new connection must complete its HAPROXY-HELLO in this */
 #define DRAIN_TIMEOUT_S 5.0       /* a half-closed peer gets its answers within this, or none */
 /* NOTIFYs of one connection waiting for Redis at once. HAProxy sends at most
  * max-waiting-frames (20 by default) before it waits for ACKs; past this the
@@ -37,6 +38,10 @@
  * request in flight on it. */
 #define MAX_WAITING_PER_CONN 256
 #define REFUSE_LOG_EVERY_S 10.0
+#define EVICT_LOG_EVERY_S 10.0
+/* DISCONNECT lines: ten a second at most, the rest counted in the next line
+ * (a peer that connects and disconnects in a loop cannot flood the log). */
+#define DISCONNECT_LOG_EVERY_S 0.1
 
 /* Connections past their HELLO, health checks excluded: "HAProxy connected"
  * and "no HAProxy connection left" are logged on its 0 <-> 1 transitions, so
@@ -68,7 +73,89 @@ void worker_maybe_done(struct worker *w)
 
 /* ---- connections -------------------------------------------------------- */
 
-static struct log_gate refuse_gate; /* "max_connections reached" lines */
+static struct log_gate refuse_gate;     /* "max_connections reached" lines */
+static struct log_gate evict_gate;      /* "closed before their HELLO" lines */
+static struct log_gate disconnect_gate; /* DISCONNECT lines, both ways */
+
+/* ---- the handshake list --------------------------------------------------
+
+ * A connection is on its worker's handshake list from accept until its
+ * HAPROXY-HELLO is in (or it closes). Accepting appends, so the head is the
+ * oldest: the one conn_admit closes when a cap is reached. Connections
+ * past their HELLO are never closed to make room. */
+
+static void handshake_add(struct worker *w, struct conn *c)
+{
+    c->in_handshake = 1;
+    c->hs_next = NULL;
+    c->hs_prev = w->hs_tail;
+    if (w->hs_tail)
+        w->hs_tail->hs_next = c;
+    else
+        w->hs_head = c;
+    w->hs_tail = c;
+    w->nhandshakes++;
+}
+
+static void handshake_end(struct conn *c)
+{
+    struct worker *w = c->w;
+
+    if (!c->in_handshake)
+        return;
+    if (c->hs_prev)
+        c->hs_prev->hs_next = c->hs_next;
+    else
+        w->hs_head = c->hs_next;
+    if (c->hs_next)
+        c->hs_next->hs_prev = c->hs_prev;
+    else
+        w->hs_tail = c->hs_prev;
+    c->hs_prev = c->hs_next = NULL;
+    c->in_handshake = 0;
+    w->nhandshakes--;
+}
+
+/* This worker's share of [agent] max_handshakes: the listening socket is
+ * shared, so a flood lands on every worker about evenly, and each makes
+ * room among its own connections. */
+static unsigned handshake_cap(const struct worker *w, const struct config *cfg)
+{
+    unsigned n = w->srv->nworkers ? w->srv->nworkers : 1;
+    unsigned cap = cfg->max_handshakes / n + (cfg->max_handshakes % n != 0);
+
+    return cap ? cap : 1;
+}
+
+/* Why a connection ended, when a DISCONNECT frame said it: once per
+ * connection, with the peer's address, so that an operator can tell from the
+ * log why HAProxy dropped the agent (or the agent HAProxy). A normal end
+ * (status 0) is info, any other status a warning. */
+static void conn_log_disconnect(const struct conn *c)
+{
+    const struct spop_conn *sp = &c->sp;
+    unsigned status = sp->peer_disconnected ? sp->peer_status : sp->status;
+    int lvl = status ? LOG_LVL_WARN : LOG_LVL_INFO;
+    unsigned long long suppressed;
+    char peer[NET_PEER_TEXT_MAX];
+
+    if (!sp->peer_disconnected && !sp->disconnect_sent)
+        return; /* closed without a word: EOF, reset, eviction (counted elsewhere) */
+    if (lvl > log_level || !log_gate_open(&disconnect_gate, DISCONNECT_LOG_EVERY_S, &suppressed))
+        return;
+    net_format_peer((const struct sockaddr *)&c->peer, 1, peer, sizeof(peer));
+    if (sp->peer_disconnected)
+        log_write(lvl,
+                  "\"HAPROXY-DISCONNECT received\" peer=%s status=%u message=\"%s\" "
+                  "disconnects_not_logged=%llu",
+                  peer, status, log_esc(sp->peer_message, strlen(sp->peer_message)), suppressed);
+    else
+        log_write(lvl,
+                  "\"AGENT-DISCONNECT sent\" peer=%s status=%u message=\"%s\" during=%s "
+                  "disconnects_not_logged=%llu",
+                  peer, status, spop_status_str(status), c->ready ? "session" : "hello",
+                  suppressed);
+}
 
 /* Close the socket now; free the memory now, or when the last request that
  * still points to it comes back from the limiter (never from under it). */
@@ -77,6 +164,8 @@ void conn_free(struct conn *c)
     struct worker *w = c->w;
 
     if (!c->dead) {
+        handshake_end(c);
+        conn_log_disconnect(c);
         ev_io_stop(w->loop, &c->rio);
         ev_io_stop(w->loop, &c->wio);
         ev_timer_stop(w->loop, &c->timer);
@@ -289,8 +378,10 @@ static int conn_parse(struct conn *c, size_t n)
     struct worker *w = c->w;
     int closing = spop_conn_in_commit(&c->sp, n, on_notify, c);
 
+    if (c->in_handshake && c->sp.state != SPOP_CONN_HELLO)
+        handshake_end(c); /* the HELLO is in (or refused: closing) */
     if (c->sp.state != SPOP_CONN_HELLO && !c->eof)
-        ev_timer_stop(w->loop, &c->timer); /* the HELLO is in */
+        ev_timer_stop(w->loop, &c->timer);
     if (!c->ready && c->sp.state == SPOP_CONN_READY) {
         c->ready = 1;
         if (atomic_fetch_add(&ready_conns, 1) == 0)
@@ -382,8 +473,10 @@ static void conn_write_cb(struct ev_loop *loop, ev_io *io, int revents)
     conn_flush(io->data);
 }
 
-/* A new connection on w, or -1 with the fd closed (out of memory). */
-static int conn_new(struct worker *w, int fd)
+/* A new connection on w from peer (sl bytes), on its handshake list, or
+ * NULL with the fd closed (out of memory). */
+static struct conn *conn_new(struct worker *w, int fd, const struct sockaddr_storage *peer,
+                             socklen_t sl)
 {
     struct conn *c = calloc(1, sizeof(*c));
 
@@ -391,13 +484,14 @@ static int conn_new(struct worker *w, int fd)
         LOG_WARN("\"out of memory accepting a connection\"");
         free(c);
         close(fd);
-        return -1;
+        return NULL;
     }
     c->w = w;
     c->fd = fd;
+    memcpy(&c->peer, peer, sl < sizeof(c->peer) ? sl : sizeof(c->peer));
     ev_io_init(&c->rio, conn_read_cb, fd, EV_READ);
     ev_io_init(&c->wio, conn_write_cb, fd, EV_WRITE);
-    ev_timer_init(&c->timer, conn_timer_cb, HELLO_TIMEOUT_S, 0.);
+    ev_timer_init(&c->timer, conn_timer_cb, (double)w->rs->cfg->hello_timeout_ms / 1000., 0.);
     c->rio.data = c->wio.data = c->timer.data = c;
     ev_io_start(w->loop, &c->rio);
     ev_timer_start(w->loop, &c->timer);
@@ -406,13 +500,70 @@ static int conn_new(struct worker *w, int fd)
     if (w->conns)
         w->conns->prev = c;
     w->conns = c;
+    handshake_add(w, c);
     atomic_fetch_add(&metrics.connections, 1);
     METRIC_INC(connections_total);
-    return 0;
+    return c;
 }
 
-/* 1 when the peer may have a connection: in the allow list, and below
- * max_connections (then counted in nconns). */
+/* Whether two peers have the same address (ports aside). */
+static int same_host(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
+{
+    if (a->ss_family != b->ss_family)
+        return 0;
+    if (a->ss_family == AF_INET)
+        return ((const struct sockaddr_in *)(const void *)a)->sin_addr.s_addr ==
+               ((const struct sockaddr_in *)(const void *)b)->sin_addr.s_addr;
+    if (a->ss_family == AF_INET6)
+        return memcmp(&((const struct sockaddr_in6 *)(const void *)a)->sin6_addr,
+                      &((const struct sockaddr_in6 *)(const void *)b)->sin6_addr, 16) == 0;
+    return 1; /* unix: all one "host" */
+}
+
+/* Close w's oldest connection still in its handshake, to admit a new one
+ * (cap: which cap was reached, for the log). 0 when w has none. The warning
+ * names the peers evicted since the last one, at most every
+ * EVICT_LOG_EVERY_S. */
+static int evict_oldest_handshake(struct worker *w, const char *cap)
+{
+    struct conn *c = w->hs_head;
+    const struct config *cfg = w->rs->cfg;
+    unsigned long long suppressed;
+    char peers[4 * (NET_PEER_TEXT_MAX + 1)] = "", one[NET_PEER_TEXT_MAX], *p = peers;
+    unsigned i;
+
+    if (!c)
+        return 0;
+    METRIC_INC(refused[METRICS_SPOP][METRICS_REFUSED_HANDSHAKE_EVICTED]);
+    for (i = 0; i < w->nevicted_peers; i++)
+        if (same_host(&w->evicted_peers[i], &c->peer))
+            break;
+    if (i == w->nevicted_peers && i < sizeof(w->evicted_peers) / sizeof(w->evicted_peers[0]))
+        w->evicted_peers[w->nevicted_peers++] = c->peer;
+    if (log_gate_open(&evict_gate, EVICT_LOG_EVERY_S, &suppressed)) {
+        for (i = 0; i < w->nevicted_peers; i++) {
+            net_format_peer((const struct sockaddr *)&w->evicted_peers[i], 0, one, sizeof(one));
+            p += snprintf(p, sizeof(peers) - (size_t)(p - peers), "%s%s", i ? "," : "", one);
+        }
+        LOG_WARN("\"connections closed before their HELLO to admit new ones\" cap=%s "
+                 "max_handshakes=%u max_connections=%u handshakes_on_worker=%u peers=%s "
+                 "evicted_not_logged=%llu",
+                 cap, cfg->max_handshakes, cfg->max_connections, w->nhandshakes, log_val(peers),
+                 suppressed);
+        w->nevicted_peers = 0;
+    }
+    conn_free(c);
+    return 1;
+}
+
+/* 1 when the peer may have a connection (then counted in nconns): in the
+ * allow list, and with room below max_connections and this worker's share
+ * of max_handshakes, made if need be by closing the worker's oldest
+ * connection still in its handshake (OpenSSH's MaxStartups, with the oldest
+ * instead of a random one: a peer that has not said HELLO in the time the
+ * cap takes to fill again is not a live HAProxy). A connection past its
+ * HELLO is never closed to make room: with none to close, max_connections
+ * refuses the new one. */
 static int conn_admit(struct worker *w, const struct sockaddr *peer)
 {
     const struct config *cfg = w->rs->cfg;
@@ -423,8 +574,12 @@ static int conn_admit(struct worker *w, const struct sockaddr *peer)
         LOG_DEBUG("\"peer refused by allow list\"");
         return 0;
     }
-    if (atomic_fetch_add(&w->srv->nconns, 1) >= cfg->max_connections) {
+    while (w->nhandshakes >= handshake_cap(w, cfg))
+        evict_oldest_handshake(w, "max_handshakes");
+    while (atomic_fetch_add(&w->srv->nconns, 1) >= cfg->max_connections) {
         atomic_fetch_sub(&w->srv->nconns, 1);
+        if (evict_oldest_handshake(w, "max_connections"))
+            continue;
         METRIC_INC(refused[METRICS_SPOP][METRICS_REFUSED_MAX_CONNS]);
         if (log_gate_open(&refuse_gate, REFUSE_LOG_EVERY_S, &suppressed))
             LOG_WARN("\"connection refused: max_connections reached\" max_connections=%u "
@@ -457,8 +612,15 @@ void accept_cb(struct ev_loop *loop, ev_io *io, int revents)
         }
         if (ss.ss_family != AF_UNIX)
             setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        if (conn_new(w, fd) < 0)
+        struct conn *c = conn_new(w, fd, &ss, sl);
+        if (!c) {
             atomic_fetch_sub(&w->srv->nconns, 1);
+            continue;
+        }
+        /* HAProxy sends its HELLO right after connecting: it is often in
+         * already, and read now it takes the connection off the handshake
+         * list before the next accepts could evict it. */
+        conn_read_cb(loop, &c->rio, EV_READ);
     }
 }
 

@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 #include "accept_guard.h"
 #include "limiter.h"
@@ -27,6 +28,9 @@ struct conn {
     int eof;                 /* the peer half-closed: answer what it is owed, then close */
     int dead;                /* socket closed; freed when the last pending request ends */
     int ready;               /* counted in ready_conns: HELLO done, not a health check */
+    int in_handshake;        /* on the worker's handshake list: no HELLO yet */
+    struct conn *hs_prev, *hs_next; /* that list, oldest first */
+    struct sockaddr_storage peer;   /* for logs */
     unsigned npending;       /* requests waiting for Redis */
     struct conn *flush_next; /* on the worker's to-flush list */
     int to_flush;
@@ -56,6 +60,14 @@ struct worker {
     ev_io *accept_io;          /* one per listener */
     struct accept_guard guard; /* pauses accept_io when out of fds */
     struct conn *conns;
+    /* Connections that have not finished their HELLO, oldest first: the
+     * first is closed when a cap is reached (see conn_admit). At most
+     * hs_cap, this worker's share of [agent] max_handshakes. */
+    struct conn *hs_head, *hs_tail;
+    unsigned nhandshakes;
+    /* Peers of the connections evicted since this worker last logged it. */
+    struct sockaddr_storage evicted_peers[4];
+    unsigned nevicted_peers;
     struct ruleset *rs;              /* in force on this worker */
     struct ruleset *_Atomic next_rs; /* handed over by server_set_ruleset */
     atomic_int stop;

@@ -1042,6 +1042,36 @@ START_TEST(test_listener_limits)
 }
 END_TEST
 
+/* [agent] max_handshakes and hello_timeout: defaults (128, 5s), values,
+ * bounds. */
+START_TEST(test_handshake_budget)
+{
+    struct config *cfg = load_ok("");
+    char err[ERRLEN];
+
+    ck_assert_uint_eq(cfg->max_handshakes, 128);
+    ck_assert_uint_eq(cfg->hello_timeout_ms, 5000);
+    ck_assert_uint_lt(cfg->max_handshakes, cfg->max_connections);
+    config_free(cfg);
+    cfg = load_ok("[agent]\nmax_handshakes = 16\nhello_timeout = 250ms\n");
+    ck_assert_uint_eq(cfg->max_handshakes, 16);
+    ck_assert_uint_eq(cfg->hello_timeout_ms, 250);
+    config_free(cfg);
+    cfg = load_ok("[agent]\nhello_timeout = 1m\n");
+    ck_assert_uint_eq(cfg->hello_timeout_ms, 60000);
+    config_free(cfg);
+    load_bad("[agent]\nmax_handshakes = 0\n", err, sizeof(err));
+    ck_assert_str_eq(err, "t.ini:2: bad number '0' for 'max_handshakes' (expected an integer "
+                          "from 1 to 1000000)\n");
+    load_bad("[agent]\n\nhello_timeout = 61s\n", err, sizeof(err));
+    ck_assert_str_eq(err, "t.ini:3: hello_timeout longer than 60s: a connection that has not "
+                          "said HELLO by then never will\n");
+    load_bad("[agent]\nhello_timeout = 5\n", err, sizeof(err));
+    ck_assert_str_eq(err, "t.ini:2: bad duration '5' for 'hello_timeout' (expected an integer > 0 "
+                          "and a unit: ms, s, m, h or d)\n");
+}
+END_TEST
+
 #define LOOP(tc, fn, table) tcase_add_loop_test(tc, fn, 0, (int)(sizeof(table) / sizeof(table[0])))
 
 /* --check --print: what it prints is a config that means the same (it loads,
@@ -1175,6 +1205,7 @@ static Suite *config_suite(void)
     LOOP(tc, test_peer, peers);
     tcase_add_test(tc, test_peer_special);
     tcase_add_test(tc, test_listener_limits);
+    tcase_add_test(tc, test_handshake_budget);
     suite_add_tcase(s, tc);
     return s;
 }

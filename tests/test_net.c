@@ -166,6 +166,35 @@ START_TEST(test_format)
 }
 END_TEST
 
+/* Peers as logs name them: v4, v6 in brackets, v4-mapped v6 as v4, with
+ * and without the port, unix, unknown, and cut to the buffer. */
+START_TEST(test_format_peer)
+{
+    struct sockaddr_in in = {.sin_family = AF_INET, .sin_port = htons(4242)};
+    struct sockaddr_in6 in6 = {.sin6_family = AF_INET6, .sin6_port = htons(80)};
+    struct sockaddr_un un = {.sun_family = AF_UNIX};
+    struct sockaddr_storage other = {.ss_family = AF_PACKET};
+    char buf[NET_PEER_TEXT_MAX], small[6];
+
+    inet_pton(AF_INET, "192.0.2.7", &in.sin_addr);
+    ck_assert_str_eq(net_format_peer((struct sockaddr *)&in, 1, buf, sizeof(buf)), "192.0.2.7:4242");
+    ck_assert_str_eq(net_format_peer((struct sockaddr *)&in, 0, buf, sizeof(buf)), "192.0.2.7");
+    inet_pton(AF_INET6, "2001:db8::1", &in6.sin6_addr);
+    ck_assert_str_eq(net_format_peer((struct sockaddr *)&in6, 1, buf, sizeof(buf)),
+                     "[2001:db8::1]:80");
+    inet_pton(AF_INET6, "::ffff:10.1.2.3", &in6.sin6_addr);
+    ck_assert_str_eq(net_format_peer((struct sockaddr *)&in6, 1, buf, sizeof(buf)), "10.1.2.3:80");
+    inet_pton(AF_INET6, "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", &in6.sin6_addr);
+    in6.sin6_port = htons(65535);
+    ck_assert_str_eq(net_format_peer((struct sockaddr *)&in6, 1, buf, sizeof(buf)),
+                     "[ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff]:65535");
+    ck_assert_str_eq(net_format_peer((struct sockaddr *)&un, 1, buf, sizeof(buf)), "unix");
+    ck_assert_str_eq(net_format_peer((struct sockaddr *)&other, 1, buf, sizeof(buf)), "?");
+    ck_assert_str_eq(net_format_peer(NULL, 1, buf, sizeof(buf)), "?");
+    ck_assert_str_eq(net_format_peer((struct sockaddr *)&in, 1, small, sizeof(small)), "192.0");
+}
+END_TEST
+
 /* ---- CIDRs and peers ------------------------------------------------------------------ */
 
 static const struct {
@@ -478,6 +507,7 @@ static Suite *net_suite(void)
     tcase_add_test(tc, test_overlong);
     tcase_add_test(tc, test_parse_hostport_len);
     tcase_add_test(tc, test_format);
+    tcase_add_test(tc, test_format_peer);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("cidr");

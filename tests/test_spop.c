@@ -1072,6 +1072,44 @@ START_TEST(test_conn_pause)
 }
 END_TEST
 
+/* A HAPROXY-DISCONNECT after the HELLO: what it said is kept for the
+ * server's log (status and message), and answered with an AGENT-DISCONNECT
+ * of status 0, which the connection records as sent. */
+START_TEST(test_conn_peer_disconnect)
+{
+    const struct spop_vector *hello = &spop_vectors[SPOP_VEC_HAPROXY_HELLO];
+    const struct spop_vector *bye = &spop_vectors[SPOP_VEC_HAPROXY_DISCONNECT];
+    struct pause_ctx ctx = {0, 0};
+    struct spop_conn c;
+    size_t room;
+    uint8_t *p;
+
+    ck_assert_int_eq(spop_conn_init(&c, 16380), 0);
+    p = spop_conn_in_space(&c, &room);
+    memcpy(p, hello->data, hello->len);
+    memcpy(p + hello->len, bye->data, bye->len);
+    ck_assert_int_eq(c.disconnect_sent, 0);
+    ck_assert_int_eq(spop_conn_in_commit(&c, hello->len + bye->len, pause_notify, &ctx), 1);
+    ck_assert_int_eq(c.state, SPOP_CONN_CLOSING);
+    ck_assert_int_eq(c.peer_disconnected, 1);
+    ck_assert_uint_eq(c.peer_status, SPOP_ST_TIMEOUT);
+    ck_assert_str_eq(c.peer_message, "a timeout occurred");
+    ck_assert_int_eq(c.disconnect_sent, 1);
+    ck_assert_uint_eq(c.status, SPOP_ST_NONE);
+    spop_conn_release(&c);
+
+    /* a frame before the HELLO: our AGENT-DISCONNECT, nothing from the peer */
+    ck_assert_int_eq(spop_conn_init(&c, 16380), 0);
+    p = spop_conn_in_space(&c, &room);
+    memcpy(p, bye->data, bye->len);
+    ck_assert_int_eq(spop_conn_in_commit(&c, bye->len, pause_notify, &ctx), 1);
+    ck_assert_int_eq(c.peer_disconnected, 0);
+    ck_assert_int_eq(c.disconnect_sent, 1);
+    ck_assert_uint_eq(c.status, SPOP_ST_INVALID);
+    spop_conn_release(&c);
+}
+END_TEST
+
 START_TEST(test_fuzz)
 {
     for (int it = 0; it < FUZZ_ITERATIONS; it++) {
@@ -1149,6 +1187,7 @@ static Suite *spop_suite(void)
 
     tc = tcase_create("connection");
     tcase_add_test(tc, test_conn_pause);
+    tcase_add_test(tc, test_conn_peer_disconnect);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("malformed");

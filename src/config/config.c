@@ -49,6 +49,8 @@ static const struct key_def key_defs[] = {
     {SEC_AGENT, "max_key", T_UINT, CF(max_key), 16, 65536, 0, NULL, 0},
     {SEC_AGENT, "alert_share", T_SHARE, CF(alert_share), 0, 0, 0, NULL, 0},
     {SEC_AGENT, "max_connections", T_UINT, CF(max_connections), 1, 1000000, 0, NULL, 0},
+    {SEC_AGENT, "max_handshakes", T_UINT, CF(max_handshakes), 1, 1000000, 0, NULL, 0},
+    {SEC_AGENT, "hello_timeout", T_DUR, CF(hello_timeout_ms), 0, 0, 0, NULL, 0},
     {SEC_AGENT, "stats_allow", T_ALLOW, CF(stats_allow), 0, 0, F_LIST, NULL, PF(nstats_allow)},
     {SEC_AGENT, "max_entries", T_UINT, CF(max_entries), 1, CFG_MAX_ENTRIES, 0, NULL, 0},
     {SEC_REDIS, "url", T_URL, CF(redis_url), 0, 0, 0, NULL, PF(redis_server)},
@@ -417,6 +419,14 @@ static void finish(struct parse_state *st)
                               cfg->redis_prefix);
     }
 
+    /* HAProxy sends its HELLO at once and gives up after its own `timeout
+     * hello` (a few hundred ms in practice): a minute only keeps silent
+     * peers' connections open longer. */
+    if (cfg->hello_timeout_ms > CFG_MAX_HELLO_TIMEOUT_MS)
+        config_errors_add(&st->errors, seen_line(st, SEC_AGENT, "hello_timeout"),
+                          "hello_timeout longer than 60s: a connection that has not said "
+                          "HELLO by then never will");
+
     /* a lease must outlive at least one top-up round, or it is never renewed */
     if (cfg->lease_ttl_ms <= cfg->lease_interval_ms) {
         unsigned line = seen_line(st, SEC_LEASE, "ttl");
@@ -477,6 +487,8 @@ static struct config *config_new(const char *path)
     cfg->log_level = LOG_LVL_INFO;
     cfg->max_key = 512;
     cfg->max_connections = 1024;
+    cfg->max_handshakes = 128;
+    cfg->hello_timeout_ms = 5000;
     /* /top names blocked clients: loopback only unless the operator says otherwise */
     if (net_cidr_parse("127.0.0.0/8", &cfg->stats_allow[0]) == -1 ||
         net_cidr_parse("::1/128", &cfg->stats_allow[1]) == -1) {

@@ -26,6 +26,7 @@
  * keeps every product of durations (microseconds, 2 x window, the backstop's
  * period / share) far from overflow. */
 #define CFG_MAX_DURATION_MS (365ULL * 86400000ULL)
+#define CFG_MAX_HELLO_TIMEOUT_MS 60000ULL /* [agent] hello_timeout */
 #define CFG_MAX_DURATION_TEXT "365d"
 #define CFG_MAX_COUNT 1000000000000000ULL       /* rate N and burst: exact in a double */
 
@@ -107,6 +108,8 @@ struct config {
     size_t nallow;      /* 0 = any peer */
     size_t max_key;     /* default 512 */
     unsigned max_connections; /* SPOP connections at once; default 1024 */
+    unsigned max_handshakes;  /* of those, still before their HELLO; default 128 */
+    uint64_t hello_timeout_ms; /* a connection's HELLO must be in by then; default 5000 */
     struct net_cidr stats_allow[CFG_MAX_ALLOW]; /* who may use the stats listener */
     size_t nstats_allow; /* default 2: 127.0.0.0/8, ::1/128; 0 = any peer */
     size_t max_entries; /* buckets + lease entries in memory; default 1000000 */

@@ -111,8 +111,11 @@ static void put_agent(struct out *o, const struct config *cfg)
     } else {
         put(o, "; allow: any peer\n");
     }
-    put(o, "max_key = %zu\nalert_share = %g\nmax_connections = %u\nstats_allow = ", cfg->max_key,
-        cfg->alert_share, cfg->max_connections);
+    put(o, "max_key = %zu\nalert_share = %g\nmax_connections = %u\nmax_handshakes = %u\n",
+        cfg->max_key, cfg->alert_share, cfg->max_connections, cfg->max_handshakes);
+    put(o, "hello_timeout = ");
+    put_duration(o, cfg->hello_timeout_ms);
+    put(o, "\nstats_allow = ");
     put_cidrs(o, cfg->stats_allow, cfg->nstats_allow);
     put(o, "%s\n\n", cfg->nstats_allow ? "" : " ; any peer");
 }

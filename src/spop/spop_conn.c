@@ -1,6 +1,7 @@
 /* spop_conn.c - SPOP connection state machine (no sockets). */
 #include "spop_conn.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -68,6 +69,7 @@ void spop_conn_disconnect(struct spop_conn *c, unsigned status)
         return;
     c->state = SPOP_CONN_CLOSING;
     c->status = status;
+    c->disconnect_sent = 1;
     if (status > 0)
         METRIC_INC(protocol_errors[status < 14 ? status : 0]);
     /* 4 + 7 + two kv items with a message of at most 255 bytes */
@@ -140,6 +142,25 @@ static unsigned handle_hello(struct spop_conn *c, const struct spop_frame *f)
     return 0;
 }
 
+/* Keep what a HAPROXY-DISCONNECT says, for the server's log. */
+static void peer_disconnect(struct spop_conn *c, const struct spop_frame *f)
+{
+    struct spop_disconnect d;
+    size_t n;
+
+    c->peer_disconnected = 1;
+    if (spop_disconnect_decode(f, &d) != SPOP_OK) {
+        c->peer_status = SPOP_ST_UNKNOWN;
+        snprintf(c->peer_message, sizeof(c->peer_message), "(unreadable DISCONNECT frame)");
+        return;
+    }
+    c->peer_status = d.status_code > 0xffffffffu ? SPOP_ST_UNKNOWN : (unsigned)d.status_code;
+    n = d.message.len < sizeof(c->peer_message) - 1 ? d.message.len : sizeof(c->peer_message) - 1;
+    if (n)
+        memcpy(c->peer_message, d.message.ptr, n);
+    c->peer_message[n] = '\0';
+}
+
 /* One whole frame. Returns 0 to go on, 1 to close. */
 static int handle_frame(struct spop_conn *c, const struct spop_frame *f, spop_notify_fn *notify,
                         void *ctx)
@@ -177,6 +198,7 @@ static int handle_frame(struct spop_conn *c, const struct spop_frame *f, spop_no
         }
         return c->state == SPOP_CONN_CLOSING;
     case SPOP_FRAME_HAPROXY_DISCONNECT:
+        peer_disconnect(c, f);
         spop_conn_disconnect(c, SPOP_ST_NONE);
         return 1;
     case SPOP_FRAME_HAPROXY_HELLO:

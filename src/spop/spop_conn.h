@@ -16,6 +16,10 @@
 
 #include "spop.h"
 
+/* What is kept of a HAPROXY-DISCONNECT's message, for the log (SPOE.txt
+ * allows 255 bytes). */
+#define SPOP_CONN_PEER_MESSAGE_MAX 256
+
 enum spop_conn_state {
     SPOP_CONN_HELLO = 0, /* waiting for HAPROXY-HELLO */
     SPOP_CONN_READY,     /* NOTIFYs flow */
@@ -29,6 +33,10 @@ struct spop_conn {
     uint32_t agent_max_frame; /* our offer */
     uint32_t max_frame;       /* negotiated (agent_max_frame until HELLO) */
     unsigned status;          /* status of the AGENT-DISCONNECT sent, if any */
+    int disconnect_sent;      /* an AGENT-DISCONNECT was queued (with status) */
+    int peer_disconnected;    /* HAProxy sent a HAPROXY-DISCONNECT: */
+    unsigned peer_status;     /* its status-code (SPOP_ST_UNKNOWN when unreadable) */
+    char peer_message[SPOP_CONN_PEER_MESSAGE_MAX]; /* its message, NUL-terminated, cut */
     int paused;               /* set by the NOTIFY callback: parse no further frame (they
                                  stay in in[]) until cleared and in_commit is called again */
     uint8_t *in;              /* read buffer: max_frame + 4 bytes */
