@@ -14,23 +14,6 @@
  * (and every worker) fail together, and one line says it. */
 static struct log_gate pause_gate;
 
-int log_gate_open(struct log_gate *g, double every_s, unsigned long long *suppressed)
-{
-    uint64_t now = util_now_us(), last = atomic_load(&g->last_us);
-
-    if (last != 0 && now - last < (uint64_t)(every_s * 1e6)) {
-        atomic_fetch_add(&g->suppressed, 1);
-        return 0;
-    }
-    /* another thread may win the same slot: then it writes the line */
-    if (!atomic_compare_exchange_strong(&g->last_us, &last, now)) {
-        atomic_fetch_add(&g->suppressed, 1);
-        return 0;
-    }
-    *suppressed = (unsigned long long)atomic_exchange(&g->suppressed, 0);
-    return 1;
-}
-
 static void resume_cb(struct ev_loop *loop, ev_timer *t, int revents)
 {
     struct accept_guard *g = t->data;

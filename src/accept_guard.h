@@ -18,6 +18,8 @@
 #include <stdatomic.h>
 #include <stddef.h>
 
+#include "log.h" /* log_gate, which its users share */
+
 #define ACCEPT_PAUSE_MIN 0.1 /* seconds */
 #define ACCEPT_PAUSE_MAX 1.0
 
@@ -53,15 +55,5 @@ int accept_guard_paused(const struct accept_guard *g);
 /* The owner stops listening: the timer stops and never restarts the
  * watchers (which the owner stops itself). */
 void accept_guard_stop(struct accept_guard *g);
-
-/* Rate-limited warnings for refusals on a hot path (a connection cap, an
- * allow list): 1 when a line may be written now, with the number of calls
- * suppressed since the last line in *suppressed. At most one per every_s
- * seconds per gate; thread-safe. */
-struct log_gate {
-    atomic_uint_fast64_t last_us; /* 0: never */
-    atomic_uint_fast64_t suppressed;
-};
-int log_gate_open(struct log_gate *g, double every_s, unsigned long long *suppressed);
 
 #endif

@@ -7,6 +7,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "util.h"
+
 atomic_int log_level = LOG_LVL_INFO;
 
 const char *const log_level_names[] = {
@@ -141,4 +143,40 @@ void log_write(int level, const char *fmt, ...)
     /* stderr is unbuffered but fprintf may split; one write keeps lines whole. */
     if (write(STDERR_FILENO, line, n) == -1)
         return;
+}
+
+int log_gate_open(struct log_gate *g, double every_s, unsigned long long *suppressed)
+{
+    uint64_t now = util_now_us(), last = atomic_load(&g->last_us);
+
+    if (last != 0 && now - last < (uint64_t)(every_s * 1e6)) {
+        atomic_fetch_add(&g->suppressed, 1);
+        return 0;
+    }
+    /* another thread may win the same slot: then it writes the line */
+    if (!atomic_compare_exchange_strong(&g->last_us, &last, now)) {
+        atomic_fetch_add(&g->suppressed, 1);
+        return 0;
+    }
+    *suppressed = (unsigned long long)atomic_exchange(&g->suppressed, 0);
+    return 1;
+}
+
+int log_gate_open_burst(struct log_gate *g, double every_s, unsigned burst,
+                        unsigned long long *suppressed)
+{
+    uint64_t now = util_now_us(), every = (uint64_t)(every_s * 1e6);
+    uint64_t tat = atomic_load(&g->last_us);
+
+    for (;;) {
+        uint64_t base = tat > now ? tat : now;
+        if (base - now > (uint64_t)(burst ? burst - 1 : 0) * every) {
+            atomic_fetch_add(&g->suppressed, 1);
+            return 0;
+        }
+        if (atomic_compare_exchange_weak(&g->last_us, &tat, base + every))
+            break;
+    }
+    *suppressed = (unsigned long long)atomic_exchange(&g->suppressed, 0);
+    return 1;
 }

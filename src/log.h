@@ -9,6 +9,7 @@
 
 #include <stdatomic.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* Levels, most severe first: a line is written when its level <= log_level.
  * The config's log_level values are these. */
@@ -55,5 +56,21 @@ const char *log_val(const char *s);
 #define LOG_WARN(...) LOG_AT(LOG_LVL_WARN, __VA_ARGS__)
 #define LOG_INFO(...) LOG_AT(LOG_LVL_INFO, __VA_ARGS__)
 #define LOG_DEBUG(...) LOG_AT(LOG_LVL_DEBUG, __VA_ARGS__)
+
+/* Rate-limited lines for events a peer can cause at will (refusals at a
+ * connection cap or an allow list, DISCONNECTs): 1 when a line may be written now, with the number of calls
+ * suppressed since the last line in *suppressed. At most one per every_s
+ * seconds per gate; thread-safe. */
+struct log_gate {
+    atomic_uint_fast64_t last_us; /* 0: never */
+    atomic_uint_fast64_t suppressed;
+};
+int log_gate_open(struct log_gate *g, double every_s, unsigned long long *suppressed);
+
+/* The same with bursts: up to `burst` lines at once, then one per every_s
+ * on average (GCRA; last_us holds the theoretical arrival time). A gate is
+ * used with one of the two functions only. */
+int log_gate_open_burst(struct log_gate *g, double every_s, unsigned burst,
+                        unsigned long long *suppressed);
 
 #endif

@@ -39,9 +39,11 @@
 #define MAX_WAITING_PER_CONN 256
 #define REFUSE_LOG_EVERY_S 10.0
 #define EVICT_LOG_EVERY_S 10.0
-/* DISCONNECT lines: ten a second at most, the rest counted in the next line
- * (a peer that connects and disconnects in a loop cannot flood the log). */
+/* DISCONNECT lines: bursts of 20, ten a second on average, the rest counted
+ * in the next line (a peer that connects and disconnects in a loop cannot
+ * flood the log). */
 #define DISCONNECT_LOG_EVERY_S 0.1
+#define DISCONNECT_LOG_BURST 20
 
 /* Connections past their HELLO, health checks excluded: "HAProxy connected"
  * and "no HAProxy connection left" are logged on its 0 <-> 1 transitions, so
@@ -141,7 +143,8 @@ static void conn_log_disconnect(const struct conn *c)
 
     if (!sp->peer_disconnected && !sp->disconnect_sent)
         return; /* closed without a word: EOF, reset, eviction (counted elsewhere) */
-    if (lvl > log_level || !log_gate_open(&disconnect_gate, DISCONNECT_LOG_EVERY_S, &suppressed))
+    if (lvl > log_level || !log_gate_open_burst(&disconnect_gate, DISCONNECT_LOG_EVERY_S, DISCONNECT_LOG_BURST,
+                                            &suppressed))
         return;
     net_format_peer((const struct sockaddr *)&c->peer, 1, peer, sizeof(peer));
     if (sp->peer_disconnected)

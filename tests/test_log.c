@@ -113,6 +113,40 @@ START_TEST(raw_control_bytes_never_end_a_line)
 }
 END_TEST
 
+/* log_gate_open: one line per period, the calls in between counted into
+ * the next line's number; log_gate_open_burst: a burst, then the rate. The
+ * periods are long (an hour) so that no pause of a busy machine refills. */
+START_TEST(gates)
+{
+    struct log_gate g = {0}, b = {0};
+    unsigned long long suppressed = 99;
+    int opened = 0;
+
+    ck_assert_int_eq(log_gate_open(&g, 3600, &suppressed), 1);
+    ck_assert_uint_eq(suppressed, 0);
+    for (int i = 0; i < 5; i++)
+        ck_assert_int_eq(log_gate_open(&g, 3600, &suppressed), 0);
+    atomic_store(&g.last_us, 0); /* as if the period were over */
+    ck_assert_int_eq(log_gate_open(&g, 3600, &suppressed), 1);
+    ck_assert_uint_eq(suppressed, 5);
+
+    for (int i = 0; i < 30; i++)
+        opened += log_gate_open_burst(&b, 3600, 20, &suppressed);
+    ck_assert_int_eq(opened, 20);
+    atomic_store(&b.last_us, 0); /* as if everything had refilled */
+    ck_assert_int_eq(log_gate_open_burst(&b, 3600, 20, &suppressed), 1);
+    ck_assert_uint_eq(suppressed, 10);
+    /* a short period refills: 20 at once, then about one per period */
+    struct log_gate f = {0};
+    opened = 0;
+    for (int i = 0; i < 25; i++)
+        opened += log_gate_open_burst(&f, 0.002, 20, &suppressed);
+    ck_assert_int_ge(opened, 20);
+    usleep(50000);
+    ck_assert_int_eq(log_gate_open_burst(&f, 0.002, 20, &suppressed), 1);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("log");
@@ -122,6 +156,7 @@ int main(void)
     tcase_add_test(tc, long_values);
     tcase_add_test(tc, slots_of_one_line);
     tcase_add_test(tc, raw_control_bytes_never_end_a_line);
+    tcase_add_test(tc, gates);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -384,5 +384,54 @@ class HandshakeBudget(unittest.TestCase):
                                  and "status=2" in a.output(), 5), a.output()[-2000:])
 
 
+class DisconnectLog(unittest.TestCase):
+    """Why a connection ended is in the log at the default level, with the
+    peer: a HAPROXY-DISCONNECT's status and message, and the status of every
+    AGENT-DISCONNECT the agent sends."""
+
+    def test_both_ways(self):
+        a = ShippedAgent()
+        self.addCleanup(lambda: self.assertEqual(a.stop(timeout=10), 0, a.output()[-3000:]))
+        c = spop.Client(a.addr)
+        self.addCleanup(c.close)
+        c.handshake()
+        port = c.sock.getsockname()[1]
+        c.send(spop.frame(spop.HAPROXY_DISCONNECT,
+                          spop.kv([("status-code", ("uint32", 2)),
+                                   ("message", "a timeout occurred")])))
+        f = c.recv_frame()
+        self.assertEqual(f["type"], spop.AGENT_DISCONNECT)
+        self.assertEqual(spop.decode_kv(f["payload"])["status-code"], 0)
+        line = 'level=warn msg="HAPROXY-DISCONNECT received" peer=127.0.0.1:%d status=2 ' \
+               'message="a timeout occurred"' % port
+        self.assertTrue(wait_for(lambda: line in a.output(), 5), a.output()[-2000:])
+        self.assertNotIn('"AGENT-DISCONNECT sent" peer=127.0.0.1:%d' % port, a.output())
+
+        # a frame the agent cannot read: AGENT-DISCONNECT status 4 (invalid frame)
+        bad = spop.Client(a.addr)
+        self.addCleanup(bad.close)
+        bad.handshake()
+        port = bad.sock.getsockname()[1]
+        bad.send(spop.frame(spop.NOTIFY, b"\xff\xff", stream=1, fid=1))
+        f = bad.recv_frame()
+        self.assertEqual(f["type"], spop.AGENT_DISCONNECT)
+        status = spop.decode_kv(f["payload"])["status-code"]
+        line = 'level=warn msg="AGENT-DISCONNECT sent" peer=127.0.0.1:%d status=%d ' % (port, status)
+        self.assertTrue(wait_for(lambda: line in a.output(), 5), a.output()[-2000:])
+        self.assertIn("during=session", a.output())
+
+        # a normal stop: status 0, info
+        ok = spop.Client(a.addr)
+        self.addCleanup(ok.close)
+        ok.handshake()
+        port = ok.sock.getsockname()[1]
+        a.p.send_signal(signal.SIGTERM)
+        f = ok.recv_frame()
+        self.assertEqual(f["type"], spop.AGENT_DISCONNECT)
+        a.p.wait(10)
+        self.assertIn('level=info msg="AGENT-DISCONNECT sent" peer=127.0.0.1:%d status=0 '
+                      'message="normal"' % port, a.output())
+
+
 if __name__ == "__main__":
     unittest.main()
