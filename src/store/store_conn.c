@@ -418,50 +418,6 @@ static void watchdog_cb(struct ev_loop *loop, ev_timer *t, int revents)
 
 /* ---- EVALSHA --------------------------------------------------------------- */
 
-/* "MOVED 3999 127.0.0.1:6381" or "ASK ...": 0 with the parts, -1 otherwise.
- * An empty host means the server we asked. */
-static int parse_redirect(const struct store_conn *conn, const char *err, int *ask, int *slot,
-                          char *host, size_t hostcap, int *port)
-{
-    const char *p, *colon;
-    char *end;
-    long v;
-
-    if (strncmp(err, "MOVED ", 6) == 0) {
-        *ask = 0;
-        p = err + 6;
-    } else if (strncmp(err, "ASK ", 4) == 0) {
-        *ask = 1;
-        p = err + 4;
-    } else {
-        return -1;
-    }
-    v = strtol(p, &end, 10);
-    if (end == p || *end != ' ' || v < 0 || v > 16383)
-        return -1;
-    *slot = (int)v;
-    p = end + 1;
-    colon = strrchr(p, ':');
-    if (!colon || (size_t)(colon - p) >= hostcap)
-        return -1;
-    v = strtol(colon + 1, &end, 10);
-    if (end == colon + 1 || *end || v <= 0 || v > 65535)
-        return -1;
-    *port = (int)v;
-    if (colon == p) {
-        if (!conn->host || strlen(conn->host) >= hostcap)
-            return -1;
-        strcpy(host, conn->host);
-    } else if (*p == '[' && colon[-1] == ']') { /* [v6]:port */
-        memcpy(host, p + 1, (size_t)(colon - p - 2));
-        host[colon - p - 2] = '\0';
-    } else {
-        memcpy(host, p, (size_t)(colon - p));
-        host[colon - p] = '\0';
-    }
-    return 0;
-}
-
 static void on_eval_reply(redisAsyncContext *ac, void *r, void *priv);
 
 /* Put cmd on the wire now. 0 in flight, -1 not sent (the caller owns it). */
@@ -605,7 +561,7 @@ static int handle_error(struct store_conn *conn, redisAsyncContext *ac, struct s
         return 1;
     }
     if (conn->hooks->redirect &&
-        parse_redirect(conn, err, &ask, &slot, host, sizeof(host), &port) == 0) {
+        store_reply_redirect(err, conn->host, &ask, &slot, host, sizeof(host), &port) == 0) {
         LOG_DEBUG("\"redis redirect\" from=%s err=\"%s\"", log_val(conn->name),
                   log_esc(err, strlen(err)));
         conn->hooks->redirect(conn->owner, conn, c, ask, slot, host, port);
