@@ -401,7 +401,7 @@ START_TEST(test_variants)
     static const struct {
         const char *v;
         uint64_t ms;
-    } keepalives[] = {{"0", 0}, {"0s", 0}, {"00ms", 0}, {"10ms", 10}, {"250ms", 250},
+    } keepalives[] = {{"0", 0}, {"0s", 0}, {"00ms", 0}, {"100ms", 100}, {"250ms", 250},
                       {"2s", 2000}, {"1m", 60000}, {"365d", 31536000000ULL}};
     for (size_t i = 0; i < sizeof(keepalives) / sizeof(keepalives[0]); i++) {
         char text[128];
@@ -521,8 +521,8 @@ static const struct {
                                    "off, or an integer > 0 and a unit: ms, s, m, h or d)\n"},
     {"[redis]\nkeepalive = 0x\n", "t.ini:2: bad duration '0x' for 'keepalive' (expected 0 for "
                                   "off, or an integer > 0 and a unit: ms, s, m, h or d)\n"},
-    {"[redis]\nkeepalive = 9ms\n",
-     "t.ini:2: duration '9ms' for 'keepalive' is too short: 0 (off) or at least 10ms\n"},
+    {"[redis]\nkeepalive = 99ms\n",
+     "t.ini:2: duration '99ms' for 'keepalive' is too short: 0 (off) or at least 100ms\n"},
     {"[redis]\nkeepalive = 400d\n",
      "t.ini:2: duration '400d' for 'keepalive' is longer than the maximum of 365d\n"},
     {"[redis]\ntimeout = 0\n", "t.ini:2: bad duration '0' for 'timeout' (expected an integer "
