@@ -80,6 +80,11 @@ static void s_timeout(const struct config *c, char *r, char *s, size_t n)
     num_value(c->redis_timeout_ms, "ms", r, s, n);
 }
 
+static void s_keepalive(const struct config *c, char *r, char *s, size_t n)
+{
+    num_value(c->redis_keepalive_ms, "ms", r, s, n);
+}
+
 static void s_prefix(const struct config *c, char *r, char *s, size_t n)
 {
     str_value(c->redis_prefix, r, s, n);
@@ -127,6 +132,7 @@ static const struct {
     {"[redis] sentinel", s_sentinel},
     {"[redis] master", s_master},
     {"[redis] timeout", s_timeout},
+    {"[redis] keepalive", s_keepalive},
     {"[redis] prefix", s_prefix},
     {"[lease] interval", s_interval},
     {"[lease] ttl", s_ttl},

@@ -304,6 +304,9 @@ static void render_redis(struct strbuf *b)
                   ld(&metrics.redis_batches));
     render_simple(b, "spoa_ratelimit_redis_batched_calls_total", "counter",
                   "Script calls sent inside batches.", ld(&metrics.redis_batched_calls));
+    render_simple(b, "spoa_ratelimit_redis_keepalives_total", "counter",
+                  "PINGs sent on Redis connections idle for [redis] keepalive.",
+                  ld(&metrics.redis_keepalives));
     render_simple(b, "spoa_ratelimit_redis_errors_total", "counter",
                   "Redis commands that failed or timed out.", ld(&metrics.redis_errors));
     render_simple(b, "spoa_ratelimit_redis_up", "gauge", "1 when connected to Redis.",

@@ -70,6 +70,7 @@ struct metrics {
     atomic_uint_fast64_t redis_errors;
     atomic_uint_fast64_t redis_batches;       /* batch script calls sent */
     atomic_uint_fast64_t redis_batched_calls; /* script calls they carried */
+    atomic_uint_fast64_t redis_keepalives;    /* PINGs on idle connections ([redis] keepalive) */
     atomic_int redis_up;
     atomic_int redis_configured;
     atomic_int connections;

@@ -306,6 +306,18 @@ int net_set_nonblock(int fd)
     return 0;
 }
 
+int net_tcp_keepalive(int fd, int idle_s, int intvl_s, int cnt)
+{
+    int on = 1;
+
+    if (setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on)) == -1 ||
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle_s, sizeof(idle_s)) == -1 ||
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl_s, sizeof(intvl_s)) == -1 ||
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt)) == -1)
+        return -1;
+    return 0;
+}
+
 /* "ADDR: why" into err. */
 static void addr_error(const struct net_addr *a, const char *why, char *err, size_t errlen)
 {

@@ -100,6 +100,14 @@ char *net_format_peer(const struct sockaddr *sa, int with_port, char *buf, size_
 /* Set O_NONBLOCK on fd. 0 or -1 (errno set). */
 int net_set_nonblock(int fd);
 
+/* TCP keepalive on the connected or connecting TCP socket fd: SO_KEEPALIVE,
+ * the first probe after idle_s seconds without traffic, then one every
+ * intvl_s, the connection reset after cnt unanswered. A dead peer or a path
+ * that dropped the connection is found without sending data, and the
+ * probes keep middleboxes (NAT, conntrack) from forgetting an idle
+ * connection. 0, or -1 (errno set). */
+int net_tcp_keepalive(int fd, int idle_s, int intvl_s, int cnt);
+
 /* Bind and listen on a (TCP or unix). A TCP host "" or "*" binds every
  * address; a v6 socket is v6-only; SO_REUSEADDR is set. A stale unix socket
  * file is replaced (anything else at the path is not). Returns the

@@ -358,6 +358,7 @@ START_TEST(test_defaults)
     ck_assert_ptr_null(cfg->redis_sentinel);
     ck_assert_ptr_null(cfg->redis_master);
     ck_assert_uint_eq(cfg->redis_timeout_ms, 100);
+    ck_assert_uint_eq(cfg->redis_keepalive_ms, 1000);
     ck_assert_str_eq(cfg->redis_prefix, "rl:");
     ck_assert_int_eq(config_standalone(cfg), 1);
     ck_assert_uint_eq(cfg->lease_interval_ms, 100);
@@ -395,6 +396,21 @@ START_TEST(test_variants)
     ck_assert_int_eq(cfg->workers, 256);
     ck_assert_uint_eq(cfg->max_frame_size, 16777216);
     config_free(cfg);
+
+    /* [redis] keepalive: a duration, or 0 (off) with or without a unit */
+    static const struct {
+        const char *v;
+        uint64_t ms;
+    } keepalives[] = {{"0", 0}, {"0s", 0}, {"00ms", 0}, {"100ms", 100}, {"250ms", 250},
+                      {"2s", 2000}, {"1m", 60000}, {"365d", 31536000000ULL}};
+    for (size_t i = 0; i < sizeof(keepalives) / sizeof(keepalives[0]); i++) {
+        char text[128];
+        snprintf(text, sizeof(text), "[redis]\nurl = redis://127.0.0.1:6379\nkeepalive = %s\n",
+                 keepalives[i].v);
+        cfg = load_ok(text);
+        ck_assert_uint_eq(cfg->redis_keepalive_ms, keepalives[i].ms);
+        config_free(cfg);
+    }
 
     cfg = load_ok("[agent]\nmax_entries = 5000\n");
     ck_assert_uint_eq(cfg->max_entries, 5000);
@@ -499,6 +515,18 @@ static const struct {
                                  "> 0 and a unit: ms, s, m, h or d)\n"},
     {"[rule:r]\nrate = 100\n",
      "t.ini:2: bad rate '100' (expected N/DURATION such as 100/1m or 10/1h)\n"},
+    {"[redis]\nkeepalive = 5\n", "t.ini:2: bad duration '5' for 'keepalive' (expected 0 for off, "
+                                 "or an integer > 0 and a unit: ms, s, m, h or d)\n"},
+    {"[redis]\nkeepalive = -1s\n", "t.ini:2: bad duration '-1s' for 'keepalive' (expected 0 for "
+                                   "off, or an integer > 0 and a unit: ms, s, m, h or d)\n"},
+    {"[redis]\nkeepalive = 0x\n", "t.ini:2: bad duration '0x' for 'keepalive' (expected 0 for "
+                                  "off, or an integer > 0 and a unit: ms, s, m, h or d)\n"},
+    {"[redis]\nkeepalive = 99ms\n",
+     "t.ini:2: duration '99ms' for 'keepalive' is too short: 0 (off) or at least 100ms\n"},
+    {"[redis]\nkeepalive = 400d\n",
+     "t.ini:2: duration '400d' for 'keepalive' is longer than the maximum of 365d\n"},
+    {"[redis]\ntimeout = 0\n", "t.ini:2: bad duration '0' for 'timeout' (expected an integer "
+                               "> 0 and a unit: ms, s, m, h or d)\n"},
     {"[agent]\nshadow = maybe\n", "t.ini:2: bad boolean 'maybe' for 'shadow' (expected yes, no, "
                                   "on, off, true, false, 1 or 0)\n"},
     {"[rule:r]\nrate = 1/1s\nmatch = path ^(/api\n",
@@ -1081,7 +1109,7 @@ START_TEST(print_round_trip)
     static const char *const files[] = {
         "[rule:r]\nrate = 10/1m\n",
         "[agent]\nlisten = [::1]:9000\nallow = 10.0.0.0/8, ::1\nshadow = yes\n"
-        "[redis]\nurl = redis://u:pw@127.0.0.1:6379/2\ntimeout = 1500ms\n"
+        "[redis]\nurl = redis://u:pw@127.0.0.1:6379/2\ntimeout = 1500ms\nkeepalive = 0\n"
         "[lease]\nttl = 2s\n[fallback]\nmode = closed\n"
         "[rule:a]\nmessage = m\nkey = k, ip\nmatch = path ^/a\nmatch = plan x\n"
         "rate = 1000/10s\nburst = 7\nalgorithm = sliding-window\nlease = off\n"
@@ -1091,6 +1119,7 @@ START_TEST(print_round_trip)
         "[rule:c]\nkey = k\nrate = 10/1m\nburst = arg:b\nmax_burst = 50\n"
         "[rule:d]\nkey = k\nrate = arg:l\nmax_rate = 90/1h\nburst = arg:b\nmax_burst = 9\n"
         "[rule:e]\nkey = k\nrate = arg:l\nmax_rate = 10/1m\nburst = 4\n",
+        "[redis]\nurl = redis://127.0.0.1:6379\nkeepalive = 250ms\n[rule:r]\nrate = 10/1m\n",
     };
     for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
         struct config *cfg, *again;
@@ -1106,6 +1135,11 @@ START_TEST(print_round_trip)
         ck_assert_str_eq(text2, text);
         ck_assert_uint_eq(config_hash(cfg), config_hash(again));
         ck_assert_ptr_null(strstr(text, "pw@")); /* the password is masked */
+        if (strstr(files[i], "keepalive = 0\n")) /* off is printed as such */
+            ck_assert_ptr_nonnull(strstr(text, "\nkeepalive = 0 ; off\n"));
+        else if (strstr(files[i], "[redis]")) /* and a duration, or the default */
+            ck_assert_ptr_nonnull(strstr(text, strstr(files[i], "250ms") ? "\nkeepalive = 250ms\n"
+                                                                          : "\nkeepalive = 1s\n"));
         if (strstr(files[i], "arg:")) { /* limits from args are printed as such */
             ck_assert_ptr_nonnull(strstr(text, "rate = arg:limit\nmax_rate = 1000/1m\n"));
             ck_assert_ptr_nonnull(strstr(text, "burst = arg:b\nmax_burst = 9\n"));

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -373,6 +374,44 @@ START_TEST(test_listen_tcp)
 }
 END_TEST
 
+static int sockopt(int fd, int level, int name)
+{
+    int v = -1;
+    socklen_t len = sizeof(v);
+
+    ck_assert_int_eq(getsockopt(fd, level, name, &v, &len), 0);
+    return v;
+}
+
+/* The keepalive options are set on a connected socket, as the store sets
+ * them on its connections to Redis; a socket that is not TCP refuses. */
+START_TEST(test_tcp_keepalive)
+{
+    struct net_addr a = {.kind = NET_ADDR_TCP, .tcp = {"127.0.0.1", 0}};
+    char err[256];
+    int lfd, cfd, sv[2];
+
+    lfd = net_listen(&a, 16, err, sizeof(err));
+    ck_assert_msg(lfd >= 0, "%s", err);
+    a.tcp.port = bound_port(lfd);
+    cfd = net_connect(&a, err, sizeof(err));
+    ck_assert_msg(cfd >= 0, "%s", err);
+    ck_assert_int_eq(sockopt(cfd, SOL_SOCKET, SO_KEEPALIVE), 0);
+    ck_assert_int_eq(net_tcp_keepalive(cfd, 10, 5, 3), 0);
+    ck_assert_int_ne(sockopt(cfd, SOL_SOCKET, SO_KEEPALIVE), 0);
+    ck_assert_int_eq(sockopt(cfd, IPPROTO_TCP, TCP_KEEPIDLE), 10);
+    ck_assert_int_eq(sockopt(cfd, IPPROTO_TCP, TCP_KEEPINTVL), 5);
+    ck_assert_int_eq(sockopt(cfd, IPPROTO_TCP, TCP_KEEPCNT), 3);
+    close(cfd);
+    close(lfd);
+
+    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    ck_assert_int_eq(net_tcp_keepalive(sv[0], 10, 5, 3), -1);
+    close(sv[0]);
+    close(sv[1]);
+}
+END_TEST
+
 START_TEST(test_listen_unix)
 {
     struct net_addr a;
@@ -519,6 +558,7 @@ static Suite *net_suite(void)
     tc = tcase_create("sockets");
     tcase_add_test(tc, test_listen_tcp);
     tcase_add_test(tc, test_listen_unix);
+    tcase_add_test(tc, test_tcp_keepalive);
     tcase_add_test(tc, test_no_address);
     suite_add_tcase(s, tc);
 

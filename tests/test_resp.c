@@ -3,7 +3,8 @@
  * redisFormatCommandArgv() makes of the same arguments: a script call, a
  * read, a batch of calls, empty and binary arguments, and requests larger
  * than the buffer's first allocation. And the reply objects made from a pool
- * (store_reply_pool.c) against those of hiredis' own functions. */
+ * (store_reply_pool.c) against those of hiredis' own functions. And the
+ * Cluster redirects read from error replies (store_reply_redirect). */
 #include <check.h>
 #include <hiredis/hiredis.h>
 #include <stdio.h>
@@ -11,6 +12,7 @@
 #include <string.h>
 
 #include "store/store_conn.h"
+#include "store/store_reply.h"
 #include "store/store_reply_pool.h"
 #include "store/store_resp.h"
 
@@ -257,6 +259,55 @@ START_TEST(reply_pool)
 }
 END_TEST
 
+/* Error replies and the redirect each means (rc -1: none). */
+static const struct {
+    const char *err;
+    int rc, ask, slot;
+    const char *host;
+    int port;
+} redirects[] = {
+    {"MOVED 3999 127.0.0.1:6381", 0, 0, 3999, "127.0.0.1", 6381},
+    {"ASK 0 10.0.0.2:7000", 0, 1, 0, "10.0.0.2", 7000},
+    {"MOVED 16383 redis-3.internal:65535", 0, 0, 16383, "redis-3.internal", 65535},
+    {"MOVED 12 [::1]:7001", 0, 0, 12, "::1", 7001},
+    {"MOVED 12 ::1:7001", 0, 0, 12, "::1", 7001}, /* the last colon ends the host */
+    {"MOVED 5 :7002", 0, 0, 5, "self.example", 7002}, /* empty host: the server asked */
+    {"MOVED 16384 127.0.0.1:6381", -1, 0, 0, NULL, 0},
+    {"MOVED -1 127.0.0.1:6381", -1, 0, 0, NULL, 0},
+    {"MOVED x 127.0.0.1:6381", -1, 0, 0, NULL, 0},
+    {"MOVED 1 127.0.0.1", -1, 0, 0, NULL, 0},
+    {"MOVED 1 127.0.0.1:0", -1, 0, 0, NULL, 0},
+    {"MOVED 1 127.0.0.1:65536", -1, 0, 0, NULL, 0},
+    {"MOVED 1 127.0.0.1:6381x", -1, 0, 0, NULL, 0},
+    {"MOVED 1  127.0.0.1:1", 0, 0, 1, " 127.0.0.1", 1}, /* as written; the connect fails */
+    {"MOVED 1 a-host-name-longer-than-the-buffer-given:1", -1, 0, 0, NULL, 0},
+    {"ASKING", -1, 0, 0, NULL, 0},
+    {"ERR unknown command", -1, 0, 0, NULL, 0},
+    {"NOSCRIPT No matching script", -1, 0, 0, NULL, 0},
+};
+
+START_TEST(redirect)
+{
+    char host[32];
+    int ask = -1, slot = -1, port = -1;
+    int rc = store_reply_redirect(redirects[_i].err, "self.example", &ask, &slot, host,
+                                  sizeof(host), &port);
+
+    ck_assert_int_eq(rc, redirects[_i].rc);
+    if (rc == 0) {
+        ck_assert_int_eq(ask, redirects[_i].ask);
+        ck_assert_int_eq(slot, redirects[_i].slot);
+        ck_assert_str_eq(host, redirects[_i].host);
+        ck_assert_int_eq(port, redirects[_i].port);
+    }
+    /* the server asked has no known name: an empty host is no redirect */
+    if (rc == 0 && strcmp(redirects[_i].host, "self.example") == 0)
+        ck_assert_int_eq(store_reply_redirect(redirects[_i].err, NULL, &ask, &slot, host,
+                                              sizeof(host), &port),
+                         -1);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("resp");
@@ -269,6 +320,7 @@ int main(void)
     tcase_add_test(tc, read_call);
     tcase_add_loop_test(tc, batch, 0, sizeof(batch_sizes) / sizeof(batch_sizes[0]));
     tcase_add_loop_test(tc, reply_pool, 0, sizeof(replies) / sizeof(replies[0]));
+    tcase_add_loop_test(tc, redirect, 0, sizeof(redirects) / sizeof(redirects[0]));
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -59,6 +59,9 @@ static const struct key_def key_defs[] = {
      PF(redis_sentinel_hosts)},
     {SEC_REDIS, "master", T_STR, CF(redis_master), 0, 0, F_NONEMPTY, NULL, 0},
     {SEC_REDIS, "timeout", T_DUR, CF(redis_timeout_ms), 0, 0, 0, NULL, 0},
+    /* more than 10 PINGs a second would be load, not keepalive (and the
+     * store looks for idle connections every 50 ms) */
+    {SEC_REDIS, "keepalive", T_DUR, CF(redis_keepalive_ms), 100, 0, F_ZERO, NULL, 0},
     {SEC_REDIS, "prefix", T_STR, CF(redis_prefix), 0, MAX_PREFIX, 0, NULL, 0},
     {SEC_LEASE, "interval", T_DUR, CF(lease_interval_ms), 0, 0, 0, NULL, 0},
     {SEC_LEASE, "ttl", T_DUR, CF(lease_ttl_ms), 0, 0, 0, NULL, 0},
@@ -499,6 +502,7 @@ static struct config *config_new(const char *path)
     cfg->max_entries = 1000000;
     cfg->alert_share = 0.05;
     cfg->redis_timeout_ms = 100;
+    cfg->redis_keepalive_ms = 1000;
     cfg->lease_interval_ms = 100;
     cfg->lease_ttl_ms = 1000;
     cfg->lease_max_fraction = 0.1;

@@ -126,6 +126,7 @@ struct config {
     struct cfg_hosts redis_sentinel_hosts;
     char *redis_master;
     uint64_t redis_timeout_ms; /* default 100 */
+    uint64_t redis_keepalive_ms; /* PING after this long without traffic; default 1000, 0 = off */
     char *redis_prefix;        /* default "rl:" */
 
     /* [lease] */

@@ -15,7 +15,7 @@
 
 #include "config_errors.h"
 
-#define CONFIG_NKEYS 38 /* entries of config.c's key table, checked there */
+#define CONFIG_NKEYS 39 /* entries of config.c's key table, checked there */
 
 struct config;
 
@@ -24,7 +24,7 @@ enum section_kind { SEC_NONE, SEC_SKIP, SEC_AGENT, SEC_REDIS, SEC_LEASE, SEC_FAL
 enum value_type {
     T_STR,   /* char *; F_NONEMPTY: "" is an error */
     T_UINT,  /* unsigned integer of the field's size, in [min, max] */
-    T_DUR,   /* uint64_t milliseconds */
+    T_DUR,   /* uint64_t milliseconds, at least min (when not 0); F_ZERO: 0 allowed (off) */
     T_BOOL,  /* int */
     T_SHARE, /* double in (0, 1] */
     T_ENUM,  /* int: index in names */
@@ -44,6 +44,7 @@ enum value_type {
 #define F_MULTI 8u /* the key may be repeated; each line adds */
 #define F_ARG 16u  /* "arg:NAME" takes the value per request from an arg: NAME goes
                       into the char * of struct cfg_rule at offset `parsed` */
+#define F_ZERO 32u /* T_DUR: "0" (with or without a unit) is allowed, for off */
 
 struct key_def {
     int section;

@@ -139,6 +139,11 @@ static void put_redis(struct out *o, const struct config *cfg)
             cfg->redis_master ? cfg->redis_master : "");
     put(o, "timeout = ");
     put_duration(o, cfg->redis_timeout_ms);
+    put(o, "\nkeepalive = ");
+    if (cfg->redis_keepalive_ms)
+        put_duration(o, cfg->redis_keepalive_ms);
+    else
+        put(o, "0 ; off");
     put(o, "\nprefix = %s\n\n[lease]\ninterval = ", cfg->redis_prefix ? cfg->redis_prefix : "");
     put_duration(o, cfg->lease_interval_ms);
     put(o, "\nttl = ");

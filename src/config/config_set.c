@@ -263,7 +263,8 @@ static void set_str(struct parse_state *st, const struct key_def *d, char **fiel
 static void set_duration(struct parse_state *st, const struct key_def *d, uint64_t *field,
                          const char *v)
 {
-    int rc = config_duration(v, field);
+    int off = (d->flags & F_ZERO) != 0;
+    int rc = off ? config_duration_or_off(v, field) : config_duration(v, field);
 
     if (rc == CONFIG_ETOOLONG)
         config_errors_add(&st->errors, st->line,
@@ -271,9 +272,13 @@ static void set_duration(struct parse_state *st, const struct key_def *d, uint64
                           v, d->name);
     else if (rc != 0)
         config_errors_add(&st->errors, st->line,
-                          "bad duration '%.80s' for '%s' (expected an integer > 0 and a unit: ms, "
-                          "s, m, h or d)",
-                          v, d->name);
+                          "bad duration '%.80s' for '%s' (expected %san integer > 0 and a unit: "
+                          "ms, s, m, h or d)",
+                          v, d->name, off ? "0 for off, or " : "");
+    else if (*field != 0 && *field < d->min)
+        config_errors_add(&st->errors, st->line,
+                          "duration '%.80s' for '%s' is too short: %sat least %llums", v, d->name,
+                          off ? "0 (off) or " : "", (unsigned long long)d->min);
 }
 
 static void set_bool(struct parse_state *st, const struct key_def *d, int *field, const char *v)

@@ -74,6 +74,18 @@ int config_duration(const char *s, uint64_t *ms)
     return 0;
 }
 
+int config_duration_or_off(const char *s, uint64_t *ms)
+{
+    size_t zeros = s ? strspn(s, "0") : 0;
+    uint64_t mult;
+
+    if (zeros > 0 && (s[zeros] == '\0' || unit_ms(s + zeros, &mult) == 0)) {
+        *ms = 0;
+        return 0;
+    }
+    return config_duration(s, ms);
+}
+
 int config_parse_duration(const char *s, uint64_t *ms)
 {
     return config_duration(s, ms) == 0 ? 0 : -1;

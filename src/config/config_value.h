@@ -24,6 +24,9 @@ struct net_addr;
 int config_duration(const char *s, uint64_t *ms);
 int config_rate(const char *s, uint64_t *n, uint64_t *period_ms);
 
+/* As config_duration, and also "0", with or without a unit: 0 (off). */
+int config_duration_or_off(const char *s, uint64_t *ms);
+
 /* Exactly len decimal digits (len > 0), no sign, no overflow. */
 int config_parse_digits(const char *s, size_t len, uint64_t *v);
 

@@ -253,6 +253,7 @@ struct store *store_new(struct ev_loop *loop, const struct config *cfg, char *er
     }
     s->env.loop = loop;
     s->env.timeout_us = cfg->redis_timeout_ms * 1000;
+    s->env.keepalive_us = cfg->redis_keepalive_ms * 1000;
     /* Frozen past 10 x timeout (at least 1 s): give the connection up. */
     s->env.dead_after_us = cfg->redis_timeout_ms * 10000;
     if (s->env.dead_after_us < 1000000)

@@ -1,6 +1,7 @@
 /* store_conn.c - one asynchronous Redis connection (hiredis 0.14 + libev):
  * setup commands, EVALSHA with NOSCRIPT reload and retry, redirects handed
- * to the owner, the commands in flight, a watchdog, reconnect with backoff.
+ * to the owner, the commands in flight, a watchdog, keepalive, reconnect
+ * with backoff.
  *
  * Lifetime rules. A hiredis callback cannot be cancelled, and a context given
  * up with redisAsyncFree() runs its pending callbacks with a NULL reply, at
@@ -13,6 +14,7 @@
  */
 #include "store_conn.h"
 
+#include <errno.h>
 #include <ev.h>
 #include <hiredis/adapters/libev.h>
 #include <hiredis/async.h>
@@ -53,6 +55,9 @@ struct store_conn {
     int ready;             /* role checked and scripts loaded */
     int loading;           /* SCRIPT LOAD replies still expected */
     uint64_t connect_us;   /* when the current attempt started */
+    uint64_t io_us;        /* the last command sent or reply read: keepalive's clock */
+    uint64_t ping_us;      /* the keepalive PING in flight was sent then; 0: none */
+    int ping_late;         /* it is past the timeout (counted as an error once) */
     double backoff;
     ev_timer retry;
     ev_timer watchdog;
@@ -169,6 +174,7 @@ static void conn_lost(struct store_conn *conn, redisAsyncContext *ac, const char
     conn->ac = NULL;
     conn->connected = 0;
     conn->loading = 0;
+    conn->ping_us = 0;
     ev_timer_stop(conn->env->loop, &conn->watchdog);
     if (ac)
         redisAsyncFree(ac); /* deferred by hiredis when inside one of its callbacks */
@@ -231,6 +237,7 @@ static void on_setup_reply(redisAsyncContext *ac, void *r, void *priv)
 
     if (!reply || conn->ac != ac)
         return; /* going away: conn_lost handles it */
+    conn->io_us = util_now_us();
     if (reply->type == REDIS_REPLY_ERROR) {
         snprintf(why, sizeof(why), "%s: %s", setup_name(what), reply->str);
         METRIC_INC(redis_errors);
@@ -318,8 +325,12 @@ static void connect_to(struct store_conn *conn, const char *ip)
     }
     ac->data = conn;
     ac->c.reader->fn = &store_reply_pool_fns; /* reply structs recycled */
+    if (!conn->unix_path && net_tcp_keepalive(ac->c.fd, STORE_TCP_KEEPIDLE, STORE_TCP_KEEPINTVL,
+                                              STORE_TCP_KEEPCNT) == -1)
+        LOG_DEBUG("\"redis tcp keepalive not set\" addr=%s err=\"%s\"", log_val(conn->name),
+                  log_esc(strerror(errno), strlen(strerror(errno))));
     conn->ac = ac;
-    conn->connect_us = util_now_us();
+    conn->connect_us = conn->io_us = util_now_us();
     redisLibevAttach(loop, ac);
     redisAsyncSetConnectCallback(ac, on_connect);
     redisAsyncSetDisconnectCallback(ac, on_disconnect);
@@ -395,72 +406,76 @@ int store_conn_restart(struct store_conn *conn, const char *host, int port, cons
     return 0;
 }
 
-/* A connection whose oldest command waits far beyond the timeout is stuck
- * (Redis frozen, a partition without RST), and so is a connect or a setup
- * that does not finish: drop it and start over. */
+/* The keepalive PING's reply. An error reply counts as a failed command does;
+ * the connection stays (a late or missing reply is the watchdog's). */
+static void on_ping_reply(redisAsyncContext *ac, void *r, void *priv)
+{
+    struct store_conn *conn = ac->data;
+    redisReply *reply = r;
+
+    if (!reply || conn->ac != ac)
+        return; /* going away: conn_lost handles it */
+    conn->ping_us = 0;
+    conn->io_us = util_now_us();
+    if (reply->type == REDIS_REPLY_ERROR) {
+        METRIC_INC(redis_errors);
+        LOG_DEBUG("\"redis keepalive failed\" addr=%s err=\"%s\"", log_val(conn->name),
+                  log_esc(reply->str, strlen(reply->str)));
+    }
+}
+
+/* A ready connection without traffic for keepalive_us (nothing in flight or
+ * queued) gets a PING, which Redis and every proxy on the way see as
+ * traffic. A PING past the timeout counts as an error, as a call would. */
+static void keepalive(struct store_conn *conn, uint64_t now)
+{
+    const struct store_env *env = conn->env;
+
+    if (conn->ping_us) {
+        if (!conn->ping_late && now - conn->ping_us > env->timeout_us) {
+            conn->ping_late = 1;
+            METRIC_INC(redis_errors);
+        }
+        return;
+    }
+    if (!env->keepalive_us || !conn->ready || conn->head || conn->qhead ||
+        now - conn->io_us < env->keepalive_us)
+        return;
+    if (redisAsyncCommand(conn->ac, on_ping_reply, NULL, "PING") != REDIS_OK)
+        return; /* disconnecting: on_disconnect follows */
+    METRIC_INC(redis_keepalives);
+    conn->ping_us = conn->io_us = now;
+    conn->ping_late = 0;
+}
+
+/* A connection whose oldest command (or keepalive PING) waits far beyond
+ * the timeout is stuck (Redis frozen, a partition without RST), and so is a
+ * connect or a setup that does not finish: drop it and start over.
+ * Otherwise send the keepalive PING if one is due. */
 static void watchdog_cb(struct ev_loop *loop, ev_timer *t, int revents)
 {
     struct store_conn *conn = t->data;
     uint64_t now = util_now_us();
+    uint64_t oldest = conn->head ? conn->head->sent_us : 0;
 
     if (!conn->ac) {
         ev_timer_stop(loop, t);
         return;
     }
-    if (conn->head && now - conn->head->sent_us > conn->env->dead_after_us) {
+    if (conn->ping_us && (!oldest || conn->ping_us < oldest))
+        oldest = conn->ping_us;
+    if (oldest && now - oldest > conn->env->dead_after_us) {
         LOG_WARN("\"redis not answering; reconnecting\" addr=%s waited_ms=%llu", log_val(conn->name),
-                 (unsigned long long)((now - conn->head->sent_us) / 1000));
+                 (unsigned long long)((now - oldest) / 1000));
         conn_lost(conn, conn->ac, "not answering", 1);
     } else if (!conn->ready && now - conn->connect_us > conn->env->dead_after_us) {
         conn_lost(conn, conn->ac, conn->connected ? "setup timed out" : "connect timed out", 1);
+    } else {
+        keepalive(conn, now);
     }
 }
 
 /* ---- EVALSHA --------------------------------------------------------------- */
-
-/* "MOVED 3999 127.0.0.1:6381" or "ASK ...": 0 with the parts, -1 otherwise.
- * An empty host means the server we asked. */
-static int parse_redirect(const struct store_conn *conn, const char *err, int *ask, int *slot,
-                          char *host, size_t hostcap, int *port)
-{
-    const char *p, *colon;
-    char *end;
-    long v;
-
-    if (strncmp(err, "MOVED ", 6) == 0) {
-        *ask = 0;
-        p = err + 6;
-    } else if (strncmp(err, "ASK ", 4) == 0) {
-        *ask = 1;
-        p = err + 4;
-    } else {
-        return -1;
-    }
-    v = strtol(p, &end, 10);
-    if (end == p || *end != ' ' || v < 0 || v > 16383)
-        return -1;
-    *slot = (int)v;
-    p = end + 1;
-    colon = strrchr(p, ':');
-    if (!colon || (size_t)(colon - p) >= hostcap)
-        return -1;
-    v = strtol(colon + 1, &end, 10);
-    if (end == colon + 1 || *end || v <= 0 || v > 65535)
-        return -1;
-    *port = (int)v;
-    if (colon == p) {
-        if (!conn->host || strlen(conn->host) >= hostcap)
-            return -1;
-        strcpy(host, conn->host);
-    } else if (*p == '[' && colon[-1] == ']') { /* [v6]:port */
-        memcpy(host, p + 1, (size_t)(colon - p - 2));
-        host[colon - p - 2] = '\0';
-    } else {
-        memcpy(host, p, (size_t)(colon - p));
-        host[colon - p] = '\0';
-    }
-    return 0;
-}
 
 static void on_eval_reply(redisAsyncContext *ac, void *r, void *priv);
 
@@ -483,7 +498,7 @@ static int wire_send(struct store_conn *conn, struct store_cmd *c)
     if (redisAsyncFormattedCommand(conn->ac, on_eval_reply, c, w->buf, w->len) != REDIS_OK)
         return -1;
     METRIC_INC(redis_commands);
-    c->sent_us = util_now_us();
+    c->sent_us = conn->io_us = util_now_us();
     if (!c->first_us)
         c->first_us = c->sent_us;
     cmd_link(conn, c);
@@ -605,7 +620,7 @@ static int handle_error(struct store_conn *conn, redisAsyncContext *ac, struct s
         return 1;
     }
     if (conn->hooks->redirect &&
-        parse_redirect(conn, err, &ask, &slot, host, sizeof(host), &port) == 0) {
+        store_reply_redirect(err, conn->host, &ask, &slot, host, sizeof(host), &port) == 0) {
         LOG_DEBUG("\"redis redirect\" from=%s err=\"%s\"", log_val(conn->name),
                   log_esc(err, strlen(err)));
         conn->hooks->redirect(conn->owner, conn, c, ask, slot, host, port);
@@ -632,7 +647,7 @@ static void on_eval_reply(redisAsyncContext *ac, void *r, void *priv)
     if (!reply || conn->ac != ac)
         return; /* going away: c has failed, or fails, in conn_lost (c may be gone) */
     cmd_unlink(c);
-    now = util_now_us();
+    now = conn->io_us = util_now_us();
     metrics_hist_observe(&metrics.redis_latency, (now - c->sent_us) * 1000);
     if (reply->type == REDIS_REPLY_ERROR && handle_error(conn, ac, c, reply->str))
         goto next;

@@ -9,8 +9,11 @@
  * for an -ASK redirect); a NOSCRIPT reply reloads the script and retries the
  * command once on the same connection. -MOVED and -ASK replies go to the
  * owner's redirect hook. A watchdog drops a connection whose oldest command,
- * or whose connect, takes far longer than the timeout. After a loss the
- * owner's retry hook runs after a backoff (50 ms doubling to 2 s).
+ * or whose connect, takes far longer than the timeout. A connection without
+ * traffic for env->keepalive_us gets a PING, so that idle timeouts on the way
+ * (Redis' `timeout`, a proxy's) never close it; TCP keepalive is on too
+ * (STORE_TCP_KEEP*). After a loss the owner's retry hook runs after a backoff
+ * (50 ms doubling to 2 s).
  *
  * Every command handed to a connection completes exactly once: its callback
  * runs with the reply, or with STORE_DOWN when the connection goes away, or
@@ -27,6 +30,15 @@
 
 #define STORE_SHA_LEN 40
 
+/* TCP keepalive on every TCP connection to Redis or a Sentinel
+ * (net_tcp_keepalive): with no traffic for 10 s a probe, then one every 5 s;
+ * 3 unanswered reset the connection, so a peer gone without a word is found
+ * within 25 s even when [redis] keepalive is off, and middleboxes (NAT,
+ * conntrack) see the connection live. */
+#define STORE_TCP_KEEPIDLE 10
+#define STORE_TCP_KEEPINTVL 5
+#define STORE_TCP_KEEPCNT 3
+
 struct ev_loop;
 struct store_conn;
 
@@ -35,6 +47,7 @@ struct store_env {
     struct ev_loop *loop;
     uint64_t timeout_us;     /* [redis] timeout: per command, and per sentinel/seed query */
     uint64_t dead_after_us;  /* watchdog: a command or a connect older than this is stuck */
+    uint64_t keepalive_us;   /* [redis] keepalive: PING after this long without traffic; 0 off */
     const char *user;        /* AUTH user (NULL: password only) */
     const char *password;    /* AUTH at connect when not NULL */
     int db;                  /* SELECT at connect when not 0 */

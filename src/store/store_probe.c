@@ -11,6 +11,7 @@
  */
 #include "store_probe.h"
 
+#include <errno.h>
 #include <ev.h>
 #include <hiredis/adapters/libev.h>
 #include <hiredis/async.h>
@@ -22,6 +23,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "net.h"
+#include "store_conn.h"
 #include "store_lookup.h"
 
 struct store_probe {
@@ -91,6 +93,10 @@ static int connect_to(struct store_probe *p, const char *ip)
         return -1;
     }
     ac->data = p;
+    if (net_tcp_keepalive(ac->c.fd, STORE_TCP_KEEPIDLE, STORE_TCP_KEEPINTVL, STORE_TCP_KEEPCNT) ==
+        -1)
+        LOG_DEBUG("\"redis tcp keepalive not set\" addr=%s:%d err=\"%s\"", log_val(a->host),
+                  a->port, log_esc(strerror(errno), strlen(strerror(errno))));
     redisLibevAttach(p->loop, ac);
     redisAsyncSetConnectCallback(ac, on_connect);
     redisAsyncSetDisconnectCallback(ac, on_disconnect);

@@ -1,8 +1,9 @@
-/* store_reply.c - what a script's reply says. */
+/* store_reply.c - what a script's reply, or a redirect, says. */
 #include "store_reply.h"
 
 #include <hiredis/hiredis.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "script.h"
 
@@ -81,5 +82,47 @@ int store_reply_exact(const int64_t *v, int n, struct bucket_result *out)
             out->retry_us = 1000;
     }
     out->reset_us = ms_to_us(v[EXACT_R_RESET_MS]);
+    return 0;
+}
+
+int store_reply_redirect(const char *err, const char *self, int *ask, int *slot, char *host,
+                         size_t hostcap, int *port)
+{
+    const char *p, *colon;
+    char *end;
+    long v;
+
+    if (strncmp(err, "MOVED ", 6) == 0) {
+        *ask = 0;
+        p = err + 6;
+    } else if (strncmp(err, "ASK ", 4) == 0) {
+        *ask = 1;
+        p = err + 4;
+    } else {
+        return -1;
+    }
+    v = strtol(p, &end, 10);
+    if (end == p || *end != ' ' || v < 0 || v > 16383)
+        return -1;
+    *slot = (int)v;
+    p = end + 1;
+    colon = strrchr(p, ':');
+    if (!colon || (size_t)(colon - p) >= hostcap)
+        return -1;
+    v = strtol(colon + 1, &end, 10);
+    if (end == colon + 1 || *end || v <= 0 || v > 65535)
+        return -1;
+    *port = (int)v;
+    if (colon == p) {
+        if (!self || strlen(self) >= hostcap)
+            return -1;
+        strcpy(host, self);
+    } else if (*p == '[' && colon[-1] == ']') { /* [v6]:port */
+        memcpy(host, p + 1, (size_t)(colon - p - 2));
+        host[colon - p - 2] = '\0';
+    } else {
+        memcpy(host, p, (size_t)(colon - p));
+        host[colon - p] = '\0';
+    }
     return 0;
 }

@@ -34,4 +34,12 @@ void store_reply_batch_next(const struct redisReply *reply, size_t *at, struct s
  * stay far from overflow. */
 int store_reply_exact(const int64_t *v, int n, struct bucket_result *out);
 
+/* A Redis Cluster redirect, the text of an error reply: "MOVED 3999
+ * 127.0.0.1:6381" (ask 0) or "ASK ..." (ask 1). 0 with the slot and the
+ * address (host: at most hostcap bytes with its NUL; a [v6] without its
+ * brackets; an empty host means self, the server asked, which may be NULL),
+ * or -1 when err is no redirect or does not fit (outputs then undefined). */
+int store_reply_redirect(const char *err, const char *self, int *ask, int *slot, char *host,
+                         size_t hostcap, int *port);
+
 #endif

@@ -250,7 +250,9 @@ static void usage(FILE *f)
                "  -k KEYS      distinct client keys, chosen at random (1000)\n"
                "  -m MESSAGE   SPOE message name (check-rate)\n"
                "  -P PATH      value of the path arg (/api/bench)\n"
-               "  -r RATE      send RATE decisions per second, paced (light load: latency)\n"
+               "  -r RATE      send RATE decisions per second, paced over the connections\n"
+               "               (light load: latency); at most PIPELINE in flight on each:\n"
+               "               the ones due meanwhile go out as ACKs make room\n"
                "  -s SEED      seed of the key choice (a different set of keys)\n"
                "  -h, --help   print this help and exit\n");
 }
@@ -353,48 +355,80 @@ static int serve_conn(const struct opts *o, struct bconn *bc, uint64_t *sent, in
     return flush_notifies(bc, o);
 }
 
-/* Paced: one NOTIFY every 1/rate s, on the connections in turn, until the
+/* Milliseconds for poll() until t (rounded up: poll() never returns before
+ * the decision due at t); 0 when t has passed. */
+static int ms_until(uint64_t t, uint64_t now)
+{
+    return t > now ? (int)((t - now + 999) / 1000) : 0;
+}
+
+/* Paced (open loop): decision i is due at t0 + i / rate. Whatever is due goes
+ * out at once, spread over the connections in turn, each taking what its
+ * pipeline has room for, one write() per connection. With every pipeline
+ * full the due decisions wait for ACKs and go out as soon as there is room,
+ * so the run keeps the rate on average whenever the agent keeps up. Until the
  * total (or the deadline) is sent and every ACK is in. */
 static void run_paced(struct opts *o, struct bconn *conns, struct pollfd *pfd)
 {
-    uint64_t sent = 0, t0 = util_now_us(), deadline = 0;
+    uint64_t sent = 0, t0 = util_now_us(), deadline = 0, progress = t0;
     unsigned next_conn = 0;
 
     if (o->duration > 0) {
         deadline = t0 + (uint64_t)(o->duration * 1e6);
         o->total = UINT64_MAX;
     }
-    while (acks < sent || (sent < o->total && (!deadline || util_now_us() < deadline))) {
-        uint64_t now = util_now_us(), due = t0 + (uint64_t)((double)sent * 1e6 / o->rate);
+    for (;;) {
+        uint64_t now = util_now_us();
+        int sending = sent < o->total && (!deadline || now < deadline);
         int wait_ms = 1000;
-        if (sent < o->total && (!deadline || now < deadline)) {
-            if (now >= due) {
-                struct bconn *bc = &conns[next_conn];
-                next_conn = (next_conn + 1) % o->conns;
-                if (bc->inflight < o->pipeline) {
-                    if (send_notify(bc, o) < 0 || flush_notifies(bc, o) < 0)
-                        goto io_error;
-                    sent++;
-                }
-                continue;
-            }
-            wait_ms = (int)((due - now) / 1000);
-        }
-        int r = poll(pfd, o->conns, wait_ms);
-        if (r < 0)
-            goto io_error;
-        if (r == 0 && acks < sent && util_now_us() - now > 5000000) {
-            fprintf(stderr, "spoa-bench: no answer for 5 s\n");
+
+        if (acks == sent) {
+            if (!sending)
+                return;
+            progress = now; /* nothing outstanding: nothing is late */
+        } else if (now - progress > 5000000) {
+            fprintf(stderr, "spoa-bench: no answer for 5 s (%" PRIu64 " of %" PRIu64 ")\n",
+                    acks, sent);
             errors++;
             return;
         }
+        if (sending) {
+            double due_f = (double)(now - t0) * o->rate / 1e6 + 1;
+            uint64_t due = due_f >= (double)o->total ? o->total : (uint64_t)due_f;
+            unsigned full = 0; /* pipelines found full in a row */
+
+            while (sent < due && full < o->conns) {
+                struct bconn *bc = &conns[next_conn];
+                next_conn = (next_conn + 1) % o->conns;
+                if (bc->inflight >= o->pipeline) {
+                    full++;
+                    continue;
+                }
+                if (send_notify(bc, o) < 0)
+                    goto io_error;
+                sent++;
+                full = 0;
+            }
+            for (unsigned i = 0; i < o->conns; i++)
+                if (flush_notifies(&conns[i], o) < 0)
+                    goto io_error;
+            /* behind (every pipeline full): wake on an ACK; else at the next due */
+            if (sent == due && sent < o->total)
+                wait_ms = ms_until(t0 + (uint64_t)((double)sent * 1e6 / o->rate), now);
+            if (deadline && ms_until(deadline, now) < wait_ms)
+                wait_ms = ms_until(deadline, now);
+        }
+        uint64_t before = acks;
+        if (poll(pfd, o->conns, wait_ms) < 0)
+            goto io_error;
         for (unsigned i = 0; i < o->conns; i++) {
             if ((pfd[i].revents & (POLLIN | POLLHUP | POLLERR)) &&
                 serve_conn(o, &conns[i], &sent, 0, 0) < 0)
                 goto io_error;
         }
+        if (acks != before)
+            progress = util_now_us();
     }
-    return;
 io_error:
     fprintf(stderr, "spoa-bench: connection lost: %s\n", strerror(errno));
     errors++;

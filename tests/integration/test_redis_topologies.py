@@ -17,6 +17,7 @@ import unittest
 import urllib.parse
 
 import spop
+import test_redis_keepalive
 from harness import Agent, Proc, free_port, wait_port
 
 RULES = """
@@ -253,6 +254,11 @@ class Cluster(TopologyCase):
         # our CRC16 agreed with Redis: not a single redirect was needed
         self.assertNotIn('"redis redirect"', agent.output())
         self.assertEqual(agent.metric("spoa_ratelimit_redis_up"), 1)
+        # TCP keepalive on the connection to every node (test_redis_keepalive)
+        for p in self.ports:
+            clients = test_redis_keepalive.agent_clients(p)
+            self.assertEqual(len(clients), 1, "agent connections to %d: %r" % (p, clients))
+            test_redis_keepalive.assert_keepalive_sockets(self, p, clients)
 
     def test_slot_migrated_under_the_agent(self):
         agent, c = self.agent("[redis]\ncluster = 127.0.0.1:%d\n" % self.ports[0],
