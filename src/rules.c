@@ -10,12 +10,14 @@
 #include <string.h>
 
 #include "mismatch.h"
+#include "sha256.h"
 #include "util.h"
 
 #define KEY_SEP '|'
 /* Before the limits in the key of a rule with limits from args: a control
  * byte, which no HTTP header value holds. */
 #define LIMITS_SEP '\x1f'
+#define HASHED_KEY_MARK '#' /* the first byte of a hashed key, and of no other */
 #define ARG_TEXT_MAX 64 /* the longest rate or burst taken from an arg */
 
 void rules_backstop_params(const struct bucket_params *p, double share, struct bucket_params *b)
@@ -237,6 +239,30 @@ static int build_key(struct rule_eval *ev, const struct cfg_rule *r, const struc
     return 1;
 }
 
+/* The stored form of a client key that is too long, or that starts with
+ * HASHED_KEY_MARK: the mark and the first 128 bits of the SHA-256 of the
+ * key (a, then b) in hex, NUL-terminated in out (RULES_HASHED_KEY_LEN + 1
+ * bytes). Every stored key that starts with the mark is such a hash, so no
+ * client key can name another client's hashed bucket, and SHA-256 keeps
+ * anyone from crafting two keys with one hash. */
+static void hash_key(char *out, const void *a, size_t alen, const void *b, size_t blen)
+{
+    static const char hex[] = "0123456789abcdef";
+    uint8_t d[SHA256_LEN];
+    struct sha256 s;
+
+    sha256_init(&s);
+    sha256_update(&s, a, alen);
+    sha256_update(&s, b, blen);
+    sha256_final(&s, d);
+    out[0] = HASHED_KEY_MARK;
+    for (int i = 0; i < (RULES_HASHED_KEY_LEN - 1) / 2; i++) {
+        out[1 + 2 * i] = hex[d[i] >> 4];
+        out[2 + 2 * i] = hex[d[i] & 15];
+    }
+    out[RULES_HASHED_KEY_LEN] = '\0';
+}
+
 /* Finish the key built from start: append the limits when they are the
  * request's own (LIMITS_SEP, then N/PERIODms/BURST: exact and canonical, so
  * that two limits never share a key), hash it when longer than max_key, and
@@ -256,20 +282,18 @@ static int finish_key(struct rule_eval *ev, size_t start, const struct bucket_pa
         memcpy(ev->keys + ev->keys_len, buf, (size_t)n);
         ev->keys_len += (size_t)n;
     }
-    if (ev->keys_len - start > max_key) {
-        /* Too long to keep: 128 bits of two differently seeded hashes. The
+    if (ev->keys_len - start > max_key ||
+        (ev->keys_len > start && ev->keys[start] == HASHED_KEY_MARK)) {
+        /* Too long to keep, or looks like a hash: hashed (hash_key). The
          * hash may be longer than the key it replaces (max_key can be 16):
          * room for it and its NUL is made first, so it is never cut. */
-        uint64_t h1 = util_hash(UTIL_HASH_INIT, ev->keys + start, ev->keys_len - start);
-        uint64_t h2 = util_hash(0x84222325cbf29ce4ULL, ev->keys + start, ev->keys_len - start);
+        char h[RULES_HASHED_KEY_LEN + 1];
+        hash_key(h, ev->keys + start, ev->keys_len - start, "", 0);
         ev->keys_len = start;
         if (keys_reserve(ev, RULES_HASHED_KEY_LEN + 1) < 0)
             return -ENOMEM;
-        int n = snprintf(ev->keys + start, ev->keys_cap - start, "#%016" PRIx64 "%016" PRIx64,
-                         h1, h2);
-        if (n != RULES_HASHED_KEY_LEN)
-            return -ENOMEM; /* cannot happen: 1 + 2 x 16 hex digits */
-        ev->keys_len += (size_t)n;
+        memcpy(ev->keys + start, h, RULES_HASHED_KEY_LEN);
+        ev->keys_len += RULES_HASHED_KEY_LEN;
     }
     if (keys_reserve(ev, 1) < 0) {
         ev->keys_len = start;
@@ -414,14 +438,12 @@ int rules_client_key(const char *key, size_t len, const struct bucket_params *li
                          RULES_LIMITS_SEP, limits->limit, limits->period_us / 1000, limits->burst);
         slen = n > 0 ? (size_t)n : 0;
     }
-    if (len + slen > max_key) {
-        /* As build_key: 128 bits of two differently seeded hashes (FNV-1a
-         * runs on, so hashing key then suffix hashes their concatenation). */
-        uint64_t h1 = util_hash(util_hash(UTIL_HASH_INIT, key, len), suffix, slen);
-        uint64_t h2 = util_hash(util_hash(0x84222325cbf29ce4ULL, key, len), suffix, slen);
+    if (len + slen > max_key || (len + slen > 0 && (len ? key[0] : suffix[0]) == HASHED_KEY_MARK)) {
+        /* As finish_key (hashing key then suffix hashes their concatenation) */
         if (cap < RULES_HASHED_KEY_LEN + 1)
             return -1;
-        return snprintf(out, cap, "#%016" PRIx64 "%016" PRIx64, h1, h2);
+        hash_key(out, key, len, suffix, slen);
+        return RULES_HASHED_KEY_LEN;
     }
     if (len + slen + 1 > cap)
         return -1;

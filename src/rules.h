@@ -82,7 +82,8 @@ static inline const char *rules_hit_key(const struct rule_eval *ev, const struct
     return ev->keys + h->key_off;
 }
 
-/* A client key longer than max_key is replaced by '#' and 32 hex digits. */
+/* A client key longer than max_key, or starting with '#', is replaced by
+ * '#' and 32 hex digits: the first 128 bits of its SHA-256. */
 #define RULES_HASHED_KEY_LEN 33
 
 /* Find the rules that apply to the messages of a NOTIFY payload: each rule
@@ -120,13 +121,13 @@ int rules_rate_above(uint64_t n1, uint64_t p1, uint64_t n2, uint64_t p2);
  * from the text of its key args (len bytes; several args joined with '|'):
  * that text, with limits appended when not NULL (a rule taking its limits
  * per request from args keys each client by its limits too: RULES_LIMITS_SEP
- * then "N/PERIODms/BURST"), replaced by "#" and a 128-bit hash of it when
- * longer than max_key. Written NUL-terminated into out (cap bytes: a hashed
+ * then "N/PERIODms/BURST"), replaced by "#" and a 128-bit hash of it
+ * (SHA-256) when longer than max_key or when it starts with '#' (so that
+ * only hashes start with '#': no client can name a hashed bucket). Written NUL-terminated into out (cap bytes: a hashed
  * key needs RULES_HASHED_KEY_LEN + 1). Returns its length, or -1 when out is
  * too small. For the operator's GET /key and POST /reset, which must find
  * the bucket a request with that key would use. */
 #define RULES_LIMITS_SEP '\x1f'
-#define RULES_HASHED_KEY_LEN 33
 int rules_client_key(const char *key, size_t len, const struct bucket_params *limits,
                      size_t max_key, char *out, size_t cap);
 

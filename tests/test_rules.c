@@ -85,6 +85,53 @@ START_TEST(match_and_keys)
 }
 END_TEST
 
+/* A client cannot aim at another client's hashed bucket: a key that starts
+ * with '#' (such as the stored form of a long key, sent literally) is hashed
+ * too, into another hash; the hash is the first 128 bits of SHA-256 (a known
+ * value), and rules_client_key() gives what requests get. */
+START_TEST(hashed_keys_cannot_be_aimed_at)
+{
+    struct ruleset *rs = load(ini); /* max_key = 32 */
+    struct rule_eval ev = {0};
+    uint8_t buf[1024];
+    char stored[RULES_HASHED_KEY_LEN + 1], out[128];
+    /* 40 bytes: past max_key */
+    const char *long_key = "0123456789012345678901234567890123456789";
+    const char *a1[] = {"key", long_key, "path", "/api/"};
+    size_t n = payload(buf, sizeof(buf), "check-rate", a1, 2);
+
+    ck_assert_int_eq(rules_match(rs, buf, n, &ev), 0);
+    ck_assert_uint_eq(ev.nhits, 1);
+    snprintf(stored, sizeof(stored), "%s", rules_hit_key(&ev, &ev.hits[0]));
+    /* printf 0123...89 | sha256sum: fb526cd4ad0ec978c1a9e78f7c0728711139... */
+    ck_assert_str_eq(stored, "#fb526cd4ad0ec978c1a9e78f7c072871");
+
+    /* the same 33 bytes sent as a key: hashed again, another bucket */
+    const char *a2[] = {"key", stored, "path", "/api/"};
+    n = payload(buf, sizeof(buf), "check-rate", a2, 2);
+    ck_assert_int_eq(rules_match(rs, buf, n, &ev), 0);
+    ck_assert_uint_eq(ev.nhits, 1);
+    ck_assert_uint_eq(ev.hits[0].key_len, RULES_HASHED_KEY_LEN);
+    ck_assert_str_ne(rules_hit_key(&ev, &ev.hits[0]), stored);
+    ck_assert_int_eq(rules_client_key(stored, strlen(stored), NULL, 32, out, sizeof(out)),
+                     RULES_HASHED_KEY_LEN);
+    ck_assert_str_eq(out, rules_hit_key(&ev, &ev.hits[0]));
+
+    /* a short key starting with '#' too: hashed, never stored as is */
+    const char *a3[] = {"key", "#x", "path", "/api/"};
+    n = payload(buf, sizeof(buf), "check-rate", a3, 2);
+    ck_assert_int_eq(rules_match(rs, buf, n, &ev), 0);
+    ck_assert_uint_eq(ev.hits[0].key_len, RULES_HASHED_KEY_LEN);
+    ck_assert_int_eq(rules_client_key("#x", 2, NULL, 32, out, sizeof(out)), RULES_HASHED_KEY_LEN);
+    ck_assert_str_eq(out, rules_hit_key(&ev, &ev.hits[0]));
+    /* '#' elsewhere is an ordinary byte */
+    ck_assert_int_eq(rules_client_key("a#x", 3, NULL, 32, out, sizeof(out)), 3);
+    ck_assert_str_eq(out, "a#x");
+    rules_eval_free(&ev);
+    ruleset_unref(rs);
+}
+END_TEST
+
 /* The operator's lookup finds the key a request builds: the same text up to
  * max_key, the same hash past it, for one key arg and for several. */
 START_TEST(client_key_as_requests_build_it)
@@ -920,6 +967,7 @@ static Suite *rules_suite(void)
     tcase_add_test(tc, match_and_keys);
     tcase_add_test(tc, mismatch_counts_and_examples);
     tcase_add_test(tc, client_key_as_requests_build_it);
+    tcase_add_test(tc, hashed_keys_cannot_be_aimed_at);
     tcase_add_test(tc, ten_per_minute_vars);
     tcase_add_test(tc, deciding_rule_and_shadow);
     tcase_add_loop_test(tc, value_text, 0, 8);

@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 
 #include "util.h"
+#include "sha256.h"
 
 struct slot_case {
     const char *key;
@@ -49,6 +50,73 @@ static const struct slot_case slots[] = {
     {"rl:sw:login:{}{user}", 3949},
     {"{}{a}b", 14354},
 };
+
+/* SHA-256: the FIPS 180-4 examples, a million 'a' fed in odd-sized pieces,
+ * and the lengths around the padding's block boundary (55/56, 63/64/65,
+ * 119/120 bytes of 0, 1, 2, ...), against sha256sum/hashlib. */
+static void hex32(const uint8_t d[SHA256_LEN], char out[2 * SHA256_LEN + 1])
+{
+    for (int i = 0; i < SHA256_LEN; i++)
+        snprintf(out + 2 * i, 3, "%02x", d[i]);
+}
+
+START_TEST(sha256_vectors)
+{
+    static const struct {
+        const char *in, *want;
+    } fips[] = {
+        {"", "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"},
+        {"abc", "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"},
+        {"abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq",
+         "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1"},
+    };
+    static const struct {
+        size_t n;
+        const char *want;
+    } edges[] = {
+        {55, "463eb28e72f82e0a96c0a4cc53690c571281131f672aa229e0d45ae59b598b59"},
+        {56, "da2ae4d6b36748f2a318f23e7ab1dfdf45acdc9d049bd80e59de82a60895f562"},
+        {63, "29af2686fd53374a36b0846694cc342177e428d1647515f078784d69cdb9e488"},
+        {64, "fdeab9acf3710362bd2658cdc9a29e8f9c757fcf9811603a8c447cd1d9151108"},
+        {65, "4bfd2c8b6f1eec7a2afeb48b934ee4b2694182027e6d0fc075074f2fabb31781"},
+        {119, "da18797ed7c3a777f0847f429724a2d8cd5138e6ed2895c3fa1a6d39d18f7ec6"},
+        {120, "f52b23db1fbb6ded89ef42a23ce0c8922c45f25c50b568a93bf1c075420bbb7c"},
+    };
+    struct sha256 s;
+    uint8_t d[SHA256_LEN], bytes[120], as[997];
+    char got[2 * SHA256_LEN + 1];
+
+    for (size_t i = 0; i < sizeof(fips) / sizeof(fips[0]); i++) {
+        sha256_init(&s);
+        sha256_update(&s, fips[i].in, strlen(fips[i].in));
+        sha256_final(&s, d);
+        hex32(d, got);
+        ck_assert_str_eq(got, fips[i].want);
+    }
+    for (size_t i = 0; i < sizeof(bytes); i++)
+        bytes[i] = (uint8_t)i;
+    for (size_t i = 0; i < sizeof(edges) / sizeof(edges[0]); i++) {
+        for (size_t split = 0; split <= edges[i].n; split += 7) { /* any split, one result */
+            sha256_init(&s);
+            sha256_update(&s, bytes, split);
+            sha256_update(&s, bytes + split, edges[i].n - split);
+            sha256_final(&s, d);
+            hex32(d, got);
+            ck_assert_str_eq(got, edges[i].want);
+        }
+    }
+    memset(as, 'a', sizeof(as));
+    sha256_init(&s);
+    for (size_t left = 1000000; left > 0;) {
+        size_t n = left < sizeof(as) ? left : sizeof(as);
+        sha256_update(&s, as, n);
+        left -= n;
+    }
+    sha256_final(&s, d);
+    hex32(d, got);
+    ck_assert_str_eq(got, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+}
+END_TEST
 
 START_TEST(crc16_check_value)
 {
@@ -264,6 +332,7 @@ int main(void)
     Suite *s = suite_create("util");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, crc16_check_value);
+    tcase_add_test(tc, sha256_vectors);
     tcase_add_loop_test(tc, key_slots, 0, sizeof(slots) / sizeof(slots[0]));
     tcase_add_test(tc, slot_fence);
     tcase_add_test(tc, hash_is_fnv1a);

@@ -287,6 +287,18 @@ class StandaloneKeys(unittest.TestCase):
         self.assertTrue(st["client_key"].startswith("#") and len(st["client_key"]) == 33, st)
         self.assertEqual(st["key"], long_key)
         self.assertEqual(st["bucket"]["remaining"], 2)
+        # a client sending the stored form of that key gets a bucket of its
+        # own (issue 24: it shared the hashed client's bucket): keys that
+        # start with '#' are hashed too, and the hash is SHA-256
+        import hashlib
+        self.assertEqual(st["client_key"],
+                         "#" + hashlib.sha256(long_key.encode()).hexdigest()[:32])
+        aimed = self.decide(6, key=st["client_key"])
+        self.assertEqual([g["blocked"] for g in aimed], [False] * 5 + [True])
+        self.assertEqual(key_state(self.a, "api", long_key)["bucket"]["remaining"], 2)
+        other = key_state(self.a, "api", st["client_key"])
+        self.assertNotEqual(other["client_key"], st["client_key"])
+        self.assertEqual(other["bucket"]["remaining"], 0)
         reset(self.a, "api", long_key)
         self.assertIsNone(key_state(self.a, "api", long_key)["bucket"])
         # odd bytes survive the query string and the JSON
