@@ -180,11 +180,19 @@ static void on_expire(struct ev_loop *loop, ev_timer *t, int revents)
     limiter_expire(a->lim, a->rs, util_now_us(), EXPIRE_BATCH);
 }
 
-static void alert_cb(const char *rule, uint64_t blocks, uint64_t decisions)
+/* A shadow rule never blocks: its share is of would-be blocks, said so. */
+static void alert_cb(const char *rule, int shadow, uint64_t blocks, uint64_t decisions)
 {
-    LOG_WARN("\"high share of blocked requests\" rule=%s blocked=%llu decisions=%llu share=%.3f",
-             log_val(rule), (unsigned long long)blocks, (unsigned long long)decisions,
-             (double)blocks / (double)decisions);
+    if (shadow)
+        LOG_WARN("\"high share of would-block decisions (shadow)\" rule=%s would_block=%llu "
+                 "decisions=%llu share=%.3f",
+                 log_val(rule), (unsigned long long)blocks, (unsigned long long)decisions,
+                 (double)blocks / (double)decisions);
+    else
+        LOG_WARN("\"high share of blocked requests\" rule=%s blocked=%llu decisions=%llu "
+                 "share=%.3f",
+                 log_val(rule), (unsigned long long)blocks, (unsigned long long)decisions,
+                 (double)blocks / (double)decisions);
 }
 
 /* top_key is a client's key: any bytes, escaped so that it cannot forge

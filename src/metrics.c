@@ -578,19 +578,23 @@ char *metrics_top_render(uint64_t now_us, size_t *len)
     return sb_finish(&b, len);
 }
 
-void metrics_minute_tick(double share,
-                         void (*cb)(const char *rule, uint64_t blocks, uint64_t decisions))
+void metrics_minute_tick(double share, void (*cb)(const char *rule, int shadow, uint64_t blocks,
+                                                  uint64_t decisions))
 {
     for (struct metrics_rule *r = atomic_load(&rules_head); r; r = r->next) {
         /* the decisions and blocks since the last tick, from the totals
          * (one atomic add per decision fewer than counting them apart) */
-        uint64_t blocks = ld(&r->blocked) + ld(&r->would_block);
-        uint64_t decisions = ld(&r->allowed) + blocks;
+        uint64_t blocks = ld(&r->blocked), would = ld(&r->would_block);
+        uint64_t decisions = ld(&r->allowed) + blocks + would;
         uint64_t d = decisions - r->minute_decisions, bl = blocks - r->minute_blocks;
+        uint64_t wb = would - r->minute_would_blocks;
         r->minute_decisions = decisions;
         r->minute_blocks = blocks;
+        r->minute_would_blocks = would;
         if (d > 0 && (double)bl > share * (double)d)
-            cb(r->name, bl, d);
+            cb(r->name, 0, bl, d);
+        if (d > 0 && (double)wb > share * (double)d)
+            cb(r->name, 1, wb, d);
     }
 }
 

@@ -44,7 +44,8 @@ struct metrics_rule {
     /* last-minute share of blocks, for the alert log line: the counts
      * above at the last minute tick (only that tick reads and sets them) */
     uint64_t minute_decisions;
-    uint64_t minute_blocks;
+    uint64_t minute_blocks;       /* blocked (enforcing) */
+    uint64_t minute_would_blocks; /* would_block (shadow) */
     /* would-be blocks of a shadow rule since the last shadow log line */
     atomic_uint_fast64_t shadow_pending;
     /* blocked clients: the current and the previous minute */
@@ -192,10 +193,12 @@ char *metrics_render(size_t *len);
 char *metrics_top_render(uint64_t now_us, size_t *len);
 
 /* For the alert log: call once a minute. For each rule whose share of
- * blocked decisions over the minute exceeded share, calls cb(rule, blocks,
+ * blocked decisions over the minute exceeded share, calls cb(rule, 0,
+ * blocks, decisions); for each whose share of would-block decisions (a
+ * shadow rule's, which never block) did, cb(rule, 1, would_blocks,
  * decisions). Resets the minute counters. */
-void metrics_minute_tick(double share,
-                         void (*cb)(const char *rule, uint64_t blocks, uint64_t decisions));
+void metrics_minute_tick(double share, void (*cb)(const char *rule, int shadow, uint64_t blocks,
+                                                  uint64_t decisions));
 
 /* For the shadow log: the would-be blocks of each rule since the last call
  * (reset), with the client most blocked recently (top_len bytes, any bytes:

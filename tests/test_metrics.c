@@ -183,12 +183,14 @@ END_TEST
 
 static char alerted[64];
 static uint64_t alert_blocks, alert_decisions;
+static int alert_shadow;
 
-static void on_alert(const char *rule, uint64_t blocks, uint64_t decisions)
+static void on_alert(const char *rule, int shadow, uint64_t blocks, uint64_t decisions)
 {
     if (strcmp(rule, "alert") != 0)
         return;
     snprintf(alerted, sizeof(alerted), "%s", rule);
+    alert_shadow = shadow;
     alert_blocks = blocks;
     alert_decisions = decisions;
 }
@@ -199,10 +201,11 @@ START_TEST(alert_tick_above_share_only)
 
     metrics_minute_tick(0.05, on_alert); /* reset what other tests left */
     alerted[0] = '\0';
-    /* a minute of 95 allowed, 3 blocked, 2 would-block: 5% is not more than 5% */
-    atomic_fetch_add(&r->allowed, 95);
-    atomic_fetch_add(&r->blocked, 3);
-    atomic_fetch_add(&r->would_block, 2);
+    /* a minute of 90 allowed, 5 blocked, 5 would-block: neither share is
+     * more than 5% (they are not added up: one is enforced, one is not) */
+    atomic_fetch_add(&r->allowed, 90);
+    atomic_fetch_add(&r->blocked, 5);
+    atomic_fetch_add(&r->would_block, 5);
     metrics_minute_tick(0.05, on_alert);
     ck_assert_str_eq(alerted, "");
     /* the next minute counts from the last tick: 94 allowed, 6 blocked */
@@ -210,7 +213,17 @@ START_TEST(alert_tick_above_share_only)
     atomic_fetch_add(&r->blocked, 6);
     metrics_minute_tick(0.05, on_alert);
     ck_assert_str_eq(alerted, "alert");
+    ck_assert_int_eq(alert_shadow, 0);
     ck_assert_uint_eq(alert_blocks, 6);
+    ck_assert_uint_eq(alert_decisions, 100);
+    /* a shadow minute: 92 allowed, 8 would-block: its own line, not "blocked" */
+    alerted[0] = '\0';
+    atomic_fetch_add(&r->allowed, 92);
+    atomic_fetch_add(&r->would_block, 8);
+    metrics_minute_tick(0.05, on_alert);
+    ck_assert_str_eq(alerted, "alert");
+    ck_assert_int_eq(alert_shadow, 1);
+    ck_assert_uint_eq(alert_blocks, 8);
     ck_assert_uint_eq(alert_decisions, 100);
     /* a quiet minute: nothing */
     alerted[0] = '\0';
