@@ -6,7 +6,9 @@ the agent's send buffer and the agent's own output up to OUT_HIGH_WATER
 memory stays bounded (VmRSS), the connection's fd is closed within
 DRAIN_TIMEOUT_S (5 s) of the last answer taken plus slack, counted in
 spoa_ratelimit_connection_timeouts_total{phase="drain"}, and a normal peer on
-the same worker is answered promptly throughout.
+the same worker is answered promptly throughout. A third peer also has
+NOTIFYs waiting for a stopped Redis when it is closed: their answers come
+after the connection is gone (the agent must neither crash nor leak: ASan).
 
 Every wait is a poll with a deadline."""
 import os
@@ -14,8 +16,10 @@ import socket
 import time
 import unittest
 
+import signal
+
 import spop
-from harness import Agent
+from harness import Agent, Redis
 
 RULES = """
 [rule:r]
@@ -42,10 +46,19 @@ def nfds(pid):
     return len(os.listdir("/proc/%d/fd" % pid))
 
 
+def flood(n, message="check-rate"):
+    """n NOTIFYs, each for one of 1,000 keys."""
+    return b"".join(spop.notify(i, 1, [(message, [("key", "k%d" % (i % 1000))])])
+                    for i in range(1, n + 1))
+
+
 class SlowReader(unittest.TestCase):
+    ini = RULES
+    normal_message = "check-rate"
+
     def setUp(self):
         # one worker: the slow peer and the normal one share its loop
-        self.agent = Agent(RULES, workers=1)
+        self.agent = Agent(self.ini, workers=1)
         self.addCleanup(self.agent.stop)
         self.normal = spop.Client(self.agent.addr, timeout=5)
         self.addCleanup(self.normal.close)
@@ -57,7 +70,8 @@ class SlowReader(unittest.TestCase):
         """One decision on the normal peer, timed."""
         self.sid += 1
         t = time.monotonic()
-        g = self.normal.decide({"key": "normal"}, stream=self.sid, fid=1)
+        g = self.normal.decide({"key": "normal"}, stream=self.sid, fid=1,
+                               message=self.normal_message)
         self.lat.append(time.monotonic() - t)
         self.assertIs(g.get("blocked"), False, g)
 
@@ -75,8 +89,8 @@ class SlowReader(unittest.TestCase):
                 self.fail("%s: not within %.1f s" % (what, timeout))
             time.sleep(0.1)
 
-    def stuff(self):
-        """A peer with a 4 KB receive buffer: HELLO, then NOTIFYs until the
+    def stuff(self, blob):
+        """A peer with a 4 KB receive buffer: HELLO, then blob until the
         agent takes no more for a second. Returns the socket."""
         s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.addCleanup(s.close)
@@ -93,8 +107,6 @@ class SlowReader(unittest.TestCase):
             data = s.recv(4096)
             self.assertTrue(data, "closed before AGENT-HELLO")
             buf += data
-        blob = b"".join(spop.notify(i, 1, [("check-rate", [("key", "k%d" % (i % 1000))])])
-                        for i in range(1, NOTIFIES + 1))
         s.setblocking(False)
         sent, last = 0, time.monotonic()
         while sent < len(blob) and time.monotonic() - last < 1.0:
@@ -107,14 +119,14 @@ class SlowReader(unittest.TestCase):
         self.sent = sent
         return s
 
-    def run_peer(self, half_close):
+    def run_peer(self, half_close, blob=None):
         pid = self.agent.p.pid
         self.serve_normal()
         base_rss, base_fds = rss_kb(pid), nfds(pid)
         self.peak = base_rss
         drain0 = self.agent.metric("spoa_ratelimit_connection_timeouts_total", listener="spop",
                                    phase="drain")
-        s = self.stuff()
+        s = self.stuff(blob or flood(NOTIFIES))
         self.assertEqual(nfds(pid), base_fds + 1)
         if half_close:
             s.shutdown(socket.SHUT_WR)
@@ -157,6 +169,57 @@ class SlowReader(unittest.TestCase):
         """No half-close: the agent stops reading it at OUT_HIGH_WATER, keeps
         serving others, and closes it once it took nothing for 5 s."""
         self.run_peer(half_close=False)
+
+
+# Redis mode: the slow peer's first NOTIFYs wait for a stopped Redis (timeout
+# 20 s, lease off); what fills its buffers are NOTIFYs of a message no rule
+# reads (answered at once, an ACK without actions: small, so more of them).
+WAITING_RULES = """
+[rule:exact]
+message = check-rate
+key = key
+rate = 100/1s
+lease = off
+"""
+
+
+class SlowReaderWaiting(SlowReader):
+    normal_message = "other"  # Redis is stopped: the normal peer asks no rule
+
+    def setUp(self):
+        self.redis = Redis()
+        self.addCleanup(self.redis.kill)
+        self.ini = ("[redis]\nurl = redis://127.0.0.1:%d/0\ntimeout = 20s\n\n"
+                    % self.redis.port + WAITING_RULES)
+        super().setUp()
+        end = time.monotonic() + 10
+        while self.agent.metric("spoa_ratelimit_redis_up") != 1:
+            self.assertLess(time.monotonic(), end, "redis_up not 1")
+            time.sleep(0.05)
+
+    def stuff(self, blob):
+        s = super().stuff(blob)
+        # closed below with these still waiting
+        self.assertEqual(self.agent.metric("spoa_ratelimit_notifies_waiting"), 5)
+        return s
+
+    def test_closed_with_answers_waiting_for_redis(self):
+        pid = self.redis.p.pid
+        os.kill(pid, signal.SIGSTOP)
+        self.addCleanup(lambda: self.redis.p.poll() is None and os.kill(pid, signal.SIGCONT))
+        blob = flood(5) + flood(600000, message="other")
+        self.run_peer(half_close=True, blob=blob)
+        os.kill(pid, signal.SIGCONT)
+        # the five answers come back to a connection that is gone
+        end = time.monotonic() + 10
+        while self.agent.metric("spoa_ratelimit_notifies_waiting") != 0:
+            self.assertLess(time.monotonic(), end, "requests still waiting after SIGCONT")
+            time.sleep(0.05)
+        self.assertIsNone(self.agent.p.poll(), "the agent exited")
+
+    # the SlowReader tests are not run again here
+    test_half_closed_never_reads = None
+    test_never_reads = None
 
 
 if __name__ == "__main__":
