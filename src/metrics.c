@@ -381,7 +381,8 @@ static void render_protection(struct strbuf *b)
                       "%llu\n",
                       listeners[l], reasons[r], (unsigned long long)ld(&metrics.refused[l][r]));
     sb_printf(b, "# HELP spoa_ratelimit_connection_timeouts_total Connections closed by a "
-                 "timeout: no HELLO, half-closed with answers still owed, slow stats request.\n"
+                 "timeout: no HELLO, answers owed and not taken (half-closed, or not reading; "
+                 "phase drain), slow stats request.\n"
                  "# TYPE spoa_ratelimit_connection_timeouts_total counter\n");
     for (unsigned t = 0; t < 3; t++)
         sb_printf(b,

@@ -209,12 +209,37 @@ void conn_update_reading(struct conn *c)
     c->reading = want;
 }
 
+/* A peer that takes none of its answers while more than OUT_HIGH_WATER is
+ * unsent has its reading stopped (conn_update_reading), so an EOF it sent
+ * after its last frames is never read and the drain deadline never starts:
+ * without this it would be kept for ever. The write deadline runs from the
+ * last write that made progress; a peer that reads again stops it. Not
+ * before the HELLO is in (its own deadline runs then) nor after the EOF
+ * (the drain deadline runs). */
+static void write_deadline(struct conn *c, size_t unsent, int progress)
+{
+    struct worker *w = c->w;
+    int stalled = unsent > OUT_HIGH_WATER;
+
+    if (c->eof || c->sp.state == SPOP_CONN_HELLO)
+        return;
+    if (stalled && (progress || !ev_is_active(&c->timer))) {
+        ev_timer_stop(w->loop, &c->timer);
+        ev_timer_set(&c->timer, DRAIN_TIMEOUT_S, 0.);
+        ev_timer_start(w->loop, &c->timer);
+    } else if (!stalled && c->out_stalled) {
+        ev_timer_stop(w->loop, &c->timer);
+    }
+    c->out_stalled = stalled;
+}
+
 /* Write what is pending. Returns -1 when the connection is gone (freed). */
 int conn_flush(struct conn *c)
 {
     struct worker *w = c->w;
     size_t len;
     const uint8_t *p;
+    int progress = 0;
 
     metrics_local_flush(); /* what the answers below report is counted first */
     while ((p = spop_conn_out(&c->sp, &len)), len > 0) {
@@ -229,8 +254,10 @@ int conn_flush(struct conn *c)
             return -1;
         }
         spop_conn_out_consumed(&c->sp, (size_t)n);
+        progress = 1;
     }
     spop_conn_out(&c->sp, &len);
+    write_deadline(c, len, progress);
     if (len > 0) {
         ev_io_start(w->loop, &c->wio);
         conn_update_reading(c);
@@ -449,15 +476,18 @@ static void conn_read_cb(struct ev_loop *loop, ev_io *io, int revents)
     observe_written(w);
 }
 
-/* No HELLO in time, or a half-closed peer still owed answers past the drain
- * deadline. */
+/* No HELLO in time, a half-closed peer still owed answers past the drain
+ * deadline, or a peer that took none of its answers past the write deadline. */
 static void conn_timer_cb(struct ev_loop *loop, ev_timer *t, int revents)
 {
     struct conn *c = t->data;
 
-    if (c->eof) {
+    if (c->eof || c->out_stalled) {
         METRIC_INC(timeouts[METRICS_TIMEOUT_DRAIN]);
-        LOG_DEBUG("\"half-closed connection not drained in time\" waiting=%u", c->npending);
+        LOG_DEBUG("\"%s\" waiting=%u",
+                  c->eof ? "half-closed connection not drained in time"
+                         : "peer not reading its answers; closing",
+                  c->npending);
         conn_free(c);
         return;
     }

@@ -21,11 +21,14 @@ struct conn {
     struct worker *w;
     int fd;
     ev_io rio, wio;
-    ev_timer timer; /* the HELLO deadline; after the peer's EOF, the drain deadline */
+    ev_timer timer; /* the HELLO deadline; after the peer's EOF, the drain deadline;
+                       between the two, while out_stalled, the write deadline */
     struct spop_conn sp;
     int closing;             /* close once out[] is flushed */
     int reading;             /* rio started */
     int eof;                 /* the peer half-closed: answer what it is owed, then close */
+    int out_stalled;         /* over OUT_HIGH_WATER unsent: the peer must take some within
+                                DRAIN_TIMEOUT_S (timer) or is closed */
     int dead;                /* socket closed; freed when the last pending request ends */
     int ready;               /* counted in ready_conns: HELLO done, not a health check */
     int in_handshake;        /* on the worker's handshake list: no HELLO yet */

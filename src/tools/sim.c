@@ -29,6 +29,7 @@ struct cli {
     double zipf, skew, rps, seconds;
     char rate[64], burst[32], algorithm[32], interval[32], ttl[32], max_fraction[32];
     char rtt[32], redis_op[32], spike[96], tail[32], rate_leases[8], rate_ttl[32];
+    char stall[96], timeout[32], share[32];
     uint64_t seed;
     const char *trace_path, *svg;
     int json;
@@ -46,7 +47,7 @@ static void usage(FILE *f)
           "                [--max-fraction F] [--rtt D] [--redis-op D] [--spike X,LEN,EVERY]\n"
           "                [--tail D] [--seed N] [--trace FILE] [--sweep NAME=V1,V2,...]\n"
           "                [--svg FILE] [--policy token|rate] [--rate-leases on|off]\n"
-          "                [--rate-ttl D]\n"
+          "                [--rate-ttl D] [--stall START,LEN] [--timeout D] [--share F]\n"
           "                [--json]\n"
           "Simulates --agents agents running the real lease code against the real Lua\n"
           "scripts in virtual time, beside one exact bucket per key, and prints what the\n"
@@ -54,6 +55,10 @@ static void usage(FILE *f)
           "  --skew F            share of each key's traffic sent to one agent\n"
           "  --spike X,LEN,EVERY every EVERY, for LEN, the request rate is X times --rps\n"
           "  --redis-op D        Redis CPU per script operation (default 0: instant)\n"
+          "  --stall START,LEN   at START, for LEN, Redis answers nothing (the connection\n"
+          "                      stays open): calls fail after --timeout ([redis] timeout,\n"
+          "                      default 100ms), decisions fall back to a backstop of\n"
+          "                      --share ([fallback] share) per agent and key\n"
           "  --tail D            agents keep ticking for D after the last request\n"
           "  --policy P          token: the agent's token leases (default); rate: a model of\n"
           "                      rate leases written in the simulator only (see sim_rate.c)\n"
@@ -105,21 +110,36 @@ static int parse_spike(const char *s, struct sim_opts *o)
     return 0;
 }
 
+static int parse_stall(const char *s, struct sim_opts *o)
+{
+    char buf[96], *len;
+    snprintf(buf, sizeof(buf), "%s", s);
+    if (!(len = strchr(buf, ',')))
+        return -1;
+    *len++ = '\0';
+    if (parse_us(buf, &o->stall_start_us) < 0 || parse_us(len, &o->stall_len_us) < 0 ||
+        o->stall_len_us == 0)
+        return -1;
+    return 0;
+}
+
 /* The options of one run: the rule and [lease] read by the agent's config
  * parser from an INI text made of them (every check the agent makes on its
  * file applies), the rule's parameters built by the agent's rule code. */
 static int build(const struct cli *c, const struct sim_trace *trace, struct sim_opts *o,
                  char *err, size_t errlen)
 {
-    char ini[1024], cerr[ERRLEN];
+    char ini[1280], cerr[ERRLEN];
     struct config *cfg;
 
     memset(o, 0, sizeof(*o));
     snprintf(ini, sizeof(ini),
-             "[redis]\nurl = redis://127.0.0.1:6379\n"
+             "[redis]\nurl = redis://127.0.0.1:6379\ntimeout = %s\n"
+             "[fallback]\nmode = open\n%s%s%s"
              "[lease]\ninterval = %s\nttl = %s\nmax_fraction = %s\nrate_leases = %s\n"
              "%s%s%s"
              "[rule:sim]\nkey = key\nrate = %s\nalgorithm = %s\n%s%s%s",
+             c->timeout, c->share[0] ? "share = " : "", c->share, c->share[0] ? "\n" : "",
              c->interval, c->ttl, c->max_fraction, c->rate_leases,
              c->rate_ttl[0] ? "rate_ttl = " : "", c->rate_ttl, c->rate_ttl[0] ? "\n" : "", c->rate,
              c->algorithm,
@@ -145,6 +165,9 @@ static int build(const struct cli *c, const struct sim_trace *trace, struct sim_
     o->ttl_ms = cfg->lease_ttl_ms;
     o->rate_ttl_ms = cfg->lease_rate ? cfg->lease_rate_ttl_ms : 0;
     o->max_fraction = cfg->lease_max_fraction;
+    o->timeout_us = cfg->redis_timeout_ms * 1000;
+    o->share = cfg->fallback_share;
+    o->backstop = rs->backstop[0];
     ruleset_unref(rs);
 
     o->agents = c->agents;
@@ -163,6 +186,14 @@ static int build(const struct cli *c, const struct sim_trace *trace, struct sim_
     }
     if (c->spike[0] && parse_spike(c->spike, o) < 0) {
         snprintf(err, errlen, "bad --spike: want FACTOR,LEN,EVERY (e.g. 5,2s,10s)");
+        return -1;
+    }
+    if (c->stall[0] && (parse_stall(c->stall, o) < 0 || o->timeout_us == 0)) {
+        snprintf(err, errlen, "bad --stall: want START,LEN (e.g. 2s,3s), with a --timeout");
+        return -1;
+    }
+    if (o->stall_len_us && o->policy == SIM_POLICY_RATE) {
+        snprintf(err, errlen, "--stall runs the agent's token leases: not with --policy rate");
         return -1;
     }
     if (trace) {
@@ -259,7 +290,7 @@ static void print_json(const struct sim_opts *o, const struct sim_result *r, con
            "\"utilisation\":%.6f,\"false_denials\":%llu,\"extra_admits\":%llu,"
            "\"stranded_p99\":%g,\"stranded_max\":%g,\"wait_p99_ms\":%.3f,\"wait_max_ms\":%.3f,"
            "\"waited\":%llu,\"fallbacks\":%llu,\"redis_errors\":%llu,\"redis_keys_peak\":%llu,"
-           "\"wall_s\":%.3f,\"peak_rss_mb\":%.1f}\n",
+           "\"wall_s\":%.3f,\"peak_rss_mb\":%.1f",
            (unsigned long long)r->decisions, (unsigned long long)r->admitted,
            (unsigned long long)r->ref_admitted, (unsigned long long)r->redis_calls,
            (unsigned long long)r->script_ops, (unsigned long long)r->claims,
@@ -270,6 +301,52 @@ static void print_json(const struct sim_opts *o, const struct sim_result *r, con
            (unsigned long long)r->waited, (unsigned long long)r->fallbacks,
            (unsigned long long)r->redis_errors, (unsigned long long)r->redis_keys_peak,
            r->wall_s, peak_rss_mb());
+    if (o->stall_len_us) {
+        const struct sim_stall *st = &r->stall;
+        printf(",\"stall_start_s\":%g,\"stall_s\":%g,\"timeout_ms\":%g,\"share\":%g,"
+               "\"backstop_limit\":%llu,\"backstop_period_ms\":%g,\"backstop_burst\":%llu,"
+               "\"stall_decisions\":%llu,\"stall_admitted\":%llu,"
+               "\"stall_reference_admitted\":%llu,\"stall_false_denials\":%llu,"
+               "\"stall_timeouts\":%llu,\"stall_fallbacks\":%llu,"
+               "\"stall_fallback_admitted\":%llu,\"stall_backstop_allowed\":%.3f,"
+               "\"stall_backstop_worst_excess\":%.6f,"
+               "\"stall_outside_worst_window_excess\":%.6f,\"stall_settle_ms\":%.3f,"
+               "\"stall_wait_p50_ms\":%.3f,\"stall_wait_p99_ms\":%.3f,"
+               "\"stall_wait_max_ms\":%.3f,\"stall_recovery_ms\":%.3f",
+               (double)o->stall_start_us / 1e6, (double)o->stall_len_us / 1e6,
+               (double)o->timeout_us / 1e3, o->share, (unsigned long long)o->backstop.limit,
+               (double)o->backstop.period_us / 1e3, (unsigned long long)o->backstop.burst,
+               (unsigned long long)st->decisions, (unsigned long long)st->admitted,
+               (unsigned long long)st->ref_admitted, (unsigned long long)st->false_denials,
+               (unsigned long long)st->timeouts, (unsigned long long)st->fallbacks,
+               (unsigned long long)st->fallback_admitted, st->backstop_allowed,
+               st->backstop_worst_excess, st->outside_worst_window_excess, st->settle_ms,
+               st->wait_p50_ms, st->wait_p99_ms, st->wait_max_ms, st->recovery_ms);
+    }
+    printf("}\n");
+    fflush(stdout);
+}
+
+/* The stall's figures under the table's row. */
+static void print_stall(const struct sim_opts *o, const struct sim_result *r)
+{
+    const struct sim_stall *st = &r->stall;
+    printf("  stall %gs at %gs (timeout %gms, share %g: backstop %llu per %gms, burst %llu)\n"
+           "    during: %llu decisions, %llu admitted (exact: %llu), %llu false denials, "
+           "waits p50 %.1fms p99 %.1fms max %.1fms, %llu calls timed out\n"
+           "    fallback: %llu decisions, %llu admitted, backstop allowed %.1f, "
+           "worst excess over b'+r'T %.3f (must be <= 0)\n"
+           "    outside the stall (+%.0fms): worst excess over b+rT %.3f (must be <= 0); "
+           "last fallback %.1fms after the end\n",
+           (double)o->stall_len_us / 1e6, (double)o->stall_start_us / 1e6,
+           (double)o->timeout_us / 1e3, o->share, (unsigned long long)o->backstop.limit,
+           (double)o->backstop.period_us / 1e3, (unsigned long long)o->backstop.burst,
+           (unsigned long long)st->decisions, (unsigned long long)st->admitted,
+           (unsigned long long)st->ref_admitted, (unsigned long long)st->false_denials,
+           st->wait_p50_ms, st->wait_p99_ms, st->wait_max_ms, (unsigned long long)st->timeouts,
+           (unsigned long long)st->fallbacks, (unsigned long long)st->fallback_admitted,
+           st->backstop_allowed, st->backstop_worst_excess, st->settle_ms,
+           st->outside_worst_window_excess, st->recovery_ms);
     fflush(stdout);
 }
 
@@ -310,7 +387,7 @@ static int parse_sweep(struct cli *c, char *arg)
 static int parse_cli(int argc, char **argv, struct cli *c)
 {
     enum { O_UNIFORM = 256, O_MAXF, O_REDIS_OP, O_SPIKE, O_JSON, O_SWEEP, O_SVG, O_TRACE, O_TAIL, O_POLICY,
-           O_RATE_LEASES, O_RATE_TTL };
+           O_RATE_LEASES, O_RATE_TTL, O_STALL, O_TIMEOUT, O_SHARE };
     static const struct option opts[] = {
         {"agents", 1, 0, 'a'},   {"keys", 1, 0, 'k'},       {"zipf", 1, 0, 'z'},
         {"uniform", 0, 0, O_UNIFORM}, {"skew", 1, 0, 'S'},  {"rps", 1, 0, 'r'},
@@ -320,7 +397,9 @@ static int parse_cli(int argc, char **argv, struct cli *c)
         {"spike", 1, 0, O_SPIKE}, {"seed", 1, 0, 's'},      {"trace", 1, 0, O_TRACE},
         {"sweep", 1, 0, O_SWEEP}, {"svg", 1, 0, O_SVG},     {"json", 0, 0, O_JSON},
         {"tail", 1, 0, O_TAIL},  {"policy", 1, 0, O_POLICY},  {"help", 0, 0, 'h'},
-        {"rate-leases", 1, 0, O_RATE_LEASES}, {"rate-ttl", 1, 0, O_RATE_TTL}, {0, 0, 0, 0}};
+        {"rate-leases", 1, 0, O_RATE_LEASES}, {"rate-ttl", 1, 0, O_RATE_TTL},
+        {"stall", 1, 0, O_STALL}, {"timeout", 1, 0, O_TIMEOUT}, {"share", 1, 0, O_SHARE},
+        {0, 0, 0, 0}};
     int ch;
 
 #define COPY(dst) snprintf(dst, sizeof(dst), "%s", optarg)
@@ -345,6 +424,9 @@ static int parse_cli(int argc, char **argv, struct cli *c)
         case O_TAIL: COPY(c->tail); break;
         case O_RATE_LEASES: COPY(c->rate_leases); break;
         case O_RATE_TTL: COPY(c->rate_ttl); break;
+        case O_STALL: COPY(c->stall); break;
+        case O_TIMEOUT: COPY(c->timeout); break;
+        case O_SHARE: COPY(c->share); break;
         case O_POLICY:
             if (strcmp(optarg, "token") != 0 && strcmp(optarg, "rate") != 0) {
                 fprintf(stderr, "spoa-sim: --policy: token or rate\n");
@@ -382,7 +464,7 @@ int main(int argc, char **argv)
     struct cli c = {.agents = 20, .keys = 10000, .zipf = 1.1, .rps = 100000, .seconds = 10,
                     .rate = "100/1m", .burst = "20", .algorithm = "token-bucket",
                     .interval = "100ms", .ttl = "1s", .max_fraction = "0.1", .rtt = "0.3ms",
-                    .redis_op = "0us", .tail = "0us", .rate_leases = "off",
+                    .redis_op = "0us", .tail = "0us", .rate_leases = "off", .timeout = "100ms",
                     .seed = 1};
     struct sim_trace *trace = NULL;
     char err[ERRLEN];
@@ -427,7 +509,8 @@ int main(int argc, char **argv)
             rc = 1;
             break;
         }
-        if (r[n].redis_errors || r[n].fallbacks) {
+        /* with a stall, fallbacks are what it measures (checked below) */
+        if (r[n].redis_errors || (r[n].fallbacks && !o[n].stall_len_us)) {
             fprintf(stderr, "spoa-sim: %llu script calls failed (the first: %s), %llu "
                             "decisions fell back\n", (unsigned long long)r[n].redis_errors,
                     r[n].redis_errors ? r[n].redis_error : "-",
@@ -440,8 +523,22 @@ int main(int argc, char **argv)
             if (n == 0)
                 print_head(c.nsweep ? c.sweep_name : NULL);
             print_row(&o[n], &r[n], val);
+            if (o[n].stall_len_us)
+                print_stall(&o[n], &r[n]);
         }
-        if (r[n].worst_window_excess > 1e-9 && o[n].algorithm == BUCKET_TOKEN_BUCKET) {
+        const struct sim_stall *st = &r[n].stall;
+        if (o[n].stall_len_us && !(st->backstop_worst_excess <= 1e-9)) {
+            fprintf(stderr, "spoa-sim: during the stall the fallback admitted %.3f requests "
+                            "more than its backstop b' + r'*T\n", st->backstop_worst_excess);
+            rc = 3;
+        }
+        if (o[n].stall_len_us && o[n].algorithm == BUCKET_TOKEN_BUCKET &&
+            !(st->outside_worst_window_excess <= 1e-9)) {
+            fprintf(stderr, "spoa-sim: outside the stall the bound b + r*T was exceeded by "
+                            "%.3f requests\n", st->outside_worst_window_excess);
+            rc = 3;
+        } else if (r[n].worst_window_excess > 1e-9 && o[n].algorithm == BUCKET_TOKEN_BUCKET &&
+                   !o[n].stall_len_us) {
             fprintf(stderr, "spoa-sim: the bound b + r*T was exceeded by %.3f requests\n",
                     r[n].worst_window_excess);
             rc = 3;

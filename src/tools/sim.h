@@ -51,6 +51,29 @@ struct sim_opts {
     uint64_t seed;
     const struct sim_trace *trace; /* replay this instead of generating */
     enum sim_policy policy;
+    /* --stall: from stall_start_us (after the start), for stall_len_us, the
+     * simulated Redis answers nothing (0: never); calls fail after
+     * timeout_us ([redis] timeout) and decisions fall back to a backstop
+     * bucket per agent and key with the backstop's parameters. */
+    uint64_t stall_start_us, stall_len_us, timeout_us;
+    double share; /* [fallback] share */
+    struct bucket_params backstop;
+};
+
+/* What a stall did (sim_opts.stall_len_us > 0). "During" is by request
+ * arrival in [start, start + len). */
+struct sim_stall {
+    uint64_t decisions, admitted, ref_admitted, false_denials;
+    uint64_t fallbacks, fallback_admitted; /* decided by the backstop (whole run) */
+    uint64_t timeouts;                     /* calls that failed by timeout */
+    double backstop_allowed;   /* sum over agent and key of b' + r' x (last - first fallback) */
+    double backstop_worst_excess; /* max over agent, key and window of fallback admissions -
+                                     (b' + r' T); must be <= 0 */
+    double outside_worst_window_excess; /* the bound b + r T over admissions outside
+                                           [start, start + len + settle); must be <= 0 */
+    double settle_ms;                   /* timeout + interval */
+    double wait_p50_ms, wait_p99_ms, wait_max_ms; /* requests arriving during it */
+    double recovery_ms; /* the last fallback decision, after the stall's end */
 };
 
 struct sim_result {
@@ -73,6 +96,7 @@ struct sim_result {
     double wait_p99_ms, wait_max_ms;   /* over all decisions (0 when decided locally) */
     uint64_t redis_keys_peak;
     double sim_seconds, wall_s;
+    struct sim_stall stall;
 };
 
 /* Simulate o; fill *res. 0, or -1 with a message in err. */

@@ -10,7 +10,20 @@
  *
  * Beside the fleet, one exact in-memory bucket per key (bucket.c, as a
  * standalone agent) decides every request too: the reference for
- * utilisation and false denials. */
+ * utilisation and false denials.
+ *
+ * --stall: for a while Redis answers nothing (the connection stays open:
+ * calls run when it wakes up, in order). Each call then fails after the
+ * timeout (lease_timeout, as limiter.c's timeouts_cb: waiters fall back,
+ * the late reply still settles the grant), the agent counts as stalled
+ * (decisions do not wait for Redis, one per STALL_PROBE_US still asks)
+ * until a reply comes in time, and fallback decisions take from a backstop
+ * bucket per agent and key, as limiter.c's decide_fallback (fail open).
+ * As there, a call's timeout runs from when the agent hands it to its
+ * connection (queued behind the two in flight or not), and is checked every
+ * timeout / 5, so waits reach 1.2 x timeout. The watchdog that drops a
+ * connection frozen past 10 x timeout is not modelled (the agent then
+ * decides by fallback at once, as a stalled agent does between probes). */
 #include "tools/sim.h"
 
 #include <math.h>
@@ -29,6 +42,7 @@
 /* As limiter.c (STRIPES) and store_conn.h (STORE_CONN_MAX_INFLIGHT,
  * STORE_CONN_BATCH_MAX), which the simulator mirrors. */
 #define STRIPES 64
+#define STALL_PROBE_US 100000 /* limiter.c: while stalled, one decision per 100 ms asks */
 #define CONN_MAX_INFLIGHT 2
 #define CONN_BATCH_MAX 256
 #define KEY_PREFIX "rl:"
@@ -36,7 +50,7 @@
 #define KEYBUF 64
 #define REPLY_MAX (CONN_BATCH_MAX * (1 + CLAIM_R_COUNT))
 
-enum ev_kind { EV_REQ, EV_TICK, EV_EXEC, EV_REPLY, EV_SAMPLE };
+enum ev_kind { EV_REQ, EV_TICK, EV_EXEC, EV_REPLY, EV_SAMPLE, EV_TIMEOUT };
 
 struct command; /* one call on the wire: a script call or a batch */
 
@@ -65,6 +79,18 @@ struct agent {
     unsigned inflight;
     struct lease_job *qhead, *qtail; /* queued for the next batch */
     unsigned qlen;
+    int stalled;          /* a call timed out, no reply in time since (limiter.c) */
+    uint64_t last_probe;  /* while stalled: the last decision that asked Redis */
+    /* With a stall: the calls sent, in order (limiter.c's in-flight list;
+     * replies come in this order), and the first not timed out yet. */
+    struct sent *ihead, *itail, *icheck;
+};
+
+struct sent {
+    struct lease_job *job;
+    uint64_t at;
+    int timed_out;
+    struct sent *next;
 };
 
 /* A request waiting for a claim: the waiter lease.c links, and what the
@@ -105,6 +131,17 @@ struct sim {
     size_t *bkeylen, *bargvlen;
     int64_t reply[REPLY_MAX];
     int oom;
+    /* --stall (absolute virtual times; stall_end 0: no stall) */
+    uint64_t stall_start, stall_end, settle_end, last_fb;
+    uint64_t nkeys;
+    struct bucket *bs;            /* backstop, per agent x key */
+    struct sim_window *bswin;     /* its admissions, checked against b' + r' T */
+    uint64_t *bs_first, *bs_last; /* first and last fallback decision (0: none) */
+    struct sim_bound bsbound, outbound;
+    struct sim_window *outwin;    /* per key: admissions outside the stall */
+    struct sim_hist stall_wait_h;
+    struct sent *free_sent;
+    uint64_t check_every; /* timeouts are looked for this often (limiter.c) */
 };
 
 /* ---- the event queue --------------------------------------------------------------- */
@@ -180,9 +217,11 @@ static uint32_t key_id(const char *key, size_t len)
 
 /* ---- decisions --------------------------------------------------------------------- */
 
-static void record(struct sim *s, uint32_t key, int allowed, int ref_allowed, uint64_t wait_us)
+/* A decision for a request that arrived at t0, taken now. */
+static void record(struct sim *s, uint32_t key, int allowed, int ref_allowed, uint64_t t0)
 {
     struct sim_result *r = s->res;
+    uint64_t wait_us = s->now - t0;
 
     r->decisions++;
     sim_hist_add(&s->wait_h, wait_us);
@@ -196,6 +235,41 @@ static void record(struct sim *s, uint32_t key, int allowed, int ref_allowed, ui
     } else if (ref_allowed) {
         r->false_denials++;
     }
+    if (!s->stall_end)
+        return;
+    if (t0 >= s->stall_start && t0 < s->stall_end) {
+        r->stall.decisions++;
+        r->stall.admitted += allowed != 0;
+        r->stall.false_denials += !allowed && ref_allowed;
+        sim_hist_add(&s->stall_wait_h, wait_us);
+    }
+    if (allowed && (s->now < s->stall_start || s->now >= s->settle_end))
+        sim_bound_admit(&s->outbound, &s->outwin[key], s->now - SIM_T0_US);
+}
+
+/* Decided without Redis: limiter.c's decide_fallback, fail open, from the
+ * agent's backstop bucket for the key. */
+static void fallback(struct sim *s, unsigned ai, uint32_t key, int ref_allowed, uint64_t t0)
+{
+    struct bucket_result br;
+
+    s->res->fallbacks++;
+    if (!s->bs) { /* no stall: a fallback is a fault, counted and denied */
+        record(s, key, 0, ref_allowed, t0);
+        return;
+    }
+    size_t i = (size_t)ai * s->nkeys + key;
+    bucket_take(&s->bs[i], &s->o->backstop, s->now, 1, &br);
+    s->res->stall.fallbacks++;
+    if (!s->bs_first[i])
+        s->bs_first[i] = s->now;
+    s->bs_last[i] = s->now;
+    s->last_fb = s->now;
+    if (br.allowed) {
+        s->res->stall.fallback_admitted++;
+        sim_bound_admit(&s->bsbound, &s->bswin[i], s->now - SIM_T0_US);
+    }
+    record(s, key, br.allowed, ref_allowed, t0);
 }
 
 static struct wait *wait_get(struct sim *s)
@@ -217,21 +291,21 @@ static void wait_put(struct sim *s, struct wait *w)
     s->free_waits = w;
 }
 
-/* Waiters decided by a reply (done) or left to the fallback (fb). */
-static void complete(struct sim *s, struct lease_waiter *done, struct lease_waiter *fb)
+/* Waiters of agent ai decided by a reply (done) or left to the fallback (fb). */
+static void complete(struct sim *s, unsigned ai, struct lease_waiter *done,
+                     struct lease_waiter *fb)
 {
     struct lease_waiter *w, *next;
     for (w = done; w; w = next) {
         next = w->next;
         struct wait *x = (struct wait *)w;
-        record(s, x->key, x->out.allowed, x->ref_allowed, s->now - x->t0);
+        record(s, x->key, x->out.allowed, x->ref_allowed, x->t0);
         wait_put(s, x);
     }
     for (w = fb; w; w = next) {
         next = w->next;
         struct wait *x = (struct wait *)w;
-        s->res->fallbacks++;
-        record(s, x->key, 0, x->ref_allowed, s->now - x->t0);
+        fallback(s, ai, x->key, x->ref_allowed, x->t0);
         wait_put(s, x);
     }
 }
@@ -263,6 +337,8 @@ static void wire(struct sim *s, unsigned ai, struct lease_job *list, unsigned n)
      * redis_op_us per operation (0: instantly). */
     uint64_t arrive = s->now + s->o->rtt_us / 2;
     c->exec_at = arrive > s->busy_until ? arrive : s->busy_until;
+    if (c->exec_at >= s->stall_start && c->exec_at < s->stall_end)
+        c->exec_at = s->stall_end; /* frozen: it runs when Redis wakes up */
     s->busy_until = c->exec_at + s->o->redis_op_us * n;
     c->reply_at = s->busy_until + (s->o->rtt_us - s->o->rtt_us / 2);
     push(s, c->exec_at, EV_EXEC, ai, c, 0);
@@ -299,6 +375,26 @@ static void conn_send(struct sim *s, unsigned ai, struct lease_job *j, int corke
 
     j->sent_us = s->now;
     j->next = NULL;
+    if (s->stall_end) { /* limiter.c's in-flight list, for timeouts */
+        struct sent *x = s->free_sent;
+        if (x)
+            s->free_sent = x->next;
+        else if (!(x = malloc(sizeof(*x)))) {
+            s->oom = 1;
+            return;
+        }
+        x->job = j;
+        x->at = s->now;
+        x->timed_out = 0;
+        x->next = NULL;
+        if (a->itail)
+            a->itail->next = x;
+        else
+            a->ihead = x;
+        a->itail = x;
+        if (!a->icheck)
+            a->icheck = x;
+    }
     if (j->kind != LEASE_JOB_RETURN)
         s->res->claims++;
     else
@@ -391,9 +487,51 @@ static void exec_command(struct sim *s, struct command *c)
     }
 }
 
-static void free_command(struct command *c)
+static void put_command(struct command *c)
 {
     free(c);
+}
+
+/* Every check_every: the calls that waited the timeout fail, their waiters
+ * fall back and the agent is stalled (limiter.c's timeouts_cb). */
+static void on_timeouts(struct sim *s, unsigned ai)
+{
+    struct agent *a = &s->agents[ai];
+    struct sent *x;
+
+    for (x = a->icheck; x && s->now - x->at >= s->o->timeout_us; x = x->next) {
+        struct lease_waiter *fb = NULL;
+        a->icheck = x->next;
+        x->timed_out = 1;
+        a->stalled = 1;
+        s->res->stall.timeouts++;
+        lease_timeout(a->leases, x->job, &fb);
+        complete(s, ai, NULL, fb);
+    }
+}
+
+/* Job j's reply is in: take it off the in-flight list (it is first: one
+ * Redis runs an agent's calls in the order sent). 1 when it had timed out. */
+static int sent_done(struct sim *s, struct agent *a, const struct lease_job *j)
+{
+    struct sent *x = a->ihead, *prev = NULL;
+
+    while (x && x->job != j) /* not reached: replies come in order */
+        prev = x, x = x->next;
+    if (!x)
+        return 0;
+    if (prev)
+        prev->next = x->next;
+    else
+        a->ihead = x->next;
+    if (a->itail == x)
+        a->itail = prev;
+    if (a->icheck == x)
+        a->icheck = x->next;
+    int timed_out = x->timed_out;
+    x->next = s->free_sent;
+    s->free_sent = x;
+    return timed_out;
 }
 
 /* The reply reaches the agent: limiter.c's on_reply() for each job, in
@@ -407,12 +545,15 @@ static void on_reply(struct sim *s, struct command *c)
     for (unsigned i = 0; i < c->n; i++) {
         struct lease_waiter *done = NULL, *fb = NULL;
         struct lease_job *next = NULL;
+        /* only an answer in time ends a stall */
+        if (s->stall_end && !sent_done(s, a, c->jobs[i]))
+            a->stalled = 0;
         lease_reply(a->leases, c->jobs[i], c->ok[i], c->v[i], c->nv[i], s->now, &done, &fb, &next);
-        complete(s, done, fb);
+        complete(s, ai, done, fb);
         if (next)
             conn_send(s, ai, next, 0);
     }
-    free_command(c);
+    put_command(c);
     if (a->inflight < CONN_MAX_INFLIGHT && a->qhead)
         flush(s, ai);
 }
@@ -433,6 +574,8 @@ static void on_request(struct sim *s, uint32_t key, unsigned ai)
     bucket_take(&s->ref[key], &s->p, s->now, 1, &rr);
     if (rr.allowed) {
         s->res->ref_admitted++;
+        if (s->now >= s->stall_start && s->now < s->stall_end)
+            s->res->stall.ref_admitted++;
         sim_bound_admit(&s->refbound, &s->refwin[key], s->now - SIM_T0_US);
     }
     memset(w, 0, sizeof(*w));
@@ -441,13 +584,21 @@ static void on_request(struct sim *s, uint32_t key, unsigned ai)
     w->t0 = s->now;
     w->key = key;
     w->ref_allowed = rr.allowed;
-    int v = lease_decide(a->leases, name, len, &s->p, s->now, 1, &w->w, &w->out, &job);
-    if (v != LEASE_PENDING) {
-        if (v == LEASE_DOWN)
-            s->res->fallbacks++;
-        record(s, key, v == LEASE_DONE && w->out.allowed, rr.allowed, 0);
-        wait_put(s, w);
+    /* limiter.c's redis_stalled(): while stalled, only a probe asks Redis */
+    int up = 1;
+    if (a->stalled) {
+        if (s->now - a->last_probe >= STALL_PROBE_US)
+            a->last_probe = s->now;
+        else
+            up = 0;
     }
+    int v = lease_decide(a->leases, name, len, &s->p, s->now, up, &w->w, &w->out, &job);
+    if (v == LEASE_DOWN)
+        fallback(s, ai, key, rr.allowed, s->now);
+    else if (v == LEASE_DONE)
+        record(s, key, w->out.allowed, rr.allowed, s->now);
+    if (v != LEASE_PENDING)
+        wait_put(s, w);
     if (job) { /* limiter.c queues it; the Redis thread sends it corked */
         conn_send(s, ai, job, 1);
         uncork(s, ai);
@@ -530,6 +681,36 @@ static int setup(struct sim *s, char *err, size_t errlen)
     if (!(s->redis = sim_redis_new(err, errlen)) ||
         !(s->traffic = sim_traffic_new(o, err, errlen)))
         return -1;
+    if (o->stall_len_us > 0) {
+        size_t n = (size_t)o->agents * keys;
+        s->nkeys = keys;
+        s->stall_start = SIM_T0_US + o->stall_start_us;
+        s->stall_end = s->stall_start + o->stall_len_us;
+        s->settle_end = s->stall_end + o->timeout_us + s->lc.interval_us;
+        if (keys > UINT32_MAX || n / o->agents != keys || n > 50000000) {
+            snprintf(err, errlen, "--stall keeps a backstop per agent and key: agents x keys "
+                                  "at most 50,000,000");
+            return -1;
+        }
+        s->bs = malloc(n * sizeof(*s->bs));
+        s->bswin = calloc(n, sizeof(*s->bswin));
+        s->bs_first = calloc(n, sizeof(*s->bs_first));
+        s->bs_last = calloc(n, sizeof(*s->bs_last));
+        s->outwin = calloc(keys, sizeof(*s->outwin));
+        if (!s->bs || !s->bswin || !s->bs_first || !s->bs_last || !s->outwin) {
+            snprintf(err, errlen, "out of memory");
+            return -1;
+        }
+        for (size_t i = 0; i < n; i++)
+            bucket_init(&s->bs[i], &o->backstop, SIM_T0_US);
+        const struct bucket_params *bp = &o->backstop;
+        sim_bound_init(&s->bsbound, bp->limit, bp->period_us,
+                       bp->algorithm == BUCKET_SLIDING_WINDOW ? bp->limit : bp->burst);
+        s->outbound = s->bound;
+        s->check_every = o->timeout_us / 5 > 2000 ? o->timeout_us / 5 : 2000;
+        for (unsigned i = 0; i < o->agents; i++)
+            push(s, SIM_T0_US + s->check_every, EV_TIMEOUT, i, NULL, 0);
+    }
     sim_rng_seed(&rng, o->seed ^ 0x5eedull);
     for (unsigned i = 0; i < o->agents; i++) {
         struct agent *a = &s->agents[i];
@@ -550,10 +731,21 @@ static void teardown(struct sim *s)
     while (s->nheap > 0) { /* only after an error */
         struct event e = pop(s);
         if (e.kind == EV_EXEC || e.kind == EV_REPLY)
-            free_command(e.u.cmd);
+            put_command(e.u.cmd);
     }
-    for (unsigned i = 0; s->agents && i < s->o->agents; i++)
+    for (unsigned i = 0; s->agents && i < s->o->agents; i++) {
+        struct sent *x, *next;
+        for (x = s->agents[i].ihead; x; x = next) { /* only after an error */
+            next = x->next;
+            free(x);
+        }
         lease_table_free(s->agents[i].leases);
+    }
+    while (s->free_sent) {
+        struct sent *x = s->free_sent;
+        s->free_sent = x->next;
+        free(x);
+    }
     while (s->free_waits) {
         struct wait *w = s->free_waits;
         s->free_waits = w->free_next;
@@ -573,6 +765,11 @@ static void teardown(struct sim *s)
     free(s->bargv);
     free(s->bargvlen);
     free(s->heap);
+    free(s->bs);
+    free(s->bswin);
+    free(s->bs_first);
+    free(s->bs_last);
+    free(s->outwin);
 }
 
 /* How often stranded tokens are counted: every interval for short runs,
@@ -602,6 +799,24 @@ static void finish(struct sim *s, struct sim_result *r)
     r->wait_max_ms = (double)s->wait_h.max / 1000.0;
     r->redis_keys_peak = sim_redis_keys_peak(s->redis);
     r->sim_seconds = secs;
+    if (!s->stall_end)
+        return;
+    struct sim_stall *st = &r->stall;
+    const struct bucket_params *bp = &s->o->backstop;
+    double rate = (double)bp->limit / (double)bp->period_us;
+    size_t n = (size_t)s->o->agents * s->nkeys;
+    for (size_t i = 0; i < n; i++)
+        if (s->bs_first[i])
+            st->backstop_allowed += (double)(bp->algorithm == BUCKET_SLIDING_WINDOW ? bp->limit
+                                                                                   : bp->burst) +
+                                    rate * (double)(s->bs_last[i] - s->bs_first[i]);
+    st->backstop_worst_excess = st->fallbacks ? sim_bound_worst(&s->bsbound) : 0;
+    st->outside_worst_window_excess = sim_bound_worst(&s->outbound);
+    st->settle_ms = (double)(s->settle_end - s->stall_end) / 1000.0;
+    st->wait_p50_ms = (double)sim_hist_quantile(&s->stall_wait_h, 0.5) / 1000.0;
+    st->wait_p99_ms = (double)sim_hist_quantile(&s->stall_wait_h, 0.99) / 1000.0;
+    st->wait_max_ms = (double)s->stall_wait_h.max / 1000.0;
+    st->recovery_ms = s->last_fb > s->stall_end ? (double)(s->last_fb - s->stall_end) / 1000.0 : 0;
 }
 
 int sim_run(const struct sim_opts *o, struct sim_result *res, char *err, size_t errlen)
@@ -655,6 +870,13 @@ int sim_run(const struct sim_opts *o, struct sim_result *res, char *err, size_t 
             break;
         case EV_REPLY:
             on_reply(s, e.u.cmd);
+            break;
+        case EV_TIMEOUT:
+            /* as the ticks: until the tail's end, while calls are still out */
+            if (s->now < s->end + s->o->tail_us || s->agents[e.agent].ihead) {
+                on_timeouts(s, e.agent);
+                push(s, s->now + s->check_every, EV_TIMEOUT, e.agent, NULL, 0);
+            }
             break;
         case EV_SAMPLE:
             if (s->now < s->end) {
