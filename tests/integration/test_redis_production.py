@@ -11,6 +11,7 @@ import time
 import unittest
 
 import fleet
+import test_redis_topologies as topo
 from harness import AGENT, TOP, Agent, Proc, Redis, free_port, wait_port
 
 RULE = "[rule:api]\nkey = key\nrate = 10/1h\n"  # burst 10, one token per 6 min
@@ -128,6 +129,69 @@ class Eviction(unittest.TestCase):
         self.assertEqual(len(lines), 1, a.output()[-3000:])
         self.assertIn("NOPERM", lines[0])
         self.assertEqual(a.metric("spoa_ratelimit_redis_eviction_possible"), 0)
+
+
+def only_own_tests(cls, base):
+    """cls runs its own tests, not those it inherits from base."""
+    for name in dir(base):
+        if name.startswith("test_") and name not in cls.__dict__:
+            setattr(cls, name, None)
+    return cls
+
+
+class SentinelEviction(topo.Sentinel):
+    """The master Sentinel names is the Redis whose INFO counts."""
+
+    def test_master_named_by_sentinel_is_checked(self):
+        mport = free_port()
+        self.server(mport, "--maxmemory", "2mb", "--maxmemory-policy", "volatile-lru")
+        sport = self.start_sentinel(mport)
+        agent, c = self.agent("[redis]\nsentinel = 127.0.0.1:%d\nmaster = mymaster\n" % sport)
+        self.assertTrue(wait_for(
+            lambda: agent.metric("spoa_ratelimit_redis_eviction_possible") == 1))
+        lines = [l for l in agent.output().splitlines() if EVICT_WARNING in l]
+        self.assertEqual(len(lines), 1, agent.output()[-3000:])
+        self.assertIn("addr=127.0.0.1:%d" % mport, lines[0])
+        self.assertIn("maxmemory_policy=volatile-lru", lines[0])
+        self.assertTrue(wait_for(lambda: agent.metric("spoa_ratelimit_fleet_agents") == 1))
+
+
+only_own_tests(SentinelEviction, topo.Sentinel)
+
+
+class ClusterEviction(topo.Cluster):
+    """Every Cluster master is asked; the heartbeat's one key works there."""
+
+    def test_every_master_is_checked(self):
+        lru = self.ports[1]
+        topo.cli(lru, "CONFIG", "SET", "maxmemory", "2mb")
+        topo.cli(lru, "CONFIG", "SET", "maxmemory-policy", "allkeys-lfu")
+        agent, c = self.agent("[redis]\ncluster = 127.0.0.1:%d\n" % self.ports[0])
+        self.assertTrue(wait_for(
+            lambda: agent.metric("spoa_ratelimit_redis_eviction_possible") == 1))
+        self.assertTrue(wait_for(lambda: agent.metric("spoa_ratelimit_fleet_agents") == 1),
+                        agent.output()[-2000:])
+        lines = [l for l in agent.output().splitlines() if EVICT_WARNING in l]
+        self.assertEqual(len(lines), 1, agent.output()[-3000:])
+        self.assertIn("addr=127.0.0.1:%d" % lru, lines[0])
+        # the heartbeat's set lives on the master of its slot
+        owner = self.owner(int(topo.cli(self.ports[0], "CLUSTER", "KEYSLOT", "rl:agents")))
+        self.assertEqual(topo.cli(owner, "ZCARD", "rl:agents"), "1")
+
+    def test_require_noeviction_on_one_master(self):
+        """require_noeviction: one evicting master holds the whole store down."""
+        lru = self.ports[2]
+        topo.cli(lru, "CONFIG", "SET", "maxmemory", "2mb")
+        topo.cli(lru, "CONFIG", "SET", "maxmemory-policy", "allkeys-lru")
+        a = Agent("[redis]\ncluster = 127.0.0.1:%d\ntimeout = 1s\nrequire_noeviction = yes\n\n"
+                  % self.ports[0] + topo.RULES)
+        self.addCleanup(a.stop)
+        self.assertTrue(wait_for(lambda: '"redis treated as down' in a.output()),
+                        a.output()[-2000:])
+        self.assertEqual(a.metric("spoa_ratelimit_redis_up"), 0)
+
+
+only_own_tests(ClusterEviction, topo.Cluster)
 
 
 class ShareAuto(unittest.TestCase):
