@@ -12,7 +12,7 @@ import unittest
 
 import fleet
 import test_redis_topologies as topo
-from harness import AGENT, TOP, Agent, Proc, Redis, free_port, wait_port
+from harness import AGENT, BENCH, TOP, Agent, Proc, Redis, free_port, wait_port
 
 RULE = "[rule:api]\nkey = key\nrate = 10/1h\n"  # burst 10, one token per 6 min
 
@@ -79,6 +79,25 @@ class Eviction(unittest.TestCase):
         self.assertEqual(len(lines), 1, a.output()[-3000:])
         self.assertIn("maxmemory_policy=allkeys-lru", lines[0])
         self.assertIn("maxmemory=2097152", lines[0])
+
+    def test_evictions_counted(self):
+        """Key churn on a 2 MB allkeys-lru Redis: evicted_keys shows in the
+        gauge and in a warning (read here at a reconnect; else every minute)."""
+        a = self.start(LRU)
+        fleet.wait_redis_up(a)
+        self.assertTrue(wait_for(lambda: a.metric("spoa_ratelimit_redis_eviction_possible") == 1))
+        out = subprocess.run([BENCH, "-a", "127.0.0.1:%d" % a.port, "-c", "4", "-p", "20",
+                              "-n", "40000", "-k", "10000000"], capture_output=True, text=True,
+                             timeout=120)
+        self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+        evicted = int(self.redis.cli("INFO", "stats").split("evicted_keys:")[1].split()[0])
+        self.assertGreater(evicted, 0, "no eviction: the churn did not fill 2 MB")
+        self.reconnect()
+        self.assertTrue(wait_for(lambda: a.metric("spoa_ratelimit_redis_evicted_keys") > 0),
+                        a.output()[-2000:])
+        line = [l for l in a.output().splitlines() if '"redis evicted keys"' in l]
+        self.assertEqual(len(line), 1, a.output()[-2000:])
+        print("\n  %s\n  gauge %d" % (line[0], a.metric("spoa_ratelimit_redis_evicted_keys")))
 
     def test_noeviction_gauge_0(self):
         a = self.start(["--maxmemory", "2mb", "--maxmemory-policy", "noeviction"])
