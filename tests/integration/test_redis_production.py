@@ -342,8 +342,38 @@ class Tunnel(Proc):
         wait_port(self.port, proc=self.p)
 
 
-@unittest.skipUnless(shutil.which("haproxy") and shutil.which("openssl"), "haproxy, openssl")
-class TLSTunnel(unittest.TestCase):
+class Stunnel(Proc):
+    """contrib/stunnel-redis.conf, addresses and CA changed, in the
+    foreground, no pid file, no change of user."""
+
+    def __init__(self, d, redis_port, ca):
+        self.port = free_port()
+        with open(os.path.join(TOP, "contrib", "stunnel-redis.conf")) as f:
+            text = f.read()
+        for old, new in (("accept = 127.0.0.1:6390", "accept = 127.0.0.1:%d" % self.port),
+                         ("connect = redis.example:6380", "connect = 127.0.0.1:%d" % redis_port),
+                         ("CAfile = /etc/ssl/certs/redis-ca.pem", "CAfile = " + ca),
+                         ("redis.example", "localhost"),
+                         ("pid = /run/stunnel-redis.pid", "pid ="),
+                         ("setuid = stunnel4\n", ""), ("setgid = stunnel4\n", "")):
+            if old not in text:
+                raise AssertionError("%r not in stunnel-redis.conf" % old)
+            text = text.replace(old, new)
+        self.cfg = os.path.join(d, "stunnel-%d.conf" % self.port)
+        with open(self.cfg, "w") as f:
+            f.write("foreground = yes\n" + text)
+        super().__init__([shutil.which("stunnel4") or "stunnel", self.cfg], "stunnel")
+        wait_port(self.port, proc=self.p)
+
+    def attempts(self):
+        """Connections stunnel gave up on: a failed handshake to Redis."""
+        return self.output().count("certificate verify failed")
+
+
+class TunnelCase:
+    """The agent through a tunnel to a TLS-only redis-server: decisions exact;
+    a tunnel that trusts another CA never gives the agent a Redis."""
+
     @classmethod
     def setUpClass(cls):
         cls.dir = tempfile.mkdtemp(prefix="redis-tls-")
@@ -365,7 +395,7 @@ class TLSTunnel(unittest.TestCase):
             p.stop()
 
     def test_decisions_exact_through_tunnel(self):
-        tun = Tunnel(self.dir, self.redis.port, self.ca)
+        tun = self.tunnel(self.redis.port, self.ca)
         self.procs.append(tun)
         a = Agent(fleet.redis_ini(tun.port, share="auto") + "[rule:api]\nkey = key\n"
                   "rate = 5/1h\nlease = off\n", workers=1)
@@ -380,17 +410,15 @@ class TLSTunnel(unittest.TestCase):
         self.assertIn("tls-key", keys.stdout)
 
     def test_wrong_ca_unreachable(self):
-        """Verification is really on: a tunnel trusting another CA never
-        gets a Redis the agent can use."""
-        tun = Tunnel(self.dir, self.redis.port, self.other_ca)
+        """Verification is really on."""
+        tun = self.tunnel(self.redis.port, self.other_ca)
         self.procs.append(tun)
         a = Agent(fleet.redis_ini(tun.port, share="auto") + RULE, workers=1)
         self.procs.append(a)
         # the agent connects to the tunnel, which closes it after the failed
         # handshake: wait until the tunnel has logged a few of its attempts
-        self.assertTrue(wait_for(lambda: tun.output().count("redis-tls/redis ") >= 3, timeout=20),
+        self.assertTrue(wait_for(lambda: tun.attempts() >= 3, timeout=20),
                         tun.output()[-2000:])
-        print("\n  tunnel log: " + tun.output().splitlines()[-1])
         cli = subprocess.run(["redis-cli", "-p", str(tun.port), "PING"], capture_output=True,
                              text=True, timeout=10)
         self.assertNotIn("PONG", cli.stdout + cli.stderr)
@@ -398,6 +426,25 @@ class TLSTunnel(unittest.TestCase):
         n, got = decide_n(a, 2)
         self.assertTrue(all(g.get("degraded") is True for g in got), got)
         self.assertNotIn('"redis up"', a.output())
+
+
+@unittest.skipUnless(shutil.which("haproxy") and shutil.which("openssl"), "needs haproxy, openssl")
+class TLSTunnel(TunnelCase, unittest.TestCase):
+    """The kit's haproxy/redis-tls-tunnel.cfg in Debian's HAProxy."""
+
+    def tunnel(self, port, ca):
+        t = Tunnel(self.dir, port, ca)
+        t.attempts = lambda: t.output().count("redis-tls/redis ")
+        return t
+
+
+@unittest.skipUnless((shutil.which("stunnel4") or shutil.which("stunnel"))
+                     and shutil.which("openssl"), "needs stunnel4 (Debian package), openssl")
+class StunnelTunnel(TunnelCase, unittest.TestCase):
+    """contrib/stunnel-redis.conf in Debian's stunnel4."""
+
+    def tunnel(self, port, ca):
+        return Stunnel(self.dir, port, ca)
 
 
 if __name__ == "__main__":
