@@ -29,7 +29,7 @@ struct store_heartbeat {
     struct ev_loop *loop;
     struct store *s;
     ev_timer timer;
-    int inflight; /* one beat at a time */
+    int inflight;  /* one beat at a time */
     unsigned last; /* the count last logged */
     char key[96];
     char member[384];

@@ -13,8 +13,8 @@
 #ifndef STORE_HEARTBEAT_H
 #define STORE_HEARTBEAT_H
 
-#define STORE_HEARTBEAT_EVERY 2.0    /* seconds between two beats */
-#define STORE_HEARTBEAT_LIVE 10000   /* ms: an agent not heard from for this long is gone */
+#define STORE_HEARTBEAT_EVERY 2.0  /* seconds between two beats */
+#define STORE_HEARTBEAT_LIVE 10000 /* ms: an agent not heard from for this long is gone */
 
 struct ev_loop;
 struct store;

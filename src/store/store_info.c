@@ -18,11 +18,11 @@
  * once seen, so that a reconnect does not repeat the warning. */
 struct server {
     char name[NAME_MAX_LEN];
-    int gate;     /* asked at connect, no answer yet */
-    int known;    /* answered at least once */
-    int evicts;   /* the last answer: store_info_can_evict() */
-    int warned;   /* the eviction warning was logged */
-    int blocked;  /* the require_noeviction error was logged */
+    int gate;    /* asked at connect, no answer yet */
+    int known;   /* answered at least once */
+    int evicts;  /* the last answer: store_info_can_evict() */
+    int warned;  /* the eviction warning was logged */
+    int blocked; /* the require_noeviction error was logged */
     uint64_t evicted_keys;
     int has_evicted;
 };

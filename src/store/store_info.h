@@ -23,8 +23,8 @@
 /* ---- pure: the fields of an INFO reply ---------------------------------- */
 
 struct store_info_mem {
-    uint64_t maxmemory;        /* 0: no limit */
-    char policy[32];           /* maxmemory_policy, "" when absent */
+    uint64_t maxmemory; /* 0: no limit */
+    char policy[32];    /* maxmemory_policy, "" when absent */
     uint64_t evicted_keys;
     int has_maxmemory, has_policy, has_evicted;
 };
