@@ -7,14 +7,14 @@
  * ms). Every STORE_HEARTBEAT_EVERY the agent sends one EVAL that drops the
  * members older than STORE_HEARTBEAT_LIVE, sets its own, and answers how
  * many remain. One key: one hash slot, so it works on Redis Cluster too; one
- * command every two seconds per agent, none per decision. While Redis is down
+ * command every five seconds per agent, none per decision. While Redis is down
  * no beat goes out and the last count stays.
  */
 #ifndef STORE_HEARTBEAT_H
 #define STORE_HEARTBEAT_H
 
-#define STORE_HEARTBEAT_EVERY 2.0  /* seconds between two beats */
-#define STORE_HEARTBEAT_LIVE 10000 /* ms: an agent not heard from for this long is gone */
+#define STORE_HEARTBEAT_EVERY 5.0  /* seconds between two beats */
+#define STORE_HEARTBEAT_LIVE 20000 /* ms: an agent not heard from for this long is gone */
 
 struct ev_loop;
 struct store;

@@ -231,7 +231,8 @@ class ShareAuto(unittest.TestCase):
         for a in self.agents:
             fleet.wait_redis_up(a)
         for a in self.agents:
-            self.assertTrue(wait_for(lambda: a.metric("spoa_ratelimit_fleet_agents") == n),
+            self.assertTrue(wait_for(lambda: a.metric("spoa_ratelimit_fleet_agents") == n,
+                                     timeout=25),
                             "fleet_agents %r, not %d" % (a.metric("spoa_ratelimit_fleet_agents"), n))
         members = self.redis.cli("ZRANGE", "rl:agents", "0", "-1")
         self.assertEqual(len(members.splitlines()), n, members)
