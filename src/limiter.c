@@ -678,7 +678,10 @@ static const struct bucket_params *rule_params(const struct ruleset *rs, const c
     for (size_t i = 0; i < rs->cfg->nrules; i++) {
         if (strcmp(rs->cfg->rules[i].name, rule) != 0)
             continue;
-        if (config_rule_per_request(&rs->cfg->rules[i]))
+        /* share = auto: a backstop follows the fleet's size, so each bucket
+         * is judged by the limits it was last taken with. */
+        if (config_rule_per_request(&rs->cfg->rules[i]) ||
+            (backstop && rs->cfg->fallback_share == CFG_SHARE_AUTO))
             return &bucket_params_per_bucket;
         return backstop ? &rs->backstop[i] : &rs->params[i];
     }

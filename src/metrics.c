@@ -314,6 +314,16 @@ static void render_redis(struct strbuf *b)
     render_simple(b, "spoa_ratelimit_redis_configured", "gauge",
                   "1 when a [redis] section makes limits global, 0 standalone.",
                   (uint64_t)atomic_load(&metrics.redis_configured));
+    render_simple(b, "spoa_ratelimit_redis_eviction_possible", "gauge",
+                  "1 when a Redis in use has maxmemory set and a maxmemory-policy that can "
+                  "evict the agent's keys (its buckets would refill).",
+                  (uint64_t)atomic_load(&metrics.redis_eviction_possible));
+    render_simple(b, "spoa_ratelimit_redis_evicted_keys", "gauge",
+                  "evicted_keys of INFO, summed over the Redis servers in use (read every minute).",
+                  ld(&metrics.redis_evicted_keys));
+    render_simple(b, "spoa_ratelimit_fleet_agents", "gauge",
+                  "Agents live in the fleet (heartbeats in Redis) when last read; 0 unknown.",
+                  (uint64_t)atomic_load(&metrics.fleet_agents));
     render_hist(b, "spoa_ratelimit_redis_latency_seconds", "Redis round trip per command batch.",
                 &metrics.redis_latency);
 }

@@ -74,6 +74,11 @@ struct metrics {
     atomic_uint_fast64_t redis_keepalives;    /* PINGs on idle connections ([redis] keepalive) */
     atomic_int redis_up;
     atomic_int redis_configured;
+    /* INFO (store_info.c): 1 when a Redis we use has a maxmemory-policy that
+     * can evict our keys and a maxmemory; evicted_keys summed over them */
+    atomic_int redis_eviction_possible;
+    atomic_uint_fast64_t redis_evicted_keys;
+    atomic_uint fleet_agents; /* heartbeats in Redis (store_heartbeat.c); 0 unknown */
     atomic_int connections;
     atomic_uint_fast64_t connections_total;
     atomic_uint_fast64_t frames_in[4];   /* by type: 0 other, 1 hello, 2 disconnect, 3 notify */

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fleet.h"
 #include "mismatch.h"
 #include "sha256.h"
 #include "util.h"
@@ -19,22 +20,25 @@
 #define LIMITS_SEP '\x1f'
 #define HASHED_KEY_MARK '#' /* the first byte of a hashed key, and of no other */
 #define ARG_TEXT_MAX 64 /* the longest rate or burst taken from an arg */
+#define SHARE_EPSILON 1e-9 /* share x burst a hair under an integer counts as it */
 
 void rules_backstop_params(const struct bucket_params *p, double share, struct bucket_params *b)
 {
     /* The backstop keeps N and stretches the period: share x rate without
-     * fractional N; its burst is share x burst, at least 1. */
+     * fractional N, never 0; its burst is share x burst rounded down, at
+     * least 1 (a fallback that opens: every agent passes some requests).
+     * The tiny margin keeps 1/3 x 9 at 3, not 2.999... */
     *b = *p;
     /* A tiny share would stretch the period past what a uint64_t holds (a
      * conversion out of range is undefined: it gave 0, no limit at all):
      * rules_backstop_period() caps it at BUCKET_MAX_PERIOD_US. */
     b->period_us = rules_backstop_period(p->period_us, share);
-    b->burst = (uint64_t)(share * (double)p->burst);
+    b->burst = (uint64_t)(share * (double)p->burst + SHARE_EPSILON);
     if (b->burst < 1)
         b->burst = 1;
     if (p->algorithm == BUCKET_SLIDING_WINDOW) {
         b->period_us = p->period_us;
-        b->limit = (uint64_t)(share * (double)p->limit);
+        b->limit = (uint64_t)(share * (double)p->limit + SHARE_EPSILON);
         if (b->limit < 1)
             b->limit = 1;
     }
@@ -367,6 +371,9 @@ int rules_request_limits(const struct ruleset *rs, unsigned i, const char *rate,
 
     *p = rs->params[i]; /* for a rule with a rate from an arg: its ceilings */
     *b = rs->backstop[i];
+    /* share = auto follows the fleet: the backstop of now, not of the load */
+    if (rs->cfg->fallback_share == CFG_SHARE_AUTO)
+        rules_backstop_params(p, fleet_share(CFG_SHARE_AUTO), b);
     if (!config_rule_per_request(r))
         return 0;
     if (r->rate_arg) {
@@ -393,7 +400,7 @@ int rules_request_limits(const struct ruleset *rs, unsigned i, const char *rate,
             return RULES_BAD_BURST;
         p->burst = v < r->max_burst ? v : r->max_burst;
     }
-    rules_backstop_params(p, rs->cfg->fallback_share, b);
+    rules_backstop_params(p, fleet_share(rs->cfg->fallback_share), b);
     return 0;
 }
 

@@ -63,7 +63,8 @@ static void check_accepted(const struct config *cfg, const char *text)
         fail("max_key or max_entries out of range", text);
     if (cfg->nallow > CFG_MAX_ALLOW || cfg->nrules > CFG_MAX_RULES)
         fail("list too long", text);
-    if (!(cfg->fallback_share > 0 && cfg->fallback_share <= 1) ||
+    if (!(cfg->fallback_share == CFG_SHARE_AUTO ||
+          (cfg->fallback_share > 0 && cfg->fallback_share <= 1)) ||
         !(cfg->lease_max_fraction > 0 && cfg->lease_max_fraction <= 1) ||
         !(cfg->alert_share > 0 && cfg->alert_share <= 1))
         fail("share out of (0, 1]", text);

@@ -365,7 +365,8 @@ START_TEST(test_defaults)
     ck_assert_uint_eq(cfg->lease_ttl_ms, 1000);
     ck_assert_double_eq(cfg->lease_max_fraction, 0.1);
     ck_assert_int_eq(cfg->fallback_mode, DOWN_OPEN);
-    ck_assert_double_eq(cfg->fallback_share, 0.05);
+    ck_assert_double_eq(cfg->fallback_share, CFG_SHARE_AUTO);
+    ck_assert_int_eq(cfg->redis_require_noeviction, 0);
     ck_assert_uint_eq(cfg->nrules, 0);
     config_free(cfg);
 
@@ -550,7 +551,7 @@ static const struct {
     {"[rule:r]\nrate = 1/1s\non_redis_down = deny\n",
      "t.ini:3: bad value 'deny' for 'on_redis_down' (expected open or closed)\n"},
     {"[fallback]\nshare = 0\n",
-     "t.ini:2: bad value '0' for 'share' (expected a number in (0, 1])\n"},
+     "t.ini:2: bad value '0' for 'share' (expected auto or a number in (0, 1])\n"},
     {"[lease]\nmax_fraction = 1.5\n",
      "t.ini:2: bad value '1.5' for 'max_fraction' (expected a number in (0, 1])\n"},
     {"[agent]\nalert_share = nan\n",

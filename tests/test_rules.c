@@ -6,6 +6,7 @@
 
 #include "bucket.h"
 #include "config/config.h"
+#include "fleet.h"
 #include "mismatch.h"
 #include "rules.h"
 #include "spop/spop.h"
@@ -416,6 +417,66 @@ START_TEST(ack_degrades_when_frame_is_small)
 }
 END_TEST
 
+/* share = auto: 1/N of the rule, N the fleet last seen in Redis (1 while
+ * unknown); share x burst rounded down, never below one token, and the rate
+ * never 0. A number keeps its meaning whatever the fleet. */
+static const struct {
+    unsigned agents;
+    uint64_t burst, sw_limit;     /* burst 10 (tb), limit 10 (sw) */
+    uint64_t period_us;           /* of 10/1s */
+} auto_cases[] = {
+    {0, 10, 10, 1000000},   /* never seen: the whole limit */
+    {1, 10, 10, 1000000},   /* a fleet of one: the whole limit */
+    {2, 5, 5, 2000000},
+    {3, 3, 3, 3000000},     /* 10/3 rounded down */
+    {20, 1, 1, 20000000},   /* 0.5 of a token: one */
+    {1000, 1, 1, 1000000000},
+};
+
+START_TEST(backstop_auto_follows_fleet)
+{
+    struct ruleset *rs = load("[rule:tb]\nkey = k\nrate = 10/1s\n"
+                              "[rule:sw]\nkey = k\nrate = 10/1s\nalgorithm = sliding-window\n");
+    struct bucket_params p, b;
+
+    ck_assert_double_eq(rs->cfg->fallback_share, CFG_SHARE_AUTO);
+    fleet_set_agents(auto_cases[_i].agents);
+    for (unsigned r = 0; r < 2; r++) {
+        ck_assert_int_eq(rules_request_limits(rs, r, NULL, NULL, &p, &b), 0);
+        ck_assert_uint_gt(b.limit, 0);
+        if (r == 0) {
+            ck_assert_uint_eq(b.burst, auto_cases[_i].burst);
+            ck_assert_uint_eq(b.period_us, auto_cases[_i].period_us);
+            ck_assert_uint_eq(b.limit, 10);
+        } else {
+            ck_assert_uint_eq(b.limit, auto_cases[_i].sw_limit);
+            ck_assert_uint_eq(b.period_us, 1000000);
+        }
+    }
+    ruleset_unref(rs);
+    /* a number is a number */
+    rs = load("[fallback]\nshare = 0.5\n[rule:tb]\nkey = k\nrate = 10/1s\n");
+    ck_assert_int_eq(rules_request_limits(rs, 0, NULL, NULL, &p, &b), 0);
+    ck_assert_uint_eq(b.burst, 5);
+    ruleset_unref(rs);
+    fleet_set_agents(0);
+}
+END_TEST
+
+START_TEST(backstop_share_rounding)
+{
+    struct bucket_params p = {BUCKET_TOKEN_BUCKET, 9, 1000000, 9}, b;
+
+    rules_backstop_params(&p, 1.0 / 3, &b); /* 1/3 x 9 is 3, not 2.999... */
+    ck_assert_uint_eq(b.burst, 3);
+    p.burst = 10;
+    rules_backstop_params(&p, 0.05, &b); /* the report of issue 23: 0.5 of a token */
+    ck_assert_uint_eq(b.burst, 1);
+    ck_assert_uint_eq(b.limit, 9);
+    ck_assert_uint_eq(b.period_us, 20000000);
+}
+END_TEST
+
 /* The backstop stretches the period by 1/share. With a long period and a
  * tiny share that left a uint64_t (undefined; in practice period 0, so the
  * fallback did not limit at all). */
@@ -568,6 +629,7 @@ END_TEST
 /* ---- limits from args (rate = arg:NAME) ------------------------------------ */
 
 static const char *const arg_ini =
+    "[fallback]\nshare = 0.05\n"
     "[rule:custom]\nkey = key\nrate = arg:limit\nmax_rate = 1000/1m\n"
     "[rule:fixed]\nkey = key\nrate = 10/1m\nburst = 4\n"
     "[rule:burst]\nmessage = b\nkey = key\nrate = 60/1m\nburst = arg:burst\nmax_burst = 50\n"
@@ -974,6 +1036,9 @@ static Suite *rules_suite(void)
     tcase_add_loop_test(tc, ack_size_bound_is_exact, 0, sizeof(ack_rates) / sizeof(ack_rates[0]));
     tcase_add_test(tc, ack_degrades_when_frame_is_small);
     tcase_add_test(tc, backstop_period_in_range);
+    tcase_add_loop_test(tc, backstop_auto_follows_fleet, 0,
+                        (int)(sizeof(auto_cases) / sizeof(auto_cases[0])));
+    tcase_add_test(tc, backstop_share_rounding);
     tcase_add_loop_test(tc, hashed_key_never_cut, 0, sizeof(max_keys) / sizeof(max_keys[0]));
     tcase_set_timeout(tc, 30); /* hundreds of configs: slow under sanitizers */
     suite_add_tcase(s, tc);

@@ -10,6 +10,7 @@
 #include <inttypes.h>
 #include <sys/socket.h>
 
+#include "store/store_info.h"
 #include "util.h"
 #include "sha256.h"
 
@@ -324,6 +325,42 @@ START_TEST(ipv4_text)
     }
     free(got);
 }
+
+/* INFO's eviction fields (store_info_parse) and the verdict. */
+static const struct {
+    const char *text;
+    int can_evict;
+    uint64_t maxmemory, evicted;
+    const char *policy;
+} info_cases[] = {
+    {"# Memory\r\nmaxmemory:2097152\r\nmaxmemory_human:2.00M\r\nmaxmemory_policy:allkeys-lru\r\n"
+     "# Stats\r\nevicted_keys:2751\r\n", 1, 2097152, 2751, "allkeys-lru"},
+    {"maxmemory:2097152\nmaxmemory_policy:noeviction\nevicted_keys:0\n", 0, 2097152, 0,
+     "noeviction"},
+    {"maxmemory:0\r\nmaxmemory_policy:allkeys-lru\r\n", 0, 0, 0, "allkeys-lru"}, /* no limit */
+    {"maxmemory:1000\r\nmaxmemory_policy:volatile-ttl\r\n", 1, 1000, 0, "volatile-ttl"},
+    {"maxmemory_human:1\r\nevicted_keys_x:9\r\n", 0, 0, 0, ""}, /* look-alikes */
+    {"maxmemory:12x\r\nmaxmemory_policy:allkeys-lfu", 0, 0, 0, "allkeys-lfu"}, /* bad number */
+    {"", 0, 0, 0, ""},
+};
+
+START_TEST(info_eviction)
+{
+    struct store_info_mem m;
+    const char *t = info_cases[_i].text;
+    size_t len = strlen(t);
+    char *exact = malloc(len ? len : 1); /* no NUL after the text: ASan sees over-reads */
+
+    memcpy(exact, t, len);
+    store_info_parse(exact, len, &m);
+    ck_assert_int_eq(store_info_can_evict(&m), info_cases[_i].can_evict);
+    ck_assert_uint_eq(m.maxmemory, info_cases[_i].maxmemory);
+    ck_assert_uint_eq(m.evicted_keys, info_cases[_i].evicted);
+    ck_assert_str_eq(m.policy, info_cases[_i].policy);
+    free(exact);
+}
+END_TEST
+
 END_TEST
 
 
@@ -342,6 +379,7 @@ int main(void)
     tcase_add_loop_test(tc, u64_dec, 0, sizeof(dec_cases) / sizeof(dec_cases[0]));
     tcase_add_test(tc, u64_dec_many);
     tcase_add_test(tc, ipv4_text);
+    tcase_add_loop_test(tc, info_eviction, 0, sizeof(info_cases) / sizeof(info_cases[0]));
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -63,13 +63,14 @@ static const struct key_def key_defs[] = {
      * store looks for idle connections every 50 ms) */
     {SEC_REDIS, "keepalive", T_DUR, CF(redis_keepalive_ms), 100, 0, F_ZERO, NULL, 0},
     {SEC_REDIS, "prefix", T_STR, CF(redis_prefix), 0, MAX_PREFIX, 0, NULL, 0},
+    {SEC_REDIS, "require_noeviction", T_BOOL, CF(redis_require_noeviction), 0, 0, 0, NULL, 0},
     {SEC_LEASE, "interval", T_DUR, CF(lease_interval_ms), 0, 0, 0, NULL, 0},
     {SEC_LEASE, "ttl", T_DUR, CF(lease_ttl_ms), 0, 0, 0, NULL, 0},
     {SEC_LEASE, "max_fraction", T_SHARE, CF(lease_max_fraction), 0, 0, 0, NULL, 0},
     {SEC_LEASE, "rate_leases", T_BOOL, CF(lease_rate), 0, 0, 0, NULL, 0},
     {SEC_LEASE, "rate_ttl", T_DUR, CF(lease_rate_ttl_ms), 0, 0, 0, NULL, 0},
     {SEC_FALLBACK, "mode", T_ENUM, CF(fallback_mode), 0, 0, 0, mode_names, 0},
-    {SEC_FALLBACK, "share", T_SHARE, CF(fallback_share), 0, 0, 0, NULL, 0},
+    {SEC_FALLBACK, "share", T_SHARE_AUTO, CF(fallback_share), 0, 0, 0, NULL, 0},
     {SEC_RULE, "message", T_STR, RF(message), 0, 0, F_NONEMPTY, NULL, 0},
     {SEC_RULE, "key", T_KEYS, 0, 0, 0, 0, F_LIST, NULL, 0},
     {SEC_RULE, "match", T_MATCH, 0, 0, 0, 0, F_LIST | F_MULTI, NULL, 0},
@@ -509,7 +510,7 @@ static struct config *config_new(const char *path)
     cfg->lease_rate = 0; /* README "Lease policy": they cost contested keys */
     cfg->lease_rate_ttl_ms = 30000;
     cfg->fallback_mode = DOWN_OPEN;
-    cfg->fallback_share = 0.05;
+    cfg->fallback_share = CFG_SHARE_AUTO;
     return cfg;
 }
 

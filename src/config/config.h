@@ -29,6 +29,8 @@
 #define CFG_MAX_HELLO_TIMEOUT_MS 60000ULL /* [agent] hello_timeout */
 #define CFG_MAX_DURATION_TEXT "365d"
 #define CFG_MAX_COUNT 1000000000000000ULL       /* rate N and burst: exact in a double */
+/* [fallback] share = auto: 1/N, N the agents seen live in the fleet (fleet.h). */
+#define CFG_SHARE_AUTO 0.0
 
 /* The largest reset or retry_after an ACK carries, in seconds (10 digits). */
 #define CFG_ACK_MAX_SECONDS 9999999999ULL
@@ -128,6 +130,7 @@ struct config {
     uint64_t redis_timeout_ms; /* default 100 */
     uint64_t redis_keepalive_ms; /* PING after this long without traffic; default 1000, 0 = off */
     char *redis_prefix;        /* default "rl:" */
+    int redis_require_noeviction; /* a Redis that can evict our keys counts as down */
 
     /* [lease] */
     uint64_t lease_interval_ms; /* default 100 */
@@ -138,7 +141,8 @@ struct config {
 
     /* [fallback] */
     int fallback_mode;     /* enum cfg_down_mode, default DOWN_OPEN */
-    double fallback_share; /* default 0.05, in (0, 1] */
+    double fallback_share; /* in (0, 1], or CFG_SHARE_AUTO (the default): 1/N, N
+                              the agents of the fleet (fleet.h) */
 
     struct cfg_rule *rules;
     size_t nrules;

@@ -15,7 +15,7 @@
 
 #include "config_errors.h"
 
-#define CONFIG_NKEYS 39 /* entries of config.c's key table, checked there */
+#define CONFIG_NKEYS 40 /* entries of config.c's key table, checked there */
 
 struct config;
 
@@ -27,6 +27,7 @@ enum value_type {
     T_DUR,   /* uint64_t milliseconds, at least min (when not 0); F_ZERO: 0 allowed (off) */
     T_BOOL,  /* int */
     T_SHARE, /* double in (0, 1] */
+    T_SHARE_AUTO, /* the same, or "auto": CFG_SHARE_AUTO */
     T_ENUM,  /* int: index in names */
     T_ADDR,  /* char * and struct net_addr: listen address; F_OPT: "" means unset */
     T_URL,   /* char * and struct cfg_redis_url: redis url, "" means unset */

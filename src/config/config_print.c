@@ -144,7 +144,8 @@ static void put_redis(struct out *o, const struct config *cfg)
         put_duration(o, cfg->redis_keepalive_ms);
     else
         put(o, "0 ; off");
-    put(o, "\nprefix = %s\n\n[lease]\ninterval = ", cfg->redis_prefix ? cfg->redis_prefix : "");
+    put(o, "\nprefix = %s\nrequire_noeviction = %s\n\n[lease]\ninterval = ",
+        cfg->redis_prefix ? cfg->redis_prefix : "", cfg->redis_require_noeviction ? "yes" : "no");
     put_duration(o, cfg->lease_interval_ms);
     put(o, "\nttl = ");
     put_duration(o, cfg->lease_ttl_ms);
@@ -213,8 +214,11 @@ char *config_render(const struct config *cfg, size_t *len)
     put(&o, "; the effective configuration of %s, every default resolved\n\n", cfg->path);
     put_agent(&o, cfg);
     put_redis(&o, cfg);
-    put(&o, "[fallback]\nmode = %s\nshare = %g\n\n", modes[cfg->fallback_mode],
-        cfg->fallback_share);
+    put(&o, "[fallback]\nmode = %s\n", modes[cfg->fallback_mode]);
+    if (cfg->fallback_share == CFG_SHARE_AUTO)
+        put(&o, "share = auto\n\n");
+    else
+        put(&o, "share = %g\n\n", cfg->fallback_share);
     for (size_t i = 0; i < cfg->nrules; i++)
         put_rule(&o, cfg, &cfg->rules[i]);
     if (o.oom || !o.p) {

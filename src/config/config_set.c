@@ -290,6 +290,20 @@ static void set_bool(struct parse_state *st, const struct key_def *d, int *field
             d->name);
 }
 
+/* A share, or "auto" (CFG_SHARE_AUTO). */
+static void set_share_auto(struct parse_state *st, const struct key_def *d, double *field,
+                           const char *v)
+{
+    if (strcmp(v, "auto") == 0) {
+        *field = CFG_SHARE_AUTO;
+        return;
+    }
+    if (config_parse_share(v, field) == -1)
+        config_errors_add(&st->errors, st->line,
+                          "bad value '%.80s' for '%s' (expected auto or a number in (0, 1])", v,
+                          d->name);
+}
+
 static void set_share(struct parse_state *st, const struct key_def *d, double *field, const char *v)
 {
     if (config_parse_share(v, field) == -1)
@@ -419,6 +433,9 @@ void config_set_value(struct parse_state *st, const struct key_def *d, const cha
         break;
     case T_SHARE:
         set_share(st, d, field, v);
+        break;
+    case T_SHARE_AUTO:
+        set_share_auto(st, d, field, v);
         break;
     case T_ENUM:
         set_enum(st, d, field, v);

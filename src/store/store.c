@@ -20,6 +20,8 @@
 #include "net.h"
 #include "store_cluster.h"
 #include "store_conn.h"
+#include "store_heartbeat.h"
+#include "store_info.h"
 #include "store_reply_pool.h"
 #include "store_sentinel.h"
 #include "util.h"
@@ -30,8 +32,11 @@ struct store {
     struct store_sentinel *sentinel; /* sentinel: where the master is */
     int resolving;                   /* sentinel: the connection waits for an answer */
     struct store_cluster *cluster;   /* cluster: the slot map and the masters */
-    int up;
+    int up;      /* what callers see: connected and store_info_ok() */
+    int linked;  /* connected (url, sentinel: ready; cluster: up) */
     int closing; /* store_free is failing what is in flight */
+    struct store_info *info;           /* INFO: eviction (store_info.h) */
+    struct store_heartbeat *heartbeat; /* the fleet's size (store_heartbeat.h) */
     /* url: copies, the config may be replaced by a reload */
     char *host;
     int port;
@@ -47,8 +52,15 @@ struct store {
 
 /* ---- up and down ---------------------------------------------------------- */
 
-static void set_up(struct store *s, int up)
+/* Up: connected, and (require_noeviction) no server that can evict. */
+static void set_up(struct store *s, int linked)
 {
+    int up;
+
+    s->linked = linked;
+    if (s->closing)
+        return;
+    up = linked && store_info_ok(s->info);
     if (s->up == up)
         return;
     s->up = up;
@@ -65,16 +77,60 @@ static void set_up(struct store *s, int up)
     }
     if (s->state_fn)
         s->state_fn(s->state_arg, up);
+    if (up && s->heartbeat)
+        store_heartbeat_beat(s->heartbeat);
 }
 
 static void conn_state(void *owner, struct store_conn *conn, int ready)
 {
-    set_up(owner, ready);
+    struct store *s = owner;
+
+    if (ready && s->info)
+        store_info_ask(s->info, conn, 1);
+    set_up(s, ready);
 }
 
 static void cluster_state(void *arg, int up)
 {
     set_up(arg, up);
+}
+
+/* A Cluster master's connection is ready: its INFO too. */
+static void cluster_node_ready(void *arg, struct store_conn *conn)
+{
+    struct store *s = arg;
+
+    if (s->info)
+        store_info_ask(s->info, conn, 1);
+    set_up(s, s->linked);
+}
+
+/* ---- INFO ------------------------------------------------------------------ */
+
+static void info_ask(void *arg, struct store_conn *conn)
+{
+    struct store *s = arg;
+
+    store_info_ask(s->info, conn, 0);
+}
+
+/* Every minute: INFO of every server in use. */
+static void info_poll(void *arg)
+{
+    struct store *s = arg;
+
+    if (s->cluster)
+        store_cluster_each_ready(s->cluster, info_ask, s);
+    else if (s->conn && store_conn_ready(s->conn))
+        info_ask(s, s->conn);
+}
+
+/* An INFO answer may have changed store_info_ok(). */
+static void info_changed(void *arg)
+{
+    struct store *s = arg;
+
+    set_up(s, s->linked);
 }
 
 /* ---- sentinel ---------------------------------------------------------------- */
@@ -215,7 +271,10 @@ static int setup_topology(struct store *s, struct ev_loop *loop, const struct co
     if (cfg->redis_cluster_hosts.n > 0) {
         s->cluster = store_cluster_new(&s->env, cfg->redis_cluster_hosts.list,
                                        cfg->redis_cluster_hosts.n, cluster_state, s, err, errlen);
-        return s->cluster ? 0 : -1;
+        if (!s->cluster)
+            return -1;
+        store_cluster_on_node_ready(s->cluster, cluster_node_ready, s);
+        return 0;
     }
     if (cfg->redis_sentinel_hosts.n > 0) {
         s->master = strdup(cfg->redis_master ? cfg->redis_master : "");
@@ -261,6 +320,13 @@ struct store *store_new(struct ev_loop *loop, const struct config *cfg, char *er
     gethostname(host, sizeof(host) - 1);
     snprintf(s->agent_id, sizeof(s->agent_id), "%s:%d:%08x", host, (int)getpid(),
              (unsigned)(util_hash(UTIL_HASH_INIT, &s, sizeof(s)) ^ util_now_us()));
+    s->info = store_info_new(loop, cfg->redis_require_noeviction, info_poll, info_changed, s);
+    s->heartbeat = store_heartbeat_new(loop, s, cfg->redis_prefix, cfg->listen);
+    if (!s->info || !s->heartbeat) {
+        snprintf(err, errlen, "out of memory");
+        store_free(s);
+        return NULL;
+    }
     if (setup_topology(s, loop, cfg, err, errlen) < 0) {
         store_free(s);
         return NULL;
@@ -273,9 +339,14 @@ void store_free(struct store *s)
     if (!s)
         return;
     s->closing = 1; /* failing callbacks that call store_eval get STORE_DOWN */
+    store_info_stop(s->info);
+    store_heartbeat_stop(s->heartbeat);
     store_cluster_free(s->cluster);
     store_sentinel_free(s->sentinel);
     store_conn_free(s->conn);
+    /* after the connections: their INFO and beat callbacks have run */
+    store_info_free(s->info);
+    store_heartbeat_free(s->heartbeat);
     store_resp_free(&s->env.resp);
     store_cmd_pool_drain();
     store_reply_pool_drain();

@@ -47,6 +47,8 @@ struct store_cluster {
     uint64_t last_refresh_us;
     double backoff; /* between refreshes while no node answers */
     int failing;    /* the last refresh failed (log once per streak) */
+    void (*node_ready)(void *arg, struct store_conn *conn); /* store_cluster_on_node_ready */
+    void *node_ready_arg;
 };
 
 /* ---- key slots --------------------------------------------------------------- */
@@ -80,6 +82,9 @@ static void node_state(void *owner, struct store_conn *conn, int ready)
         LOG_INFO("\"redis cluster node ready\" addr=%s", log_val(store_conn_name(conn)));
     else
         refresh_soon(cl); /* a failover may have moved its slots */
+    /* before up is judged: the owner may hold it until this node is checked */
+    if (ready && cl->node_ready)
+        cl->node_ready(cl->node_ready_arg, conn);
     update_up(cl);
 }
 
@@ -473,6 +478,21 @@ void store_cluster_free(struct store_cluster *cl)
     free(nodes);
     free(cl->seeds);
     free(cl);
+}
+
+void store_cluster_on_node_ready(struct store_cluster *cl,
+                                 void (*fn)(void *arg, struct store_conn *conn), void *arg)
+{
+    cl->node_ready = fn;
+    cl->node_ready_arg = arg;
+}
+
+void store_cluster_each_ready(struct store_cluster *cl,
+                              void (*fn)(void *arg, struct store_conn *conn), void *arg)
+{
+    for (size_t i = 0; i < cl->nnodes; i++)
+        if (store_conn_ready(cl->nodes[i]))
+            fn(arg, cl->nodes[i]);
 }
 
 void store_cluster_uncork(struct store_cluster *cl)

@@ -47,6 +47,15 @@ int store_cluster_up(const struct store_cluster *cl);
  * for the slot, or its master is not connected): the caller still owns cmd. */
 int store_cluster_send(struct store_cluster *cl, struct store_cmd *cmd);
 
+/* fn(arg, conn) when a master's connection becomes ready, before the
+ * cluster's up state is updated, e.g. to read its INFO. */
+void store_cluster_on_node_ready(struct store_cluster *cl,
+                                 void (*fn)(void *arg, struct store_conn *conn), void *arg);
+
+/* fn(arg, conn) for every master connection that is ready. */
+void store_cluster_each_ready(struct store_cluster *cl,
+                              void (*fn)(void *arg, struct store_conn *conn), void *arg);
+
 /* store_conn_uncork() on every node connection. */
 void store_cluster_uncork(struct store_cluster *cl);
 

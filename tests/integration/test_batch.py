@@ -273,7 +273,7 @@ class ClusterBatches(topo.Cluster):
         t_start = time.monotonic()
         t, res = bench_async(agent, "/exact/x", 3, keys=1)
         key = topo.wait_for(lambda: [k for p in self.ports
-                                     for k in topo.cli(p, "--scan", "--pattern", "rl:*").split()])
+                                     for k in topo.cli(p, "--scan", "--pattern", "rl:tb:*").split()])
         self.assertEqual(len(key), 1, key)
         key = key[0]
         slot = int(topo.cli(self.ports[0], "CLUSTER", "KEYSLOT", key))

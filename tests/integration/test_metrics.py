@@ -215,7 +215,7 @@ class Metrics(unittest.TestCase):
             # Redis gone: up 0, and every degraded answer is counted per rule
             redis.kill()
             self.assertTrue(wait_for(lambda: agent.metric("spoa_ratelimit_redis_up") == 0))
-            # (the low rule: its backstop bucket, 0.05 x 2/1h, is not full again
+            # (the low rule: its backstop bucket, share x 2/1h, is not full again
             # within the test, and a bucket full again is dropped as it costs
             # nothing to make anew)
             key = unique("down")

@@ -610,7 +610,7 @@ class Reported(RedisCase):
         got = [c.decide(key=key) for _ in range(30)]
         c.close()
         self.assertTrue(all(g["blocked"] is False for g in got), got)
-        keys = self.keys(redis, "keep:")
+        keys = self.keys(redis, "keep:tb:")  # (keep:agents: the fleet's heartbeats)
         self.assertEqual(len(keys), 1, keys)
         h0 = self.hgetall(redis, keys[0])
         held = {k: v for k, v in h0.items() if k.startswith("h:")}

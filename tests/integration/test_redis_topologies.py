@@ -244,7 +244,7 @@ class Cluster(TopologyCase):
         for i in range(30):
             got = [self.decide(c, key="user%d" % i) for _ in range(12)]
             self.assert_ten_of(got, 12, "key user%d" % i)
-        per_node = {p: [k for k in cli(p, "--scan", "--pattern", "rl:*").splitlines() if k]
+        per_node = {p: [k for k in cli(p, "--scan", "--pattern", "rl:tb:*").splitlines() if k]
                     for p in self.ports}
         self.assertEqual(sum(len(v) for v in per_node.values()), 30, per_node)
         self.assertGreaterEqual(len([p for p in self.ports if per_node[p]]), 2, per_node)

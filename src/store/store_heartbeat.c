@@ -1,0 +1,116 @@
+/* store_heartbeat.c - the fleet's heartbeats (see store_heartbeat.h). */
+#include "store_heartbeat.h"
+
+#include <ev.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fleet.h"
+#include "log.h"
+#include "metrics.h"
+#include "store.h"
+
+/* KEYS[1] the fleet's set, ARGV[1] this agent, ARGV[2] the live window in ms.
+ * Redis' own clock, so that agents' clocks need not agree. Before Redis 5,
+ * writing after TIME needs effects replication (replicate_commands). */
+static const char beat_script[] =
+    "if redis.replicate_commands then redis.replicate_commands() end\n"
+    "local t = redis.call('TIME')\n"
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+    "local live = tonumber(ARGV[2])\n"
+    "redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', string.format('(%d', now - live))\n"
+    "redis.call('ZADD', KEYS[1], string.format('%d', now), ARGV[1])\n"
+    "redis.call('PEXPIRE', KEYS[1], live)\n"
+    "return redis.call('ZCARD', KEYS[1])\n";
+
+struct store_heartbeat {
+    struct ev_loop *loop;
+    struct store *s;
+    ev_timer timer;
+    int inflight;  /* one beat at a time */
+    unsigned last; /* the count last logged */
+    char key[96];
+    char member[384];
+};
+
+static void on_beat(void *arg, const struct store_result *res)
+{
+    struct store_heartbeat *hb = arg;
+
+    hb->inflight = 0;
+    if (res->status == STORE_ERR)
+        LOG_DEBUG("\"heartbeat failed\" err=%s", log_val(res->err ? res->err : "?"));
+    if (res->status != STORE_OK || res->n != 1 || res->v[0] < 1)
+        return;
+    unsigned n = res->v[0] > 1000000 ? 1000000 : (unsigned)res->v[0];
+    fleet_set_agents(n);
+    atomic_store(&metrics.fleet_agents, n);
+    if (n != hb->last)
+        LOG_INFO("\"fleet size\" agents=%u", n);
+    hb->last = n;
+}
+
+void store_heartbeat_beat(struct store_heartbeat *hb)
+{
+    char live[24];
+    const char *argv[6];
+    size_t argvlen[6];
+
+    if (hb->inflight || !store_up(hb->s))
+        return;
+    snprintf(live, sizeof(live), "%d", STORE_HEARTBEAT_LIVE);
+    argv[0] = "EVAL";
+    argv[1] = beat_script;
+    argv[2] = "1";
+    argv[3] = hb->key;
+    argv[4] = hb->member;
+    argv[5] = live;
+    for (int i = 0; i < 6; i++)
+        argvlen[i] = strlen(argv[i]);
+    hb->inflight = 1;
+    /* the callback may run before this returns (Redis down) */
+    store_read(hb->s, hb->key, strlen(hb->key), 6, argv, argvlen, on_beat, hb);
+}
+
+static void timer_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    (void)loop;
+    (void)revents;
+    store_heartbeat_beat(t->data);
+}
+
+struct store_heartbeat *store_heartbeat_new(struct ev_loop *loop, struct store *s,
+                                            const char *prefix, const char *listen)
+{
+    struct store_heartbeat *hb = calloc(1, sizeof(*hb));
+    char host[128] = "agent";
+
+    if (!hb)
+        return NULL;
+    hb->loop = loop;
+    hb->s = s;
+    gethostname(host, sizeof(host) - 1);
+    snprintf(hb->key, sizeof(hb->key), "%sagents", prefix ? prefix : "");
+    snprintf(hb->member, sizeof(hb->member), "host=%s pid=%d listen=%s", host, (int)getpid(),
+             listen ? listen : "");
+    ev_timer_init(&hb->timer, timer_cb, STORE_HEARTBEAT_EVERY, STORE_HEARTBEAT_EVERY);
+    hb->timer.data = hb;
+    ev_timer_start(loop, &hb->timer);
+    return hb;
+}
+
+void store_heartbeat_stop(struct store_heartbeat *hb)
+{
+    if (hb)
+        ev_timer_stop(hb->loop, &hb->timer);
+}
+
+void store_heartbeat_free(struct store_heartbeat *hb)
+{
+    if (!hb)
+        return;
+    store_heartbeat_stop(hb);
+    free(hb);
+}

@@ -1,0 +1,37 @@
+/* store_heartbeat.h - every agent says it is alive in Redis, and counts the
+ * agents that do: the fleet size behind [fallback] share = auto (fleet.h)
+ * and the gauge fleet_agents. Internal to the store module.
+ *
+ * One sorted set per prefix, PREFIX "agents": a member per agent, "host=H
+ * pid=P listen=L", scored by the time of its last beat (Redis' clock, in
+ * ms). Every STORE_HEARTBEAT_EVERY the agent sends one EVAL that drops the
+ * members older than STORE_HEARTBEAT_LIVE, sets its own, and answers how
+ * many remain. One key: one hash slot, so it works on Redis Cluster too; one
+ * command every five seconds per agent, none per decision. While Redis is down
+ * no beat goes out and the last count stays.
+ */
+#ifndef STORE_HEARTBEAT_H
+#define STORE_HEARTBEAT_H
+
+#define STORE_HEARTBEAT_EVERY 5.0  /* seconds between two beats */
+#define STORE_HEARTBEAT_LIVE 20000 /* ms: an agent not heard from for this long is gone */
+
+struct ev_loop;
+struct store;
+struct store_heartbeat;
+
+/* Beats for this agent (listen: its SPOP address as configured) under prefix
+ * on s, starting at the next store_heartbeat_beat() or timer. NULL when out
+ * of memory. */
+struct store_heartbeat *store_heartbeat_new(struct ev_loop *loop, struct store *s,
+                                            const char *prefix, const char *listen);
+
+/* Beat now (e.g. Redis just came up). */
+void store_heartbeat_beat(struct store_heartbeat *hb);
+
+/* Stop beating. Before the store's connections are freed (a beat in flight
+ * then completes with STORE_DOWN); store_heartbeat_free() after. */
+void store_heartbeat_stop(struct store_heartbeat *hb);
+void store_heartbeat_free(struct store_heartbeat *hb); /* NULL no-op */
+
+#endif
