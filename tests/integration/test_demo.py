@@ -50,6 +50,7 @@ class Demo(unittest.TestCase):
         self.assertIn("timeout = 50ms", section.group(1))
         self.assertIn("prefix = rl:", section.group(1))
         self.assertIn("keepalive = 1s", section.group(1))
+        self.assertIn("require_noeviction = no", section.group(1))
         self.check_limited(out)
         keys = re.search(r"Keys in Redis under the prefix: (\d+)", out)
         self.assertIsNotNone(keys, out)
