@@ -676,7 +676,7 @@ class Soak:
         down_txt = ("outages within the backstop (worst %d of %.1f)" % down_worst
                     if down_worst else "no outage")
         print("soak: %d s, %d agents, %d requests, %d 5xx, %d unanswered, %d unavailable, max "
-              "excess %.1f tokens, %s, RSS growth %s, %s, %d agent exits: %s"
+              "excess %.2f tokens, %s, RSS growth %s, %s, %d agent exits: %s"
               % (self.seconds, AGENTS, requests, n5xx, wrk_errs + len(errs), unavailable,
                  worst if worst is not None else float("nan"), down_txt,
                  "%.1f%%" % (100 * max(growth)) if growth else "?",
