@@ -18,10 +18,12 @@ import functools
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 from harness import TOP, HAProxy, Proc, free_port, wait_port
@@ -207,24 +209,65 @@ def _copy_kit(d, cfg_edits, spoe_edits, ports=()):
 class KitHAProxy(HAProxy):
     """HAProxy `build` running the shipped kit: the ports changed (HTTP on a free
     port, the agent at agent_port), then the given edits, and an admin socket
-    (`show stat`) in the global section."""
+    (`show stat`) in the global section. files: {name: text} written over the
+    copies (a test's own map files). master_worker: run it as `-W` (a master
+    process and its worker) so that reload() can reload it the way systemd
+    does, with SIGUSR2 to the master; the admin socket then exposes the
+    listeners, so the new worker takes them over without a gap."""
 
-    def __init__(self, build, agent_port, cfg_edits=(), spoe_edits=()):
+    def __init__(self, build, agent_port, cfg_edits=(), spoe_edits=(), files=None,
+                 master_worker=False):
         self.build = build
         self.http_port = free_port()
         self.dir = tempfile.mkdtemp(prefix="haproxy-test-")
         self.admin = os.path.join(self.dir, "admin.sock")
+        expose = " expose-fd listeners" if master_worker else ""
 
         def admin_socket(cfg):
-            return cfg.replace("global\n", "global\n    stats socket %s level admin\n"
-                               % self.admin, 1)
+            return cfg.replace("global\n", "global\n    stats socket %s level admin%s\n"
+                               % (self.admin, expose), 1)
         _copy_kit(self.dir, list(cfg_edits) + [admin_socket], spoe_edits,
                   ports=(("127.0.0.1:8080", "127.0.0.1:%d" % self.http_port),
                          ("127.0.0.1:12345", "127.0.0.1:%d" % agent_port)))
+        for name, text in (files or {}).items():
+            with open(os.path.join(self.dir, name), "w") as f:
+                f.write(text)
         # cwd: HAProxy 2.6 opens map files relative to its working directory
-        Proc.__init__(self, [build.path, "-db", "-f", "haproxy.cfg"],
-                      "haproxy-" + build.text, cwd=self.dir)
+        argv = [build.path] + (["-W"] if master_worker else []) + ["-db", "-f", "haproxy.cfg"]
+        Proc.__init__(self, argv, "haproxy-" + build.text, cwd=self.dir)
         wait_port(self.http_port, proc=self.p)
+
+    def workers(self):
+        """Pids of the master's children (master_worker), from /proc."""
+        out = []
+        for d in os.listdir("/proc"):
+            if not d.isdigit():
+                continue
+            try:
+                with open("/proc/%s/stat" % d) as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            if ppid == self.p.pid:
+                out.append(int(d))
+        return sorted(out)
+
+    def reload(self, timeout=30.0):
+        """master_worker: SIGUSR2 to the master, then wait until a new worker
+        runs and the HTTP port answers. Returns (old workers, new workers)."""
+        old = set(self.workers())
+        self.p.send_signal(signal.SIGUSR2)
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if self.p.poll() is not None:
+                raise RuntimeError("haproxy master exited with %s during a reload"
+                                   % self.p.returncode)
+            new = set(self.workers()) - old
+            if new:
+                wait_port(self.http_port, proc=self.p, timeout=max(1.0, end - time.monotonic()))
+                return sorted(old), sorted(new)
+            time.sleep(0.05)
+        raise RuntimeError("no new haproxy worker %.0f s after SIGUSR2" % timeout)
 
     def show_stat(self):
         """`show stat` as a list of dicts (pxname, svname, status, check_status...)."""

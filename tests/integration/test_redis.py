@@ -293,7 +293,7 @@ class Fleet(RedisCase):
         admitted <= b + r*T overall and in every window, and >= 90% of it."""
         agents = self.start_fleet()
         key = unique("fleet")
-        # `make soak` runs this for longer (FLEET_SECONDS); records grow with it.
+        # `make fleet-soak` runs this for longer (FLEET_SECONDS); records grow with it.
         seconds = float(os.environ.get("FLEET_SECONDS", "4"))
         clients = [LoadClient(agents[i // 2].addr, {"key": key}, [(seconds, "flood", 4)],
                               name=i) for i in range(6)]
