@@ -451,8 +451,8 @@ static void conn_read_cb(struct ev_loop *loop, ev_io *io, int revents)
         uint8_t *p = spop_conn_in_space(&c->sp, &room);
         ssize_t n;
 
-        if (room == 0) { /* cannot happen: in[] holds a whole max frame */
-            spop_conn_disconnect(&c->sp, SPOP_ST_TOO_BIG);
+        if (room == 0) { /* out of memory growing in[] (a full-size one has room) */
+            spop_conn_disconnect(&c->sp, SPOP_ST_RES_ALLOC_ERR);
             c->closing = 1;
             conn_update_reading(c);
             break;

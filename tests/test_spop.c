@@ -1072,6 +1072,48 @@ START_TEST(test_conn_pause)
 }
 END_TEST
 
+/* The read buffer starts at SPOP_CONN_IN_INITIAL bytes and grows to a whole
+ * frame when a read fills it: a 3,000-byte frame (of a type the agent skips)
+ * fed through spop_conn_in_space() as a socket would, then a NOTIFY, both
+ * handled. */
+START_TEST(test_conn_in_grows)
+{
+    const struct spop_vector *hello = &spop_vectors[SPOP_VEC_HAPROXY_HELLO];
+    const struct spop_vector *notify = &spop_vectors[SPOP_VEC_NOTIFY_IPV4];
+    struct pause_ctx ctx = {0, 0};
+    struct spop_conn c;
+    static uint8_t big[3000 + 4];
+    size_t room, off = 0, total;
+    uint8_t *stream = malloc(hello->len + sizeof(big) + notify->len);
+
+    ck_assert_ptr_nonnull(stream);
+    /* length, type 50 (unknown), FIN, stream-id 0, frame-id 0, filler */
+    big[0] = 0, big[1] = 0, big[2] = (3000 >> 8) & 0xff, big[3] = 3000 & 0xff;
+    big[4] = 50, big[5] = 0, big[6] = 0, big[7] = 0, big[8] = 1, big[9] = 0, big[10] = 0;
+    memcpy(stream, hello->data, hello->len);
+    memcpy(stream + hello->len, big, sizeof(big));
+    memcpy(stream + hello->len + sizeof(big), notify->data, notify->len);
+    total = hello->len + sizeof(big) + notify->len;
+
+    ck_assert_int_eq(spop_conn_init(&c, 16380), 0);
+    ck_assert_uint_eq(c.in_cap, SPOP_CONN_IN_INITIAL);
+    while (off < total) {
+        uint8_t *p = spop_conn_in_space(&c, &room);
+        size_t n = total - off < room ? total - off : room;
+        ck_assert_uint_gt(room, 0);
+        memcpy(p, stream + off, n);
+        off += n;
+        ck_assert_int_eq(spop_conn_in_commit(&c, n, pause_notify, &ctx), 0);
+    }
+    ck_assert_uint_eq(c.in_cap, 16380 + 4);
+    ck_assert_int_eq(c.state, SPOP_CONN_READY);
+    ck_assert_uint_eq(ctx.seen, 1);
+    ck_assert_uint_eq(c.in_len, 0);
+    spop_conn_release(&c);
+    free(stream);
+}
+END_TEST
+
 /* A HAPROXY-DISCONNECT after the HELLO: what it said is kept for the
  * server's log (status and message), and answered with an AGENT-DISCONNECT
  * of status 0, which the connection records as sent. */
@@ -1188,6 +1230,7 @@ static Suite *spop_suite(void)
     tc = tcase_create("connection");
     tcase_add_test(tc, test_conn_pause);
     tcase_add_test(tc, test_conn_peer_disconnect);
+    tcase_add_test(tc, test_conn_in_grows);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("malformed");

@@ -15,9 +15,26 @@ int spop_conn_init(struct spop_conn *c, uint32_t agent_max_frame)
     c->agent_max_frame = agent_max_frame;
     c->max_frame = agent_max_frame;
     c->in_cap = (size_t)agent_max_frame + SPOP_FRAME_LEN_SIZE;
+    if (c->in_cap > SPOP_CONN_IN_INITIAL)
+        c->in_cap = SPOP_CONN_IN_INITIAL;
     c->in = malloc(c->in_cap);
     if (!c->in)
         return -1;
+    return 0;
+}
+
+int spop_conn_in_grow(struct spop_conn *c)
+{
+    size_t full = (size_t)c->agent_max_frame + SPOP_FRAME_LEN_SIZE;
+    uint8_t *p;
+
+    if (c->in_cap >= full)
+        return 0;
+    p = realloc(c->in, full);
+    if (!p)
+        return -1;
+    c->in = p;
+    c->in_cap = full;
     return 0;
 }
 

@@ -39,7 +39,8 @@ struct spop_conn {
     char peer_message[SPOP_CONN_PEER_MESSAGE_MAX]; /* its message, NUL-terminated, cut */
     int paused;               /* set by the NOTIFY callback: parse no further frame (they
                                  stay in in[]) until cleared and in_commit is called again */
-    uint8_t *in;              /* read buffer: max_frame + 4 bytes */
+    uint8_t *in;              /* read buffer: SPOP_CONN_IN_INITIAL bytes, grown to
+                                 agent_max_frame + 4 once a read fills it */
     size_t in_len, in_cap;
     uint8_t *out;             /* pending output */
     size_t out_off, out_len, out_cap;
@@ -55,9 +56,25 @@ typedef int spop_notify_fn(void *ctx, struct spop_conn *c, const struct spop_fra
 int spop_conn_init(struct spop_conn *c, uint32_t agent_max_frame);
 void spop_conn_release(struct spop_conn *c);
 
-/* Where to read into and how much fits. */
+/* The read buffer starts small: a connection that never gets past its HELLO
+ * (a flood of them is capped by [agent] max_handshakes, but each one's
+ * buffer is touched memory) costs this much, not a whole frame. HAProxy's
+ * HELLO is about 100 bytes. */
+#define SPOP_CONN_IN_INITIAL 1024
+
+/* Grow the read buffer to its full size (agent_max_frame + 4). 0, or -1
+ * when out of memory (the buffer is unchanged). */
+int spop_conn_in_grow(struct spop_conn *c);
+
+/* Where to read into and how much fits: a full buffer is grown first. A
+ * room of 0 means out of memory (a full-size buffer always has room: every
+ * whole frame in it has been parsed and consumed). */
 static inline uint8_t *spop_conn_in_space(struct spop_conn *c, size_t *room)
 {
+    if (c->in_len == c->in_cap && spop_conn_in_grow(c) < 0) {
+        *room = 0;
+        return c->in + c->in_len;
+    }
     *room = c->in_cap - c->in_len;
     return c->in + c->in_len;
 }
