@@ -27,6 +27,7 @@
 #include "metrics.h"
 #include "net.h"
 #include "scripts.h"
+#include "store_errors.h"
 #include "store_lookup.h"
 #include "store_reply.h"
 #include "store_reply_pool.h"
@@ -38,7 +39,9 @@
 #define ERR_LEN 256
 
 /* What a setup reply answers (its priv): a script index, or one of these. */
-enum { SETUP_AUTH = -1, SETUP_SELECT = -2, SETUP_ROLE = -3 };
+enum { SETUP_AUTH = -1, SETUP_SELECT = -2, SETUP_ROLE = -3, SETUP_PROBE = -4 };
+
+#define PROBE_KEY_MAX 128
 
 struct store_conn {
     struct store_env *env;
@@ -53,7 +56,14 @@ struct store_conn {
     struct store_lookup *lookup; /* the host name being looked up before a connect */
     int connected;         /* the TCP/unix connect succeeded */
     int ready;             /* role checked and scripts loaded */
-    int loading;           /* SCRIPT LOAD replies still expected */
+    int loading;           /* SCRIPT LOAD (and probe) replies still expected */
+    /* Redis refused our calls (store_errors.h): the next setup ends with a
+     * probe, a script call that must pass before the connection is ready;
+     * check_role: ask ROLE too (url mode, after READONLY or MASTERDOWN);
+     * probe_slot: the hash slot the probe's key must have (Cluster), or -1 */
+    int refused;
+    int check_role;
+    int probe_slot;
     uint64_t connect_us;   /* when the current attempt started */
     uint64_t io_us;        /* the last command sent or reply read: keepalive's clock */
     uint64_t ping_us;      /* the keepalive PING in flight was sent then; 0: none */
@@ -164,7 +174,7 @@ static void conn_lost(struct store_conn *conn, redisAsyncContext *ac, const char
     struct store_cmd *c;
 
     snprintf(reason, sizeof(reason), "%s", why); /* why may live in ac */
-    if (conn->ready)
+    if (conn->ready && !conn->refused)
         LOG_WARN("\"redis connection lost\" addr=%s err=\"%s\"", log_val(conn->name),
                  log_esc(reason, strlen(reason)));
     else if (strcmp(conn->last_err, reason) != 0)
@@ -222,30 +232,117 @@ static const char *setup_name(long what)
         return "SELECT";
     case SETUP_ROLE:
         return "ROLE";
+    case SETUP_PROBE:
+        return "EVALSHA tb_exact (probe)";
     default:
         return "SCRIPT LOAD";
     }
 }
 
-/* Reply of a setup command (AUTH, SELECT, ROLE, SCRIPT LOAD). */
+static void note_error(struct store_conn *conn, enum metrics_redis_error kind, const char *err,
+                       const char *command)
+{
+    const struct store_error_where w = {"redis", conn->name, command, conn->env->user,
+                                        conn->env->prefix};
+
+    store_error_note(kind, err, &w);
+}
+
+/* Redis refused a call with a reply that every call will get (kind: a
+ * refusal, store_errors.h): give the connection up and try again after the
+ * backoff, a probe first. Not master: find it again (ROLE, Sentinel, the
+ * Cluster map through the owner's hooks). slot: of the refused call's key
+ * (the probe's must match on a Cluster node), or -1. */
+static void refused(struct store_conn *conn, redisAsyncContext *ac, enum metrics_redis_error kind,
+                    const char *err, int slot)
+{
+    char why[ERR_LEN];
+
+    snprintf(why, sizeof(why), "%.200s", err);
+    conn->refused = 1;
+    conn->probe_slot = (conn->flags & STORE_CONN_SLOTS) ? slot : -1;
+    if (kind == METRICS_REDIS_READONLY || kind == METRICS_REDIS_MASTERDOWN)
+        conn->check_role = 1;
+    snprintf(conn->last_err, sizeof(conn->last_err), "%s", why); /* said by note_error */
+    conn_lost(conn, ac, why, 1);
+}
+
+/* One setup reply in: the last one makes the connection ready. */
+static void setup_step_done(struct store_conn *conn)
+{
+    if (conn->loading > 0 && --conn->loading == 0) {
+        conn->backoff = BACKOFF_MIN;
+        conn->last_err[0] = '\0';
+        conn->refused = 0;
+        conn->check_role = 0;
+        set_ready(conn, 1);
+    }
+}
+
+/* ROLE answered something else than master. */
+static void not_master(struct store_conn *conn, redisAsyncContext *ac, const char *role)
+{
+    char why[ERR_LEN];
+
+    snprintf(why, sizeof(why), "ROLE is %.40s, not master", role);
+    if (strcmp(conn->last_err, why) != 0) {
+        if (conn->flags & STORE_CONN_CHECK_ROLE)
+            LOG_WARN("\"redis is not the master\" addr=%s role=%s", log_val(conn->name),
+                     log_esc(role, strnlen(role, 40)));
+        else /* url mode: only the operator (or REPLICAOF NO ONE) changes it */
+            LOG_WARN("\"redis url points at a replica, not the master: waiting for it to be "
+                     "promoted (or fix [redis] url)\" addr=%s role=%s",
+                     log_val(conn->name), log_esc(role, strnlen(role, 40)));
+    }
+    snprintf(conn->last_err, sizeof(conn->last_err), "%s", why);
+    conn->check_role = 1;
+    conn_lost(conn, ac, why, 1);
+}
+
+/* An error reply to a setup command. */
+static void setup_error(struct store_conn *conn, redisAsyncContext *ac, long what, const char *err)
+{
+    enum metrics_redis_error kind = store_error_kind(err);
+    char why[ERR_LEN];
+
+    METRIC_INC(redis_errors);
+    if (what == SETUP_ROLE && kind == METRICS_REDIS_NOPERM &&
+        !(conn->flags & STORE_CONN_CHECK_ROLE)) {
+        /* url mode asks ROLE after a READONLY only to say so: an ACL user
+         * without ROLE goes on (the probe tells whether writes pass) */
+        METRIC_INC(redis_error_replies[kind]);
+        return;
+    }
+    note_error(conn, kind, err, setup_name(what));
+    if (store_error_refusal(kind) &&
+        (what == SETUP_PROBE || (kind != METRICS_REDIS_NOAUTH && kind != METRICS_REDIS_WRONGPASS))) {
+        refused(conn, ac, kind, err, conn->probe_slot);
+        return;
+    }
+    if (what == SETUP_PROBE) { /* not a refusal (a -MOVED, ...): the probe passed */
+        setup_step_done(conn);
+        return;
+    }
+    snprintf(why, sizeof(why), "%s: %s", setup_name(what), err);
+    if (!store_error_refusal(kind) && strcmp(conn->last_err, why) != 0) /* once per refusal */
+        LOG_ERROR("\"redis refused setup\" err=\"%s\" addr=%s", log_esc(why, strlen(why)),
+                  log_val(conn->name));
+    snprintf(conn->last_err, sizeof(conn->last_err), "%s", why);
+    conn_lost(conn, ac, why, 1);
+}
+
+/* Reply of a setup command (AUTH, SELECT, ROLE, SCRIPT LOAD, the probe). */
 static void on_setup_reply(redisAsyncContext *ac, void *r, void *priv)
 {
     struct store_conn *conn = ac->data;
     redisReply *reply = r;
     long what = (long)(intptr_t)priv;
-    char why[ERR_LEN];
 
     if (!reply || conn->ac != ac)
         return; /* going away: conn_lost handles it */
     conn->io_us = util_now_us();
     if (reply->type == REDIS_REPLY_ERROR) {
-        snprintf(why, sizeof(why), "%s: %s", setup_name(what), reply->str);
-        METRIC_INC(redis_errors);
-        if (strcmp(conn->last_err, why) != 0) /* once per distinct refusal */
-            LOG_ERROR("\"redis refused setup\" err=\"%s\" addr=%s", log_esc(why, strlen(why)),
-                      log_val(conn->name));
-        snprintf(conn->last_err, sizeof(conn->last_err), "%s", why);
-        conn_lost(conn, ac, why, 1);
+        setup_error(conn, ac, what, reply->str);
         return;
     }
     if (what == SETUP_ROLE) {
@@ -253,24 +350,31 @@ static void on_setup_reply(redisAsyncContext *ac, void *r, void *priv)
         if (reply->type == REDIS_REPLY_ARRAY && reply->elements > 0 &&
             reply->element[0]->type == REDIS_REPLY_STRING)
             role = reply->element[0]->str;
-        if (strcmp(role, "master") != 0) {
-            snprintf(why, sizeof(why), "ROLE is %.40s, not master", role);
-            if (strcmp(conn->last_err, why) != 0)
-                LOG_WARN("\"redis is not the master\" addr=%s role=%s", log_val(conn->name),
-                         log_esc(role, strnlen(role, 40)));
-            snprintf(conn->last_err, sizeof(conn->last_err), "%s", why);
-            conn_lost(conn, ac, why, 1);
-        }
+        if (strcmp(role, "master") != 0)
+            not_master(conn, ac, role);
         return;
     }
-    if (what < 0)
+    if (what < 0 && what != SETUP_PROBE)
         return;
-    if (reply->type == REDIS_REPLY_STRING && reply->len == STORE_SHA_LEN)
+    if (what >= 0 && reply->type == REDIS_REPLY_STRING && reply->len == STORE_SHA_LEN)
         memcpy(conn->env->sha[what], reply->str, STORE_SHA_LEN + 1);
-    if (conn->loading > 0 && --conn->loading == 0) {
-        conn->backoff = BACKOFF_MIN;
-        conn->last_err[0] = '\0';
-        set_ready(conn, 1);
+    setup_step_done(conn);
+}
+
+/* The probe's key: under the prefix (the ACL key pattern is tested), of the
+ * refused call's slot on a Cluster node. */
+static void probe_key(const struct store_conn *conn, char *key, size_t cap)
+{
+    const char *prefix = conn->env->prefix ? conn->env->prefix : "";
+
+    snprintf(key, cap, "%sprobe", prefix);
+    if (conn->probe_slot < 0)
+        return;
+    /* a {tag} that hashes to the slot: found within ~16384 tries on average */
+    for (unsigned i = 0; i < (1u << 22); i++) {
+        int n = snprintf(key, cap, "%sprobe:{%u}", prefix, i);
+        if (n > 0 && (size_t)n < cap && util_redis_slot(key, (size_t)n) == (unsigned)conn->probe_slot)
+            return;
     }
 }
 
@@ -293,7 +397,7 @@ static void send_setup(struct store_conn *conn)
                           env->db);
         METRIC_INC(redis_commands);
     }
-    if (conn->flags & STORE_CONN_CHECK_ROLE) {
+    if ((conn->flags & STORE_CONN_CHECK_ROLE) || conn->check_role) {
         redisAsyncCommand(ac, on_setup_reply, (void *)(intptr_t)SETUP_ROLE, "ROLE");
         METRIC_INC(redis_commands);
     }
@@ -302,6 +406,16 @@ static void send_setup(struct store_conn *conn)
         redisAsyncCommand(ac, on_setup_reply, (void *)(intptr_t)i, "SCRIPT LOAD %s",
                           script_src[i]);
         METRIC_INC(redis_commands);
+    }
+    if (conn->refused && env->sha[SCRIPT_TB_EXACT][0]) {
+        /* one decision on a key of its own (a bucket that never runs dry,
+         * gone a second later): it must pass before calls go out again */
+        char key[PROBE_KEY_MAX];
+        probe_key(conn, key, sizeof(key));
+        redisAsyncCommand(ac, on_setup_reply, (void *)(intptr_t)SETUP_PROBE,
+                          "EVALSHA %s 1 %s 1000 1000 1000", env->sha[SCRIPT_TB_EXACT], key);
+        METRIC_INC(redis_commands);
+        conn->loading++;
     }
 }
 
@@ -601,8 +715,11 @@ static int handle_error(struct store_conn *conn, redisAsyncContext *ac, struct s
 {
     char host[256];
     int ask, slot, port;
+    enum metrics_redis_error kind = store_error_kind(err);
 
-    if (strncmp(err, "NOSCRIPT", 8) == 0 && !c->noscript_retried && !c->read) {
+    if (kind == METRICS_REDIS_NOSCRIPT)
+        METRIC_INC(redis_error_replies[kind]);
+    if (kind == METRICS_REDIS_NOSCRIPT && !c->noscript_retried && !c->read) {
         /* Redis lost its scripts (restart, failover, SCRIPT FLUSH): load the
          * script again and retry; both go out in order on this connection. */
         c->noscript_retried = 1;
@@ -626,11 +743,18 @@ static int handle_error(struct store_conn *conn, redisAsyncContext *ac, struct s
         conn->hooks->redirect(conn->owner, conn, c, ask, slot, host, port);
         return 1;
     }
-    if ((conn->flags & STORE_CONN_CHECK_ROLE) && strncmp(err, "READONLY", 8) == 0) {
-        /* Talking to a replica: the master was demoted under us. */
+    if (store_error_refusal(kind) && !c->read) {
+        /* Every call would get it (a replica, an ACL, a full Redis): down
+         * until a probe passes, not one refused call per decision. */
+        char command[64];
+        size_t len;
+        const char *key = store_cmd_key(c, &len);
+
+        snprintf(command, sizeof(command), "EVALSHA %s", script_names[c->script]);
         METRIC_INC(redis_errors);
-        conn_lost(conn, ac, "READONLY: no longer the master", 1);
-        store_cmd_fail(c, STORE_DOWN, "no longer the master");
+        note_error(conn, kind, err, command);
+        refused(conn, ac, kind, err, (int)util_redis_slot(key, len));
+        store_cmd_fail(c, STORE_DOWN, metrics_redis_error_names[kind]);
         return 1;
     }
     return 0;
@@ -669,8 +793,11 @@ static void on_eval_reply(redisAsyncContext *ac, void *r, void *priv)
     }
     if (res.status != STORE_OK) {
         METRIC_INC(redis_errors);
-        LOG_DEBUG("\"redis script error\" addr=%s script=%s err=\"%s\"", log_val(conn->name),
-                  script_names[c->script], log_esc(res.err, strlen(res.err)));
+        if (reply->type == REDIS_REPLY_ERROR) {
+            char command[64];
+            snprintf(command, sizeof(command), "EVALSHA %s", script_names[c->script]);
+            note_error(conn, store_error_kind(res.err), res.err, command);
+        }
     }
     c->cb(c->arg, &res);
     store_cmd_free(c);
@@ -739,6 +866,7 @@ struct store_conn *store_conn_new(struct store_env *env, const struct store_conn
     conn->owner = owner;
     conn->flags = flags;
     conn->backoff = BACKOFF_MIN;
+    conn->probe_slot = -1;
     snprintf(conn->name, sizeof(conn->name), "-");
     if (unix_path) {
         if (!(conn->unix_path = strdup(unix_path)))
