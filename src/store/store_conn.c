@@ -261,7 +261,10 @@ static void refused(struct store_conn *conn, redisAsyncContext *ac, enum metrics
     snprintf(why, sizeof(why), "%.200s", err);
     conn->refused = 1;
     conn->probe_slot = (conn->flags & STORE_CONN_SLOTS) ? slot : -1;
-    if (kind == METRICS_REDIS_READONLY || kind == METRICS_REDIS_MASTERDOWN)
+    /* url mode: say what the server is (Sentinel checks ROLE anyway; a
+     * Cluster node leaves the map at the refresh its loss asks for) */
+    if ((kind == METRICS_REDIS_READONLY || kind == METRICS_REDIS_MASTERDOWN) &&
+        !(conn->flags & STORE_CONN_SLOTS))
         conn->check_role = 1;
     snprintf(conn->last_err, sizeof(conn->last_err), "%s", why); /* said by note_error */
     conn_lost(conn, ac, why, 1);

@@ -187,6 +187,52 @@ class Passwords(AuthCase):
         self.assertEqual(cli(r.port, "EXISTS", "rl:tb:u:after", password="new-pw"), "1")
 
 
+    def test_sighup_applies_a_new_url(self):
+        """url mode: a url changed in the file (another Redis, another db)
+        is used after SIGHUP, same process; GET /config has no restart
+        pending for it."""
+        r1 = self.redis()
+        r2 = self.redis("--requirepass", "two")
+        a = self.agent("[redis]\nurl = redis://127.0.0.1:%d/0\n" % r1.port)
+        self.wait_up(a)
+        c = self.seq(a)
+        self.assert_ten_of(c, "one")
+        pid = a.p.pid
+        a.rewrite("[redis]\nurl = redis://:two@127.0.0.1:%d/2\ntimeout = 1s\n\n%s"
+                  % (r2.port, RULES))
+        os.kill(pid, signal.SIGHUP)
+        self.wait_log(a, '"redis url and credentials changed: reconnecting"')
+        self.wait_log(a, '"redis up" addr=127.0.0.1:%d' % r2.port)
+        self.wait_up(a)
+        self.assert_ten_of(c, "two")
+        self.assertEqual(cli(r2.port, "-n", 2, "EXISTS", "rl:tb:u:two", password="two"), "1")
+        self.assertEqual(cli(r1.port, "EXISTS", "rl:tb:u:two"), "0")
+        self.assertEqual(a.p.pid, pid)
+        page = a.get("/config")
+        self.assertIn("; restart pending: none", page)
+        self.assertIn("url = redis://:***@127.0.0.1:%d/2" % r2.port, page)
+        self.assertNotIn(":two@", page)
+
+    def test_check_names_an_unreadable_password_file(self):
+        ini = os.path.join(self.dir, "a.ini")
+        pwfile = os.path.join(self.dir, "missing.pass")
+        with open(ini, "w") as f:
+            f.write("[redis]\nurl = redis://127.0.0.1:6379\npassword_file = %s\n" % pwfile)
+        from harness import AGENT
+        p = subprocess.run([AGENT, "-c", ini, "--check"], capture_output=True, text=True,
+                           timeout=30)
+        self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
+        self.assertIn("%s:3: cannot read password_file '%s': No such file or directory"
+                      % (ini, pwfile), p.stderr)
+        with open(pwfile, "w") as f:
+            f.write("hidden-secret\n")
+        p = subprocess.run([AGENT, "-c", ini, "--check", "--print"], capture_output=True,
+                           text=True, timeout=30)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn("password_file = %s\n" % pwfile, p.stdout)
+        self.assertNotIn("hidden-secret", p.stdout + p.stderr)
+
+
 # ---- ACL -----------------------------------------------------------------------
 
 
