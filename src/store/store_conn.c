@@ -538,6 +538,8 @@ static void on_ping_reply(redisAsyncContext *ac, void *r, void *priv)
         METRIC_INC(redis_errors);
         LOG_DEBUG("\"redis keepalive failed\" addr=%s err=\"%s\"", log_val(conn->name),
                   log_esc(reply->str, strlen(reply->str)));
+        /* counted by kind; an ACL without +ping is said (not acted on) */
+        note_error(conn, store_error_kind(reply->str), reply->str, "PING (keepalive)");
     }
 }
 

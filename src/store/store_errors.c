@@ -79,8 +79,8 @@ void store_error_note(enum metrics_redis_error kind, const char *err,
         msg = "redis replica lost its master (MASTERDOWN): reconnecting to find the master";
         break;
     case METRICS_REDIS_NOPERM:
-        msg = "redis ACL denied a command (NOPERM): the user needs +evalsha and +script|load "
-              "on the keys of the prefix; rules fall back";
+        msg = "redis ACL denied a command (NOPERM): the user needs +evalsha, +script|load and "
+              "+ping, on the keys of the prefix";
         break;
     case METRICS_REDIS_OOM:
         msg = "redis is full (OOM): maxmemory reached with nothing to evict; rules fall back";
