@@ -1160,6 +1160,12 @@ START_TEST(test_credentials)
     unlink(path);
     ck_assert_int_eq(config_load_string(text, "t.ini", &cfg, err, sizeof(err)), -1);
     ck_assert_ptr_nonnull(strstr(err, "': No such file or directory\n"));
+    /* not a file: refused at once (a FIFO would hang a reload) */
+    ck_assert_int_eq(config_load_string("[redis]\nurl = redis://127.0.0.1:6379\n"
+                                        "password_file = /dev/null\n",
+                                        "t.ini", &cfg, err, sizeof(err)),
+                     -1);
+    ck_assert_str_eq(err, "t.ini:3: cannot read password_file '/dev/null': not a regular file\n");
 }
 END_TEST
 

@@ -10,9 +10,11 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "config_errors.h"
@@ -337,12 +339,22 @@ static void check_exclusive(struct parse_state *st, const char *a, const char *v
 static char *read_password_file(const char *path, char *why, size_t whylen)
 {
     char buf[MAX_PASSWORD + 2];
-    FILE *fp = fopen(path, "r");
+    /* non-blocking: a FIFO or a device must not hang a reload */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    struct stat st;
+    FILE *fp;
     size_t n;
     char *pw = NULL;
 
-    if (!fp) {
+    if (fd == -1 || fstat(fd, &st) == -1) {
         snprintf(why, whylen, "%s", strerror(errno));
+        if (fd != -1)
+            close(fd);
+        return NULL;
+    }
+    if (!S_ISREG(st.st_mode) || !(fp = fdopen(fd, "r"))) {
+        snprintf(why, whylen, "%s", S_ISREG(st.st_mode) ? strerror(errno) : "not a regular file");
+        close(fd);
         return NULL;
     }
     n = fread(buf, 1, sizeof(buf) - 1, fp);

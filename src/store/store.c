@@ -240,19 +240,12 @@ void store_cork(struct store *s, int on)
 
 /* ---- lifecycle ----------------------------------------------------------- */
 
-/* Replace *field by a copy of v (NULL: none), the old secret wiped. 0, or -1
- * out of memory (nothing changed). */
-static int set_secret(char **field, const char *v)
+/* Free a secret, wiped first. */
+static void drop_secret(char *v)
 {
-    char *copy = NULL;
-
-    if (v && !(copy = strdup(v)))
-        return -1;
-    if (*field)
-        explicit_bzero(*field, strlen(*field));
-    free(*field);
-    *field = copy;
-    return 0;
+    if (v)
+        explicit_bzero(v, strlen(v));
+    free(v);
 }
 
 static int same(const char *a, const char *b)
@@ -260,25 +253,36 @@ static int same(const char *a, const char *b)
     return a == b || (a && b && strcmp(a, b) == 0);
 }
 
-/* The credentials of cfg into s (and env). 1 when they changed, 0 when not,
- * -1 out of memory. */
+#define AUTH_DATA 1     /* the data nodes' credentials changed */
+#define AUTH_SENTINEL 2 /* the sentinels' */
+
+/* The credentials of cfg into s (and env): AUTH_DATA | AUTH_SENTINEL for
+ * what changed (0: nothing), or -1 out of memory (nothing changed). */
 static int take_auth(struct store *s, const struct config *cfg)
 {
-    int changed = !same(s->auth.user, cfg->redis_auth_user) ||
-                  !same(s->auth.password, cfg->redis_auth_password) ||
-                  !same(s->sentinel_auth.user, cfg->redis_sentinel_username) ||
-                  !same(s->sentinel_auth.password, cfg->redis_sentinel_password);
+    const char *want[4] = {cfg->redis_auth_user, cfg->redis_auth_password,
+                           cfg->redis_sentinel_username, cfg->redis_sentinel_password};
+    char **have[4] = {&s->auth.user, &s->auth.password, &s->sentinel_auth.user,
+                      &s->sentinel_auth.password};
+    char *copy[4] = {NULL, NULL, NULL, NULL};
+    int changed = 0;
 
-    if (!changed)
-        return 0;
-    if (set_secret(&s->auth.user, cfg->redis_auth_user) < 0 ||
-        set_secret(&s->auth.password, cfg->redis_auth_password) < 0 ||
-        set_secret(&s->sentinel_auth.user, cfg->redis_sentinel_username) < 0 ||
-        set_secret(&s->sentinel_auth.password, cfg->redis_sentinel_password) < 0)
-        return -1;
+    for (int i = 0; i < 4; i++) {
+        if (!same(*have[i], want[i]))
+            changed |= i < 2 ? AUTH_DATA : AUTH_SENTINEL;
+        if (want[i] && !(copy[i] = strdup(want[i]))) {
+            for (int j = 0; j < i; j++)
+                drop_secret(copy[j]);
+            return -1;
+        }
+    }
+    for (int i = 0; i < 4; i++) {
+        drop_secret(*have[i]);
+        *have[i] = copy[i];
+    }
     s->env.user = s->auth.user;
     s->env.password = s->auth.password;
-    return 1;
+    return changed;
 }
 
 /* One server, by [redis] url (parsed by the config). */
@@ -401,10 +405,10 @@ void store_free(struct store *s)
     store_reply_pool_drain();
     free(s->host);
     free(s->unix_path);
-    set_secret(&s->auth.user, NULL);
-    set_secret(&s->auth.password, NULL);
-    set_secret(&s->sentinel_auth.user, NULL);
-    set_secret(&s->sentinel_auth.password, NULL);
+    drop_secret(s->auth.user);
+    drop_secret(s->auth.password);
+    drop_secret(s->sentinel_auth.user);
+    drop_secret(s->sentinel_auth.password);
     free(s->prefix);
     free(s->master);
     free(s);
@@ -420,45 +424,57 @@ static int url_changed(const struct store *s, const struct cfg_redis_url *url)
     return s->unix_path || !same(s->host, url->addr.tcp.host) || s->port != url->addr.tcp.port;
 }
 
+/* Replace the url connection by a new one to host:port or path (copied).
+ * The old one goes at once: its calls fail (STORE_DOWN: they fall back), as
+ * when Redis restarts. 0, or -1 out of memory (nothing changed). */
+static int replace_conn(struct store *s, const char *host, int port, const char *path)
+{
+    char *h = host ? strdup(host) : NULL, *p = path ? strdup(path) : NULL;
+    struct store_conn *conn = NULL, *old = s->conn;
+
+    if ((host && !h) || (path && !p) ||
+        !(conn = store_conn_new(&s->env, &url_hooks, s, h, port, p, 0))) {
+        free(h);
+        free(p);
+        return -1;
+    }
+    free(s->host);
+    free(s->unix_path);
+    s->host = h;
+    s->unix_path = p;
+    s->port = port;
+    s->conn = conn;
+    set_up(s, 0);
+    store_conn_free(old);
+    store_conn_connect(s->conn);
+    return 0;
+}
+
 int store_reconfigure(struct store *s, const struct config *cfg)
 {
-    int auth, moved = 0;
-    struct store_conn *old = NULL;
-    const char *what;
+    const struct cfg_redis_url *url = &cfg->redis_server;
+    int auth, moved = 0, db = s->db;
 
-    if (!s->cluster && !s->sentinel && cfg->redis_server.addr.kind != NET_ADDR_NONE)
-        moved = url_changed(s, &cfg->redis_server);
+    if (!s->cluster && !s->sentinel && url->addr.kind != NET_ADDR_NONE)
+        moved = url_changed(s, url);
     if ((auth = take_auth(s, cfg)) < 0)
         return -1;
+    if (auth == AUTH_SENTINEL && !moved) { /* the next question uses them */
+        LOG_INFO("\"sentinel credentials changed\"");
+        return 0;
+    }
     if (!auth && !moved)
         return 0;
-    what = moved && auth ? "url and credentials" : moved ? "url" : "credentials";
-    LOG_INFO("\"redis %s changed: reconnecting\"", what);
+    LOG_INFO("\"redis %s changed: reconnecting\"",
+             moved && auth ? "url and credentials" : moved ? "url" : "credentials");
     if (moved) {
-        /* a new connection to the new address: the old one goes, its calls
-         * fail (STORE_DOWN: they fall back), as when Redis restarts */
-        char *host = NULL, *path = NULL;
-        if (cfg->redis_server.addr.kind == NET_ADDR_UNIX)
-            path = strdup(cfg->redis_server.addr.path);
-        else
-            host = strdup(cfg->redis_server.addr.tcp.host);
-        if (!host && !path)
-            return -1;
-        free(s->host);
-        free(s->unix_path);
-        s->host = host;
-        s->unix_path = path;
-        s->port = cfg->redis_server.addr.tcp.port;
-        s->db = s->env.db = cfg->redis_server.db;
-        old = s->conn;
-        s->conn = store_conn_new(&s->env, &url_hooks, s, s->host, s->port, s->unix_path, 0);
-        if (!s->conn) {
-            s->conn = old;
+        s->db = s->env.db = url->db;
+        if (replace_conn(s, url->addr.kind == NET_ADDR_UNIX ? NULL : url->addr.tcp.host,
+                         url->addr.tcp.port,
+                         url->addr.kind == NET_ADDR_UNIX ? url->addr.path : NULL) < 0) {
+            s->db = s->env.db = db;
             return -1;
         }
-        set_up(s, 0);
-        store_conn_free(old);
-        store_conn_connect(s->conn);
         return 0;
     }
     if (s->cluster) {
@@ -468,15 +484,7 @@ int store_reconfigure(struct store *s, const struct config *cfg)
                                "credentials changed") < 0)
             return -1;
     } else if (s->conn && s->unix_path) {
-        old = s->conn;
-        s->conn = store_conn_new(&s->env, &url_hooks, s, NULL, 0, s->unix_path, 0);
-        if (!s->conn) {
-            s->conn = old;
-            return -1;
-        }
-        set_up(s, 0);
-        store_conn_free(old);
-        store_conn_connect(s->conn);
+        return replace_conn(s, NULL, 0, s->unix_path);
     }
     return 0;
 }
