@@ -358,9 +358,13 @@ static void set_url(struct parse_state *st, char **field, struct cfg_redis_url *
     }
     if (config_parse_redis_url(v, &parsed.addr, &parsed.db, &user, &userlen, &pw, &pwlen) ==
         -1) {
+        /* an error line may reach a log: what precedes the last '@' may be
+         * a password */
+        const char *at = strrchr(v, '@');
         config_errors_add(
             &st->errors, st->line,
-            "bad url '%.80s' (expected redis://[:password@]host:port[/db] or unix:/path)", v);
+            "bad url '%s%.80s' (expected redis://[[user]:password@]host:port[/db] or unix:/path)",
+            at ? "redis://***" : "", at ? at : v);
         return;
     }
     if ((pw && !(parsed.password = malloc(pwlen + 1))) ||
