@@ -100,16 +100,37 @@ class AuthCase(unittest.TestCase):
         self.assertEqual([g.get("blocked") for g in got], [False] * 10 + [True] * (n - 10), got)
         self.assertEqual([g for g in got if g.get("degraded")], [], got)
 
+    def wait_backoff(self, agent):
+        """Until the agent's retries have slowed down: at most one attempt
+        (its setup: up to 13 commands) in the last second."""
+        samples = []
+
+        def slow():
+            now = time.monotonic()
+            samples.append((now, agent.metric("spoa_ratelimit_redis_commands_total")))
+            old = [v for t, v in samples if now - t >= 1.0]
+            return old and samples[-1][1] - old[-1] <= 13
+        self.assertTrue(wait_for(slow, timeout=15, step=0.1),
+                        "retries never slowed down: %r" % samples[-5:])
+
     def assert_degraded_without_calls(self, agent, c, kind=None):
-        """redis_up 0; 60 decisions all degraded, and far fewer Redis commands
-        than decisions (the backoff's probes only)."""
+        """redis_up 0; 200 decisions all degraded, and far fewer Redis
+        commands than decisions once the retries have backed off (each
+        attempt: setup and a probe, up to 13 commands)."""
         self.assertEqual(agent.metric("spoa_ratelimit_redis_up"), 0)
+        self.wait_backoff(agent)
         before = agent.metric("spoa_ratelimit_redis_commands_total")
-        got = [c.decide(key="fallback-%d" % (i % 3)) for i in range(60)]
+        t0 = time.monotonic()
+        got = [c.decide(key="fallback-%d" % (i % 3)) for i in range(200)]
+        took = time.monotonic() - t0
         after = agent.metric("spoa_ratelimit_redis_commands_total")
-        self.assertEqual([g for g in got if g.get("degraded") is not True], [], got)
-        self.assertLess(after - before, 30, "a Redis call per decision? %d commands for 60"
-                        % (after - before))
+        self.assertEqual([g for g in got if g.get("degraded") is not True], [], got[:5])
+        # once backed off: at most one attempt a second (2 s at the cap), and
+        # one more for the edges
+        self.assertLessEqual(after - before, 13 * (int(took / 1.0) + 2),
+                             "a Redis call per decision? %d commands for 200 decisions in "
+                             "%.1f s" % (after - before, took))
+        self.assertLess(after - before, 200)
         if kind:
             self.assertGreater(agent.metric("spoa_ratelimit_redis_error_replies_total",
                                             kind=kind), 0)
@@ -142,7 +163,9 @@ class Passwords(AuthCase):
         self.wait_log(a, '"redis refused the password (WRONGPASS)')
         c = self.seq(a)
         self.assert_degraded_without_calls(a, c, "WRONGPASS")
-        time.sleep(0.5)  # more attempts, with backoff: still one line (10 s gate)
+        # more attempts, with backoff: still one line (10 s gate)
+        self.assertTrue(wait_for(lambda: a.metric("spoa_ratelimit_redis_error_replies_total",
+                                                  kind="WRONGPASS") >= 4, timeout=15))
         self.assertEqual(a.output().count("(WRONGPASS)"), 1, a.output())
 
     def test_percent_decoded_url_password(self):
