@@ -1,7 +1,8 @@
 /* store_conn.c - one asynchronous Redis connection (hiredis 0.14 + libev):
- * setup commands, EVALSHA with NOSCRIPT reload and retry, redirects handed
- * to the owner, the commands in flight, a watchdog, keepalive, reconnect
- * with backoff.
+ * EVALSHA with NOSCRIPT reload and retry, redirects handed to the owner,
+ * refusals handed to store_conn_setup.c (which also sends the setup
+ * commands), the commands in flight, a watchdog, keepalive, reconnect with
+ * backoff.
  *
  * Lifetime rules. A hiredis callback cannot be cancelled, and a context given
  * up with redisAsyncFree() runs its pending callbacks with a NULL reply, at
@@ -26,76 +27,17 @@
 #include "log.h"
 #include "metrics.h"
 #include "net.h"
-#include "scripts.h"
+#include "store_conn_int.h"
 #include "store_errors.h"
 #include "store_lookup.h"
 #include "store_reply.h"
 #include "store_reply_pool.h"
 #include "util.h"
 
-#define BACKOFF_MIN 0.05
 #define BACKOFF_MAX 2.0
 #define WATCHDOG_EVERY 0.05
-#define ERR_LEN 256
-
-/* What a setup reply answers (its priv): a script index, or one of these. */
-enum { SETUP_AUTH = -1, SETUP_SELECT = -2, SETUP_ROLE = -3, SETUP_PROBE = -4 };
-
-#define PROBE_KEY_MAX 128
-
-struct store_conn {
-    struct store_env *env;
-    const struct store_conn_hooks *hooks;
-    void *owner;
-    int flags;
-    char *host; /* TCP, or */
-    int port;
-    char *unix_path; /* a unix socket */
-    char name[300];  /* host:port or the path, for logs */
-    redisAsyncContext *ac; /* NULL between connections */
-    struct store_lookup *lookup; /* the host name being looked up before a connect */
-    int connected;         /* the TCP/unix connect succeeded */
-    int ready;             /* role checked and scripts loaded */
-    int loading;           /* SCRIPT LOAD (and probe) replies still expected */
-    /* Redis refused our calls (store_errors.h): the next setup ends with a
-     * probe, a script call that must pass before the connection is ready;
-     * check_role: ask ROLE too (url mode, after READONLY or MASTERDOWN);
-     * probe_slot: the hash slot the probe's key must have (Cluster), or -1 */
-    int refused;
-    int check_role;
-    int probe_slot;
-    uint64_t connect_us;   /* when the current attempt started */
-    uint64_t io_us;        /* the last command sent or reply read: keepalive's clock */
-    uint64_t ping_us;      /* the keepalive PING in flight was sent then; 0: none */
-    int ping_late;         /* it is past the timeout (counted as an error once) */
-    double backoff;
-    ev_timer retry;
-    ev_timer watchdog;
-    ev_prepare write_early; /* see write_early_cb */
-    struct store_cmd *head, *tail; /* in flight, oldest first */
-    unsigned inflight;             /* how many */
-    struct store_cmd *qhead, *qtail; /* queued for the next batch (linked by next) */
-    unsigned qlen;
-    char last_err[ERR_LEN];
-};
 
 static void set_addr_owned(struct store_conn *conn, char *h, int port);
-
-/* The scripts by enum store_script, then the batch script (script.h). */
-static const char *const script_src[SCRIPT_COUNT + 1] = {
-    [SCRIPT_TB_CLAIM] = script_tb_claim,   [SCRIPT_TB_RETURN] = script_tb_return,
-    [SCRIPT_TB_EXACT] = script_tb_exact,   [SCRIPT_SW_CLAIM] = script_sw_claim,
-    [SCRIPT_SW_RETURN] = script_sw_return, [SCRIPT_SW_EXACT] = script_sw_exact,
-    [SCRIPT_TB_RESET] = script_tb_reset,   [SCRIPT_SW_RESET] = script_sw_reset,
-    [SCRIPT_BATCH] = script_batch,
-};
-static const char *const script_names[SCRIPT_COUNT + 1] = {
-    [SCRIPT_TB_CLAIM] = "tb_claim",   [SCRIPT_TB_RETURN] = "tb_return",
-    [SCRIPT_TB_EXACT] = "tb_exact",   [SCRIPT_SW_CLAIM] = "sw_claim",
-    [SCRIPT_SW_RETURN] = "sw_return", [SCRIPT_SW_EXACT] = "sw_exact",
-    [SCRIPT_TB_RESET] = "tb_reset",   [SCRIPT_SW_RESET] = "sw_reset",
-    [SCRIPT_BATCH] = "batch",
-};
 
 /* ---- commands in flight ---------------------------------------------------- */
 
@@ -199,6 +141,17 @@ static void conn_lost(struct store_conn *conn, redisAsyncContext *ac, const char
         store_conn_retry_later(conn);
 }
 
+/* For store_conn_setup.c (store_conn_int.h). */
+void store_conn_set_ready(struct store_conn *conn, int ready)
+{
+    set_ready(conn, ready);
+}
+
+void store_conn_lost(struct store_conn *conn, redisAsyncContext *ac, const char *why, int retry)
+{
+    conn_lost(conn, ac, why, retry);
+}
+
 static void on_connect(const redisAsyncContext *ac, int status)
 {
     struct store_conn *conn = ac->data;
@@ -221,205 +174,6 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
         return; /* a context we gave up already */
     conn_lost(conn, NULL, status == REDIS_OK ? "closed" : (ac->errstr[0] ? ac->errstr : "error"),
               1);
-}
-
-static const char *setup_name(long what)
-{
-    switch (what) {
-    case SETUP_AUTH:
-        return "AUTH";
-    case SETUP_SELECT:
-        return "SELECT";
-    case SETUP_ROLE:
-        return "ROLE";
-    case SETUP_PROBE:
-        return "EVALSHA tb_exact (probe)";
-    default:
-        return "SCRIPT LOAD";
-    }
-}
-
-static void note_error(struct store_conn *conn, enum metrics_redis_error kind, const char *err,
-                       const char *command)
-{
-    const struct store_error_where w = {"redis", conn->name, command, conn->env->user,
-                                        conn->env->prefix};
-
-    store_error_note(kind, err, &w);
-}
-
-/* Redis refused a call with a reply that every call will get (kind: a
- * refusal, store_errors.h): give the connection up and try again after the
- * backoff, a probe first. Not master: find it again (ROLE, Sentinel, the
- * Cluster map through the owner's hooks). slot: of the refused call's key
- * (the probe's must match on a Cluster node), or -1. */
-static void refused(struct store_conn *conn, redisAsyncContext *ac, enum metrics_redis_error kind,
-                    const char *err, int slot)
-{
-    char why[ERR_LEN];
-
-    snprintf(why, sizeof(why), "%.200s", err);
-    conn->refused = 1;
-    conn->probe_slot = (conn->flags & STORE_CONN_SLOTS) ? slot : -1;
-    /* url mode: say what the server is (Sentinel checks ROLE anyway; a
-     * Cluster node leaves the map at the refresh its loss asks for) */
-    if ((kind == METRICS_REDIS_READONLY || kind == METRICS_REDIS_MASTERDOWN) &&
-        !(conn->flags & STORE_CONN_SLOTS))
-        conn->check_role = 1;
-    snprintf(conn->last_err, sizeof(conn->last_err), "%s", why); /* said by note_error */
-    conn_lost(conn, ac, why, 1);
-}
-
-/* One setup reply in: the last one makes the connection ready. */
-static void setup_step_done(struct store_conn *conn)
-{
-    if (conn->loading > 0 && --conn->loading == 0) {
-        conn->backoff = BACKOFF_MIN;
-        conn->last_err[0] = '\0';
-        conn->refused = 0;
-        conn->check_role = 0;
-        set_ready(conn, 1);
-    }
-}
-
-/* ROLE answered something else than master. */
-static void not_master(struct store_conn *conn, redisAsyncContext *ac, const char *role)
-{
-    char why[ERR_LEN];
-
-    snprintf(why, sizeof(why), "ROLE is %.40s, not master", role);
-    if (strcmp(conn->last_err, why) != 0) {
-        if (conn->flags & STORE_CONN_CHECK_ROLE)
-            LOG_WARN("\"redis is not the master\" addr=%s role=%s", log_val(conn->name),
-                     log_esc(role, strnlen(role, 40)));
-        else /* url mode: only the operator (or REPLICAOF NO ONE) changes it */
-            LOG_WARN("\"redis url points at a replica, not the master: waiting for it to be "
-                     "promoted (or fix [redis] url)\" addr=%s role=%s",
-                     log_val(conn->name), log_esc(role, strnlen(role, 40)));
-    }
-    snprintf(conn->last_err, sizeof(conn->last_err), "%s", why);
-    conn->check_role = 1;
-    conn_lost(conn, ac, why, 1);
-}
-
-/* An error reply to a setup command. */
-static void setup_error(struct store_conn *conn, redisAsyncContext *ac, long what, const char *err)
-{
-    enum metrics_redis_error kind = store_error_kind(err);
-    char why[ERR_LEN];
-
-    METRIC_INC(redis_errors);
-    if (what == SETUP_ROLE && kind == METRICS_REDIS_NOPERM &&
-        !(conn->flags & STORE_CONN_CHECK_ROLE)) {
-        /* url mode asks ROLE after a READONLY only to say so: an ACL user
-         * without ROLE goes on (the probe tells whether writes pass) */
-        METRIC_INC(redis_error_replies[kind]);
-        return;
-    }
-    note_error(conn, kind, err, setup_name(what));
-    if (store_error_refusal(kind) &&
-        (what == SETUP_PROBE || (kind != METRICS_REDIS_NOAUTH && kind != METRICS_REDIS_WRONGPASS))) {
-        refused(conn, ac, kind, err, conn->probe_slot);
-        return;
-    }
-    if (what == SETUP_PROBE) { /* not a refusal (a -MOVED, ...): the probe passed */
-        setup_step_done(conn);
-        return;
-    }
-    snprintf(why, sizeof(why), "%s: %s", setup_name(what), err);
-    if (!store_error_refusal(kind) && strcmp(conn->last_err, why) != 0) /* once per refusal */
-        LOG_ERROR("\"redis refused setup\" err=\"%s\" addr=%s", log_esc(why, strlen(why)),
-                  log_val(conn->name));
-    snprintf(conn->last_err, sizeof(conn->last_err), "%s", why);
-    conn_lost(conn, ac, why, 1);
-}
-
-/* Reply of a setup command (AUTH, SELECT, ROLE, SCRIPT LOAD, the probe). */
-static void on_setup_reply(redisAsyncContext *ac, void *r, void *priv)
-{
-    struct store_conn *conn = ac->data;
-    redisReply *reply = r;
-    long what = (long)(intptr_t)priv;
-
-    if (!reply || conn->ac != ac)
-        return; /* going away: conn_lost handles it */
-    conn->io_us = util_now_us();
-    if (reply->type == REDIS_REPLY_ERROR) {
-        setup_error(conn, ac, what, reply->str);
-        return;
-    }
-    if (what == SETUP_ROLE) {
-        const char *role = "?";
-        if (reply->type == REDIS_REPLY_ARRAY && reply->elements > 0 &&
-            reply->element[0]->type == REDIS_REPLY_STRING)
-            role = reply->element[0]->str;
-        if (strcmp(role, "master") != 0)
-            not_master(conn, ac, role);
-        return;
-    }
-    if (what < 0 && what != SETUP_PROBE)
-        return;
-    if (what >= 0 && reply->type == REDIS_REPLY_STRING && reply->len == STORE_SHA_LEN)
-        memcpy(conn->env->sha[what], reply->str, STORE_SHA_LEN + 1);
-    setup_step_done(conn);
-}
-
-/* The probe's key: under the prefix (the ACL key pattern is tested), of the
- * refused call's slot on a Cluster node. */
-static void probe_key(const struct store_conn *conn, char *key, size_t cap)
-{
-    const char *prefix = conn->env->prefix ? conn->env->prefix : "";
-
-    snprintf(key, cap, "%sprobe", prefix);
-    if (conn->probe_slot < 0)
-        return;
-    /* a {tag} that hashes to the slot: found within ~16384 tries on average */
-    for (unsigned i = 0; i < (1u << 22); i++) {
-        int n = snprintf(key, cap, "%sprobe:{%u}", prefix, i);
-        if (n > 0 && (size_t)n < cap && util_redis_slot(key, (size_t)n) == (unsigned)conn->probe_slot)
-            return;
-    }
-}
-
-static void send_setup(struct store_conn *conn)
-{
-    const struct store_env *env = conn->env;
-    redisAsyncContext *ac = conn->ac;
-
-    if (env->password) {
-        if (env->user)
-            redisAsyncCommand(ac, on_setup_reply, (void *)(intptr_t)SETUP_AUTH, "AUTH %s %s",
-                              env->user, env->password);
-        else
-            redisAsyncCommand(ac, on_setup_reply, (void *)(intptr_t)SETUP_AUTH, "AUTH %s",
-                              env->password);
-        METRIC_INC(redis_commands);
-    }
-    if (env->db) {
-        redisAsyncCommand(ac, on_setup_reply, (void *)(intptr_t)SETUP_SELECT, "SELECT %d",
-                          env->db);
-        METRIC_INC(redis_commands);
-    }
-    if ((conn->flags & STORE_CONN_CHECK_ROLE) || conn->check_role) {
-        redisAsyncCommand(ac, on_setup_reply, (void *)(intptr_t)SETUP_ROLE, "ROLE");
-        METRIC_INC(redis_commands);
-    }
-    conn->loading = SCRIPT_COUNT + 1;
-    for (long i = 0; i <= SCRIPT_BATCH; i++) {
-        redisAsyncCommand(ac, on_setup_reply, (void *)(intptr_t)i, "SCRIPT LOAD %s",
-                          script_src[i]);
-        METRIC_INC(redis_commands);
-    }
-    if (conn->refused && env->sha[SCRIPT_TB_EXACT][0]) {
-        /* one decision on a key of its own (a bucket that never runs dry,
-         * gone a second later): it must pass before calls go out again */
-        char key[PROBE_KEY_MAX];
-        probe_key(conn, key, sizeof(key));
-        redisAsyncCommand(ac, on_setup_reply, (void *)(intptr_t)SETUP_PROBE,
-                          "EVALSHA %s 1 %s 1000 1000 1000", env->sha[SCRIPT_TB_EXACT], key);
-        METRIC_INC(redis_commands);
-        conn->loading++;
-    }
 }
 
 /* Connect to ip (numeric: hiredis then looks nothing up) or the unix path. */
@@ -452,7 +206,7 @@ static void connect_to(struct store_conn *conn, const char *ip)
     redisAsyncSetConnectCallback(ac, on_connect);
     redisAsyncSetDisconnectCallback(ac, on_disconnect);
     /* Commands queue until the connection is made, in order. */
-    send_setup(conn);
+    store_conn_send_setup(conn);
     ev_timer_again(loop, &conn->watchdog);
 }
 
@@ -539,7 +293,7 @@ static void on_ping_reply(redisAsyncContext *ac, void *r, void *priv)
         LOG_DEBUG("\"redis keepalive failed\" addr=%s err=\"%s\"", log_val(conn->name),
                   log_esc(reply->str, strlen(reply->str)));
         /* counted by kind; an ACL without +ping is said (not acted on) */
-        note_error(conn, store_error_kind(reply->str), reply->str, "PING (keepalive)");
+        store_conn_note_error(conn, store_error_kind(reply->str), reply->str, "PING (keepalive)");
     }
 }
 
@@ -729,9 +483,9 @@ static int handle_error(struct store_conn *conn, redisAsyncContext *ac, struct s
          * script again and retry; both go out in order on this connection. */
         c->noscript_retried = 1;
         LOG_INFO("\"redis lost its scripts; reloading\" addr=%s script=%s", log_val(conn->name),
-                 script_names[c->script]);
-        if (redisAsyncCommand(ac, on_setup_reply, (void *)(intptr_t)c->script, "SCRIPT LOAD %s",
-                              script_src[c->script]) == REDIS_OK) {
+                 store_conn_script_names[c->script]);
+        if (redisAsyncCommand(ac, store_conn_on_setup_reply, (void *)(intptr_t)c->script, "SCRIPT LOAD %s",
+                              store_conn_script_src[c->script]) == REDIS_OK) {
             METRIC_INC(redis_commands);
             conn->loading++;
             if (wire_send(conn, c) == 0)
@@ -755,10 +509,10 @@ static int handle_error(struct store_conn *conn, redisAsyncContext *ac, struct s
         size_t len;
         const char *key = store_cmd_key(c, &len);
 
-        snprintf(command, sizeof(command), "EVALSHA %s", script_names[c->script]);
+        snprintf(command, sizeof(command), "EVALSHA %s", store_conn_script_names[c->script]);
         METRIC_INC(redis_errors);
-        note_error(conn, kind, err, command);
-        refused(conn, ac, kind, err, (int)util_redis_slot(key, len));
+        store_conn_note_error(conn, kind, err, command);
+        store_conn_refused(conn, ac, kind, err, (int)util_redis_slot(key, len));
         store_cmd_fail(c, STORE_DOWN, metrics_redis_error_names[kind]);
         return 1;
     }
@@ -800,8 +554,8 @@ static void on_eval_reply(redisAsyncContext *ac, void *r, void *priv)
         METRIC_INC(redis_errors);
         if (reply->type == REDIS_REPLY_ERROR) {
             char command[64];
-            snprintf(command, sizeof(command), "EVALSHA %s", script_names[c->script]);
-            note_error(conn, store_error_kind(res.err), res.err, command);
+            snprintf(command, sizeof(command), "EVALSHA %s", store_conn_script_names[c->script]);
+            store_conn_note_error(conn, store_error_kind(res.err), res.err, command);
         }
     }
     c->cb(c->arg, &res);
