@@ -572,12 +572,12 @@ static const struct {
     {"[redis]\nmaster = m\n", "t.ini:2: 'master' is only used with 'sentinel'\n"},
     {"[redis]\ncluster = 127.0.0.1:7000, redis\n",
      "t.ini:2: bad address 'redis' in 'cluster' (expected host:port or [v6]:port)\n"},
-    {"[redis]\nurl = http://127.0.0.1:6379\n", "t.ini:2: bad url 'http://127.0.0.1:6379' "
-                                               "(expected redis://[[user]:password@]host:port[/db] or "
-                                               "unix:/path)\n"},
-    {"[redis]\nurl = redis://pw@127.0.0.1:6379\n", "t.ini:2: bad url 'redis://***@127.0.0.1:6379' "
-                                                   "(expected redis://[[user]:password@]host:port[/db] "
-                                                   "or unix:/path)\n"},
+    {"[redis]\nurl = http://127.0.0.1:6379\n",
+     "t.ini:2: bad url 'http://127.0.0.1:6379' "
+     "(expected redis://[[user]:password@]host:port[/db] or unix:/path)\n"},
+    {"[redis]\nurl = redis://pw@127.0.0.1:6379\n",
+     "t.ini:2: bad url 'redis://***@127.0.0.1:6379' "
+     "(expected redis://[[user]:password@]host:port[/db] or unix:/path)\n"},
     /* credentials: one source each, a user needs a password */
     {"[redis]\nurl = redis://127.0.0.1:6379\npassword = a\npassword_file = /nonexistent\n",
      "t.ini:4: 'password' and 'password_file' cannot be used together (lines 3 and 4)\n"

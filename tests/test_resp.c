@@ -12,8 +12,8 @@
 #include <string.h>
 
 #include "store/store_conn.h"
-#include "store/store_reply.h"
 #include "store/store_errors.h"
+#include "store/store_reply.h"
 #include "store/store_reply_pool.h"
 #include "store/store_resp.h"
 

@@ -484,8 +484,8 @@ static int handle_error(struct store_conn *conn, redisAsyncContext *ac, struct s
         c->noscript_retried = 1;
         LOG_INFO("\"redis lost its scripts; reloading\" addr=%s script=%s", log_val(conn->name),
                  store_conn_script_names[c->script]);
-        if (redisAsyncCommand(ac, store_conn_on_setup_reply, (void *)(intptr_t)c->script, "SCRIPT LOAD %s",
-                              store_conn_script_src[c->script]) == REDIS_OK) {
+        if (redisAsyncCommand(ac, store_conn_on_setup_reply, (void *)(intptr_t)c->script,
+                              "SCRIPT LOAD %s", store_conn_script_src[c->script]) == REDIS_OK) {
             METRIC_INC(redis_commands);
             conn->loading++;
             if (wire_send(conn, c) == 0)

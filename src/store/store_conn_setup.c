@@ -131,8 +131,8 @@ static void setup_error(struct store_conn *conn, redisAsyncContext *ac, long wha
         return;
     }
     store_conn_note_error(conn, kind, err, setup_name(what));
-    if (store_error_refusal(kind) &&
-        (what == SETUP_PROBE || (kind != METRICS_REDIS_NOAUTH && kind != METRICS_REDIS_WRONGPASS))) {
+    if (store_error_refusal(kind) && (what == SETUP_PROBE || (kind != METRICS_REDIS_NOAUTH &&
+                                                              kind != METRICS_REDIS_WRONGPASS))) {
         store_conn_refused(conn, ac, kind, err, conn->probe_slot);
         return;
     }
@@ -190,7 +190,8 @@ static void probe_key(const struct store_conn *conn, char *key, size_t cap)
     /* a {tag} that hashes to the slot: found within ~16384 tries on average */
     for (unsigned i = 0; i < (1u << 22); i++) {
         int n = snprintf(key, cap, "%sprobe:{%u}", prefix, i);
-        if (n > 0 && (size_t)n < cap && util_redis_slot(key, (size_t)n) == (unsigned)conn->probe_slot)
+        if (n > 0 && (size_t)n < cap &&
+            util_redis_slot(key, (size_t)n) == (unsigned)conn->probe_slot)
             return;
     }
 }
@@ -202,16 +203,16 @@ void store_conn_send_setup(struct store_conn *conn)
 
     if (env->password) {
         if (env->user)
-            redisAsyncCommand(ac, store_conn_on_setup_reply, (void *)(intptr_t)SETUP_AUTH, "AUTH %s %s",
-                              env->user, env->password);
+            redisAsyncCommand(ac, store_conn_on_setup_reply, (void *)(intptr_t)SETUP_AUTH,
+                              "AUTH %s %s", env->user, env->password);
         else
-            redisAsyncCommand(ac, store_conn_on_setup_reply, (void *)(intptr_t)SETUP_AUTH, "AUTH %s",
-                              env->password);
+            redisAsyncCommand(ac, store_conn_on_setup_reply, (void *)(intptr_t)SETUP_AUTH,
+                              "AUTH %s", env->password);
         METRIC_INC(redis_commands);
     }
     if (env->db) {
-        redisAsyncCommand(ac, store_conn_on_setup_reply, (void *)(intptr_t)SETUP_SELECT, "SELECT %d",
-                          env->db);
+        redisAsyncCommand(ac, store_conn_on_setup_reply, (void *)(intptr_t)SETUP_SELECT,
+                          "SELECT %d", env->db);
         METRIC_INC(redis_commands);
     }
     if ((conn->flags & STORE_CONN_CHECK_ROLE) || conn->check_role) {
