@@ -324,8 +324,9 @@ static void render_redis(struct strbuf *b)
                   metrics_redis_error_names[k],
                   (unsigned long long)ld(&metrics.redis_error_replies[k]));
     render_simple(b, "spoa_ratelimit_redis_up", "gauge",
-                  "1 when Redis is connected and deciding: 0 while unreachable or refusing "
-                  "(READONLY, NOPERM, OOM, NOAUTH, ...).",
+                  "1 when Redis is connected and deciding: 0 while unreachable, refusing "
+                  "(READONLY, NOPERM, OOM, NOAUTH, ...) or, with require_noeviction, able to "
+                  "evict.",
                   (uint64_t)atomic_load(&metrics.redis_up));
     render_simple(b, "spoa_ratelimit_redis_configured", "gauge",
                   "1 when a [redis] section makes limits global, 0 standalone.",

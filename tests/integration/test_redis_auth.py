@@ -433,7 +433,7 @@ class Topologies(AuthCase):
         c = self.seq(a)
         for i in range(6):
             self.assert_ten_of(c, "ck%d" % i)
-        keys = sum(len([k for k in cli(p, "--scan", "--pattern", "rl:*",
+        keys = sum(len([k for k in cli(p, "--scan", "--pattern", "rl:tb:*",
                                        password="c1uster").splitlines() if k]) for p in ports)
         self.assertEqual(keys, 6)
         self.assertEqual(self.error_kinds(a)["NOAUTH"], 0)
