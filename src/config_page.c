@@ -48,7 +48,9 @@ static void s_stats(const struct config *c, char *r, char *s, size_t n)
     str_value(c->stats, r, s, n);
 }
 
-/* redis://[user]:PASSWORD@host...: the password as "***", as --print does. */
+/* A reload applies a new url (a reconnect, as after a Redis restart): only
+ * adding or removing one changes the topology and waits for a restart. The
+ * page shows it as --print does, the password as "***". */
 static void s_url(const struct config *c, char *r, char *s, size_t n)
 {
     const char *url = c->redis_url ? c->redis_url : "", *at = strrchr(url, '@');
@@ -56,6 +58,7 @@ static void s_url(const struct config *c, char *r, char *s, size_t n)
         at && strlen(url) > 8 ? memchr(url + 8, ':', (size_t)(at - (url + 8))) : NULL;
 
     str_value(url, r, s, n);
+    snprintf(r, n, "%s", c->redis_url ? "url" : "");
     if (c->redis_server.password && colon)
         snprintf(s, n, "%.*s***%s", (int)(colon + 1 - url), url, at);
 }
@@ -118,7 +121,8 @@ static void s_rate_ttl(const struct config *c, char *r, char *s, size_t n)
 }
 
 /* What only a restart changes: the listeners and threads are made once, and
- * so are the Redis connections and the lease cache. */
+ * so are the Redis topology and the lease cache. (A reload applies a new
+ * url, username and password: store_reconfigure.) */
 static const struct {
     const char *name;
     setting_fn *fn;

@@ -15,7 +15,8 @@
 struct config;
 
 /* For each restart-only setting (listen, workers, max_frame_size, stats,
- * [redis] url, cluster, sentinel, master, timeout, prefix, [lease] interval,
+ * [redis] url (added or removed: a url changed in place is applied by the
+ * reload), cluster, sentinel, master, timeout, prefix, [lease] interval,
  * ttl, max_fraction) whose value in file differs from in_force: fn(ctx,
  * name, value in force, value in the file), values as the page shows them
  * (a password masked). Returns how many differ. */

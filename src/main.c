@@ -20,6 +20,7 @@
 #include "mismatch.h"
 #include "rules.h"
 #include "server.h"
+#include "store/store.h"
 #include "util.h"
 
 #define ERRBUF 8192
@@ -117,6 +118,18 @@ static void note_keyless_rules(const struct config *cfg)
     atomic_store(&metrics.rules_without_key, n);
 }
 
+/* A new url (in url mode) or new credentials (a rotated password_file) are
+ * used at once: the store reconnects, leases are handled as when Redis
+ * restarts. */
+static void reload_redis(struct agent *a, const struct config *cfg)
+{
+    struct limiter_parts parts;
+
+    limiter_parts(a->lim, &parts);
+    if (parts.store && store_reconfigure(parts.store, cfg) < 0)
+        LOG_ERROR("\"out of memory: [redis] url and credentials not reloaded\"");
+}
+
 static void on_sighup(struct ev_loop *loop, ev_signal *w, int revents)
 {
     struct agent *a = w->data;
@@ -137,6 +150,7 @@ static void on_sighup(struct ev_loop *loop, ev_signal *w, int revents)
         return;
     }
     log_level = rs->cfg->log_level;
+    reload_redis(a, rs->cfg);
     if (httpd_set_allow(a->httpd, rs->cfg->stats_allow, rs->cfg->nstats_allow) < 0)
         LOG_ERROR("\"out of memory: stats_allow not reloaded\"");
     server_set_ruleset(a->srv, rs);

@@ -295,6 +295,10 @@ static void render_rules(struct strbuf *b)
                   (unsigned long long)ld(&r->degraded));
 }
 
+const char *const metrics_redis_error_names[METRICS_REDIS_ERROR_KINDS] = {
+    "READONLY", "MASTERDOWN", "NOPERM", "OOM", "NOAUTH", "WRONGPASS", "NOSCRIPT", "other",
+};
+
 static void render_redis(struct strbuf *b)
 {
     render_simple(b, "spoa_ratelimit_redis_commands_total", "counter", "Commands sent to Redis.",
@@ -309,7 +313,20 @@ static void render_redis(struct strbuf *b)
                   ld(&metrics.redis_keepalives));
     render_simple(b, "spoa_ratelimit_redis_errors_total", "counter",
                   "Redis commands that failed or timed out.", ld(&metrics.redis_errors));
-    render_simple(b, "spoa_ratelimit_redis_up", "gauge", "1 when connected to Redis.",
+    /* every kind, 0 included: dashboards and alerts see the series before
+     * the first error */
+    sb_printf(b, "# HELP spoa_ratelimit_redis_error_replies_total Error replies from Redis by "
+                 "kind (READONLY and MASTERDOWN: not the master; NOPERM: ACL; OOM: maxmemory; "
+                 "NOAUTH, WRONGPASS: password).\n"
+                 "# TYPE spoa_ratelimit_redis_error_replies_total counter\n");
+    for (unsigned k = 0; k < METRICS_REDIS_ERROR_KINDS; k++)
+        sb_printf(b, "spoa_ratelimit_redis_error_replies_total{kind=\"%s\"} %llu\n",
+                  metrics_redis_error_names[k],
+                  (unsigned long long)ld(&metrics.redis_error_replies[k]));
+    render_simple(b, "spoa_ratelimit_redis_up", "gauge",
+                  "1 when Redis is connected and deciding: 0 while unreachable, refusing "
+                  "(READONLY, NOPERM, OOM, NOAUTH, ...) or, with require_noeviction, able to "
+                  "evict.",
                   (uint64_t)atomic_load(&metrics.redis_up));
     render_simple(b, "spoa_ratelimit_redis_configured", "gauge",
                   "1 when a [redis] section makes limits global, 0 standalone.",

@@ -66,8 +66,24 @@ enum metrics_refusal {
     METRICS_REFUSALS = 3,
 };
 
+/* Error replies from Redis, by kind (spoa_ratelimit_redis_error_replies_total;
+ * store_errors.h tells them apart). */
+enum metrics_redis_error {
+    METRICS_REDIS_READONLY = 0, /* a replica: not the master */
+    METRICS_REDIS_MASTERDOWN,   /* a replica that lost its master */
+    METRICS_REDIS_NOPERM,       /* the ACL user may not run a command or touch a key */
+    METRICS_REDIS_OOM,          /* maxmemory reached, nothing to evict */
+    METRICS_REDIS_NOAUTH,       /* a password is needed */
+    METRICS_REDIS_WRONGPASS,    /* the user or password was refused */
+    METRICS_REDIS_NOSCRIPT,     /* Redis lost the scripts (reloaded at once) */
+    METRICS_REDIS_OTHER,
+    METRICS_REDIS_ERROR_KINDS,
+};
+extern const char *const metrics_redis_error_names[METRICS_REDIS_ERROR_KINDS];
+
 struct metrics {
     atomic_uint_fast64_t redis_commands;
+    atomic_uint_fast64_t redis_error_replies[METRICS_REDIS_ERROR_KINDS];
     atomic_uint_fast64_t redis_errors;
     atomic_uint_fast64_t redis_batches;       /* batch script calls sent */
     atomic_uint_fast64_t redis_batched_calls; /* script calls they carried */

@@ -572,12 +572,40 @@ static const struct {
     {"[redis]\nmaster = m\n", "t.ini:2: 'master' is only used with 'sentinel'\n"},
     {"[redis]\ncluster = 127.0.0.1:7000, redis\n",
      "t.ini:2: bad address 'redis' in 'cluster' (expected host:port or [v6]:port)\n"},
-    {"[redis]\nurl = http://127.0.0.1:6379\n", "t.ini:2: bad url 'http://127.0.0.1:6379' "
-                                               "(expected redis://[:password@]host:port[/db] or "
-                                               "unix:/path)\n"},
-    {"[redis]\nurl = redis://pw@127.0.0.1:6379\n", "t.ini:2: bad url 'redis://pw@127.0.0.1:6379' "
-                                                   "(expected redis://[:password@]host:port[/db] "
-                                                   "or unix:/path)\n"},
+    {"[redis]\nurl = http://127.0.0.1:6379\n",
+     "t.ini:2: bad url 'http://127.0.0.1:6379' "
+     "(expected redis://[[user]:password@]host:port[/db] or unix:/path)\n"},
+    {"[redis]\nurl = redis://pw@127.0.0.1:6379\n",
+     "t.ini:2: bad url 'redis://***@127.0.0.1:6379' "
+     "(expected redis://[[user]:password@]host:port[/db] or unix:/path)\n"},
+    /* credentials: one source each, a user needs a password */
+    {"[redis]\nurl = redis://127.0.0.1:6379\npassword = a\npassword_file = /nonexistent\n",
+     "t.ini:4: 'password' and 'password_file' cannot be used together (lines 3 and 4)\n"
+     "t.ini:4: cannot read password_file '/nonexistent': No such file or directory\n"},
+    {"[redis]\nurl = redis://:x@127.0.0.1:6379\npassword = a\n",
+     "t.ini:3: 'password' and the url's password cannot be used together (lines 2 and 3)\n"},
+    {"[redis]\nusername = u\nurl = redis://v:x@127.0.0.1:6379\n",
+     "t.ini:3: 'username' and the url's user name cannot be used together (lines 2 and 3)\n"},
+    {"[redis]\nurl = redis://127.0.0.1:6379\nusername = u\n",
+     "t.ini:3: 'username' needs a password (password, password_file or the url's)\n"},
+    {"[redis]\npassword = a\n",
+     "t.ini:2: 'password' is only used with url, cluster or sentinel\n"},
+    {"[redis]\nurl = redis://127.0.0.1:6379\npassword =\n",
+     "t.ini:3: empty value for 'password'\n"},
+    {"[redis]\nurl = redis://127.0.0.1:6379\nsentinel_password = a\n",
+     "t.ini:3: 'sentinel_password' is only used with 'sentinel'\n"},
+    {"[redis]\nsentinel = 127.0.0.1:26379\nmaster = m\nsentinel_username = u\n",
+     "t.ini:4: 'sentinel_username' needs 'sentinel_password'\n"},
+    {"[redis]\nsentinel = :pw@127.0.0.1:26379\nmaster = m\n",
+     "t.ini:2: bad address in 'sentinel': no user or password here (expected host:port; "
+     "credentials go in sentinel_username and sentinel_password)\n"
+     "t.ini:3: 'master' is only used with 'sentinel'\n"},
+    {"[redis]\nurl = redis://:p%4@127.0.0.1:6379\n",
+     "t.ini:2: bad url: a '%' in its user or password must start an escape such as %40 for "
+     "'@' (two hex digits, not %00)\n"},
+    {"[redis]\nurl = redis://:p%00@127.0.0.1:6379\n",
+     "t.ini:2: bad url: a '%' in its user or password must start an escape such as %40 for "
+     "'@' (two hex digits, not %00)\n"},
     {"[lease]\ninterval = 1s\nttl = 1s\n",
      "t.ini:3: lease ttl (1000 ms) must be longer than interval (1000 ms)\n"},
     {"[lease]\ninterval = 2s\n",
@@ -1027,6 +1055,120 @@ START_TEST(test_file)
 }
 END_TEST
 
+/* %XX escapes: decoded, case-insensitive; a bad or NUL escape is refused. */
+START_TEST(test_percent_decode)
+{
+    static const struct {
+        const char *in, *out; /* out NULL: refused */
+    } cases[] = {
+        {"", ""},           {"plain", "plain"},     {"p%40ss", "p@ss"},
+        {"%3a%2F%25", ":/%"}, {"%7e%7E", "~~"},      {"a%", NULL},
+        {"a%4", NULL},       {"%g0", NULL},          {"%00", NULL},
+        {"p%40ss%3Aw%2Frd", "p@ss:w/rd"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char out[64];
+        size_t n = 99;
+        int rc = config_percent_decode(cases[i].in, strlen(cases[i].in), out, &n);
+        if (!cases[i].out) {
+            ck_assert_msg(rc == -1, "%s accepted", cases[i].in);
+            continue;
+        }
+        ck_assert_msg(rc == 0, "%s refused", cases[i].in);
+        ck_assert_str_eq(out, cases[i].out);
+        ck_assert_uint_eq(n, strlen(cases[i].out));
+    }
+}
+END_TEST
+
+/* Credentials: from the url (percent-decoded), the keys or a password file
+ * (one trailing newline dropped, read at each load); the sentinels' own;
+ * --print masks every password and loads again. */
+START_TEST(test_credentials)
+{
+    char path[] = "/tmp/test_config_pw_XXXXXX", text[512], err[ERRLEN];
+    struct config *cfg;
+    size_t len;
+    char *out;
+    int fd = mkstemp(path);
+    FILE *fp;
+
+    cfg = load_ok("[redis]\nurl = redis://li%6Dit:p%40ss%3Aw%2Frd@127.0.0.1:6379/1\n");
+    ck_assert_str_eq(cfg->redis_auth_user, "limit");
+    ck_assert_str_eq(cfg->redis_auth_password, "p@ss:w/rd");
+    out = config_render(cfg, &len);
+    ck_assert_ptr_null(strstr(out, "p%40ss"));
+    ck_assert_ptr_nonnull(strstr(out, "url = redis://li%6Dit:***@127.0.0.1:6379/1\n"));
+    free(out);
+    config_free(cfg);
+
+    cfg = load_ok("[redis]\ncluster = 127.0.0.1:7000\nusername = limiter\npassword = s3cret\n");
+    ck_assert_str_eq(cfg->redis_auth_user, "limiter");
+    ck_assert_str_eq(cfg->redis_auth_password, "s3cret");
+    out = config_render(cfg, &len);
+    ck_assert_ptr_null(strstr(out, "s3cret"));
+    ck_assert_ptr_nonnull(strstr(out, "username = limiter\npassword = ***\n"));
+    free(out);
+    config_free(cfg);
+
+    cfg = load_ok("[redis]\nsentinel = 127.0.0.1:26379\nmaster = m\npassword = m4ster\n"
+                  "sentinel_username = sen\nsentinel_password = s3nt\n");
+    ck_assert_str_eq(cfg->redis_auth_password, "m4ster");
+    ck_assert_ptr_null(cfg->redis_auth_user);
+    ck_assert_str_eq(cfg->redis_sentinel_username, "sen");
+    ck_assert_str_eq(cfg->redis_sentinel_password, "s3nt");
+    out = config_render(cfg, &len);
+    ck_assert_ptr_null(strstr(out, "m4ster"));
+    ck_assert_ptr_null(strstr(out, "s3nt"));
+    ck_assert_ptr_nonnull(strstr(out, "sentinel_username = sen\nsentinel_password = ***\n"));
+    free(out);
+    config_free(cfg);
+
+    /* a password file: its newline dropped; the key shows the path */
+    ck_assert_int_ne(fd, -1);
+    ck_assert_ptr_nonnull(fp = fdopen(fd, "w"));
+    fputs("from file\n", fp);
+    fclose(fp);
+    snprintf(text, sizeof(text),
+             "[redis]\nurl = redis://127.0.0.1:6379\nusername = u\npassword_file = %s\n", path);
+    cfg = load_ok(text);
+    ck_assert_str_eq(cfg->redis_auth_password, "from file");
+    ck_assert_str_eq(cfg->redis_auth_user, "u");
+    out = config_render(cfg, &len);
+    ck_assert_ptr_null(strstr(out, "from file"));
+    ck_assert_ptr_nonnull(strstr(out, "password_file = /tmp/test_config_pw_"));
+    config_free(cfg);
+    /* what --print shows loads again, and reads the file again */
+    ck_assert_int_eq(config_load_string(out, "p.ini", &cfg, err, sizeof(err)), 0);
+    ck_assert_str_eq(cfg->redis_auth_password, "from file");
+    config_free(cfg);
+    free(out);
+    /* rotated: the next load reads the new secret (CRLF dropped too) */
+    ck_assert_ptr_nonnull(fp = fopen(path, "w"));
+    fputs("rotated\r\n", fp);
+    fclose(fp);
+    cfg = load_ok(text);
+    ck_assert_str_eq(cfg->redis_auth_password, "rotated");
+    config_free(cfg);
+    /* empty, then gone: FILE:LINE errors */
+    ck_assert_ptr_nonnull(fp = fopen(path, "w"));
+    fputs("\n", fp);
+    fclose(fp);
+    ck_assert_int_eq(config_load_string(text, "t.ini", &cfg, err, sizeof(err)), -1);
+    ck_assert_ptr_nonnull(strstr(err, "t.ini:4: cannot read password_file '/tmp/test_config_pw_"));
+    ck_assert_ptr_nonnull(strstr(err, "': the file is empty\n"));
+    unlink(path);
+    ck_assert_int_eq(config_load_string(text, "t.ini", &cfg, err, sizeof(err)), -1);
+    ck_assert_ptr_nonnull(strstr(err, "': No such file or directory\n"));
+    /* not a file: refused at once (a FIFO would hang a reload) */
+    ck_assert_int_eq(config_load_string("[redis]\nurl = redis://127.0.0.1:6379\n"
+                                        "password_file = /dev/null\n",
+                                        "t.ini", &cfg, err, sizeof(err)),
+                     -1);
+    ck_assert_str_eq(err, "t.ini:3: cannot read password_file '/dev/null': not a regular file\n");
+}
+END_TEST
+
 /* [agent] max_connections and stats_allow: defaults (1024; loopback only),
  * values, a list over continuation lines that replaces the default, the
  * empty list (any peer), errors naming the key. */
@@ -1175,11 +1317,11 @@ START_TEST(test_config_page)
     size_t len, body_len;
 
     ck_assert_uint_eq(config_page_pending(a, a, note, got), 0);
-    ck_assert_uint_eq(config_page_pending(a, b, note, got), 4);
+    /* a url changed in place (here its password) is applied by the reload */
+    ck_assert_uint_eq(config_page_pending(a, b, note, got), 3);
     ck_assert_str_eq(got,
                      "listen: 127.0.0.1:12345 -> 127.0.0.1:1\n"
                      "workers: 2 -> 3\n"
-                     "[redis] url: redis://:***@127.0.0.1:6379 -> redis://:***@127.0.0.1:6379\n"
                      "[lease] ttl: 1000ms -> 2000ms\n");
     char *page = config_page_render(a, b, 86400, &len);
     char *body = config_render(b, &body_len);
@@ -1222,6 +1364,8 @@ static Suite *config_suite(void)
     tcase_add_test(tc, test_match);
     tcase_add_test(tc, test_arg_limits);
     tcase_add_test(tc, test_file);
+    tcase_add_test(tc, test_percent_decode);
+    tcase_add_test(tc, test_credentials);
     tcase_add_test(tc, test_config_page);
     suite_add_tcase(s, tc);
 

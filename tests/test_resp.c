@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "store/store_conn.h"
+#include "store/store_errors.h"
 #include "store/store_reply.h"
 #include "store/store_reply_pool.h"
 #include "store/store_resp.h"
@@ -308,6 +309,47 @@ START_TEST(redirect)
 }
 END_TEST
 
+/* Error replies by kind, as Redis 7 words them; refusals are the kinds that
+ * say Redis cannot decide for us on that connection. */
+static const struct {
+    const char *err;
+    enum metrics_redis_error kind;
+    int refusal;
+} error_replies[] = {
+    {"READONLY You can't write against a read only replica.", METRICS_REDIS_READONLY, 1},
+    {"READONLY You can't write against a read only replica. script: 65a6, on @user_script:1.",
+     METRICS_REDIS_READONLY, 1},
+    {"MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.",
+     METRICS_REDIS_MASTERDOWN, 1},
+    {"NOPERM this user has no permissions to run the 'evalsha' command", METRICS_REDIS_NOPERM, 1},
+    {"NOPERM this user has no permissions to access one of the keys used as arguments",
+     METRICS_REDIS_NOPERM, 1},
+    {"ERR The user executing the script can't run this command or subcommand script: 65a6, on "
+     "@user_script:1.",
+     METRICS_REDIS_NOPERM, 1},
+    {"OOM command not allowed when used memory > 'maxmemory'. script: c42b, on @user_script:146.",
+     METRICS_REDIS_OOM, 1},
+    {"NOAUTH Authentication required.", METRICS_REDIS_NOAUTH, 1},
+    {"ERR Protocol error: unauthenticated bulk length", METRICS_REDIS_NOAUTH, 1},
+    {"WRONGPASS invalid username-password pair or user is disabled.", METRICS_REDIS_WRONGPASS, 1},
+    {"NOSCRIPT No matching script. Please use EVAL.", METRICS_REDIS_NOSCRIPT, 0},
+    {"ERR Error running script: tb_exact: bad ARGV[1]", METRICS_REDIS_OTHER, 0},
+    {"MOVED 3999 127.0.0.1:6381", METRICS_REDIS_OTHER, 0},
+    {"READONLYX not a word of its own", METRICS_REDIS_OTHER, 0},
+    {"OOMPH", METRICS_REDIS_OTHER, 0},
+    {"", METRICS_REDIS_OTHER, 0},
+};
+
+START_TEST(error_kind)
+{
+    enum metrics_redis_error k = store_error_kind(error_replies[_i].err);
+
+    ck_assert_msg(k == error_replies[_i].kind, "%s: kind %d", error_replies[_i].err, (int)k);
+    ck_assert_int_eq(store_error_refusal(k), error_replies[_i].refusal);
+    ck_assert_str_eq(metrics_redis_error_names[METRICS_REDIS_OTHER], "other");
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("resp");
@@ -321,6 +363,7 @@ int main(void)
     tcase_add_loop_test(tc, batch, 0, sizeof(batch_sizes) / sizeof(batch_sizes[0]));
     tcase_add_loop_test(tc, reply_pool, 0, sizeof(replies) / sizeof(replies[0]));
     tcase_add_loop_test(tc, redirect, 0, sizeof(redirects) / sizeof(redirects[0]));
+    tcase_add_loop_test(tc, error_kind, 0, sizeof(error_replies) / sizeof(error_replies[0]));
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

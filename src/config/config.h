@@ -48,8 +48,9 @@ enum cfg_down_mode { DOWN_OPEN = 0, DOWN_CLOSED = 1 };
 /* [redis] url, taken apart when the file is read. */
 struct cfg_redis_url {
     struct net_addr addr; /* TCP host:port or unix path; NET_ADDR_NONE: no url */
-    char *user;           /* redis://USER:PASSWORD@... (a Redis 6+ ACL user); NULL: default */
-    char *password;       /* redis://:PASSWORD@...; NULL: no AUTH */
+    char *user;           /* redis://USER:PASSWORD@... (a Redis 6+ ACL user), percent-decoded;
+                             NULL: default */
+    char *password;       /* redis://:PASSWORD@..., percent-decoded; NULL: none in the url */
     int db;               /* redis://.../DB; 0 by default */
 };
 
@@ -129,6 +130,19 @@ struct config {
     char *redis_master;
     uint64_t redis_timeout_ms; /* default 100 */
     uint64_t redis_keepalive_ms; /* PING after this long without traffic; default 1000, 0 = off */
+    /* Credentials: the keys as written (password_file: its path), and the
+     * ones in force for the data nodes (url, every Cluster node, the master
+     * Sentinel names), from the keys, the file (read when the config is
+     * loaded: at start, --check and SIGHUP; one trailing newline dropped) or
+     * the url's userinfo. NULL: none (no AUTH; the user "default"). */
+    char *redis_username;
+    char *redis_password;
+    char *redis_password_file;
+    char *redis_auth_user;
+    char *redis_auth_password;
+    /* for the sentinels themselves (their requirepass or ACL user) */
+    char *redis_sentinel_username;
+    char *redis_sentinel_password;
     char *redis_prefix;        /* default "rl:" */
     int redis_require_noeviction; /* a Redis that can evict our keys counts as down */
 
@@ -192,6 +206,9 @@ int config_parse_rate(const char *s, uint64_t *n, uint64_t *period_ms);
 int config_parse_bool(const char *s, int *b); /* yes|no|on|off|true|false|1|0 */
 /* "127.0.0.0/8", "::1/128", "10.0.0.1": net_cidr_parse */
 int config_parse_cidr(const char *s, struct cfg_cidr *c);
+/* %XX escapes (a url's userinfo): out has room for len + 1 bytes and gets a
+ * NUL; -1 on a '%' without two hex digits after it, or on %00 */
+int config_percent_decode(const char *s, size_t len, char *out, size_t *out_len);
 
 /* Whether the peer address (AF_INET or AF_INET6 sockaddr) is allowed by cfg
  * (always true when allow is empty or the peer is a unix socket):

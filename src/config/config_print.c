@@ -137,6 +137,17 @@ static void put_redis(struct out *o, const struct config *cfg)
     if (cfg->redis_sentinel)
         put(o, "sentinel = %s\nmaster = %s\n", cfg->redis_sentinel,
             cfg->redis_master ? cfg->redis_master : "");
+    /* credentials: the user, never a password (its source instead) */
+    if (cfg->redis_username)
+        put(o, "username = %s\n", cfg->redis_username);
+    if (cfg->redis_password)
+        put(o, "password = ***\n");
+    if (cfg->redis_password_file)
+        put(o, "password_file = %s\n", cfg->redis_password_file);
+    if (cfg->redis_sentinel_username)
+        put(o, "sentinel_username = %s\n", cfg->redis_sentinel_username);
+    if (cfg->redis_sentinel_password)
+        put(o, "sentinel_password = ***\n");
     put(o, "timeout = ");
     put_duration(o, cfg->redis_timeout_ms);
     put(o, "\nkeepalive = ");

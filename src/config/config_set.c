@@ -113,9 +113,19 @@ static void set_hosts(struct parse_state *st, const struct key_def *d, char **fi
         char *grown;
 
         if (r == -1 || net_parse_hostport(item, strlen(item), 0, &hp) == -1) {
-            config_errors_add(&st->errors, st->line,
-                              "bad address '%.80s' in '%s' (expected host:port or [v6]:port)", item,
-                              d->name);
+            /* not the item: it may hold a password */
+            if (strchr(item, '@'))
+                config_errors_add(&st->errors, st->line,
+                                  "bad address in '%s': no user or password here (expected "
+                                  "host:port; credentials go in %s)",
+                                  d->name,
+                                  strcmp(d->name, "sentinel") == 0
+                                      ? "sentinel_username and sentinel_password"
+                                      : "username and password");
+            else
+                config_errors_add(&st->errors, st->line,
+                                  "bad address '%.80s' in '%s' (expected host:port or [v6]:port)",
+                                  item, d->name);
             goto out;
         }
         if (!(grown = realloc(list, len + strlen(item) + 2)) || hosts_add(hosts, &hp) == -1) {
@@ -348,15 +358,29 @@ static void set_url(struct parse_state *st, char **field, struct cfg_redis_url *
     }
     if (config_parse_redis_url(v, &parsed.addr, &parsed.db, &user, &userlen, &pw, &pwlen) ==
         -1) {
+        /* an error line may reach a log: what precedes the last '@' may be
+         * a password */
+        const char *at = strrchr(v, '@');
         config_errors_add(
             &st->errors, st->line,
-            "bad url '%.80s' (expected redis://[:password@]host:port[/db] or unix:/path)", v);
+            "bad url '%s%.80s' (expected redis://[[user]:password@]host:port[/db] or unix:/path)",
+            at ? "redis://***" : "", at ? at : v);
         return;
     }
-    if ((pw && !(parsed.password = strndup(pw, pwlen))) ||
-        (user && !(parsed.user = strndup(user, userlen)))) {
+    if ((pw && !(parsed.password = malloc(pwlen + 1))) ||
+        (user && !(parsed.user = malloc(userlen + 1)))) {
         free(parsed.password);
         config_errors_add(&st->errors, st->line, "out of memory");
+        return;
+    }
+    /* userinfo is percent-encoded: "p%40ss" is the password "p@ss" */
+    if ((pw && config_percent_decode(pw, pwlen, parsed.password, &pwlen) == -1) ||
+        (user && config_percent_decode(user, userlen, parsed.user, &userlen) == -1)) {
+        free(parsed.user);
+        free(parsed.password);
+        config_errors_add(&st->errors, st->line,
+                          "bad url: a '%%' in its user or password must start an escape such as "
+                          "%%40 for '@' (two hex digits, not %%00)");
         return;
     }
     if (set_string(st, field, v) == -1) {

@@ -197,6 +197,36 @@ int config_parse_redis_url(const char *s, struct net_addr *addr, int *db, const 
     return 0;
 }
 
+/* %XX escapes of a url's userinfo (RFC 3986): "p%40ss" is "p@ss". Writes
+ * the decoded bytes and a NUL into out (room for len + 1 bytes); -1 on a '%'
+ * not followed by two hex digits, or on %00 (a password is a C string). */
+int config_percent_decode(const char *s, size_t len, char *out, size_t *out_len)
+{
+    size_t n = 0;
+
+    for (size_t i = 0; i < len; i++) {
+        int hi, lo;
+
+        if (s[i] != '%') {
+            out[n++] = s[i];
+            continue;
+        }
+        hi = i + 1 < len && isxdigit((unsigned char)s[i + 1]) ? s[i + 1] : -1;
+        lo = i + 2 < len && isxdigit((unsigned char)s[i + 2]) ? s[i + 2] : -1;
+        if (hi < 0 || lo < 0)
+            return -1;
+        hi = isdigit(hi) ? hi - '0' : (tolower(hi) - 'a' + 10);
+        lo = isdigit(lo) ? lo - '0' : (tolower(lo) - 'a' + 10);
+        if (hi == 0 && lo == 0)
+            return -1;
+        out[n++] = (char)(hi * 16 + lo);
+        i += 2;
+    }
+    out[n] = '\0';
+    *out_len = n;
+    return 0;
+}
+
 /* ---- names and lists ------------------------------------------------------- */
 
 int config_valid_rule_name(const char *s, size_t len)

@@ -22,6 +22,7 @@
 #include "store_conn.h"
 #include "store_heartbeat.h"
 #include "store_info.h"
+#include "store_probe.h"
 #include "store_reply_pool.h"
 #include "store_sentinel.h"
 #include "util.h"
@@ -41,9 +42,11 @@ struct store {
     char *host;
     int port;
     char *unix_path;
-    char *password;
-    char *user; /* Redis 6+ ACL user, or NULL */
     int db;
+    /* credentials (copies): of the data nodes (url, Cluster nodes, the
+     * Sentinel master) and of the sentinels */
+    struct store_auth auth, sentinel_auth;
+    char *prefix;
     char *master; /* sentinel: the master's name, for logs */
     void (*state_fn)(void *, int);
     void *state_arg;
@@ -237,6 +240,51 @@ void store_cork(struct store *s, int on)
 
 /* ---- lifecycle ----------------------------------------------------------- */
 
+/* Free a secret, wiped first. */
+static void drop_secret(char *v)
+{
+    if (v)
+        explicit_bzero(v, strlen(v));
+    free(v);
+}
+
+static int same(const char *a, const char *b)
+{
+    return a == b || (a && b && strcmp(a, b) == 0);
+}
+
+#define AUTH_DATA 1     /* the data nodes' credentials changed */
+#define AUTH_SENTINEL 2 /* the sentinels' */
+
+/* The credentials of cfg into s (and env): AUTH_DATA | AUTH_SENTINEL for
+ * what changed (0: nothing), or -1 out of memory (nothing changed). */
+static int take_auth(struct store *s, const struct config *cfg)
+{
+    const char *want[4] = {cfg->redis_auth_user, cfg->redis_auth_password,
+                           cfg->redis_sentinel_username, cfg->redis_sentinel_password};
+    char **have[4] = {&s->auth.user, &s->auth.password, &s->sentinel_auth.user,
+                      &s->sentinel_auth.password};
+    char *copy[4] = {NULL, NULL, NULL, NULL};
+    int changed = 0;
+
+    for (int i = 0; i < 4; i++) {
+        if (!same(*have[i], want[i]))
+            changed |= i < 2 ? AUTH_DATA : AUTH_SENTINEL;
+        if (want[i] && !(copy[i] = strdup(want[i]))) {
+            for (int j = 0; j < i; j++)
+                drop_secret(copy[j]);
+            return -1;
+        }
+    }
+    for (int i = 0; i < 4; i++) {
+        drop_secret(*have[i]);
+        *have[i] = copy[i];
+    }
+    s->env.user = s->auth.user;
+    s->env.password = s->auth.password;
+    return changed;
+}
+
 /* One server, by [redis] url (parsed by the config). */
 static int setup_url(struct store *s, const struct cfg_redis_url *url, char *err, size_t errlen)
 {
@@ -245,16 +293,11 @@ static int setup_url(struct store *s, const struct cfg_redis_url *url, char *err
     else
         s->host = strdup(url->addr.tcp.host);
     s->port = url->addr.tcp.port;
-    s->password = url->password ? strdup(url->password) : NULL;
-    s->user = url->user ? strdup(url->user) : NULL;
     s->db = url->db;
-    if ((!s->unix_path && !s->host) || (url->password && !s->password) ||
-        (url->user && !s->user)) {
+    if (!s->unix_path && !s->host) {
         snprintf(err, errlen, "out of memory");
         return -1;
     }
-    s->env.user = s->user;
-    s->env.password = s->password;
     s->env.db = s->db;
     s->conn = store_conn_new(&s->env, &url_hooks, s, s->host, s->port, s->unix_path, 0);
     if (!s->conn) {
@@ -270,7 +313,8 @@ static int setup_topology(struct store *s, struct ev_loop *loop, const struct co
 {
     if (cfg->redis_cluster_hosts.n > 0) {
         s->cluster = store_cluster_new(&s->env, cfg->redis_cluster_hosts.list,
-                                       cfg->redis_cluster_hosts.n, cluster_state, s, err, errlen);
+                                       cfg->redis_cluster_hosts.n, &s->auth, cluster_state, s, err,
+                                       errlen);
         if (!s->cluster)
             return -1;
         store_cluster_on_node_ready(s->cluster, cluster_node_ready, s);
@@ -281,8 +325,8 @@ static int setup_topology(struct store *s, struct ev_loop *loop, const struct co
         s->conn = store_conn_new(&s->env, &sentinel_hooks, s, NULL, 0, NULL,
                                  STORE_CONN_CHECK_ROLE);
         s->sentinel = store_sentinel_new(loop, s->env.timeout_us, cfg->redis_sentinel_hosts.list,
-                                         cfg->redis_sentinel_hosts.n, cfg->redis_master, on_master,
-                                         s, err, errlen);
+                                         cfg->redis_sentinel_hosts.n, cfg->redis_master,
+                                         &s->sentinel_auth, on_master, s, err, errlen);
         if (!s->sentinel)
             return -1;
         if (!s->conn || !s->master) {
@@ -317,6 +361,15 @@ struct store *store_new(struct ev_loop *loop, const struct config *cfg, char *er
     s->env.dead_after_us = cfg->redis_timeout_ms * 10000;
     if (s->env.dead_after_us < 1000000)
         s->env.dead_after_us = 1000000;
+    s->auth.server = "redis";
+    s->sentinel_auth.server = "sentinel";
+    s->prefix = strdup(cfg->redis_prefix ? cfg->redis_prefix : "");
+    s->env.prefix = s->prefix;
+    if (!s->prefix || take_auth(s, cfg) < 0) {
+        snprintf(err, errlen, "out of memory");
+        store_free(s);
+        return NULL;
+    }
     gethostname(host, sizeof(host) - 1);
     snprintf(s->agent_id, sizeof(s->agent_id), "%s:%d:%08x", host, (int)getpid(),
              (unsigned)(util_hash(UTIL_HASH_INIT, &s, sizeof(s)) ^ util_now_us()));
@@ -352,10 +405,88 @@ void store_free(struct store *s)
     store_reply_pool_drain();
     free(s->host);
     free(s->unix_path);
-    free(s->password);
-    free(s->user);
+    drop_secret(s->auth.user);
+    drop_secret(s->auth.password);
+    drop_secret(s->sentinel_auth.user);
+    drop_secret(s->sentinel_auth.password);
+    free(s->prefix);
     free(s->master);
     free(s);
+}
+
+/* url mode: cfg's url differs from the one in use. */
+static int url_changed(const struct store *s, const struct cfg_redis_url *url)
+{
+    if (url->db != s->db)
+        return 1;
+    if (url->addr.kind == NET_ADDR_UNIX)
+        return !same(s->unix_path, url->addr.path);
+    return s->unix_path || !same(s->host, url->addr.tcp.host) || s->port != url->addr.tcp.port;
+}
+
+/* Replace the url connection by a new one to host:port or path (copied).
+ * The old one goes at once: its calls fail (STORE_DOWN: they fall back), as
+ * when Redis restarts. 0, or -1 out of memory (nothing changed). */
+static int replace_conn(struct store *s, const char *host, int port, const char *path)
+{
+    char *h = host ? strdup(host) : NULL, *p = path ? strdup(path) : NULL;
+    struct store_conn *conn = NULL, *old = s->conn;
+
+    if ((host && !h) || (path && !p) ||
+        !(conn = store_conn_new(&s->env, &url_hooks, s, h, port, p, 0))) {
+        free(h);
+        free(p);
+        return -1;
+    }
+    free(s->host);
+    free(s->unix_path);
+    s->host = h;
+    s->unix_path = p;
+    s->port = port;
+    s->conn = conn;
+    set_up(s, 0);
+    store_conn_free(old);
+    store_conn_connect(s->conn);
+    return 0;
+}
+
+int store_reconfigure(struct store *s, const struct config *cfg)
+{
+    const struct cfg_redis_url *url = &cfg->redis_server;
+    int auth, moved = 0, db = s->db;
+
+    if (!s->cluster && !s->sentinel && url->addr.kind != NET_ADDR_NONE)
+        moved = url_changed(s, url);
+    if ((auth = take_auth(s, cfg)) < 0)
+        return -1;
+    if (auth == AUTH_SENTINEL && !moved) { /* the next question uses them */
+        LOG_INFO("\"sentinel credentials changed\"");
+        return 0;
+    }
+    if (!auth && !moved)
+        return 0;
+    LOG_INFO("\"redis %s changed: reconnecting\"",
+             moved && auth ? "url and credentials" : moved ? "url" : "credentials");
+    if (moved) {
+        s->db = s->env.db = url->db;
+        if (replace_conn(s, url->addr.kind == NET_ADDR_UNIX ? NULL : url->addr.tcp.host,
+                         url->addr.tcp.port,
+                         url->addr.kind == NET_ADDR_UNIX ? url->addr.path : NULL) < 0) {
+            s->db = s->env.db = db;
+            return -1;
+        }
+        return 0;
+    }
+    if (s->cluster) {
+        store_cluster_reconnect(s->cluster, "credentials changed");
+    } else if (s->conn && store_conn_host(s->conn)) {
+        if (store_conn_restart(s->conn, store_conn_host(s->conn), store_conn_port(s->conn),
+                               "credentials changed") < 0)
+            return -1;
+    } else if (s->conn && s->unix_path) {
+        return replace_conn(s, NULL, 0, s->unix_path);
+    }
+    return 0;
 }
 
 int store_up(const struct store *s)

@@ -66,6 +66,14 @@ typedef void store_cb(void *arg, const struct store_result *res);
 struct store *store_new(struct ev_loop *loop, const struct config *cfg, char *err,
                         size_t errlen);
 
+/* SIGHUP: apply cfg's [redis] credentials (username, password or
+ * password_file, the url's userinfo, sentinel_*) and, in url mode, its url
+ * (address, db). When they changed, the connections are made again at once
+ * (those in flight fail with STORE_DOWN, as when Redis restarts); the
+ * topology itself (url, cluster, sentinel, master) only changes at a
+ * restart. 0, or -1 out of memory (what was in use stays). */
+int store_reconfigure(struct store *s, const struct config *cfg);
+
 /* Close every connection. Pending callbacks run with STORE_DOWN. NULL no-op. */
 void store_free(struct store *s);
 

@@ -336,9 +336,11 @@ static void map_done(void *arg, int ok)
     struct store_cluster *cl = arg;
 
     if (!ok) {
+        const char *why = store_probe_last_error(cl->probe);
         if (!cl->failing)
-            LOG_WARN("\"redis cluster: no node gave a slot map\" seeds=%zu masters=%zu",
-                     cl->nseeds, cl->nnodes);
+            LOG_WARN("\"redis cluster: no node gave a slot map\" seeds=%zu masters=%zu "
+                     "last_err=\"%s\"",
+                     cl->nseeds, cl->nnodes, log_esc(why, strlen(why)));
         cl->failing = 1;
         ev_timer_stop(cl->env->loop, &cl->refresh);
         ev_timer_set(&cl->refresh, cl->backoff, 0.);
@@ -421,8 +423,9 @@ int store_cluster_up(const struct store_cluster *cl)
 }
 
 struct store_cluster *store_cluster_new(struct store_env *env, const struct net_hostport *seeds,
-                                        size_t n, void (*up_cb)(void *arg, int up), void *arg,
-                                        char *err, size_t errlen)
+                                        size_t n, const struct store_auth *auth,
+                                        void (*up_cb)(void *arg, int up), void *arg, char *err,
+                                        size_t errlen)
 {
     struct store_cluster *cl = calloc(1, sizeof(*cl));
 
@@ -446,7 +449,7 @@ struct store_cluster *store_cluster_new(struct store_env *env, const struct net_
     }
     memcpy(cl->seeds, seeds, n * sizeof(*cl->seeds));
     cl->nseeds = n;
-    if (!(cl->probe = store_probe_new(env->loop, env->timeout_us))) {
+    if (!(cl->probe = store_probe_new(env->loop, env->timeout_us, auth))) {
         snprintf(err, errlen, "out of memory");
         goto fail;
     }
@@ -493,6 +496,24 @@ void store_cluster_each_ready(struct store_cluster *cl,
     for (size_t i = 0; i < cl->nnodes; i++)
         if (store_conn_ready(cl->nodes[i]))
             fn(arg, cl->nodes[i]);
+}
+
+void store_cluster_reconnect(struct store_cluster *cl, const char *why)
+{
+    /* a restart may fail commands whose callbacks route again: over a copy */
+    size_t n = cl->nnodes;
+    struct store_conn **nodes = malloc((n ? n : 1) * sizeof(*nodes));
+
+    if (!nodes)
+        return;
+    memcpy(nodes, cl->nodes, n * sizeof(*nodes));
+    for (size_t i = 0; i < n; i++) {
+        const char *host = store_conn_host(nodes[i]);
+        if (host)
+            store_conn_restart(nodes[i], host, store_conn_port(nodes[i]), why);
+    }
+    free(nodes);
+    refresh_soon(cl);
 }
 
 void store_cluster_uncork(struct store_cluster *cl)

@@ -24,17 +24,25 @@ struct store_env;
 struct store_conn;
 struct store_cmd;
 struct store_cluster;
+struct store_auth;
 
 /* The hash slot of a key: CRC16 (XMODEM: polynomial 0x1021, initial value 0)
  * of the key, or of its {hashtag} when it has a non-empty one, mod 16384. */
 unsigned store_cluster_slot(const char *key, size_t len);
 
-/* Keep the seeds[0..n) (copied) and ask the first map at once. up_cb runs on
- * every change of "up". NULL with a message in err on an empty list or out of
- * memory. */
+/* Keep the seeds[0..n) (copied) and ask the first map at once (after AUTH
+ * with auth, the nodes' credentials, when it has a password; owned by the
+ * caller, see store_probe.h). up_cb runs on every change of "up". NULL with a
+ * message in err on an empty list or out of memory. */
 struct store_cluster *store_cluster_new(struct store_env *env, const struct net_hostport *seeds,
-                                        size_t n, void (*up_cb)(void *arg, int up), void *arg,
-                                        char *err, size_t errlen);
+                                        size_t n, const struct store_auth *auth,
+                                        void (*up_cb)(void *arg, int up), void *arg, char *err,
+                                        size_t errlen);
+
+/* Give up every node connection and connect again at once (new
+ * credentials): their commands in flight fail with STORE_DOWN. Not from
+ * inside a node's hooks. */
+void store_cluster_reconnect(struct store_cluster *cl, const char *why);
 
 /* Close every node connection: commands in flight fail with STORE_DOWN.
  * NULL no-op. */

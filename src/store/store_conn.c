@@ -1,7 +1,8 @@
 /* store_conn.c - one asynchronous Redis connection (hiredis 0.14 + libev):
- * setup commands, EVALSHA with NOSCRIPT reload and retry, redirects handed
- * to the owner, the commands in flight, a watchdog, keepalive, reconnect
- * with backoff.
+ * EVALSHA with NOSCRIPT reload and retry, redirects handed to the owner,
+ * refusals handed to store_conn_setup.c (which also sends the setup
+ * commands), the commands in flight, a watchdog, keepalive, reconnect with
+ * backoff.
  *
  * Lifetime rules. A hiredis callback cannot be cancelled, and a context given
  * up with redisAsyncFree() runs its pending callbacks with a NULL reply, at
@@ -26,66 +27,17 @@
 #include "log.h"
 #include "metrics.h"
 #include "net.h"
-#include "scripts.h"
+#include "store_conn_int.h"
+#include "store_errors.h"
 #include "store_lookup.h"
 #include "store_reply.h"
 #include "store_reply_pool.h"
 #include "util.h"
 
-#define BACKOFF_MIN 0.05
 #define BACKOFF_MAX 2.0
 #define WATCHDOG_EVERY 0.05
-#define ERR_LEN 256
-
-/* What a setup reply answers (its priv): a script index, or one of these. */
-enum { SETUP_AUTH = -1, SETUP_SELECT = -2, SETUP_ROLE = -3 };
-
-struct store_conn {
-    struct store_env *env;
-    const struct store_conn_hooks *hooks;
-    void *owner;
-    int flags;
-    char *host; /* TCP, or */
-    int port;
-    char *unix_path; /* a unix socket */
-    char name[300];  /* host:port or the path, for logs */
-    redisAsyncContext *ac; /* NULL between connections */
-    struct store_lookup *lookup; /* the host name being looked up before a connect */
-    int connected;         /* the TCP/unix connect succeeded */
-    int ready;             /* role checked and scripts loaded */
-    int loading;           /* SCRIPT LOAD replies still expected */
-    uint64_t connect_us;   /* when the current attempt started */
-    uint64_t io_us;        /* the last command sent or reply read: keepalive's clock */
-    uint64_t ping_us;      /* the keepalive PING in flight was sent then; 0: none */
-    int ping_late;         /* it is past the timeout (counted as an error once) */
-    double backoff;
-    ev_timer retry;
-    ev_timer watchdog;
-    ev_prepare write_early; /* see write_early_cb */
-    struct store_cmd *head, *tail; /* in flight, oldest first */
-    unsigned inflight;             /* how many */
-    struct store_cmd *qhead, *qtail; /* queued for the next batch (linked by next) */
-    unsigned qlen;
-    char last_err[ERR_LEN];
-};
 
 static void set_addr_owned(struct store_conn *conn, char *h, int port);
-
-/* The scripts by enum store_script, then the batch script (script.h). */
-static const char *const script_src[SCRIPT_COUNT + 1] = {
-    [SCRIPT_TB_CLAIM] = script_tb_claim,   [SCRIPT_TB_RETURN] = script_tb_return,
-    [SCRIPT_TB_EXACT] = script_tb_exact,   [SCRIPT_SW_CLAIM] = script_sw_claim,
-    [SCRIPT_SW_RETURN] = script_sw_return, [SCRIPT_SW_EXACT] = script_sw_exact,
-    [SCRIPT_TB_RESET] = script_tb_reset,   [SCRIPT_SW_RESET] = script_sw_reset,
-    [SCRIPT_BATCH] = script_batch,
-};
-static const char *const script_names[SCRIPT_COUNT + 1] = {
-    [SCRIPT_TB_CLAIM] = "tb_claim",   [SCRIPT_TB_RETURN] = "tb_return",
-    [SCRIPT_TB_EXACT] = "tb_exact",   [SCRIPT_SW_CLAIM] = "sw_claim",
-    [SCRIPT_SW_RETURN] = "sw_return", [SCRIPT_SW_EXACT] = "sw_exact",
-    [SCRIPT_TB_RESET] = "tb_reset",   [SCRIPT_SW_RESET] = "sw_reset",
-    [SCRIPT_BATCH] = "batch",
-};
 
 /* ---- commands in flight ---------------------------------------------------- */
 
@@ -164,7 +116,7 @@ static void conn_lost(struct store_conn *conn, redisAsyncContext *ac, const char
     struct store_cmd *c;
 
     snprintf(reason, sizeof(reason), "%s", why); /* why may live in ac */
-    if (conn->ready)
+    if (conn->ready && !conn->refused)
         LOG_WARN("\"redis connection lost\" addr=%s err=\"%s\"", log_val(conn->name),
                  log_esc(reason, strlen(reason)));
     else if (strcmp(conn->last_err, reason) != 0)
@@ -189,6 +141,17 @@ static void conn_lost(struct store_conn *conn, redisAsyncContext *ac, const char
         store_conn_retry_later(conn);
 }
 
+/* For store_conn_setup.c (store_conn_int.h). */
+void store_conn_set_ready(struct store_conn *conn, int ready)
+{
+    set_ready(conn, ready);
+}
+
+void store_conn_lost(struct store_conn *conn, redisAsyncContext *ac, const char *why, int retry)
+{
+    conn_lost(conn, ac, why, retry);
+}
+
 static void on_connect(const redisAsyncContext *ac, int status)
 {
     struct store_conn *conn = ac->data;
@@ -211,98 +174,6 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
         return; /* a context we gave up already */
     conn_lost(conn, NULL, status == REDIS_OK ? "closed" : (ac->errstr[0] ? ac->errstr : "error"),
               1);
-}
-
-static const char *setup_name(long what)
-{
-    switch (what) {
-    case SETUP_AUTH:
-        return "AUTH";
-    case SETUP_SELECT:
-        return "SELECT";
-    case SETUP_ROLE:
-        return "ROLE";
-    default:
-        return "SCRIPT LOAD";
-    }
-}
-
-/* Reply of a setup command (AUTH, SELECT, ROLE, SCRIPT LOAD). */
-static void on_setup_reply(redisAsyncContext *ac, void *r, void *priv)
-{
-    struct store_conn *conn = ac->data;
-    redisReply *reply = r;
-    long what = (long)(intptr_t)priv;
-    char why[ERR_LEN];
-
-    if (!reply || conn->ac != ac)
-        return; /* going away: conn_lost handles it */
-    conn->io_us = util_now_us();
-    if (reply->type == REDIS_REPLY_ERROR) {
-        snprintf(why, sizeof(why), "%s: %s", setup_name(what), reply->str);
-        METRIC_INC(redis_errors);
-        if (strcmp(conn->last_err, why) != 0) /* once per distinct refusal */
-            LOG_ERROR("\"redis refused setup\" err=\"%s\" addr=%s", log_esc(why, strlen(why)),
-                      log_val(conn->name));
-        snprintf(conn->last_err, sizeof(conn->last_err), "%s", why);
-        conn_lost(conn, ac, why, 1);
-        return;
-    }
-    if (what == SETUP_ROLE) {
-        const char *role = "?";
-        if (reply->type == REDIS_REPLY_ARRAY && reply->elements > 0 &&
-            reply->element[0]->type == REDIS_REPLY_STRING)
-            role = reply->element[0]->str;
-        if (strcmp(role, "master") != 0) {
-            snprintf(why, sizeof(why), "ROLE is %.40s, not master", role);
-            if (strcmp(conn->last_err, why) != 0)
-                LOG_WARN("\"redis is not the master\" addr=%s role=%s", log_val(conn->name),
-                         log_esc(role, strnlen(role, 40)));
-            snprintf(conn->last_err, sizeof(conn->last_err), "%s", why);
-            conn_lost(conn, ac, why, 1);
-        }
-        return;
-    }
-    if (what < 0)
-        return;
-    if (reply->type == REDIS_REPLY_STRING && reply->len == STORE_SHA_LEN)
-        memcpy(conn->env->sha[what], reply->str, STORE_SHA_LEN + 1);
-    if (conn->loading > 0 && --conn->loading == 0) {
-        conn->backoff = BACKOFF_MIN;
-        conn->last_err[0] = '\0';
-        set_ready(conn, 1);
-    }
-}
-
-static void send_setup(struct store_conn *conn)
-{
-    const struct store_env *env = conn->env;
-    redisAsyncContext *ac = conn->ac;
-
-    if (env->password) {
-        if (env->user)
-            redisAsyncCommand(ac, on_setup_reply, (void *)(intptr_t)SETUP_AUTH, "AUTH %s %s",
-                              env->user, env->password);
-        else
-            redisAsyncCommand(ac, on_setup_reply, (void *)(intptr_t)SETUP_AUTH, "AUTH %s",
-                              env->password);
-        METRIC_INC(redis_commands);
-    }
-    if (env->db) {
-        redisAsyncCommand(ac, on_setup_reply, (void *)(intptr_t)SETUP_SELECT, "SELECT %d",
-                          env->db);
-        METRIC_INC(redis_commands);
-    }
-    if (conn->flags & STORE_CONN_CHECK_ROLE) {
-        redisAsyncCommand(ac, on_setup_reply, (void *)(intptr_t)SETUP_ROLE, "ROLE");
-        METRIC_INC(redis_commands);
-    }
-    conn->loading = SCRIPT_COUNT + 1;
-    for (long i = 0; i <= SCRIPT_BATCH; i++) {
-        redisAsyncCommand(ac, on_setup_reply, (void *)(intptr_t)i, "SCRIPT LOAD %s",
-                          script_src[i]);
-        METRIC_INC(redis_commands);
-    }
 }
 
 /* Connect to ip (numeric: hiredis then looks nothing up) or the unix path. */
@@ -335,7 +206,7 @@ static void connect_to(struct store_conn *conn, const char *ip)
     redisAsyncSetConnectCallback(ac, on_connect);
     redisAsyncSetDisconnectCallback(ac, on_disconnect);
     /* Commands queue until the connection is made, in order. */
-    send_setup(conn);
+    store_conn_send_setup(conn);
     ev_timer_again(loop, &conn->watchdog);
 }
 
@@ -421,6 +292,8 @@ static void on_ping_reply(redisAsyncContext *ac, void *r, void *priv)
         METRIC_INC(redis_errors);
         LOG_DEBUG("\"redis keepalive failed\" addr=%s err=\"%s\"", log_val(conn->name),
                   log_esc(reply->str, strlen(reply->str)));
+        /* counted by kind; an ACL without +ping is said (not acted on) */
+        store_conn_note_error(conn, store_error_kind(reply->str), reply->str, "PING (keepalive)");
     }
 }
 
@@ -601,15 +474,18 @@ static int handle_error(struct store_conn *conn, redisAsyncContext *ac, struct s
 {
     char host[256];
     int ask, slot, port;
+    enum metrics_redis_error kind = store_error_kind(err);
 
-    if (strncmp(err, "NOSCRIPT", 8) == 0 && !c->noscript_retried && !c->read) {
+    if (kind == METRICS_REDIS_NOSCRIPT)
+        METRIC_INC(redis_error_replies[kind]);
+    if (kind == METRICS_REDIS_NOSCRIPT && !c->noscript_retried && !c->read) {
         /* Redis lost its scripts (restart, failover, SCRIPT FLUSH): load the
          * script again and retry; both go out in order on this connection. */
         c->noscript_retried = 1;
         LOG_INFO("\"redis lost its scripts; reloading\" addr=%s script=%s", log_val(conn->name),
-                 script_names[c->script]);
-        if (redisAsyncCommand(ac, on_setup_reply, (void *)(intptr_t)c->script, "SCRIPT LOAD %s",
-                              script_src[c->script]) == REDIS_OK) {
+                 store_conn_script_names[c->script]);
+        if (redisAsyncCommand(ac, store_conn_on_setup_reply, (void *)(intptr_t)c->script,
+                              "SCRIPT LOAD %s", store_conn_script_src[c->script]) == REDIS_OK) {
             METRIC_INC(redis_commands);
             conn->loading++;
             if (wire_send(conn, c) == 0)
@@ -626,11 +502,18 @@ static int handle_error(struct store_conn *conn, redisAsyncContext *ac, struct s
         conn->hooks->redirect(conn->owner, conn, c, ask, slot, host, port);
         return 1;
     }
-    if ((conn->flags & STORE_CONN_CHECK_ROLE) && strncmp(err, "READONLY", 8) == 0) {
-        /* Talking to a replica: the master was demoted under us. */
+    if (store_error_refusal(kind) && !c->read) {
+        /* Every call would get it (a replica, an ACL, a full Redis): down
+         * until a probe passes, not one refused call per decision. */
+        char command[64];
+        size_t len;
+        const char *key = store_cmd_key(c, &len);
+
+        snprintf(command, sizeof(command), "EVALSHA %s", store_conn_script_names[c->script]);
         METRIC_INC(redis_errors);
-        conn_lost(conn, ac, "READONLY: no longer the master", 1);
-        store_cmd_fail(c, STORE_DOWN, "no longer the master");
+        store_conn_note_error(conn, kind, err, command);
+        store_conn_refused(conn, ac, kind, err, (int)util_redis_slot(key, len));
+        store_cmd_fail(c, STORE_DOWN, metrics_redis_error_names[kind]);
         return 1;
     }
     return 0;
@@ -669,8 +552,11 @@ static void on_eval_reply(redisAsyncContext *ac, void *r, void *priv)
     }
     if (res.status != STORE_OK) {
         METRIC_INC(redis_errors);
-        LOG_DEBUG("\"redis script error\" addr=%s script=%s err=\"%s\"", log_val(conn->name),
-                  script_names[c->script], log_esc(res.err, strlen(res.err)));
+        if (reply->type == REDIS_REPLY_ERROR) {
+            char command[64];
+            snprintf(command, sizeof(command), "EVALSHA %s", store_conn_script_names[c->script]);
+            store_conn_note_error(conn, store_error_kind(res.err), res.err, command);
+        }
     }
     c->cb(c->arg, &res);
     store_cmd_free(c);
@@ -739,6 +625,7 @@ struct store_conn *store_conn_new(struct store_env *env, const struct store_conn
     conn->owner = owner;
     conn->flags = flags;
     conn->backoff = BACKOFF_MIN;
+    conn->probe_slot = -1;
     snprintf(conn->name, sizeof(conn->name), "-");
     if (unix_path) {
         if (!(conn->unix_path = strdup(unix_path)))

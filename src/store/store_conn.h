@@ -8,7 +8,11 @@
  * of them succeeded. store_conn_send() queues an EVALSHA (preceded by ASKING
  * for an -ASK redirect); a NOSCRIPT reply reloads the script and retries the
  * command once on the same connection. -MOVED and -ASK replies go to the
- * owner's redirect hook. A watchdog drops a connection whose oldest command,
+ * owner's redirect hook. A refusal (READONLY, NOPERM, OOM...: store_errors.h)
+ * fails the call with STORE_DOWN and gives the connection up; it is made
+ * again after the backoff and is ready only once a probe (one script call
+ * under the prefix) passes. After READONLY or MASTERDOWN a url connection
+ * asks ROLE too (store_conn_setup.c). A watchdog drops a connection whose oldest command,
  * or whose connect, takes far longer than the timeout. A connection without
  * traffic for env->keepalive_us gets a PING, so that idle timeouts on the way
  * (Redis' `timeout`, a proxy's) never close it; TCP keepalive is on too
@@ -51,6 +55,7 @@ struct store_env {
     const char *user;        /* AUTH user (NULL: password only) */
     const char *password;    /* AUTH at connect when not NULL */
     int db;                  /* SELECT at connect when not 0 */
+    const char *prefix;      /* [redis] prefix: the probe's key (and the ACL's key pattern) */
     char sha[SCRIPT_COUNT + 1][STORE_SHA_LEN + 1]; /* from SCRIPT LOAD: the same on every
                                                        server; [SCRIPT_COUNT] is the batch */
     unsigned pending;        /* commands queued or in flight over all connections */

@@ -24,6 +24,7 @@
 #include "metrics.h"
 #include "net.h"
 #include "store_conn.h"
+#include "store_errors.h"
 #include "store_lookup.h"
 
 struct store_probe {
@@ -41,6 +42,8 @@ struct store_probe {
     store_probe_accept *accept;
     store_probe_done *done;
     void *arg;
+    const struct store_auth *auth;
+    char last_err[160];
 };
 
 /* ---- the walk -------------------------------------------------------------- */
@@ -73,6 +76,7 @@ static void finish(struct store_probe *p, int ok)
 }
 
 static void on_reply(redisAsyncContext *ac, void *r, void *priv);
+static void on_auth_reply(redisAsyncContext *ac, void *r, void *priv);
 static void on_connect(const redisAsyncContext *ac, int status);
 static void on_disconnect(const redisAsyncContext *ac, int status);
 
@@ -100,6 +104,17 @@ static int connect_to(struct store_probe *p, const char *ip)
     redisLibevAttach(p->loop, ac);
     redisAsyncSetConnectCallback(ac, on_connect);
     redisAsyncSetDisconnectCallback(ac, on_disconnect);
+    if (p->auth && p->auth->password) {
+        int rc = p->auth->user ? redisAsyncCommand(ac, on_auth_reply, p, "AUTH %s %s",
+                                                   p->auth->user, p->auth->password)
+                               : redisAsyncCommand(ac, on_auth_reply, p, "AUTH %s",
+                                                   p->auth->password);
+        if (rc != REDIS_OK) {
+            redisAsyncFree(ac);
+            return -1;
+        }
+        METRIC_INC(redis_commands);
+    }
     if (redisAsyncCommandArgv(ac, on_reply, p, p->argc, (const char **)p->argv, p->argvlen) !=
         REDIS_OK) {
         redisAsyncFree(ac);
@@ -159,6 +174,7 @@ static void attempt_failed(struct store_probe *p, redisAsyncContext *ac, const c
     LOG_DEBUG("\"redis probe failed\" addr=%s:%d err=\"%s\"", log_val(a->host), a->port,
               log_esc(why, strlen(why)));
     METRIC_INC(redis_errors);
+    snprintf(p->last_err, sizeof(p->last_err), "%s", why);
     p->ac = NULL;
     if (free_it)
         redisAsyncFree(ac); /* deferred by hiredis inside its callbacks */
@@ -182,6 +198,30 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
         attempt_failed(p, (redisAsyncContext *)ac, "closed", 0);
 }
 
+/* An error reply from addrs[next - 1]: counted, and said when it is a
+ * refusal (a password missing or wrong, an ACL). */
+static void note_error(struct store_probe *p, const char *command, const char *err)
+{
+    const struct net_hostport *a = &p->addrs[p->next - 1];
+    char addr[sizeof(a->host) + 16];
+    struct store_error_where w = {p->auth && p->auth->server ? p->auth->server : "redis", addr,
+                                  command, p->auth ? p->auth->user : NULL, NULL};
+
+    snprintf(addr, sizeof(addr), strchr(a->host, ':') ? "[%s]:%d" : "%s:%d", a->host, a->port);
+    store_error_note(store_error_kind(err), err, &w);
+}
+
+static void on_auth_reply(redisAsyncContext *ac, void *r, void *priv)
+{
+    struct store_probe *p = priv;
+    redisReply *reply = r;
+
+    if (!reply || p->ac != ac || reply->type != REDIS_REPLY_ERROR)
+        return; /* the command's reply follows */
+    note_error(p, "AUTH", reply->str);
+    attempt_failed(p, ac, reply->str, 1);
+}
+
 static void on_reply(redisAsyncContext *ac, void *r, void *priv)
 {
     struct store_probe *p = priv;
@@ -192,6 +232,10 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
         return; /* on_connect/on_disconnect/the timer deal with it */
     a = &p->addrs[p->next - 1];
     if (reply->type == REDIS_REPLY_ERROR) {
+        char command[64];
+        snprintf(command, sizeof(command), "%s%s%s", p->argv[0], p->argc > 1 ? " " : "",
+                 p->argc > 1 ? p->argv[1] : "");
+        note_error(p, command, reply->str);
         attempt_failed(p, ac, reply->str, 1);
         return;
     }
@@ -214,13 +258,15 @@ static void timer_cb(struct ev_loop *loop, ev_timer *t, int revents)
 
 /* ---- lifecycle --------------------------------------------------------------- */
 
-struct store_probe *store_probe_new(struct ev_loop *loop, uint64_t timeout_us)
+struct store_probe *store_probe_new(struct ev_loop *loop, uint64_t timeout_us,
+                                    const struct store_auth *auth)
 {
     struct store_probe *p = calloc(1, sizeof(*p));
 
     if (!p)
         return NULL;
     p->loop = loop;
+    p->auth = auth;
     p->timeout = (double)timeout_us / 1e6;
     ev_timer_init(&p->timer, timer_cb, 0., 0.);
     p->timer.data = p;
@@ -246,6 +292,11 @@ int store_probe_running(const struct store_probe *p)
     return p->running;
 }
 
+const char *store_probe_last_error(const struct store_probe *p)
+{
+    return p->last_err;
+}
+
 int store_probe_start(struct store_probe *p, const struct net_hostport *addrs, size_t n, int argc,
                       const char *const *argv, store_probe_accept *accept, store_probe_done *done,
                       void *arg)
@@ -266,6 +317,7 @@ int store_probe_start(struct store_probe *p, const struct net_hostport *addrs, s
         p->argvlen[i] = strlen(argv[i]);
     }
     p->next = 0;
+    p->last_err[0] = '\0';
     p->accept = accept;
     p->done = done;
     p->arg = arg;

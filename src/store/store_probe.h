@@ -17,6 +17,14 @@ struct net_hostport;
 struct redisReply;
 struct store_probe;
 
+/* Credentials for AUTH before the command, owned by the caller and kept as
+ * long as the prober; read at each attempt (a reload may change them). */
+struct store_auth {
+    const char *server; /* "redis" or "sentinel": for log lines */
+    char *user;         /* ACL user; NULL: "default" */
+    char *password;     /* NULL: no AUTH */
+};
+
 /* Judge a reply (valid during the call only) from host:port: 1 accepts it and
  * ends the walk, 0 tries the next address. */
 typedef int store_probe_accept(void *arg, const struct redisReply *reply, const char *host,
@@ -25,8 +33,15 @@ typedef int store_probe_accept(void *arg, const struct redisReply *reply, const 
  * failed (no connection, an error, a timeout, or not accepted). */
 typedef void store_probe_done(void *arg, int ok);
 
-/* A prober on loop; each attempt gets timeout_us. NULL when out of memory. */
-struct store_probe *store_probe_new(struct ev_loop *loop, uint64_t timeout_us);
+/* A prober on loop; each attempt gets timeout_us and, when auth has a
+ * password, AUTH first (auth may be NULL). NULL when out of memory. */
+struct store_probe *store_probe_new(struct ev_loop *loop, uint64_t timeout_us,
+                                    const struct store_auth *auth);
+
+/* The last error of the last walk ("" when none): an error reply (NOAUTH,
+ * WRONGPASS, ...), "timed out", "answer not usable", ... Valid until the
+ * next walk starts. */
+const char *store_probe_last_error(const struct store_probe *p);
 
 /* Stop what runs (done does not run) and free. Not from inside its
  * callbacks. NULL no-op. */

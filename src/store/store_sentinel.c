@@ -61,9 +61,10 @@ static void on_done(void *arg, int ok)
     char addr[sizeof(sn->logged)];
 
     if (!ok) {
+        const char *why = store_probe_last_error(sn->probe);
         if (!sn->failing)
-            LOG_WARN("\"no sentinel knows the master\" master=%s sentinels=%zu", log_val(sn->master),
-                     sn->nsentinels);
+            LOG_WARN("\"no sentinel knows the master\" master=%s sentinels=%zu last_err=\"%s\"",
+                     log_val(sn->master), sn->nsentinels, log_esc(why, strlen(why)));
         sn->failing = 1;
         sn->cb(sn->arg, NULL, 0);
         return;
@@ -102,8 +103,9 @@ void store_sentinel_resolve(struct store_sentinel *sn)
 
 struct store_sentinel *store_sentinel_new(struct ev_loop *loop, uint64_t timeout_us,
                                           const struct net_hostport *sentinels, size_t n,
-                                          const char *master, store_sentinel_cb *cb, void *arg,
-                                          char *err, size_t errlen)
+                                          const char *master, const struct store_auth *auth,
+                                          store_sentinel_cb *cb, void *arg, char *err,
+                                          size_t errlen)
 {
     struct store_sentinel *sn = calloc(1, sizeof(*sn));
 
@@ -126,7 +128,7 @@ struct store_sentinel *store_sentinel_new(struct ev_loop *loop, uint64_t timeout
     }
     sn->sentinels = malloc(n * sizeof(*sn->sentinels));
     sn->master = strdup(master);
-    sn->probe = store_probe_new(loop, timeout_us);
+    sn->probe = store_probe_new(loop, timeout_us, auth);
     if (!sn->sentinels || !sn->master || !sn->probe) {
         snprintf(err, errlen, "out of memory");
         goto fail;

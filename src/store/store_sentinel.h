@@ -15,19 +15,23 @@
 struct ev_loop;
 struct net_hostport;
 struct store_sentinel;
+struct store_auth;
 
 /* An answer: host:port of the master (valid during the call only), or host
  * NULL when no sentinel knew it. Runs on the loop thread after every
  * resolution, asked for or periodic. */
 typedef void store_sentinel_cb(void *arg, const char *host, int port);
 
-/* sentinels[0..n) (copied), asked in that order. NULL with a message in err
- * when the list is empty, master is missing or memory is short. Nothing is
- * asked before store_sentinel_resolve. */
+/* sentinels[0..n) (copied), asked in that order, after AUTH with auth when
+ * it has a password (the sentinels' own: [redis] sentinel_username and
+ * sentinel_password; owned by the caller, see store_probe.h). NULL with a
+ * message in err when the list is empty, master is missing or memory is
+ * short. Nothing is asked before store_sentinel_resolve. */
 struct store_sentinel *store_sentinel_new(struct ev_loop *loop, uint64_t timeout_us,
                                           const struct net_hostport *sentinels, size_t n,
-                                          const char *master, store_sentinel_cb *cb, void *arg,
-                                          char *err, size_t errlen);
+                                          const char *master, const struct store_auth *auth,
+                                          store_sentinel_cb *cb, void *arg, char *err,
+                                          size_t errlen);
 
 /* NULL no-op; cb does not run any more. */
 void store_sentinel_free(struct store_sentinel *sn);

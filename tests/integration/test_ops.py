@@ -392,7 +392,7 @@ class RedisConnection(unittest.TestCase):
             agent = Agent("[rule:u]\nkey = key\nrate = 10/1m\n"
                           "[redis]\nurl = redis://:wrong@127.0.0.1:%d/0\n" % port)
             try:
-                self.assertTrue(wait_for(lambda: "redis refused setup" in agent.output()))
+                self.assertTrue(wait_for(lambda: "(WRONGPASS)" in agent.output()))
                 c = spop.Client(agent.addr)
                 c.handshake()
                 r = c.decide({"key": "u"})
@@ -400,7 +400,7 @@ class RedisConnection(unittest.TestCase):
                 c.close()
                 self.assertEqual(agent.metric("spoa_ratelimit_redis_up"), 0)
                 time.sleep(0.5)  # several reconnection attempts: still one line
-                self.assertEqual(agent.output().count("redis refused setup"), 1, agent.output())
+                self.assertEqual(agent.output().count("(WRONGPASS)"), 1, agent.output())
             finally:
                 self.assertEqual(agent.stop(), 0, agent.output())
         finally:

@@ -1,0 +1,238 @@
+/* store_conn_setup.c - what a connection sends before it is ready (AUTH,
+ * SELECT, ROLE, SCRIPT LOAD of every script, and after a refusal a probe),
+ * the replies to them, and what a refusal does (store_errors.h): the
+ * connection is given up and made again after the backoff, ready only once
+ * the probe passes. The connection itself is store_conn.c's; both share
+ * store_conn_int.h. The lifetime rules of store_conn.c hold here too.
+ */
+#include "store_conn_int.h"
+
+#include <hiredis/async.h>
+#include <hiredis/hiredis.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "metrics.h"
+#include "scripts.h"
+#include "store_errors.h"
+#include "util.h"
+
+#define PROBE_KEY_MAX 128
+
+/* The scripts by enum store_script, then the batch script (script.h). */
+const char *const store_conn_script_src[SCRIPT_COUNT + 1] = {
+    [SCRIPT_TB_CLAIM] = script_tb_claim,   [SCRIPT_TB_RETURN] = script_tb_return,
+    [SCRIPT_TB_EXACT] = script_tb_exact,   [SCRIPT_SW_CLAIM] = script_sw_claim,
+    [SCRIPT_SW_RETURN] = script_sw_return, [SCRIPT_SW_EXACT] = script_sw_exact,
+    [SCRIPT_TB_RESET] = script_tb_reset,   [SCRIPT_SW_RESET] = script_sw_reset,
+    [SCRIPT_BATCH] = script_batch,
+};
+const char *const store_conn_script_names[SCRIPT_COUNT + 1] = {
+    [SCRIPT_TB_CLAIM] = "tb_claim",   [SCRIPT_TB_RETURN] = "tb_return",
+    [SCRIPT_TB_EXACT] = "tb_exact",   [SCRIPT_SW_CLAIM] = "sw_claim",
+    [SCRIPT_SW_RETURN] = "sw_return", [SCRIPT_SW_EXACT] = "sw_exact",
+    [SCRIPT_TB_RESET] = "tb_reset",   [SCRIPT_SW_RESET] = "sw_reset",
+    [SCRIPT_BATCH] = "batch",
+};
+
+static const char *setup_name(long what)
+{
+    switch (what) {
+    case SETUP_AUTH:
+        return "AUTH";
+    case SETUP_SELECT:
+        return "SELECT";
+    case SETUP_ROLE:
+        return "ROLE";
+    case SETUP_PROBE:
+        return "EVALSHA tb_exact (probe)";
+    default:
+        return "SCRIPT LOAD";
+    }
+}
+
+void store_conn_note_error(struct store_conn *conn, enum metrics_redis_error kind, const char *err,
+                           const char *command)
+{
+    const struct store_error_where w = {"redis", conn->name, command, conn->env->user,
+                                        conn->env->prefix};
+
+    store_error_note(kind, err, &w);
+}
+
+/* Redis refused a call with a reply that every call will get (kind: a
+ * refusal, store_errors.h): give the connection up and try again after the
+ * backoff, a probe first. Not master: find it again (ROLE, Sentinel, the
+ * Cluster map through the owner's hooks). slot: of the refused call's key
+ * (the probe's must match on a Cluster node), or -1. */
+void store_conn_refused(struct store_conn *conn, redisAsyncContext *ac,
+                        enum metrics_redis_error kind, const char *err, int slot)
+{
+    char why[ERR_LEN];
+
+    snprintf(why, sizeof(why), "%.200s", err);
+    conn->refused = 1;
+    conn->probe_slot = (conn->flags & STORE_CONN_SLOTS) ? slot : -1;
+    /* url mode: say what the server is (Sentinel checks ROLE anyway; a
+     * Cluster node leaves the map at the refresh its loss asks for) */
+    if ((kind == METRICS_REDIS_READONLY || kind == METRICS_REDIS_MASTERDOWN) &&
+        !(conn->flags & STORE_CONN_SLOTS))
+        conn->check_role = 1;
+    snprintf(conn->last_err, sizeof(conn->last_err), "%s", why); /* said by note_error */
+    store_conn_lost(conn, ac, why, 1);
+}
+
+/* One setup reply in: the last one makes the connection ready. */
+static void setup_step_done(struct store_conn *conn)
+{
+    if (conn->loading > 0 && --conn->loading == 0) {
+        conn->backoff = BACKOFF_MIN;
+        conn->last_err[0] = '\0';
+        conn->refused = 0;
+        conn->check_role = 0;
+        store_conn_set_ready(conn, 1);
+    }
+}
+
+/* ROLE answered something else than master. */
+static void not_master(struct store_conn *conn, redisAsyncContext *ac, const char *role)
+{
+    char why[ERR_LEN];
+
+    snprintf(why, sizeof(why), "ROLE is %.40s, not master", role);
+    if (strcmp(conn->last_err, why) != 0) {
+        if (conn->flags & STORE_CONN_CHECK_ROLE)
+            LOG_WARN("\"redis is not the master\" addr=%s role=%s", log_val(conn->name),
+                     log_esc(role, strnlen(role, 40)));
+        else /* url mode: only the operator (or REPLICAOF NO ONE) changes it */
+            LOG_WARN("\"redis url points at a replica, not the master: waiting for it to be "
+                     "promoted (or fix [redis] url)\" addr=%s role=%s",
+                     log_val(conn->name), log_esc(role, strnlen(role, 40)));
+    }
+    snprintf(conn->last_err, sizeof(conn->last_err), "%s", why);
+    conn->check_role = 1;
+    store_conn_lost(conn, ac, why, 1);
+}
+
+/* An error reply to a setup command. */
+static void setup_error(struct store_conn *conn, redisAsyncContext *ac, long what, const char *err)
+{
+    enum metrics_redis_error kind = store_error_kind(err);
+    char why[ERR_LEN];
+
+    METRIC_INC(redis_errors);
+    if (what == SETUP_ROLE && kind == METRICS_REDIS_NOPERM &&
+        !(conn->flags & STORE_CONN_CHECK_ROLE)) {
+        /* url mode asks ROLE after a READONLY only to say so: an ACL user
+         * without ROLE goes on (the probe tells whether writes pass) */
+        METRIC_INC(redis_error_replies[kind]);
+        return;
+    }
+    store_conn_note_error(conn, kind, err, setup_name(what));
+    if (store_error_refusal(kind) && (what == SETUP_PROBE || (kind != METRICS_REDIS_NOAUTH &&
+                                                              kind != METRICS_REDIS_WRONGPASS))) {
+        store_conn_refused(conn, ac, kind, err, conn->probe_slot);
+        return;
+    }
+    if (what == SETUP_PROBE) { /* not a refusal (a -MOVED, ...): the probe passed */
+        setup_step_done(conn);
+        return;
+    }
+    snprintf(why, sizeof(why), "%s: %s", setup_name(what), err);
+    if (!store_error_refusal(kind) && strcmp(conn->last_err, why) != 0) /* once per refusal */
+        LOG_ERROR("\"redis refused setup\" err=\"%s\" addr=%s", log_esc(why, strlen(why)),
+                  log_val(conn->name));
+    snprintf(conn->last_err, sizeof(conn->last_err), "%s", why);
+    store_conn_lost(conn, ac, why, 1);
+}
+
+/* Reply of a setup command (AUTH, SELECT, ROLE, SCRIPT LOAD, the probe). */
+void store_conn_on_setup_reply(redisAsyncContext *ac, void *r, void *priv)
+{
+    struct store_conn *conn = ac->data;
+    redisReply *reply = r;
+    long what = (long)(intptr_t)priv;
+
+    if (!reply || conn->ac != ac)
+        return; /* going away: conn_lost handles it */
+    conn->io_us = util_now_us();
+    if (reply->type == REDIS_REPLY_ERROR) {
+        setup_error(conn, ac, what, reply->str);
+        return;
+    }
+    if (what == SETUP_ROLE) {
+        const char *role = "?";
+        if (reply->type == REDIS_REPLY_ARRAY && reply->elements > 0 &&
+            reply->element[0]->type == REDIS_REPLY_STRING)
+            role = reply->element[0]->str;
+        if (strcmp(role, "master") != 0)
+            not_master(conn, ac, role);
+        return;
+    }
+    if (what < 0 && what != SETUP_PROBE)
+        return;
+    if (what >= 0 && reply->type == REDIS_REPLY_STRING && reply->len == STORE_SHA_LEN)
+        memcpy(conn->env->sha[what], reply->str, STORE_SHA_LEN + 1);
+    setup_step_done(conn);
+}
+
+/* The probe's key: under the prefix (the ACL key pattern is tested), of the
+ * refused call's slot on a Cluster node. */
+static void probe_key(const struct store_conn *conn, char *key, size_t cap)
+{
+    const char *prefix = conn->env->prefix ? conn->env->prefix : "";
+
+    snprintf(key, cap, "%sprobe", prefix);
+    if (conn->probe_slot < 0)
+        return;
+    /* a {tag} that hashes to the slot: found within ~16384 tries on average */
+    for (unsigned i = 0; i < (1u << 22); i++) {
+        int n = snprintf(key, cap, "%sprobe:{%u}", prefix, i);
+        if (n > 0 && (size_t)n < cap &&
+            util_redis_slot(key, (size_t)n) == (unsigned)conn->probe_slot)
+            return;
+    }
+}
+
+void store_conn_send_setup(struct store_conn *conn)
+{
+    const struct store_env *env = conn->env;
+    redisAsyncContext *ac = conn->ac;
+
+    if (env->password) {
+        if (env->user)
+            redisAsyncCommand(ac, store_conn_on_setup_reply, (void *)(intptr_t)SETUP_AUTH,
+                              "AUTH %s %s", env->user, env->password);
+        else
+            redisAsyncCommand(ac, store_conn_on_setup_reply, (void *)(intptr_t)SETUP_AUTH,
+                              "AUTH %s", env->password);
+        METRIC_INC(redis_commands);
+    }
+    if (env->db) {
+        redisAsyncCommand(ac, store_conn_on_setup_reply, (void *)(intptr_t)SETUP_SELECT,
+                          "SELECT %d", env->db);
+        METRIC_INC(redis_commands);
+    }
+    if ((conn->flags & STORE_CONN_CHECK_ROLE) || conn->check_role) {
+        redisAsyncCommand(ac, store_conn_on_setup_reply, (void *)(intptr_t)SETUP_ROLE, "ROLE");
+        METRIC_INC(redis_commands);
+    }
+    conn->loading = SCRIPT_COUNT + 1;
+    for (long i = 0; i <= SCRIPT_BATCH; i++) {
+        redisAsyncCommand(ac, store_conn_on_setup_reply, (void *)(intptr_t)i, "SCRIPT LOAD %s",
+                          store_conn_script_src[i]);
+        METRIC_INC(redis_commands);
+    }
+    if (conn->refused && env->sha[SCRIPT_TB_EXACT][0]) {
+        /* one decision on a key of its own (a bucket that never runs dry,
+         * gone a second later): it must pass before calls go out again */
+        char key[PROBE_KEY_MAX];
+        probe_key(conn, key, sizeof(key));
+        redisAsyncCommand(ac, store_conn_on_setup_reply, (void *)(intptr_t)SETUP_PROBE,
+                          "EVALSHA %s 1 %s 1000 1000 1000", env->sha[SCRIPT_TB_EXACT], key);
+        METRIC_INC(redis_commands);
+        conn->loading++;
+    }
+}
