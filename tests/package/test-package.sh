@@ -39,6 +39,11 @@ for tool in dpkg-buildpackage dh dch lintian fakeroot; do
     command -v "$tool" >/dev/null || skip "$tool not found: dpkg-buildpackage cannot run here (debhelper devscripts lintian fakeroot)"
 done
 command -v haproxy >/dev/null || fail "haproxy not found (Debian package haproxy)"
+# One package test at a time on a machine (worktrees share it): a lock on
+# dpkg's directory (dpkg itself locks files inside it with fcntl, a separate
+# kind of lock), which leaves no file behind.
+exec 9</var/lib/dpkg
+flock -w 900 9 || fail "another package test has run for 15 minutes: not waiting longer"
 status=$(dpkg-query -W -f='${db:Status-Status}' "$PKG" 2>/dev/null || echo not-installed)
 [ "$status" = not-installed ] || fail "$PKG is already on this machine ($status): this test installs and purges it"
 ! getent passwd "$PKG" >/dev/null || fail "user $PKG exists already: this test checks that the package creates and purges it"
