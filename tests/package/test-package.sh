@@ -134,6 +134,7 @@ installed=1
     { cat "$tmp/install.log"; fail "apt-get install"; }
 for f in /usr/sbin/spoa-ratelimit /usr/bin/spoa-sim /usr/bin/spoa-bench "$CONF" "$UNIT" \
          /usr/share/man/man8/spoa-ratelimit.8.gz /usr/share/man/man5/spoa-ratelimit.ini.5.gz \
+         /usr/share/man/man1/spoa-bench.1.gz /usr/share/man/man1/spoa-sim.1.gz \
          "$EXAMPLES/haproxy/haproxy.cfg" "$EXAMPLES/haproxy/spoe-ratelimit.conf" \
          "$EXAMPLES/haproxy/ratelimit.ini" "$EXAMPLES/haproxy/plans.map" \
          "$EXAMPLES/haproxy/limits.map" "$EXAMPLES/grafana-dashboard.json" \
