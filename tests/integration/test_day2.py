@@ -65,7 +65,8 @@ def fleet_wait(pred, timeout=10.0):
 class ManPages(unittest.TestCase):
     def test_pages_render(self):
         for page, title in (("spoa-ratelimit.8", "SPOA-RATELIMIT"),
-                            ("spoa-ratelimit.ini.5", "SPOA-RATELIMIT.INI")):
+                            ("spoa-ratelimit.ini.5", "SPOA-RATELIMIT.INI"),
+                            ("spoa-bench.1", "SPOA-BENCH"), ("spoa-sim.1", "SPOA-SIM")):
             p = subprocess.run(["man", "-l", "--warnings", os.path.join(TOP, "doc", page)],
                                capture_output=True, text=True, timeout=30,
                                env=dict(os.environ, MANWIDTH="80", MAN_KEEP_FORMATTING="0"))
@@ -73,7 +74,7 @@ class ManPages(unittest.TestCase):
             out = re.sub(r".\x08", "", p.stdout)  # no overstrike (bold, underline)
             self.assertEqual(p.stderr.strip(), "", "%s: groff warnings:\n%s" % (page, p.stderr))
             self.assertIn(title, out)
-            self.assertIn("SYNOPSIS" if page.endswith("8") else "DESCRIPTION", out)
+            self.assertIn("DESCRIPTION" if page.endswith("5") else "SYNOPSIS", out)
 
 
 class Mismatch(unittest.TestCase):
