@@ -18,6 +18,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "mismatch.h"
+#include "notify.h"
 #include "rules.h"
 #include "server.h"
 #include "store/store.h"
@@ -130,9 +131,8 @@ static void reload_redis(struct agent *a, const struct config *cfg)
         LOG_ERROR("\"out of memory: [redis] url and credentials not reloaded\"");
 }
 
-static void on_sighup(struct ev_loop *loop, ev_signal *w, int revents)
+static void reload(struct agent *a)
 {
-    struct agent *a = w->data;
     struct config *cfg;
     char err[ERRBUF];
 
@@ -164,6 +164,15 @@ static void on_sighup(struct ev_loop *loop, ev_signal *w, int revents)
     note_keyless_rules(rs->cfg);
 }
 
+/* systemd (Type=notify): RELOADING=1, then READY=1 once the new file is in
+ * force or refused, so that `systemctl reload` returns when it is done. */
+static void on_sighup(struct ev_loop *loop, ev_signal *w, int revents)
+{
+    notify_reloading();
+    reload(w->data);
+    notify_ready();
+}
+
 /* Workers answer what is in flight (some answers may wait for Redis, which
  * this loop serves), then close; the loop ends when they are done. */
 static void on_stopping(struct ev_loop *loop, ev_timer *t, int revents)
@@ -180,6 +189,7 @@ static void on_stop(struct ev_loop *loop, ev_signal *w, int revents)
     if (a->stop_deadline_us)
         return;
     LOG_INFO("\"stopping\" signal=%d", w->signum);
+    notify_stopping();
     a->stop_deadline_us = util_now_us() + (uint64_t)(STOP_TIMEOUT_S * 0.6 * 1e6);
     server_stop(a->srv);
     ev_signal_stop(loop, &a->sighup);
@@ -459,6 +469,7 @@ int main(int argc, char **argv)
              config_standalone(a.rs->cfg) ? "standalone" : "redis",
              a.rs->cfg->stats && *a.rs->cfg->stats ? log_val(a.rs->cfg->stats) : "off");
     note_keyless_rules(a.rs->cfg);
+    notify_ready();
 
     ev_run(a.loop, 0);
 

@@ -65,7 +65,8 @@ def fleet_wait(pred, timeout=10.0):
 class ManPages(unittest.TestCase):
     def test_pages_render(self):
         for page, title in (("spoa-ratelimit.8", "SPOA-RATELIMIT"),
-                            ("spoa-ratelimit.ini.5", "SPOA-RATELIMIT.INI")):
+                            ("spoa-ratelimit.ini.5", "SPOA-RATELIMIT.INI"),
+                            ("spoa-bench.1", "SPOA-BENCH"), ("spoa-sim.1", "SPOA-SIM")):
             p = subprocess.run(["man", "-l", "--warnings", os.path.join(TOP, "doc", page)],
                                capture_output=True, text=True, timeout=30,
                                env=dict(os.environ, MANWIDTH="80", MAN_KEEP_FORMATTING="0"))
@@ -73,7 +74,7 @@ class ManPages(unittest.TestCase):
             out = re.sub(r".\x08", "", p.stdout)  # no overstrike (bold, underline)
             self.assertEqual(p.stderr.strip(), "", "%s: groff warnings:\n%s" % (page, p.stderr))
             self.assertIn(title, out)
-            self.assertIn("SYNOPSIS" if page.endswith("8") else "DESCRIPTION", out)
+            self.assertIn("DESCRIPTION" if page.endswith("5") else "SYNOPSIS", out)
 
 
 class Mismatch(unittest.TestCase):
@@ -255,14 +256,22 @@ class SystemdUnit(unittest.TestCase):
         unit = os.path.join(prefix, "lib", "systemd", "system", "spoa-ratelimit.service")
         with open(unit) as f:
             text = f.read()
-        self.assertIn("ExecStart=%s/bin/spoa-ratelimit -c" % prefix, text)
-        self.assertNotIn("@bindir@", text)
+        self.assertIn("ExecStart=%s/sbin/spoa-ratelimit -c ${CONFIG}" % prefix, text)
+        self.assertIn("Environment=CONFIG=%s/etc/spoa-ratelimit/spoa-ratelimit.ini" % prefix, text)
+        self.assertNotRegex(text, r"@[a-z_]+@")  # every @dir@ substituted
+        # the default configuration, installed where the unit reads it, valid
+        conf = os.path.join(prefix, "etc", "spoa-ratelimit", "spoa-ratelimit.ini")
+        p = subprocess.run([os.path.join(prefix, "sbin", "spoa-ratelimit"), "-c", conf, "--check"],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
         for page in ("man8/spoa-ratelimit.8", "man5/spoa-ratelimit.ini.5"):
             self.assertTrue(os.path.exists(os.path.join(prefix, "share", "man", page)), page)
         self.assertTrue(os.path.exists(os.path.join(prefix, "share", "doc", "spoa-ratelimit",
                                                     "prometheus-alerts.yml")))
-        p = subprocess.run(["systemd-analyze", "verify", unit], capture_output=True, text=True,
-                           timeout=60)
+        # --man=no: the unit's Documentation= pages are under this prefix,
+        # not on man's path (the package test verifies them installed)
+        p = subprocess.run(["systemd-analyze", "verify", "--man=no", unit], capture_output=True,
+                           text=True, timeout=60)
         # the unit's own findings only (the host's other units are not ours)
         own = [ln for ln in (p.stdout + p.stderr).splitlines() if "spoa-ratelimit" in ln]
         self.assertEqual(own, [], p.stdout + p.stderr)

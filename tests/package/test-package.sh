@@ -1,0 +1,325 @@
+#!/usr/bin/env bash
+# tests/package/test-package.sh - the Debian package, tested by installing it.
+#
+# Builds spoa-ratelimit_VERSION_ARCH.deb with dpkg-buildpackage from a clean
+# copy of this tree (git's files, never a build directory) in a scratch
+# directory, runs lintian on it, installs it with apt-get, checks its files,
+# conffile, user and unit, runs the installed agent as the package's user with
+# the installed config (under systemd where PID 1 is systemd, else the unit's
+# ExecStart by hand with setpriv and the unit's LimitNOFILE, and its sd_notify
+# messages read from a socket of our own), sends real requests through
+# Debian's haproxy with the installed kit from
+# /usr/share/doc/spoa-ratelimit/examples/haproxy (ports changed to free ones),
+# reloads it (a bad edit is refused by ExecReload's --check), upgrades to a
+# rebuilt package with a bumped version (the edited conffile survives), and
+# purges it: no file, user or unit left behind.
+#
+# Root only. Exit 0 passed, 1 failed, 77 skipped (only where
+# dpkg-buildpackage cannot run). Cleans up after itself, on failure too: the
+# machine is left as it was found. Unit tests are not run inside the package
+# build (DEB_BUILD_OPTIONS=nocheck): ./run-tests runs them in its own steps.
+set -euo pipefail
+
+top=$(cd "$(dirname "$0")/../.." && pwd)
+t0=$(date +%s)
+PKG=spoa-ratelimit
+UNIT=/lib/systemd/system/spoa-ratelimit.service
+CONF=/etc/spoa-ratelimit/spoa-ratelimit.ini
+EXAMPLES=/usr/share/doc/spoa-ratelimit/examples
+export DEBIAN_FRONTEND=noninteractive
+APT=(apt-get -y -qq -o DPkg::Lock::Timeout=300)
+
+say() { echo "package: $*"; }
+elapsed() { echo "$(( $(date +%s) - t0 ))s"; }
+skip() { echo "package: SKIPPED: $*"; exit 77; }
+fail() { echo "package: FAILED: $*" >&2; exit 1; }
+
+[ "$(id -u)" = 0 ] || skip "needs root (apt-get install, a system user)"
+for tool in dpkg-buildpackage dh dch lintian fakeroot; do
+    command -v "$tool" >/dev/null || skip "$tool not found: dpkg-buildpackage cannot run here (debhelper devscripts lintian fakeroot)"
+done
+command -v haproxy >/dev/null || fail "haproxy not found (Debian package haproxy)"
+# One package test at a time on a machine (worktrees share it): a lock on
+# dpkg's directory (dpkg itself locks files inside it with fcntl, a separate
+# kind of lock), which leaves no file behind.
+exec 9</var/lib/dpkg
+flock -w 900 9 || fail "another package test has run for 15 minutes: not waiting longer"
+status=$(dpkg-query -W -f='${db:Status-Status}' "$PKG" 2>/dev/null || echo not-installed)
+[ "$status" = not-installed ] || fail "$PKG is already on this machine ($status): this test installs and purges it"
+! getent passwd "$PKG" >/dev/null || fail "user $PKG exists already: this test checks that the package creates and purges it"
+! getent group "$PKG" >/dev/null || fail "group $PKG exists already"
+
+tmp=$(mktemp -d /tmp/spoa-pkgtest.XXXXXX)
+chmod 0755 "$tmp" # the agent's user reads the notify socket's directory
+pids=()
+installed=0
+
+cleanup() {
+    local rc=$?
+    set +e
+    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null; done
+    for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null; done
+    if [ "$installed" = 1 ] &&
+       [ "$(dpkg-query -W -f='${db:Status-Status}' "$PKG" 2>/dev/null)" != not-installed ]; then
+        "${APT[@]}" purge "$PKG" >/dev/null 2>&1 || dpkg --purge "$PKG" >/dev/null 2>&1
+    fi
+    # The package made them (checked absent at the start): a failed purge
+    # must not leave them either.
+    if [ "$installed" = 1 ]; then
+        getent passwd "$PKG" >/dev/null && userdel "$PKG"
+        getent group "$PKG" >/dev/null && groupdel "$PKG"
+        rm -rf /var/lib/spoa-ratelimit
+    fi
+    rm -rf "$tmp"
+    [ "$rc" = 0 ] || echo "package: FAILED after $(elapsed) (cleaned up)" >&2
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 143' TERM INT
+
+# Files whose name says spoa-ratelimit, outside scratch and developer places:
+# the same list before install and after purge.
+leftovers() {
+    find /etc /lib /usr /var -xdev \( -path /usr/local -o -path /var/tmp -o -path /var/cache \
+        -o -path /var/log \) -prune -o -name '*spoa-ratelimit*' -print 2>/dev/null | sort
+}
+leftovers > "$tmp/before.list"
+
+read -r P_SPOP P_STATS P_HTTP <<<"$(python3 -c '
+import socket
+ss = [socket.socket() for _ in range(3)]
+for s in ss:
+    s.bind(("127.0.0.1", 0))
+print(*[s.getsockname()[1] for s in ss])')"
+
+# ---- build, from a clean copy ------------------------------------------------
+version=$(sed -n '/^AC_INIT/{s/[^,]*, *\[//;s/\].*//;p;}' "$top/configure.ac")
+src="$tmp/src/$PKG-$version"
+mkdir -p "$src"
+if git -C "$top" rev-parse --git-dir >/dev/null 2>&1; then
+    # tracked and new files as they are in the work tree (not the ignored
+    # build products)
+    (cd "$top" && git ls-files -z --cached --others --exclude-standard |
+        tar --null -T - --ignore-failed-read -cf - 2>/dev/null) | tar -C "$src" -xf -
+else
+    tar -C "$top" --exclude='./build*' --exclude='./debian/build' --exclude=./autom4te.cache \
+        -cf - . | tar -C "$src" -xf -
+fi
+arch=$(dpkg --print-architecture)
+build() { # $1 log name; the .deb path on stdout
+    local v
+    v=$(cd "$src" && dpkg-parsechangelog -SVersion)
+    if ! (cd "$src" && DEB_BUILD_OPTIONS="nocheck noautodbgsym parallel=$(nproc)" \
+          dpkg-buildpackage -us -uc -b "${@:2}") >"$tmp/$1.log" 2>&1; then
+        tail -40 "$tmp/$1.log" >&2
+        fail "dpkg-buildpackage ($1) failed"
+    fi
+    echo "$tmp/src/${PKG}_${v}_${arch}.deb"
+}
+deb=$(build build)
+[ -f "$deb" ] || fail "no $deb"
+say "built $(basename "$deb") from a clean copy ($(elapsed))"
+
+# ---- lintian -------------------------------------------------------------------
+if ! lintian --fail-on error,warning "$deb" >"$tmp/lintian.log" 2>&1; then
+    cat "$tmp/lintian.log"
+    fail "lintian: errors or unjustified warnings"
+fi
+sed -n '/^running with root/!s/^/package: lintian: /p' "$tmp/lintian.log"
+say "lintian: no error, no warning left ($(elapsed))"
+
+# ---- install -------------------------------------------------------------------
+installed=1
+"${APT[@]}" install "$deb" </dev/null >"$tmp/install.log" 2>&1 ||
+    { cat "$tmp/install.log"; fail "apt-get install"; }
+for f in /usr/sbin/spoa-ratelimit /usr/bin/spoa-sim /usr/bin/spoa-bench "$CONF" "$UNIT" \
+         /usr/share/man/man8/spoa-ratelimit.8.gz /usr/share/man/man5/spoa-ratelimit.ini.5.gz \
+         /usr/share/man/man1/spoa-bench.1.gz /usr/share/man/man1/spoa-sim.1.gz \
+         "$EXAMPLES/haproxy/haproxy.cfg" "$EXAMPLES/haproxy/spoe-ratelimit.conf" \
+         "$EXAMPLES/haproxy/ratelimit.ini" "$EXAMPLES/haproxy/plans.map" \
+         "$EXAMPLES/haproxy/limits.map" "$EXAMPLES/grafana-dashboard.json" \
+         "$EXAMPLES/prometheus-alerts.yml"; do
+    [ -f "$f" ] || fail "not installed: $f"
+done
+dpkg-query -W -f='${Conffiles}\n' "$PKG" | grep -q " $CONF " || fail "$CONF is not a conffile"
+IFS=: read -r _ _ uid gid gecos home shell <<<"$(getent passwd "$PKG")"
+[ "$uid" -lt 1000 ] && [ "$shell" = /usr/sbin/nologin ] && [ "$home" = /nonexistent ] ||
+    fail "user $PKG: uid $uid, shell $shell, home $home (want a system user without login)"
+[ "$(getent group "$PKG" | cut -d: -f3)" = "$gid" ] || fail "group $PKG is not the user's group"
+[ -x "$(command -v man)" ] && { man -w spoa-ratelimit.ini >/dev/null || fail "man spoa-ratelimit.ini"; }
+/usr/sbin/spoa-ratelimit --version >/dev/null || fail "spoa-ratelimit --version"
+/usr/bin/spoa-sim --help >/dev/null 2>&1 || fail "spoa-sim --help"
+/usr/bin/spoa-bench --help >/dev/null 2>&1 || fail "spoa-bench --help"
+if command -v systemd-analyze >/dev/null; then
+    verify=$(systemd-analyze verify "$UNIT" 2>&1 | grep spoa-ratelimit || true)
+    [ -z "$verify" ] || fail "systemd-analyze verify: $verify"
+    score=$(systemd-analyze security --offline=yes "$UNIT" 2>/dev/null |
+        sed -n 's/.*Overall exposure level for spoa-ratelimit.service: \([0-9.]*\).*/\1/p')
+    [ -n "$score" ] && awk -v s="$score" 'BEGIN { exit !(s <= 2.0) }' ||
+        fail "systemd-analyze security: exposure '$score' (1.4 when written; 2.0 at most)"
+    say "unit: systemd-analyze verify clean, security exposure $score"
+fi
+say "installed: files, conffile $CONF, system user $PKG (uid $uid) ($(elapsed))"
+
+# ---- the pristine conffile, then an edit ---------------------------------------
+as_user() { setpriv --reuid="$PKG" --regid="$PKG" --init-groups --no-new-privs -- "$@"; }
+as_user /usr/sbin/spoa-ratelimit -c "$CONF" --check >"$tmp/check.log" 2>&1 ||
+    { cat "$tmp/check.log"; fail "--check of the shipped conffile"; }
+say "--check of the shipped conffile as $PKG: $(cat "$tmp/check.log")"
+# Free ports, and a burst of 5 (the shipped rule allows 100): the number of
+# 200s before the first 429 says which file the agent runs with.
+sed -i -e "s/^listen = 127.0.0.1:12345/listen = 127.0.0.1:$P_SPOP/" \
+       -e "s/^stats = 127.0.0.1:9145/stats = 127.0.0.1:$P_STATS/" \
+       -e 's|^rate = 600/1m|rate = 5/1m|' -e 's/^burst = 100/burst = 5/' "$CONF"
+grep -q "^listen = 127.0.0.1:$P_SPOP" "$CONF" && grep -q '^burst = 5$' "$CONF" ||
+    fail "the conffile's listen/rate lines changed: edit this test"
+as_user /usr/sbin/spoa-ratelimit -c "$CONF" --check >/dev/null || fail "--check of the edited file"
+
+# ---- run it as the unit does -------------------------------------------------------
+# The unit's lines for KEY, with ${CONFIG} and $MAINPID filled in.
+unit_lines() {
+    local config
+    config=$(sed -n 's/^Environment=CONFIG=//p' "$UNIT")
+    sed -n "s/^$1=//p" "$UNIT" | sed -e "s|\${CONFIG}|$config|g" -e "s|\$MAINPID|${2:-}|g"
+}
+[ "$(sed -n 's/^User=//p' "$UNIT")" = "$PKG" ] || fail "the unit does not run as $PKG"
+systemd_pid1=0
+[ -d /run/systemd/system ] && systemd_pid1=1
+agent_pid=
+start_agent() {
+    if [ "$systemd_pid1" = 1 ]; then
+        systemctl daemon-reload
+        systemctl restart "$PKG" || { journalctl -u "$PKG" -n 30 --no-pager; fail "systemctl restart"; }
+        agent_pid=$(systemctl show -p MainPID --value "$PKG")
+        return
+    fi
+    : >"$tmp/notify.log"
+    local pre
+    while read -r pre; do
+        # shellcheck disable=SC2086 # the unit's command line, split as systemd does
+        as_user $pre >/dev/null || fail "ExecStartPre failed: $pre"
+    done < <(unit_lines ExecStartPre)
+    # shellcheck disable=SC2046
+    ( ulimit -n "$(sed -n 's/^LimitNOFILE=//p' "$UNIT")"
+      NOTIFY_SOCKET="$tmp/notify" exec setpriv --reuid="$PKG" --regid="$PKG" --init-groups \
+          --no-new-privs -- $(unit_lines ExecStart) ) 2>>"$tmp/agent.log" &
+    agent_pid=$!
+    pids+=("$agent_pid")
+    wait_notify "READY=1" 1 || { cat "$tmp/agent.log"; fail "no READY=1 from the agent"; }
+}
+wait_notify() { # $1 message, $2 how many times seen in all
+    local i
+    [ "$systemd_pid1" = 1 ] && return 0
+    for i in $(seq 100); do
+        [ "$(grep -cx "$1" "$tmp/notify.log")" -ge "$2" ] && return 0
+        sleep 0.1
+    done
+    return 1
+}
+stop_agent() {
+    if [ "$systemd_pid1" = 1 ]; then systemctl stop "$PKG"; return; fi
+    kill -TERM "$agent_pid"
+    wait "$agent_pid" || fail "the agent exited $? on SIGTERM"
+    wait_notify STOPPING=1 1 || fail "no STOPPING=1"
+}
+reload_agent() { # the unit's ExecReload lines in order; the first failure stops
+    if [ "$systemd_pid1" = 1 ]; then systemctl reload "$PKG"; return; fi
+    local line
+    while read -r line; do
+        # shellcheck disable=SC2086
+        if [[ $line == /bin/kill* ]]; then $line || return 1; else as_user $line >/dev/null 2>&1 || return 1; fi
+    done < <(unit_lines ExecReload "$agent_pid")
+}
+if [ "$systemd_pid1" = 0 ]; then
+    # sd_notify's receiving end, as systemd's: a datagram socket the agent's
+    # user can write to; one message a line.
+    python3 -u -c '
+import os, socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.bind(sys.argv[1]); os.chmod(sys.argv[1], 0o666)
+while True:
+    for m in s.recv(4096).decode().split("\n"):
+        if m: print(m, flush=True)' "$tmp/notify" >>"$tmp/notify.log" &
+    pids+=("$!")
+    for _ in $(seq 50); do [ -S "$tmp/notify" ] && break; sleep 0.1; done
+fi
+start_agent
+who=$(ps -o user= -p "$agent_pid" | tr -d ' ')
+[ "$who" = "$PKG" ] || fail "the agent runs as '$who'"
+nofile=$(awk '/^Max open files/ { print $4 }' "/proc/$agent_pid/limits")
+say "agent running as $who (pid $agent_pid, open files $nofile, $( [ "$systemd_pid1" = 1 ] && echo "under systemd" || echo "ExecStart by hand: READY=1 received"))"
+
+# ---- HAProxy with the installed kit -----------------------------------------------
+kit="$tmp/kit"
+cp -r "$EXAMPLES/haproxy" "$kit"
+export RL_HTTP_ADDR="127.0.0.1:$P_HTTP" RL_AGENT_ADDR="127.0.0.1:$P_SPOP"
+(cd "$kit" && haproxy -c -f haproxy.cfg >"$tmp/haproxy-check.log" 2>&1) ||
+    { cat "$tmp/haproxy-check.log"; fail "haproxy -c on the installed kit"; }
+(cd "$kit" && exec haproxy -db -f haproxy.cfg) >"$tmp/haproxy.log" 2>&1 &
+pids+=("$!")
+# Requests until the first 429: prints the number of 200s before it (the
+# first 200 carrying the agent's RateLimit-Policy header counts from there).
+count_until_429() {
+    local i code allowed=-1 hdr="$tmp/headers"
+    for i in $(seq 200); do
+        code=$(curl -s -o /dev/null -D "$hdr" -w '%{http_code}' "http://127.0.0.1:$P_HTTP/" || true)
+        if [ "$code" = 200 ] && grep -qi '^RateLimit-Policy: "per-ip"' "$hdr"; then
+            allowed=$(( allowed < 0 ? 1 : allowed + 1 ))
+        elif [ "$code" = 429 ] && [ "$allowed" -ge 0 ]; then
+            grep -qi '^Retry-After: [1-9]' "$hdr" || fail "429 without Retry-After"
+            echo "$allowed"; return
+        elif [ "$allowed" -lt 0 ]; then
+            sleep 0.2 # HAProxy or its agent connection not up yet
+        else
+            fail "unexpected HTTP $code after $allowed allowed"
+        fi
+    done
+    fail "no 429 in 200 requests (allowed $allowed)"
+}
+n=$(count_until_429)
+[ "$n" = 5 ] || fail "$n requests passed before the 429, want 5 (the edited conffile's burst)"
+say "HAProxy $(haproxy -v | sed -n '1s/HAProxy version \([^ ]*\).*/\1/p') with the installed kit: 5 x 200 with RateLimit headers, then 429 + Retry-After ($(elapsed))"
+
+# ---- reload: a good file is taken, a bad edit is refused ----------------------------
+reload_agent || fail "reload"
+wait_notify "RELOADING=1" 1 && wait_notify "READY=1" 2 || fail "no RELOADING=1 then READY=1 around the reload"
+cp "$CONF" "$tmp/conf.good"
+echo "bogus line" >>"$CONF"
+if reload_agent; then fail "reload with a bad file was not refused"; fi
+cp "$tmp/conf.good" "$CONF"
+kill -0 "$agent_pid" || fail "the agent died on a bad edit"
+[ "$systemd_pid1" = 1 ] || grep -q '"configuration reloaded"' "$tmp/agent.log" || fail "no reload in the log"
+say "reload: --check then SIGHUP (RELOADING=1, READY=1); a bad edit refused by ExecReload's --check, agent still up"
+stop_agent
+
+# ---- upgrade to a rebuilt package, the edited conffile kept -----------------------
+new="$version+pkgtest1"
+(cd "$src" && DEBFULLNAME="package test" DEBEMAIL="test@example.invalid" \
+    dch -p -v "$new" -D unstable "Package test: the same tree again, a new version." \
+    >/dev/null 2>&1) || fail "dch"
+deb2=$(build rebuild -nc)
+"${APT[@]}" install "$deb2" </dev/null >"$tmp/upgrade.log" 2>&1 ||
+    { cat "$tmp/upgrade.log"; fail "apt-get install of $new (upgrade)"; }
+[ "$(dpkg-query -W -f='${Version}' "$PKG")" = "$new" ] || fail "not upgraded to $new"
+grep -q '^burst = 5$' "$CONF" || fail "the conffile edit did not survive the upgrade"
+ls /etc/spoa-ratelimit/*.dpkg-* 2>/dev/null && fail "dpkg left a .dpkg-* file beside the conffile"
+start_agent
+n=$(count_until_429)
+[ "$n" = 5 ] || fail "after the upgrade: $n requests passed before the 429, want 5"
+say "upgraded $version -> $new: the edited conffile kept, the agent runs with it again ($(elapsed))"
+stop_agent
+
+# ---- purge ---------------------------------------------------------------------------
+"${APT[@]}" purge "$PKG" </dev/null >"$tmp/purge.log" 2>&1 || { cat "$tmp/purge.log"; fail "apt-get purge"; }
+[ "$(dpkg-query -W -f='${db:Status-Status}' "$PKG" 2>/dev/null || echo not-installed)" = not-installed ] ||
+    fail "dpkg still knows $PKG after purge"
+! getent passwd "$PKG" >/dev/null || fail "user $PKG left after purge"
+! getent group "$PKG" >/dev/null || fail "group $PKG left after purge"
+leftovers > "$tmp/after.list"
+if ! diff -u "$tmp/before.list" "$tmp/after.list" >"$tmp/leftovers.diff"; then
+    cat "$tmp/leftovers.diff"
+    fail "files left after purge"
+fi
+installed=0
+say "purged: no file, user, group or unit left"
+say "ok in $(elapsed)"
