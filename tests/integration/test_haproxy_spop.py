@@ -129,7 +129,7 @@ class ReuseControl(KitRun):
 
     def test_mode_tcp_backend_first_is_one_connection_per_request(self):
         # a connection and a HELLO per request: give each more than the kit's
-        # 100ms, which a loaded machine sometimes needs for all that
+        # 150ms, which a loaded machine may need for all that
         conns, _, _, _ = self.run_kit((plain_mode_tcp, backend_first), (spoe_processing("1s"),))
         self.assertGreaterEqual(len(conns), self.REQUESTS // 2,
                                 "%s: mode tcp declared first no longer opens a connection per "
