@@ -27,6 +27,24 @@
 #define LISTEN_BACKLOG 4096 /* an HAProxy reload opens a burst of connections */
 #define FD_RESERVE 256      /* fds beside SPOP connections: stats, Redis, loops, logs */
 
+/* A worker whose loop did not run for STALL_RESET_S (SIGSTOP, a long pause of
+ * the machine) closes its SPOP connections instead of answering what piled up
+ * meanwhile. HAProxy gave up on those NOTIFYs after its "timeout processing"
+ * (150ms in the kit) and sent more on the same connections; the late ACKs for
+ * them come back as one burst. HAProxy 3.1 to 3.4 (at least up to 3.5-dev5)
+ * never reads an SPOP connection again once one read fills its 16 KB demux
+ * buffer: SPOP_CF_DEM_BLOCK_ANY includes SPOP_CF_DEM_DFULL, so spop_process()
+ * skips the demux that would clear that flag and spop_recv_allowed() refuses
+ * to read (see README, "When the agent is down or slow"). Every request sent
+ * on such a connection then waits its full "timeout processing", until the
+ * connection closes. Closing first (an AGENT-DISCONNECT, then the socket) makes
+ * HAProxy open new connections; the requests in flight on the old ones pass
+ * undecided, as they would have anyway.
+ * STALL_RESET_S is above scheduling delays on a busy machine and above any
+ * sane "timeout processing"; the tick costs one wake-up per STALL_TICK_S. */
+#define STALL_TICK_S 0.25
+#define STALL_RESET_S 0.5
+
 /* ---- workers ------------------------------------------------------------ */
 
 /* Stopping: no more accepts, no more reads; every connection is told we go
@@ -36,6 +54,7 @@ static void worker_begin_stop(struct worker *w)
     struct conn *c, *next;
 
     w->stopping = 1;
+    ev_timer_stop(w->loop, &w->stall);
     accept_guard_stop(&w->guard);
     for (size_t i = 0; i < w->srv->nlfds; i++)
         ev_io_stop(w->loop, &w->accept_io[i]);
@@ -50,6 +69,35 @@ static void worker_begin_stop(struct worker *w)
         conn_flush(c);
     }
     worker_maybe_done(w);
+}
+
+/* Top priority: runs before the I/O callbacks of the same loop iteration, so
+ * after a stall the connections are closed before their backlog is read. */
+static void stall_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    struct worker *w = t->data;
+    ev_tstamp now = ev_now(loop);
+    ev_tstamp late = now - w->stall_last - STALL_TICK_S;
+    struct conn *c, *next;
+    unsigned n = 0;
+
+    w->stall_last = now;
+    if (late < STALL_RESET_S || w->stopping)
+        return;
+    for (c = w->conns; c; c = next) {
+        next = c->next;
+        if (c->closing || c->sp.state != SPOP_CONN_READY)
+            continue;
+        spop_conn_disconnect(&c->sp, SPOP_ST_TIMEOUT);
+        c->closing = 1;
+        n++;
+        conn_flush(c); /* frees c: what it had not read is not answered */
+    }
+    if (n == 0)
+        return; /* e.g. the first tick, late as the agent started */
+    LOG_WARN("\"event loop stalled; SPOP connections closed\" worker=%u stalled_ms=%.0f "
+             "connections=%u",
+             w->id, (late + STALL_TICK_S) * 1000, n);
 }
 
 static void wake_cb(struct ev_loop *loop, ev_async *a, int revents)
@@ -143,6 +191,11 @@ struct server *server_new(const struct config *cfg, struct ruleset *rs, struct l
         ev_async_init(&w->wake, wake_cb);
         w->wake.data = w;
         ev_async_start(w->loop, &w->wake);
+        ev_timer_init(&w->stall, stall_cb, STALL_TICK_S, STALL_TICK_S);
+        ev_set_priority(&w->stall, EV_MAXPRI);
+        w->stall.data = w;
+        w->stall_last = ev_now(w->loop);
+        ev_timer_start(w->loop, &w->stall);
         for (size_t l = 0; l < s->nlfds; l++) {
             ev_io_init(&w->accept_io[l], accept_cb, s->lfds[l], EV_READ);
             w->accept_io[l].data = w;
@@ -250,6 +303,7 @@ void server_free(struct server *s)
                 if (w->guard.loop)
                     accept_guard_stop(&w->guard);
                 ev_async_stop(w->loop, &w->wake);
+                ev_timer_stop(w->loop, &w->stall);
             } else {
                 ev_loop_destroy(w->loop);
             }

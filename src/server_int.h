@@ -60,6 +60,10 @@ struct worker {
      * server_new(). */
     int inline_loop;
     ev_async wake;
+    /* Ticks every STALL_TICK_S at top priority; one far late means the whole
+     * loop was stopped (SIGSTOP, a long pause): see stall_cb in server.c. */
+    ev_timer stall;
+    ev_tstamp stall_last; /* ev_now() at the last tick */
     ev_io *accept_io;          /* one per listener */
     struct accept_guard guard; /* pauses accept_io when out of fds */
     struct conn *conns;

@@ -26,7 +26,7 @@ import tempfile
 import time
 import unittest
 
-from harness import TOP, HAProxy, Proc, free_port, wait_port
+from harness import TOP, HAProxy, Proc, free_port, kit_agents, kit_unprivileged, wait_port
 
 # Where our CI keeps an HAProxy 3.4 build: beside the checkout, not in it.
 SHARED_34 = os.path.normpath(os.path.join(TOP, "..", "shared", "haproxy-3.4", "haproxy"))
@@ -208,12 +208,13 @@ def _copy_kit(d, cfg_edits, spoe_edits, ports=()):
 
 class KitHAProxy(HAProxy):
     """HAProxy `build` running the shipped kit: the ports changed (HTTP on a free
-    port, the agent at agent_port), then the given edits, and an admin socket
-    (`show stat`) in the global section. files: {name: text} written over the
-    copies (a test's own map files). master_worker: run it as `-W` (a master
-    process and its worker) so that reload() can reload it the way systemd
-    does, with SIGUSR2 to the master; the admin socket then exposes the
-    listeners, so the new worker takes them over without a gap."""
+    port; the agents at agent_port: one port for both server lines, or a pair),
+    without chroot/user (harness.kit_unprivileged), then the given edits, and an
+    admin socket (`show stat`) in the global section. files: {name: text}
+    written over the copies (a test's own map files). master_worker: run it as
+    `-W` (a master process and its worker) so that reload() can reload it the
+    way systemd does, with SIGUSR2 to the master; the admin socket then exposes
+    the listeners, so the new worker takes them over without a gap."""
 
     def __init__(self, build, agent_port, cfg_edits=(), spoe_edits=(), files=None,
                  master_worker=False):
@@ -226,9 +227,9 @@ class KitHAProxy(HAProxy):
         def admin_socket(cfg):
             return cfg.replace("global\n", "global\n    stats socket %s level admin%s\n"
                                % (self.admin, expose), 1)
-        _copy_kit(self.dir, list(cfg_edits) + [admin_socket], spoe_edits,
-                  ports=(("127.0.0.1:8080", "127.0.0.1:%d" % self.http_port),
-                         ("127.0.0.1:12345", "127.0.0.1:%d" % agent_port)))
+        _copy_kit(self.dir, [lambda c: kit_agents(c, agent_port), kit_unprivileged]
+                  + list(cfg_edits) + [admin_socket], spoe_edits,
+                  ports=(("127.0.0.1:8080", "127.0.0.1:%d" % self.http_port),))
         for name, text in (files or {}).items():
             with open(os.path.join(self.dir, name), "w") as f:
                 f.write(text)

@@ -3,6 +3,7 @@ each on a free loopback port, stopped at the end whatever happens."""
 import errno
 import fcntl
 import os
+import re
 import random
 import shutil
 import signal
@@ -259,6 +260,25 @@ class Redis(Proc):
                               capture_output=True, text=True, timeout=10).stdout.strip()
 
 
+def kit_agents(cfg, ports):
+    """The kit's haproxy.cfg with its agents' addresses (agent1 127.0.0.1:12345,
+    agent2 127.0.0.1:12346) changed: `ports` is one port for both server lines
+    (one agent behind two names) or a (port1, port2) pair."""
+    p1, p2 = (ports, ports) if isinstance(ports, int) else ports
+    assert "127.0.0.1:12346" in cfg, "the kit has no second agent at 127.0.0.1:12346"
+    cfg = cfg.replace("127.0.0.1:12345", "127.0.0.1:%d" % p1)
+    return cfg.replace("127.0.0.1:12346", "127.0.0.1:%d" % p2)
+
+
+def kit_unprivileged(cfg):
+    """The kit's haproxy.cfg without what only an installed HAProxy wants: the
+    chroot, the user/group switch and the stats socket in /run/haproxy (tests
+    run side by side, and maybe not as root)."""
+    new = re.sub(r"\n    (chroot|user|group|stats socket /run/haproxy/)[^\n]*", "", cfg)
+    assert new != cfg, "the kit has no chroot/user/stats socket lines"
+    return new
+
+
 class HAProxy(Proc):
     """haproxy with the shipped haproxy/ files copied and only the ports changed.
     binary: the haproxy to run (default: the one on PATH, Debian's). files: {name:
@@ -278,7 +298,8 @@ class HAProxy(Proc):
         with open(cfg) as f:
             text = f.read()
         text = text.replace("127.0.0.1:8080", "127.0.0.1:%d" % self.http_port)
-        text = text.replace("127.0.0.1:12345", "127.0.0.1:%d" % agent_port)
+        text = kit_agents(text, agent_port)
+        text = kit_unprivileged(text)
         with open(cfg, "w") as f:
             f.write(text)
         # cwd: HAProxy 2.6 opens map files relative to its working directory

@@ -130,10 +130,12 @@ def kit_edits(agents):
     per-request log lines off (notice: warnings such as a server going down
     stay), and idle keep-alive connections kept through a reload (below)."""
     def servers(cfg):
-        line = '    server agent1 "${RL_AGENT_ADDR}" check inter 2s\n'
+        # agent1 and agent2 are the kit's own lines (KitHAProxy's agent ports);
+        # the others get a line of their own, with the kit's default-server
+        line = '    server agent2 "${RL_AGENT2_ADDR}"\n'
         assert line in cfg
-        more = "".join("    server agent%d 127.0.0.1:%d check inter 2s\n" % (i + 2, a.port)
-                       for i, a in enumerate(agents[1:]))
+        more = "".join("    server agent%d 127.0.0.1:%d\n" % (i + 3, a.port)
+                       for i, a in enumerate(agents[2:]))
         return cfg.replace(line, line + more)
 
     def set_src(cfg):
@@ -425,7 +427,7 @@ class Soak:
         build = pick_haproxy()
         # fds before HAProxy: listeners, Redis links, the loop's own
         self.fd_base = [fd_count(a.p.pid) for a in self.agents]
-        self.haproxy = haproxies.KitHAProxy(build, self.agents[0].port,
+        self.haproxy = haproxies.KitHAProxy(build, (self.agents[0].port, self.agents[1].port),
                                             cfg_edits=kit_edits(self.agents), files=kit_maps(),
                                             master_worker=True)
         self.procs.append(self.haproxy)
