@@ -357,6 +357,9 @@ static const struct {
     {0x13, CLAIM_OK EXACT_NO CLAIM_STR EXACT_OK BATCH},
     {0x80, EXACT_OK CLAIM_OK EXACT_NO CLAIM_OK EXACT_OK},
     {0xb1, EXACT_OK BATCH ERR EXACT_OK CLAIM_OK NIL},
+    /* found by libFuzzer: an exact denial's retry_ms past the cap, which the
+     * interval's worth of tokens added on top took past BUCKET_MAX_PERIOD_US */
+    {0x80, "*4\r\n:0\r\n:0\r\n:9999999999999\r\n:0\r\n"},
 };
 #define NSEEDS (sizeof(seeds) / sizeof(seeds[0]))
 
