@@ -897,6 +897,9 @@ static const struct {
                                                     "atoms"),
     BAD_RE("(a?){1000}(b?){1000}(c?){1000}", "repetitions expand it to more than 2048 atoms"),
     BAD_RE("(abc){700}", "repetitions expand it to more than 2048 atoms"),
+    /* back-references: matching them backtracks (19 s for 60 bytes) */
+    BAD_RE("(a*)(a*)(a*)\\3\\2\\1c", "back-reference '\\3' (undefined in POSIX extended "
+                                      "regexes; glibc may take exponential time to match it)"),
 };
 
 START_TEST(test_costly_regex)
