@@ -245,7 +245,7 @@ static void check_hit(const struct ruleset *rs, const struct rule_eval *ev,
                       const struct rule_hit *h, const char *text)
 {
     const struct cfg_rule *r = &rs->cfg->rules[h->rule];
-    const struct bucket_params *ceil = &rs->params[h->rule];
+    const struct bucket_params *top = &rs->params[h->rule];
 
     if (h->params.limit < 1 || h->params.burst < 1 || h->params.period_us < 1 ||
         h->params.period_us > BUCKET_MAX_PERIOD_US || h->backstop.limit < 1 ||
@@ -253,11 +253,12 @@ static void check_hit(const struct ruleset *rs, const struct rule_eval *ev,
         h->backstop.period_us > BUCKET_MAX_PERIOD_US)
         fail("a hit with unusable limits", text);
     if (config_rule_per_request(r) &&
-        (rules_rate_above(h->params.limit, h->params.period_us, ceil->limit, ceil->period_us) ||
-         h->params.burst > ceil->burst))
+        (rules_rate_above(h->params.limit, h->params.period_us, top->limit, top->period_us) ||
+         h->params.burst > top->burst))
         fail("a hit's limits above its rule's ceilings", text);
     if (!config_rule_per_request(r) &&
-        memcmp(&h->params, ceil, sizeof(*ceil)) != 0)
+        (h->params.algorithm != top->algorithm || h->params.limit != top->limit ||
+         h->params.period_us != top->period_us || h->params.burst != top->burst))
         fail("a hit's limits differ from its rule's", text);
     if (h->key_len > rs->cfg->max_key && h->key_len != RULES_HASHED_KEY_LEN)
         fail("a client key longer than max_key and not hashed", text);

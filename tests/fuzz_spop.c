@@ -494,18 +494,18 @@ static void decide(struct fuzz_run *r, const struct spop_frame *f, struct rule_e
     for (size_t i = 0; i < ev->nhits; i++) {
         struct rule_hit *h = &ev->hits[i];
         const struct cfg_rule *rule = &fuzz_rs->cfg->rules[h->rule];
-        const struct bucket_params *ceil = &fuzz_rs->params[h->rule];
+        const struct bucket_params *top = &fuzz_rs->params[h->rule];
 
         /* a request's limits: its args, within the rule's ceilings */
         if (h->params.limit < 1 || h->params.burst < 1 || h->params.period_us < 1 ||
             h->params.period_us > BUCKET_MAX_PERIOD_US || h->backstop.burst < 1 ||
-            h->params.algorithm != ceil->algorithm)
+            h->params.algorithm != top->algorithm)
             fuzz_fail("a hit with unusable limits");
         if (rule->rate_arg || rule->burst_arg) {
             total_arg_limits++;
-            if (rules_rate_above(h->params.limit, h->params.period_us, ceil->limit,
-                                 ceil->period_us) ||
-                h->params.burst > ceil->burst)
+            if (rules_rate_above(h->params.limit, h->params.period_us, top->limit,
+                                 top->period_us) ||
+                h->params.burst > top->burst)
                 fuzz_fail("a hit's limits above its rule's ceilings");
         }
         h->out.res = (struct bucket_result){0, 0, 0, 0};
