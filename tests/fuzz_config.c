@@ -398,7 +398,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 #endif
 
 #define FUZZ_NAME "fuzz_config_smoke"
-#define FUZZ_ITERATIONS 60000
+#define FUZZ_ITERATIONS 30000
 #define FUZZ_MAX_INPUT 8192
 
 /* Seeds: files, some with values for the requests after a NUL. */

@@ -125,10 +125,18 @@ static void config_text(const uint8_t *cfg, char *buf, size_t cap)
     }
 }
 
-/* The ruleset of the last config seen: inputs with the same config bytes
- * (most, as a fuzzer mutates the frames) share it. */
-static struct ruleset *fuzz_rs;
-static uint8_t fuzz_rs_cfg[CFG_BYTES];
+/* The rulesets of the last RS_CACHE configs seen, built once each: most
+ * inputs reuse one (the seeds have a few configs, and mutations mostly
+ * change the frames); building one per input was most of the smoke run's
+ * time under ASan. fuzz_rs and fuzz_lcfg are the current input's. */
+#define RS_CACHE 16
+static struct {
+    uint8_t cfg[CFG_BYTES];
+    struct ruleset *rs;
+    struct lease_config lcfg;
+} rs_cache[RS_CACHE];
+static unsigned rs_next; /* the slot replaced next */
+static const struct ruleset *fuzz_rs;
 static struct lease_config fuzz_lcfg;
 
 /* Totals over all inputs, for the standalone summary: how deep inputs go. */
@@ -185,22 +193,28 @@ static const struct ruleset *fuzz_ruleset(const uint8_t *cfg)
     struct config *c = NULL;
     char text[4096], err[1024];
 
-    if (fuzz_rs && memcmp(cfg, fuzz_rs_cfg, CFG_BYTES) == 0)
-        return fuzz_rs;
-    ruleset_unref(fuzz_rs);
-    fuzz_rs = NULL;
+    for (unsigned i = 0; i < RS_CACHE; i++) {
+        if (rs_cache[i].rs && memcmp(cfg, rs_cache[i].cfg, CFG_BYTES) == 0) {
+            fuzz_lcfg = rs_cache[i].lcfg;
+            return fuzz_rs = rs_cache[i].rs;
+        }
+    }
     config_text(cfg, text, sizeof(text));
     if (config_load_string(text, "fuzz.ini", &c, err, sizeof(err)) != 0) {
         fprintf(stderr, "fuzz_spop: config refused:\n%s---\n%s", err, text);
         fuzz_fail("a generated config is refused");
     }
-    fuzz_rs = ruleset_new(c);
-    if (!fuzz_rs)
-        fuzz_fail("out of memory building the ruleset");
-    memcpy(fuzz_rs_cfg, cfg, CFG_BYTES);
     fuzz_lcfg = (struct lease_config){c->lease_interval_ms * 1000, LEASE_TTL_MS * 1000,
                                       c->lease_max_fraction, 0, !!(cfg[0] & G_EXACT_COLD), 1};
-    return fuzz_rs;
+    struct ruleset *rs = ruleset_new(c);
+    if (!rs)
+        fuzz_fail("out of memory building the ruleset");
+    ruleset_unref(rs_cache[rs_next].rs);
+    rs_cache[rs_next].rs = rs;
+    rs_cache[rs_next].lcfg = fuzz_lcfg;
+    memcpy(rs_cache[rs_next].cfg, cfg, CFG_BYTES);
+    rs_next = (rs_next + 1) % RS_CACHE;
+    return fuzz_rs = rs;
 }
 
 /* ---- what HAProxy reads --------------------------------------------------- */
@@ -375,6 +389,23 @@ static uint64_t ms_up(uint64_t us)
     return (us + 999) / 1000;
 }
 
+/* A table on first use: most inputs never need the backstop, the stand-in
+ * Redis or the lease cache (allocations per input cost the smoke build under
+ * ASan most of its time). */
+static struct bucket_table *table(struct bucket_table **t)
+{
+    if (!*t && !(*t = bucket_table_new(1)))
+        fuzz_fail("out of memory");
+    return *t;
+}
+
+static struct lease_table *leases(struct fuzz_run *r)
+{
+    if (!r->leases && !(r->leases = lease_table_new(&fuzz_lcfg, 1)))
+        fuzz_fail("out of memory");
+    return r->leases;
+}
+
 /* The stand-in Redis runs job j as the scripts would, on exact buckets of
  * its own (one per Redis key): a claim takes what it wants or what is left,
  * an exact call one token. Returns the reply's values in v. */
@@ -385,7 +416,7 @@ static int redis_run(struct fuzz_run *r, const struct lease_job *j, int64_t *v)
     uint64_t got = 0;
 
     if (j->kind == LEASE_JOB_EXACT) {
-        bucket_table_take(r->redis, "", j->key, j->keylen, &p, r->now_us, 1, &res);
+        bucket_table_take(table(&r->redis), "", j->key, j->keylen, &p, r->now_us, 1, &res);
         v[EXACT_R_ALLOWED] = res.allowed;
         v[EXACT_R_REMAINING] = (int64_t)res.remaining;
         v[EXACT_R_RETRY_MS] = (int64_t)ms_up(res.retry_us);
@@ -397,16 +428,16 @@ static int redis_run(struct fuzz_run *r, const struct lease_job *j, int64_t *v)
     memset(v, 0, CLAIM_R_COUNT * sizeof(*v));
     if (j->kind != LEASE_JOB_CLAIM || j->want == 0)
         return CLAIM_R_COUNT; /* a give-back: nothing granted */
-    bucket_table_take(r->redis, "", j->key, j->keylen, &p, r->now_us, j->want, &res);
+    bucket_table_take(table(&r->redis), "", j->key, j->keylen, &p, r->now_us, j->want, &res);
     if (res.allowed) {
         got = j->want;
     } else if (res.remaining > 0) { /* fewer than wanted: those */
         uint64_t left = res.remaining;
-        bucket_table_take(r->redis, "", j->key, j->keylen, &p, r->now_us, left, &res);
+        bucket_table_take(table(&r->redis), "", j->key, j->keylen, &p, r->now_us, left, &res);
         got = res.allowed ? left : 0;
     }
     if (got == 0) /* how long until one would pass: takes nothing */
-        bucket_table_take(r->redis, "", j->key, j->keylen, &p, r->now_us, 1, &probe);
+        bucket_table_take(table(&r->redis), "", j->key, j->keylen, &p, r->now_us, 1, &probe);
     else
         probe = (struct bucket_result){1, 0, 0, 0};
     r->granted += got;
@@ -430,7 +461,7 @@ static void decide_fallback(struct fuzz_run *r, struct rule_eval *ev, struct rul
         h->out.res = (struct bucket_result){0, 0, CLOSED_RETRY_US, CLOSED_RETRY_US};
         return;
     }
-    bucket_table_take(r->backstop, rule->name, rules_hit_key(ev, h), h->key_len, &h->backstop,
+    bucket_table_take(table(&r->backstop), rule->name, rules_hit_key(ev, h), h->key_len, &h->backstop,
                       r->now_us, 1, &h->out.res);
 }
 
@@ -443,7 +474,7 @@ static void decide_leased(struct fuzz_run *r, struct rule_eval *ev, struct rule_
     struct lease_job *j = NULL;
     int decided = 0;
 
-    int v = lease_decide(r->leases, key, keylen, &h->params, r->now_us, up, &w, &h->out.res, &j);
+    int v = lease_decide(leases(r), key, keylen, &h->params, r->now_us, up, &w, &h->out.res, &j);
     if (v == LEASE_DONE) {
         decided = 1;
         if (h->out.res.allowed)
@@ -462,7 +493,7 @@ static void decide_leased(struct fuzz_run *r, struct rule_eval *ev, struct rule_
             fuzz_fail("a decision takes more Redis calls than it can need");
         j->sent_us = r->now_us;
         n = redis_run(r, j, vals);
-        lease_reply(r->leases, j, 1, vals, n, r->now_us, &done, &fallback, &next);
+        lease_reply(leases(r), j, 1, vals, n, r->now_us, &done, &fallback, &next);
         for (; done; done = done->next) {
             if (done != &w)
                 fuzz_fail("a waiter of another request completed");
@@ -628,8 +659,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     r.rng = (uint32_t)size * 2654435761u;
     r.now_us = CLOCK_START_US;
     if (spop_conn_init(&r.c, (r.mode & MODE_SMALL_FRAME) ? SPOP_MIN_FRAME_SIZE : AGENT_FRAME) < 0 ||
-        !(r.buckets = bucket_table_new(1)) || !(r.backstop = bucket_table_new(1)) ||
-        !(r.redis = bucket_table_new(1)) || !(r.leases = lease_table_new(&fuzz_lcfg, 1)))
+        !(r.buckets = bucket_table_new(1)))
         fuzz_fail("out of memory");
     if (r.mode & MODE_PREPEND_HELLO) {
         src[nsrc] = hello->data;
@@ -691,7 +721,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define SMOKE_ITERATIONS 200000
+#define SMOKE_ITERATIONS 50000
+#define HEAD (1 + CFG_BYTES) /* the mode and config bytes */
 #define SMOKE_SEED 0x5eed0f5b0a11ULL
 #define SMOKE_MAX_INPUT 2048
 #define SMOKE_MAX_MUTATIONS 8
@@ -897,7 +928,9 @@ static size_t mutate(uint64_t *s, uint8_t *buf, size_t len)
     unsigned n = 1 + (unsigned)(rnd(s) % SMOKE_MAX_MUTATIONS);
 
     for (unsigned m = 0; m < n; m++) {
-        size_t pos = len ? (size_t)(rnd(s) % len) : 0;
+        /* edits of the frames leave the mode and config bytes alone: a new
+         * config is a ruleset to build, the smoke run's costliest step */
+        size_t pos = len > HEAD ? HEAD + (size_t)(rnd(s) % (len - HEAD)) : 0;
 
         switch (rnd(s) % 8) {
         case 0: /* flip a bit */
@@ -944,9 +977,11 @@ static size_t mutate(uint64_t *s, uint8_t *buf, size_t len)
             }
             break;
         }
-        default: /* another mode or config */
-            if (len)
-                buf[rnd(s) % (len < 1 + CFG_BYTES ? len : 1 + CFG_BYTES)] = (uint8_t)rnd(s);
+        default: /* another mode, or now and then one bit of the config */
+            if (len > HEAD && rnd(s) % 4 == 0)
+                buf[1 + rnd(s) % CFG_BYTES] ^= (uint8_t)(1u << (rnd(s) % 8));
+            else if (len)
+                buf[0] = (uint8_t)rnd(s);
             break;
         }
     }
@@ -1056,7 +1091,10 @@ int main(int argc, char **argv)
            "cache), %llu blocked\n",
            total_hits, total_arg_limits, total_leased, total_blocked);
     printf("fuzz_smoke: %llu inputs, 0 crashes\n", (unsigned long long)NSEEDS + iterations);
-    ruleset_unref(fuzz_rs);
+    for (unsigned i = 0; i < RS_CACHE; i++) {
+        ruleset_unref(rs_cache[i].rs);
+        rs_cache[i].rs = NULL;
+    }
     fuzz_rs = NULL;
     return 0;
 }
