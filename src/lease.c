@@ -425,7 +425,14 @@ static uint64_t batch_retry_ms(const struct lease_table *t, const struct lease_e
         k = cap;
     if (k < 2)
         return retry_ms;
-    return retry_ms + (uint64_t)ceil((k - 1) * token_ms);
+    /* (k - 1) tokens take at most an interval; the sum keeps ms_capped's
+     * cap, which retry_ms may already be at (a reply's retry_ms can be any
+     * integer). */
+    uint64_t max_ms = BUCKET_MAX_PERIOD_US / 1000;
+    double extra = ceil((k - 1) * token_ms);
+    if (extra >= (double)max_ms || retry_ms >= max_ms - (uint64_t)extra)
+        return max_ms;
+    return retry_ms + (uint64_t)extra;
 }
 
 /* Redis is out of tokens: answer every waiter blocked until the next ones

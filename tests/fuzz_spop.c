@@ -1,24 +1,33 @@
 /* fuzz_spop.c - fuzz target for everything the agent does with bytes from
  * HAProxy, short of sockets: the SPOP connection state machine, the codec,
- * rule matching, in-memory decisions and ACK encoding.
+ * rule matching (with limits taken from args, clamped to their ceilings),
+ * decisions in memory, through the lease cache and exact calls against a
+ * stand-in Redis, the fail-open backstop, and ACK encoding.
  *
- * One input is one connection. Its first byte is the "mode" (how the rest is
- * chunked into reads, whether a valid HAPROXY-HELLO is put in front so that
- * NOTIFY parsing is reached, whether ACKs are sent from inside the callback or
- * after it as when Redis answers later, how output is drained); the other
+ * One input is one connection under one config. Its first byte is the "mode"
+ * (how the rest is chunked into reads, whether a valid HAPROXY-HELLO is put
+ * in front so that NOTIFY parsing is reached, whether ACKs are sent from
+ * inside the callback or after it as when Redis answers later, how output is
+ * drained); the next CFG_BYTES choose the config (see config_text(): which
+ * rules, their keys, matches, limits fixed or from args with max_*, shadow,
+ * sliding window, lease on or off, standalone or with Redis); the other
  * bytes are what HAProxy sends. Everything the agent writes back is parsed
- * again, and the protocol invariants are checked: each frame decodes within
- * the negotiated size, AGENT-HELLO comes first, nothing follows an
- * AGENT-DISCONNECT, ACK actions decode, one ACK per answered NOTIFY, no frame
- * split at the end. A broken invariant aborts.
+ * again, and the invariants are checked: each frame decodes within the
+ * negotiated size, AGENT-HELLO comes first, nothing follows an
+ * AGENT-DISCONNECT, ACK actions decode and say blocked as the decisions do,
+ * one ACK per answered NOTIFY, no frame split at the end; every hit is
+ * decided, with limits inside its rule's ceilings and a sane retry time; the
+ * leases never admit more than the stand-in Redis granted. A broken
+ * invariant aborts.
  *
  * Built two ways:
  *  - tests/fuzz_spop: with -fsanitize=fuzzer (configure CC=clang
  *    --enable-fuzzing; run it with "make fuzz").
  *  - tests/fuzz_smoke: with -DFUZZ_STANDALONE, a main() that runs seed inputs
- *    built from tests/spop_vectors.h plus pseudo-random mutations of them, as
- *    a regression test in "make check". It also writes the seed corpus
- *    (-d DIR) and replays inputs saved in files (fuzz_smoke FILE...).
+ *    built from tests/spop_vectors.h (and NOTIFYs carrying limits as args)
+ *    plus pseudo-random mutations of them, as a regression test in "make
+ *    check". It also writes the seed corpus (-d DIR) and replays inputs
+ *    saved in files (fuzz_smoke FILE...).
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -28,6 +37,7 @@
 
 #include "bucket.h"
 #include "config/config.h"
+#include "lease.h"
 #include "rules.h"
 #include "spop/spop.h"
 #include "spop/spop_conn.h"
@@ -43,50 +53,95 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define MODE_DEFER_ACK 0x40u     /* ACK after spop_conn_in_commit returns, not inside */
 #define MODE_PREPEND_HELLO 0x80u /* a valid HAPROXY-HELLO comes before the rest */
 
+/* Config bytes, after the mode byte: one global, then one per rule. */
+#define CFG_BYTES (1 + CFG_RULES)
+#define CFG_RULES 4
+#define G_NRULES_MASK 0x03u /* rules: 1 + this */
+#define G_REDIS 0x04u       /* decide as with Redis: leases and exact calls */
+#define G_SHADOW 0x08u      /* [agent] shadow = yes */
+#define G_SMALL_KEY 0x10u   /* [agent] max_key = 16: most keys are hashed */
+#define G_SHARE 0x20u       /* [fallback] share = 0.25, mode = closed */
+#define G_FRACTION 0x40u    /* [lease] max_fraction = 1 */
+#define G_EXACT_COLD 0x80u  /* a cold key's claim goes as an exact call */
+#define R_RATE_ARG 0x01u    /* rate = arg:rate, max_rate */
+#define R_BURST_ARG 0x02u   /* burst = arg:burst, max_burst */
+#define R_KEYS_SHIFT 2      /* 2 bits: no key (global), key, ip, five args */
+#define R_MATCH 0x10u       /* a match line or two */
+#define R_SHADOW 0x20u
+#define R_SLIDING 0x40u
+#define R_LEASE_OFF 0x80u
+
 #define AGENT_FRAME SPOP_DEFAULT_FRAME_SIZE
 #define MAX_DEFERRED 16 /* NOTIFYs waiting for their ACK, as while Redis answers */
+#define MAX_CALLS 64    /* stand-in Redis calls for one hit, at most */
 #define CLOCK_START_US 1000000000ULL
 #define CLOCK_STEP_US 7919ULL
+#define LEASE_TTL_MS 1000
+#define CLOSED_RETRY_US 1000000ULL
 
-/* A few rules over the args of the captured NOTIFYs (key, ip, path, method,
- * plan, n, neg, missing, b): matches, multi-arg keys, a global rule without
- * key or message, sliding windows, shadow rules, small limits so that
- * requests get blocked, a small max_key so that long keys are hashed. */
-static const char fuzz_config[] = "[agent]\n"
-                                  "max_key = 24\n"
-                                  "[rule:api-key]\n"
-                                  "message = check-rate\n"
-                                  "key = key\n"
-                                  "match = plan ^free$\n"
-                                  "rate = 3/1s\n"
-                                  "burst = 2\n"
-                                  "[rule:paid]\n"
-                                  "message = check-rate\n"
-                                  "key = key, plan\n"
-                                  "match = plan ^(paid|enterprise)$\n"
-                                  "match = method ^(GET|POST)$\n"
-                                  "rate = 1000/1m\n"
-                                  "algorithm = sliding-window\n"
-                                  "[rule:login]\n"
-                                  "message = check-rate\n"
-                                  "key = ip\n"
-                                  "match = path ^/login\n"
-                                  "rate = 1/1h\n"
-                                  "[rule:global]\n"
-                                  "rate = 5/1s\n"
-                                  "shadow = yes\n"
-                                  "[rule:ip-shadow]\n"
-                                  "message = check-rate\n"
-                                  "key = ip, n, neg, b\n"
-                                  "rate = 2/1m\n"
-                                  "algorithm = sliding-window\n"
-                                  "shadow = yes\n";
+/* The config of the CFG_BYTES at cfg into buf (a few hundred bytes per
+ * rule). The args are those of the captured NOTIFYs (key, ip, path, method,
+ * plan, n, neg, missing, b) and of the seeds' own (rate, burst). */
+static void config_text(const uint8_t *cfg, char *buf, size_t cap)
+{
+    static const char *const rates[] = {"3/1s", "1000/1m", "1/1h", "5/1s"};
+    static const char *const max_rates[] = {"10/1s", "100/1m", "1000000/1d", "2/1s"};
+    static const char *const keys[] = {NULL, "key", "ip", "key, plan, n, neg, b"};
+    static const char *const matches[] = {
+        "match = plan ^(free|paid)$\n", "match = method ^(GET|POST)$\n  path ^/\n",
+        "match = path ^/login\n", "match = b ^true$\nmatch = n ^[0-9]{1,3}$\n"};
+    unsigned g = cfg[0], nrules = 1 + (g & G_NRULES_MASK);
+    size_t n = 0;
 
-/* Built once, shared by every input (read-only once built). */
-static struct ruleset *fuzz_rs;
+    n += (size_t)snprintf(buf + n, cap - n, "[agent]\nmax_key = %s\nshadow = %s\n",
+                          g & G_SMALL_KEY ? "16" : "512", g & G_SHADOW ? "yes" : "no");
+    if (g & G_SHARE)
+        n += (size_t)snprintf(buf + n, cap - n, "[fallback]\nshare = 0.25\nmode = closed\n");
+    if (g & G_FRACTION)
+        n += (size_t)snprintf(buf + n, cap - n, "[lease]\nmax_fraction = 1\n");
+    for (unsigned i = 0; i < nrules && n < cap; i++) {
+        unsigned r = cfg[1 + i], k = (r >> R_KEYS_SHIFT) & 3;
+
+        n += (size_t)snprintf(buf + n, cap - n, "[rule:r%u]\n%s", i,
+                              i % 2 ? "message = check-rate\n" : "");
+        if (keys[k])
+            n += (size_t)snprintf(buf + n, cap - n, "key = %s\n", keys[k]);
+        if (r & R_MATCH)
+            n += (size_t)snprintf(buf + n, cap - n, "%s", matches[i]);
+        if (r & R_RATE_ARG)
+            n += (size_t)snprintf(buf + n, cap - n, "rate = arg:rate\nmax_rate = %s\n",
+                                  max_rates[i]);
+        else
+            n += (size_t)snprintf(buf + n, cap - n, "rate = %s\n", rates[i]);
+        if (r & R_BURST_ARG)
+            n += (size_t)snprintf(buf + n, cap - n, "burst = arg:burst\nmax_burst = %u\n",
+                                  i == 2 ? 1000000u : 4u + i);
+        else if (i == 1)
+            n += (size_t)snprintf(buf + n, cap - n, "burst = 2\n");
+        n += (size_t)snprintf(buf + n, cap - n, "%s%s%s%s", r & R_SHADOW ? "shadow = yes\n" : "",
+                              r & R_SLIDING ? "algorithm = sliding-window\n" : "",
+                              r & R_LEASE_OFF ? "lease = off\n" : "",
+                              i == 3 ? "on_redis_down = closed\n" : "");
+    }
+}
+
+/* The rulesets of the last RS_CACHE configs seen, built once each: most
+ * inputs reuse one (the seeds have a few configs, and mutations mostly
+ * change the frames); building one per input was most of the smoke run's
+ * time under ASan. fuzz_rs and fuzz_lcfg are the current input's. */
+#define RS_CACHE 16
+static struct {
+    uint8_t cfg[CFG_BYTES];
+    struct ruleset *rs;
+    struct lease_config lcfg;
+} rs_cache[RS_CACHE];
+static unsigned rs_next; /* the slot replaced next */
+static const struct ruleset *fuzz_rs;
+static struct lease_config fuzz_lcfg;
 
 /* Totals over all inputs, for the standalone summary: how deep inputs go. */
-static unsigned long long total_acks, total_disconnects;
+static unsigned long long total_acks, total_disconnects, total_hits, total_leased,
+    total_arg_limits, total_blocked;
 
 /* A NOTIFY decided but not answered yet. */
 struct held_notify {
@@ -97,8 +152,14 @@ struct held_notify {
 /* One input = one connection. */
 struct fuzz_run {
     unsigned mode;
+    unsigned cfg;
     struct spop_conn c;
-    struct bucket_table *buckets;
+    struct bucket_table *buckets;  /* standalone decisions */
+    struct bucket_table *backstop; /* fail-open, as with Redis down */
+    struct bucket_table *redis;    /* the stand-in Redis: its buckets, by Redis key */
+    struct lease_table *leases;
+    uint64_t granted;     /* tokens the stand-in Redis leased out */
+    uint64_t leased_ok;   /* decisions the lease cache allowed from them */
     uint64_t now_us;
     struct rule_eval ev;
     struct held_notify held[MAX_DEFERRED];
@@ -125,20 +186,35 @@ static void fuzz_fail(const char *what)
     abort();
 }
 
-static void fuzz_init(void)
+/* The ruleset for config bytes cfg; NULL when the config is refused (a
+ * config_text() bug: every choice must make a valid file). */
+static const struct ruleset *fuzz_ruleset(const uint8_t *cfg)
 {
-    struct config *cfg = NULL;
-    char err[1024];
+    struct config *c = NULL;
+    char text[4096], err[1024];
 
-    if (fuzz_rs)
-        return;
-    if (config_load_string(fuzz_config, "fuzz.ini", &cfg, err, sizeof(err)) != 0) {
-        fprintf(stderr, "fuzz_spop: bad built-in config:\n%s", err);
-        abort();
+    for (unsigned i = 0; i < RS_CACHE; i++) {
+        if (rs_cache[i].rs && memcmp(cfg, rs_cache[i].cfg, CFG_BYTES) == 0) {
+            fuzz_lcfg = rs_cache[i].lcfg;
+            return fuzz_rs = rs_cache[i].rs;
+        }
     }
-    fuzz_rs = ruleset_new(cfg);
-    if (!fuzz_rs)
+    config_text(cfg, text, sizeof(text));
+    if (config_load_string(text, "fuzz.ini", &c, err, sizeof(err)) != 0) {
+        fprintf(stderr, "fuzz_spop: config refused:\n%s---\n%s", err, text);
+        fuzz_fail("a generated config is refused");
+    }
+    fuzz_lcfg = (struct lease_config){c->lease_interval_ms * 1000, LEASE_TTL_MS * 1000,
+                                      c->lease_max_fraction, 0, !!(cfg[0] & G_EXACT_COLD), 1};
+    struct ruleset *rs = ruleset_new(c);
+    if (!rs)
         fuzz_fail("out of memory building the ruleset");
+    ruleset_unref(rs_cache[rs_next].rs);
+    rs_cache[rs_next].rs = rs;
+    rs_cache[rs_next].lcfg = fuzz_lcfg;
+    memcpy(rs_cache[rs_next].cfg, cfg, CFG_BYTES);
+    rs_next = (rs_next + 1) % RS_CACHE;
+    return fuzz_rs = rs;
 }
 
 /* ---- what HAProxy reads --------------------------------------------------- */
@@ -278,34 +354,239 @@ static int encode_ack(struct spop_writer *w, void *arg)
     return rules_encode_actions(w, a->rs, a->ev);
 }
 
+/* The ACK's first variable says what the decisions say (in a frame as small
+ * as HAProxy may offer, where the other variables may not fit). */
+static void check_ack_blocked(const struct rule_eval *ev)
+{
+    uint8_t buf[SPOP_MIN_FRAME_SIZE];
+    struct spop_writer w = {buf, buf + sizeof(buf)};
+    struct spop_reader rd = {buf, NULL};
+    struct spop_str name;
+    struct spop_data val;
+    uint8_t action, scope;
+
+    if (rules_encode_actions(&w, fuzz_rs, ev) != 0)
+        fuzz_fail("the ACK of a decision does not fit the smallest frame");
+    rd.end = w.p;
+    if (spop_action_next(&rd, &action, &scope, &name, &val) != 1 || val.type != SPOP_DATA_BOOL ||
+        (val.u.sint != 0) != (rules_blocked(fuzz_rs, ev) != 0))
+        fuzz_fail("the ACK's blocked differs from the decisions");
+}
+
 static void ack(struct fuzz_run *r, uint64_t stream_id, uint64_t frame_id,
                 const struct rule_eval *ev)
 {
     struct ack_arg a = {fuzz_rs, ev};
     int closing = r->c.state == SPOP_CONN_CLOSING;
 
+    check_ack_blocked(ev);
     if (spop_conn_ack(&r->c, stream_id, frame_id, encode_ack, &a) == 0 && !closing)
         r->acks_queued++;
 }
 
-/* Decide every hit in memory, as the standalone agent does; streams whose id
- * is a multiple of 3 take the fail-open backstop, as with Redis down. */
+static uint64_t ms_up(uint64_t us)
+{
+    return (us + 999) / 1000;
+}
+
+/* A table on first use: most inputs never need the backstop, the stand-in
+ * Redis or the lease cache (allocations per input cost the smoke build under
+ * ASan most of its time). */
+static struct bucket_table *table(struct bucket_table **t)
+{
+    if (!*t && !(*t = bucket_table_new(1)))
+        fuzz_fail("out of memory");
+    return *t;
+}
+
+static struct lease_table *leases(struct fuzz_run *r)
+{
+    if (!r->leases && !(r->leases = lease_table_new(&fuzz_lcfg, 1)))
+        fuzz_fail("out of memory");
+    return r->leases;
+}
+
+/* The stand-in Redis runs job j as the scripts would, on exact buckets of
+ * its own (one per Redis key): a claim takes what it wants or what is left,
+ * an exact call one token. Returns the reply's values in v. */
+static int redis_run(struct fuzz_run *r, const struct lease_job *j, int64_t *v)
+{
+    const struct bucket_params p = {j->algorithm, j->limit, j->period_ms * 1000, j->burst};
+    struct bucket_result res, probe;
+    uint64_t got = 0;
+
+    if (j->kind == LEASE_JOB_EXACT) {
+        bucket_table_take(table(&r->redis), "", j->key, j->keylen, &p, r->now_us, 1, &res);
+        v[EXACT_R_ALLOWED] = res.allowed;
+        v[EXACT_R_REMAINING] = (int64_t)res.remaining;
+        v[EXACT_R_RETRY_MS] = (int64_t)ms_up(res.retry_us);
+        v[EXACT_R_RESET_MS] = (int64_t)ms_up(res.reset_us);
+        if (res.allowed)
+            r->granted++;
+        return EXACT_R_COUNT;
+    }
+    memset(v, 0, CLAIM_R_COUNT * sizeof(*v));
+    if (j->kind != LEASE_JOB_CLAIM || j->want == 0)
+        return CLAIM_R_COUNT; /* a give-back: nothing granted */
+    bucket_table_take(table(&r->redis), "", j->key, j->keylen, &p, r->now_us, j->want, &res);
+    if (res.allowed) {
+        got = j->want;
+    } else if (res.remaining > 0) { /* fewer than wanted: those */
+        uint64_t left = res.remaining;
+        bucket_table_take(table(&r->redis), "", j->key, j->keylen, &p, r->now_us, left, &res);
+        got = res.allowed ? left : 0;
+    }
+    if (got == 0) /* how long until one would pass: takes nothing */
+        bucket_table_take(table(&r->redis), "", j->key, j->keylen, &p, r->now_us, 1, &probe);
+    else
+        probe = (struct bucket_result){1, 0, 0, 0};
+    r->granted += got;
+    v[CLAIM_R_GRANTED] = (int64_t)got;
+    v[CLAIM_R_REMAINING] = probe.allowed ? 0 : (int64_t)probe.remaining;
+    v[CLAIM_R_HELD] = (int64_t)got;
+    v[CLAIM_R_HOLDERS] = got > 0;
+    v[CLAIM_R_RETRY_MS] = got ? 0 : (int64_t)(ms_up(probe.retry_us) ? ms_up(probe.retry_us) : 1);
+    v[CLAIM_R_RESET_MS] = (int64_t)ms_up(res.reset_us);
+    v[CLAIM_R_LEASE_MS] = got ? LEASE_TTL_MS : 0;
+    v[CLAIM_R_MINE] = (int64_t)got;
+    return CLAIM_R_COUNT;
+}
+
+static void decide_fallback(struct fuzz_run *r, struct rule_eval *ev, struct rule_hit *h)
+{
+    const struct cfg_rule *rule = &fuzz_rs->cfg->rules[h->rule];
+
+    h->out.degraded = 1;
+    if (rule->on_redis_down == DOWN_CLOSED) {
+        h->out.res = (struct bucket_result){0, 0, CLOSED_RETRY_US, CLOSED_RETRY_US};
+        return;
+    }
+    bucket_table_take(table(&r->backstop), rule->name, rules_hit_key(ev, h), h->key_len, &h->backstop,
+                      r->now_us, 1, &h->out.res);
+}
+
+/* A leased hit: from the lease cache, its calls answered at once by the
+ * stand-in Redis (or, when up is 0, the fallback). */
+static void decide_leased(struct fuzz_run *r, struct rule_eval *ev, struct rule_hit *h,
+                          const char *key, size_t keylen, int up)
+{
+    struct lease_waiter w = {NULL, &h->out.res, h, 0, 0};
+    struct lease_job *j = NULL;
+    int decided = 0;
+
+    int v = lease_decide(leases(r), key, keylen, &h->params, r->now_us, up, &w, &h->out.res, &j);
+    if (v == LEASE_DONE) {
+        decided = 1;
+        if (h->out.res.allowed)
+            r->leased_ok++;
+    } else if (v == LEASE_DOWN) {
+        decide_fallback(r, ev, h);
+        decided = 1;
+    }
+    for (int calls = 0; j; calls++) {
+        struct lease_waiter *done = NULL, *fallback = NULL;
+        struct lease_job *next = NULL;
+        int64_t vals[(int)CLAIM_R_COUNT > (int)EXACT_R_COUNT ? (int)CLAIM_R_COUNT : (int)EXACT_R_COUNT];
+        int n;
+
+        if (calls == MAX_CALLS)
+            fuzz_fail("a decision takes more Redis calls than it can need");
+        j->sent_us = r->now_us;
+        n = redis_run(r, j, vals);
+        lease_reply(leases(r), j, 1, vals, n, r->now_us, &done, &fallback, &next);
+        for (; done; done = done->next) {
+            if (done != &w)
+                fuzz_fail("a waiter of another request completed");
+            decided = 1;
+            if (h->out.res.allowed)
+                r->leased_ok++;
+        }
+        for (; fallback; fallback = fallback->next) {
+            if (fallback != &w)
+                fuzz_fail("a waiter of another request went to the fallback");
+            decide_fallback(r, ev, h);
+            decided = 1;
+        }
+        j = next;
+    }
+    if (!decided)
+        fuzz_fail("a leased decision left waiting with no call in flight");
+    total_leased++;
+}
+
+/* Decide every hit as the agent does: standalone, from exact buckets in
+ * memory; with Redis, leased rules through the lease cache and the others
+ * by an exact call; streams whose id is a multiple of 3 as with Redis down. */
 static void decide(struct fuzz_run *r, const struct spop_frame *f, struct rule_eval *ev)
 {
-    int degraded = f->stream_id % 3 == 0;
+    int with_redis = (r->cfg & G_REDIS) != 0, up = f->stream_id % 3 != 0;
+    char kbuf[512];
 
     for (size_t i = 0; i < ev->nhits; i++) {
         struct rule_hit *h = &ev->hits[i];
         const struct cfg_rule *rule = &fuzz_rs->cfg->rules[h->rule];
-        const struct bucket_params *p =
-            degraded ? &fuzz_rs->backstop[h->rule] : &fuzz_rs->params[h->rule];
+        const struct bucket_params *top = &fuzz_rs->params[h->rule];
 
-        bucket_table_take(r->buckets, rule->name, rules_hit_key(ev, h), h->key_len, p, r->now_us, 1,
-                          &h->out.res);
-        h->out.degraded = degraded;
-        if (!h->out.res.allowed && h->out.res.retry_us == 0)
-            fuzz_fail("denied with retry_us 0");
+        /* a request's limits: its args, within the rule's ceilings */
+        if (h->params.limit < 1 || h->params.burst < 1 || h->params.period_us < 1 ||
+            h->params.period_us > BUCKET_MAX_PERIOD_US || h->backstop.burst < 1 ||
+            h->params.algorithm != top->algorithm)
+            fuzz_fail("a hit with unusable limits");
+        if (rule->rate_arg || rule->burst_arg) {
+            total_arg_limits++;
+            if (rules_rate_above(h->params.limit, h->params.period_us, top->limit,
+                                 top->period_us) ||
+                h->params.burst > top->burst)
+                fuzz_fail("a hit's limits above its rule's ceilings");
+        }
+        h->out.res = (struct bucket_result){0, 0, 0, 0};
+        if (!with_redis) {
+            if (up)
+                bucket_table_take(r->buckets, rule->name, rules_hit_key(ev, h), h->key_len,
+                                  &h->params, r->now_us, 1, &h->out.res);
+            else
+                decide_fallback(r, ev, h);
+        } else {
+            /* the Redis key: rule name and client key */
+            size_t nl = strlen(rule->name), kl = nl + 1 + h->key_len;
+            char *key = kl <= sizeof(kbuf) ? kbuf : malloc(kl);
+            if (!key)
+                fuzz_fail("out of memory");
+            memcpy(key, rule->name, nl);
+            key[nl] = ':';
+            memcpy(key + nl + 1, rules_hit_key(ev, h), h->key_len);
+            if (rule->lease) {
+                decide_leased(r, ev, h, key, kl, up);
+            } else if (up) {
+                struct lease_job j = {.kind = LEASE_JOB_EXACT, .algorithm = h->params.algorithm,
+                                      .limit = h->params.limit,
+                                      .period_ms = h->params.period_us / 1000,
+                                      .burst = h->params.burst, .key = key, .keylen = kl};
+                int64_t v[EXACT_R_COUNT];
+                redis_run(r, &j, v);
+                h->out.res.allowed = v[EXACT_R_ALLOWED] == 1;
+                h->out.res.remaining = (uint64_t)v[EXACT_R_REMAINING];
+                h->out.res.retry_us = h->out.res.allowed ? 0 : (uint64_t)v[EXACT_R_RETRY_MS] * 1000;
+                h->out.res.reset_us = (uint64_t)v[EXACT_R_RESET_MS] * 1000;
+                if (!h->out.res.allowed && h->out.res.retry_us == 0)
+                    h->out.res.retry_us = 1000;
+            } else {
+                decide_fallback(r, ev, h);
+            }
+            if (key != kbuf)
+                free(key);
+        }
+        total_hits++;
+        if (!h->out.res.allowed) {
+            total_blocked++;
+            if (h->out.res.retry_us == 0 || h->out.res.retry_us > BUCKET_MAX_PERIOD_US)
+                fuzz_fail("denied without a sane retry time");
+        } else if (h->out.res.retry_us != 0) {
+            fuzz_fail("allowed with a retry time");
+        }
     }
+    if (r->leased_ok > r->granted)
+        fuzz_fail("the leases allowed more than Redis granted");
 }
 
 static int on_notify(void *ctx, struct spop_conn *c, const struct spop_frame *f)
@@ -369,11 +650,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t srclen[2], nsrc = 0, reads = 0;
     int closed = 0;
 
-    if (size == 0)
+    if (size < 1 + CFG_BYTES)
         return 0;
-    fuzz_init();
+    fuzz_ruleset(data + 1);
     memset(&r, 0, sizeof(r));
     r.mode = data[0];
+    r.cfg = data[1];
     r.rng = (uint32_t)size * 2654435761u;
     r.now_us = CLOCK_START_US;
     if (spop_conn_init(&r.c, (r.mode & MODE_SMALL_FRAME) ? SPOP_MIN_FRAME_SIZE : AGENT_FRAME) < 0 ||
@@ -383,8 +665,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         src[nsrc] = hello->data;
         srclen[nsrc++] = hello->len;
     }
-    src[nsrc] = data + 1;
-    srclen[nsrc++] = size - 1;
+    src[nsrc] = data + 1 + CFG_BYTES;
+    srclen[nsrc++] = size - 1 - CFG_BYTES;
 
     for (size_t s = 0; s < nsrc && !closed; s++) {
         size_t off = 0;
@@ -421,6 +703,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     spop_conn_release(&r.c);
     bucket_table_free(r.buckets);
+    bucket_table_free(r.backstop);
+    bucket_table_free(r.redis);
+    lease_table_free(r.leases);
     rules_eval_free(&r.ev);
     free(r.wire);
     return 0;
@@ -436,15 +721,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define SMOKE_ITERATIONS 200000
+#define SMOKE_ITERATIONS 50000
+#define HEAD (1 + CFG_BYTES) /* the mode and config bytes */
 #define SMOKE_SEED 0x5eed0f5b0a11ULL
 #define SMOKE_MAX_INPUT 2048
 #define SMOKE_MAX_MUTATIONS 8
 #define SMOKE_CRASH_FILE "fuzz_smoke-crash.bin"
 
-/* Seeds: mode bytes times sequences of captured frames (indexes into
- * spop_vectors[], -1 ends). Modes with MODE_PREPEND_HELLO get the HELLO for
- * free; the others carry their own. */
+/* Seeds: mode bytes times sequences of frames (indexes into spop_vectors[],
+ * or SEED_LIMITS + i for the NOTIFYs of limits_notify(); -1 ends), each under
+ * one of the configs of seed_cfgs[]. Modes with MODE_PREPEND_HELLO get the
+ * HELLO for free; the others carry their own. */
+#define SEED_LIMITS 100
 static const uint8_t seed_modes[] = {0x80, 0x81, 0x84, 0x87, 0xc0, 0xe5, 0x92, 0x8e, 0x00, 0x46};
 static const int seed_frames[][8] = {
     {SPOP_VEC_NOTIFY_IPV4, SPOP_VEC_NOTIFY_IPV6, SPOP_VEC_HAPROXY_DISCONNECT, -1},
@@ -454,9 +742,72 @@ static const int seed_frames[][8] = {
     {SPOP_VEC_HAPROXY_HELLO_HEALTHCHECK, -1},
     {SPOP_VEC_HAPROXY_HELLO, SPOP_VEC_HAPROXY_DISCONNECT, -1},
     {SPOP_VEC_HAPROXY_HELLO, -1},
+    {SEED_LIMITS, SEED_LIMITS + 1, SEED_LIMITS, SEED_LIMITS + 2, SEED_LIMITS + 3, SEED_LIMITS,
+     SEED_LIMITS, -1},
+    {SPOP_VEC_HAPROXY_HELLO, SEED_LIMITS + 3, SEED_LIMITS, SEED_LIMITS + 1, SEED_LIMITS,
+     SPOP_VEC_NOTIFY_IPV4, SEED_LIMITS, -1},
+};
+/* Configs (see config_text): the first is close to the one this target
+ * used to have built in; the others go through leases, exact calls and
+ * exact-cold claims, limits from args, small keys, the closed fallback. */
+static const uint8_t seed_cfgs[][CFG_BYTES] = {
+    {0x03, 0x14, 0x09, 0x40, 0x2c},
+    {0x07, 0x07, 0x0b, 0x8d, 0x45},
+    {0x87, 0x04, 0x44, 0x84, 0x23},
+    {0x7f, 0x13, 0x07, 0x4b, 0x8f},
+    {0x00, 0x04, 0x00, 0x00, 0x00},
+    {0x27, 0x05, 0x06, 0x09, 0x0a},
+    {0x46, 0x11, 0x51, 0x91, 0x03},
 };
 #define NSEED_MODES (sizeof(seed_modes) / sizeof(seed_modes[0]))
+#define NSEED_CFGS (sizeof(seed_cfgs) / sizeof(seed_cfgs[0]))
 #define NSEEDS (NSEED_MODES * (sizeof(seed_frames) / sizeof(seed_frames[0])))
+
+/* A NOTIFY of "check-rate" whose args carry limits (rate, burst) besides the
+ * captures' key, ip, path, method, plan, n and b: asking for less than the
+ * ceilings, more, nonsense, and none with a long key. */
+static size_t limits_notify(unsigned i, uint8_t *buf, size_t cap)
+{
+    static const char *const args[][6] = {
+        /* key, path, method, plan, rate, burst */
+        {"tenant-1", "/login", "GET", "free", "5/1s", "3"},
+        {"tenant-2", "/api/v1", "POST", "paid", "1000000/1s", "999999999"},
+        {"tenant-1", "/x", "PUT", "gold", "bogus", ""},
+        {"a-key-long-enough-to-be-hashed-by-a-small-max_key", "/login", "GET", "free", "1/1h",
+         NULL},
+    };
+    static const char *const names[] = {"key", "path", "method", "plan", "rate", "burst"};
+    struct spop_writer w = {buf, buf + cap};
+    uint8_t *start;
+    struct spop_data d;
+    unsigned nargs = args[i][5] ? 9 : 8;
+
+    if (spop_frame_begin(&w, SPOP_FRAME_NOTIFY, SPOP_FLAG_FIN, 11 + i, 1, &start) < 0 ||
+        spop_put_str(&w, "check-rate", 10) < 0 || w.p == w.end)
+        return 0;
+    *w.p++ = (uint8_t)nargs;
+    for (unsigned a = 0; a < 6; a++) {
+        if (!args[i][a])
+            continue;
+        d.type = SPOP_DATA_STR;
+        d.u.buf.ptr = args[i][a];
+        d.u.buf.len = strlen(args[i][a]);
+        if (spop_put_str(&w, names[a], strlen(names[a])) < 0 || spop_put_data(&w, &d) < 0)
+            return 0;
+    }
+    d = (struct spop_data){.type = SPOP_DATA_IPV4, .u.ip = {192, 0, 2, (uint8_t)(1 + i)}};
+    if (spop_put_str(&w, "ip", 2) < 0 || spop_put_data(&w, &d) < 0)
+        return 0;
+    d = spop_int(7 * (int64_t)i);
+    if (spop_put_str(&w, "n", 1) < 0 || spop_put_data(&w, &d) < 0)
+        return 0;
+    d = spop_bool(i % 2 == 0);
+    if (spop_put_str(&w, "b", 1) < 0 || spop_put_data(&w, &d) < 0)
+        return 0;
+    if (spop_frame_end(&w, start) < 0)
+        return 0;
+    return (size_t)(w.p - buf);
+}
 
 /* The input being run, for the crash report. */
 static const uint8_t *cur_data;
@@ -523,7 +874,14 @@ static size_t seed_build(size_t k, uint8_t *buf)
     size_t len = 0;
 
     buf[len++] = seed_modes[k % NSEED_MODES];
+    memcpy(buf + len, seed_cfgs[k % NSEED_CFGS], CFG_BYTES);
+    len += CFG_BYTES;
     for (size_t i = 0; frames[i] >= 0; i++) {
+        if (frames[i] >= SEED_LIMITS) {
+            len += limits_notify((unsigned)(frames[i] - SEED_LIMITS), buf + len,
+                                 SMOKE_MAX_INPUT - len);
+            continue;
+        }
         const struct spop_vector *v = &spop_vectors[frames[i]];
 
         if (len + v->len > SMOKE_MAX_INPUT)
@@ -570,7 +928,9 @@ static size_t mutate(uint64_t *s, uint8_t *buf, size_t len)
     unsigned n = 1 + (unsigned)(rnd(s) % SMOKE_MAX_MUTATIONS);
 
     for (unsigned m = 0; m < n; m++) {
-        size_t pos = len ? (size_t)(rnd(s) % len) : 0;
+        /* edits of the frames leave the mode and config bytes alone: a new
+         * config is a ruleset to build, the smoke run's costliest step */
+        size_t pos = len > HEAD ? HEAD + (size_t)(rnd(s) % (len - HEAD)) : 0;
 
         switch (rnd(s) % 8) {
         case 0: /* flip a bit */
@@ -617,8 +977,10 @@ static size_t mutate(uint64_t *s, uint8_t *buf, size_t len)
             }
             break;
         }
-        default: /* another mode */
-            if (len)
+        default: /* another mode, or now and then one bit of the config */
+            if (len > HEAD && rnd(s) % 4 == 0)
+                buf[1 + rnd(s) % CFG_BYTES] ^= (uint8_t)(1u << (rnd(s) % 8));
+            else if (len)
                 buf[0] = (uint8_t)rnd(s);
             break;
         }
@@ -725,8 +1087,14 @@ int main(int argc, char **argv)
            "%llu AGENT-DISCONNECTs\n",
            (unsigned long long)NSEEDS + iterations, (size_t)NSEEDS, iterations, seed, total_acks,
            total_disconnects);
+    printf("fuzz_smoke: %llu rule hits (%llu with limits from args, %llu through the lease "
+           "cache), %llu blocked\n",
+           total_hits, total_arg_limits, total_leased, total_blocked);
     printf("fuzz_smoke: %llu inputs, 0 crashes\n", (unsigned long long)NSEEDS + iterations);
-    ruleset_unref(fuzz_rs);
+    for (unsigned i = 0; i < RS_CACHE; i++) {
+        ruleset_unref(rs_cache[i].rs);
+        rs_cache[i].rs = NULL;
+    }
     fuzz_rs = NULL;
     return 0;
 }

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #define ERRLEN 4096
@@ -926,6 +927,115 @@ START_TEST(test_match)
 }
 END_TEST
 
+/* ---- match regexes that regcomp would take seconds and gigabytes for ---- */
+
+#define BAD_RE(re, why) {re, "t.ini:3: bad regex '" re "' in 'match': " why "\n"}
+static const struct {
+    const char *re;
+    const char *err;
+} costly_regexes[] = {
+    /* stacked repetitions: undefined in POSIX, and glibc doubles 'a' per '+' */
+    BAD_RE("a++++++++++++++++++++++++", "'+' follows another repetition (undefined in POSIX "
+                                        "extended regexes)"),
+    BAD_RE("a*+", "'+' follows another repetition (undefined in POSIX extended regexes)"),
+    BAD_RE("^x.*?$", "'?' follows another repetition (undefined in POSIX extended regexes)"),
+    BAD_RE("a{2}{3}", "'{3}' follows another repetition (undefined in POSIX extended regexes)"),
+    BAD_RE("(ab)+{2,}", "'{2,}' follows another repetition (undefined in POSIX extended "
+                        "regexes)"),
+    /* counts, nested ones multiplied */
+    BAD_RE("((a{1,255}){1,255}){1,255}", "repetition counts over 1000 (nested ones multiplied)"),
+    BAD_RE("(a{1,40}){1,40}", "repetition counts over 1000 (nested ones multiplied)"),
+    BAD_RE("([0-9]{2,}|x){500}", "repetition counts over 1000 (nested ones multiplied)"),
+    BAD_RE(".{0,2048}", "repetition counts over 1000 (nested ones multiplied)"),
+    BAD_RE("x{,1001}", "repetition counts over 1000 (nested ones multiplied)"),
+    BAD_RE("a{99999999999999999999}", "repetition counts over 1000 (nested ones multiplied)"),
+    /* grouping each '+' doubles as well: bounded by the total */
+    BAD_RE("((((((((((((a+)+)+)+)+)+)+)+)+)+)+)+)+", "repetitions expand it to more than 2048 "
+                                                    "atoms"),
+    BAD_RE("(a?){1000}(b?){1000}(c?){1000}", "repetitions expand it to more than 2048 atoms"),
+    BAD_RE("(abc){700}", "repetitions expand it to more than 2048 atoms"),
+    /* back-references: matching them backtracks (19 s for 60 bytes) */
+    BAD_RE("(a*)(a*)(a*)\\3\\2\\1c", "back-reference '\\3' (undefined in POSIX extended "
+                                      "regexes; glibc may take exponential time to match it)"),
+};
+
+START_TEST(test_costly_regex)
+{
+    char text[512], err[ERRLEN];
+    struct timespec t0, t1;
+
+    snprintf(text, sizeof(text), "[rule:r]\nrate = 1/1s\nmatch = path %s\n",
+             costly_regexes[_i].re);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    load_bad(text, err, sizeof(err));
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    ck_assert_str_eq(err, costly_regexes[_i].err);
+    /* refused before regcomp: 24 '+' took regcomp gigabytes and minutes */
+    ck_assert_int_lt((t1.tv_sec - t0.tv_sec) * 1000000000L + (t1.tv_nsec - t0.tv_nsec),
+                     500000000L);
+}
+END_TEST
+
+/* What operators write stays accepted, and means what it did. */
+static const struct {
+    const char *re;
+    const char *hit, *miss;
+} plain_regexes[] = {
+    {"^/api/", "/api/v1", "/web/api/"},
+    {"^(GET|POST)$", "POST", "PUT"},
+    {"[0-9]{1,3}", "x42", "x"},
+    {"\\.(png|jpg)$", "/a/b.png", "/a/bpng"},
+    {"^[a-f0-9]{64}$", "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+     "0123"},
+    {"^/v[12]/(users|orders)/[^/]+$", "/v1/users/42", "/v3/users/42"},
+    {"^.{0,1000}$", "short", NULL},
+    {"(a+)+b", "aaab", "aaa"},
+    {"^([a-z]+\\.)*example\\.com$", "a.b.example.com", "example.org"},
+    {"[]{}+*?]", "{", "a"},
+    {"[[:alpha:]]+[[:digit:]]{2}", "ab12", "ab1"},
+    {"a\\{2}", "a{2}", "aa"},
+    {"x{2,}", "xx", "x"},
+    {"(ab){1,10}(cd){1,10}", "abcd", "ac"},
+};
+
+START_TEST(test_plain_regex)
+{
+    char text[512];
+    struct config *cfg;
+
+    snprintf(text, sizeof(text), "[rule:r]\nrate = 1/1s\nmatch = path %s\n",
+             plain_regexes[_i].re);
+    cfg = load_ok(text);
+    ck_assert_str_eq(cfg->rules[0].matches[0].pattern, plain_regexes[_i].re);
+    ck_assert_int_eq(regexec(&cfg->rules[0].matches[0].re, plain_regexes[_i].hit, 0, NULL, 0),
+                     0);
+    if (plain_regexes[_i].miss)
+        ck_assert_int_eq(
+            regexec(&cfg->rules[0].matches[0].re, plain_regexes[_i].miss, 0, NULL, 0),
+            REG_NOMATCH);
+    config_free(cfg);
+}
+END_TEST
+
+/* The pattern's length is bounded too (lines may hold 4094 bytes). */
+START_TEST(test_regex_length)
+{
+    char text[2048], err[ERRLEN];
+    struct config *cfg;
+    int n = sprintf(text, "[rule:r]\nrate = 1/1s\nmatch = path ");
+
+    memset(text + n, 'a', CFG_REGEX_MAX_LEN);
+    strcpy(text + n + CFG_REGEX_MAX_LEN, "\n");
+    cfg = load_ok(text);
+    config_free(cfg);
+    memset(text + n, 'a', CFG_REGEX_MAX_LEN + 1);
+    strcpy(text + n + CFG_REGEX_MAX_LEN + 1, "\n");
+    load_bad(text, err, sizeof(err));
+    ck_assert_ptr_nonnull(strstr(err, "t.ini:3: bad regex 'aaaa"));
+    ck_assert_ptr_nonnull(strstr(err, "' in 'match': longer than 1024 bytes\n"));
+}
+END_TEST
+
 /* ---- peers ------------------------------------------------------------------------------ */
 
 static const struct {
@@ -1377,6 +1487,9 @@ static Suite *config_suite(void)
     tcase_add_test(tc, test_error_flood);
     tcase_add_test(tc, test_limits);
     tcase_add_test(tc, test_long_lines);
+    LOOP(tc, test_costly_regex, costly_regexes);
+    LOOP(tc, test_plain_regex, plain_regexes);
+    tcase_add_test(tc, test_regex_length);
     tcase_set_timeout(tc, 30); /* the limits test is slow under sanitizers */
     suite_add_tcase(s, tc);
 

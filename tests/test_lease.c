@@ -1,6 +1,7 @@
 /* test_lease.c - the lease cache's logic with a fake clock and hand-written
  * Redis replies (the scripts themselves are tested in test_scripts.c). */
 #include <check.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -757,6 +758,46 @@ static void exact_reply(struct lease_table *t, struct lease_job *j, int ok, int6
     lease_reply(t, j, ok, ok ? v : NULL, ok ? EXACT_R_COUNT : 0, now, done, fb, next);
 }
 
+/* A retry_ms at or past the cap (a reply may say any integer) stays at the
+ * cap once the interval's worth is added: the answer's retry and the cached
+ * block never pass BUCKET_MAX_PERIOD_US (fuzz_reply found 2^53 + 90 ms). */
+START_TEST(blocked_retry_keeps_the_cap)
+{
+    const struct bucket_params p100 = {0, 100, 1 * S, 50}; /* 5 tokens added a block */
+    static const int64_t retries[] = {9999999999999, INT64_MAX, (int64_t)(BUCKET_MAX_PERIOD_US / MS),
+                                      (int64_t)(BUCKET_MAX_PERIOD_US / MS) - 1};
+    struct lease_job *j, *next;
+    struct lease_waiter *done, *fb;
+    struct req r;
+
+    for (size_t i = 0; i < sizeof(retries) / sizeof(retries[0]); i++) {
+        struct lease_table *t = lease_table_new(&cfg, 4);
+        decide(t, "fast", &p100, 10 * S, 1, &r, &j);
+        j->sent_us = 10 * S;
+        reply(t, j, (const int64_t[8]){0, 0, 0, 0, retries[i], 10, 0, 0}, 10 * S, &done, &fb,
+              &next);
+        ck_assert(!r.res.allowed);
+        ck_assert_uint_le(r.res.retry_us, BUCKET_MAX_PERIOD_US);
+        ck_assert_uint_ge(r.res.retry_us, BUCKET_MAX_PERIOD_US - 1000 * MS);
+        ck_assert_uint_le(r.res.reset_us, BUCKET_MAX_PERIOD_US);
+        ck_assert_int_eq(decide(t, "fast", &p100, 11 * S, 1, &r, &j), LEASE_DONE);
+        ck_assert(!r.res.allowed);
+        ck_assert_uint_le(r.res.retry_us, BUCKET_MAX_PERIOD_US);
+        lease_table_free(t);
+
+        /* the same through an exact denial (fuzz_reply's reproducer) */
+        t = lease_table_new(&cfg_exact, 4);
+        decide(t, "fast", &p100, 10 * S, 1, &r, &j);
+        ck_assert_uint_eq(j->kind, LEASE_JOB_EXACT);
+        exact_reply(t, j, 1, 0, 0, retries[i], 10 * S, &done, &fb, &next);
+        ck_assert(!r.res.allowed);
+        ck_assert_uint_le(r.res.retry_us, BUCKET_MAX_PERIOD_US);
+        ck_assert_uint_ge(r.res.retry_us, BUCKET_MAX_PERIOD_US - 1000 * MS);
+        lease_table_free(t);
+    }
+}
+END_TEST
+
 START_TEST(cold_key_goes_exact)
 {
     struct lease_table *t = lease_table_new(&cfg_exact, 4);
@@ -903,6 +944,7 @@ static Suite *lease_suite(void)
     tcase_add_test(tc, cold_key_goes_exact);
     tcase_add_test(tc, exact_denial_is_cached);
     tcase_add_test(tc, exact_failure_and_arrivals);
+    tcase_add_test(tc, blocked_retry_keeps_the_cap);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -22,6 +22,15 @@
 #define CFG_MAX_ALLOW 64
 #define CFG_MAX_ENTRIES 1000000000000ULL /* [agent] max_entries */
 #define CFG_MAX_NAME 40 /* rule names appear in ACK vars and metrics labels */
+/* A match regex is refused before regcomp when glibc could take seconds and
+ * gigabytes to compile it: glibc copies a repeated subexpression once per
+ * count ('a{1,255}' is 255 copies, 'a+' two) and each optional copy adds to
+ * every epsilon closure before it. Measured (glibc 2.36): 2,000 optional
+ * copies ('(a?){1000}(b?){1000}', the worst these bounds allow) take 32 MB
+ * and 0.25 s; 'a' and 24 stacked '+' took gigabytes. */
+#define CFG_REGEX_MAX_LEN 1024    /* bytes of pattern */
+#define CFG_REGEX_MAX_REPEAT 1000 /* product of nested repetition counts */
+#define CFG_REGEX_MAX_ATOMS 2048  /* atoms once every repetition is copied out */
 /* One year: longer durations are mistakes (1/20000000d), and bounding them
  * keeps every product of durations (microseconds, 2 x window, the backstop's
  * period / share) far from overflow. */
