@@ -1,5 +1,8 @@
 /* lease.h - the local token lease cache: tokens claimed from the shared Redis
- * bucket in batches and spent locally (see shared/lease-design.md).
+ * bucket in batches and spent locally. Redis counts the tokens agents hold
+ * (tokens + held <= burst), so tokens are only spent after Redis granted them
+ * and the fleet never admits more than b + r*T in any interval T (README,
+ * "What it is, and why leases"; the scripts' contract: lua/README.md).
  *
  * Pure: no Redis, no event loop, no clock reads. The caller passes now_us,
  * sends the jobs (claims, give-backs) this module hands out, and feeds their

@@ -5,9 +5,10 @@
  * is bounds-checked. Decoded strings and binaries are VIEWS into that buffer:
  * they stay valid only as long as the buffer is neither freed nor compacted.
  *
- * The wire format follows HAProxy's doc/SPOE.txt with the corrections listed
- * in shared/spop-notes.md (typed-data type in the LOW nibble, varints in the
- * "peers" encoding, at most 10 bytes).
+ * The wire format follows HAProxy's doc/SPOE.txt, as HAProxy really encodes
+ * it where the two differ: the typed-data type is in the LOW nibble and the
+ * flags in the high one, and varints use the "peers" encoding (at most 10
+ * bytes here: HAProxy's decoder does not cap the shift).
  *
  * Return convention: 0 (or a positive count) on success, a negative SPOP_E*
  * code on failure.
