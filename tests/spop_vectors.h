@@ -1,7 +1,7 @@
 /* spop_vectors.h - test vectors of the SPOP codec, for tests/test_spop.c only.
  *
- * First the real frames captured from HAProxy 2.6.12 (Debian 12), converted
- * byte for byte from shared/spop-vectors.txt (4-byte length prefix included),
+ * First the real frames captured from HAProxy 2.6.12 (Debian 12) between it
+ * and an agent, kept here byte for byte (4-byte length prefix included),
  * then hand-made cases: boundary values, expected encodings, malformed input.
  *
  * The captures: The NOTIFYs carry one "check-rate" message with the args
