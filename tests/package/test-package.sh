@@ -252,7 +252,9 @@ say "agent running as $who (pid $agent_pid, open files $nofile, $( [ "$systemd_p
 # ---- HAProxy with the installed kit -----------------------------------------------
 kit="$tmp/kit"
 cp -r "$EXAMPLES/haproxy" "$kit"
-export RL_HTTP_ADDR="127.0.0.1:$P_HTTP" RL_AGENT_ADDR="127.0.0.1:$P_SPOP"
+# the kit lists two agents (RL_AGENT1_ADDR, RL_AGENT2_ADDR): both are this one
+export RL_HTTP_ADDR="127.0.0.1:$P_HTTP" RL_AGENT1_ADDR="127.0.0.1:$P_SPOP" \
+    RL_AGENT2_ADDR="127.0.0.1:$P_SPOP"
 (cd "$kit" && haproxy -c -f haproxy.cfg >"$tmp/haproxy-check.log" 2>&1) ||
     { cat "$tmp/haproxy-check.log"; fail "haproxy -c on the installed kit"; }
 (cd "$kit" && exec haproxy -db -f haproxy.cfg) >"$tmp/haproxy.log" 2>&1 &
