@@ -320,3 +320,14 @@ class HAProxy(Proc):
         rc = super().stop(sig, timeout)
         shutil.rmtree(self.dir, ignore_errors=True)
         return rc
+
+
+# Poll pred every step seconds until it holds or timeout passes: its last value.
+def wait_for(pred, timeout=10.0, step=0.05):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        v = pred()
+        if v:
+            return v
+        time.sleep(step)
+    return pred()

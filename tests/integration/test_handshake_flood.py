@@ -28,7 +28,7 @@ import time
 import unittest
 
 import spop
-from harness import AGENT, TOP, Proc, free_port, wait_port
+from harness import AGENT, Proc, TOP, free_port, wait_for, wait_port
 from haproxies import KitHAProxy, survey
 
 FLOOD_CONNS = 3000
@@ -97,16 +97,6 @@ def rss_kb(pid):
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
     return 0
-
-
-def wait_for(pred, timeout=10.0, step=0.05):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        v = pred()
-        if v:
-            return v
-        time.sleep(step)
-    return pred()
 
 
 class ShippedAgent(Proc):

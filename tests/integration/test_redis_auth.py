@@ -24,7 +24,7 @@ import time
 import unittest
 
 import fleet
-from harness import Agent, Proc, Redis, free_port, wait_port
+from harness import Agent, Proc, Redis, free_port, wait_for, wait_port
 
 RULES = """
 [rule:u]
@@ -32,16 +32,6 @@ key = key
 rate = 10/1m
 burst = 10
 """
-
-
-def wait_for(pred, timeout=10.0, step=0.05):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        v = pred()
-        if v:
-            return v
-        time.sleep(step)
-    return pred()
 
 
 def cli(port, *args, password=None, user=None, timeout=10):

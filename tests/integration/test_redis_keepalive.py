@@ -19,7 +19,7 @@ import time
 import unittest
 
 import fleet
-from harness import Agent, Redis, free_port
+from harness import Agent, Redis, free_port, wait_for
 from test_redis import RedisCase
 
 RULES = """
@@ -30,16 +30,6 @@ lease = off
 """
 
 IDLE_S = 20
-
-
-def wait_for(pred, timeout=10.0, step=0.05):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        v = pred()
-        if v:
-            return v
-        time.sleep(step)
-    return pred()
 
 
 def agent_clients(port):
