@@ -24,9 +24,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dlist.h"
+#include "core/dlist.h"
+#include "core/util.h"
 #include "metrics.h"
-#include "util.h"
 
 /* Noise below which a token count or a duration in microseconds is taken
  * to be the integer next to it. For token counts it is further capped by

@@ -9,13 +9,13 @@
 #include <string.h>
 
 #include "config/config.h"
-#include "log.h"
+#include "core/log.h"
+#include "core/util.h"
 #include "metrics.h"
-#include "store/script.h"
 #include "script_args.h"
+#include "store/script.h"
 #include "store/store.h"
 #include "store/store_reply.h"
-#include "util.h"
 
 #define STRIPES 64
 #define KEYBUF 1024

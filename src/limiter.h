@@ -14,8 +14,8 @@
 #include <stdint.h>
 
 #include "bucket.h"
-#include "lease.h"
-#include "rules.h"
+#include "lease/lease.h"
+#include "rules/rules.h"
 
 struct ev_loop;
 struct config;

@@ -11,18 +11,18 @@
 #include <unistd.h>
 
 #include "autoconfig.h"
-#include "config_page.h"
-#include "httpd.h"
-#include "keyapi.h"
+#include "core/log.h"
+#include "core/util.h"
+#include "http/config_page.h"
+#include "http/httpd.h"
+#include "http/keyapi.h"
 #include "limiter.h"
-#include "log.h"
 #include "metrics.h"
-#include "mismatch.h"
 #include "notify.h"
-#include "rules.h"
-#include "server.h"
+#include "rules/mismatch.h"
+#include "rules/rules.h"
+#include "server/server.h"
 #include "store/store.h"
-#include "util.h"
 
 #define ERRBUF 8192
 #define STOP_TIMEOUT_S 4.5 /* interface.md: exit within 5 s */

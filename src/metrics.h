@@ -108,7 +108,7 @@ struct metrics {
     atomic_uint_fast64_t reload_failures;
     /* leases */
     atomic_uint_fast64_t lease_claims;
-    atomic_uint_fast64_t lease_exact_calls; /* cold keys' single decisions (lease.c) */
+    atomic_uint_fast64_t lease_exact_calls; /* cold keys' single decisions (lease_cache.c) */
     atomic_uint_fast64_t lease_tokens_granted;
     atomic_uint_fast64_t lease_tokens_returned;
     atomic_uint_fast64_t lease_local_decisions;

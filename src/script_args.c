@@ -4,7 +4,7 @@
 
 #include <string.h>
 
-#include "util.h"
+#include "core/util.h"
 
 _Static_assert((int)RETURN_ARGC <= SCRIPT_MAX_ARGC && (int)EXACT_ARGC <= SCRIPT_MAX_ARGC,
                "a claim takes the most arguments");

@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 #include "bucket.h"
-#include "lease.h"
+#include "lease/lease.h"
 #include "store/script.h"
 
 /* The most arguments a script call takes (a claim). */

@@ -39,7 +39,7 @@
 #include "bucket.h"
 #include "config/config.h"
 #include "metrics.h"
-#include "rules.h"
+#include "rules/rules.h"
 #include "spop/spop.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

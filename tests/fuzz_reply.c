@@ -29,7 +29,7 @@
 #include <string.h>
 
 #include "bucket.h"
-#include "lease.h"
+#include "lease/lease.h"
 #include "metrics.h"
 #include "store/script.h"
 #include "store/store_reply.h"

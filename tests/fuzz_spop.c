@@ -37,8 +37,8 @@
 
 #include "bucket.h"
 #include "config/config.h"
-#include "lease.h"
-#include "rules.h"
+#include "lease/lease.h"
+#include "rules/rules.h"
 #include "spop/spop.h"
 #include "spop/spop_conn.h"
 #include "spop_vectors.h"

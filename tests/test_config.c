@@ -1,7 +1,7 @@
 /* test_config.c - unit tests of the configuration module: value parsers,
  * defaults, a full file, every kind of error with its FILE:LINE, peers. */
 #include "config/config.h"
-#include "config_page.h"
+#include "http/config_page.h"
 
 #include <arpa/inet.h>
 #include <check.h>

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lease.h"
+#include "lease/lease.h"
 #include "metrics.h"
 
 #define MS 1000ull

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lease.h"
+#include "lease/lease.h"
 
 #define MS 1000ull
 #define S 1000000ull

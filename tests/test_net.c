@@ -2,7 +2,7 @@
  * missing ports, overlong parts), CIDRs and the peer check, real sockets on
  * loopback (net_listen on 127.0.0.1:0 and a unix path, net_connect), what a
  * listener does after accept fails, the open-file limit, name lookups. */
-#include "net.h"
+#include "core/net.h"
 
 #include <arpa/inet.h>
 #include <check.h>

@@ -7,8 +7,8 @@
 #include "bucket.h"
 #include "config/config.h"
 #include "fleet.h"
-#include "mismatch.h"
-#include "rules.h"
+#include "rules/mismatch.h"
+#include "rules/rules.h"
 #include "spop/spop.h"
 
 static const char *const ini =

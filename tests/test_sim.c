@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lease.h"
-#include "store/script.h"
+#include "lease/lease.h"
 #include "script_args.h"
+#include "store/script.h"
 #include "tools/sim_redis.h"
 #include "tools/sim_stats.h"
 

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "slab.h"
+#include "core/slab.h"
 
 /* Slot sizes: tiny (rounded up to hold a link), odd, and the lease entry's. */
 static const size_t sizes[] = {1, 100, 400};

@@ -10,9 +10,9 @@
 #include <inttypes.h>
 #include <sys/socket.h>
 
+#include "core/sha256.h"
+#include "core/util.h"
 #include "store/store_info.h"
-#include "util.h"
-#include "sha256.h"
 
 struct slot_case {
     const char *key;

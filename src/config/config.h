@@ -13,8 +13,8 @@
 #include <sys/socket.h>
 
 #include "bucket.h"
-#include "log.h"
-#include "net.h"
+#include "core/log.h"
+#include "core/net.h"
 
 #define CFG_MAX_RULES 1024
 #define CFG_MAX_KEY_ARGS 16

@@ -17,7 +17,7 @@
 #include "config.h"
 #include "config_errors.h"
 #include "config_value.h"
-#include "net.h"
+#include "core/net.h"
 
 static int set_string(struct parse_state *st, char **field, const char *value)
 {

@@ -15,7 +15,7 @@
 #include <strings.h>
 
 #include "config.h"
-#include "net.h"
+#include "core/net.h"
 
 /* ---- value parsers --------------------------------------------------------- */
 

@@ -15,9 +15,10 @@
 #include <unistd.h>
 
 #include "config/config.h"
-#include "log.h"
+#include "core/log.h"
+#include "core/net.h"
+#include "core/util.h"
 #include "metrics.h"
-#include "net.h"
 #include "store_cluster.h"
 #include "store_conn.h"
 #include "store_heartbeat.h"
@@ -25,7 +26,6 @@
 #include "store_probe.h"
 #include "store_reply_pool.h"
 #include "store_sentinel.h"
-#include "util.h"
 
 struct store {
     struct store_env env;

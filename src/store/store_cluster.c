@@ -15,12 +15,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "log.h"
+#include "core/log.h"
+#include "core/net.h"
+#include "core/util.h"
 #include "metrics.h"
-#include "net.h"
 #include "store_conn.h"
 #include "store_probe.h"
-#include "util.h"
 
 #define REFRESH_MIN_US 100000 /* at most one CLUSTER SLOTS per 100 ms */
 #define REFRESH_PARTIAL 1.0   /* seconds: ask again while slots are unassigned */

@@ -24,15 +24,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "log.h"
+#include "core/log.h"
+#include "core/net.h"
+#include "core/util.h"
 #include "metrics.h"
-#include "net.h"
 #include "store_conn_int.h"
 #include "store_errors.h"
 #include "store_lookup.h"
 #include "store_reply.h"
 #include "store_reply_pool.h"
-#include "util.h"
 
 #define BACKOFF_MAX 2.0
 #define WATCHDOG_EVERY 0.05

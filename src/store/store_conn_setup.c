@@ -13,11 +13,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "log.h"
+#include "core/log.h"
+#include "core/util.h"
 #include "metrics.h"
 #include "scripts.h"
 #include "store_errors.h"
-#include "util.h"
 
 #define PROBE_KEY_MAX 128
 

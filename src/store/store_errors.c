@@ -4,7 +4,7 @@
 
 #include <string.h>
 
-#include "log.h"
+#include "core/log.h"
 
 #define NOTE_EVERY_S 10.0
 

@@ -7,8 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/log.h"
 #include "fleet.h"
-#include "log.h"
 #include "metrics.h"
 #include "store.h"
 

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "log.h"
+#include "core/log.h"
 #include "metrics.h"
 #include "store_conn.h"
 

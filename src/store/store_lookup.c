@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "net.h"
+#include "core/net.h"
 
 #define ERR_MAX (NET_HOST_MAX + 64)
 

@@ -20,9 +20,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "log.h"
+#include "core/log.h"
+#include "core/net.h"
 #include "metrics.h"
-#include "net.h"
 #include "store_conn.h"
 #include "store_errors.h"
 #include "store_lookup.h"

@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "log.h"
-#include "net.h"
+#include "core/log.h"
+#include "core/net.h"
 #include "store_probe.h"
 
 #define RECHECK_EVERY 1.0 /* seconds between background questions */

@@ -12,8 +12,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "net.h"
-#include "util.h"
+#include "core/net.h"
+#include "core/util.h"
 
 #define BENCH_MAX_CONNS 1024
 #define BENCH_MAX_PIPELINE 256

@@ -12,7 +12,7 @@
 #include <sys/resource.h>
 
 #include "config/config.h"
-#include "rules.h"
+#include "rules/rules.h"
 #include "tools/sim.h"
 #include "tools/sim_svg.h"
 #include "tools/sim_traffic.h"

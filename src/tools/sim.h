@@ -2,7 +2,7 @@
  * and what it measured. Shared by its modules:
  *
  *   sim.c          command line, sweeps, output (table, JSON, SVG)
- *   sim_fleet.c    one run: agents running the real lease code (lease.c),
+ *   sim_fleet.c    one run: agents running the real lease code (lease_cache.c),
  *                  their Redis connections, the event queue in virtual time
  *   sim_rate.c     --policy rate: a model of rate leases (not in the agent)
  *   sim_redis.c    the Redis server: the agent's Lua scripts, embedded Lua 5.1
@@ -24,7 +24,7 @@
 
 struct sim_trace; /* sim_traffic.h */
 
-/* token: the agent's token leases (lease.c, the Lua scripts); rate: a model
+/* token: the agent's token leases (lease_cache.c, the Lua scripts); rate: a model
  * of rate leases written in the simulator only (sim_rate.c). */
 enum sim_policy { SIM_POLICY_TOKEN, SIM_POLICY_RATE };
 

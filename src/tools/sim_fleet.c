@@ -32,9 +32,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "lease.h"
-#include "store/script.h"
+#include "lease/lease.h"
 #include "script_args.h"
+#include "store/script.h"
 #include "tools/sim_redis.h"
 #include "tools/sim_stats.h"
 #include "tools/sim_traffic.h"
@@ -93,7 +93,7 @@ struct sent {
     struct sent *next;
 };
 
-/* A request waiting for a claim: the waiter lease.c links, and what the
+/* A request waiting for a claim: the waiter lease_cache.c links, and what the
  * simulator needs to record its decision when it comes. */
 struct wait {
     struct lease_waiter w; /* first: a waiter pointer is a wait pointer */

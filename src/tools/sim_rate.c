@@ -1,7 +1,7 @@
 /* sim_rate.c - spoa-sim --policy rate: a MODEL of rate leases (Google
  * Doorman's "capacity leases"), written in the simulator only, to compare
  * with the agent's token leases before implementing anything. Neither the
- * agent (lease.c, limiter.c) nor the Lua scripts know rate leases yet: the
+ * agent (lease_cache.c, limiter.c) nor the Lua scripts know rate leases yet: the
  * central grant logic below is C standing in for a future Redis script.
  *
  * The model, per key with rate r and burst b:

@@ -10,9 +10,9 @@
 #include <string.h>
 #include <strings.h>
 
+#include "core/util.h"
 #include "scripts.h"
 #include "store/script.h"
-#include "util.h"
 
 #define NO_HEAP ((size_t)-1)
 #define MAX_CMD_ARGS 64 /* the scripts pass at most 5 */

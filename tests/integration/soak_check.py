@@ -83,6 +83,6 @@ def down_bound(records, t0, t1, b, r, burst_b, share, agents):
 
 
 def backstop_burst(burst, share):
-    """The backstop's burst as src/rules.c computes it: share x burst,
+    """The backstop's burst as src/rules/rules.c computes it: share x burst,
     truncated, at least 1."""
     return max(1, int(share * burst))

@@ -2,7 +2,7 @@
 half-closes (SHUT_WR) and one that does not. Each sends many NOTIFYs from a
 socket with a small receive buffer, enough that its ACKs fill that buffer,
 the agent's send buffer and the agent's own output up to OUT_HIGH_WATER
-(src/server_conn.c), where the agent stops reading it. Checked: the agent's
+(src/server/server_conn.c), where the agent stops reading it. Checked: the agent's
 memory stays bounded (VmRSS), the connection's fd is closed within
 DRAIN_TIMEOUT_S (5 s) of the last answer taken plus slack, counted in
 spoa_ratelimit_connection_timeouts_total{phase="drain"}, and a normal peer on

@@ -8,13 +8,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/log.h"
+#include "core/util.h"
 #include "httpd.h"
 #include "limiter.h"
-#include "log.h"
-#include "rules.h"
+#include "rules/rules.h"
 #include "store/script.h"
 #include "store/store.h"
-#include "util.h"
 
 #define ARG_MAX 8192              /* a decoded query value: the request is at most 8 KiB */
 #define CKEY_MAX (ARG_MAX + 128)  /* a client key, limits appended */

@@ -18,7 +18,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 
-#include "log.h" /* log_gate, which its users share */
+#include "core/log.h" /* log_gate, which its users share */
 
 #define ACCEPT_PAUSE_MIN 0.1 /* seconds */
 #define ACCEPT_PAUSE_MAX 1.0

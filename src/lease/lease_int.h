@@ -1,4 +1,4 @@
-/* lease_int.h - the lease cache's private parts, shared by lease.c (the
+/* lease_int.h - the lease cache's private parts, shared by lease_cache.c (the
  * cache and token leases), lease_rate.c (rate leases) and lease_ops.c (one
  * key, for the operator). Nothing outside those files includes it. */
 #ifndef LEASE_INT_H
@@ -9,9 +9,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "dlist.h"
+#include "core/dlist.h"
+#include "core/slab.h"
 #include "lease.h"
-#include "slab.h"
 
 /* A report of "everything held was spent": scripts cap a report at what is held. */
 #define LEASE_VOID 1000000000000ull

@@ -1,14 +1,14 @@
 /* lease_table.c - where the lease cache's entries live: the table and its
  * stripes, each a hash table behind its own lock, with an age list (least
  * recently touched first: what the sweep forgets and the eviction drops) and
- * an active list (what a tick walks). The lease protocol itself is lease.c. */
+ * an active list (what a tick walks). The lease protocol itself is lease_cache.c. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "dlist.h"
+#include "core/dlist.h"
+#include "core/util.h"
 #include "lease_int.h"
 #include "metrics.h"
-#include "util.h"
 
 /* Entries the sweep looks at per stripe and tick, at most: a churn of keys is
  * forgotten over several ticks rather than in one long stall. */

@@ -38,7 +38,7 @@ struct lease_config {
      * goes as an exact call instead (the agent: on). */
     int exact_cold;
     /* A busy token lease is topped up as it runs low, not only at the tick
-     * (token_prefetch in lease.c; the agent: on). */
+     * (token_prefetch in lease_cache.c; the agent: on). */
     int prefetch;
 };
 
@@ -88,7 +88,7 @@ void lease_table_free(struct lease_table *t);
  * NULL: no cap). Call before the first lease_decide. Past b's max, a new key
  * drops the least recently used entry of its stripe without a job in flight
  * or waiters (metrics: evictions). A spend it had not reported yet is not
- * lost: see stripe_evict in lease.c. */
+ * lost: see stripe_evict in lease_cache.c. */
 void lease_table_set_budget(struct lease_table *t, struct bucket_budget *b);
 
 enum lease_verdict {

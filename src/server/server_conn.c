@@ -20,13 +20,13 @@
 
 #include "accept_guard.h"
 #include "config/config.h"
+#include "core/log.h"
+#include "core/net.h"
+#include "core/util.h"
 #include "limiter.h"
-#include "log.h"
 #include "metrics.h"
-#include "net.h"
-#include "rules.h"
+#include "rules/rules.h"
 #include "spop/spop_conn.h"
-#include "util.h"
 
 #define ACCEPT_BATCH 64           /* accepts per wake-up, to stay fair to open connections */
 #define OUT_HIGH_WATER (1u << 20) /* stop reading while this much output is unsent */

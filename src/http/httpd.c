@@ -12,11 +12,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "accept_guard.h"
-#include "log.h"
+#include "core/log.h"
+#include "core/net.h"
+#include "core/util.h"
 #include "metrics.h"
-#include "net.h"
-#include "util.h"
+#include "server/accept_guard.h"
 
 #define HTTP_REQ_MAX 8192
 #define HTTP_TIMEOUT 5.0  /* a connection's whole life: request in, response out */

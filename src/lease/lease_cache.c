@@ -1,4 +1,4 @@
-/* lease.c - the local token lease cache: decisions, claims and give-backs,
+/* lease_cache.c - the local token lease cache: decisions, claims and give-backs,
  * replies, the tick. Where entries live (stripes, hash chains, the age and
  * active lists, eviction, the sweep) is lease_table.c. */
 #include "lease.h"
@@ -6,10 +6,10 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "dlist.h"
+#include "core/dlist.h"
+#include "core/util.h"
 #include "lease_int.h"
 #include "metrics.h"
-#include "util.h"
 
 /* ---- decisions ------------------------------------------------------------ */
 

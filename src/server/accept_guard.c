@@ -4,9 +4,9 @@
 
 #include <string.h>
 
-#include "log.h"
-#include "net.h"
-#include "util.h"
+#include "core/log.h"
+#include "core/net.h"
+#include "core/util.h"
 
 #define WARN_EVERY_S 10.0
 

@@ -5,8 +5,8 @@
 
 #include <string.h>
 
+#include "core/util.h"
 #include "metrics.h"
-#include "util.h"
 
 /* The deciding non-shadow hit: the blocking one that asks for the longest
  * wait, else the one with the fewest remaining. NULL when none. */

@@ -16,11 +16,11 @@
 
 #include "accept_guard.h"
 #include "config/config.h"
+#include "core/log.h"
+#include "core/net.h"
 #include "limiter.h"
-#include "log.h"
 #include "metrics.h"
-#include "net.h"
-#include "rules.h"
+#include "rules/rules.h"
 #include "server_int.h"
 #include "spop/spop_conn.h"
 

@@ -9,10 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/sha256.h"
+#include "core/util.h"
 #include "fleet.h"
 #include "mismatch.h"
-#include "sha256.h"
-#include "util.h"
 
 #define KEY_SEP '|'
 /* Before the limits in the key of a rule with limits from args: a control

@@ -2,8 +2,8 @@
  * POST /reset) and for observers (the simulator's count of held tokens). */
 #include <string.h>
 
+#include "core/util.h"
 #include "lease_int.h"
-#include "util.h"
 
 struct lease_entry *lease_find_locked(struct lease_table *t, const char *key, size_t keylen,
                                        struct lease_stripe **sp)
