@@ -26,7 +26,7 @@
 
 #include "core/dlist.h"
 #include "core/util.h"
-#include "metrics.h"
+#include "metrics/metrics.h"
 
 /* Noise below which a token count or a duration in microseconds is taken
  * to be the integer next to it. For token counts it is further capped by

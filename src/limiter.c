@@ -11,7 +11,7 @@
 #include "config/config.h"
 #include "core/log.h"
 #include "core/util.h"
-#include "metrics.h"
+#include "metrics/metrics.h"
 #include "script_args.h"
 #include "store/script.h"
 #include "store/store.h"

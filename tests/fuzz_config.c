@@ -38,7 +38,7 @@
 
 #include "bucket.h"
 #include "config/config.h"
-#include "metrics.h"
+#include "metrics/metrics.h"
 #include "rules/rules.h"
 #include "spop/spop.h"
 

@@ -30,7 +30,7 @@
 
 #include "bucket.h"
 #include "lease/lease.h"
-#include "metrics.h"
+#include "metrics/metrics.h"
 #include "store/script.h"
 #include "store/store_reply.h"
 

@@ -1,6 +1,6 @@
 /* test_bucket.c - token bucket, sliding window and bucket table. */
 #include "bucket.h"
-#include "metrics.h"
+#include "metrics/metrics.h"
 
 #include <check.h>
 #include <pthread.h>

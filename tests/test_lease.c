@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "lease/lease.h"
-#include "metrics.h"
+#include "metrics/metrics.h"
 
 #define MS 1000ull
 #define S 1000000ull

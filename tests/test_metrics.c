@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "metrics.h"
+#include "metrics/metrics.h"
 
 #define S 1000000ull
 

@@ -7,7 +7,7 @@
 #include "bucket.h"
 #include "config/config.h"
 #include "fleet.h"
-#include "rules/mismatch.h"
+#include "metrics/mismatch.h"
 #include "rules/rules.h"
 #include "spop/spop.h"
 

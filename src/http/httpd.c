@@ -15,7 +15,7 @@
 #include "core/log.h"
 #include "core/net.h"
 #include "core/util.h"
-#include "metrics.h"
+#include "metrics/metrics.h"
 #include "server/accept_guard.h"
 
 #define HTTP_REQ_MAX 8192

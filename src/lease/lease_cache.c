@@ -9,7 +9,7 @@
 #include "core/dlist.h"
 #include "core/util.h"
 #include "lease_int.h"
-#include "metrics.h"
+#include "metrics/metrics.h"
 
 /* ---- decisions ------------------------------------------------------------ */
 

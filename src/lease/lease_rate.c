@@ -17,7 +17,7 @@
 #include <math.h>
 
 #include "lease_int.h"
-#include "metrics.h"
+#include "metrics/metrics.h"
 
 #define RATE_WORTH 4.0   /* requests expected in a lease's life for it to pay */
 #define RATE_HOT 1.0     /* decisions per interval from which token leases win */

@@ -8,7 +8,7 @@
 #include "core/dlist.h"
 #include "core/util.h"
 #include "lease_int.h"
-#include "metrics.h"
+#include "metrics/metrics.h"
 
 /* Entries the sweep looks at per stripe and tick, at most: a churn of keys is
  * forgotten over several ticks rather than in one long stall. */

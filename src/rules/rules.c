@@ -12,7 +12,7 @@
 #include "core/sha256.h"
 #include "core/util.h"
 #include "fleet.h"
-#include "mismatch.h"
+#include "metrics/mismatch.h"
 
 #define KEY_SEP '|'
 /* Before the limits in the key of a rule with limits from args: a control

@@ -14,7 +14,7 @@
 
 #include "bucket.h"
 #include "config/config.h"
-#include "metrics.h"
+#include "metrics/metrics.h"
 #include "spop/spop.h"
 
 /* A rule's first ACK variables (blocked, rule, limit, policy) as encoded,

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "core/util.h"
-#include "metrics.h"
+#include "metrics/metrics.h"
 
 /* The deciding non-shadow hit: the blocking one that asks for the longest
  * wait, else the one with the fewest remaining. NULL when none. */

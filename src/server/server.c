@@ -19,7 +19,7 @@
 #include "core/log.h"
 #include "core/net.h"
 #include "limiter.h"
-#include "metrics.h"
+#include "metrics/metrics.h"
 #include "rules/rules.h"
 #include "server_int.h"
 #include "spop/spop_conn.h"

@@ -24,7 +24,7 @@
 #include "core/net.h"
 #include "core/util.h"
 #include "limiter.h"
-#include "metrics.h"
+#include "metrics/metrics.h"
 #include "rules/rules.h"
 #include "spop/spop_conn.h"
 

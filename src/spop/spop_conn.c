@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "metrics.h"
+#include "metrics/metrics.h"
 
 #define OUT_INITIAL 4096
 

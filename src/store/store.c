@@ -18,7 +18,7 @@
 #include "core/log.h"
 #include "core/net.h"
 #include "core/util.h"
-#include "metrics.h"
+#include "metrics/metrics.h"
 #include "store_cluster.h"
 #include "store_conn.h"
 #include "store_heartbeat.h"

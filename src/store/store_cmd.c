@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "metrics.h"
+#include "metrics/metrics.h"
 #include "store_reply.h"
 #include "store_resp.h"
 

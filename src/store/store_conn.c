@@ -27,7 +27,7 @@
 #include "core/log.h"
 #include "core/net.h"
 #include "core/util.h"
-#include "metrics.h"
+#include "metrics/metrics.h"
 #include "store_conn_int.h"
 #include "store_errors.h"
 #include "store_lookup.h"

@@ -10,7 +10,7 @@
 #include <hiredis/async.h>
 #include <stdint.h>
 
-#include "metrics.h"
+#include "metrics/metrics.h"
 #include "store_conn.h"
 
 #define BACKOFF_MIN 0.05 /* seconds before the first retry; doubled up to BACKOFF_MAX */

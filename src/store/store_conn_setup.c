@@ -15,7 +15,7 @@
 
 #include "core/log.h"
 #include "core/util.h"
-#include "metrics.h"
+#include "metrics/metrics.h"
 #include "scripts.h"
 #include "store_errors.h"
 

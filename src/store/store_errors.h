@@ -12,7 +12,7 @@
 #ifndef STORE_ERRORS_H
 #define STORE_ERRORS_H
 
-#include "metrics.h"
+#include "metrics/metrics.h"
 
 /* The kind of an error reply's text (its first word, and the few errors
  * that say the same thing in other words: a script's own ACL refusal is

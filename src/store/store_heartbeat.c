@@ -9,7 +9,7 @@
 
 #include "core/log.h"
 #include "fleet.h"
-#include "metrics.h"
+#include "metrics/metrics.h"
 #include "store.h"
 
 /* KEYS[1] the fleet's set, ARGV[1] this agent, ARGV[2] the live window in ms.

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "core/log.h"
-#include "metrics.h"
+#include "metrics/metrics.h"
 #include "store_conn.h"
 
 #define POLL_EVERY 60.0 /* seconds between two INFO of one server */

@@ -22,7 +22,7 @@
 
 #include "core/log.h"
 #include "core/net.h"
-#include "metrics.h"
+#include "metrics/metrics.h"
 #include "store_conn.h"
 #include "store_errors.h"
 #include "store_lookup.h"

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rules/mismatch.h"
+#include "mismatch.h"
 
 struct metrics metrics;
 _Thread_local struct metrics_local metrics_local;
