@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/strbuf.h"
 #include "mismatch.h"
 
 struct metrics metrics;
@@ -193,55 +194,6 @@ void metrics_top_add(struct metrics_rule *r, const char *key, size_t keylen, uin
 
 /* ---- rendering ----------------------------------------------------------- */
 
-struct strbuf {
-    char *p;
-    size_t len, cap;
-    int failed;
-};
-
-static void sb_printf(struct strbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(struct strbuf *b, const char *fmt, ...)
-{
-    va_list ap;
-    int n;
-
-    if (b->failed)
-        return;
-    for (;;) {
-        va_start(ap, fmt);
-        n = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? b->cap - b->len : 0, fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-            b->failed = 1;
-            return;
-        }
-        if (b->p && (size_t)n < b->cap - b->len) {
-            b->len += (size_t)n;
-            return;
-        }
-        size_t ncap = b->cap ? b->cap * 2 : 4096;
-        while (ncap < b->len + (size_t)n + 1)
-            ncap *= 2;
-        char *np = realloc(b->p, ncap);
-        if (!np) {
-            b->failed = 1;
-            return;
-        }
-        b->p = np;
-        b->cap = ncap;
-    }
-}
-
-static char *sb_finish(struct strbuf *b, size_t *len)
-{
-    if (b->failed || !b->p) {
-        free(b->p);
-        return NULL;
-    }
-    *len = b->len;
-    return b->p;
-}
-
 static uint64_t ld(atomic_uint_fast64_t *v)
 {
     return atomic_load_explicit(v, memory_order_relaxed);
@@ -252,23 +204,23 @@ static void render_hist(struct strbuf *b, const char *name, const char *help,
 {
     uint64_t cum = 0;
 
-    sb_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    strbuf_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
     for (unsigned i = 0; i < METRICS_HIST_BUCKETS; i++) {
         cum += ld(&h->buckets[i]);
         if (i < METRICS_HIST_BUCKETS - 1)
-            sb_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, hist_bounds_ns[i] / 1e9,
+            strbuf_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, hist_bounds_ns[i] / 1e9,
                       (unsigned long long)cum);
         else
-            sb_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)cum);
+            strbuf_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)cum);
     }
-    sb_printf(b, "%s_sum %.9f\n%s_count %llu\n", name, ld(&h->sum_ns) / 1e9, name,
+    strbuf_printf(b, "%s_sum %.9f\n%s_count %llu\n", name, ld(&h->sum_ns) / 1e9, name,
               (unsigned long long)cum);
 }
 
 static void render_simple(struct strbuf *b, const char *name, const char *type, const char *help,
                           uint64_t v)
 {
-    sb_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s %llu\n", name, help, name, type, name,
+    strbuf_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s %llu\n", name, help, name, type, name,
               (unsigned long long)v);
 }
 
@@ -277,21 +229,21 @@ static void render_rules(struct strbuf *b)
 {
     struct metrics_rule *r;
 
-    sb_printf(b, "# HELP spoa_ratelimit_decisions_total Rate limit decisions by rule and "
+    strbuf_printf(b, "# HELP spoa_ratelimit_decisions_total Rate limit decisions by rule and "
                  "result.\n# TYPE spoa_ratelimit_decisions_total counter\n");
     for (r = atomic_load(&rules_head); r; r = r->next) {
-        sb_printf(b, "spoa_ratelimit_decisions_total{rule=\"%s\",result=\"allowed\"} %llu\n",
+        strbuf_printf(b, "spoa_ratelimit_decisions_total{rule=\"%s\",result=\"allowed\"} %llu\n",
                   r->name, (unsigned long long)ld(&r->allowed));
-        sb_printf(b, "spoa_ratelimit_decisions_total{rule=\"%s\",result=\"blocked\"} %llu\n",
+        strbuf_printf(b, "spoa_ratelimit_decisions_total{rule=\"%s\",result=\"blocked\"} %llu\n",
                   r->name, (unsigned long long)ld(&r->blocked));
-        sb_printf(b, "spoa_ratelimit_decisions_total{rule=\"%s\",result=\"would_block\"} %llu\n",
+        strbuf_printf(b, "spoa_ratelimit_decisions_total{rule=\"%s\",result=\"would_block\"} %llu\n",
                   r->name, (unsigned long long)ld(&r->would_block));
     }
-    sb_printf(b, "# HELP spoa_ratelimit_degraded_decisions_total Decisions taken without Redis "
+    strbuf_printf(b, "# HELP spoa_ratelimit_degraded_decisions_total Decisions taken without Redis "
                  "because it was unreachable.\n# TYPE spoa_ratelimit_degraded_decisions_total "
                  "counter\n");
     for (r = atomic_load(&rules_head); r; r = r->next)
-        sb_printf(b, "spoa_ratelimit_degraded_decisions_total{rule=\"%s\"} %llu\n", r->name,
+        strbuf_printf(b, "spoa_ratelimit_degraded_decisions_total{rule=\"%s\"} %llu\n", r->name,
                   (unsigned long long)ld(&r->degraded));
 }
 
@@ -315,12 +267,12 @@ static void render_redis(struct strbuf *b)
                   "Redis commands that failed or timed out.", ld(&metrics.redis_errors));
     /* every kind, 0 included: dashboards and alerts see the series before
      * the first error */
-    sb_printf(b, "# HELP spoa_ratelimit_redis_error_replies_total Error replies from Redis by "
+    strbuf_printf(b, "# HELP spoa_ratelimit_redis_error_replies_total Error replies from Redis by "
                  "kind (READONLY and MASTERDOWN: not the master; NOPERM: ACL; OOM: maxmemory; "
                  "NOAUTH, WRONGPASS: password).\n"
                  "# TYPE spoa_ratelimit_redis_error_replies_total counter\n");
     for (unsigned k = 0; k < METRICS_REDIS_ERROR_KINDS; k++)
-        sb_printf(b, "spoa_ratelimit_redis_error_replies_total{kind=\"%s\"} %llu\n",
+        strbuf_printf(b, "spoa_ratelimit_redis_error_replies_total{kind=\"%s\"} %llu\n",
                   metrics_redis_error_names[k],
                   (unsigned long long)ld(&metrics.redis_error_replies[k]));
     render_simple(b, "spoa_ratelimit_redis_up", "gauge",
@@ -359,10 +311,10 @@ static void render_spop(struct strbuf *b)
     render_simple(b, "spoa_ratelimit_connections_accepted_total", "counter",
                   "SPOP connections accepted.", ld(&metrics.connections_total));
 
-    sb_printf(b, "# HELP spoa_ratelimit_frames_total SPOP frames received by type.\n"
+    strbuf_printf(b, "# HELP spoa_ratelimit_frames_total SPOP frames received by type.\n"
                  "# TYPE spoa_ratelimit_frames_total counter\n");
     for (unsigned i = 0; i < 4; i++)
-        sb_printf(b, "spoa_ratelimit_frames_total{type=\"%s\"} %llu\n", frame_names[i],
+        strbuf_printf(b, "spoa_ratelimit_frames_total{type=\"%s\"} %llu\n", frame_names[i],
                   (unsigned long long)ld(&metrics.frames_in[i]));
     render_simple(b, "spoa_ratelimit_acks_total", "counter", "ACK frames sent.", ld(&metrics.acks));
     render_simple(b, "spoa_ratelimit_acks_truncated_total", "counter",
@@ -370,13 +322,13 @@ static void render_spop(struct strbuf *b)
                   "had no room for the other variables.",
                   ld(&metrics.acks_truncated));
     /* Status codes 1..13 in order, then 99 ("unknown"), which is counted in [0]. */
-    sb_printf(b, "# HELP spoa_ratelimit_protocol_errors_total Connections closed with an "
+    strbuf_printf(b, "# HELP spoa_ratelimit_protocol_errors_total Connections closed with an "
                  "AGENT-DISCONNECT, by SPOE status code.\n"
                  "# TYPE spoa_ratelimit_protocol_errors_total counter\n");
     for (unsigned i = 1; i < 14; i++)
-        sb_printf(b, "spoa_ratelimit_protocol_errors_total{status=\"%u\"} %llu\n", i,
+        strbuf_printf(b, "spoa_ratelimit_protocol_errors_total{status=\"%u\"} %llu\n", i,
                   (unsigned long long)ld(&metrics.protocol_errors[i]));
-    sb_printf(b, "spoa_ratelimit_protocol_errors_total{status=\"99\"} %llu\n",
+    strbuf_printf(b, "spoa_ratelimit_protocol_errors_total{status=\"99\"} %llu\n",
               (unsigned long long)ld(&metrics.protocol_errors[0]));
 }
 
@@ -390,29 +342,29 @@ static void render_protection(struct strbuf *b)
     static const char *const timeouts[3][2] = {
         {"spop", "hello"}, {"spop", "drain"}, {"stats", "request"}};
 
-    sb_printf(b, "# HELP spoa_ratelimit_accept_pauses_total Times a listener stopped accepting "
+    strbuf_printf(b, "# HELP spoa_ratelimit_accept_pauses_total Times a listener stopped accepting "
                  "for a back-off because the process was out of file descriptors or memory.\n"
                  "# TYPE spoa_ratelimit_accept_pauses_total counter\n");
     for (unsigned l = 0; l < 2; l++)
-        sb_printf(b, "spoa_ratelimit_accept_pauses_total{listener=\"%s\"} %llu\n", listeners[l],
+        strbuf_printf(b, "spoa_ratelimit_accept_pauses_total{listener=\"%s\"} %llu\n", listeners[l],
                   (unsigned long long)ld(&metrics.accept_pauses[l]));
-    sb_printf(b, "# HELP spoa_ratelimit_connections_refused_total Connections closed at accept "
+    strbuf_printf(b, "# HELP spoa_ratelimit_connections_refused_total Connections closed at accept "
                  "(peer not in the allow list, or the listener's connection cap reached with "
                  "nothing to evict), or closed before their handshake ended to admit a newer "
                  "one (handshake_evicted).\n"
                  "# TYPE spoa_ratelimit_connections_refused_total counter\n");
     for (unsigned l = 0; l < 2; l++)
         for (unsigned r = 0; r < METRICS_REFUSALS; r++)
-            sb_printf(b,
+            strbuf_printf(b,
                       "spoa_ratelimit_connections_refused_total{listener=\"%s\",reason=\"%s\"} "
                       "%llu\n",
                       listeners[l], reasons[r], (unsigned long long)ld(&metrics.refused[l][r]));
-    sb_printf(b, "# HELP spoa_ratelimit_connection_timeouts_total Connections closed by a "
+    strbuf_printf(b, "# HELP spoa_ratelimit_connection_timeouts_total Connections closed by a "
                  "timeout: no HELLO, answers owed and not taken (half-closed, or not reading; "
                  "phase drain), slow stats request.\n"
                  "# TYPE spoa_ratelimit_connection_timeouts_total counter\n");
     for (unsigned t = 0; t < 3; t++)
-        sb_printf(b,
+        strbuf_printf(b,
                   "spoa_ratelimit_connection_timeouts_total{listener=\"%s\",phase=\"%s\"} "
                   "%llu\n",
                   timeouts[t][0], timeouts[t][1], (unsigned long long)ld(&metrics.timeouts[t]));
@@ -494,7 +446,7 @@ static void render_mismatches(struct strbuf *b)
 /* What runs: the build, the configuration in force and since when. */
 static void render_identity(struct strbuf *b)
 {
-    sb_printf(b, "# HELP spoa_ratelimit_build_info The agent's version (value 1).\n"
+    strbuf_printf(b, "# HELP spoa_ratelimit_build_info The agent's version (value 1).\n"
                  "# TYPE spoa_ratelimit_build_info gauge\n"
                  "spoa_ratelimit_build_info{version=\"%s\"} 1\n",
               build_version);
@@ -532,23 +484,23 @@ char *metrics_render(size_t *len)
     render_simple(&b, "spoa_ratelimit_reload_failures_total", "counter",
                   "Reloads refused because the new file was invalid.",
                   ld(&metrics.reload_failures));
-    return sb_finish(&b, len);
+    return strbuf_finish(&b, len);
 }
 
 /* JSON string body: escape quotes, backslashes and control bytes. */
 static void sb_json_str(struct strbuf *b, const char *s, size_t len)
 {
-    sb_printf(b, "\"");
+    strbuf_printf(b, "\"");
     for (size_t i = 0; i < len; i++) {
         unsigned char c = (unsigned char)s[i];
         if (c == '"' || c == '\\')
-            sb_printf(b, "\\%c", c);
+            strbuf_printf(b, "\\%c", c);
         else if (c < 0x20 || c >= 0x7f)
-            sb_printf(b, "\\u%04x", c);
+            strbuf_printf(b, "\\u%04x", c);
         else
-            sb_printf(b, "%c", c);
+            strbuf_printf(b, "%c", c);
     }
-    sb_printf(b, "\"");
+    strbuf_printf(b, "\"");
 }
 
 static int top_cmp(const void *a, const void *b)
@@ -563,7 +515,7 @@ char *metrics_top_render(uint64_t now_us, size_t *len)
     struct metrics_rule *r;
     int first_rule = 1;
 
-    sb_printf(&b, "{\"window_seconds\":%llu,\"rules\":{",
+    strbuf_printf(&b, "{\"window_seconds\":%llu,\"rules\":{",
               (unsigned long long)(2 * METRICS_TOP_PERIOD_US / 1000000));
     for (r = atomic_load(&rules_head); r; r = r->next) {
         struct top_entry merged[2 * METRICS_TOP_K];
@@ -590,20 +542,20 @@ char *metrics_top_render(uint64_t now_us, size_t *len)
         pthread_mutex_unlock(r->top_lock);
         qsort(merged, n, sizeof(merged[0]), top_cmp);
 
-        sb_printf(&b, "%s", first_rule ? "" : ",");
+        strbuf_printf(&b, "%s", first_rule ? "" : ",");
         first_rule = 0;
         sb_json_str(&b, r->name, strlen(r->name));
-        sb_printf(&b, ":[");
+        strbuf_printf(&b, ":[");
         for (unsigned i = 0; i < n && i < METRICS_TOP_K; i++) {
-            sb_printf(&b, "%s{\"key\":", i ? "," : "");
+            strbuf_printf(&b, "%s{\"key\":", i ? "," : "");
             sb_json_str(&b, merged[i].key, merged[i].len);
-            sb_printf(&b, ",\"blocked\":%llu,\"error\":%llu}", (unsigned long long)merged[i].count,
+            strbuf_printf(&b, ",\"blocked\":%llu,\"error\":%llu}", (unsigned long long)merged[i].count,
                       (unsigned long long)merged[i].error);
         }
-        sb_printf(&b, "]");
+        strbuf_printf(&b, "]");
     }
-    sb_printf(&b, "}}\n");
-    return sb_finish(&b, len);
+    strbuf_printf(&b, "}}\n");
+    return strbuf_finish(&b, len);
 }
 
 void metrics_minute_tick(double share, void (*cb)(const char *rule, int shadow, uint64_t blocks,
