@@ -602,3 +602,15 @@ void metrics_shadow_tick(void (*cb)(const char *rule, uint64_t would_block, cons
         cb(r->name, n, top, top_len);
     }
 }
+
+struct metrics_rule *metrics_rules(void)
+{
+    return atomic_load(&rules_head);
+}
+
+double metrics_hist_bound_s(unsigned i)
+{
+    if (i >= METRICS_HIST_BUCKETS - 1)
+        i = METRICS_HIST_BUCKETS - 2; /* +Inf: its lower bound, the largest finite one */
+    return (double)hist_bounds_ns[i] / 1e9;
+}

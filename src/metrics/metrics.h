@@ -194,6 +194,12 @@ void metrics_hist_observe_since(struct metrics_hist *h, uint64_t now_us, const u
 
 /* Find or create the record of a rule. NULL only when out of memory. */
 struct metrics_rule *metrics_rule_get(const char *name);
+/* The first rule record (then ->next), newest first; records are never
+ * freed, so the list may be walked without a lock. */
+struct metrics_rule *metrics_rules(void);
+/* The upper bound of histogram bucket i in seconds (for the last, +Inf
+ * bucket: its lower bound, the largest finite one). */
+double metrics_hist_bound_s(unsigned i);
 
 /* Record a blocked client key for rule r at now_us (Space-Saving). */
 void metrics_top_add(struct metrics_rule *r, const char *key, size_t keylen, uint64_t now_us);

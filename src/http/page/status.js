@@ -1,0 +1,209 @@
+// status.js - the status page: fetches status.json once a second and draws
+// it. Data only ever reaches the page through textContent and attributes set
+// one by one (never innerHTML), so a client key is always text.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+let token = "";
+let lastOk = 0;
+
+function el(tag, attrs, text) {
+  const e = document.createElement(tag);
+  for (const k in attrs || {}) e.setAttribute(k, attrs[k]);
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+
+function num(v, digits) {
+  if (v === null || v === undefined || Number.isNaN(v)) return "–";
+  if (digits !== undefined) return v.toFixed(digits);
+  return Math.round(v).toLocaleString("en-US");
+}
+
+function bytes(v) {
+  if (!v) return "–";
+  const u = ["B", "KiB", "MiB", "GiB"];
+  let i = 0;
+  while (v >= 1024 && i < u.length - 1) { v /= 1024; i++; }
+  return v.toFixed(i ? 1 : 0) + " " + u[i];
+}
+
+function duration(s) {
+  if (s === null || s === undefined) return "–";
+  if (s < 60) return Math.round(s) + " s";
+  if (s < 3600) return Math.floor(s / 60) + " min " + Math.round(s % 60) + " s";
+  if (s < 86400) return Math.floor(s / 3600) + " h " + Math.floor((s % 3600) / 60) + " min";
+  return Math.floor(s / 86400) + " d " + Math.floor((s % 86400) / 3600) + " h";
+}
+
+function when(unix) {
+  return unix ? new Date(unix * 1000).toISOString().replace("T", " ").slice(0, 19) + " UTC" : "–";
+}
+
+// Client keys come as JSON strings whose characters are the key's bytes
+// (U+0000..U+00FF): percent-encode those bytes for the /key and /reset URLs.
+function pctBytes(s) {
+  let out = "";
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    out += /[A-Za-z0-9_.~-]/.test(s[i]) ? s[i] : "%" + (c < 16 ? "0" : "") + c.toString(16).toUpperCase();
+  }
+  return out;
+}
+
+function keyQuery(rule, key) {
+  return "?rule=" + pctBytes(rule) + "&key=" + pctBytes(key);
+}
+
+function fill(card, rows) {
+  const dl = $(card).querySelector("dl");
+  dl.replaceChildren();
+  for (const [name, value, cls] of rows) {
+    dl.append(el("dt", {}, name));
+    dl.append(el("dd", cls ? { class: cls } : {}, value));
+  }
+}
+
+// Two series as polylines in a 300 x 32 box; the y scale is the larger
+// series' maximum, so blocks read against decisions.
+function sparkline(dec, blk) {
+  const NS = "http://www.w3.org/2000/svg", W = 300, H = 32;
+  const svg = document.createElementNS(NS, "svg");
+  svg.setAttribute("class", "spark");
+  svg.setAttribute("width", W);
+  svg.setAttribute("height", H);
+  svg.setAttribute("viewBox", "0 0 " + W + " " + H);
+  const max = Math.max(1, ...dec, ...blk);
+  for (const [series, cls] of [[dec, "dec"], [blk, "blk"]]) {
+    const off = W - series.length;
+    const pts = series.map((v, i) => (off + i) + "," + (H - 1 - (v / max) * (H - 2)).toFixed(1));
+    const line = document.createElementNS(NS, "polyline");
+    line.setAttribute("class", cls);
+    line.setAttribute("points", pts.join(" "));
+    svg.append(line);
+  }
+  return svg;
+}
+
+function drawRules(rules) {
+  const body = $("rules").querySelector("tbody");
+  body.replaceChildren();
+  for (const r of rules) {
+    const tr = el("tr", r.shadow ? { class: "shadow", "data-rule": r.name } : { "data-rule": r.name });
+    const pct = r.blocked_pct;
+    tr.append(el("td", {}, r.name), el("td", {}, r.limit), el("td", {}, "fail " + r.fail),
+      el("td", { class: "n rate" }, num(r.rate, 1)), el("td", { class: "n allowed" }, num(r.allowed)),
+      el("td", { class: "n blocked" }, num(r.blocked)), el("td", { class: "n would-block" }, num(r.would_block)),
+      el("td", { class: "n pct" + (pct >= 10 ? " hot" : "") }, num(pct, 1)));
+    const td = el("td");
+    const blk = r.shadow ? r.history.would_blocks : r.history.blocks;
+    td.append(sparkline(r.history.decisions, blk));
+    tr.append(td);
+    body.append(tr);
+  }
+}
+
+async function reset(rule, key) {
+  if (!confirm("Reset client " + JSON.stringify(key) + " of rule " + rule + "?\n" +
+               "Its bucket is cleared in Redis for every agent.")) return;
+  const out = $("reset-result");
+  try {
+    const r = await fetch("reset" + keyQuery(rule, key),
+                          { method: "POST", headers: { "X-Spoa-Token": token }, credentials: "same-origin" });
+    out.textContent = r.ok ? "Reset: " + rule + " / " + key : "Reset refused: " + r.status + " " + (await r.text());
+  } catch (e) {
+    out.textContent = "Reset failed: " + e;
+  }
+}
+
+function drawTop(top, canReset) {
+  const body = $("top").querySelector("tbody");
+  body.replaceChildren();
+  $("top-empty").hidden = top.length > 0;
+  for (const t of top) {
+    const tr = el("tr");
+    const keyCell = el("td", { class: "key" });
+    keyCell.append(el("a", { href: "key" + keyQuery(t.rule, t.key) }, t.key));
+    tr.append(el("td", {}, t.rule), keyCell, el("td", { class: "n" }, num(t.blocked)),
+      el("td", { class: "n" }, t.retry_after_s > 0 ? duration(t.retry_after_s) : "now"));
+    const act = el("td");
+    if (canReset) {
+      const b = el("button", { type: "button" }, "reset");
+      b.addEventListener("click", () => reset(t.rule, t.key));
+      act.append(b);
+    }
+    tr.append(act);
+    body.append(tr);
+  }
+}
+
+function drawBanners(s) {
+  const red = $("banner-redis");
+  if (s.redis.configured && !s.redis.up) {
+    const modes = s.rules.map((r) => r.name + ": fail " + r.fail).join(", ");
+    red.textContent = "Redis is down since " + when(s.redis.down_since_unix) +
+      " (" + duration(s.agent.now_unix - s.redis.down_since_unix) + "). Rules: " + modes + ".";
+    red.hidden = false;
+  } else {
+    red.hidden = true;
+  }
+  const yellow = $("banner-reload");
+  yellow.hidden = s.reload.ok;
+  if (!s.reload.ok) yellow.textContent = "The last reload failed (" + when(s.reload.failed_unix) +
+    "); the rules loaded " + when(s.reload.last_unix) + " stay in force: " + (s.reload.error || "");
+}
+
+function draw(s) {
+  const a = s.agent, r = s.redis, l = s.leases, p = s.peers;
+  $("version").textContent = a.version;
+  $("agent-line").textContent = "pid " + a.pid + " · up " + duration(a.uptime_s) + " · " +
+    a.workers + (a.workers === 1 ? " worker" : " workers") + " · " + a.config_file;
+  drawBanners(s);
+  fill("card-redis", r.configured ? [
+    ["mode", r.mode], ["state", r.up ? "up" : "down", r.up ? "up" : "down"],
+    ["latency p50 / p99", r.latency_p50_ms === null ? "–" : num(r.latency_p50_ms, 2) + " / " + num(r.latency_p99_ms, 2) + " ms"],
+    ["commands", num(r.commands)], ["errors", num(r.errors)],
+    ["failovers", num(r.failovers)], ["reconnects", num(r.reconnects)], ["agents in the fleet", num(r.fleet_agents)],
+  ] : [["mode", "standalone (no [redis]): buckets in memory"]]);
+  fill("card-leases", [
+    ["Redis calls per decision", num(l.redis_calls_per_decision, 4)], ["calls saved", num(l.calls_saved)],
+    ["tokens claimed", num(l.tokens_claimed)], ["tokens returned", num(l.tokens_returned)],
+    ["keys held", num(l.keys)], ["local decisions", num(l.local_decisions)],
+  ]);
+  fill("card-peers", [
+    ["connections", num(p.connections)], ["frames in flight", num(p.in_flight)],
+    ["HELLO", num(p.hello)], ["DISCONNECT", num(p.disconnect)], ["NOTIFY", num(p.notify)],
+    ["last DISCONNECT", p.last_disconnect ? p.last_disconnect.status + " " + p.last_disconnect.message +
+      " (" + p.last_disconnect.peer + ", " + when(p.last_disconnect.unix) + ")" : "–"],
+  ]);
+  fill("card-agent", [
+    ["uptime", duration(a.uptime_s)], ["workers", num(a.workers)],
+    ["last reload", s.reload.ok ? "ok, " + when(s.reload.last_unix) : "failed"],
+    ["file descriptors", num(a.fds) + " / " + num(a.fd_limit)],
+    ["memory (RSS)", bytes(a.rss_bytes) + (a.memory_limit_bytes ? " / " + bytes(a.memory_limit_bytes) : "")],
+    ["entries", num(a.entries) + " / " + num(a.max_entries)],
+  ]);
+  drawRules(s.rules);
+  drawTop(s.top, s.reset.allowed);
+}
+
+async function tick() {
+  try {
+    const res = await fetch("status.json", { cache: "no-store", credentials: "same-origin" });
+    if (!res.ok) throw new Error(res.status);
+    const s = await res.json();
+    token = s.reset.token || "";
+    draw(s);
+    lastOk = Date.now();
+    $("banner-stale").hidden = true;
+    document.body.dataset.ticks = String(Number(document.body.dataset.ticks || 0) + 1);
+  } catch (e) {
+    if (lastOk) {
+      $("stale-since").textContent = new Date(lastOk).toISOString();
+      $("banner-stale").hidden = false;
+    }
+  }
+  setTimeout(tick, 1000);
+}
+
+tick();
