@@ -54,6 +54,9 @@ static const struct key_def key_defs[] = {
     {SEC_AGENT, "max_handshakes", T_UINT, CF(max_handshakes), 1, 1000000, 0, NULL, 0},
     {SEC_AGENT, "hello_timeout", T_DUR, CF(hello_timeout_ms), 0, 0, 0, NULL, 0},
     {SEC_AGENT, "stats_allow", T_ALLOW, CF(stats_allow), 0, 0, F_LIST, NULL, PF(nstats_allow)},
+    {SEC_AGENT, "stats_auth", T_STR, CF(stats_auth), 0, 0, F_NONEMPTY, NULL, 0},
+    {SEC_AGENT, "stats_auth_file", T_STR, CF(stats_auth_file), 0, 0, F_NONEMPTY, NULL, 0},
+    {SEC_AGENT, "stats_reset", T_BOOL, CF(stats_reset), 0, 0, 0, NULL, 0},
     {SEC_AGENT, "max_entries", T_UINT, CF(max_entries), 1, CFG_MAX_ENTRIES, 0, NULL, 0},
     {SEC_REDIS, "url", T_URL, CF(redis_url), 0, 0, 0, NULL, PF(redis_server)},
     {SEC_REDIS, "cluster", T_HOSTS, CF(redis_cluster), 0, 0, F_LIST, NULL, PF(redis_cluster_hosts)},
@@ -449,6 +452,52 @@ static void resolve_auth(struct parse_state *st)
     }
 }
 
+/* [agent] stats_auth or stats_auth_file: one USER:PASSWORD for HTTP Basic
+ * auth on the stats listener, the user not empty and without a colon (RFC
+ * 7617), in cfg->stats_credentials. */
+static void resolve_stats_auth(struct parse_state *st)
+{
+    struct config *cfg = st->cfg;
+    unsigned line = seen_line(st, SEC_AGENT, "stats_auth");
+    unsigned file_line = seen_line(st, SEC_AGENT, "stats_auth_file");
+    char *from_file = NULL, why[160];
+    const char *cred = cfg->stats_auth;
+
+    if (cfg->stats_auth && cfg->stats_auth_file) {
+        config_errors_add(&st->errors, line > file_line ? line : file_line,
+                          "'stats_auth' and 'stats_auth_file' cannot be used together (lines %u "
+                          "and %u)",
+                          line < file_line ? line : file_line, line > file_line ? line : file_line);
+        return;
+    }
+    if (cfg->stats_auth_file) {
+        line = file_line;
+        from_file = read_password_file(cfg->stats_auth_file, why, sizeof(why));
+        if (!from_file) {
+            config_errors_add(&st->errors, line, "cannot read stats_auth_file '%s': %s",
+                              cfg->stats_auth_file, why);
+            return;
+        }
+        cred = from_file;
+    }
+    if (cred) {
+        const char *colon = strchr(cred, ':');
+        if (!colon || colon == cred)
+            config_errors_add(&st->errors, line, "%s must be USER:PASSWORD (a user, a colon, "
+                              "a password)",
+                              from_file ? "the stats_auth_file" : "'stats_auth'");
+        else if (strpbrk(cred, "\r\n"))
+            config_errors_add(&st->errors, line, "%s holds a line break",
+                              from_file ? "the stats_auth_file" : "'stats_auth'");
+        else if (!(cfg->stats_credentials = strdup(cred)))
+            config_errors_add(&st->errors, line, "out of memory");
+    }
+    if (from_file) {
+        explicit_bzero(from_file, strlen(from_file));
+        free(from_file);
+    }
+}
+
 /* ---- ACK size -------------------------------------------------------------------- */
 
 static size_t decimal_digits(uint64_t v)
@@ -541,6 +590,7 @@ static void finish(struct parse_state *st)
         config_errors_add(&st->errors, seen_line(st, SEC_REDIS, "master"),
                           "'master' is only used with 'sentinel'");
     resolve_auth(st);
+    resolve_stats_auth(st);
 
     /* An unclosed '{' in the prefix would take the first '}' of a client key
      * as the end of a Cluster hashtag: clients would choose their slot. */
@@ -630,6 +680,7 @@ static struct config *config_new(const char *path)
         return NULL;
     }
     cfg->nstats_allow = 2;
+    cfg->stats_reset = 1;
     cfg->max_entries = 1000000;
     cfg->alert_share = 0.05;
     cfg->redis_timeout_ms = 100;
@@ -766,6 +817,13 @@ void config_free(struct config *cfg)
     free(cfg->redis_auth_password);
     free(cfg->redis_sentinel_username);
     free(cfg->redis_sentinel_password);
+    free(cfg->stats_auth_file);
+    if (cfg->stats_auth)
+        explicit_bzero(cfg->stats_auth, strlen(cfg->stats_auth));
+    free(cfg->stats_auth);
+    if (cfg->stats_credentials)
+        explicit_bzero(cfg->stats_credentials, strlen(cfg->stats_credentials));
+    free(cfg->stats_credentials);
     free(cfg);
 }
 

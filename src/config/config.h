@@ -124,6 +124,10 @@ struct config {
     uint64_t hello_timeout_ms; /* a connection's HELLO must be in by then; default 5000 */
     struct net_cidr stats_allow[CFG_MAX_ALLOW]; /* who may use the stats listener */
     size_t nstats_allow; /* default 2: 127.0.0.0/8, ::1/128; 0 = any peer */
+    char *stats_auth;        /* USER:PASSWORD as written; NULL = no auth */
+    char *stats_auth_file;   /* a file holding USER:PASSWORD */
+    char *stats_credentials; /* USER:PASSWORD in force (either source); NULL = none */
+    int stats_reset;         /* POST /reset (and the page's reset button); default on */
     size_t max_entries; /* buckets + lease entries in memory; default 1000000 */
     double alert_share; /* warn when a rule blocks more than this share; default 0.05 */
 

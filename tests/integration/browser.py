@@ -119,7 +119,8 @@ class WebSocket:
 
 class Page:
     """One tab. Events are collected as they arrive: requests (every URL
-    asked for), dialogs (alert/confirm/prompt messages: each is dismissed),
+    asked for), dialogs (alert/confirm/prompt messages: each is dismissed,
+    or accepted while accept_dialogs is set),
     console (console messages and uncaught exceptions)."""
 
     def __init__(self, ws_url):
@@ -128,6 +129,7 @@ class Page:
         self.requests = []
         self.dialogs = []
         self.console = []
+        self.accept_dialogs = False
         self.call("Network.enable")
         self.call("Page.enable")
         self.call("Runtime.enable")
@@ -138,7 +140,7 @@ class Page:
             self.requests.append(p["request"]["url"])
         elif method == "Page.javascriptDialogOpening":
             self.dialogs.append(p.get("message", ""))
-            self.send("Page.handleJavaScriptDialog", accept=False)
+            self.send("Page.handleJavaScriptDialog", accept=self.accept_dialogs)
         elif method == "Runtime.consoleAPICalled":
             self.console.append(" ".join(str(a.get("value", a.get("description", "")))
                                          for a in p.get("args", [])))

@@ -1,0 +1,345 @@
+"""The status page (GET /) and GET /status.json on the stats listener, in a
+real headless Chromium (browser.py, the DevTools protocol), with real
+traffic through the shipped kit on every HAProxy found (haproxies.py) and a
+real redis-server:
+
+- the numbers the page shows are those /metrics reports, within a tick
+  (read /metrics, wait for the page's next refresh, read /metrics again: the
+  page's value lies between);
+- a client key such as <img src=x onerror=alert(1)> is text: no element
+  from it, no dialog, no script run;
+- Redis stopped: a red banner within seconds, with each rule's fail mode;
+  Redis back: the banner goes;
+- no request leaves for another origin;
+- the reset button (with its confirmation) clears a blocked client.
+
+And without a browser: the page's headers (a strict Content-Security-Policy,
+no caching, nosniff), /status.json's documented fields, HTTP Basic auth on
+every stats endpoint with stats_auth, and POST /reset refused (403) when it
+comes cross-site or from a browser without the page's token, the client
+staying blocked."""
+import base64
+import http.client
+import json
+import os
+import re
+import threading
+import time
+import unittest
+import urllib.parse
+
+import browser
+import spop
+from harness import Agent, Redis, wait_for
+from haproxies import KitHAProxy, per_haproxy
+
+HOSTILE = "<img src=x onerror=alert(1)>"
+
+RULES = """
+[rule:api-key]
+message = check-rate
+key = key
+rate = 100/1m
+burst = 20
+
+[rule:ip-shadow]
+message = check-rate
+key = ip
+rate = 300/1m
+shadow = yes
+"""
+
+
+def redis_ini(redis):
+    return "[redis]\nurl = redis://127.0.0.1:%d\ntimeout = 100ms\n" % redis.port
+
+
+def call(agent, method, path, headers=None, body=None):
+    """(status, headers lower-cased, body text) of one stats request."""
+    c = http.client.HTTPConnection("127.0.0.1", agent.stats_port, timeout=5)
+    try:
+        c.request(method, path, body=body, headers=headers or {})
+        r = c.getresponse()
+        return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read().decode()
+    finally:
+        c.close()
+
+
+def status_json(agent, headers=None):
+    status, _, body = call(agent, "GET", "/status.json", headers)
+    assert status == 200, (status, body)
+    return json.loads(body)
+
+
+def decisions(agent, rule, result):
+    v = agent.metric("spoa_ratelimit_decisions_total", rule=rule, result=result)
+    return int(v or 0)
+
+
+def key_query(rule, key):
+    return urllib.parse.urlencode({"rule": rule, "key": key})
+
+
+def blocked_now(agent, rule, key):
+    status, _, body = call(agent, "GET", "/key?" + key_query(rule, key))
+    assert status == 200, (status, body)
+    st = json.loads(body)
+    return st
+
+
+class Traffic(threading.Thread):
+    """Requests through HAProxy until stopped: one API key within its limit
+    (allowed), one far over it (blocked), and the hostile key (blocked)."""
+
+    def __init__(self, haproxy):
+        super().__init__(daemon=True)
+        self.haproxy = haproxy
+        self.halt = threading.Event()
+        self.sent = 0
+
+    def run(self):
+        n = 0
+        while not self.halt.is_set():
+            key = ("calm-key" if n % 10 == 0 else "busy-key") if n % 3 else HOSTILE
+            self.haproxy.request("/", headers={"X-API-Key": key})
+            self.sent += 1
+            n += 1
+            time.sleep(0.002)
+
+    def stop(self):
+        self.halt.set()
+        self.join(10)
+
+
+class PageUnderTraffic:
+    """The kit on self.build, one agent with Redis, the page in Chromium."""
+
+    @classmethod
+    def setUpClass(cls):
+        if cls.build is None:
+            return
+        cls.redis = Redis()
+        cls.agent = Agent(redis_ini(cls.redis) + RULES, workers=2)
+        cls.haproxy = KitHAProxy(cls.build, cls.agent.port)
+        cls.browser = browser.Browser()
+        cls.origin = "http://127.0.0.1:%d" % cls.agent.stats_port
+        cls.traffic = Traffic(cls.haproxy)
+        cls.traffic.start()
+        wait_for(lambda: decisions(cls.agent, "api-key", "blocked") > 0, timeout=20)
+        cls.page = cls.browser.open(cls.origin + "/")
+
+    @classmethod
+    def tearDownClass(cls):
+        if cls.build is None:
+            return
+        cls.traffic.stop()
+        cls.browser.close()
+        cls.haproxy.stop()
+        cls.agent.stop()
+        cls.redis.stop()
+
+    def ticks(self):
+        return int(self.page.eval("Number(document.body.dataset.ticks || 0)"))
+
+    def next_tick(self):
+        t = self.ticks()
+        self.page.wait_for("Number(document.body.dataset.ticks || 0) >= %d" % (t + 2), timeout=10)
+
+    def cell(self, rule, cls):
+        v = self.page.eval("(() => { const r = document.querySelector('#rules tr[data-rule=\"%s\"]'); "
+                           "return r ? r.querySelector('td.%s').textContent : null; })()" % (rule, cls))
+        return int(v.replace(",", "")) if v is not None else None
+
+    def test_numbers_match_metrics_within_a_tick(self):
+        self.page.wait_for("document.querySelector('#rules tr[data-rule=\"api-key\"]')")
+        for _ in range(3):
+            before = {r: decisions(self.agent, "api-key", r) for r in ("allowed", "blocked")}
+            self.next_tick()
+            shown = {"allowed": self.cell("api-key", "allowed"),
+                     "blocked": self.cell("api-key", "blocked")}
+            after = {r: decisions(self.agent, "api-key", r) for r in ("allowed", "blocked")}
+            for r in ("allowed", "blocked"):
+                self.assertLessEqual(before[r], shown[r], "%s: page behind /metrics" % r)
+                self.assertLessEqual(shown[r], after[r], "%s: page ahead of /metrics" % r)
+        self.assertGreater(shown["blocked"], 0)
+        # the shadow rule's would-be blocks, and the sparkline has points
+        wb = self.cell("ip-shadow", "would-block")
+        self.assertIsNotNone(wb)
+        pts = self.page.eval("document.querySelector('#rules tr[data-rule=\"api-key\"] "
+                             "polyline.dec').getAttribute('points').split(' ').length")
+        self.assertGreaterEqual(pts, 2)
+
+    def test_hostile_key_is_text(self):
+        self.page.wait_for("[...document.querySelectorAll('#top td.key')].some("
+                           "td => td.textContent === %s)" % json.dumps(HOSTILE), timeout=20)
+        self.assertEqual(self.page.eval("document.querySelectorAll('img').length"), 0)
+        self.assertEqual(self.page.eval("document.querySelectorAll('[onerror]').length"), 0)
+        self.page.pump(1.5)
+        self.assertEqual(self.page.dialogs, [], "the key's markup ran a script")
+        href = self.page.eval("[...document.querySelectorAll('#top td.key a')].find("
+                              "a => a.textContent === %s).getAttribute('href')" % json.dumps(HOSTILE))
+        status, _, body = call(self.agent, "GET", "/" + href)
+        self.assertEqual(status, 200, body)
+        self.assertEqual(json.loads(body)["key"], HOSTILE)
+
+    def test_no_request_to_another_origin(self):
+        self.page.pump(2.5)
+        self.assertTrue(self.page.requests)
+        foreign = [u for u in self.page.requests if not u.startswith(self.origin + "/")]
+        self.assertEqual(foreign, [])
+
+    def test_redis_down_banner(self):
+        self.page.wait_for("document.getElementById('banner-redis').hidden === true")
+        port = self.redis.port
+        self.redis.stop()
+        try:
+            text = self.page.wait_for("!document.getElementById('banner-redis').hidden && "
+                                      "document.getElementById('banner-redis').textContent",
+                                      timeout=15)
+            self.assertIn("Redis is down since", text)
+            self.assertIn("api-key: fail open", text)
+        finally:
+            type(self).redis = Redis(port=port)
+        self.page.wait_for("document.getElementById('banner-redis').hidden === true", timeout=20)
+
+    def test_reset_button_clears_a_blocked_client(self):
+        self.page.wait_for("[...document.querySelectorAll('#top td.key')].some("
+                           "td => td.textContent === 'busy-key')", timeout=20)
+        self.traffic.stop()
+        try:
+            self.page.accept_dialogs = True
+            self.page.eval("[...document.querySelectorAll('#top tr')].find(tr => "
+                           "tr.querySelector('td.key') && tr.querySelector('td.key').textContent "
+                           "=== 'busy-key').querySelector('button').click()")
+            self.page.wait_for("document.getElementById('reset-result').textContent"
+                               ".startsWith('Reset: ')", timeout=10)
+            self.assertTrue(any(d.startswith("Reset client") for d in self.page.dialogs))
+            st = blocked_now(self.agent, "api-key", "busy-key")
+            self.assertGreaterEqual(st["redis"]["tokens"], 19, st)
+        finally:
+            self.page.accept_dialogs = False
+            type(self).traffic = Traffic(self.haproxy)
+            self.traffic.start()
+
+
+per_haproxy(PageUnderTraffic, globals())
+
+
+class Guards(unittest.TestCase):
+    """No HAProxy: requests sent by hand."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.redis = Redis()
+        cls.agent = Agent(redis_ini(cls.redis) + RULES, workers=1,
+                          extra_agent="stats_auth = ops:s3cret pass\n")
+        cls.auth = {"Authorization": "Basic " + base64.b64encode(b"ops:s3cret pass").decode()}
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.agent.stop()
+        cls.redis.stop()
+
+    def block(self, key):
+        """Drain key's bucket through the agent's own SPOP port."""
+        c = spop.Client(self.agent.addr)
+        try:
+            c.handshake()
+            for i in range(25):
+                c.decide({"key": key, "ip": "10.0.0.1"}, stream=1, fid=i + 1)
+        finally:
+            c.close()
+
+    def test_page_headers(self):
+        status, h, body = call(self.agent, "GET", "/", self.auth)
+        self.assertEqual(status, 200)
+        self.assertEqual(h["content-type"], "text/html; charset=utf-8")
+        csp = h["content-security-policy"]
+        self.assertIn("default-src 'none'", csp)
+        self.assertRegex(csp, r"script-src 'sha256-[A-Za-z0-9+/]{43}='")
+        self.assertIn("connect-src 'self'", csp)
+        self.assertIn("frame-ancestors 'none'", csp)
+        self.assertEqual(h["x-content-type-options"], "nosniff")
+        self.assertIn("no-cache", h["cache-control"])
+        # self-contained: no URL to anywhere else
+        self.assertIsNone(re.search(r"(src|href)=\"(https?:)?//", body))
+        self.assertEqual(len(re.findall(r"<script>", body)), 1)
+
+    def test_status_json_fields(self):
+        s = status_json(self.agent, self.auth)
+        for section, fields in {
+            "agent": ("version", "pid", "uptime_s", "workers", "config_file", "fds", "fd_limit",
+                      "rss_bytes", "now_unix"),
+            "reload": ("ok", "last_unix", "reloads", "failures", "error"),
+            "redis": ("configured", "mode", "up", "down_since_unix", "latency_p50_ms",
+                      "latency_p99_ms", "failovers", "reconnects"),
+            "leases": ("redis_calls_per_decision", "tokens_claimed", "tokens_returned", "keys",
+                       "calls_saved"),
+            "peers": ("connections", "in_flight", "hello", "disconnect", "last_disconnect"),
+            "reset": ("allowed", "token"),
+        }.items():
+            for f in fields:
+                self.assertIn(f, s[section], "%s.%s" % (section, f))
+        self.assertEqual(s["redis"]["mode"], "url")
+        self.assertTrue(s["redis"]["up"])
+        names = [r["name"] for r in s["rules"]]
+        self.assertEqual(sorted(names), ["api-key", "ip-shadow"])
+        r = s["rules"][names.index("api-key")]
+        self.assertEqual(r["fail"], "open")
+        self.assertEqual(len(r["history"]["decisions"]), len(r["history"]["blocks"]))
+        status, h, _ = call(self.agent, "GET", "/status.json", self.auth)
+        self.assertEqual(h["content-type"], "application/json")
+        self.assertNotIn("access-control-allow-origin", h)
+        self.assertEqual(h.get("cross-origin-resource-policy"), "same-origin")
+
+    def test_basic_auth_on_every_endpoint(self):
+        for path in ("/", "/status.json", "/metrics", "/top", "/config",
+                     "/key?" + key_query("api-key", "k")):
+            status, h, _ = call(self.agent, "GET", path)
+            self.assertEqual(status, 401, path)
+            self.assertIn('Basic realm="spoa-ratelimit"', h.get("www-authenticate", ""))
+            wrong = {"Authorization": "Basic " + base64.b64encode(b"ops:nope").decode()}
+            self.assertEqual(call(self.agent, "GET", path, wrong)[0], 401, path)
+            self.assertEqual(call(self.agent, "GET", path, self.auth)[0], 200, path)
+        status, _, _ = call(self.agent, "POST", "/reset?" + key_query("api-key", "k"))
+        self.assertEqual(status, 401)
+
+    def test_cross_site_reset_refused(self):
+        key = "victim-%d" % os.getpid()
+        self.block(key)
+        q = "/reset?" + key_query("api-key", key)
+        token = status_json(self.agent, self.auth)["reset"]["token"]
+        for headers in ({"Origin": "http://evil.example"},
+                        {"Origin": "http://evil.example", "X-Spoa-Token": token},
+                        {"Sec-Fetch-Site": "cross-site"},
+                        {"Sec-Fetch-Site": "same-site", "X-Spoa-Token": token},
+                        {"Origin": "http://127.0.0.1:%d" % self.agent.stats_port},  # no token
+                        {"Sec-Fetch-Site": "same-origin", "X-Spoa-Token": "forged"}):
+            status, _, body = call(self.agent, "POST", q, dict(self.auth, **headers))
+            self.assertEqual(status, 403, (headers, body))
+        st = blocked_now(self.agent, "api-key", key)
+        self.assertLess(st["redis"]["tokens"], 1, "a refused reset cleared the client")
+        # the page's own request: same origin, its token
+        status, _, body = call(self.agent, "POST", q, dict(self.auth, **{
+            "Origin": "http://127.0.0.1:%d" % self.agent.stats_port,
+            "Sec-Fetch-Site": "same-origin", "X-Spoa-Token": token}))
+        self.assertEqual(status, 200, body)
+        # a script (curl: no Origin, no Sec-Fetch-*) keeps working as before
+        self.block(key)
+        self.assertEqual(call(self.agent, "POST", q, self.auth)[0], 200)
+
+
+class ResetOff(unittest.TestCase):
+    def test_stats_reset_off(self):
+        agent = Agent(RULES, workers=1, extra_agent="stats_reset = no\n")
+        try:
+            self.assertFalse(status_json(agent)["reset"]["allowed"])
+            status, _, body = call(agent, "POST", "/reset?" + key_query("api-key", "k"))
+            self.assertEqual(status, 403, body)
+            self.assertIn("stats_reset", body)
+        finally:
+            agent.stop()
+
+
+if __name__ == "__main__":
+    unittest.main()
