@@ -130,19 +130,28 @@ void history_sample(struct history *h, uint64_t now_s)
         h->down_since = now_s;
 }
 
-size_t history_rule(const struct history *h, const struct metrics_rule *r, uint32_t *decisions,
-                    uint32_t *blocks, uint32_t *would_blocks)
+size_t history_rule(const struct history *h, const struct metrics_rule *r, uint64_t since,
+                    uint32_t *decisions, uint32_t *blocks, uint32_t *would_blocks,
+                    uint64_t *last_s)
 {
     const struct rule_history *rh = find(h, r);
-    if (!rh)
+    *last_s = 0;
+    if (!rh || !rh->n)
         return 0;
+    *last_s = rh->last_s;
+    /* sample k (0 the oldest) is of second last_s - (n - 1 - k) */
+    unsigned n = rh->n;
+    if (since >= rh->last_s)
+        n = 0;
+    else if (since && rh->last_s - since < n)
+        n = (unsigned)(rh->last_s - since);
     uint32_t *out[SERIES_COUNT] = {decisions, blocks, would_blocks};
-    unsigned first = (rh->head + HISTORY_SECONDS - rh->n) % HISTORY_SECONDS;
-    for (unsigned k = 0; k < rh->n; k++)
+    unsigned first = (rh->head + HISTORY_SECONDS - n) % HISTORY_SECONDS;
+    for (unsigned k = 0; k < n; k++)
         for (int s = 0; s < SERIES_COUNT; s++)
             if (out[s])
                 out[s][k] = rh->ring[s][(first + k) % HISTORY_SECONDS];
-    return rh->n;
+    return n;
 }
 
 double history_rule_rate(const struct history *h, const struct metrics_rule *r, unsigned n)

@@ -32,11 +32,14 @@ void history_free(struct history *h);
  * still in /metrics). */
 void history_sample(struct history *h, uint64_t now_s);
 
-/* A rule's series, oldest first, into the arrays (each of HISTORY_SECONDS
- * entries); returns how many samples there are (0 to HISTORY_SECONDS). A
- * second with no sample (the agent busy, a clock step) counts as zero. */
-size_t history_rule(const struct history *h, const struct metrics_rule *r, uint32_t *decisions,
-                    uint32_t *blocks, uint32_t *would_blocks);
+/* A rule's series after Unix second since (0: all), oldest first, into the
+ * arrays (each of HISTORY_SECONDS entries; NULL: not wanted); returns how
+ * many samples that is (0 to HISTORY_SECONDS), *last_s the second of the
+ * newest (0 with none). A second with no sample (the agent busy, a clock
+ * step) counts as zero. */
+size_t history_rule(const struct history *h, const struct metrics_rule *r, uint64_t since,
+                    uint32_t *decisions, uint32_t *blocks, uint32_t *would_blocks,
+                    uint64_t *last_s);
 
 /* Decisions per second of a rule over the last n samples (n >= 1). */
 double history_rule_rate(const struct history *h, const struct metrics_rule *r, unsigned n);

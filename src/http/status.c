@@ -1,0 +1,256 @@
+/* status.c - GET /status.json (status.h). */
+#include "status.h"
+
+#include <dirent.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "config/config.h"
+#include "core/json.h"
+#include "core/util.h"
+#include "metrics/history.h"
+#include "metrics/metrics.h"
+#include "rules/rules.h"
+
+/* The process, sampled once a second (reading /proc per request would make
+ * fifty tabs fifty directory walks a second). */
+static struct {
+    uint64_t fds, fd_limit, rss_bytes;
+} proc;
+
+static uint64_t count_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    uint64_t n = 0;
+    struct dirent *e;
+
+    if (!d)
+        return 0;
+    while ((e = readdir(d)))
+        if (e->d_name[0] != '.')
+            n++;
+    closedir(d);
+    return n ? n - 1 : 0; /* less the directory's own descriptor */
+}
+
+static uint64_t rss_bytes(void)
+{
+    FILE *f = fopen("/proc/self/statm", "re");
+    unsigned long long size, resident = 0;
+
+    if (!f)
+        return 0;
+    if (fscanf(f, "%llu %llu", &size, &resident) != 2)
+        resident = 0;
+    fclose(f);
+    return resident * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+void status_sample(struct history *h, uint64_t now_s)
+{
+    struct rlimit rl;
+
+    history_sample(h, now_s);
+    proc.fds = count_fds();
+    proc.fd_limit = getrlimit(RLIMIT_NOFILE, &rl) == 0 ? (uint64_t)rl.rlim_cur : 0;
+    proc.rss_bytes = rss_bytes();
+}
+
+static uint64_t ld(atomic_uint_fast64_t *v)
+{
+    return atomic_load_explicit(v, memory_order_relaxed);
+}
+
+static json_t *uint_or_null(uint64_t v)
+{
+    return v ? json_integer((json_int_t)v) : json_null();
+}
+
+/* Milliseconds with two decimals, or null (no Redis call in the minute). */
+static json_t *latency_ms(const struct history *h, double q)
+{
+    double s = history_redis_latency(h, q);
+    return s < 0 ? json_null() : json_real((double)(int64_t)(s * 100000.0 + 0.5) / 100.0);
+}
+
+static const char *redis_mode(const struct config *cfg)
+{
+    return cfg->redis_cluster ? "cluster" : cfg->redis_sentinel ? "sentinel"
+                                        : cfg->redis_url        ? "url"
+                                                                : "standalone";
+}
+
+static json_t *agent_json(const struct status_agent *a, const struct config *cfg, uint64_t now)
+{
+    return json_pack("{s:s, s:I, s:I, s:I, s:I, s:s, s:I, s:I, s:I, s:I, s:I}", "version",
+                     a->version, "pid", (json_int_t)getpid(), "now_unix", (json_int_t)now,
+                     "started_unix", (json_int_t)a->started_unix, "uptime_s",
+                     (json_int_t)(now - a->started_unix), "config_file", a->config_file,
+                     "workers", (json_int_t)a->workers, "fds", (json_int_t)proc.fds, "fd_limit",
+                     (json_int_t)proc.fd_limit, "rss_bytes", (json_int_t)proc.rss_bytes,
+                     "max_entries", (json_int_t)cfg->max_entries);
+}
+
+static json_t *reload_json(const struct status_agent *a)
+{
+    return json_pack("{s:b, s:I, s:o, s:I, s:I, s:s?}", "ok", !a->reload_failed_unix,
+                     "last_unix", (json_int_t)a->loaded_unix, "failed_unix",
+                     uint_or_null(a->reload_failed_unix), "reloads",
+                     (json_int_t)ld(&metrics.reloads), "failures",
+                     (json_int_t)ld(&metrics.reload_failures), "error", a->reload_error);
+}
+
+static json_t *redis_json(const struct config *cfg, const struct history *h)
+{
+    int configured = !config_standalone(cfg);
+    int up = atomic_load_explicit(&metrics.redis_up, memory_order_relaxed);
+
+    return json_pack("{s:b, s:s, s:b, s:o, s:o, s:o, s:I, s:I, s:I, s:I, s:I}", "configured",
+                     configured, "mode", redis_mode(cfg), "up", configured && up,
+                     "down_since_unix", uint_or_null(history_redis_down_since(h)),
+                     "latency_p50_ms", latency_ms(h, 0.5), "latency_p99_ms", latency_ms(h, 0.99),
+                     "commands", (json_int_t)ld(&metrics.redis_commands), "errors",
+                     (json_int_t)ld(&metrics.redis_errors), "failovers",
+                     (json_int_t)ld(&metrics.redis_failovers), "reconnects",
+                     (json_int_t)ld(&metrics.redis_reconnects), "fleet_agents",
+                     (json_int_t)atomic_load_explicit(&metrics.fleet_agents,
+                                                      memory_order_relaxed));
+}
+
+/* Redis calls per decision: claims, exact calls and give-backs against every
+ * decision taken; calls saved: the decisions answered from a lease. */
+static json_t *leases_json(uint64_t decisions)
+{
+    uint64_t calls = ld(&metrics.lease_claims) + ld(&metrics.lease_exact_calls);
+    uint64_t local = ld(&metrics.lease_local_decisions);
+
+    return json_pack("{s:f, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "redis_calls_per_decision",
+                     decisions ? (double)calls / (double)decisions : 0.0, "calls_saved",
+                     (json_int_t)(local > calls ? local - calls : 0), "claims",
+                     (json_int_t)ld(&metrics.lease_claims), "tokens_claimed",
+                     (json_int_t)ld(&metrics.lease_tokens_granted), "tokens_returned",
+                     (json_int_t)ld(&metrics.lease_tokens_returned), "keys",
+                     (json_int_t)atomic_load_explicit(&metrics.lease_keys, memory_order_relaxed),
+                     "local_decisions", (json_int_t)local, "exact_calls",
+                     (json_int_t)ld(&metrics.lease_exact_calls));
+}
+
+static json_t *peers_json(void)
+{
+    struct metrics_disconnect d;
+    json_t *last = json_null();
+
+    if (metrics_last_disconnect(&d))
+        last = json_pack("{s:i, s:s, s:s, s:I}", "status", d.status, "message", d.message,
+                         "peer", d.peer, "unix", (json_int_t)d.unix_s);
+    return json_pack("{s:i, s:I, s:i, s:I, s:I, s:I, s:I, s:o}", "connections",
+                     atomic_load_explicit(&metrics.connections, memory_order_relaxed),
+                     "connections_total", (json_int_t)ld(&metrics.connections_total),
+                     "in_flight",
+                     atomic_load_explicit(&metrics.notifies_waiting, memory_order_relaxed),
+                     "hello", (json_int_t)ld(&metrics.frames_in[METRICS_FRAME_HELLO]),
+                     "disconnect", (json_int_t)ld(&metrics.frames_in[METRICS_FRAME_DISCONNECT]),
+                     "notify", (json_int_t)ld(&metrics.frames_in[METRICS_FRAME_NOTIFY]), "acks",
+                     (json_int_t)ld(&metrics.acks), "last_disconnect", last);
+}
+
+static json_t *series(const uint32_t *v, size_t n)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; a && i < n; i++)
+        json_array_append_new(a, json_integer(v[i]));
+    return a;
+}
+
+static void limit_text(const struct cfg_rule *r, char *out, size_t cap)
+{
+    char per[32], ceiling[32];
+
+    if (r->rate_arg) {
+        config_duration(r->max_rate_period_ms, ceiling, sizeof(ceiling));
+        snprintf(out, cap, "arg:%s (at most %llu/%s)", r->rate_arg,
+                 (unsigned long long)r->max_rate_n, ceiling);
+        return;
+    }
+    config_duration(r->rate_period_ms, per, sizeof(per));
+    snprintf(out, cap, "%llu/%s burst %llu", (unsigned long long)r->rate_n, per,
+             (unsigned long long)r->burst);
+}
+
+static json_t *rule_json(const struct ruleset *rs, size_t i, const struct history *h,
+                         uint64_t since, uint64_t *decisions)
+{
+    const struct cfg_rule *r = &rs->cfg->rules[i];
+    struct metrics_rule *m = rs->metrics[i];
+    uint32_t dec[HISTORY_SECONDS], blk[HISTORY_SECONDS], wb[HISTORY_SECONDS];
+    uint64_t last_s;
+    size_t n = history_rule(h, m, since, dec, blk, wb, &last_s);
+    uint64_t allowed = ld(&m->allowed), blocked = ld(&m->blocked), would = ld(&m->would_block);
+    char limit[160];
+
+    *decisions += allowed + blocked;
+    limit_text(r, limit, sizeof(limit));
+    return json_pack("{s:s, s:b, s:s, s:s, s:s, s:f, s:I, s:I, s:I, s:I, s:f, s:{s:I, s:I, s:o, "
+                     "s:o, s:o}}",
+                     "name", r->name, "shadow", r->shadow, "fail",
+                     r->on_redis_down == CFG_DOWN_CLOSED ? "closed" : "open", "algorithm",
+                     r->algorithm == BUCKET_SLIDING_WINDOW ? "sliding-window" : "token-bucket",
+                     "limit", limit, "rate", history_rule_rate(h, m, 5), "allowed",
+                     (json_int_t)allowed, "blocked", (json_int_t)blocked, "would_block",
+                     (json_int_t)would, "degraded", (json_int_t)ld(&m->degraded), "blocked_pct",
+                     allowed + blocked ? 100.0 * (double)(r->shadow ? would : blocked) /
+                                             (double)(allowed + blocked)
+                                       : 0.0,
+                     "history", "step_s", (json_int_t)1, "last_unix", (json_int_t)last_s,
+                     "decisions", series(dec, n), "blocks", series(blk, n), "would_blocks",
+                     series(wb, n));
+}
+
+/* The clients with the most blocked requests of each rule, busiest first. */
+static json_t *top_json(const struct ruleset *rs, uint64_t now_us)
+{
+    json_t *out = json_array();
+
+    for (size_t i = 0; out && i < rs->cfg->nrules; i++) {
+        struct metrics_top_item t[METRICS_TOP_K];
+        size_t n = metrics_top_list(rs->metrics[i], now_us, t, METRICS_TOP_K);
+        for (size_t k = 0; k < n; k++) {
+            uint64_t retry = t[k].retry_until_us > now_us ? t[k].retry_until_us - now_us : 0;
+            json_array_append_new(
+                out, json_pack("{s:s, s:o, s:I, s:f}", "rule", rs->cfg->rules[i].name, "key",
+                               json_latin1(t[k].key, t[k].len), "blocked",
+                               (json_int_t)t[k].count, "retry_after_s", (double)retry / 1e6));
+        }
+    }
+    return out;
+}
+
+char *status_render(const struct status_agent *a, const struct ruleset *rs,
+                    const struct history *h, uint64_t since, size_t *len)
+{
+    const struct config *cfg = rs->cfg;
+    uint64_t now = (uint64_t)time(NULL), decisions = 0;
+    json_t *rules = json_array();
+    char *text;
+
+    for (size_t i = 0; rules && i < cfg->nrules; i++)
+        json_array_append_new(rules, rule_json(rs, i, h, since, &decisions));
+    json_t *doc = json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:{s:b, s:s}}", "agent",
+                            agent_json(a, cfg, now), "reload", reload_json(a), "redis",
+                            redis_json(cfg, h), "leases", leases_json(decisions), "peers",
+                            peers_json(), "rules", rules, "top", top_json(rs, util_now_us()),
+                            "reset", "allowed", a->reset_allowed, "token",
+                            a->reset_allowed ? a->token : "");
+    if (!doc)
+        return NULL;
+    text = json_dumps(doc, JSON_COMPACT | JSON_ENSURE_ASCII | JSON_PRESERVE_ORDER);
+    json_decref(doc);
+    if (text)
+        *len = strlen(text);
+    return text;
+}

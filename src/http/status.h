@@ -1,0 +1,45 @@
+/* status.h - GET /status.json: what the status page shows, one JSON
+ * document with stable field names (doc/operations.md lists them).
+ *
+ * Bounded work per request: counters are read as they are (a few atomic
+ * loads per rule); what costs more (the process' fds and memory, the rules'
+ * five-minute history) is sampled once a second by status_sample(), and a
+ * page after its first load asks only for the seconds it has not seen
+ * (?since=UNIX_S), so fifty open tabs cost fifty small answers a second.
+ *
+ * Threads: everything here runs on the main loop (the 1 s timer and the
+ * stats listener). */
+#ifndef STATUS_H
+#define STATUS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct history;
+struct ruleset;
+
+/* What the agent's owner (main.c) knows and the status shows. Strings are
+ * borrowed for the call. */
+struct status_agent {
+    const char *version;
+    const char *config_file;
+    unsigned workers;
+    uint64_t started_unix;
+    uint64_t loaded_unix;        /* the rules in force were loaded then */
+    uint64_t reload_failed_unix; /* the last reload failed then (0: it did not) */
+    const char *reload_error;    /* its first error ("FILE:LINE: ..."), NULL when none */
+    int reset_allowed;           /* [agent] stats_reset */
+    const char *token;           /* the page's token for POST /reset */
+};
+
+/* Once a second, on the main loop: the history's sample and the process'
+ * file descriptors and memory. now_s: Unix seconds. */
+void status_sample(struct history *h, uint64_t now_s);
+
+/* The document (malloc'd, caller frees) and its length; NULL when out of
+ * memory. since: 0 for the whole history, else only samples after that Unix
+ * second. */
+char *status_render(const struct status_agent *a, const struct ruleset *rs,
+                    const struct history *h, uint64_t since, size_t *len);
+
+#endif
