@@ -6,7 +6,8 @@
      with the same default, and neither documents a key the code lacks;
   b. every option of the agent's command line (the option table in
      src/main.c, and `--help` when a built agent is at hand) is in
-     doc/spoa-ratelimit.8;
+     doc/spoa-ratelimit.8, and every option of spoa-sim and spoa-bench in
+     their pages;
   c. every relative link of every Markdown file in the tree resolves to a
      file, and every #anchor to a heading of its page (GitHub's slugs).
 
@@ -222,10 +223,37 @@ def check_options():
         if not found:
             fail("%s --help printed no option" % agent)
         opts |= found
-    man = read("doc/spoa-ratelimit.8").replace("\\-", "-")
+    in_man("doc/spoa-ratelimit.8", opts, "src/main.c or --help")
+    # the tools: spoa-sim's long options, spoa-bench's getopt letters
+    sim = read("src/tools/sim.c").split("struct option opts[] = {", 1)[1].split("};", 1)[0]
+    opts = {"--" + m for m in re.findall(r'\{"([\w-]+)", [01], 0, ', sim)}
+    if len(opts) < 20:
+        fail("src/tools/sim.c: option table not found")
+    in_man("doc/spoa-sim.1", opts, "src/tools/sim.c")
+    # spoa-sim's defaults for the settings it shares with the agent
+    _, defaults = code_keys()
+    shared = {"interval": ("lease", "interval"), "ttl": ("lease", "ttl"),
+              "max_fraction": ("lease", "max_fraction"),
+              "rate_leases": ("lease", "rate_leases"), "timeout": ("redis", "timeout")}
+    for field, value in re.findall(r'\.(\w+) = "([^"]*)"', read("src/tools/sim.c")):
+        want = defaults.get(shared.get(field))
+        if field in shared and want and value not in want:
+            fail("src/tools/sim.c: spoa-sim's default %s = %s, the agent's [%s] %s is %s" %
+                 (field, value, shared[field][0], shared[field][1], " or ".join(want)))
+    m = re.search(r'getopt_long\(argc, argv, "([\w:]+)"', read("src/tools/bench.c"))
+    if not m:
+        fail("src/tools/bench.c: getopt string not found")
+    else:
+        in_man("doc/spoa-bench.1", {"-" + c for c in m.group(1).replace(":", "")},
+               "src/tools/bench.c")
+
+
+def in_man(page, opts, source):
+    man = read(page).replace("\\-", "-").replace("\\fR", " ").replace("\\fP", " ")
+    man = re.sub(r'"', " ", man)
     for opt in sorted(opts):
         if not re.search(r"(?<![\w-])" + re.escape(opt) + r"(?![\w-])", man):
-            fail("doc/spoa-ratelimit.8: option %s (src/main.c or --help) is not documented" % opt)
+            fail("%s: option %s (%s) is not documented" % (page, opt, source))
 
 
 # ---- c. relative links ------------------------------------------------------------
