@@ -1,0 +1,41 @@
+/* json.c - Latin-1 bytes as jansson strings (json.h). */
+#include "json.h"
+
+#include <stdlib.h>
+
+char *json_latin1_utf8(const char *s, size_t len, size_t *out_len)
+{
+    /* a byte >= 0x80 takes two bytes in UTF-8 (0xC2 or 0xC3, then 0x80 |
+     * its low six bits) */
+    char *u = malloc(2 * len + 1);
+    size_t n = 0;
+
+    if (!u)
+        return NULL;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x80) {
+            u[n++] = (char)c;
+        } else {
+            u[n++] = (char)(0xC0 | (c >> 6));
+            u[n++] = (char)(0x80 | (c & 0x3F));
+        }
+    }
+    u[n] = '\0';
+    if (out_len)
+        *out_len = n;
+    return u;
+}
+
+json_t *json_latin1(const char *s, size_t len)
+{
+    size_t n;
+    char *u = json_latin1_utf8(s, len, &n);
+
+    if (!u)
+        return NULL;
+    /* valid UTF-8 by construction: no second check */
+    json_t *j = json_stringn_nocheck(u, n);
+    free(u);
+    return j;
+}
