@@ -2,6 +2,7 @@
 #include "json.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 char *json_latin1_utf8(const char *s, size_t len, size_t *out_len)
 {
@@ -38,4 +39,25 @@ json_t *json_latin1(const char *s, size_t len)
     json_t *j = json_stringn_nocheck(u, n);
     free(u);
     return j;
+}
+
+char *json_body(json_t *doc, size_t *len)
+{
+    if (!doc)
+        return NULL;
+    char *text = json_dumps(doc, JSON_OUT_FLAGS);
+    json_decref(doc);
+    if (!text)
+        return NULL;
+    size_t n = strlen(text);
+    char *body = realloc(text, n + 2);
+    if (!body) {
+        free(text);
+        return NULL;
+    }
+    body[n] = '\n';
+    body[n + 1] = '\0';
+    if (len)
+        *len = n + 1;
+    return body;
 }

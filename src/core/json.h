@@ -24,4 +24,10 @@ char *json_latin1_utf8(const char *s, size_t len, size_t *out_len);
  * memory. */
 json_t *json_latin1(const char *s, size_t len);
 
+/* doc dumped with JSON_OUT_FLAGS and a newline: malloc'd (free() it),
+ * NUL-terminated, its length in *len (if not NULL). Takes the reference to
+ * doc (decref'd here). NULL if doc is NULL (a build that ran out of memory)
+ * or on out of memory. */
+char *json_body(json_t *doc, size_t *len);
+
 #endif

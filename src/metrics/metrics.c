@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/json.h"
 #include "core/strbuf.h"
 #include "mismatch.h"
 
@@ -487,37 +488,37 @@ char *metrics_render(size_t *len)
     return strbuf_finish(&b, len);
 }
 
-/* JSON string body: escape quotes, backslashes and control bytes. */
-static void sb_json_str(struct strbuf *b, const char *s, size_t len)
-{
-    strbuf_printf(b, "\"");
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c == '"' || c == '\\')
-            strbuf_printf(b, "\\%c", c);
-        else if (c < 0x20 || c >= 0x7f)
-            strbuf_printf(b, "\\u%04x", c);
-        else
-            strbuf_printf(b, "%c", c);
-    }
-    strbuf_printf(b, "\"");
-}
-
 static int top_cmp(const void *a, const void *b)
 {
     const struct top_entry *x = a, *y = b;
     return x->count < y->count ? 1 : x->count > y->count ? -1 : 0;
 }
 
+/* One rule's heavy hitters, most blocked first: [{"key","blocked","error"}]. */
+static json_t *top_json(const struct top_entry *e, unsigned n)
+{
+    json_t *arr = json_array();
+    int failed = !arr;
+
+    for (unsigned i = 0; !failed && i < n && i < METRICS_TOP_K; i++)
+        failed = json_array_append_new(
+            arr, json_pack("{s:o,s:I,s:I}", "key", json_latin1(e[i].key, e[i].len), "blocked",
+                           (json_int_t)e[i].count, "error", (json_int_t)e[i].error));
+    if (failed) {
+        json_decref(arr);
+        return NULL;
+    }
+    return arr;
+}
+
 char *metrics_top_render(uint64_t now_us, size_t *len)
 {
-    struct strbuf b = {0};
+    json_t *rules = json_object();
+    json_t *doc = json_pack("{s:I,s:o}", "window_seconds",
+                            (json_int_t)(2 * METRICS_TOP_PERIOD_US / 1000000), "rules", rules);
     struct metrics_rule *r;
-    int first_rule = 1;
 
-    strbuf_printf(&b, "{\"window_seconds\":%llu,\"rules\":{",
-              (unsigned long long)(2 * METRICS_TOP_PERIOD_US / 1000000));
-    for (r = atomic_load(&rules_head); r; r = r->next) {
+    for (r = atomic_load(&rules_head); doc && r; r = r->next) {
         struct top_entry merged[2 * METRICS_TOP_K];
         unsigned n = 0;
 
@@ -542,20 +543,16 @@ char *metrics_top_render(uint64_t now_us, size_t *len)
         pthread_mutex_unlock(r->top_lock);
         qsort(merged, n, sizeof(merged[0]), top_cmp);
 
-        strbuf_printf(&b, "%s", first_rule ? "" : ",");
-        first_rule = 0;
-        sb_json_str(&b, r->name, strlen(r->name));
-        strbuf_printf(&b, ":[");
-        for (unsigned i = 0; i < n && i < METRICS_TOP_K; i++) {
-            strbuf_printf(&b, "%s{\"key\":", i ? "," : "");
-            sb_json_str(&b, merged[i].key, merged[i].len);
-            strbuf_printf(&b, ",\"blocked\":%llu,\"error\":%llu}", (unsigned long long)merged[i].count,
-                      (unsigned long long)merged[i].error);
+        /* a rule's name is text from the INI file: read as Latin-1 like a
+         * key, so that no byte of it is lost */
+        char *name = json_latin1_utf8(r->name, strlen(r->name), NULL);
+        if (!name || json_object_set_new_nocheck(rules, name, top_json(merged, n)) != 0) {
+            json_decref(doc);
+            doc = NULL;
         }
-        strbuf_printf(&b, "]");
+        free(name);
     }
-    strbuf_printf(&b, "}}\n");
-    return strbuf_finish(&b, len);
+    return json_body(doc, len);
 }
 
 void metrics_minute_tick(double share, void (*cb)(const char *rule, int shadow, uint64_t blocks,
