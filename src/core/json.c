@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "strbuf.h"
+
 char *json_latin1_utf8(const char *s, size_t len, size_t *out_len)
 {
     /* a byte >= 0x80 takes two bytes in UTF-8 (0xC2 or 0xC3, then 0x80 |
@@ -60,4 +62,19 @@ char *json_body(json_t *doc, size_t *len)
     if (len)
         *len = n + 1;
     return body;
+}
+
+static int put_cb(const char *text, size_t size, void *data)
+{
+    strbuf_put(data, text, size);
+    return 0;
+}
+
+void json_put_str(struct strbuf *b, const char *s, size_t len)
+{
+    json_t *j = json_latin1(s, len);
+
+    if (!j || json_dump_callback(j, put_cb, b, JSON_OUT_FLAGS | JSON_ENCODE_ANY) != 0)
+        b->failed = 1;
+    json_decref(j);
 }

@@ -12,6 +12,8 @@
 #include <jansson.h>
 #include <stddef.h>
 
+struct strbuf;
+
 /* Compact, in insertion order, ASCII only: how every body is dumped. */
 #define JSON_OUT_FLAGS (JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENSURE_ASCII)
 
@@ -29,5 +31,12 @@ json_t *json_latin1(const char *s, size_t len);
  * doc (decref'd here). NULL if doc is NULL (a build that ran out of memory)
  * or on out of memory. */
 char *json_body(json_t *doc, size_t *len);
+
+/* Appends len bytes of s as a JSON string, escaped by jansson, to text
+ * built around numbers that keep their own printf formats (jansson 2.14
+ * writes every real as %.17g, with ".0" added to a whole number: a fixed
+ * "%.6f" column or a "%g" cannot be written through it unchanged). Out of
+ * memory fails b (sticky, as every strbuf append). */
+void json_put_str(struct strbuf *b, const char *s, size_t len);
 
 #endif

@@ -12,6 +12,8 @@
 #include <sys/resource.h>
 
 #include "config/config.h"
+#include "core/json.h"
+#include "core/strbuf.h"
 #include "rules/rules.h"
 #include "tools/sim.h"
 #include "tools/sim_svg.h"
@@ -267,14 +269,24 @@ static double peak_rss_mb(void)
     return getrusage(RUSAGE_SELF, &ru) == 0 ? (double)ru.ru_maxrss / 1024.0 : 0;
 }
 
+/* One JSON object a line. The numbers keep the table's printf formats
+ * (jansson would write every double as %.17g); the strings are jansson's. */
 static void print_json(const struct sim_opts *o, const struct sim_result *r, const char *sweep,
                        const char *val)
 {
-    printf("{");
-    if (sweep)
-        printf("\"sweep\":\"%s\",\"value\":\"%s\",", sweep, val);
-    printf("\"policy\":\"%s\",", o->policy == SIM_POLICY_RATE ? "rate" : "token");
-    printf("\"agents\":%u,\"keys\":%llu,\"rps\":%g,\"seconds\":%g,\"zipf\":%g,\"skew\":%g,"
+    struct strbuf b = STRBUF_INIT;
+
+    strbuf_printf(&b, "{");
+    if (sweep) {
+        strbuf_printf(&b, "\"sweep\":");
+        json_put_str(&b, sweep, strlen(sweep));
+        strbuf_printf(&b, ",\"value\":");
+        json_put_str(&b, val, strlen(val));
+        strbuf_printf(&b, ",");
+    }
+    /* policy and algorithm: fixed words, nothing to escape */
+    strbuf_printf(&b, "\"policy\":\"%s\",", o->policy == SIM_POLICY_RATE ? "rate" : "token");
+    strbuf_printf(&b, "\"agents\":%u,\"keys\":%llu,\"rps\":%g,\"seconds\":%g,\"zipf\":%g,\"skew\":%g,"
            "\"limit\":%llu,\"period_ms\":%llu,\"burst\":%llu,\"algorithm\":\"%s\","
            "\"interval_ms\":%llu,\"ttl_ms\":%llu,\"max_fraction\":%g,\"rtt_ms\":%g,",
            o->agents, (unsigned long long)o->keys, o->rps, o->seconds, o->zipf, o->skew,
@@ -283,7 +295,7 @@ static void print_json(const struct sim_opts *o, const struct sim_result *r, con
            o->algorithm == BUCKET_SLIDING_WINDOW ? "sliding-window" : "token-bucket",
            (unsigned long long)o->interval_ms, (unsigned long long)o->ttl_ms, o->max_fraction,
            (double)o->rtt_us / 1000);
-    printf("\"decisions\":%llu,\"admitted\":%llu,\"reference_admitted\":%llu,"
+    strbuf_printf(&b, "\"decisions\":%llu,\"admitted\":%llu,\"reference_admitted\":%llu,"
            "\"redis_calls\":%llu,\"script_ops\":%llu,\"claims\":%llu,\"returns\":%llu,"
            "\"calls_per_decision\":%.6f,\"ops_per_decision\":%.6f,\"redis_calls_per_s\":%.1f,"
            "\"worst_window_excess\":%.6f,\"reference_worst_window_excess\":%.6f,"
@@ -303,7 +315,7 @@ static void print_json(const struct sim_opts *o, const struct sim_result *r, con
            r->wall_s, peak_rss_mb());
     if (o->stall_len_us) {
         const struct sim_stall *st = &r->stall;
-        printf(",\"stall_start_s\":%g,\"stall_s\":%g,\"timeout_ms\":%g,\"share\":%g,"
+        strbuf_printf(&b, ",\"stall_start_s\":%g,\"stall_s\":%g,\"timeout_ms\":%g,\"share\":%g,"
                "\"backstop_limit\":%llu,\"backstop_period_ms\":%g,\"backstop_burst\":%llu,"
                "\"stall_decisions\":%llu,\"stall_admitted\":%llu,"
                "\"stall_reference_admitted\":%llu,\"stall_false_denials\":%llu,"
@@ -323,7 +335,14 @@ static void print_json(const struct sim_opts *o, const struct sim_result *r, con
                st->backstop_worst_excess, st->outside_worst_window_excess, st->settle_ms,
                st->wait_p50_ms, st->wait_p99_ms, st->wait_max_ms, st->recovery_ms);
     }
-    printf("}\n");
+    strbuf_printf(&b, "}\n");
+    size_t len;
+    char *text = strbuf_finish(&b, &len);
+    if (text)
+        fwrite(text, 1, len, stdout);
+    else
+        fprintf(stderr, "spoa-sim: out of memory\n");
+    free(text);
     fflush(stdout);
 }
 
