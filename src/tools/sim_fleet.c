@@ -5,7 +5,7 @@
  * sent over a model of the agent's Redis connection (store_conn.c: at most
  * two calls in flight, the rest go out together as one batch call), and run
  * by sim_redis on the agent's Lua scripts. All in virtual time, one event
- * queue (a binary heap); Redis runs each call when it arrives, at the
+ * queue (sim_heap.c); Redis runs each call when it arrives, at the
  * virtual time it reads with TIME.
  *
  * Beside the fleet, one exact in-memory bucket per key (bucket.c, as a
@@ -35,6 +35,7 @@
 #include "lease/lease.h"
 #include "script_args.h"
 #include "store/script.h"
+#include "tools/sim_heap.h"
 #include "tools/sim_redis.h"
 #include "tools/sim_stats.h"
 #include "tools/sim_traffic.h"
@@ -52,18 +53,7 @@
 
 enum ev_kind { EV_REQ, EV_TICK, EV_EXEC, EV_REPLY, EV_SAMPLE, EV_TIMEOUT };
 
-struct command; /* one call on the wire: a script call or a batch */
-
-struct event {
-    uint64_t at, seq;
-    int kind;
-    unsigned agent;
-    union {
-        struct command *cmd; /* EV_EXEC, EV_REPLY */
-        uint32_t key;        /* EV_REQ */
-    } u;
-};
-
+/* One call on the wire: a script call or a batch. */
 struct command {
     unsigned agent, n;
     uint64_t exec_at, reply_at;
@@ -112,9 +102,8 @@ struct sim {
     struct agent *agents;
     struct sim_redis *redis;
     struct sim_traffic *traffic;
-    uint64_t now, end, seq, busy_until;
-    struct event *heap;
-    size_t nheap, heapcap;
+    uint64_t now, end, busy_until;
+    struct sim_heap q; /* events */
     struct wait *free_waits;
     /* the reference and the checks, per key */
     struct bucket *ref;
@@ -146,55 +135,11 @@ struct sim {
 
 /* ---- the event queue --------------------------------------------------------------- */
 
-static int ev_less(const struct event *a, const struct event *b)
-{
-    return a->at < b->at || (a->at == b->at && a->seq < b->seq);
-}
-
 static void push(struct sim *s, uint64_t at, int kind, unsigned agent, struct command *cmd,
                  uint32_t key)
 {
-    if (s->nheap == s->heapcap) {
-        size_t cap = s->heapcap ? s->heapcap * 2 : 4096;
-        struct event *h = realloc(s->heap, cap * sizeof(*h));
-        if (!h) {
-            s->oom = 1;
-            return;
-        }
-        s->heap = h;
-        s->heapcap = cap;
-    }
-    struct event e = {.at = at, .seq = s->seq++, .kind = kind, .agent = agent};
-    if (kind == EV_REQ)
-        e.u.key = key;
-    else
-        e.u.cmd = cmd;
-    size_t i = s->nheap++;
-    while (i > 0 && ev_less(&e, &s->heap[(i - 1) / 2])) {
-        s->heap[i] = s->heap[(i - 1) / 2];
-        i = (i - 1) / 2;
-    }
-    s->heap[i] = e;
-}
-
-static struct event pop(struct sim *s)
-{
-    struct event top = s->heap[0], last = s->heap[--s->nheap];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= s->nheap)
-            break;
-        if (c + 1 < s->nheap && ev_less(&s->heap[c + 1], &s->heap[c]))
-            c++;
-        if (!ev_less(&s->heap[c], &last))
-            break;
-        s->heap[i] = s->heap[c];
-        i = c;
-    }
-    if (s->nheap > 0)
-        s->heap[i] = last;
-    return top;
+    if (sim_heap_push(&s->q, at, kind, agent, key, cmd) < 0)
+        s->oom = 1;
 }
 
 /* ---- keys --------------------------------------------------------------------------- */
@@ -728,10 +673,10 @@ static int setup(struct sim *s, char *err, size_t errlen)
 
 static void teardown(struct sim *s)
 {
-    while (s->nheap > 0) { /* only after an error */
-        struct event e = pop(s);
+    while (s->q.n > 0) { /* only after an error */
+        struct sim_event e = sim_heap_pop(&s->q);
         if (e.kind == EV_EXEC || e.kind == EV_REPLY)
-            put_command(e.u.cmd);
+            put_command(e.p);
     }
     for (unsigned i = 0; s->agents && i < s->o->agents; i++) {
         struct sent *x, *next;
@@ -764,7 +709,7 @@ static void teardown(struct sim *s)
     free(s->bkeylen);
     free(s->bargv);
     free(s->bargvlen);
-    free(s->heap);
+    sim_heap_free(&s->q);
     free(s->bs);
     free(s->bswin);
     free(s->bs_first);
@@ -849,12 +794,12 @@ int sim_run(const struct sim_opts *o, struct sim_result *res, char *err, size_t 
     /* Requests and samples stop at the end, ticks after the tail (leases
      * given back); the calls in flight and the claims they lead to run to
      * completion, so every request is decided. */
-    while (s->nheap > 0 && !s->oom) {
-        struct event e = pop(s);
+    while (s->q.n > 0 && !s->oom) {
+        struct sim_event e = sim_heap_pop(&s->q);
         s->now = e.at;
         switch (e.kind) {
         case EV_REQ:
-            on_request(s, e.u.key, e.agent);
+            on_request(s, e.key, e.agent);
             if (sim_traffic_next(s->traffic, &at, &key, &agent) == 0)
                 push(s, SIM_T0_US + at, EV_REQ, agent, NULL, key);
             break;
@@ -865,11 +810,11 @@ int sim_run(const struct sim_opts *o, struct sim_result *res, char *err, size_t 
             }
             break;
         case EV_EXEC:
-            exec_command(s, e.u.cmd);
-            push(s, e.u.cmd->reply_at, EV_REPLY, e.agent, e.u.cmd, 0);
+            exec_command(s, e.p);
+            push(s, ((struct command *)e.p)->reply_at, EV_REPLY, e.agent, e.p, 0);
             break;
         case EV_REPLY:
-            on_reply(s, e.u.cmd);
+            on_reply(s, e.p);
             break;
         case EV_TIMEOUT:
             /* as the ticks: until the tail's end, while calls are still out */

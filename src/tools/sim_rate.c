@@ -41,6 +41,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "tools/sim_heap.h"
 #include "tools/sim_stats.h"
 #include "tools/sim_traffic.h"
 
@@ -94,14 +95,6 @@ struct call {
     uint64_t e, retry_at;
 };
 
-struct event {
-    uint64_t at, seq;
-    int kind;
-    unsigned agent;
-    uint32_t key;
-    struct call *call;
-};
-
 struct rsim {
     const struct sim_opts *o;
     struct sim_result *res;
@@ -111,9 +104,7 @@ struct rsim {
     struct ckey *ck;
     struct aent *tab;
     size_t tabcap, tabn;
-    struct event *heap;
-    size_t nheap, heapcap;
-    uint64_t seq;
+    struct sim_heap q; /* events */
     struct bucket *ref;
     struct sim_window *win, *refwin;
     struct sim_bound bound, refbound;
@@ -123,52 +114,11 @@ struct rsim {
 
 /* ---- the event queue --------------------------------------------------------------- */
 
-static int ev_less(const struct event *a, const struct event *b)
-{
-    return a->at < b->at || (a->at == b->at && a->seq < b->seq);
-}
-
 static void push(struct rsim *s, uint64_t at, int kind, unsigned agent, uint32_t key,
                  struct call *c)
 {
-    if (s->nheap == s->heapcap) {
-        size_t cap = s->heapcap ? s->heapcap * 2 : 4096;
-        struct event *h = realloc(s->heap, cap * sizeof(*h));
-        if (!h) {
-            s->oom = 1;
-            return;
-        }
-        s->heap = h;
-        s->heapcap = cap;
-    }
-    struct event e = {.at = at, .seq = s->seq++, .kind = kind, .agent = agent, .key = key,
-                      .call = c};
-    size_t i = s->nheap++;
-    while (i > 0 && ev_less(&e, &s->heap[(i - 1) / 2])) {
-        s->heap[i] = s->heap[(i - 1) / 2];
-        i = (i - 1) / 2;
-    }
-    s->heap[i] = e;
-}
-
-static struct event pop(struct rsim *s)
-{
-    struct event top = s->heap[0], last = s->heap[--s->nheap];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= s->nheap)
-            break;
-        if (c + 1 < s->nheap && ev_less(&s->heap[c + 1], &s->heap[c]))
-            c++;
-        if (!ev_less(&s->heap[c], &last))
-            break;
-        s->heap[i] = s->heap[c];
-        i = c;
-    }
-    if (s->nheap > 0)
-        s->heap[i] = last;
-    return top;
+    if (sim_heap_push(&s->q, at, kind, agent, key, c) < 0)
+        s->oom = 1;
 }
 
 /* ---- the agents' per-key state: one open-addressing table ---------------------------- */
@@ -560,8 +510,8 @@ int sim_run_rate(const struct sim_opts *o, struct sim_result *res, char *err, si
     s->refbound = s->bound;
     if (sim_traffic_next(tr, &at, &key, &agent) == 0)
         push(s, SIM_T0_US + at, EV_REQ, agent, key, NULL);
-    while (s->nheap > 0 && !s->oom) {
-        struct event e = pop(s);
+    while (s->q.n > 0 && !s->oom) {
+        struct sim_event e = sim_heap_pop(&s->q);
         s->now = e.at;
         switch (e.kind) {
         case EV_REQ:
@@ -570,12 +520,12 @@ int sim_run_rate(const struct sim_opts *o, struct sim_result *res, char *err, si
                 push(s, SIM_T0_US + at, EV_REQ, agent, key, NULL);
             break;
         case EV_EXEC:
-            exec_call(s, e.call);
-            push(s, s->now + (o->rtt_us - o->rtt_us / 2), EV_REPLY, e.agent, e.key, e.call);
+            exec_call(s, e.p);
+            push(s, s->now + (o->rtt_us - o->rtt_us / 2), EV_REPLY, e.agent, e.key, e.p);
             break;
         case EV_REPLY:
-            on_reply(s, e.call);
-            free(e.call);
+            on_reply(s, e.p);
+            free(e.p);
             break;
         }
     }
@@ -594,10 +544,10 @@ int sim_run_rate(const struct sim_opts *o, struct sim_result *res, char *err, si
     res->sim_seconds = o->seconds;
     rc = 0;
 out:
-    while (s->nheap > 0) {
-        struct event e = pop(s);
+    while (s->q.n > 0) {
+        struct sim_event e = sim_heap_pop(&s->q);
         if (e.kind != EV_REQ)
-            free(e.call);
+            free(e.p);
     }
     for (uint64_t k = 0; s->ck && k < keys; k++) {
         free(s->ck[k].h);
@@ -609,7 +559,7 @@ out:
     free(s->win);
     free(s->refwin);
     free(s->tab);
-    free(s->heap);
+    sim_heap_free(&s->q);
     free(s);
     clock_gettime(CLOCK_MONOTONIC, &w1);
     res->wall_s = (double)(w1.tv_sec - w0.tv_sec) + (double)(w1.tv_nsec - w0.tv_nsec) / 1e9;
