@@ -11,8 +11,8 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
-#include "accept_guard.h"
 #include "limiter.h"
+#include "listener.h"
 #include "spop/spop_conn.h"
 
 struct worker;
@@ -64,8 +64,7 @@ struct worker {
      * loop was stopped (SIGSTOP, a long pause): see stall_cb in server.c. */
     ev_timer stall;
     ev_tstamp stall_last; /* ev_now() at the last tick */
-    ev_io *accept_io;          /* one per listener */
-    struct accept_guard guard; /* pauses accept_io when out of fds */
+    struct listener lis; /* the server's listening sockets, on this loop */
     struct conn *conns;
     /* Connections that have not finished their HELLO, oldest first: the
      * first is closed when a cap is reached (see conn_admit). At most
@@ -111,8 +110,9 @@ void conn_free(struct conn *c);
 void conn_update_reading(struct conn *c);
 /* Write what c has pending. -1 when c is gone (freed). */
 int conn_flush(struct conn *c);
-/* A listener of worker io->data is readable: accept and admit connections. */
-void accept_cb(struct ev_loop *loop, ev_io *io, int revents);
+/* How a worker's listener admits and takes SPOP connections (its ctx: the
+ * worker). */
+extern const struct listener_ops conn_listener_ops;
 /* Answer the requests the limiter completed for w, and write them out. */
 void finish_done_requests(struct worker *w);
 /* End w's loop once it is stopping and nothing is open or pending. */
