@@ -41,15 +41,6 @@
 #include "tools/sim_stats.h"
 #include "tools/sim_traffic.h"
 
-/* ---- the event queue --------------------------------------------------------------- */
-
-void sim_fleet_push(struct sim *s, uint64_t at, int kind, unsigned agent, struct command *cmd,
-                    uint32_t key)
-{
-    if (sim_heap_push(&s->q, at, kind, agent, key, cmd) < 0)
-        s->oom = 1;
-}
-
 /* ---- keys --------------------------------------------------------------------------- */
 
 /* The Redis key of client key k, as limiter.c's redis_key() builds it:
@@ -145,8 +136,8 @@ static void wait_put(struct sim *s, struct wait *w)
 }
 
 /* Waiters of agent ai decided by a reply (done) or left to the fallback (fb). */
-void sim_fleet_complete(struct sim *s, unsigned ai, struct lease_waiter *done,
-                        struct lease_waiter *fb)
+static void complete(struct sim *s, unsigned ai, struct lease_waiter *done,
+                     struct lease_waiter *fb)
 {
     struct lease_waiter *w, *next;
     for (w = done; w; w = next) {
@@ -161,6 +152,49 @@ void sim_fleet_complete(struct sim *s, unsigned ai, struct lease_waiter *done,
         fallback(s, ai, x->key, x->ref_allowed, x->t0);
         wait_put(s, x);
     }
+}
+
+/* ---- replies and timeouts ------------------------------------------------------------- */
+
+/* Every check_every: the calls that waited the timeout fail, their waiters
+ * fall back and the agent is stalled (limiter.c's timeouts_cb). */
+static void on_timeouts(struct sim *s, unsigned ai)
+{
+    struct agent *a = &s->agents[ai];
+    struct sent *x;
+
+    for (x = a->icheck; x && s->now - x->at >= s->o->timeout_us; x = x->next) {
+        struct lease_waiter *fb = NULL;
+        a->icheck = x->next;
+        x->timed_out = 1;
+        a->stalled = 1;
+        s->res->stall.timeouts++;
+        lease_timeout(a->leases, x->job, &fb);
+        complete(s, ai, NULL, fb);
+    }
+}
+
+/* The reply reaches the agent: limiter.c's on_reply() for each job, in
+ * order; what they send goes out at once when the connection allows. */
+static void on_reply(struct sim *s, struct command *c)
+{
+    unsigned ai = c->agent;
+    struct agent *a = &s->agents[ai];
+
+    a->inflight--;
+    for (unsigned i = 0; i < c->n; i++) {
+        struct lease_waiter *done = NULL, *fb = NULL;
+        struct lease_job *next = NULL;
+        /* only an answer in time ends a stall */
+        if (s->stall_end && !sim_fleet_sent_done(s, a, c->jobs[i]))
+            a->stalled = 0;
+        lease_reply(a->leases, c->jobs[i], c->ok[i], c->v[i], c->nv[i], s->now, &done, &fb, &next);
+        complete(s, ai, done, fb);
+        if (next)
+            sim_fleet_conn_send(s, ai, next, 0);
+    }
+    sim_fleet_command_free(c);
+    sim_fleet_uncork(s, ai);
 }
 
 /* ---- requests, ticks, samples ---------------------------------------------------------- */
@@ -474,12 +508,12 @@ int sim_run(const struct sim_opts *o, struct sim_result *res, char *err, size_t 
             sim_fleet_push(s, ((struct command *)e.p)->reply_at, EV_REPLY, e.agent, e.p, 0);
             break;
         case EV_REPLY:
-            sim_fleet_on_reply(s, e.p);
+            on_reply(s, e.p);
             break;
         case EV_TIMEOUT:
             /* as the ticks: until the tail's end, while calls are still out */
             if (s->now < s->end + s->o->tail_us || s->agents[e.agent].ihead) {
-                sim_fleet_on_timeouts(s, e.agent);
+                on_timeouts(s, e.agent);
                 sim_fleet_push(s, s->now + s->check_every, EV_TIMEOUT, e.agent, NULL, 0);
             }
             break;

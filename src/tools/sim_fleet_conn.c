@@ -3,8 +3,8 @@
  * flight, the rest go out together as one batch call; limiter.c's in-flight
  * list and timeouts under --stall), and Redis running each call, one at a
  * time in arrival order, on sim_redis with the agent's own script arguments
- * (store/script_args.c). The replies go back to the agents' lease tables
- * through sim_fleet.c. */
+ * (store/script_args.c). sim_fleet.c, above, pushes the events and hands
+ * the replies to the agents' lease tables. */
 #include "tools/sim_fleet_int.h"
 
 #include <stdio.h>
@@ -122,6 +122,30 @@ void sim_fleet_uncork(struct sim *s, unsigned ai)
         flush(s, ai);
 }
 
+/* Job j's reply is in: take it off the in-flight list (it is first: one
+ * Redis runs an agent's calls in the order sent). 1 when it had timed out. */
+int sim_fleet_sent_done(struct sim *s, struct agent *a, const struct lease_job *j)
+{
+    struct sent *x = a->ihead, *prev = NULL;
+
+    while (x && x->job != j) /* not reached: replies come in order */
+        prev = x, x = x->next;
+    if (!x)
+        return 0;
+    if (prev)
+        prev->next = x->next;
+    else
+        a->ihead = x->next;
+    if (a->itail == x)
+        a->itail = prev;
+    if (a->icheck == x)
+        a->icheck = x->next;
+    int timed_out = x->timed_out;
+    x->next = s->free_sent;
+    s->free_sent = x;
+    return timed_out;
+}
+
 /* ---- Redis ----------------------------------------------------------------------------- */
 
 static void redis_error(struct sim *s, const char *err)
@@ -194,70 +218,4 @@ void sim_fleet_exec(struct sim *s, struct command *c)
 void sim_fleet_command_free(struct command *c)
 {
     free(c);
-}
-
-/* Every check_every: the calls that waited the timeout fail, their waiters
- * fall back and the agent is stalled (limiter.c's timeouts_cb). */
-void sim_fleet_on_timeouts(struct sim *s, unsigned ai)
-{
-    struct agent *a = &s->agents[ai];
-    struct sent *x;
-
-    for (x = a->icheck; x && s->now - x->at >= s->o->timeout_us; x = x->next) {
-        struct lease_waiter *fb = NULL;
-        a->icheck = x->next;
-        x->timed_out = 1;
-        a->stalled = 1;
-        s->res->stall.timeouts++;
-        lease_timeout(a->leases, x->job, &fb);
-        sim_fleet_complete(s, ai, NULL, fb);
-    }
-}
-
-/* Job j's reply is in: take it off the in-flight list (it is first: one
- * Redis runs an agent's calls in the order sent). 1 when it had timed out. */
-static int sent_done(struct sim *s, struct agent *a, const struct lease_job *j)
-{
-    struct sent *x = a->ihead, *prev = NULL;
-
-    while (x && x->job != j) /* not reached: replies come in order */
-        prev = x, x = x->next;
-    if (!x)
-        return 0;
-    if (prev)
-        prev->next = x->next;
-    else
-        a->ihead = x->next;
-    if (a->itail == x)
-        a->itail = prev;
-    if (a->icheck == x)
-        a->icheck = x->next;
-    int timed_out = x->timed_out;
-    x->next = s->free_sent;
-    s->free_sent = x;
-    return timed_out;
-}
-
-/* The reply reaches the agent: limiter.c's sim_fleet_on_reply() for each job, in
- * order; what they send goes out at once when the connection allows. */
-void sim_fleet_on_reply(struct sim *s, struct command *c)
-{
-    unsigned ai = c->agent;
-    struct agent *a = &s->agents[ai];
-
-    a->inflight--;
-    for (unsigned i = 0; i < c->n; i++) {
-        struct lease_waiter *done = NULL, *fb = NULL;
-        struct lease_job *next = NULL;
-        /* only an answer in time ends a stall */
-        if (s->stall_end && !sent_done(s, a, c->jobs[i]))
-            a->stalled = 0;
-        lease_reply(a->leases, c->jobs[i], c->ok[i], c->v[i], c->nv[i], s->now, &done, &fb, &next);
-        sim_fleet_complete(s, ai, done, fb);
-        if (next)
-            sim_fleet_conn_send(s, ai, next, 0);
-    }
-    sim_fleet_command_free(c);
-    if (a->inflight < CONN_MAX_INFLIGHT && a->qhead)
-        flush(s, ai);
 }

@@ -1,7 +1,8 @@
 /* sim_fleet_int.h - the token-lease run's private parts, shared by
- * sim_fleet.c (the agents' decisions and the run) and sim_fleet_conn.c (each
- * agent's Redis connection and the Redis side). Nothing outside those two
- * files includes it. */
+ * sim_fleet.c (the agents: requests, replies, decisions, and the run) and
+ * sim_fleet_conn.c (below it: each agent's Redis connection and the Redis
+ * side, which never call back up). Nothing outside those two files
+ * includes it. */
 #ifndef SIM_FLEET_INT_H
 #define SIM_FLEET_INT_H
 
@@ -108,15 +109,14 @@ struct sim {
     uint64_t check_every; /* timeouts are looked for this often (limiter.c) */
 };
 
-/* ---- sim_fleet.c ------------------------------------------------------------------------ */
-
 /* Queue an event (kind EV_*; cmd for EV_EXEC and EV_REPLY, key for EV_REQ);
  * out of memory sets s->oom. */
-void sim_fleet_push(struct sim *s, uint64_t at, int kind, unsigned agent, struct command *cmd,
-                    uint32_t key);
-/* Waiters of agent ai decided by a reply (done) or left to the fallback (fb). */
-void sim_fleet_complete(struct sim *s, unsigned ai, struct lease_waiter *done,
-                        struct lease_waiter *fb);
+static inline void sim_fleet_push(struct sim *s, uint64_t at, int kind, unsigned agent,
+                                  struct command *cmd, uint32_t key)
+{
+    if (sim_heap_push(&s->q, at, kind, agent, key, cmd) < 0)
+        s->oom = 1;
+}
 
 /* ---- sim_fleet_conn.c ------------------------------------------------------------------- */
 
@@ -127,11 +127,10 @@ void sim_fleet_conn_send(struct sim *s, unsigned ai, struct lease_job *j, int co
 void sim_fleet_uncork(struct sim *s, unsigned ai);
 /* Redis runs command c (EV_EXEC). */
 void sim_fleet_exec(struct sim *s, struct command *c);
-/* c's reply reaches its agent (EV_REPLY); c is freed. */
-void sim_fleet_on_reply(struct sim *s, struct command *c);
-/* Agent ai's calls past the timeout fail (EV_TIMEOUT). */
-void sim_fleet_on_timeouts(struct sim *s, unsigned ai);
-/* A command never run or answered (a run that ended on an error). */
+/* Job j of agent a is answered: off the in-flight list (--stall). 1 when it
+ * had timed out. */
+int sim_fleet_sent_done(struct sim *s, struct agent *a, const struct lease_job *j);
+/* Free a command: answered, or never run (a run that ended on an error). */
 void sim_fleet_command_free(struct command *c);
 
 #endif
