@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "core/dlist.h"
 #include "core/log.h"
 #include "core/net.h"
 #include "core/util.h"
@@ -36,7 +37,8 @@ struct http_conn {
     struct httpd_req *waiting; /* the handler's answer is still to come */
     int routing;               /* inside route(): an answer is only stored */
     struct sockaddr_storage peer;
-    struct http_conn *prev, *next;
+    struct dlist link;    /* on h->conns */
+    struct dlist reading; /* on h->reading until its whole request is in */
 };
 
 /* A handler's answer may come after its connection went away: the record
@@ -51,7 +53,8 @@ struct httpd {
     struct ev_loop *loop;
     int fd;
     struct listener lis;
-    struct http_conn *conns;
+    struct dlist conns;   /* struct http_conn, by link */
+    struct dlist reading; /* those still reading their request, oldest first */
     unsigned nconns, max_conns;
     struct net_cidr *allow; /* a copy; none: any peer */
     size_t nallow;
@@ -67,12 +70,9 @@ static void http_conn_free(struct http_conn *c)
     ev_io_stop(h->loop, &c->io);
     ev_timer_stop(h->loop, &c->timer);
     close(c->fd);
-    if (c->prev)
-        c->prev->next = c->next;
-    else
-        h->conns = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
+    dlist_del(&c->link);
+    if (dlist_linked(&c->reading))
+        dlist_del(&c->reading);
     h->nconns--;
     if (c->waiting)
         c->waiting->c = NULL; /* the handler's answer will find no one */
@@ -239,6 +239,7 @@ static void http_io_cb(struct ev_loop *loop, ev_io *io, int revents)
                 http_conn_free(c);
             return;
         }
+        dlist_del(&c->reading); /* a whole request: no longer evicted to admit others */
         route(c);
         if (!c->resp && c->waiting) {
             ev_io_stop(loop, &c->io); /* read no more: httpd_reply starts the writing */
@@ -278,15 +279,12 @@ static unsigned conns_cap(void)
 }
 
 /* The oldest connection still reading its request (no answer made or
- * awaited), or NULL. The list is newest first and at most max_conns long. */
+ * awaited), or NULL. */
 static struct http_conn *oldest_reading(struct httpd *h)
 {
-    struct http_conn *oldest = NULL;
-
-    for (struct http_conn *c = h->conns; c; c = c->next)
-        if (!c->resp && !c->waiting)
-            oldest = c;
-    return oldest;
+    if (dlist_empty(&h->reading))
+        return NULL;
+    return DLIST_ENTRY(h->reading.next, struct http_conn, reading);
 }
 
 /* The listener's peer check: [agent] stats_allow. */
@@ -347,10 +345,8 @@ static void http_take(void *ctx, int fd, const struct sockaddr_storage *peer, so
     c->timer.data = c;
     ev_io_start(h->loop, &c->io);
     ev_timer_start(h->loop, &c->timer);
-    c->next = h->conns;
-    if (h->conns)
-        h->conns->prev = c;
-    h->conns = c;
+    dlist_push_tail(&h->conns, &c->link);
+    dlist_push_tail(&h->reading, &c->reading);
     h->nconns++;
 }
 
@@ -375,6 +371,8 @@ struct httpd *httpd_new(struct ev_loop *loop, const struct net_addr *addr,
         return NULL;
     }
     h->loop = loop;
+    dlist_init(&h->conns);
+    dlist_init(&h->reading);
     h->fd = net_listen(addr, 128, err, errlen);
     if (h->fd == -1) {
         free(h->allow);
@@ -412,8 +410,8 @@ void httpd_free(struct httpd *h)
 {
     if (!h)
         return;
-    while (h->conns)
-        http_conn_free(h->conns);
+    while (!dlist_empty(&h->conns))
+        http_conn_free(DLIST_ENTRY(h->conns.next, struct http_conn, link));
     listener_stop(&h->lis);
     listener_free(&h->lis);
     close(h->fd);

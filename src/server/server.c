@@ -170,6 +170,7 @@ struct server *server_new(const struct config *cfg, struct ruleset *rs, struct l
         struct worker *w = &s->workers[i];
         w->srv = s;
         w->id = i;
+        dlist_init(&w->handshakes);
         /* One worker shares the main loop, where the limiter talks to Redis:
          * a decision then costs no hop between threads (an eventfd write, a
          * wake-up and a context switch each way), which cost as much CPU as

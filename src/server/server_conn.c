@@ -87,34 +87,16 @@ static struct log_gate disconnect_gate; /* DISCONNECT lines, both ways */
 
 static void handshake_add(struct worker *w, struct conn *c)
 {
-    c->in_handshake = 1;
-    c->hs_next = NULL;
-    c->hs_prev = w->hs_tail;
-    if (w->hs_tail)
-        w->hs_tail->hs_next = c;
-    else
-        w->hs_head = c;
-    w->hs_tail = c;
+    dlist_push_tail(&w->handshakes, &c->hs);
     w->nhandshakes++;
 }
 
 static void handshake_end(struct conn *c)
 {
-    struct worker *w = c->w;
-
-    if (!c->in_handshake)
+    if (!dlist_linked(&c->hs))
         return;
-    if (c->hs_prev)
-        c->hs_prev->hs_next = c->hs_next;
-    else
-        w->hs_head = c->hs_next;
-    if (c->hs_next)
-        c->hs_next->hs_prev = c->hs_prev;
-    else
-        w->hs_tail = c->hs_prev;
-    c->hs_prev = c->hs_next = NULL;
-    c->in_handshake = 0;
-    w->nhandshakes--;
+    dlist_del(&c->hs);
+    c->w->nhandshakes--;
 }
 
 /* This worker's share of [agent] max_handshakes: the listening socket is
@@ -407,7 +389,7 @@ static int conn_parse(struct conn *c, size_t n)
     struct worker *w = c->w;
     int closing = spop_conn_in_commit(&c->sp, n, on_notify, c);
 
-    if (c->in_handshake && c->sp.state != SPOP_CONN_HELLO)
+    if (dlist_linked(&c->hs) && c->sp.state != SPOP_CONN_HELLO)
         handshake_end(c); /* the HELLO is in (or refused: closing) */
     if (c->sp.state != SPOP_CONN_HELLO && !c->eof)
         ev_timer_stop(w->loop, &c->timer);
@@ -558,14 +540,14 @@ static int same_host(const struct sockaddr_storage *a, const struct sockaddr_sto
  * EVICT_LOG_EVERY_S. */
 static int evict_oldest_handshake(struct worker *w, const char *cap)
 {
-    struct conn *c = w->hs_head;
     const struct config *cfg = w->rs->cfg;
     unsigned long long suppressed;
     char peers[4 * (NET_PEER_TEXT_MAX + 1)] = "", one[NET_PEER_TEXT_MAX], *p = peers;
     unsigned i;
 
-    if (!c)
+    if (dlist_empty(&w->handshakes))
         return 0;
+    struct conn *c = DLIST_ENTRY(w->handshakes.next, struct conn, hs);
     listener_count(&w->lis, METRICS_REFUSED_HANDSHAKE_EVICTED);
     for (i = 0; i < w->nevicted_peers; i++)
         if (same_host(&w->evicted_peers[i], &c->peer))

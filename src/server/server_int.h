@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
+#include "core/dlist.h"
 #include "limiter.h"
 #include "listener.h"
 #include "spop/spop_conn.h"
@@ -31,8 +32,7 @@ struct conn {
                                 DRAIN_TIMEOUT_S (timer) or is closed */
     int dead;                /* socket closed; freed when the last pending request ends */
     int ready;               /* counted in ready_conns: HELLO done, not a health check */
-    int in_handshake;        /* on the worker's handshake list: no HELLO yet */
-    struct conn *hs_prev, *hs_next; /* that list, oldest first */
+    struct dlist hs;         /* on the worker's handshake list (linked): no HELLO yet */
     struct sockaddr_storage peer;   /* for logs */
     unsigned npending;       /* requests waiting for Redis */
     struct conn *flush_next; /* on the worker's to-flush list */
@@ -69,7 +69,7 @@ struct worker {
     /* Connections that have not finished their HELLO, oldest first: the
      * first is closed when a cap is reached (see conn_admit). At most
      * hs_cap, this worker's share of [agent] max_handshakes. */
-    struct conn *hs_head, *hs_tail;
+    struct dlist handshakes; /* struct conn, by hs */
     unsigned nhandshakes;
     /* Peers of the connections evicted since this worker last logged it. */
     struct sockaddr_storage evicted_peers[4];
