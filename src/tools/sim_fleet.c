@@ -10,7 +10,7 @@
  *
  * Beside the fleet, one exact in-memory bucket per key (bucket.c, as a
  * standalone agent) decides every request too: the reference for
- * utilisation and false denials.
+ * utilisation and false denials (sim_score.c).
  *
  * --stall: for a while Redis answers nothing (the connection stays open:
  * calls run when it wakes up, in order). Each call then fails after the
@@ -67,18 +67,7 @@ static void record(struct sim *s, uint32_t key, int allowed, int ref_allowed, ui
     struct sim_result *r = s->res;
     uint64_t wait_us = s->now - t0;
 
-    r->decisions++;
-    sim_hist_add(&s->wait_h, wait_us);
-    if (wait_us > 0)
-        r->waited++;
-    if (allowed) {
-        r->admitted++;
-        sim_bound_admit(&s->bound, &s->win[key], s->now - SIM_T0_US);
-        if (!ref_allowed)
-            r->extra_admits++;
-    } else if (ref_allowed) {
-        r->false_denials++;
-    }
+    sim_score_record(&s->sc, r, key, allowed, ref_allowed, s->now, wait_us);
     if (!s->stall_end)
         return;
     if (t0 >= s->stall_start && t0 < s->stall_end) {
@@ -202,7 +191,6 @@ static void on_reply(struct sim *s, struct command *c)
 static void on_request(struct sim *s, uint32_t key, unsigned ai)
 {
     struct agent *a = &s->agents[ai];
-    struct bucket_result rr;
     struct lease_job *job = NULL;
     char name[KEYBUF];
     size_t len = key_name(s, key, name);
@@ -210,19 +198,15 @@ static void on_request(struct sim *s, uint32_t key, unsigned ai)
 
     if (!w)
         return;
-    bucket_take(&s->ref[key], &s->p, s->now, 1, &rr);
-    if (rr.allowed) {
-        s->res->ref_admitted++;
-        if (s->now >= s->stall_start && s->now < s->stall_end)
-            s->res->stall.ref_admitted++;
-        sim_bound_admit(&s->refbound, &s->refwin[key], s->now - SIM_T0_US);
-    }
+    int ref_allowed = sim_score_reference(&s->sc, s->res, key, s->now);
+    if (ref_allowed && s->now >= s->stall_start && s->now < s->stall_end)
+        s->res->stall.ref_admitted++;
     memset(w, 0, sizeof(*w));
     w->w.out = &w->out;
     w->w.req = w;
     w->t0 = s->now;
     w->key = key;
-    w->ref_allowed = rr.allowed;
+    w->ref_allowed = ref_allowed;
     /* limiter.c's redis_stalled(): while stalled, only a probe asks Redis */
     int up = 1;
     if (a->stalled) {
@@ -233,9 +217,9 @@ static void on_request(struct sim *s, uint32_t key, unsigned ai)
     }
     int v = lease_decide(a->leases, name, len, &s->p, s->now, up, &w->w, &w->out, &job);
     if (v == LEASE_DOWN)
-        fallback(s, ai, key, rr.allowed, s->now);
+        fallback(s, ai, key, ref_allowed, s->now);
     else if (v == LEASE_DONE)
-        record(s, key, w->out.allowed, rr.allowed, s->now);
+        record(s, key, w->out.allowed, ref_allowed, s->now);
     if (v != LEASE_PENDING)
         wait_put(s, w);
     if (job) { /* limiter.c queues it; the Redis thread sends it corked */
@@ -297,9 +281,6 @@ static int setup(struct sim *s, char *err, size_t errlen)
     s->lc.prefetch = 1;
     s->end = SIM_T0_US + (uint64_t)(o->seconds * 1e6);
     s->agents = calloc(o->agents, sizeof(*s->agents));
-    s->ref = malloc(keys * sizeof(*s->ref));
-    s->win = calloc(keys, sizeof(*s->win));
-    s->refwin = calloc(keys, sizeof(*s->refwin));
     s->held = calloc(keys, sizeof(*s->held));
     s->touched = malloc(keys * sizeof(*s->touched));
     s->args = malloc(CONN_BATCH_MAX * sizeof(*s->args));
@@ -307,16 +288,11 @@ static int setup(struct sim *s, char *err, size_t errlen)
     s->bkeylen = malloc(CONN_BATCH_MAX * sizeof(*s->bkeylen));
     s->bargv = malloc(CONN_BATCH_MAX * (2 + SCRIPT_MAX_ARGC) * sizeof(*s->bargv));
     s->bargvlen = malloc(CONN_BATCH_MAX * (2 + SCRIPT_MAX_ARGC) * sizeof(*s->bargvlen));
-    if (!s->agents || !s->ref || !s->win || !s->refwin || !s->held || !s->touched || !s->args ||
-        !s->bkeys || !s->bkeylen || !s->bargv || !s->bargvlen) {
+    if (!s->agents || !s->held || !s->touched || !s->args || !s->bkeys || !s->bkeylen ||
+        !s->bargv || !s->bargvlen || sim_score_init(&s->sc, &s->p, keys) < 0) {
         snprintf(err, errlen, "out of memory");
         return -1;
     }
-    for (uint64_t k = 0; k < keys; k++) /* full (token bucket) or empty (window) from the start */
-        bucket_init(&s->ref[k], &s->p, SIM_T0_US);
-    sim_bound_init(&s->bound, o->limit, o->period_ms * 1000,
-                   o->algorithm == BUCKET_SLIDING_WINDOW ? o->limit : o->burst);
-    s->refbound = s->bound;
     if (!(s->redis = sim_redis_new(err, errlen)) ||
         !(s->traffic = sim_traffic_new(o, err, errlen)))
         return -1;
@@ -345,7 +321,7 @@ static int setup(struct sim *s, char *err, size_t errlen)
         const struct bucket_params *bp = &o->backstop;
         sim_bound_init(&s->bsbound, bp->limit, bp->period_us,
                        bp->algorithm == BUCKET_SLIDING_WINDOW ? bp->limit : bp->burst);
-        s->outbound = s->bound;
+        s->outbound = s->sc.bound;
         s->check_every = o->timeout_us / 5 > 2000 ? o->timeout_us / 5 : 2000;
         for (unsigned i = 0; i < o->agents; i++)
             sim_fleet_push(s, SIM_T0_US + s->check_every, EV_TIMEOUT, i, NULL, 0);
@@ -393,9 +369,7 @@ static void teardown(struct sim *s)
     sim_redis_free(s->redis);
     sim_traffic_free(s->traffic);
     free(s->agents);
-    free(s->ref);
-    free(s->win);
-    free(s->refwin);
+    sim_score_free(&s->sc);
     free(s->held);
     free(s->touched);
     free(s->args);
@@ -429,13 +403,9 @@ static void finish(struct sim *s, struct sim_result *r)
     r->calls_per_decision = r->decisions ? (double)r->redis_calls / (double)r->decisions : 0;
     r->ops_per_decision = r->decisions ? (double)r->script_ops / (double)r->decisions : 0;
     r->calls_per_s = secs > 0 ? (double)r->redis_calls / secs : 0;
-    r->utilisation = r->ref_admitted ? (double)r->admitted / (double)r->ref_admitted : 1;
-    r->worst_window_excess = sim_bound_worst(&s->bound);
-    r->ref_worst_window_excess = sim_bound_worst(&s->refbound);
+    sim_score_finish(&s->sc, r);
     r->stranded_p99 = (double)sim_hist_quantile(&s->held_h, 0.99);
     r->stranded_max = (double)s->held_h.max;
-    r->wait_p99_ms = (double)sim_hist_quantile(&s->wait_h, 0.99) / 1000.0;
-    r->wait_max_ms = (double)s->wait_h.max / 1000.0;
     r->redis_keys_peak = sim_redis_keys_peak(s->redis);
     r->sim_seconds = secs;
     if (!s->stall_end)

@@ -14,6 +14,7 @@
 #include "script_args.h"
 #include "tools/sim.h"
 #include "tools/sim_heap.h"
+#include "tools/sim_score.h"
 #include "tools/sim_stats.h"
 
 /* As limiter.c (STRIPES) and store_conn.h (STORE_CONN_MAX_INFLIGHT,
@@ -81,15 +82,12 @@ struct sim {
     uint64_t now, end, busy_until;
     struct sim_heap q; /* events */
     struct wait *free_waits;
-    /* the reference and the checks, per key */
-    struct bucket *ref;
-    struct sim_window *win, *refwin;
-    struct sim_bound bound, refbound;
+    struct sim_score sc; /* the reference, the checks, the waits */
     /* stranded tokens: per-key sums of one sample */
     uint64_t *held;
     uint32_t *touched;
     size_t ntouched;
-    struct sim_hist wait_h, held_h;
+    struct sim_hist held_h;
     /* a batch's arguments, reused */
     struct script_args *args;
     const char **bkeys, **bargv;
