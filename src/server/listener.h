@@ -12,8 +12,8 @@
  * in accept_pauses[kind].
  *
  * What a connection is, and what a handshake is, stay the owner's: the
- * listener_ops callbacks. One listener per event loop; every call on that
- * loop's thread.
+ * listener_ops callbacks. A listener lives on one event loop (an SPOP
+ * worker's, or the main loop); every call on that loop's thread.
  */
 #ifndef LISTENER_H
 #define LISTENER_H
