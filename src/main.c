@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <time.h>
 #include <string.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include "autoconfig.h"
@@ -16,7 +17,9 @@
 #include "http/config_page.h"
 #include "http/httpd.h"
 #include "http/keyapi.h"
+#include "http/status.h"
 #include "limiter.h"
+#include "metrics/history.h"
 #include "metrics/metrics.h"
 #include "metrics/mismatch.h"
 #include "notify.h"
@@ -40,9 +43,15 @@ struct agent {
     struct server *srv;
     struct httpd *httpd;
     ev_signal sighup, sigterm, sigint;
-    ev_timer expire, minute, stopping;
+    ev_timer expire, minute, stopping, sample;
     uint64_t stop_deadline_us;
     unsigned reports;
+    /* the status page */
+    struct history *history;
+    uint64_t started_unix;
+    uint64_t reload_failed_unix; /* the last reload failed then; 0 after a good one */
+    char reload_error[256];      /* its first error line */
+    char token[33];              /* the page's token for POST /reset, random hex */
 };
 
 static void usage(FILE *f)
@@ -140,6 +149,9 @@ static void reload(struct agent *a)
         METRIC_INC(reload_failures);
         LOG_ERROR("\"reload failed, keeping the rules in force\" file=%s", log_val(a->path));
         print_errors(err);
+        a->reload_failed_unix = (uint64_t)time(NULL);
+        snprintf(a->reload_error, sizeof(a->reload_error), "%.*s", (int)strcspn(err, "\n"),
+                 err);
         return;
     }
     warn_static_changes(a->boot->cfg, cfg);
@@ -153,6 +165,10 @@ static void reload(struct agent *a)
     reload_redis(a, rs->cfg);
     if (httpd_set_allow(a->httpd, rs->cfg->stats_allow, rs->cfg->nstats_allow) < 0)
         LOG_ERROR("\"out of memory: stats_allow not reloaded\"");
+    if (httpd_set_auth(a->httpd, rs->cfg->stats_credentials) < 0)
+        LOG_ERROR("\"out of memory: stats_auth not reloaded\"");
+    a->reload_failed_unix = 0;
+    a->reload_error[0] = '\0';
     server_set_ruleset(a->srv, rs);
     ruleset_unref(a->rs);
     a->rs = rs;
@@ -240,6 +256,13 @@ static void on_report(struct ev_loop *loop, ev_timer *t, int revents)
         metrics_minute_tick(a->rs->cfg->alert_share, alert_cb);
 }
 
+/* Once a second: the status page's history and process figures. */
+static void on_sample(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    struct agent *a = t->data;
+    status_sample(a->history, (uint64_t)time(NULL));
+}
+
 /* GET /config: the file last loaded, the restart-only settings that differ. */
 static void config_get(struct agent *a, struct httpd_req *req)
 {
@@ -249,28 +272,76 @@ static void config_get(struct agent *a, struct httpd_req *req)
     httpd_reply(req, "200 OK", "text/plain; charset=utf-8", NULL, text, len);
 }
 
-/* What the stats listener does not serve itself: /config, /key, /reset
- * (behind stats_allow like the rest). */
+/* GET /status.json[?since=UNIX_S]: what the status page shows. */
+static void status_get(struct agent *a, struct httpd_req *req, const char *query)
+{
+    char since[24];
+    struct status_agent sa = {
+        .version = PACKAGE_VERSION,
+        .config_file = a->path,
+        .workers = (unsigned)a->rs->cfg->workers,
+        .started_unix = a->started_unix,
+        .loaded_unix = a->loaded_unix,
+        .reload_failed_unix = a->reload_failed_unix,
+        .reload_error = a->reload_error[0] ? a->reload_error : NULL,
+        .reset_allowed = a->rs->cfg->stats_reset,
+        .token = a->token,
+    };
+    size_t len = 0;
+    uint64_t from = 0;
+
+    if (util_query_param(query, "since", since, sizeof(since)) > 0)
+        from = strtoull(since, NULL, 10);
+    char *body = status_render(&sa, a->rs, a->history, from, &len);
+    httpd_reply(req, "200 OK", "application/json",
+                "Cache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\n"
+                "Cross-Origin-Resource-Policy: same-origin\r\n",
+                body, len);
+}
+
+/* POST /reset: refused (403) when off or forged by another page. */
+static void reset_post(struct agent *a, struct httpd_req *req, const char *query)
+{
+    const char *why = status_reset_refused(req, a->rs->cfg->stats_reset, a->token);
+
+    if (why) {
+        size_t n = strlen(why);
+        char *body = malloc(n + 1);
+        if (body)
+            memcpy(body, why, n), body[n] = '\n';
+        httpd_reply(req, "403 Forbidden", "text/plain", NULL, body, n + 1);
+        return;
+    }
+    keyapi_reset(a->lim, a->rs, req, query);
+}
+
+/* What the stats listener does not serve itself: the status page, /config,
+ * /key, /reset (behind stats_allow and stats_auth like the rest). */
 static int on_http(void *ctx, struct httpd_req *req, const char *method, const char *path,
                    const char *query)
 {
     struct agent *a = ctx;
     int get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
     int post = strcmp(method, "POST") == 0;
+    int reset = strcmp(path, "/reset") == 0;
 
-    if (strcmp(path, "/config") != 0 && strcmp(path, "/key") != 0 && strcmp(path, "/reset") != 0)
+    if (strcmp(path, "/") != 0 && strcmp(path, "/status.json") != 0 &&
+        strcmp(path, "/config") != 0 && strcmp(path, "/key") != 0 && !reset)
         return -1;
-    if (strcmp(path, "/reset") == 0 ? !post : !get) {
-        int reset = strcmp(path, "/reset") == 0;
+    if (reset ? !post : !get) {
         httpd_reply(req, "405 Method Not Allowed", "text/plain",
                     reset ? "Allow: POST\r\n" : "Allow: GET, HEAD\r\n",
                     strdup(reset ? "POST only\n" : "GET only\n"), reset ? 10 : 9);
+    } else if (strcmp(path, "/") == 0) {
+        status_page_get(req);
+    } else if (strcmp(path, "/status.json") == 0) {
+        status_get(a, req, query);
     } else if (strcmp(path, "/config") == 0) {
         config_get(a, req);
     } else if (strcmp(path, "/key") == 0) {
         keyapi_get(a->lim, a->rs, req, query);
     } else {
-        keyapi_reset(a->lim, a->rs, req, query);
+        reset_post(a, req, query);
     }
     return 0;
 }
@@ -339,6 +410,20 @@ static int parse_args(int argc, char **argv, const char **path, int *check, int 
     return 0;
 }
 
+/* size - 1 random hex digits and a NUL: the status page's token. */
+static int random_token(char *out, size_t size)
+{
+    uint8_t raw[32];
+    size_t n = (size - 1) / 2;
+
+    if (n > sizeof(raw) || getrandom(raw, n, 0) != (ssize_t)n)
+        return -1;
+    for (size_t i = 0; i < n; i++)
+        snprintf(out + 2 * i, 3, "%02x", raw[i]);
+    explicit_bzero(raw, sizeof(raw));
+    return 0;
+}
+
 /* Build the parts of the agent from cfg (owned from here on): rules,
  * limiter, SPOP listeners, and the stats listener when configured. -1 after
  * saying why on stderr; what was built stays in a for agent_free. */
@@ -371,6 +456,11 @@ static int agent_open(struct agent *a, struct config *cfg)
             return -1;
         }
         httpd_set_handler(a->httpd, on_http, a);
+        if (httpd_set_auth(a->httpd, a->rs->cfg->stats_credentials) < 0 ||
+            !(a->history = history_new()) || random_token(a->token, sizeof(a->token)) < 0) {
+            fprintf(stderr, "spoa-ratelimit: out of memory\n");
+            return -1;
+        }
     }
     return 0;
 }
@@ -390,6 +480,11 @@ static void agent_watch(struct agent *a)
     a->expire.data = a->minute.data = a;
     ev_timer_start(a->loop, &a->expire);
     ev_timer_start(a->loop, &a->minute);
+    if (a->history) {
+        ev_timer_init(&a->sample, on_sample, 0.0, 1.0);
+        a->sample.data = a;
+        ev_timer_start(a->loop, &a->sample);
+    }
 }
 
 /* After the loop ended on a stop signal: wait for the workers, then free
@@ -399,7 +494,10 @@ static void agent_shutdown(struct agent *a)
     httpd_free(a->httpd);
     ev_timer_stop(a->loop, &a->expire);
     ev_timer_stop(a->loop, &a->minute);
+    ev_timer_stop(a->loop, &a->sample);
     ev_timer_stop(a->loop, &a->stopping);
+    history_free(a->history);
+    a->history = NULL;
     /* Unused leased tokens go back to Redis. */
     limiter_shutdown(a->lim, 1.0);
     if (server_join(a->srv, 1.0) < 0) {
@@ -418,6 +516,7 @@ static void agent_shutdown(struct agent *a)
 static void agent_free(struct agent *a)
 {
     httpd_free(a->httpd);
+    history_free(a->history);
     server_free(a->srv);
     limiter_free(a->lim);
     ruleset_unref(a->rs);
@@ -455,7 +554,7 @@ int main(int argc, char **argv)
     log_level = cfg->log_level;
     signal(SIGPIPE, SIG_IGN);
     metrics_set_version(PACKAGE_VERSION);
-    a.loaded_unix = (uint64_t)time(NULL);
+    a.loaded_unix = a.started_unix = (uint64_t)time(NULL);
     metrics_config_loaded(config_hash(cfg), a.loaded_unix);
 
     a.loop = ev_default_loop(EVFLAG_AUTO);

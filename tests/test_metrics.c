@@ -131,10 +131,10 @@ START_TEST(top_keeps_heavy_hitters_in_bounded_memory)
     /* 1000 distinct light clients, and two heavy ones */
     for (int i = 0; i < 1000; i++) {
         snprintf(key, sizeof(key), "light-%d", i);
-        metrics_top_add(r, key, strlen(key), 10 * S);
-        metrics_top_add(r, "heavy-a", 7, 10 * S);
+        metrics_top_add(r, key, strlen(key), 10 * S, 0);
+        metrics_top_add(r, "heavy-a", 7, 10 * S, 0);
         if (i % 2)
-            metrics_top_add(r, "heavy-b", 7, 10 * S);
+            metrics_top_add(r, "heavy-b", 7, 10 * S, 0);
     }
     ck_assert_uint_le(r->top_cur.n, METRICS_TOP_K);
     char *json = metrics_top_render(10 * S, &len);
@@ -148,7 +148,7 @@ START_TEST(top_keeps_heavy_hitters_in_bounded_memory)
     ck_assert_ptr_nonnull(strstr(json, "\"top\":[]"));
     free(json);
     /* keys are JSON-escaped */
-    metrics_top_add(r, "q\"\\\x01", 4, 200 * S);
+    metrics_top_add(r, "q\"\\\x01", 4, 200 * S, 0);
     json = metrics_top_render(200 * S, &len);
     ck_assert_ptr_nonnull(strstr(json, "\"q\\\"\\\\\\u0001\""));
     free(json);
@@ -164,11 +164,11 @@ START_TEST(top_survives_older_timestamps)
     struct metrics_rule *r = metrics_rule_get("older");
     size_t len;
 
-    metrics_top_add(r, "early", 5, 100 * S);
-    metrics_top_add(r, "early", 5, 100 * S + METRICS_TOP_PERIOD_US + 1); /* rotates */
-    metrics_top_add(r, "late", 4, 100 * S + METRICS_TOP_PERIOD_US + 2);
-    metrics_top_add(r, "waited", 6, 100 * S + METRICS_TOP_PERIOD_US - 1000); /* older */
-    metrics_top_add(r, "waited", 6, 50 * S);
+    metrics_top_add(r, "early", 5, 100 * S, 0);
+    metrics_top_add(r, "early", 5, 100 * S + METRICS_TOP_PERIOD_US + 1, 0); /* rotates */
+    metrics_top_add(r, "late", 4, 100 * S + METRICS_TOP_PERIOD_US + 2, 0);
+    metrics_top_add(r, "waited", 6, 100 * S + METRICS_TOP_PERIOD_US - 1000, 0); /* older */
+    metrics_top_add(r, "waited", 6, 50 * S, 0);
     ck_assert_uint_eq(r->top_prev.n, 1);
     ck_assert_uint_eq(r->top_cur.n, 3);
     char *json = metrics_top_render(100 * S + METRICS_TOP_PERIOD_US - 5 * S, &len);
@@ -252,7 +252,7 @@ START_TEST(shadow_tick_counts_and_top_key)
 {
     struct metrics_rule *r = metrics_rule_get("shadow");
     atomic_store(&r->shadow_pending, 7);
-    metrics_top_add(r, "noisy", 5, 5 * S);
+    metrics_top_add(r, "noisy", 5, 5 * S, 0);
     metrics_shadow_tick(on_shadow);
     ck_assert_uint_eq(shadow_n, 7);
     ck_assert_str_eq(shadow_top, "noisy");
@@ -262,7 +262,7 @@ START_TEST(shadow_tick_counts_and_top_key)
     /* binary keys keep their length, NUL bytes included */
     atomic_store(&r->shadow_pending, 1);
     for (int i = 0; i < 10; i++)
-        metrics_top_add(r, "a\0b", 3, 5 * S);
+        metrics_top_add(r, "a\0b", 3, 5 * S, 0);
     metrics_shadow_tick(on_shadow);
     ck_assert_uint_eq(shadow_top_len, 3);
     ck_assert_int_eq(memcmp(shadow_top, "a\0b", 3), 0);

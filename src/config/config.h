@@ -190,6 +190,9 @@ void config_free(struct config *cfg);
 
 /* The effective configuration as INI text (every default resolved, passwords
  * masked): malloc'd, NUL-terminated, its length in *len; NULL out of memory. */
+/* A duration as the file would say it, in its largest whole unit ("1m",
+ * "1500ms", "1d") into out (cap bytes; 32 is always enough). */
+void config_duration_text(uint64_t ms, char *out, size_t cap);
 char *config_render(const struct config *cfg, size_t *len);
 
 /* A hash of what the configuration means (its rendering, file name aside):

@@ -13,7 +13,7 @@
 #include "core/util.h"
 
 /* A duration in the largest unit that writes it exactly. */
-static void put_duration(struct strbuf *o, uint64_t ms)
+void config_duration_text(uint64_t ms, char *out, size_t cap)
 {
     static const struct {
         const char *unit;
@@ -22,11 +22,19 @@ static void put_duration(struct strbuf *o, uint64_t ms)
 
     for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
         if (ms >= units[i].ms && ms % units[i].ms == 0) {
-            strbuf_printf(o, "%" PRIu64 "%s", ms / units[i].ms, units[i].unit);
+            snprintf(out, cap, "%" PRIu64 "%s", ms / units[i].ms, units[i].unit);
             return;
         }
     }
-    strbuf_printf(o, "%" PRIu64 "ms", ms);
+    snprintf(out, cap, "%" PRIu64 "ms", ms);
+}
+
+static void put_duration(struct strbuf *o, uint64_t ms)
+{
+    char text[32];
+
+    config_duration_text(ms, text, sizeof(text));
+    strbuf_printf(o, "%s", text);
 }
 
 static void put_cidrs(struct strbuf *o, const struct net_cidr *c, size_t n)

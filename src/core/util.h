@@ -83,6 +83,10 @@ size_t util_ipv4_text(char *buf, const uint8_t ip[4]);
 
 /* Ceiling division of microseconds into whole seconds (without adding
  * first: that would wrap for waits near UINT64_MAX). */
+/* Standard base64 (RFC 4648, with padding) of n bytes into out, which has
+ * room for 4 * ((n + 2) / 3) + 1 bytes; NUL-terminated. */
+void util_base64(const void *in, size_t n, char *out);
+
 static inline uint64_t util_us_to_s_ceil(uint64_t us)
 {
     return us / 1000000 + (us % 1000000 != 0);

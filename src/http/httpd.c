@@ -1,4 +1,5 @@
-/* httpd.c - GET /metrics and GET /top on the main loop; other paths go to
+/* httpd.c - GET /metrics, GET /top and GET /health on the main loop, HTTP
+ * Basic auth when configured; other paths go to
  * the owner's handler, whose answer may come later (struct httpd_req). */
 #include "httpd.h"
 
@@ -9,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -60,6 +62,7 @@ struct httpd {
     size_t nallow;
     httpd_handler *handler;
     void *handler_ctx;
+    char *auth; /* "Basic " + base64(USER:PASSWORD) expected; NULL: no auth */
 };
 
 static struct log_gate evict_gate;
@@ -85,7 +88,7 @@ static void http_conn_free(struct http_conn *c)
 static void set_response(struct http_conn *c, const char *status, const char *ctype,
                          const char *headers, char *body, size_t body_len, int head)
 {
-    char hdr[512];
+    char hdr[2048]; /* the status page's policy headers are the longest */
     int n = snprintf(hdr, sizeof(hdr),
                      "HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%s"
                      "Connection: close\r\n\r\n",
@@ -142,6 +145,80 @@ void httpd_set_handler(struct httpd *h, httpd_handler *fn, void *ctx)
     h->handler_ctx = ctx;
 }
 
+/* The value of header name (case-insensitive) in the request text, without
+ * surrounding blanks, its length in *len; NULL when absent. */
+static const char *find_header(const char *req, const char *name, size_t *len)
+{
+    size_t nlen = strlen(name);
+    const char *line = strchr(req, '\n');
+
+    while (line && line[1] != '\r' && line[1] != '\n' && line[1] != '\0') {
+        line++;
+        size_t llen = strcspn(line, "\r\n");
+        if (llen > nlen && line[nlen] == ':' && strncasecmp(line, name, nlen) == 0) {
+            const char *v = line + nlen + 1, *e = line + llen;
+            while (v < e && (*v == ' ' || *v == '\t'))
+                v++;
+            while (e > v && (e[-1] == ' ' || e[-1] == '\t'))
+                e--;
+            *len = (size_t)(e - v);
+            return v;
+        }
+        line = strchr(line, '\n');
+    }
+    return NULL;
+}
+
+const char *httpd_req_header(const struct httpd_req *req, const char *name, size_t *len)
+{
+    return req->c ? find_header(req->c->req, name, len) : NULL;
+}
+
+/* Constant time in the length of want: a guess of the credentials learns
+ * nothing from how long the comparison took. */
+static int same_secret(const char *got, size_t glen, const char *want)
+{
+    size_t wlen = strlen(want);
+    unsigned char diff = glen != wlen;
+
+    for (size_t i = 0; i < wlen; i++)
+        diff |= (unsigned char)(want[i] ^ (i < glen ? got[i] : 0));
+    return diff == 0;
+}
+
+/* 1 when the request may go on: no auth configured, or its Authorization
+ * header carries the credentials. */
+static int authorized(const struct http_conn *c)
+{
+    size_t len;
+    const char *v;
+
+    if (!c->h->auth)
+        return 1;
+    v = find_header(c->req, "Authorization", &len);
+    return v && same_secret(v, len, c->h->auth);
+}
+
+int httpd_set_auth(struct httpd *h, const char *credentials)
+{
+    char *auth = NULL;
+
+    if (!h)
+        return 0;
+    if (credentials) {
+        size_t n = strlen(credentials);
+        if (!(auth = malloc(6 + 4 * ((n + 2) / 3) + 1)))
+            return -1;
+        memcpy(auth, "Basic ", 6);
+        util_base64(credentials, n, auth + 6);
+    }
+    if (h->auth)
+        explicit_bzero(h->auth, strlen(h->auth));
+    free(h->auth);
+    h->auth = auth;
+    return 0;
+}
+
 static void plain(struct http_conn *c, const char *status, const char *text, int head)
 {
     set_response(c, status, "text/plain", NULL, strdup(text), strlen(text), head);
@@ -194,8 +271,16 @@ static void route(struct http_conn *c)
     int get = head || strcmp(method, "GET") == 0;
     const char *path = target;
     int builtin = strcmp(path, "/metrics") == 0 || strcmp(path, "/top") == 0 ||
-                  strcmp(path, "/") == 0 || strcmp(path, "/health") == 0;
+                  strcmp(path, "/health") == 0;
 
+    /* Every path but /health (which tells nothing) behind the credentials,
+     * as HAProxy's `stats auth` does. */
+    if (strcmp(path, "/health") != 0 && !authorized(c)) {
+        set_response(c, "401 Unauthorized", "text/plain",
+                     "WWW-Authenticate: Basic realm=\"spoa-ratelimit\", charset=\"UTF-8\"\r\n",
+                     strdup("authentication required\n"), 24, head);
+        return;
+    }
     if (!builtin) {
         c->routing = 1;
         int taken = delegate(c, method, path, query);
@@ -213,7 +298,7 @@ static void route(struct http_conn *c)
     } else if (strcmp(path, "/top") == 0) {
         body = metrics_top_render(util_now_us(), &len);
         set_response(c, "200 OK", "application/json", NULL, body, len, head);
-    } else if (strcmp(path, "/") == 0 || strcmp(path, "/health") == 0) {
+    } else if (strcmp(path, "/health") == 0) {
         plain(c, "200 OK", "ok\n", head);
     } else {
         plain(c, "404 Not Found", "not found\n", head);
@@ -416,5 +501,6 @@ void httpd_free(struct httpd *h)
     listener_free(&h->lis);
     close(h->fd);
     free(h->allow);
+    httpd_set_auth(h, NULL);
     free(h);
 }

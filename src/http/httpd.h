@@ -26,6 +26,10 @@ struct httpd *httpd_new(struct ev_loop *loop, const struct net_addr *addr,
  * any peer). 0, or -1 out of memory (the old list stays). NULL h: no-op. */
 int httpd_set_allow(struct httpd *h, const struct net_cidr *allow, size_t n);
 void httpd_free(struct httpd *h);
+/* HTTP Basic auth on every path but /health from now on: credentials is
+ * USER:PASSWORD (copied), NULL for none. 0, or -1 out of memory (the old
+ * setting stays). NULL h: no-op. */
+int httpd_set_auth(struct httpd *h, const char *credentials);
 
 /* One request waiting for its answer. */
 struct httpd_req;
@@ -45,6 +49,11 @@ void httpd_set_handler(struct httpd *h, httpd_handler *fn, void *ctx);
  * out of memory: the connection is closed). A HEAD request gets the
  * headers only. req is freed: never use it again. When its connection went
  * away meanwhile (timeout, peer gone, httpd_free), the answer is dropped. */
+/* The value of a request header (name case-insensitive), blanks trimmed,
+ * its length in *len; NULL when absent. Valid during the handler call only
+ * (not once the answer is deferred). */
+const char *httpd_req_header(const struct httpd_req *req, const char *name, size_t *len);
+
 void httpd_reply(struct httpd_req *req, const char *status, const char *ctype, const char *headers,
                  char *body, size_t len);
 

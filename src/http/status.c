@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
@@ -13,9 +14,11 @@
 #include "config/config.h"
 #include "core/json.h"
 #include "core/util.h"
+#include "httpd.h"
 #include "metrics/history.h"
 #include "metrics/metrics.h"
 #include "rules/rules.h"
+#include "status_page.h"
 
 /* The process, sampled once a second (reading /proc per request would make
  * fifty tabs fifty directory walks a second). */
@@ -172,12 +175,12 @@ static void limit_text(const struct cfg_rule *r, char *out, size_t cap)
     char per[32], ceiling[32];
 
     if (r->rate_arg) {
-        config_duration(r->max_rate_period_ms, ceiling, sizeof(ceiling));
+        config_duration_text(r->max_rate_period_ms, ceiling, sizeof(ceiling));
         snprintf(out, cap, "arg:%s (at most %llu/%s)", r->rate_arg,
                  (unsigned long long)r->max_rate_n, ceiling);
         return;
     }
-    config_duration(r->rate_period_ms, per, sizeof(per));
+    config_duration_text(r->rate_period_ms, per, sizeof(per));
     snprintf(out, cap, "%llu/%s burst %llu", (unsigned long long)r->rate_n, per,
              (unsigned long long)r->burst);
 }
@@ -191,21 +194,20 @@ static json_t *rule_json(const struct ruleset *rs, size_t i, const struct histor
     uint64_t last_s;
     size_t n = history_rule(h, m, since, dec, blk, wb, &last_s);
     uint64_t allowed = ld(&m->allowed), blocked = ld(&m->blocked), would = ld(&m->would_block);
+    uint64_t all = allowed + blocked + would;
     char limit[160];
 
-    *decisions += allowed + blocked;
+    *decisions += all;
     limit_text(r, limit, sizeof(limit));
     return json_pack("{s:s, s:b, s:s, s:s, s:s, s:f, s:I, s:I, s:I, s:I, s:f, s:{s:I, s:I, s:o, "
                      "s:o, s:o}}",
                      "name", r->name, "shadow", r->shadow, "fail",
-                     r->on_redis_down == CFG_DOWN_CLOSED ? "closed" : "open", "algorithm",
+                     r->on_redis_down == DOWN_CLOSED ? "closed" : "open", "algorithm",
                      r->algorithm == BUCKET_SLIDING_WINDOW ? "sliding-window" : "token-bucket",
                      "limit", limit, "rate", history_rule_rate(h, m, 5), "allowed",
                      (json_int_t)allowed, "blocked", (json_int_t)blocked, "would_block",
                      (json_int_t)would, "degraded", (json_int_t)ld(&m->degraded), "blocked_pct",
-                     allowed + blocked ? 100.0 * (double)(r->shadow ? would : blocked) /
-                                             (double)(allowed + blocked)
-                                       : 0.0,
+                     all ? 100.0 * (double)(blocked + would) / (double)all : 0.0,
                      "history", "step_s", (json_int_t)1, "last_unix", (json_int_t)last_s,
                      "decisions", series(dec, n), "blocks", series(blk, n), "would_blocks",
                      series(wb, n));
@@ -217,7 +219,7 @@ static json_t *top_json(const struct ruleset *rs, uint64_t now_us)
     json_t *out = json_array();
 
     for (size_t i = 0; out && i < rs->cfg->nrules; i++) {
-        struct metrics_top_item t[METRICS_TOP_K];
+        struct top_entry t[METRICS_TOP_K];
         size_t n = metrics_top_list(rs->metrics[i], now_us, t, METRICS_TOP_K);
         for (size_t k = 0; k < n; k++) {
             uint64_t retry = t[k].retry_until_us > now_us ? t[k].retry_until_us - now_us : 0;
@@ -253,4 +255,48 @@ char *status_render(const struct status_agent *a, const struct ruleset *rs,
     if (text)
         *len = strlen(text);
     return text;
+}
+
+void status_page_get(struct httpd_req *req)
+{
+    size_t len = 0;
+    const char *html = status_page_html(&len), *headers = status_page_headers();
+    char *body = html ? malloc(len) : NULL;
+
+    if (body)
+        memcpy(body, html, len);
+    httpd_reply(req, "200 OK", "text/html; charset=utf-8", headers, body, len);
+}
+
+static int header_is(const struct httpd_req *req, const char *name, const char *want)
+{
+    size_t len;
+    const char *v = httpd_req_header(req, name, &len);
+    return v && len == strlen(want) && strncasecmp(v, want, len) == 0;
+}
+
+const char *status_reset_refused(const struct httpd_req *req, int reset_allowed,
+                                 const char *token)
+{
+    size_t olen, hlen, slen, tlen;
+    const char *origin = httpd_req_header(req, "Origin", &olen);
+    const char *site = httpd_req_header(req, "Sec-Fetch-Site", &slen);
+    const char *host = httpd_req_header(req, "Host", &hlen);
+    const char *got = httpd_req_header(req, "X-Spoa-Token", &tlen);
+
+    if (!reset_allowed)
+        return "POST /reset is off here ([agent] stats_reset = no)";
+    if (!origin && !site)
+        return NULL;
+    if (site && !header_is(req, "Sec-Fetch-Site", "same-origin"))
+        return "cross-site request refused (Sec-Fetch-Site)";
+    if (origin) {
+        /* the page's origin is http://HOST[:PORT] as the browser sent Host */
+        if (!host || olen != 7 + hlen || strncasecmp(origin, "http://", 7) != 0 ||
+            strncasecmp(origin + 7, host, hlen) != 0)
+            return "cross-origin request refused (Origin)";
+    }
+    if (!got || tlen != strlen(token) || !token[0] || memcmp(got, token, tlen) != 0)
+        return "the status page's token is missing or wrong (X-Spoa-Token)";
+    return NULL;
 }

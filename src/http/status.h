@@ -42,4 +42,21 @@ void status_sample(struct history *h, uint64_t now_s);
 char *status_render(const struct status_agent *a, const struct ruleset *rs,
                     const struct history *h, uint64_t since, size_t *len);
 
+struct httpd_req;
+
+/* GET /: the page (status_page.h), with its policy headers. */
+void status_page_get(struct httpd_req *req);
+
+/* Why a POST /reset must be refused (403), or NULL to go on:
+ * - reset_allowed off ([agent] stats_reset = no);
+ * - from a browser (an Origin or Sec-Fetch-Site header) other than the
+ *   page itself: cross-site or cross-origin, or without the page's token in
+ *   X-Spoa-Token. A page elsewhere in an operator's browser can neither send
+ *   the token (it cannot read /status.json across origins) nor drop the
+ *   Origin header a browser puts on every POST.
+ * A request with neither header (curl, a script) is not a browser's and
+ * goes on as before. */
+const char *status_reset_refused(const struct httpd_req *req, int reset_allowed,
+                                 const char *token);
+
 #endif

@@ -7,30 +7,12 @@
 
 #include "core/sha256.h"
 #include "core/strbuf.h"
+#include "core/util.h"
 #include "status_page_src.h"
 
 static char *html, *headers;
 static size_t html_len;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
-
-/* Standard base64 of a digest, as CSP's 'sha256-...' source wants it. */
-static void base64(const uint8_t *in, size_t n, char *out)
-{
-    static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    size_t o = 0;
-    for (size_t i = 0; i < n; i += 3) {
-        uint32_t v = (uint32_t)in[i] << 16;
-        if (i + 1 < n)
-            v |= (uint32_t)in[i + 1] << 8;
-        if (i + 2 < n)
-            v |= in[i + 2];
-        out[o++] = tab[(v >> 18) & 63];
-        out[o++] = tab[(v >> 12) & 63];
-        out[o++] = i + 1 < n ? tab[(v >> 6) & 63] : '=';
-        out[o++] = i + 2 < n ? tab[v & 63] : '=';
-    }
-    out[o] = '\0';
-}
 
 static void hash_source(const char *text, char out[48])
 {
@@ -40,7 +22,7 @@ static void hash_source(const char *text, char out[48])
     sha256_init(&s);
     sha256_update(&s, text, strlen(text));
     sha256_final(&s, d);
-    base64(d, sizeof(d), out);
+    util_base64(d, sizeof(d), out);
 }
 
 /* The template with its two markers replaced by the style and the script. */

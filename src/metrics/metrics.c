@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/json.h"
 #include "core/strbuf.h"
@@ -136,13 +137,16 @@ out:
 
 /* Space-Saving: a key already tracked is counted; otherwise it takes the
  * place of the smallest entry and inherits its count as error bound. */
-static void top_insert(struct top_sketch *s, const char *key, size_t keylen)
+static void top_insert(struct top_sketch *s, const char *key, size_t keylen,
+                       uint64_t retry_until_us)
 {
     unsigned i, min = 0;
 
     for (i = 0; i < s->n; i++) {
         if (s->e[i].len == keylen && memcmp(s->e[i].key, key, keylen) == 0) {
             s->e[i].count++;
+            if (retry_until_us > s->e[i].retry_until_us)
+                s->e[i].retry_until_us = retry_until_us;
             return;
         }
         if (s->e[i].count < s->e[min].count)
@@ -160,6 +164,7 @@ static void top_insert(struct top_sketch *s, const char *key, size_t keylen)
     memcpy(s->e[i].key, key, keylen);
     s->e[i].key[keylen] = '\0';
     s->e[i].len = keylen;
+    s->e[i].retry_until_us = retry_until_us;
 }
 
 /* now_us may be older than the period's start: a request's clock is read
@@ -179,7 +184,8 @@ static void top_rotate(struct metrics_rule *r, uint64_t now_us)
     r->top_period_start_us = now_us;
 }
 
-void metrics_top_add(struct metrics_rule *r, const char *key, size_t keylen, uint64_t now_us)
+void metrics_top_add(struct metrics_rule *r, const char *key, size_t keylen, uint64_t now_us,
+                     uint64_t retry_us)
 {
     if (keylen > METRICS_TOP_KEY_MAX)
         keylen = METRICS_TOP_KEY_MAX;
@@ -191,7 +197,7 @@ void metrics_top_add(struct metrics_rule *r, const char *key, size_t keylen, uin
     if (r->top_period_start_us == 0)
         r->top_period_start_us = now_us;
     top_rotate(r, now_us);
-    top_insert(&r->top_cur, key, keylen);
+    top_insert(&r->top_cur, key, keylen, now_us + retry_us);
     pthread_mutex_unlock(r->top_lock);
 }
 
@@ -520,6 +526,40 @@ static int top_cmp(const void *a, const void *b)
     return x->count < y->count ? 1 : x->count > y->count ? -1 : 0;
 }
 
+size_t metrics_top_list(struct metrics_rule *r, uint64_t now_us, struct top_entry *out,
+                        size_t cap)
+{
+    struct top_entry merged[2 * METRICS_TOP_K];
+    unsigned n = 0;
+
+    pthread_mutex_lock(r->top_lock);
+    if (r->top_period_start_us)
+        top_rotate(r, now_us);
+    for (unsigned i = 0; i < r->top_cur.n; i++)
+        merged[n++] = r->top_cur.e[i];
+    for (unsigned i = 0; i < r->top_prev.n; i++) {
+        const struct top_entry *p = &r->top_prev.e[i];
+        unsigned j;
+        for (j = 0; j < n; j++)
+            if (merged[j].len == p->len && memcmp(merged[j].key, p->key, p->len) == 0)
+                break;
+        if (j < n) {
+            merged[j].count += p->count;
+            merged[j].error += p->error;
+            if (p->retry_until_us > merged[j].retry_until_us)
+                merged[j].retry_until_us = p->retry_until_us;
+        } else {
+            merged[n++] = *p;
+        }
+    }
+    pthread_mutex_unlock(r->top_lock);
+    qsort(merged, n, sizeof(merged[0]), top_cmp);
+    if (n > cap)
+        n = (unsigned)cap;
+    memcpy(out, merged, n * sizeof(*out));
+    return n;
+}
+
 /* One rule's heavy hitters, most blocked first: [{"key","blocked","error"}]. */
 static json_t *top_json(const struct top_entry *e, unsigned n)
 {
@@ -545,29 +585,8 @@ char *metrics_top_render(uint64_t now_us, size_t *len)
     struct metrics_rule *r;
 
     for (r = atomic_load(&rules_head); doc && r; r = r->next) {
-        struct top_entry merged[2 * METRICS_TOP_K];
-        unsigned n = 0;
-
-        pthread_mutex_lock(r->top_lock);
-        if (r->top_period_start_us)
-            top_rotate(r, now_us);
-        for (unsigned i = 0; i < r->top_cur.n; i++)
-            merged[n++] = r->top_cur.e[i];
-        for (unsigned i = 0; i < r->top_prev.n; i++) {
-            unsigned j;
-            for (j = 0; j < n; j++)
-                if (merged[j].len == r->top_prev.e[i].len &&
-                    memcmp(merged[j].key, r->top_prev.e[i].key, merged[j].len) == 0)
-                    break;
-            if (j < n) {
-                merged[j].count += r->top_prev.e[i].count;
-                merged[j].error += r->top_prev.e[i].error;
-            } else {
-                merged[n++] = r->top_prev.e[i];
-            }
-        }
-        pthread_mutex_unlock(r->top_lock);
-        qsort(merged, n, sizeof(merged[0]), top_cmp);
+        struct top_entry merged[METRICS_TOP_K];
+        unsigned n = (unsigned)metrics_top_list(r, now_us, merged, METRICS_TOP_K);
 
         /* a rule's name is text from the INI file: read as Latin-1 like a
          * key, so that no byte of it is lost */
@@ -636,4 +655,29 @@ double metrics_hist_bound_s(unsigned i)
     if (i >= METRICS_HIST_BUCKETS - 1)
         i = METRICS_HIST_BUCKETS - 2; /* +Inf: its lower bound, the largest finite one */
     return (double)hist_bounds_ns[i] / 1e9;
+}
+
+static pthread_mutex_t disconnect_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct metrics_disconnect last_disconnect;
+
+void metrics_note_disconnect(int status, const char *message, size_t len, const char *peer)
+{
+    struct metrics_disconnect d = {.status = status, .unix_s = (uint64_t)time(NULL)};
+
+    if (len >= sizeof(d.message))
+        len = sizeof(d.message) - 1;
+    for (size_t i = 0; i < len; i++)
+        d.message[i] = message[i] >= 0x20 && message[i] < 0x7f ? message[i] : '?';
+    snprintf(d.peer, sizeof(d.peer), "%s", peer ? peer : "");
+    pthread_mutex_lock(&disconnect_lock);
+    last_disconnect = d;
+    pthread_mutex_unlock(&disconnect_lock);
+}
+
+int metrics_last_disconnect(struct metrics_disconnect *out)
+{
+    pthread_mutex_lock(&disconnect_lock);
+    *out = last_disconnect;
+    pthread_mutex_unlock(&disconnect_lock);
+    return out->unix_s != 0;
 }

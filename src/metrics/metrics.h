@@ -28,6 +28,7 @@ struct top_entry {
     size_t len; /* keys may hold NUL bytes (binary args) */
     uint64_t count;
     uint64_t error; /* Space-Saving over-estimate bound */
+    uint64_t retry_until_us; /* monotonic: the latest block's retry time */
 };
 
 struct top_sketch {
@@ -112,6 +113,8 @@ struct metrics {
     atomic_uint_fast64_t redis_batches;       /* batch script calls sent */
     atomic_uint_fast64_t redis_batched_calls; /* script calls they carried */
     atomic_uint_fast64_t redis_keepalives;    /* PINGs on idle connections ([redis] keepalive) */
+    atomic_uint_fast64_t redis_reconnects; /* connections made again after one was lost */
+    atomic_uint_fast64_t redis_failovers;  /* a new master (Sentinel) or slot owner (Cluster) */
     atomic_int redis_up;
     atomic_int redis_configured;
     /* INFO (store_info.c): 1 when a Redis we use has a maxmemory-policy that
@@ -220,7 +223,25 @@ struct metrics_rule *metrics_rules(void);
 double metrics_hist_bound_s(unsigned i);
 
 /* Record a blocked client key for rule r at now_us (Space-Saving). */
-void metrics_top_add(struct metrics_rule *r, const char *key, size_t keylen, uint64_t now_us);
+void metrics_top_add(struct metrics_rule *r, const char *key, size_t keylen, uint64_t now_us,
+                     uint64_t retry_us);
+/* A rule's heavy hitters of the last two minutes, most blocked first, into
+ * out (at most cap); returns how many. */
+size_t metrics_top_list(struct metrics_rule *r, uint64_t now_us, struct top_entry *out,
+                        size_t cap);
+
+/* The last DISCONNECT an HAProxy sent (status, message) and from whom. */
+struct metrics_disconnect {
+    int status;
+    char message[128];
+    char peer[64];
+    uint64_t unix_s;
+};
+/* Any thread: records a HAPROXY-DISCONNECT (message: len bytes, any bytes:
+ * kept as far as they are printable ASCII, others as '?'). */
+void metrics_note_disconnect(int status, const char *message, size_t len, const char *peer);
+/* The last one into *out: 1, or 0 when none came yet. */
+int metrics_last_disconnect(struct metrics_disconnect *out);
 
 /* The version in spoa_ratelimit_build_info (a static string); set once at
  * start. */

@@ -588,6 +588,6 @@ void rules_account(const struct ruleset *rs, const struct rule_eval *ev, uint64_
                                   memory_order_relaxed);
         if (rule->shadow)
             atomic_fetch_add_explicit(&m->shadow_pending, 1, memory_order_relaxed);
-        metrics_top_add(m, rules_hit_key(ev, h), h->key_len, now_us);
+        metrics_top_add(m, rules_hit_key(ev, h), h->key_len, now_us, h->out.res.retry_us);
     }
 }
