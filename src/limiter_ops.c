@@ -32,7 +32,7 @@
 
 /* One inspect or reset under way: the client, and what Redis answered. */
 struct op {
-    struct limiter *l;
+    struct limiter_parts parts;
     struct ruleset *rs; /* referenced: who.rule points into it */
     struct limiter_who who;
     limiter_inspect_cb *inspect_cb;
@@ -60,8 +60,10 @@ static void op_free(struct op *o)
     free(o);
 }
 
-/* The client c names, as decisions see it; NULL with a LIMITER_* error. */
+/* The client c names, as decisions see it, to be answered through one of
+ * the callbacks; NULL with a LIMITER_* error. */
 static struct op *op_new(struct limiter *l, struct ruleset *rs, const struct limiter_client *c,
+                         limiter_inspect_cb *inspect_cb, limiter_reset_cb *reset_cb, void *arg,
                          int *err)
 {
     const struct cfg_rule *r = &rs->cfg->rules[c->rule];
@@ -93,9 +95,12 @@ static struct op *op_new(struct limiter *l, struct ruleset *rs, const struct lim
     }
     *w = (struct limiter_who){r, key, c->keylen, ckey, (size_t)len, rcap ? rkey : NULL, rlen,
                               p, b, rcap > 0};
-    o->l = l;
+    limiter_parts(l, &o->parts);
     o->rs = rs;
     ruleset_ref(rs);
+    o->inspect_cb = inspect_cb;
+    o->reset_cb = reset_cb;
+    o->arg = arg;
     return o;
 }
 
@@ -235,31 +240,30 @@ static void redis_tb(struct op *o, const char *self, struct limiter_redis_state 
 /* Standalone, or once the reads are in: the whole state, to the caller. */
 static void inspect_done(struct op *o)
 {
-    struct limiter_parts parts;
+    const struct limiter_parts *parts = &o->parts;
     struct limiter_key_state st;
     const struct limiter_who *w = &o->who;
     uint64_t now = util_now_us();
 
-    limiter_parts(o->l, &parts);
     memset(&st, 0, sizeof(st));
     st.who = *w;
-    if (!parts.store) {
-        st.bucket_found = bucket_table_peek(parts.buckets, w->rule->name, w->client_key,
+    if (!parts->store) {
+        st.bucket_found = bucket_table_peek(parts->buckets, w->rule->name, w->client_key,
                                             w->client_keylen, &w->params, now, &st.bucket);
     } else {
-        st.lease_found = lease_peek(parts.leases, w->redis_key, w->redis_keylen, now, &st.lease);
+        st.lease_found = lease_peek(parts->leases, w->redis_key, w->redis_keylen, now, &st.lease);
         if (o->err) {
             st.redis.error = o->err;
         } else {
             st.redis.exists = o->nstr > 0;
             st.redis.ttl_ms = o->pttl_ms;
             if (w->params.algorithm == BUCKET_SLIDING_WINDOW)
-                redis_sw(o, store_agent_id(parts.store), &st.redis);
+                redis_sw(o, store_agent_id(parts->store), &st.redis);
             else
-                redis_tb(o, store_agent_id(parts.store), &st.redis);
+                redis_tb(o, store_agent_id(parts->store), &st.redis);
         }
     }
-    st.backstop_found = bucket_table_peek(parts.backstop, w->rule->name, w->client_key,
+    st.backstop_found = bucket_table_peek(parts->backstop, w->rule->name, w->client_key,
                                           w->client_keylen, &w->backstop, now, &st.backstop);
     o->inspect_cb(o->arg, &st);
     op_free(o);
@@ -329,16 +333,13 @@ static void on_pttl(void *arg, const struct store_result *res)
 int limiter_inspect(struct limiter *l, struct ruleset *rs, const struct limiter_client *c,
                     limiter_inspect_cb *cb, void *arg)
 {
-    struct limiter_parts parts;
     int err;
-    struct op *o = op_new(l, rs, c, &err);
+    struct op *o = op_new(l, rs, c, cb, NULL, arg, &err);
 
     if (!o)
         return err;
-    o->inspect_cb = cb;
-    o->arg = arg;
-    limiter_parts(l, &parts);
-    if (!parts.store) {
+    struct store *store = o->parts.store;
+    if (!store) {
         inspect_done(o);
         return 0;
     }
@@ -348,9 +349,9 @@ int limiter_inspect(struct limiter *l, struct ruleset *rs, const struct limiter_
     const char *hgetall[] = {"HGETALL", rkey}, *redis_time[] = {"TIME"}, *pttl[] = {"PTTL", rkey};
     const size_t hgetall_len[] = {7, rklen}, time_len[] = {4}, pttl_len[] = {4, rklen};
     o->pending = 3; /* a read that fails at once calls back at once */
-    store_read(parts.store, rkey, rklen, 2, hgetall, hgetall_len, on_hash, o);
-    store_read(parts.store, rkey, rklen, 1, redis_time, time_len, on_time, o);
-    store_read(parts.store, rkey, rklen, 2, pttl, pttl_len, on_pttl, o);
+    store_read(store, rkey, rklen, 2, hgetall, hgetall_len, on_hash, o);
+    store_read(store, rkey, rklen, 1, redis_time, time_len, on_time, o);
+    store_read(store, rkey, rklen, 2, pttl, pttl_len, on_pttl, o);
     return 0;
 }
 
@@ -359,11 +360,10 @@ int limiter_inspect(struct limiter *l, struct ruleset *rs, const struct limiter_
 static void on_reset(void *arg, const struct store_result *res)
 {
     struct op *o = arg;
-    struct limiter_parts parts;
+    const struct limiter_parts *parts = &o->parts;
     struct limiter_reset_result r = {.who = o->who};
     const struct limiter_who *w = &o->who;
 
-    limiter_parts(o->l, &parts);
     if (res->status == STORE_OK && res->n >= RESET_R_COUNT) {
         const int64_t *v = res->v;
         /* Replies on one connection come in order: every claim sent before
@@ -374,7 +374,7 @@ static void on_reset(void *arg, const struct store_result *res)
         r.held = v[RESET_R_HELD];
         r.holders = v[RESET_R_HOLDERS];
         r.lease_cache_cleared = lease_forget(
-            parts.leases, w->redis_key, w->redis_keylen, util_now_us(),
+            parts->leases, w->redis_key, w->redis_keylen, util_now_us(),
             r.remaining > 0 ? (uint64_t)r.remaining : 0, (uint64_t)r.held, (uint64_t)r.holders);
         char esc[512];
         LOG_INFO("\"client reset\" rule=%s key=\"%s\" held=%" PRId64, w->rule->name,
@@ -387,7 +387,7 @@ static void on_reset(void *arg, const struct store_result *res)
     /* Leases elsewhere run on (they are counted in held), and so do the
      * other agents' negative caches: until their retry time. */
     r.backstop_dropped =
-        bucket_table_drop(parts.backstop, w->rule->name, w->client_key, w->client_keylen);
+        bucket_table_drop(parts->backstop, w->rule->name, w->client_key, w->client_keylen);
     o->reset_cb(o->arg, &r);
     op_free(o);
 }
@@ -395,22 +395,19 @@ static void on_reset(void *arg, const struct store_result *res)
 int limiter_reset(struct limiter *l, struct ruleset *rs, const struct limiter_client *c,
                   limiter_reset_cb *cb, void *arg)
 {
-    struct limiter_parts parts;
     int err;
-    struct op *o = op_new(l, rs, c, &err);
+    struct op *o = op_new(l, rs, c, NULL, cb, arg, &err);
 
     if (!o)
         return err;
-    o->reset_cb = cb;
-    o->arg = arg;
-    limiter_parts(l, &parts);
+    const struct limiter_parts *parts = &o->parts;
     const struct limiter_who *w = &o->who;
-    if (!parts.store) {
+    if (!parts->store) {
         struct limiter_reset_result r = {.who = *w};
         r.bucket_dropped =
-            bucket_table_drop(parts.buckets, w->rule->name, w->client_key, w->client_keylen);
+            bucket_table_drop(parts->buckets, w->rule->name, w->client_key, w->client_keylen);
         r.backstop_dropped =
-            bucket_table_drop(parts.backstop, w->rule->name, w->client_key, w->client_keylen);
+            bucket_table_drop(parts->backstop, w->rule->name, w->client_key, w->client_keylen);
         char esc[512];
         LOG_INFO("\"client reset\" rule=%s key=\"%s\"", w->rule->name,
                  log_key(esc, sizeof(esc), w->client_key, w->client_keylen));
@@ -431,7 +428,7 @@ int limiter_reset(struct limiter *l, struct ruleset *rs, const struct limiter_cl
         argvlen[i] = (size_t)snprintf(nums[i], sizeof(nums[i]), "%" PRIu64, vals[i]);
         argv[i] = nums[i];
     }
-    store_eval(parts.store,
+    store_eval(parts->store,
                w->params.algorithm == BUCKET_SLIDING_WINDOW ? SCRIPT_SW_RESET : SCRIPT_TB_RESET,
                w->redis_key, w->redis_keylen, RESET_ARGC, argv, argvlen, on_reset, o);
     return 0;
