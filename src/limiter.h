@@ -58,29 +58,15 @@ size_t limiter_expire(struct limiter *l, const struct ruleset *rs, uint64_t now_
 /* 1 with Redis configured, 0 standalone. */
 int limiter_redis(const struct limiter *l);
 
+/* SIGHUP: apply cfg's [redis] url (url mode) and credentials to the
+ * connections (store_reconfigure: they are made again at once when these
+ * changed); standalone, nothing. 0, or -1 when out of memory (what was in
+ * use stays). The limiter's thread only. */
+int limiter_reconfigure(struct limiter *l, const struct config *cfg);
+
 /* ---- one client, for the operator (GET /key, POST /reset, a status page) --- */
 
 struct cfg_rule;
-struct store;
-
-/* The Redis key of rule r's client key (as rules_match built it): prefix,
- * algorithm, rule, client key, as decisions use it. Its length, or 0 when it
- * does not fit in cap. */
-size_t limiter_redis_key(const struct limiter *l, const struct cfg_rule *r, const char *key,
-                         size_t keylen, char *buf, size_t cap);
-
-/* What the limiter is made of: its in-memory buckets (used standalone), the
- * fail-open backstop buckets, and in Redis mode the lease cache and the
- * store (NULL standalone). The tables are thread-safe; the store is for the
- * limiter's thread only. For the limiter's own files (limiter_ops.c) and
- * main.c's reload of the Redis credentials; an operator's page uses
- * limiter_inspect() and limiter_reset() instead. */
-struct limiter_parts {
-    struct bucket_table *buckets, *backstop;
-    struct lease_table *leases;
-    struct store *store;
-};
-void limiter_parts(struct limiter *l, struct limiter_parts *out);
 
 /* One client of one rule, as a request names it. */
 struct limiter_client {

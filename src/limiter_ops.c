@@ -9,6 +9,7 @@
  * "e:AGENT" (expiry, Redis us) and "q:AGENT" (a rate lease's share,
  * tokens per us), sw "w:AGENT" (its window). */
 #include "limiter.h"
+#include "limiter_int.h"
 
 #include <inttypes.h>
 #include <math.h>
