@@ -6,6 +6,11 @@
  * Redis runs on the loop given to limiter_new() (the main thread), which
  * workers wake with an ev_async. A request whose decisions must wait for
  * Redis is completed from that thread through its done() callback.
+ *
+ * For the operator (limiter_ops.c): limiter_inspect() reads one client's
+ * state and limiter_reset() clears it, in every mode, on the limiter's
+ * thread; callers (GET /key, POST /reset, a status page) only render what
+ * they deliver.
  */
 #ifndef LIMITER_H
 #define LIMITER_H
@@ -68,14 +73,19 @@ int limiter_reconfigure(struct limiter *l, const struct config *cfg);
 
 struct cfg_rule;
 
-/* One client of one rule, as a request names it. */
+/* One client of one rule, as a request names it. The strings are copied
+ * by the call they are given to. */
 struct limiter_client {
-    unsigned rule;      /* index in rs->cfg->rules */
-    const char *key;    /* the text of the rule's key args, several joined */
-    size_t keylen;      /* with '|' (empty for a rule without key) */
-    const char *rate;   /* a rule with rate = arg:NAME: what that arg says */
-    const char *burst;  /* ("1000/1m"); burst = arg:NAME: its text; NULL */
-};                      /* when absent or the rule's limits are fixed */
+    unsigned rule; /* index in rs->cfg->rules */
+    /* The text of the rule's key args, several joined with '|' (empty for
+     * a rule without key). */
+    const char *key;
+    size_t keylen;
+    /* A rule taking its limits per request (rate = arg:NAME, burst =
+     * arg:NAME): what those args say ("1000/1m", "50"); NULL when absent
+     * or when the rule's limits are fixed. */
+    const char *rate, *burst;
+};
 
 /* Why a client cannot be looked at: limiter_inspect() / limiter_reset()
  * return these before doing anything (their callback is then not called). */
@@ -104,14 +114,15 @@ struct limiter_redis_lease {
     double held;
     int this_agent;        /* this process' own lease */
     int live;              /* counted in held: unexpired (tb), of the current window (sw) */
-    double window;         /* sw: the window it was taken in */
+    double window;         /* sw: the window it was taken in (Redis time / period) */
     double share_per_s;    /* tb: a rate lease's share of the rate (0: a token lease) */
     double expires_in_ms;  /* tb: from Redis' now (negative: expired) */
 };
 
 /* A client's Redis bucket as the hash says and as the scripts would see it
- * now (an estimate: the scripts also apply expiries in time order). Times
- * are in ms, as whole numbers where GET /key prints them so. */
+ * now (an estimate: the scripts also apply expiries in time order), at
+ * Redis' time. Times in ms: retry_after_ms and reset_ms rounded up, the
+ * others not rounded. */
 struct limiter_redis_state {
     const char *error; /* the reads failed: why (the rest is unset) */
     int exists;
@@ -158,25 +169,27 @@ struct limiter_reset_result {
     int lease_cache_cleared;   /* this agent had an entry for the key */
 };
 
-/* Called once with the state (valid during the call only: copy what is
- * kept), on the limiter's thread. */
+/* Called once with the outcome (it and its strings are valid during the
+ * call only: copy what is kept), on the limiter's thread. */
 typedef void limiter_inspect_cb(void *arg, const struct limiter_key_state *st);
 typedef void limiter_reset_cb(void *arg, const struct limiter_reset_result *res);
 
 /* Read the state of client c of rs (the rules in force: referenced until
- * the callback has run). Changes nothing. Standalone, cb runs before this
- * returns; with Redis, once the key's server answered its three reads
- * (HGETALL, TIME, PTTL, sent at once, answered in order), or failed (Redis
- * down: at once; a connection that stops answering is dropped by the
- * store, after its timeout). 0, or a LIMITER_* error (cb not called).
+ * the callback has run). Changes nothing. cb runs once: standalone before
+ * this returns; with Redis once the key's server (Cluster: the master of
+ * its slot) answered three reads sent at once (HGETALL, TIME, PTTL, answered
+ * in order), or when they failed (Redis down: maybe before this returns; a
+ * connection that stops answering is dropped by the store after its
+ * timeout), with redis.error set. 0, or a LIMITER_* error (cb not called).
  * The limiter's thread only (the main loop). */
 int limiter_inspect(struct limiter *l, struct ruleset *rs, const struct limiter_client *c,
                     limiter_inspect_cb *cb, void *arg);
 
-/* Clear client c: drop its in-memory buckets, and with Redis reset its
- * Redis bucket (then the backstop bucket is dropped, whatever Redis said).
- * Logs "client reset" when done. Callback, threads and errors as for
- * limiter_inspect(). */
+/* Clear client c: standalone, drop its bucket; with Redis, reset its Redis
+ * bucket (tb_reset / sw_reset) and take the answer into its lease entry;
+ * in both modes then drop its backstop bucket (with Redis whatever Redis
+ * answered). Logs "client reset" unless Redis failed. Callback, threads
+ * and errors as for limiter_inspect(). */
 int limiter_reset(struct limiter *l, struct ruleset *rs, const struct limiter_client *c,
                   limiter_reset_cb *cb, void *arg);
 
