@@ -193,21 +193,31 @@ static json_t *lease(int found, const struct lease_state *st)
 
     if (!found)
         return json_null();
-    json_t *said = !st->known ? json_null()
-                              : json_pack("{s:o,s:o,s:o,s:o}", "tokens",
-                                          jnum(st->bucket_tokens, 6), "held_by_others",
-                                          juint(st->others_held), "other_holders",
-                                          juint(st->others), "age_ms",
-                                          juint(st->reply_age_us / 1000));
-    int known_kind = st->inflight >= 0 && st->inflight <= LEASE_JOB_EXACT;
-    return json_pack(
-        "{s:o,s:o,s:b,s:o,s:b,s:o,s:o,s:I,s:o,s:o,s:o,s:o}", "tokens", juint(st->tokens),
-        "unreported", juint(st->unreported), "voided", st->voided, "lease_left_ms",
-        juint(st->lease_left_us / 1000), "blocked", st->blocked_left_us > 0, "blocked_left_ms",
-        juint(ms_up(st->blocked_left_us)), "in_flight",
-        known_kind ? json_string(kinds[st->inflight]) : json_null(), "waiting",
-        (json_int_t)st->waiting, "demand", jnum(st->demand, 3), "rate_share_per_s",
-        jnum(st->share_per_s, 6), "slice", juint(st->slice), "redis_last_said", said);
+    struct jobj j = {json_object(), 0};
+    put(&j, "tokens", juint(st->tokens));
+    put(&j, "unreported", juint(st->unreported));
+    put(&j, "voided", json_boolean(st->voided));
+    put(&j, "lease_left_ms", juint(st->lease_left_us / 1000));
+    put(&j, "blocked", json_boolean(st->blocked_left_us > 0));
+    put(&j, "blocked_left_ms", juint(ms_up(st->blocked_left_us)));
+    put(&j, "in_flight", st->inflight >= 0 && st->inflight <= LEASE_JOB_EXACT
+                             ? json_string(kinds[st->inflight])
+                             : json_null());
+    put(&j, "waiting", json_integer(st->waiting));
+    put(&j, "demand", jnum(st->demand, 3));
+    put(&j, "rate_share_per_s", jnum(st->share_per_s, 6));
+    put(&j, "slice", juint(st->slice));
+    if (!st->known) {
+        put(&j, "redis_last_said", json_null());
+    } else {
+        struct jobj said = {json_object(), 0};
+        put(&said, "tokens", jnum(st->bucket_tokens, 6));
+        put(&said, "held_by_others", juint(st->others_held));
+        put(&said, "other_holders", juint(st->others));
+        put(&said, "age_ms", juint(st->reply_age_us / 1000));
+        put(&j, "redis_last_said", finish(&said));
+    }
+    return finish(&j);
 }
 
 static json_t *redis_lease(const struct limiter_redis_lease *x, int sw)
