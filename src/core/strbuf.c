@@ -71,6 +71,8 @@ char *strbuf_finish(struct strbuf *b, size_t *len)
         strbuf_free(b);
         return NULL;
     }
+    /* nothing appended: the block reserve() just allocated holds no NUL */
+    b->p[b->len] = '\0';
     char *p = b->p;
     if (len)
         *len = b->len;

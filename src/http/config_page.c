@@ -2,13 +2,13 @@
 #include "config_page.h"
 
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "config/config.h"
+#include "core/strbuf.h"
 
 #define VALUE_MAX 1024
 
@@ -165,55 +165,15 @@ size_t config_page_pending(const struct config *in_force, const struct config *f
     return n;
 }
 
-/* The header, grown as the pending settings are listed. */
-struct page {
-    char *p;
-    size_t len, cap;
-    int oom;
-};
-
-static void add(struct page *pg, const char *text, size_t len)
-{
-    if (pg->oom)
-        return;
-    if (pg->len + len + 1 > pg->cap) {
-        size_t cap = (pg->len + len + 1) * 2;
-        char *p = realloc(pg->p, cap);
-        if (!p) {
-            pg->oom = 1;
-            return;
-        }
-        pg->p = p;
-        pg->cap = cap;
-    }
-    memcpy(pg->p + pg->len, text, len);
-    pg->len += len;
-    pg->p[pg->len] = '\0';
-}
-
-static void addf(struct page *pg, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-/* One line (a longer one is cut: values are at most VALUE_MAX). */
-static void addf(struct page *pg, const char *fmt, ...)
-{
-    char line[3 * VALUE_MAX + 128];
-    va_list ap;
-
-    va_start(ap, fmt);
-    int n = vsnprintf(line, sizeof(line), fmt, ap);
-    va_end(ap);
-    add(pg, line, n < 0 ? 0 : (size_t)n >= sizeof(line) ? sizeof(line) - 1 : (size_t)n);
-}
-
 static void pending_line(void *ctx, const char *name, const char *in_force, const char *file)
 {
-    addf(ctx, ";   %s = %s in force; the file says %s\n", name, in_force, file);
+    strbuf_printf(ctx, ";   %s = %s in force; the file says %s\n", name, in_force, file);
 }
 
 char *config_page_render(const struct config *in_force, const struct config *file,
                          uint64_t loaded_unix, size_t *len)
 {
-    struct page pg = {0};
+    struct strbuf pg = STRBUF_INIT;
     char hash[64], when[64], unix_s[32];
     time_t t = (time_t)loaded_unix;
     struct tm tm;
@@ -226,22 +186,18 @@ char *config_page_render(const struct config *in_force, const struct config *fil
     if (!gmtime_r(&t, &tm) || !strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm))
         snprintf(when, sizeof(when), "?");
     snprintf(unix_s, sizeof(unix_s), "%" PRIu64, loaded_unix);
-    addf(&pg, "; GET /config: the configuration in force\n");
-    addf(&pg, "; config_hash = %s (the spoa_ratelimit_config_hash gauge)\n", hash);
-    addf(&pg, "; loaded = %s (unix %s)\n", when, unix_s);
+    strbuf_printf(&pg, "; GET /config: the configuration in force\n");
+    strbuf_printf(&pg, "; config_hash = %s (the spoa_ratelimit_config_hash gauge)\n", hash);
+    strbuf_printf(&pg, "; loaded = %s (unix %s)\n", when, unix_s);
     if (config_page_pending(in_force, file, NULL, NULL) == 0) {
-        addf(&pg, "; restart pending: none\n");
+        strbuf_printf(&pg, "; restart pending: none\n");
     } else {
-        addf(&pg, "; restart pending: the file changed settings only a restart applies:\n");
+        strbuf_printf(&pg,
+                      "; restart pending: the file changed settings only a restart applies:\n");
         config_page_pending(in_force, file, pending_line, &pg);
     }
-    add(&pg, "\n", 1);
-    add(&pg, body, body_len);
+    strbuf_put(&pg, "\n", 1);
+    strbuf_put(&pg, body, body_len);
     free(body);
-    if (pg.oom) {
-        free(pg.p);
-        return NULL;
-    }
-    *len = pg.len;
-    return pg.p;
+    return strbuf_finish(&pg, len);
 }

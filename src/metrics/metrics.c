@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/json.h"
 #include "core/strbuf.h"
 #include "mismatch.h"
 
@@ -15,10 +16,12 @@ struct metrics metrics;
 _Thread_local struct metrics_local metrics_local;
 
 /* Upper bounds of the histogram buckets in nanoseconds; the last is +Inf. */
-static const uint64_t hist_bounds_ns[METRICS_HIST_BUCKETS - 1] = {
+static const uint64_t hist_bounds_ns[] = {
     25000, 50000, 100000, 250000, 500000, 1000000, 2500000, 5000000,
     10000000, 25000000, 50000000, 100000000, 250000000, 1000000000,
 };
+_Static_assert(sizeof(hist_bounds_ns) / sizeof(hist_bounds_ns[0]) == METRICS_HIST_BUCKETS - 1,
+               "a bound for every histogram bucket but +Inf");
 
 static pthread_mutex_t rules_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct metrics_rule *_Atomic rules_head;
@@ -71,7 +74,7 @@ void metrics_local_flush_slow(void)
 {
     struct metrics_local *l = &metrics_local;
 
-    for (unsigned i = 0; i < 4; i++)
+    for (unsigned i = 0; i < METRICS_FRAMES; i++)
         if (l->frames_in[i])
             METRIC_ADD(frames_in[i], l->frames_in[i]);
     if (l->acks)
@@ -247,9 +250,15 @@ static void render_rules(struct strbuf *b)
                   (unsigned long long)ld(&r->degraded));
 }
 
-const char *const metrics_redis_error_names[METRICS_REDIS_ERROR_KINDS] = {
-    "READONLY", "MASTERDOWN", "NOPERM", "OOM", "NOAUTH", "WRONGPASS", "NOSCRIPT", "other",
+const char *const metrics_redis_error_names[] = {
+    [METRICS_REDIS_READONLY] = "READONLY", [METRICS_REDIS_MASTERDOWN] = "MASTERDOWN",
+    [METRICS_REDIS_NOPERM] = "NOPERM",     [METRICS_REDIS_OOM] = "OOM",
+    [METRICS_REDIS_NOAUTH] = "NOAUTH",     [METRICS_REDIS_WRONGPASS] = "WRONGPASS",
+    [METRICS_REDIS_NOSCRIPT] = "NOSCRIPT", [METRICS_REDIS_OTHER] = "other",
 };
+_Static_assert(sizeof(metrics_redis_error_names) / sizeof(metrics_redis_error_names[0]) ==
+                   METRICS_REDIS_ERROR_KINDS,
+               "a name for every enum metrics_redis_error");
 
 static void render_redis(struct strbuf *b)
 {
@@ -301,8 +310,14 @@ static void render_redis(struct strbuf *b)
  * the connections closed on a protocol error. */
 static void render_spop(struct strbuf *b)
 {
-    static const char *const frame_names[4] = {"other", "haproxy_hello", "haproxy_disconnect",
-                                               "notify"};
+    static const char *const frame_names[] = {
+        [METRICS_FRAME_OTHER] = "other",
+        [METRICS_FRAME_HELLO] = "haproxy_hello",
+        [METRICS_FRAME_DISCONNECT] = "haproxy_disconnect",
+        [METRICS_FRAME_NOTIFY] = "notify",
+    };
+    _Static_assert(sizeof(frame_names) / sizeof(frame_names[0]) == METRICS_FRAMES,
+                   "a name for every enum metrics_frame");
 
     render_hist(b, "spoa_ratelimit_decision_seconds", "NOTIFY read to ACK written.",
                 &metrics.decision);
@@ -313,7 +328,7 @@ static void render_spop(struct strbuf *b)
 
     strbuf_printf(b, "# HELP spoa_ratelimit_frames_total SPOP frames received by type.\n"
                  "# TYPE spoa_ratelimit_frames_total counter\n");
-    for (unsigned i = 0; i < 4; i++)
+    for (unsigned i = 0; i < METRICS_FRAMES; i++)
         strbuf_printf(b, "spoa_ratelimit_frames_total{type=\"%s\"} %llu\n", frame_names[i],
                   (unsigned long long)ld(&metrics.frames_in[i]));
     render_simple(b, "spoa_ratelimit_acks_total", "counter", "ACK frames sent.", ld(&metrics.acks));
@@ -325,7 +340,7 @@ static void render_spop(struct strbuf *b)
     strbuf_printf(b, "# HELP spoa_ratelimit_protocol_errors_total Connections closed with an "
                  "AGENT-DISCONNECT, by SPOE status code.\n"
                  "# TYPE spoa_ratelimit_protocol_errors_total counter\n");
-    for (unsigned i = 1; i < 14; i++)
+    for (unsigned i = 1; i < METRICS_STATUSES; i++)
         strbuf_printf(b, "spoa_ratelimit_protocol_errors_total{status=\"%u\"} %llu\n", i,
                   (unsigned long long)ld(&metrics.protocol_errors[i]));
     strbuf_printf(b, "spoa_ratelimit_protocol_errors_total{status=\"99\"} %llu\n",
@@ -336,16 +351,28 @@ static void render_spop(struct strbuf *b)
  * connections refused by an allow list or a connection cap, timeouts. */
 static void render_protection(struct strbuf *b)
 {
-    static const char *const listeners[2] = {"spop", "stats"};
-    static const char *const reasons[METRICS_REFUSALS] = {"allow", "max_connections",
-                                                          "handshake_evicted"};
-    static const char *const timeouts[3][2] = {
-        {"spop", "hello"}, {"spop", "drain"}, {"stats", "request"}};
+    static const char *const listeners[] = {[METRICS_SPOP] = "spop", [METRICS_STATS] = "stats"};
+    static const char *const reasons[] = {
+        [METRICS_REFUSED_ALLOW] = "allow",
+        [METRICS_REFUSED_MAX_CONNS] = "max_connections",
+        [METRICS_REFUSED_HANDSHAKE_EVICTED] = "handshake_evicted",
+    };
+    static const char *const timeouts[][2] = {
+        [METRICS_TIMEOUT_HELLO] = {"spop", "hello"},
+        [METRICS_TIMEOUT_DRAIN] = {"spop", "drain"},
+        [METRICS_TIMEOUT_STATS] = {"stats", "request"},
+    };
+    _Static_assert(sizeof(listeners) / sizeof(listeners[0]) == METRICS_LISTENERS,
+                   "a name for every enum metrics_listener");
+    _Static_assert(sizeof(reasons) / sizeof(reasons[0]) == METRICS_REFUSALS,
+                   "a name for every enum metrics_refusal");
+    _Static_assert(sizeof(timeouts) / sizeof(timeouts[0]) == METRICS_TIMEOUTS,
+                   "a listener and phase for every enum metrics_timeout");
 
     strbuf_printf(b, "# HELP spoa_ratelimit_accept_pauses_total Times a listener stopped accepting "
                  "for a back-off because the process was out of file descriptors or memory.\n"
                  "# TYPE spoa_ratelimit_accept_pauses_total counter\n");
-    for (unsigned l = 0; l < 2; l++)
+    for (unsigned l = 0; l < METRICS_LISTENERS; l++)
         strbuf_printf(b, "spoa_ratelimit_accept_pauses_total{listener=\"%s\"} %llu\n", listeners[l],
                   (unsigned long long)ld(&metrics.accept_pauses[l]));
     strbuf_printf(b, "# HELP spoa_ratelimit_connections_refused_total Connections closed at accept "
@@ -353,7 +380,7 @@ static void render_protection(struct strbuf *b)
                  "nothing to evict), or closed before their handshake ended to admit a newer "
                  "one (handshake_evicted).\n"
                  "# TYPE spoa_ratelimit_connections_refused_total counter\n");
-    for (unsigned l = 0; l < 2; l++)
+    for (unsigned l = 0; l < METRICS_LISTENERS; l++)
         for (unsigned r = 0; r < METRICS_REFUSALS; r++)
             strbuf_printf(b,
                       "spoa_ratelimit_connections_refused_total{listener=\"%s\",reason=\"%s\"} "
@@ -363,7 +390,7 @@ static void render_protection(struct strbuf *b)
                  "timeout: no HELLO, answers owed and not taken (half-closed, or not reading; "
                  "phase drain), slow stats request.\n"
                  "# TYPE spoa_ratelimit_connection_timeouts_total counter\n");
-    for (unsigned t = 0; t < 3; t++)
+    for (unsigned t = 0; t < METRICS_TIMEOUTS; t++)
         strbuf_printf(b,
                   "spoa_ratelimit_connection_timeouts_total{listener=\"%s\",phase=\"%s\"} "
                   "%llu\n",
@@ -487,37 +514,37 @@ char *metrics_render(size_t *len)
     return strbuf_finish(&b, len);
 }
 
-/* JSON string body: escape quotes, backslashes and control bytes. */
-static void sb_json_str(struct strbuf *b, const char *s, size_t len)
-{
-    strbuf_printf(b, "\"");
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c == '"' || c == '\\')
-            strbuf_printf(b, "\\%c", c);
-        else if (c < 0x20 || c >= 0x7f)
-            strbuf_printf(b, "\\u%04x", c);
-        else
-            strbuf_printf(b, "%c", c);
-    }
-    strbuf_printf(b, "\"");
-}
-
 static int top_cmp(const void *a, const void *b)
 {
     const struct top_entry *x = a, *y = b;
     return x->count < y->count ? 1 : x->count > y->count ? -1 : 0;
 }
 
+/* One rule's heavy hitters, most blocked first: [{"key","blocked","error"}]. */
+static json_t *top_json(const struct top_entry *e, unsigned n)
+{
+    json_t *arr = json_array();
+    int failed = !arr;
+
+    for (unsigned i = 0; !failed && i < n && i < METRICS_TOP_K; i++)
+        failed = json_array_append_new(
+            arr, json_pack("{s:o,s:I,s:I}", "key", json_latin1(e[i].key, e[i].len), "blocked",
+                           (json_int_t)e[i].count, "error", (json_int_t)e[i].error));
+    if (failed) {
+        json_decref(arr);
+        return NULL;
+    }
+    return arr;
+}
+
 char *metrics_top_render(uint64_t now_us, size_t *len)
 {
-    struct strbuf b = {0};
+    json_t *rules = json_object();
+    json_t *doc = json_pack("{s:I,s:o}", "window_seconds",
+                            (json_int_t)(2 * METRICS_TOP_PERIOD_US / 1000000), "rules", rules);
     struct metrics_rule *r;
-    int first_rule = 1;
 
-    strbuf_printf(&b, "{\"window_seconds\":%llu,\"rules\":{",
-              (unsigned long long)(2 * METRICS_TOP_PERIOD_US / 1000000));
-    for (r = atomic_load(&rules_head); r; r = r->next) {
+    for (r = atomic_load(&rules_head); doc && r; r = r->next) {
         struct top_entry merged[2 * METRICS_TOP_K];
         unsigned n = 0;
 
@@ -542,20 +569,16 @@ char *metrics_top_render(uint64_t now_us, size_t *len)
         pthread_mutex_unlock(r->top_lock);
         qsort(merged, n, sizeof(merged[0]), top_cmp);
 
-        strbuf_printf(&b, "%s", first_rule ? "" : ",");
-        first_rule = 0;
-        sb_json_str(&b, r->name, strlen(r->name));
-        strbuf_printf(&b, ":[");
-        for (unsigned i = 0; i < n && i < METRICS_TOP_K; i++) {
-            strbuf_printf(&b, "%s{\"key\":", i ? "," : "");
-            sb_json_str(&b, merged[i].key, merged[i].len);
-            strbuf_printf(&b, ",\"blocked\":%llu,\"error\":%llu}", (unsigned long long)merged[i].count,
-                      (unsigned long long)merged[i].error);
+        /* a rule's name is text from the INI file: read as Latin-1 like a
+         * key, so that no byte of it is lost */
+        char *name = json_latin1_utf8(r->name, strlen(r->name), NULL);
+        if (!name || json_object_set_new_nocheck(rules, name, top_json(merged, n)) != 0) {
+            json_decref(doc);
+            doc = NULL;
         }
-        strbuf_printf(&b, "]");
+        free(name);
     }
-    strbuf_printf(&b, "}}\n");
-    return strbuf_finish(&b, len);
+    return json_body(doc, len);
 }
 
 void metrics_minute_tick(double share, void (*cb)(const char *rule, int shadow, uint64_t blocks,

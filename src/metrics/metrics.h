@@ -55,7 +55,7 @@ struct metrics_rule {
     struct metrics_rule *next;
 };
 
-enum metrics_listener { METRICS_SPOP = 0, METRICS_STATS = 1 };
+enum metrics_listener { METRICS_SPOP = 0, METRICS_STATS = 1, METRICS_LISTENERS = 2 };
 enum metrics_refusal {
     METRICS_REFUSED_ALLOW = 0,     /* peer outside the allow list */
     METRICS_REFUSED_MAX_CONNS = 1, /* the connection cap, with nothing to evict */
@@ -65,6 +65,29 @@ enum metrics_refusal {
     METRICS_REFUSED_HANDSHAKE_EVICTED = 2,
     METRICS_REFUSALS = 3,
 };
+
+enum metrics_timeout {
+    METRICS_TIMEOUT_HELLO = 0, /* SPOP: no HAPROXY-HELLO in time */
+    METRICS_TIMEOUT_DRAIN = 1, /* SPOP: the peer half-closed; answers not all out in time */
+    METRICS_TIMEOUT_STATS = 2, /* stats: no whole request (or response read) in time */
+    METRICS_TIMEOUTS = 3,
+};
+
+/* SPOP frames received, by type: HAProxy's frame types keep their number
+ * (spop_conn.c checks that they match enum spop_frame_type); any other is
+ * counted as METRICS_FRAME_OTHER. */
+enum metrics_frame {
+    METRICS_FRAME_OTHER = 0,
+    METRICS_FRAME_HELLO = 1,
+    METRICS_FRAME_DISCONNECT = 2,
+    METRICS_FRAME_NOTIFY = 3,
+    METRICS_FRAMES = 4,
+};
+
+/* Connections closed on a protocol error, by SPOE status code: 1..13 at
+ * their number (enum spop_status; spop_conn.c checks the last), 99 and any
+ * other at 0. */
+#define METRICS_STATUSES 14
 
 /* Error replies from Redis, by kind (spoa_ratelimit_redis_error_replies_total;
  * store_errors.h tells them apart). */
@@ -79,7 +102,8 @@ enum metrics_redis_error {
     METRICS_REDIS_OTHER,
     METRICS_REDIS_ERROR_KINDS,
 };
-extern const char *const metrics_redis_error_names[METRICS_REDIS_ERROR_KINDS];
+/* By enum metrics_redis_error (metrics.c checks the count). */
+extern const char *const metrics_redis_error_names[];
 
 struct metrics {
     atomic_uint_fast64_t redis_commands;
@@ -97,8 +121,8 @@ struct metrics {
     atomic_uint fleet_agents; /* heartbeats in Redis (store_heartbeat.c); 0 unknown */
     atomic_int connections;
     atomic_uint_fast64_t connections_total;
-    atomic_uint_fast64_t frames_in[4];   /* by type: 0 other, 1 hello, 2 disconnect, 3 notify */
-    atomic_uint_fast64_t protocol_errors[14]; /* by status code 1..13; [0] counts 99 */
+    atomic_uint_fast64_t frames_in[METRICS_FRAMES];         /* by enum metrics_frame */
+    atomic_uint_fast64_t protocol_errors[METRICS_STATUSES]; /* by status; [0]: 99 */
     atomic_uint_fast64_t acks;
     atomic_uint_fast64_t acks_truncated; /* only blocked (+ retry_after): frame too small */
     atomic_uint_fast64_t reloads;
@@ -121,20 +145,14 @@ struct metrics {
     atomic_uint_fast64_t buckets;
     /* protection of the listeners (server.c, server_conn.c, httpd.c): indexed by enum
      * metrics_listener, enum metrics_refusal and enum metrics_timeout */
-    atomic_uint_fast64_t accept_pauses[2];
-    atomic_uint_fast64_t refused[2][METRICS_REFUSALS];
-    atomic_uint_fast64_t timeouts[3];
+    atomic_uint_fast64_t accept_pauses[METRICS_LISTENERS];
+    atomic_uint_fast64_t refused[METRICS_LISTENERS][METRICS_REFUSALS];
+    atomic_uint_fast64_t timeouts[METRICS_TIMEOUTS];
     atomic_uint_fast64_t notify_read_pauses; /* a connection reached the waiting-NOTIFY cap */
     atomic_int notifies_waiting;             /* NOTIFYs waiting for Redis, all connections */
     atomic_uint_fast64_t evictions; /* buckets and lease entries dropped for max_entries */
     struct metrics_hist decision;
     struct metrics_hist redis_latency;
-};
-
-enum metrics_timeout {
-    METRICS_TIMEOUT_HELLO = 0, /* SPOP: no HAPROXY-HELLO in time */
-    METRICS_TIMEOUT_DRAIN = 1, /* SPOP: the peer half-closed; answers not all out in time */
-    METRICS_TIMEOUT_STATS = 2, /* stats: no whole request (or response read) in time */
 };
 
 extern struct metrics metrics;
@@ -153,7 +171,7 @@ extern struct metrics metrics;
 struct metrics_local {
     int on;
     int dirty;
-    uint64_t frames_in[4];
+    uint64_t frames_in[METRICS_FRAMES];
     uint64_t acks;
     uint64_t lease_local_decisions;
     uint64_t lease_negative_hits;

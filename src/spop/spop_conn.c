@@ -9,6 +9,16 @@
 
 #define OUT_INITIAL 4096
 
+/* The counters are indexed by HAProxy's frame types and SPOE's status codes
+ * as they are on the wire. */
+_Static_assert((int)METRICS_FRAME_HELLO == SPOP_FRAME_HAPROXY_HELLO &&
+                   (int)METRICS_FRAME_DISCONNECT == SPOP_FRAME_HAPROXY_DISCONNECT &&
+                   (int)METRICS_FRAME_NOTIFY == SPOP_FRAME_NOTIFY &&
+                   (int)METRICS_FRAMES == SPOP_FRAME_NOTIFY + 1,
+               "frames_in[] by enum spop_frame_type");
+_Static_assert(METRICS_STATUSES == SPOP_ST_RES_ALLOC_ERR + 1,
+               "protocol_errors[] by enum spop_status");
+
 int spop_conn_init(struct spop_conn *c, uint32_t agent_max_frame)
 {
     memset(c, 0, sizeof(*c));
@@ -88,7 +98,7 @@ void spop_conn_disconnect(struct spop_conn *c, unsigned status)
     c->status = status;
     c->disconnect_sent = 1;
     if (status > 0)
-        METRIC_INC(protocol_errors[status < 14 ? status : 0]);
+        METRIC_INC(protocol_errors[status < METRICS_STATUSES ? status : 0]);
     /* 4 + 7 + two kv items with a message of at most 255 bytes */
     if (out_reserve(c, 512) < 0)
         return; /* nothing more to say: the close alone tells HAProxy */
@@ -184,7 +194,7 @@ static int handle_frame(struct spop_conn *c, const struct spop_frame *f, spop_no
 {
     unsigned st;
 
-    METRIC_INC_LOCAL(frames_in[f->type <= SPOP_FRAME_NOTIFY ? f->type : 0]);
+    METRIC_INC_LOCAL(frames_in[f->type < METRICS_FRAMES ? f->type : METRICS_FRAME_OTHER]);
     /* We never negotiate fragmentation: every frame must be whole. */
     if (!(f->flags & SPOP_FLAG_FIN) &&
         (f->type == SPOP_FRAME_HAPROXY_HELLO || f->type == SPOP_FRAME_NOTIFY ||

@@ -10,7 +10,7 @@ under steady traffic from 16 keep-alive clients (kitload.py):
   within 3 s. The same when HAProxy starts before its agents;
 - one agent SIGSTOPped for 3 s: from 2 s after SIGCONT at least 98% of the
   requests are decided, p99 under 50 ms (3.4 used to stop reading the agent's
-  connections for good: README, "When the agent is down or slow"); p99 as
+  connections for good: doc/haproxy.md, "When the agent is down or slow"); p99 as
   HAProxy logs it (%Ta), which leaves out the Python clients' own delays;
 - the same stall with the checks as the kit had them before (every 2 s, fall
   3: the agent is never marked DOWN): the agent's own stall guard (server.c,

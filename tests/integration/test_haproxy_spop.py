@@ -109,7 +109,7 @@ class Reuse(KitRun):
         self.assertEqual({st for st, _, _ in self.spoe_log}, {0})
         _, errors, processed = self.spoe_log[-1]
         if self.build.atleast(3, 1):
-            # 3.4 counts every stream teardown as an error (README says so)
+            # 3.4 counts every stream teardown as an error (doc/haproxy.md says so)
             self.assertGreaterEqual(errors, processed - 2, self.spoe_log[-3:])
         else:
             self.assertEqual(errors, 0, self.spoe_log[-3:])
@@ -133,7 +133,7 @@ class ReuseControl(KitRun):
         conns, _, _, _ = self.run_kit((plain_mode_tcp, backend_first), (spoe_processing("1s"),))
         self.assertGreaterEqual(len(conns), self.REQUESTS // 2,
                                 "%s: mode tcp declared first no longer opens a connection per "
-                                "request; update README" % self.build)
+                                "request; update doc/haproxy.md, HAProxy 2.6 vs 3.1+" % self.build)
 
 
 class HealthCheck:
@@ -251,7 +251,7 @@ class IdleClose:
                               what="an idle SPOP connection closed")
             for c in closed:
                 self.assertEqual(c.of("h2a", spop.HAPROXY_DISCONNECT), [],
-                                 "3.4 sent a DISCONNECT before closing: update README")
+                                 "3.4 sent a DISCONNECT before closing: update doc/haproxy.md")
                 self.assertEqual(c.of("a2h", spop.AGENT_DISCONNECT), [])
             # a normal close for the agent: no protocol error counted
             errors = [line for line in agent.metrics().splitlines()

@@ -1,4 +1,4 @@
-"""/metrics against the README's table: every metric documented there is
+"""/metrics against the table of doc/operations.md: every metric documented there is
 exported and every exported metric is documented (standalone and Redis
 mode), and each one counts what the table says it counts, after traffic whose
 counts are known."""
@@ -22,9 +22,9 @@ def wait_for(pred, timeout=10.0, step=0.05):
     return pred()
 
 
-def readme_metrics():
-    """{name: type} from the table under '## Metrics and alerts'."""
-    with open(os.path.join(TOP, "README.md")) as f:
+def doc_metrics():
+    """{name: type} from the table under '## Metrics and alerts' of doc/operations.md."""
+    with open(os.path.join(TOP, "doc", "operations.md")) as f:
         text = f.read()
     section = text.split("## Metrics and alerts", 1)[1].split("\n## ", 1)[0]
     rows = re.findall(r"(?m)^\| `(spoa_ratelimit_[a-z_]+)` \| (counter|gauge|histogram) \|",
@@ -74,14 +74,16 @@ rate = 2/1h
 
 
 class Metrics(unittest.TestCase):
-    def check_against_readme(self, text):
-        doc = readme_metrics()
-        self.assertGreaterEqual(len(doc), 26, "README metrics table not found: %r" % doc)
+    def check_against_doc(self, text):
+        doc = doc_metrics()
+        self.assertGreaterEqual(len(doc), 26,
+                                "doc/operations.md metrics table not found: %r" % doc)
         got = exported(text)
-        self.assertEqual(sorted(set(doc) - set(got)), [], "in the README, not exported")
-        self.assertEqual(sorted(set(got) - set(doc)), [], "exported, not in the README table")
+        self.assertEqual(sorted(set(doc) - set(got)), [], "in doc/operations.md, not exported")
+        self.assertEqual(sorted(set(got) - set(doc)), [],
+                         "exported, not in doc/operations.md's table")
         for name, kind in doc.items():
-            self.assertEqual(got[name], kind, "%s: README says %s" % (name, kind))
+            self.assertEqual(got[name], kind, "%s: doc/operations.md says %s" % (name, kind))
 
     def test_standalone_counts(self):
         agent = Agent(STANDALONE)
@@ -117,7 +119,7 @@ class Metrics(unittest.TestCase):
                             "buckets gauge %r, want 3 (api:k1, api:k2, sh:192.0.2.9)"
                             % agent.metric("spoa_ratelimit_buckets"))
             m = agent.metrics()
-            self.check_against_readme(m)
+            self.check_against_doc(m)
             want = {
                 ("spoa_ratelimit_decisions_total", (("rule", "api"), ("result", "allowed"))): 6,
                 ("spoa_ratelimit_decisions_total", (("rule", "api"), ("result", "blocked"))): 5,
@@ -180,7 +182,7 @@ class Metrics(unittest.TestCase):
             self.assertEqual([g["blocked"] for g in low], [False] * 2 + [True] * 8)
             self.assertTrue(all(g.get("degraded") is not True for g in hot + low))
             m = agent.metrics()
-            self.check_against_readme(m)
+            self.check_against_doc(m)
             v = {n: sample(m, "spoa_ratelimit_" + n) for n in (
                 "redis_up", "redis_configured", "redis_commands_total", "redis_errors_total",
                 "redis_latency_seconds_count", "redis_batches_total",
