@@ -3,13 +3,13 @@
  * renders the answer as JSON (jansson). */
 #include "keyapi.h"
 
-#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "config/config.h"
+#include "core/json.h"
 #include "core/util.h"
 #include "httpd.h"
 #include "limiter.h"
@@ -17,44 +17,12 @@
 
 #define ARG_MAX 8192 /* a decoded query value: the request is at most 8 KiB */
 
-/* Dump flags: one line, field order as built, every byte past ASCII of a
- * key escaped (a key is bytes, see jlatin1). */
-#define JSON_FLAGS (JSON_COMPACT | JSON_ENSURE_ASCII | JSON_PRESERVE_ORDER)
-
 /* ---- JSON values ------------------------------------------------------------- */
 
-/* Bytes as a JSON string, one character per byte (Latin-1 decoded into
- * UTF-8): with JSON_ENSURE_ASCII a byte past ASCII prints as \u00XX, so the
- * answer is valid JSON whatever bytes a client sent, and a reader gets them
- * back as the code points 0-255. NULL when out of memory. To be replaced by
- * core/json.h. */
-static json_t *jlatin1(const char *s, size_t len)
-{
-    char stack[256];
-    char *u = 2 * len < sizeof(stack) ? stack : malloc(2 * len + 1);
-    size_t n = 0;
-
-    if (!u)
-        return NULL;
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c < 0x80) {
-            u[n++] = (char)c;
-        } else {
-            u[n++] = (char)(0xc0 | c >> 6);
-            u[n++] = (char)(0x80 | (c & 0x3f));
-        }
-    }
-    u[n] = '\0';
-    json_t *j = json_stringn(u, n);
-    if (u != stack)
-        free(u);
-    return j;
-}
-
+/* A C string as a JSON string, byte for byte (core/json.h: Latin-1). */
 static json_t *jstr(const char *s)
 {
-    return jlatin1(s, strlen(s));
+    return json_latin1(s, strlen(s));
 }
 
 /* A number with the value these pages printed before jansson: rounded to
@@ -122,19 +90,13 @@ static json_t *finish(struct jobj *j)
 /* Answer req with o (taken over; NULL: out of memory, a 500). */
 static void reply_json(struct httpd_req *req, const char *status, json_t *o)
 {
-    char *text = o ? json_dumps(o, JSON_FLAGS) : NULL;
-    size_t len = text ? strlen(text) : 0;
-    char *body = text ? realloc(text, len + 2) : NULL;
+    size_t len;
+    char *body = json_body(o, &len);
 
-    json_decref(o);
-    if (!body) {
-        free(text);
+    if (!body)
         httpd_reply(req, "500 Internal Server Error", "text/plain", NULL, NULL, 0);
-        return;
-    }
-    body[len] = '\n';
-    body[len + 1] = '\0';
-    httpd_reply(req, status, "application/json", NULL, body, len + 1);
+    else
+        httpd_reply(req, status, "application/json", NULL, body, len);
 }
 
 static void reply_error(struct httpd_req *req, const char *status, const char *why)
@@ -150,8 +112,8 @@ static json_t *head(const struct limiter_who *w)
     struct jobj j = {json_object(), 0};
 
     put(&j, "rule", jstr(r->name));
-    put(&j, "key", jlatin1(w->key, w->keylen));
-    put(&j, "client_key", jlatin1(w->client_key, w->client_keylen));
+    put(&j, "key", json_latin1(w->key, w->keylen));
+    put(&j, "client_key", json_latin1(w->client_key, w->client_keylen));
     put(&j, "mode", json_string(w->redis ? "redis" : "standalone"));
     put(&j, "algorithm", json_string(sw ? "sliding-window" : "token-bucket"));
     put(&j, "limit", juint(w->params.limit));
@@ -159,7 +121,7 @@ static json_t *head(const struct limiter_who *w)
     if (!sw)
         put(&j, "burst", juint(w->params.burst));
     if (w->redis_keylen)
-        put(&j, "redis_key", jlatin1(w->redis_key, w->redis_keylen));
+        put(&j, "redis_key", json_latin1(w->redis_key, w->redis_keylen));
     return finish(&j);
 }
 
