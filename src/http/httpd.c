@@ -12,16 +12,18 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "core/dlist.h"
 #include "core/log.h"
 #include "core/net.h"
 #include "core/util.h"
 #include "metrics/metrics.h"
-#include "server/accept_guard.h"
+#include "server/listener.h"
 
 #define HTTP_REQ_MAX 8192
 #define HTTP_TIMEOUT 5.0  /* a connection's whole life: request in, response out */
 #define HTTP_MAX_CONNS 64 /* at once; fewer under a small fd limit (conns_cap) */
-#define REFUSE_LOG_EVERY_S 10.0
+#define HTTP_ACCEPT_BATCH 16 /* accepts per wake-up */
+#define EVICT_LOG_EVERY_S 10.0
 
 struct http_conn {
     struct httpd *h;
@@ -35,7 +37,8 @@ struct http_conn {
     struct httpd_req *waiting; /* the handler's answer is still to come */
     int routing;               /* inside route(): an answer is only stored */
     struct sockaddr_storage peer;
-    struct http_conn *prev, *next;
+    struct dlist link;    /* on h->conns */
+    struct dlist reading; /* on h->reading until its whole request is in */
 };
 
 /* A handler's answer may come after its connection went away: the record
@@ -49,9 +52,9 @@ struct httpd_req {
 struct httpd {
     struct ev_loop *loop;
     int fd;
-    ev_io accept_io;
-    struct accept_guard guard;
-    struct http_conn *conns;
+    struct listener lis;
+    struct dlist conns;   /* struct http_conn, by link */
+    struct dlist reading; /* those still reading their request, oldest first */
     unsigned nconns, max_conns;
     struct net_cidr *allow; /* a copy; none: any peer */
     size_t nallow;
@@ -59,7 +62,6 @@ struct httpd {
     void *handler_ctx;
 };
 
-static struct log_gate refuse_gate;
 static struct log_gate evict_gate;
 
 static void http_conn_free(struct http_conn *c)
@@ -68,12 +70,9 @@ static void http_conn_free(struct http_conn *c)
     ev_io_stop(h->loop, &c->io);
     ev_timer_stop(h->loop, &c->timer);
     close(c->fd);
-    if (c->prev)
-        c->prev->next = c->next;
-    else
-        h->conns = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
+    dlist_del(&c->link);
+    if (dlist_linked(&c->reading))
+        dlist_del(&c->reading);
     h->nconns--;
     if (c->waiting)
         c->waiting->c = NULL; /* the handler's answer will find no one */
@@ -240,6 +239,7 @@ static void http_io_cb(struct ev_loop *loop, ev_io *io, int revents)
                 http_conn_free(c);
             return;
         }
+        dlist_del(&c->reading); /* a whole request: no longer evicted to admit others */
         route(c);
         if (!c->resp && c->waiting) {
             ev_io_stop(loop, &c->io); /* read no more: httpd_reply starts the writing */
@@ -279,38 +279,38 @@ static unsigned conns_cap(void)
 }
 
 /* The oldest connection still reading its request (no answer made or
- * awaited), or NULL. The list is newest first and at most max_conns long. */
+ * awaited), or NULL. */
 static struct http_conn *oldest_reading(struct httpd *h)
 {
-    struct http_conn *oldest = NULL;
-
-    for (struct http_conn *c = h->conns; c; c = c->next)
-        if (!c->resp && !c->waiting)
-            oldest = c;
-    return oldest;
+    if (dlist_empty(&h->reading))
+        return NULL;
+    return DLIST_ENTRY(h->reading.next, struct http_conn, reading);
 }
 
-/* 1 when the peer may have a connection: in stats_allow, and below the cap,
- * made room for if need be by closing the oldest connection that has not
- * sent its whole request (as SPOP does with connections before their HELLO):
- * idle or slow peers cannot keep a scraper out. With none such, refused. */
-static int http_admit(struct httpd *h, const struct sockaddr *peer)
+/* The listener's peer check: [agent] stats_allow. */
+static const struct net_cidr *http_allow(void *ctx, size_t *n)
 {
+    struct httpd *h = ctx;
+
+    *n = h->nallow;
+    return h->allow;
+}
+
+/* 0 when an allowed peer may have a connection: below the cap, made room
+ * for if need be by closing the oldest connection that has not sent its
+ * whole request (as SPOP does with connections before their HELLO): idle or
+ * slow peers cannot keep a scraper out. With none such, refused (-1). */
+static int http_admit(void *ctx, const struct sockaddr *peer)
+{
+    struct httpd *h = ctx;
     unsigned long long suppressed;
     char text[NET_PEER_TEXT_MAX] = "?";
 
-    if (!net_peer_allowed(h->allow, h->nallow, peer)) {
-        METRIC_INC(refused[METRICS_STATS][METRICS_REFUSED_ALLOW]);
-        if (log_gate_open(&refuse_gate, REFUSE_LOG_EVERY_S, &suppressed))
-            LOG_WARN("\"stats peer refused by stats_allow\" peer=%s refused_not_logged=%llu",
-                     net_format_peer(peer, 0, text, sizeof(text)), suppressed);
-        return 0;
-    }
     if (h->nconns >= h->max_conns) {
         struct http_conn *old = oldest_reading(h);
         if (old) {
-            METRIC_INC(refused[METRICS_STATS][METRICS_REFUSED_HANDSHAKE_EVICTED]);
-            if (log_gate_open(&evict_gate, REFUSE_LOG_EVERY_S, &suppressed))
+            listener_count(&h->lis, METRICS_REFUSED_HANDSHAKE_EVICTED);
+            if (log_gate_open(&evict_gate, EVICT_LOG_EVERY_S, &suppressed))
                 LOG_WARN("\"stats connections closed before a whole request to admit new "
                          "ones\" max=%u peer=%s evicted_not_logged=%llu",
                          h->max_conns,
@@ -318,55 +318,48 @@ static int http_admit(struct httpd *h, const struct sockaddr *peer)
                                          sizeof(text)),
                          suppressed);
             http_conn_free(old);
-            return 1;
+            return 0;
         }
-        METRIC_INC(refused[METRICS_STATS][METRICS_REFUSED_MAX_CONNS]);
         LOG_DEBUG("\"stats connection refused: too many open\" max=%u", h->max_conns);
-        return 0;
+        return -1;
     }
-    return 1;
+    return 0;
 }
 
-static void http_accept_cb(struct ev_loop *loop, ev_io *io, int revents)
+/* An admitted connection becomes a struct http_conn, reading its request. */
+static void http_take(void *ctx, int fd, const struct sockaddr_storage *peer, socklen_t len)
 {
-    struct httpd *h = io->data;
+    struct httpd *h = ctx;
+    struct http_conn *c = calloc(1, sizeof(*c));
 
-    for (int i = 0; i < 16; i++) {
-        struct sockaddr_storage ss;
-        socklen_t sl = sizeof(ss);
-        int fd = accept4(h->fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
-
-        if (fd == -1) {
-            if (accept_guard_failed(&h->guard, errno))
-                return;
-            continue;
-        }
-        accept_guard_ok(&h->guard);
-        if (!http_admit(h, (struct sockaddr *)&ss)) {
-            close(fd);
-            continue;
-        }
-        struct http_conn *c = calloc(1, sizeof(*c));
-        if (!c) {
-            close(fd);
-            continue;
-        }
-        c->h = h;
-        c->fd = fd;
-        memcpy(&c->peer, &ss, sl < sizeof(c->peer) ? sl : sizeof(c->peer));
-        ev_io_init(&c->io, http_io_cb, fd, EV_READ);
-        c->io.data = c;
-        ev_timer_init(&c->timer, http_timeout_cb, HTTP_TIMEOUT, 0.);
-        c->timer.data = c;
-        ev_io_start(loop, &c->io);
-        ev_timer_start(loop, &c->timer);
-        c->next = h->conns;
-        if (h->conns)
-            h->conns->prev = c;
-        h->conns = c;
-        h->nconns++;
+    if (!c) {
+        close(fd);
+        return;
     }
+    c->h = h;
+    c->fd = fd;
+    memcpy(&c->peer, peer, len < sizeof(c->peer) ? len : sizeof(c->peer));
+    ev_io_init(&c->io, http_io_cb, fd, EV_READ);
+    c->io.data = c;
+    ev_timer_init(&c->timer, http_timeout_cb, HTTP_TIMEOUT, 0.);
+    c->timer.data = c;
+    ev_io_start(h->loop, &c->io);
+    ev_timer_start(h->loop, &c->timer);
+    dlist_push_tail(&h->conns, &c->link);
+    dlist_push_tail(&h->reading, &c->reading);
+    h->nconns++;
 }
+
+static const struct listener_ops http_listener_ops = {
+    .name = "stats",
+    .kind = METRICS_STATS,
+    .budget = HTTP_ACCEPT_BATCH,
+    .refused_line = "stats peer refused by stats_allow",
+    .warn_refused = 1,
+    .allow = http_allow,
+    .admit = http_admit,
+    .take = http_take,
+};
 
 struct httpd *httpd_new(struct ev_loop *loop, const struct net_addr *addr,
                         const struct net_cidr *allow, size_t nallow, char *err, size_t errlen)
@@ -378,17 +371,21 @@ struct httpd *httpd_new(struct ev_loop *loop, const struct net_addr *addr,
         return NULL;
     }
     h->loop = loop;
+    dlist_init(&h->conns);
+    dlist_init(&h->reading);
     h->fd = net_listen(addr, 128, err, errlen);
     if (h->fd == -1) {
         free(h->allow);
         free(h);
         return NULL;
     }
-    ev_io_init(&h->accept_io, http_accept_cb, h->fd, EV_READ);
-    h->accept_io.data = h;
-    ev_io_start(loop, &h->accept_io);
-    accept_guard_init(&h->guard, loop, &h->accept_io, 1, "stats",
-                      &metrics.accept_pauses[METRICS_STATS]);
+    if (listener_init(&h->lis, loop, &h->fd, 1, &http_listener_ops, h) < 0) {
+        snprintf(err, errlen, "out of memory");
+        close(h->fd);
+        free(h->allow);
+        free(h);
+        return NULL;
+    }
     h->max_conns = conns_cap();
     return h;
 }
@@ -413,10 +410,10 @@ void httpd_free(struct httpd *h)
 {
     if (!h)
         return;
-    while (h->conns)
-        http_conn_free(h->conns);
-    accept_guard_stop(&h->guard);
-    ev_io_stop(h->loop, &h->accept_io);
+    while (!dlist_empty(&h->conns))
+        http_conn_free(DLIST_ENTRY(h->conns.next, struct http_conn, link));
+    listener_stop(&h->lis);
+    listener_free(&h->lis);
     close(h->fd);
     free(h->allow);
     free(h);

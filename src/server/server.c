@@ -14,7 +14,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "accept_guard.h"
 #include "config/config.h"
 #include "core/log.h"
 #include "core/net.h"
@@ -55,9 +54,7 @@ static void worker_begin_stop(struct worker *w)
 
     w->stopping = 1;
     ev_timer_stop(w->loop, &w->stall);
-    accept_guard_stop(&w->guard);
-    for (size_t i = 0; i < w->srv->nlfds; i++)
-        ev_io_stop(w->loop, &w->accept_io[i]);
+    listener_stop(&w->lis);
     for (c = w->conns; c; c = next) {
         next = c->next;
         conn_update_reading(c);
@@ -173,6 +170,7 @@ struct server *server_new(const struct config *cfg, struct ruleset *rs, struct l
         struct worker *w = &s->workers[i];
         w->srv = s;
         w->id = i;
+        dlist_init(&w->handshakes);
         /* One worker shares the main loop, where the limiter talks to Redis:
          * a decision then costs no hop between threads (an eventfd write, a
          * wake-up and a context switch each way), which cost as much CPU as
@@ -180,8 +178,7 @@ struct server *server_new(const struct config *cfg, struct ruleset *rs, struct l
          * makes no system call. */
         w->inline_loop = s->nworkers == 1;
         w->loop = w->inline_loop ? main_loop : ev_loop_new(EVFLAG_AUTO);
-        w->accept_io = calloc(s->nlfds, sizeof(ev_io));
-        if (!w->loop || !w->accept_io) {
+        if (!w->loop) {
             snprintf(err, errlen, "cannot create event loop");
             goto fail;
         }
@@ -196,13 +193,10 @@ struct server *server_new(const struct config *cfg, struct ruleset *rs, struct l
         w->stall.data = w;
         w->stall_last = ev_now(w->loop);
         ev_timer_start(w->loop, &w->stall);
-        for (size_t l = 0; l < s->nlfds; l++) {
-            ev_io_init(&w->accept_io[l], accept_cb, s->lfds[l], EV_READ);
-            w->accept_io[l].data = w;
-            ev_io_start(w->loop, &w->accept_io[l]);
+        if (listener_init(&w->lis, w->loop, s->lfds, s->nlfds, &conn_listener_ops, w) < 0) {
+            snprintf(err, errlen, "cannot create event loop");
+            goto fail;
         }
-        accept_guard_init(&w->guard, w->loop, w->accept_io, s->nlfds, "spop",
-                          &metrics.accept_pauses[METRICS_SPOP]);
     }
     return s;
 fail:
@@ -298,17 +292,14 @@ void server_free(struct server *s)
             while (w->conns)
                 conn_free(w->conns);
             if (w->inline_loop) { /* the main loop is its owner's to destroy */
-                for (size_t l = 0; w->accept_io && l < s->nlfds; l++)
-                    ev_io_stop(w->loop, &w->accept_io[l]);
-                if (w->guard.loop)
-                    accept_guard_stop(&w->guard);
+                listener_stop(&w->lis);
                 ev_async_stop(w->loop, &w->wake);
                 ev_timer_stop(w->loop, &w->stall);
             } else {
                 ev_loop_destroy(w->loop);
             }
         }
-        free(w->accept_io);
+        listener_free(&w->lis);
         ruleset_unref(w->rs);
         ruleset_unref(atomic_load(&w->next_rs));
         while (w->free_reqs) {

@@ -3,7 +3,7 @@
  * and the NOTIFYs it sends, handed to the limiter and answered when their
  * decisions come back; and the end of a stopping worker, which its last
  * connection or request brings. The listeners and the workers' lifecycle
- * are server.c. */
+ * are server.c; the accept loop itself is listener.c. */
 #include "server_int.h"
 
 #include <errno.h>
@@ -18,7 +18,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "accept_guard.h"
 #include "config/config.h"
 #include "core/log.h"
 #include "core/net.h"
@@ -88,34 +87,16 @@ static struct log_gate disconnect_gate; /* DISCONNECT lines, both ways */
 
 static void handshake_add(struct worker *w, struct conn *c)
 {
-    c->in_handshake = 1;
-    c->hs_next = NULL;
-    c->hs_prev = w->hs_tail;
-    if (w->hs_tail)
-        w->hs_tail->hs_next = c;
-    else
-        w->hs_head = c;
-    w->hs_tail = c;
+    dlist_push_tail(&w->handshakes, &c->hs);
     w->nhandshakes++;
 }
 
 static void handshake_end(struct conn *c)
 {
-    struct worker *w = c->w;
-
-    if (!c->in_handshake)
+    if (!dlist_linked(&c->hs))
         return;
-    if (c->hs_prev)
-        c->hs_prev->hs_next = c->hs_next;
-    else
-        w->hs_head = c->hs_next;
-    if (c->hs_next)
-        c->hs_next->hs_prev = c->hs_prev;
-    else
-        w->hs_tail = c->hs_prev;
-    c->hs_prev = c->hs_next = NULL;
-    c->in_handshake = 0;
-    w->nhandshakes--;
+    dlist_del(&c->hs);
+    c->w->nhandshakes--;
 }
 
 /* This worker's share of [agent] max_handshakes: the listening socket is
@@ -408,7 +389,7 @@ static int conn_parse(struct conn *c, size_t n)
     struct worker *w = c->w;
     int closing = spop_conn_in_commit(&c->sp, n, on_notify, c);
 
-    if (c->in_handshake && c->sp.state != SPOP_CONN_HELLO)
+    if (dlist_linked(&c->hs) && c->sp.state != SPOP_CONN_HELLO)
         handshake_end(c); /* the HELLO is in (or refused: closing) */
     if (c->sp.state != SPOP_CONN_HELLO && !c->eof)
         ev_timer_stop(w->loop, &c->timer);
@@ -559,15 +540,15 @@ static int same_host(const struct sockaddr_storage *a, const struct sockaddr_sto
  * EVICT_LOG_EVERY_S. */
 static int evict_oldest_handshake(struct worker *w, const char *cap)
 {
-    struct conn *c = w->hs_head;
     const struct config *cfg = w->rs->cfg;
     unsigned long long suppressed;
     char peers[4 * (NET_PEER_TEXT_MAX + 1)] = "", one[NET_PEER_TEXT_MAX], *p = peers;
     unsigned i;
 
-    if (!c)
+    if (dlist_empty(&w->handshakes))
         return 0;
-    METRIC_INC(refused[METRICS_SPOP][METRICS_REFUSED_HANDSHAKE_EVICTED]);
+    struct conn *c = DLIST_ENTRY(w->handshakes.next, struct conn, hs);
+    listener_count(&w->lis, METRICS_REFUSED_HANDSHAKE_EVICTED);
     for (i = 0; i < w->nevicted_peers; i++)
         if (same_host(&w->evicted_peers[i], &c->peer))
             break;
@@ -589,73 +570,73 @@ static int evict_oldest_handshake(struct worker *w, const char *cap)
     return 1;
 }
 
-/* 1 when the peer may have a connection (then counted in nconns): in the
- * allow list, and with room below max_connections and this worker's share
- * of max_handshakes, made if need be by closing the worker's oldest
- * connection still in its handshake (OpenSSH's MaxStartups, with the oldest
- * instead of a random one: a peer that has not said HELLO in the time the
- * cap takes to fill again is not a live HAProxy). A connection past its
- * HELLO is never closed to make room: with none to close, max_connections
- * refuses the new one. */
-static int conn_admit(struct worker *w, const struct sockaddr *peer)
+/* The listener's peer check: [agent] allow of the ruleset in force. */
+static const struct net_cidr *conn_allow(void *ctx, size_t *n)
 {
+    const struct config *cfg = ((struct worker *)ctx)->rs->cfg;
+
+    *n = cfg->nallow;
+    return cfg->allow;
+}
+
+/* 0 when an allowed peer may have a connection (then counted in nconns):
+ * with room below max_connections and this worker's share of
+ * max_handshakes, made if need be by closing the worker's oldest connection
+ * still in its handshake (OpenSSH's MaxStartups, with the oldest instead of
+ * a random one: a peer that has not said HELLO in the time the cap takes to
+ * fill again is not a live HAProxy). A connection past its HELLO is never
+ * closed to make room: with none to close, max_connections refuses the new
+ * one (-1). */
+static int conn_admit(void *ctx, const struct sockaddr *peer)
+{
+    struct worker *w = ctx;
     const struct config *cfg = w->rs->cfg;
     unsigned long long suppressed;
 
-    if (!net_peer_allowed(cfg->allow, cfg->nallow, peer)) {
-        METRIC_INC(refused[METRICS_SPOP][METRICS_REFUSED_ALLOW]);
-        LOG_DEBUG("\"peer refused by allow list\"");
-        return 0;
-    }
     while (w->nhandshakes >= handshake_cap(w, cfg))
         evict_oldest_handshake(w, "max_handshakes");
     while (atomic_fetch_add(&w->srv->nconns, 1) >= cfg->max_connections) {
         atomic_fetch_sub(&w->srv->nconns, 1);
         if (evict_oldest_handshake(w, "max_connections"))
             continue;
-        METRIC_INC(refused[METRICS_SPOP][METRICS_REFUSED_MAX_CONNS]);
         if (log_gate_open(&refuse_gate, REFUSE_LOG_EVERY_S, &suppressed))
             LOG_WARN("\"connection refused: max_connections reached\" max_connections=%u "
                      "refused_not_logged=%llu",
                      cfg->max_connections, suppressed);
-        return 0;
+        return -1;
     }
-    return 1;
+    return 0;
 }
 
-void accept_cb(struct ev_loop *loop, ev_io *io, int revents)
+/* An admitted connection (counted in nconns) becomes a struct conn. */
+static void conn_take(void *ctx, int fd, const struct sockaddr_storage *peer, socklen_t len)
 {
-    struct worker *w = io->data;
+    struct worker *w = ctx;
+    int one = 1;
 
-    for (int i = 0; i < ACCEPT_BATCH; i++) {
-        struct sockaddr_storage ss;
-        socklen_t sl = sizeof(ss);
-        int one = 1;
-        int fd = accept4(io->fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
-
-        if (fd == -1) {
-            if (accept_guard_failed(&w->guard, errno))
-                return;
-            continue;
-        }
-        accept_guard_ok(&w->guard);
-        if (!conn_admit(w, (struct sockaddr *)&ss)) {
-            close(fd);
-            continue;
-        }
-        if (ss.ss_family != AF_UNIX)
-            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        struct conn *c = conn_new(w, fd, &ss, sl);
-        if (!c) {
-            atomic_fetch_sub(&w->srv->nconns, 1);
-            continue;
-        }
-        /* HAProxy sends its HELLO right after connecting: it is often in
-         * already, and read now it takes the connection off the handshake
-         * list before the next accepts could evict it. */
-        conn_read_cb(loop, &c->rio, EV_READ);
+    if (peer->ss_family != AF_UNIX)
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    struct conn *c = conn_new(w, fd, peer, len);
+    if (!c) {
+        atomic_fetch_sub(&w->srv->nconns, 1);
+        return;
     }
+    /* HAProxy sends its HELLO right after connecting: it is often in
+     * already, and read now it takes the connection off the handshake
+     * list before the next accepts could evict it. */
+    conn_read_cb(w->loop, &c->rio, EV_READ);
 }
+
+const struct listener_ops conn_listener_ops = {
+    .name = "spop",
+    .kind = METRICS_SPOP,
+    .budget = ACCEPT_BATCH,
+    .refused_line = "peer refused by allow list",
+    .warn_refused = 0,
+    .allow = conn_allow,
+    .admit = conn_admit,
+    .take = conn_take,
+};
 
 /* ---- answers from the limiter ------------------------------------------- */
 

@@ -11,8 +11,9 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
-#include "accept_guard.h"
+#include "core/dlist.h"
 #include "limiter.h"
+#include "listener.h"
 #include "spop/spop_conn.h"
 
 struct worker;
@@ -31,8 +32,7 @@ struct conn {
                                 DRAIN_TIMEOUT_S (timer) or is closed */
     int dead;                /* socket closed; freed when the last pending request ends */
     int ready;               /* counted in ready_conns: HELLO done, not a health check */
-    int in_handshake;        /* on the worker's handshake list: no HELLO yet */
-    struct conn *hs_prev, *hs_next; /* that list, oldest first */
+    struct dlist hs;         /* on the worker's handshake list (linked): no HELLO yet */
     struct sockaddr_storage peer;   /* for logs */
     unsigned npending;       /* requests waiting for Redis */
     struct conn *flush_next; /* on the worker's to-flush list */
@@ -64,13 +64,12 @@ struct worker {
      * loop was stopped (SIGSTOP, a long pause): see stall_cb in server.c. */
     ev_timer stall;
     ev_tstamp stall_last; /* ev_now() at the last tick */
-    ev_io *accept_io;          /* one per listener */
-    struct accept_guard guard; /* pauses accept_io when out of fds */
+    struct listener lis; /* the server's listening sockets, on this loop */
     struct conn *conns;
     /* Connections that have not finished their HELLO, oldest first: the
      * first is closed when a cap is reached (see conn_admit). At most
      * hs_cap, this worker's share of [agent] max_handshakes. */
-    struct conn *hs_head, *hs_tail;
+    struct dlist handshakes; /* struct conn, by hs */
     unsigned nhandshakes;
     /* Peers of the connections evicted since this worker last logged it. */
     struct sockaddr_storage evicted_peers[4];
@@ -111,8 +110,9 @@ void conn_free(struct conn *c);
 void conn_update_reading(struct conn *c);
 /* Write what c has pending. -1 when c is gone (freed). */
 int conn_flush(struct conn *c);
-/* A listener of worker io->data is readable: accept and admit connections. */
-void accept_cb(struct ev_loop *loop, ev_io *io, int revents);
+/* How a worker's listener admits and takes SPOP connections (its ctx: the
+ * worker). */
+extern const struct listener_ops conn_listener_ops;
 /* Answer the requests the limiter completed for w, and write them out. */
 void finish_done_requests(struct worker *w);
 /* End w's loop once it is stopping and nothing is open or pending. */

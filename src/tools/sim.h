@@ -3,8 +3,11 @@
  *
  *   sim.c          command line, sweeps, output (table, JSON, SVG)
  *   sim_fleet.c    one run: agents running the real lease code (lease_cache.c),
- *                  their Redis connections, the event queue in virtual time
+ *                  their decisions beside the reference, in virtual time
+ *   sim_fleet_conn.c  their Redis connections and Redis running the calls
  *   sim_rate.c     --policy rate: a model of rate leases (not in the agent)
+ *   sim_heap.c     the event queue in virtual time, for both
+ *   sim_score.c    for both: the exact reference, the bound checks, the waits
  *   sim_redis.c    the Redis server: the agent's Lua scripts, embedded Lua 5.1
  *   sim_traffic.c  requests: Zipf/uniform keys, skew, spikes, trace replay
  *   sim_stats.c    histograms and the exact window check

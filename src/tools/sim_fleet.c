@@ -5,12 +5,12 @@
  * sent over a model of the agent's Redis connection (store_conn.c: at most
  * two calls in flight, the rest go out together as one batch call), and run
  * by sim_redis on the agent's Lua scripts. All in virtual time, one event
- * queue (a binary heap); Redis runs each call when it arrives, at the
+ * queue (sim_heap.c); Redis runs each call when it arrives, at the
  * virtual time it reads with TIME.
  *
  * Beside the fleet, one exact in-memory bucket per key (bucket.c, as a
  * standalone agent) decides every request too: the reference for
- * utilisation and false denials.
+ * utilisation and false denials (sim_score.c).
  *
  * --stall: for a while Redis answers nothing (the connection stays open:
  * calls run when it wakes up, in order). Each call then fails after the
@@ -23,179 +23,23 @@
  * connection (queued behind the two in flight or not), and is checked every
  * timeout / 5, so waits reach 1.2 x timeout. The watchdog that drops a
  * connection frozen past 10 x timeout is not modelled (the agent then
- * decides by fallback at once, as a stalled agent does between probes). */
+ * decides by fallback at once, as a stalled agent does between probes).
+ *
+ * This file: the agents' decisions, the reference and the run's event loop;
+ * the connection and Redis are sim_fleet_conn.c. */
 #include "tools/sim.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "lease/lease.h"
-#include "script_args.h"
 #include "store/script.h"
+#include "tools/sim_fleet_int.h"
 #include "tools/sim_redis.h"
 #include "tools/sim_stats.h"
 #include "tools/sim_traffic.h"
-
-/* As limiter.c (STRIPES) and store_conn.h (STORE_CONN_MAX_INFLIGHT,
- * STORE_CONN_BATCH_MAX), which the simulator mirrors. */
-#define STRIPES 64
-#define STALL_PROBE_US 100000 /* limiter.c: while stalled, one decision per 100 ms asks */
-#define CONN_MAX_INFLIGHT 2
-#define CONN_BATCH_MAX 256
-#define KEY_PREFIX "rl:"
-#define RULE_NAME "sim"
-#define KEYBUF 64
-#define REPLY_MAX (CONN_BATCH_MAX * (1 + CLAIM_R_COUNT))
-
-enum ev_kind { EV_REQ, EV_TICK, EV_EXEC, EV_REPLY, EV_SAMPLE, EV_TIMEOUT };
-
-struct command; /* one call on the wire: a script call or a batch */
-
-struct event {
-    uint64_t at, seq;
-    int kind;
-    unsigned agent;
-    union {
-        struct command *cmd; /* EV_EXEC, EV_REPLY */
-        uint32_t key;        /* EV_REQ */
-    } u;
-};
-
-struct command {
-    unsigned agent, n;
-    uint64_t exec_at, reply_at;
-    struct lease_job **jobs;  /* n */
-    int *ok;                  /* per job */
-    int *nv;                  /* per job: values */
-    int64_t (*v)[CLAIM_R_COUNT];
-};
-
-struct agent {
-    struct lease_table *leases;
-    char id[24];
-    unsigned inflight;
-    struct lease_job *qhead, *qtail; /* queued for the next batch */
-    unsigned qlen;
-    int stalled;          /* a call timed out, no reply in time since (limiter.c) */
-    uint64_t last_probe;  /* while stalled: the last decision that asked Redis */
-    /* With a stall: the calls sent, in order (limiter.c's in-flight list;
-     * replies come in this order), and the first not timed out yet. */
-    struct sent *ihead, *itail, *icheck;
-};
-
-struct sent {
-    struct lease_job *job;
-    uint64_t at;
-    int timed_out;
-    struct sent *next;
-};
-
-/* A request waiting for a claim: the waiter lease_cache.c links, and what the
- * simulator needs to record its decision when it comes. */
-struct wait {
-    struct lease_waiter w; /* first: a waiter pointer is a wait pointer */
-    struct bucket_result out;
-    uint64_t t0;
-    uint32_t key;
-    int ref_allowed;
-    struct wait *free_next;
-};
-
-struct sim {
-    const struct sim_opts *o;
-    struct sim_result *res;
-    struct bucket_params p;
-    struct lease_config lc;
-    struct agent *agents;
-    struct sim_redis *redis;
-    struct sim_traffic *traffic;
-    uint64_t now, end, seq, busy_until;
-    struct event *heap;
-    size_t nheap, heapcap;
-    struct wait *free_waits;
-    /* the reference and the checks, per key */
-    struct bucket *ref;
-    struct sim_window *win, *refwin;
-    struct sim_bound bound, refbound;
-    /* stranded tokens: per-key sums of one sample */
-    uint64_t *held;
-    uint32_t *touched;
-    size_t ntouched;
-    struct sim_hist wait_h, held_h;
-    /* a batch's arguments, reused */
-    struct script_args *args;
-    const char **bkeys, **bargv;
-    size_t *bkeylen, *bargvlen;
-    int64_t reply[REPLY_MAX];
-    int oom;
-    /* --stall (absolute virtual times; stall_end 0: no stall) */
-    uint64_t stall_start, stall_end, settle_end, last_fb;
-    uint64_t nkeys;
-    struct bucket *bs;            /* backstop, per agent x key */
-    struct sim_window *bswin;     /* its admissions, checked against b' + r' T */
-    uint64_t *bs_first, *bs_last; /* first and last fallback decision (0: none) */
-    struct sim_bound bsbound, outbound;
-    struct sim_window *outwin;    /* per key: admissions outside the stall */
-    struct sim_hist stall_wait_h;
-    struct sent *free_sent;
-    uint64_t check_every; /* timeouts are looked for this often (limiter.c) */
-};
-
-/* ---- the event queue --------------------------------------------------------------- */
-
-static int ev_less(const struct event *a, const struct event *b)
-{
-    return a->at < b->at || (a->at == b->at && a->seq < b->seq);
-}
-
-static void push(struct sim *s, uint64_t at, int kind, unsigned agent, struct command *cmd,
-                 uint32_t key)
-{
-    if (s->nheap == s->heapcap) {
-        size_t cap = s->heapcap ? s->heapcap * 2 : 4096;
-        struct event *h = realloc(s->heap, cap * sizeof(*h));
-        if (!h) {
-            s->oom = 1;
-            return;
-        }
-        s->heap = h;
-        s->heapcap = cap;
-    }
-    struct event e = {.at = at, .seq = s->seq++, .kind = kind, .agent = agent};
-    if (kind == EV_REQ)
-        e.u.key = key;
-    else
-        e.u.cmd = cmd;
-    size_t i = s->nheap++;
-    while (i > 0 && ev_less(&e, &s->heap[(i - 1) / 2])) {
-        s->heap[i] = s->heap[(i - 1) / 2];
-        i = (i - 1) / 2;
-    }
-    s->heap[i] = e;
-}
-
-static struct event pop(struct sim *s)
-{
-    struct event top = s->heap[0], last = s->heap[--s->nheap];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= s->nheap)
-            break;
-        if (c + 1 < s->nheap && ev_less(&s->heap[c + 1], &s->heap[c]))
-            c++;
-        if (!ev_less(&s->heap[c], &last))
-            break;
-        s->heap[i] = s->heap[c];
-        i = c;
-    }
-    if (s->nheap > 0)
-        s->heap[i] = last;
-    return top;
-}
 
 /* ---- keys --------------------------------------------------------------------------- */
 
@@ -223,18 +67,7 @@ static void record(struct sim *s, uint32_t key, int allowed, int ref_allowed, ui
     struct sim_result *r = s->res;
     uint64_t wait_us = s->now - t0;
 
-    r->decisions++;
-    sim_hist_add(&s->wait_h, wait_us);
-    if (wait_us > 0)
-        r->waited++;
-    if (allowed) {
-        r->admitted++;
-        sim_bound_admit(&s->bound, &s->win[key], s->now - SIM_T0_US);
-        if (!ref_allowed)
-            r->extra_admits++;
-    } else if (ref_allowed) {
-        r->false_denials++;
-    }
+    sim_score_record(&s->sc, r, key, allowed, ref_allowed, s->now, wait_us);
     if (!s->stall_end)
         return;
     if (t0 >= s->stall_start && t0 < s->stall_end) {
@@ -310,187 +143,7 @@ static void complete(struct sim *s, unsigned ai, struct lease_waiter *done,
     }
 }
 
-/* ---- the connection (store_conn.c's group commit) -------------------------------------- */
-
-static void wire(struct sim *s, unsigned ai, struct lease_job *list, unsigned n)
-{
-    /* one block: the command, then its per-job arrays */
-    size_t size = sizeof(struct command) + n * (sizeof(int64_t[CLAIM_R_COUNT]) +
-                                                sizeof(struct lease_job *) + 2 * sizeof(int));
-    struct command *c = calloc(1, size);
-    if (!c) {
-        s->oom = 1;
-        return;
-    }
-    c->v = (int64_t(*)[CLAIM_R_COUNT])(c + 1);
-    c->jobs = (struct lease_job **)(c->v + n);
-    c->ok = (int *)(c->jobs + n);
-    c->nv = c->ok + n;
-    c->agent = ai;
-    c->n = n;
-    for (unsigned i = 0; i < n; i++, list = list->next)
-        c->jobs[i] = list;
-    s->agents[ai].inflight++;
-    s->res->redis_calls++;
-    s->res->script_ops += n;
-    /* Redis runs calls one at a time in arrival order, each taking
-     * redis_op_us per operation (0: instantly). */
-    uint64_t arrive = s->now + s->o->rtt_us / 2;
-    c->exec_at = arrive > s->busy_until ? arrive : s->busy_until;
-    if (c->exec_at >= s->stall_start && c->exec_at < s->stall_end)
-        c->exec_at = s->stall_end; /* frozen: it runs when Redis wakes up */
-    s->busy_until = c->exec_at + s->o->redis_op_us * n;
-    c->reply_at = s->busy_until + (s->o->rtt_us - s->o->rtt_us / 2);
-    push(s, c->exec_at, EV_EXEC, ai, c, 0);
-}
-
-/* Send what is queued: one batch of everything, in groups of at most
- * CONN_BATCH_MAX (a group of one goes as itself). */
-static void flush(struct sim *s, unsigned ai)
-{
-    struct agent *a = &s->agents[ai];
-    struct lease_job *q = a->qhead;
-
-    a->qhead = a->qtail = NULL;
-    a->qlen = 0;
-    while (q) {
-        struct lease_job *first = q, *last = q;
-        unsigned n = 1;
-        while (n < CONN_BATCH_MAX && last->next) {
-            last = last->next;
-            n++;
-        }
-        q = last->next;
-        last->next = NULL;
-        wire(s, ai, first, n);
-    }
-}
-
-/* store_conn_send(): at once when nothing is queued, fewer than two calls
- * are in flight and the connection is not corked; queued otherwise. The
- * caller (limiter.c's send_job) stamps the job's send time first. */
-static void conn_send(struct sim *s, unsigned ai, struct lease_job *j, int corked)
-{
-    struct agent *a = &s->agents[ai];
-
-    j->sent_us = s->now;
-    j->next = NULL;
-    if (s->stall_end) { /* limiter.c's in-flight list, for timeouts */
-        struct sent *x = s->free_sent;
-        if (x)
-            s->free_sent = x->next;
-        else if (!(x = malloc(sizeof(*x)))) {
-            s->oom = 1;
-            return;
-        }
-        x->job = j;
-        x->at = s->now;
-        x->timed_out = 0;
-        x->next = NULL;
-        if (a->itail)
-            a->itail->next = x;
-        else
-            a->ihead = x;
-        a->itail = x;
-        if (!a->icheck)
-            a->icheck = x;
-    }
-    if (j->kind != LEASE_JOB_RETURN)
-        s->res->claims++;
-    else
-        s->res->returns++;
-    if (!corked && a->inflight < CONN_MAX_INFLIGHT && !a->qhead) {
-        wire(s, ai, j, 1);
-        return;
-    }
-    if (a->qtail)
-        a->qtail->next = j;
-    else
-        a->qhead = j;
-    a->qtail = j;
-    if (++a->qlen >= CONN_BATCH_MAX)
-        flush(s, ai);
-}
-
-static void uncork(struct sim *s, unsigned ai)
-{
-    if (s->agents[ai].qhead && s->agents[ai].inflight < CONN_MAX_INFLIGHT)
-        flush(s, ai);
-}
-
-/* ---- Redis ----------------------------------------------------------------------------- */
-
-static void redis_error(struct sim *s, const char *err)
-{
-    if (s->res->redis_errors++ == 0)
-        snprintf(s->res->redis_error, sizeof(s->res->redis_error), "%s", err);
-}
-
-/* Run command c as Redis would: one EVALSHA of the job's script, or of the
- * batch script carrying them all; then hand each job its part of the reply
- * as store_conn.c's batch_reply() does. */
-static void exec_command(struct sim *s, struct command *c)
-{
-    static const char *const digits[] = {"0", "1", "2",  "3",  "4",  "5",  "6",  "7",
-                                         "8", "9", "10", "11", "12", "13", "14", "15"};
-    _Static_assert(SCRIPT_COUNT <= 16 && SCRIPT_MAX_ARGC <= 16, "digits[] must cover them");
-    const char *id = s->agents[c->agent].id;
-    size_t n = 0;
-    const char *err;
-    int rc;
-
-    if (c->n == 1) {
-        struct lease_job *j = c->jobs[0];
-        int script = script_lease_args(j, id, s->o->ttl_ms, &s->args[0]);
-        rc = sim_redis_eval(s->redis, script, s->now, 1, &j->key, &j->keylen, s->args[0].argc,
-                            s->args[0].argv, s->args[0].argvlen, s->reply, REPLY_MAX, &n, &err);
-        if (rc != 0)
-            redis_error(s, err);
-        if (rc == 0) {
-            c->ok[0] = 1;
-            c->nv[0] = n < CLAIM_R_COUNT ? (int)n : CLAIM_R_COUNT;
-            memcpy(c->v[0], s->reply, (size_t)c->nv[0] * sizeof(int64_t));
-        }
-        return;
-    }
-    int argc = 0;
-    for (unsigned i = 0; i < c->n; i++) {
-        struct lease_job *j = c->jobs[i];
-        struct script_args *a = &s->args[i];
-        int script = script_lease_args(j, id, s->o->ttl_ms, a);
-        s->bkeys[i] = j->key;
-        s->bkeylen[i] = j->keylen;
-        s->bargv[argc] = digits[script];
-        s->bargvlen[argc++] = strlen(digits[script]);
-        s->bargv[argc] = digits[a->argc];
-        s->bargvlen[argc++] = strlen(digits[a->argc]);
-        for (int k = 0; k < a->argc; k++) {
-            s->bargv[argc] = a->argv[k];
-            s->bargvlen[argc++] = a->argvlen[k];
-        }
-    }
-    rc = sim_redis_eval(s->redis, SCRIPT_BATCH, s->now, (int)c->n, s->bkeys, s->bkeylen, argc,
-                        s->bargv, s->bargvlen, s->reply, REPLY_MAX, &n, &err);
-    if (rc != 0) {
-        redis_error(s, err); /* the whole batch failed */
-        return;
-    }
-    size_t at = 0;
-    for (unsigned i = 0; i < c->n && at < n; i++) {
-        int64_t len = s->reply[at];
-        if (len < 0 || (uint64_t)len >= n - at)
-            break; /* malformed: the rest fail */
-        c->ok[i] = 1;
-        c->nv[i] = len < CLAIM_R_COUNT ? (int)len : CLAIM_R_COUNT;
-        memcpy(c->v[i], &s->reply[at + 1], (size_t)c->nv[i] * sizeof(int64_t));
-        at += 1 + (size_t)len;
-    }
-}
-
-static void put_command(struct command *c)
-{
-    free(c);
-}
+/* ---- replies and timeouts ------------------------------------------------------------- */
 
 /* Every check_every: the calls that waited the timeout fail, their waiters
  * fall back and the agent is stalled (limiter.c's timeouts_cb). */
@@ -510,30 +163,6 @@ static void on_timeouts(struct sim *s, unsigned ai)
     }
 }
 
-/* Job j's reply is in: take it off the in-flight list (it is first: one
- * Redis runs an agent's calls in the order sent). 1 when it had timed out. */
-static int sent_done(struct sim *s, struct agent *a, const struct lease_job *j)
-{
-    struct sent *x = a->ihead, *prev = NULL;
-
-    while (x && x->job != j) /* not reached: replies come in order */
-        prev = x, x = x->next;
-    if (!x)
-        return 0;
-    if (prev)
-        prev->next = x->next;
-    else
-        a->ihead = x->next;
-    if (a->itail == x)
-        a->itail = prev;
-    if (a->icheck == x)
-        a->icheck = x->next;
-    int timed_out = x->timed_out;
-    x->next = s->free_sent;
-    s->free_sent = x;
-    return timed_out;
-}
-
 /* The reply reaches the agent: limiter.c's on_reply() for each job, in
  * order; what they send goes out at once when the connection allows. */
 static void on_reply(struct sim *s, struct command *c)
@@ -546,16 +175,15 @@ static void on_reply(struct sim *s, struct command *c)
         struct lease_waiter *done = NULL, *fb = NULL;
         struct lease_job *next = NULL;
         /* only an answer in time ends a stall */
-        if (s->stall_end && !sent_done(s, a, c->jobs[i]))
+        if (s->stall_end && !sim_fleet_sent_done(s, a, c->jobs[i]))
             a->stalled = 0;
         lease_reply(a->leases, c->jobs[i], c->ok[i], c->v[i], c->nv[i], s->now, &done, &fb, &next);
         complete(s, ai, done, fb);
         if (next)
-            conn_send(s, ai, next, 0);
+            sim_fleet_conn_send(s, ai, next, 0);
     }
-    put_command(c);
-    if (a->inflight < CONN_MAX_INFLIGHT && a->qhead)
-        flush(s, ai);
+    sim_fleet_command_free(c);
+    sim_fleet_uncork(s, ai);
 }
 
 /* ---- requests, ticks, samples ---------------------------------------------------------- */
@@ -563,7 +191,6 @@ static void on_reply(struct sim *s, struct command *c)
 static void on_request(struct sim *s, uint32_t key, unsigned ai)
 {
     struct agent *a = &s->agents[ai];
-    struct bucket_result rr;
     struct lease_job *job = NULL;
     char name[KEYBUF];
     size_t len = key_name(s, key, name);
@@ -571,19 +198,15 @@ static void on_request(struct sim *s, uint32_t key, unsigned ai)
 
     if (!w)
         return;
-    bucket_take(&s->ref[key], &s->p, s->now, 1, &rr);
-    if (rr.allowed) {
-        s->res->ref_admitted++;
-        if (s->now >= s->stall_start && s->now < s->stall_end)
-            s->res->stall.ref_admitted++;
-        sim_bound_admit(&s->refbound, &s->refwin[key], s->now - SIM_T0_US);
-    }
+    int ref_allowed = sim_score_reference(&s->sc, s->res, key, s->now);
+    if (ref_allowed && s->now >= s->stall_start && s->now < s->stall_end)
+        s->res->stall.ref_admitted++;
     memset(w, 0, sizeof(*w));
     w->w.out = &w->out;
     w->w.req = w;
     w->t0 = s->now;
     w->key = key;
-    w->ref_allowed = rr.allowed;
+    w->ref_allowed = ref_allowed;
     /* limiter.c's redis_stalled(): while stalled, only a probe asks Redis */
     int up = 1;
     if (a->stalled) {
@@ -594,14 +217,14 @@ static void on_request(struct sim *s, uint32_t key, unsigned ai)
     }
     int v = lease_decide(a->leases, name, len, &s->p, s->now, up, &w->w, &w->out, &job);
     if (v == LEASE_DOWN)
-        fallback(s, ai, key, rr.allowed, s->now);
+        fallback(s, ai, key, ref_allowed, s->now);
     else if (v == LEASE_DONE)
-        record(s, key, w->out.allowed, rr.allowed, s->now);
+        record(s, key, w->out.allowed, ref_allowed, s->now);
     if (v != LEASE_PENDING)
         wait_put(s, w);
     if (job) { /* limiter.c queues it; the Redis thread sends it corked */
-        conn_send(s, ai, job, 1);
-        uncork(s, ai);
+        sim_fleet_conn_send(s, ai, job, 1);
+        sim_fleet_uncork(s, ai);
     }
 }
 
@@ -612,9 +235,9 @@ static void on_tick(struct sim *s, unsigned ai)
     lease_tick(s->agents[ai].leases, s->now, 1, &jobs);
     for (; jobs; jobs = next) { /* limiter.c's send_jobs(): corked */
         next = jobs->next;
-        conn_send(s, ai, jobs, 1);
+        sim_fleet_conn_send(s, ai, jobs, 1);
     }
-    uncork(s, ai);
+    sim_fleet_uncork(s, ai);
 }
 
 static void held_cb(void *ctx, const char *key, size_t keylen, uint64_t tokens)
@@ -658,9 +281,6 @@ static int setup(struct sim *s, char *err, size_t errlen)
     s->lc.prefetch = 1;
     s->end = SIM_T0_US + (uint64_t)(o->seconds * 1e6);
     s->agents = calloc(o->agents, sizeof(*s->agents));
-    s->ref = malloc(keys * sizeof(*s->ref));
-    s->win = calloc(keys, sizeof(*s->win));
-    s->refwin = calloc(keys, sizeof(*s->refwin));
     s->held = calloc(keys, sizeof(*s->held));
     s->touched = malloc(keys * sizeof(*s->touched));
     s->args = malloc(CONN_BATCH_MAX * sizeof(*s->args));
@@ -668,16 +288,11 @@ static int setup(struct sim *s, char *err, size_t errlen)
     s->bkeylen = malloc(CONN_BATCH_MAX * sizeof(*s->bkeylen));
     s->bargv = malloc(CONN_BATCH_MAX * (2 + SCRIPT_MAX_ARGC) * sizeof(*s->bargv));
     s->bargvlen = malloc(CONN_BATCH_MAX * (2 + SCRIPT_MAX_ARGC) * sizeof(*s->bargvlen));
-    if (!s->agents || !s->ref || !s->win || !s->refwin || !s->held || !s->touched || !s->args ||
-        !s->bkeys || !s->bkeylen || !s->bargv || !s->bargvlen) {
+    if (!s->agents || !s->held || !s->touched || !s->args || !s->bkeys || !s->bkeylen ||
+        !s->bargv || !s->bargvlen || sim_score_init(&s->sc, &s->p, keys) < 0) {
         snprintf(err, errlen, "out of memory");
         return -1;
     }
-    for (uint64_t k = 0; k < keys; k++) /* full (token bucket) or empty (window) from the start */
-        bucket_init(&s->ref[k], &s->p, SIM_T0_US);
-    sim_bound_init(&s->bound, o->limit, o->period_ms * 1000,
-                   o->algorithm == BUCKET_SLIDING_WINDOW ? o->limit : o->burst);
-    s->refbound = s->bound;
     if (!(s->redis = sim_redis_new(err, errlen)) ||
         !(s->traffic = sim_traffic_new(o, err, errlen)))
         return -1;
@@ -706,10 +321,10 @@ static int setup(struct sim *s, char *err, size_t errlen)
         const struct bucket_params *bp = &o->backstop;
         sim_bound_init(&s->bsbound, bp->limit, bp->period_us,
                        bp->algorithm == BUCKET_SLIDING_WINDOW ? bp->limit : bp->burst);
-        s->outbound = s->bound;
+        s->outbound = s->sc.bound;
         s->check_every = o->timeout_us / 5 > 2000 ? o->timeout_us / 5 : 2000;
         for (unsigned i = 0; i < o->agents; i++)
-            push(s, SIM_T0_US + s->check_every, EV_TIMEOUT, i, NULL, 0);
+            sim_fleet_push(s, SIM_T0_US + s->check_every, EV_TIMEOUT, i, NULL, 0);
     }
     sim_rng_seed(&rng, o->seed ^ 0x5eedull);
     for (unsigned i = 0; i < o->agents; i++) {
@@ -720,18 +335,18 @@ static int setup(struct sim *s, char *err, size_t errlen)
             return -1;
         }
         /* Agents start at different instants: their ticks are not aligned. */
-        push(s, SIM_T0_US + (uint64_t)(sim_rng_unit(&rng) * (double)s->lc.interval_us),
-             EV_TICK, i, NULL, 0);
+        sim_fleet_push(s, SIM_T0_US + (uint64_t)(sim_rng_unit(&rng) * (double)s->lc.interval_us),
+                       EV_TICK, i, NULL, 0);
     }
     return 0;
 }
 
 static void teardown(struct sim *s)
 {
-    while (s->nheap > 0) { /* only after an error */
-        struct event e = pop(s);
+    while (s->q.n > 0) { /* only after an error */
+        struct sim_event e = sim_heap_pop(&s->q);
         if (e.kind == EV_EXEC || e.kind == EV_REPLY)
-            put_command(e.u.cmd);
+            sim_fleet_command_free(e.p);
     }
     for (unsigned i = 0; s->agents && i < s->o->agents; i++) {
         struct sent *x, *next;
@@ -754,9 +369,7 @@ static void teardown(struct sim *s)
     sim_redis_free(s->redis);
     sim_traffic_free(s->traffic);
     free(s->agents);
-    free(s->ref);
-    free(s->win);
-    free(s->refwin);
+    sim_score_free(&s->sc);
     free(s->held);
     free(s->touched);
     free(s->args);
@@ -764,7 +377,7 @@ static void teardown(struct sim *s)
     free(s->bkeylen);
     free(s->bargv);
     free(s->bargvlen);
-    free(s->heap);
+    sim_heap_free(&s->q);
     free(s->bs);
     free(s->bswin);
     free(s->bs_first);
@@ -790,13 +403,9 @@ static void finish(struct sim *s, struct sim_result *r)
     r->calls_per_decision = r->decisions ? (double)r->redis_calls / (double)r->decisions : 0;
     r->ops_per_decision = r->decisions ? (double)r->script_ops / (double)r->decisions : 0;
     r->calls_per_s = secs > 0 ? (double)r->redis_calls / secs : 0;
-    r->utilisation = r->ref_admitted ? (double)r->admitted / (double)r->ref_admitted : 1;
-    r->worst_window_excess = sim_bound_worst(&s->bound);
-    r->ref_worst_window_excess = sim_bound_worst(&s->refbound);
+    sim_score_finish(&s->sc, r);
     r->stranded_p99 = (double)sim_hist_quantile(&s->held_h, 0.99);
     r->stranded_max = (double)s->held_h.max;
-    r->wait_p99_ms = (double)sim_hist_quantile(&s->wait_h, 0.99) / 1000.0;
-    r->wait_max_ms = (double)s->wait_h.max / 1000.0;
     r->redis_keys_peak = sim_redis_keys_peak(s->redis);
     r->sim_seconds = secs;
     if (!s->stall_end)
@@ -843,45 +452,45 @@ int sim_run(const struct sim_opts *o, struct sim_result *res, char *err, size_t 
     if (setup(s, err, errlen) < 0)
         goto out;
     uint64_t every = sample_every(s);
-    push(s, SIM_T0_US + every, EV_SAMPLE, 0, NULL, 0);
+    sim_fleet_push(s, SIM_T0_US + every, EV_SAMPLE, 0, NULL, 0);
     if (sim_traffic_next(s->traffic, &at, &key, &agent) == 0)
-        push(s, SIM_T0_US + at, EV_REQ, agent, NULL, key);
+        sim_fleet_push(s, SIM_T0_US + at, EV_REQ, agent, NULL, key);
     /* Requests and samples stop at the end, ticks after the tail (leases
      * given back); the calls in flight and the claims they lead to run to
      * completion, so every request is decided. */
-    while (s->nheap > 0 && !s->oom) {
-        struct event e = pop(s);
+    while (s->q.n > 0 && !s->oom) {
+        struct sim_event e = sim_heap_pop(&s->q);
         s->now = e.at;
         switch (e.kind) {
         case EV_REQ:
-            on_request(s, e.u.key, e.agent);
+            on_request(s, e.key, e.agent);
             if (sim_traffic_next(s->traffic, &at, &key, &agent) == 0)
-                push(s, SIM_T0_US + at, EV_REQ, agent, NULL, key);
+                sim_fleet_push(s, SIM_T0_US + at, EV_REQ, agent, NULL, key);
             break;
         case EV_TICK:
             if (s->now < s->end + s->o->tail_us) {
                 on_tick(s, e.agent);
-                push(s, s->now + s->lc.interval_us, EV_TICK, e.agent, NULL, 0);
+                sim_fleet_push(s, s->now + s->lc.interval_us, EV_TICK, e.agent, NULL, 0);
             }
             break;
         case EV_EXEC:
-            exec_command(s, e.u.cmd);
-            push(s, e.u.cmd->reply_at, EV_REPLY, e.agent, e.u.cmd, 0);
+            sim_fleet_exec(s, e.p);
+            sim_fleet_push(s, ((struct command *)e.p)->reply_at, EV_REPLY, e.agent, e.p, 0);
             break;
         case EV_REPLY:
-            on_reply(s, e.u.cmd);
+            on_reply(s, e.p);
             break;
         case EV_TIMEOUT:
             /* as the ticks: until the tail's end, while calls are still out */
             if (s->now < s->end + s->o->tail_us || s->agents[e.agent].ihead) {
                 on_timeouts(s, e.agent);
-                push(s, s->now + s->check_every, EV_TIMEOUT, e.agent, NULL, 0);
+                sim_fleet_push(s, s->now + s->check_every, EV_TIMEOUT, e.agent, NULL, 0);
             }
             break;
         case EV_SAMPLE:
             if (s->now < s->end) {
                 on_sample(s);
-                push(s, s->now + every, EV_SAMPLE, 0, NULL, 0);
+                sim_fleet_push(s, s->now + every, EV_SAMPLE, 0, NULL, 0);
             }
             break;
         }

@@ -41,6 +41,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "tools/sim_heap.h"
+#include "tools/sim_score.h"
 #include "tools/sim_stats.h"
 #include "tools/sim_traffic.h"
 
@@ -94,14 +96,6 @@ struct call {
     uint64_t e, retry_at;
 };
 
-struct event {
-    uint64_t at, seq;
-    int kind;
-    unsigned agent;
-    uint32_t key;
-    struct call *call;
-};
-
 struct rsim {
     const struct sim_opts *o;
     struct sim_result *res;
@@ -111,64 +105,18 @@ struct rsim {
     struct ckey *ck;
     struct aent *tab;
     size_t tabcap, tabn;
-    struct event *heap;
-    size_t nheap, heapcap;
-    uint64_t seq;
-    struct bucket *ref;
-    struct sim_window *win, *refwin;
-    struct sim_bound bound, refbound;
-    struct sim_hist wait_h;
+    struct sim_heap q;   /* events */
+    struct sim_score sc; /* the reference, the checks, the waits */
     int oom;
 };
 
 /* ---- the event queue --------------------------------------------------------------- */
 
-static int ev_less(const struct event *a, const struct event *b)
-{
-    return a->at < b->at || (a->at == b->at && a->seq < b->seq);
-}
-
 static void push(struct rsim *s, uint64_t at, int kind, unsigned agent, uint32_t key,
                  struct call *c)
 {
-    if (s->nheap == s->heapcap) {
-        size_t cap = s->heapcap ? s->heapcap * 2 : 4096;
-        struct event *h = realloc(s->heap, cap * sizeof(*h));
-        if (!h) {
-            s->oom = 1;
-            return;
-        }
-        s->heap = h;
-        s->heapcap = cap;
-    }
-    struct event e = {.at = at, .seq = s->seq++, .kind = kind, .agent = agent, .key = key,
-                      .call = c};
-    size_t i = s->nheap++;
-    while (i > 0 && ev_less(&e, &s->heap[(i - 1) / 2])) {
-        s->heap[i] = s->heap[(i - 1) / 2];
-        i = (i - 1) / 2;
-    }
-    s->heap[i] = e;
-}
-
-static struct event pop(struct rsim *s)
-{
-    struct event top = s->heap[0], last = s->heap[--s->nheap];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= s->nheap)
-            break;
-        if (c + 1 < s->nheap && ev_less(&s->heap[c + 1], &s->heap[c]))
-            c++;
-        if (!ev_less(&s->heap[c], &last))
-            break;
-        s->heap[i] = s->heap[c];
-        i = c;
-    }
-    if (s->nheap > 0)
-        s->heap[i] = last;
-    return top;
+    if (sim_heap_push(&s->q, at, kind, agent, key, c) < 0)
+        s->oom = 1;
 }
 
 /* ---- the agents' per-key state: one open-addressing table ---------------------------- */
@@ -406,19 +354,7 @@ static void exec_call(struct rsim *s, struct call *c)
 
 static void record(struct rsim *s, uint32_t key, int allowed, int ref_allowed, uint64_t wait)
 {
-    struct sim_result *r = s->res;
-    r->decisions++;
-    sim_hist_add(&s->wait_h, wait);
-    if (wait > 0)
-        r->waited++;
-    if (allowed) {
-        r->admitted++;
-        sim_bound_admit(&s->bound, &s->win[key], s->now - SIM_T0_US);
-        if (!ref_allowed)
-            r->extra_admits++;
-    } else if (ref_allowed) {
-        r->false_denials++;
-    }
+    sim_score_record(&s->sc, s->res, key, allowed, ref_allowed, s->now, wait);
 }
 
 static void send_call(struct rsim *s, unsigned agent, uint32_t key, int kind, double d,
@@ -453,16 +389,11 @@ static void refill(const struct rsim *s, struct aent *a)
 
 static void on_request(struct rsim *s, unsigned agent, uint32_t key)
 {
-    struct bucket_result rr;
     struct aent *a = aent_get(s, agent, key);
 
     if (!a)
         return;
-    bucket_take(&s->ref[key], &s->p, s->now, 1, &rr);
-    if (rr.allowed) {
-        s->res->ref_admitted++;
-        sim_bound_admit(&s->refbound, &s->refwin[key], s->now - SIM_T0_US);
-    }
+    int ref_allowed = sim_score_reference(&s->sc, s->res, key, s->now);
     count_request(s, a);
     if (s->now < a->e && !a->renewing && a->e - s->now < (uint64_t)(RENEW * (double)s->ttl)) {
         a->renewing = 1; /* prefetch: renew before the end, in the background */
@@ -472,15 +403,15 @@ static void on_request(struct rsim *s, unsigned agent, uint32_t key)
         refill(s, a);
         if (a->tok >= 1) {
             a->tok -= 1;
-            record(s, key, 1, rr.allowed, 0);
+            record(s, key, 1, ref_allowed, 0);
             return;
         }
     }
     if (s->now < a->empty_until) {
-        record(s, key, 0, rr.allowed, 0);
+        record(s, key, 0, ref_allowed, 0);
         return;
     }
-    send_call(s, agent, key, CALL_TAKE, demand(s, a), rr.allowed);
+    send_call(s, agent, key, CALL_TAKE, demand(s, a), ref_allowed);
 }
 
 static void on_reply(struct rsim *s, struct call *c)
@@ -542,26 +473,21 @@ int sim_run_rate(const struct sim_opts *o, struct sim_result *res, char *err, si
     s->burst = (double)o->burst;
     s->ttl = o->ttl_ms * 1000;
     s->ck = calloc(keys, sizeof(*s->ck));
-    s->ref = malloc(keys * sizeof(*s->ref));
-    s->win = calloc(keys, sizeof(*s->win));
-    s->refwin = calloc(keys, sizeof(*s->refwin));
-    if (!s->ck || !s->ref || !s->win || !s->refwin || !(tr = sim_traffic_new(o, err, errlen))) {
+    if (!s->ck || sim_score_init(&s->sc, &s->p, keys) < 0 ||
+        !(tr = sim_traffic_new(o, err, errlen))) {
         if (!tr)
             goto out;
         snprintf(err, errlen, "out of memory");
         goto out;
     }
     for (uint64_t k = 0; k < keys; k++) {
-        bucket_init(&s->ref[k], &s->p, SIM_T0_US);
         s->ck[k].c = s->burst; /* full, as the reference */
         s->ck[k].last = SIM_T0_US;
     }
-    sim_bound_init(&s->bound, o->limit, s->p.period_us, o->burst);
-    s->refbound = s->bound;
     if (sim_traffic_next(tr, &at, &key, &agent) == 0)
         push(s, SIM_T0_US + at, EV_REQ, agent, key, NULL);
-    while (s->nheap > 0 && !s->oom) {
-        struct event e = pop(s);
+    while (s->q.n > 0 && !s->oom) {
+        struct sim_event e = sim_heap_pop(&s->q);
         s->now = e.at;
         switch (e.kind) {
         case EV_REQ:
@@ -570,12 +496,12 @@ int sim_run_rate(const struct sim_opts *o, struct sim_result *res, char *err, si
                 push(s, SIM_T0_US + at, EV_REQ, agent, key, NULL);
             break;
         case EV_EXEC:
-            exec_call(s, e.call);
-            push(s, s->now + (o->rtt_us - o->rtt_us / 2), EV_REPLY, e.agent, e.key, e.call);
+            exec_call(s, e.p);
+            push(s, s->now + (o->rtt_us - o->rtt_us / 2), EV_REPLY, e.agent, e.key, e.p);
             break;
         case EV_REPLY:
-            on_reply(s, e.call);
-            free(e.call);
+            on_reply(s, e.p);
+            free(e.p);
             break;
         }
     }
@@ -586,18 +512,14 @@ int sim_run_rate(const struct sim_opts *o, struct sim_result *res, char *err, si
     res->calls_per_decision = res->decisions ? (double)res->redis_calls / (double)res->decisions : 0;
     res->ops_per_decision = res->calls_per_decision;
     res->calls_per_s = (double)res->redis_calls / o->seconds;
-    res->utilisation = res->ref_admitted ? (double)res->admitted / (double)res->ref_admitted : 1;
-    res->worst_window_excess = sim_bound_worst(&s->bound);
-    res->ref_worst_window_excess = sim_bound_worst(&s->refbound);
-    res->wait_p99_ms = (double)sim_hist_quantile(&s->wait_h, 0.99) / 1000.0;
-    res->wait_max_ms = (double)s->wait_h.max / 1000.0;
+    sim_score_finish(&s->sc, res);
     res->sim_seconds = o->seconds;
     rc = 0;
 out:
-    while (s->nheap > 0) {
-        struct event e = pop(s);
+    while (s->q.n > 0) {
+        struct sim_event e = sim_heap_pop(&s->q);
         if (e.kind != EV_REQ)
-            free(e.call);
+            free(e.p);
     }
     for (uint64_t k = 0; s->ck && k < keys; k++) {
         free(s->ck[k].h);
@@ -605,11 +527,9 @@ out:
     }
     sim_traffic_free(tr);
     free(s->ck);
-    free(s->ref);
-    free(s->win);
-    free(s->refwin);
+    sim_score_free(&s->sc);
     free(s->tab);
-    free(s->heap);
+    sim_heap_free(&s->q);
     free(s);
     clock_gettime(CLOCK_MONOTONIC, &w1);
     res->wall_s = (double)(w1.tv_sec - w0.tv_sec) + (double)(w1.tv_nsec - w0.tv_nsec) / 1e9;

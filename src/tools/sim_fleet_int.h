@@ -1,0 +1,134 @@
+/* sim_fleet_int.h - the token-lease run's private parts, shared by
+ * sim_fleet.c (the agents: requests, replies, decisions, and the run) and
+ * sim_fleet_conn.c (below it: each agent's Redis connection and the Redis
+ * side, which never call back up). Nothing outside those two files
+ * includes it. */
+#ifndef SIM_FLEET_INT_H
+#define SIM_FLEET_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bucket.h"
+#include "lease/lease.h"
+#include "script_args.h"
+#include "tools/sim.h"
+#include "tools/sim_heap.h"
+#include "tools/sim_score.h"
+#include "tools/sim_stats.h"
+
+/* As limiter.c (STRIPES) and store_conn.h (STORE_CONN_MAX_INFLIGHT,
+ * STORE_CONN_BATCH_MAX), which the simulator mirrors. */
+#define STRIPES 64
+#define STALL_PROBE_US 100000 /* limiter.c: while stalled, one decision per 100 ms asks */
+#define CONN_MAX_INFLIGHT 2
+#define CONN_BATCH_MAX 256
+#define KEY_PREFIX "rl:"
+#define RULE_NAME "sim"
+#define KEYBUF 64
+#define REPLY_MAX (CONN_BATCH_MAX * (1 + CLAIM_R_COUNT))
+
+enum ev_kind { EV_REQ, EV_TICK, EV_EXEC, EV_REPLY, EV_SAMPLE, EV_TIMEOUT };
+
+/* One call on the wire: a script call or a batch. */
+struct command {
+    unsigned agent, n;
+    uint64_t exec_at, reply_at;
+    struct lease_job **jobs;  /* n */
+    int *ok;                  /* per job */
+    int *nv;                  /* per job: values */
+    int64_t (*v)[CLAIM_R_COUNT];
+};
+
+struct agent {
+    struct lease_table *leases;
+    char id[24];
+    unsigned inflight;
+    struct lease_job *qhead, *qtail; /* queued for the next batch */
+    unsigned qlen;
+    int stalled;          /* a call timed out, no reply in time since (limiter.c) */
+    uint64_t last_probe;  /* while stalled: the last decision that asked Redis */
+    /* With a stall: the calls sent, in order (limiter.c's in-flight list;
+     * replies come in this order), and the first not timed out yet. */
+    struct sent *ihead, *itail, *icheck;
+};
+
+struct sent {
+    struct lease_job *job;
+    uint64_t at;
+    int timed_out;
+    struct sent *next;
+};
+
+/* A request waiting for a claim: the waiter lease_cache.c links, and what the
+ * simulator needs to record its decision when it comes. */
+struct wait {
+    struct lease_waiter w; /* first: a waiter pointer is a wait pointer */
+    struct bucket_result out;
+    uint64_t t0;
+    uint32_t key;
+    int ref_allowed;
+    struct wait *free_next;
+};
+
+struct sim {
+    const struct sim_opts *o;
+    struct sim_result *res;
+    struct bucket_params p;
+    struct lease_config lc;
+    struct agent *agents;
+    struct sim_redis *redis;
+    struct sim_traffic *traffic;
+    uint64_t now, end, busy_until;
+    struct sim_heap q; /* events */
+    struct wait *free_waits;
+    struct sim_score sc; /* the reference, the checks, the waits */
+    /* stranded tokens: per-key sums of one sample */
+    uint64_t *held;
+    uint32_t *touched;
+    size_t ntouched;
+    struct sim_hist held_h;
+    /* a batch's arguments, reused */
+    struct script_args *args;
+    const char **bkeys, **bargv;
+    size_t *bkeylen, *bargvlen;
+    int64_t reply[REPLY_MAX];
+    int oom;
+    /* --stall (absolute virtual times; stall_end 0: no stall) */
+    uint64_t stall_start, stall_end, settle_end, last_fb;
+    uint64_t nkeys;
+    struct bucket *bs;            /* backstop, per agent x key */
+    struct sim_window *bswin;     /* its admissions, checked against b' + r' T */
+    uint64_t *bs_first, *bs_last; /* first and last fallback decision (0: none) */
+    struct sim_bound bsbound, outbound;
+    struct sim_window *outwin;    /* per key: admissions outside the stall */
+    struct sim_hist stall_wait_h;
+    struct sent *free_sent;
+    uint64_t check_every; /* timeouts are looked for this often (limiter.c) */
+};
+
+/* Queue an event (kind EV_*; cmd for EV_EXEC and EV_REPLY, key for EV_REQ);
+ * out of memory sets s->oom. */
+static inline void sim_fleet_push(struct sim *s, uint64_t at, int kind, unsigned agent,
+                                  struct command *cmd, uint32_t key)
+{
+    if (sim_heap_push(&s->q, at, kind, agent, key, cmd) < 0)
+        s->oom = 1;
+}
+
+/* ---- sim_fleet_conn.c ------------------------------------------------------------------- */
+
+/* Hand job j to agent ai's connection: sent at once, or queued for the next
+ * batch (always when corked). */
+void sim_fleet_conn_send(struct sim *s, unsigned ai, struct lease_job *j, int corked);
+/* The corked sends are done: send what is queued if the connection allows. */
+void sim_fleet_uncork(struct sim *s, unsigned ai);
+/* Redis runs command c (EV_EXEC). */
+void sim_fleet_exec(struct sim *s, struct command *c);
+/* Job j of agent a is answered: off the in-flight list (--stall). 1 when it
+ * had timed out. */
+int sim_fleet_sent_done(struct sim *s, struct agent *a, const struct lease_job *j);
+/* Free a command: answered, or never run (a run that ended on an error). */
+void sim_fleet_command_free(struct command *c);
+
+#endif
