@@ -76,7 +76,7 @@ struct cfg_rule;
 /* One client of one rule, as a request names it. The strings are copied
  * by the call they are given to. */
 struct limiter_client {
-    unsigned rule; /* index in rs->cfg->rules */
+    unsigned rule; /* index in rs->cfg->rules (below nrules: the caller checks) */
     /* The text of the rule's key args, several joined with '|' (empty for
      * a rule without key). */
     const char *key;

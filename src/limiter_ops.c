@@ -84,7 +84,8 @@ static struct op *op_new(struct limiter *l, struct ruleset *rs, const struct lim
     }
     struct limiter_who *w = &o->who;
     char *key = o->buf, *ckey = key + c->keylen + 1, *rkey = ckey + ccap;
-    memcpy(key, c->key, c->keylen);
+    if (c->keylen) /* (key may be NULL when empty) */
+        memcpy(key, c->key, c->keylen);
     /* A rule with limits from args keys each client by its limits too. */
     int len = rules_client_key(key, c->keylen, config_rule_per_request(r) ? &p : NULL,
                                rs->cfg->max_key, ckey, ccap);
