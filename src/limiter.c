@@ -1,6 +1,7 @@
 /* limiter.c - decisions: in-memory buckets, leases, exact Redis calls, and
  * the fallback while Redis is unreachable. */
 #include "limiter.h"
+#include "limiter_int.h"
 
 #include <ev.h>
 #include <pthread.h>
@@ -356,7 +357,7 @@ static void enqueue(struct limiter *l, struct rjob *j)
     pthread_mutex_unlock(&l->qlock);
 }
 
-/* The Redis key (limiter.h): the client key goes after an empty hashtag
+/* The Redis key (limiter_int.h): the client key goes after an empty hashtag
  * when it holds '{', so that clients cannot choose their Cluster slot
  * (util_slot_fence). */
 size_t limiter_redis_key(const struct limiter *l, const struct cfg_rule *r, const char *key,
@@ -607,6 +608,11 @@ fail:
 int limiter_redis(const struct limiter *l)
 {
     return l->store != NULL;
+}
+
+int limiter_reconfigure(struct limiter *l, const struct config *cfg)
+{
+    return l->store ? store_reconfigure(l->store, cfg) : 0;
 }
 
 void limiter_parts(struct limiter *l, struct limiter_parts *out)

@@ -6,6 +6,11 @@
  * Redis runs on the loop given to limiter_new() (the main thread), which
  * workers wake with an ev_async. A request whose decisions must wait for
  * Redis is completed from that thread through its done() callback.
+ *
+ * For the operator (limiter_ops.c): limiter_inspect() reads one client's
+ * state and limiter_reset() clears it, in every mode, on the limiter's
+ * thread; callers (GET /key, POST /reset, a status page) only render what
+ * they deliver.
  */
 #ifndef LIMITER_H
 #define LIMITER_H
@@ -58,26 +63,134 @@ size_t limiter_expire(struct limiter *l, const struct ruleset *rs, uint64_t now_
 /* 1 with Redis configured, 0 standalone. */
 int limiter_redis(const struct limiter *l);
 
-/* ---- one client, for the operator (GET /key, POST /reset: keyapi.c) ------ */
+/* SIGHUP: apply cfg's [redis] url (url mode) and credentials to the
+ * connections (store_reconfigure: they are made again at once when these
+ * changed); standalone, nothing. 0, or -1 when out of memory (what was in
+ * use stays). The limiter's thread only. */
+int limiter_reconfigure(struct limiter *l, const struct config *cfg);
+
+/* ---- one client, for the operator (GET /key, POST /reset, a status page) --- */
 
 struct cfg_rule;
-struct store;
 
-/* The Redis key of rule r's client key (as rules_match built it): prefix,
- * algorithm, rule, client key, as decisions use it. Its length, or 0 when it
- * does not fit in cap. */
-size_t limiter_redis_key(const struct limiter *l, const struct cfg_rule *r, const char *key,
-                         size_t keylen, char *buf, size_t cap);
-
-/* What the limiter is made of: its in-memory buckets (used standalone), the
- * fail-open backstop buckets, and in Redis mode the lease cache and the
- * store (NULL standalone). The tables are thread-safe; the store is for the
- * limiter's thread only. */
-struct limiter_parts {
-    struct bucket_table *buckets, *backstop;
-    struct lease_table *leases;
-    struct store *store;
+/* One client of one rule, as a request names it. The strings are copied
+ * by the call they are given to. */
+struct limiter_client {
+    unsigned rule; /* index in rs->cfg->rules (below nrules: the caller checks) */
+    /* The text of the rule's key args, several joined with '|' (empty for
+     * a rule without key). */
+    const char *key;
+    size_t keylen;
+    /* A rule taking its limits per request (rate = arg:NAME, burst =
+     * arg:NAME): what those args say ("1000/1m", "50"); NULL when absent
+     * or when the rule's limits are fixed. */
+    const char *rate, *burst;
 };
-void limiter_parts(struct limiter *l, struct limiter_parts *out);
+
+/* Why a client cannot be looked at: limiter_inspect() / limiter_reset()
+ * return these before doing anything (their callback is then not called). */
+#define LIMITER_BAD_RATE (-1)  /* rate = arg:NAME and no valid rate given */
+#define LIMITER_BAD_BURST (-2) /* burst = arg:NAME and no valid burst given */
+#define LIMITER_KEY_LONG (-3)  /* the client or Redis key does not fit */
+#define LIMITER_NOMEM (-4)
+
+/* The client as decisions see it: the bucket a request with its key uses. */
+struct limiter_who {
+    const struct cfg_rule *rule;
+    const char *key;        /* as given */
+    size_t keylen;
+    const char *client_key; /* as rules_client_key() builds it (hashed when long) */
+    size_t client_keylen;
+    const char *redis_key;  /* Redis mode: its bucket's key; else NULL */
+    size_t redis_keylen;
+    struct bucket_params params;   /* its limits */
+    struct bucket_params backstop; /* those of its fail-open bucket */
+    int redis;                     /* 1 with Redis configured */
+};
+
+/* One lease recorded in a client's Redis bucket (field h:AGENT). */
+struct limiter_redis_lease {
+    const char *agent;
+    double held;
+    int this_agent;        /* this process' own lease */
+    int live;              /* counted in held: unexpired (tb), of the current window (sw) */
+    double window;         /* sw: the window it was taken in (Redis time / period) */
+    double share_per_s;    /* tb: a rate lease's share of the rate (0: a token lease) */
+    double expires_in_ms;  /* tb: from Redis' now (negative: expired) */
+};
+
+/* A client's Redis bucket as the hash says and as the scripts would see it
+ * now (an estimate: the scripts also apply expiries in time order), at
+ * Redis' time. Times in ms: retry_after_ms and reset_ms rounded up, the
+ * others not rounded. */
+struct limiter_redis_state {
+    const char *error; /* the reads failed: why (the rest is unset) */
+    int exists;
+    int64_t ttl_ms;    /* PTTL: -1 none, -2 no key */
+    /* sliding window */
+    double window, window_left_ms, current, previous, estimate;
+    /* token bucket */
+    double t, refilled_ms_ago, tokens_now;
+    /* both */
+    double remaining;
+    int blocked;
+    double retry_after_ms, reset_ms;
+    size_t nleases;
+    const struct limiter_redis_lease *leases;
+    double held;       /* over the live leases */
+    unsigned holders;
+};
+
+/* One client's state: standalone its bucket; with Redis its lease entry and
+ * its Redis bucket; in both modes its fail-open backstop bucket. */
+struct limiter_key_state {
+    struct limiter_who who;
+    int bucket_found; /* standalone: 0 when it has none (a request finds it full) */
+    struct bucket_state bucket;
+    int lease_found;  /* Redis mode: this agent's entry for the key */
+    struct lease_state lease;
+    struct limiter_redis_state redis; /* Redis mode */
+    int backstop_found;
+    struct bucket_state backstop;
+};
+
+/* What a reset did. */
+struct limiter_reset_result {
+    struct limiter_who who;
+    int bucket_dropped;   /* standalone: it had a bucket */
+    int backstop_dropped; /* it had a backstop bucket */
+    /* Redis mode: the bucket is full again less what running leases hold
+     * (tb_reset / sw_reset), and this agent's negative cache is forgotten;
+     * other agents keep theirs until its retry time. */
+    int redis_reset;           /* 0: failed, redis_error says why */
+    const char *redis_error;
+    int64_t remaining_before;  /* whole tokens left just before */
+    int64_t remaining, held, holders;
+    int lease_cache_cleared;   /* this agent had an entry for the key */
+};
+
+/* Called once with the outcome (it and its strings are valid during the
+ * call only: copy what is kept), on the limiter's thread. */
+typedef void limiter_inspect_cb(void *arg, const struct limiter_key_state *st);
+typedef void limiter_reset_cb(void *arg, const struct limiter_reset_result *res);
+
+/* Read the state of client c of rs (the rules in force: referenced until
+ * the callback has run). Changes nothing. cb runs once: standalone before
+ * this returns; with Redis once the key's server (Cluster: the master of
+ * its slot) answered three reads sent at once (HGETALL, TIME, PTTL, answered
+ * in order), or when they failed (Redis down: maybe before this returns; a
+ * connection that stops answering is dropped by the store after its
+ * timeout), with redis.error set. 0, or a LIMITER_* error (cb not called).
+ * The limiter's thread only (the main loop). */
+int limiter_inspect(struct limiter *l, struct ruleset *rs, const struct limiter_client *c,
+                    limiter_inspect_cb *cb, void *arg);
+
+/* Clear client c: standalone, drop its bucket; with Redis, reset its Redis
+ * bucket (tb_reset / sw_reset) and take the answer into its lease entry;
+ * in both modes then drop its backstop bucket (with Redis whatever Redis
+ * answered). Logs "client reset" unless Redis failed. Callback, threads
+ * and errors as for limiter_inspect(). */
+int limiter_reset(struct limiter *l, struct ruleset *rs, const struct limiter_client *c,
+                  limiter_reset_cb *cb, void *arg);
 
 #endif

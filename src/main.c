@@ -25,7 +25,6 @@
 #include "notify.h"
 #include "rules/rules.h"
 #include "server/server.h"
-#include "store/store.h"
 
 #define ERRBUF 8192
 #define STOP_TIMEOUT_S 4.5 /* interface.md: exit within 5 s */
@@ -133,10 +132,7 @@ static void note_keyless_rules(const struct config *cfg)
  * restarts. */
 static void reload_redis(struct agent *a, const struct config *cfg)
 {
-    struct limiter_parts parts;
-
-    limiter_parts(a->lim, &parts);
-    if (parts.store && store_reconfigure(parts.store, cfg) < 0)
+    if (limiter_reconfigure(a->lim, cfg) < 0)
         LOG_ERROR("\"out of memory: [redis] url and credentials not reloaded\"");
 }
 

@@ -5,7 +5,9 @@
  * K is the client key as requests build it: the value of the rule's key arg,
  * or the values of several joined with '|'; a key longer than [agent]
  * max_key is hashed as requests hash it (rules_client_key), so K finds what
- * a request with that key uses. Standalone: the agent's bucket. With Redis:
+ * a request with that key uses. The limiter reads and clears it
+ * (limiter_inspect, limiter_reset); this module parses the query and writes
+ * the JSON. Standalone: the agent's bucket. With Redis:
  * this agent's lease entry, the Redis bucket (read asynchronously: the
  * answer follows Redis' reply, the loop never waits), and in both modes the
  * fail-open backstop bucket.

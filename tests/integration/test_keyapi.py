@@ -307,6 +307,30 @@ class StandaloneKeys(unittest.TestCase):
         st = key_state(self.a, "api", odd)
         self.assertEqual((st["key"], st["bucket"]["remaining"]), (odd, 4))
 
+    def test_key_bytes_in_json(self):
+        """A key is bytes: a control byte, DEL, a byte past ASCII, a quote
+        and a backslash come back escaped in an all-ASCII answer, one code
+        point per byte (Latin-1), and name the bucket requests use."""
+        raw = b'\x01\x7f\xe9"\\'
+        self.decide(2, key=raw)  # a binary sample: the bytes as they are
+        path = "/key?rule=api&key=" + urllib.parse.quote_from_bytes(raw)
+        c = http.client.HTTPConnection("127.0.0.1", self.a.stats_port, timeout=5)
+        self.addCleanup(c.close)
+        c.request("GET", path)
+        r = c.getresponse()
+        self.assertEqual(r.status, 200)
+        body = r.read()
+        body.decode("ascii")  # nothing past ASCII on the wire
+        st = json.loads(body)
+        self.assertEqual(st["key"], raw.decode("latin-1"))
+        self.assertEqual(st["client_key"], raw.decode("latin-1"))
+        self.assertEqual(st["bucket"]["remaining"], 3)
+        c.request("POST", path.replace("/key?", "/reset?"))
+        r = json.loads(c.getresponse().read())
+        self.assertEqual((r["key"], r["bucket_dropped"]), (raw.decode("latin-1"), True))
+        # the log line escapes them as \xHH
+        self.assertIn('"client reset" rule=api key="\\x01\\x7f\\xe9\\x22\\x5c"', self.a.output())
+
 
 # ---- with Redis -----------------------------------------------------------------
 

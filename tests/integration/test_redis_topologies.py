@@ -168,6 +168,17 @@ class Sentinel(TopologyCase):
         self.assertEqual(agent.metric("spoa_ratelimit_redis_up"), 1)
         self.assertEqual(cli(mport, "EXISTS", "rl:tb:t:s1"), "1")
         self.assertIn('"redis master" master=mymaster addr=127.0.0.1:%d' % mport, agent.output())
+        # GET /key reads the bucket on the master the sentinels name, POST
+        # /reset clears it there (what leases hold stays counted)
+        st = key_state(agent, "t", "s1")
+        self.assertEqual(st["redis_key"], "rl:tb:t:s1")
+        self.assertNotIn("error", st["redis"])
+        self.assertIs(st["redis"]["exists"], True, st)
+        self.assertLess(st["redis"]["tokens_now"], 1, st)
+        r = post_reset(agent, "t", "s1")
+        self.assertIs(r["redis"]["reset"], True, r)
+        self.assertEqual(r["redis"]["remaining"] + r["redis"]["held"], 10, r)
+        self.assertIs(self.decide(c, key="s1")["blocked"], False)
 
         # Failover: the replica becomes the master; the agent follows.
         def failover():

@@ -1,0 +1,34 @@
+/* limiter_int.h - the limiter's own files only (limiter.c, limiter_ops.c):
+ * its parts, and the Redis key of a client. Everything else goes through
+ * limiter.h (decisions, limiter_inspect, limiter_reset), so that how a
+ * bucket or lease is read and cleared stays in one place.
+ */
+#ifndef LIMITER_INT_H
+#define LIMITER_INT_H
+
+#include <stddef.h>
+
+struct bucket_table;
+struct cfg_rule;
+struct lease_table;
+struct limiter;
+struct store;
+
+/* The Redis key of rule r's client key (as rules_match built it): prefix,
+ * algorithm, rule, client key, as decisions use it. Its length, or 0 when it
+ * does not fit in cap. */
+size_t limiter_redis_key(const struct limiter *l, const struct cfg_rule *r, const char *key,
+                         size_t keylen, char *buf, size_t cap);
+
+/* What the limiter is made of: its in-memory buckets (used standalone), the
+ * fail-open backstop buckets, and in Redis mode the lease cache and the
+ * store (NULL standalone). The tables are thread-safe; the store is for the
+ * limiter's thread only. */
+struct limiter_parts {
+    struct bucket_table *buckets, *backstop;
+    struct lease_table *leases;
+    struct store *store;
+};
+void limiter_parts(struct limiter *l, struct limiter_parts *out);
+
+#endif

@@ -1,0 +1,437 @@
+/* limiter_ops.c - one client, for the operator: read its state (GET /key, a
+ * status page) and clear it (POST /reset), standalone and with Redis (url,
+ * Sentinel or Cluster: the store sends a key's reads and its reset to the
+ * server of its slot), and its fail-open backstop bucket in both modes.
+ *
+ * Apart from the scripts, the one place that reads a Redis bucket's hash:
+ * tb "t" (tokens) and "ts" (when refilled), sw "w" (window), "c" and "p"
+ * (current and previous counts); per lease "h:AGENT" (held) and tb
+ * "e:AGENT" (expiry, Redis us) and "q:AGENT" (a rate lease's share,
+ * tokens per us), sw "w:AGENT" (its window). */
+#include "limiter.h"
+#include "limiter_int.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config/config.h"
+#include "core/log.h"
+#include "core/util.h"
+#include "rules/rules.h"
+#include "store/script.h"
+#include "store/store.h"
+
+/* Room rules_client_key() may need past the key: the separator and
+ * "N/PERIODms/BURST" of a rule with limits from args (or a hashed key). */
+#define CLIENT_KEY_EXTRA 128
+/* Room limiter_redis_key() needs past the client key: prefix, algorithm,
+ * rule name, slot fence. */
+#define REDIS_KEY_EXTRA 256
+
+/* One inspect or reset under way: the client, and what Redis answered. */
+struct op {
+    struct limiter_parts parts;
+    struct ruleset *rs; /* referenced: who.rule points into it */
+    struct limiter_who who;
+    limiter_inspect_cb *inspect_cb;
+    limiter_reset_cb *reset_cb;
+    void *arg;
+    /* inspect with Redis: three reads about the key */
+    int pending;
+    const char *err; /* the first failure */
+    char errbuf[160];
+    size_t nstr; /* HGETALL: field, value, field, value... copied */
+    char **str;
+    struct limiter_redis_lease *leases; /* room for one per field pair */
+    int64_t now_us;                     /* Redis TIME */
+    int64_t pttl_ms;
+    char buf[]; /* the key, the client key, the Redis key */
+};
+
+static void op_free(struct op *o)
+{
+    for (size_t i = 0; i < o->nstr; i++)
+        free(o->str[i]);
+    free(o->str);
+    free(o->leases);
+    ruleset_unref(o->rs);
+    free(o);
+}
+
+/* The client c names, as decisions see it, to be answered through one of
+ * the callbacks; NULL with a LIMITER_* error. */
+static struct op *op_new(struct limiter *l, struct ruleset *rs, const struct limiter_client *c,
+                         limiter_inspect_cb *inspect_cb, limiter_reset_cb *reset_cb, void *arg,
+                         int *err)
+{
+    const struct cfg_rule *r = &rs->cfg->rules[c->rule];
+    struct bucket_params p, b;
+    int ret = rules_request_limits(rs, c->rule, c->rate, c->burst, &p, &b);
+
+    if (ret < 0) {
+        *err = ret == RULES_BAD_BURST ? LIMITER_BAD_BURST : LIMITER_BAD_RATE;
+        return NULL;
+    }
+    size_t ccap = c->keylen + CLIENT_KEY_EXTRA;
+    size_t rcap = limiter_redis(l) ? ccap + REDIS_KEY_EXTRA : 0;
+    struct op *o = calloc(1, sizeof(*o) + c->keylen + 1 + ccap + rcap);
+    if (!o) {
+        *err = LIMITER_NOMEM;
+        return NULL;
+    }
+    struct limiter_who *w = &o->who;
+    char *key = o->buf, *ckey = key + c->keylen + 1, *rkey = ckey + ccap;
+    if (c->keylen) /* (key may be NULL when empty) */
+        memcpy(key, c->key, c->keylen);
+    /* A rule with limits from args keys each client by its limits too. */
+    int len = rules_client_key(key, c->keylen, config_rule_per_request(r) ? &p : NULL,
+                               rs->cfg->max_key, ckey, ccap);
+    size_t rlen = len >= 0 && rcap ? limiter_redis_key(l, r, ckey, (size_t)len, rkey, rcap) : 0;
+    if (len < 0 || (rcap && !rlen)) {
+        free(o);
+        *err = LIMITER_KEY_LONG;
+        return NULL;
+    }
+    *w = (struct limiter_who){r, key, c->keylen, ckey, (size_t)len, rcap ? rkey : NULL, rlen,
+                              p, b, rcap > 0};
+    limiter_parts(l, &o->parts);
+    o->rs = rs;
+    ruleset_ref(rs);
+    o->inspect_cb = inspect_cb;
+    o->reset_cb = reset_cb;
+    o->arg = arg;
+    return o;
+}
+
+/* A key for a log line: printable ASCII as is, other bytes, quotes and
+ * backslashes as \xHH, at most 64 bytes of it (a line must stay one line). */
+static const char *log_key(char *out, size_t cap, const char *s, size_t len)
+{
+    size_t n = 0;
+
+    for (size_t i = 0; i < len && i < 64 && n + 5 < cap; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x20 || c >= 0x7f || c == '"' || c == '\\')
+            n += (size_t)snprintf(out + n, cap - n, "\\x%02x", c);
+        else
+            out[n++] = (char)c;
+    }
+    out[n] = '\0';
+    return out;
+}
+
+/* ---- inspect: the Redis bucket --------------------------------------------- */
+
+/* The value of field name in the hash (kind ':' agent when agent is not
+ * NULL), or NULL. */
+static const char *field(const struct op *o, const char *name, const char *agent)
+{
+    size_t n = strlen(name);
+
+    for (size_t i = 0; i + 1 < o->nstr; i += 2) {
+        const char *f = o->str[i];
+        if (agent ? strncmp(f, name, n) == 0 && f[n] == ':' && strcmp(f + n + 1, agent) == 0
+                  : strcmp(f, name) == 0)
+            return o->str[i + 1];
+    }
+    return NULL;
+}
+
+static double fnum(const struct op *o, const char *name, const char *agent, double dflt)
+{
+    const char *v = field(o, name, agent);
+    return v ? strtod(v, NULL) : dflt;
+}
+
+/* The leases in the hash, and (into st) the total held and the holders over
+ * the live ones: unexpired at Redis' now (tb), of the current window (sw). */
+static void redis_leases(struct op *o, int sw, double window, const char *self,
+                         struct limiter_redis_state *st)
+{
+    double now = (double)o->now_us;
+
+    st->leases = o->leases;
+    for (size_t i = 0; i + 1 < o->nstr; i += 2) {
+        if (strncmp(o->str[i], "h:", 2) != 0)
+            continue;
+        struct limiter_redis_lease *x = &o->leases[st->nleases++];
+        x->agent = o->str[i] + 2;
+        x->held = strtod(o->str[i + 1], NULL);
+        x->this_agent = self && strcmp(x->agent, self) == 0;
+        double when = fnum(o, sw ? "w" : "e", x->agent, 0);
+        x->live = sw ? when == window : when > now;
+        if (sw) {
+            x->window = when;
+        } else {
+            double q = fnum(o, "q", x->agent, 0); /* tokens per us */
+            x->share_per_s = q > 0 ? q * 1e6 : 0;
+            x->expires_in_ms = (when - now) / 1000;
+        }
+        if (x->live) {
+            st->held += x->held;
+            st->holders++;
+        }
+    }
+}
+
+/* Microseconds until a sliding window's estimate falls to thr if nothing
+ * more is charged, as sw_claim.lua computes it: the previous count fades
+ * over the rest of this window, then the current one over the next. */
+static double sw_wait(double est, double c, double p, double left, double period, double thr)
+{
+    if (est <= thr)
+        return 0;
+    thr = fmax(thr, 0);
+    if (c <= thr)
+        return (est - thr) * period / p;
+    return left + (c - thr) * period / c;
+}
+
+static void redis_sw(struct op *o, const char *self, struct limiter_redis_state *st)
+{
+    const struct bucket_params *bp = &o->who.params;
+    double period = (double)bp->period_us, now = (double)o->now_us, limit = (double)bp->limit;
+    double cur_w = floor(now / period), w = fnum(o, "w", NULL, cur_w);
+    double c = fnum(o, "c", NULL, 0), p = fnum(o, "p", NULL, 0);
+
+    if (cur_w > w + 1) /* both windows past */
+        c = p = 0;
+    else if (cur_w == w + 1)
+        p = c, c = 0;
+    double left = (cur_w + 1) * period - now;
+    double est = p * left / period + c;
+    st->window = cur_w;
+    st->window_left_ms = left / 1000;
+    st->current = c;
+    st->previous = p;
+    redis_leases(o, 1, cur_w, self, st);
+    double rem = floor(limit - est + 1e-9);
+    st->estimate = est;
+    st->remaining = rem > 0 ? rem : 0;
+    st->blocked = est + 1 > limit + 1e-9;
+    st->retry_after_ms = ceil(sw_wait(est, c, p, left, period, limit - 1) / 1000);
+    st->reset_ms = ceil(sw_wait(est, c, p, left, period, 0) / 1000);
+}
+
+static void redis_tb(struct op *o, const char *self, struct limiter_redis_state *st)
+{
+    const struct bucket_params *bp = &o->who.params;
+    double rate = (double)bp->limit / (double)bp->period_us; /* per us */
+    double burst = (double)bp->burst, now = (double)o->now_us;
+    double tk = fnum(o, "t", NULL, burst), ts = fnum(o, "ts", NULL, now);
+
+    redis_leases(o, 0, 0, self, st);
+    double cap = burst - st->held, now_t = tk;
+    if (now_t < cap && now > ts)
+        now_t = fmin(cap, tk + rate * (now - ts));
+    now_t = fmin(now_t, cap);
+    double retry = now_t >= 1 ? 0 : (1 - now_t) / rate;
+    double full = fmax(0, burst - st->held - now_t) / rate; /* if no held token is spent */
+    st->t = tk;
+    st->refilled_ms_ago = (now - ts) / 1000;
+    st->tokens_now = now_t;
+    st->remaining = now_t > 0 ? floor(now_t + 1e-9) : 0;
+    st->blocked = now_t < 1;
+    st->retry_after_ms = ceil(retry / 1000);
+    st->reset_ms = ceil(full / 1000);
+}
+
+/* Standalone, or once the reads are in: the whole state, to the caller. */
+static void inspect_done(struct op *o)
+{
+    const struct limiter_parts *parts = &o->parts;
+    struct limiter_key_state st;
+    const struct limiter_who *w = &o->who;
+    uint64_t now = util_now_us();
+
+    memset(&st, 0, sizeof(st));
+    st.who = *w;
+    if (!parts->store) {
+        st.bucket_found = bucket_table_peek(parts->buckets, w->rule->name, w->client_key,
+                                            w->client_keylen, &w->params, now, &st.bucket);
+    } else {
+        st.lease_found = lease_peek(parts->leases, w->redis_key, w->redis_keylen, now, &st.lease);
+        if (o->err) {
+            st.redis.error = o->err;
+        } else {
+            st.redis.exists = o->nstr > 0;
+            st.redis.ttl_ms = o->pttl_ms;
+            if (w->params.algorithm == BUCKET_SLIDING_WINDOW)
+                redis_sw(o, store_agent_id(parts->store), &st.redis);
+            else
+                redis_tb(o, store_agent_id(parts->store), &st.redis);
+        }
+    }
+    st.backstop_found = bucket_table_peek(parts->backstop, w->rule->name, w->client_key,
+                                          w->client_keylen, &w->backstop, now, &st.backstop);
+    o->inspect_cb(o->arg, &st);
+    op_free(o);
+}
+
+static int read_failed(struct op *o, const struct store_result *res)
+{
+    if (res->status == STORE_OK)
+        return 0;
+    if (!o->err) {
+        snprintf(o->errbuf, sizeof(o->errbuf), "%s",
+                 res->err                    ? res->err
+                 : res->status == STORE_DOWN ? "redis down"
+                                             : "redis error");
+        o->err = o->errbuf;
+    }
+    return 1;
+}
+
+static void read_done(struct op *o)
+{
+    if (--o->pending == 0)
+        inspect_done(o);
+}
+
+static void on_hash(void *arg, const struct store_result *res)
+{
+    struct op *o = arg;
+
+    if (!read_failed(o, res) && res->nstr > 0) {
+        o->str = calloc(res->nstr, sizeof(*o->str));
+        o->leases = calloc(res->nstr / 2 + 1, sizeof(*o->leases));
+        for (size_t i = 0; o->str && o->leases && i < res->nstr; i++) {
+            if (!(o->str[i] = malloc(res->str_len[i] + 1)))
+                break;
+            memcpy(o->str[i], res->str[i], res->str_len[i] + 1);
+            o->nstr = i + 1;
+        }
+        if (o->nstr < res->nstr && !o->err)
+            o->err = "out of memory";
+    }
+    read_done(o);
+}
+
+static void on_time(void *arg, const struct store_result *res)
+{
+    struct op *o = arg;
+
+    if (!read_failed(o, res)) {
+        if (res->nstr == 2)
+            o->now_us = strtoll(res->str[0], NULL, 10) * 1000000 + strtoll(res->str[1], NULL, 10);
+        else if (!o->err)
+            o->err = "unexpected TIME reply";
+    }
+    read_done(o);
+}
+
+static void on_pttl(void *arg, const struct store_result *res)
+{
+    struct op *o = arg;
+
+    if (!read_failed(o, res))
+        o->pttl_ms = res->n == 1 ? res->v[0] : -2;
+    read_done(o);
+}
+
+int limiter_inspect(struct limiter *l, struct ruleset *rs, const struct limiter_client *c,
+                    limiter_inspect_cb *cb, void *arg)
+{
+    int err;
+    struct op *o = op_new(l, rs, c, cb, NULL, arg, &err);
+
+    if (!o)
+        return err;
+    struct store *store = o->parts.store;
+    if (!store) {
+        inspect_done(o);
+        return 0;
+    }
+    /* Three reads routed by the key: one server answers them, in order. */
+    const char *rkey = o->who.redis_key;
+    size_t rklen = o->who.redis_keylen;
+    const char *hgetall[] = {"HGETALL", rkey}, *redis_time[] = {"TIME"}, *pttl[] = {"PTTL", rkey};
+    const size_t hgetall_len[] = {7, rklen}, time_len[] = {4}, pttl_len[] = {4, rklen};
+    o->pending = 3; /* a read that fails at once calls back at once */
+    store_read(store, rkey, rklen, 2, hgetall, hgetall_len, on_hash, o);
+    store_read(store, rkey, rklen, 1, redis_time, time_len, on_time, o);
+    store_read(store, rkey, rklen, 2, pttl, pttl_len, on_pttl, o);
+    return 0;
+}
+
+/* ---- reset ------------------------------------------------------------------- */
+
+static void on_reset(void *arg, const struct store_result *res)
+{
+    struct op *o = arg;
+    const struct limiter_parts *parts = &o->parts;
+    struct limiter_reset_result r = {.who = o->who};
+    const struct limiter_who *w = &o->who;
+
+    if (res->status == STORE_OK && res->n >= RESET_R_COUNT) {
+        const int64_t *v = res->v;
+        /* Replies on one connection come in order: every claim sent before
+         * the reset has been applied, so its answer cannot re-block. */
+        r.redis_reset = 1;
+        r.remaining_before = v[RESET_R_BEFORE];
+        r.remaining = v[RESET_R_REMAINING];
+        r.held = v[RESET_R_HELD];
+        r.holders = v[RESET_R_HOLDERS];
+        r.lease_cache_cleared = lease_forget(
+            parts->leases, w->redis_key, w->redis_keylen, util_now_us(),
+            r.remaining > 0 ? (uint64_t)r.remaining : 0, (uint64_t)r.held, (uint64_t)r.holders);
+        char esc[512];
+        LOG_INFO("\"client reset\" rule=%s key=\"%s\" held=%" PRId64, w->rule->name,
+                 log_key(esc, sizeof(esc), w->client_key, w->client_keylen), r.held);
+    } else {
+        r.redis_error = res->err                    ? res->err
+                        : res->status == STORE_DOWN ? "redis down"
+                                                    : "error";
+    }
+    /* Leases elsewhere run on (they are counted in held), and so do the
+     * other agents' negative caches: until their retry time. */
+    r.backstop_dropped =
+        bucket_table_drop(parts->backstop, w->rule->name, w->client_key, w->client_keylen);
+    o->reset_cb(o->arg, &r);
+    op_free(o);
+}
+
+int limiter_reset(struct limiter *l, struct ruleset *rs, const struct limiter_client *c,
+                  limiter_reset_cb *cb, void *arg)
+{
+    int err;
+    struct op *o = op_new(l, rs, c, NULL, cb, arg, &err);
+
+    if (!o)
+        return err;
+    const struct limiter_parts *parts = &o->parts;
+    const struct limiter_who *w = &o->who;
+    if (!parts->store) {
+        struct limiter_reset_result r = {.who = *w};
+        r.bucket_dropped =
+            bucket_table_drop(parts->buckets, w->rule->name, w->client_key, w->client_keylen);
+        r.backstop_dropped =
+            bucket_table_drop(parts->backstop, w->rule->name, w->client_key, w->client_keylen);
+        char esc[512];
+        LOG_INFO("\"client reset\" rule=%s key=\"%s\"", w->rule->name,
+                 log_key(esc, sizeof(esc), w->client_key, w->client_keylen));
+        cb(arg, &r);
+        op_free(o);
+        return 0;
+    }
+    /* tb_reset / sw_reset: the bucket full again less what running leases
+     * hold, so that the bound b + r*T holds across the reset. */
+    char nums[RESET_ARGC][24];
+    const char *argv[RESET_ARGC];
+    size_t argvlen[RESET_ARGC];
+    uint64_t vals[RESET_ARGC];
+    vals[RESET_ARG_LIMIT] = w->params.limit;
+    vals[RESET_ARG_PERIOD_MS] = w->params.period_us / 1000;
+    vals[RESET_ARG_BURST] = w->params.burst;
+    for (int i = 0; i < RESET_ARGC; i++) {
+        argvlen[i] = (size_t)snprintf(nums[i], sizeof(nums[i]), "%" PRIu64, vals[i]);
+        argv[i] = nums[i];
+    }
+    store_eval(parts->store,
+               w->params.algorithm == BUCKET_SLIDING_WINDOW ? SCRIPT_SW_RESET : SCRIPT_TB_RESET,
+               w->redis_key, w->redis_keylen, RESET_ARGC, argv, argvlen, on_reset, o);
+    return 0;
+}
