@@ -593,7 +593,9 @@ struct limiter *limiter_new(struct ev_loop *loop, const struct config *cfg, char
     ev_timer_init(&l->timeouts, timeouts_cb, every, every);
     l->timeouts.data = l;
     ev_timer_start(loop, &l->timeouts);
-    l->store = store_new(loop, cfg, err, errlen);
+    struct store_options so;
+    store_options_from_config(cfg, &so);
+    l->store = store_new(loop, &so, err, errlen);
     if (!l->store)
         goto fail;
     store_on_state(l->store, on_state, l);

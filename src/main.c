@@ -125,9 +125,11 @@ static void note_keyless_rules(const struct config *cfg)
 static void reload_redis(struct agent *a, const struct config *cfg)
 {
     struct limiter_parts parts;
+    struct store_options so;
 
     limiter_parts(a->lim, &parts);
-    if (parts.store && store_reconfigure(parts.store, cfg) < 0)
+    store_options_from_config(cfg, &so);
+    if (parts.store && store_reconfigure(parts.store, &so) < 0)
         LOG_ERROR("\"out of memory: [redis] url and credentials not reloaded\"");
 }
 

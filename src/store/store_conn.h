@@ -49,7 +49,11 @@ struct store_conn;
 /* What every connection of one store shares. */
 struct store_env {
     struct ev_loop *loop;
-    uint64_t timeout_us;     /* [redis] timeout: per command, and per sentinel/seed query */
+    /* [redis] timeout: how long one sentinel or seed question (connect and
+     * reply) may take, and how late a keepalive PING may be before it counts
+     * as an error. A call is not cut at it (the limiter stops waiting on its
+     * own clock): a connection is given up at dead_after_us. */
+    uint64_t timeout_us;
     uint64_t dead_after_us;  /* watchdog: a command or a connect older than this is stuck */
     uint64_t keepalive_us;   /* [redis] keepalive: PING after this long without traffic; 0 off */
     const char *user;        /* AUTH user (NULL: password only) */
