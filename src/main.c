@@ -23,6 +23,7 @@
 #include "rules/rules.h"
 #include "server/server.h"
 #include "store/store.h"
+#include "store/store_heartbeat.h"
 
 #define ERRBUF 8192
 #define STOP_TIMEOUT_S 4.5 /* interface.md: exit within 5 s */
@@ -37,6 +38,7 @@ struct agent {
     struct ruleset *boot; /* the first: its restart-only settings are in force */
     uint64_t loaded_unix; /* when rs was loaded */
     struct limiter *lim;
+    struct store_heartbeat *heartbeat; /* with Redis: the fleet's size */
     struct server *srv;
     struct httpd *httpd;
     ev_signal sighup, sigterm, sigint;
@@ -341,6 +343,20 @@ static int parse_args(int argc, char **argv, const char **path, int *check, int 
     return 0;
 }
 
+/* With Redis, the heartbeat on the limiter's store (store_heartbeat.h):
+ * restart-only settings ([redis] prefix, listen), so the boot's. 0 or -1. */
+static int agent_heartbeat(struct agent *a)
+{
+    const struct config *cfg = a->rs->cfg;
+    struct limiter_parts parts;
+
+    limiter_parts(a->lim, &parts);
+    if (!parts.store)
+        return 0;
+    a->heartbeat = store_heartbeat_new(a->loop, parts.store, cfg->redis_prefix, cfg->listen);
+    return a->heartbeat ? 0 : -1;
+}
+
 /* Build the parts of the agent from cfg (owned from here on): rules,
  * limiter, SPOP listeners, and the stats listener when configured. -1 after
  * saying why on stderr; what was built stays in a for agent_free. */
@@ -358,6 +374,10 @@ static int agent_open(struct agent *a, struct config *cfg)
     a->lim = limiter_new(a->loop, a->rs->cfg, err, sizeof(err));
     if (!a->lim) {
         fprintf(stderr, "spoa-ratelimit: %s\n", err);
+        return -1;
+    }
+    if (agent_heartbeat(a) < 0) {
+        fprintf(stderr, "spoa-ratelimit: out of memory\n");
         return -1;
     }
     a->srv = server_new(a->rs->cfg, a->rs, a->lim, a->loop, err, sizeof(err));
@@ -402,6 +422,7 @@ static void agent_shutdown(struct agent *a)
     ev_timer_stop(a->loop, &a->expire);
     ev_timer_stop(a->loop, &a->minute);
     ev_timer_stop(a->loop, &a->stopping);
+    store_heartbeat_stop(a->heartbeat);
     /* Unused leased tokens go back to Redis. */
     limiter_shutdown(a->lim, 1.0);
     if (server_join(a->srv, 1.0) < 0) {
@@ -411,6 +432,7 @@ static void agent_shutdown(struct agent *a)
     } else {
         server_free(a->srv);
         limiter_free(a->lim);
+        store_heartbeat_free(a->heartbeat); /* after its store */
         ruleset_unref(a->rs);
         ruleset_unref(a->boot);
     }
@@ -421,7 +443,9 @@ static void agent_free(struct agent *a)
 {
     httpd_free(a->httpd);
     server_free(a->srv);
+    store_heartbeat_stop(a->heartbeat);
     limiter_free(a->lim);
+    store_heartbeat_free(a->heartbeat); /* after its store */
     ruleset_unref(a->rs);
     ruleset_unref(a->boot);
 }

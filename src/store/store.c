@@ -9,6 +9,7 @@
  */
 #include "store.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,7 +21,6 @@
 #include "metrics/metrics.h"
 #include "store_cluster.h"
 #include "store_conn.h"
-#include "store_heartbeat.h"
 #include "store_info.h"
 #include "store_probe.h"
 #include "store_reply_pool.h"
@@ -35,8 +35,7 @@ struct store {
     int up;      /* what callers see: connected and store_info_ok() */
     int linked;  /* connected (url, sentinel: ready; cluster: up) */
     int closing; /* store_free is failing what is in flight */
-    struct store_info *info;           /* INFO: eviction (store_info.h) */
-    struct store_heartbeat *heartbeat; /* the fleet's size (store_heartbeat.h) */
+    struct store_info *info; /* INFO: eviction (store_info.h) */
     /* url: copies, the config may be replaced by a reload */
     char *host;
     int port;
@@ -47,8 +46,11 @@ struct store {
     struct store_auth auth, sentinel_auth;
     char *prefix;
     char *master; /* sentinel: the master's name, for logs */
-    void (*state_fn)(void *, int);
-    void *state_arg;
+    struct {
+        void (*fn)(void *arg, int up);
+        void *arg;
+    } watch[STORE_WATCHERS]; /* store_on_state, in the order added */
+    int nwatch;
     char agent_id[128];
 };
 
@@ -77,10 +79,8 @@ static void set_up(struct store *s, int linked)
             LOG_INFO("\"redis up\" %s=%s", s->unix_path ? "path" : "addr",
                      log_val(store_conn_name(s->conn)));
     }
-    if (s->state_fn)
-        s->state_fn(s->state_arg, up);
-    if (up && s->heartbeat)
-        store_heartbeat_beat(s->heartbeat);
+    for (int i = 0; i < s->nwatch; i++)
+        s->watch[i].fn(s->watch[i].arg, up);
 }
 
 static void conn_state(void *owner, struct store_conn *conn, int ready)
@@ -368,8 +368,7 @@ struct store *store_new(struct ev_loop *loop, const struct store_options *o, cha
     snprintf(s->agent_id, sizeof(s->agent_id), "%s:%d:%08x", host, (int)getpid(),
              (unsigned)(util_hash(UTIL_HASH_INIT, &s, sizeof(s)) ^ util_now_us()));
     s->info = store_info_new(loop, o->require_noeviction, info_poll, info_changed, s);
-    s->heartbeat = store_heartbeat_new(loop, s, o->prefix, o->listen);
-    if (!s->info || !s->heartbeat) {
+    if (!s->info) {
         snprintf(err, errlen, "out of memory");
         store_free(s);
         return NULL;
@@ -387,13 +386,11 @@ void store_free(struct store *s)
         return;
     s->closing = 1; /* failing callbacks that call store_eval get STORE_DOWN */
     store_info_stop(s->info);
-    store_heartbeat_stop(s->heartbeat);
     store_cluster_free(s->cluster);
     store_sentinel_free(s->sentinel);
     store_conn_free(s->conn);
-    /* after the connections: their INFO and beat callbacks have run */
+    /* after the connections: their INFO callbacks have run */
     store_info_free(s->info);
-    store_heartbeat_free(s->heartbeat);
     store_resp_free(&s->env.resp);
     store_cmd_pool_drain();
     store_reply_pool_drain();
@@ -496,8 +493,10 @@ unsigned store_pending(const struct store *s)
 
 void store_on_state(struct store *s, void (*fn)(void *arg, int up), void *arg)
 {
-    s->state_fn = fn;
-    s->state_arg = arg;
+    assert(s->nwatch < STORE_WATCHERS);
+    s->watch[s->nwatch].fn = fn;
+    s->watch[s->nwatch].arg = arg;
+    s->nwatch++;
 }
 
 const char *store_agent_id(const struct store *s)

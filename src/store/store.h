@@ -79,7 +79,6 @@ struct store_options {
     const char *user, *password;
     const char *sentinel_user, *sentinel_password;
     const char *prefix; /* of every key; never NULL */
-    const char *listen; /* the agent's SPOP address, in its heartbeat */
     int require_noeviction;
     uint64_t timeout_us;    /* [redis] timeout: a sentinel or seed question, a late PING */
     uint64_t keepalive_us;  /* [redis] keepalive: PING after this long idle; 0 off */
@@ -139,7 +138,10 @@ int store_read(struct store *s, const char *key, size_t keylen, int argc, const 
  * calls made at once, e.g. a tick's top-ups or what workers queued. */
 void store_cork(struct store *s, int on);
 
-/* Called on every up/down transition (from the loop thread). */
+/* Call fn on every up/down transition (from the loop thread), after those
+ * added before it (the limiter's, then the heartbeat's). At most
+ * STORE_WATCHERS; none is taken back: the store is freed first. */
+#define STORE_WATCHERS 4
 void store_on_state(struct store *s, void (*fn)(void *arg, int up), void *arg);
 
 /* 1 with Redis Cluster (several nodes: one slow node says nothing of the

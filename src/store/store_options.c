@@ -29,7 +29,6 @@ void store_options_from_config(const struct config *cfg, struct store_options *o
     o->sentinel_user = cfg->redis_sentinel_username;
     o->sentinel_password = cfg->redis_sentinel_password;
     o->prefix = cfg->redis_prefix ? cfg->redis_prefix : "";
-    o->listen = cfg->listen;
     o->require_noeviction = cfg->redis_require_noeviction;
     o->timeout_us = cfg->redis_timeout_ms * 1000;
     o->keepalive_us = cfg->redis_keepalive_ms * 1000;
