@@ -175,44 +175,22 @@ static const struct store_conn_hooks sentinel_hooks = {conn_state, sentinel_retr
 
 /* ---- commands ------------------------------------------------------------ */
 
-int store_eval(struct store *s, enum store_script script, const char *key, size_t keylen,
-               int argc, const char *const *argv, const size_t *argvlen, store_cb *cb,
-               void *arg)
+/* Redis is down (or the store closing): cb runs at once with STORE_DOWN, 1.
+ * 0 when a call may go. */
+static int down(const struct store *s, store_cb *cb, void *arg)
 {
-    struct store_cmd *c;
-    int sent;
-
     if (s->closing || !s->up || (s->conn && !store_conn_ready(s->conn))) {
         struct store_result res = {.status = STORE_DOWN, .err = "redis down"};
         cb(arg, &res);
-        return -1;
-    }
-    c = store_cmd_new(script, key, keylen, argc, argv, argvlen, cb, arg);
-    if (!c) {
-        struct store_result res = {.status = STORE_ERR, .err = "out of memory"};
-        cb(arg, &res);
-        return -1;
-    }
-    sent = s->cluster ? store_cluster_send(s->cluster, c) : store_conn_send(s->conn, c);
-    if (sent < 0) {
-        METRIC_INC(redis_errors);
-        store_cmd_fail(c, STORE_DOWN, s->cluster ? "redis node down" : "send failed");
-        return -1;
+        return 1;
     }
     return 0;
 }
 
-int store_read(struct store *s, const char *key, size_t keylen, int argc, const char *const *argv,
-               const size_t *argvlen, store_cb *cb, void *arg)
+/* Hand c (NULL: it could not be made) to its connection. 0, or -1 when it
+ * could not go: cb has run. */
+static int submit(struct store *s, struct store_cmd *c, store_cb *cb, void *arg)
 {
-    struct store_cmd *c;
-
-    if (s->closing || !s->up || (s->conn && !store_conn_ready(s->conn))) {
-        struct store_result res = {.status = STORE_DOWN, .err = "redis down"};
-        cb(arg, &res);
-        return -1;
-    }
-    c = store_cmd_new_read(key, keylen, argc, argv, argvlen, cb, arg);
     if (!c) {
         struct store_result res = {.status = STORE_ERR, .err = "out of memory"};
         cb(arg, &res);
@@ -224,6 +202,23 @@ int store_read(struct store *s, const char *key, size_t keylen, int argc, const 
         return -1;
     }
     return 0;
+}
+
+int store_eval(struct store *s, enum store_script script, const char *key, size_t keylen,
+               int argc, const char *const *argv, const size_t *argvlen, store_cb *cb,
+               void *arg)
+{
+    if (down(s, cb, arg))
+        return -1;
+    return submit(s, store_cmd_new(script, key, keylen, argc, argv, argvlen, cb, arg), cb, arg);
+}
+
+int store_read(struct store *s, const char *key, size_t keylen, int argc, const char *const *argv,
+               const size_t *argvlen, store_cb *cb, void *arg)
+{
+    if (down(s, cb, arg))
+        return -1;
+    return submit(s, store_cmd_new_read(key, keylen, argc, argv, argvlen, cb, arg), cb, arg);
 }
 
 void store_cork(struct store *s, int on)
