@@ -29,36 +29,13 @@
 #include <stdint.h>
 
 #include "script.h"
+#include "store_result.h"
 
 struct ev_loop;
 struct config;
 struct net_addr;
 struct net_hostport;
 struct store;
-
-enum store_status {
-    STORE_OK = 0,   /* v[0..n) holds the integers of the reply array */
-    STORE_ERR = 1,  /* Redis answered an error (err) or an unexpected type */
-    STORE_DOWN = 2, /* no connection, or it was lost before the reply */
-};
-
-#define STORE_MAX_VALUES 10
-
-struct store_result {
-    int status;
-    int n;
-    int64_t v[STORE_MAX_VALUES];
-    uint64_t latency_us;
-    const char *err; /* valid during the callback only */
-    /* store_read() only: the elements of an array reply as text (integers
-     * in decimal), str[i] of str_len[i] bytes, NUL-terminated; 0 for nil
-     * or an empty array. Valid during the callback only. */
-    size_t nstr;
-    const char *const *str;
-    const size_t *str_len;
-};
-
-typedef void store_cb(void *arg, const struct store_result *res);
 
 /* The [redis] settings the store works from. The strings and lists are
  * borrowed: they need to live through store_new() or store_reconfigure()

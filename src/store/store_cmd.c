@@ -1,7 +1,7 @@
 /* store_cmd.c - one script call: its copy of the arguments, a batch of many
  * (the group commit of store_conn.c: one EVALSHA of the batch script), and
  * reading their replies. No I/O: store_conn.c sends them. */
-#include "store_conn.h"
+#include "store_cmd.h"
 
 #include <hiredis/hiredis.h>
 #include <stdio.h>
