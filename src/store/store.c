@@ -1,11 +1,13 @@
-/* store.c - the Redis client behind store.h: the [redis] settings, the
- * topology (one server by url, the master Sentinel names, or a Redis Cluster),
- * the up/down state, and store_eval() handing each call to its connection.
+/* store.c - the Redis client behind store.h: the [redis] settings (struct
+ * store_options; store_options.c builds them from the config), the topology
+ * (one server by url, the master Sentinel names, or a Redis Cluster), the
+ * up/down state, and store_eval() handing each call to its connection.
  *
- * The pieces: store_conn.c (one connection: setup, EVALSHA, NOSCRIPT,
- * watchdog, backoff), store_probe.c (one-shot questions to a list of
- * servers), store_sentinel.c (where the master is), store_cluster.c (slot
- * map, routing, redirects).
+ * The pieces: store_conn.c (one connection: EVALSHA, NOSCRIPT, watchdog,
+ * backoff; its setup commands in store_conn_setup.c), store_probe.c (one-shot
+ * questions to a list of servers), store_sentinel.c (where the master is),
+ * store_cluster.c (slot map, routing, redirects), store_info.c (INFO:
+ * eviction). store_heartbeat.c is a client above the store, not a piece.
  */
 #include "store.h"
 
