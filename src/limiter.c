@@ -16,6 +16,7 @@
 #include "script_args.h"
 #include "store/script.h"
 #include "store/store.h"
+#include "store/store_heartbeat.h"
 #include "store/store_reply.h"
 
 #define STRIPES 64
@@ -52,6 +53,7 @@ struct limiter {
     struct bucket_budget budget;   /* [agent] max_entries: buckets and leases together */
     /* Redis mode */
     struct store *store;
+    struct store_heartbeat *heartbeat; /* with Redis: counts the fleet (fleet.h) */
     struct lease_table *leases;
     struct ev_loop *loop;
     ev_async wake;
@@ -594,10 +596,18 @@ struct limiter *limiter_new(struct ev_loop *loop, const struct config *cfg, char
     ev_timer_init(&l->timeouts, timeouts_cb, every, every);
     l->timeouts.data = l;
     ev_timer_start(loop, &l->timeouts);
-    l->store = store_new(loop, cfg, err, errlen);
+    struct store_options so;
+    store_options_from_config(cfg, &so);
+    l->store = store_new(loop, &so, err, errlen);
     if (!l->store)
         goto fail;
     store_on_state(l->store, on_state, l);
+    /* the fleet's size (fleet.h): restart-only settings, [redis] prefix and listen */
+    l->heartbeat = store_heartbeat_new(loop, l->store, cfg->redis_prefix, cfg->listen);
+    if (!l->heartbeat) {
+        snprintf(err, errlen, "out of memory");
+        goto fail;
+    }
     atomic_store(&metrics.redis_configured, 1);
     return l;
 fail:
@@ -612,7 +622,12 @@ int limiter_redis(const struct limiter *l)
 
 int limiter_reconfigure(struct limiter *l, const struct config *cfg)
 {
-    return l->store ? store_reconfigure(l->store, cfg) : 0;
+    struct store_options so;
+
+    if (!l->store)
+        return 0;
+    store_options_from_config(cfg, &so);
+    return store_reconfigure(l->store, &so);
 }
 
 void limiter_parts(struct limiter *l, struct limiter_parts *out)
@@ -636,6 +651,7 @@ void limiter_shutdown(struct limiter *l, double timeout_s)
 
     if (!l || !l->store)
         return;
+    store_heartbeat_stop(l->heartbeat);
     wake_cb(l->loop, &l->wake, 0); /* what workers queued last */
     run_until_idle(l, deadline);
     for (int pass = 0; pass < 2 && store_up(l->store); pass++) {
@@ -651,6 +667,8 @@ void limiter_shutdown(struct limiter *l, double timeout_s)
     ev_async_stop(l->loop, &l->wake);
     store_free(l->store); /* fails what is still in flight */
     l->store = NULL;
+    store_heartbeat_free(l->heartbeat); /* after its store */
+    l->heartbeat = NULL;
     while (l->ihead) { /* callbacks already ran; nothing should remain */
         struct rjob *j = l->ihead;
         inflight_unlink(l, j);
@@ -662,12 +680,14 @@ void limiter_free(struct limiter *l)
 {
     if (!l)
         return;
+    store_heartbeat_stop(l->heartbeat);
     if (l->store) {
         ev_timer_stop(l->loop, &l->tick);
         ev_timer_stop(l->loop, &l->timeouts);
         ev_async_stop(l->loop, &l->wake);
         store_free(l->store);
     }
+    store_heartbeat_free(l->heartbeat); /* after its store */
     bucket_table_free(l->buckets);
     bucket_table_free(l->backstop);
     lease_table_free(l->leases);

@@ -1,27 +1,28 @@
-/* store.c - the Redis client behind store.h: the [redis] settings, the
- * topology (one server by url, the master Sentinel names, or a Redis Cluster),
- * the up/down state, and store_eval() handing each call to its connection.
+/* store.c - the Redis client behind store.h: the [redis] settings (struct
+ * store_options; store_options.c builds them from the config), the topology
+ * (one server by url, the master Sentinel names, or a Redis Cluster), the
+ * up/down state, and store_eval() handing each call to its connection.
  *
- * The pieces: store_conn.c (one connection: setup, EVALSHA, NOSCRIPT,
- * watchdog, backoff), store_probe.c (one-shot questions to a list of
- * servers), store_sentinel.c (where the master is), store_cluster.c (slot
- * map, routing, redirects).
+ * The pieces: store_conn.c (one connection: EVALSHA, NOSCRIPT, watchdog,
+ * backoff; its setup commands in store_conn_setup.c), store_probe.c (one-shot
+ * questions to a list of servers), store_sentinel.c (where the master is),
+ * store_cluster.c (slot map, routing, redirects), store_info.c (INFO:
+ * eviction). store_heartbeat.c is a client above the store, not a piece.
  */
 #include "store.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "config/config.h"
 #include "core/log.h"
 #include "core/net.h"
 #include "core/util.h"
 #include "metrics/metrics.h"
 #include "store_cluster.h"
 #include "store_conn.h"
-#include "store_heartbeat.h"
 #include "store_info.h"
 #include "store_probe.h"
 #include "store_reply_pool.h"
@@ -36,8 +37,7 @@ struct store {
     int up;      /* what callers see: connected and store_info_ok() */
     int linked;  /* connected (url, sentinel: ready; cluster: up) */
     int closing; /* store_free is failing what is in flight */
-    struct store_info *info;           /* INFO: eviction (store_info.h) */
-    struct store_heartbeat *heartbeat; /* the fleet's size (store_heartbeat.h) */
+    struct store_info *info; /* INFO: eviction (store_info.h) */
     /* url: copies, the config may be replaced by a reload */
     char *host;
     int port;
@@ -48,8 +48,11 @@ struct store {
     struct store_auth auth, sentinel_auth;
     char *prefix;
     char *master; /* sentinel: the master's name, for logs */
-    void (*state_fn)(void *, int);
-    void *state_arg;
+    struct {
+        void (*fn)(void *arg, int up);
+        void *arg;
+    } watch[STORE_WATCHERS]; /* store_on_state, in the order added */
+    int nwatch;
     char agent_id[128];
 };
 
@@ -78,10 +81,8 @@ static void set_up(struct store *s, int linked)
             LOG_INFO("\"redis up\" %s=%s", s->unix_path ? "path" : "addr",
                      log_val(store_conn_name(s->conn)));
     }
-    if (s->state_fn)
-        s->state_fn(s->state_arg, up);
-    if (up && s->heartbeat)
-        store_heartbeat_beat(s->heartbeat);
+    for (int i = 0; i < s->nwatch; i++)
+        s->watch[i].fn(s->watch[i].arg, up);
 }
 
 static void conn_state(void *owner, struct store_conn *conn, int ready)
@@ -176,44 +177,22 @@ static const struct store_conn_hooks sentinel_hooks = {conn_state, sentinel_retr
 
 /* ---- commands ------------------------------------------------------------ */
 
-int store_eval(struct store *s, enum store_script script, const char *key, size_t keylen,
-               int argc, const char *const *argv, const size_t *argvlen, store_cb *cb,
-               void *arg)
+/* Redis is down (or the store closing): cb runs at once with STORE_DOWN, 1.
+ * 0 when a call may go. */
+static int down(const struct store *s, store_cb *cb, void *arg)
 {
-    struct store_cmd *c;
-    int sent;
-
     if (s->closing || !s->up || (s->conn && !store_conn_ready(s->conn))) {
         struct store_result res = {.status = STORE_DOWN, .err = "redis down"};
         cb(arg, &res);
-        return -1;
-    }
-    c = store_cmd_new(script, key, keylen, argc, argv, argvlen, cb, arg);
-    if (!c) {
-        struct store_result res = {.status = STORE_ERR, .err = "out of memory"};
-        cb(arg, &res);
-        return -1;
-    }
-    sent = s->cluster ? store_cluster_send(s->cluster, c) : store_conn_send(s->conn, c);
-    if (sent < 0) {
-        METRIC_INC(redis_errors);
-        store_cmd_fail(c, STORE_DOWN, s->cluster ? "redis node down" : "send failed");
-        return -1;
+        return 1;
     }
     return 0;
 }
 
-int store_read(struct store *s, const char *key, size_t keylen, int argc, const char *const *argv,
-               const size_t *argvlen, store_cb *cb, void *arg)
+/* Hand c (NULL: it could not be made) to its connection. 0, or -1 when it
+ * could not go: cb has run. */
+static int submit(struct store *s, struct store_cmd *c, store_cb *cb, void *arg)
 {
-    struct store_cmd *c;
-
-    if (s->closing || !s->up || (s->conn && !store_conn_ready(s->conn))) {
-        struct store_result res = {.status = STORE_DOWN, .err = "redis down"};
-        cb(arg, &res);
-        return -1;
-    }
-    c = store_cmd_new_read(key, keylen, argc, argv, argvlen, cb, arg);
     if (!c) {
         struct store_result res = {.status = STORE_ERR, .err = "out of memory"};
         cb(arg, &res);
@@ -225,6 +204,23 @@ int store_read(struct store *s, const char *key, size_t keylen, int argc, const 
         return -1;
     }
     return 0;
+}
+
+int store_eval(struct store *s, enum store_script script, const char *key, size_t keylen,
+               int argc, const char *const *argv, const size_t *argvlen, store_cb *cb,
+               void *arg)
+{
+    if (down(s, cb, arg))
+        return -1;
+    return submit(s, store_cmd_new(script, key, keylen, argc, argv, argvlen, cb, arg), cb, arg);
+}
+
+int store_read(struct store *s, const char *key, size_t keylen, int argc, const char *const *argv,
+               const size_t *argvlen, store_cb *cb, void *arg)
+{
+    if (down(s, cb, arg))
+        return -1;
+    return submit(s, store_cmd_new_read(key, keylen, argc, argv, argvlen, cb, arg), cb, arg);
 }
 
 void store_cork(struct store *s, int on)
@@ -256,12 +252,11 @@ static int same(const char *a, const char *b)
 #define AUTH_DATA 1     /* the data nodes' credentials changed */
 #define AUTH_SENTINEL 2 /* the sentinels' */
 
-/* The credentials of cfg into s (and env): AUTH_DATA | AUTH_SENTINEL for
+/* The credentials of o into s (and env): AUTH_DATA | AUTH_SENTINEL for
  * what changed (0: nothing), or -1 out of memory (nothing changed). */
-static int take_auth(struct store *s, const struct config *cfg)
+static int take_auth(struct store *s, const struct store_options *o)
 {
-    const char *want[4] = {cfg->redis_auth_user, cfg->redis_auth_password,
-                           cfg->redis_sentinel_username, cfg->redis_sentinel_password};
+    const char *want[4] = {o->user, o->password, o->sentinel_user, o->sentinel_password};
     char **have[4] = {&s->auth.user, &s->auth.password, &s->sentinel_auth.user,
                       &s->sentinel_auth.password};
     char *copy[4] = {NULL, NULL, NULL, NULL};
@@ -286,14 +281,15 @@ static int take_auth(struct store *s, const struct config *cfg)
 }
 
 /* One server, by [redis] url (parsed by the config). */
-static int setup_url(struct store *s, const struct cfg_redis_url *url, char *err, size_t errlen)
+static int setup_url(struct store *s, const struct net_addr *addr, int db, char *err,
+                     size_t errlen)
 {
-    if (url->addr.kind == NET_ADDR_UNIX)
-        s->unix_path = strdup(url->addr.path);
+    if (addr->kind == NET_ADDR_UNIX)
+        s->unix_path = strdup(addr->path);
     else
-        s->host = strdup(url->addr.tcp.host);
-    s->port = url->addr.tcp.port;
-    s->db = url->db;
+        s->host = strdup(addr->tcp.host);
+    s->port = addr->tcp.port;
+    s->db = db;
     if (!s->unix_path && !s->host) {
         snprintf(err, errlen, "out of memory");
         return -1;
@@ -308,25 +304,23 @@ static int setup_url(struct store *s, const struct cfg_redis_url *url, char *err
     return 0;
 }
 
-static int setup_topology(struct store *s, struct ev_loop *loop, const struct config *cfg,
+static int setup_topology(struct store *s, struct ev_loop *loop, const struct store_options *o,
                           char *err, size_t errlen)
 {
-    if (cfg->redis_cluster_hosts.n > 0) {
-        s->cluster = store_cluster_new(&s->env, cfg->redis_cluster_hosts.list,
-                                       cfg->redis_cluster_hosts.n, &s->auth, cluster_state, s, err,
-                                       errlen);
+    if (o->ncluster > 0) {
+        s->cluster = store_cluster_new(&s->env, o->cluster, o->ncluster, &s->auth, cluster_state,
+                                       s, err, errlen);
         if (!s->cluster)
             return -1;
         store_cluster_on_node_ready(s->cluster, cluster_node_ready, s);
         return 0;
     }
-    if (cfg->redis_sentinel_hosts.n > 0) {
-        s->master = strdup(cfg->redis_master ? cfg->redis_master : "");
+    if (o->nsentinels > 0) {
+        s->master = strdup(o->master ? o->master : "");
         s->conn = store_conn_new(&s->env, &sentinel_hooks, s, NULL, 0, NULL,
                                  STORE_CONN_CHECK_ROLE);
-        s->sentinel = store_sentinel_new(loop, s->env.timeout_us, cfg->redis_sentinel_hosts.list,
-                                         cfg->redis_sentinel_hosts.n, cfg->redis_master,
-                                         &s->sentinel_auth, on_master, s, err, errlen);
+        s->sentinel = store_sentinel_new(loop, s->env.timeout_us, o->sentinels, o->nsentinels,
+                                         o->master, &s->sentinel_auth, on_master, s, err, errlen);
         if (!s->sentinel)
             return -1;
         if (!s->conn || !s->master) {
@@ -337,14 +331,14 @@ static int setup_topology(struct store *s, struct ev_loop *loop, const struct co
         store_sentinel_resolve(s->sentinel);
         return 0;
     }
-    if (cfg->redis_server.addr.kind == NET_ADDR_NONE) {
+    if (!o->server || o->server->kind == NET_ADDR_NONE) {
         snprintf(err, errlen, "redis: no url, cluster or sentinel");
         return -1;
     }
-    return setup_url(s, &cfg->redis_server, err, errlen);
+    return setup_url(s, o->server, o->db, err, errlen);
 }
 
-struct store *store_new(struct ev_loop *loop, const struct config *cfg, char *err,
+struct store *store_new(struct ev_loop *loop, const struct store_options *o, char *err,
                         size_t errlen)
 {
     struct store *s = calloc(1, sizeof(*s));
@@ -355,17 +349,14 @@ struct store *store_new(struct ev_loop *loop, const struct config *cfg, char *er
         return NULL;
     }
     s->env.loop = loop;
-    s->env.timeout_us = cfg->redis_timeout_ms * 1000;
-    s->env.keepalive_us = cfg->redis_keepalive_ms * 1000;
-    /* Frozen past 10 x timeout (at least 1 s): give the connection up. */
-    s->env.dead_after_us = cfg->redis_timeout_ms * 10000;
-    if (s->env.dead_after_us < 1000000)
-        s->env.dead_after_us = 1000000;
+    s->env.timeout_us = o->timeout_us;
+    s->env.keepalive_us = o->keepalive_us;
+    s->env.dead_after_us = o->dead_after_us;
     s->auth.server = "redis";
     s->sentinel_auth.server = "sentinel";
-    s->prefix = strdup(cfg->redis_prefix ? cfg->redis_prefix : "");
+    s->prefix = strdup(o->prefix ? o->prefix : "");
     s->env.prefix = s->prefix;
-    if (!s->prefix || take_auth(s, cfg) < 0) {
+    if (!s->prefix || take_auth(s, o) < 0) {
         snprintf(err, errlen, "out of memory");
         store_free(s);
         return NULL;
@@ -373,14 +364,13 @@ struct store *store_new(struct ev_loop *loop, const struct config *cfg, char *er
     gethostname(host, sizeof(host) - 1);
     snprintf(s->agent_id, sizeof(s->agent_id), "%s:%d:%08x", host, (int)getpid(),
              (unsigned)(util_hash(UTIL_HASH_INIT, &s, sizeof(s)) ^ util_now_us()));
-    s->info = store_info_new(loop, cfg->redis_require_noeviction, info_poll, info_changed, s);
-    s->heartbeat = store_heartbeat_new(loop, s, cfg->redis_prefix, cfg->listen);
-    if (!s->info || !s->heartbeat) {
+    s->info = store_info_new(loop, o->require_noeviction, info_poll, info_changed, s);
+    if (!s->info) {
         snprintf(err, errlen, "out of memory");
         store_free(s);
         return NULL;
     }
-    if (setup_topology(s, loop, cfg, err, errlen) < 0) {
+    if (setup_topology(s, loop, o, err, errlen) < 0) {
         store_free(s);
         return NULL;
     }
@@ -393,13 +383,11 @@ void store_free(struct store *s)
         return;
     s->closing = 1; /* failing callbacks that call store_eval get STORE_DOWN */
     store_info_stop(s->info);
-    store_heartbeat_stop(s->heartbeat);
     store_cluster_free(s->cluster);
     store_sentinel_free(s->sentinel);
     store_conn_free(s->conn);
-    /* after the connections: their INFO and beat callbacks have run */
+    /* after the connections: their INFO callbacks have run */
     store_info_free(s->info);
-    store_heartbeat_free(s->heartbeat);
     store_resp_free(&s->env.resp);
     store_cmd_pool_drain();
     store_reply_pool_drain();
@@ -414,14 +402,16 @@ void store_free(struct store *s)
     free(s);
 }
 
-/* url mode: cfg's url differs from the one in use. */
-static int url_changed(const struct store *s, const struct cfg_redis_url *url)
+/* url mode: o's url differs from the one in use. */
+static int url_changed(const struct store *s, const struct store_options *o)
 {
-    if (url->db != s->db)
+    const struct net_addr *addr = o->server;
+
+    if (o->db != s->db)
         return 1;
-    if (url->addr.kind == NET_ADDR_UNIX)
-        return !same(s->unix_path, url->addr.path);
-    return s->unix_path || !same(s->host, url->addr.tcp.host) || s->port != url->addr.tcp.port;
+    if (addr->kind == NET_ADDR_UNIX)
+        return !same(s->unix_path, addr->path);
+    return s->unix_path || !same(s->host, addr->tcp.host) || s->port != addr->tcp.port;
 }
 
 /* Replace the url connection by a new one to host:port or path (copied).
@@ -450,14 +440,14 @@ static int replace_conn(struct store *s, const char *host, int port, const char 
     return 0;
 }
 
-int store_reconfigure(struct store *s, const struct config *cfg)
+int store_reconfigure(struct store *s, const struct store_options *o)
 {
-    const struct cfg_redis_url *url = &cfg->redis_server;
+    const struct net_addr *addr = o->server;
     int auth, moved = 0, db = s->db;
 
-    if (!s->cluster && !s->sentinel && url->addr.kind != NET_ADDR_NONE)
-        moved = url_changed(s, url);
-    if ((auth = take_auth(s, cfg)) < 0)
+    if (!s->cluster && !s->sentinel && addr && addr->kind != NET_ADDR_NONE)
+        moved = url_changed(s, o);
+    if ((auth = take_auth(s, o)) < 0)
         return -1;
     if (auth == AUTH_SENTINEL && !moved) { /* the next question uses them */
         LOG_INFO("\"sentinel credentials changed\"");
@@ -468,10 +458,9 @@ int store_reconfigure(struct store *s, const struct config *cfg)
     LOG_INFO("\"redis %s changed: reconnecting\"",
              moved && auth ? "url and credentials" : moved ? "url" : "credentials");
     if (moved) {
-        s->db = s->env.db = url->db;
-        if (replace_conn(s, url->addr.kind == NET_ADDR_UNIX ? NULL : url->addr.tcp.host,
-                         url->addr.tcp.port,
-                         url->addr.kind == NET_ADDR_UNIX ? url->addr.path : NULL) < 0) {
+        s->db = s->env.db = o->db;
+        if (replace_conn(s, addr->kind == NET_ADDR_UNIX ? NULL : addr->tcp.host, addr->tcp.port,
+                         addr->kind == NET_ADDR_UNIX ? addr->path : NULL) < 0) {
             s->db = s->env.db = db;
             return -1;
         }
@@ -501,8 +490,10 @@ unsigned store_pending(const struct store *s)
 
 void store_on_state(struct store *s, void (*fn)(void *arg, int up), void *arg)
 {
-    s->state_fn = fn;
-    s->state_arg = arg;
+    assert(s->nwatch < STORE_WATCHERS);
+    s->watch[s->nwatch].fn = fn;
+    s->watch[s->nwatch].arg = arg;
+    s->nwatch++;
 }
 
 const char *store_agent_id(const struct store *s)

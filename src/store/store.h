@@ -29,50 +29,58 @@
 #include <stdint.h>
 
 #include "script.h"
+#include "store_result.h"
 
 struct ev_loop;
 struct config;
+struct net_addr;
+struct net_hostport;
 struct store;
 
-enum store_status {
-    STORE_OK = 0,   /* v[0..n) holds the integers of the reply array */
-    STORE_ERR = 1,  /* Redis answered an error (err) or an unexpected type */
-    STORE_DOWN = 2, /* no connection, or it was lost before the reply */
+/* The [redis] settings the store works from. The strings and lists are
+ * borrowed: they need to live through store_new() or store_reconfigure()
+ * only (the store copies what it keeps). */
+struct store_options {
+    /* The topology, the first one set: cluster seeds, sentinels (and the
+     * master's name), or one server (url). */
+    const struct net_hostport *cluster;
+    size_t ncluster;
+    const struct net_hostport *sentinels;
+    size_t nsentinels;
+    const char *master;
+    const struct net_addr *server; /* url: TCP host:port or unix path, or NET_ADDR_NONE */
+    int db;                        /* url: SELECT at connect when not 0 */
+    /* Credentials in force, of the data nodes (url, Cluster nodes, the
+     * Sentinel master) and of the sentinels. NULL user: password only;
+     * NULL password: no AUTH. */
+    const char *user, *password;
+    const char *sentinel_user, *sentinel_password;
+    const char *prefix; /* of every key; never NULL */
+    int require_noeviction;
+    uint64_t timeout_us;    /* [redis] timeout: a sentinel or seed question, a late PING */
+    uint64_t keepalive_us;  /* [redis] keepalive: PING after this long idle; 0 off */
+    uint64_t dead_after_us; /* a connection silent this long is given up */
 };
 
-#define STORE_MAX_VALUES 10
+/* The options of cfg's [redis] section, into o: the one place the config's
+ * milliseconds become the store's clocks. o borrows from cfg. */
+void store_options_from_config(const struct config *cfg, struct store_options *o);
 
-struct store_result {
-    int status;
-    int n;
-    int64_t v[STORE_MAX_VALUES];
-    uint64_t latency_us;
-    const char *err; /* valid during the callback only */
-    /* store_read() only: the elements of an array reply as text (integers
-     * in decimal), str[i] of str_len[i] bytes, NUL-terminated; 0 for nil
-     * or an empty array. Valid during the callback only. */
-    size_t nstr;
-    const char *const *str;
-    const size_t *str_len;
-};
-
-typedef void store_cb(void *arg, const struct store_result *res);
-
-/* Connect per cfg ([redis] url with unix socket, password, db; or sentinel
- * and master; or cluster seeds; timeout). The first attempt (connection,
- * sentinel question, or slot map) is made at once or on the next loop
- * iteration; its outcome arrives later (see store_up). NULL with a message in
- * err when the settings cannot be used. */
-struct store *store_new(struct ev_loop *loop, const struct config *cfg, char *err,
+/* Connect per o. The first attempt (connection, sentinel question, or slot
+ * map) is made at once or on the next loop iteration; its outcome arrives
+ * later (see store_up). NULL with a message in err when the settings cannot
+ * be used. */
+struct store *store_new(struct ev_loop *loop, const struct store_options *o, char *err,
                         size_t errlen);
 
-/* SIGHUP: apply cfg's [redis] credentials (username, password or
+/* SIGHUP: apply o's credentials (from [redis] username, password or
  * password_file, the url's userinfo, sentinel_*) and, in url mode, its url
- * (address, db). When they changed, the connections are made again at once
+ * (server, db). When they changed, the connections are made again at once
  * (those in flight fail with STORE_DOWN, as when Redis restarts); the
- * topology itself (url, cluster, sentinel, master) only changes at a
- * restart. 0, or -1 out of memory (what was in use stays). */
-int store_reconfigure(struct store *s, const struct config *cfg);
+ * topology itself (url, cluster, sentinel, master), the timeouts, the prefix
+ * and require_noeviction only change at a restart. 0, or -1 out of memory
+ * (what was in use stays). */
+int store_reconfigure(struct store *s, const struct store_options *o);
 
 /* Close every connection. Pending callbacks run with STORE_DOWN. NULL no-op. */
 void store_free(struct store *s);
@@ -107,7 +115,10 @@ int store_read(struct store *s, const char *key, size_t keylen, int argc, const 
  * calls made at once, e.g. a tick's top-ups or what workers queued. */
 void store_cork(struct store *s, int on);
 
-/* Called on every up/down transition (from the loop thread). */
+/* Call fn on every up/down transition (from the loop thread), after those
+ * added before it (the limiter's, then the heartbeat's). At most
+ * STORE_WATCHERS; none is taken back: the store is freed first. */
+#define STORE_WATCHERS 4
 void store_on_state(struct store *s, void (*fn)(void *arg, int up), void *arg);
 
 /* 1 with Redis Cluster (several nodes: one slow node says nothing of the

@@ -1,7 +1,7 @@
 /* store_cmd.c - one script call: its copy of the arguments, a batch of many
  * (the group commit of store_conn.c: one EVALSHA of the batch script), and
  * reading their replies. No I/O: store_conn.c sends them. */
-#include "store_conn.h"
+#include "store_cmd.h"
 
 #include <hiredis/hiredis.h>
 #include <stdio.h>
@@ -74,6 +74,44 @@ void store_cmd_pool_drain(void)
     cmd_pool_len = 0;
 }
 
+/* The bytes of the arguments of argvlen[0..argc), each with its NUL. */
+static size_t args_bytes(int argc, const size_t *argvlen)
+{
+    size_t bytes = 0;
+
+    for (int i = 0; i < argc; i++)
+        bytes += argvlen[i] + 1;
+    return bytes;
+}
+
+/* The size of a block for a command of n arguments of bytes in all. */
+static size_t block_size(int n, size_t bytes)
+{
+    return sizeof(struct store_cmd) + (size_t)n * (sizeof(char *) + sizeof(size_t)) + bytes;
+}
+
+/* Lay c's argv and argvlen out (n entries) right after it in its block: the
+ * bytes of the arguments follow them, at the address returned. */
+static char *lay_out(struct store_cmd *c, int n, store_cb *cb, void *arg)
+{
+    c->cb = cb;
+    c->arg = arg;
+    c->argc = n;
+    c->argv = (char **)(c + 1);
+    c->argvlen = (size_t *)(c->argv + n);
+    return (char *)(c->argvlen + n);
+}
+
+/* Copy len bytes of s, then a NUL, to p as c's argument i; the bytes after. */
+static char *put_arg(struct store_cmd *c, char *p, int i, const char *s, size_t len)
+{
+    c->argv[i] = p;
+    c->argvlen[i] = len;
+    memcpy(p, s, len);
+    p[len] = '\0';
+    return p + len + 1;
+}
+
 /* One block: the command, its argv and argvlen arrays, then the bytes of
  * every argument (each NUL-terminated), so a call costs one allocation. */
 struct store_cmd *store_cmd_new(enum store_script script, const char *key, size_t keylen, int argc,
@@ -82,38 +120,21 @@ struct store_cmd *store_cmd_new(enum store_script script, const char *key, size_
 {
     static const char evalsha[] = "EVALSHA", one[] = "1";
     int n = argc + 4;
-    size_t bytes = sizeof(evalsha) + sizeof(one) + keylen + 1;
-    struct store_cmd *c;
+    size_t bytes = sizeof(evalsha) + sizeof(one) + keylen + 1 + args_bytes(argc, argvlen);
+    struct store_cmd *c = cmd_alloc(block_size(n, bytes));
     char *p;
 
-    for (int i = 0; i < argc; i++)
-        bytes += argvlen[i] + 1;
-    c = cmd_alloc(sizeof(*c) + (size_t)n * (sizeof(char *) + sizeof(size_t)) + bytes);
     if (!c)
         return NULL;
-    c->cb = cb;
-    c->arg = arg;
     c->script = script;
-    c->argc = n;
-    c->argv = (char **)(c + 1);
-    c->argvlen = (size_t *)(c->argv + n);
-    p = (char *)(c->argvlen + n);
-#define PUT(i, s, len)                                                                             \
-    do {                                                                                           \
-        c->argv[i] = p;                                                                            \
-        c->argvlen[i] = (len);                                                                     \
-        memcpy(p, (s), (len));                                                                     \
-        p[len] = '\0';                                                                             \
-        p += (len) + 1;                                                                            \
-    } while (0)
-    PUT(0, evalsha, sizeof(evalsha) - 1);
+    p = lay_out(c, n, cb, arg);
+    p = put_arg(c, p, 0, evalsha, sizeof(evalsha) - 1);
     c->argv[1] = NULL; /* the sha: store_cmd_format writes it */
     c->argvlen[1] = STORE_SHA_LEN;
-    PUT(2, one, sizeof(one) - 1);
-    PUT(3, key, keylen);
+    p = put_arg(c, p, 2, one, sizeof(one) - 1);
+    p = put_arg(c, p, 3, key, keylen);
     for (int i = 0; i < argc; i++)
-        PUT(4 + i, argv[i], argvlen[i]);
-#undef PUT
+        p = put_arg(c, p, 4 + i, argv[i], argvlen[i]);
     return c;
 }
 
@@ -123,30 +144,16 @@ struct store_cmd *store_cmd_new_read(const char *key, size_t keylen, int argc,
                                      const char *const *argv, const size_t *argvlen, store_cb *cb,
                                      void *arg)
 {
-    size_t bytes = keylen + 1;
-    struct store_cmd *c;
+    struct store_cmd *c = calloc(1, block_size(argc, keylen + 1 + args_bytes(argc, argvlen)));
     char *p;
 
-    for (int i = 0; i < argc; i++)
-        bytes += argvlen[i] + 1;
-    c = calloc(1, sizeof(*c) + (size_t)argc * (sizeof(char *) + sizeof(size_t)) + bytes);
     if (!c)
         return NULL;
-    c->cb = cb;
-    c->arg = arg;
     c->read = 1;
     c->script = -1;
-    c->argc = argc;
-    c->argv = (char **)(c + 1);
-    c->argvlen = (size_t *)(c->argv + argc);
-    p = (char *)(c->argvlen + argc);
-    for (int i = 0; i < argc; i++) {
-        c->argv[i] = p;
-        c->argvlen[i] = argvlen[i];
-        memcpy(p, argv[i], argvlen[i]);
-        p[argvlen[i]] = '\0';
-        p += argvlen[i] + 1;
-    }
+    p = lay_out(c, argc, cb, arg);
+    for (int i = 0; i < argc; i++)
+        p = put_arg(c, p, i, argv[i], argvlen[i]);
     memcpy(p, key, keylen);
     p[keylen] = '\0';
     c->rkey = p;

@@ -1,8 +1,8 @@
 /* store_conn.c - one asynchronous Redis connection (hiredis 0.14 + libev):
  * EVALSHA with NOSCRIPT reload and retry, redirects handed to the owner,
- * refusals handed to store_conn_setup.c (which also sends the setup
- * commands), the commands in flight, a watchdog, keepalive, reconnect with
- * backoff.
+ * the commands in flight, a watchdog, keepalive, reconnect with backoff. The
+ * setup commands and what a refusal means are store_conn_setup.c's, below
+ * it: it answers, this file acts.
  *
  * Lifetime rules. A hiredis callback cannot be cancelled, and a context given
  * up with redisAsyncFree() runs its pending callbacks with a NULL reply, at
@@ -28,12 +28,13 @@
 #include "core/net.h"
 #include "core/util.h"
 #include "metrics/metrics.h"
-#include "store_conn_int.h"
+#include "store_conn_setup.h"
 #include "store_errors.h"
 #include "store_lookup.h"
 #include "store_reply.h"
 #include "store_reply_pool.h"
 
+#define BACKOFF_MIN 0.05 /* seconds before the first retry; doubled up to BACKOFF_MAX */
 #define BACKOFF_MAX 2.0
 #define WATCHDOG_EVERY 0.05
 
@@ -141,15 +142,27 @@ static void conn_lost(struct store_conn *conn, redisAsyncContext *ac, const char
         store_conn_retry_later(conn);
 }
 
-/* For store_conn_setup.c (store_conn_int.h). */
-void store_conn_set_ready(struct store_conn *conn, int ready)
+/* Reply of a setup command (AUTH, SELECT, ROLE, SCRIPT LOAD, the probe;
+ * priv says which): store_conn_setup.c judges it, this acts. */
+static void on_setup_reply(redisAsyncContext *ac, void *r, void *priv)
 {
-    set_ready(conn, ready);
-}
+    struct store_conn *conn = ac->data;
+    redisReply *reply = r;
 
-void store_conn_lost(struct store_conn *conn, redisAsyncContext *ac, const char *why, int retry)
-{
-    conn_lost(conn, ac, why, retry);
+    if (!reply || conn->ac != ac)
+        return; /* going away: conn_lost handles it */
+    conn->io_us = util_now_us();
+    switch (store_conn_setup_reply(conn, (long)(intptr_t)priv, reply)) {
+    case STORE_CONN_SETUP_READY:
+        conn->backoff = BACKOFF_MIN;
+        set_ready(conn, 1);
+        break;
+    case STORE_CONN_SETUP_LOST:
+        conn_lost(conn, ac, conn->last_err, 1);
+        break;
+    case STORE_CONN_SETUP_WAIT:
+        break;
+    }
 }
 
 static void on_connect(const redisAsyncContext *ac, int status)
@@ -206,7 +219,7 @@ static void connect_to(struct store_conn *conn, const char *ip)
     redisAsyncSetConnectCallback(ac, on_connect);
     redisAsyncSetDisconnectCallback(ac, on_disconnect);
     /* Commands queue until the connection is made, in order. */
-    store_conn_send_setup(conn);
+    store_conn_send_setup(conn, on_setup_reply);
     ev_timer_again(loop, &conn->watchdog);
 }
 
@@ -425,7 +438,7 @@ static void flush(struct store_conn *conn)
             c->next = NULL;
             key = store_cmd_key(c, &len);
             if (!alone && !c->batch && !c->asking && !c->read && n < STORE_CONN_BATCH_MAX &&
-                (!(conn->flags & STORE_CONN_SLOTS) || util_redis_slot(key, len) == slot)) {
+                (!conn->slots || util_redis_slot(key, len) == slot)) {
                 *gt = c;
                 gt = &c->mnext;
                 c->mnext = NULL;
@@ -484,7 +497,7 @@ static int handle_error(struct store_conn *conn, redisAsyncContext *ac, struct s
         c->noscript_retried = 1;
         LOG_INFO("\"redis lost its scripts; reloading\" addr=%s script=%s", log_val(conn->name),
                  store_conn_script_names[c->script]);
-        if (redisAsyncCommand(ac, store_conn_on_setup_reply, (void *)(intptr_t)c->script,
+        if (redisAsyncCommand(ac, on_setup_reply, (void *)(intptr_t)c->script,
                               "SCRIPT LOAD %s", store_conn_script_src[c->script]) == REDIS_OK) {
             METRIC_INC(redis_commands);
             conn->loading++;
@@ -512,7 +525,8 @@ static int handle_error(struct store_conn *conn, redisAsyncContext *ac, struct s
         snprintf(command, sizeof(command), "EVALSHA %s", store_conn_script_names[c->script]);
         METRIC_INC(redis_errors);
         store_conn_note_error(conn, kind, err, command);
-        store_conn_refused(conn, ac, kind, err, (int)util_redis_slot(key, len));
+        store_conn_refused(conn, kind, err, (int)util_redis_slot(key, len));
+        conn_lost(conn, ac, conn->last_err, 1);
         store_cmd_fail(c, STORE_DOWN, metrics_redis_error_names[kind]);
         return 1;
     }
@@ -623,7 +637,8 @@ struct store_conn *store_conn_new(struct store_env *env, const struct store_conn
     conn->env = env;
     conn->hooks = hooks;
     conn->owner = owner;
-    conn->flags = flags;
+    conn->must_be_master = (flags & STORE_CONN_CHECK_ROLE) != 0;
+    conn->slots = (flags & STORE_CONN_SLOTS) != 0;
     conn->backoff = BACKOFF_MIN;
     conn->probe_slot = -1;
     snprintf(conn->name, sizeof(conn->name), "-");

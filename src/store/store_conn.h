@@ -29,10 +29,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "store.h"
-#include "store_resp.h"
-
-#define STORE_SHA_LEN 40
+#include "store_cmd.h"
+#include "store_env.h"
 
 /* TCP keepalive on every TCP connection to Redis or a Sentinel
  * (net_tcp_keepalive): with no traffic for 10 s a probe, then one every 5 s;
@@ -46,23 +44,6 @@
 struct ev_loop;
 struct store_conn;
 
-/* What every connection of one store shares. */
-struct store_env {
-    struct ev_loop *loop;
-    uint64_t timeout_us;     /* [redis] timeout: per command, and per sentinel/seed query */
-    uint64_t dead_after_us;  /* watchdog: a command or a connect older than this is stuck */
-    uint64_t keepalive_us;   /* [redis] keepalive: PING after this long without traffic; 0 off */
-    const char *user;        /* AUTH user (NULL: password only) */
-    const char *password;    /* AUTH at connect when not NULL */
-    int db;                  /* SELECT at connect when not 0 */
-    const char *prefix;      /* [redis] prefix: the probe's key (and the ACL's key pattern) */
-    char sha[SCRIPT_COUNT + 1][STORE_SHA_LEN + 1]; /* from SCRIPT LOAD: the same on every
-                                                       server; [SCRIPT_COUNT] is the batch */
-    unsigned pending;        /* commands queued or in flight over all connections */
-    struct store_resp resp;  /* the request being written (store_cmd_format), reused */
-    int corked;              /* store_conn_send() only queues (see store_conn_uncork) */
-};
-
 /* Group commit. While STORE_CONN_MAX_INFLIGHT script calls are in flight on a
  * connection, further calls queue; when one returns, the queue goes out as one
  * EVALSHA of the batch script (lua/batch.sh: many keys, per-key results), or
@@ -70,83 +51,6 @@ struct store_env {
  * once. A lone call is sent at once, as itself. */
 #define STORE_CONN_MAX_INFLIGHT 2
 #define STORE_CONN_BATCH_MAX 256
-
-/* One store_eval() call: EVALSHA sha 1 key args... Owned by the store until
- * its callback has run (store_cmd_fail or a reply). */
-struct store_cmd {
-    store_cb *cb;
-    void *arg;
-    uint64_t sent_us;        /* last sent; the watchdog looks at the oldest */
-    uint64_t first_us;       /* first sent: the latency reported to the caller */
-    int script;
-    unsigned noscript_retried : 1;
-    unsigned moved : 1;      /* followed a -MOVED already */
-    unsigned asked : 1;      /* followed an -ASK already */
-    unsigned asking : 1;     /* send ASKING first (the last redirect was -ASK) */
-    unsigned batch : 1;      /* carries members (below) */
-    unsigned read : 1;       /* store_read(): argv is the command as is, no sha;
-                              * never batched; key in rkey */
-    unsigned pooled : 1;     /* a CMD_BLOCK block, recycled (store_cmd.c) */
-    int argc;                /* a batch: 0 (its request is written from its members) */
-    char **argv;             /* argv[1] is NULL: the sha is written when sent */
-    size_t *argvlen;
-    struct store_conn *conn; /* where it is in flight; NULL when not */
-    struct store_cmd *prev, *next;
-    /* A batch: the calls it carries, in reply order (linked by mnext); its
-     * argv borrows their keys and arguments. NULL for a single call. */
-    struct store_cmd *members, *mnext;
-    unsigned nmembers;
-    const char *rkey;        /* a read's routing key (in the same block) */
-    size_t rkeylen;
-};
-
-/* A copy of the call; NULL when out of memory. */
-struct store_cmd *store_cmd_new(enum store_script script, const char *key, size_t keylen, int argc,
-                                const char *const *argv, const size_t *argvlen, store_cb *cb,
-                                void *arg);
-
-/* A copy of a read command (store_read): argv as given, routed by key.
- * NULL when out of memory. */
-struct store_cmd *store_cmd_new_read(const char *key, size_t keylen, int argc,
-                                     const char *const *argv, const size_t *argvlen, store_cb *cb,
-                                     void *arg);
-
-/* Free a command (a batch: not its members). NULL no-op. */
-void store_cmd_free(struct store_cmd *c);
-
-/* Free the blocks this thread keeps for new commands (store_cmd_free
- * recycles them). For the end of a store, on its thread. */
-void store_cmd_pool_drain(void);
-
-/* One EVALSHA of the batch script carrying the n calls of list (linked by
- * mnext, each a store_cmd_new() of one script): "EVALSHA sha n key... then
- * per call script argc args...". Its callback fails every member; a reply
- * goes to store_batch_reply(). NULL when out of memory (list untouched). */
-struct store_cmd *store_batch_new(struct store_cmd *list, unsigned n);
-
-/* The request of c (a call, a read, or a batch) into w, reset first: sha
- * (STORE_SHA_LEN bytes; unused for a read) goes in place of argv[1], and a
- * batch is written from its members. 0, or -1 when out of memory. */
-int store_cmd_format(const struct store_cmd *c, const char *sha, struct store_resp *w);
-
-struct redisReply;
-
-/* Hand each member of batch b its part of reply ("n v1 .. vn" per call, in
- * order: lua/batch.sh), running and freeing each; members the reply does not
- * cover fail. now: for the latency reported. */
-void store_batch_reply(struct store_cmd *b, const struct redisReply *reply, uint64_t now);
-
-/* Hand a read command its reply (strings of an array, or an integer), run
- * its callback and free it. now: for the latency reported. */
-void store_cmd_read_reply(struct store_cmd *c, const struct redisReply *reply, uint64_t now);
-
-/* The key of the command (argv[3]; a read's routing key; a batch's first
- * member's). */
-const char *store_cmd_key(const struct store_cmd *c, size_t *len);
-
-/* Run the callback with status (STORE_DOWN or STORE_ERR) and err, then free
- * the command. It must not be in flight. */
-void store_cmd_fail(struct store_cmd *c, int status, const char *err);
 
 /* The owner's side. Hooks run on the loop thread, often from inside a hiredis
  * callback of this connection: they must not free the connection. */

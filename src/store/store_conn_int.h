@@ -1,7 +1,8 @@
-/* store_conn_int.h - what store_conn.c (the connection, its commands, its
- * reconnects) and store_conn_setup.c (the setup commands, refusals and the
- * probe) share: the connection's state and the few calls between them.
- * Private to those two files: the store module uses store_conn.h.
+/* store_conn_int.h - the state of one connection, which store_conn.c (the
+ * connection, its commands, its reconnects) and store_conn_setup.c (the setup
+ * commands, refusals and the probe, below it) share. Private to those two
+ * files: the store module uses store_conn.h. Above store_env.h only, so that
+ * the setup never reaches back into the connection's API.
  */
 #ifndef STORE_CONN_INT_H
 #define STORE_CONN_INT_H
@@ -10,20 +11,20 @@
 #include <hiredis/async.h>
 #include <stdint.h>
 
-#include "metrics/metrics.h"
-#include "store_conn.h"
+#include "store_env.h"
 
-#define BACKOFF_MIN 0.05 /* seconds before the first retry; doubled up to BACKOFF_MAX */
 #define ERR_LEN 256
 
-/* What a setup reply answers (its priv): a script index, or one of these. */
-enum { SETUP_AUTH = -1, SETUP_SELECT = -2, SETUP_ROLE = -3, SETUP_PROBE = -4 };
+struct store_cmd;
+struct store_conn_hooks;
+struct store_lookup;
 
 struct store_conn {
     struct store_env *env;
     const struct store_conn_hooks *hooks;
     void *owner;
-    int flags;
+    int must_be_master; /* STORE_CONN_CHECK_ROLE: ROLE at every connect */
+    int slots;          /* STORE_CONN_SLOTS: a Cluster node */
     char *host; /* TCP, or */
     int port;
     char *unix_path; /* a unix socket */
@@ -54,32 +55,5 @@ struct store_conn {
     unsigned qlen;
     char last_err[ERR_LEN];
 };
-
-/* The scripts by enum store_script, then the batch script (script.h): their
- * source (SCRIPT LOAD) and their names (logs). */
-extern const char *const store_conn_script_src[SCRIPT_COUNT + 1];
-extern const char *const store_conn_script_names[SCRIPT_COUNT + 1];
-
-/* store_conn.c */
-/* ready went 0 or 1: the owner's state hook runs on a change */
-void store_conn_set_ready(struct store_conn *conn, int ready);
-/* The connection is gone or given up (see conn_lost in store_conn.c) */
-void store_conn_lost(struct store_conn *conn, redisAsyncContext *ac, const char *why, int retry);
-
-/* store_conn_setup.c */
-/* Queue the setup commands on the new context conn->ac: they go out, in
- * order, once the connect is made; the last reply makes conn ready. */
-void store_conn_send_setup(struct store_conn *conn);
-/* The reply callback of a setup command (priv: a script index or a SETUP_*
- * value), also used for the SCRIPT LOAD of a NOSCRIPT reload. */
-void store_conn_on_setup_reply(redisAsyncContext *ac, void *r, void *priv);
-/* Count an error reply to command and log it (store_error_note). */
-void store_conn_note_error(struct store_conn *conn, enum metrics_redis_error kind,
-                           const char *err, const char *command);
-/* Redis refused a call with an error every call will get (a refusal,
- * store_errors.h): give the connection up, make it again after the backoff
- * with a probe first (of slot on a Cluster node: the refused key's). */
-void store_conn_refused(struct store_conn *conn, redisAsyncContext *ac,
-                        enum metrics_redis_error kind, const char *err, int slot);
 
 #endif

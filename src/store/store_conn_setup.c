@@ -1,11 +1,12 @@
 /* store_conn_setup.c - what a connection sends before it is ready (AUTH,
  * SELECT, ROLE, SCRIPT LOAD of every script, and after a refusal a probe),
- * the replies to them, and what a refusal does (store_errors.h): the
+ * the replies to them, and what a refusal marks (store_errors.h): the
  * connection is given up and made again after the backoff, ready only once
- * the probe passes. The connection itself is store_conn.c's; both share
- * store_conn_int.h. The lifetime rules of store_conn.c hold here too.
+ * the probe passes. The connection itself is store_conn.c's, which acts on
+ * what these functions answer (store_conn_setup.h); both share
+ * store_conn_int.h.
  */
-#include "store_conn_int.h"
+#include "store_conn_setup.h"
 
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
@@ -63,47 +64,43 @@ void store_conn_note_error(struct store_conn *conn, enum metrics_redis_error kin
 }
 
 /* Redis refused a call with a reply that every call will get (kind: a
- * refusal, store_errors.h): give the connection up and try again after the
- * backoff, a probe first. Not master: find it again (ROLE, Sentinel, the
+ * refusal, store_errors.h): the connection is given up and tried again after
+ * the backoff, a probe first. Not master: find it again (ROLE, Sentinel, the
  * Cluster map through the owner's hooks). slot: of the refused call's key
  * (the probe's must match on a Cluster node), or -1. */
-void store_conn_refused(struct store_conn *conn, redisAsyncContext *ac,
-                        enum metrics_redis_error kind, const char *err, int slot)
+void store_conn_refused(struct store_conn *conn, enum metrics_redis_error kind, const char *err,
+                        int slot)
 {
-    char why[ERR_LEN];
-
-    snprintf(why, sizeof(why), "%.200s", err);
     conn->refused = 1;
-    conn->probe_slot = (conn->flags & STORE_CONN_SLOTS) ? slot : -1;
+    conn->probe_slot = conn->slots ? slot : -1;
     /* url mode: say what the server is (Sentinel checks ROLE anyway; a
      * Cluster node leaves the map at the refresh its loss asks for) */
-    if ((kind == METRICS_REDIS_READONLY || kind == METRICS_REDIS_MASTERDOWN) &&
-        !(conn->flags & STORE_CONN_SLOTS))
+    if ((kind == METRICS_REDIS_READONLY || kind == METRICS_REDIS_MASTERDOWN) && !conn->slots)
         conn->check_role = 1;
-    snprintf(conn->last_err, sizeof(conn->last_err), "%s", why); /* said by note_error */
-    store_conn_lost(conn, ac, why, 1);
+    /* said by note_error: the loss does not say it again */
+    snprintf(conn->last_err, sizeof(conn->last_err), "%.200s", err);
 }
 
 /* One setup reply in: the last one makes the connection ready. */
-static void setup_step_done(struct store_conn *conn)
+static enum store_conn_setup_next setup_step_done(struct store_conn *conn)
 {
     if (conn->loading > 0 && --conn->loading == 0) {
-        conn->backoff = BACKOFF_MIN;
         conn->last_err[0] = '\0';
         conn->refused = 0;
         conn->check_role = 0;
-        store_conn_set_ready(conn, 1);
+        return STORE_CONN_SETUP_READY;
     }
+    return STORE_CONN_SETUP_WAIT;
 }
 
 /* ROLE answered something else than master. */
-static void not_master(struct store_conn *conn, redisAsyncContext *ac, const char *role)
+static enum store_conn_setup_next not_master(struct store_conn *conn, const char *role)
 {
     char why[ERR_LEN];
 
     snprintf(why, sizeof(why), "ROLE is %.40s, not master", role);
     if (strcmp(conn->last_err, why) != 0) {
-        if (conn->flags & STORE_CONN_CHECK_ROLE)
+        if (conn->must_be_master)
             LOG_WARN("\"redis is not the master\" addr=%s role=%s", log_val(conn->name),
                      log_esc(role, strnlen(role, 40)));
         else /* url mode: only the operator (or REPLICAOF NO ONE) changes it */
@@ -113,69 +110,55 @@ static void not_master(struct store_conn *conn, redisAsyncContext *ac, const cha
     }
     snprintf(conn->last_err, sizeof(conn->last_err), "%s", why);
     conn->check_role = 1;
-    store_conn_lost(conn, ac, why, 1);
+    return STORE_CONN_SETUP_LOST;
 }
 
 /* An error reply to a setup command. */
-static void setup_error(struct store_conn *conn, redisAsyncContext *ac, long what, const char *err)
+static enum store_conn_setup_next setup_error(struct store_conn *conn, long what, const char *err)
 {
     enum metrics_redis_error kind = store_error_kind(err);
     char why[ERR_LEN];
 
     METRIC_INC(redis_errors);
-    if (what == SETUP_ROLE && kind == METRICS_REDIS_NOPERM &&
-        !(conn->flags & STORE_CONN_CHECK_ROLE)) {
+    if (what == SETUP_ROLE && kind == METRICS_REDIS_NOPERM && !conn->must_be_master) {
         /* url mode asks ROLE after a READONLY only to say so: an ACL user
          * without ROLE goes on (the probe tells whether writes pass) */
         METRIC_INC(redis_error_replies[kind]);
-        return;
+        return STORE_CONN_SETUP_WAIT;
     }
     store_conn_note_error(conn, kind, err, setup_name(what));
     if (store_error_refusal(kind) && (what == SETUP_PROBE || (kind != METRICS_REDIS_NOAUTH &&
                                                               kind != METRICS_REDIS_WRONGPASS))) {
-        store_conn_refused(conn, ac, kind, err, conn->probe_slot);
-        return;
+        store_conn_refused(conn, kind, err, conn->probe_slot);
+        return STORE_CONN_SETUP_LOST;
     }
-    if (what == SETUP_PROBE) { /* not a refusal (a -MOVED, ...): the probe passed */
-        setup_step_done(conn);
-        return;
-    }
+    if (what == SETUP_PROBE) /* not a refusal (a -MOVED, ...): the probe passed */
+        return setup_step_done(conn);
     snprintf(why, sizeof(why), "%s: %s", setup_name(what), err);
     if (!store_error_refusal(kind) && strcmp(conn->last_err, why) != 0) /* once per refusal */
         LOG_ERROR("\"redis refused setup\" err=\"%s\" addr=%s", log_esc(why, strlen(why)),
                   log_val(conn->name));
     snprintf(conn->last_err, sizeof(conn->last_err), "%s", why);
-    store_conn_lost(conn, ac, why, 1);
+    return STORE_CONN_SETUP_LOST;
 }
 
-/* Reply of a setup command (AUTH, SELECT, ROLE, SCRIPT LOAD, the probe). */
-void store_conn_on_setup_reply(redisAsyncContext *ac, void *r, void *priv)
+enum store_conn_setup_next store_conn_setup_reply(struct store_conn *conn, long what,
+                                                  const redisReply *reply)
 {
-    struct store_conn *conn = ac->data;
-    redisReply *reply = r;
-    long what = (long)(intptr_t)priv;
-
-    if (!reply || conn->ac != ac)
-        return; /* going away: conn_lost handles it */
-    conn->io_us = util_now_us();
-    if (reply->type == REDIS_REPLY_ERROR) {
-        setup_error(conn, ac, what, reply->str);
-        return;
-    }
+    if (reply->type == REDIS_REPLY_ERROR)
+        return setup_error(conn, what, reply->str);
     if (what == SETUP_ROLE) {
         const char *role = "?";
         if (reply->type == REDIS_REPLY_ARRAY && reply->elements > 0 &&
             reply->element[0]->type == REDIS_REPLY_STRING)
             role = reply->element[0]->str;
-        if (strcmp(role, "master") != 0)
-            not_master(conn, ac, role);
-        return;
+        return strcmp(role, "master") != 0 ? not_master(conn, role) : STORE_CONN_SETUP_WAIT;
     }
     if (what < 0 && what != SETUP_PROBE)
-        return;
+        return STORE_CONN_SETUP_WAIT;
     if (what >= 0 && reply->type == REDIS_REPLY_STRING && reply->len == STORE_SHA_LEN)
         memcpy(conn->env->sha[what], reply->str, STORE_SHA_LEN + 1);
-    setup_step_done(conn);
+    return setup_step_done(conn);
 }
 
 /* The probe's key: under the prefix (the ACL key pattern is tested), of the
@@ -196,32 +179,31 @@ static void probe_key(const struct store_conn *conn, char *key, size_t cap)
     }
 }
 
-void store_conn_send_setup(struct store_conn *conn)
+void store_conn_send_setup(struct store_conn *conn, redisCallbackFn *on_reply)
 {
     const struct store_env *env = conn->env;
     redisAsyncContext *ac = conn->ac;
 
     if (env->password) {
         if (env->user)
-            redisAsyncCommand(ac, store_conn_on_setup_reply, (void *)(intptr_t)SETUP_AUTH,
-                              "AUTH %s %s", env->user, env->password);
+            redisAsyncCommand(ac, on_reply, (void *)(intptr_t)SETUP_AUTH, "AUTH %s %s", env->user,
+                              env->password);
         else
-            redisAsyncCommand(ac, store_conn_on_setup_reply, (void *)(intptr_t)SETUP_AUTH,
-                              "AUTH %s", env->password);
+            redisAsyncCommand(ac, on_reply, (void *)(intptr_t)SETUP_AUTH, "AUTH %s",
+                              env->password);
         METRIC_INC(redis_commands);
     }
     if (env->db) {
-        redisAsyncCommand(ac, store_conn_on_setup_reply, (void *)(intptr_t)SETUP_SELECT,
-                          "SELECT %d", env->db);
+        redisAsyncCommand(ac, on_reply, (void *)(intptr_t)SETUP_SELECT, "SELECT %d", env->db);
         METRIC_INC(redis_commands);
     }
-    if ((conn->flags & STORE_CONN_CHECK_ROLE) || conn->check_role) {
-        redisAsyncCommand(ac, store_conn_on_setup_reply, (void *)(intptr_t)SETUP_ROLE, "ROLE");
+    if (conn->must_be_master || conn->check_role) {
+        redisAsyncCommand(ac, on_reply, (void *)(intptr_t)SETUP_ROLE, "ROLE");
         METRIC_INC(redis_commands);
     }
     conn->loading = SCRIPT_COUNT + 1;
     for (long i = 0; i <= SCRIPT_BATCH; i++) {
-        redisAsyncCommand(ac, store_conn_on_setup_reply, (void *)(intptr_t)i, "SCRIPT LOAD %s",
+        redisAsyncCommand(ac, on_reply, (void *)(intptr_t)i, "SCRIPT LOAD %s",
                           store_conn_script_src[i]);
         METRIC_INC(redis_commands);
     }
@@ -230,7 +212,7 @@ void store_conn_send_setup(struct store_conn *conn)
          * gone a second later): it must pass before calls go out again */
         char key[PROBE_KEY_MAX];
         probe_key(conn, key, sizeof(key));
-        redisAsyncCommand(ac, store_conn_on_setup_reply, (void *)(intptr_t)SETUP_PROBE,
+        redisAsyncCommand(ac, on_reply, (void *)(intptr_t)SETUP_PROBE,
                           "EVALSHA %s 1 %s 1000 1000 1000", env->sha[SCRIPT_TB_EXACT], key);
         METRIC_INC(redis_commands);
         conn->loading++;

@@ -30,6 +30,7 @@ struct store_heartbeat {
     struct store *s;
     ev_timer timer;
     int inflight;  /* one beat at a time */
+    int stopped;   /* store_heartbeat_stop: no beat any more */
     unsigned last; /* the count last logged */
     char key[96];
     char member[384];
@@ -52,13 +53,14 @@ static void on_beat(void *arg, const struct store_result *res)
     hb->last = n;
 }
 
-void store_heartbeat_beat(struct store_heartbeat *hb)
+/* Beat now (unless one is out, or Redis is down). */
+static void beat(struct store_heartbeat *hb)
 {
     char live[24];
     const char *argv[6];
     size_t argvlen[6];
 
-    if (hb->inflight || !store_up(hb->s))
+    if (hb->stopped || hb->inflight || !store_up(hb->s))
         return;
     snprintf(live, sizeof(live), "%d", STORE_HEARTBEAT_LIVE);
     argv[0] = "EVAL";
@@ -78,7 +80,14 @@ static void timer_cb(struct ev_loop *loop, ev_timer *t, int revents)
 {
     (void)loop;
     (void)revents;
-    store_heartbeat_beat(t->data);
+    beat(t->data);
+}
+
+/* Redis just came up: the fleet's size at once, not a period later. */
+static void on_state(void *arg, int up)
+{
+    if (up)
+        beat(arg);
 }
 
 struct store_heartbeat *store_heartbeat_new(struct ev_loop *loop, struct store *s,
@@ -98,13 +107,16 @@ struct store_heartbeat *store_heartbeat_new(struct ev_loop *loop, struct store *
     ev_timer_init(&hb->timer, timer_cb, STORE_HEARTBEAT_EVERY, STORE_HEARTBEAT_EVERY);
     hb->timer.data = hb;
     ev_timer_start(loop, &hb->timer);
+    store_on_state(s, on_state, hb);
     return hb;
 }
 
 void store_heartbeat_stop(struct store_heartbeat *hb)
 {
-    if (hb)
-        ev_timer_stop(hb->loop, &hb->timer);
+    if (!hb)
+        return;
+    hb->stopped = 1;
+    ev_timer_stop(hb->loop, &hb->timer);
 }
 
 void store_heartbeat_free(struct store_heartbeat *hb)

@@ -1,6 +1,8 @@
 /* store_heartbeat.h - every agent says it is alive in Redis, and counts the
  * agents that do: the fleet size behind [fallback] share = auto (fleet.h)
- * and the gauge fleet_agents. Internal to the store module.
+ * and the gauge fleet_agents. A client of the store above it, through
+ * store.h alone (store_read, store_up, store_on_state): main.c makes it
+ * beside the limiter's store; the store knows nothing of it.
  *
  * One sorted set per prefix, PREFIX "agents": a member per agent, "host=H
  * pid=P listen=L", scored by the time of its last beat (Redis' clock, in
@@ -21,17 +23,15 @@ struct store;
 struct store_heartbeat;
 
 /* Beats for this agent (listen: its SPOP address as configured) under prefix
- * on s, starting at the next store_heartbeat_beat() or timer. NULL when out
- * of memory. */
+ * on s: every STORE_HEARTBEAT_EVERY, and at once whenever s comes up (it
+ * watches s with store_on_state). NULL when out of memory. */
 struct store_heartbeat *store_heartbeat_new(struct ev_loop *loop, struct store *s,
                                             const char *prefix, const char *listen);
 
-/* Beat now (e.g. Redis just came up). */
-void store_heartbeat_beat(struct store_heartbeat *hb);
-
-/* Stop beating. Before the store's connections are freed (a beat in flight
- * then completes with STORE_DOWN); store_heartbeat_free() after. */
-void store_heartbeat_stop(struct store_heartbeat *hb);
+/* Stop beating: before the store is freed (a beat in flight then completes
+ * with STORE_DOWN). store_heartbeat_free() after the store is freed, since
+ * the store calls its watcher until then. */
+void store_heartbeat_stop(struct store_heartbeat *hb); /* NULL no-op */
 void store_heartbeat_free(struct store_heartbeat *hb); /* NULL no-op */
 
 #endif

@@ -1,7 +1,7 @@
 /* store_info.h - what INFO says about eviction on each Redis the agent uses
  * (the url's server, the master Sentinel names, every Cluster master).
- * Internal to the store module, except the parser, which is pure (libcore)
- * so that unit tests reach it.
+ * Internal to the store module; the parser of INFO's fields is pure, in
+ * store_info_parse.h (libcore), so that unit tests reach it.
  *
  * A Redis with maxmemory set and a maxmemory-policy that can evict our keys
  * (allkeys-*, and volatile-* since every key the agent writes has a TTL)
@@ -17,28 +17,7 @@
 #ifndef STORE_INFO_H
 #define STORE_INFO_H
 
-#include <stddef.h>
-#include <stdint.h>
-
-/* ---- pure: the fields of an INFO reply ---------------------------------- */
-
-struct store_info_mem {
-    uint64_t maxmemory; /* 0: no limit */
-    char policy[32];    /* maxmemory_policy, "" when absent */
-    uint64_t evicted_keys;
-    int has_maxmemory, has_policy, has_evicted;
-};
-
-/* Read maxmemory, maxmemory_policy and evicted_keys out of INFO's text
- * ("name:value" lines, CRLF or LF). Fields absent stay unset (has_* 0). */
-void store_info_parse(const char *text, size_t len, struct store_info_mem *out);
-
-/* 1 when a server with these settings can evict the agent's keys:
- * maxmemory > 0 and a policy other than noeviction (allkeys-*, volatile-*;
- * an unknown policy counts as evicting). */
-int store_info_can_evict(const struct store_info_mem *m);
-
-/* ---- the store's side ------------------------------------------------------ */
+#include "store_info_parse.h"
 
 struct ev_loop;
 struct store_conn;

@@ -1,5 +1,5 @@
-/* store_info_parse.c - the INFO fields about eviction (store_info.h); pure. */
-#include "store_info.h"
+/* store_info_parse.c - the INFO fields about eviction (store_info_parse.h); pure. */
+#include "store_info_parse.h"
 
 #include <stdlib.h>
 #include <string.h>

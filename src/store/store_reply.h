@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 #include "bucket.h"
-#include "store.h"
+#include "store_result.h"
 
 struct redisReply;
 

@@ -1,5 +1,5 @@
 /* store_reply_pool.c - hiredis reply objects, recycled (store_reply_pool.h). */
-#include "store/store_reply_pool.h"
+#include "store_reply_pool.h"
 
 #include <hiredis/hiredis.h>
 #include <stdlib.h>

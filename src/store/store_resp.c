@@ -1,5 +1,5 @@
 /* store_resp.c - RESP requests into one reusable buffer (store_resp.h). */
-#include "store/store_resp.h"
+#include "store_resp.h"
 
 #include <stdlib.h>
 #include <string.h>
