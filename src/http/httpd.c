@@ -38,6 +38,7 @@ struct http_conn {
     size_t resp_len, resp_off;
     struct httpd_req *waiting; /* the handler's answer is still to come */
     int routing;               /* inside route(): an answer is only stored */
+    const char *headers;       /* in req: the '\n' that ends the request line */
     struct sockaddr_storage peer;
     struct dlist link;    /* on h->conns */
     struct dlist reading; /* on h->reading until its whole request is in */
@@ -145,12 +146,12 @@ void httpd_set_handler(struct httpd *h, httpd_handler *fn, void *ctx)
     h->handler_ctx = ctx;
 }
 
-/* The value of header name (case-insensitive) in the request text, without
- * surrounding blanks, its length in *len; NULL when absent. */
-static const char *find_header(const char *req, const char *name, size_t *len)
+/* The value of header name (case-insensitive) in the header lines after
+ * line (the '\n' ending the request line; NULL: none), without surrounding
+ * blanks, its length in *len; NULL when absent. */
+static const char *find_header(const char *line, const char *name, size_t *len)
 {
     size_t nlen = strlen(name);
-    const char *line = strchr(req, '\n');
 
     while (line && line[1] != '\r' && line[1] != '\n' && line[1] != '\0') {
         line++;
@@ -171,7 +172,7 @@ static const char *find_header(const char *req, const char *name, size_t *len)
 
 const char *httpd_req_header(const struct httpd_req *req, const char *name, size_t *len)
 {
-    return req->c ? find_header(req->c->req, name, len) : NULL;
+    return req->c ? find_header(req->c->headers, name, len) : NULL;
 }
 
 /* Constant time in the length of want: a guess of the credentials learns
@@ -195,7 +196,7 @@ static int authorized(const struct http_conn *c)
 
     if (!c->h->auth)
         return 1;
-    v = find_header(c->req, "Authorization", &len);
+    v = find_header(c->headers, "Authorization", &len);
     return v && same_secret(v, len, c->h->auth);
 }
 
@@ -252,7 +253,9 @@ static void route(struct http_conn *c)
     char *body;
     int head;
 
-    /* "METHOD SP target SP ...": the target in place, up to the whole request */
+    /* "METHOD SP target SP ...": the target in place, up to the whole request;
+     * the header lines after it stay as they are */
+    c->headers = strchr(c->req, '\n');
     target = strchr(c->req, ' ');
     if (sscanf(c->req, "%7s", method) != 1 || !target ||
         target > c->req + strcspn(c->req, "\r\n")) {

@@ -6,6 +6,12 @@
 const $ = (id) => document.getElementById(id);
 let token = "";
 let lastOk = 0;
+// The rules' five minutes, kept here: after the first answer the page asks
+// only for the seconds it has not seen (?since=), and appends them.
+const SPAN = 300;
+let hist = {};
+let since = 0;
+let started = 0;
 
 function el(tag, attrs, text) {
   const e = document.createElement(tag);
@@ -96,8 +102,8 @@ function drawRules(rules) {
       el("td", { class: "n blocked" }, num(r.blocked)), el("td", { class: "n would-block" }, num(r.would_block)),
       el("td", { class: "n pct" + (pct >= 10 ? " hot" : "") }, num(pct, 1)));
     const td = el("td");
-    const blk = r.shadow ? r.history.would_blocks : r.history.blocks;
-    td.append(sparkline(r.history.decisions, blk));
+    const h = hist[r.name] || { decisions: [], blocks: [] };
+    td.append(sparkline(h.decisions, h.blocks));
     tr.append(td);
     body.append(tr);
   }
@@ -187,11 +193,31 @@ function draw(s) {
   drawTop(s.top, s.reset.allowed);
 }
 
+// Append what came to each rule's series (a shadow rule: its would-be blocks).
+function keep(s) {
+  if (s.agent.started_unix !== started) { // another agent (a restart): start over
+    started = s.agent.started_unix;
+    if (since) { hist = {}; since = 0; return false; }
+  }
+  const next = {};
+  for (const r of s.rules) {
+    const old = since ? hist[r.name] || { decisions: [], blocks: [] } : { decisions: [], blocks: [] };
+    const blk = r.shadow ? r.history.would_blocks : r.history.blocks;
+    next[r.name] = { decisions: old.decisions.concat(r.history.decisions).slice(-SPAN),
+                     blocks: old.blocks.concat(blk).slice(-SPAN) };
+    since = Math.max(since, r.history.last_unix);
+  }
+  hist = next;
+  return true;
+}
+
 async function tick() {
   try {
-    const res = await fetch("status.json", { cache: "no-store", credentials: "same-origin" });
+    const res = await fetch("status.json" + (since ? "?since=" + since : ""),
+                            { cache: "no-store", credentials: "same-origin" });
     if (!res.ok) throw new Error(res.status);
     const s = await res.json();
+    if (!keep(s)) { setTimeout(tick, 0); return; }
     token = s.reset.token || "";
     draw(s);
     lastOk = Date.now();
