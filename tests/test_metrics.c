@@ -25,6 +25,8 @@ START_TEST(render_has_every_interface_metric)
         "spoa_ratelimit_redis_batches_total",
         "spoa_ratelimit_redis_batched_calls_total",
         "spoa_ratelimit_redis_keepalives_total",
+        "spoa_ratelimit_redis_reconnects_total",
+        "spoa_ratelimit_redis_failovers_total",
         "spoa_ratelimit_redis_errors_total",
         "spoa_ratelimit_redis_latency_seconds",
         "spoa_ratelimit_connections",

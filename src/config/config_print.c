@@ -90,7 +90,13 @@ static void put_agent(struct strbuf *o, const struct config *cfg)
     put_duration(o, cfg->hello_timeout_ms);
     strbuf_printf(o, "\nstats_allow = ");
     put_cidrs(o, cfg->stats_allow, cfg->nstats_allow);
-    strbuf_printf(o, "%s\n\n", cfg->nstats_allow ? "" : " ; any peer");
+    strbuf_printf(o, "%s\n", cfg->nstats_allow ? "" : " ; any peer");
+    /* credentials: never the password, the file it is in instead */
+    if (cfg->stats_auth)
+        strbuf_printf(o, "stats_auth = ***\n");
+    if (cfg->stats_auth_file)
+        strbuf_printf(o, "stats_auth_file = %s\n", cfg->stats_auth_file);
+    strbuf_printf(o, "stats_reset = %s\n\n", yes_no(cfg->stats_reset));
 }
 
 static void put_redis(struct strbuf *o, const struct config *cfg)

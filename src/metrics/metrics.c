@@ -278,6 +278,12 @@ static void render_redis(struct strbuf *b)
     render_simple(b, "spoa_ratelimit_redis_keepalives_total", "counter",
                   "PINGs sent on Redis connections idle for [redis] keepalive.",
                   ld(&metrics.redis_keepalives));
+    render_simple(b, "spoa_ratelimit_redis_reconnects_total", "counter",
+                  "Times Redis was usable again after it had been lost.",
+                  ld(&metrics.redis_reconnects));
+    render_simple(b, "spoa_ratelimit_redis_failovers_total", "counter",
+                  "Another master chosen by the Sentinels, or Cluster slots that changed owners.",
+                  ld(&metrics.redis_failovers));
     render_simple(b, "spoa_ratelimit_redis_errors_total", "counter",
                   "Redis commands that failed or timed out.", ld(&metrics.redis_errors));
     /* every kind, 0 included: dashboards and alerts see the series before

@@ -35,6 +35,7 @@ struct store {
     int resolving;                   /* sentinel: the connection waits for an answer */
     struct store_cluster *cluster;   /* cluster: the slot map and the masters */
     int up;      /* what callers see: connected and store_info_ok() */
+    int was_up;  /* it has been up: the next up is a reconnect */
     int linked;  /* connected (url, sentinel: ready; cluster: up) */
     int closing; /* store_free is failing what is in flight */
     struct store_info *info; /* INFO: eviction (store_info.h) */
@@ -71,6 +72,10 @@ static void set_up(struct store *s, int linked)
         return;
     s->up = up;
     atomic_store(&metrics.redis_up, up);
+    if (up && s->was_up)
+        METRIC_INC(redis_reconnects);
+    if (up)
+        s->was_up = 1;
     if (up) {
         if (s->cluster)
             LOG_INFO("\"redis up\" mode=cluster");

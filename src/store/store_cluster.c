@@ -284,6 +284,8 @@ static void note_map(struct store_cluster *cl)
     cl->covered = covered;
     if (sig != cl->map_sig) {
         LOG_INFO("\"redis cluster map\" masters=%zu slots=%u", cl->nnodes, covered);
+        if (cl->map_sig) /* not the first map: slots changed owners */
+            METRIC_INC(redis_failovers);
         cl->map_sig = sig;
     }
 }

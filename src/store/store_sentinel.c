@@ -10,6 +10,7 @@
 
 #include "core/log.h"
 #include "core/net.h"
+#include "metrics/metrics.h"
 #include "store_probe.h"
 
 #define RECHECK_EVERY 1.0 /* seconds between background questions */
@@ -73,6 +74,8 @@ static void on_done(void *arg, int ok)
     snprintf(addr, sizeof(addr), strchr(sn->host, ':') ? "[%s]:%d" : "%s:%d", sn->host, sn->port);
     if (strcmp(addr, sn->logged) != 0) {
         LOG_INFO("\"redis master\" master=%s addr=%s", log_val(sn->master), log_val(addr));
+        if (sn->logged[0]) /* not the first answer: the sentinels chose another master */
+            METRIC_INC(redis_failovers);
         memcpy(sn->logged, addr, sizeof(addr));
     }
     sn->cb(sn->arg, sn->host, sn->port);
