@@ -23,7 +23,7 @@
 /* The process, sampled once a second (reading /proc per request would make
  * fifty tabs fifty directory walks a second). */
 static struct {
-    uint64_t fds, fd_limit, rss_bytes;
+    uint64_t fds, fd_limit, rss_bytes, memory_limit;
 } proc;
 
 static uint64_t count_fds(void)
@@ -54,6 +54,21 @@ static uint64_t rss_bytes(void)
     return resident * (uint64_t)sysconf(_SC_PAGESIZE);
 }
 
+/* The memory the cgroup may use (systemd's MemoryMax=, a container's
+ * limit), cgroup v2; 0 when unlimited or unknown. */
+static uint64_t memory_limit(void)
+{
+    FILE *f = fopen("/sys/fs/cgroup/memory.max", "re");
+    unsigned long long v = 0;
+
+    if (!f)
+        return 0;
+    if (fscanf(f, "%llu", &v) != 1) /* "max": unlimited */
+        v = 0;
+    fclose(f);
+    return v;
+}
+
 void status_sample(struct history *h, uint64_t now_s)
 {
     struct rlimit rl;
@@ -62,6 +77,7 @@ void status_sample(struct history *h, uint64_t now_s)
     proc.fds = count_fds();
     proc.fd_limit = getrlimit(RLIMIT_NOFILE, &rl) == 0 ? (uint64_t)rl.rlim_cur : 0;
     proc.rss_bytes = rss_bytes();
+    proc.memory_limit = memory_limit();
 }
 
 static uint64_t ld(atomic_uint_fast64_t *v)
@@ -90,13 +106,17 @@ static const char *redis_mode(const struct config *cfg)
 
 static json_t *agent_json(const struct status_agent *a, const struct config *cfg, uint64_t now)
 {
-    return json_pack("{s:s, s:I, s:I, s:I, s:I, s:s, s:I, s:I, s:I, s:I, s:I}", "version",
-                     a->version, "pid", (json_int_t)getpid(), "now_unix", (json_int_t)now,
-                     "started_unix", (json_int_t)a->started_unix, "uptime_s",
+    uint64_t entries = ld(&metrics.buckets) +
+                       (uint64_t)atomic_load_explicit(&metrics.lease_keys, memory_order_relaxed);
+
+    return json_pack("{s:s, s:I, s:I, s:I, s:I, s:s, s:I, s:I, s:I, s:I, s:o, s:I, s:I}",
+                     "version", a->version, "pid", (json_int_t)getpid(), "now_unix",
+                     (json_int_t)now, "started_unix", (json_int_t)a->started_unix, "uptime_s",
                      (json_int_t)(now - a->started_unix), "config_file", a->config_file,
                      "workers", (json_int_t)a->workers, "fds", (json_int_t)proc.fds, "fd_limit",
                      (json_int_t)proc.fd_limit, "rss_bytes", (json_int_t)proc.rss_bytes,
-                     "max_entries", (json_int_t)cfg->max_entries);
+                     "memory_limit_bytes", uint_or_null(proc.memory_limit), "entries",
+                     (json_int_t)entries, "max_entries", (json_int_t)cfg->max_entries);
 }
 
 static json_t *reload_json(const struct status_agent *a)
@@ -125,22 +145,22 @@ static json_t *redis_json(const struct config *cfg, const struct history *h)
                                                       memory_order_relaxed));
 }
 
-/* Redis calls per decision: claims, exact calls and give-backs against every
- * decision taken; calls saved: the decisions answered from a lease. */
+/* Redis calls per decision: every command sent against every decision
+ * taken; calls saved: the decisions an exact limiter would have sent to
+ * Redis one by one, less the commands sent. */
 static json_t *leases_json(uint64_t decisions)
 {
-    uint64_t calls = ld(&metrics.lease_claims) + ld(&metrics.lease_exact_calls);
-    uint64_t local = ld(&metrics.lease_local_decisions);
+    uint64_t calls = ld(&metrics.redis_commands);
 
     return json_pack("{s:f, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "redis_calls_per_decision",
                      decisions ? (double)calls / (double)decisions : 0.0, "calls_saved",
-                     (json_int_t)(local > calls ? local - calls : 0), "claims",
+                     (json_int_t)(decisions > calls ? decisions - calls : 0), "claims",
                      (json_int_t)ld(&metrics.lease_claims), "tokens_claimed",
                      (json_int_t)ld(&metrics.lease_tokens_granted), "tokens_returned",
                      (json_int_t)ld(&metrics.lease_tokens_returned), "keys",
                      (json_int_t)atomic_load_explicit(&metrics.lease_keys, memory_order_relaxed),
-                     "local_decisions", (json_int_t)local, "exact_calls",
-                     (json_int_t)ld(&metrics.lease_exact_calls));
+                     "local_decisions", (json_int_t)ld(&metrics.lease_local_decisions),
+                     "exact_calls", (json_int_t)ld(&metrics.lease_exact_calls));
 }
 
 static json_t *peers_json(void)

@@ -131,7 +131,7 @@ function drawTop(top, canReset) {
     const keyCell = el("td", { class: "key" });
     keyCell.append(el("a", { href: "key" + keyQuery(t.rule, t.key) }, t.key));
     tr.append(el("td", {}, t.rule), keyCell, el("td", { class: "n" }, num(t.blocked)),
-      el("td", { class: "n" }, t.retry_after_s > 0 ? duration(t.retry_after_s) : "now"));
+      el("td", { class: "n" }, t.retry_after_s >= 0.5 ? duration(t.retry_after_s) : "now"));
     const act = el("td");
     if (canReset) {
       const b = el("button", { type: "button" }, "reset");
