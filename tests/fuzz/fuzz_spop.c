@@ -21,10 +21,10 @@
  * invariant aborts.
  *
  * Built two ways:
- *  - tests/fuzz_spop: with -fsanitize=fuzzer (configure CC=clang
+ *  - tests/fuzz/fuzz_spop: with -fsanitize=fuzzer (configure CC=clang
  *    --enable-fuzzing; run it with "make fuzz").
- *  - tests/fuzz_smoke: with -DFUZZ_STANDALONE, a main() that runs seed inputs
- *    built from tests/spop_vectors.h (and NOTIFYs carrying limits as args)
+ *  - tests/fuzz/fuzz_smoke: with -DFUZZ_STANDALONE, a main() that runs seed inputs
+ *    built from tests/unit/spop_vectors.h (and NOTIFYs carrying limits as args)
  *    plus pseudo-random mutations of them, as a regression test in "make
  *    check". It also writes the seed corpus (-d DIR) and replays inputs
  *    saved in files (fuzz_smoke FILE...).
@@ -41,7 +41,7 @@
 #include "rules/rules.h"
 #include "spop/spop.h"
 #include "spop/spop_conn.h"
-#include "spop_vectors.h"
+#include "../unit/spop_vectors.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

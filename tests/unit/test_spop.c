@@ -2,7 +2,7 @@
  *
  * Every decoder input lives in a heap buffer of exactly its size, so that
  * AddressSanitizer reports a read of even one byte past the end. The real
- * frames come from tests/spop_vectors.h (HAProxy 2.6 captures). One test
+ * frames come from tests/unit/spop_vectors.h (HAProxy 2.6 captures). One test
  * drives the connection state machine (spop_conn.c): the pause at the
  * waiting-NOTIFY cap.
  */

@@ -26,8 +26,8 @@
  *  - the ACK fits max_frame_size whole (never truncated to the minimal
  *    one), and its first variable says blocked as rules_blocked does.
  *
- * Built two ways, as tests/fuzz_spop.c: tests/fuzz_config (libFuzzer, "make
- * fuzz") and tests/fuzz_config_smoke (-DFUZZ_STANDALONE, in "make check":
+ * Built two ways, as tests/fuzz/fuzz_spop.c: tests/fuzz/fuzz_config (libFuzzer, "make
+ * fuzz") and tests/fuzz/fuzz_config_smoke (-DFUZZ_STANDALONE, in "make check":
  * seeds below and haproxy/ratelimit.ini, plus mutations; see fuzz_main.h).
  */
 #include <stddef.h>

@@ -18,8 +18,8 @@
  *    time passes that bound;
  *  - nothing leaks, nothing is read out of bounds (ASan, UBSan).
  *
- * Built two ways, as tests/fuzz_spop.c: tests/fuzz_reply (libFuzzer, "make
- * fuzz") and tests/fuzz_reply_smoke (-DFUZZ_STANDALONE, in "make check").
+ * Built two ways, as tests/fuzz/fuzz_spop.c: tests/fuzz/fuzz_reply (libFuzzer, "make
+ * fuzz") and tests/fuzz/fuzz_reply_smoke (-DFUZZ_STANDALONE, in "make check").
  */
 #include <hiredis/hiredis.h>
 #include <stddef.h>
