@@ -12,7 +12,13 @@
  *   static size_t fuzz_seed(size_t k, uint8_t *buf);  seed k into FUZZ_MAX_INPUT bytes
  *   static const char *const fuzz_dict[]; FUZZ_NDICT   tokens the mutations insert
  *   static void fuzz_summary(void);                    printed at the end
- * (tests/fuzz_spop.c has its own copy of this driver, older than this file.)
+ * A target whose inputs have a structure the byte edits below should keep
+ * (fuzz_spop.c: a mode and config head, captured frames to insert) defines
+ * FUZZ_OWN_MUTATE and its own
+ *   static size_t fuzz_mutate(uint64_t *s, uint8_t *buf, size_t len);
+ * drawing from fuzz_rnd(s) (declare it static before use); it needs no
+ * fuzz_dict then. fuzz_report_input() may be called by the target before
+ * it aborts (ASan's death callback does not run on abort()).
  */
 #ifndef FUZZ_MAIN_H
 #define FUZZ_MAIN_H
@@ -28,7 +34,9 @@
 #include <unistd.h>
 
 #define FUZZ_CRASH_FILE FUZZ_NAME "-crash.bin"
-#define FUZZ_MAX_MUTATIONS 8
+#ifndef FUZZ_MAX_MUTATIONS
+#define FUZZ_MAX_MUTATIONS 8 /* edits of one round at the most */
+#endif
 #define FUZZ_DEFAULT_SEED 0x5eed0f5b0a11ULL
 
 static const uint8_t *fuzz_cur_data;
@@ -109,6 +117,7 @@ static uint64_t fuzz_rnd(uint64_t *s)
     return *s * 2685821657736338717ULL;
 }
 
+#ifndef FUZZ_OWN_MUTATE
 static size_t fuzz_insert(uint8_t *buf, size_t len, size_t pos, const void *p, size_t n)
 {
     if (len + n > FUZZ_MAX_INPUT)
@@ -168,6 +177,7 @@ static size_t fuzz_mutate(uint64_t *s, uint8_t *buf, size_t len)
     }
     return len;
 }
+#endif /* FUZZ_OWN_MUTATE */
 
 static int fuzz_dump_seeds(const char *dir)
 {

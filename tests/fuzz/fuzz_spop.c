@@ -174,14 +174,14 @@ struct fuzz_run {
 };
 
 #ifdef FUZZ_STANDALONE
-static void report_input(void);
+static void fuzz_report_input(void); /* fuzz_main.h */
 #endif
 
 static void fuzz_fail(const char *what)
 {
     fprintf(stderr, "fuzz_spop: invariant broken: %s\n", what);
 #ifdef FUZZ_STANDALONE
-    report_input();
+    fuzz_report_input();
 #endif
     abort();
 }
@@ -715,18 +715,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 #ifdef FUZZ_STANDALONE
 
-#include <errno.h>
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#define SMOKE_ITERATIONS 50000
+/* The driver is fuzz_main.h's (included at the end); the mutations are this
+ * target's own: they keep the mode and config head and insert captured frames. */
+#define FUZZ_NAME "fuzz_smoke"
+#define FUZZ_ITERATIONS 50000
+#define FUZZ_MAX_INPUT 2048
+#define FUZZ_MAX_MUTATIONS 8
+#define FUZZ_OWN_MUTATE
 #define HEAD (1 + CFG_BYTES) /* the mode and config bytes */
-#define SMOKE_SEED 0x5eed0f5b0a11ULL
-#define SMOKE_MAX_INPUT 2048
-#define SMOKE_MAX_MUTATIONS 8
-#define SMOKE_CRASH_FILE "fuzz_smoke-crash.bin"
 
 /* Seeds: mode bytes times sequences of frames (indexes into spop_vectors[],
  * or SEED_LIMITS + i for the NOTIFYs of limits_notify(); -1 ends), each under
@@ -809,66 +805,8 @@ static size_t limits_notify(unsigned i, uint8_t *buf, size_t cap)
     return (size_t)(w.p - buf);
 }
 
-/* The input being run, for the crash report. */
-static const uint8_t *cur_data;
-static size_t cur_len;
-
-/* Provided by the sanitizer runtimes when one is linked in. */
-extern void __sanitizer_set_death_callback(void (*cb)(void)) __attribute__((weak));
-
-/* Write the current input as hex to stderr and raw to SMOKE_CRASH_FILE.
- * Async-signal-safe: write(2) only. */
-static void report_input(void)
-{
-    static const char hexd[] = "0123456789abcdef";
-    static const char head[] = "fuzz_smoke: failing input (also in " SMOKE_CRASH_FILE "), hex:\n";
-    char line[128];
-    int fd;
-
-    if (!cur_data)
-        return;
-    (void)!write(2, head, sizeof(head) - 1);
-    for (size_t i = 0; i < cur_len; i += 32) {
-        size_t n = 0;
-
-        for (size_t j = i; j < cur_len && j < i + 32; j++) {
-            line[n++] = hexd[cur_data[j] >> 4];
-            line[n++] = hexd[cur_data[j] & 15];
-        }
-        line[n++] = '\n';
-        (void)!write(2, line, n);
-    }
-    fd = open(SMOKE_CRASH_FILE, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd != -1) {
-        (void)!write(fd, cur_data, cur_len);
-        close(fd);
-    }
-    cur_data = NULL; /* once */
-}
-
-static void on_fatal_signal(int sig)
-{
-    report_input();
-    signal(sig, SIG_DFL);
-    raise(sig);
-}
-
-/* Report the failing input however the process dies: through the sanitizer
- * runtime when there is one (it owns the signals then), else by signals. */
-static void install_reporter(void)
-{
-    static const int sigs[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
-
-    if (__sanitizer_set_death_callback) {
-        __sanitizer_set_death_callback(report_input);
-        return;
-    }
-    for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
-        signal(sigs[i], on_fatal_signal);
-}
-
-/* Seed k into buf (SMOKE_MAX_INPUT bytes); returns its length. */
-static size_t seed_build(size_t k, uint8_t *buf)
+/* Seed k into buf (FUZZ_MAX_INPUT bytes); returns its length. */
+static size_t fuzz_seed(size_t k, uint8_t *buf)
 {
     const int *frames = seed_frames[k / NSEED_MODES];
     size_t len = 0;
@@ -879,12 +817,12 @@ static size_t seed_build(size_t k, uint8_t *buf)
     for (size_t i = 0; frames[i] >= 0; i++) {
         if (frames[i] >= SEED_LIMITS) {
             len += limits_notify((unsigned)(frames[i] - SEED_LIMITS), buf + len,
-                                 SMOKE_MAX_INPUT - len);
+                                 FUZZ_MAX_INPUT - len);
             continue;
         }
         const struct spop_vector *v = &spop_vectors[frames[i]];
 
-        if (len + v->len > SMOKE_MAX_INPUT)
+        if (len + v->len > FUZZ_MAX_INPUT)
             break;
         memcpy(buf + len, v->data, v->len);
         len += v->len;
@@ -892,75 +830,50 @@ static size_t seed_build(size_t k, uint8_t *buf)
     return len;
 }
 
-/* Run one input from an exact-size heap copy, so that ASan sees any read
- * past its end. */
-static void run_one(const uint8_t *data, size_t len)
-{
-    uint8_t *copy = malloc(len ? len : 1);
+static uint64_t fuzz_rnd(uint64_t *s); /* fuzz_main.h */
 
-    if (!copy) {
-        perror("fuzz_smoke");
-        exit(2);
-    }
-    memcpy(copy, data, len);
-    cur_data = copy;
-    cur_len = len;
-    LLVMFuzzerTestOneInput(copy, len);
-    cur_data = NULL;
-    free(copy);
-}
-
-static uint64_t rnd(uint64_t *s)
-{
-    /* xorshift64* */
-    *s ^= *s >> 12;
-    *s ^= *s << 25;
-    *s ^= *s >> 27;
-    return *s * 2685821657736338717ULL;
-}
-
-/* One to SMOKE_MAX_MUTATIONS random edits of buf[0..len); returns the new
- * length (at most SMOKE_MAX_INPUT). */
-static size_t mutate(uint64_t *s, uint8_t *buf, size_t len)
+/* One to FUZZ_MAX_MUTATIONS random edits of buf[0..len); returns the new
+ * length (at most FUZZ_MAX_INPUT). */
+static size_t fuzz_mutate(uint64_t *s, uint8_t *buf, size_t len)
 {
     static const uint8_t interesting[] = {0x00, 0x01, 0x03, 0x07, 0x08, 0x0f, 0x10,
                                           0x11, 0x7f, 0x80, 0xef, 0xf0, 0xfe, 0xff};
-    unsigned n = 1 + (unsigned)(rnd(s) % SMOKE_MAX_MUTATIONS);
+    unsigned n = 1 + (unsigned)(fuzz_rnd(s) % FUZZ_MAX_MUTATIONS);
 
     for (unsigned m = 0; m < n; m++) {
         /* edits of the frames leave the mode and config bytes alone: a new
          * config is a ruleset to build, the smoke run's costliest step */
-        size_t pos = len > HEAD ? HEAD + (size_t)(rnd(s) % (len - HEAD)) : 0;
+        size_t pos = len > HEAD ? HEAD + (size_t)(fuzz_rnd(s) % (len - HEAD)) : 0;
 
-        switch (rnd(s) % 8) {
+        switch (fuzz_rnd(s) % 8) {
         case 0: /* flip a bit */
             if (len)
-                buf[pos] ^= (uint8_t)(1u << (rnd(s) % 8));
+                buf[pos] ^= (uint8_t)(1u << (fuzz_rnd(s) % 8));
             break;
         case 1: /* an interesting byte */
             if (len)
-                buf[pos] = interesting[rnd(s) % sizeof(interesting)];
+                buf[pos] = interesting[fuzz_rnd(s) % sizeof(interesting)];
             break;
         case 2: /* a random byte */
             if (len)
-                buf[pos] = (uint8_t)rnd(s);
+                buf[pos] = (uint8_t)fuzz_rnd(s);
             break;
         case 3: /* insert a byte */
-            if (len < SMOKE_MAX_INPUT) {
+            if (len < FUZZ_MAX_INPUT) {
                 memmove(buf + pos + 1, buf + pos, len - pos);
-                buf[pos] = (uint8_t)rnd(s);
+                buf[pos] = (uint8_t)fuzz_rnd(s);
                 len++;
             }
             break;
         case 4: { /* delete a range */
-            size_t d = len ? 1 + (size_t)(rnd(s) % (len - pos < 16 ? len - pos : 16)) : 0;
+            size_t d = len ? 1 + (size_t)(fuzz_rnd(s) % (len - pos < 16 ? len - pos : 16)) : 0;
             memmove(buf + pos, buf + pos + d, len - pos - d);
             len -= d;
             break;
         }
         case 5: { /* copy a range over another place */
-            size_t from = len ? (size_t)(rnd(s) % len) : 0;
-            size_t d = 1 + (size_t)(rnd(s) % 64);
+            size_t from = len ? (size_t)(fuzz_rnd(s) % len) : 0;
+            size_t d = 1 + (size_t)(fuzz_rnd(s) % 64);
             if (d > len - from)
                 d = len - from;
             if (d > len - pos)
@@ -969,8 +882,8 @@ static size_t mutate(uint64_t *s, uint8_t *buf, size_t len)
             break;
         }
         case 6: { /* insert a captured frame */
-            const struct spop_vector *v = &spop_vectors[rnd(s) % SPOP_NVECTORS];
-            if (len + v->len <= SMOKE_MAX_INPUT) {
+            const struct spop_vector *v = &spop_vectors[fuzz_rnd(s) % SPOP_NVECTORS];
+            if (len + v->len <= FUZZ_MAX_INPUT) {
                 memmove(buf + pos + v->len, buf + pos, len - pos);
                 memcpy(buf + pos, v->data, v->len);
                 len += v->len;
@@ -978,125 +891,35 @@ static size_t mutate(uint64_t *s, uint8_t *buf, size_t len)
             break;
         }
         default: /* another mode, or now and then one bit of the config */
-            if (len > HEAD && rnd(s) % 4 == 0)
-                buf[1 + rnd(s) % CFG_BYTES] ^= (uint8_t)(1u << (rnd(s) % 8));
+            if (len > HEAD && fuzz_rnd(s) % 4 == 0)
+                buf[1 + fuzz_rnd(s) % CFG_BYTES] ^= (uint8_t)(1u << (fuzz_rnd(s) % 8));
             else if (len)
-                buf[0] = (uint8_t)rnd(s);
+                buf[0] = (uint8_t)fuzz_rnd(s);
             break;
         }
     }
     return len;
 }
 
-static int dump_seeds(const char *dir)
+static size_t fuzz_nseeds(void)
 {
-    uint8_t buf[SMOKE_MAX_INPUT];
-    char path[4096];
-
-    if (mkdir(dir, 0755) == -1 && errno != EEXIST) {
-        fprintf(stderr, "fuzz_smoke: %s: %s\n", dir, strerror(errno));
-        return 1;
-    }
-    for (size_t k = 0; k < NSEEDS; k++) {
-        size_t len = seed_build(k, buf);
-        FILE *f;
-
-        snprintf(path, sizeof(path), "%s/seed-%03zu", dir, k);
-        if (!(f = fopen(path, "wb")) || fwrite(buf, 1, len, f) != len || fclose(f) != 0) {
-            fprintf(stderr, "fuzz_smoke: %s: %s\n", path, strerror(errno));
-            return 1;
-        }
-    }
-    printf("fuzz_smoke: %zu seeds written to %s\n", (size_t)NSEEDS, dir);
-    return 0;
+    return NSEEDS;
 }
 
-static int replay_file(const char *path)
+static void fuzz_summary(void)
 {
-    static uint8_t buf[1 << 20];
-    FILE *f = fopen(path, "rb");
-    size_t len;
-
-    if (!f) {
-        fprintf(stderr, "fuzz_smoke: %s: %s\n", path, strerror(errno));
-        return 1;
-    }
-    len = fread(buf, 1, sizeof(buf), f);
-    fclose(f);
-    run_one(buf, len);
-    printf("fuzz_smoke: %s: %zu bytes, ok\n", path, len);
-    return 0;
-}
-
-static void usage(void)
-{
-    fprintf(stderr,
-            "usage: fuzz_smoke [-n ITERATIONS] [-s SEED] [-d CORPUS_DIR] [FILE...]\n"
-            "  runs the seeds and ITERATIONS mutations of them (default %d);\n"
-            "  -d writes the seed corpus into CORPUS_DIR and exits;\n"
-            "  FILE... runs each file as one input (to replay a crash)\n",
-            SMOKE_ITERATIONS);
-    exit(2);
-}
-
-int main(int argc, char **argv)
-{
-    unsigned long long iterations = SMOKE_ITERATIONS, seed = SMOKE_SEED;
-    const char *dir = NULL;
-    uint8_t buf[SMOKE_MAX_INPUT];
-    uint64_t s;
-    int opt, rc = 0;
-
-    while ((opt = getopt(argc, argv, "n:s:d:h")) != -1) {
-        switch (opt) {
-        case 'n':
-            iterations = strtoull(optarg, NULL, 0);
-            break;
-        case 's':
-            seed = strtoull(optarg, NULL, 0);
-            break;
-        case 'd':
-            dir = optarg;
-            break;
-        default:
-            usage();
-        }
-    }
-    if (dir)
-        return dump_seeds(dir);
-    install_reporter();
-    if (optind < argc) {
-        for (int i = optind; i < argc; i++)
-            rc |= replay_file(argv[i]);
-        return rc;
-    }
-
-    for (size_t k = 0; k < NSEEDS; k++)
-        run_one(buf, seed_build(k, buf));
-    s = seed ? seed : 1;
-    for (unsigned long long i = 0; i < iterations; i++) {
-        size_t len = seed_build((size_t)(rnd(&s) % NSEEDS), buf);
-
-        /* One round of edits, and now and then a second one on top. */
-        len = mutate(&s, buf, len);
-        if (rnd(&s) % 4 == 0)
-            len = mutate(&s, buf, len);
-        run_one(buf, len);
-    }
-    printf("fuzz_smoke: %llu inputs (%zu seeds + %llu mutations, seed %#llx): %llu ACKs, "
-           "%llu AGENT-DISCONNECTs\n",
-           (unsigned long long)NSEEDS + iterations, (size_t)NSEEDS, iterations, seed, total_acks,
-           total_disconnects);
-    printf("fuzz_smoke: %llu rule hits (%llu with limits from args, %llu through the lease "
+    printf(FUZZ_NAME ": %llu ACKs, %llu AGENT-DISCONNECTs\n", total_acks, total_disconnects);
+    printf(FUZZ_NAME ": %llu rule hits (%llu with limits from args, %llu through the lease "
            "cache), %llu blocked\n",
            total_hits, total_arg_limits, total_leased, total_blocked);
-    printf("fuzz_smoke: %llu inputs, 0 crashes\n", (unsigned long long)NSEEDS + iterations);
+    /* the cached rulesets, freed for the leak check */
     for (unsigned i = 0; i < RS_CACHE; i++) {
         ruleset_unref(rs_cache[i].rs);
         rs_cache[i].rs = NULL;
     }
     fuzz_rs = NULL;
-    return 0;
 }
+
+#include "fuzz_main.h"
 
 #endif /* FUZZ_STANDALONE */
