@@ -16,12 +16,16 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "check_util.h"
+
 #ifndef SRCDIR
 #define SRCDIR "."
 #endif
 
 #define SERVER_START_TRIES 10
 #define SERVER_START_WAIT_MS 5000
+
+const struct rule slow = {10, 10000, 10, 5000};
 
 const char *const script_name[NSCRIPTS] = {
     [TB_CLAIM] = "tb_claim", [TB_RETURN] = "tb_return", [TB_EXACT] = "tb_exact",
@@ -97,6 +101,12 @@ long long redis_now_us(void)
 }
 
 /* Integer value of a hash field, or -1 when the field is missing. */
+double window_left_ms(long long period_ms)
+{
+    long long us = redis_now_us();
+    return (double)(period_ms * 1000 - us % (period_ms * 1000)) / 1000.0;
+}
+
 long long hget_ll(const char *key, const char *field)
 {
     redisReply *r = cmd("HGET %s %s", key, field);
@@ -445,6 +455,15 @@ long long rnd_below(long long n)
 
 /* ---- runner ----------------------------------------------------------------- */
 
+TCase *scripts_tcase(const char *name)
+{
+    TCase *tc = tcase_create(name);
+
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 30);
+    return tc;
+}
+
 int scripts_main(Suite *suite)
 {
     if (read_scripts() != 0)
@@ -458,12 +477,9 @@ int scripts_main(Suite *suite)
     }
     atexit(stop_server);
 
-    SRunner *sr = srunner_create(suite);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int status = check_run(suite);
     for (int s = 0; s < NSCRIPTS; s++)
         free(script_text[s]);
     stop_server();
-    return failed == 0 ? 0 : 1;
+    return status;
 }

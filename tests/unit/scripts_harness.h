@@ -1,5 +1,5 @@
 /* scripts_harness.h - shared by the tests of the Redis Lua scripts
- * (test_scripts.c, test_scripts_rate.c): see scripts_harness.c. */
+ * (test_scripts_*.c): see scripts_harness.c. */
 #ifndef SCRIPTS_HARNESS_H
 #define SCRIPTS_HARNESS_H
 
@@ -65,6 +65,9 @@ struct rule {
     long long limit, period_ms, burst, ttl_ms;
 };
 
+/* 10 per 10 s: 0.001 token/ms, so refill is negligible within a test. */
+extern const struct rule slow;
+
 extern int redis_port;
 extern redisContext *rc;
 
@@ -74,6 +77,8 @@ redisReply *cmd(const char *fmt, ...);
 long long cmd_int(const char *fmt, ...);
 /* Redis server time, microseconds. */
 long long redis_now_us(void);
+/* Milliseconds left in the current window of Redis time. */
+double window_left_ms(long long period_ms);
 /* Integer value of a hash field, or -1 when the field is missing. */
 long long hget_ll(const char *key, const char *field);
 void mkkey(char *buf, size_t len, const char *name);
@@ -116,6 +121,8 @@ void stop_server(void);
 /* Check fixture: connect, load every script. */
 void setup(void);
 void teardown(void);
+/* A test case named name with that fixture, and time for a slow machine. */
+TCase *scripts_tcase(const char *name);
 
 extern uint64_t rng;
 long long rnd_below(long long n);

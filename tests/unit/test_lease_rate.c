@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_util.h"
 #include "lease/lease.h"
 
 #define MS 1000ull
@@ -315,9 +316,5 @@ static Suite *rate_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(rate_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(rate_suite());
 }

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "check_util.h"
 #include "core/log.h"
 
 static const struct {
@@ -158,9 +159,5 @@ int main(void)
     tcase_add_test(tc, raw_control_bytes_never_end_a_line);
     tcase_add_test(tc, gates);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(s);
 }

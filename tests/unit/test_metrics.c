@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_util.h"
 #include "metrics/metrics.h"
 
 #define S 1000000ull
@@ -281,9 +282,5 @@ int main(void)
     tcase_add_test(tc, alert_tick_above_share_only);
     tcase_add_test(tc, shadow_tick_counts_and_top_key);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(s);
 }

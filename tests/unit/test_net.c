@@ -19,6 +19,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "check_util.h"
+
 /* ---- address parser ---------------------------------------------------------------- */
 
 static const struct {
@@ -574,11 +576,5 @@ static Suite *net_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(net_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return check_run(net_suite());
 }

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_util.h"
 #include "store/store_conn.h"
 #include "store/store_errors.h"
 #include "store/store_reply.h"
@@ -354,8 +355,6 @@ int main(void)
 {
     Suite *s = suite_create("resp");
     TCase *tc = tcase_create("core");
-    SRunner *sr;
-    int failed;
 
     tcase_add_test(tc, bulk_and_array);
     tcase_add_loop_test(tc, script_call, 0, sizeof(big_arg_sizes) / sizeof(big_arg_sizes[0]));
@@ -365,9 +364,5 @@ int main(void)
     tcase_add_loop_test(tc, redirect, 0, sizeof(redirects) / sizeof(redirects[0]));
     tcase_add_loop_test(tc, error_kind, 0, sizeof(error_replies) / sizeof(error_replies[0]));
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(s);
 }

@@ -363,8 +363,7 @@ END_TEST
 static Suite *rate_suite(void)
 {
     Suite *s = suite_create("scripts_rate");
-    TCase *tc = tcase_create("rate_lease");
-    tcase_add_checked_fixture(tc, setup, teardown);
+    TCase *tc = scripts_tcase("rate_lease");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, first_grant_share_and_slice);
     tcase_add_test(tc, pool_split_by_demand);

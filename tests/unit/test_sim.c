@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_util.h"
 #include "lease/lease.h"
 #include "script_args.h"
 #include "store/script.h"
@@ -190,9 +191,5 @@ int main(void)
     tcase_add_test(tc, histogram_quantiles);
     tcase_add_test(tc, script_args_by_position);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(s);
 }

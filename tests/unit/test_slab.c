@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_util.h"
 #include "core/slab.h"
 
 /* Slot sizes: tiny (rounded up to hold a link), odd, and the lease entry's. */
@@ -55,14 +56,8 @@ int main(void)
 {
     Suite *su = suite_create("slab");
     TCase *tc = tcase_create("core");
-    SRunner *sr;
-    int failed;
 
     tcase_add_loop_test(tc, alloc_free_reuse, 0, sizeof(sizes) / sizeof(sizes[0]));
     suite_add_tcase(su, tc);
-    sr = srunner_create(su);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(su);
 }

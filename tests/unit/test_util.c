@@ -10,6 +10,7 @@
 #include <inttypes.h>
 #include <sys/socket.h>
 
+#include "check_util.h"
 #include "core/sha256.h"
 #include "core/util.h"
 #include "store/store_info.h"
@@ -381,9 +382,5 @@ int main(void)
     tcase_add_test(tc, ipv4_text);
     tcase_add_loop_test(tc, info_eviction, 0, sizeof(info_cases) / sizeof(info_cases[0]));
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(s);
 }
