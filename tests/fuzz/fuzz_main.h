@@ -14,10 +14,10 @@
  *   static void fuzz_summary(void);                    printed at the end
  * A target whose inputs have a structure the byte edits below should keep
  * (fuzz_spop.c: a mode and config head, captured frames to insert) defines
- * FUZZ_OWN_MUTATE and its own
+ * FUZZ_OWN_MUTATE and, after including this file, its own
  *   static size_t fuzz_mutate(uint64_t *s, uint8_t *buf, size_t len);
- * drawing from fuzz_rnd(s) (declare it static before use); it needs no
- * fuzz_dict then. fuzz_report_input() may be called by the target before
+ * drawing from fuzz_rnd(s), with the edits fuzz_delete_range() and
+ * fuzz_copy_range() as it likes; it needs no fuzz_dict then. fuzz_report_input() may be called by the target before
  * it aborts (ASan's death callback does not run on abort()).
  */
 #ifndef FUZZ_MAIN_H
@@ -117,7 +117,31 @@ static uint64_t fuzz_rnd(uint64_t *s)
     return *s * 2685821657736338717ULL;
 }
 
-#ifndef FUZZ_OWN_MUTATE
+/* Delete 1 to 16 bytes at pos; returns the new length. */
+static size_t fuzz_delete_range(uint64_t *s, uint8_t *buf, size_t len, size_t pos)
+{
+    size_t d = len ? 1 + (size_t)(fuzz_rnd(s) % (len - pos < 16 ? len - pos : 16)) : 0;
+
+    memmove(buf + pos, buf + pos + d, len - pos - d);
+    return len - d;
+}
+
+/* Copy 1 to 64 bytes from elsewhere in buf over pos (the length stays). */
+static void fuzz_copy_range(uint64_t *s, uint8_t *buf, size_t len, size_t pos)
+{
+    size_t from = len ? (size_t)(fuzz_rnd(s) % len) : 0;
+    size_t d = 1 + (size_t)(fuzz_rnd(s) % 64);
+
+    if (d > len - from)
+        d = len - from;
+    if (d > len - pos)
+        d = len - pos;
+    memmove(buf + pos, buf + from, d);
+}
+
+#ifdef FUZZ_OWN_MUTATE
+static size_t fuzz_mutate(uint64_t *s, uint8_t *buf, size_t len);
+#else
 static size_t fuzz_insert(uint8_t *buf, size_t len, size_t pos, const void *p, size_t n)
 {
     if (len + n > FUZZ_MAX_INPUT)
@@ -152,22 +176,12 @@ static size_t fuzz_mutate(uint64_t *s, uint8_t *buf, size_t len)
             len = fuzz_insert(buf, len, pos, &b, 1);
             break;
         }
-        case 3: { /* delete a range */
-            size_t d = len ? 1 + (size_t)(fuzz_rnd(s) % (len - pos < 16 ? len - pos : 16)) : 0;
-            memmove(buf + pos, buf + pos + d, len - pos - d);
-            len -= d;
+        case 3:
+            len = fuzz_delete_range(s, buf, len, pos);
             break;
-        }
-        case 4: { /* copy a range over another place */
-            size_t from = len ? (size_t)(fuzz_rnd(s) % len) : 0;
-            size_t d = 1 + (size_t)(fuzz_rnd(s) % 64);
-            if (d > len - from)
-                d = len - from;
-            if (d > len - pos)
-                d = len - pos;
-            memmove(buf + pos, buf + from, d);
+        case 4:
+            fuzz_copy_range(s, buf, len, pos);
             break;
-        }
         default: { /* a token of the input's language */
             const char *tok = fuzz_dict[fuzz_rnd(s) % FUZZ_NDICT];
             len = fuzz_insert(buf, len, pos, tok, strlen(tok));

@@ -715,8 +715,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 #ifdef FUZZ_STANDALONE
 
-/* The driver is fuzz_main.h's (included at the end); the mutations are this
- * target's own: they keep the mode and config head and insert captured frames. */
+/* The driver is fuzz_main.h's (included below); the mutations are this
+ * target's own (after it): they keep the mode and config head and insert
+ * captured frames. */
 #define FUZZ_NAME "fuzz_smoke"
 #define FUZZ_ITERATIONS 50000
 #define FUZZ_MAX_INPUT 2048
@@ -830,7 +831,26 @@ static size_t fuzz_seed(size_t k, uint8_t *buf)
     return len;
 }
 
-static uint64_t fuzz_rnd(uint64_t *s); /* fuzz_main.h */
+static size_t fuzz_nseeds(void)
+{
+    return NSEEDS;
+}
+
+static void fuzz_summary(void)
+{
+    printf(FUZZ_NAME ": %llu ACKs, %llu AGENT-DISCONNECTs\n", total_acks, total_disconnects);
+    printf(FUZZ_NAME ": %llu rule hits (%llu with limits from args, %llu through the lease "
+           "cache), %llu blocked\n",
+           total_hits, total_arg_limits, total_leased, total_blocked);
+    /* the cached rulesets, freed for the leak check */
+    for (unsigned i = 0; i < RS_CACHE; i++) {
+        ruleset_unref(rs_cache[i].rs);
+        rs_cache[i].rs = NULL;
+    }
+    fuzz_rs = NULL;
+}
+
+#include "fuzz_main.h"
 
 /* One to FUZZ_MAX_MUTATIONS random edits of buf[0..len); returns the new
  * length (at most FUZZ_MAX_INPUT). */
@@ -865,22 +885,12 @@ static size_t fuzz_mutate(uint64_t *s, uint8_t *buf, size_t len)
                 len++;
             }
             break;
-        case 4: { /* delete a range */
-            size_t d = len ? 1 + (size_t)(fuzz_rnd(s) % (len - pos < 16 ? len - pos : 16)) : 0;
-            memmove(buf + pos, buf + pos + d, len - pos - d);
-            len -= d;
+        case 4:
+            len = fuzz_delete_range(s, buf, len, pos);
             break;
-        }
-        case 5: { /* copy a range over another place */
-            size_t from = len ? (size_t)(fuzz_rnd(s) % len) : 0;
-            size_t d = 1 + (size_t)(fuzz_rnd(s) % 64);
-            if (d > len - from)
-                d = len - from;
-            if (d > len - pos)
-                d = len - pos;
-            memmove(buf + pos, buf + from, d);
+        case 5:
+            fuzz_copy_range(s, buf, len, pos);
             break;
-        }
         case 6: { /* insert a captured frame */
             const struct spop_vector *v = &spop_vectors[fuzz_rnd(s) % SPOP_NVECTORS];
             if (len + v->len <= FUZZ_MAX_INPUT) {
@@ -900,26 +910,5 @@ static size_t fuzz_mutate(uint64_t *s, uint8_t *buf, size_t len)
     }
     return len;
 }
-
-static size_t fuzz_nseeds(void)
-{
-    return NSEEDS;
-}
-
-static void fuzz_summary(void)
-{
-    printf(FUZZ_NAME ": %llu ACKs, %llu AGENT-DISCONNECTs\n", total_acks, total_disconnects);
-    printf(FUZZ_NAME ": %llu rule hits (%llu with limits from args, %llu through the lease "
-           "cache), %llu blocked\n",
-           total_hits, total_arg_limits, total_leased, total_blocked);
-    /* the cached rulesets, freed for the leak check */
-    for (unsigned i = 0; i < RS_CACHE; i++) {
-        ruleset_unref(rs_cache[i].rs);
-        rs_cache[i].rs = NULL;
-    }
-    fuzz_rs = NULL;
-}
-
-#include "fuzz_main.h"
 
 #endif /* FUZZ_STANDALONE */
