@@ -4,9 +4,9 @@ try to forge log lines. Standalone mode (no Redis) unless said otherwise."""
 import os
 import subprocess
 import tempfile
-import time
 import unittest
 
+import harness
 import spop
 import test_redis_topologies as topo
 from harness import Agent, AGENT, Redis
@@ -70,7 +70,6 @@ class SmallFrame(unittest.TestCase):
         self.assertEqual(rc, 0, err)
 
 
-
 class Durations(unittest.TestCase):
     """Durations past a year are refused with FILE:LINE (they used to pass
     and leave the fallback backstop with period 0: no limit at all)."""
@@ -107,14 +106,9 @@ class Durations(unittest.TestCase):
             self.assertEqual(rc, 0, agent.output())
 
 
-
-def wait_for(cond, timeout=15.0, step=0.1):
-    end = time.time() + timeout
-    while time.time() < end:
-        if cond():
-            return True
-        time.sleep(step)
-    return cond()
+def wait_for(pred, timeout=15.0, step=0.1):
+    """harness.wait_for, with this module's defaults."""
+    return harness.wait_for(pred, timeout, step)
 
 
 class LogInjection(unittest.TestCase):
@@ -143,7 +137,6 @@ class LogInjection(unittest.TestCase):
                           'level=err"', line)
         finally:
             self.assertEqual(agent.stop(), 0)
-
 
 
 class MaxEntries(unittest.TestCase):

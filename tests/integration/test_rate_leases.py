@@ -7,21 +7,12 @@ import json
 import time
 import unittest
 
+from harness import wait_for
 from test_redis import RedisCase
 
 # 30/1m (0.5 tokens/s) burst 20; a request every 200 ms is warm (5/s: under
 # one per 100 ms interval, and far more than 4 per 30 s rate_ttl)
 WARM = "\n[rule:warm]\nkey = key\nrate = 30/1m\nburst = 20\n"
-
-
-def wait_for(pred, timeout=10.0, step=0.05):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        v = pred()
-        if v:
-            return v
-        time.sleep(step)
-    return pred()
 
 
 class RateLeases(RedisCase):

@@ -18,7 +18,7 @@ import urllib.parse
 
 import spop
 import test_redis_keepalive
-from harness import Agent, Proc, free_port, wait_port
+from harness import Agent, Proc, free_port, stop_cleanly, wait_for, wait_port
 
 RULES = """
 [rule:t]
@@ -32,16 +32,6 @@ rate = 10/1m
 burst = 10
 lease = off
 """
-
-
-def wait_for(pred, timeout=10.0, step=0.05):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        v = pred()
-        if v:
-            return v
-        time.sleep(step)
-    return pred()
 
 
 def cli(port, *args, timeout=10):
@@ -110,12 +100,7 @@ class TopologyCase(unittest.TestCase):
         a = Agent(redis_section + "timeout = 1s\n\n" + RULES,
                   extra_agent="log_level = %s\n" % log_level)
 
-        def stop():
-            rc = a.stop(timeout=8)
-            if rc != 0:
-                raise AssertionError("agent exit %s after SIGTERM:\n%s"
-                                     % (rc, a.output()[-3000:]))
-        self.addCleanup(stop)
+        stop_cleanly(self, a)
         ok = wait_for(lambda: a.p.poll() is None and a.metric("spoa_ratelimit_redis_up") == 1,
                       timeout=10)
         self.assertTrue(ok, "redis never up:\n" + a.output()[-3000:])
