@@ -16,6 +16,15 @@ struct config;
  * it; returns EXIT_SUCCESS when none failed, else EXIT_FAILURE. */
 int check_run(Suite *s);
 
+/* check_run of a suite named name that holds the one test case tc. */
+int check_run_case(const char *name, TCase *tc);
+
+/* Adds the tests listed (START_TEST names) to tc, in that order. */
+#define CHECK_ADD(tc, ...)                                                    \
+    check_add_tests((tc), (const TTest *const[]){__VA_ARGS__},                \
+                    sizeof((const TTest *const[]){__VA_ARGS__}) / sizeof(const TTest *))
+void check_add_tests(TCase *tc, const TTest *const *tests, size_t n);
+
 /* Adds the loop test fn over the rows of a static table. */
 #define CHECK_LOOP(tc, fn, table) \
     tcase_add_loop_test(tc, fn, 0, (int)(sizeof(table) / sizeof((table)[0])))

@@ -484,22 +484,17 @@ static Suite *bucket_algo_suite(void)
     TCase *tc = tcase_create("token_bucket");
     tcase_add_test(tc, test_tb_ten_per_minute);
     tcase_add_loop_test(tc, test_tb_cases, 0, sizeof(tb_cases) / sizeof(tb_cases[0]));
-    tcase_add_test(tc, test_tb_partial_refill);
-    tcase_add_test(tc, test_tb_no_drift);
-    tcase_add_test(tc, test_tb_clock_backward);
-    tcase_add_test(tc, test_tb_never_fits);
+    CHECK_ADD(tc, test_tb_partial_refill, test_tb_no_drift, test_tb_clock_backward,
+              test_tb_never_fits);
     tcase_add_loop_test(tc, test_tb_interval_bound, 0,
                         sizeof(tb_prop_cases) / sizeof(tb_prop_cases[0]));
     tcase_set_timeout(tc, 60);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("sliding_window");
-    tcase_add_test(tc, test_sw_basic);
-    tcase_add_test(tc, test_sw_weighted);
+    CHECK_ADD(tc, test_sw_basic, test_sw_weighted);
     tcase_add_loop_test(tc, test_sw_retry, 0, sizeof(sw_cases) / sizeof(sw_cases[0]));
-    tcase_add_test(tc, test_sw_idle);
-    tcase_add_test(tc, test_sw_window_bound);
-    tcase_add_test(tc, test_huge_period);
+    CHECK_ADD(tc, test_sw_idle, test_sw_window_bound, test_huge_period);
     suite_add_tcase(s, tc);
     return s;
 }

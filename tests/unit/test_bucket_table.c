@@ -454,22 +454,16 @@ static Suite *bucket_table_suite(void)
     Suite *s = suite_create("bucket_table");
 
     TCase *tc = tcase_create("table");
-    tcase_add_test(tc, test_table_keys);
-    tcase_add_test(tc, test_table_reload);
-    tcase_add_test(tc, test_table_lru_eviction);
-    tcase_add_test(tc, test_table_budget_many_keys);
-    tcase_add_test(tc, test_table_expire);
+    CHECK_ADD(tc, test_table_keys, test_table_reload, test_table_lru_eviction,
+              test_table_budget_many_keys, test_table_expire);
     tcase_add_loop_test(tc, test_table_expire_max_visit, 0,
                         sizeof(visit_stripes) / sizeof(visit_stripes[0]));
-    tcase_add_test(tc, test_table_million);
-    tcase_add_test(tc, test_table_limits);
-    tcase_add_test(tc, test_table_peek_drop);
+    CHECK_ADD(tc, test_table_million, test_table_limits, test_table_peek_drop);
     tcase_set_timeout(tc, 300);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("threads");
-    tcase_add_test(tc, test_threads_one_key);
-    tcase_add_test(tc, test_threads_expire);
+    CHECK_ADD(tc, test_threads_one_key, test_threads_expire);
     tcase_set_timeout(tc, 300);
     suite_add_tcase(s, tc);
     return s;

@@ -473,27 +473,17 @@ START_TEST(test_regex_length)
 }
 END_TEST
 
-static Suite *config_errors_suite(void)
+int main(void)
 {
-    Suite *s = suite_create("config_errors");
     TCase *tc = tcase_create("errors");
 
+
     CHECK_LOOP(tc, test_bad, bad_configs);
-    tcase_add_test(tc, test_many_errors);
-    tcase_add_test(tc, test_small_frame_ok);
-    tcase_add_test(tc, test_error_buffer);
-    tcase_add_test(tc, test_error_flood);
-    tcase_add_test(tc, test_limits);
-    tcase_add_test(tc, test_long_lines);
+    CHECK_ADD(tc, test_many_errors, test_small_frame_ok, test_error_buffer, test_error_flood,
+              test_limits, test_long_lines);
     CHECK_LOOP(tc, test_costly_regex, costly_regexes);
     CHECK_LOOP(tc, test_plain_regex, plain_regexes);
     tcase_add_test(tc, test_regex_length);
     tcase_set_timeout(tc, 30); /* the limits test is slow under sanitizers */
-    suite_add_tcase(s, tc);
-    return s;
-}
-
-int main(void)
-{
-    return check_run(config_errors_suite());
+    return check_run_case("config_errors", tc);
 }

@@ -634,27 +634,13 @@ START_TEST(test_config_page)
     config_free(b);
 }
 END_TEST
-static Suite *config_files_suite(void)
-{
-    Suite *s = suite_create("config_files");
-    TCase *tc = tcase_create("files");
-
-    tcase_add_test(tc, print_round_trip);
-    tcase_add_test(tc, test_full);
-    tcase_add_test(tc, test_defaults);
-    tcase_add_test(tc, test_variants);
-    tcase_add_test(tc, test_resolution);
-    tcase_add_test(tc, test_match);
-    tcase_add_test(tc, test_arg_limits);
-    tcase_add_test(tc, test_file);
-    tcase_add_test(tc, test_percent_decode);
-    tcase_add_test(tc, test_credentials);
-    tcase_add_test(tc, test_config_page);
-    suite_add_tcase(s, tc);
-    return s;
-}
-
 int main(void)
 {
-    return check_run(config_files_suite());
+    TCase *tc = tcase_create("files");
+
+
+    CHECK_ADD(tc, print_round_trip, test_full, test_defaults, test_variants, test_resolution,
+              test_match, test_arg_limits, test_file, test_percent_decode, test_credentials,
+              test_config_page);
+    return check_run_case("config_files", tc);
 }

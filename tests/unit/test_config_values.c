@@ -365,9 +365,7 @@ static Suite *config_values_suite(void)
 
     tc = tcase_create("peers");
     CHECK_LOOP(tc, test_peer, peers);
-    tcase_add_test(tc, test_peer_special);
-    tcase_add_test(tc, test_listener_limits);
-    tcase_add_test(tc, test_handshake_budget);
+    CHECK_ADD(tc, test_peer_special, test_listener_limits, test_handshake_budget);
     suite_add_tcase(s, tc);
     return s;
 }

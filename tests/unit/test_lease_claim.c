@@ -336,22 +336,12 @@ START_TEST(follow_up_claim_for_uncovered_waiters)
 }
 END_TEST
 
-static Suite *lease_claim_suite(void)
-{
-    Suite *s = suite_create("lease_claim");
-    TCase *tc = tcase_create("core");
-    tcase_add_test(tc, claim_then_local);
-    tcase_add_test(tc, prefetch_tops_up_before_dry);
-    tcase_add_test(tc, blocked_until_an_intervals_worth);
-    tcase_add_test(tc, deadline_and_mine_are_authoritative);
-    tcase_add_test(tc, negative_cache);
-    tcase_add_test(tc, peek_and_forget);
-    tcase_add_test(tc, follow_up_claim_for_uncovered_waiters);
-    suite_add_tcase(s, tc);
-    return s;
-}
-
 int main(void)
 {
-    return check_run(lease_claim_suite());
+    TCase *tc = tcase_create("core");
+
+    CHECK_ADD(tc, claim_then_local, prefetch_tops_up_before_dry, blocked_until_an_intervals_worth,
+              deadline_and_mine_are_authoritative, negative_cache, peek_and_forget,
+              follow_up_claim_for_uncovered_waiters);
+    return check_run_case("lease_claim", tc);
 }

@@ -190,19 +190,11 @@ START_TEST(exact_failure_and_arrivals)
 }
 END_TEST
 
-static Suite *lease_exact_suite(void)
-{
-    Suite *s = suite_create("lease_exact");
-    TCase *tc = tcase_create("core");
-    tcase_add_test(tc, cold_key_goes_exact);
-    tcase_add_test(tc, exact_denial_is_cached);
-    tcase_add_test(tc, exact_failure_and_arrivals);
-    tcase_add_test(tc, blocked_retry_keeps_the_cap);
-    suite_add_tcase(s, tc);
-    return s;
-}
-
 int main(void)
 {
-    return check_run(lease_exact_suite());
+    TCase *tc = tcase_create("core");
+
+    CHECK_ADD(tc, cold_key_goes_exact, exact_denial_is_cached, exact_failure_and_arrivals,
+              blocked_retry_keeps_the_cap);
+    return check_run_case("lease_exact", tc);
 }

@@ -299,22 +299,12 @@ START_TEST(off_keeps_token_leases)
 }
 END_TEST
 
-static Suite *rate_suite(void)
-{
-    Suite *s = suite_create("lease_rate");
-    TCase *tc = tcase_create("core");
-    tcase_add_test(tc, warm_key_spends_and_refills_locally);
-    tcase_add_test(tc, prefetch_before_the_end);
-    tcase_add_test(tc, quiet_lease_given_back);
-    tcase_add_test(tc, slowed_key_ends_and_gives_back);
-    tcase_add_test(tc, hot_key_ends_rate_lease);
-    tcase_add_test(tc, failure_voids_rate_lease);
-    tcase_add_test(tc, off_keeps_token_leases);
-    suite_add_tcase(s, tc);
-    return s;
-}
-
 int main(void)
 {
-    return check_run(rate_suite());
+    TCase *tc = tcase_create("core");
+
+    CHECK_ADD(tc, warm_key_spends_and_refills_locally, prefetch_before_the_end,
+              quiet_lease_given_back, slowed_key_ends_and_gives_back, hot_key_ends_rate_lease,
+              failure_voids_rate_lease, off_keeps_token_leases);
+    return check_run_case("lease_rate", tc);
 }

@@ -379,24 +379,13 @@ START_TEST(budget_shared_with_buckets)
 }
 END_TEST
 
-static Suite *lease_tick_suite(void)
-{
-    Suite *s = suite_create("lease_tick");
-    TCase *tc = tcase_create("core");
-    tcase_add_test(tc, timeout_failure_and_down);
-    tcase_add_test(tc, tick_top_up_give_back_forget);
-    tcase_add_test(tc, drain_returns_everything);
-    tcase_add_test(tc, failed_job_voids_the_lease);
-    tcase_add_test(tc, tick_costs_what_is_active);
-    tcase_add_test(tc, demand_decays_off_the_list);
-    tcase_add_test(tc, short_window_lease_is_spent);
-    tcase_add_test(tc, eviction_never_loses_a_report);
-    tcase_add_test(tc, budget_shared_with_buckets);
-    suite_add_tcase(s, tc);
-    return s;
-}
-
 int main(void)
 {
-    return check_run(lease_tick_suite());
+    TCase *tc = tcase_create("core");
+
+    CHECK_ADD(tc, timeout_failure_and_down, tick_top_up_give_back_forget, drain_returns_everything,
+              failed_job_voids_the_lease, tick_costs_what_is_active, demand_decays_off_the_list,
+              short_window_lease_is_spent, eviction_never_loses_a_report,
+              budget_shared_with_buckets);
+    return check_run_case("lease_tick", tc);
 }

@@ -150,14 +150,10 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("log");
     TCase *tc = tcase_create("core");
+
     tcase_add_loop_test(tc, escapes, 0, sizeof(cases) / sizeof(cases[0]));
-    tcase_add_test(tc, binary_and_null);
-    tcase_add_test(tc, long_values);
-    tcase_add_test(tc, slots_of_one_line);
-    tcase_add_test(tc, raw_control_bytes_never_end_a_line);
-    tcase_add_test(tc, gates);
-    suite_add_tcase(s, tc);
-    return check_run(s);
+    CHECK_ADD(tc, binary_and_null, long_values, slots_of_one_line,
+              raw_control_bytes_never_end_a_line, gates);
+    return check_run_case("log", tc);
 }

@@ -272,15 +272,11 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("metrics");
     TCase *tc = tcase_create("core");
-    tcase_add_test(tc, render_has_every_interface_metric);
-    tcase_add_test(tc, counters_exact_under_threads);
-    tcase_add_test(tc, hist_batch_equals_one_by_one);
-    tcase_add_test(tc, top_keeps_heavy_hitters_in_bounded_memory);
-    tcase_add_test(tc, top_survives_older_timestamps);
-    tcase_add_test(tc, alert_tick_above_share_only);
-    tcase_add_test(tc, shadow_tick_counts_and_top_key);
-    suite_add_tcase(s, tc);
-    return check_run(s);
+
+    CHECK_ADD(tc, render_has_every_interface_metric, counters_exact_under_threads,
+              hist_batch_equals_one_by_one, top_keeps_heavy_hitters_in_bounded_memory,
+              top_survives_older_timestamps, alert_tick_above_share_only,
+              shadow_tick_counts_and_top_key);
+    return check_run_case("metrics", tc);
 }

@@ -545,10 +545,7 @@ static Suite *net_suite(void)
 
     tc = tcase_create("parse");
     LOOP(tc, test_parse_addr, addrs);
-    tcase_add_test(tc, test_overlong);
-    tcase_add_test(tc, test_parse_hostport_len);
-    tcase_add_test(tc, test_format);
-    tcase_add_test(tc, test_format_peer);
+    CHECK_ADD(tc, test_overlong, test_parse_hostport_len, test_format, test_format_peer);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("cidr");
@@ -558,10 +555,7 @@ static Suite *net_suite(void)
     suite_add_tcase(s, tc);
 
     tc = tcase_create("sockets");
-    tcase_add_test(tc, test_listen_tcp);
-    tcase_add_test(tc, test_listen_unix);
-    tcase_add_test(tc, test_tcp_keepalive);
-    tcase_add_test(tc, test_no_address);
+    CHECK_ADD(tc, test_listen_tcp, test_listen_unix, test_tcp_keepalive, test_no_address);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("accept and names");

@@ -353,7 +353,6 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("resp");
     TCase *tc = tcase_create("core");
 
     tcase_add_test(tc, bulk_and_array);
@@ -363,6 +362,5 @@ int main(void)
     tcase_add_loop_test(tc, reply_pool, 0, sizeof(replies) / sizeof(replies[0]));
     tcase_add_loop_test(tc, redirect, 0, sizeof(redirects) / sizeof(redirects[0]));
     tcase_add_loop_test(tc, error_kind, 0, sizeof(error_replies) / sizeof(error_replies[0]));
-    suite_add_tcase(s, tc);
-    return check_run(s);
+    return check_run_case("resp", tc);
 }

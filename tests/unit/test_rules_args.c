@@ -421,13 +421,8 @@ static Suite *rules_args_suite(void)
     suite_add_tcase(s, tc);
     tc = tcase_create("arg-limits");
     tcase_add_loop_test(tc, arg_rate_params, 0, (int)(sizeof(arg_rates) / sizeof(arg_rates[0])));
-    tcase_add_test(tc, arg_rate_missing_or_invalid);
-    tcase_add_test(tc, arg_rate_invalid_sample);
-    tcase_add_test(tc, arg_rate_keys);
-    tcase_add_test(tc, arg_burst);
-    tcase_add_test(tc, arg_rate_sliding_window);
-    tcase_add_test(tc, arg_rate_vars);
-    tcase_add_test(tc, arg_rate_expiry);
+    CHECK_ADD(tc, arg_rate_missing_or_invalid, arg_rate_invalid_sample, arg_rate_keys, arg_burst,
+              arg_rate_sliding_window, arg_rate_vars, arg_rate_expiry);
     tcase_add_loop_test(tc, rate_above, 0, (int)(sizeof(rate_cmp) / sizeof(rate_cmp[0])));
     suite_add_tcase(s, tc);
     return s;

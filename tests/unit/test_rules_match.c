@@ -559,29 +559,19 @@ START_TEST(value_text)
 }
 END_TEST
 
-static Suite *rules_match_suite(void)
+int main(void)
 {
-    Suite *s = suite_create("rules_match");
     TCase *tc = tcase_create("core");
-    tcase_add_test(tc, match_and_keys);
-    tcase_add_test(tc, client_key_as_requests_build_it);
-    tcase_add_test(tc, hashed_keys_cannot_be_aimed_at);
-    tcase_add_test(tc, ten_per_minute_vars);
-    tcase_add_test(tc, deciding_rule_and_shadow);
+
+    CHECK_ADD(tc, match_and_keys, client_key_as_requests_build_it, hashed_keys_cannot_be_aimed_at,
+              ten_per_minute_vars, deciding_rule_and_shadow);
     tcase_add_loop_test(tc, value_text, 0, 8);
     tcase_add_loop_test(tc, ack_size_bound_is_exact, 0, sizeof(ack_rates) / sizeof(ack_rates[0]));
-    tcase_add_test(tc, ack_degrades_when_frame_is_small);
-    tcase_add_test(tc, backstop_period_in_range);
+    CHECK_ADD(tc, ack_degrades_when_frame_is_small, backstop_period_in_range);
     tcase_add_loop_test(tc, backstop_auto_follows_fleet, 0,
                         (int)(sizeof(auto_cases) / sizeof(auto_cases[0])));
     tcase_add_test(tc, backstop_share_rounding);
     tcase_add_loop_test(tc, hashed_key_never_cut, 0, sizeof(max_keys) / sizeof(max_keys[0]));
     tcase_set_timeout(tc, 30); /* hundreds of configs: slow under sanitizers */
-    suite_add_tcase(s, tc);
-    return s;
-}
-
-int main(void)
-{
-    return check_run(rules_match_suite());
+    return check_run_case("rules_match", tc);
 }

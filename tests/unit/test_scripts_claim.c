@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_util.h"
 #include "scripts_harness.h"
 
 /* ---- token bucket ----------------------------------------------------------- */
@@ -511,18 +512,13 @@ static Suite *scripts_claim_suite(void)
 {
     Suite *s = suite_create("scripts_claim");
     TCase *tb = scripts_tcase("token_bucket");
-    tcase_add_test(tb, tb_fresh_bucket_grants_min_want_floor_t);
-    tcase_add_test(tb, tb_refills_over_time);
-    tcase_add_test(tb, tb_settles_used_and_returned);
-    tcase_add_test(tb, tb_return_gives_back_unspent);
-    tcase_add_test(tb, tb_vanished_agent_lease_dropped_not_returned);
-    tcase_add_test(tb, tb_refill_capped_while_leases_held);
-    tcase_add_test(tb, tb_no_banked_refill_when_lease_ends);
-    tcase_add_test(tb, tb_burst_shrink_clamps);
-    tcase_add_test(tb, tb_clock_step_back_no_double_refill);
-    tcase_add_test(tb, tb_redis_clock_forward_step_costs_at_most_b_plus_h);
-    tcase_add_test(tb, tb_key_expires);
-    tcase_add_test(tb, tb_random_sequence_keeps_invariant);
+    CHECK_ADD(tb, tb_fresh_bucket_grants_min_want_floor_t, tb_refills_over_time,
+              tb_settles_used_and_returned, tb_return_gives_back_unspent,
+              tb_vanished_agent_lease_dropped_not_returned, tb_refill_capped_while_leases_held,
+              tb_no_banked_refill_when_lease_ends, tb_burst_shrink_clamps,
+              tb_clock_step_back_no_double_refill,
+              tb_redis_clock_forward_step_costs_at_most_b_plus_h, tb_key_expires,
+              tb_random_sequence_keeps_invariant);
     suite_add_tcase(s, tb);
     return s;
 }

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_util.h"
 #include "scripts_harness.h"
 
 START_TEST(tb_noscript_after_flush)
@@ -356,14 +357,10 @@ static Suite *scripts_exact_suite(void)
 {
     Suite *s = suite_create("scripts_exact");
     TCase *tb = scripts_tcase("token_bucket");
-    tcase_add_test(tb, tb_advance_copies_identical);
-    tcase_add_test(tb, fmt_copies_identical);
-    tcase_add_test(tb, tb_noscript_after_flush);
-    tcase_add_test(tb, tb_exact_admits_burst_then_denies);
-    tcase_add_test(tb, bad_arguments_are_errors);
-    tcase_add_test(tb, tb_reset_keeps_leases);
-    tcase_add_test(tb, tb_reset_without_leases_deletes_key);
-    tcase_add_test(tb, tb_reset_random_keeps_invariant);
+    CHECK_ADD(tb, tb_advance_copies_identical, fmt_copies_identical, tb_noscript_after_flush,
+              tb_exact_admits_burst_then_denies, bad_arguments_are_errors,
+              tb_reset_keeps_leases, tb_reset_without_leases_deletes_key,
+              tb_reset_random_keeps_invariant);
     suite_add_tcase(s, tb);
     return s;
 }

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_util.h"
 #include "scripts_harness.h"
 
 #define POOL 0.7 /* RATE_POOL in tb_claim.lua */
@@ -365,15 +366,10 @@ static Suite *rate_suite(void)
     Suite *s = suite_create("scripts_rate");
     TCase *tc = scripts_tcase("rate_lease");
     tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, first_grant_share_and_slice);
-    tcase_add_test(tc, pool_split_by_demand);
-    tcase_add_test(tc, shrink_counted_until_next_call);
-    tcase_add_test(tc, central_refill_runs_at_r_minus_p);
-    tcase_add_test(tc, return_gives_back_unspent_slice);
-    tcase_add_test(tc, token_claim_ends_share);
-    tcase_add_test(tc, expired_share_returns_to_central);
-    tcase_add_test(tc, limit_reached_stops_shares);
-    tcase_add_test(tc, random_sequence_keeps_invariants);
+    CHECK_ADD(tc, first_grant_share_and_slice, pool_split_by_demand, shrink_counted_until_next_call,
+              central_refill_runs_at_r_minus_p, return_gives_back_unspent_slice,
+              token_claim_ends_share, expired_share_returns_to_central,
+              limit_reached_stops_shares, random_sequence_keeps_invariants);
     suite_add_tcase(s, tc);
     return s;
 }

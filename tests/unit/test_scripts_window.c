@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_util.h"
 #include "scripts_harness.h"
 
 /* ---- sliding window --------------------------------------------------------- */
@@ -299,11 +300,8 @@ static Suite *scripts_window_suite(void)
 {
     Suite *s = suite_create("scripts_window");
     TCase *sw = scripts_tcase("sliding_window");
-    tcase_add_test(sw, sw_claim_return_exact);
-    tcase_add_test(sw, sw_window_roll);
-    tcase_add_test(sw, sw_last_ms_grants_nothing);
-    tcase_add_test(sw, sw_random_sequence_keeps_counts);
-    tcase_add_test(sw, sw_reset_keeps_leases);
+    CHECK_ADD(sw, sw_claim_return_exact, sw_window_roll, sw_last_ms_grants_nothing,
+              sw_random_sequence_keeps_counts, sw_reset_keeps_leases);
     suite_add_tcase(s, sw);
     return s;
 }

@@ -183,13 +183,9 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("sim");
     TCase *tc = tcase_create("core");
-    tcase_add_test(tc, claims_as_redis_runs_them);
-    tcase_add_test(tc, errors_and_batches);
-    tcase_add_test(tc, window_check_is_exact);
-    tcase_add_test(tc, histogram_quantiles);
-    tcase_add_test(tc, script_args_by_position);
-    suite_add_tcase(s, tc);
-    return check_run(s);
+
+    CHECK_ADD(tc, claims_as_redis_runs_them, errors_and_batches, window_check_is_exact,
+              histogram_quantiles, script_args_by_position);
+    return check_run_case("sim", tc);
 }

@@ -54,10 +54,8 @@ END_TEST
 
 int main(void)
 {
-    Suite *su = suite_create("slab");
     TCase *tc = tcase_create("core");
 
     tcase_add_loop_test(tc, alloc_free_reuse, 0, sizeof(sizes) / sizeof(sizes[0]));
-    suite_add_tcase(su, tc);
-    return check_run(su);
+    return check_run_case("slab", tc);
 }

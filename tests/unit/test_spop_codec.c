@@ -527,19 +527,13 @@ static Suite *spop_codec_suite(void)
 
     tc = tcase_create("data");
     tcase_add_loop_test(tc, test_data_cases, 0, ST_NELEM(spop_data_cases));
-    tcase_add_test(tc, test_data_put_invalid);
-    tcase_add_test(tc, test_constructors);
+    CHECK_ADD(tc, test_data_put_invalid, test_constructors);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("encoders");
-    tcase_add_test(tc, test_agent_hello);
-    tcase_add_test(tc, test_agent_disconnect);
-    tcase_add_test(tc, test_frame_begin_end);
-    tcase_add_test(tc, test_frame_end_too_big);
-    tcase_add_test(tc, test_actions);
-    tcase_add_test(tc, test_actions_invalid_put);
-    tcase_add_test(tc, test_set_var_typed_same_bytes);
-    tcase_add_test(tc, test_status_str);
+    CHECK_ADD(tc, test_agent_hello, test_agent_disconnect, test_frame_begin_end,
+              test_frame_end_too_big, test_actions, test_actions_invalid_put,
+              test_set_var_typed_same_bytes, test_status_str);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("malformed");

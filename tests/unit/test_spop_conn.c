@@ -235,9 +235,7 @@ static Suite *spop_conn_suite(void)
     TCase *tc;
 
     tc = tcase_create("connection");
-    tcase_add_test(tc, test_conn_pause);
-    tcase_add_test(tc, test_conn_peer_disconnect);
-    tcase_add_test(tc, test_conn_in_grows);
+    CHECK_ADD(tc, test_conn_pause, test_conn_peer_disconnect, test_conn_in_grows);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("fuzz");

@@ -374,12 +374,9 @@ static Suite *spop_frames_suite(void)
 
     tc = tcase_create("frames");
     tcase_add_loop_test(tc, test_frame_vectors, 0, (int)SPOP_NVECTORS);
-    tcase_add_test(tc, test_frame_stream);
-    tcase_add_test(tc, test_hello_vector);
-    tcase_add_test(tc, test_hello_healthcheck_vector);
+    CHECK_ADD(tc, test_frame_stream, test_hello_vector, test_hello_healthcheck_vector);
     tcase_add_loop_test(tc, test_notify_vectors, SPOP_VEC_NOTIFY_IPV4, SPOP_VEC_NOTIFY_IPV6 + 1);
-    tcase_add_test(tc, test_disconnect_vector);
-    tcase_add_test(tc, test_frame_too_big);
+    CHECK_ADD(tc, test_disconnect_vector, test_frame_too_big);
     tcase_add_loop_test(tc, test_frame_too_short, 0, SPOP_FRAME_MIN_LEN);
     tcase_add_test(tc, test_notify_corrupt);
     suite_add_tcase(s, tc);

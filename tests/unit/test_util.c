@@ -367,20 +367,14 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("util");
     TCase *tc = tcase_create("core");
-    tcase_add_test(tc, crc16_check_value);
-    tcase_add_test(tc, sha256_vectors);
+
+    CHECK_ADD(tc, crc16_check_value, sha256_vectors);
     tcase_add_loop_test(tc, key_slots, 0, sizeof(slots) / sizeof(slots[0]));
-    tcase_add_test(tc, slot_fence);
-    tcase_add_test(tc, hash_is_fnv1a);
-    tcase_add_test(tc, hash_words_every_byte_counts);
-    tcase_add_test(tc, stripe_and_slot_use_different_bits);
-    tcase_add_test(tc, query_params);
+    CHECK_ADD(tc, slot_fence, hash_is_fnv1a, hash_words_every_byte_counts,
+              stripe_and_slot_use_different_bits, query_params);
     tcase_add_loop_test(tc, u64_dec, 0, sizeof(dec_cases) / sizeof(dec_cases[0]));
-    tcase_add_test(tc, u64_dec_many);
-    tcase_add_test(tc, ipv4_text);
+    CHECK_ADD(tc, u64_dec_many, ipv4_text);
     tcase_add_loop_test(tc, info_eviction, 0, sizeof(info_cases) / sizeof(info_cases[0]));
-    suite_add_tcase(s, tc);
-    return check_run(s);
+    return check_run_case("util", tc);
 }
