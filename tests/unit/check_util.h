@@ -9,6 +9,7 @@
 #include <stddef.h>
 
 struct config;
+struct sockaddr_storage;
 
 #define CHECK_ERRLEN 4096 /* room for every message of a refused config */
 
@@ -28,6 +29,22 @@ void check_add_tests(TCase *tc, const TTest *const *tests, size_t n);
 /* Adds the loop test fn over the rows of a static table. */
 #define CHECK_LOOP(tc, fn, table) \
     tcase_add_loop_test(tc, fn, 0, (int)(sizeof(table) / sizeof((table)[0])))
+
+/* A row of a CIDR parser's table: the text, and what it must parse to. */
+struct check_cidr {
+    const char *s;
+    int family; /* 0: must be rejected */
+    unsigned prefix;
+    const char *net; /* the stored network, as text */
+};
+
+/* A parser's answer rc (0 or -1) and result (family, prefix, network address
+ * addr) for the row want. */
+void check_cidr_parsed(const struct check_cidr *want, int rc, int family, unsigned prefix,
+                       const void *addr);
+
+/* The peer address text (IPv6 when it holds a ':') as a sockaddr in *ss. */
+void check_peer_addr(const char *text, struct sockaddr_storage *ss);
 
 /* text loaded as the file "t.ini"; fails the test, showing the errors, when
  * it is refused. */
