@@ -23,12 +23,12 @@
  * Built two ways:
  *  - tests/fuzz/fuzz_spop: with -fsanitize=fuzzer (configure CC=clang
  *    --enable-fuzzing; run it with "make fuzz").
- *  - tests/fuzz/fuzz_smoke: with -DFUZZ_STANDALONE, a main() that runs seed inputs
- *    built from tests/unit/spop_vectors.h (and NOTIFYs carrying limits as args)
- *    plus pseudo-random mutations of them, as a regression test in "make
- *    check". It also writes the seed corpus (-d DIR) and replays inputs
- *    saved in files (fuzz_smoke FILE...).
+ *  - tests/fuzz/fuzz_smoke: with -DFUZZ_STANDALONE and fuzz_spop_smoke.c
+ *    (its seeds and mutations, and the driver of fuzz_main.h), as a
+ *    regression test in "make check".
  */
+#include "fuzz_spop.h"
+
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -42,34 +42,6 @@
 #include "spop/spop.h"
 #include "spop/spop_conn.h"
 #include "../unit/spop_vectors.h"
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-/* Mode byte (the first byte of an input). */
-#define MODE_CHUNK_MASK 0x07u    /* how the rest is cut into reads: see chunk_len() */
-#define MODE_SMALL_FRAME 0x08u   /* offer max-frame-size 256 instead of 16380 */
-#define MODE_CLOCK_FROM_ID 0x10u /* the clock moves by frame-id ms, else a fixed step */
-#define MODE_DRAIN_HALF 0x20u    /* write half of the pending output at a time */
-#define MODE_DEFER_ACK 0x40u     /* ACK after spop_conn_in_commit returns, not inside */
-#define MODE_PREPEND_HELLO 0x80u /* a valid HAPROXY-HELLO comes before the rest */
-
-/* Config bytes, after the mode byte: one global, then one per rule. */
-#define CFG_BYTES (1 + CFG_RULES)
-#define CFG_RULES 4
-#define G_NRULES_MASK 0x03u /* rules: 1 + this */
-#define G_REDIS 0x04u       /* decide as with Redis: leases and exact calls */
-#define G_SHADOW 0x08u      /* [agent] shadow = yes */
-#define G_SMALL_KEY 0x10u   /* [agent] max_key = 16: most keys are hashed */
-#define G_SHARE 0x20u       /* [fallback] share = 0.25, mode = closed */
-#define G_FRACTION 0x40u    /* [lease] max_fraction = 1 */
-#define G_EXACT_COLD 0x80u  /* a cold key's claim goes as an exact call */
-#define R_RATE_ARG 0x01u    /* rate = arg:rate, max_rate */
-#define R_BURST_ARG 0x02u   /* burst = arg:burst, max_burst */
-#define R_KEYS_SHIFT 2      /* 2 bits: no key (global), key, ip, five args */
-#define R_MATCH 0x10u       /* a match line or two */
-#define R_SHADOW 0x20u
-#define R_SLIDING 0x40u
-#define R_LEASE_OFF 0x80u
 
 #define AGENT_FRAME SPOP_DEFAULT_FRAME_SIZE
 #define MAX_DEFERRED 16 /* NOTIFYs waiting for their ACK, as while Redis answers */
@@ -173,15 +145,11 @@ struct fuzz_run {
     int hello_seen, disconnect_seen;
 };
 
-#ifdef FUZZ_STANDALONE
-static void fuzz_report_input(void); /* fuzz_main.h */
-#endif
-
 static void fuzz_fail(const char *what)
 {
     fprintf(stderr, "fuzz_spop: invariant broken: %s\n", what);
 #ifdef FUZZ_STANDALONE
-    fuzz_report_input();
+    fuzz_spop_report_input();
 #endif
     abort();
 }
@@ -711,137 +679,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     return 0;
 }
 
-/* ---- standalone driver (make check) --------------------------------------- */
-
 #ifdef FUZZ_STANDALONE
-
-/* The driver is fuzz_main.h's (included below); the mutations are this
- * target's own (after it): they keep the mode and config head and insert
- * captured frames. */
-#define FUZZ_NAME "fuzz_smoke"
-#define FUZZ_ITERATIONS 50000
-#define FUZZ_MAX_INPUT 2048
-#define FUZZ_MAX_MUTATIONS 8
-#define FUZZ_OWN_MUTATE
-#define HEAD (1 + CFG_BYTES) /* the mode and config bytes */
-
-/* Seeds: mode bytes times sequences of frames (indexes into spop_vectors[],
- * or SEED_LIMITS + i for the NOTIFYs of limits_notify(); -1 ends), each under
- * one of the configs of seed_cfgs[]. Modes with MODE_PREPEND_HELLO get the
- * HELLO for free; the others carry their own. */
-#define SEED_LIMITS 100
-static const uint8_t seed_modes[] = {0x80, 0x81, 0x84, 0x87, 0xc0, 0xe5, 0x92, 0x8e, 0x00, 0x46};
-static const int seed_frames[][8] = {
-    {SPOP_VEC_NOTIFY_IPV4, SPOP_VEC_NOTIFY_IPV6, SPOP_VEC_HAPROXY_DISCONNECT, -1},
-    {SPOP_VEC_NOTIFY_IPV4, SPOP_VEC_NOTIFY_IPV4, SPOP_VEC_NOTIFY_IPV4, SPOP_VEC_NOTIFY_IPV6,
-     SPOP_VEC_NOTIFY_IPV6, -1},
-    {SPOP_VEC_HAPROXY_HELLO, SPOP_VEC_NOTIFY_IPV4, SPOP_VEC_NOTIFY_IPV6, -1},
-    {SPOP_VEC_HAPROXY_HELLO_HEALTHCHECK, -1},
-    {SPOP_VEC_HAPROXY_HELLO, SPOP_VEC_HAPROXY_DISCONNECT, -1},
-    {SPOP_VEC_HAPROXY_HELLO, -1},
-    {SEED_LIMITS, SEED_LIMITS + 1, SEED_LIMITS, SEED_LIMITS + 2, SEED_LIMITS + 3, SEED_LIMITS,
-     SEED_LIMITS, -1},
-    {SPOP_VEC_HAPROXY_HELLO, SEED_LIMITS + 3, SEED_LIMITS, SEED_LIMITS + 1, SEED_LIMITS,
-     SPOP_VEC_NOTIFY_IPV4, SEED_LIMITS, -1},
-};
-/* Configs (see config_text): the first is close to the one this target
- * used to have built in; the others go through leases, exact calls and
- * exact-cold claims, limits from args, small keys, the closed fallback. */
-static const uint8_t seed_cfgs[][CFG_BYTES] = {
-    {0x03, 0x14, 0x09, 0x40, 0x2c},
-    {0x07, 0x07, 0x0b, 0x8d, 0x45},
-    {0x87, 0x04, 0x44, 0x84, 0x23},
-    {0x7f, 0x13, 0x07, 0x4b, 0x8f},
-    {0x00, 0x04, 0x00, 0x00, 0x00},
-    {0x27, 0x05, 0x06, 0x09, 0x0a},
-    {0x46, 0x11, 0x51, 0x91, 0x03},
-};
-#define NSEED_MODES (sizeof(seed_modes) / sizeof(seed_modes[0]))
-#define NSEED_CFGS (sizeof(seed_cfgs) / sizeof(seed_cfgs[0]))
-#define NSEEDS (NSEED_MODES * (sizeof(seed_frames) / sizeof(seed_frames[0])))
-
-/* A NOTIFY of "check-rate" whose args carry limits (rate, burst) besides the
- * captures' key, ip, path, method, plan, n and b: asking for less than the
- * ceilings, more, nonsense, and none with a long key. */
-static size_t limits_notify(unsigned i, uint8_t *buf, size_t cap)
+void fuzz_spop_summary(const char *name)
 {
-    static const char *const args[][6] = {
-        /* key, path, method, plan, rate, burst */
-        {"tenant-1", "/login", "GET", "free", "5/1s", "3"},
-        {"tenant-2", "/api/v1", "POST", "paid", "1000000/1s", "999999999"},
-        {"tenant-1", "/x", "PUT", "gold", "bogus", ""},
-        {"a-key-long-enough-to-be-hashed-by-a-small-max_key", "/login", "GET", "free", "1/1h",
-         NULL},
-    };
-    static const char *const names[] = {"key", "path", "method", "plan", "rate", "burst"};
-    struct spop_writer w = {buf, buf + cap};
-    uint8_t *start;
-    struct spop_data d;
-    unsigned nargs = args[i][5] ? 9 : 8;
-
-    if (spop_frame_begin(&w, SPOP_FRAME_NOTIFY, SPOP_FLAG_FIN, 11 + i, 1, &start) < 0 ||
-        spop_put_str(&w, "check-rate", 10) < 0 || w.p == w.end)
-        return 0;
-    *w.p++ = (uint8_t)nargs;
-    for (unsigned a = 0; a < 6; a++) {
-        if (!args[i][a])
-            continue;
-        d.type = SPOP_DATA_STR;
-        d.u.buf.ptr = args[i][a];
-        d.u.buf.len = strlen(args[i][a]);
-        if (spop_put_str(&w, names[a], strlen(names[a])) < 0 || spop_put_data(&w, &d) < 0)
-            return 0;
-    }
-    d = (struct spop_data){.type = SPOP_DATA_IPV4, .u.ip = {192, 0, 2, (uint8_t)(1 + i)}};
-    if (spop_put_str(&w, "ip", 2) < 0 || spop_put_data(&w, &d) < 0)
-        return 0;
-    d = spop_int(7 * (int64_t)i);
-    if (spop_put_str(&w, "n", 1) < 0 || spop_put_data(&w, &d) < 0)
-        return 0;
-    d = spop_bool(i % 2 == 0);
-    if (spop_put_str(&w, "b", 1) < 0 || spop_put_data(&w, &d) < 0)
-        return 0;
-    if (spop_frame_end(&w, start) < 0)
-        return 0;
-    return (size_t)(w.p - buf);
-}
-
-/* Seed k into buf (FUZZ_MAX_INPUT bytes); returns its length. */
-static size_t fuzz_seed(size_t k, uint8_t *buf)
-{
-    const int *frames = seed_frames[k / NSEED_MODES];
-    size_t len = 0;
-
-    buf[len++] = seed_modes[k % NSEED_MODES];
-    memcpy(buf + len, seed_cfgs[k % NSEED_CFGS], CFG_BYTES);
-    len += CFG_BYTES;
-    for (size_t i = 0; frames[i] >= 0; i++) {
-        if (frames[i] >= SEED_LIMITS) {
-            len += limits_notify((unsigned)(frames[i] - SEED_LIMITS), buf + len,
-                                 FUZZ_MAX_INPUT - len);
-            continue;
-        }
-        const struct spop_vector *v = &spop_vectors[frames[i]];
-
-        if (len + v->len > FUZZ_MAX_INPUT)
-            break;
-        memcpy(buf + len, v->data, v->len);
-        len += v->len;
-    }
-    return len;
-}
-
-static size_t fuzz_nseeds(void)
-{
-    return NSEEDS;
-}
-
-static void fuzz_summary(void)
-{
-    printf(FUZZ_NAME ": %llu ACKs, %llu AGENT-DISCONNECTs\n", total_acks, total_disconnects);
-    printf(FUZZ_NAME ": %llu rule hits (%llu with limits from args, %llu through the lease "
-           "cache), %llu blocked\n",
-           total_hits, total_arg_limits, total_leased, total_blocked);
+    printf("%s: %llu ACKs, %llu AGENT-DISCONNECTs\n", name, total_acks, total_disconnects);
+    printf("%s: %llu rule hits (%llu with limits from args, %llu through the lease cache), "
+           "%llu blocked\n",
+           name, total_hits, total_arg_limits, total_leased, total_blocked);
     /* the cached rulesets, freed for the leak check */
     for (unsigned i = 0; i < RS_CACHE; i++) {
         ruleset_unref(rs_cache[i].rs);
@@ -849,66 +693,4 @@ static void fuzz_summary(void)
     }
     fuzz_rs = NULL;
 }
-
-#include "fuzz_main.h"
-
-/* One to FUZZ_MAX_MUTATIONS random edits of buf[0..len); returns the new
- * length (at most FUZZ_MAX_INPUT). */
-static size_t fuzz_mutate(uint64_t *s, uint8_t *buf, size_t len)
-{
-    static const uint8_t interesting[] = {0x00, 0x01, 0x03, 0x07, 0x08, 0x0f, 0x10,
-                                          0x11, 0x7f, 0x80, 0xef, 0xf0, 0xfe, 0xff};
-    unsigned n = 1 + (unsigned)(fuzz_rnd(s) % FUZZ_MAX_MUTATIONS);
-
-    for (unsigned m = 0; m < n; m++) {
-        /* edits of the frames leave the mode and config bytes alone: a new
-         * config is a ruleset to build, the smoke run's costliest step */
-        size_t pos = len > HEAD ? HEAD + (size_t)(fuzz_rnd(s) % (len - HEAD)) : 0;
-
-        switch (fuzz_rnd(s) % 8) {
-        case 0: /* flip a bit */
-            if (len)
-                buf[pos] ^= (uint8_t)(1u << (fuzz_rnd(s) % 8));
-            break;
-        case 1: /* an interesting byte */
-            if (len)
-                buf[pos] = interesting[fuzz_rnd(s) % sizeof(interesting)];
-            break;
-        case 2: /* a random byte */
-            if (len)
-                buf[pos] = (uint8_t)fuzz_rnd(s);
-            break;
-        case 3: /* insert a byte */
-            if (len < FUZZ_MAX_INPUT) {
-                memmove(buf + pos + 1, buf + pos, len - pos);
-                buf[pos] = (uint8_t)fuzz_rnd(s);
-                len++;
-            }
-            break;
-        case 4:
-            len = fuzz_delete_range(s, buf, len, pos);
-            break;
-        case 5:
-            fuzz_copy_range(s, buf, len, pos);
-            break;
-        case 6: { /* insert a captured frame */
-            const struct spop_vector *v = &spop_vectors[fuzz_rnd(s) % SPOP_NVECTORS];
-            if (len + v->len <= FUZZ_MAX_INPUT) {
-                memmove(buf + pos + v->len, buf + pos, len - pos);
-                memcpy(buf + pos, v->data, v->len);
-                len += v->len;
-            }
-            break;
-        }
-        default: /* another mode, or now and then one bit of the config */
-            if (len > HEAD && fuzz_rnd(s) % 4 == 0)
-                buf[1 + fuzz_rnd(s) % CFG_BYTES] ^= (uint8_t)(1u << (fuzz_rnd(s) % 8));
-            else if (len)
-                buf[0] = (uint8_t)fuzz_rnd(s);
-            break;
-        }
-    }
-    return len;
-}
-
-#endif /* FUZZ_STANDALONE */
+#endif
