@@ -41,7 +41,7 @@
 #include "rules/rules.h"
 #include "spop/spop.h"
 #include "spop/spop_conn.h"
-#include "../unit/spop_vectors.h"
+#include "spop_vectors.h"
 
 #define AGENT_FRAME SPOP_DEFAULT_FRAME_SIZE
 #define MAX_DEFERRED 16 /* NOTIFYs waiting for their ACK, as while Redis answers */

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "spop/spop.h"
-#include "../unit/spop_vectors.h"
+#include "spop_vectors.h"
 
 /* The driver is fuzz_main.h's (included below); the mutations are this
  * target's own (after it): they keep the mode and config head and insert
