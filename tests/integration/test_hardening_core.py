@@ -223,20 +223,7 @@ class ClusterHashtags(topo.TopologyCase):
     def setUp(self):
         # topo.Cluster's setUp (not its tests): three masters, no replicas
         super().setUp()
-        self.ports = [topo.cluster_port() for _ in range(3)]
-        for p in self.ports:
-            self.server(p, "--cluster-enabled", "yes",
-                        "--cluster-config-file", os.path.join(self.dir, "nodes-%d.conf" % p),
-                        "--cluster-node-timeout", "2000")
-        out = subprocess.run(["redis-cli", "--cluster", "create"] +
-                             ["127.0.0.1:%d" % p for p in self.ports] +
-                             ["--cluster-replicas", "0", "--cluster-yes"],
-                             capture_output=True, text=True, timeout=30)
-        self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
-        self.assertTrue(topo.wait_for(lambda: all("cluster_state:ok" in
-                                                  topo.cli(p, "CLUSTER", "INFO")
-                                                  for p in self.ports), timeout=15),
-                        "cluster never ok")
+        self.start_cluster()
 
     def test_client_hashtags_do_not_choose_the_slot(self):
         agent, c = self.agent("[redis]\ncluster = 127.0.0.1:%d\n" % self.ports[0],

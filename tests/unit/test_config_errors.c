@@ -1,6 +1,8 @@
 /* test_config_errors.c - configurations the agent refuses: every kind of
  * error with its FILE:LINE, many errors at once, the error buffer, limits
  * and long lines, and match regexes too costly or too long to compile. */
+#include "config/config.h"
+
 #include <arpa/inet.h>
 #include <check.h>
 #include <netinet/in.h>
@@ -12,7 +14,6 @@
 #include <unistd.h>
 
 #include "check_util.h"
-#include "config/config.h"
 
 /* ---- errors ----------------------------------------------------------------------- */
 

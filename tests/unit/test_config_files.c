@@ -2,6 +2,8 @@
  * defaults, variants, how rules resolve (keys, matches, limits from args),
  * files read from disk, credentials in URLs, --check --print's round trip
  * and the /config page. */
+#include "config/config.h"
+
 #include <arpa/inet.h>
 #include <check.h>
 #include <netinet/in.h>
@@ -13,7 +15,6 @@
 #include <unistd.h>
 
 #include "check_util.h"
-#include "config/config.h"
 #include "http/config_page.h"
 
 /* ---- whole files ------------------------------------------------------------------ */

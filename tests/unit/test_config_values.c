@@ -1,6 +1,8 @@
 /* test_config_values.c - the configuration's value parsers (durations,
  * rates, booleans, CIDRs) and the keys of who may talk to the agent: peers,
  * [agent] max_connections and stats_allow, the handshake budget. */
+#include "config/config.h"
+
 #include <arpa/inet.h>
 #include <check.h>
 #include <netinet/in.h>
@@ -12,7 +14,6 @@
 #include <unistd.h>
 
 #include "check_util.h"
-#include "config/config.h"
 
 /* ---- value parsers ------------------------------------------------------------ */
 
