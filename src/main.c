@@ -27,7 +27,7 @@
 #include "server/server.h"
 
 #define ERRBUF 8192
-#define STOP_TIMEOUT_S 4.5 /* interface.md: exit within 5 s */
+#define STOP_TIMEOUT_S 4.5 /* SIGTERM: exit within 5 s (doc/operations.md, Failure modes) */
 #define EXPIRE_EVERY_S 1.0
 #define EXPIRE_BATCH 50000
 #define REPORT_EVERY_S 10.0

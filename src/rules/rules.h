@@ -141,7 +141,7 @@ void rules_account(const struct ruleset *rs, const struct rule_eval *ev, uint64_
 #define RULES_MAX_SECONDS CFG_ACK_MAX_SECONDS
 
 /* Write the ACK actions (set-var, scope txn) for the decided hits: see the
- * variables table of interface.md. With no hit, only blocked=false. When w
+ * variables table of doc/haproxy.md. With no hit, only blocked=false. When w
  * has no room for them all, only blocked and (when blocked) retry_after are
  * written, counted in acks_truncated: the decision always reaches HAProxy.
  * remaining is capped at the rule's capacity (max of burst and N). */

@@ -1,5 +1,5 @@
 /* rules_ack.c - the ACK a decision sends: which hit decides, and the
- * variables of interface.md as SPOP set-var actions (a fixed rule's first
+ * variables of doc/haproxy.md as SPOP set-var actions (a fixed rule's first
  * ones encoded once per ruleset). */
 #include "rules.h"
 
@@ -133,7 +133,7 @@ int rules_ack_heads_build(struct ruleset *rs)
     return 0;
 }
 
-/* Every variable of the ACK (interface.md). */
+/* Every variable of the ACK (doc/haproxy.md, Variables the agent sets). */
 static int encode_full(struct spop_writer *w, const struct ruleset *rs, const struct rule_hit *h,
                        int would_block, int degraded)
 {

@@ -146,14 +146,6 @@ def textbook(keys, requests):
         r.stop()
 
 
-def rss_kb(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
-
-
 def light(agent, seed):
     return spoa_bench(agent, "-c", "2", "-p", "20", "-r", "200", "-d", "3", "-k", "1000000",
                       "-s", str(seed))[1]
@@ -172,10 +164,10 @@ def churn_once(redis_args=()):
     try:
         wait_redis_up(a)
         fresh = light(a, 1)
-        rss0 = rss_kb(a.p.pid)
+        rss0 = harness.rss_kb(a.p.pid)
         spoa_bench(a, "-c", "8", "-p", "20", "-d", "4", "-k", "1000000", "-s", "2")
         entries = a.metric("spoa_ratelimit_lease_keys") or 0
-        rss1 = rss_kb(a.p.pid)
+        rss1 = harness.rss_kb(a.p.pid)
         after = light(a, 3)
         time.sleep(3)  # Redis settles: the churned keys are gone
         spoa_bench(a, "-c", "8", "-p", "20", "-d", "4", "-k", "1000000", "-s", "4")

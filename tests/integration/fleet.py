@@ -61,6 +61,19 @@ def wait_redis_up(agent, timeout=10.0):
                          % (last, timeout, agent.output()[-3000:]))
 
 
+
+def redis_counts(agents):
+    """(commands, script operations) sent so far by all agents: a batch is one
+    command that carries several operations."""
+    cmds = ops = 0
+    for a in agents:
+        c = a.metric("spoa_ratelimit_redis_commands_total") or 0
+        b = a.metric("spoa_ratelimit_redis_batches_total") or 0
+        bc = a.metric("spoa_ratelimit_redis_batched_calls_total") or 0
+        cmds += c
+        ops += c - b + bc
+    return cmds, ops
+
 def stop_all(procs):
     """Stop every process (agents get SIGTERM); returns {index: rc}."""
     rcs = {}

@@ -331,3 +331,39 @@ def wait_for(pred, timeout=10.0, step=0.05):
             return v
         time.sleep(step)
     return pred()
+
+
+def stop_cleanly(test, agent, timeout=8):
+    """test.addCleanup: SIGTERM agent, which must then exit 0 (its last output
+    in the failure otherwise)."""
+    def stop():
+        rc = agent.stop(timeout=timeout)
+        if rc != 0:
+            raise AssertionError("agent exit %s after SIGTERM:\n%s" % (rc, agent.output()[-3000:]))
+    test.addCleanup(stop)
+
+
+def rss_kb(pid):
+    """The process' resident set, in kB (0 when /proc says nothing)."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def raw_http(port, method, path, timeout=5):
+    """What one read gets back for a bare HTTP/1.0 request to 127.0.0.1:port:
+    b"" when the listener closes without answering (a refused peer)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    try:
+        s.sendall(("%s %s HTTP/1.0\r\n\r\n" % (method, path)).encode())
+    except OSError:
+        pass  # closed before the request went out
+    data = b""
+    try:
+        data = s.recv(4096)
+    except ConnectionResetError:
+        pass
+    s.close()
+    return data

@@ -183,14 +183,6 @@ def pick_haproxy():
     return max(builds, key=lambda b: b.version)
 
 
-def rss_kb(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for ln in f:
-            if ln.startswith("VmRSS:"):
-                return int(ln.split()[1])
-    return 0
-
-
 def fd_count(pid):
     return len(os.listdir("/proc/%d/fd" % pid))
 
@@ -264,7 +256,7 @@ class Watch(threading.Thread):
                 fds.append(None)
                 continue
             try:
-                rss.append(rss_kb(a.p.pid))
+                rss.append(harness.rss_kb(a.p.pid))
                 fds.append(fd_count(a.p.pid))
             except OSError:
                 rss.append(None)

@@ -259,12 +259,7 @@ class ClusterBatches(topo.Cluster):
         # the migration degraded (the migration's point is -ASK/-MOVED, not it)
         agent = harness.Agent("[redis]\ncluster = 127.0.0.1:%d\ntimeout = 1s\n\n%s"
                               % (self.ports[0], RULES), extra_agent="log_level = debug\n")
-
-        def stop():
-            rc = agent.stop(timeout=8)
-            if rc != 0:
-                raise AssertionError("agent exit %s:\n%s" % (rc, agent.output()[-3000:]))
-        self.addCleanup(stop)
+        harness.stop_cleanly(self, agent)
         self.assertTrue(topo.wait_for(lambda: agent.metric("spoa_ratelimit_redis_up") == 1),
                         "redis never up")
         b0 = agent.metric("spoa_ratelimit_redis_batches_total")
@@ -334,12 +329,7 @@ class SentinelBatches(topo.Sentinel):
         sport = self.start_sentinel(mport)
         agent = harness.Agent("[redis]\nsentinel = 127.0.0.1:%d\nmaster = mymaster\n"
                               "timeout = 200ms\n\n%s" % (sport, RULES))
-
-        def stop():
-            rc = agent.stop(timeout=8)
-            if rc != 0:
-                raise AssertionError("agent exit %s:\n%s" % (rc, agent.output()[-3000:]))
-        self.addCleanup(stop)
+        harness.stop_cleanly(self, agent)
         self.assertTrue(topo.wait_for(lambda: agent.metric("spoa_ratelimit_redis_up") == 1),
                         "redis never up")
         b0 = agent.metric("spoa_ratelimit_redis_batches_total")

@@ -10,7 +10,7 @@ import time
 import unittest
 
 import fleet
-from harness import TOP, Agent, HAProxy, Redis
+from harness import TOP, Agent, HAProxy, Redis, wait_for
 
 RULE = "[rule:r]\nkey = key\nrate = 10/1m\n"
 
@@ -43,22 +43,12 @@ class AclUser(unittest.TestCase):
 
     def test_wrong_password_is_refused_and_falls_back(self):
         a = self.agent("ratelimit:wrong")
-        ok = fleet_wait(lambda: "redis refused the password (WRONGPASS)" in a.output())
+        ok = wait_for(lambda: "redis refused the password (WRONGPASS)" in a.output())
         self.assertTrue(ok, a.output())
         self.assertIn('user=ratelimit command="AUTH"', a.output())
         c = fleet.Seq(a.addr)
         self.addCleanup(c.close)
         self.assertIs(c.decide(key="acl").get("degraded"), True)
-
-
-def fleet_wait(pred, timeout=10.0):
-    import time
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(0.05)
-    return pred()
 
 
 @unittest.skipUnless(shutil.which("man"), "man is not installed")

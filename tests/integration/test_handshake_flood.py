@@ -28,7 +28,7 @@ import time
 import unittest
 
 import spop
-from harness import AGENT, Proc, TOP, free_port, wait_for, wait_port
+from harness import AGENT, Proc, TOP, free_port, rss_kb, wait_for, wait_port
 from haproxies import KitHAProxy, survey
 
 FLOOD_CONNS = 3000
@@ -89,14 +89,6 @@ print("opened", opened, flush=True)
 
 def fd_count(pid):
     return len(os.listdir("/proc/%d/fd" % pid))
-
-
-def rss_kb(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
 
 
 class ShippedAgent(Proc):

@@ -15,10 +15,10 @@ import re
 import socket
 import sys
 import threading
-import time
 import unittest
 
 import spop
+import harness
 from harness import Agent, Redis
 from haproxies import KitHAProxy, backend_first, per_haproxy, plain_mode_tcp, spoe_processing
 from taps import DelayTap, SpopTap
@@ -32,13 +32,11 @@ rate = 1000000/1s
 
 
 def wait_for(cond, timeout=20.0, what="condition"):
-    end = time.time() + timeout
-    while time.time() < end:
-        v = cond()
-        if v:
-            return v
-        time.sleep(0.05)
-    raise AssertionError("timed out after %.0f s waiting for %s" % (timeout, what))
+    """harness.wait_for's value, or an AssertionError naming what was awaited."""
+    v = harness.wait_for(cond, timeout)
+    if not v:
+        raise AssertionError("timed out after %.0f s waiting for %s" % (timeout, what))
+    return v
 
 
 def spoe_log(text):

@@ -4,9 +4,9 @@ try to forge log lines. Standalone mode (no Redis) unless said otherwise."""
 import os
 import subprocess
 import tempfile
-import time
 import unittest
 
+import harness
 import spop
 import test_redis_topologies as topo
 from harness import Agent, AGENT, Redis
@@ -70,7 +70,6 @@ class SmallFrame(unittest.TestCase):
         self.assertEqual(rc, 0, err)
 
 
-
 class Durations(unittest.TestCase):
     """Durations past a year are refused with FILE:LINE (they used to pass
     and leave the fallback backstop with period 0: no limit at all)."""
@@ -107,14 +106,9 @@ class Durations(unittest.TestCase):
             self.assertEqual(rc, 0, agent.output())
 
 
-
-def wait_for(cond, timeout=15.0, step=0.1):
-    end = time.time() + timeout
-    while time.time() < end:
-        if cond():
-            return True
-        time.sleep(step)
-    return cond()
+def wait_for(pred, timeout=15.0, step=0.1):
+    """harness.wait_for, with this module's defaults."""
+    return harness.wait_for(pred, timeout, step)
 
 
 class LogInjection(unittest.TestCase):
@@ -143,7 +137,6 @@ class LogInjection(unittest.TestCase):
                           'level=err"', line)
         finally:
             self.assertEqual(agent.stop(), 0)
-
 
 
 class MaxEntries(unittest.TestCase):
@@ -230,20 +223,7 @@ class ClusterHashtags(topo.TopologyCase):
     def setUp(self):
         # topo.Cluster's setUp (not its tests): three masters, no replicas
         super().setUp()
-        self.ports = [topo.cluster_port() for _ in range(3)]
-        for p in self.ports:
-            self.server(p, "--cluster-enabled", "yes",
-                        "--cluster-config-file", os.path.join(self.dir, "nodes-%d.conf" % p),
-                        "--cluster-node-timeout", "2000")
-        out = subprocess.run(["redis-cli", "--cluster", "create"] +
-                             ["127.0.0.1:%d" % p for p in self.ports] +
-                             ["--cluster-replicas", "0", "--cluster-yes"],
-                             capture_output=True, text=True, timeout=30)
-        self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
-        self.assertTrue(topo.wait_for(lambda: all("cluster_state:ok" in
-                                                  topo.cli(p, "CLUSTER", "INFO")
-                                                  for p in self.ports), timeout=15),
-                        "cluster never ok")
+        self.start_cluster()
 
     def test_client_hashtags_do_not_choose_the_slot(self):
         agent, c = self.agent("[redis]\ncluster = 127.0.0.1:%d\n" % self.ports[0],

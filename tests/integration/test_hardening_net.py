@@ -26,7 +26,8 @@ import urllib.error
 import urllib.request
 
 import spop
-from harness import AGENT, Agent, Proc, Redis, free_port, wait_port
+from harness import (AGENT, Agent, Proc, Redis, free_port, raw_http, stop_cleanly, wait_for,
+                     wait_port)
 
 RULES = """
 [rule:api]
@@ -46,16 +47,6 @@ HELLO_TIMEOUT_S = 5.0  # server_conn.c
 DRAIN_TIMEOUT_S = 5.0  # server_conn.c
 STATS_TIMEOUT_S = 5.0  # httpd.c
 WAITING_CAP = 256      # server_conn.c MAX_WAITING_PER_CONN
-
-
-def wait_for(pred, timeout=10.0, step=0.05):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        v = pred()
-        if v:
-            return v
-        time.sleep(step)
-    return pred()
 
 
 def cpu_seconds(pid):
@@ -155,12 +146,7 @@ class AgentUnder(Agent):
 class Case(unittest.TestCase):
     def start(self, ini=RULES, **kw):
         a = AgentUnder(ini, **kw)
-
-        def stop():
-            rc = a.stop(timeout=8)
-            if rc != 0:
-                raise AssertionError("agent exit %s after SIGTERM:\n%s" % (rc, a.output()[-3000:]))
-        self.addCleanup(stop)
+        stop_cleanly(self, a)
         return a
 
     def start_redis(self):
@@ -241,17 +227,7 @@ class StatsListener(Case):
         self.assertTrue(wait_for(lambda: '"started"' in a.output() or a.p.poll() is not None),
                         a.output())
         for path in ("/metrics", "/top"):
-            s = socket.create_connection(("127.0.0.1", a.stats_port), timeout=5)
-            try:
-                s.sendall(("GET %s HTTP/1.0\r\n\r\n" % path).encode())
-            except OSError:
-                pass  # closed before the request went out
-            data = b""
-            try:
-                data = s.recv(4096)
-            except ConnectionResetError:
-                pass
-            s.close()
+            data = raw_http(a.stats_port, "GET", path)
             self.assertEqual(data, b"", "%s answered a refused peer: %r" % (path, data[:200]))
         self.assertIn('"stats peer refused by stats_allow" peer=127.0.0.1', a.output())
         # SPOP is not concerned

@@ -14,7 +14,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import time
 import unittest
@@ -22,16 +21,13 @@ import urllib.parse
 
 import fleet
 from fleet import LoadClient, Seq, redis_ini, unique, worst_window
-from harness import AGENT, Agent, Redis
+import harness
+from harness import AGENT, Agent, Redis, raw_http
 
 
-def wait_for(pred, timeout=10.0):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(0.02)
-    return pred()
+def wait_for(pred, timeout=10.0, step=0.02):
+    """harness.wait_for, with this module's defaults."""
+    return harness.wait_for(pred, timeout, step)
 
 
 def call(agent, method, path, timeout=5):
@@ -209,17 +205,7 @@ class Config(unittest.TestCase):
         self.assertTrue(wait_for(lambda: '"started"' in a.output() or a.p.poll() is not None))
         for method, path in (("GET", "/config"), ("GET", "/key?" + q("api", "x")),
                              ("POST", "/reset?" + q("api", "x"))):
-            s = socket.create_connection(("127.0.0.1", a.stats_port), timeout=5)
-            try:
-                s.sendall(("%s %s HTTP/1.0\r\n\r\n" % (method, path)).encode())
-            except OSError:
-                pass  # closed before the request went out
-            data = b""
-            try:
-                data = s.recv(4096)
-            except ConnectionResetError:
-                pass
-            s.close()
+            data = raw_http(a.stats_port, method, path)
             self.assertEqual(data, b"", "%s %s answered a refused peer" % (method, path))
         self.assertEqual(a.output().count('"client reset"'), 0)
 

@@ -5,21 +5,11 @@ counts are known."""
 import os
 import re
 import signal
-import time
 import unittest
 
 import spop
 from fleet import Seq, unique, wait_redis_up
-from harness import TOP, Agent, Redis
-
-
-def wait_for(pred, timeout=10.0, step=0.05):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(step)
-    return pred()
+from harness import TOP, Agent, Redis, wait_for
 
 
 def doc_metrics():

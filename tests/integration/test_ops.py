@@ -10,6 +10,7 @@ import unittest
 
 import fleet
 import spop
+import harness
 from harness import AGENT, Agent, Redis, free_port
 
 RULE_A = """
@@ -25,12 +26,8 @@ rate = 1/1m
 
 
 def wait_for(pred, timeout=5.0, step=0.02):
-    end = time.time() + timeout
-    while time.time() < end:
-        if pred():
-            return True
-        time.sleep(step)
-    return pred()
+    """harness.wait_for, with this module's defaults."""
+    return harness.wait_for(pred, timeout, step)
 
 
 class Reload(unittest.TestCase):

@@ -1,5 +1,5 @@
 """Rate leases on a real redis-server and real agents (the script logic is in
-tests/test_scripts_rate.c, the policy in tests/test_lease_rate.c): a warm key
+tests/unit/test_scripts_rate.c, the policy in tests/unit/test_lease_rate.c): a warm key
 gets a share of the rate and a slice of the burst, is decided locally from
 then on, shows in /key and /metrics, and gives everything back at SIGTERM.
 The warm-key fleet scenario is measured by `make warm-fleet`."""
@@ -7,21 +7,12 @@ import json
 import time
 import unittest
 
+from harness import wait_for
 from test_redis import RedisCase
 
 # 30/1m (0.5 tokens/s) burst 20; a request every 200 ms is warm (5/s: under
 # one per 100 ms interval, and far more than 4 per 30 s rate_ttl)
 WARM = "\n[rule:warm]\nkey = key\nrate = 30/1m\nburst = 20\n"
-
-
-def wait_for(pred, timeout=10.0, step=0.05):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        v = pred()
-        if v:
-            return v
-        time.sleep(step)
-    return pred()
 
 
 class RateLeases(RedisCase):

@@ -13,7 +13,7 @@ import unittest
 
 import fleet
 from fleet import LoadClient, Seq, redis_ini, run_clients, sanity_problems, unique, worst_window
-from harness import BENCH, Agent, Redis
+from harness import BENCH, Agent, Redis, stop_cleanly
 
 
 def ten_per_minute_problems(got, name):
@@ -75,12 +75,7 @@ class RedisCase(unittest.TestCase):
     def start_agent(self, redis, rules, workers=2, prefix="rl:", wait_up=True, **kw):
         a = Agent(redis_ini(redis.port, prefix=prefix, **kw) + rules, workers=workers)
 
-        def stop():
-            rc = a.stop(timeout=8)
-            if rc != 0:
-                raise AssertionError("agent exit %s after SIGTERM:\n%s"
-                                     % (rc, a.output()[-3000:]))
-        self.addCleanup(stop)
+        stop_cleanly(self, a)
         if wait_up:
             fleet.wait_redis_up(a)
         return a

@@ -7,23 +7,19 @@ import os
 import shutil
 import subprocess
 import tempfile
-import time
 import unittest
 
 import fleet
 import test_redis_topologies as topo
+import harness
 from harness import AGENT, BENCH, TOP, Agent, Proc, Redis, free_port, wait_port
 
 RULE = "[rule:api]\nkey = key\nrate = 10/1h\n"  # burst 10, one token per 6 min
 
 
 def wait_for(pred, timeout=15.0, step=0.05):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(step)
-    return pred()
+    """harness.wait_for, with this module's defaults."""
+    return harness.wait_for(pred, timeout, step)
 
 
 def decide_n(agent, n, key=None):

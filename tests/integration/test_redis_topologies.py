@@ -18,7 +18,7 @@ import urllib.parse
 
 import spop
 import test_redis_keepalive
-from harness import Agent, Proc, free_port, wait_port
+from harness import Agent, Proc, free_port, stop_cleanly, wait_for, wait_port
 
 RULES = """
 [rule:t]
@@ -32,16 +32,6 @@ rate = 10/1m
 burst = 10
 lease = off
 """
-
-
-def wait_for(pred, timeout=10.0, step=0.05):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        v = pred()
-        if v:
-            return v
-        time.sleep(step)
-    return pred()
 
 
 def cli(port, *args, timeout=10):
@@ -103,6 +93,23 @@ class TopologyCase(unittest.TestCase):
         wait_port(port, proc=p.p)
         return p
 
+    def start_cluster(self, *extra):
+        """Three masters, no replicas, on ports of their own (self.ports), each
+        started with the server options extra; waits for cluster_state:ok."""
+        self.ports = [cluster_port() for _ in range(3)]
+        for p in self.ports:
+            self.server(p, "--cluster-enabled", "yes",
+                        "--cluster-config-file", os.path.join(self.dir, "nodes-%d.conf" % p),
+                        "--cluster-node-timeout", "2000", *extra)
+        out = subprocess.run(["redis-cli", "--cluster", "create"] +
+                             ["127.0.0.1:%d" % p for p in self.ports] +
+                             ["--cluster-replicas", "0", "--cluster-yes"],
+                             capture_output=True, text=True, timeout=30)
+        self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+        self.assertTrue(wait_for(lambda: all("cluster_state:ok" in cli(p, "CLUSTER", "INFO")
+                                             for p in self.ports), timeout=15),
+                        "cluster never ok")
+
     def agent(self, redis_section, log_level="info"):
         # timeout 1s: these tests are about routing and failover, and fail on
         # a degraded answer; a shorter timeout turns one stall of a loaded
@@ -110,12 +117,7 @@ class TopologyCase(unittest.TestCase):
         a = Agent(redis_section + "timeout = 1s\n\n" + RULES,
                   extra_agent="log_level = %s\n" % log_level)
 
-        def stop():
-            rc = a.stop(timeout=8)
-            if rc != 0:
-                raise AssertionError("agent exit %s after SIGTERM:\n%s"
-                                     % (rc, a.output()[-3000:]))
-        self.addCleanup(stop)
+        stop_cleanly(self, a)
         ok = wait_for(lambda: a.p.poll() is None and a.metric("spoa_ratelimit_redis_up") == 1,
                       timeout=10)
         self.assertTrue(ok, "redis never up:\n" + a.output()[-3000:])
@@ -211,21 +213,8 @@ class Sentinel(TopologyCase):
 class Cluster(TopologyCase):
     def setUp(self):
         super().setUp()
-        self.ports = [cluster_port() for _ in range(3)]
-        for p in self.ports:
-            self.server(p, "--cluster-enabled", "yes",
-                        "--cluster-config-file", os.path.join(self.dir, "nodes-%d.conf" % p),
-                        "--cluster-node-timeout", "2000",
-                        # survivors keep serving their slots while a master is down
-                        "--cluster-require-full-coverage", "no")
-        out = subprocess.run(["redis-cli", "--cluster", "create"] +
-                             ["127.0.0.1:%d" % p for p in self.ports] +
-                             ["--cluster-replicas", "0", "--cluster-yes"],
-                             capture_output=True, text=True, timeout=30)
-        self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
-        self.assertTrue(wait_for(lambda: all("cluster_state:ok" in cli(p, "CLUSTER", "INFO")
-                                             for p in self.ports), timeout=15),
-                        "cluster never ok")
+        # survivors keep serving their slots while a master is down
+        self.start_cluster("--cluster-require-full-coverage", "no")
         self.ids = {p: cli(p, "CLUSTER", "MYID") for p in self.ports}
 
     def owner(self, slot):

@@ -77,18 +77,6 @@ class Fidelity(unittest.TestCase):
             fleet.wait_redis_up(a)
         return agents
 
-    @staticmethod
-    def redis_counts(agents):
-        """(commands, script operations) sent so far by all agents."""
-        cmds = ops = 0
-        for a in agents:
-            c = a.metric("spoa_ratelimit_redis_commands_total") or 0
-            b = a.metric("spoa_ratelimit_redis_batches_total") or 0
-            bc = a.metric("spoa_ratelimit_redis_batched_calls_total") or 0
-            cmds += c
-            ops += c - b + bc
-        return cmds, ops
-
     def test_token_bucket(self):
         self.agree("token-bucket")
 
@@ -98,7 +86,7 @@ class Fidelity(unittest.TestCase):
     def agree(self, algorithm):
         reqs = schedule()
         agents = self.start_agents(algorithm)
-        c0, o0 = self.redis_counts(agents)
+        c0, o0 = fleet.redis_counts(agents)
         players = [fleet.Replayer(agents[i].addr, [r for r in reqs if r[2] == i])
                    for i in range(AGENTS)]
         t0 = time.monotonic() + 0.2
@@ -110,7 +98,7 @@ class Fidelity(unittest.TestCase):
         errors = [p.error for p in players if p.error or p.is_alive()]
         self.assertEqual(errors, [], "replay failed")
         time.sleep(0.3)  # the last give-backs
-        c1, o1 = self.redis_counts(agents)
+        c1, o1 = fleet.redis_counts(agents)
         decisions = sum(len(p.reqs) for p in players)
         answers = [a for p in players for a in p.answers.values()]
         self.assertEqual(len(answers), decisions, "not every request was answered")

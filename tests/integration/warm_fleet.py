@@ -48,17 +48,6 @@ def exact_admits(events):
     return ok
 
 
-def counts(agents):
-    calls = ops = 0
-    for a in agents:
-        c = a.metric("spoa_ratelimit_redis_commands_total") or 0
-        b = a.metric("spoa_ratelimit_redis_batches_total") or 0
-        bc = a.metric("spoa_ratelimit_redis_batched_calls_total") or 0
-        calls += c
-        ops += c - b + bc
-    return calls, ops
-
-
 def run(mode, reqs, seconds):
     redis = harness.Redis()
     agents = []
@@ -68,7 +57,7 @@ def run(mode, reqs, seconds):
             agents.append(harness.Agent(text, workers=1))
         for a in agents:
             fleet.wait_redis_up(a)
-        c0, o0 = counts(agents)
+        c0, o0 = fleet.redis_counts(agents)
         players = [fleet.Replayer(agents[i].addr, [r for r in reqs if r[2] == i])
                    for i in range(AGENTS)]
         t0 = time.monotonic() + 0.2
@@ -80,7 +69,7 @@ def run(mode, reqs, seconds):
         errors = [p.error for p in players if p.error or p.is_alive()]
         if errors:
             raise RuntimeError("replay failed: %r" % errors)
-        c1, o1 = counts(agents)
+        c1, o1 = fleet.redis_counts(agents)
     finally:
         for a in agents:
             a.stop()

@@ -1,0 +1,200 @@
+/* test_lease_exact.c - a cold key's claim as an exact call (exact_cold: the
+ * agent's way), with a fake clock and hand-written Redis replies: a cold key
+ * goes exact, a denial is cached, failures and arrivals meanwhile, a blocked
+ * key's retry keeps the cap. */
+#include <check.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check_util.h"
+#include "lease/lease.h"
+#include "lease_fixture.h"
+#include "metrics/metrics.h"
+
+static const struct lease_config cfg_exact = {100 * MS, 1 * S, 0.1, 0, 1, 0};
+
+static void exact_reply(struct lease_table *t, struct lease_job *j, int ok, int64_t allowed,
+                        int64_t remaining, int64_t retry_ms, uint64_t now,
+                        struct lease_waiter **done, struct lease_waiter **fb,
+                        struct lease_job **next)
+{
+    int64_t v[EXACT_R_COUNT] = {[EXACT_R_ALLOWED] = allowed, [EXACT_R_REMAINING] = remaining,
+                                [EXACT_R_RETRY_MS] = retry_ms, [EXACT_R_RESET_MS] = 3000};
+    *done = *fb = NULL;
+    *next = NULL;
+    lease_reply(t, j, ok, ok ? v : NULL, ok ? EXACT_R_COUNT : 0, now, done, fb, next);
+}
+
+/* A retry_ms at or past the cap (a reply may say any integer) stays at the
+ * cap once the interval's worth is added: the answer's retry and the cached
+ * block never pass BUCKET_MAX_PERIOD_US (fuzz_reply found 2^53 + 90 ms). */
+START_TEST(blocked_retry_keeps_the_cap)
+{
+    const struct bucket_params p100 = {0, 100, 1 * S, 50}; /* 5 tokens added a block */
+    static const int64_t retries[] = {9999999999999, INT64_MAX, (int64_t)(BUCKET_MAX_PERIOD_US / MS),
+                                      (int64_t)(BUCKET_MAX_PERIOD_US / MS) - 1};
+    struct lease_job *j, *next;
+    struct lease_waiter *done, *fb;
+    struct lt_req r;
+
+    for (size_t i = 0; i < sizeof(retries) / sizeof(retries[0]); i++) {
+        struct lease_table *t = lease_table_new(&lt_cfg, 4);
+        lt_decide(t, "fast", &p100, 10 * S, 1, &r, &j);
+        j->sent_us = 10 * S;
+        lt_reply(t, j, (const int64_t[8]){0, 0, 0, 0, retries[i], 10, 0, 0}, 10 * S, &done, &fb,
+              &next);
+        ck_assert(!r.res.allowed);
+        ck_assert_uint_le(r.res.retry_us, BUCKET_MAX_PERIOD_US);
+        ck_assert_uint_ge(r.res.retry_us, BUCKET_MAX_PERIOD_US - 1000 * MS);
+        ck_assert_uint_le(r.res.reset_us, BUCKET_MAX_PERIOD_US);
+        ck_assert_int_eq(lt_decide(t, "fast", &p100, 11 * S, 1, &r, &j), LEASE_DONE);
+        ck_assert(!r.res.allowed);
+        ck_assert_uint_le(r.res.retry_us, BUCKET_MAX_PERIOD_US);
+        lease_table_free(t);
+
+        /* the same through an exact denial (fuzz_reply's reproducer) */
+        t = lease_table_new(&cfg_exact, 4);
+        lt_decide(t, "fast", &p100, 10 * S, 1, &r, &j);
+        ck_assert_uint_eq(j->kind, LEASE_JOB_EXACT);
+        exact_reply(t, j, 1, 0, 0, retries[i], 10 * S, &done, &fb, &next);
+        ck_assert(!r.res.allowed);
+        ck_assert_uint_le(r.res.retry_us, BUCKET_MAX_PERIOD_US);
+        ck_assert_uint_ge(r.res.retry_us, BUCKET_MAX_PERIOD_US - 1000 * MS);
+        lease_table_free(t);
+    }
+}
+END_TEST
+
+START_TEST(cold_key_goes_exact)
+{
+    struct lease_table *t = lease_table_new(&cfg_exact, 4);
+    struct lease_job *j, *next;
+    struct lease_waiter *done, *fb;
+    struct lt_req r[3];
+
+    ck_assert_int_eq(lt_decide(t, "k", &lt_pbig, 10 * S, 1, &r[0], &j), LEASE_PENDING);
+    ck_assert_ptr_nonnull(j);
+    ck_assert_uint_eq(j->kind, LEASE_JOB_EXACT);
+    ck_assert_uint_eq(j->want, 1);
+    ck_assert_uint_eq(j->used, 0);
+    j->sent_us = 10 * S;
+    exact_reply(t, j, 1, 1, 999, 0, 10 * S + 500, &done, &fb, &next);
+    ck_assert_int_eq(lt_count(done), 1);
+    ck_assert_ptr_null(fb);
+    ck_assert_ptr_null(next);
+    ck_assert(r[0].res.allowed);
+    ck_assert_uint_eq(r[0].res.remaining, 999);
+    /* nothing was leased: the key's next request asks Redis again, and a key
+     * seen twice claims for more than itself (a lease), not exactly */
+    ck_assert_int_eq(lt_decide(t, "k", &lt_pbig, 10 * S + 600, 1, &r[1], &j), LEASE_PENDING);
+    ck_assert_ptr_nonnull(j);
+    ck_assert_uint_eq(j->kind, LEASE_JOB_CLAIM);
+    ck_assert_uint_gt(j->want, 1);
+    lease_timeout(t, j, &fb);
+    ck_assert_int_eq(lt_count(fb), 1);
+    exact_reply(t, j, 0, 0, 0, 0, 10 * S + 700, &done, &fb, &next); /* settle it */
+    lease_table_free(t);
+}
+END_TEST
+
+START_TEST(exact_denial_is_cached)
+{
+    struct lease_table *t = lease_table_new(&cfg_exact, 4);
+    struct lease_job *j, *next;
+    struct lease_waiter *done, *fb;
+    struct lt_req r[2];
+
+    ck_assert_int_eq(lt_decide(t, "k", &lt_p10, 10 * S, 1, &r[0], &j), LEASE_PENDING);
+    ck_assert_uint_eq(j->kind, LEASE_JOB_EXACT);
+    exact_reply(t, j, 1, 0, 0, 2500, 10 * S, &done, &fb, &next);
+    ck_assert_int_eq(lt_count(done), 1);
+    ck_assert(!r[0].res.allowed);
+    ck_assert_uint_eq(r[0].res.retry_us, 2500 * MS);
+    ck_assert_ptr_null(next);
+    /* blocked until the retry time without asking Redis */
+    ck_assert_int_eq(lt_decide(t, "k", &lt_p10, 12 * S, 1, &r[1], &j), LEASE_DONE);
+    ck_assert_ptr_null(j);
+    ck_assert(!r[1].res.allowed);
+    ck_assert_uint_eq(r[1].res.retry_us, 500 * MS);
+    lease_table_free(t);
+}
+END_TEST
+
+START_TEST(exact_failure_and_arrivals)
+{
+    struct lease_table *t = lease_table_new(&cfg_exact, 4);
+    struct lease_job *j, *j2, *next;
+    struct lease_waiter *done, *fb;
+    struct lt_req r[4];
+
+    /* a failed exact call: its waiter goes to the fallback; nothing was held,
+     * so nothing is voided (the next call reports no spend) */
+    ck_assert_int_eq(lt_decide(t, "a", &lt_pbig, 10 * S, 1, &r[0], &j), LEASE_PENDING);
+    ck_assert_uint_eq(j->kind, LEASE_JOB_EXACT);
+    exact_reply(t, j, 0, 0, 0, 0, 10 * S, &done, &fb, &next);
+    ck_assert_ptr_null(done);
+    ck_assert_int_eq(lt_count(fb), 1);
+    ck_assert_ptr_null(next);
+    ck_assert_int_eq(lt_decide(t, "a", &lt_pbig, 20 * S, 1, &r[1], &j), LEASE_PENDING);
+    ck_assert_uint_eq(j->used, 0);
+    exact_reply(t, j, 1, 1, 5, 0, 20 * S, &done, &fb, &next);
+    ck_assert_ptr_null(next);
+    /* requests that come while the exact call is out wait on it; the one it
+     * was for is decided by it, the others by a claim sent then */
+    ck_assert_int_eq(lt_decide(t, "b", &lt_pbig, 30 * S, 1, &r[1], &j), LEASE_PENDING);
+    ck_assert_uint_eq(j->kind, LEASE_JOB_EXACT);
+    ck_assert_int_eq(lt_decide(t, "b", &lt_pbig, 30 * S + 1, 1, &r[2], &j2), LEASE_PENDING);
+    ck_assert_ptr_null(j2);
+    ck_assert_int_eq(lt_decide(t, "b", &lt_pbig, 30 * S + 2, 1, &r[3], &j2), LEASE_PENDING);
+    ck_assert_ptr_null(j2);
+    exact_reply(t, j, 1, 1, 900, 0, 30 * S + 300, &done, &fb, &next);
+    ck_assert_int_eq(lt_count(done), 1);
+    ck_assert(r[1].res.allowed);
+    ck_assert_ptr_nonnull(next);
+    ck_assert_uint_eq(next->kind, LEASE_JOB_CLAIM);
+    ck_assert_uint_ge(next->want, 2);
+    j = next;
+    j->sent_us = 30 * S + 300;
+    const int64_t v[8] = {2, 898, 2, 1, 0, 0, 1000, 2};
+    lt_reply(t, j, v, 30 * S + 600, &done, &fb, &next);
+    ck_assert_int_eq(lt_count(done), 2);
+    ck_assert(r[2].res.allowed && r[3].res.allowed);
+    /* allowed, but the bucket is dry after it: those who came meanwhile are
+     * denied, without a claim, until the next tokens: 10000/1s brings 1000
+     * in an interval, a claim takes at most max_fraction x burst = 100, so
+     * the wait is the next token's 40 ms and 99 more at 0.1 ms each */
+    ck_assert_int_eq(lt_decide(t, "d", &lt_pbig, 35 * S, 1, &r[1], &j), LEASE_PENDING);
+    ck_assert_uint_eq(j->kind, LEASE_JOB_EXACT);
+    ck_assert_int_eq(lt_decide(t, "d", &lt_pbig, 35 * S + 1, 1, &r[2], &j2), LEASE_PENDING);
+    exact_reply(t, j, 1, 1, 0, 40, 35 * S + 300, &done, &fb, &next);
+    ck_assert_int_eq(lt_count(done), 2);
+    ck_assert_ptr_null(next);
+    ck_assert(r[1].res.allowed && !r[2].res.allowed);
+    ck_assert_uint_eq(r[2].res.retry_us, 50 * MS);
+    ck_assert_int_eq(lt_decide(t, "d", &lt_pbig, 35 * S + 45 * MS, 1, &r[3], &j2), LEASE_DONE);
+    ck_assert(!r[3].res.allowed);
+    /* a timed-out exact call: later requests do not wait on it, and its late
+     * reply decides nothing twice */
+    ck_assert_int_eq(lt_decide(t, "c", &lt_pbig, 40 * S, 1, &r[0], &j), LEASE_PENDING);
+    ck_assert_uint_eq(j->kind, LEASE_JOB_EXACT);
+    lease_timeout(t, j, &fb);
+    ck_assert_int_eq(lt_count(fb), 1);
+    ck_assert_int_eq(lt_decide(t, "c", &lt_pbig, 40 * S + 1, 1, &r[1], &j2), LEASE_DOWN);
+    exact_reply(t, j, 1, 1, 7, 0, 40 * S + 200, &done, &fb, &next);
+    ck_assert_ptr_null(done);
+    ck_assert_ptr_null(fb);
+    ck_assert_ptr_null(next);
+    lease_table_free(t);
+}
+END_TEST
+
+int main(void)
+{
+    TCase *tc = tcase_create("core");
+
+    CHECK_ADD(tc, cold_key_goes_exact, exact_denial_is_cached, exact_failure_and_arrivals,
+              blocked_retry_keeps_the_cap);
+    return check_run_case("lease_exact", tc);
+}

@@ -1,0 +1,274 @@
+/* test_scripts_contract.c - every script of lua/ against the contract of
+ * src/store/script.h, on a real redis-server: arguments by position name as
+ * the agent fills them, replies of the length and in the ranges the header
+ * says.
+ *
+ * Uses the server at 127.0.0.1:$REDIS_PORT when REDIS_PORT is set; otherwise
+ * starts its own redis-server on a random loopback port (no persistence) and
+ * stops it at the end (scripts_harness.c). The scripts are read from $LUA_DIR
+ * (default SRCDIR "/lua"), loaded with SCRIPT LOAD and called with EVALSHA, as
+ * the agent does; a NOSCRIPT reply reloads the script once. Every test works
+ * on keys of its own ("test_scripts:<pid>:<seq>:<name>"), so a shared server
+ * is fine. Timing assertions bracket Redis time between local clock readings
+ * taken before sending and after receiving, so they hold on a slow machine.
+ */
+#include <check.h>
+#include <hiredis/hiredis.h>
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "scripts_harness.h"
+
+/* ---- the contract of src/store/script.h -------------------------------------- */
+
+/* Arguments filled by position name, as the agent fills them. */
+struct args {
+    int n;
+    const char *v[MAX_ARGS];
+    char num[MAX_ARGS][24];
+};
+
+static void arg_num(struct args *a, int i, long long v)
+{
+    snprintf(a->num[i], sizeof(a->num[i]), "%lld", v);
+    a->v[i] = a->num[i];
+}
+
+static void claim_args(struct args *a, const char *agent, const struct rule *ru, long long want,
+                       long long used, long long returned)
+{
+    a->n = CLAIM_ARGC;
+    a->v[CLAIM_ARG_AGENT] = agent;
+    arg_num(a, CLAIM_ARG_LIMIT, ru->limit);
+    arg_num(a, CLAIM_ARG_PERIOD_MS, ru->period_ms);
+    arg_num(a, CLAIM_ARG_BURST, ru->burst);
+    arg_num(a, CLAIM_ARG_WANT, want);
+    arg_num(a, CLAIM_ARG_USED, used);
+    arg_num(a, CLAIM_ARG_RETURNED, returned);
+    arg_num(a, CLAIM_ARG_TTL_MS, ru->ttl_ms);
+}
+
+static void return_args(struct args *a, const char *agent, const struct rule *ru, long long used)
+{
+    a->n = RETURN_ARGC;
+    a->v[RETURN_ARG_AGENT] = agent;
+    arg_num(a, RETURN_ARG_LIMIT, ru->limit);
+    arg_num(a, RETURN_ARG_PERIOD_MS, ru->period_ms);
+    arg_num(a, RETURN_ARG_BURST, ru->burst);
+    arg_num(a, RETURN_ARG_USED, used);
+}
+
+/* n = 0: what the agent sends (no cost: 1). */
+static void exact_args(struct args *a, const struct rule *ru, long long n)
+{
+    a->n = n ? EXACT_ARGC_MAX : EXACT_ARGC;
+    arg_num(a, EXACT_ARG_LIMIT, ru->limit);
+    arg_num(a, EXACT_ARG_PERIOD_MS, ru->period_ms);
+    arg_num(a, EXACT_ARG_BURST, ru->burst);
+    if (n)
+        arg_num(a, EXACT_ARG_N, n);
+}
+
+/* Call s with a; the reply must be exactly count integers. */
+static void call_args(enum script s, const char *key, const struct args *a, long long *out,
+                      int count)
+{
+    redisReply *r = evalsha(s, key, a->n, a->v);
+    ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "%s: %s", script_name[s],
+                  r->type == REDIS_REPLY_ERROR ? r->str : "not an array");
+    ck_assert_uint_eq(r->elements, (size_t)count);
+    for (int i = 0; i < count; i++) {
+        ck_assert_int_eq(r->element[i]->type, REDIS_REPLY_INTEGER);
+        out[i] = r->element[i]->integer;
+    }
+    freeReplyObject(r);
+}
+
+/* out[pos] within [lo, hi], the message naming the position. */
+#define EXPECT(out, pos, lo, hi) expect_in((out), (pos), #pos, (lo), (hi))
+#define EXPECT_EQ(out, pos, v) EXPECT(out, pos, v, v)
+static void expect_in(const long long *out, int pos, const char *name, long long lo, long long hi)
+{
+    ck_assert_msg(out[pos] >= lo && out[pos] <= hi, "%s = %lld, expected %lld..%lld", name,
+                  out[pos], lo, hi);
+}
+
+/* 20 per minute, burst 20: a token bucket refills one token every 3 s, so
+ * the few ms between calls add a fraction of one. Leases of 5 s outlive the
+ * test; a sliding window test starts with at least 8 s of its window left,
+ * so that lease_ms is the ttl there too. */
+static const struct rule contract_rule = {20, 60000, 20, 5000};
+#define FAR_MS 1000000000LL /* "any time" as an upper bound */
+
+/* The claim scripts. B holds 3, A claims 4, then reports 1 spent and claims
+ * 3 more: every position holds a different number. Then B takes the rest. */
+static void contract_claim(enum script s, const char *key, int sw)
+{
+    struct args a;
+    long long o[CLAIM_R_COUNT];
+
+    claim_args(&a, "B", &contract_rule, 3, 0, 0);
+    call_args(s, key, &a, o, CLAIM_R_COUNT);
+    claim_args(&a, "A", &contract_rule, 4, 0, 0);
+    call_args(s, key, &a, o, CLAIM_R_COUNT);
+    claim_args(&a, "A", &contract_rule, 3, 1, 0);
+    call_args(s, key, &a, o, CLAIM_R_COUNT);
+    EXPECT_EQ(o, CLAIM_R_GRANTED, 3);
+    EXPECT_EQ(o, CLAIM_R_REMAINING, 10); /* 20 - 3 - 4 - 3: the spent one stays spent */
+    EXPECT_EQ(o, CLAIM_R_HELD, 9);       /* B's 3, A's 6 */
+    EXPECT_EQ(o, CLAIM_R_HOLDERS, 2);
+    EXPECT_EQ(o, CLAIM_R_RETRY_MS, 0);
+    if (sw) /* 10 counted: the rest of this window and the next one */
+        EXPECT(o, CLAIM_R_RESET_MS, 60000 + 1, 120000);
+    else /* t + H = 19: one token short of the burst */
+        EXPECT(o, CLAIM_R_RESET_MS, 2000 + 1, 3000);
+    EXPECT_EQ(o, CLAIM_R_LEASE_MS, contract_rule.ttl_ms);
+    EXPECT_EQ(o, CLAIM_R_MINE, 6);
+
+    claim_args(&a, "B", &contract_rule, 100, 0, 0);
+    call_args(s, key, &a, o, CLAIM_R_COUNT);
+    EXPECT_EQ(o, CLAIM_R_GRANTED, 10);
+    EXPECT_EQ(o, CLAIM_R_REMAINING, 0);
+    EXPECT_EQ(o, CLAIM_R_HELD, 19);
+    if (sw) /* the estimate 20 falls to 19 a twentieth into the next window */
+        EXPECT(o, CLAIM_R_RETRY_MS, 3000 + 1, 63000);
+    else
+        EXPECT(o, CLAIM_R_RETRY_MS, 2000 + 1, 3000);
+    EXPECT_EQ(o, CLAIM_R_MINE, 13);
+}
+
+/* The return scripts: A holds 5 and B 2; A spent 2 and gives 3 back. */
+static void contract_return(enum script claim_s, enum script s, const char *key, int sw)
+{
+    struct args a;
+    long long o[CLAIM_R_COUNT];
+
+    claim_args(&a, "A", &contract_rule, 5, 0, 0);
+    call_args(claim_s, key, &a, o, CLAIM_R_COUNT);
+    claim_args(&a, "B", &contract_rule, 2, 0, 0);
+    call_args(claim_s, key, &a, o, CLAIM_R_COUNT);
+    return_args(&a, "A", &contract_rule, 2);
+    call_args(s, key, &a, o, CLAIM_R_COUNT);
+    EXPECT_EQ(o, CLAIM_R_GRANTED, 0);
+    EXPECT_EQ(o, CLAIM_R_REMAINING, 16); /* 20 - 5 - 2 + 3 */
+    EXPECT_EQ(o, CLAIM_R_HELD, 2);
+    EXPECT_EQ(o, CLAIM_R_HOLDERS, 1);
+    EXPECT_EQ(o, CLAIM_R_RETRY_MS, 0);
+    if (sw)
+        EXPECT(o, CLAIM_R_RESET_MS, 60000 + 1, 120000);
+    else /* t + H = 18: two tokens short */
+        EXPECT(o, CLAIM_R_RESET_MS, 5000 + 1, 6000);
+    EXPECT_EQ(o, CLAIM_R_LEASE_MS, 0);
+    EXPECT_EQ(o, CLAIM_R_MINE, 0);
+}
+
+/* The exact scripts: a cost of 3 passes, one of 18 does not, the default
+ * cost (what the agent sends) is 1. */
+static void contract_exact(enum script s, const char *key, int sw)
+{
+    struct args a;
+    long long x[EXACT_R_COUNT];
+
+    exact_args(&a, &contract_rule, 3);
+    call_args(s, key, &a, x, EXACT_R_COUNT);
+    EXPECT_EQ(x, EXACT_R_ALLOWED, 1);
+    EXPECT_EQ(x, EXACT_R_REMAINING, 17);
+    EXPECT_EQ(x, EXACT_R_RETRY_MS, 0);
+    if (sw)
+        EXPECT(x, EXACT_R_RESET_MS, 60000 + 1, 120000);
+    else
+        EXPECT(x, EXACT_R_RESET_MS, 8000 + 1, 9000);
+
+    exact_args(&a, &contract_rule, 18);
+    call_args(s, key, &a, x, EXACT_R_COUNT);
+    EXPECT_EQ(x, EXACT_R_ALLOWED, 0);
+    EXPECT_EQ(x, EXACT_R_REMAINING, 17);
+    if (sw) /* the estimate 3 falls to 2 a third into the next window */
+        EXPECT(x, EXACT_R_RETRY_MS, 20000 + 1, 80000);
+    else
+        EXPECT(x, EXACT_R_RETRY_MS, 2000 + 1, 3000);
+
+    exact_args(&a, &contract_rule, 0);
+    call_args(s, key, &a, x, EXACT_R_COUNT);
+    EXPECT_EQ(x, EXACT_R_ALLOWED, 1);
+    EXPECT_EQ(x, EXACT_R_REMAINING, 16);
+    EXPECT(x, EXACT_R_RESET_MS, 1, FAR_MS);
+}
+
+/* The reset scripts: A holds 3, B 2, an exact call took 4; the reset
+ * keeps the 5 held. */
+static void contract_reset(enum script claim_s, enum script exact_s, enum script s, const char *key)
+{
+    struct args a;
+    long long o[CLAIM_R_COUNT], x[EXACT_R_COUNT], z[RESET_R_COUNT];
+
+    claim_args(&a, "A", &contract_rule, 3, 0, 0);
+    call_args(claim_s, key, &a, o, CLAIM_R_COUNT);
+    claim_args(&a, "B", &contract_rule, 2, 0, 0);
+    call_args(claim_s, key, &a, o, CLAIM_R_COUNT);
+    exact_args(&a, &contract_rule, 4);
+    call_args(exact_s, key, &a, x, EXACT_R_COUNT);
+    a.n = RESET_ARGC;
+    arg_num(&a, RESET_ARG_LIMIT, contract_rule.limit);
+    arg_num(&a, RESET_ARG_PERIOD_MS, contract_rule.period_ms);
+    arg_num(&a, RESET_ARG_BURST, contract_rule.burst);
+    call_args(s, key, &a, z, RESET_R_COUNT);
+    EXPECT_EQ(z, RESET_R_REMAINING, 15); /* 20 - 5 */
+    EXPECT_EQ(z, RESET_R_HELD, 5);
+    EXPECT_EQ(z, RESET_R_HOLDERS, 2);
+    EXPECT_EQ(z, RESET_R_BEFORE, 11); /* 20 - 3 - 2 - 4 */
+}
+
+START_TEST(reply_layout_matches_script_h)
+{
+    enum script s = (enum script)_i;
+    int sw = s == SW_CLAIM || s == SW_RETURN || s == SW_EXACT || s == SW_RESET;
+    char key[128];
+
+    mkkey(key, sizeof(key), script_name[s]);
+    if (sw && window_left_ms(contract_rule.period_ms) < 8000)
+        sleep_ms(window_left_ms(contract_rule.period_ms) + 10);
+    switch (s) {
+    case TB_CLAIM:
+    case SW_CLAIM:
+        contract_claim(s, key, sw);
+        break;
+    case TB_RETURN:
+        contract_return(TB_CLAIM, s, key, sw);
+        break;
+    case SW_RETURN:
+        contract_return(SW_CLAIM, s, key, sw);
+        break;
+    case TB_EXACT:
+    case SW_EXACT:
+        contract_exact(s, key, sw);
+        break;
+    case TB_RESET:
+        contract_reset(TB_CLAIM, TB_EXACT, s, key);
+        break;
+    case SW_RESET:
+        contract_reset(SW_CLAIM, SW_EXACT, s, key);
+        break;
+    default:
+        ck_abort_msg("script %d", _i);
+    }
+}
+END_TEST
+
+static Suite *scripts_contract_suite(void)
+{
+    Suite *s = suite_create("scripts_contract");
+    TCase *contract = scripts_tcase("contract");
+    tcase_add_loop_test(contract, reply_layout_matches_script_h, 0, NSCRIPTS);
+    suite_add_tcase(s, contract);
+    return s;
+}
+
+int main(void)
+{
+    return scripts_main(scripts_contract_suite());
+}

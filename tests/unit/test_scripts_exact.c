@@ -1,0 +1,371 @@
+/* test_scripts_exact.c - the token bucket's other scripts of lua/ against a
+ * real redis-server: exact calls (tb_exact), resets that keep leases
+ * (tb_reset), NOSCRIPT after a flush, the copies each script carries of
+ * advance() and the number formatting kept identical, bad arguments.
+ *
+ * Uses the server at 127.0.0.1:$REDIS_PORT when REDIS_PORT is set; otherwise
+ * starts its own redis-server on a random loopback port (no persistence) and
+ * stops it at the end (scripts_harness.c). The scripts are read from $LUA_DIR
+ * (default SRCDIR "/lua"), loaded with SCRIPT LOAD and called with EVALSHA, as
+ * the agent does; a NOSCRIPT reply reloads the script once. Every test works
+ * on keys of its own ("test_scripts:<pid>:<seq>:<name>"), so a shared server
+ * is fine. Timing assertions bracket Redis time between local clock readings
+ * taken before sending and after receiving, so they hold on a slow machine.
+ */
+#include <check.h>
+#include <hiredis/hiredis.h>
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check_util.h"
+#include "scripts_harness.h"
+
+START_TEST(tb_noscript_after_flush)
+{
+    char key[128];
+    long long o[R_N];
+    mkkey(key, sizeof(key), "noscript");
+
+    redisReply *r = cmd("SCRIPT FLUSH");
+    ck_assert_int_eq(r->type, REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    const char *args[] = {"A", "10", "1000", "10", "1", "0", "0", "1000"};
+    r = evalsha_raw(TB_CLAIM, key, 8, args);
+    ck_assert_int_eq(r->type, REDIS_REPLY_ERROR);
+    ck_assert_msg(strncmp(r->str, "NOSCRIPT", 8) == 0, "error: %s", r->str);
+    freeReplyObject(r);
+    ck_assert_int_eq(cmd_int("EXISTS %s", key), 0);
+
+    claim(TB_CLAIM, key, "A", &slow, 1, 0, 0, o); /* reloads, then works */
+    ck_assert_int_eq(o[R_GRANTED], 1);
+}
+END_TEST
+
+START_TEST(tb_exact_admits_burst_then_denies)
+{
+    const struct rule ru = {5, 10000, 5, 1000}; /* 0.0005 token/ms: 2000 ms per token */
+    char key[128];
+    long long x[X_N], o[R_N];
+    struct state st;
+    mkkey(key, sizeof(key), "exact");
+
+    for (int i = 0; i < 5; i++) {
+        exact(TB_EXACT, key, &ru, 1, x);
+        ck_assert_int_eq(x[X_ALLOWED], 1);
+        ck_assert_int_eq(x[X_REMAINING], 4 - i);
+        if (i < 4)
+            ck_assert_int_eq(x[X_RETRY], 0);
+    }
+    exact(TB_EXACT, key, &ru, 1, x);
+    ck_assert_int_eq(x[X_ALLOWED], 0);
+    ck_assert_int_eq(x[X_REMAINING], 0);
+    ck_assert_int_gt(x[X_RETRY], 1900);
+    ck_assert_int_le(x[X_RETRY], 2000);
+    ck_assert_int_gt(x[X_RESET], 9900);
+    ck_assert_int_le(x[X_RESET], 10000);
+    assert_tb_invariant(key, ru.burst, &st);
+
+    /* n > 1 */
+    mkkey(key, sizeof(key), "exact-n");
+    exact(TB_EXACT, key, &ru, 4, x);
+    ck_assert_int_eq(x[X_ALLOWED], 1);
+    ck_assert_int_eq(x[X_REMAINING], 1);
+    exact(TB_EXACT, key, &ru, 2, x);
+    ck_assert_int_eq(x[X_ALLOWED], 0);
+    ck_assert_int_eq(x[X_REMAINING], 1);
+    ck_assert_int_gt(x[X_RETRY], 1900);
+    ck_assert_int_le(x[X_RETRY], 2000);
+    long long n3[] = {ru.limit, ru.period_ms, ru.burst}; /* n defaults to 1 */
+    call_ints(TB_EXACT, key, NULL, n3, 3, x, X_N);
+    ck_assert_int_eq(x[X_ALLOWED], 1);
+    ck_assert_int_eq(x[X_REMAINING], 0);
+
+    /* exact and leases on one bucket */
+    mkkey(key, sizeof(key), "exact-lease");
+    claim(TB_CLAIM, key, "A", &slow, 3, 0, 0, o);
+    for (int i = 0; i < 7; i++) {
+        exact(TB_EXACT, key, &slow, 1, x);
+        ck_assert_int_eq(x[X_ALLOWED], 1);
+    }
+    exact(TB_EXACT, key, &slow, 1, x);
+    ck_assert_int_eq(x[X_ALLOWED], 0);
+    ck_assert_int_gt(x[X_RETRY], 900);
+    ck_assert_int_le(x[X_RETRY], 1000);
+    assert_tb_invariant(key, slow.burst, &st);
+    ck_assert_int_eq(st.held, 3);
+
+    /* exact drops an expired lease, without returning its tokens */
+    const struct rule short_ttl = {1, 1000000, 10, 30};
+    mkkey(key, sizeof(key), "exact-expired");
+    claim(TB_CLAIM, key, "A", &short_ttl, 3, 0, 0, o);
+    sleep_ms(80);
+    exact(TB_EXACT, key, &short_ttl, 1, x);
+    ck_assert_int_eq(x[X_ALLOWED], 1);
+    ck_assert_int_eq(x[X_REMAINING], 6);
+    assert_tb_invariant(key, short_ttl.burst, &st);
+    ck_assert_int_eq(st.holders, 0);
+}
+END_TEST
+
+/* A reset fills the bucket up to b - H: the leases of every agent run on
+ * (their agents spend them without asking Redis), so t + H <= b holds across
+ * it, and it never takes tokens. */
+START_TEST(tb_reset_keeps_leases)
+{
+    char key[128];
+    long long o[R_N], x[X_N], z[Z_N];
+    struct state st;
+    mkkey(key, sizeof(key), "reset");
+
+    claim(TB_CLAIM, key, "A", &slow, 3, 0, 0, o);
+    claim(TB_CLAIM, key, "B", &slow, 4, 0, 0, o);
+    for (int i = 0; i < 3; i++) {
+        exact(TB_EXACT, key, &slow, 1, x);
+        ck_assert_int_eq(x[X_ALLOWED], 1);
+    }
+    exact(TB_EXACT, key, &slow, 1, x);
+    ck_assert_int_eq(x[X_ALLOWED], 0);
+
+    reset(TB_RESET, key, &slow, z);
+    ck_assert_int_eq(z[Z_REMAINING], 3); /* b - H = 10 - 7 */
+    ck_assert_int_eq(z[Z_HELD], 7);
+    ck_assert_int_eq(z[Z_HOLDERS], 2);
+    ck_assert_int_eq(z[Z_BEFORE], 0);
+    assert_tb_invariant(key, slow.burst, &st);
+    ck_assert_int_eq(st.held, 7);
+    ck_assert_msg(fabs(st.t - 3.0) < 1e-9, "t = %.17g after the reset", st.t);
+    ck_assert_int_eq(hget_ll(key, "h:A"), 3); /* the leases are untouched */
+    ck_assert_int_eq(hget_ll(key, "h:B"), 4);
+    ck_assert_int_gt(cmd_int("PTTL %s", key), 0);
+
+    /* A spent its 3, B gives its 4 back: full again, never over */
+    claim(TB_CLAIM, key, "A", &slow, 0, 3, 0, o);
+    ck_assert_int_eq(o[R_REMAINING], 3);
+    give_back(TB_RETURN, key, "B", &slow, 0, o);
+    ck_assert_int_eq(o[R_REMAINING], 7);
+    ck_assert_int_eq(o[R_HELD], 0);
+    assert_tb_invariant(key, slow.burst, &st);
+}
+END_TEST
+
+/* With no lease left a reset deletes the key (a missing bucket is full);
+ * an expired lease is dropped first, its tokens counted as spent. */
+START_TEST(tb_reset_without_leases_deletes_key)
+{
+    const struct rule ru = {5, 10000, 5, 1000};
+    const struct rule short_ttl = {1, 1000000, 10, 30};
+    char key[128];
+    long long o[R_N], x[X_N], z[Z_N];
+    mkkey(key, sizeof(key), "reset-empty");
+
+    for (int i = 0; i < 5; i++)
+        exact(TB_EXACT, key, &ru, 1, x);
+    ck_assert_int_eq(x[X_REMAINING], 0);
+    reset(TB_RESET, key, &ru, z);
+    ck_assert_int_eq(z[Z_REMAINING], 5);
+    ck_assert_int_eq(z[Z_HELD], 0);
+    ck_assert_int_eq(z[Z_HOLDERS], 0);
+    ck_assert_int_eq(z[Z_BEFORE], 0);
+    ck_assert_int_eq(cmd_int("EXISTS %s", key), 0);
+    exact(TB_EXACT, key, &ru, 1, x);
+    ck_assert_int_eq(x[X_ALLOWED], 1);
+    ck_assert_int_eq(x[X_REMAINING], 4);
+
+    mkkey(key, sizeof(key), "reset-missing");
+    reset(TB_RESET, key, &ru, z);
+    ck_assert_int_eq(z[Z_REMAINING], 5);
+    ck_assert_int_eq(z[Z_BEFORE], 5);
+    ck_assert_int_eq(cmd_int("EXISTS %s", key), 0);
+
+    mkkey(key, sizeof(key), "reset-expired");
+    claim(TB_CLAIM, key, "A", &short_ttl, 3, 0, 0, o);
+    sleep_ms(80);
+    reset(TB_RESET, key, &short_ttl, z);
+    ck_assert_int_eq(z[Z_HOLDERS], 0);
+    ck_assert_int_eq(z[Z_BEFORE], 7); /* the expired lease's 3 were spent */
+    ck_assert_int_eq(z[Z_REMAINING], 10);
+    ck_assert_int_eq(cmd_int("EXISTS %s", key), 0);
+}
+END_TEST
+
+/* Resets among random claims, reports, returns and exact calls of several
+ * agents: t + H <= b after every call, and = b right after a reset. */
+START_TEST(tb_reset_random_keeps_invariant)
+{
+    struct rule ru = {20, 20, 30, 0}; /* 1 token/ms, burst 30 */
+    static const char *const agents[] = {"a0", "a1", "a2"};
+    long long L[3] = {0};
+    char key[128];
+    long long o[R_N], x[X_N], z[Z_N];
+    struct state st;
+    int resets = 0, with_leases = 0;
+    mkkey(key, sizeof(key), "reset-random");
+    rng = 0x6a09e667f3bcc908ULL;
+
+    for (int i = 0; i < 600; i++) {
+        int a = (int)rnd_below(3);
+        long long op = rnd_below(100);
+        ru.ttl_ms = rnd_below(2) ? 5 : 1000;
+        if (op < 45) {
+            long long used = rnd_below(L[a] + 1);
+            claim(TB_CLAIM, key, agents[a], &ru, rnd_below(12), used, 0, o);
+            L[a] = o[R_MINE];
+        } else if (op < 55) {
+            give_back(TB_RETURN, key, agents[a], &ru, rnd_below(L[a] + 1), o);
+            L[a] = 0;
+        } else if (op < 85) {
+            exact(TB_EXACT, key, &ru, 1 + rnd_below(3), x);
+        } else {
+            reset(TB_RESET, key, &ru, z);
+            resets++;
+            read_state(key, 0, &st);
+            ck_assert_int_eq(st.orphans, 0);
+            ck_assert_int_eq(z[Z_HELD], st.held);
+            ck_assert_int_eq(z[Z_HOLDERS], st.holders);
+            if (z[Z_HOLDERS] == 0) {
+                ck_assert(!st.exists);
+                continue;
+            }
+            with_leases++;
+            ck_assert_msg(fabs(st.t + (double)st.held - (double)ru.burst) < 1e-6,
+                          "after a reset t %.17g + H %lld != b", st.t, st.held);
+        }
+        if (rnd_below(30) == 0)
+            sleep_ms((double)rnd_below(4));
+        assert_tb_invariant(key, ru.burst, &st);
+    }
+    ck_assert_int_gt(resets, 20);
+    ck_assert_int_gt(with_leases, 5);
+}
+END_TEST
+
+/* advance() holds the refill that the bound rests on. Each script must stand
+ * alone under EVALSHA, so the four token-bucket scripts carry a copy each:
+ * the copies, from refill() (its helpers come first) to the end of advance(),
+ * must stay identical, byte for byte. */
+static const char *advance_of(enum script s, size_t *len)
+{
+    const char *start = strstr(script_text[s], "local function refill(");
+    ck_assert_msg(start != NULL, "%s: no refill()", script_name[s]);
+    const char *adv = strstr(start, "local function advance(");
+    ck_assert_msg(adv != NULL, "%s: no advance() after refill()", script_name[s]);
+    const char *end = strstr(adv, "\nend\n");
+    ck_assert_ptr_nonnull(end);
+    *len = (size_t)(end - start) + 5;
+    return start;
+}
+
+START_TEST(tb_advance_copies_identical)
+{
+    size_t l0, l1, l2, l3;
+    const char *a = advance_of(TB_CLAIM, &l0);
+    const char *b = advance_of(TB_RETURN, &l1);
+    const char *c = advance_of(TB_EXACT, &l2);
+    const char *d = advance_of(TB_RESET, &l3);
+    ck_assert_uint_eq(l0, l1);
+    ck_assert_uint_eq(l0, l2);
+    ck_assert_uint_eq(l0, l3);
+    ck_assert_int_eq(memcmp(a, b, l0), 0);
+    ck_assert_int_eq(memcmp(a, c, l0), 0);
+    ck_assert_int_eq(memcmp(a, d, l0), 0);
+}
+END_TEST
+
+/* fmt, the text of every number a script stores, must print exactly what
+ * string.format('%.17g') prints (the value read back is the value written):
+ * one copy in each script, all identical, so the one tested here is each one. */
+START_TEST(fmt_copies_identical)
+{
+    const char *first = NULL;
+    size_t len0 = 0;
+    for (int s = 0; s < NSCRIPTS; s++) {
+        const char *start = strstr(script_text[s], "local fmt = setmetatable(");
+        ck_assert_msg(start != NULL, "%s: no fmt", script_name[s]);
+        const char *end = strstr(start, "\nend})\n");
+        ck_assert_msg(end != NULL, "%s: fmt without its end", script_name[s]);
+        size_t len = (size_t)(end - start) + 7;
+        if (!first) {
+            first = start;
+            len0 = len;
+            continue;
+        }
+        ck_assert_msg(len == len0 && memcmp(start, first, len) == 0, "%s: another fmt",
+                      script_name[s]);
+    }
+    /* ... and prints what '%.17g' prints, first seen and remembered. */
+    static const char probe[] =
+        "local xs = {0, 0 * -1, 1, -1, 19, 0.1, 1 / 3, -2.5, 1e15, 1796278122005322,\n"
+        "    2 ^ 53 - 1, 2 ^ 53, 2 ^ 53 + 2, -(2 ^ 53) + 1, -(2 ^ 53), 1e17, 1e300, 5e-324,\n"
+        "    1 / 0, -1 / 0, 0 / 0}\n"
+        "for _, x in ipairs(xs) do\n"
+        "    for _ = 1, 2 do\n"
+        "        if fmt[x] ~= format('%.17g', x) then return format('%.17g', x) end\n"
+        "    end\n"
+        "end\n"
+        "return 'same'\n";
+    char src[4096];
+    int n = snprintf(src, sizeof(src), "local floor, format = math.floor, string.format\n%.*s\n%s",
+                     (int)len0, first, probe);
+    ck_assert(n > 0 && (size_t)n < sizeof(src));
+    redisReply *r = cmd("EVAL %s 0", src);
+    ck_assert_msg(r->type == REDIS_REPLY_STRING && strcmp(r->str, "same") == 0,
+                  "fmt differs from %%.17g at %s", r->str ? r->str : "?");
+    freeReplyObject(r);
+}
+END_TEST
+
+START_TEST(bad_arguments_are_errors)
+{
+    char key[128];
+    mkkey(key, sizeof(key), "bad");
+    static const struct {
+        enum script s;
+        int n;
+        const char *args[8];
+        const char *msg;
+    } cases[] = {
+        {TB_CLAIM, 8, {"A", "10", "0", "10", "1", "0", "0", "1000"}, "bad ARGV[3]"},
+        {TB_CLAIM, 8, {"", "10", "1000", "10", "1", "0", "0", "1000"}, "empty agent"},
+        {TB_CLAIM, 8, {"A", "10", "1000", "10", "x", "0", "0", "1000"}, "bad ARGV[5]"},
+        {TB_CLAIM, 8, {"A", "10", "1000", "10", "1", "-1", "0", "1000"}, "bad ARGV[6]"},
+        {TB_CLAIM, 8, {"A", "10", "1000", "10", "1", "0", "0", "0"}, "bad ARGV[8]"},
+        {TB_EXACT, 4, {"0", "1000", "10", "1"}, "bad ARGV[1]"},
+        {TB_EXACT, 4, {"10", "1000", "10", "0"}, "bad ARGV[4]"},
+        {TB_RETURN, 5, {"A", "10", "1000", "-3", "0"}, "bad ARGV[4]"},
+        {SW_CLAIM, 8, {"A", "10", "1000", "10", "1", "0", "0", "nan"}, "bad ARGV[8]"},
+        {SW_RETURN, 5, {"A", "10", "1000", "10", "inf"}, "bad ARGV[5]"},
+        {SW_EXACT, 4, {"10", "-1000", "10", "1"}, "bad ARGV[2]"},
+        {TB_RESET, 3, {"10", "1000", "-1"}, "bad ARGV[3]"},
+        {TB_RESET, 3, {"10", "x", "10"}, "bad ARGV[2]"},
+        {SW_RESET, 3, {"0", "1000", "10"}, "bad ARGV[1]"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        redisReply *r = evalsha(cases[i].s, key, cases[i].n, cases[i].args);
+        ck_assert_msg(r->type == REDIS_REPLY_ERROR, "case %zu accepted", i);
+        ck_assert_msg(strstr(r->str, cases[i].msg) != NULL, "case %zu: %s", i, r->str);
+        freeReplyObject(r);
+    }
+    ck_assert_int_eq(cmd_int("EXISTS %s", key), 0);
+}
+END_TEST
+
+static Suite *scripts_exact_suite(void)
+{
+    Suite *s = suite_create("scripts_exact");
+    TCase *tb = scripts_tcase("token_bucket");
+    CHECK_ADD(tb, tb_advance_copies_identical, fmt_copies_identical, tb_noscript_after_flush,
+              tb_exact_admits_burst_then_denies, bad_arguments_are_errors,
+              tb_reset_keeps_leases, tb_reset_without_leases_deletes_key,
+              tb_reset_random_keeps_invariant);
+    suite_add_tcase(s, tb);
+    return s;
+}
+
+int main(void)
+{
+    return scripts_main(scripts_exact_suite());
+}
