@@ -120,7 +120,7 @@ end
 -- never allowed while those tokens were held, and let b + H through at once
 -- when the lease ends.
 -- The same functions, refill() to advance(), stand in tb_claim, tb_return,
--- tb_exact and tb_reset (each script must load alone); tests/test_scripts.c
+-- tb_exact and tb_reset (each script must load alone); tests/unit/test_scripts_contract.c
 -- checks the copies are identical.
 local function refill(t, ts, to, cap, r) -- t from ts on to `to`, at rate r, under cap
     if to > ts then -- ts never goes back
