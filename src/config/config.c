@@ -112,7 +112,7 @@ static const struct key_def *find_key(int section, const char *name)
     return NULL;
 }
 
-static unsigned seen_line(const struct parse_state *st, int section, const char *name)
+unsigned config_seen_line(const struct parse_state *st, int section, const char *name)
 {
     return st->seen[find_key(section, name) - key_defs];
 }
@@ -122,9 +122,9 @@ static unsigned seen_line(const struct parse_state *st, int section, const char 
  * limit bounds nothing: both are mistakes worth a FILE:LINE error. */
 static void check_rule_args(struct parse_state *st, const struct cfg_rule *r)
 {
-    unsigned rate = seen_line(st, SEC_RULE, "rate"), burst = seen_line(st, SEC_RULE, "burst");
-    unsigned max_rate = seen_line(st, SEC_RULE, "max_rate");
-    unsigned max_burst = seen_line(st, SEC_RULE, "max_burst");
+    unsigned rate = config_seen_line(st, SEC_RULE, "rate"), burst = config_seen_line(st, SEC_RULE, "burst");
+    unsigned max_rate = config_seen_line(st, SEC_RULE, "max_rate");
+    unsigned max_burst = config_seen_line(st, SEC_RULE, "max_burst");
     /* a bad value was reported already: say nothing of its ceiling */
     int rate_bad = rate && !r->rate_arg && !r->rate_n;
     int burst_bad = burst && !r->burst_arg && !r->burst;
@@ -155,7 +155,7 @@ static void end_section(struct parse_state *st)
     if (st->kind == SEC_RULE) {
         const struct cfg_rule *r = &st->cfg->rules[st->rule];
 
-        if (!seen_line(st, SEC_RULE, "rate"))
+        if (!config_seen_line(st, SEC_RULE, "rate"))
             config_errors_add(&st->errors, r->line, "rule '%s' has no rate", r->name);
         check_rule_args(st, r);
     }
@@ -324,178 +324,12 @@ static int hook_value(void *ctx, unsigned line, int cont, const char *name, cons
 static void check_exclusive(struct parse_state *st, const char *a, const char *va, const char *b,
                             const char *vb)
 {
-    unsigned la = seen_line(st, SEC_REDIS, a), lb = seen_line(st, SEC_REDIS, b);
+    unsigned la = config_seen_line(st, SEC_REDIS, a), lb = config_seen_line(st, SEC_REDIS, b);
 
     if (va && vb)
         config_errors_add(&st->errors, la > lb ? la : lb,
                           "'%s' and '%s' cannot be used together (lines %u and %u)", a, b,
                           la < lb ? la : lb, la > lb ? la : lb);
-}
-
-/* ---- credentials ------------------------------------------------------------ */
-
-#define MAX_PASSWORD 4096 /* a password file is read up to this many bytes */
-
-/* The secret of a password_file: its bytes less one trailing newline (\n or
- * \r\n). NULL with a message in why (empty, NUL bytes, too long, or the
- * reason it cannot be read). */
-static char *read_password_file(const char *path, char *why, size_t whylen)
-{
-    char buf[MAX_PASSWORD + 2];
-    /* non-blocking: a FIFO or a device must not hang a reload */
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    struct stat st;
-    FILE *fp;
-    size_t n;
-    char *pw = NULL;
-
-    if (fd == -1 || fstat(fd, &st) == -1) {
-        snprintf(why, whylen, "%s", strerror(errno));
-        if (fd != -1)
-            close(fd);
-        return NULL;
-    }
-    if (!S_ISREG(st.st_mode) || !(fp = fdopen(fd, "r"))) {
-        snprintf(why, whylen, "%s", S_ISREG(st.st_mode) ? strerror(errno) : "not a regular file");
-        close(fd);
-        return NULL;
-    }
-    n = fread(buf, 1, sizeof(buf) - 1, fp);
-    if (ferror(fp)) {
-        snprintf(why, whylen, "%s", strerror(errno ? errno : EIO));
-        fclose(fp);
-        return NULL;
-    }
-    fclose(fp);
-    if (n > 0 && buf[n - 1] == '\n')
-        n--;
-    if (n > 0 && buf[n - 1] == '\r')
-        n--;
-    buf[n] = '\0';
-    if (n > MAX_PASSWORD)
-        snprintf(why, whylen, "longer than %d bytes", MAX_PASSWORD);
-    else if (n == 0)
-        snprintf(why, whylen, "the file is empty");
-    else if (strlen(buf) != n)
-        snprintf(why, whylen, "the file holds a NUL byte");
-    else if (!(pw = strdup(buf)))
-        snprintf(why, whylen, "out of memory");
-    explicit_bzero(buf, sizeof(buf));
-    return pw;
-}
-
-/* Two places for one credential: say which lines. */
-static void check_one_source(struct parse_state *st, const char *key, const char *what, int both)
-{
-    unsigned line = seen_line(st, SEC_REDIS, key), url = seen_line(st, SEC_REDIS, "url");
-
-    if (both)
-        config_errors_add(&st->errors, line > url ? line : url,
-                          "'%s' and the url's %s cannot be used together (lines %u and %u)", key,
-                          what, line < url ? line : url, line > url ? line : url);
-}
-
-/* The credentials in force (config.h): from the keys, the file or the url;
- * never two sources for one, never a user without a password. */
-static void resolve_auth(struct parse_state *st)
-{
-    struct config *cfg = st->cfg;
-    unsigned file_line = seen_line(st, SEC_REDIS, "password_file");
-    const char *pw = cfg->redis_password ? cfg->redis_password : cfg->redis_server.password;
-    const char *user = cfg->redis_username ? cfg->redis_username : cfg->redis_server.user;
-    char *from_file = NULL, why[160];
-
-    if (cfg->redis_password && cfg->redis_password_file) {
-        unsigned a = seen_line(st, SEC_REDIS, "password");
-        config_errors_add(&st->errors, a > file_line ? a : file_line,
-                          "'password' and 'password_file' cannot be used together (lines %u and "
-                          "%u)",
-                          a < file_line ? a : file_line, a > file_line ? a : file_line);
-    }
-    check_one_source(st, "password", "password", cfg->redis_password && cfg->redis_server.password);
-    check_one_source(st, "password_file", "password",
-                     cfg->redis_password_file && cfg->redis_server.password);
-    check_one_source(st, "username", "user name", cfg->redis_username && cfg->redis_server.user);
-    if (cfg->redis_password_file) {
-        from_file = read_password_file(cfg->redis_password_file, why, sizeof(why));
-        if (!from_file)
-            config_errors_add(&st->errors, file_line, "cannot read password_file '%s': %s",
-                              cfg->redis_password_file, why);
-        else if (!cfg->redis_password)
-            pw = from_file;
-    }
-    if (user && !pw && !cfg->redis_password_file)
-        config_errors_add(&st->errors, seen_line(st, SEC_REDIS, "username"),
-                          "'username' needs a password (password, password_file or the url's)");
-    if (cfg->redis_sentinel_username && !cfg->redis_sentinel_password)
-        config_errors_add(&st->errors, seen_line(st, SEC_REDIS, "sentinel_username"),
-                          "'sentinel_username' needs 'sentinel_password'");
-    if ((cfg->redis_sentinel_username || cfg->redis_sentinel_password) && !cfg->redis_sentinel) {
-        const char *k = cfg->redis_sentinel_password ? "sentinel_password" : "sentinel_username";
-        config_errors_add(&st->errors, seen_line(st, SEC_REDIS, k),
-                          "'%s' is only used with 'sentinel'", k);
-    }
-    if ((cfg->redis_password || cfg->redis_password_file || cfg->redis_username) &&
-        config_standalone(cfg) && !cfg->redis_url) {
-        const char *k = cfg->redis_password        ? "password"
-                        : cfg->redis_password_file ? "password_file"
-                                                   : "username";
-        config_errors_add(&st->errors, seen_line(st, SEC_REDIS, k),
-                          "'%s' is only used with url, cluster or sentinel", k);
-    }
-    if ((pw && !(cfg->redis_auth_password = strdup(pw))) ||
-        (user && !(cfg->redis_auth_user = strdup(user))))
-        config_errors_add(&st->errors, st->line, "out of memory");
-    if (from_file) {
-        explicit_bzero(from_file, strlen(from_file));
-        free(from_file);
-    }
-}
-
-/* [agent] stats_auth or stats_auth_file: one USER:PASSWORD for HTTP Basic
- * auth on the stats listener, the user not empty and without a colon (RFC
- * 7617), in cfg->stats_credentials. */
-static void resolve_stats_auth(struct parse_state *st)
-{
-    struct config *cfg = st->cfg;
-    unsigned line = seen_line(st, SEC_AGENT, "stats_auth");
-    unsigned file_line = seen_line(st, SEC_AGENT, "stats_auth_file");
-    char *from_file = NULL, why[160];
-    const char *cred = cfg->stats_auth;
-
-    if (cfg->stats_auth && cfg->stats_auth_file) {
-        config_errors_add(&st->errors, line > file_line ? line : file_line,
-                          "'stats_auth' and 'stats_auth_file' cannot be used together (lines %u "
-                          "and %u)",
-                          line < file_line ? line : file_line, line > file_line ? line : file_line);
-        return;
-    }
-    if (cfg->stats_auth_file) {
-        line = file_line;
-        from_file = read_password_file(cfg->stats_auth_file, why, sizeof(why));
-        if (!from_file) {
-            config_errors_add(&st->errors, line, "cannot read stats_auth_file '%s': %s",
-                              cfg->stats_auth_file, why);
-            return;
-        }
-        cred = from_file;
-    }
-    if (cred) {
-        const char *colon = strchr(cred, ':');
-        if (!colon || colon == cred)
-            config_errors_add(&st->errors, line, "%s must be USER:PASSWORD (a user, a colon, "
-                              "a password)",
-                              from_file ? "the stats_auth_file" : "'stats_auth'");
-        else if (strpbrk(cred, "\r\n"))
-            config_errors_add(&st->errors, line, "%s holds a line break",
-                              from_file ? "the stats_auth_file" : "'stats_auth'");
-        else if (!(cfg->stats_credentials = strdup(cred)))
-            config_errors_add(&st->errors, line, "out of memory");
-    }
-    if (from_file) {
-        explicit_bzero(from_file, strlen(from_file));
-        free(from_file);
-    }
 }
 
 /* ---- ACK size -------------------------------------------------------------------- */
@@ -566,7 +400,7 @@ static void check_frame_size(struct parse_state *st)
         }
     }
     if (worst && need > cfg->max_frame_size) {
-        unsigned line = seen_line(st, SEC_AGENT, "max_frame_size");
+        unsigned line = config_seen_line(st, SEC_AGENT, "max_frame_size");
         config_errors_add(&st->errors, line ? line : worst->line,
                           "max_frame_size %u is too small for the ACK of rule '%s' (up to %zu "
                           "bytes): raise it to at least %zu or shorten the rule name",
@@ -584,20 +418,19 @@ static void finish(struct parse_state *st)
     check_exclusive(st, "url", cfg->redis_url, "sentinel", cfg->redis_sentinel);
     check_exclusive(st, "cluster", cfg->redis_cluster, "sentinel", cfg->redis_sentinel);
     if (cfg->redis_sentinel && !cfg->redis_master)
-        config_errors_add(&st->errors, seen_line(st, SEC_REDIS, "sentinel"),
+        config_errors_add(&st->errors, config_seen_line(st, SEC_REDIS, "sentinel"),
                           "'sentinel' needs 'master'");
     if (cfg->redis_master && !cfg->redis_sentinel)
-        config_errors_add(&st->errors, seen_line(st, SEC_REDIS, "master"),
+        config_errors_add(&st->errors, config_seen_line(st, SEC_REDIS, "master"),
                           "'master' is only used with 'sentinel'");
-    resolve_auth(st);
-    resolve_stats_auth(st);
+    config_resolve_credentials(st);
 
     /* An unclosed '{' in the prefix would take the first '}' of a client key
      * as the end of a Cluster hashtag: clients would choose their slot. */
     if (cfg->redis_prefix) {
         const char *open = strchr(cfg->redis_prefix, '{');
         if (open && !strchr(open, '}'))
-            config_errors_add(&st->errors, seen_line(st, SEC_REDIS, "prefix"),
+            config_errors_add(&st->errors, config_seen_line(st, SEC_REDIS, "prefix"),
                               "prefix '%s': a '{' must be closed by '}' (a Redis Cluster "
                               "hashtag), or client keys would choose their slot",
                               cfg->redis_prefix);
@@ -607,14 +440,14 @@ static void finish(struct parse_state *st)
      * hello` (a few hundred ms in practice): a minute only keeps silent
      * peers' connections open longer. */
     if (cfg->hello_timeout_ms > CFG_MAX_HELLO_TIMEOUT_MS)
-        config_errors_add(&st->errors, seen_line(st, SEC_AGENT, "hello_timeout"),
+        config_errors_add(&st->errors, config_seen_line(st, SEC_AGENT, "hello_timeout"),
                           "hello_timeout longer than 60s: a connection that has not said "
                           "HELLO by then never will");
 
     /* a lease must outlive at least one top-up round, or it is never renewed */
     if (cfg->lease_ttl_ms <= cfg->lease_interval_ms) {
-        unsigned line = seen_line(st, SEC_LEASE, "ttl");
-        config_errors_add(&st->errors, line ? line : seen_line(st, SEC_LEASE, "interval"),
+        unsigned line = config_seen_line(st, SEC_LEASE, "ttl");
+        config_errors_add(&st->errors, line ? line : config_seen_line(st, SEC_LEASE, "interval"),
                           "lease ttl (%llu ms) must be longer than interval (%llu ms)",
                           (unsigned long long)cfg->lease_ttl_ms,
                           (unsigned long long)cfg->lease_interval_ms);
@@ -622,12 +455,12 @@ static void finish(struct parse_state *st)
 
     /* A rate lease outlives token leases several times over: it is renewed
      * in its last quarter. Unset, rate_ttl follows a long ttl. */
-    unsigned rate_ttl_line = seen_line(st, SEC_LEASE, "rate_ttl");
+    unsigned rate_ttl_line = config_seen_line(st, SEC_LEASE, "rate_ttl");
     if (!rate_ttl_line && cfg->lease_rate_ttl_ms < 4 * cfg->lease_ttl_ms)
         cfg->lease_rate_ttl_ms = 4 * cfg->lease_ttl_ms;
     if (cfg->lease_rate && cfg->lease_rate_ttl_ms < 4 * cfg->lease_ttl_ms) {
         unsigned line = rate_ttl_line;
-        config_errors_add(&st->errors, line ? line : seen_line(st, SEC_LEASE, "ttl"),
+        config_errors_add(&st->errors, line ? line : config_seen_line(st, SEC_LEASE, "ttl"),
                           "lease rate_ttl (%llu ms) must be at least 4 times ttl (%llu ms)",
                           (unsigned long long)cfg->lease_rate_ttl_ms,
                           (unsigned long long)cfg->lease_ttl_ms);

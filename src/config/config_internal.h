@@ -75,4 +75,11 @@ struct parse_state {
     struct config_errors errors;
 };
 
+/* The line where key name of section was first set (0: never), for
+ * FILE:LINE errors about a whole section (config.c). */
+unsigned config_seen_line(const struct parse_state *st, int section, const char *name);
+
+/* The credentials in force, checked and read from their files (config_auth.c). */
+void config_resolve_credentials(struct parse_state *st);
+
 #endif
