@@ -3,7 +3,10 @@
 the stats listener, the worst case), alone and while 50 status page loads a
 second come in (GET / and the whole /status.json with five minutes of
 history: what a page costs when it opens; an open page's refresh is smaller),
-in alternating rounds. Prints each pair and the median ratio.
+in alternating rounds. The loads come from this Python process, whose own
+CPU competes with the agent and spoa-bench on a small machine: the ratio
+over-estimates what the agent pays (run it under `nice -n -10` on a busy
+machine). Prints each pair and the median ratio.
 
     python3 page_cost.py SPOA_RATELIMIT SPOA_BENCH [ROUNDS] [SECONDS]"""
 import http.client
