@@ -23,6 +23,7 @@ import http.client
 import json
 import os
 import re
+import signal
 import threading
 import time
 import unittest
@@ -201,6 +202,23 @@ class PageUnderTraffic:
         finally:
             type(self).redis = Redis(port=port)
         self.page.wait_for("document.getElementById('banner-redis').hidden === true", timeout=20)
+
+    def test_failed_reload_banner(self):
+        good = redis_ini(self.redis) + RULES
+        self.agent.rewrite(good + "\n[rule:broken]\nmessage = check-rate\nrate = lots\n")
+        self.agent.kill_sig(signal.SIGHUP)
+        try:
+            text = self.page.wait_for("!document.getElementById('banner-reload').hidden && "
+                                      "document.getElementById('banner-reload').textContent",
+                                      timeout=15)
+            self.assertIn("The last reload failed", text)
+            self.assertRegex(text, r"agent\.ini:\d+: ")  # FILE:LINE: the first error
+            self.assertFalse(status_json(self.agent)["reload"]["ok"])
+        finally:
+            self.agent.rewrite(good)
+            self.agent.kill_sig(signal.SIGHUP)
+        self.page.wait_for("document.getElementById('banner-reload').hidden === true", timeout=15)
+        self.assertTrue(status_json(self.agent)["reload"]["ok"])
 
     def test_reset_button_clears_a_blocked_client(self):
         self.page.wait_for("[...document.querySelectorAll('#top td.key')].some("
