@@ -170,6 +170,20 @@ class PageUnderTraffic:
                              "polyline.dec').getAttribute('points').split(' ').length")
         self.assertGreaterEqual(pts, 2)
 
+    def test_dump_dom_shows_rules_and_clients(self):
+        """`chromium --headless --dump-dom` (the page's timers run in virtual
+        time): the rules and the blocked clients, with /metrics' numbers."""
+        before = decisions(self.agent, "api-key", "blocked")
+        dom = self.browser.dump_dom(self.origin + "/")
+        after = decisions(self.agent, "api-key", "blocked")
+        m = re.search(r'<tr data-rule="api-key">.*?<td class="n blocked">([\d,]+)</td>', dom)
+        self.assertIsNotNone(m, dom[-3000:])
+        shown = int(m.group(1).replace(",", ""))
+        self.assertTrue(before <= shown <= after, (before, shown, after))
+        self.assertIn('<td class="key"><a href="key?rule=api-key&amp;key=busy-key">busy-key</a>',
+                      dom)
+        self.assertNotIn("<img", dom)
+
     def test_hostile_key_is_text(self):
         self.page.wait_for("[...document.querySelectorAll('#top td.key')].some("
                            "td => td.textContent === %s)" % json.dumps(HOSTILE), timeout=20)
