@@ -88,6 +88,17 @@ void metrics_local_flush_slow(void)
     *l = (struct metrics_local){.on = l->on, .rule = l->rule}; /* all counts out */
 }
 
+int metrics_rule_cost_over(struct metrics_rule *m, uint64_t now_us)
+{
+    uint64_t last = atomic_load_explicit(&m->cost_over_logged_us, memory_order_relaxed);
+
+    atomic_fetch_add_explicit(&m->cost_over_burst, 1, memory_order_relaxed);
+    /* 0: never logged (a monotonic clock is past 10 s at any real call) */
+    if (last != 0 && now_us - last < METRICS_COST_LOG_US)
+        return 0;
+    return atomic_compare_exchange_strong(&m->cost_over_logged_us, &last, now_us ? now_us : 1);
+}
+
 void metrics_rule_allowed(struct metrics_rule *m)
 {
     struct metrics_local *l = &metrics_local;
@@ -254,6 +265,12 @@ static void render_rules(struct strbuf *b)
     for (r = atomic_load(&rules_head); r; r = r->next)
         strbuf_printf(b, "spoa_ratelimit_degraded_decisions_total{rule=\"%s\"} %llu\n", r->name,
                   (unsigned long long)ld(&r->degraded));
+    strbuf_printf(b, "# HELP spoa_ratelimit_cost_over_burst_total Requests denied because their "
+                 "cost is over the bucket's capacity (they can never pass).\n# TYPE "
+                 "spoa_ratelimit_cost_over_burst_total counter\n");
+    for (r = atomic_load(&rules_head); r; r = r->next)
+        strbuf_printf(b, "spoa_ratelimit_cost_over_burst_total{rule=\"%s\"} %llu\n", r->name,
+                  (unsigned long long)ld(&r->cost_over_burst));
 }
 
 const char *const metrics_redis_error_names[] = {
