@@ -12,9 +12,9 @@ import os
 import subprocess
 import unittest
 
-import fleet
-from fleet import LoadClient, Seq, redis_ini, run_clients, unique
-from harness import AGENT, TOP, Agent, HAProxy, Redis, stop_cleanly, wait_for
+from fleet import LoadClient, run_clients, unique
+from harness import AGENT, TOP, Agent, HAProxy, stop_cleanly, wait_for
+from test_redis import RedisCase
 
 RULES = """
 [rule:tb]
@@ -45,28 +45,14 @@ lease = %(lease)s
 """
 
 
-class CostCase(unittest.TestCase):
-    def setUp(self):
-        self._redises = []
-        self.addCleanup(lambda: [r.kill() for r in self._redises])  # runs last
-
+class CostCase(RedisCase):
     def agent(self, rules, redis=None, workers=2, **kw):
-        ini = (redis_ini(redis.port, **kw) if redis else "") + rules
-        a = Agent(ini, workers=workers)
-        stop_cleanly(self, a)
+        """An agent on redis (its helpers: test_redis.RedisCase), or standalone."""
         if redis:
-            fleet.wait_redis_up(a)
+            return self.start_agent(redis, rules, workers=workers, **kw)
+        a = Agent(rules, workers=workers)
+        stop_cleanly(self, a)
         return a
-
-    def redis(self):
-        r = Redis()
-        self._redises.append(r)
-        return r
-
-    def seq(self, agent):
-        s = Seq(agent.addr)
-        self.addCleanup(s.close)
-        return s
 
     def key_state(self, agent, rule, key):
         return json.loads(agent.get("/key?rule=%s&key=%s" % (rule, key)))
@@ -151,7 +137,7 @@ class Standalone(CostCase):
 
 class OnRedis(CostCase):
     def test_cost_sequence_leased_and_exact(self):
-        r = self.redis()
+        r = self.start_redis()
         for lease in ("on", "off"):
             a = self.agent(RULES % {"lease": lease}, redis=r, prefix="c%s:" % lease)
             self.four_four_four_two(a, "lease = " + lease)
@@ -163,7 +149,7 @@ class OnRedis(CostCase):
         b + r*T tokens' worth of cost (decision instants bracketed by the
         NOTIFY's write and the ACK's read, so no slack is needed)."""
         B, R = 40, 400.0
-        r = self.redis()
+        r = self.start_redis()
         rule = "[rule:fleet]\nkey = key\nrate = 400/1s\nburst = 40\ncost = arg:cost\n" \
                "max_cost = 10\n"
         agents = [self.agent(rule, redis=r, workers=1, interval="100ms", ttl="1s",
