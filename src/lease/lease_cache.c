@@ -240,6 +240,13 @@ int lease_decide_cost(struct lease_table *t, const char *key, size_t keylen,
 
     if (now_us < e->blocked_until_us) {
         fill_blocked(e, now_us, res);
+        /* the cache knows when one token is back: n come (n - 1) / r later */
+        if (n > 1 && p->limit > 0) {
+            double more = (double)(n - 1) * (double)p->period_us / (double)p->limit;
+            res->retry_us += more < 1e15 ? (uint64_t)more : (uint64_t)1e15;
+            if (res->reset_us < res->retry_us)
+                res->reset_us = res->retry_us;
+        }
         METRIC_INC_LOCAL(lease_negative_hits);
         ret = LEASE_DONE;
     } else if (e->tokens >= need && now_us < e->deadline_us) {

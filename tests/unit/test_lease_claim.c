@@ -237,6 +237,13 @@ START_TEST(negative_cache)
     ck_assert_ptr_null(next);
     ck_assert(!r[0].res.allowed);
     ck_assert_uint_eq(r[0].res.retry_us, 3 * S);
+    /* a cost of 3: one token in 3 s, two more 6 s each later */
+    ck_assert_int_eq(lease_decide_cost(t, "k", 1, &lt_p10, 3, 3 * S + 1000, 1, &r[0].w, &r[0].res,
+                                       &next),
+                     LEASE_DONE);
+    ck_assert(!r[0].res.allowed);
+    ck_assert_uint_eq(r[0].res.retry_us, 15 * S);
+    ck_assert_uint_ge(r[0].res.reset_us, 15 * S);
     /* then one probe claim */
     ck_assert_int_eq(lt_decide(t, "k", &lt_p10, 6 * S + 1000, 1, &r[0], &j), LEASE_PENDING);
     ck_assert_ptr_nonnull(j);
