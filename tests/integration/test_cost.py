@@ -122,6 +122,16 @@ class Standalone(CostCase):
         a = self.agent(RULES % {"lease": "on"})
         self.four_four_four_two(a, "standalone")
         self.missing_or_invalid(a, "standalone")
+        # a cost over the capacity: counted each time, logged once per rule per 10 s
+        c = self.seq(a)
+        for _ in range(3):
+            self.assertTrue(c.decide(key=unique("o"), path="/tb/x", cost="12")["blocked"])
+        self.assertEqual(a.metric("spoa_ratelimit_cost_over_burst_total", rule="tb"), 4)
+        self.assertTrue(wait_for(lambda: "cost over the rule's capacity" in a.output(), 5))
+        lines = [ln for ln in a.output().splitlines()
+                 if "cost over the rule's capacity" in ln and "rule=tb " in ln]
+        self.assertEqual(len(lines), 1, lines)
+        self.assertIn("cost=11 capacity=10", lines[0])
 
     def test_check_print_and_key(self):
         """--check --print shows each rule's cost; GET /key a fixed one."""
