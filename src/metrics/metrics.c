@@ -4,6 +4,7 @@
 
 #include <pthread.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -244,7 +245,17 @@ static void render_simple(struct strbuf *b, const char *name, const char *type, 
               (unsigned long long)v);
 }
 
-/* Per rule: decisions by result, and those taken without Redis. */
+/* One counter per rule: the field at offset off of each rule's record. */
+static void render_rule_counter(struct strbuf *b, const char *name, const char *help, size_t off)
+{
+    strbuf_printf(b, "# HELP %s %s\n# TYPE %s counter\n", name, help, name);
+    for (struct metrics_rule *r = atomic_load(&rules_head); r; r = r->next)
+        strbuf_printf(b, "%s{rule=\"%s\"} %llu\n", name, r->name,
+                      (unsigned long long)ld((atomic_uint_fast64_t *)((char *)r + off)));
+}
+
+/* Per rule: decisions by result, those taken without Redis, and the costs
+ * over capacity. */
 static void render_rules(struct strbuf *b)
 {
     struct metrics_rule *r;
@@ -259,18 +270,13 @@ static void render_rules(struct strbuf *b)
         strbuf_printf(b, "spoa_ratelimit_decisions_total{rule=\"%s\",result=\"would_block\"} %llu\n",
                   r->name, (unsigned long long)ld(&r->would_block));
     }
-    strbuf_printf(b, "# HELP spoa_ratelimit_degraded_decisions_total Decisions taken without Redis "
-                 "because it was unreachable.\n# TYPE spoa_ratelimit_degraded_decisions_total "
-                 "counter\n");
-    for (r = atomic_load(&rules_head); r; r = r->next)
-        strbuf_printf(b, "spoa_ratelimit_degraded_decisions_total{rule=\"%s\"} %llu\n", r->name,
-                  (unsigned long long)ld(&r->degraded));
-    strbuf_printf(b, "# HELP spoa_ratelimit_cost_over_burst_total Requests denied because their "
-                 "cost is over the bucket's capacity (they can never pass).\n# TYPE "
-                 "spoa_ratelimit_cost_over_burst_total counter\n");
-    for (r = atomic_load(&rules_head); r; r = r->next)
-        strbuf_printf(b, "spoa_ratelimit_cost_over_burst_total{rule=\"%s\"} %llu\n", r->name,
-                  (unsigned long long)ld(&r->cost_over_burst));
+    render_rule_counter(b, "spoa_ratelimit_degraded_decisions_total",
+                        "Decisions taken without Redis because it was unreachable.",
+                        offsetof(struct metrics_rule, degraded));
+    render_rule_counter(b, "spoa_ratelimit_cost_over_burst_total",
+                        "Requests denied because their cost is over the bucket's capacity (they "
+                        "can never pass).",
+                        offsetof(struct metrics_rule, cost_over_burst));
 }
 
 const char *const metrics_redis_error_names[] = {
