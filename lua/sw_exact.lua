@@ -6,13 +6,15 @@ KEYS[1]   the counter hash (w, c, p, h:<agent>, w:<agent>; see sw_claim.lua)
 ARGV[1]   limit N      } at most N per window of period ms (estimated)
 ARGV[2]   period, ms   }
 ARGV[3]   burst: ignored (same ARGV as tb_exact.lua)
-ARGV[4]   n: units this request costs (>= 1; default 1)
+ARGV[4]   n: units this request costs (>= 0; default 1). n = 0 is a check:
+          allowed when 1 would be, counting nothing. n > N is never allowed.
 
 Returns   {allowed, remaining, retry_ms, reset_ms}
             allowed   1 when estimate + n <= N and n was counted, else 0
             remaining max(0, floor(N - estimate)) after the call
             retry_ms  0 when another request of n would pass now, else ms until
-                      the estimate falls to N - n (if nothing more is counted)
+                      the estimate falls to N - n (if nothing more is counted);
+                      one period when n > N (it never passes)
             reset_ms  ms until the estimate falls to 0
 
 Invariant: c <= N after every call.
@@ -53,7 +55,8 @@ end})
 -- per call. Everything above takes its input as parameters: lua/batch.sh defines it
 -- once per batch, and runs what follows once per operation.
 local key = KEYS[1]
-local limit, period, n = num(ARGV, 1, 1), num(ARGV, 2, 1), num(ARGV, 4, 1, 1)
+local limit, period, n = num(ARGV, 1, 1), num(ARGV, 2, 1), num(ARGV, 4, 0, 1)
+local need = n > 0 and n or 1 -- a check (n = 0) passes where 1 would
 local wus = period * 1000 -- window length, microseconds
 
 local tm = redis.call('TIME')
@@ -74,7 +77,7 @@ local left = min(wus, max(0, (W + 1) * wus - now))
 
 local est = p * left / wus + c
 local allowed = 0
-if est + n <= limit then c, est, allowed = c + n, est + n, 1 end
+if est + need <= limit then c, est, allowed = c + n, est + n, 1 end
 redis.call('HSET', key, 'w', fmt[W], 'c', fmt[c], 'p', fmt[p])
 
 local function wait_us(thr) -- see sw_claim.lua
@@ -85,4 +88,5 @@ local function wait_us(thr) -- see sw_claim.lua
 end
 redis.call('PEXPIRE', key, fmt[ceil((left + wus) / 1000) + 1000])
 return {allowed, max(0, floor(limit - est)),
-        ceil(wait_us(limit - n) / 1000), ceil(wait_us(0) / 1000)}
+        -- n over N never fits: one period, as the agent's own buckets say
+        need > limit and period or ceil(wait_us(limit - need) / 1000), ceil(wait_us(0) / 1000)}

@@ -6,13 +6,17 @@ KEYS[1]   the bucket hash (t, ts, h:<agent>, e:<agent>; see tb_claim.lua)
 ARGV[1]   limit N      } refill rate = N / period
 ARGV[2]   period, ms   }
 ARGV[3]   burst b: capacity (>= 0)
-ARGV[4]   n: tokens this request costs (>= 1; default 1)
+ARGV[4]   n: tokens this request costs (>= 0; default 1). n = 0 is a check:
+          allowed when 1 would be, taking nothing. n > b is never allowed
+          and takes nothing.
 
 Returns   {allowed, remaining, retry_ms, reset_ms}
-            allowed   1 when n tokens were taken, else 0 (nothing taken)
+            allowed   1 when n tokens were taken (n = 0: when t >= 1), else 0
+                      (nothing taken)
             remaining max(0, floor(t)) after the call
             retry_ms  0 when another request of n would pass now, else ms
-                      until it is expected to (exact when no lease is held)
+                      until it is expected to (exact when no lease is held);
+                      one period when n > b (it never passes)
             reset_ms  ms until t + H reaches b if no held token is spent
 
 Invariant: after every call t + H <= b (H = tokens held by unexpired leases).
@@ -118,7 +122,8 @@ end
 -- once per batch, and runs what follows once per operation.
 local key = KEYS[1]
 local limit, period, b = num3(ARGV, 1, 1, 1, 0)
-local n = ARGV[4] == nil and 1 or num(ARGV, 4, 1) -- (the agent sends no n for 1)
+local n = ARGV[4] == nil and 1 or num(ARGV, 4, 0) -- (the agent sends no n for 1)
+local need = n > 0 and n or 1 -- a check (n = 0) passes where 1 would
 local rate = limit / (period * 1000) -- tokens per microsecond
 
 local tm = redis.call('TIME')
@@ -140,17 +145,18 @@ if held ~= NONE then -- (a key with leases)
     end
 end
 
--- Take n if there are n.
+-- Take n if there are n (n = 0: if there is 1).
 local allowed = 0
-if t >= n then t, allowed = t - n, 1 end
+if t >= need then t, allowed = t - n, 1 end
 redis.call('HSET', key, 't', fmt[t], 'ts', fmt[ts])
 
 local rate_ms = rate * 1000
 local free_ms = rate > P and (rate - P) * 1000 or rate_ms -- refill of t (after the leases, if none)
 local retry = 0
-if t < n then
-    retry = (n - t) / free_ms
-    if (b - H < n or rate <= P) and emin then retry = max(retry, (emin - now) / 1000) end
+if t < need then
+    retry = (need - t) / free_ms
+    if (b - H < need or rate <= P) and emin then retry = max(retry, (emin - now) / 1000) end
+    if need > b then retry = period end -- never fits: one period, as the agent's buckets say
 end
 -- Lines run on every call write max(a, b) as `b > a and b or a` and min(a, b)
 -- as `b < a and b or a`: what math.max and math.min return, without a call

@@ -127,7 +127,8 @@ static double tb_level(double tokens, uint64_t ts, const struct bucket_params *p
 static void tb_take(struct bucket *b, const struct bucket_params *p, uint64_t now, uint64_t n,
                     struct bucket_result *res)
 {
-    double need = (double)n;
+    /* n = 0 (a check) passes where 1 would, and takes nothing */
+    double need = n ? (double)n : 1.0;
     double burst = (double)p->burst;
     double eps = tolerance(p);
 
@@ -136,7 +137,7 @@ static void tb_take(struct bucket *b, const struct bucket_params *p, uint64_t no
         b->ts_us = now;
 
     if (b->tokens + eps >= need) {
-        b->tokens = snap(b->tokens - need, eps);
+        b->tokens = snap(b->tokens - (double)n, eps);
         if (b->tokens < 0)
             b->tokens = 0;
         res->allowed = 1;
@@ -252,14 +253,15 @@ static void sw_take(struct bucket *b, const struct bucket_params *p, uint64_t no
     uint64_t elapsed = now - b->ts_us;
     double est = sw_estimate(b->tokens, b->cur, period, elapsed);
 
-    if (est + (double)n <= (double)p->limit + eps) {
+    /* n = 0 (a check) passes where 1 would, and takes nothing */
+    if (est + (double)(n ? n : 1) <= (double)p->limit + eps) {
         b->cur += (double)n;
         est += (double)n;
         res->allowed = 1;
         res->retry_us = 0;
     } else {
         res->allowed = 0;
-        res->retry_us = sw_retry(b, p, now, n);
+        res->retry_us = sw_retry(b, p, now, n ? n : 1);
     }
     res->remaining = whole((double)p->limit - est, eps);
     if (b->cur > 0)

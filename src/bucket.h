@@ -51,8 +51,10 @@ struct bucket {
 /* Initialise a bucket first seen at now (full / empty window). */
 void bucket_init(struct bucket *b, const struct bucket_params *p, uint64_t now_us);
 
-/* Take n units (n >= 1) if they fit, and describe the result. When denied
- * nothing is taken. Works for both algorithms. A now_us earlier than the last
+/* Take n units if they fit, and describe the result. When denied nothing is
+ * taken; n over the capacity (burst; a window's N) never fits. n = 0 is a
+ * check: allowed where n = 1 would be, taking nothing. Works for both
+ * algorithms. A now_us earlier than the last
  * call counts as no time passed. */
 void bucket_take(struct bucket *b, const struct bucket_params *p, uint64_t now_us, uint64_t n,
                  struct bucket_result *res);

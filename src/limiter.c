@@ -43,6 +43,7 @@ struct rjob {
     struct lease_waiter *w;          /* RJOB_EXACT: NULL once answered by fallback */
     enum bucket_algorithm algorithm; /* RJOB_EXACT */
     uint64_t limit, period_ms, burst;
+    uint64_t cost;                   /* RJOB_EXACT: tokens the request takes */
     size_t keylen;
     char key[];                      /* RJOB_EXACT */
 };
@@ -91,7 +92,7 @@ static void decide_fallback(struct limiter *l, struct limiter_req *req, size_t i
         return;
     }
     bucket_table_take(l->backstop, r->name, rules_hit_key(&req->ev, h), h->key_len,
-                      &h->backstop, now_us, 1, &h->out.res);
+                      &h->backstop, now_us, h->cost, &h->out.res);
 }
 
 /* One decision of req is in: complete req when it was the last. */
@@ -214,7 +215,7 @@ static enum store_script job_args(const struct limiter *l, const struct rjob *j,
                                   struct script_args *a)
 {
     if (j->kind == RJOB_EXACT)
-        return script_exact_args(j->algorithm, j->limit, j->period_ms, j->burst, a);
+        return script_exact_args(j->algorithm, j->limit, j->period_ms, j->burst, j->cost, a);
     return script_lease_args(j->lj, store_agent_id(l->store), l->ttl_ms, a);
 }
 
@@ -397,7 +398,7 @@ static void decide_standalone(struct limiter *l, struct limiter_req *req, uint64
         struct rule_hit *h = &ev->hits[i];
         const struct cfg_rule *r = &req->rs->cfg->rules[h->rule];
         bucket_table_take(l->buckets, r->name, rules_hit_key(ev, h), h->key_len, &h->params,
-                          now_us, 1, &h->out.res);
+                          now_us, h->cost, &h->out.res);
         h->out.degraded = 0;
     }
 }
@@ -417,26 +418,8 @@ static int reserve_waiters(struct limiter_req *req)
     return 0;
 }
 
-/* Hit i of a leased rule: from the local lease, or by a claim (queued). */
-static int decide_leased(struct limiter *l, struct limiter_req *req, size_t i, const char *key,
-                         size_t keylen, uint64_t now_us, int up, int *queued)
-{
-    struct rule_hit *h = &req->ev.hits[i];
-    struct lease_job *lj = NULL;
-    int v = lease_decide(l->leases, key, keylen, &h->params, now_us, up, &req->waiters[i],
-                         &h->out.res, &lj);
-
-    if (v == LEASE_DOWN)
-        decide_fallback(l, req, i, now_us);
-    struct rjob *j = lj ? lease_rjob(l, lj, now_us) : NULL;
-    if (j) {
-        enqueue(l, j);
-        *queued = 1;
-    }
-    return v != LEASE_PENDING;
-}
-
-/* Hit i of a rule with lease = off: one exact script call per decision.
+/* Hit i with one exact script call (a rule with lease = off, or a cost its
+ * lease does not hold).
  * Returns 0 when queued, -1 when it cannot be (Redis down, out of memory). */
 static int queue_exact(struct limiter *l, struct limiter_req *req, size_t i, const char *key,
                        size_t keylen, int up)
@@ -453,10 +436,38 @@ static int queue_exact(struct limiter *l, struct limiter_req *req, size_t i, con
     j->limit = p->limit;
     j->period_ms = p->period_us / 1000;
     j->burst = p->burst;
+    j->cost = req->ev.hits[i].cost;
     j->keylen = keylen;
     memcpy(j->key, key, keylen);
     enqueue(l, j);
     return 0;
+}
+
+/* Hit i of a leased rule: from the local lease, or by a claim (queued). */
+static int decide_leased(struct limiter *l, struct limiter_req *req, size_t i, const char *key,
+                         size_t keylen, uint64_t now_us, int up, int *queued)
+{
+    struct rule_hit *h = &req->ev.hits[i];
+    struct lease_job *lj = NULL;
+    int v = lease_decide_cost(l->leases, key, keylen, &h->params, h->cost, now_us, up,
+                              &req->waiters[i], &h->out.res, &lj);
+
+    if (v == LEASE_EXACT) { /* a cost the lease does not hold */
+        if (queue_exact(l, req, i, key, keylen, up) == 0) {
+            *queued = 1;
+            v = LEASE_PENDING;
+        } else {
+            v = LEASE_DOWN;
+        }
+    }
+    if (v == LEASE_DOWN)
+        decide_fallback(l, req, i, now_us);
+    struct rjob *j = lj ? lease_rjob(l, lj, now_us) : NULL;
+    if (j) {
+        enqueue(l, j);
+        *queued = 1;
+    }
+    return v != LEASE_PENDING;
 }
 
 /* Decide hit i of req with Redis, or queue the call it waits for (and set

@@ -96,11 +96,12 @@ static void mismatch_cb(enum mismatch_kind kind, const char *rule, uint64_t n, c
                  sample, (unsigned long long)n);
         break;
     case MISMATCH_ARG:
-        /* sample: the arg's name, or NAME=VALUE for a limit arg holding no
-         * valid rate or burst */
+        /* sample: the arg's name, or NAME=VALUE for a limit or cost arg
+         * holding no valid rate, burst or cost (a cost arg does not skip the
+         * rule: the request is charged 1) */
         LOG_WARN("\"rule skipped: an argument it needs is never sent (or holds no valid "
-                 "limit): check key =, match = and arg: against the SPOE message args\" "
-                 "rule=%s arg=\"%s\" count=%llu",
+                 "limit; a cost arg: charged 1): check key =, match = and arg: against the "
+                 "SPOE message args\" rule=%s arg=\"%s\" count=%llu",
                  rule ? rule : "?", sample, (unsigned long long)n);
         break;
     default:

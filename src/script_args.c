@@ -6,7 +6,7 @@
 
 #include "core/util.h"
 
-_Static_assert((int)RETURN_ARGC <= SCRIPT_MAX_ARGC && (int)EXACT_ARGC <= SCRIPT_MAX_ARGC,
+_Static_assert((int)RETURN_ARGC <= SCRIPT_MAX_ARGC && (int)EXACT_ARGC_MAX <= SCRIPT_MAX_ARGC,
                "a claim takes the most arguments");
 
 static void arg_str(struct script_args *a, int i, const char *s)
@@ -29,7 +29,7 @@ enum store_script script_lease_args(const struct lease_job *lj, const char *agen
     int sw = lj->algorithm == BUCKET_SLIDING_WINDOW;
 
     if (lj->kind == LEASE_JOB_EXACT)
-        return script_exact_args(lj->algorithm, lj->limit, lj->period_ms, lj->burst, a);
+        return script_exact_args(lj->algorithm, lj->limit, lj->period_ms, lj->burst, 1, a);
 
     if (lj->kind == LEASE_JOB_CLAIM) {
         a->argc = CLAIM_ARGC;
@@ -58,11 +58,16 @@ enum store_script script_lease_args(const struct lease_job *lj, const char *agen
 }
 
 enum store_script script_exact_args(enum bucket_algorithm algorithm, uint64_t limit,
-                                    uint64_t period_ms, uint64_t burst, struct script_args *a)
+                                    uint64_t period_ms, uint64_t burst, uint64_t cost,
+                                    struct script_args *a)
 {
     a->argc = EXACT_ARGC;
     arg_num(a, EXACT_ARG_LIMIT, limit);
     arg_num(a, EXACT_ARG_PERIOD_MS, period_ms);
     arg_num(a, EXACT_ARG_BURST, burst);
+    if (cost != 1) { /* a cost of 1 is the scripts' default: not sent */
+        a->argc = EXACT_ARGC_MAX;
+        arg_num(a, EXACT_ARG_N, cost);
+    }
     return algorithm == BUCKET_SLIDING_WINDOW ? SCRIPT_SW_EXACT : SCRIPT_TB_EXACT;
 }

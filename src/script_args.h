@@ -32,9 +32,11 @@ struct script_args {
 enum store_script script_lease_args(const struct lease_job *lj, const char *agent,
                                     uint64_t ttl_ms, struct script_args *a);
 
-/* Fill *a with the ARGV of one exact decision (cost 1) under a rule of
- * algorithm, limit/period_ms and burst; returns the script to call. */
+/* Fill *a with the ARGV of one exact decision of a request costing cost
+ * tokens (0: a check) under a rule of algorithm, limit/period_ms and burst;
+ * returns the script to call. A cost of 1 sends no EXACT_ARG_N. */
 enum store_script script_exact_args(enum bucket_algorithm algorithm, uint64_t limit,
-                                    uint64_t period_ms, uint64_t burst, struct script_args *a);
+                                    uint64_t period_ms, uint64_t burst, uint64_t cost,
+                                    struct script_args *a);
 
 #endif

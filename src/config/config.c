@@ -91,6 +91,9 @@ static const struct key_def key_defs[] = {
      offsetof(struct cfg_rule, burst_arg)},
     {SEC_RULE, "max_rate", T_MAX_RATE, 0, 0, 0, 0, 0, NULL, 0},
     {SEC_RULE, "max_burst", T_UINT, RF(max_burst), 1, CFG_MAX_COUNT, 0, NULL, 0},
+    {SEC_RULE, "cost", T_UINT, RF(cost), 0, CFG_MAX_COUNT, F_ARG, NULL,
+     offsetof(struct cfg_rule, cost_arg)},
+    {SEC_RULE, "max_cost", T_UINT, RF(max_cost), 1, CFG_MAX_COUNT, 0, NULL, 0},
     {SEC_RULE, "algorithm", T_ENUM, RF(algorithm), 0, 0, 0, algo_names, 0},
     {SEC_RULE, "lease", T_BOOL, RF(lease), 0, 0, 0, NULL, 0},
     {SEC_RULE, "on_redis_down", T_ENUM, RF(on_redis_down), 0, 0, 0, mode_names, 0},
@@ -115,6 +118,22 @@ static const struct key_def *find_key(int section, const char *name)
 unsigned config_seen_line(const struct parse_state *st, int section, const char *name)
 {
     return st->seen[find_key(section, name) - key_defs];
+}
+
+/* cost = arg:NAME comes with max_cost, and max_cost bounds nothing
+ * without it: as check_rule_args does for the limits. */
+static void check_rule_cost(struct parse_state *st, const struct cfg_rule *r)
+{
+    unsigned cost = config_seen_line(st, SEC_RULE, "cost");
+    unsigned max_cost = config_seen_line(st, SEC_RULE, "max_cost");
+
+    if (r->cost_arg && !max_cost)
+        config_errors_add(&st->errors, cost,
+                          "cost = arg:%s needs max_cost = N in the same rule (the highest "
+                          "cost the arg may ask for)",
+                          r->cost_arg);
+    if (max_cost && !r->cost_arg)
+        config_errors_add(&st->errors, max_cost, "'max_cost' is only used with cost = arg:NAME");
 }
 
 /* A limit taken from an arg comes with its ceiling (rate = arg:NAME with
@@ -158,6 +177,7 @@ static void end_section(struct parse_state *st)
         if (!config_seen_line(st, SEC_RULE, "rate"))
             config_errors_add(&st->errors, r->line, "rule '%s' has no rate", r->name);
         check_rule_args(st, r);
+        check_rule_cost(st, r);
     }
     st->kind = SEC_NONE;
 }
@@ -206,6 +226,7 @@ static void begin_rule(struct parse_state *st, const char *name, size_t len)
     }
     r->name_len = strlen(r->name);
     r->algorithm = ALGO_TOKEN_BUCKET;
+    r->cost = 1;
     r->lease = 1;
     r->on_redis_down = -1; /* unset: [fallback] mode, known only at the end */
     r->line = st->line;
@@ -620,6 +641,7 @@ void config_free(struct config *cfg)
         free(r->message);
         free(r->rate_arg);
         free(r->burst_arg);
+        free(r->cost_arg);
         for (size_t k = 0; k < r->nkeys; k++)
             free(r->keys[k]);
         for (size_t m = 0; m < r->nmatches; m++) {

@@ -97,6 +97,12 @@ struct cfg_rule {
     uint64_t max_rate_period_ms; /*   (0 without rate_arg) */
     uint64_t max_burst;          /* the highest burst from an arg or derived from an arg's
                                     rate (default then: max_rate_n); 0 when unused */
+    /* Tokens one request takes (cost = N, default 1; 0: a check that takes
+     * nothing), or per request from an arg (cost = arg:NAME) clamped to
+     * max_cost. A cost never changes the limits, so it never keys a bucket. */
+    uint64_t cost;               /* with cost_arg: unused */
+    char *cost_arg;              /* NULL: every request costs cost */
+    uint64_t max_cost;           /* the highest cost an arg may ask for; 0 without cost_arg */
     int algorithm;               /* enum bucket_algorithm */
     int lease;                   /* bool, default on */
     int on_redis_down;           /* enum cfg_down_mode, default [fallback] mode */

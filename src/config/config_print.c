@@ -170,6 +170,10 @@ static void put_limits(struct strbuf *o, const struct cfg_rule *r)
         strbuf_printf(o, "; burst: N of each request's rate, at most max_burst\n");
     if (r->max_burst)
         strbuf_printf(o, "max_burst = %" PRIu64 "\n", r->max_burst);
+    if (r->cost_arg)
+        strbuf_printf(o, "cost = arg:%s\nmax_cost = %" PRIu64 "\n", r->cost_arg, r->max_cost);
+    else
+        strbuf_printf(o, "cost = %" PRIu64 "\n", r->cost);
 }
 
 static void put_rule(struct strbuf *o, const struct config *cfg, const struct cfg_rule *r)

@@ -120,6 +120,13 @@ static json_t *head(const struct limiter_who *w)
     put(&j, "period_ms", juint(w->params.period_us / 1000));
     if (!sw)
         put(&j, "burst", juint(w->params.burst));
+    /* what one request takes: a fixed cost, or an arg and its ceiling */
+    if (r->cost_arg) {
+        put(&j, "cost_arg", jstr(r->cost_arg));
+        put(&j, "max_cost", juint(r->max_cost));
+    } else {
+        put(&j, "cost", juint(r->cost));
+    }
     if (w->redis_keylen)
         put(&j, "redis_key", json_latin1(w->redis_key, w->redis_keylen));
     return finish(&j);

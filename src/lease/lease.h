@@ -95,6 +95,8 @@ enum lease_verdict {
     LEASE_DONE = 0,    /* *res filled: decided from local state */
     LEASE_PENDING = 1, /* w queued; it comes back through lease_reply/lease_timeout */
     LEASE_DOWN = 2,    /* no local tokens and Redis is down: decide by fallback */
+    LEASE_EXACT = 3,   /* lease_decide_cost: the lease does not hold the cost:
+                        * decide with one exact call (tb_exact / sw_exact) */
 };
 
 /* Decide one request for the Redis key `key` under parameters p. When a
@@ -128,6 +130,15 @@ void lease_tick(struct lease_table *t, uint64_t now_us, int redis_up, struct lea
 /* At shutdown: give back every lease that holds tokens (entries with a job
  * in flight are skipped: call again once their replies arrived). */
 void lease_drain(struct lease_table *t, uint64_t now_us, struct lease_job **jobs);
+
+/* lease_decide for a request that takes n tokens (its rule's cost): spent
+ * at once from the lease when it holds them (n = 0, a check: when it holds
+ * one); otherwise LEASE_EXACT (Redis up) and nothing is queued. n = 1 is
+ * lease_decide. The negative cache answers any n: a key that cannot pass 1
+ * cannot pass more. */
+int lease_decide_cost(struct lease_table *t, const char *key, size_t keylen,
+                      const struct bucket_params *p, uint64_t n, uint64_t now_us, int redis_up,
+                      struct lease_waiter *w, struct bucket_result *res, struct lease_job **job);
 
 /* ---- one key, for the operator (GET /key, POST /reset) ---------------------- */
 

@@ -207,6 +207,14 @@ int lease_decide(struct lease_table *t, const char *key, size_t keylen,
                  const struct bucket_params *p, uint64_t now_us, int redis_up,
                  struct lease_waiter *w, struct bucket_result *res, struct lease_job **job)
 {
+    return lease_decide_cost(t, key, keylen, p, 1, now_us, redis_up, w, res, job);
+}
+
+int lease_decide_cost(struct lease_table *t, const char *key, size_t keylen,
+                      const struct bucket_params *p, uint64_t n, uint64_t now_us, int redis_up,
+                      struct lease_waiter *w, struct bucket_result *res, struct lease_job **job)
+{
+    uint64_t need = n ? n : 1; /* a check (n = 0) passes where 1 would */
     uint64_t h = util_hash_mix(util_hash_words(UTIL_HASH_INIT, key, keylen));
     unsigned si = util_stripe(h, t->nstripes);
     struct lease_stripe *s = &t->stripes[si];
@@ -222,7 +230,8 @@ int lease_decide(struct lease_table *t, const char *key, size_t keylen,
     set_params(e, p);
     lease_entry_activate(s, e);
     lease_entry_touch(s, e, now_us);
-    e->hits++;
+    /* demand in tokens, so that claims are sized for the costs (saturated) */
+    e->hits = need > UINT32_MAX - e->hits ? UINT32_MAX : e->hits + (uint32_t)need;
     e->last_hit_us = now_us;
     if (e->seen++ == 0)
         e->first_us = now_us;
@@ -231,15 +240,22 @@ int lease_decide(struct lease_table *t, const char *key, size_t keylen,
 
     if (now_us < e->blocked_until_us) {
         fill_blocked(e, now_us, res);
+        /* the cache knows when one token is back: n come (n - 1) / r later */
+        if (n > 1 && p->limit > 0) {
+            double more = (double)(n - 1) * (double)p->period_us / (double)p->limit;
+            res->retry_us += more < 1e15 ? (uint64_t)more : (uint64_t)1e15;
+            if (res->reset_us < res->retry_us)
+                res->reset_us = res->retry_us;
+        }
         METRIC_INC_LOCAL(lease_negative_hits);
         ret = LEASE_DONE;
-    } else if (e->tokens > 0 && now_us < e->deadline_us) {
-        e->tokens--;
+    } else if (e->tokens >= need && now_us < e->deadline_us) {
+        e->tokens -= n; /* a cost is spent at once */
         if (e->share > 0) {
             if (rate_prefetch(t, e, now_us))
                 *job = make_claim(t, e, now_us); /* renew before it runs dry */
         } else {
-            e->used++;
+            e->used += n;
             if (token_prefetch(t, e, now_us, redis_up))
                 *job = make_claim(t, e, now_us); /* top up before it runs dry */
         }
@@ -249,6 +265,11 @@ int lease_decide(struct lease_table *t, const char *key, size_t keylen,
     } else if (!redis_up || (e->inflight && e->inflight->timed_out)) {
         /* Redis is down, or already late for this key: do not wait again. */
         ret = LEASE_DOWN;
+    } else if (n != 1) {
+        /* More than the lease holds (or a check it cannot answer): one exact
+         * call, which takes from what no lease holds, so the bound holds. A
+         * claim sized for it could strand a large cost's worth of tokens. */
+        ret = LEASE_EXACT;
     } else if (e->nwait >= LEASE_MAX_WAITERS) {
         /* Never admit what Redis did not grant: refuse, briefly. */
         e->blocked_until_us = 0;

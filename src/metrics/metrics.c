@@ -4,6 +4,7 @@
 
 #include <pthread.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,6 +87,17 @@ void metrics_local_flush_slow(void)
         METRIC_ADD(lease_negative_hits, l->lease_negative_hits);
     flush_rule(l);
     *l = (struct metrics_local){.on = l->on, .rule = l->rule}; /* all counts out */
+}
+
+int metrics_rule_cost_over(struct metrics_rule *m, uint64_t now_us)
+{
+    uint64_t last = atomic_load_explicit(&m->cost_over_logged_us, memory_order_relaxed);
+
+    atomic_fetch_add_explicit(&m->cost_over_burst, 1, memory_order_relaxed);
+    /* 0: never logged (a monotonic clock is past 10 s at any real call) */
+    if (last != 0 && now_us - last < METRICS_COST_LOG_US)
+        return 0;
+    return atomic_compare_exchange_strong(&m->cost_over_logged_us, &last, now_us ? now_us : 1);
 }
 
 void metrics_rule_allowed(struct metrics_rule *m)
@@ -233,7 +245,17 @@ static void render_simple(struct strbuf *b, const char *name, const char *type, 
               (unsigned long long)v);
 }
 
-/* Per rule: decisions by result, and those taken without Redis. */
+/* One counter per rule: the field at offset off of each rule's record. */
+static void render_rule_counter(struct strbuf *b, const char *name, const char *help, size_t off)
+{
+    strbuf_printf(b, "# HELP %s %s\n# TYPE %s counter\n", name, help, name);
+    for (struct metrics_rule *r = atomic_load(&rules_head); r; r = r->next)
+        strbuf_printf(b, "%s{rule=\"%s\"} %llu\n", name, r->name,
+                      (unsigned long long)ld((atomic_uint_fast64_t *)((char *)r + off)));
+}
+
+/* Per rule: decisions by result, those taken without Redis, and the costs
+ * over capacity. */
 static void render_rules(struct strbuf *b)
 {
     struct metrics_rule *r;
@@ -248,12 +270,13 @@ static void render_rules(struct strbuf *b)
         strbuf_printf(b, "spoa_ratelimit_decisions_total{rule=\"%s\",result=\"would_block\"} %llu\n",
                   r->name, (unsigned long long)ld(&r->would_block));
     }
-    strbuf_printf(b, "# HELP spoa_ratelimit_degraded_decisions_total Decisions taken without Redis "
-                 "because it was unreachable.\n# TYPE spoa_ratelimit_degraded_decisions_total "
-                 "counter\n");
-    for (r = atomic_load(&rules_head); r; r = r->next)
-        strbuf_printf(b, "spoa_ratelimit_degraded_decisions_total{rule=\"%s\"} %llu\n", r->name,
-                  (unsigned long long)ld(&r->degraded));
+    render_rule_counter(b, "spoa_ratelimit_degraded_decisions_total",
+                        "Decisions taken without Redis because it was unreachable.",
+                        offsetof(struct metrics_rule, degraded));
+    render_rule_counter(b, "spoa_ratelimit_cost_over_burst_total",
+                        "Requests denied because their cost is over the bucket's capacity (they "
+                        "can never pass).",
+                        offsetof(struct metrics_rule, cost_over_burst));
 }
 
 const char *const metrics_redis_error_names[] = {

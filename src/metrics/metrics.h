@@ -42,6 +42,10 @@ struct metrics_rule {
     atomic_uint_fast64_t blocked;
     atomic_uint_fast64_t would_block;
     atomic_uint_fast64_t degraded;
+    /* requests denied because their cost exceeds the bucket's capacity (they
+     * can never pass), and when that was last logged (at most every 10 s) */
+    atomic_uint_fast64_t cost_over_burst;
+    atomic_uint_fast64_t cost_over_logged_us;
     /* last-minute share of blocks, for the alert log line: the counts
      * above at the last minute tick (only that tick reads and sets them) */
     uint64_t minute_decisions;
@@ -204,6 +208,10 @@ static inline void metrics_local_flush(void)
 }
 /* One allowed decision of rule m. */
 void metrics_rule_allowed(struct metrics_rule *m);
+/* One request of rule m denied because its cost is over the capacity: 1
+ * when the caller should log it (the first in METRICS_COST_LOG_US). */
+#define METRICS_COST_LOG_US 10000000ULL
+int metrics_rule_cost_over(struct metrics_rule *m, uint64_t now_us);
 
 /* Record one observation of ns nanoseconds. */
 void metrics_hist_observe(struct metrics_hist *h, uint64_t ns);

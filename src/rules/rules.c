@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/log.h"
 #include "core/sha256.h"
 #include "core/util.h"
 #include "fleet.h"
@@ -460,6 +461,38 @@ int rules_client_key(const char *key, size_t len, const struct bucket_params *li
     return (int)(len + slen);
 }
 
+/* The cost of one request under rule r (rules_match): its fixed cost, or
+ * its cost arg's integer clamped to max_cost; a missing, empty or invalid
+ * arg costs 1 and is counted as a mismatch. */
+static uint64_t request_cost(const struct cfg_rule *r, const struct spop_message *m)
+{
+    char text[ARG_TEXT_MAX + 1];
+    struct why why = {0};
+    uint64_t v = 0;
+    size_t len;
+    int ret;
+
+    if (!r->cost_arg)
+        return r->cost;
+    ret = arg_text(m, r->cost_arg, text, sizeof(text), &why);
+    len = ret == 1 ? strlen(text) : 0;
+    for (size_t i = 0; i < len; i++) {
+        if (text[i] < '0' || text[i] > '9') {
+            len = 0;
+            break;
+        }
+        if (v <= r->max_cost) /* past it, only the digits are checked: no overflow */
+            v = v * 10 + (uint64_t)(text[i] - '0');
+    }
+    if (ret == 1 && len > 0)
+        return v < r->max_cost ? v : r->max_cost;
+    if (ret == 0)
+        mismatch_note(MISMATCH_ARG, r->name, r->cost_arg, strlen(r->cost_arg));
+    else
+        arg_invalid(r, r->cost_arg, text);
+    return 1;
+}
+
 static int hits_push(struct rule_eval *ev, unsigned rule, size_t off, size_t len,
                      const struct bucket_params *p, const struct bucket_params *b)
 {
@@ -478,6 +511,7 @@ static int hits_push(struct rule_eval *ev, unsigned rule, size_t off, size_t len
     h->key_len = len;
     h->params = *p;
     h->backstop = *b;
+    h->cost = 1;
     return 0;
 }
 
@@ -535,6 +569,7 @@ static int match_message(const struct ruleset *rs, const struct spop_message *m,
                            &off, &klen) < 0 ||
                 hits_push(ev, i, off, klen, &p, &b) < 0)
                 return -ENOMEM;
+            ev->hits[ev->nhits - 1].cost = request_cost(rule, m);
             continue;
         }
         if (why.absent)
@@ -584,6 +619,10 @@ void rules_account(const struct ruleset *rs, const struct rule_eval *ev, uint64_
             metrics_rule_allowed(m);
             continue;
         }
+        if (h->cost > rules_capacity(&h->params) && metrics_rule_cost_over(m, now_us))
+            LOG_WARN("\"cost over the rule's capacity: denied, never passes\" rule=%s "
+                     "cost=%" PRIu64 " capacity=%" PRIu64,
+                     rule->name, h->cost, rules_capacity(&h->params));
         atomic_fetch_add_explicit(rule->shadow ? &m->would_block : &m->blocked, 1,
                                   memory_order_relaxed);
         if (rule->shadow)

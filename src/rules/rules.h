@@ -60,6 +60,10 @@ struct rule_hit {
     /* The limits of this request: the rule's (ruleset params and backstop),
      * or those its args asked for, bounded by the rule's ceilings. */
     struct bucket_params params, backstop;
+    /* Tokens this request takes (cost, or its arg clamped to max_cost; 1
+     * when that arg is missing or invalid, counted as a mismatch). 0: a
+     * check that takes nothing, allowed while a request of 1 would be. */
+    uint64_t cost;
     struct rule_outcome out;
 };
 
@@ -96,7 +100,12 @@ static inline const char *rules_hit_key(const struct rule_eval *ev, const struct
  * "NAME=VALUE"). A rate above max_rate is clamped to it, a burst to
  * max_burst. The client key of such a rule ends with its limits, "\x1f"
  * "N/PERIODms/BURST", so that keys given different limits never share a
- * bucket, a lease or a Redis key. */
+ * bucket, a lease or a Redis key.
+ *
+ * A rule with cost = arg:NAME applies whatever that arg holds: its cost is
+ * the arg's integer (>= 0), clamped to max_cost; a missing, empty or
+ * invalid one costs 1 (never 0: a client must not get free requests by
+ * leaving it out) and is counted as a mismatch (MISMATCH_ARG). */
 int rules_match(const struct ruleset *rs, const uint8_t *payload, size_t len,
                 struct rule_eval *ev);
 
@@ -131,7 +140,14 @@ int rules_rate_above(uint64_t n1, uint64_t p1, uint64_t n2, uint64_t p2);
 int rules_client_key(const char *key, size_t len, const struct bucket_params *limits,
                      size_t max_key, char *out, size_t cap);
 
-/* Count the decisions in the rule metrics (allowed / blocked / would_block,
+/* The most one request can ever take under p: a token bucket's burst, a
+ * sliding window's N. A cost above it is denied and takes nothing. */
+static inline uint64_t rules_capacity(const struct bucket_params *p)
+{
+    return p->algorithm == BUCKET_SLIDING_WINDOW ? p->limit : p->burst;
+}
+
+/* Count the decisions in the rule metrics (and the costs over capacity) (allowed / blocked / would_block,
  * blocked clients). */
 void rules_account(const struct ruleset *rs, const struct rule_eval *ev, uint64_t now_us);
 

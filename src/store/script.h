@@ -78,9 +78,10 @@ enum script_exact_arg {
     EXACT_ARG_LIMIT = 0,
     EXACT_ARG_PERIOD_MS,
     EXACT_ARG_BURST,
-    EXACT_ARG_N,              /* optional: the request's cost, default 1 */
-    EXACT_ARGC_MAX,           /* with the cost */
-    EXACT_ARGC = EXACT_ARG_N, /* what the agent sends: every request costs 1 */
+    EXACT_ARG_N,              /* optional: the request's cost (>= 0; 0 a check
+                                 that takes nothing), default 1 */
+    EXACT_ARGC_MAX,           /* with the cost: what the agent sends for a cost != 1 */
+    EXACT_ARGC = EXACT_ARG_N, /* without: what the agent sends for a cost of 1 */
 };
 
 /* Reply of *_claim, and of *_return, which answers granted = lease_ms =

@@ -159,7 +159,7 @@ static size_t rule_args(const struct config *cfg, const char **names, size_t cap
 
     for (size_t i = 0; i < cfg->nrules; i++) {
         const struct cfg_rule *r = &cfg->rules[i];
-        const char *cand[CFG_MAX_KEY_ARGS + CFG_MAX_MATCHES + 2];
+        const char *cand[CFG_MAX_KEY_ARGS + CFG_MAX_MATCHES + 3];
         size_t nc = 0;
 
         for (size_t k = 0; k < r->nkeys; k++)
@@ -170,6 +170,8 @@ static size_t rule_args(const struct config *cfg, const char **names, size_t cap
             cand[nc++] = r->rate_arg;
         if (r->burst_arg)
             cand[nc++] = r->burst_arg;
+        if (r->cost_arg)
+            cand[nc++] = r->cost_arg;
         for (size_t c = 0; c < nc; c++) {
             size_t j = 0;
             while (j < n && strcmp(names[j], cand[c]) != 0)

@@ -90,6 +90,10 @@ static void config_text(const uint8_t *cfg, char *buf, size_t cap)
                                   i == 2 ? 1000000u : 4u + i);
         else if (i == 1)
             n += (size_t)snprintf(buf + n, cap - n, "burst = 2\n");
+        /* costs: rule 2's from the arg n (clamped, or 1 when unusable), rule 3's fixed */
+        if (i >= 2)
+            n += (size_t)snprintf(buf + n, cap - n, "%s",
+                                  i == 2 ? "cost = arg:n\nmax_cost = 5\n" : "cost = 2\n");
         n += (size_t)snprintf(buf + n, cap - n, "%s%s%s%s", r & R_SHADOW ? "shadow = yes\n" : "",
                               r & R_SLIDING ? "algorithm = sliding-window\n" : "",
                               r & R_LEASE_OFF ? "lease = off\n" : "",
@@ -377,20 +381,20 @@ static struct lease_table *leases(struct fuzz_run *r)
 /* The stand-in Redis runs job j as the scripts would, on exact buckets of
  * its own (one per Redis key): a claim takes what it wants or what is left,
  * an exact call one token. Returns the reply's values in v. */
-static int redis_run(struct fuzz_run *r, const struct lease_job *j, int64_t *v)
+static int redis_run(struct fuzz_run *r, const struct lease_job *j, uint64_t cost, int64_t *v)
 {
     const struct bucket_params p = {j->algorithm, j->limit, j->period_ms * 1000, j->burst};
     struct bucket_result res, probe;
     uint64_t got = 0;
 
     if (j->kind == LEASE_JOB_EXACT) {
-        bucket_table_take(table(&r->redis), "", j->key, j->keylen, &p, r->now_us, 1, &res);
+        bucket_table_take(table(&r->redis), "", j->key, j->keylen, &p, r->now_us, cost, &res);
         v[EXACT_R_ALLOWED] = res.allowed;
         v[EXACT_R_REMAINING] = (int64_t)res.remaining;
         v[EXACT_R_RETRY_MS] = (int64_t)ms_up(res.retry_us);
         v[EXACT_R_RESET_MS] = (int64_t)ms_up(res.reset_us);
         if (res.allowed)
-            r->granted++;
+            r->granted += cost;
         return EXACT_R_COUNT;
     }
     memset(v, 0, CLAIM_R_COUNT * sizeof(*v));
@@ -430,7 +434,25 @@ static void decide_fallback(struct fuzz_run *r, struct rule_eval *ev, struct rul
         return;
     }
     bucket_table_take(table(&r->backstop), rule->name, rules_hit_key(ev, h), h->key_len, &h->backstop,
-                      r->now_us, 1, &h->out.res);
+                      r->now_us, h->cost, &h->out.res);
+}
+
+/* A hit decided by one exact call to the stand-in Redis (a rule with lease =
+ * off, or a cost its lease does not hold), as the agent's store reads it. */
+static void decide_exact(struct fuzz_run *r, struct rule_hit *h, const char *key, size_t kl)
+{
+    struct lease_job j = {.kind = LEASE_JOB_EXACT, .algorithm = h->params.algorithm,
+                          .limit = h->params.limit, .period_ms = h->params.period_us / 1000,
+                          .burst = h->params.burst, .key = key, .keylen = kl};
+    int64_t v[EXACT_R_COUNT];
+
+    redis_run(r, &j, h->cost, v);
+    h->out.res.allowed = v[EXACT_R_ALLOWED] == 1;
+    h->out.res.remaining = (uint64_t)v[EXACT_R_REMAINING];
+    h->out.res.retry_us = h->out.res.allowed ? 0 : (uint64_t)v[EXACT_R_RETRY_MS] * 1000;
+    h->out.res.reset_us = (uint64_t)v[EXACT_R_RESET_MS] * 1000;
+    if (!h->out.res.allowed && h->out.res.retry_us == 0)
+        h->out.res.retry_us = 1000;
 }
 
 /* A leased hit: from the lease cache, its calls answered at once by the
@@ -442,11 +464,17 @@ static void decide_leased(struct fuzz_run *r, struct rule_eval *ev, struct rule_
     struct lease_job *j = NULL;
     int decided = 0;
 
-    int v = lease_decide(leases(r), key, keylen, &h->params, r->now_us, up, &w, &h->out.res, &j);
+    int v = lease_decide_cost(leases(r), key, keylen, &h->params, h->cost, r->now_us, up, &w,
+                              &h->out.res, &j);
     if (v == LEASE_DONE) {
         decided = 1;
         if (h->out.res.allowed)
-            r->leased_ok++;
+            r->leased_ok += h->cost;
+    } else if (v == LEASE_EXACT) { /* the lease does not hold the cost */
+        decide_exact(r, h, key, keylen);
+        if (h->out.res.allowed)
+            r->leased_ok += h->cost;
+        decided = 1;
     } else if (v == LEASE_DOWN) {
         decide_fallback(r, ev, h);
         decided = 1;
@@ -460,7 +488,7 @@ static void decide_leased(struct fuzz_run *r, struct rule_eval *ev, struct rule_
         if (calls == MAX_CALLS)
             fuzz_fail("a decision takes more Redis calls than it can need");
         j->sent_us = r->now_us;
-        n = redis_run(r, j, vals);
+        n = redis_run(r, j, 1, vals);
         lease_reply(leases(r), j, 1, vals, n, r->now_us, &done, &fallback, &next);
         for (; done; done = done->next) {
             if (done != &w)
@@ -500,6 +528,10 @@ static void decide(struct fuzz_run *r, const struct spop_frame *f, struct rule_e
             h->params.period_us > BUCKET_MAX_PERIOD_US || h->backstop.burst < 1 ||
             h->params.algorithm != top->algorithm)
             fuzz_fail("a hit with unusable limits");
+        /* a request's cost: its rule's, or its arg's within max_cost (1, also
+         * within it, when that arg is unusable) */
+        if (rule->cost_arg ? h->cost > rule->max_cost : h->cost != rule->cost)
+            fuzz_fail("a hit's cost not its rule's, or above max_cost");
         if (rule->rate_arg || rule->burst_arg) {
             total_arg_limits++;
             if (rules_rate_above(h->params.limit, h->params.period_us, top->limit,
@@ -511,7 +543,7 @@ static void decide(struct fuzz_run *r, const struct spop_frame *f, struct rule_e
         if (!with_redis) {
             if (up)
                 bucket_table_take(r->buckets, rule->name, rules_hit_key(ev, h), h->key_len,
-                                  &h->params, r->now_us, 1, &h->out.res);
+                                  &h->params, r->now_us, h->cost, &h->out.res);
             else
                 decide_fallback(r, ev, h);
         } else {
@@ -526,18 +558,7 @@ static void decide(struct fuzz_run *r, const struct spop_frame *f, struct rule_e
             if (rule->lease) {
                 decide_leased(r, ev, h, key, kl, up);
             } else if (up) {
-                struct lease_job j = {.kind = LEASE_JOB_EXACT, .algorithm = h->params.algorithm,
-                                      .limit = h->params.limit,
-                                      .period_ms = h->params.period_us / 1000,
-                                      .burst = h->params.burst, .key = key, .keylen = kl};
-                int64_t v[EXACT_R_COUNT];
-                redis_run(r, &j, v);
-                h->out.res.allowed = v[EXACT_R_ALLOWED] == 1;
-                h->out.res.remaining = (uint64_t)v[EXACT_R_REMAINING];
-                h->out.res.retry_us = h->out.res.allowed ? 0 : (uint64_t)v[EXACT_R_RETRY_MS] * 1000;
-                h->out.res.reset_us = (uint64_t)v[EXACT_R_RESET_MS] * 1000;
-                if (!h->out.res.allowed && h->out.res.retry_us == 0)
-                    h->out.res.retry_us = 1000;
+                decide_exact(r, h, key, kl);
             } else {
                 decide_fallback(r, ev, h);
             }

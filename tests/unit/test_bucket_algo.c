@@ -202,6 +202,49 @@ START_TEST(test_tb_never_fits)
 }
 END_TEST
 
+/* A request's cost (issue 28): burst 10, costs 4, 4, 4, 2 -> allowed,
+ * allowed, denied (2 left, retry when 4 exist), allowed; a cost over the
+ * burst (a window's N) is denied and takes nothing; cost 0 passes where 1
+ * would and takes nothing. */
+START_TEST(test_cost)
+{
+    static const uint64_t costs[] = {4, 4, 4, 2};
+    static const int allowed[] = {1, 1, 0, 1};
+    static const uint64_t left[] = {6, 2, 2, 0};
+
+    for (int algo = TB; algo <= SW; algo++) {
+        struct bucket_params p = bt_params(algo, 10, MINUTE, 10);
+        struct bucket b;
+        struct bucket_result r;
+
+        bucket_init(&b, &p, 0);
+        bucket_take(&b, &p, 0, 11, &r);
+        ck_assert_int_eq(r.allowed, 0);
+        ck_assert_uint_eq(r.remaining, 10); /* untouched */
+        ck_assert_uint_eq(r.retry_us, MINUTE);
+        for (int i = 0; i < 4; i++) {
+            bucket_take(&b, &p, 0, costs[i], &r);
+            ck_assert_msg(r.allowed == allowed[i], "algo %d, request %d", algo, i);
+            ck_assert_uint_eq(r.remaining, left[i]);
+            if (algo == TB && i == 2)
+                ck_assert_uint_eq(r.retry_us, 12 * SEC); /* 2 more tokens at 6 s each */
+        }
+        bucket_take(&b, &p, 0, 0, &r); /* a check: empty, so denied */
+        ck_assert_int_eq(r.allowed, 0);
+        ck_assert_uint_gt(r.retry_us, 0);
+        if (algo == TB) {
+            ck_assert_uint_eq(r.retry_us, 6 * SEC); /* until one token */
+            bucket_take(&b, &p, 6 * SEC, 0, &r);
+            ck_assert_int_eq(r.allowed, 1);
+            ck_assert_uint_eq(r.remaining, 1); /* nothing taken */
+            bucket_take(&b, &p, 6 * SEC, 1, &r);
+            ck_assert_int_eq(r.allowed, 1);
+            ck_assert_uint_eq(r.remaining, 0);
+        }
+    }
+}
+END_TEST
+
 /* No interval [a, b] may admit more than burst + r * (b - a) units. The
  * tightest intervals start and end on admissions, so checking every pair of
  * admissions checks every interval. */
@@ -485,7 +528,7 @@ static Suite *bucket_algo_suite(void)
     tcase_add_test(tc, test_tb_ten_per_minute);
     tcase_add_loop_test(tc, test_tb_cases, 0, sizeof(tb_cases) / sizeof(tb_cases[0]));
     CHECK_ADD(tc, test_tb_partial_refill, test_tb_no_drift, test_tb_clock_backward,
-              test_tb_never_fits);
+              test_tb_never_fits, test_cost);
     tcase_add_loop_test(tc, test_tb_interval_bound, 0,
                         sizeof(tb_prop_cases) / sizeof(tb_prop_cases[0]));
     tcase_set_timeout(tc, 60);

@@ -193,6 +193,21 @@ static const struct {
     {"[rule:r]\nrate = arg:l\nmax_rate = 10/1m\nburst = 5\nmax_burst = 5\n",
      "t.ini:5: 'max_burst' is only used with burst = arg:NAME, or with rate = arg:NAME and no "
      "burst\n"},
+    /* cost: an integer >= 0, or arg:NAME with max_cost */
+    {"[rule:r]\nrate = 10/1m\ncost = -1\n",
+     "t.ini:3: bad number '-1' for 'cost' (expected an integer from 0 to 1000000000000000)\n"},
+    {"[rule:r]\nrate = 10/1m\ncost = 2x\n",
+     "t.ini:3: bad number '2x' for 'cost' (expected an integer from 0 to 1000000000000000)\n"},
+    {"[rule:r]\nrate = 10/1m\ncost = arg:c\n",
+     "t.ini:3: cost = arg:c needs max_cost = N in the same rule (the highest cost the arg may "
+     "ask for)\n"},
+    {"[rule:r]\nrate = 10/1m\ncost = 3\nmax_cost = 5\n",
+     "t.ini:4: 'max_cost' is only used with cost = arg:NAME\n"},
+    {"[rule:r]\nrate = 10/1m\ncost = arg:c\nmax_cost = 0\n",
+     "t.ini:4: bad number '0' for 'max_cost' (expected an integer from 1 to 1000000000000000)\n"},
+    {"[rule:r]\nrate = 10/1m\ncost = arg:a,b\nmax_cost = 3\n",
+     "t.ini:3: bad arg name in 'cost = arg:a,b'\n"
+     "t.ini:4: 'max_cost' is only used with cost = arg:NAME\n"},
     {"[rule:r]\nrate = arg:\n", "t.ini:2: bad arg name in 'rate = arg:'\n"},
     {"[rule:r]\nrate = 1/1s\nburst = arg:a b\nmax_burst = 3\n",
      "t.ini:3: bad arg name in 'burst = arg:a b'\n"},

@@ -301,6 +301,26 @@ START_TEST(test_resolution)
 }
 END_TEST
 
+/* cost: 1 by default, any integer >= 0, or an arg with its ceiling */
+START_TEST(test_cost)
+{
+    struct config *cfg = check_config_ok("[rule:a]\nrate = 10/1m\n"
+                                         "[rule:b]\nrate = 10/1m\ncost = 0\n"
+                                         "[rule:c]\nrate = 10/1m\ncost = 25\n"
+                                         "[rule:d]\nrate = 10/1m\ncost = arg:size\nmax_cost = 40\n");
+    ck_assert_uint_eq(cfg->rules[0].cost, 1);
+    ck_assert_ptr_null(cfg->rules[0].cost_arg);
+    ck_assert_uint_eq(cfg->rules[0].max_cost, 0);
+    ck_assert_uint_eq(cfg->rules[1].cost, 0);
+    ck_assert_uint_eq(cfg->rules[2].cost, 25);
+    ck_assert_str_eq(cfg->rules[3].cost_arg, "size");
+    ck_assert_uint_eq(cfg->rules[3].max_cost, 40);
+    /* a cost never makes the limits per request (nor keys buckets by it) */
+    ck_assert(!config_rule_per_request(&cfg->rules[3]));
+    config_free(cfg);
+}
+END_TEST
+
 /* rate = arg:NAME, burst = arg:NAME and their ceilings */
 START_TEST(test_arg_limits)
 {
@@ -556,6 +576,7 @@ START_TEST(print_round_trip)
         "[rule:d]\nkey = k\nrate = arg:l\nmax_rate = 90/1h\nburst = arg:b\nmax_burst = 9\n"
         "[rule:e]\nkey = k\nrate = arg:l\nmax_rate = 10/1m\nburst = 4\n",
         "[redis]\nurl = redis://127.0.0.1:6379\nkeepalive = 250ms\n[rule:r]\nrate = 10/1m\n",
+        "[rule:a]\nrate = 10/1m\ncost = 0\n[rule:b]\nrate = 10/1m\ncost = arg:n\nmax_cost = 7\n",
     };
     for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
         struct config *cfg, *again;
@@ -576,7 +597,10 @@ START_TEST(print_round_trip)
         else if (strstr(files[i], "[redis]")) /* and a duration, or the default */
             ck_assert_ptr_nonnull(strstr(text, strstr(files[i], "250ms") ? "\nkeepalive = 250ms\n"
                                                                           : "\nkeepalive = 1s\n"));
-        if (strstr(files[i], "arg:")) { /* limits from args are printed as such */
+        if (strstr(files[i], "cost = ")) { /* a cost, fixed or from an arg */
+            ck_assert_ptr_nonnull(strstr(text, "\ncost = 0\n"));
+            ck_assert_ptr_nonnull(strstr(text, "\ncost = arg:n\nmax_cost = 7\n"));
+        } else if (strstr(files[i], "arg:")) { /* limits from args are printed as such */
             ck_assert_ptr_nonnull(strstr(text, "rate = arg:limit\nmax_rate = 1000/1m\n"));
             ck_assert_ptr_nonnull(strstr(text, "burst = arg:b\nmax_burst = 9\n"));
             ck_assert_ptr_nonnull(strstr(text, "max_rate = 10/1m\nburst = 4\n"));
@@ -640,7 +664,8 @@ int main(void)
     TCase *tc = tcase_create("files");
 
 
-    CHECK_ADD(tc, print_round_trip, test_full, test_defaults, test_variants, test_resolution,
+    CHECK_ADD(tc, test_cost, print_round_trip, test_full, test_defaults, test_variants,
+              test_resolution,
               test_match, test_arg_limits, test_file, test_percent_decode, test_credentials,
               test_config_page);
     return check_run_case("config_files", tc);

@@ -237,6 +237,13 @@ START_TEST(negative_cache)
     ck_assert_ptr_null(next);
     ck_assert(!r[0].res.allowed);
     ck_assert_uint_eq(r[0].res.retry_us, 3 * S);
+    /* a cost of 3: one token in 3 s, two more 6 s each later */
+    ck_assert_int_eq(lease_decide_cost(t, "k", 1, &lt_p10, 3, 3 * S + 1000, 1, &r[0].w, &r[0].res,
+                                       &next),
+                     LEASE_DONE);
+    ck_assert(!r[0].res.allowed);
+    ck_assert_uint_eq(r[0].res.retry_us, 15 * S);
+    ck_assert_uint_ge(r[0].res.reset_us, 15 * S);
     /* then one probe claim */
     ck_assert_int_eq(lt_decide(t, "k", &lt_p10, 6 * S + 1000, 1, &r[0], &j), LEASE_PENDING);
     ck_assert_ptr_nonnull(j);
@@ -336,12 +343,57 @@ START_TEST(follow_up_claim_for_uncovered_waiters)
 }
 END_TEST
 
+/* A cost is spent from the lease at once when it holds it; a larger one
+ * (or a check it cannot answer) is LEASE_EXACT, spending nothing here; with
+ * Redis down, the fallback. The report counts the tokens, not requests. */
+START_TEST(cost_from_the_lease)
+{
+    struct lease_table *t = lease_table_new(&lt_cfg, 4);
+    struct lease_job *j = NULL, *next = NULL;
+    struct lease_waiter *done, *fb;
+    struct lease_state st;
+    struct lt_req r[2];
+    uint64_t now = 10 * S;
+
+    ck_assert_int_eq(lt_decide(t, "k", &lt_pbig, now, 1, &r[0], &j), LEASE_PENDING);
+    j->sent_us = now;
+    lt_reply(t, j, (const int64_t[8]){6, 994, 6, 1, 0, 6, 1000, 6}, now + 100, &done, &fb, &next);
+    ck_assert(r[0].res.allowed); /* 5 left here */
+    now += 200;
+    ck_assert_int_eq(lease_decide_cost(t, "k", 1, &lt_pbig, 4, now, 1, &r[1].w, &r[1].res, &next),
+                     LEASE_DONE);
+    ck_assert(r[1].res.allowed);
+    ck_assert_int_eq(lease_peek(t, "k", 1, now, &st), 1);
+    ck_assert_uint_eq(st.tokens, 1);
+    ck_assert_int_eq(lease_decide_cost(t, "k", 1, &lt_pbig, 2, now, 1, &r[1].w, &r[1].res, &next),
+                     LEASE_EXACT);
+    ck_assert_ptr_null(next);
+    ck_assert_int_eq(lease_decide_cost(t, "k", 1, &lt_pbig, 2, now, 0, &r[1].w, &r[1].res, &next),
+                     LEASE_DOWN);
+    ck_assert_int_eq(lease_decide_cost(t, "k", 1, &lt_pbig, 0, now, 1, &r[1].w, &r[1].res, &next),
+                     LEASE_DONE); /* a check: one is there, none is taken */
+    ck_assert(r[1].res.allowed);
+    ck_assert_int_eq(lease_peek(t, "k", 1, now, &st), 1);
+    ck_assert_uint_eq(st.tokens, 1);
+    ck_assert_uint_eq(st.unreported, 5); /* the first request and the cost of 4 */
+    ck_assert_int_eq(lt_decide(t, "k", &lt_pbig, now, 1, &r[1], &next), LEASE_DONE);
+    ck_assert_int_eq(lease_decide_cost(t, "k", 1, &lt_pbig, 0, now, 1, &r[1].w, &r[1].res, &next),
+                     LEASE_EXACT); /* empty: the check asks Redis */
+    /* the next claim reports the 6 tokens spent (1 + 4 + 1), not 3 requests */
+    ck_assert_int_eq(lt_decide(t, "k", &lt_pbig, now, 1, &r[1], &j), LEASE_PENDING);
+    ck_assert_ptr_nonnull(j);
+    ck_assert_uint_eq(j->used, 6);
+    lt_reply(t, j, (const int64_t[8]){0, 0, 0, 0, 1, 0, 0, 0}, now + 100, &done, &fb, &next);
+    lease_table_free(t);
+}
+END_TEST
+
 int main(void)
 {
     TCase *tc = tcase_create("core");
 
     CHECK_ADD(tc, claim_then_local, prefetch_tops_up_before_dry, blocked_until_an_intervals_worth,
               deadline_and_mine_are_authoritative, negative_cache, peek_and_forget,
-              follow_up_claim_for_uncovered_waiters);
+              follow_up_claim_for_uncovered_waiters, cost_from_the_lease);
     return check_run_case("lease_claim", tc);
 }

@@ -412,6 +412,43 @@ START_TEST(rate_above)
 }
 END_TEST
 
+/* cost = arg:NAME: the arg's integer, clamped to max_cost; a missing, NULL,
+ * empty or invalid one costs 1 (never 0), is counted as a mismatch, and
+ * does not skip the rule. A fixed cost is the same for every request. */
+START_TEST(arg_cost)
+{
+    static const struct {
+        const char *cost; /* "-": not sent */
+        uint64_t want;
+        int counted;
+    } cases[] = {{"4", 4, 0},  {"0", 0, 0},  {"40", 40, 0}, {"41", 40, 0},
+                 {"99999999999999999999999", 40, 0}, {"-", 1, 1}, {NULL, 1, 1},
+                 {"", 1, 1},   {"-3", 1, 1}, {"4x", 1, 1},  {" 4", 1, 1}};
+    struct ruleset *rs = rt_load("[rule:c]\nkey = key\nrate = 10/1m\ncost = arg:cost\n"
+                                 "max_cost = 40\n[rule:fixed]\nkey = key\nrate = 10/1m\n"
+                                 "cost = 3\n[rule:one]\nkey = key\nrate = 10/1m\n");
+    struct rule_eval ev = {0};
+    uint8_t buf[512];
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        uint64_t before = mismatch_total(MISMATCH_ARG);
+        int sent = !(cases[i].cost && strcmp(cases[i].cost, "-") == 0);
+        const char *args[] = {"key", "acme", "cost", cases[i].cost};
+        size_t n = rt_payload(buf, sizeof(buf), "m", args, sent ? 2 : 1);
+
+        ck_assert_int_eq(rules_match(rs, buf, n, &ev), 0);
+        ck_assert_msg(ev.nhits == 3, "cost %s", cases[i].cost);
+        ck_assert_msg(hit_of(rs, &ev, "c")->cost == cases[i].want, "cost %s: %llu", cases[i].cost,
+                      (unsigned long long)hit_of(rs, &ev, "c")->cost);
+        ck_assert_uint_eq(hit_of(rs, &ev, "fixed")->cost, 3);
+        ck_assert_uint_eq(hit_of(rs, &ev, "one")->cost, 1);
+        ck_assert_uint_eq(mismatch_total(MISMATCH_ARG), before + (uint64_t)cases[i].counted);
+    }
+    rules_eval_free(&ev);
+    ruleset_unref(rs);
+}
+END_TEST
+
 static Suite *rules_args_suite(void)
 {
     Suite *s = suite_create("rules_args");
@@ -422,7 +459,7 @@ static Suite *rules_args_suite(void)
     tc = tcase_create("arg-limits");
     tcase_add_loop_test(tc, arg_rate_params, 0, (int)(sizeof(arg_rates) / sizeof(arg_rates[0])));
     CHECK_ADD(tc, arg_rate_missing_or_invalid, arg_rate_invalid_sample, arg_rate_keys, arg_burst,
-              arg_rate_sliding_window, arg_rate_vars, arg_rate_expiry);
+              arg_rate_sliding_window, arg_rate_vars, arg_rate_expiry, arg_cost);
     tcase_add_loop_test(tc, rate_above, 0, (int)(sizeof(rate_cmp) / sizeof(rate_cmp[0])));
     suite_add_tcase(s, tc);
     return s;

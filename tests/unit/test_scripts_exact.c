@@ -334,7 +334,8 @@ START_TEST(bad_arguments_are_errors)
         {TB_CLAIM, 8, {"A", "10", "1000", "10", "1", "-1", "0", "1000"}, "bad ARGV[6]"},
         {TB_CLAIM, 8, {"A", "10", "1000", "10", "1", "0", "0", "0"}, "bad ARGV[8]"},
         {TB_EXACT, 4, {"0", "1000", "10", "1"}, "bad ARGV[1]"},
-        {TB_EXACT, 4, {"10", "1000", "10", "0"}, "bad ARGV[4]"},
+        {TB_EXACT, 4, {"10", "1000", "10", "-1"}, "bad ARGV[4]"},
+        {SW_EXACT, 4, {"10", "1000", "10", "x"}, "bad ARGV[4]"},
         {TB_RETURN, 5, {"A", "10", "1000", "-3", "0"}, "bad ARGV[4]"},
         {SW_CLAIM, 8, {"A", "10", "1000", "10", "1", "0", "0", "nan"}, "bad ARGV[8]"},
         {SW_RETURN, 5, {"A", "10", "1000", "10", "inf"}, "bad ARGV[5]"},
@@ -353,12 +354,62 @@ START_TEST(bad_arguments_are_errors)
 }
 END_TEST
 
+/* A request's cost (issue 28): taken at once or not at all; a cost over the
+ * capacity never passes and takes nothing; cost 0 is a check, allowed where
+ * 1 would be; an exact cost takes only what no lease holds. */
+START_TEST(exact_cost_takes_all_or_nothing)
+{
+    char key[128];
+    long long x[X_N], o[R_N];
+    struct state st;
+    static const long long costs[] = {4, 4, 4, 2};
+    static const int allowed[] = {1, 1, 0, 1};
+    static const long long left[] = {6, 2, 2, 0};
+    static const enum script scripts[] = {TB_EXACT, SW_EXACT};
+
+    for (size_t s = 0; s < 2; s++) {
+        mkkey(key, sizeof(key), s ? "cost-sw" : "cost-tb");
+        exact(scripts[s], key, &slow, 11, x); /* over the burst (sw: N) */
+        ck_assert_int_eq(x[X_ALLOWED], 0);
+        ck_assert_int_eq(x[X_REMAINING], 10);
+        for (size_t i = 0; i < 4; i++) {
+            exact(scripts[s], key, &slow, costs[i], x);
+            ck_assert_msg(x[X_ALLOWED] == allowed[i], "script %zu cost %zu", s, i);
+            ck_assert_int_eq(x[X_REMAINING], left[i]);
+        }
+        exact(scripts[s], key, &slow, 0, x); /* a check: nothing left, denied */
+        ck_assert_int_eq(x[X_ALLOWED], 0);
+        ck_assert_int_gt(x[X_RETRY], 0);
+    }
+
+    /* a check with tokens left takes none */
+    mkkey(key, sizeof(key), "cost-zero");
+    exact(TB_EXACT, key, &slow, 9, x);
+    exact(TB_EXACT, key, &slow, 0, x);
+    ck_assert_int_eq(x[X_ALLOWED], 1);
+    ck_assert_int_eq(x[X_REMAINING], 1);
+    ck_assert_int_eq(x[X_RETRY], 0);
+
+    /* with 3 leased, an exact cost of 8 does not fit in t = 7; 7 does */
+    mkkey(key, sizeof(key), "cost-lease");
+    claim(TB_CLAIM, key, "A", &slow, 3, 0, 0, o);
+    exact(TB_EXACT, key, &slow, 8, x);
+    ck_assert_int_eq(x[X_ALLOWED], 0);
+    ck_assert_int_eq(x[X_REMAINING], 7);
+    exact(TB_EXACT, key, &slow, 7, x);
+    ck_assert_int_eq(x[X_ALLOWED], 1);
+    assert_tb_invariant(key, slow.burst, &st);
+    ck_assert_int_eq(st.held, 3);
+}
+END_TEST
+
 static Suite *scripts_exact_suite(void)
 {
     Suite *s = suite_create("scripts_exact");
     TCase *tb = scripts_tcase("token_bucket");
     CHECK_ADD(tb, tb_advance_copies_identical, fmt_copies_identical, tb_noscript_after_flush,
-              tb_exact_admits_burst_then_denies, bad_arguments_are_errors,
+              tb_exact_admits_burst_then_denies, exact_cost_takes_all_or_nothing,
+              bad_arguments_are_errors,
               tb_reset_keeps_leases, tb_reset_without_leases_deletes_key,
               tb_reset_random_keeps_invariant);
     suite_add_tcase(s, tb);

@@ -175,7 +175,7 @@ START_TEST(script_args_by_position)
     ck_assert_int_eq(script_lease_args(&j, "agent-1", 1000, &a), SCRIPT_SW_RETURN);
     ck_assert_int_eq(a.argc, RETURN_ARGC);
     ck_assert_str_eq(a.argv[RETURN_ARG_USED], "2");
-    ck_assert_int_eq(script_exact_args(BUCKET_TOKEN_BUCKET, 5, 1000, 7, &a), SCRIPT_TB_EXACT);
+    ck_assert_int_eq(script_exact_args(BUCKET_TOKEN_BUCKET, 5, 1000, 7, 1, &a), SCRIPT_TB_EXACT);
     ck_assert_int_eq(a.argc, EXACT_ARGC);
     ck_assert_str_eq(a.argv[EXACT_ARG_BURST], "7");
 }
