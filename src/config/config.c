@@ -24,101 +24,13 @@
 #include "config_value.h"
 #include "spop/spop.h"
 
-#define MAX_WORKERS 256
-#define MAX_PREFIX 64 /* [redis] prefix */
 #define DEFAULT_LISTEN "127.0.0.1:12345"
 
 static const char *const section_names[] = {"", "", "agent", "redis", "lease", "fallback", "rule"};
 
-static const char *const mode_names[] = {"open", "closed", NULL};
-static const char *const algo_names[] = {[BUCKET_TOKEN_BUCKET] = "token-bucket",
-                                         [BUCKET_SLIDING_WINDOW] = "sliding-window", NULL};
-
-#define CF(f) offsetof(struct config, f), sizeof(((struct config *)0)->f)
-#define PF(f) offsetof(struct config, f) /* the parsed form of an address key */
-#define RF(f) offsetof(struct cfg_rule, f), sizeof(((struct cfg_rule *)0)->f)
-
-static const struct key_def key_defs[] = {
-    {SEC_AGENT, "listen", T_ADDR, CF(listen), 0, 0, 0, NULL, PF(listen_addr)},
-    {SEC_AGENT, "workers", T_UINT, CF(workers), 1, MAX_WORKERS, 0, NULL, 0},
-    {SEC_AGENT, "max_frame_size", T_UINT, CF(max_frame_size), SPOP_MIN_FRAME_SIZE,
-     SPOP_MAX_FRAME_SIZE, 0, NULL, 0},
-    {SEC_AGENT, "stats", T_ADDR, CF(stats), 0, 0, F_OPT, NULL, PF(stats_addr)},
-    {SEC_AGENT, "log_level", T_ENUM, CF(log_level), 0, 0, 0, log_level_names, 0},
-    {SEC_AGENT, "shadow", T_BOOL, CF(shadow), 0, 0, 0, NULL, 0},
-    {SEC_AGENT, "allow", T_ALLOW, CF(allow), 0, 0, F_LIST, NULL, PF(nallow)},
-    /* a 64-bit hash takes 16 hex digits: a smaller limit would lengthen keys */
-    {SEC_AGENT, "max_key", T_UINT, CF(max_key), 16, 65536, 0, NULL, 0},
-    {SEC_AGENT, "alert_share", T_SHARE, CF(alert_share), 0, 0, 0, NULL, 0},
-    {SEC_AGENT, "max_connections", T_UINT, CF(max_connections), 1, 1000000, 0, NULL, 0},
-    {SEC_AGENT, "max_handshakes", T_UINT, CF(max_handshakes), 1, 1000000, 0, NULL, 0},
-    {SEC_AGENT, "hello_timeout", T_DUR, CF(hello_timeout_ms), 0, 0, 0, NULL, 0},
-    {SEC_AGENT, "stats_allow", T_ALLOW, CF(stats_allow), 0, 0, F_LIST, NULL, PF(nstats_allow)},
-    {SEC_AGENT, "stats_auth", T_STR, CF(stats_auth), 0, 0, F_NONEMPTY, NULL, 0},
-    {SEC_AGENT, "stats_auth_file", T_STR, CF(stats_auth_file), 0, 0, F_NONEMPTY, NULL, 0},
-    {SEC_AGENT, "stats_reset", T_BOOL, CF(stats_reset), 0, 0, 0, NULL, 0},
-    {SEC_AGENT, "max_entries", T_UINT, CF(max_entries), 1, CFG_MAX_ENTRIES, 0, NULL, 0},
-    {SEC_REDIS, "url", T_URL, CF(redis_url), 0, 0, 0, NULL, PF(redis_server)},
-    {SEC_REDIS, "cluster", T_HOSTS, CF(redis_cluster), 0, 0, F_LIST, NULL, PF(redis_cluster_hosts)},
-    {SEC_REDIS, "sentinel", T_HOSTS, CF(redis_sentinel), 0, 0, F_LIST, NULL,
-     PF(redis_sentinel_hosts)},
-    {SEC_REDIS, "master", T_STR, CF(redis_master), 0, 0, F_NONEMPTY, NULL, 0},
-    {SEC_REDIS, "timeout", T_DUR, CF(redis_timeout_ms), 0, 0, 0, NULL, 0},
-    /* more than 10 PINGs a second would be load, not keepalive (and the
-     * store looks for idle connections every 50 ms) */
-    {SEC_REDIS, "keepalive", T_DUR, CF(redis_keepalive_ms), 100, 0, F_ZERO, NULL, 0},
-    {SEC_REDIS, "prefix", T_STR, CF(redis_prefix), 0, MAX_PREFIX, 0, NULL, 0},
-    {SEC_REDIS, "require_noeviction", T_BOOL, CF(redis_require_noeviction), 0, 0, 0, NULL, 0},
-    {SEC_REDIS, "username", T_STR, CF(redis_username), 0, 0, F_NONEMPTY, NULL, 0},
-    {SEC_REDIS, "password", T_STR, CF(redis_password), 0, 0, F_NONEMPTY, NULL, 0},
-    {SEC_REDIS, "password_file", T_STR, CF(redis_password_file), 0, 0, F_NONEMPTY, NULL, 0},
-    {SEC_REDIS, "sentinel_username", T_STR, CF(redis_sentinel_username), 0, 0, F_NONEMPTY, NULL,
-     0},
-    {SEC_REDIS, "sentinel_password", T_STR, CF(redis_sentinel_password), 0, 0, F_NONEMPTY, NULL,
-     0},
-    {SEC_LEASE, "interval", T_DUR, CF(lease_interval_ms), 0, 0, 0, NULL, 0},
-    {SEC_LEASE, "ttl", T_DUR, CF(lease_ttl_ms), 0, 0, 0, NULL, 0},
-    {SEC_LEASE, "max_fraction", T_SHARE, CF(lease_max_fraction), 0, 0, 0, NULL, 0},
-    {SEC_LEASE, "rate_leases", T_BOOL, CF(lease_rate), 0, 0, 0, NULL, 0},
-    {SEC_LEASE, "rate_ttl", T_DUR, CF(lease_rate_ttl_ms), 0, 0, 0, NULL, 0},
-    {SEC_FALLBACK, "mode", T_ENUM, CF(fallback_mode), 0, 0, 0, mode_names, 0},
-    {SEC_FALLBACK, "share", T_SHARE_AUTO, CF(fallback_share), 0, 0, 0, NULL, 0},
-    {SEC_RULE, "message", T_STR, RF(message), 0, 0, F_NONEMPTY, NULL, 0},
-    {SEC_RULE, "key", T_KEYS, 0, 0, 0, 0, F_LIST, NULL, 0},
-    {SEC_RULE, "match", T_MATCH, 0, 0, 0, 0, F_LIST | F_MULTI, NULL, 0},
-    {SEC_RULE, "rate", T_RATE, 0, 0, 0, 0, F_ARG, NULL, offsetof(struct cfg_rule, rate_arg)},
-    {SEC_RULE, "burst", T_UINT, RF(burst), 1, CFG_MAX_COUNT, F_ARG, NULL,
-     offsetof(struct cfg_rule, burst_arg)},
-    {SEC_RULE, "max_rate", T_MAX_RATE, 0, 0, 0, 0, 0, NULL, 0},
-    {SEC_RULE, "max_burst", T_UINT, RF(max_burst), 1, CFG_MAX_COUNT, 0, NULL, 0},
-    {SEC_RULE, "cost", T_UINT, RF(cost), 0, CFG_MAX_COUNT, F_ARG, NULL,
-     offsetof(struct cfg_rule, cost_arg)},
-    {SEC_RULE, "max_cost", T_UINT, RF(max_cost), 1, CFG_MAX_COUNT, 0, NULL, 0},
-    {SEC_RULE, "algorithm", T_ENUM, RF(algorithm), 0, 0, 0, algo_names, 0},
-    {SEC_RULE, "lease", T_BOOL, RF(lease), 0, 0, 0, NULL, 0},
-    {SEC_RULE, "on_redis_down", T_ENUM, RF(on_redis_down), 0, 0, 0, mode_names, 0},
-    {SEC_RULE, "shadow", T_BOOL, RF(shadow), 0, 0, 0, NULL, 0},
-};
-
-#define NKEYS (sizeof(key_defs) / sizeof(key_defs[0]))
-
-_Static_assert(NKEYS == CONFIG_NKEYS, "CONFIG_NKEYS in config_internal.h must count key_defs");
 
 /* ---- sections ----------------------------------------------------------------- */
 
-static const struct key_def *find_key(int section, const char *name)
-{
-    for (size_t i = 0; i < NKEYS; i++) {
-        if (key_defs[i].section == section && strcmp(key_defs[i].name, name) == 0)
-            return &key_defs[i];
-    }
-    return NULL;
-}
-
-unsigned config_seen_line(const struct parse_state *st, int section, const char *name)
-{
-    return st->seen[find_key(section, name) - key_defs];
-}
 
 /* cost = arg:NAME comes with max_cost, and max_cost bounds nothing
  * without it: as check_rule_args does for the limits. */
@@ -232,8 +144,8 @@ static void begin_rule(struct parse_state *st, const char *name, size_t len)
     r->line = st->line;
     st->rule = cfg->nrules++;
     st->kind = SEC_RULE;
-    for (size_t i = 0; i < NKEYS; i++) {
-        if (key_defs[i].section == SEC_RULE)
+    for (size_t i = 0; i < CONFIG_NKEYS; i++) {
+        if (config_key_at(i)->section == SEC_RULE)
             st->seen[i] = 0;
     }
 }
@@ -279,8 +191,8 @@ static int on_key(struct parse_state *st, const char *name, const char *value)
 
     if (st->kind == SEC_SKIP || !value) /* !value: a syntax error, already reported */
         return 1;
-    d = st->kind == SEC_NONE ? NULL : find_key(st->kind, name);
-    seen = d ? &st->seen[d - key_defs] : NULL;
+    d = st->kind == SEC_NONE ? NULL : config_find_key(st->kind, name);
+    seen = d ? &st->seen[config_key_index(d)] : NULL;
     if (st->cont && !d)
         return 1; /* the key's first line was already reported */
     if (st->cont) {
@@ -444,7 +356,7 @@ static void finish(struct parse_state *st)
     if (cfg->redis_master && !cfg->redis_sentinel)
         config_errors_add(&st->errors, config_seen_line(st, SEC_REDIS, "master"),
                           "'master' is only used with 'sentinel'");
-    config_resolve_credentials(st);
+    config_resolve_credentials(st, config_standalone(st->cfg));
 
     /* An unclosed '{' in the prefix would take the first '}' of a client key
      * as the end of a Cluster hashtag: clients would choose their slot. */

@@ -78,7 +78,7 @@ static void check_one_source(struct parse_state *st, const char *key, const char
 
 /* The credentials in force (config.h): from the keys, the file or the url;
  * never two sources for one, never a user without a password. */
-static void resolve_auth(struct parse_state *st)
+static void resolve_auth(struct parse_state *st, int standalone)
 {
     struct config *cfg = st->cfg;
     unsigned file_line = config_seen_line(st, SEC_REDIS, "password_file");
@@ -117,7 +117,7 @@ static void resolve_auth(struct parse_state *st)
                           "'%s' is only used with 'sentinel'", k);
     }
     if ((cfg->redis_password || cfg->redis_password_file || cfg->redis_username) &&
-        config_standalone(cfg) && !cfg->redis_url) {
+        standalone && !cfg->redis_url) {
         const char *k = cfg->redis_password        ? "password"
                         : cfg->redis_password_file ? "password_file"
                                                    : "username";
@@ -179,8 +179,8 @@ static void resolve_stats_auth(struct parse_state *st)
     }
 }
 
-void config_resolve_credentials(struct parse_state *st)
+void config_resolve_credentials(struct parse_state *st, int standalone)
 {
-    resolve_auth(st);
+    resolve_auth(st, standalone);
     resolve_stats_auth(st);
 }

@@ -15,7 +15,7 @@
 
 #include "config_errors.h"
 
-#define CONFIG_NKEYS 50 /* entries of config.c's key table, checked there */
+#define CONFIG_NKEYS 50 /* entries of config_keys.c's key table, checked there */
 
 struct config;
 
@@ -75,11 +75,21 @@ struct parse_state {
     struct config_errors errors;
 };
 
+#define MAX_WORKERS 256 /* [agent] workers */
+
+/* The key table (config_keys.c): the definition of key name in section,
+ * NULL when there is none; the i-th of the CONFIG_NKEYS definitions, and a
+ * definition's index (its slot in parse_state.seen). */
+const struct key_def *config_find_key(int section, const char *name);
+const struct key_def *config_key_at(size_t i);
+size_t config_key_index(const struct key_def *d);
+
 /* The line where key name of section was first set (0: never), for
- * FILE:LINE errors about a whole section (config.c). */
+ * FILE:LINE errors about a whole section (config_keys.c). */
 unsigned config_seen_line(const struct parse_state *st, int section, const char *name);
 
-/* The credentials in force, checked and read from their files (config_auth.c). */
-void config_resolve_credentials(struct parse_state *st);
+/* The credentials in force, checked and read from their files
+ * (config_auth.c); standalone: no [redis] server configured (config_standalone). */
+void config_resolve_credentials(struct parse_state *st, int standalone);
 
 #endif

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The manual against the code (python3, standard library only).
 
-  a. every key of the configuration table in src/config/config.c (section,
+  a. every key of the configuration table in src/config/config_keys.c (section,
      key, default) is in doc/configuration.md and in doc/spoa-ratelimit.ini.5
      with the same default, and neither documents a key the code lacks;
   b. every option of the agent's command line (the option table in
@@ -67,12 +67,12 @@ def code_keys():
     the spellings a document may use for the default, or None when the
     default is not a constant (the CPUs, a rule's rate ...)."""
     text = read("src/config/config.c")
-    table = text.split("key_defs[] = {", 1)[1].split("\n};", 1)[0]
+    table = read("src/config/config_keys.c").split("key_defs[] = {", 1)[1].split("\n};", 1)[0]
     keys = []
     for m in re.finditer(r'\{SEC_(\w+), "(\w+)", (T_\w+), (?:([CR])F\((\w+)\))?', table):
         keys.append((SECTIONS[m.group(1)], m.group(2), m.group(3), m.group(4), m.group(5)))
     if len(keys) < 30:
-        fail("src/config/config.c: key_defs not found or too short (%d keys)" % len(keys))
+        fail("src/config/config_keys.c: key_defs not found or too short (%d keys)" % len(keys))
     defs = macros()
     assigned = {}
     body = text.split("static struct config *config_new(", 1)[1].split("\n}\n", 1)[0]
@@ -186,7 +186,7 @@ def check_config():
     for where, docs in (("doc/configuration.md", md), ("doc/spoa-ratelimit.ini.5", man)):
         for sec, key, *_ in keys:
             if (sec, key) not in docs:
-                fail("%s: [%s] %s is a key of src/config/config.c, not documented" %
+                fail("%s: [%s] %s is a key of src/config/config_keys.c, not documented" %
                      (where, sec, key))
                 continue
             want = defaults[(sec, key)]
