@@ -80,11 +80,6 @@ void status_sample(struct history *h, uint64_t now_s)
     proc.memory_limit = memory_limit();
 }
 
-static uint64_t ld(atomic_uint_fast64_t *v)
-{
-    return atomic_load_explicit(v, memory_order_relaxed);
-}
-
 static json_t *uint_or_null(uint64_t v)
 {
     return v ? json_integer((json_int_t)v) : json_null();
@@ -106,7 +101,7 @@ static const char *redis_mode(const struct config *cfg)
 
 static json_t *agent_json(const struct status_agent *a, const struct config *cfg, uint64_t now)
 {
-    uint64_t entries = ld(&metrics.buckets) +
+    uint64_t entries = metrics_ld(&metrics.buckets) +
                        (uint64_t)atomic_load_explicit(&metrics.lease_keys, memory_order_relaxed);
 
     return json_pack("{s:s, s:I, s:I, s:I, s:I, s:s, s:I, s:I, s:I, s:I, s:o, s:I, s:I}",
@@ -124,8 +119,8 @@ static json_t *reload_json(const struct status_agent *a)
     return json_pack("{s:b, s:I, s:o, s:I, s:I, s:s?}", "ok", !a->reload_failed_unix,
                      "last_unix", (json_int_t)a->loaded_unix, "failed_unix",
                      uint_or_null(a->reload_failed_unix), "reloads",
-                     (json_int_t)ld(&metrics.reloads), "failures",
-                     (json_int_t)ld(&metrics.reload_failures), "error", a->reload_error);
+                     (json_int_t)metrics_ld(&metrics.reloads), "failures",
+                     (json_int_t)metrics_ld(&metrics.reload_failures), "error", a->reload_error);
 }
 
 static json_t *redis_json(const struct config *cfg, const struct history *h)
@@ -137,10 +132,10 @@ static json_t *redis_json(const struct config *cfg, const struct history *h)
                      configured, "mode", redis_mode(cfg), "up", configured && up,
                      "down_since_unix", uint_or_null(history_redis_down_since(h)),
                      "latency_p50_ms", latency_ms(h, 0.5), "latency_p99_ms", latency_ms(h, 0.99),
-                     "commands", (json_int_t)ld(&metrics.redis_commands), "errors",
-                     (json_int_t)ld(&metrics.redis_errors), "failovers",
-                     (json_int_t)ld(&metrics.redis_failovers), "reconnects",
-                     (json_int_t)ld(&metrics.redis_reconnects), "fleet_agents",
+                     "commands", (json_int_t)metrics_ld(&metrics.redis_commands), "errors",
+                     (json_int_t)metrics_ld(&metrics.redis_errors), "failovers",
+                     (json_int_t)metrics_ld(&metrics.redis_failovers), "reconnects",
+                     (json_int_t)metrics_ld(&metrics.redis_reconnects), "fleet_agents",
                      (json_int_t)atomic_load_explicit(&metrics.fleet_agents,
                                                       memory_order_relaxed));
 }
@@ -150,17 +145,17 @@ static json_t *redis_json(const struct config *cfg, const struct history *h)
  * Redis one by one, less the commands sent. */
 static json_t *leases_json(uint64_t decisions)
 {
-    uint64_t calls = ld(&metrics.redis_commands);
+    uint64_t calls = metrics_ld(&metrics.redis_commands);
 
     return json_pack("{s:f, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "redis_calls_per_decision",
                      decisions ? (double)calls / (double)decisions : 0.0, "calls_saved",
                      (json_int_t)(decisions > calls ? decisions - calls : 0), "claims",
-                     (json_int_t)ld(&metrics.lease_claims), "tokens_claimed",
-                     (json_int_t)ld(&metrics.lease_tokens_granted), "tokens_returned",
-                     (json_int_t)ld(&metrics.lease_tokens_returned), "keys",
+                     (json_int_t)metrics_ld(&metrics.lease_claims), "tokens_claimed",
+                     (json_int_t)metrics_ld(&metrics.lease_tokens_granted), "tokens_returned",
+                     (json_int_t)metrics_ld(&metrics.lease_tokens_returned), "keys",
                      (json_int_t)atomic_load_explicit(&metrics.lease_keys, memory_order_relaxed),
-                     "local_decisions", (json_int_t)ld(&metrics.lease_local_decisions),
-                     "exact_calls", (json_int_t)ld(&metrics.lease_exact_calls));
+                     "local_decisions", (json_int_t)metrics_ld(&metrics.lease_local_decisions),
+                     "exact_calls", (json_int_t)metrics_ld(&metrics.lease_exact_calls));
 }
 
 static json_t *peers_json(void)
@@ -173,13 +168,13 @@ static json_t *peers_json(void)
                          "peer", d.peer, "unix", (json_int_t)d.unix_s);
     return json_pack("{s:i, s:I, s:i, s:I, s:I, s:I, s:I, s:o}", "connections",
                      atomic_load_explicit(&metrics.connections, memory_order_relaxed),
-                     "connections_total", (json_int_t)ld(&metrics.connections_total),
+                     "connections_total", (json_int_t)metrics_ld(&metrics.connections_total),
                      "in_flight",
                      atomic_load_explicit(&metrics.notifies_waiting, memory_order_relaxed),
-                     "hello", (json_int_t)ld(&metrics.frames_in[METRICS_FRAME_HELLO]),
-                     "disconnect", (json_int_t)ld(&metrics.frames_in[METRICS_FRAME_DISCONNECT]),
-                     "notify", (json_int_t)ld(&metrics.frames_in[METRICS_FRAME_NOTIFY]), "acks",
-                     (json_int_t)ld(&metrics.acks), "last_disconnect", last);
+                     "hello", (json_int_t)metrics_ld(&metrics.frames_in[METRICS_FRAME_HELLO]),
+                     "disconnect", (json_int_t)metrics_ld(&metrics.frames_in[METRICS_FRAME_DISCONNECT]),
+                     "notify", (json_int_t)metrics_ld(&metrics.frames_in[METRICS_FRAME_NOTIFY]), "acks",
+                     (json_int_t)metrics_ld(&metrics.acks), "last_disconnect", last);
 }
 
 static json_t *series(const uint32_t *v, size_t n)
@@ -213,7 +208,7 @@ static json_t *rule_json(const struct ruleset *rs, size_t i, const struct histor
     uint32_t dec[HISTORY_SECONDS], blk[HISTORY_SECONDS], wb[HISTORY_SECONDS];
     uint64_t last_s;
     size_t n = history_rule(h, m, since, dec, blk, wb, &last_s);
-    uint64_t allowed = ld(&m->allowed), blocked = ld(&m->blocked), would = ld(&m->would_block);
+    uint64_t allowed = metrics_ld(&m->allowed), blocked = metrics_ld(&m->blocked), would = metrics_ld(&m->would_block);
     uint64_t all = allowed + blocked + would;
     char limit[160];
 
@@ -226,7 +221,7 @@ static json_t *rule_json(const struct ruleset *rs, size_t i, const struct histor
                      r->algorithm == BUCKET_SLIDING_WINDOW ? "sliding-window" : "token-bucket",
                      "limit", limit, "rate", history_rule_rate(h, m, 5), "allowed",
                      (json_int_t)allowed, "blocked", (json_int_t)blocked, "would_block",
-                     (json_int_t)would, "degraded", (json_int_t)ld(&m->degraded), "blocked_pct",
+                     (json_int_t)would, "degraded", (json_int_t)metrics_ld(&m->degraded), "blocked_pct",
                      all ? 100.0 * (double)(blocked + would) / (double)all : 0.0,
                      "history", "step_s", (json_int_t)1, "last_unix", (json_int_t)last_s,
                      "decisions", series(dec, n), "blocks", series(blk, n), "would_blocks",

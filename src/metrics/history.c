@@ -39,11 +39,6 @@ void history_free(struct history *h)
     free(h);
 }
 
-static uint64_t ld(atomic_uint_fast64_t *v)
-{
-    return atomic_load_explicit(v, memory_order_relaxed);
-}
-
 static struct rule_history *find(const struct history *h, const struct metrics_rule *r)
 {
     for (size_t i = 0; i < h->nrules; i++)
@@ -85,7 +80,7 @@ static void sample_rule(struct history *h, struct metrics_rule *r, uint64_t now_
     struct rule_history *rh = find_or_add(h, r);
     if (!rh)
         return;
-    uint64_t allowed = ld(&r->allowed), blocked = ld(&r->blocked), wb = ld(&r->would_block);
+    uint64_t allowed = metrics_ld(&r->allowed), blocked = metrics_ld(&r->blocked), wb = metrics_ld(&r->would_block);
     uint64_t cur[SERIES_COUNT] = {allowed + blocked, blocked, wb};
     if (rh->last_s && now_s > rh->last_s) {
         uint64_t delta[SERIES_COUNT], zero[SERIES_COUNT] = {0};
@@ -109,7 +104,7 @@ static void sample_latency(struct history *h)
     uint64_t *snap = h->lat[h->lat_head];
     uint64_t cum = 0;
     for (unsigned i = 0; i < METRICS_HIST_BUCKETS; i++) {
-        cum += ld(&metrics.redis_latency.buckets[i]);
+        cum += metrics_ld(&metrics.redis_latency.buckets[i]);
         snap[i] = cum;
     }
     h->lat_head = (h->lat_head + 1) % (HISTORY_LATENCY_S + 1);

@@ -215,11 +215,6 @@ void metrics_top_add(struct metrics_rule *r, const char *key, size_t keylen, uin
 
 /* ---- rendering ----------------------------------------------------------- */
 
-static uint64_t ld(atomic_uint_fast64_t *v)
-{
-    return atomic_load_explicit(v, memory_order_relaxed);
-}
-
 static void render_hist(struct strbuf *b, const char *name, const char *help,
                         struct metrics_hist *h)
 {
@@ -227,14 +222,14 @@ static void render_hist(struct strbuf *b, const char *name, const char *help,
 
     strbuf_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
     for (unsigned i = 0; i < METRICS_HIST_BUCKETS; i++) {
-        cum += ld(&h->buckets[i]);
+        cum += metrics_ld(&h->buckets[i]);
         if (i < METRICS_HIST_BUCKETS - 1)
             strbuf_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, hist_bounds_ns[i] / 1e9,
                       (unsigned long long)cum);
         else
             strbuf_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)cum);
     }
-    strbuf_printf(b, "%s_sum %.9f\n%s_count %llu\n", name, ld(&h->sum_ns) / 1e9, name,
+    strbuf_printf(b, "%s_sum %.9f\n%s_count %llu\n", name, metrics_ld(&h->sum_ns) / 1e9, name,
               (unsigned long long)cum);
 }
 
@@ -251,7 +246,7 @@ static void render_rule_counter(struct strbuf *b, const char *name, const char *
     strbuf_printf(b, "# HELP %s %s\n# TYPE %s counter\n", name, help, name);
     for (struct metrics_rule *r = atomic_load(&rules_head); r; r = r->next)
         strbuf_printf(b, "%s{rule=\"%s\"} %llu\n", name, r->name,
-                      (unsigned long long)ld((atomic_uint_fast64_t *)((char *)r + off)));
+                      (unsigned long long)metrics_ld((atomic_uint_fast64_t *)((char *)r + off)));
 }
 
 /* Per rule: decisions by result, those taken without Redis, and the costs
@@ -264,11 +259,11 @@ static void render_rules(struct strbuf *b)
                  "result.\n# TYPE spoa_ratelimit_decisions_total counter\n");
     for (r = atomic_load(&rules_head); r; r = r->next) {
         strbuf_printf(b, "spoa_ratelimit_decisions_total{rule=\"%s\",result=\"allowed\"} %llu\n",
-                  r->name, (unsigned long long)ld(&r->allowed));
+                  r->name, (unsigned long long)metrics_ld(&r->allowed));
         strbuf_printf(b, "spoa_ratelimit_decisions_total{rule=\"%s\",result=\"blocked\"} %llu\n",
-                  r->name, (unsigned long long)ld(&r->blocked));
+                  r->name, (unsigned long long)metrics_ld(&r->blocked));
         strbuf_printf(b, "spoa_ratelimit_decisions_total{rule=\"%s\",result=\"would_block\"} %llu\n",
-                  r->name, (unsigned long long)ld(&r->would_block));
+                  r->name, (unsigned long long)metrics_ld(&r->would_block));
     }
     render_rule_counter(b, "spoa_ratelimit_degraded_decisions_total",
                         "Decisions taken without Redis because it was unreachable.",
@@ -292,23 +287,23 @@ _Static_assert(sizeof(metrics_redis_error_names) / sizeof(metrics_redis_error_na
 static void render_redis(struct strbuf *b)
 {
     render_simple(b, "spoa_ratelimit_redis_commands_total", "counter", "Commands sent to Redis.",
-                  ld(&metrics.redis_commands));
+                  metrics_ld(&metrics.redis_commands));
     render_simple(b, "spoa_ratelimit_redis_batches_total", "counter",
                   "Batch script calls: many keys' claims or decisions in one EVALSHA.",
-                  ld(&metrics.redis_batches));
+                  metrics_ld(&metrics.redis_batches));
     render_simple(b, "spoa_ratelimit_redis_batched_calls_total", "counter",
-                  "Script calls sent inside batches.", ld(&metrics.redis_batched_calls));
+                  "Script calls sent inside batches.", metrics_ld(&metrics.redis_batched_calls));
     render_simple(b, "spoa_ratelimit_redis_keepalives_total", "counter",
                   "PINGs sent on Redis connections idle for [redis] keepalive.",
-                  ld(&metrics.redis_keepalives));
+                  metrics_ld(&metrics.redis_keepalives));
     render_simple(b, "spoa_ratelimit_redis_reconnects_total", "counter",
                   "Times Redis was usable again after it had been lost.",
-                  ld(&metrics.redis_reconnects));
+                  metrics_ld(&metrics.redis_reconnects));
     render_simple(b, "spoa_ratelimit_redis_failovers_total", "counter",
                   "Another master chosen by the Sentinels, or Cluster slots that changed owners.",
-                  ld(&metrics.redis_failovers));
+                  metrics_ld(&metrics.redis_failovers));
     render_simple(b, "spoa_ratelimit_redis_errors_total", "counter",
-                  "Redis commands that failed or timed out.", ld(&metrics.redis_errors));
+                  "Redis commands that failed or timed out.", metrics_ld(&metrics.redis_errors));
     /* every kind, 0 included: dashboards and alerts see the series before
      * the first error */
     strbuf_printf(b, "# HELP spoa_ratelimit_redis_error_replies_total Error replies from Redis by "
@@ -318,7 +313,7 @@ static void render_redis(struct strbuf *b)
     for (unsigned k = 0; k < METRICS_REDIS_ERROR_KINDS; k++)
         strbuf_printf(b, "spoa_ratelimit_redis_error_replies_total{kind=\"%s\"} %llu\n",
                   metrics_redis_error_names[k],
-                  (unsigned long long)ld(&metrics.redis_error_replies[k]));
+                  (unsigned long long)metrics_ld(&metrics.redis_error_replies[k]));
     render_simple(b, "spoa_ratelimit_redis_up", "gauge",
                   "1 when Redis is connected and deciding: 0 while unreachable, refusing "
                   "(READONLY, NOPERM, OOM, NOAUTH, ...) or, with require_noeviction, able to "
@@ -333,7 +328,7 @@ static void render_redis(struct strbuf *b)
                   (uint64_t)atomic_load(&metrics.redis_eviction_possible));
     render_simple(b, "spoa_ratelimit_redis_evicted_keys", "gauge",
                   "evicted_keys of INFO, summed over the Redis servers in use (read every minute).",
-                  ld(&metrics.redis_evicted_keys));
+                  metrics_ld(&metrics.redis_evicted_keys));
     render_simple(b, "spoa_ratelimit_fleet_agents", "gauge",
                   "Agents live in the fleet (heartbeats in Redis) when last read; 0 unknown.",
                   (uint64_t)atomic_load(&metrics.fleet_agents));
@@ -359,27 +354,27 @@ static void render_spop(struct strbuf *b)
     render_simple(b, "spoa_ratelimit_connections", "gauge", "Open SPOP connections.",
                   (uint64_t)atomic_load(&metrics.connections));
     render_simple(b, "spoa_ratelimit_connections_accepted_total", "counter",
-                  "SPOP connections accepted.", ld(&metrics.connections_total));
+                  "SPOP connections accepted.", metrics_ld(&metrics.connections_total));
 
     strbuf_printf(b, "# HELP spoa_ratelimit_frames_total SPOP frames received by type.\n"
                  "# TYPE spoa_ratelimit_frames_total counter\n");
     for (unsigned i = 0; i < METRICS_FRAMES; i++)
         strbuf_printf(b, "spoa_ratelimit_frames_total{type=\"%s\"} %llu\n", frame_names[i],
-                  (unsigned long long)ld(&metrics.frames_in[i]));
-    render_simple(b, "spoa_ratelimit_acks_total", "counter", "ACK frames sent.", ld(&metrics.acks));
+                  (unsigned long long)metrics_ld(&metrics.frames_in[i]));
+    render_simple(b, "spoa_ratelimit_acks_total", "counter", "ACK frames sent.", metrics_ld(&metrics.acks));
     render_simple(b, "spoa_ratelimit_acks_truncated_total", "counter",
                   "ACKs that carried only blocked and retry_after: the negotiated frame size "
                   "had no room for the other variables.",
-                  ld(&metrics.acks_truncated));
+                  metrics_ld(&metrics.acks_truncated));
     /* Status codes 1..13 in order, then 99 ("unknown"), which is counted in [0]. */
     strbuf_printf(b, "# HELP spoa_ratelimit_protocol_errors_total Connections closed with an "
                  "AGENT-DISCONNECT, by SPOE status code.\n"
                  "# TYPE spoa_ratelimit_protocol_errors_total counter\n");
     for (unsigned i = 1; i < METRICS_STATUSES; i++)
         strbuf_printf(b, "spoa_ratelimit_protocol_errors_total{status=\"%u\"} %llu\n", i,
-                  (unsigned long long)ld(&metrics.protocol_errors[i]));
+                  (unsigned long long)metrics_ld(&metrics.protocol_errors[i]));
     strbuf_printf(b, "spoa_ratelimit_protocol_errors_total{status=\"99\"} %llu\n",
-              (unsigned long long)ld(&metrics.protocol_errors[0]));
+              (unsigned long long)metrics_ld(&metrics.protocol_errors[0]));
 }
 
 /* What the listeners refused or cut: accept pauses for want of fds,
@@ -409,7 +404,7 @@ static void render_protection(struct strbuf *b)
                  "# TYPE spoa_ratelimit_accept_pauses_total counter\n");
     for (unsigned l = 0; l < METRICS_LISTENERS; l++)
         strbuf_printf(b, "spoa_ratelimit_accept_pauses_total{listener=\"%s\"} %llu\n", listeners[l],
-                  (unsigned long long)ld(&metrics.accept_pauses[l]));
+                  (unsigned long long)metrics_ld(&metrics.accept_pauses[l]));
     strbuf_printf(b, "# HELP spoa_ratelimit_connections_refused_total Connections closed at accept "
                  "(peer not in the allow list, or the listener's connection cap reached with "
                  "nothing to evict), or closed before their handshake ended to admit a newer "
@@ -420,7 +415,7 @@ static void render_protection(struct strbuf *b)
             strbuf_printf(b,
                       "spoa_ratelimit_connections_refused_total{listener=\"%s\",reason=\"%s\"} "
                       "%llu\n",
-                      listeners[l], reasons[r], (unsigned long long)ld(&metrics.refused[l][r]));
+                      listeners[l], reasons[r], (unsigned long long)metrics_ld(&metrics.refused[l][r]));
     strbuf_printf(b, "# HELP spoa_ratelimit_connection_timeouts_total Connections closed by a "
                  "timeout: no HELLO, answers owed and not taken (half-closed, or not reading; "
                  "phase drain), slow stats request.\n"
@@ -429,11 +424,11 @@ static void render_protection(struct strbuf *b)
         strbuf_printf(b,
                   "spoa_ratelimit_connection_timeouts_total{listener=\"%s\",phase=\"%s\"} "
                   "%llu\n",
-                  timeouts[t][0], timeouts[t][1], (unsigned long long)ld(&metrics.timeouts[t]));
+                  timeouts[t][0], timeouts[t][1], (unsigned long long)metrics_ld(&metrics.timeouts[t]));
     render_simple(b, "spoa_ratelimit_notify_read_pauses_total", "counter",
                   "Times an SPOP connection had the most NOTIFYs waiting for Redis allowed: "
                   "its frames were left unread until some were answered.",
-                  ld(&metrics.notify_read_pauses));
+                  metrics_ld(&metrics.notify_read_pauses));
     render_simple(b, "spoa_ratelimit_notifies_waiting", "gauge",
                   "NOTIFYs waiting for Redis, over all connections.",
                   (uint64_t)atomic_load(&metrics.notifies_waiting));
@@ -442,23 +437,23 @@ static void render_protection(struct strbuf *b)
 static void render_lease(struct strbuf *b)
 {
     render_simple(b, "spoa_ratelimit_lease_claims_total", "counter",
-                  "Lease claims and top-ups sent to Redis.", ld(&metrics.lease_claims));
+                  "Lease claims and top-ups sent to Redis.", metrics_ld(&metrics.lease_claims));
     render_simple(b, "spoa_ratelimit_lease_exact_calls_total", "counter",
                   "Single decisions of cold keys sent to Redis as exact calls (nothing leased).",
-                  ld(&metrics.lease_exact_calls));
+                  metrics_ld(&metrics.lease_exact_calls));
     render_simple(b, "spoa_ratelimit_lease_tokens_granted_total", "counter",
-                  "Tokens granted to this agent by Redis.", ld(&metrics.lease_tokens_granted));
+                  "Tokens granted to this agent by Redis.", metrics_ld(&metrics.lease_tokens_granted));
     render_simple(b, "spoa_ratelimit_lease_tokens_returned_total", "counter",
-                  "Unspent leased tokens given back to Redis.", ld(&metrics.lease_tokens_returned));
+                  "Unspent leased tokens given back to Redis.", metrics_ld(&metrics.lease_tokens_returned));
     render_simple(b, "spoa_ratelimit_lease_local_decisions_total", "counter",
                   "Decisions answered from a local lease without Redis.",
-                  ld(&metrics.lease_local_decisions));
+                  metrics_ld(&metrics.lease_local_decisions));
     render_simple(b, "spoa_ratelimit_lease_negative_hits_total", "counter",
                   "Decisions answered blocked from the local negative cache.",
-                  ld(&metrics.lease_negative_hits));
+                  metrics_ld(&metrics.lease_negative_hits));
     render_simple(b, "spoa_ratelimit_lease_waiters_total", "counter",
                   "Decisions that waited for a claim in flight for their key.",
-                  ld(&metrics.lease_waiters));
+                  metrics_ld(&metrics.lease_waiters));
     render_simple(b, "spoa_ratelimit_lease_keys", "gauge", "Keys with a local lease record.",
                   (uint64_t)atomic_load(&metrics.lease_keys));
     render_simple(b, "spoa_ratelimit_lease_active_keys", "gauge",
@@ -468,7 +463,7 @@ static void render_lease(struct strbuf *b)
     render_simple(b, "spoa_ratelimit_lease_rate_claims_total", "counter",
                   "Claims of rate leases (warm keys): grants, renewals, and the calls of "
                   "requests their local bucket could not serve.",
-                  ld(&metrics.lease_rate_claims));
+                  metrics_ld(&metrics.lease_rate_claims));
     render_simple(b, "spoa_ratelimit_lease_rate_keys", "gauge",
                   "Keys holding a rate lease here (a share of the rate, refilled locally).",
                   (uint64_t)atomic_load(&metrics.lease_rate_keys));
@@ -502,7 +497,7 @@ static void render_mismatches(struct strbuf *b)
                   mismatch_total(MISMATCH_NO_RULE));
     render_simple(b, "spoa_ratelimit_rules_without_key", "gauge",
                   "Rules with no key: one bucket shared by every client.",
-                  ld(&metrics.rules_without_key));
+                  metrics_ld(&metrics.rules_without_key));
 }
 
 /* What runs: the build, the configuration in force and since when. */
@@ -516,10 +511,10 @@ static void render_identity(struct strbuf *b)
     render_simple(b, "spoa_ratelimit_config_hash", "gauge",
                   "Hash of the effective configuration in force (--check --print): it "
                   "changes when what the rules mean changes.",
-                  ld(&metrics.config_hash) & ((1ULL << 53) - 1));
+                  metrics_ld(&metrics.config_hash) & ((1ULL << 53) - 1));
     render_simple(b, "spoa_ratelimit_last_reload_seconds", "gauge",
                   "Unix time the configuration in force was loaded (start or SIGHUP).",
-                  ld(&metrics.last_reload_unix));
+                  metrics_ld(&metrics.last_reload_unix));
 }
 
 char *metrics_render(size_t *len)
@@ -536,16 +531,16 @@ char *metrics_render(size_t *len)
     render_protection(&b);
     render_lease(&b);
     render_simple(&b, "spoa_ratelimit_buckets", "gauge",
-                  "In-memory buckets (standalone and fallback).", ld(&metrics.buckets));
+                  "In-memory buckets (standalone and fallback).", metrics_ld(&metrics.buckets));
     render_simple(&b, "spoa_ratelimit_evictions_total", "counter",
                   "Buckets and lease records dropped, least recently used first, to stay within "
                   "[agent] max_entries.",
-                  ld(&metrics.evictions));
+                  metrics_ld(&metrics.evictions));
     render_simple(&b, "spoa_ratelimit_reloads_total", "counter", "Successful config reloads.",
-                  ld(&metrics.reloads));
+                  metrics_ld(&metrics.reloads));
     render_simple(&b, "spoa_ratelimit_reload_failures_total", "counter",
                   "Reloads refused because the new file was invalid.",
-                  ld(&metrics.reload_failures));
+                  metrics_ld(&metrics.reload_failures));
     return strbuf_finish(&b, len);
 }
 
@@ -635,8 +630,8 @@ void metrics_minute_tick(double share, void (*cb)(const char *rule, int shadow, 
     for (struct metrics_rule *r = atomic_load(&rules_head); r; r = r->next) {
         /* the decisions and blocks since the last tick, from the totals
          * (one atomic add per decision fewer than counting them apart) */
-        uint64_t blocks = ld(&r->blocked), would = ld(&r->would_block);
-        uint64_t decisions = ld(&r->allowed) + blocks + would;
+        uint64_t blocks = metrics_ld(&r->blocked), would = metrics_ld(&r->would_block);
+        uint64_t decisions = metrics_ld(&r->allowed) + blocks + would;
         uint64_t d = decisions - r->minute_decisions, bl = blocks - r->minute_blocks;
         uint64_t wb = would - r->minute_would_blocks;
         r->minute_decisions = decisions;

@@ -164,6 +164,13 @@ struct metrics {
 
 extern struct metrics metrics;
 
+/* A counter's value, as renderers read it (relaxed: exact once the writers
+ * are done, never torn). */
+static inline uint64_t metrics_ld(atomic_uint_fast64_t *v)
+{
+    return atomic_load_explicit(v, memory_order_relaxed);
+}
+
 /* Count one relaxed increment. */
 #define METRIC_INC(field) atomic_fetch_add_explicit(&metrics.field, 1, memory_order_relaxed)
 #define METRIC_ADD(field, n) atomic_fetch_add_explicit(&metrics.field, (n), memory_order_relaxed)

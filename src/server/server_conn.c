@@ -124,14 +124,12 @@ static void conn_log_disconnect(const struct conn *c)
 
     if (!sp->peer_disconnected && !sp->disconnect_sent)
         return; /* closed without a word: EOF, reset, eviction (counted elsewhere) */
-    if (sp->peer_disconnected) { /* the status page's "last DISCONNECT" */
-        net_format_peer((const struct sockaddr *)&c->peer, 1, peer, sizeof(peer));
+    net_format_peer((const struct sockaddr *)&c->peer, 1, peer, sizeof(peer));
+    if (sp->peer_disconnected) /* the status page's "last DISCONNECT" */
         metrics_note_disconnect((int)status, sp->peer_message, strlen(sp->peer_message), peer);
-    }
     if (lvl > log_level || !log_gate_open_burst(&disconnect_gate, DISCONNECT_LOG_EVERY_S, DISCONNECT_LOG_BURST,
                                             &suppressed))
         return;
-    net_format_peer((const struct sockaddr *)&c->peer, 1, peer, sizeof(peer));
     if (sp->peer_disconnected)
         log_write(lvl,
                   "\"HAPROXY-DISCONNECT received\" peer=%s status=%u message=\"%s\" "
