@@ -3,7 +3,8 @@ standalone and on a real redis-server, leased and exact. Burst 10, costs 4,
 4, 4, 2: allowed, allowed, denied, allowed; a cost of 11 is denied and leaves
 the bucket untouched (GET /key shows it) and is counted; a missing or invalid
 cost arg is a mismatch and costs 1; three agents with leases keep the bound
-(no interval T admits more than b + r*T tokens' worth of cost); and HAProxy
+(no interval T admits more than b + r*T tokens' worth of cost), on one
+redis-server and on a Redis Cluster of three masters; and HAProxy
 sends the cost from a header through the kit (its SPOE message with one more
 arg, as doc/haproxy.md shows). Agents must exit 0 on SIGTERM (checked at
 cleanup)."""
@@ -12,7 +13,8 @@ import os
 import subprocess
 import unittest
 
-from fleet import LoadClient, run_clients, unique
+import test_redis_topologies as topo
+from fleet import LoadClient, run_clients, unique, wait_redis_up
 from harness import AGENT, TOP, Agent, HAProxy, stop_cleanly, wait_for
 from test_redis import RedisCase
 
@@ -44,6 +46,9 @@ cost = 3
 lease = %(lease)s
 """
 
+
+# 3 agents, 6 clients with costs 1 to 5 on one key (CostCase.fleet_bound)
+FLEET_RULE = "[rule:fleet]\nkey = key\nrate = 400/1s\nburst = 40\ncost = arg:cost\nmax_cost = 10\n"
 
 class CostCase(RedisCase):
     def agent(self, rules, redis=None, workers=2, **kw):
@@ -116,6 +121,48 @@ class CostCase(RedisCase):
         self.assertEqual([(g["blocked"], g["remaining"]) for g in got],
                          [(False, 7), (False, 4), (False, 1), (True, 1)], got)
 
+    def fleet_bound(self, agents):
+        """3 agents with leases, 6 pipelining clients with costs 1, 1, 2, 3, 5
+        and 1 on one key at 400/1s burst 40: no interval T admits more than
+        b + r*T tokens' worth of cost (decision instants bracketed by the
+        NOTIFY's write and the ACK's read, so no slack is needed)."""
+        B, R = 40, 400.0
+        key = unique("fleet")
+        costs = [1, 1, 2, 3, 5, 1]
+        clients = [LoadClient(agents[i // 2].addr, {"key": key, "cost": str(costs[i])},
+                              [(3.0, "flood", 4)], name=i) for i in range(6)]
+        recs = run_clients(clients)
+        adm = sorted((x for x in recs if x.allowed), key=lambda x: x.acked)
+        w = [costs[x.client] for x in adm]
+        self.assertGreater(len(adm), 0)
+        self.assertTrue(any(costs[x.client] > 1 for x in adm), "no cost over 1 admitted")
+        # worst window: for each first i, the decisions i..j happened within
+        # [min sent of i.., acked[j]]
+        n = len(adm)
+        min_sent = [0.0] * n
+        m = float("inf")
+        for i in range(n - 1, -1, -1):
+            m = min(m, adm[i].sent)
+            min_sent[i] = m
+        worst = (float("-inf"), 0, 0.0)
+        for i in range(n):
+            tot = 0
+            for j in range(i, n):
+                tot += w[j]
+                T = adm[j].acked - min_sent[i]
+                ex = tot - (B + R * T)
+                if ex > worst[0]:
+                    worst = (ex, tot, T)
+        total = sum(w)
+        span = max(x.acked for x in recs) - min(x.sent for x in recs)
+        print("\n  fleet with costs: %d decisions, %d admitted worth %d tokens in %.2f s "
+              "(bound %.0f); worst window %d in %.4f s, excess %.2f"
+              % (len(recs), n, total, span, B + R * span, worst[1], worst[2], worst[0]))
+        self.assertLessEqual(worst[0], 1e-9, "a window admitted more than b + r*T of cost")
+        self.assertGreaterEqual(total, 0.5 * (B + R * span), "utilisation below 50%")
+        for a in agents:
+            self.assertGreater(a.metric("spoa_ratelimit_lease_claims_total") or 0, 0)
+
 
 class Standalone(CostCase):
     def test_cost_sequence(self):
@@ -154,51 +201,41 @@ class OnRedis(CostCase):
             self.missing_or_invalid(a, "lease = " + lease)
 
     def test_fleet_bound_with_costs(self):
-        """3 agents with leases, 6 pipelining clients with costs 1, 1, 2, 3, 5
-        and 1 on one key at 400/1s burst 40: no interval T admits more than
-        b + r*T tokens' worth of cost (decision instants bracketed by the
-        NOTIFY's write and the ACK's read, so no slack is needed)."""
-        B, R = 40, 400.0
         r = self.start_redis()
-        rule = "[rule:fleet]\nkey = key\nrate = 400/1s\nburst = 40\ncost = arg:cost\n" \
-               "max_cost = 10\n"
-        agents = [self.agent(rule, redis=r, workers=1, interval="100ms", ttl="1s",
-                             max_fraction="0.1") for _ in range(3)]
-        key = unique("fleet")
-        costs = [1, 1, 2, 3, 5, 1]
-        clients = [LoadClient(agents[i // 2].addr, {"key": key, "cost": str(costs[i])},
-                              [(3.0, "flood", 4)], name=i) for i in range(6)]
-        recs = run_clients(clients)
-        adm = sorted((x for x in recs if x.allowed), key=lambda x: x.acked)
-        w = [costs[x.client] for x in adm]
-        self.assertGreater(len(adm), 0)
-        self.assertTrue(any(costs[x.client] > 1 for x in adm), "no cost over 1 admitted")
-        # worst window: for each first i, the decisions i..j happened within
-        # [min sent of i.., acked[j]]
-        n = len(adm)
-        min_sent = [0.0] * n
-        m = float("inf")
-        for i in range(n - 1, -1, -1):
-            m = min(m, adm[i].sent)
-            min_sent[i] = m
-        worst = (float("-inf"), 0, 0.0)
-        for i in range(n):
-            tot = 0
-            for j in range(i, n):
-                tot += w[j]
-                T = adm[j].acked - min_sent[i]
-                ex = tot - (B + R * T)
-                if ex > worst[0]:
-                    worst = (ex, tot, T)
-        total = sum(w)
-        span = max(x.acked for x in recs) - min(x.sent for x in recs)
-        print("\n  fleet with costs: %d decisions, %d admitted worth %d tokens in %.2f s "
-              "(bound %.0f); worst window %d in %.4f s, excess %.2f"
-              % (len(recs), n, total, span, B + R * span, worst[1], worst[2], worst[0]))
-        self.assertLessEqual(worst[0], 1e-9, "a window admitted more than b + r*T of cost")
-        self.assertGreaterEqual(total, 0.5 * (B + R * span), "utilisation below 50%")
-        for a in agents:
-            self.assertGreater(a.metric("spoa_ratelimit_lease_claims_total") or 0, 0)
+        self.fleet_bound([self.agent(FLEET_RULE, redis=r, workers=1, interval="100ms",
+                                     ttl="1s", max_fraction="0.1") for _ in range(3)])
+
+
+class OnCluster(CostCase, topo.TopologyCase):
+    """The same on a Redis Cluster of three masters: the cost rides the
+    claim and exact calls routed to each key's slot (and the batches of
+    several keys of one slot)."""
+
+    def setUp(self):
+        CostCase.setUp(self)
+        topo.TopologyCase.setUp(self)
+        self.start_cluster()
+
+    def cluster_agent(self, rules, workers=2, prefix="rl:"):
+        a = Agent("[redis]\ncluster = 127.0.0.1:%d\ntimeout = 1s\nprefix = %s\n\n"
+                  "[lease]\ninterval = 100ms\nttl = 1s\nmax_fraction = 0.1\n\n%s"
+                  % (self.ports[0], prefix, rules), workers=workers)
+        stop_cleanly(self, a)
+        wait_redis_up(a)
+        return a
+
+    def test_cost_sequence_leased_and_exact(self):
+        for lease in ("on", "off"):
+            a = self.cluster_agent(RULES % {"lease": lease}, prefix="c%s:" % lease)
+            self.four_four_four_two(a, "cluster, lease = " + lease)
+            self.missing_or_invalid(a, "cluster, lease = " + lease)
+        # the keys sit on more than one master
+        owners = {p for p in self.ports
+                  if topo.cli(p, "--scan", "--pattern", "c*:tb:*").split()}
+        self.assertGreaterEqual(len(owners), 2, owners)
+
+    def test_fleet_bound_with_costs(self):
+        self.fleet_bound([self.cluster_agent(FLEET_RULE, workers=1) for _ in range(3)])
 
 
 class ThroughHAProxy(CostCase):
