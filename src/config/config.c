@@ -117,9 +117,8 @@ static void begin_rule(struct parse_state *st, const char *name, size_t len)
         config_errors_add(&st->errors, st->line, "too many rules (max %d)", CFG_MAX_RULES);
         return;
     }
-    /* grow by doubling; rules are addressed by index while parsing. realloc
-     * moves compiled regex_t objects: glibc's and musl's hold no pointer to
-     * themselves, so a moved one stays valid. */
+    /* grow by doubling; rules are addressed by index while parsing (their
+     * compiled regexes are pointers: a move leaves them valid) */
     if ((cfg->nrules & (cfg->nrules - 1)) == 0) {
         size_t cap = cfg->nrules ? cfg->nrules * 2 : 4;
         struct cfg_rule *grown = realloc(cfg->rules, cap * sizeof(*grown));
@@ -559,7 +558,7 @@ void config_free(struct config *cfg)
         for (size_t m = 0; m < r->nmatches; m++) {
             free(r->matches[m].arg);
             free(r->matches[m].pattern);
-            regfree(&r->matches[m].re);
+            rx_free(r->matches[m].re);
         }
     }
     free(cfg->rules);

@@ -7,7 +7,6 @@
 #ifndef CONFIG_H_SPOA
 #define CONFIG_H_SPOA
 
-#include <regex.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -15,6 +14,7 @@
 #include "bucket.h"
 #include "core/log.h"
 #include "core/net.h"
+#include "core/rx.h"
 
 #define CFG_MAX_RULES 1024
 #define CFG_MAX_KEY_ARGS 16
@@ -22,15 +22,6 @@
 #define CFG_MAX_ALLOW 64
 #define CFG_MAX_ENTRIES 1000000000000ULL /* [agent] max_entries */
 #define CFG_MAX_NAME 40 /* rule names appear in ACK vars and metrics labels */
-/* A match regex is refused before regcomp when glibc could take seconds and
- * gigabytes to compile it: glibc copies a repeated subexpression once per
- * count ('a{1,255}' is 255 copies, 'a+' two) and each optional copy adds to
- * every epsilon closure before it. Measured (glibc 2.36): 2,000 optional
- * copies ('(a?){1000}(b?){1000}', the worst these bounds allow) take 32 MB
- * and 0.25 s; 'a' and 24 stacked '+' took gigabytes. */
-#define CFG_REGEX_MAX_LEN 1024    /* bytes of pattern */
-#define CFG_REGEX_MAX_REPEAT 1000 /* product of nested repetition counts */
-#define CFG_REGEX_MAX_ATOMS 2048  /* atoms once every repetition is copied out */
 /* One year: longer durations are mistakes (1/20000000d), and bounding them
  * keeps every product of durations (microseconds, 2 x window, the backstop's
  * period / share) far from overflow. */
@@ -73,7 +64,7 @@ struct cfg_hosts {
 struct cfg_match {
     char *arg;
     char *pattern;
-    regex_t re; /* compiled with REG_EXTENDED | REG_NOSUB */
+    struct rx *re; /* PCRE2, within the bounds of core/rx.h */
 };
 
 struct cfg_rule {

@@ -8,7 +8,6 @@
 #include "config_set.h"
 
 #include <ctype.h>
-#include <regex.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -214,194 +213,12 @@ static void set_keys(struct parse_state *st, struct cfg_rule *rule, const char *
         config_errors_add(&st->errors, st->line, "empty list for 'key'");
 }
 
-/* ---- regex cost: what glibc's regcomp would build, bounded beforehand ----
- *
- * A scan of the POSIX extended regex (its syntax only: what regcomp refuses
- * for other reasons is left to regcomp). Each atom (a character, an escape,
- * a bracket expression, an anchor, a group) counts its size once copied out
- * as glibc does: 'x{m,n}' n copies ('x{m,}' m + 1), 'x+' two, 'x*' and 'x?'
- * one; and the product of the counts of the bounded repetitions it is nested
- * in. A repetition right after another ('a++', 'a*+', 'a{2}{3}') is
- * undefined in POSIX and glibc stacks the copies: refused. So are
- * back-references ('\1'), undefined in POSIX extended regexes too, which
- * glibc matches by backtracking: '(a*)(a*)(a*)\3\2\1c' took 19 s against 60
- * bytes of a request. */
-
-#define RE_MAX_DEPTH 64 /* parentheses; deeper ones are refused */
-
-struct re_frame {
-    uint64_t size; /* atoms in the group so far, each copied out */
-    uint64_t prod; /* largest repetition product within the group */
-};
-
-/* A repetition count: digits, saturated well above RE_DUP_MAX (regcomp
- * refuses those); *p left after them. */
-static uint64_t re_count(const char **p)
-{
-    uint64_t n = 0;
-    while (isdigit((unsigned char)**p)) {
-        if (n < 1000000)
-            n = n * 10 + (uint64_t)(**p - '0');
-        (*p)++;
-    }
-    return n;
-}
-
-/* At '{': the copies and the bound an interval makes ("{m}", "{m,}",
- * "{m,n}", glibc's "{,n}"); *p left after its '}'. 0 when it is no interval
- * (regcomp says why). */
-static int re_interval(const char **p, uint64_t *copies, uint64_t *bound)
-{
-    const char *q = *p + 1;
-    uint64_t m = re_count(&q), n;
-
-    if (*q == '}') {
-        n = m;
-    } else if (*q == ',') {
-        q++;
-        n = isdigit((unsigned char)*q) ? re_count(&q) : m + 1;
-    } else {
-        return 0;
-    }
-    if (*q != '}')
-        return 0;
-    *p = q + 1;
-    *copies = n > m ? n : m;
-    *bound = *copies;
-    return 1;
-}
-
-/* At '[': *p left after the bracket expression's ']' ("[]a]", "[^]a]",
- * "[[:alpha:]]", "[[.-.]]" and "[[=a=]]" included). 0 when unterminated. */
-static int re_bracket(const char **p)
-{
-    const char *q = *p + 1;
-
-    if (*q == '^')
-        q++;
-    if (*q == ']')
-        q++;
-    for (; *q && *q != ']'; q++) {
-        if (*q == '[' && (q[1] == ':' || q[1] == '.' || q[1] == '=')) {
-            char kind = q[1];
-            const char *end = q + 2;
-            while (*end && !(end[0] == kind && end[1] == ']'))
-                end++;
-            if (!*end)
-                return 0;
-            q = end + 1;
-        }
-    }
-    if (*q != ']')
-        return 0;
-    *p = q + 1;
-    return 1;
-}
-
-/* NULL when the pattern is cheap enough to compile, else why not. */
-static const char *regex_too_costly(const char *re, char *why, size_t whylen)
-{
-    struct re_frame st[RE_MAX_DEPTH + 1] = {{0, 1}};
-    uint64_t last_size = 0, last_prod = 1; /* the atom a repetition applies to */
-    int depth = 0, last_is_dup = 0, have_atom = 0;
-    const char *p = re;
-
-    if (strlen(re) > CFG_REGEX_MAX_LEN) {
-        snprintf(why, whylen, "longer than %d bytes", CFG_REGEX_MAX_LEN);
-        return why;
-    }
-    while (*p) {
-        uint64_t copies = 1, bound = 1;
-        char c = *p;
-
-        if (c == '*' || c == '+' || c == '?' || (c == '{' && have_atom)) {
-            const char *op = p;
-            if (c == '{') {
-                if (!re_interval(&p, &copies, &bound))
-                    return NULL; /* regcomp's error says what */
-            } else {
-                copies = c == '+' ? 2 : 1;
-                p++;
-            }
-            if (last_is_dup) {
-                snprintf(why, whylen,
-                         "'%.*s' follows another repetition (undefined in POSIX extended regexes)",
-                         (int)(p - op), op);
-                return why;
-            }
-            if (!have_atom)
-                return NULL; /* nothing to repeat: regcomp's error */
-            if (copies == 0)
-                copies = 1; /* x{0} still costs what x costs to parse */
-            if (last_prod * bound > CFG_REGEX_MAX_REPEAT) {
-                snprintf(why, whylen, "repetition counts over %d (nested ones multiplied)",
-                         CFG_REGEX_MAX_REPEAT);
-                return why;
-            }
-            st[depth].size += last_size * (copies - 1);
-            last_size *= copies;
-            last_prod *= bound;
-            if (last_prod > st[depth].prod)
-                st[depth].prod = last_prod;
-            last_is_dup = 1;
-        } else if (c == '(') {
-            if (depth == RE_MAX_DEPTH) {
-                snprintf(why, whylen, "parentheses nested deeper than %d", RE_MAX_DEPTH);
-                return why;
-            }
-            st[++depth] = (struct re_frame){0, 1};
-            have_atom = last_is_dup = 0;
-            p++;
-            continue;
-        } else if (c == ')' && depth > 0) {
-            struct re_frame g = st[depth--];
-            last_size = g.size ? g.size : 1;
-            last_prod = g.prod;
-            st[depth].size += last_size;
-            have_atom = 1;
-            last_is_dup = 0;
-            p++;
-        } else if (c == '|') {
-            have_atom = last_is_dup = 0;
-            p++;
-            continue;
-        } else {
-            if (c == '[') {
-                if (!re_bracket(&p))
-                    return NULL;
-            } else if (c == '\\' && p[1] >= '1' && p[1] <= '9') {
-                snprintf(why, whylen,
-                         "back-reference '\\%c' (undefined in POSIX extended regexes; glibc "
-                         "may take exponential time to match it)",
-                         p[1]);
-                return why;
-            } else if (c == '\\' && p[1]) {
-                p += 2;
-            } else {
-                p++;
-            }
-            last_size = 1;
-            last_prod = 1;
-            st[depth].size += 1;
-            have_atom = 1;
-            last_is_dup = 0;
-        }
-        if (st[depth].size > CFG_REGEX_MAX_ATOMS) {
-            snprintf(why, whylen, "repetitions expand it to more than %d atoms",
-                     CFG_REGEX_MAX_ATOMS);
-            return why;
-        }
-    }
-    return NULL;
-}
-
 /* match = ARG REGEX: the regex is the rest of the line, so it may hold spaces
  * (but not " ;", which inih takes for a comment). */
 static void set_match(struct parse_state *st, struct cfg_rule *rule, const char *v)
 {
     struct cfg_match *m;
     const char *sp = v, *re;
-    int rc;
 
     while (*sp && !isspace((unsigned char)*sp))
         sp++;
@@ -425,17 +242,8 @@ static void set_match(struct parse_state *st, struct cfg_rule *rule, const char 
         config_errors_add(&st->errors, st->line, "out of memory");
         goto fail;
     }
-    char cost[128];
-    const char *costly = regex_too_costly(m->pattern, cost, sizeof(cost));
-    if (costly) {
-        config_errors_add(&st->errors, st->line, "bad regex '%.80s' in 'match': %s", re, costly);
-        goto fail;
-    }
-    rc = regcomp(&m->re, m->pattern, REG_EXTENDED | REG_NOSUB);
-    if (rc != 0) {
-        char why[128];
-
-        regerror(rc, &m->re, why, sizeof(why));
+    char why[160];
+    if (!(m->re = rx_compile(m->pattern, why, sizeof(why)))) {
         config_errors_add(&st->errors, st->line, "bad regex '%.80s' in 'match': %s", re, why);
         goto fail;
     }

@@ -366,6 +366,10 @@ static void render_spop(struct strbuf *b)
                   "ACKs that carried only blocked and retry_after: the negotiated frame size "
                   "had no room for the other variables.",
                   metrics_ld(&metrics.acks_truncated));
+    render_simple(b, "spoa_ratelimit_match_limited_total", "counter",
+                  "Match regexes stopped by a backtracking or memory limit before they "
+                  "could answer: the rule did not apply to that request.",
+                  metrics_ld(&metrics.match_limited));
     /* Status codes 1..13 in order, then 99 ("unknown"), which is counted in [0]. */
     strbuf_printf(b, "# HELP spoa_ratelimit_protocol_errors_total Connections closed with an "
                  "AGENT-DISCONNECT, by SPOE status code.\n"

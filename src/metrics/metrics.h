@@ -132,6 +132,7 @@ struct metrics {
     atomic_uint_fast64_t protocol_errors[METRICS_STATUSES]; /* by status; [0]: 99 */
     atomic_uint_fast64_t acks;
     atomic_uint_fast64_t acks_truncated; /* only blocked (+ retry_after): frame too small */
+    atomic_uint_fast64_t match_limited;  /* match regexes stopped by a limit of core/rx.h */
     atomic_uint_fast64_t reloads;
     atomic_uint_fast64_t config_hash;      /* of the configuration in force */
     atomic_uint_fast64_t rules_without_key; /* in the configuration in force */

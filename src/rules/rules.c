@@ -92,6 +92,7 @@ void rules_eval_free(struct rule_eval *ev)
 {
     free(ev->hits);
     free(ev->keys);
+    rx_scratch_free(&ev->re);
     memset(ev, 0, sizeof(*ev));
 }
 
@@ -180,8 +181,10 @@ struct why {
     size_t failed_off, failed_len; /*   in ev->keys scratch, valid until the next append */
 };
 
-/* Whether every match of rule r holds for message m. The text is copied,
- * NUL-terminated, past the end of the keys (scratch space) for regexec. */
+/* Whether every match of rule r holds for message m. A text that fails is
+ * copied past the end of the keys (scratch space), where the mismatch
+ * counters find it. A match that a limit of core/rx.h stopped counts as no
+ * match (the rule does not apply), and in match_limited. */
 static int rule_matches(struct rule_eval *ev, const struct cfg_rule *r,
                         const struct spop_message *m, int *err, struct why *why)
 {
@@ -197,18 +200,20 @@ static int rule_matches(struct rule_eval *ev, const struct cfg_rule *r,
         }
         if ((n = rules_value_text(v, num, sizeof(num), &txt)) < 0)
             return 0;
-        if (keys_reserve(ev, (size_t)n + 1) < 0) {
+        int hit = rx_match(r->matches[i].re, txt, (size_t)n, &ev->re);
+        if (hit == 1)
+            continue;
+        if (hit == RX_ELIMIT)
+            METRIC_INC(match_limited);
+        if ((hit < 0 && hit != RX_ELIMIT) || keys_reserve(ev, (size_t)n + 1) < 0) {
             *err = -ENOMEM;
             return 0;
         }
         memcpy(ev->keys + ev->keys_len, txt, (size_t)n);
-        ev->keys[ev->keys_len + (size_t)n] = '\0';
-        if (regexec(&r->matches[i].re, ev->keys + ev->keys_len, 0, NULL, 0) != 0) {
-            why->failed = r->matches[i].arg;
-            why->failed_off = ev->keys_len;
-            why->failed_len = (size_t)n;
-            return 0;
-        }
+        why->failed = r->matches[i].arg;
+        why->failed_off = ev->keys_len;
+        why->failed_len = (size_t)n;
+        return 0;
     }
     return 1;
 }

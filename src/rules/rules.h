@@ -74,6 +74,7 @@ struct rule_eval {
     size_t nhits, hits_cap;
     char *keys;
     size_t keys_len, keys_cap;
+    struct rx_scratch re; /* for the match regexes */
 };
 
 void rules_eval_reset(struct rule_eval *ev);

@@ -28,6 +28,12 @@ key = ip
 rate = 2/1m
 shadow = yes
 
+[rule:backtrack]
+message = bt
+key = key
+match = path ^(a|aa)+$
+rate = 1/1m
+
 [rule:pair]
 message = other
 key = key, ip
@@ -100,6 +106,19 @@ class Rules(unittest.TestCase):
         self.assertEqual([g["blocked"] for g in got], [False, False, False, True])
         self.assertEqual(got[0]["rule"], "login")
         self.assertEqual(got[0]["policy"], '"login";q=3;w=3600')
+
+    def test_backtracking_regex_is_bounded(self):
+        """A text that makes ^(a|aa)+$ backtrack exponentially (PCRE2 stops at
+        its match limit): answered at once, the rule does not apply, counted;
+        a short text still matches."""
+        before = self.agent.metric("spoa_ratelimit_match_limited_total")
+        got = self.decide(msg="bt", key="k1", path="a" * 4000 + "c")
+        self.assertEqual(got, {"blocked": False})
+        self.assertEqual(self.agent.metric("spoa_ratelimit_match_limited_total"), before + 1)
+        got = [self.decide(msg="bt", key="k2", path="aaaa") for _ in range(2)]
+        self.assertEqual([(g["blocked"], g.get("rule")) for g in got],
+                         [(False, "backtrack"), (True, "backtrack")], got)
+        self.assertEqual(self.agent.metric("spoa_ratelimit_match_limited_total"), before + 1)
 
     def test_shadow_never_blocks(self):
         ip = ("ipv6", "2001:db8::77")

@@ -3,6 +3,8 @@
  * module (the scripts' tests) can use the runner. */
 #include "check_util.h"
 
+#include <string.h>
+
 #include "config/config.h"
 
 struct config *check_config_ok(const char *text)
@@ -22,4 +24,13 @@ void check_config_bad(const char *text, char *err, size_t errlen)
 
     ck_assert_int_eq(config_load_string(text, "t.ini", &cfg, err, errlen), -1);
     ck_assert_ptr_null(cfg);
+}
+
+int check_re(const struct rx *re, const char *s)
+{
+    struct rx_scratch scr = {0};
+    int rc = rx_match(re, s, strlen(s), &scr);
+
+    rx_scratch_free(&scr);
+    return rc;
 }

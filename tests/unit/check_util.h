@@ -53,4 +53,8 @@ struct config *check_config_ok(const char *text);
 /* text, as "t.ini", must be refused; err receives the messages. */
 void check_config_bad(const char *text, char *err, size_t errlen);
 
+struct rx;
+/* rx_match() of a compiled match regex over the NUL-terminated text s. */
+int check_re(const struct rx *re, const char *s);
+
 #endif
