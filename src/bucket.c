@@ -325,6 +325,16 @@ void bucket_take(struct bucket *b, const struct bucket_params *p, uint64_t now_u
     }
 }
 
+/* A running block: nothing passes until its end, whatever the bucket holds. */
+static void bucket_peek_block(struct bucket_state *st)
+{
+    if (!st->blocked_left_us)
+        return;
+    st->remaining = 0;
+    if (st->reset_us < st->blocked_left_us)
+        st->reset_us = st->blocked_left_us;
+}
+
 void bucket_peek(const struct bucket *b, const struct bucket_params *p, uint64_t now_us,
                  struct bucket_state *st)
 {
@@ -338,7 +348,7 @@ void bucket_peek(const struct bucket *b, const struct bucket_params *p, uint64_t
     st->blocked = !r.allowed;
     st->retry_us = r.retry_us;
     if (p->block_us && b->blocked_until_us > now_us)
-        st->blocked_until_us = b->blocked_until_us;
+        st->blocked_left_us = b->blocked_until_us - now_us;
     c = *b;
     if (p->algorithm == BUCKET_SLIDING_WINDOW) {
         uint64_t period = period_of(p);
@@ -352,11 +362,13 @@ void bucket_peek(const struct bucket *b, const struct bucket_params *p, uint64_t
             st->reset_us = c.ts_us + 2 * period - now;
         else if (c.tokens > 0)
             st->reset_us = c.ts_us + period - now;
+        bucket_peek_block(st);
         return;
     }
     st->level = tb_level(c.tokens, c.ts_us, p, now_us);
     st->remaining = whole(st->level, eps);
     st->reset_us = us_for_tokens(p, (double)p->burst - st->level);
+    bucket_peek_block(st);
 }
 
 int bucket_idle(const struct bucket *b, const struct bucket_params *p, uint64_t now_us)

@@ -110,7 +110,7 @@ struct bucket_state {
     int blocked;        /* a request of 1 would be denied now */
     uint64_t retry_us;  /* when blocked: until one would pass; else 0 */
     uint64_t reset_us;  /* until full again (both windows empty) */
-    uint64_t blocked_until_us; /* block_for: blocked until then (0: no block) */
+    uint64_t blocked_left_us; /* block_for: until the running block ends (0: none) */
 };
 
 void bucket_peek(const struct bucket *b, const struct bucket_params *p, uint64_t now_us,
