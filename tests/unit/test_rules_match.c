@@ -410,6 +410,21 @@ START_TEST(backstop_share_rounding)
 }
 END_TEST
 
+/* block_for reaches the rule's limits and its fail-open backstop, so that
+ * both the bucket and the backstop (Redis down) keep a blocked key out. */
+START_TEST(block_for_in_params_and_backstop)
+{
+    struct ruleset *rs = rt_load("[rule:a]\nrate = 10/1h\nblock_for = 15m\n"
+                                 "[rule:b]\nrate = 10/1m\n");
+
+    ck_assert_uint_eq(rs->params[0].block_us, 15 * 60 * 1000000ULL);
+    ck_assert_uint_eq(rs->backstop[0].block_us, 15 * 60 * 1000000ULL);
+    ck_assert_uint_eq(rs->params[1].block_us, 0);
+    ck_assert_uint_eq(rs->backstop[1].block_us, 0);
+    ruleset_unref(rs);
+}
+END_TEST
+
 /* The backstop stretches the period by 1/share. With a long period and a
  * tiny share that left a uint64_t (undefined; in practice period 0, so the
  * fallback did not limit at all). */
@@ -571,6 +586,7 @@ int main(void)
     tcase_add_loop_test(tc, backstop_auto_follows_fleet, 0,
                         (int)(sizeof(auto_cases) / sizeof(auto_cases[0])));
     tcase_add_test(tc, backstop_share_rounding);
+    tcase_add_test(tc, block_for_in_params_and_backstop);
     tcase_add_loop_test(tc, hashed_key_never_cut, 0, sizeof(max_keys) / sizeof(max_keys[0]));
     tcase_set_timeout(tc, 30); /* hundreds of configs: slow under sanitizers */
     return check_run_case("rules_match", tc);
