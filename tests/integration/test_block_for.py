@@ -5,7 +5,9 @@ for a sliding window whose windows have emptied meanwhile. Standalone, on a
 real redis-server (leased and exact), on a Redis Cluster, across two agents
 on one Redis (agent A denies, agent B then denies too until the block ends),
 GET /key shows the block and POST /reset lifts it, retry_after counts to the
-block's end, and through the kit's HAProxy with Retry-After. Agents must exit
+block's end, a shadow rule's block only sets would_block, the fail-open
+backstop keeps a block while Redis is down, a cost over the capacity starts
+none, and through the kit's HAProxy with Retry-After. Agents must exit
 0 on SIGTERM (checked at cleanup)."""
 import time
 import unittest
@@ -119,6 +121,20 @@ class Standalone(BlockCase):
         self.assertEqual(a.metric("spoa_ratelimit_blocks_started_total", rule="sw"), 1)
         self.key_shows_and_reset_lifts(a, False, "standalone")
 
+    def test_shadow_rule(self):
+        """A shadow rule's block only sets would_block, for the whole block."""
+        a = self.agent("[rule:s]\nkey = key\nrate = 60/1m\nburst = 1\nblock_for = 3s\n"
+                       "shadow = yes\n")
+        c = self.seq(a)
+        key = unique("sh")
+        got = [c.decide(key=key) for _ in range(2)]
+        self.assertEqual([(g["blocked"], g.get("would_block", False)) for g in got],
+                         [(False, False), (False, True)], got)
+        time.sleep(1.5)  # a token is back: only the block denies now
+        got = c.decide(key=key)
+        self.assertEqual((got["blocked"], got.get("would_block")), (False, True), got)
+        self.assertEqual(a.metric("spoa_ratelimit_blocks_started_total", rule="s"), 1)
+
     def test_cost_over_capacity_starts_no_block(self):
         rules = "[rule:tb]\nkey = key\nrate = 60/1m\nburst = 2\nblock_for = 3s\n" \
                 "cost = arg:cost\nmax_cost = 10\n"
@@ -153,6 +169,24 @@ class OnRedis(BlockCase):
             self.penalty(a, b, label="two agents, lease = " + lease)
             self.assertEqual(a.metric("spoa_ratelimit_blocks_started_total", rule="tb"), 1)
             self.assertEqual(b.metric("spoa_ratelimit_blocks_started_total", rule="tb") or 0, 0)
+
+    def test_backstop_while_redis_is_down(self):
+        """Redis down, on_redis_down = open: the fail-open backstop keeps the
+        block too (each agent on its own)."""
+        r = self.start_redis()
+        a = self.agent(RULES % {"lease": "on"}, redis=r, prefix="d:")
+        r.kill()
+        self.assertTrue(wait_for(lambda: a.metric("spoa_ratelimit_redis_up") == 0, 10))
+        c = self.seq(a)
+        key = unique("down")
+        got = [c.decide(key=key, path="/tb/x") for _ in range(2)]
+        self.assertEqual([(g["blocked"], g.get("degraded")) for g in got],
+                         [(False, True), (True, True)], got)
+        self.assertEqual(got[1]["retry_after"], 3, got)
+        time.sleep(1.5)
+        got = c.decide(key=key, path="/tb/x")
+        self.assertTrue(got["blocked"], got)
+        self.assertIn(got["retry_after"], (1, 2), got)
 
     def test_script_fields(self):
         """The denying script writes bu (Redis time, us) in the key's hash and
