@@ -104,6 +104,8 @@ class BlockCase(RedisCase):
         self.assertGreater(part["blocked_left_ms"], 1000, "%s: %r" % (label, st))
         self.assertLessEqual(part["blocked_left_ms"], 3000, "%s: %r" % (label, st))
         self.assertGreaterEqual(part["retry_after_ms"], part["blocked_left_ms"] - 50, st)
+        # the status page's top blocked clients (from /top) list it
+        self.assertTrue(wait_for(lambda: key in agent.get("/top"), 5), agent.get("/top"))
         reset(agent, "tb", key)
         st = key_state(agent, "tb", key)
         part = st["redis"] if redis else st.get("bucket")
