@@ -301,10 +301,11 @@ void bucket_take(struct bucket *b, const struct bucket_params *p, uint64_t now_u
         /* In the penalty box: denied whatever the bucket holds, which
          * refills meanwhile (a peek's copy: nothing taken). */
         struct bucket c = *b;
+        struct bucket_params q = *p;
         uint64_t left = b->blocked_until_us - now_us;
 
-        c.blocked_until_us = 0;
-        bucket_take(&c, p, now_us, 0, res);
+        q.block_us = 0; /* the bucket's own reset, not another block's */
+        bucket_take(&c, &q, now_us, 0, res);
         res->allowed = 0;
         res->remaining = 0;
         res->retry_us = left;

@@ -273,6 +273,7 @@ START_TEST(test_block_for)
         bucket_take(&b, &p, 1 * SEC + SEC / 2, 1, &r);
         ck_assert_msg(r.allowed == 0, "algo %d: allowed 1.5 s into the block", algo);
         ck_assert_uint_eq(r.retry_us, 3 * SEC + 1 - (SEC + SEC / 2));
+        ck_assert_uint_eq(r.reset_us, 3 * SEC + 1 - (SEC + SEC / 2)); /* the block's rest */
         ck_assert_uint_eq(r.remaining, 0);
         ck_assert(!bucket_idle(&b, &p, 2 * SEC));
         bucket_peek(&b, &p, 2 * SEC, &st);
