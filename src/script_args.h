@@ -17,7 +17,7 @@
 #include "store/script.h"
 
 /* The most arguments a script call takes (a claim). */
-#define SCRIPT_MAX_ARGC ((int)CLAIM_ARGC_RATED)
+#define SCRIPT_MAX_ARGC ((int)CLAIM_ARGC_FIXED)
 
 struct script_args {
     int argc;
@@ -34,9 +34,16 @@ enum store_script script_lease_args(const struct lease_job *lj, const char *agen
 
 /* Fill *a with the ARGV of one exact decision of a request costing cost
  * tokens (0: a check) under a rule of algorithm, limit/period_ms and burst;
- * returns the script to call. A cost of 1 sends no EXACT_ARG_N. */
+ * returns the script to call. A cost of 1 sends no EXACT_ARG_N. A fixed
+ * window's call also needs script_window_args. */
 enum store_script script_exact_args(enum bucket_algorithm algorithm, uint64_t limit,
                                     uint64_t period_ms, uint64_t burst, uint64_t cost,
                                     struct script_args *a);
+
+/* Make *a, the ARGV of sw_* script s, a fixed window's call: append the
+ * fixed mode and the windows' offset_ms (script.h's *_ARG_WINDOW_MODE),
+ * after the optional arguments before them (a claim's rate lease ones as
+ * "0", an exact call's cost). */
+void script_window_args(struct script_args *a, enum store_script s, uint64_t offset_ms);
 
 #endif

@@ -383,7 +383,7 @@ static struct lease_table *leases(struct fuzz_run *r)
  * an exact call one token. Returns the reply's values in v. */
 static int redis_run(struct fuzz_run *r, const struct lease_job *j, uint64_t cost, int64_t *v)
 {
-    const struct bucket_params p = {j->algorithm, j->limit, j->period_ms * 1000, j->burst};
+    const struct bucket_params p = {j->algorithm, j->limit, j->period_ms * 1000, j->burst, 0};
     struct bucket_result res, probe;
     uint64_t got = 0;
 

@@ -32,7 +32,7 @@ static void exact_reply(struct lease_table *t, struct lease_job *j, int ok, int6
  * block never pass BUCKET_MAX_PERIOD_US (fuzz_reply found 2^53 + 90 ms). */
 START_TEST(blocked_retry_keeps_the_cap)
 {
-    const struct bucket_params p100 = {0, 100, 1 * S, 50}; /* 5 tokens added a block */
+    const struct bucket_params p100 = {0, 100, 1 * S, 50, 0}; /* 5 tokens added a block */
     static const int64_t retries[] = {9999999999999, INT64_MAX, (int64_t)(BUCKET_MAX_PERIOD_US / MS),
                                       (int64_t)(BUCKET_MAX_PERIOD_US / MS) - 1};
     struct lease_job *j, *next;
