@@ -18,7 +18,7 @@ import urllib.request
 import fleet
 from fleet import LoadClient, run_clients, unique
 from harness import AGENT, Agent, HAProxy, stop_cleanly, wait_for
-from test_redis import RedisCase
+from test_cost import CostCase
 from test_redis_topologies import TopologyCase
 
 DAY = 86400
@@ -54,13 +54,8 @@ def to_next(period, offset=0, now=None):
     return period - (now - offset) % period
 
 
-class FixedCase(RedisCase):
-    def agent(self, rules, redis=None, workers=2, **kw):
-        if redis:
-            return self.start_agent(redis, rules, workers=workers, **kw)
-        a = Agent(rules, workers=workers)
-        stop_cleanly(self, a)
-        return a
+class FixedCase(CostCase):
+    """Agents standalone or on Redis as test_cost starts them."""
 
     def stats(self, agent, method, path):
         req = urllib.request.Request("http://127.0.0.1:%d%s" % (agent.stats_port, path),
