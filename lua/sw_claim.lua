@@ -23,7 +23,12 @@ ARGV[7]   returned: unspent units given back (capped at held - used)
 ARGV[8]   ttl, ms: longest lease (>= 1)
 
 ARGV[9], ARGV[10]  ignored (tb_claim's rate lease; sent empty)
-ARGV[11]  optional: block_for, ms, as in tb_claim.lua (field bu)
+ARGV[11]  optional: block_for, ms, as in tb_claim.lua (field bu); sent
+          (empty or 0 for none) before the mode
+ARGV[12]  mode: "1" = fixed window (optional; absent or "0": sliding): N per
+          window, windows [k x period + offset, (k + 1) x period + offset) of
+          Redis time, nothing carried over from the previous one (p stays 0)
+ARGV[13]  offset, ms (with mode 1): the windows' shift, taken mod period
 Returns   {granted, remaining, held, holders, retry_ms, reset_ms, lease_ms, mine, 0, 0}
           (the last two: tb_claim's share_ppm and had; no rate leases here)
             granted   units charged and added to the caller's lease:
@@ -83,11 +88,15 @@ if agent == nil or agent == '' then error('sw_claim: empty agent id') end
 local limit, period = num(ARGV, 2, 1), num(ARGV, 3, 1)
 local want, used, ret, ttl = num(ARGV, 5, 0), num(ARGV, 6, 0), num(ARGV, 7, 0), num(ARGV, 8, 1)
 local wus = period * 1000 -- window length, microseconds
+-- Fixed mode (ARGV[12] = 1): windows shifted by ARGV[13] ms, no weight from
+-- the previous window: at most N per window, counted to the boundary.
+local fixed = ARGV[12] == '1'
+local off = fixed and (num(ARGV, 13, 0) * 1000) % wus or 0
 
 local tm = redis.call('TIME')
 local now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
-local k = floor(now / wus) -- guard the division's rounding
-if k * wus > now then k = k - 1 elseif (k + 1) * wus <= now then k = k + 1 end
+local k = floor((now - off) / wus) -- guard the division's rounding
+if k * wus + off > now then k = k - 1 elseif (k + 1) * wus + off <= now then k = k + 1 end
 
 local raw = redis.call('HGETALL', key)
 local f = raw -- the fields by name; f is only read: a new key's empty reply will do
@@ -103,7 +112,8 @@ if W == nil or k > W + 1 then
 elseif k == W + 1 then
     W, c, p = k, 0, c
 end
-local left = min(wus, max(0, (W + 1) * wus - now)) -- us to the boundary
+if fixed then p = 0 end -- nothing carries over
+local left = min(wus, max(0, (W + 1) * wus + off - now)) -- us to the boundary
 
 -- Leases of older windows are over: forget them (their units stay counted).
 local held = {}
@@ -163,13 +173,14 @@ end
 -- p decays over the rest of this window, then c decays over the next one.
 local function wait_us(thr)
     if est <= thr then return 0 end
+    if fixed then return left end -- a fixed window's count falls at the boundary
     thr = max(thr, 0)
     if c <= thr then return (est - thr) * wus / p end
     return left + (c - thr) * wus / c
 end
 local H, holders = 0, 0
 for _, h in next, held do H, holders = H + h, holders + 1 end
-local pttl = ceil((left + wus) / 1000) + 1000
+local pttl = ceil((fixed and left or left + wus) / 1000) + 1000
 local remaining, retry, reset = max(0, floor(limit - est)), ceil(wait_us(limit - 1) / 1000),
     ceil(wait_us(0) / 1000)
 if bu then -- blocked: retry and reset at its end; the key lives past it

@@ -8,11 +8,14 @@ ARGV[2]   period, ms   }
 ARGV[3]   burst: ignored (same ARGV as tb_exact.lua)
 ARGV[4]   n: units this request costs (>= 0; default 1). n = 0 is a check:
           allowed when 1 would be, counting nothing. n > N is never allowed.
-
 ARGV[5]   optional (after n): block_for, ms (>= 0; absent or 0: none). A
           denial (of an n that fits) records blocked-until = now +
           block_for (field bu); until then every call is denied, takes
           nothing, and answers remaining 0, retry_ms to the block's end.
+ARGV[6]   mode: "1" = fixed window (optional; absent or "0": sliding): N per
+          window, windows [k x period + offset, (k + 1) x period + offset) of
+          Redis time, nothing carried over from the previous one (p stays 0)
+ARGV[7]   offset, ms (with mode 1): the windows' shift, taken mod period
 Returns   {allowed, remaining, retry_ms, reset_ms}
             allowed   1 when estimate + n <= N and n was counted, else 0
             remaining max(0, floor(N - estimate)) after the call
@@ -62,11 +65,15 @@ local key = KEYS[1]
 local limit, period, n = num(ARGV, 1, 1), num(ARGV, 2, 1), num(ARGV, 4, 0, 1)
 local need = n > 0 and n or 1 -- a check (n = 0) passes where 1 would
 local wus = period * 1000 -- window length, microseconds
+-- Fixed mode (ARGV[6] = 1): windows shifted by ARGV[7] ms, no weight from
+-- the previous window: at most N per window, counted to the boundary.
+local fixed = ARGV[6] == '1'
+local off = fixed and (num(ARGV, 7, 0) * 1000) % wus or 0
 
 local tm = redis.call('TIME')
 local now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
-local k = floor(now / wus) -- guard the division's rounding
-if k * wus > now then k = k - 1 elseif (k + 1) * wus <= now then k = k + 1 end
+local k = floor((now - off) / wus) -- guard the division's rounding
+if k * wus + off > now then k = k - 1 elseif (k + 1) * wus + off <= now then k = k + 1 end
 
 -- Roll the windows forward to k (never back). Stale leases are left to
 -- sw_claim.lua: they do not change the count.
@@ -77,7 +84,8 @@ if W == nil or k > W + 1 then
 elseif k == W + 1 then
     W, c, p = k, 0, c
 end
-local left = min(wus, max(0, (W + 1) * wus - now))
+if fixed then p = 0 end -- nothing carries over
+local left = min(wus, max(0, (W + 1) * wus + off - now))
 
 -- Penalty box (block_for, ARGV[5] in ms; absent or 0: none): until the
 -- Redis time in field bu, every call is denied and takes nothing.
@@ -97,11 +105,12 @@ end
 
 local function wait_us(thr) -- see sw_claim.lua
     if est <= thr then return 0 end
+    if fixed then return left end
     thr = max(thr, 0)
     if c <= thr then return (est - thr) * wus / p end
     return left + (c - thr) * wus / c
 end
-local pttl = ceil((left + wus) / 1000) + 1000
+local pttl = ceil((fixed and left or left + wus) / 1000) + 1000
 local remaining = max(0, floor(limit - est))
 -- n over N never fits: one period, as the agent's own buckets say
 local retry, reset = need > limit and period or ceil(wait_us(limit - need) / 1000), ceil(wait_us(0) / 1000)

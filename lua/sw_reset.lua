@@ -5,7 +5,10 @@ KEYS[1]   the counter hash, same layout as sw_claim.lua (w, c, p, h:<agent>, w:<
 ARGV[1]   limit N      } at most N per window of period ms (estimated)
 ARGV[2]   period, ms   }
 ARGV[3]   burst: ignored (same ARGV as tb_reset.lua)
-
+ARGV[4]   mode: "1" = fixed window (optional; absent or "0": sliding): N per
+          window, windows [k x period + offset, (k + 1) x period + offset) of
+          Redis time, nothing carried over from the previous one (p stays 0)
+ARGV[5]   offset, ms (with mode 1): the windows' shift, taken mod period
 Returns   {remaining, held, holders, before}
             remaining max(0, floor(N - estimate)) after the reset
             held      units held by leases of the current window, every agent's
@@ -57,11 +60,15 @@ end})
 local key = KEYS[1]
 local limit, period = num(ARGV, 1, 1), num(ARGV, 2, 1)
 local wus = period * 1000 -- window length, microseconds
+-- Fixed mode (ARGV[4] = 1): windows shifted by ARGV[5] ms, no weight from
+-- the previous window: at most N per window, counted to the boundary.
+local fixed = ARGV[4] == '1'
+local off = fixed and (num(ARGV, 5, 0) * 1000) % wus or 0
 
 local tm = redis.call('TIME')
 local now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
-local k = floor(now / wus) -- guard the division's rounding
-if k * wus > now then k = k - 1 elseif (k + 1) * wus <= now then k = k + 1 end
+local k = floor((now - off) / wus) -- guard the division's rounding
+if k * wus + off > now then k = k - 1 elseif (k + 1) * wus + off <= now then k = k + 1 end
 
 local raw = redis.call('HGETALL', key)
 local f = raw -- the fields by name; f is only read: a new key's empty reply will do
@@ -77,7 +84,8 @@ if W == nil or k > W + 1 then
 elseif k == W + 1 then
     W, c, p = k, 0, c
 end
-local left = min(wus, max(0, (W + 1) * wus - now)) -- us to the boundary
+if fixed then p = 0 end -- nothing carries over
+local left = min(wus, max(0, (W + 1) * wus + off - now)) -- us to the boundary
 local before = max(0, floor(limit - (p * left / wus + c)))
 
 -- Leases of older windows are over: forget them (their units stay counted).
@@ -100,5 +108,5 @@ end
 c, p = H, 0
 redis.call('HSET', key, 'w', fmt[W], 'c', fmt[c], 'p', fmt[p])
 if f.bu then redis.call('HDEL', key, 'bu') end -- the penalty box is lifted too
-redis.call('PEXPIRE', key, fmt[ceil((left + wus) / 1000) + 1000])
+redis.call('PEXPIRE', key, fmt[ceil((fixed and left or left + wus) / 1000) + 1000])
 return {max(0, floor(limit - c)), H, holders, before}

@@ -7,7 +7,10 @@ ARGV[2]   limit N      } at most N per window of period ms (estimated)
 ARGV[3]   period, ms   }
 ARGV[4]   burst: ignored (same ARGV as tb_return.lua)
 ARGV[5]   used: units spent from the lease since the last report (capped at held)
-
+ARGV[6]   mode: "1" = fixed window (optional; absent or "0": sliding): N per
+          window, windows [k x period + offset, (k + 1) x period + offset) of
+          Redis time, nothing carried over from the previous one (p stays 0)
+ARGV[7]   offset, ms (with mode 1): the windows' shift, taken mod period
 Returns   {granted, remaining, held, holders, retry_ms, reset_ms, lease_ms, mine, 0, 0}
           as sw_claim.lua, with granted = 0, lease_ms = 0 and mine = 0: the
           caller's h:/w: fields are deleted and, when they were charged in the
@@ -55,11 +58,15 @@ local key, agent = KEYS[1], ARGV[1]
 if agent == nil or agent == '' then error('sw_return: empty agent id') end
 local limit, period, used = num(ARGV, 2, 1), num(ARGV, 3, 1), num(ARGV, 5, 0)
 local wus = period * 1000 -- window length, microseconds
+-- Fixed mode (ARGV[6] = 1): windows shifted by ARGV[7] ms, no weight from
+-- the previous window: at most N per window, counted to the boundary.
+local fixed = ARGV[6] == '1'
+local off = fixed and (num(ARGV, 7, 0) * 1000) % wus or 0
 
 local tm = redis.call('TIME')
 local now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
-local k = floor(now / wus) -- guard the division's rounding
-if k * wus > now then k = k - 1 elseif (k + 1) * wus <= now then k = k + 1 end
+local k = floor((now - off) / wus) -- guard the division's rounding
+if k * wus + off > now then k = k - 1 elseif (k + 1) * wus + off <= now then k = k + 1 end
 
 local raw = redis.call('HGETALL', key)
 local f = raw -- the fields by name; f is only read: a new key's empty reply will do
@@ -75,7 +82,8 @@ if W == nil or k > W + 1 then
 elseif k == W + 1 then
     W, c, p = k, 0, c
 end
-local left = min(wus, max(0, (W + 1) * wus - now))
+if fixed then p = 0 end -- nothing carries over
+local left = min(wus, max(0, (W + 1) * wus + off - now))
 
 -- Forget leases of older windows; keep the current ones.
 local held = {}
@@ -100,12 +108,13 @@ redis.call('HDEL', key, 'h:' .. agent, 'w:' .. agent)
 local est = p * left / wus + c
 local function wait_us(thr) -- see sw_claim.lua
     if est <= thr then return 0 end
+    if fixed then return left end
     thr = max(thr, 0)
     if c <= thr then return (est - thr) * wus / p end
     return left + (c - thr) * wus / c
 end
 local H, holders = 0, 0
 for _, h in next, held do H, holders = H + h, holders + 1 end
-redis.call('PEXPIRE', key, fmt[ceil((left + wus) / 1000) + 1000])
+redis.call('PEXPIRE', key, fmt[ceil((fixed and left or left + wus) / 1000) + 1000])
 return {0, max(0, floor(limit - est)), H, holders,
         ceil(wait_us(limit - 1) / 1000), ceil(wait_us(0) / 1000), 0, 0, 0, 0}

@@ -1,5 +1,5 @@
-/* bucket.c - exact in-memory rate limit state: the token bucket and sliding
- * window counter arithmetic, and a striped hash table of buckets keyed by
+/* bucket.c - exact in-memory rate limit state: the token bucket, sliding
+ * window counter and fixed window arithmetic, and a striped hash table of buckets keyed by
  * (rule name, client key).
  *
  * Arithmetic is in doubles (the state is fractional tokens), but every
@@ -272,11 +272,62 @@ static void sw_take(struct bucket *b, const struct bucket_params *p, uint64_t no
         res->reset_us = 0;
 }
 
+/* ---- fixed window ------------------------------------------------------- */
+
+/* Start of the window holding now (wall clock): the latest t <= now with
+ * t = offset (mod period). Windows are aligned to the epoch, so 1d starts at
+ * 00:00 UTC and 1w on a Thursday (1970-01-01 was one). */
+static uint64_t fw_start(const struct bucket_params *p, uint64_t now)
+{
+    uint64_t period = period_of(p);
+    uint64_t off = p->offset_us % period;
+    return now - (now % period + period - off) % period;
+}
+
+/* Move to the window holding now: a later window starts empty. A clock that
+ * went back keeps the current window (and its count): never more than N. */
+static void fw_advance(struct bucket *b, const struct bucket_params *p, uint64_t now)
+{
+    uint64_t start = fw_start(p, now);
+    if (start > b->ts_us) {
+        b->cur = 0;
+        b->ts_us = start;
+    }
+}
+
+static void fw_take(struct bucket *b, const struct bucket_params *p, uint64_t now, uint64_t n,
+                    struct bucket_result *res)
+{
+    uint64_t period = period_of(p);
+
+    fw_advance(b, p, now);
+    if (now < b->ts_us)
+        now = b->ts_us; /* clock went backward: as if at the window's start */
+    uint64_t end = b->ts_us + period;
+    /* n = 0 (a check) passes where 1 would, and takes nothing */
+    if (b->cur + (double)(n ? n : 1) <= (double)p->limit) {
+        b->cur += (double)n;
+        res->allowed = 1;
+        res->retry_us = 0;
+    } else {
+        res->allowed = 0;
+        /* n over N never fits: one period, as tb_take says; else the count
+         * only falls at the next window's start */
+        res->retry_us = (n > p->limit) ? period : end - now;
+    }
+    res->remaining = whole((double)p->limit - b->cur, 0);
+    res->reset_us = b->cur > 0 ? end - now : 0;
+}
+
 /* ---- single bucket API -------------------------------------------------- */
 
 void bucket_init(struct bucket *b, const struct bucket_params *p, uint64_t now_us)
 {
-    if (p->algorithm == BUCKET_SLIDING_WINDOW) {
+    if (p->algorithm == BUCKET_FIXED_WINDOW) {
+        b->tokens = 0;
+        b->cur = 0;
+        b->ts_us = fw_start(p, now_us);
+    } else if (p->algorithm == BUCKET_SLIDING_WINDOW) {
         b->tokens = 0;
         b->cur = 0;
         b->ts_us = now_us - now_us % period_of(p);
@@ -313,7 +364,9 @@ void bucket_take(struct bucket *b, const struct bucket_params *p, uint64_t now_u
             res->reset_us = left;
         return;
     }
-    if (p->algorithm == BUCKET_SLIDING_WINDOW)
+    if (p->algorithm == BUCKET_FIXED_WINDOW)
+        fw_take(b, p, now_us, n, res);
+    else if (p->algorithm == BUCKET_SLIDING_WINDOW)
         sw_take(b, p, now_us, n, res);
     else
         tb_take(b, p, now_us, n, res);
@@ -351,6 +404,17 @@ void bucket_peek(const struct bucket *b, const struct bucket_params *p, uint64_t
     if (p->block_us && b->blocked_until_us > now_us)
         st->blocked_left_us = b->blocked_until_us - now_us;
     c = *b;
+    if (p->algorithm == BUCKET_FIXED_WINDOW) {
+        fw_advance(&c, p, now_us);
+        uint64_t now = now_us > c.ts_us ? now_us : c.ts_us;
+        st->cur = c.cur;
+        st->level = c.cur;
+        st->window_start_us = fw_start(p, now);
+        st->remaining = whole((double)p->limit - c.cur, 0);
+        if (c.cur > 0)
+            st->reset_us = c.ts_us + period_of(p) - now;
+        return;
+    }
     if (p->algorithm == BUCKET_SLIDING_WINDOW) {
         uint64_t period = period_of(p);
         sw_advance(&c, period, now_us);
@@ -376,6 +440,8 @@ int bucket_idle(const struct bucket *b, const struct bucket_params *p, uint64_t 
 {
     if (b->blocked_until_us > now_us)
         return 0; /* dropping it would lift the block */
+    if (p->algorithm == BUCKET_FIXED_WINDOW)
+        return b->cur <= 0 || (now_us >= b->ts_us && now_us - b->ts_us >= period_of(p));
     if (p->algorithm == BUCKET_SLIDING_WINDOW) {
         if (b->tokens <= 0 && b->cur <= 0)
             return 1;
@@ -386,7 +452,7 @@ int bucket_idle(const struct bucket *b, const struct bucket_params *p, uint64_t 
 
 /* ---- table -------------------------------------------------------------- */
 
-const struct bucket_params bucket_params_per_bucket = {BUCKET_TOKEN_BUCKET, 0, 0, 0, 0};
+const struct bucket_params bucket_params_per_bucket = {BUCKET_TOKEN_BUCKET, 0, 0, 0, 0, 0};
 
 /* One (rule, key) bucket. data holds the rule name, a NUL (so that data is
  * the rule as a C string for params_of), then keylen key bytes. */
@@ -700,6 +766,15 @@ size_t bucket_table_expire(struct bucket_table *t, uint64_t now_us, size_t max_v
                            const struct bucket_params *(*params_of)(void *ctx, const char *rule),
                            void *ctx)
 {
+    return bucket_table_expire_at(t, now_us, now_us, max_visit, params_of, ctx);
+}
+
+size_t bucket_table_expire_at(struct bucket_table *t, uint64_t now_us, uint64_t wall_us,
+                              size_t max_visit,
+                              const struct bucket_params *(*params_of)(void *ctx,
+                                                                       const char *rule),
+                              void *ctx)
+{
     size_t visited = 0, dropped = 0, scanned = 0, stripes_done = 0;
     /* Empty slots cost time too: bound them so one call holds a stripe lock
      * for a time proportional to max_visit even in a sparse table. */
@@ -722,11 +797,14 @@ size_t bucket_table_expire(struct bucket_table *t, uint64_t now_us, size_t max_v
                 const struct bucket_params *p = params_of(ctx, e->data);
                 struct bucket_params own;
                 if (p == &bucket_params_per_bucket) {
-                    own = (struct bucket_params){e->algorithm, e->limit, e->period_us, e->burst, 0};
+                    own = (struct bucket_params){e->algorithm, e->limit, e->period_us, e->burst,
+                                                 0, 0};
                     p = &own;
                 }
                 visited++;
-                if (!p || (uint8_t)p->algorithm != e->algorithm || bucket_idle(&e->b, p, now_us)) {
+                /* (a fixed window's idleness does not depend on its offset) */
+                uint64_t at = e->algorithm == BUCKET_FIXED_WINDOW ? wall_us : now_us;
+                if (!p || (uint8_t)p->algorithm != e->algorithm || bucket_idle(&e->b, p, at)) {
                     *pp = e->next;
                     dlist_del(&e->age);
                     free(e);

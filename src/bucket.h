@@ -1,8 +1,11 @@
-/* bucket.h - exact in-memory rate limit state: token bucket and sliding
- * window counter, plus a thread-safe table of them keyed by (rule, client).
+/* bucket.h - exact in-memory rate limit state: token bucket, sliding
+ * window counter and fixed window, plus a thread-safe table of them keyed by
+ * (rule, client).
  *
- * Time is always passed in (microseconds on a monotonic clock), never read
- * here, so the logic is deterministic under test. No I/O.
+ * Time is always passed in, never read here, so the logic is deterministic
+ * under test: microseconds on a monotonic clock, except for fixed windows,
+ * which are aligned to the Unix epoch and so take the wall clock
+ * (CLOCK_REALTIME, microseconds since 1970-01-01 00:00 UTC). No I/O.
  */
 #ifndef BUCKET_H
 #define BUCKET_H
@@ -15,7 +18,16 @@
 enum bucket_algorithm {
     BUCKET_TOKEN_BUCKET = 0,   /* refill limit per period, capacity burst */
     BUCKET_SLIDING_WINDOW = 1, /* at most limit per period, two-window estimate */
+    BUCKET_FIXED_WINDOW = 2,   /* at most limit per window [k x period + offset, +period)
+                                  of the wall clock: a quota that resets at a set time */
 };
+
+/* Whether an algorithm counts in windows (N per window, no burst): a
+ * sliding or a fixed window. Such a rule's capacity is N. */
+static inline int bucket_windowed(enum bucket_algorithm a)
+{
+    return a == BUCKET_SLIDING_WINDOW || a == BUCKET_FIXED_WINDOW;
+}
 
 /* The longest period the arithmetic takes (about 285 years): a longer one
  * counts as this, so that 2 x period, and period x tokens in a double, stay
@@ -30,6 +42,8 @@ struct bucket_params {
     uint64_t period_us; /* DURATION of the rate (also the sliding window) */
     uint64_t burst;     /* token bucket capacity */
     uint64_t block_us;  /* block_for: a denial keeps the key denied this long (0: off) */
+    uint64_t offset_us; /* fixed window: windows start at offset (mod period) after
+                           the epoch; less than period (else taken mod period) */
 };
 
 /* Outcome of one decision. Times are in microseconds. */
@@ -45,8 +59,8 @@ struct bucket_result {
 /* State of one token bucket or sliding window, 32 bytes. */
 struct bucket {
     double tokens;   /* token bucket: tokens left; sliding window: count of previous window */
-    double cur;      /* sliding window: count of current window */
-    uint64_t ts_us;  /* token bucket: last refill; sliding window: current window start */
+    double cur;      /* sliding and fixed window: count of current window */
+    uint64_t ts_us;  /* token bucket: last refill; windows: current window start */
     uint64_t blocked_until_us; /* block_for: denied until then (0: not blocked) */
 };
 
@@ -111,6 +125,8 @@ struct bucket_state {
     uint64_t retry_us;  /* when blocked: until one would pass; else 0 */
     uint64_t reset_us;  /* until full again (both windows empty) */
     uint64_t blocked_left_us; /* block_for: until the running block ends (0: none) */
+    uint64_t window_start_us; /* fixed window: start of the window now is in
+                                 (wall clock); else 0 */
 };
 
 void bucket_peek(const struct bucket *b, const struct bucket_params *p, uint64_t now_us,
@@ -155,6 +171,15 @@ extern const struct bucket_params bucket_params_per_bucket;
 size_t bucket_table_expire(struct bucket_table *t, uint64_t now_us, size_t max_visit,
                            const struct bucket_params *(*params_of)(void *ctx, const char *rule),
                            void *ctx);
+
+/* The same, where fixed windows are judged at wall_us (the wall clock at
+ * now_us) and the others at now_us. bucket_table_expire passes now_us for
+ * both (a test's single clock). */
+size_t bucket_table_expire_at(struct bucket_table *t, uint64_t now_us, uint64_t wall_us,
+                              size_t max_visit,
+                              const struct bucket_params *(*params_of)(void *ctx,
+                                                                       const char *rule),
+                              void *ctx);
 
 /* The bucket of (rule, key) as bucket_peek() sees it at now under p: 1 with
  * *st filled, 0 when there is none, or when it counts with another

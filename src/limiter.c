@@ -43,6 +43,7 @@ struct rjob {
     struct lease_waiter *w;          /* RJOB_EXACT: NULL once answered by fallback */
     enum bucket_algorithm algorithm; /* RJOB_EXACT */
     uint64_t limit, period_ms, burst;
+    uint64_t offset_ms;              /* RJOB_EXACT: a fixed window's window_offset */
     uint64_t cost;                   /* RJOB_EXACT: tokens the request takes */
     uint64_t block_ms;               /* RJOB_EXACT: the rule's block_for (0: none) */
     size_t keylen;
@@ -78,6 +79,13 @@ struct limiter {
 
 /* ---- fallback ------------------------------------------------------------- */
 
+/* The time a bucket under p is taken at: now_us, or for a fixed window,
+ * aligned to the epoch, the wall clock (bucket.h). */
+static uint64_t bucket_clock(const struct bucket_params *p, uint64_t now_us)
+{
+    return p->algorithm == BUCKET_FIXED_WINDOW ? util_wall_us() : now_us;
+}
+
 static void decide_fallback(struct limiter *l, struct limiter_req *req, size_t i,
                             uint64_t now_us)
 {
@@ -93,7 +101,7 @@ static void decide_fallback(struct limiter *l, struct limiter_req *req, size_t i
         return;
     }
     bucket_table_take(l->backstop, r->name, rules_hit_key(&req->ev, h), h->key_len,
-                      &h->backstop, now_us, h->cost, &h->out.res);
+                      &h->backstop, bucket_clock(&h->backstop, now_us), h->cost, &h->out.res);
 }
 
 /* One decision of req is in: complete req when it was the last. */
@@ -215,16 +223,15 @@ static void on_reply(void *arg, const struct store_result *res)
 static enum store_script job_args(const struct limiter *l, const struct rjob *j,
                                   struct script_args *a)
 {
-    enum store_script s;
-
     if (j->kind == RJOB_EXACT) {
-        s = script_exact_args(j->algorithm, j->limit, j->period_ms, j->burst, j->cost, a);
+        enum store_script s =
+            script_exact_args(j->algorithm, j->limit, j->period_ms, j->burst, j->cost, a);
         script_block_arg(a, s, j->block_ms);
+        if (j->algorithm == BUCKET_FIXED_WINDOW)
+            script_window_args(a, s, j->offset_ms);
         return s;
     }
-    s = script_lease_args(j->lj, store_agent_id(l->store), l->ttl_ms, a);
-    script_block_arg(a, s, j->lj->block_ms);
-    return s;
+    return script_lease_args(j->lj, store_agent_id(l->store), l->ttl_ms, a);
 }
 
 static void send_job(struct limiter *l, struct rjob *j)
@@ -381,7 +388,12 @@ size_t limiter_redis_key(const struct limiter *l, const struct cfg_rule *r, cons
     if (n > cap)
         return 0;
     memcpy(buf, l->prefix, l->prefix_len);
-    memcpy(buf + l->prefix_len, r->algorithm == BUCKET_SLIDING_WINDOW ? "sw:" : "tb:", 3);
+    /* the algorithm in the key: a rule switched to another one starts afresh */
+    memcpy(buf + l->prefix_len,
+           r->algorithm == BUCKET_FIXED_WINDOW     ? "fw:"
+           : r->algorithm == BUCKET_SLIDING_WINDOW ? "sw:"
+                                                   : "tb:",
+           3);
     memcpy(buf + l->prefix_len + 3, r->name, rl);
     buf[l->prefix_len + 3 + rl] = ':';
     memcpy(buf + l->prefix_len + 4 + rl, UTIL_SLOT_FENCE, fence);
@@ -406,7 +418,7 @@ static void decide_standalone(struct limiter *l, struct limiter_req *req, uint64
         struct rule_hit *h = &ev->hits[i];
         const struct cfg_rule *r = &req->rs->cfg->rules[h->rule];
         bucket_table_take(l->buckets, r->name, rules_hit_key(ev, h), h->key_len, &h->params,
-                          now_us, h->cost, &h->out.res);
+                          bucket_clock(&h->params, now_us), h->cost, &h->out.res);
         h->out.degraded = 0;
     }
 }
@@ -444,6 +456,7 @@ static int queue_exact(struct limiter *l, struct limiter_req *req, size_t i, con
     j->limit = p->limit;
     j->period_ms = p->period_us / 1000;
     j->burst = p->burst;
+    j->offset_ms = p->offset_us / 1000;
     j->cost = req->ev.hits[i].cost;
     j->block_ms = (p->block_us + 999) / 1000;
     j->keylen = keylen;
@@ -747,8 +760,9 @@ static const struct bucket_params *backstop_of(void *ctx, const char *rule)
 size_t limiter_expire(struct limiter *l, const struct ruleset *rs, uint64_t now_us,
                       size_t max_visit)
 {
-    size_t n = bucket_table_expire(l->buckets, now_us, max_visit, params_of, (void *)rs);
-    n += bucket_table_expire(l->backstop, now_us, max_visit, backstop_of, (void *)rs);
+    uint64_t wall = util_wall_us(); /* fixed windows count on it */
+    size_t n = bucket_table_expire_at(l->buckets, now_us, wall, max_visit, params_of, (void *)rs);
+    n += bucket_table_expire_at(l->backstop, now_us, wall, max_visit, backstop_of, (void *)rs);
     atomic_store(&metrics.buckets,
                  bucket_table_count(l->buckets) + bucket_table_count(l->backstop));
     return n;

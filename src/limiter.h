@@ -127,8 +127,9 @@ struct limiter_redis_state {
     const char *error; /* the reads failed: why (the rest is unset) */
     int exists;
     int64_t ttl_ms;    /* PTTL: -1 none, -2 no key */
-    /* sliding window */
+    /* sliding and fixed window */
     double window, window_left_ms, current, previous, estimate;
+    double window_start_ms, window_end_ms; /* Redis time, ms since the epoch */
     /* token bucket */
     double t, refilled_ms_ago, tokens_now;
     /* both */

@@ -190,20 +190,28 @@ static double sw_wait(double est, double c, double p, double left, double period
     return left + (c - thr) * period / c;
 }
 
+/* A sliding window, or a fixed one (sw_claim.lua's fixed mode: windows
+ * shifted by the offset, nothing carried over from the previous one). */
 static void redis_sw(struct op *o, const char *self, struct limiter_redis_state *st)
 {
     const struct bucket_params *bp = &o->who.params;
+    int fixed = bp->algorithm == BUCKET_FIXED_WINDOW;
     double period = (double)bp->period_us, now = (double)o->now_us, limit = (double)bp->limit;
-    double cur_w = floor(now / period), w = fnum(o, "w", NULL, cur_w);
+    double off = fixed && bp->period_us ? (double)(bp->offset_us % bp->period_us) : 0;
+    double cur_w = floor((now - off) / period), w = fnum(o, "w", NULL, cur_w);
     double c = fnum(o, "c", NULL, 0), p = fnum(o, "p", NULL, 0);
 
     if (cur_w > w + 1) /* both windows past */
         c = p = 0;
     else if (cur_w == w + 1)
         p = c, c = 0;
-    double left = (cur_w + 1) * period - now;
+    if (fixed)
+        p = 0;
+    double left = (cur_w + 1) * period + off - now;
     double est = p * left / period + c;
     st->window = cur_w;
+    st->window_start_ms = (cur_w * period + off) / 1000;
+    st->window_end_ms = st->window_start_ms + period / 1000;
     st->window_left_ms = left / 1000;
     st->current = c;
     st->previous = p;
@@ -212,6 +220,11 @@ static void redis_sw(struct op *o, const char *self, struct limiter_redis_state 
     st->estimate = est;
     st->remaining = rem > 0 ? rem : 0;
     st->blocked = est + 1 > limit + 1e-9;
+    if (fixed) { /* the count falls at the boundary */
+        st->retry_after_ms = st->blocked ? ceil(left / 1000) : 0;
+        st->reset_ms = c > 0 ? ceil(left / 1000) : 0;
+        return;
+    }
     st->retry_after_ms = ceil(sw_wait(est, c, p, left, period, limit - 1) / 1000);
     st->reset_ms = ceil(sw_wait(est, c, p, left, period, 0) / 1000);
 }
@@ -261,12 +274,14 @@ static void inspect_done(struct op *o)
     struct limiter_key_state st;
     const struct limiter_who *w = &o->who;
     uint64_t now = util_now_us();
+    /* fixed windows count on the wall clock (bucket.h) */
+    uint64_t at = w->params.algorithm == BUCKET_FIXED_WINDOW ? util_wall_us() : now;
 
     memset(&st, 0, sizeof(st));
     st.who = *w;
     if (!parts->store) {
         st.bucket_found = bucket_table_peek(parts->buckets, w->rule->name, w->client_key,
-                                            w->client_keylen, &w->params, now, &st.bucket);
+                                            w->client_keylen, &w->params, at, &st.bucket);
     } else {
         st.lease_found = lease_peek(parts->leases, w->redis_key, w->redis_keylen, now, &st.lease);
         if (o->err) {
@@ -274,7 +289,7 @@ static void inspect_done(struct op *o)
         } else {
             st.redis.exists = o->nstr > 0;
             st.redis.ttl_ms = o->pttl_ms;
-            if (w->params.algorithm == BUCKET_SLIDING_WINDOW)
+            if (bucket_windowed(w->params.algorithm))
                 redis_sw(o, store_agent_id(parts->store), &st.redis);
             else
                 redis_tb(o, store_agent_id(parts->store), &st.redis);
@@ -282,7 +297,7 @@ static void inspect_done(struct op *o)
         }
     }
     st.backstop_found = bucket_table_peek(parts->backstop, w->rule->name, w->client_key,
-                                          w->client_keylen, &w->backstop, now, &st.backstop);
+                                          w->client_keylen, &w->backstop, at, &st.backstop);
     o->inspect_cb(o->arg, &st);
     op_free(o);
 }
@@ -435,19 +450,25 @@ int limiter_reset(struct limiter *l, struct ruleset *rs, const struct limiter_cl
     }
     /* tb_reset / sw_reset: the bucket full again less what running leases
      * hold, so that the bound b + r*T holds across the reset. */
-    char nums[RESET_ARGC][24];
-    const char *argv[RESET_ARGC];
-    size_t argvlen[RESET_ARGC];
-    uint64_t vals[RESET_ARGC];
+    char nums[RESET_ARGC_FIXED][24];
+    const char *argv[RESET_ARGC_FIXED];
+    size_t argvlen[RESET_ARGC_FIXED];
+    uint64_t vals[RESET_ARGC_FIXED];
+    int argc = RESET_ARGC;
     vals[RESET_ARG_LIMIT] = w->params.limit;
     vals[RESET_ARG_PERIOD_MS] = w->params.period_us / 1000;
     vals[RESET_ARG_BURST] = w->params.burst;
-    for (int i = 0; i < RESET_ARGC; i++) {
+    if (w->params.algorithm == BUCKET_FIXED_WINDOW) { /* sw_reset's fixed mode */
+        vals[RESET_ARG_WINDOW_MODE] = 1;
+        vals[RESET_ARG_WINDOW_OFFSET_MS] = w->params.offset_us / 1000;
+        argc = RESET_ARGC_FIXED;
+    }
+    for (int i = 0; i < argc; i++) {
         argvlen[i] = (size_t)snprintf(nums[i], sizeof(nums[i]), "%" PRIu64, vals[i]);
         argv[i] = nums[i];
     }
     store_eval(parts->store,
-               w->params.algorithm == BUCKET_SLIDING_WINDOW ? SCRIPT_SW_RESET : SCRIPT_TB_RESET,
-               w->redis_key, w->redis_keylen, RESET_ARGC, argv, argvlen, on_reset, o);
+               bucket_windowed(w->params.algorithm) ? SCRIPT_SW_RESET : SCRIPT_TB_RESET,
+               w->redis_key, w->redis_keylen, argc, argv, argvlen, on_reset, o);
     return 0;
 }

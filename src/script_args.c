@@ -6,7 +6,8 @@
 
 #include "core/util.h"
 
-_Static_assert((int)RETURN_ARGC <= SCRIPT_MAX_ARGC && (int)EXACT_ARGC_BLOCK <= SCRIPT_MAX_ARGC,
+_Static_assert((int)RETURN_ARGC_FIXED <= SCRIPT_MAX_ARGC && (int)EXACT_ARGC_FIXED <= SCRIPT_MAX_ARGC &&
+                   (int)RESET_ARGC_FIXED <= SCRIPT_MAX_ARGC && (int)CLAIM_ARGC_BLOCK <= SCRIPT_MAX_ARGC,
                "a claim takes the most arguments");
 
 static void arg_str(struct script_args *a, int i, const char *s)
@@ -26,10 +27,13 @@ static void arg_num(struct script_args *a, int i, uint64_t v)
 enum store_script script_lease_args(const struct lease_job *lj, const char *agent,
                                     uint64_t ttl_ms, struct script_args *a)
 {
-    int sw = lj->algorithm == BUCKET_SLIDING_WINDOW;
+    int sw = bucket_windowed(lj->algorithm);
+    enum store_script s;
 
-    if (lj->kind == LEASE_JOB_EXACT)
-        return script_exact_args(lj->algorithm, lj->limit, lj->period_ms, lj->burst, 1, a);
+    if (lj->kind == LEASE_JOB_EXACT) {
+        s = script_exact_args(lj->algorithm, lj->limit, lj->period_ms, lj->burst, 1, a);
+        goto done;
+    }
 
     if (lj->kind == LEASE_JOB_CLAIM) {
         a->argc = CLAIM_ARGC;
@@ -46,7 +50,8 @@ enum store_script script_lease_args(const struct lease_job *lj, const char *agen
             arg_num(a, CLAIM_ARG_RATE_PPM, lj->rate_ppm);
             arg_num(a, CLAIM_ARG_DEMAND_PPM, lj->demand_ppm);
         }
-        return sw ? SCRIPT_SW_CLAIM : SCRIPT_TB_CLAIM;
+        s = sw ? SCRIPT_SW_CLAIM : SCRIPT_TB_CLAIM;
+        goto done;
     }
     a->argc = RETURN_ARGC;
     arg_str(a, RETURN_ARG_AGENT, agent);
@@ -54,7 +59,12 @@ enum store_script script_lease_args(const struct lease_job *lj, const char *agen
     arg_num(a, RETURN_ARG_PERIOD_MS, lj->period_ms);
     arg_num(a, RETURN_ARG_BURST, lj->burst);
     arg_num(a, RETURN_ARG_USED, lj->used);
-    return sw ? SCRIPT_SW_RETURN : SCRIPT_TB_RETURN;
+    s = sw ? SCRIPT_SW_RETURN : SCRIPT_TB_RETURN;
+done:
+    script_block_arg(a, s, lj->block_ms);
+    if (lj->algorithm == BUCKET_FIXED_WINDOW)
+        script_window_args(a, s, lj->offset_ms);
+    return s;
 }
 
 enum store_script script_exact_args(enum bucket_algorithm algorithm, uint64_t limit,
@@ -69,7 +79,44 @@ enum store_script script_exact_args(enum bucket_algorithm algorithm, uint64_t li
         a->argc = EXACT_ARGC_MAX;
         arg_num(a, EXACT_ARG_N, cost);
     }
-    return algorithm == BUCKET_SLIDING_WINDOW ? SCRIPT_SW_EXACT : SCRIPT_TB_EXACT;
+    return bucket_windowed(algorithm) ? SCRIPT_SW_EXACT : SCRIPT_TB_EXACT;
+}
+
+void script_window_args(struct script_args *a, enum store_script s, uint64_t offset_ms)
+{
+    int mode;
+
+    switch (s) {
+    case SCRIPT_SW_CLAIM:
+        /* the rate lease's arguments and the block come first: empty, none */
+        if (a->argc < CLAIM_ARGC_RATED) {
+            arg_str(a, CLAIM_ARG_RATE_PPM, "");
+            arg_str(a, CLAIM_ARG_DEMAND_PPM, "");
+        }
+        if (a->argc < CLAIM_ARGC_BLOCK)
+            arg_str(a, CLAIM_ARG_BLOCK_MS, "");
+        mode = CLAIM_ARG_WINDOW_MODE;
+        break;
+    case SCRIPT_SW_EXACT:
+        /* the cost and the block come first, now positional: 1, none */
+        if (a->argc < EXACT_ARGC_MAX)
+            arg_num(a, EXACT_ARG_N, 1);
+        if (a->argc < EXACT_ARGC_BLOCK)
+            arg_num(a, EXACT_ARG_BLOCK_MS, 0);
+        mode = EXACT_ARG_WINDOW_MODE;
+        break;
+    case SCRIPT_SW_RETURN:
+        mode = RETURN_ARG_WINDOW_MODE;
+        break;
+    case SCRIPT_SW_RESET:
+        mode = RESET_ARG_WINDOW_MODE;
+        break;
+    default:
+        return; /* the token bucket's scripts have no windows */
+    }
+    arg_num(a, mode, 1);
+    arg_num(a, mode + 1, offset_ms);
+    a->argc = mode + 2;
 }
 
 void script_block_arg(struct script_args *a, enum store_script script, uint64_t block_ms)

@@ -17,7 +17,7 @@
 #include "store/script.h"
 
 /* The most arguments a script call takes (a claim). */
-#define SCRIPT_MAX_ARGC ((int)CLAIM_ARGC_BLOCK)
+#define SCRIPT_MAX_ARGC ((int)CLAIM_ARGC_FIXED)
 
 struct script_args {
     int argc;
@@ -34,16 +34,25 @@ enum store_script script_lease_args(const struct lease_job *lj, const char *agen
 
 /* Fill *a with the ARGV of one exact decision of a request costing cost
  * tokens (0: a check) under a rule of algorithm, limit/period_ms and burst;
- * returns the script to call. A cost of 1 sends no EXACT_ARG_N. */
+ * returns the script to call. A cost of 1 sends no EXACT_ARG_N. A fixed
+ * window's call also needs script_window_args. */
 enum store_script script_exact_args(enum bucket_algorithm algorithm, uint64_t limit,
                                     uint64_t period_ms, uint64_t burst, uint64_t cost,
                                     struct script_args *a);
 
 /* Append the rule's block_for (ms; 0: none, nothing sent) to the ARGV *a
- * holds for script: the claim and exact scripts take it last, after the
- * optional arguments before it (a token lease's claim sends the rate
- * lease's two empty; an exact call its cost, 1 included). Other scripts
- * take none. */
+ * holds for script: the claim and exact scripts take it after the optional
+ * arguments before it (a token lease's claim sends the rate lease's two
+ * empty; an exact call its cost, 1 included). Other scripts take none.
+ * script_lease_args() calls it; an exact call's caller too, before
+ * script_window_args(). */
 void script_block_arg(struct script_args *a, enum store_script script, uint64_t block_ms);
+
+/* Make *a, the ARGV of sw_* script s, a fixed window's call: append the
+ * fixed mode and the windows' offset_ms (script.h's *_ARG_WINDOW_MODE),
+ * after the optional arguments before them (a claim's rate lease ones and
+ * its block empty, an exact call's cost and block, 1 and 0, when not
+ * given). Call it last. */
+void script_window_args(struct script_args *a, enum store_script s, uint64_t offset_ms);
 
 #endif

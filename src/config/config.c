@@ -8,6 +8,7 @@
  */
 #include "config.h"
 
+#include <inttypes.h>
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -46,6 +47,25 @@ static void check_rule_cost(struct parse_state *st, const struct cfg_rule *r)
                           r->cost_arg);
     if (max_cost && !r->cost_arg)
         config_errors_add(&st->errors, max_cost, "'max_cost' is only used with cost = arg:NAME");
+}
+
+/* window_offset shifts a fixed window within its period: 0 <= offset <
+ * period (a shift of a whole period is no shift; a longer one a mistake). */
+static void check_rule_window(struct parse_state *st, const struct cfg_rule *r)
+{
+    unsigned line = config_seen_line(st, SEC_RULE, "window_offset");
+    uint64_t period = r->rate_arg ? r->max_rate_period_ms : r->rate_period_ms;
+
+    if (!line)
+        return;
+    if (r->algorithm != ALGO_FIXED_WINDOW)
+        config_errors_add(&st->errors, line,
+                          "'window_offset' is only used with algorithm = fixed-window");
+    else if (period && r->window_offset_ms >= period)
+        config_errors_add(&st->errors, line,
+                          "window_offset (%" PRIu64 "ms) must be shorter than the window (%" PRIu64
+                          "ms, the rate's DURATION)",
+                          r->window_offset_ms, period);
 }
 
 /* A limit taken from an arg comes with its ceiling (rate = arg:NAME with
@@ -90,6 +110,7 @@ static void end_section(struct parse_state *st)
             config_errors_add(&st->errors, r->line, "rule '%s' has no rate", r->name);
         check_rule_args(st, r);
         check_rule_cost(st, r);
+        check_rule_window(st, r);
     }
     st->kind = SEC_NONE;
 }

@@ -39,6 +39,7 @@
  * bucket_algorithm (bucket.h), also known here by the config's names: */
 #define ALGO_TOKEN_BUCKET BUCKET_TOKEN_BUCKET
 #define ALGO_SLIDING_WINDOW BUCKET_SLIDING_WINDOW
+#define ALGO_FIXED_WINDOW BUCKET_FIXED_WINDOW
 enum cfg_down_mode { DOWN_OPEN = 0, DOWN_CLOSED = 1 };
 
 /* The old name of a CIDR of [agent] allow (struct net_cidr, net.h), kept for
@@ -95,6 +96,8 @@ struct cfg_rule {
     char *cost_arg;              /* NULL: every request costs cost */
     uint64_t max_cost;           /* the highest cost an arg may ask for; 0 without cost_arg */
     int algorithm;               /* enum bucket_algorithm */
+    uint64_t window_offset_ms;   /* fixed-window: windows start this long after each
+                                    multiple of the period since the epoch (< period) */
     int lease;                   /* bool, default on */
     /* block_for: once the rule denies a key, the key stays denied this long
      * (fleet-wide with Redis: the denying script records it); 0 = off */

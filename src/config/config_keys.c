@@ -14,7 +14,8 @@
 
 static const char *const mode_names[] = {"open", "closed", NULL};
 static const char *const algo_names[] = {[BUCKET_TOKEN_BUCKET] = "token-bucket",
-                                         [BUCKET_SLIDING_WINDOW] = "sliding-window", NULL};
+                                         [BUCKET_SLIDING_WINDOW] = "sliding-window",
+                                         [BUCKET_FIXED_WINDOW] = "fixed-window", NULL};
 
 #define CF(f) offsetof(struct config, f), sizeof(((struct config *)0)->f)
 #define PF(f) offsetof(struct config, f) /* the parsed form of an address key */
@@ -77,6 +78,7 @@ static const struct key_def key_defs[] = {
      offsetof(struct cfg_rule, cost_arg)},
     {SEC_RULE, "max_cost", T_UINT, RF(max_cost), 1, CFG_MAX_COUNT, 0, NULL, 0},
     {SEC_RULE, "algorithm", T_ENUM, RF(algorithm), 0, 0, 0, algo_names, 0},
+    {SEC_RULE, "window_offset", T_DUR, RF(window_offset_ms), 0, 0, F_ZERO, NULL, 0},
     {SEC_RULE, "lease", T_BOOL, RF(lease), 0, 0, 0, NULL, 0},
     /* a penalty box: 0 (off, the default) or any duration */
     {SEC_RULE, "block_for", T_DUR, RF(block_for_ms), 1, 0, F_ZERO, NULL, 0},

@@ -180,7 +180,8 @@ static void put_rule(struct strbuf *o, const struct config *cfg, const struct cf
 {
     static const char *const modes[] = {"open", "closed"};
     static const char *const algos[] = {[BUCKET_TOKEN_BUCKET] = "token-bucket",
-                                        [BUCKET_SLIDING_WINDOW] = "sliding-window"};
+                                        [BUCKET_SLIDING_WINDOW] = "sliding-window",
+                                        [BUCKET_FIXED_WINDOW] = "fixed-window"};
 
     strbuf_printf(o, "[rule:%s]\n", r->name);
     strbuf_printf(o, r->message ? "message = %s\n" : "; message: every message\n",
@@ -197,7 +198,16 @@ static void put_rule(struct strbuf *o, const struct config *cfg, const struct cf
     for (size_t i = 0; i < r->nmatches; i++)
         strbuf_printf(o, "match = %s %s\n", r->matches[i].arg, r->matches[i].pattern);
     put_limits(o, r);
-    strbuf_printf(o, "algorithm = %s\nlease = %s\n", algos[r->algorithm], yes_no(r->lease));
+    strbuf_printf(o, "algorithm = %s\n", algos[r->algorithm]);
+    if (r->algorithm == BUCKET_FIXED_WINDOW) {
+        strbuf_printf(o, "window_offset = ");
+        if (r->window_offset_ms)
+            put_duration(o, r->window_offset_ms);
+        else
+            strbuf_printf(o, "0");
+        strbuf_printf(o, "\n");
+    }
+    strbuf_printf(o, "lease = %s\n", yes_no(r->lease));
     strbuf_printf(o, "block_for = ");
     if (r->block_for_ms)
         put_duration(o, r->block_for_ms);

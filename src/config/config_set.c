@@ -279,7 +279,7 @@ static void set_duration(struct parse_state *st, const struct key_def *d, uint64
     else if (rc != 0)
         config_errors_add(&st->errors, st->line,
                           "bad duration '%.80s' for '%s' (expected %san integer > 0 and a unit: "
-                          "ms, s, m, h or d)",
+                          "ms, s, m, h, d or w)",
                           v, d->name, off ? "0 for off, or " : "");
     else if (*field != 0 && *field < d->min)
         config_errors_add(&st->errors, st->line,

@@ -42,7 +42,8 @@ static int unit_ms(const char *u, uint64_t *mult)
     static const struct {
         const char *name;
         uint64_t ms;
-    } units[] = {{"ms", 1}, {"s", 1000}, {"m", 60000}, {"h", 3600000}, {"d", 86400000}};
+    } units[] = {{"ms", 1}, {"s", 1000}, {"m", 60000}, {"h", 3600000}, {"d", 86400000},
+                 {"w", 604800000}}; /* a week: quotas (fixed windows) */
 
     for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
         if (strcmp(u, units[i].name) == 0) {

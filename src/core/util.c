@@ -1,4 +1,4 @@
-/* util.c - monotonic time, hashing, URL query parameters. */
+/* util.c - monotonic and wall time, hashing, URL query parameters. */
 #include "util.h"
 
 #include <string.h>
@@ -8,6 +8,13 @@ uint64_t util_now_us(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+uint64_t util_wall_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
     return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
 }
 

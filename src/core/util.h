@@ -9,6 +9,9 @@
 
 /* Microseconds on CLOCK_MONOTONIC. */
 uint64_t util_now_us(void);
+/* The wall clock (CLOCK_REALTIME), microseconds since the Unix epoch: what
+ * fixed windows, aligned to it, are counted in. */
+uint64_t util_wall_us(void);
 
 /* 64-bit FNV-1a over len bytes, continuing from h (start with UTIL_HASH_INIT). */
 #define UTIL_HASH_INIT 0xcbf29ce484222325ULL

@@ -108,16 +108,21 @@ static void reply_error(struct httpd_req *req, const char *status, const char *w
 static json_t *head(const struct limiter_who *w)
 {
     const struct cfg_rule *r = w->rule;
-    int sw = r->algorithm == BUCKET_SLIDING_WINDOW;
+    static const char *const algos[] = {[BUCKET_TOKEN_BUCKET] = "token-bucket",
+                                        [BUCKET_SLIDING_WINDOW] = "sliding-window",
+                                        [BUCKET_FIXED_WINDOW] = "fixed-window"};
+    int sw = bucket_windowed(r->algorithm);
     struct jobj j = {json_object(), 0};
 
     put(&j, "rule", jstr(r->name));
     put(&j, "key", json_latin1(w->key, w->keylen));
     put(&j, "client_key", json_latin1(w->client_key, w->client_keylen));
     put(&j, "mode", json_string(w->redis ? "redis" : "standalone"));
-    put(&j, "algorithm", json_string(sw ? "sliding-window" : "token-bucket"));
+    put(&j, "algorithm", json_string(algos[r->algorithm]));
     put(&j, "limit", juint(w->params.limit));
     put(&j, "period_ms", juint(w->params.period_us / 1000));
+    if (r->algorithm == BUCKET_FIXED_WINDOW)
+        put(&j, "window_offset_ms", juint(w->params.offset_us / 1000));
     if (!sw)
         put(&j, "burst", juint(w->params.burst));
     /* what one request takes: a fixed cost, or an arg and its ceiling */
@@ -139,7 +144,13 @@ static json_t *bucket(int found, const struct bucket_state *st, const struct buc
     if (!found)
         return json_null();
     struct jobj j = {json_object(), 0};
-    if (p->algorithm == BUCKET_SLIDING_WINDOW) {
+    if (p->algorithm == BUCKET_FIXED_WINDOW) {
+        /* the window (Unix ms: it ends when the quota resets) and its count */
+        uint64_t start = st->window_start_us / 1000;
+        put(&j, "window_start_ms", juint(start));
+        put(&j, "window_end_ms", juint(start + p->period_us / 1000));
+        put(&j, "count", jnum(st->cur, 6));
+    } else if (p->algorithm == BUCKET_SLIDING_WINDOW) {
         put(&j, "previous", jnum(st->prev, 6));
         put(&j, "current", jnum(st->cur, 6));
         put(&j, "estimate", jnum(st->level, 6));
@@ -210,7 +221,7 @@ static json_t *redis_lease(const struct limiter_redis_lease *x, int sw)
 }
 
 /* The Redis bucket: as its hash says, and as a claim would find it now. */
-static json_t *redis(const struct limiter_redis_state *st, int sw)
+static json_t *redis(const struct limiter_redis_state *st, int sw, int fixed)
 {
     if (st->error)
         return json_pack("{s:o}", "error", jstr(st->error));
@@ -229,6 +240,11 @@ static json_t *redis(const struct limiter_redis_state *st, int sw)
         put(&j, "previous", jnum(st->previous, 6));
         put(&j, "leases", leases);
         put(&j, "estimate", jnum(st->estimate, 6));
+        if (fixed) { /* the window, in Unix ms of Redis' clock */
+            put(&j, "window_start_ms", jnum(st->window_start_ms, 0));
+            put(&j, "window_end_ms", jnum(st->window_end_ms, 0));
+            put(&j, "count", jnum(st->current, 6));
+        }
     } else {
         put(&j, "leases", leases);
         put(&j, "t", jnum(st->t, 17));
@@ -353,7 +369,8 @@ static void on_state(void *arg, const struct limiter_key_state *st)
         put(&j, "bucket", bucket(st->bucket_found, &st->bucket, &w->params));
     } else {
         put(&j, "lease", lease(st->lease_found, &st->lease));
-        put(&j, "redis", redis(&st->redis, w->params.algorithm == BUCKET_SLIDING_WINDOW));
+        put(&j, "redis", redis(&st->redis, bucket_windowed(w->params.algorithm),
+                               w->params.algorithm == BUCKET_FIXED_WINDOW));
     }
     put(&j, "backstop", bucket(st->backstop_found, &st->backstop, &w->backstop));
     reply_json(arg, "200 OK", finish(&j));

@@ -19,7 +19,7 @@ static double bucket_now(const struct lease_entry *e, uint64_t now_us)
 {
     if (!e->known)
         return 0;
-    if (e->algorithm == BUCKET_SLIDING_WINDOW)
+    if (bucket_windowed(e->algorithm))
         return e->t_last;
     double rate = (double)e->limit / (double)e->period_us;
     double mine = e->share > 0 ? (double)e->slice : (double)e->tokens;
@@ -32,7 +32,7 @@ static double bucket_now(const struct lease_entry *e, uint64_t now_us)
 
 static uint64_t reset_estimate(const struct lease_entry *e, uint64_t now_us, double tnow)
 {
-    if (e->algorithm == BUCKET_SLIDING_WINDOW || !e->known) {
+    if (bucket_windowed(e->algorithm) || !e->known) {
         uint64_t elapsed = (now_us - e->reply_us) / 1000;
         return e->reset_ms > elapsed ? (e->reset_ms - elapsed) * 1000 : 0;
     }
@@ -80,7 +80,7 @@ static uint64_t claim_size(const struct lease_table *t, const struct lease_entry
     double want = (double)e->nwait;
     if (e->known && (e->demand >= 1.0 || e->hits >= 2))
         want += ceil(2.0 * d) - (double)e->tokens;
-    uint64_t size = e->algorithm == BUCKET_SLIDING_WINDOW ? e->limit : e->burst;
+    uint64_t size = bucket_windowed(e->algorithm) ? e->limit : e->burst;
     double cap = floor(t->cfg.max_fraction * (double)size);
     if (cap < 1)
         cap = 1;
@@ -108,6 +108,7 @@ static struct lease_job *new_job(struct lease_entry *e, int kind)
     j->period_ms = (e->period_us + 999) / 1000;
     j->burst = e->burst;
     j->block_ms = (e->block_us + 999) / 1000;
+    j->offset_ms = e->offset_us / 1000;
     j->key = e->key;
     j->keylen = e->keylen;
     /* The report rides on this call: spent tokens since the last one. */
@@ -184,6 +185,7 @@ static void set_params(struct lease_entry *e, const struct bucket_params *p)
     e->period_us = p->period_us;
     e->burst = p->burst;
     e->block_us = p->block_us;
+    e->offset_us = p->offset_us;
 }
 
 /* Whether a token lease should be topped up now rather than at the next

@@ -37,7 +37,8 @@ void rules_backstop_params(const struct bucket_params *p, double share, struct b
     b->burst = (uint64_t)(share * (double)p->burst + SHARE_EPSILON);
     if (b->burst < 1)
         b->burst = 1;
-    if (p->algorithm == BUCKET_SLIDING_WINDOW) {
+    if (bucket_windowed(p->algorithm)) {
+        /* a fixed window keeps its period (and offset): share x N per window */
         b->period_us = p->period_us;
         b->limit = (uint64_t)(share * (double)p->limit + SHARE_EPSILON);
         if (b->limit < 1)
@@ -396,7 +397,7 @@ int rules_request_limits(const struct ruleset *rs, unsigned i, const char *rate,
         /* A sliding window admits N at once: N is its burst, so a long window
          * (1000000/1000m under a max_rate of 1000/1m) is bounded the same. */
         uint64_t cap = r->max_burst ? r->max_burst : r->max_rate_n;
-        if (p->algorithm == BUCKET_SLIDING_WINDOW && p->limit > cap)
+        if (bucket_windowed(p->algorithm) && p->limit > cap)
             p->limit = cap;
     }
     if (r->burst_arg) {

@@ -111,7 +111,7 @@ int rules_match(const struct ruleset *rs, const uint8_t *payload, size_t len,
                 struct rule_eval *ev);
 
 /* The fail-open backstop of limits p under [fallback] share: share x rate
- * and share x burst, at least 1 (for a sliding window, share x N). */
+ * and share x burst, at least 1 (for a sliding or fixed window, share x N). */
 void rules_backstop_params(const struct bucket_params *p, double share, struct bucket_params *b);
 
 /* The limits of rule i for a request whose args say rate (text of its
@@ -145,7 +145,7 @@ int rules_client_key(const char *key, size_t len, const struct bucket_params *li
  * sliding window's N. A cost above it is denied and takes nothing. */
 static inline uint64_t rules_capacity(const struct bucket_params *p)
 {
-    return p->algorithm == BUCKET_SLIDING_WINDOW ? p->limit : p->burst;
+    return bucket_windowed(p->algorithm) ? p->limit : p->burst;
 }
 
 /* Count the decisions in the rule metrics (and the costs over capacity) (allowed / blocked / would_block,

@@ -14,7 +14,9 @@
  *   - held, holders: sw counts only the leases of the current window;
  *   - lease_ms: tb answers ttl_ms, sw min(ttl_ms, ms left in the window)
  *     rounded down, which is 0 in a window's last ms although mine > 0.
- */
+ * A fixed window (algorithm = fixed-window) runs the sw_* scripts in their
+ * fixed mode: the *_ARG_WINDOW_MODE and *_ARG_WINDOW_OFFSET_MS pair, after
+ * every other argument (a claim sends "0" for the two rate lease ones). */
 #ifndef STORE_SCRIPT_H
 #define STORE_SCRIPT_H
 
@@ -62,9 +64,15 @@ enum script_claim_arg {
     CLAIM_ARGC_RATED,
     /* optional, after the rate lease's two (sent empty for a token lease):
      * the rule's block_for; a claim that finds nothing to grant starts a
-     * block of this long (lua/README.md "Penalty box"); absent or 0: none */
+     * block of this long (lua/README.md "Penalty box"); absent, empty or 0:
+     * none */
     CLAIM_ARG_BLOCK_MS = CLAIM_ARGC_RATED,
     CLAIM_ARGC_BLOCK,
+    /* sw_claim only, both or neither, after the block (sent empty or 0 for
+     * none): a fixed window (lua/README.md) */
+    CLAIM_ARG_WINDOW_MODE = CLAIM_ARGC_BLOCK, /* "1": fixed window; absent: sliding */
+    CLAIM_ARG_WINDOW_OFFSET_MS,               /* the windows' shift (window_offset) */
+    CLAIM_ARGC_FIXED,
 };
 
 /* ARGV of *_return: settle and close the caller's lease. The first four are
@@ -76,6 +84,9 @@ enum script_return_arg {
     RETURN_ARG_BURST,
     RETURN_ARG_USED, /* spent since the last report: the rest goes back */
     RETURN_ARGC,
+    RETURN_ARG_WINDOW_MODE = RETURN_ARGC, /* sw_return: as CLAIM_ARG_WINDOW_MODE */
+    RETURN_ARG_WINDOW_OFFSET_MS,
+    RETURN_ARGC_FIXED,
 };
 
 /* ARGV of *_exact: one decision, no lease. */
@@ -91,6 +102,11 @@ enum script_exact_arg {
     EXACT_ARG_BLOCK_MS = EXACT_ARGC_MAX,
     EXACT_ARGC_BLOCK,
     EXACT_ARGC = EXACT_ARG_N, /* without: what the agent sends for a cost of 1 */
+    /* sw_exact: as CLAIM_ARG_WINDOW_MODE; the cost and the block (0 for
+     * none) are then always sent */
+    EXACT_ARG_WINDOW_MODE = EXACT_ARGC_BLOCK,
+    EXACT_ARG_WINDOW_OFFSET_MS,
+    EXACT_ARGC_FIXED,
 };
 
 /* Reply of *_claim, and of *_return, which answers granted = lease_ms =
@@ -118,6 +134,9 @@ enum script_reset_arg {
     RESET_ARG_PERIOD_MS,
     RESET_ARG_BURST, /* sw: ignored */
     RESET_ARGC,
+    RESET_ARG_WINDOW_MODE = RESET_ARGC, /* sw_reset: as CLAIM_ARG_WINDOW_MODE */
+    RESET_ARG_WINDOW_OFFSET_MS,
+    RESET_ARGC_FIXED,
 };
 
 /* Reply of *_reset. Leases still running are kept (their agents may spend

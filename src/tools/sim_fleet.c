@@ -48,7 +48,10 @@
 static size_t key_name(const struct sim *s, uint32_t k, char *buf)
 {
     return (size_t)snprintf(buf, KEYBUF, KEY_PREFIX "%s" RULE_NAME ":%u",
-                            s->p.algorithm == BUCKET_SLIDING_WINDOW ? "sw:" : "tb:", k);
+                            s->p.algorithm == BUCKET_FIXED_WINDOW     ? "fw:"
+                            : s->p.algorithm == BUCKET_SLIDING_WINDOW ? "sw:"
+                                                                      : "tb:",
+                            k);
 }
 
 static uint32_t key_id(const char *key, size_t len)
@@ -320,7 +323,7 @@ static int setup(struct sim *s, char *err, size_t errlen)
             bucket_init(&s->bs[i], &o->backstop, SIM_T0_US);
         const struct bucket_params *bp = &o->backstop;
         sim_bound_init(&s->bsbound, bp->limit, bp->period_us,
-                       bp->algorithm == BUCKET_SLIDING_WINDOW ? bp->limit : bp->burst);
+                       sim_bound_burst(bp->algorithm, bp->limit, bp->burst));
         s->outbound = s->sc.bound;
         s->check_every = o->timeout_us / 5 > 2000 ? o->timeout_us / 5 : 2000;
         for (unsigned i = 0; i < o->agents; i++)
@@ -416,8 +419,8 @@ static void finish(struct sim *s, struct sim_result *r)
     size_t n = (size_t)s->o->agents * s->nkeys;
     for (size_t i = 0; i < n; i++)
         if (s->bs_first[i])
-            st->backstop_allowed += (double)(bp->algorithm == BUCKET_SLIDING_WINDOW ? bp->limit
-                                                                                   : bp->burst) +
+            st->backstop_allowed += (double)(bucket_windowed(bp->algorithm) ? bp->limit
+                                                                             : bp->burst) +
                                     rate * (double)(s->bs_last[i] - s->bs_first[i]);
     st->backstop_worst_excess = st->fallbacks ? sim_bound_worst(&s->bsbound) : 0;
     st->outside_worst_window_excess = sim_bound_worst(&s->outbound);

@@ -17,7 +17,7 @@ int sim_score_init(struct sim_score *sc, const struct bucket_params *p, uint64_t
     for (uint64_t k = 0; k < keys; k++) /* full (token bucket) or empty (window) from the start */
         bucket_init(&sc->ref[k], p, SIM_T0_US);
     sim_bound_init(&sc->bound, p->limit, p->period_us,
-                   p->algorithm == BUCKET_SLIDING_WINDOW ? p->limit : p->burst);
+                   sim_bound_burst(p->algorithm, p->limit, p->burst));
     sc->refbound = sc->bound;
     return 0;
 }

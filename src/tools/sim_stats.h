@@ -5,6 +5,8 @@
 
 #include <stdint.h>
 
+#include "bucket.h"
+
 /* Values 0..31 exactly, then 32 buckets per power of two (3 % wide). */
 #define SIM_HIST_BUCKETS (32 + 59 * 32 + 32)
 
@@ -37,6 +39,18 @@ struct sim_bound {
 };
 
 void sim_bound_init(struct sim_bound *b, uint64_t limit, uint64_t period_us, uint64_t burst);
+/* The b of the bound b + r*T that a rule of algorithm keeps, given its N
+ * (limit) and burst: a token bucket's burst; a sliding window's N (its
+ * estimate aims at it: not asserted); a fixed window's 2N: N per window,
+ * so N just before a boundary and N just after in any interval, and at
+ * most N x (T / period + 2) in one of length T. */
+static inline uint64_t sim_bound_burst(enum bucket_algorithm algorithm, uint64_t limit,
+                                       uint64_t burst)
+{
+    return algorithm == BUCKET_FIXED_WINDOW     ? 2 * limit
+           : algorithm == BUCKET_SLIDING_WINDOW ? limit
+                                                : burst;
+}
 /* An admission of w's key at t_us (relative to the start, non-decreasing). */
 void sim_bound_admit(struct sim_bound *b, struct sim_window *w, uint64_t t_us);
 /* The worst excess in requests (<= 0: the bound held); NaN after overflow. */

@@ -107,7 +107,8 @@ static void check_accepted(const struct config *cfg, const char *text)
         if (n < 1 || n > CFG_MAX_COUNT || period < 1 || period > CFG_MAX_DURATION_MS ||
             burst < 1 || burst > CFG_MAX_COUNT)
             fail("rate or burst out of range", text);
-        if (r->algorithm != ALGO_TOKEN_BUCKET && r->algorithm != ALGO_SLIDING_WINDOW)
+        if (r->algorithm != ALGO_TOKEN_BUCKET && r->algorithm != ALGO_SLIDING_WINDOW &&
+            r->algorithm != ALGO_FIXED_WINDOW)
             fail("bad algorithm", text);
         if (r->on_redis_down != DOWN_OPEN && r->on_redis_down != DOWN_CLOSED)
             fail("bad on_redis_down", text);
@@ -425,6 +426,7 @@ static const struct {
          "\0\x03\xc0\x00\x02\x01\0curl/8\0/login\0POST\0/login\0POST\0"),
     SEED("[redis]\nsentinel = 127.0.0.1:26379\nmaster = mymaster\n"
          "[fallback]\nshare = 1e-300\n[rule:r]\nrate = 1/365d\nburst = 1000000000000000\n"),
+    SEED("[rule:quota]\nkey = key\nrate = 5/1w\nalgorithm = fixed-window\nwindow_offset = 4d\n"),
     SEED("[agent]\nmax_frame_size = 256\n[rule:rrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrr]\n"
          "rate = 1/1h\n"),
     SEED("; comment\n# another\n[rule:a]\nrate = 10/s ; inline\n[rule:b]\nrate = 1/20000000d\n"),

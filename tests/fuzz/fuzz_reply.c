@@ -52,6 +52,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define MODE2_SLOW_RULE 0x04u   /* 10/1s instead of 100/1s (burst 20 both) */
 #define MODE2_NO_PREFETCH 0x08u /* token leases are not topped up before they run dry */
 #define MODE2_FRACTION 0x10u    /* max_fraction 1 instead of 0.5 */
+/* MODE2_RATE with MODE_SLIDING (windows have no rate leases): a fixed
+ * window (the sw_* scripts' fixed mode: the same replies) */
+#define MODE2_FIXED MODE2_RATE
 
 /* RESP lengths let through: a bulk string is only allocated once its bytes
  * are in (so the input bounds it), but hiredis 0.14 allocates an array of
@@ -340,9 +343,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                                       !!(mode & MODE_EXACT),
                                       !(mode2 & MODE2_NO_PREFETCH)};
     r.t = lease_table_new(&lcfg, 2);
-    r.p = (struct bucket_params){(mode & MODE_SLIDING) ? BUCKET_SLIDING_WINDOW
-                                                       : BUCKET_TOKEN_BUCKET,
-                                 mode2 & MODE2_SLOW_RULE ? 10 : 100, 1000 * MS, 20, 0};
+    r.p = (struct bucket_params){!(mode & MODE_SLIDING)  ? BUCKET_TOKEN_BUCKET
+                                 : mode2 & MODE2_FIXED ? BUCKET_FIXED_WINDOW
+                                                       : BUCKET_SLIDING_WINDOW,
+                                 mode2 & MODE2_SLOW_RULE ? 10 : 100, 1000 * MS, 20, 0, 0};
     r.now = 1000000 * MS;
     rd = redisReaderCreate();
     if (!r.t || !rd)
@@ -439,6 +443,8 @@ static const struct {
                      CLAIM_RATE_NONE CLAIM_RATE},
     /* the same without rate leases */
     {0x00, 0x06, CLAIM_OK CLAIM_OK CLAIM_OK CLAIM_RATE CLAIM_RATE CLAIM_RATE_KEPT CLAIM_RATE},
+    /* a fixed window: claims, exact calls, a denial to the boundary */
+    {0x97, 0x01, CLAIM_OK EXACT_NO CLAIM_OK EXACT_OK BATCH CLAIM_EMPTY},
     /* a long bulk string (built by fuzz_seed), and one announced but not sent */
     {0x02, 0x00, NULL},
     {0x00, 0x00, CLAIM_OK "$99999\r\n12345"},

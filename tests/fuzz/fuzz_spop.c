@@ -385,7 +385,7 @@ static int redis_run(struct fuzz_run *r, const struct lease_job *j, uint64_t cos
 {
     /* the scripts' penalty box too (block_ms): a blocked key grants nothing */
     const struct bucket_params p = {j->algorithm, j->limit, j->period_ms * 1000, j->burst,
-                                    j->block_ms * 1000};
+                                    j->block_ms * 1000, j->offset_ms * 1000};
     struct bucket_result res, probe;
     uint64_t got = 0;
 

@@ -160,6 +160,21 @@ class Scenarios(unittest.TestCase):
         self.assertGreaterEqual(r["admitted"], 0.95 * bound)
         self.assertGreaterEqual(r["utilisation"], 0.95)
 
+    def test_fixed_window(self):
+        """A fixed window, 3 agents overloading one key of 400/1s for 4 s
+        (windows aligned with the run's start): N per window, so the bound
+        the simulator asserts is 2N + r*T (N on each side of a boundary),
+        and about N per window is admitted."""
+        r = sim("--agents", 3, "--keys", 1, "--rps", 3000, "--seconds", 4, "--rate", "400/1s",
+                "--algorithm", "fixed-window")[0]
+        print("\n  fixed window: admitted %d of 4 windows x 400, worst window excess %.3f"
+              % (r["admitted"], r["worst_window_excess"]))
+        self.assertEqual(r["algorithm"], "fixed-window")
+        self.assertLessEqual(r["worst_window_excess"], 0)
+        self.assertLessEqual(r["admitted"], 4 * 400)
+        self.assertGreaterEqual(r["admitted"], 0.95 * 4 * 400)
+        self.assertEqual(r["redis_errors"], 0)
+
     def test_hot_keys(self):
         """test_redis.Efficiency's shape: one agent, 20 hot keys never
         exhausted, 20,000 decisions at ~128k/s, then 0.35 s idle (leases

@@ -11,9 +11,9 @@
 
 #include "store/script.h"
 
-#define MAX_ARGS 12
-_Static_assert((int)CLAIM_ARGC_RATED <= MAX_ARGS && (int)RETURN_ARGC <= MAX_ARGS &&
-                   (int)EXACT_ARGC_MAX <= MAX_ARGS,
+#define MAX_ARGS 16
+_Static_assert((int)CLAIM_ARGC_FIXED <= MAX_ARGS && (int)RETURN_ARGC_FIXED <= MAX_ARGS &&
+                   (int)EXACT_ARGC_FIXED <= MAX_ARGS && (int)RESET_ARGC_FIXED <= MAX_ARGS,
                "every script's arguments fit");
 
 /* Short names for the scripts and their reply positions of src/store/script.h. */

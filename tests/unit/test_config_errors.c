@@ -68,21 +68,21 @@ static const struct {
     {"[lease]\n\nttl = 366d\n",
      "t.ini:3: duration '366d' for 'ttl' is longer than the maximum of 365d\n"},
     {"[redis]\ntimeout = 100\n", "t.ini:2: bad duration '100' for 'timeout' (expected an integer "
-                                 "> 0 and a unit: ms, s, m, h or d)\n"},
+                                 "> 0 and a unit: ms, s, m, h, d or w)\n"},
     {"[rule:r]\nrate = 100\n",
      "t.ini:2: bad rate '100' (expected N/DURATION such as 100/1m or 10/1h)\n"},
     {"[redis]\nkeepalive = 5\n", "t.ini:2: bad duration '5' for 'keepalive' (expected 0 for off, "
-                                 "or an integer > 0 and a unit: ms, s, m, h or d)\n"},
+                                 "or an integer > 0 and a unit: ms, s, m, h, d or w)\n"},
     {"[redis]\nkeepalive = -1s\n", "t.ini:2: bad duration '-1s' for 'keepalive' (expected 0 for "
-                                   "off, or an integer > 0 and a unit: ms, s, m, h or d)\n"},
+                                   "off, or an integer > 0 and a unit: ms, s, m, h, d or w)\n"},
     {"[redis]\nkeepalive = 0x\n", "t.ini:2: bad duration '0x' for 'keepalive' (expected 0 for "
-                                  "off, or an integer > 0 and a unit: ms, s, m, h or d)\n"},
+                                  "off, or an integer > 0 and a unit: ms, s, m, h, d or w)\n"},
     {"[redis]\nkeepalive = 99ms\n",
      "t.ini:2: duration '99ms' for 'keepalive' is too short: 0 (off) or at least 100ms\n"},
     {"[redis]\nkeepalive = 400d\n",
      "t.ini:2: duration '400d' for 'keepalive' is longer than the maximum of 365d\n"},
     {"[redis]\ntimeout = 0\n", "t.ini:2: bad duration '0' for 'timeout' (expected an integer "
-                               "> 0 and a unit: ms, s, m, h or d)\n"},
+                               "> 0 and a unit: ms, s, m, h, d or w)\n"},
     {"[agent]\nshadow = maybe\n", "t.ini:2: bad boolean 'maybe' for 'shadow' (expected yes, no, "
                                   "on, off, true, false, 1 or 0)\n"},
     {"[rule:r]\nrate = 1/1s\nmatch = path ^(/api\n",
@@ -102,7 +102,19 @@ static const struct {
     {"[agent]\nlog_level = verbose\n",
      "t.ini:2: bad value 'verbose' for 'log_level' (expected error, warn, info or debug)\n"},
     {"[rule:r]\nrate = 1/1s\nalgorithm = leaky\n", "t.ini:3: bad value 'leaky' for 'algorithm' "
-                                                   "(expected token-bucket or sliding-window)\n"},
+                                                   "(expected token-bucket, sliding-window or "
+                                                   "fixed-window)\n"},
+    /* window_offset: 0 <= offset < the window, and only for fixed windows */
+    {"[rule:r]\nrate = 5/1d\nalgorithm = fixed-window\nwindow_offset = 1d\n",
+     "t.ini:4: window_offset (86400000ms) must be shorter than the window (86400000ms, the "
+     "rate's DURATION)\n"},
+    {"[rule:r]\nrate = 5/1h\nalgorithm = fixed-window\nwindow_offset = 2h\n",
+     "t.ini:4: window_offset (7200000ms) must be shorter than the window (3600000ms, the "
+     "rate's DURATION)\n"},
+    {"[rule:r]\nrate = 5/1d\nwindow_offset = 2h\n",
+     "t.ini:3: 'window_offset' is only used with algorithm = fixed-window\n"},
+    {"[rule:r]\nrate = 5/1d\nalgorithm = fixed-window\nwindow_offset = soon\n",
+     "t.ini:4: bad duration 'soon' for 'window_offset' (expected 0 for off, or an integer > 0 and a unit: ms, s, m, h, d or w)\n"},
     {"[rule:r]\nrate = 1/1s\non_redis_down = deny\n",
      "t.ini:3: bad value 'deny' for 'on_redis_down' (expected open or closed)\n"},
     {"[fallback]\nshare = 0\n",
@@ -196,10 +208,10 @@ static const struct {
     /* block_for: a duration, or 0 for off */
     {"[rule:r]\nrate = 10/1m\nblock_for = -1s\n",
      "t.ini:3: bad duration '-1s' for 'block_for' (expected 0 for off, or an integer > 0 and a "
-     "unit: ms, s, m, h or d)\n"},
+     "unit: ms, s, m, h, d or w)\n"},
     {"[rule:r]\nrate = 10/1m\nblock_for = 15\n",
      "t.ini:3: bad duration '15' for 'block_for' (expected 0 for off, or an integer > 0 and a "
-     "unit: ms, s, m, h or d)\n"},
+     "unit: ms, s, m, h, d or w)\n"},
     /* cost: an integer >= 0, or arg:NAME with max_cost */
     {"[rule:r]\nrate = 10/1m\ncost = -1\n",
      "t.ini:3: bad number '-1' for 'cost' (expected an integer from 0 to 1000000000000000)\n"},

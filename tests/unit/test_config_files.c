@@ -338,6 +338,22 @@ START_TEST(test_block_for)
 }
 END_TEST
 
+/* algorithm = fixed-window and window_offset (a duration; weeks parse) */
+START_TEST(test_fixed_window)
+{
+    struct config *cfg = check_config_ok("[rule:a]\nrate = 10000/1d\nalgorithm = fixed-window\n"
+                                         "[rule:b]\nrate = 5/1w\nalgorithm = fixed-window\n"
+                                         "window_offset = 4d\n"
+                                         "[rule:c]\nrate = 5/1d\n");
+    ck_assert_int_eq(cfg->rules[0].algorithm, ALGO_FIXED_WINDOW);
+    ck_assert_uint_eq(cfg->rules[0].window_offset_ms, 0);
+    ck_assert_uint_eq(cfg->rules[1].rate_period_ms, 7 * 86400000ULL);
+    ck_assert_uint_eq(cfg->rules[1].window_offset_ms, 4 * 86400000ULL);
+    ck_assert_int_eq(cfg->rules[2].algorithm, ALGO_TOKEN_BUCKET);
+    config_free(cfg);
+}
+END_TEST
+
 /* rate = arg:NAME, burst = arg:NAME and their ceilings */
 START_TEST(test_arg_limits)
 {
@@ -595,6 +611,8 @@ START_TEST(print_round_trip)
         "[redis]\nurl = redis://127.0.0.1:6379\nkeepalive = 250ms\n[rule:r]\nrate = 10/1m\n",
         "[rule:a]\nrate = 10/1m\ncost = 0\n[rule:b]\nrate = 10/1m\ncost = arg:n\nmax_cost = 7\n",
         "[rule:a]\nrate = 10/1h\nblock_for = 15m\n[rule:b]\nrate = 10/1m\n",
+        "[rule:q]\nrate = 10000/1d\nalgorithm = fixed-window\n"
+        "[rule:w]\nrate = 5/1w\nalgorithm = fixed-window\nwindow_offset = 4d\n",
     };
     for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
         struct config *cfg, *again;
@@ -618,6 +636,12 @@ START_TEST(print_round_trip)
         if (strstr(files[i], "block_for")) { /* a penalty box, and its default: off */
             ck_assert_ptr_nonnull(strstr(text, "\nblock_for = 15m\n"));
             ck_assert_ptr_nonnull(strstr(text, "\nblock_for = 0 ; off\n"));
+        }
+        if (strstr(files[i], "fixed-window")) { /* the algorithm and its offset */
+            ck_assert_ptr_nonnull(
+                strstr(text, "rate = 10000/1d\nburst = 10000\n"));
+            ck_assert_ptr_nonnull(strstr(text, "algorithm = fixed-window\nwindow_offset = 0\n"));
+            ck_assert_ptr_nonnull(strstr(text, "algorithm = fixed-window\nwindow_offset = 4d\n"));
         }
         if (strstr(files[i], "cost = ")) { /* a cost, fixed or from an arg */
             ck_assert_ptr_nonnull(strstr(text, "\ncost = 0\n"));
@@ -686,7 +710,8 @@ int main(void)
     TCase *tc = tcase_create("files");
 
 
-    CHECK_ADD(tc, test_cost, test_block_for, print_round_trip, test_full, test_defaults, test_variants,
+    CHECK_ADD(tc, test_cost, test_block_for, test_fixed_window, print_round_trip, test_full,
+              test_defaults, test_variants,
               test_resolution,
               test_match, test_arg_limits, test_file, test_percent_decode, test_credentials,
               test_config_page);

@@ -325,7 +325,7 @@ START_TEST(test_handshake_budget)
                           "said HELLO by then never will\n");
     check_config_bad("[agent]\nhello_timeout = 5\n", err, sizeof(err));
     ck_assert_str_eq(err, "t.ini:2: bad duration '5' for 'hello_timeout' (expected an integer > 0 "
-                          "and a unit: ms, s, m, h or d)\n");
+                          "and a unit: ms, s, m, h, d or w)\n");
 }
 END_TEST
 

@@ -181,11 +181,57 @@ START_TEST(script_args_by_position)
 }
 END_TEST
 
+/* A fixed window's calls: the sw_* scripts with the mode and the offset
+ * appended after every other argument (script.h). */
+START_TEST(script_args_fixed_window)
+{
+    struct lease_job j = {.kind = LEASE_JOB_CLAIM, .algorithm = BUCKET_FIXED_WINDOW,
+                          .limit = 5, .period_ms = 86400000, .burst = 5, .want = 3,
+                          .offset_ms = 7200000};
+    struct script_args a;
+
+    ck_assert_int_eq(script_lease_args(&j, "agent-1", 1000, &a), SCRIPT_SW_CLAIM);
+    ck_assert_int_eq(a.argc, CLAIM_ARGC_FIXED);
+    ck_assert_str_eq(a.argv[CLAIM_ARG_RATE_PPM], ""); /* no rate lease, no block */
+    ck_assert_str_eq(a.argv[CLAIM_ARG_DEMAND_PPM], "");
+    ck_assert_str_eq(a.argv[CLAIM_ARG_BLOCK_MS], "");
+    ck_assert_str_eq(a.argv[CLAIM_ARG_WINDOW_MODE], "1");
+    ck_assert_str_eq(a.argv[CLAIM_ARG_WINDOW_OFFSET_MS], "7200000");
+    j.kind = LEASE_JOB_RETURN;
+    ck_assert_int_eq(script_lease_args(&j, "agent-1", 1000, &a), SCRIPT_SW_RETURN);
+    ck_assert_int_eq(a.argc, RETURN_ARGC_FIXED);
+    ck_assert_str_eq(a.argv[RETURN_ARG_WINDOW_MODE], "1");
+    j.kind = LEASE_JOB_EXACT; /* a cost of 1 is then sent: the mode follows it */
+    ck_assert_int_eq(script_lease_args(&j, "agent-1", 1000, &a), SCRIPT_SW_EXACT);
+    ck_assert_int_eq(a.argc, EXACT_ARGC_FIXED);
+    ck_assert_str_eq(a.argv[EXACT_ARG_N], "1");
+    ck_assert_str_eq(a.argv[EXACT_ARG_BLOCK_MS], "0");
+    ck_assert_str_eq(a.argv[EXACT_ARG_WINDOW_OFFSET_MS], "7200000");
+    j.block_ms = 900000; /* a penalty box comes before the mode */
+    ck_assert_int_eq(script_lease_args(&j, "agent-1", 1000, &a), SCRIPT_SW_EXACT);
+    ck_assert_int_eq(a.argc, EXACT_ARGC_FIXED);
+    ck_assert_str_eq(a.argv[EXACT_ARG_BLOCK_MS], "900000");
+    ck_assert_str_eq(a.argv[EXACT_ARG_WINDOW_MODE], "1");
+    j.kind = LEASE_JOB_CLAIM;
+    ck_assert_int_eq(script_lease_args(&j, "agent-1", 1000, &a), SCRIPT_SW_CLAIM);
+    ck_assert_int_eq(a.argc, CLAIM_ARGC_FIXED);
+    ck_assert_str_eq(a.argv[CLAIM_ARG_BLOCK_MS], "900000");
+    ck_assert_str_eq(a.argv[CLAIM_ARG_WINDOW_OFFSET_MS], "7200000");
+    j.block_ms = 0;
+    ck_assert_int_eq(script_exact_args(BUCKET_FIXED_WINDOW, 5, 1000, 5, 3, &a), SCRIPT_SW_EXACT);
+    script_window_args(&a, SCRIPT_SW_EXACT, 0);
+    ck_assert_int_eq(a.argc, EXACT_ARGC_FIXED);
+    ck_assert_str_eq(a.argv[EXACT_ARG_N], "3");
+    ck_assert_str_eq(a.argv[EXACT_ARG_WINDOW_MODE], "1");
+    ck_assert_str_eq(a.argv[EXACT_ARG_WINDOW_OFFSET_MS], "0");
+}
+END_TEST
+
 int main(void)
 {
     TCase *tc = tcase_create("core");
 
     CHECK_ADD(tc, claims_as_redis_runs_them, errors_and_batches, window_check_is_exact,
-              histogram_quantiles, script_args_by_position);
+              histogram_quantiles, script_args_by_position, script_args_fixed_window);
     return check_run_case("sim", tc);
 }
