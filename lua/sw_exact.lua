@@ -9,13 +9,15 @@ ARGV[3]   burst: ignored (same ARGV as tb_exact.lua)
 ARGV[4]   n: units this request costs (>= 0; default 1). n = 0 is a check:
           allowed when 1 would be, counting nothing. n > N is never allowed.
 
-Returns   {allowed, remaining, retry_ms, reset_ms}
+Returns   {allowed, remaining, retry_ms, reset_ms, time_ms}
             allowed   1 when estimate + n <= N and n was counted, else 0
             remaining max(0, floor(N - estimate)) after the call
             retry_ms  0 when another request of n would pass now, else ms until
                       the estimate falls to N - n (if nothing more is counted);
                       one period when n > N (it never passes)
             reset_ms  ms until the estimate falls to 0
+            time_ms   Redis' time of the call, ms: sw_refund.lua gives back
+                      only while the window of this time is current
 
 Invariant: c <= N after every call.
 Uses Redis server time only.
@@ -89,4 +91,5 @@ end
 redis.call('PEXPIRE', key, fmt[ceil((left + wus) / 1000) + 1000])
 return {allowed, max(0, floor(limit - est)),
         -- n over N never fits: one period, as the agent's own buckets say
-        need > limit and period or ceil(wait_us(limit - need) / 1000), ceil(wait_us(0) / 1000)}
+        need > limit and period or ceil(wait_us(limit - need) / 1000), ceil(wait_us(0) / 1000),
+        floor(now / 1000)}

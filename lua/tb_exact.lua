@@ -10,7 +10,7 @@ ARGV[4]   n: tokens this request costs (>= 0; default 1). n = 0 is a check:
           allowed when 1 would be, taking nothing. n > b is never allowed
           and takes nothing.
 
-Returns   {allowed, remaining, retry_ms, reset_ms}
+Returns   {allowed, remaining, retry_ms, reset_ms, time_ms}
             allowed   1 when n tokens were taken (n = 0: when t >= 1), else 0
                       (nothing taken)
             remaining max(0, floor(t)) after the call
@@ -18,6 +18,8 @@ Returns   {allowed, remaining, retry_ms, reset_ms}
                       until it is expected to (exact when no lease is held);
                       one period when n > b (it never passes)
             reset_ms  ms until t + H reaches b if no held token is spent
+            time_ms   Redis' time of the call, ms (what tb_refund.lua takes
+                      back as taken_ms)
 
 Invariant: after every call t + H <= b (H = tokens held by unexpired leases).
 Uses Redis server time only.
@@ -169,4 +171,5 @@ if P > 0 then life = (emax - now) / 1000 + (b - t) / rate_ms end
 local pttl = ceil(life) + 1000
 redis.call('PEXPIRE', key, fmt[1e15 < pttl and 1e15 or pttl])
 local left = floor(t)
-return {allowed, left > 0 and left or 0, retry == 0 and 0 or ceil(retry), ceil(reset)}
+return {allowed, left > 0 and left or 0, retry == 0 and 0 or ceil(retry), ceil(reset),
+        floor(now / 1000)}

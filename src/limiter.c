@@ -29,7 +29,9 @@
 _Static_assert(CLAIM_R_COUNT <= STORE_MAX_VALUES && EXACT_R_COUNT <= STORE_MAX_VALUES,
                "a script reply fits in a store_result");
 
-enum rjob_kind { RJOB_LEASE = 0, RJOB_EXACT = 1 };
+/* RJOB_REFUND: tokens an exact decision took go back (limiter_charge.c);
+ * nobody waits for it. */
+enum rjob_kind { RJOB_LEASE = 0, RJOB_EXACT = 1, RJOB_REFUND = 2 };
 
 /* A Redis call: queued by a worker, then in flight on the limiter's thread. */
 struct rjob {
@@ -43,9 +45,12 @@ struct rjob {
     struct lease_waiter *w;          /* RJOB_EXACT: NULL once answered by fallback */
     enum bucket_algorithm algorithm; /* RJOB_EXACT */
     uint64_t limit, period_ms, burst;
-    uint64_t cost;                   /* RJOB_EXACT: tokens the request takes */
+    uint64_t cost;                   /* RJOB_EXACT: tokens the request takes;
+                                        RJOB_REFUND: tokens given back */
+    uint64_t taken_ms;               /* RJOB_REFUND: EXACT_R_TIME_MS of the take */
+    struct metrics_rule *m;          /* RJOB_REFUND: counts what Redis gave back */
     size_t keylen;
-    char key[];                      /* RJOB_EXACT */
+    char key[];                      /* RJOB_EXACT, RJOB_REFUND */
 };
 
 struct limiter {
@@ -89,17 +94,22 @@ static void decide_fallback(struct limiter *l, struct limiter_req *req, size_t i
         h->out.res.remaining = 0;
         h->out.res.retry_us = CLOSED_RETRY_US;
         h->out.res.reset_us = CLOSED_RETRY_US;
+        h->out.charged = RULE_CHARGED_NONE;
         return;
     }
     bucket_table_take(l->backstop, r->name, rules_hit_key(&req->ev, h), h->key_len,
                       &h->backstop, now_us, h->cost, &h->out.res);
+    h->out.charged = h->out.res.allowed ? RULE_CHARGED_BACKSTOP : RULE_CHARGED_NONE;
+    h->out.charged_at = now_us;
 }
 
-/* One decision of req is in: complete req when it was the last. */
-static void hit_done(struct limiter_req *req)
+/* One decision of req is in: settle and complete req when it was the last. */
+static void hit_done(struct limiter *l, struct limiter_req *req)
 {
-    if (atomic_fetch_sub_explicit(&req->waiting, 1, memory_order_acq_rel) == 1)
+    if (atomic_fetch_sub_explicit(&req->waiting, 1, memory_order_acq_rel) == 1) {
+        limiter_settle(l, req, util_now_us());
         req->done(req);
+    }
 }
 
 /* Complete the waiters of two lists: decided ones and fallback ones. */
@@ -111,14 +121,19 @@ static void complete_waiters(struct limiter *l, struct lease_waiter *done,
     for (w = done; w; w = next) {
         next = w->next;
         struct limiter_req *req = w->req;
-        req->ev.hits[w->hit].out.degraded = 0;
-        hit_done(req);
+        struct rule_outcome *out = &req->ev.hits[w->hit].out;
+        out->degraded = 0;
+        out->charged = !out->res.allowed ? RULE_CHARGED_NONE
+                       : w->exact        ? RULE_CHARGED_EXACT
+                                         : RULE_CHARGED_LEASE;
+        out->charged_at = w->exact ? w->taken_ms : now_us;
+        hit_done(l, req);
     }
     for (w = fallback; w; w = next) {
         next = w->next;
         struct limiter_req *req = w->req;
         decide_fallback(l, req, w->hit, now_us);
-        hit_done(req);
+        hit_done(l, req);
     }
 }
 
@@ -169,11 +184,14 @@ static void exact_reply(struct limiter *l, struct lease_waiter *w, const struct 
     struct limiter_req *req = w->req;
 
     if (res && store_reply_exact(res->v, res->n, w->out) == 0) {
-        req->ev.hits[w->hit].out.degraded = 0;
+        struct rule_outcome *out = &req->ev.hits[w->hit].out;
+        out->degraded = 0;
+        out->charged = out->res.allowed ? RULE_CHARGED_EXACT : RULE_CHARGED_NONE;
+        out->charged_at = res->v[EXACT_R_TIME_MS] > 0 ? (uint64_t)res->v[EXACT_R_TIME_MS] : 0;
     } else {
         decide_fallback(l, req, w->hit, now_us);
     }
-    hit_done(req);
+    hit_done(l, req);
 }
 
 static void on_reply(void *arg, const struct store_result *res)
@@ -199,6 +217,13 @@ static void on_reply(void *arg, const struct store_result *res)
         free(j);
         return;
     }
+    if (j->kind == RJOB_REFUND) { /* a failed one gives nothing back: under-admits only */
+        if (ok && res->n >= REFUND_R_COUNT && res->v[REFUND_R_GIVEN] > 0)
+            atomic_fetch_add_explicit(&j->m->refunded, (uint64_t)res->v[REFUND_R_GIVEN],
+                                      memory_order_relaxed);
+        free(j);
+        return;
+    }
 
     struct lease_waiter *done = NULL, *fallback = NULL;
     struct lease_job *next = NULL;
@@ -216,6 +241,9 @@ static enum store_script job_args(const struct limiter *l, const struct rjob *j,
 {
     if (j->kind == RJOB_EXACT)
         return script_exact_args(j->algorithm, j->limit, j->period_ms, j->burst, j->cost, a);
+    if (j->kind == RJOB_REFUND)
+        return script_refund_args(j->algorithm, j->limit, j->period_ms, j->burst, j->cost,
+                                  j->taken_ms, a);
     return script_lease_args(j->lj, store_agent_id(l->store), l->ttl_ms, a);
 }
 
@@ -223,8 +251,8 @@ static void send_job(struct limiter *l, struct rjob *j)
 {
     struct script_args a;
     enum store_script script = job_args(l, j, &a);
-    const char *key = j->kind == RJOB_EXACT ? j->key : j->lj->key;
-    size_t keylen = j->kind == RJOB_EXACT ? j->keylen : j->lj->keylen;
+    const char *key = j->kind != RJOB_LEASE ? j->key : j->lj->key;
+    size_t keylen = j->kind != RJOB_LEASE ? j->keylen : j->lj->keylen;
 
     j->sent_us = util_now_us();
     if (j->lj)
@@ -293,9 +321,9 @@ static void timeouts_cb(struct ev_loop *loop, ev_timer *t, int revents)
                 struct limiter_req *req = j->w->req;
                 decide_fallback(l, req, j->w->hit, now);
                 j->w = NULL;
-                hit_done(req);
+                hit_done(l, req);
             }
-        } else {
+        } else if (j->kind == RJOB_LEASE) {
             struct lease_waiter *fallback = NULL;
             lease_timeout(l->leases, j->lj, &fallback);
             complete_waiters(l, NULL, fallback, now);
@@ -400,6 +428,8 @@ static void decide_standalone(struct limiter *l, struct limiter_req *req, uint64
         bucket_table_take(l->buckets, r->name, rules_hit_key(ev, h), h->key_len, &h->params,
                           now_us, h->cost, &h->out.res);
         h->out.degraded = 0;
+        h->out.charged = h->out.res.allowed ? RULE_CHARGED_BUCKET : RULE_CHARGED_NONE;
+        h->out.charged_at = now_us;
     }
 }
 
@@ -443,6 +473,33 @@ static int queue_exact(struct limiter *l, struct limiter_req *req, size_t i, con
     return 0;
 }
 
+int limiter_queue_refund(struct limiter *l, const struct limiter_req *req, size_t i)
+{
+    const struct rule_hit *h = &req->ev.hits[i];
+    char buf[KEYBUF];
+    size_t klen = redis_key(l, req, h, buf, sizeof(buf));
+    /* a key past KEYBUF (a long max_key) keeps its charge: under-admission only */
+    struct rjob *j = klen ? calloc(1, sizeof(*j) + klen + 1) : NULL;
+
+    if (!j)
+        return -1;
+    j->l = l;
+    j->kind = RJOB_REFUND;
+    j->algorithm = h->params.algorithm;
+    j->limit = h->params.limit;
+    j->period_ms = h->params.period_us / 1000;
+    j->burst = h->params.burst;
+    j->cost = h->cost;
+    j->taken_ms = h->out.charged_at;
+    j->m = req->rs->metrics[h->rule];
+    j->keylen = klen;
+    memcpy(j->key, buf, klen);
+    enqueue(l, j);
+    if (!ev_async_pending(&l->wake))
+        ev_async_send(l->loop, &l->wake);
+    return 0;
+}
+
 /* Hit i of a leased rule: from the local lease, or by a claim (queued). */
 static int decide_leased(struct limiter *l, struct limiter_req *req, size_t i, const char *key,
                          size_t keylen, uint64_t now_us, int up, int *queued)
@@ -459,6 +516,10 @@ static int decide_leased(struct limiter *l, struct limiter_req *req, size_t i, c
         } else {
             v = LEASE_DOWN;
         }
+    }
+    if (v == LEASE_DONE && h->out.res.allowed) {
+        h->out.charged = RULE_CHARGED_LEASE;
+        h->out.charged_at = now_us;
     }
     if (v == LEASE_DOWN)
         decide_fallback(l, req, i, now_us);
@@ -521,6 +582,7 @@ int limiter_decide(struct limiter *l, struct limiter_req *req, uint64_t now_us)
 
     if (!l->store) {
         decide_standalone(l, req, now_us);
+        limiter_settle(l, req, now_us);
         return 0;
     }
     if (reserve_waiters(req) < 0)
@@ -541,11 +603,15 @@ int limiter_decide(struct limiter *l, struct limiter_req *req, uint64_t now_us)
         ev_async_send(l->loop, &l->wake);
     /* Every hit decided here (the common case: a leased or cached key): no
      * waiter was published, no other thread knows req. */
-    if (decided == req->ev.nhits)
+    if (decided == req->ev.nhits) {
+        limiter_settle(l, req, now_us);
         return 0;
+    }
     if (atomic_fetch_sub_explicit(&req->waiting, decided + 1, memory_order_acq_rel) ==
-        decided + 1)
+        decided + 1) {
+        limiter_settle(l, req, now_us);
         return 0;
+    }
     return 1;
 }
 

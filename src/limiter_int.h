@@ -7,6 +7,7 @@
 #define LIMITER_INT_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 struct bucket_table;
 struct cfg_rule;
@@ -30,5 +31,20 @@ struct limiter_parts {
     struct store *store;
 };
 void limiter_parts(struct limiter *l, struct limiter_parts *out);
+
+struct limiter_req;
+
+/* All of req's decisions are in (limiter_decide() or the last reply): with
+ * [agent] charge = all-or-nothing and a non-shadow rule blocking req, give
+ * back what the other non-shadow rules took for it (limiter_charge.c). A
+ * shadow rule is charged alone: it keeps its tokens, and its would_block
+ * refunds nothing. Any thread; once per request, before its ACK. */
+void limiter_settle(struct limiter *l, struct limiter_req *req, uint64_t now_us);
+
+/* Queue the refund script call for hit i of req (decided by an exact call:
+ * out.charged_at is its Redis time) and wake the limiter's thread. 0, or -1
+ * when it cannot be (out of memory, a key too long): the tokens then stay
+ * taken, which only under-admits. Any thread. */
+int limiter_queue_refund(struct limiter *l, const struct limiter_req *req, size_t i);
 
 #endif

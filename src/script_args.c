@@ -71,3 +71,16 @@ enum store_script script_exact_args(enum bucket_algorithm algorithm, uint64_t li
     }
     return algorithm == BUCKET_SLIDING_WINDOW ? SCRIPT_SW_EXACT : SCRIPT_TB_EXACT;
 }
+
+enum store_script script_refund_args(enum bucket_algorithm algorithm, uint64_t limit,
+                                     uint64_t period_ms, uint64_t burst, uint64_t n,
+                                     uint64_t taken_ms, struct script_args *a)
+{
+    a->argc = REFUND_ARGC;
+    arg_num(a, REFUND_ARG_LIMIT, limit);
+    arg_num(a, REFUND_ARG_PERIOD_MS, period_ms);
+    arg_num(a, REFUND_ARG_BURST, burst);
+    arg_num(a, REFUND_ARG_N, n);
+    arg_num(a, REFUND_ARG_TAKEN_MS, taken_ms);
+    return algorithm == BUCKET_SLIDING_WINDOW ? SCRIPT_SW_REFUND : SCRIPT_TB_REFUND;
+}

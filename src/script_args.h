@@ -39,4 +39,12 @@ enum store_script script_exact_args(enum bucket_algorithm algorithm, uint64_t li
                                     uint64_t period_ms, uint64_t burst, uint64_t cost,
                                     struct script_args *a);
 
+/* Fill *a with the ARGV of a refund ([agent] charge = all-or-nothing): n
+ * tokens that an exact decision took at Redis time taken_ms (its
+ * EXACT_R_TIME_MS) go back; returns the script to call (tb_refund /
+ * sw_refund). */
+enum store_script script_refund_args(enum bucket_algorithm algorithm, uint64_t limit,
+                                     uint64_t period_ms, uint64_t burst, uint64_t n,
+                                     uint64_t taken_ms, struct script_args *a);
+
 #endif

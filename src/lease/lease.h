@@ -49,6 +49,11 @@ struct lease_waiter {
     void *req;    /* caller's: the request to complete */
     size_t hit;   /* caller's: which decision of that request */
     int fallback; /* set when it must be decided without Redis */
+    /* Set when an exact call (a cold key's) allowed it rather than the
+     * lease: its tokens were taken from the Redis bucket at Redis time
+     * taken_ms (EXACT_R_TIME_MS), and go back there if they go back. */
+    int exact;
+    uint64_t taken_ms;
 };
 
 enum lease_job_kind {
@@ -139,6 +144,17 @@ void lease_drain(struct lease_table *t, uint64_t now_us, struct lease_job **jobs
 int lease_decide_cost(struct lease_table *t, const char *key, size_t keylen,
                       const struct bucket_params *p, uint64_t n, uint64_t now_us, int redis_up,
                       struct lease_waiter *w, struct bucket_result *res, struct lease_job **job);
+
+/* Give back n tokens that an allowed decision on key spent from this
+ * agent's lease, when another rule blocked the request ([agent] charge =
+ * all-or-nothing): they can be spent here again. Only a spend not yet
+ * reported to Redis, of a lease still running, goes back (a rate lease's:
+ * up to its slice), so the lease never holds more than Redis granted; what
+ * Redis already counts spent stays spent (under-admission only). res (may
+ * be NULL) then gets remaining and reset as an allowed decision reports
+ * them. Returns the tokens given back. */
+uint64_t lease_refund(struct lease_table *t, const char *key, size_t keylen, uint64_t n,
+                      uint64_t now_us, struct bucket_result *res);
 
 /* ---- one key, for the operator (GET /key, POST /reset) ---------------------- */
 

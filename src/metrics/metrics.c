@@ -272,6 +272,10 @@ static void render_rules(struct strbuf *b)
                         "Requests denied because their cost is over the bucket's capacity (they "
                         "can never pass).",
                         offsetof(struct metrics_rule, cost_over_burst));
+    render_rule_counter(b, "spoa_ratelimit_refunds_total",
+                        "Tokens given back to a rule because another rule blocked the request "
+                        "([agent] charge = all-or-nothing).",
+                        offsetof(struct metrics_rule, refunded));
 }
 
 const char *const metrics_redis_error_names[] = {

@@ -460,7 +460,7 @@ static void decide_exact(struct fuzz_run *r, struct rule_hit *h, const char *key
 static void decide_leased(struct fuzz_run *r, struct rule_eval *ev, struct rule_hit *h,
                           const char *key, size_t keylen, int up)
 {
-    struct lease_waiter w = {NULL, &h->out.res, h, 0, 0};
+    struct lease_waiter w = {NULL, &h->out.res, h, 0, 0, 0, 0};
     struct lease_job *j = NULL;
     int decided = 0;
 
