@@ -218,9 +218,13 @@ static void on_reply(void *arg, const struct store_result *res)
         return;
     }
     if (j->kind == RJOB_REFUND) { /* a failed one gives nothing back: under-admits only */
-        if (ok && res->n >= REFUND_R_COUNT && res->v[REFUND_R_GIVEN] > 0)
+        if (ok && res->n >= REFUND_R_COUNT && res->v[REFUND_R_GIVEN] > 0) {
             atomic_fetch_add_explicit(&j->m->refunded, (uint64_t)res->v[REFUND_R_GIVEN],
                                       memory_order_relaxed);
+            if (res->v[REFUND_R_REMAINING] >= 0) /* a leased key's estimates */
+                lease_note_refund(l->leases, j->key, j->keylen,
+                                  (uint64_t)res->v[REFUND_R_REMAINING], now);
+        }
         free(j);
         return;
     }

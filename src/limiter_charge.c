@@ -48,10 +48,16 @@ static uint64_t refund_hit(struct limiter *l, struct limiter_req *req, size_t i,
         char key[KEYBUF];
         size_t klen = limiter_redis_key(l, r, rules_hit_key(&req->ev, h), h->key_len, key,
                                         sizeof(key));
+        int redis = 0;
         /* a key past KEYBUF (a long max_key) keeps its charge: under-admission only */
         if (klen)
-            back = lease_refund(parts.leases, key, klen, h->cost, now_us, &h->out.res);
-        break;
+            back = lease_refund(parts.leases, key, klen, h->cost, now_us, &h->out.res, &redis);
+        /* The spend already went to Redis with a claim (a top-up sent
+         * between the decision and now): a token bucket takes it back
+         * there, as an exact decision's (tb_refund ignores taken_ms). */
+        if (!back && redis)
+            limiter_queue_refund(l, req, i);
+        return back; /* a Redis refund is counted when Redis says */
     }
     case RULE_CHARGED_EXACT:
         if (limiter_queue_refund(l, req, i) == 0) {

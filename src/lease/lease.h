@@ -152,9 +152,20 @@ int lease_decide_cost(struct lease_table *t, const char *key, size_t keylen,
  * up to its slice), so the lease never holds more than Redis granted; what
  * Redis already counts spent stays spent (under-admission only). res (may
  * be NULL) then gets remaining and reset as an allowed decision reports
- * them. Returns the tokens given back. */
+ * them. Returns the tokens given back. When none could be, *redis is set for a
+ * token lease of a token bucket (or a key with no entry left): the caller
+ * may give them back to the Redis bucket instead (tb_refund, which caps t at
+ * b - H), e.g. when the claim that reported the spend left between the
+ * decision and the refund. */
 uint64_t lease_refund(struct lease_table *t, const char *key, size_t keylen, uint64_t n,
-                      uint64_t now_us, struct bucket_result *res);
+                      uint64_t now_us, struct bucket_result *res, int *redis);
+
+/* A refund script's reply for key (REFUND_R_REMAINING): Redis' bucket
+ * level now, for the estimates (remaining) of later local decisions.
+ * Replies come in the order the calls went, so it is newer than any claim
+ * reply already applied. Nothing else changes; no entry, nothing. */
+void lease_note_refund(struct lease_table *t, const char *key, size_t keylen,
+                       uint64_t remaining, uint64_t now_us);
 
 /* ---- one key, for the operator (GET /key, POST /reset) ---------------------- */
 

@@ -584,7 +584,7 @@ out:
 }
 
 uint64_t lease_refund(struct lease_table *t, const char *key, size_t keylen, uint64_t n,
-                      uint64_t now_us, struct bucket_result *res)
+                      uint64_t now_us, struct bucket_result *res, int *redis)
 {
     uint64_t h = util_hash_mix(util_hash_words(UTIL_HASH_INIT, key, keylen));
     unsigned si = util_stripe(h, t->nstripes);
@@ -609,8 +609,30 @@ uint64_t lease_refund(struct lease_table *t, const char *key, size_t keylen, uin
         if (back && res)
             fill_allowed(e, now_us, res);
     }
+    *redis = n > 0 && back == 0 && (!e || (e->share <= 0 && e->algorithm == BUCKET_TOKEN_BUCKET));
+    if (*redis && e && e->known) {
+        /* what tb_refund will do, for the estimates until Redis next says */
+        e->t_last += (double)n;
+        if (res)
+            fill_allowed(e, now_us, res);
+    }
     pthread_mutex_unlock(&s->lock);
     return back;
+}
+
+void lease_note_refund(struct lease_table *t, const char *key, size_t keylen,
+                       uint64_t remaining, uint64_t now_us)
+{
+    uint64_t h = util_hash_mix(util_hash_words(UTIL_HASH_INIT, key, keylen));
+    struct lease_stripe *s = &t->stripes[util_stripe(h, t->nstripes)];
+
+    pthread_mutex_lock(&s->lock);
+    struct lease_entry *e = lease_entry_find(s, h, key, keylen);
+    if (e && e->known && e->algorithm == BUCKET_TOKEN_BUCKET) {
+        e->t_last = (double)remaining;
+        e->reply_us = now_us;
+    }
+    pthread_mutex_unlock(&s->lock);
 }
 
 void lease_timeout(struct lease_table *t, struct lease_job *job, struct lease_waiter **fallback)
