@@ -62,8 +62,8 @@ end})
 -- never allowed while those tokens were held, and let b + H through at once
 -- when the lease ends.
 -- The same functions, refill() to advance(), stand in tb_claim, tb_return,
--- tb_exact and tb_reset (each script must load alone); tests/unit/test_scripts_contract.c
--- checks the copies are identical.
+-- tb_exact, tb_reset and tb_refund (each script must load alone);
+-- tests/unit/test_scripts_exact.c checks the copies are identical.
 local function refill(t, ts, to, cap, r) -- t from ts on to `to`, at rate r, under cap
     if to > ts then -- ts never goes back
         if t < cap and r > 0 then t = min(cap, t + r * (to - ts)) end

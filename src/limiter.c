@@ -94,13 +94,12 @@ static void decide_fallback(struct limiter *l, struct limiter_req *req, size_t i
         h->out.res.remaining = 0;
         h->out.res.retry_us = CLOSED_RETRY_US;
         h->out.res.reset_us = CLOSED_RETRY_US;
-        h->out.charged = RULE_CHARGED_NONE;
+        rules_charged(&h->out, RULE_CHARGED_NONE, 0);
         return;
     }
     bucket_table_take(l->backstop, r->name, rules_hit_key(&req->ev, h), h->key_len,
                       &h->backstop, now_us, h->cost, &h->out.res);
-    h->out.charged = h->out.res.allowed ? RULE_CHARGED_BACKSTOP : RULE_CHARGED_NONE;
-    h->out.charged_at = now_us;
+    rules_charged(&h->out, RULE_CHARGED_BACKSTOP, now_us);
 }
 
 /* One decision of req is in: settle and complete req when it was the last. */
@@ -123,10 +122,8 @@ static void complete_waiters(struct limiter *l, struct lease_waiter *done,
         struct limiter_req *req = w->req;
         struct rule_outcome *out = &req->ev.hits[w->hit].out;
         out->degraded = 0;
-        out->charged = !out->res.allowed ? RULE_CHARGED_NONE
-                       : w->exact        ? RULE_CHARGED_EXACT
-                                         : RULE_CHARGED_LEASE;
-        out->charged_at = w->exact ? w->taken_ms : now_us;
+        rules_charged(out, w->exact ? RULE_CHARGED_EXACT : RULE_CHARGED_LEASE,
+                      w->exact ? w->taken_ms : now_us);
         hit_done(l, req);
     }
     for (w = fallback; w; w = next) {
@@ -186,8 +183,8 @@ static void exact_reply(struct limiter *l, struct lease_waiter *w, const struct 
     if (res && store_reply_exact(res->v, res->n, w->out) == 0) {
         struct rule_outcome *out = &req->ev.hits[w->hit].out;
         out->degraded = 0;
-        out->charged = out->res.allowed ? RULE_CHARGED_EXACT : RULE_CHARGED_NONE;
-        out->charged_at = res->v[EXACT_R_TIME_MS] > 0 ? (uint64_t)res->v[EXACT_R_TIME_MS] : 0;
+        rules_charged(out, RULE_CHARGED_EXACT,
+                      res->v[EXACT_R_TIME_MS] > 0 ? (uint64_t)res->v[EXACT_R_TIME_MS] : 0);
     } else {
         decide_fallback(l, req, w->hit, now_us);
     }
@@ -218,12 +215,11 @@ static void on_reply(void *arg, const struct store_result *res)
         return;
     }
     if (j->kind == RJOB_REFUND) { /* a failed one gives nothing back: under-admits only */
-        if (ok && res->n >= REFUND_R_COUNT && res->v[REFUND_R_GIVEN] > 0) {
-            atomic_fetch_add_explicit(&j->m->refunded, (uint64_t)res->v[REFUND_R_GIVEN],
-                                      memory_order_relaxed);
-            if (res->v[REFUND_R_REMAINING] >= 0) /* a leased key's estimates */
-                lease_note_refund(l->leases, j->key, j->keylen,
-                                  (uint64_t)res->v[REFUND_R_REMAINING], now);
+        uint64_t given, remaining;
+        if (ok && store_reply_refund(res->v, res->n, &given, &remaining) == 0 && given > 0) {
+            atomic_fetch_add_explicit(&j->m->refunded, given, memory_order_relaxed);
+            /* a leased key's estimates */
+            lease_note_refund(l->leases, j->key, j->keylen, remaining, now);
         }
         free(j);
         return;
@@ -432,8 +428,7 @@ static void decide_standalone(struct limiter *l, struct limiter_req *req, uint64
         bucket_table_take(l->buckets, r->name, rules_hit_key(ev, h), h->key_len, &h->params,
                           now_us, h->cost, &h->out.res);
         h->out.degraded = 0;
-        h->out.charged = h->out.res.allowed ? RULE_CHARGED_BUCKET : RULE_CHARGED_NONE;
-        h->out.charged_at = now_us;
+        rules_charged(&h->out, RULE_CHARGED_BUCKET, now_us);
     }
 }
 
@@ -452,27 +447,38 @@ static int reserve_waiters(struct limiter_req *req)
     return 0;
 }
 
+/* A call on one key with hit i's limits and cost (RJOB_EXACT, RJOB_REFUND);
+ * NULL when out of memory. */
+static struct rjob *key_call(struct limiter *l, int kind, const struct rule_hit *h,
+                             const char *key, size_t keylen)
+{
+    struct rjob *j = calloc(1, sizeof(*j) + keylen + 1);
+
+    if (!j)
+        return NULL;
+    j->l = l;
+    j->kind = kind;
+    j->algorithm = h->params.algorithm;
+    j->limit = h->params.limit;
+    j->period_ms = h->params.period_us / 1000;
+    j->burst = h->params.burst;
+    j->cost = h->cost;
+    j->keylen = keylen;
+    memcpy(j->key, key, keylen);
+    return j;
+}
+
 /* Hit i with one exact script call (a rule with lease = off, or a cost its
  * lease does not hold).
  * Returns 0 when queued, -1 when it cannot be (Redis down, out of memory). */
 static int queue_exact(struct limiter *l, struct limiter_req *req, size_t i, const char *key,
                        size_t keylen, int up)
 {
-    const struct bucket_params *p = &req->ev.hits[i].params;
-    struct rjob *j = up ? calloc(1, sizeof(*j) + keylen + 1) : NULL;
+    struct rjob *j = up ? key_call(l, RJOB_EXACT, &req->ev.hits[i], key, keylen) : NULL;
 
     if (!j)
         return -1;
-    j->l = l;
-    j->kind = RJOB_EXACT;
     j->w = &req->waiters[i];
-    j->algorithm = p->algorithm;
-    j->limit = p->limit;
-    j->period_ms = p->period_us / 1000;
-    j->burst = p->burst;
-    j->cost = req->ev.hits[i].cost;
-    j->keylen = keylen;
-    memcpy(j->key, key, keylen);
     enqueue(l, j);
     return 0;
 }
@@ -483,21 +489,12 @@ int limiter_queue_refund(struct limiter *l, const struct limiter_req *req, size_
     char buf[KEYBUF];
     size_t klen = redis_key(l, req, h, buf, sizeof(buf));
     /* a key past KEYBUF (a long max_key) keeps its charge: under-admission only */
-    struct rjob *j = klen ? calloc(1, sizeof(*j) + klen + 1) : NULL;
+    struct rjob *j = klen ? key_call(l, RJOB_REFUND, h, buf, klen) : NULL;
 
     if (!j)
         return -1;
-    j->l = l;
-    j->kind = RJOB_REFUND;
-    j->algorithm = h->params.algorithm;
-    j->limit = h->params.limit;
-    j->period_ms = h->params.period_us / 1000;
-    j->burst = h->params.burst;
-    j->cost = h->cost;
     j->taken_ms = h->out.charged_at;
     j->m = req->rs->metrics[h->rule];
-    j->keylen = klen;
-    memcpy(j->key, buf, klen);
     enqueue(l, j);
     if (!ev_async_pending(&l->wake))
         ev_async_send(l->loop, &l->wake);
@@ -521,10 +518,8 @@ static int decide_leased(struct limiter *l, struct limiter_req *req, size_t i, c
             v = LEASE_DOWN;
         }
     }
-    if (v == LEASE_DONE && h->out.res.allowed) {
-        h->out.charged = RULE_CHARGED_LEASE;
-        h->out.charged_at = now_us;
-    }
+    if (v == LEASE_DONE)
+        rules_charged(&h->out, RULE_CHARGED_LEASE, now_us);
     if (v == LEASE_DOWN)
         decide_fallback(l, req, i, now_us);
     struct rjob *j = lj ? lease_rjob(l, lj, now_us) : NULL;

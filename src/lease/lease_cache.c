@@ -629,7 +629,7 @@ void lease_note_refund(struct lease_table *t, const char *key, size_t keylen,
     pthread_mutex_lock(&s->lock);
     struct lease_entry *e = lease_entry_find(s, h, key, keylen);
     if (e && e->known && e->algorithm == BUCKET_TOKEN_BUCKET) {
-        e->t_last = (double)remaining;
+        e->t_last = (double)(remaining < e->burst ? remaining : e->burst);
         e->reply_us = now_us;
     }
     pthread_mutex_unlock(&s->lock);

@@ -244,7 +244,7 @@ START_TEST(tb_reset_random_keeps_invariant)
 END_TEST
 
 /* advance() holds the refill that the bound rests on. Each script must stand
- * alone under EVALSHA, so the four token-bucket scripts carry a copy each:
+ * alone under EVALSHA, so the five token-bucket scripts carry a copy each:
  * the copies, from refill() (its helpers come first) to the end of advance(),
  * must stay identical, byte for byte. */
 static const char *advance_of(enum script s, size_t *len)
@@ -261,17 +261,20 @@ static const char *advance_of(enum script s, size_t *len)
 
 START_TEST(tb_advance_copies_identical)
 {
-    size_t l0, l1, l2, l3;
+    size_t l0, l1, l2, l3, l4;
     const char *a = advance_of(TB_CLAIM, &l0);
     const char *b = advance_of(TB_RETURN, &l1);
     const char *c = advance_of(TB_EXACT, &l2);
     const char *d = advance_of(TB_RESET, &l3);
+    const char *e = advance_of(TB_REFUND, &l4);
     ck_assert_uint_eq(l0, l1);
     ck_assert_uint_eq(l0, l2);
     ck_assert_uint_eq(l0, l3);
+    ck_assert_uint_eq(l0, l4);
     ck_assert_int_eq(memcmp(a, b, l0), 0);
     ck_assert_int_eq(memcmp(a, c, l0), 0);
     ck_assert_int_eq(memcmp(a, d, l0), 0);
+    ck_assert_int_eq(memcmp(a, e, l0), 0);
 }
 END_TEST
 
