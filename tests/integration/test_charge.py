@@ -2,8 +2,8 @@
 a non-shadow rule blocks takes nothing from the other rules. The issue's case:
 10 requests of one key through an endpoint rule 2/1m and an account rule
 100/1m leave the account rule at 98, not 90 (charge = each), standalone, on a
-real redis-server with leases and exact (lease = off), and on a Redis Cluster;
-GET /key agrees. A shadow rule is charged alone: never refunded, and its
+real redis-server with leases and exact (lease = off), on a Redis Cluster,
+and in the fail-open backstop while Redis is gone; GET /key agrees. A shadow rule is charged alone: never refunded, and its
 would_block refunds nothing. Through HAProxy (the kit) once, and the bound
 b + r*T still holds across 3 agents with refunds. Agents must exit 0 on
 SIGTERM (checked at cleanup)."""
@@ -219,6 +219,27 @@ class OnRedis(ChargeCase):
         refunds = sum(a.metric("spoa_ratelimit_refunds_total", rule="shared") or 0
                       for a in agents)
         self.assertGreater(refunds, 0, "no refund in the fleet")
+
+
+class FailOpen(ChargeCase):
+    def test_backstop_gives_back(self):
+        """Redis gone, [fallback] mode = open with share 1: the backstop
+        buckets decide (degraded), and the account rule's gets the blocked
+        requests' tokens back: 98, as standalone."""
+        r = self.start_redis()
+        a = self.agent(RULES % {"lease": "on"}, redis=r, share="1")
+        r.kill()
+        self.assertTrue(wait_for(lambda: a.metric("spoa_ratelimit_redis_up") == 0, 10))
+        key = unique("down")
+        c = self.seq(a)
+        t0 = time.monotonic()
+        got = [c.decide(key=key, path="/login") for _ in range(10)]
+        self.assertEqual([g["blocked"] for g in got], [False, False] + [True] * 8, got)
+        self.assertTrue(all(g.get("degraded") is True for g in got), got)
+        st = self.key_state(a, "account", key)
+        slack = int((time.monotonic() - t0 + 1.0) * 100 / 60) + 1
+        self.assertTrue(98 <= st["backstop"]["remaining"] <= 98 + slack, st)
+        self.assertEqual(a.metric("spoa_ratelimit_refunds_total", rule="account"), 8)
 
 
 class Cluster(TopologyCase, ChargeCase):
