@@ -8,12 +8,13 @@ would_block refunds nothing. Through HAProxy (the kit) once, and the bound
 b + r*T still holds across 3 agents with refunds. Agents must exit 0 on
 SIGTERM (checked at cleanup)."""
 import json
+import subprocess
 import time
 import unittest
 
 import fleet
 from fleet import LoadClient, redis_ini, run_clients, unique, worst_window
-from harness import Agent, HAProxy, stop_cleanly, wait_for
+from harness import AGENT, Agent, HAProxy, stop_cleanly, wait_for
 from test_redis import RedisCase
 from test_redis_topologies import TopologyCase
 
@@ -164,6 +165,14 @@ class Standalone(ChargeCase):
     def test_each_keeps_the_charge(self):
         a = self.agent(RULES % {"lease": "on"}, charge="each")
         self.each_keeps_ninety(a, "standalone each")
+        # --check --print and GET /config show the setting in force
+        p = subprocess.run([AGENT, "-c", a.ini, "--check", "--print"], capture_output=True,
+                           text=True, timeout=10)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("\ncharge = each\n", p.stdout)
+        self.assertIn("\ncharge = each\n", a.get("/config"))
+        b = self.agent(RULES % {"lease": "on"})
+        self.assertIn("\ncharge = all-or-nothing\n", b.get("/config"))
 
     def test_shadow_rules_charged_alone(self):
         self.shadow_cases(label="standalone")
