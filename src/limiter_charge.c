@@ -55,7 +55,7 @@ static uint64_t refund_hit(struct limiter *l, struct limiter_req *req, size_t i,
         /* The spend already went to Redis with a claim (a top-up sent
          * between the decision and now): a token bucket takes it back
          * there, as an exact decision's (tb_refund ignores taken_ms). */
-        if (!back && redis)
+        if (!back && redis && h->params.algorithm == BUCKET_TOKEN_BUCKET)
             limiter_queue_refund(l, req, i);
         return back; /* a Redis refund is counted when Redis says */
     }

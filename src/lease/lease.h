@@ -154,9 +154,9 @@ int lease_decide_cost(struct lease_table *t, const char *key, size_t keylen,
  * be NULL) then gets remaining and reset as an allowed decision reports
  * them. Returns the tokens given back. When none could be, *redis is set for a
  * token lease of a token bucket (or a key with no entry left): the caller
- * may give them back to the Redis bucket instead (tb_refund, which caps t at
- * b - H), e.g. when the claim that reported the spend left between the
- * decision and the refund. */
+ * may give them back to the Redis bucket instead when it is a token bucket
+ * (tb_refund, which caps t at b - H), e.g. when the claim that reported the
+ * spend left between the decision and the refund. */
 uint64_t lease_refund(struct lease_table *t, const char *key, size_t keylen, uint64_t n,
                       uint64_t now_us, struct bucket_result *res, int *redis);
 
