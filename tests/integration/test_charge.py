@@ -110,6 +110,10 @@ class ChargeCase(RedisCase):
         self.assertTrue(98 <= rem <= 98 + slack, "%s: /key says %r: %r" % (label, rem, st))
         self.account_remaining(agent, key, 98, time.monotonic() - t0, label)
         self.assertEqual(agent.metric("spoa_ratelimit_refunds_total", rule="login") or 0, 0)
+        # the status page's document says it too
+        rules = {r["name"]: r for r in json.loads(agent.get("/status.json"))["rules"]}
+        self.assertGreaterEqual(rules["account"]["refunded"], before + 8, rules["account"])
+        self.assertEqual(rules["login"]["refunded"], 0, rules["login"])
 
     def each_keeps_ninety(self, agent, label):
         key = unique("each")
