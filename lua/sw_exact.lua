@@ -16,13 +16,15 @@ ARGV[6]   mode: "1" = fixed window (optional; absent or "0": sliding): N per
           window, windows [k x period + offset, (k + 1) x period + offset) of
           Redis time, nothing carried over from the previous one (p stays 0)
 ARGV[7]   offset, ms (with mode 1): the windows' shift, taken mod period
-Returns   {allowed, remaining, retry_ms, reset_ms}
+Returns   {allowed, remaining, retry_ms, reset_ms, time_ms}
             allowed   1 when estimate + n <= N and n was counted, else 0
             remaining max(0, floor(N - estimate)) after the call
             retry_ms  0 when another request of n would pass now, else ms until
                       the estimate falls to N - n (if nothing more is counted);
                       one period when n > N (it never passes)
             reset_ms  ms until the estimate falls to 0
+            time_ms   Redis' time of the call, ms: sw_refund.lua gives back
+                      only while the window of this time is current
 
 Invariant: c <= N after every call.
 Uses Redis server time only.
@@ -122,4 +124,4 @@ if bu then -- blocked: retry and reset at its end; the key lives past it
     pttl = max(pttl, bleft + 1000)
 end
 redis.call('PEXPIRE', key, fmt[pttl])
-return {allowed, remaining, retry, reset}
+return {allowed, remaining, retry, reset, floor(now / 1000)}

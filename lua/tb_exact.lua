@@ -14,7 +14,7 @@ ARGV[5]   optional (after n): block_for, ms (>= 0; absent or 0: none). A
           denial (of an n that fits) records blocked-until = now +
           block_for (field bu); until then every call is denied, takes
           nothing, and answers remaining 0, retry_ms to the block's end.
-Returns   {allowed, remaining, retry_ms, reset_ms}
+Returns   {allowed, remaining, retry_ms, reset_ms, time_ms}
             allowed   1 when n tokens were taken (n = 0: when t >= 1), else 0
                       (nothing taken)
             remaining max(0, floor(t)) after the call
@@ -22,6 +22,8 @@ Returns   {allowed, remaining, retry_ms, reset_ms}
                       until it is expected to (exact when no lease is held);
                       one period when n > b (it never passes)
             reset_ms  ms until t + H reaches b if no held token is spent
+            time_ms   Redis' time of the call, ms (what tb_refund.lua takes
+                      back as taken_ms)
 
 Invariant: after every call t + H <= b (H = tokens held by unexpired leases).
 Uses Redis server time only.
@@ -193,4 +195,5 @@ if bu then -- blocked: retry and reset at its end; the key lives past it
     pttl = pttl > bleft + 1000 and pttl or bleft + 1000
 end
 redis.call('PEXPIRE', key, fmt[1e15 < pttl and 1e15 or pttl])
-return {allowed, left > 0 and left or 0, retry == 0 and 0 or ceil(retry), ceil(reset)}
+return {allowed, left > 0 and left or 0, retry == 0 and 0 or ceil(retry), ceil(reset),
+        floor(now / 1000)}

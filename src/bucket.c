@@ -317,6 +317,69 @@ static void fw_take(struct bucket *b, const struct bucket_params *p, uint64_t no
     }
     res->remaining = whole((double)p->limit - b->cur, 0);
     res->reset_us = b->cur > 0 ? end - now : 0;
+
+/* ---- refunds ------------------------------------------------------------ */
+
+/* The level after the refill to now, plus n, capped at the burst: never
+ * above what the bucket would hold had the take not happened (the refill
+ * is capped there too). */
+static uint64_t tb_refund(struct bucket *b, const struct bucket_params *p, uint64_t now,
+                          uint64_t n)
+{
+    double before;
+
+    b->tokens = tb_level(b->tokens, b->ts_us, p, now);
+    if (now > b->ts_us)
+        b->ts_us = now;
+    before = b->tokens;
+    b->tokens = snap(fmin((double)p->burst, b->tokens + (double)n), tolerance(p));
+    return b->tokens > before ? (uint64_t)floor(b->tokens - before + 0.5) : 0;
+}
+
+/* n off the current window's count, while it is the window of the take:
+ * after a roll the units sit in the previous window, which they would leave
+ * as the estimate fades anyway; giving them back there is not worth the
+ * case. */
+static uint64_t sw_refund(struct bucket *b, const struct bucket_params *p, uint64_t taken_us,
+                          uint64_t now, uint64_t n)
+{
+    sw_advance(b, period_of(p), now);
+    if (taken_us < b->ts_us || b->cur <= 0)
+        return 0;
+    double back = fmin((double)n, b->cur);
+    b->cur = snap(b->cur - back, tolerance(p));
+    if (b->cur < 0)
+        b->cur = 0;
+    return (uint64_t)floor(back + 0.5);
+}
+
+/* n off the count while the window of the take runs (wall clock, as the
+ * take's): a window that rolled starts empty anyway. */
+static uint64_t fw_refund(struct bucket *b, const struct bucket_params *p, uint64_t taken_us,
+                          uint64_t now, uint64_t n)
+{
+    fw_advance(b, p, now);
+    if (taken_us < b->ts_us || b->cur <= 0)
+        return 0;
+    double back = fmin((double)n, b->cur);
+    b->cur = b->cur - back;
+    return (uint64_t)floor(back + 0.5);
+}
+
+uint64_t bucket_refund(struct bucket *b, const struct bucket_params *p, uint64_t taken_us,
+                       uint64_t now_us, uint64_t n)
+{
+    if (n == 0)
+        return 0;
+    switch (p->algorithm) {
+    case BUCKET_TOKEN_BUCKET:
+        return tb_refund(b, p, now_us, n);
+    case BUCKET_SLIDING_WINDOW:
+        return sw_refund(b, p, taken_us, now_us, n);
+    case BUCKET_FIXED_WINDOW:
+        return fw_refund(b, p, taken_us, now_us, n);
+    }
+    return 0; /* an algorithm that holds no tokens to give back */
 }
 
 /* ---- single bucket API -------------------------------------------------- */
@@ -699,6 +762,29 @@ int bucket_table_take(struct bucket_table *t, const char *rule, const void *key,
     dlist_move_tail(&s->age, &e->age);
     pthread_mutex_unlock(&s->lock);
     return 0;
+}
+
+uint64_t bucket_table_refund(struct bucket_table *t, const char *rule, const void *key,
+                             size_t keylen, const struct bucket_params *p, uint64_t taken_us,
+                             uint64_t now_us, uint64_t n, struct bucket_state *st)
+{
+    size_t rulelen = strlen(rule);
+    uint64_t back = 0;
+
+    if (rulelen > MAX_RULE_LEN || (uint64_t)keylen > MAX_KEY_LEN)
+        return 0;
+    uint64_t hash = key_hash(rule, rulelen, key, keylen);
+    struct stripe *s = stripe_of(t, hash);
+
+    pthread_mutex_lock(&s->lock);
+    struct entry *e = stripe_find(s, hash, rule, rulelen, key, keylen);
+    if (e && e->algorithm == (uint8_t)p->algorithm) {
+        back = bucket_refund(&e->b, p, taken_us, now_us, n);
+        if (st)
+            bucket_peek(&e->b, p, now_us, st);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return back;
 }
 
 int bucket_table_peek(struct bucket_table *t, const char *rule, const void *key, size_t keylen,

@@ -77,6 +77,17 @@ void bucket_init(struct bucket *b, const struct bucket_params *p, uint64_t now_u
 void bucket_take(struct bucket *b, const struct bucket_params *p, uint64_t now_us, uint64_t n,
                  struct bucket_result *res);
 
+/* Give back n units that a take at taken_us allowed: another rule blocked
+ * the request ([agent] charge = all-or-nothing). Never more than was taken,
+ * never more than the request's absence would have left: a token bucket
+ * gets n tokens back, capped at the burst (its level then is at most what
+ * it would be had the take never happened); a sliding window takes n off
+ * the current window's count only while that is still the window of the
+ * take, and gives nothing back once it rolled. One case per algorithm: an
+ * algorithm that cannot give back returns 0. Returns the units given back. */
+uint64_t bucket_refund(struct bucket *b, const struct bucket_params *p, uint64_t taken_us,
+                       uint64_t now_us, uint64_t n);
+
 /* Whether the bucket holds no information any more (full again / both windows
  * past), so that dropping it changes no future decision. */
 int bucket_idle(const struct bucket *b, const struct bucket_params *p, uint64_t now_us);
@@ -191,6 +202,14 @@ int bucket_table_peek(struct bucket_table *t, const char *rule, const void *key,
 /* Drop the bucket of (rule, key): the next request finds it full (the
  * operator's POST /reset). 1 when there was one. Thread-safe. */
 int bucket_table_drop(struct bucket_table *t, const char *rule, const void *key, size_t keylen);
+
+/* bucket_refund() on the bucket of (rule, key), when it still has one of
+ * p's algorithm (a refund never makes a bucket). *st (may be NULL) then
+ * gets the bucket as bucket_peek() sees it after. Returns the units given
+ * back. Thread-safe. */
+uint64_t bucket_table_refund(struct bucket_table *t, const char *rule, const void *key,
+                             size_t keylen, const struct bucket_params *p, uint64_t taken_us,
+                             uint64_t now_us, uint64_t n, struct bucket_state *st);
 
 /* Number of buckets held. */
 size_t bucket_table_count(struct bucket_table *t);

@@ -29,7 +29,9 @@
 _Static_assert(CLAIM_R_COUNT <= STORE_MAX_VALUES && EXACT_R_COUNT <= STORE_MAX_VALUES,
                "a script reply fits in a store_result");
 
-enum rjob_kind { RJOB_LEASE = 0, RJOB_EXACT = 1 };
+/* RJOB_REFUND: tokens an exact decision took go back (limiter_charge.c);
+ * nobody waits for it. */
+enum rjob_kind { RJOB_LEASE = 0, RJOB_EXACT = 1, RJOB_REFUND = 2 };
 
 /* A Redis call: queued by a worker, then in flight on the limiter's thread. */
 struct rjob {
@@ -43,11 +45,14 @@ struct rjob {
     struct lease_waiter *w;          /* RJOB_EXACT: NULL once answered by fallback */
     enum bucket_algorithm algorithm; /* RJOB_EXACT */
     uint64_t limit, period_ms, burst;
-    uint64_t offset_ms;              /* RJOB_EXACT: a fixed window's window_offset */
-    uint64_t cost;                   /* RJOB_EXACT: tokens the request takes */
+    uint64_t offset_ms;              /* RJOB_EXACT, RJOB_REFUND: a fixed window's window_offset */
+    uint64_t cost;                   /* RJOB_EXACT: tokens the request takes;
+                                        RJOB_REFUND: tokens given back */
     uint64_t block_ms;               /* RJOB_EXACT: the rule's block_for (0: none) */
+    uint64_t taken_ms;               /* RJOB_REFUND: EXACT_R_TIME_MS of the take */
+    struct metrics_rule *m;          /* RJOB_REFUND: counts what Redis gave back */
     size_t keylen;
-    char key[];                      /* RJOB_EXACT */
+    char key[];                      /* RJOB_EXACT, RJOB_REFUND */
 };
 
 struct limiter {
@@ -79,13 +84,6 @@ struct limiter {
 
 /* ---- fallback ------------------------------------------------------------- */
 
-/* The time a bucket under p is taken at: now_us, or for a fixed window,
- * aligned to the epoch, the wall clock (bucket.h). */
-static uint64_t bucket_clock(const struct bucket_params *p, uint64_t now_us)
-{
-    return p->algorithm == BUCKET_FIXED_WINDOW ? util_wall_us() : now_us;
-}
-
 static void decide_fallback(struct limiter *l, struct limiter_req *req, size_t i,
                             uint64_t now_us)
 {
@@ -98,17 +96,21 @@ static void decide_fallback(struct limiter *l, struct limiter_req *req, size_t i
         h->out.res.remaining = 0;
         h->out.res.retry_us = CLOSED_RETRY_US;
         h->out.res.reset_us = CLOSED_RETRY_US;
+        rules_charged(&h->out, RULE_CHARGED_NONE, 0);
         return;
     }
     bucket_table_take(l->backstop, r->name, rules_hit_key(&req->ev, h), h->key_len,
                       &h->backstop, bucket_clock(&h->backstop, now_us), h->cost, &h->out.res);
+    rules_charged(&h->out, RULE_CHARGED_BACKSTOP, bucket_clock(&h->backstop, now_us));
 }
 
-/* One decision of req is in: complete req when it was the last. */
-static void hit_done(struct limiter_req *req)
+/* One decision of req is in: settle and complete req when it was the last. */
+static void hit_done(struct limiter *l, struct limiter_req *req)
 {
-    if (atomic_fetch_sub_explicit(&req->waiting, 1, memory_order_acq_rel) == 1)
+    if (atomic_fetch_sub_explicit(&req->waiting, 1, memory_order_acq_rel) == 1) {
+        limiter_settle(l, req, util_now_us());
         req->done(req);
+    }
 }
 
 /* Complete the waiters of two lists: decided ones and fallback ones. */
@@ -120,14 +122,17 @@ static void complete_waiters(struct limiter *l, struct lease_waiter *done,
     for (w = done; w; w = next) {
         next = w->next;
         struct limiter_req *req = w->req;
-        req->ev.hits[w->hit].out.degraded = 0;
-        hit_done(req);
+        struct rule_outcome *out = &req->ev.hits[w->hit].out;
+        out->degraded = 0;
+        rules_charged(out, w->exact ? RULE_CHARGED_EXACT : RULE_CHARGED_LEASE,
+                      w->exact ? w->taken_ms : now_us);
+        hit_done(l, req);
     }
     for (w = fallback; w; w = next) {
         next = w->next;
         struct limiter_req *req = w->req;
         decide_fallback(l, req, w->hit, now_us);
-        hit_done(req);
+        hit_done(l, req);
     }
 }
 
@@ -178,11 +183,14 @@ static void exact_reply(struct limiter *l, struct lease_waiter *w, const struct 
     struct limiter_req *req = w->req;
 
     if (res && store_reply_exact(res->v, res->n, w->out) == 0) {
-        req->ev.hits[w->hit].out.degraded = 0;
+        struct rule_outcome *out = &req->ev.hits[w->hit].out;
+        out->degraded = 0;
+        rules_charged(out, RULE_CHARGED_EXACT,
+                      res->v[EXACT_R_TIME_MS] > 0 ? (uint64_t)res->v[EXACT_R_TIME_MS] : 0);
     } else {
         decide_fallback(l, req, w->hit, now_us);
     }
-    hit_done(req);
+    hit_done(l, req);
 }
 
 static void on_reply(void *arg, const struct store_result *res)
@@ -205,6 +213,16 @@ static void on_reply(void *arg, const struct store_result *res)
     if (j->kind == RJOB_EXACT) {
         if (j->w)
             exact_reply(l, j->w, ok ? res : NULL, now);
+        free(j);
+        return;
+    }
+    if (j->kind == RJOB_REFUND) { /* a failed one gives nothing back: under-admits only */
+        uint64_t given, remaining;
+        if (ok && store_reply_refund(res->v, res->n, &given, &remaining) == 0 && given > 0) {
+            atomic_fetch_add_explicit(&j->m->refunded, given, memory_order_relaxed);
+            /* a leased key's estimates */
+            lease_note_refund(l->leases, j->key, j->keylen, remaining, now);
+        }
         free(j);
         return;
     }
@@ -231,6 +249,13 @@ static enum store_script job_args(const struct limiter *l, const struct rjob *j,
             script_window_args(a, s, j->offset_ms);
         return s;
     }
+    if (j->kind == RJOB_REFUND) {
+        enum store_script s = script_refund_args(j->algorithm, j->limit, j->period_ms, j->burst,
+                                                 j->cost, j->taken_ms, a);
+        if (j->algorithm == BUCKET_FIXED_WINDOW)
+            script_window_args(a, s, j->offset_ms);
+        return s;
+    }
     return script_lease_args(j->lj, store_agent_id(l->store), l->ttl_ms, a);
 }
 
@@ -238,8 +263,8 @@ static void send_job(struct limiter *l, struct rjob *j)
 {
     struct script_args a;
     enum store_script script = job_args(l, j, &a);
-    const char *key = j->kind == RJOB_EXACT ? j->key : j->lj->key;
-    size_t keylen = j->kind == RJOB_EXACT ? j->keylen : j->lj->keylen;
+    const char *key = j->kind != RJOB_LEASE ? j->key : j->lj->key;
+    size_t keylen = j->kind != RJOB_LEASE ? j->keylen : j->lj->keylen;
 
     j->sent_us = util_now_us();
     if (j->lj)
@@ -308,9 +333,9 @@ static void timeouts_cb(struct ev_loop *loop, ev_timer *t, int revents)
                 struct limiter_req *req = j->w->req;
                 decide_fallback(l, req, j->w->hit, now);
                 j->w = NULL;
-                hit_done(req);
+                hit_done(l, req);
             }
-        } else {
+        } else if (j->kind == RJOB_LEASE) {
             struct lease_waiter *fallback = NULL;
             lease_timeout(l->leases, j->lj, &fallback);
             complete_waiters(l, NULL, fallback, now);
@@ -420,6 +445,7 @@ static void decide_standalone(struct limiter *l, struct limiter_req *req, uint64
         bucket_table_take(l->buckets, r->name, rules_hit_key(ev, h), h->key_len, &h->params,
                           bucket_clock(&h->params, now_us), h->cost, &h->out.res);
         h->out.degraded = 0;
+        rules_charged(&h->out, RULE_CHARGED_BUCKET, bucket_clock(&h->params, now_us));
     }
 }
 
@@ -438,30 +464,59 @@ static int reserve_waiters(struct limiter_req *req)
     return 0;
 }
 
+/* A call on one key with hit i's limits and cost (RJOB_EXACT, RJOB_REFUND);
+ * NULL when out of memory. */
+static struct rjob *key_call(struct limiter *l, int kind, const struct rule_hit *h,
+                             const char *key, size_t keylen)
+{
+    struct rjob *j = calloc(1, sizeof(*j) + keylen + 1);
+
+    if (!j)
+        return NULL;
+    j->l = l;
+    j->kind = kind;
+    j->algorithm = h->params.algorithm;
+    j->limit = h->params.limit;
+    j->period_ms = h->params.period_us / 1000;
+    j->burst = h->params.burst;
+    j->offset_ms = h->params.offset_us / 1000;
+    j->block_ms = (h->params.block_us + 999) / 1000;
+    j->cost = h->cost;
+    j->keylen = keylen;
+    memcpy(j->key, key, keylen);
+    return j;
+}
+
 /* Hit i with one exact script call (a rule with lease = off, or a cost its
  * lease does not hold).
  * Returns 0 when queued, -1 when it cannot be (Redis down, out of memory). */
 static int queue_exact(struct limiter *l, struct limiter_req *req, size_t i, const char *key,
                        size_t keylen, int up)
 {
-    const struct bucket_params *p = &req->ev.hits[i].params;
-    struct rjob *j = up ? calloc(1, sizeof(*j) + keylen + 1) : NULL;
+    struct rjob *j = up ? key_call(l, RJOB_EXACT, &req->ev.hits[i], key, keylen) : NULL;
 
     if (!j)
         return -1;
-    j->l = l;
-    j->kind = RJOB_EXACT;
     j->w = &req->waiters[i];
-    j->algorithm = p->algorithm;
-    j->limit = p->limit;
-    j->period_ms = p->period_us / 1000;
-    j->burst = p->burst;
-    j->offset_ms = p->offset_us / 1000;
-    j->cost = req->ev.hits[i].cost;
-    j->block_ms = (p->block_us + 999) / 1000;
-    j->keylen = keylen;
-    memcpy(j->key, key, keylen);
     enqueue(l, j);
+    return 0;
+}
+
+int limiter_queue_refund(struct limiter *l, const struct limiter_req *req, size_t i)
+{
+    const struct rule_hit *h = &req->ev.hits[i];
+    char buf[KEYBUF];
+    size_t klen = redis_key(l, req, h, buf, sizeof(buf));
+    /* a key past KEYBUF (a long max_key) keeps its charge: under-admission only */
+    struct rjob *j = klen ? key_call(l, RJOB_REFUND, h, buf, klen) : NULL;
+
+    if (!j)
+        return -1;
+    j->taken_ms = h->out.charged_at;
+    j->m = req->rs->metrics[h->rule];
+    enqueue(l, j);
+    if (!ev_async_pending(&l->wake))
+        ev_async_send(l->loop, &l->wake);
     return 0;
 }
 
@@ -482,6 +537,8 @@ static int decide_leased(struct limiter *l, struct limiter_req *req, size_t i, c
             v = LEASE_DOWN;
         }
     }
+    if (v == LEASE_DONE)
+        rules_charged(&h->out, RULE_CHARGED_LEASE, now_us);
     if (v == LEASE_DOWN)
         decide_fallback(l, req, i, now_us);
     struct rjob *j = lj ? lease_rjob(l, lj, now_us) : NULL;
@@ -543,6 +600,7 @@ int limiter_decide(struct limiter *l, struct limiter_req *req, uint64_t now_us)
 
     if (!l->store) {
         decide_standalone(l, req, now_us);
+        limiter_settle(l, req, now_us);
         return 0;
     }
     if (reserve_waiters(req) < 0)
@@ -563,11 +621,15 @@ int limiter_decide(struct limiter *l, struct limiter_req *req, uint64_t now_us)
         ev_async_send(l->loop, &l->wake);
     /* Every hit decided here (the common case: a leased or cached key): no
      * waiter was published, no other thread knows req. */
-    if (decided == req->ev.nhits)
+    if (decided == req->ev.nhits) {
+        limiter_settle(l, req, now_us);
         return 0;
+    }
     if (atomic_fetch_sub_explicit(&req->waiting, decided + 1, memory_order_acq_rel) ==
-        decided + 1)
+        decided + 1) {
+        limiter_settle(l, req, now_us);
         return 0;
+    }
     return 1;
 }
 

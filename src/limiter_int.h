@@ -7,6 +7,10 @@
 #define LIMITER_INT_H
 
 #include <stddef.h>
+#include <stdint.h>
+
+#include "bucket.h"
+#include "core/util.h"
 
 struct bucket_table;
 struct cfg_rule;
@@ -30,5 +34,27 @@ struct limiter_parts {
     struct store *store;
 };
 void limiter_parts(struct limiter *l, struct limiter_parts *out);
+
+struct limiter_req;
+
+/* All of req's decisions are in (limiter_decide() or the last reply): with
+ * [agent] charge = all-or-nothing and a non-shadow rule blocking req, give
+ * back what the other non-shadow rules took for it (limiter_charge.c). A
+ * shadow rule is charged alone: it keeps its tokens, and its would_block
+ * refunds nothing. Any thread; once per request, before its ACK. */
+void limiter_settle(struct limiter *l, struct limiter_req *req, uint64_t now_us);
+
+/* Queue the refund script call for hit i of req (decided by an exact call:
+ * out.charged_at is its Redis time) and wake the limiter's thread. 0, or -1
+ * when it cannot be (out of memory, a key too long): the tokens then stay
+ * taken, which only under-admits. Any thread. */
+int limiter_queue_refund(struct limiter *l, const struct limiter_req *req, size_t i);
+
+/* The time a bucket under p is taken (and given back) at: now_us, or for a
+ * fixed window, aligned to the epoch, the wall clock (bucket.h). */
+static inline uint64_t bucket_clock(const struct bucket_params *p, uint64_t now_us)
+{
+    return p->algorithm == BUCKET_FIXED_WINDOW ? util_wall_us() : now_us;
+}
 
 #endif

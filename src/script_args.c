@@ -7,7 +7,8 @@
 #include "core/util.h"
 
 _Static_assert((int)RETURN_ARGC_FIXED <= SCRIPT_MAX_ARGC && (int)EXACT_ARGC_FIXED <= SCRIPT_MAX_ARGC &&
-                   (int)RESET_ARGC_FIXED <= SCRIPT_MAX_ARGC && (int)CLAIM_ARGC_BLOCK <= SCRIPT_MAX_ARGC,
+                   (int)RESET_ARGC_FIXED <= SCRIPT_MAX_ARGC && (int)CLAIM_ARGC_BLOCK <= SCRIPT_MAX_ARGC &&
+                   (int)REFUND_ARGC_FIXED <= SCRIPT_MAX_ARGC,
                "a claim takes the most arguments");
 
 static void arg_str(struct script_args *a, int i, const char *s)
@@ -111,6 +112,9 @@ void script_window_args(struct script_args *a, enum store_script s, uint64_t off
     case SCRIPT_SW_RESET:
         mode = RESET_ARG_WINDOW_MODE;
         break;
+    case SCRIPT_SW_REFUND:
+        mode = REFUND_ARG_WINDOW_MODE;
+        break;
     default:
         return; /* the token bucket's scripts have no windows */
     }
@@ -138,4 +142,17 @@ void script_block_arg(struct script_args *a, enum store_script script, uint64_t 
         a->argc = CLAIM_ARGC_BLOCK;
         arg_num(a, CLAIM_ARG_BLOCK_MS, block_ms);
     }
+}
+
+enum store_script script_refund_args(enum bucket_algorithm algorithm, uint64_t limit,
+                                     uint64_t period_ms, uint64_t burst, uint64_t n,
+                                     uint64_t taken_ms, struct script_args *a)
+{
+    a->argc = REFUND_ARGC;
+    arg_num(a, REFUND_ARG_LIMIT, limit);
+    arg_num(a, REFUND_ARG_PERIOD_MS, period_ms);
+    arg_num(a, REFUND_ARG_BURST, burst);
+    arg_num(a, REFUND_ARG_N, n);
+    arg_num(a, REFUND_ARG_TAKEN_MS, taken_ms);
+    return bucket_windowed(algorithm) ? SCRIPT_SW_REFUND : SCRIPT_TB_REFUND;
 }

@@ -55,4 +55,12 @@ void script_block_arg(struct script_args *a, enum store_script script, uint64_t 
  * given). Call it last. */
 void script_window_args(struct script_args *a, enum store_script s, uint64_t offset_ms);
 
+/* Fill *a with the ARGV of a refund ([agent] charge = all-or-nothing): n
+ * tokens that an exact decision took at Redis time taken_ms (its
+ * EXACT_R_TIME_MS) go back; returns the script to call (tb_refund /
+ * sw_refund). */
+enum store_script script_refund_args(enum bucket_algorithm algorithm, uint64_t limit,
+                                     uint64_t period_ms, uint64_t burst, uint64_t n,
+                                     uint64_t taken_ms, struct script_args *a);
+
 #endif

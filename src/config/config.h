@@ -42,6 +42,11 @@
 #define ALGO_FIXED_WINDOW BUCKET_FIXED_WINDOW
 enum cfg_down_mode { DOWN_OPEN = 0, DOWN_CLOSED = 1 };
 
+/* [agent] charge: what a request that a non-shadow rule blocks costs the
+ * other rules. all-or-nothing (the default): nothing, their tokens go back
+ * (limiter_settle); each: every allowing rule keeps its charge. */
+enum cfg_charge { CHARGE_ALL_OR_NOTHING = 0, CHARGE_EACH = 1 };
+
 /* The old name of a CIDR of [agent] allow (struct net_cidr, net.h), kept for
  * config_parse_cidr and the tests that use it. */
 #define cfg_cidr net_cidr
@@ -132,6 +137,7 @@ struct config {
     char *stats_credentials; /* USER:PASSWORD in force (either source); NULL = none */
     int stats_reset;         /* POST /reset (and the page's reset button); default on */
     size_t max_entries; /* buckets + lease entries in memory; default 1000000 */
+    int charge;         /* enum cfg_charge; default CHARGE_ALL_OR_NOTHING */
     double alert_share; /* warn when a rule blocks more than this share; default 0.05 */
 
     /* [redis]: standalone when url, cluster and sentinel are all empty. The

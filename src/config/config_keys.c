@@ -13,6 +13,9 @@
 #define MAX_PREFIX 64 /* [redis] prefix */
 
 static const char *const mode_names[] = {"open", "closed", NULL};
+/* [agent] charge: enum cfg_charge */
+static const char *const charge_names[] = {[CHARGE_ALL_OR_NOTHING] = "all-or-nothing",
+                                           [CHARGE_EACH] = "each", NULL};
 static const char *const algo_names[] = {[BUCKET_TOKEN_BUCKET] = "token-bucket",
                                          [BUCKET_SLIDING_WINDOW] = "sliding-window",
                                          [BUCKET_FIXED_WINDOW] = "fixed-window", NULL};
@@ -41,6 +44,7 @@ static const struct key_def key_defs[] = {
     {SEC_AGENT, "stats_auth_file", T_STR, CF(stats_auth_file), 0, 0, F_NONEMPTY, NULL, 0},
     {SEC_AGENT, "stats_reset", T_BOOL, CF(stats_reset), 0, 0, 0, NULL, 0},
     {SEC_AGENT, "max_entries", T_UINT, CF(max_entries), 1, CFG_MAX_ENTRIES, 0, NULL, 0},
+    {SEC_AGENT, "charge", T_ENUM, CF(charge), 0, 0, 0, charge_names, 0},
     {SEC_REDIS, "url", T_URL, CF(redis_url), 0, 0, 0, NULL, PF(redis_server)},
     {SEC_REDIS, "cluster", T_HOSTS, CF(redis_cluster), 0, 0, F_LIST, NULL, PF(redis_cluster_hosts)},
     {SEC_REDIS, "sentinel", T_HOSTS, CF(redis_sentinel), 0, 0, F_LIST, NULL,

@@ -77,6 +77,7 @@ static void put_agent(struct strbuf *o, const struct config *cfg)
                   cfg->listen, cfg->workers, cfg->max_frame_size, cfg->stats ? cfg->stats : "");
     strbuf_printf(o, "log_level = %s\nshadow = %s\n", log_level_names[cfg->log_level],
                   yes_no(cfg->shadow));
+    strbuf_printf(o, "charge = %s\n", cfg->charge == CHARGE_EACH ? "each" : "all-or-nothing");
     if (cfg->nallow) {
         strbuf_printf(o, "allow = ");
         put_cidrs(o, cfg->allow, cfg->nallow);

@@ -214,8 +214,8 @@ static json_t *rule_json(const struct ruleset *rs, size_t i, const struct histor
 
     *decisions += all;
     limit_text(r, limit, sizeof(limit));
-    return json_pack("{s:s, s:b, s:s, s:s, s:s, s:f, s:I, s:I, s:I, s:I, s:f, s:{s:I, s:I, s:o, "
-                     "s:o, s:o}}",
+    return json_pack("{s:s, s:b, s:s, s:s, s:s, s:f, s:I, s:I, s:I, s:I, s:I, s:f, s:{s:I, s:I, "
+                     "s:o, s:o, s:o}}",
                      "name", r->name, "shadow", r->shadow, "fail",
                      r->on_redis_down == DOWN_CLOSED ? "closed" : "open", "algorithm",
                      r->algorithm == BUCKET_FIXED_WINDOW     ? "fixed-window"
@@ -223,7 +223,8 @@ static json_t *rule_json(const struct ruleset *rs, size_t i, const struct histor
                                                              : "token-bucket",
                      "limit", limit, "rate", history_rule_rate(h, m, 5), "allowed",
                      (json_int_t)allowed, "blocked", (json_int_t)blocked, "would_block",
-                     (json_int_t)would, "degraded", (json_int_t)metrics_ld(&m->degraded), "blocked_pct",
+                     (json_int_t)would, "degraded", (json_int_t)metrics_ld(&m->degraded),
+                     "refunded", (json_int_t)metrics_ld(&m->refunded), "blocked_pct",
                      all ? 100.0 * (double)(blocked + would) / (double)all : 0.0,
                      "history", "step_s", (json_int_t)1, "last_unix", (json_int_t)last_s,
                      "decisions", series(dec, n), "blocks", series(blk, n), "would_blocks",

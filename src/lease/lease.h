@@ -49,6 +49,11 @@ struct lease_waiter {
     void *req;    /* caller's: the request to complete */
     size_t hit;   /* caller's: which decision of that request */
     int fallback; /* set when it must be decided without Redis */
+    /* Set when an exact call (a cold key's) allowed it rather than the
+     * lease: its tokens were taken from the Redis bucket at Redis time
+     * taken_ms (EXACT_R_TIME_MS), and go back there if they go back. */
+    int exact;
+    uint64_t taken_ms;
 };
 
 enum lease_job_kind {
@@ -141,6 +146,28 @@ void lease_drain(struct lease_table *t, uint64_t now_us, struct lease_job **jobs
 int lease_decide_cost(struct lease_table *t, const char *key, size_t keylen,
                       const struct bucket_params *p, uint64_t n, uint64_t now_us, int redis_up,
                       struct lease_waiter *w, struct bucket_result *res, struct lease_job **job);
+
+/* Give back n tokens that an allowed decision on key spent from this
+ * agent's lease, when another rule blocked the request ([agent] charge =
+ * all-or-nothing): they can be spent here again. Only a spend not yet
+ * reported to Redis, of a lease still running, goes back (a rate lease's:
+ * up to its slice), so the lease never holds more than Redis granted; what
+ * Redis already counts spent stays spent (under-admission only). res (may
+ * be NULL) then gets remaining and reset as an allowed decision reports
+ * them. Returns the tokens given back. When none could be, *redis is set for a
+ * token lease of a token bucket (or a key with no entry left): the caller
+ * may give them back to the Redis bucket instead when it is a token bucket
+ * (tb_refund, which caps t at b - H), e.g. when the claim that reported the
+ * spend left between the decision and the refund. */
+uint64_t lease_refund(struct lease_table *t, const char *key, size_t keylen, uint64_t n,
+                      uint64_t now_us, struct bucket_result *res, int *redis);
+
+/* A refund script's reply for key (REFUND_R_REMAINING): Redis' bucket
+ * level now, for the estimates (remaining) of later local decisions.
+ * Replies come in the order the calls went, so it is newer than any claim
+ * reply already applied. Nothing else changes; no entry, nothing. */
+void lease_note_refund(struct lease_table *t, const char *key, size_t keylen,
+                       uint64_t remaining, uint64_t now_us);
 
 /* ---- one key, for the operator (GET /key, POST /reset) ---------------------- */
 

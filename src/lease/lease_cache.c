@@ -287,6 +287,7 @@ int lease_decide_cost(struct lease_table *t, const char *key, size_t keylen,
             rate_set_share(e, 0);
         w->next = NULL;
         w->fallback = 0;
+        w->exact = 0;
         if (e->wait_tail)
             e->wait_tail->next = w;
         else
@@ -497,6 +498,8 @@ static int apply_exact(const struct lease_table *t, struct lease_entry *e, const
         block_waiters(t, e, now_us, retry_ms > 0 ? retry_ms : 1, done);
     } else if (e->wait_head) { /* none when the call timed out: decided already */
         METRIC_INC(lease_tokens_granted); /* and spent: granted - returned = spent */
+        e->wait_head->exact = 1; /* from the Redis bucket: a refund goes there */
+        e->wait_head->taken_ms = n > EXACT_R_TIME_MS ? nonneg(v[EXACT_R_TIME_MS]) : 0;
         allow_first_waiter(e, now_us, done);
         /* The bucket is dry after it: those who came meanwhile would be
          * denied by a claim now, so they are (a claim's short grant does
@@ -583,6 +586,58 @@ void lease_reply(struct lease_table *t, struct lease_job *job, int ok, const int
 out:
     pthread_mutex_unlock(&s->lock);
     free(job);
+}
+
+uint64_t lease_refund(struct lease_table *t, const char *key, size_t keylen, uint64_t n,
+                      uint64_t now_us, struct bucket_result *res, int *redis)
+{
+    uint64_t h = util_hash_mix(util_hash_words(UTIL_HASH_INIT, key, keylen));
+    unsigned si = util_stripe(h, t->nstripes);
+    struct lease_stripe *s = &t->stripes[si];
+    uint64_t back = 0;
+
+    pthread_mutex_lock(&s->lock);
+    struct lease_entry *e = lease_entry_find(s, h, key, keylen);
+    if (e && n > 0 && now_us < e->deadline_us) {
+        if (e->share > 0) {
+            /* a rate lease: Redis counts its slice, not its spends */
+            back = e->tokens < e->slice ? e->slice - e->tokens : 0;
+            back = back < n ? back : n;
+            e->tokens += back;
+        } else if (e->used >= n) {
+            /* Not reported yet: tokens + used stays what Redis counts held
+             * for us. A spend a claim already carried is Redis' now. */
+            e->used -= n;
+            e->tokens += n;
+            back = n;
+        }
+        if (back && res)
+            fill_allowed(e, now_us, res);
+    }
+    *redis = n > 0 && back == 0 && (!e || (e->share <= 0 && e->algorithm == BUCKET_TOKEN_BUCKET));
+    if (*redis && e && e->known) {
+        /* what tb_refund will do, for the estimates until Redis next says */
+        e->t_last += (double)n;
+        if (res)
+            fill_allowed(e, now_us, res);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return back;
+}
+
+void lease_note_refund(struct lease_table *t, const char *key, size_t keylen,
+                       uint64_t remaining, uint64_t now_us)
+{
+    uint64_t h = util_hash_mix(util_hash_words(UTIL_HASH_INIT, key, keylen));
+    struct lease_stripe *s = &t->stripes[util_stripe(h, t->nstripes)];
+
+    pthread_mutex_lock(&s->lock);
+    struct lease_entry *e = lease_entry_find(s, h, key, keylen);
+    if (e && e->known && e->algorithm == BUCKET_TOKEN_BUCKET) {
+        e->t_last = (double)(remaining < e->burst ? remaining : e->burst);
+        e->reply_us = now_us;
+    }
+    pthread_mutex_unlock(&s->lock);
 }
 
 void lease_timeout(struct lease_table *t, struct lease_job *job, struct lease_waiter **fallback)

@@ -275,6 +275,10 @@ static void render_rules(struct strbuf *b)
     render_rule_counter(b, "spoa_ratelimit_blocks_started_total",
                         "Denials that started a penalty box (block_for) for their key.",
                         offsetof(struct metrics_rule, blocks_started));
+    render_rule_counter(b, "spoa_ratelimit_refunds_total",
+                        "Tokens given back to a rule because another rule blocked the request "
+                        "([agent] charge = all-or-nothing).",
+                        offsetof(struct metrics_rule, refunded));
 }
 
 const char *const metrics_redis_error_names[] = {

@@ -48,6 +48,9 @@ struct metrics_rule {
     atomic_uint_fast64_t cost_over_logged_us;
     /* denials that started a penalty box (block_for), as this agent saw them */
     atomic_uint_fast64_t blocks_started;
+    /* tokens given back because another rule blocked the request ([agent]
+     * charge = all-or-nothing) */
+    atomic_uint_fast64_t refunded;
     /* last-minute share of blocks, for the alert log line: the counts
      * above at the last minute tick (only that tick reads and sets them) */
     uint64_t minute_decisions;

@@ -46,11 +46,36 @@ uint64_t rules_backstop_period(uint64_t period_us, double share);
 void ruleset_ref(struct ruleset *rs);
 void ruleset_unref(struct ruleset *rs); /* frees at zero; NULL is a no-op */
 
+/* What an allowed decision took its tokens from, so that they can be given
+ * back when another rule blocks the request ([agent] charge =
+ * all-or-nothing: limiter.c). */
+enum rule_charged {
+    RULE_CHARGED_NONE = 0, /* nothing taken (denied, a check, fail-closed) */
+    RULE_CHARGED_BUCKET,   /* the standalone in-memory bucket */
+    RULE_CHARGED_BACKSTOP, /* the fail-open backstop bucket */
+    RULE_CHARGED_LEASE,    /* this agent's lease of the Redis bucket */
+    RULE_CHARGED_EXACT,    /* the Redis bucket itself (tb_exact / sw_exact) */
+};
+
 /* Outcome of one rule for one request, filled by whoever decides. */
 struct rule_outcome {
     struct bucket_result res;
     int degraded; /* decided without Redis because it was unreachable */
+    int charged;  /* enum rule_charged */
+    /* When the tokens were taken: the local clock (us) for a bucket, a
+     * backstop or a lease; Redis' clock (ms, EXACT_R_TIME_MS) for an exact
+     * call. A sliding window gives back only within the window of the take. */
+    uint64_t charged_at;
+    uint64_t refunded; /* tokens given back (limiter_settle) */
 };
+
+/* Note where an allowed decision took its tokens (how: enum rule_charged),
+ * and when (see charged_at); a denied one took nothing. */
+static inline void rules_charged(struct rule_outcome *o, int how, uint64_t at)
+{
+    o->charged = o->res.allowed ? how : RULE_CHARGED_NONE;
+    o->charged_at = at;
+}
 
 /* One rule applying to one request. The key is a copy (no view into the
  * frame), so a hit may outlive the input buffer while Redis answers. */

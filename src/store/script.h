@@ -30,6 +30,8 @@ enum store_script {
     SCRIPT_SW_EXACT,
     SCRIPT_TB_RESET, /* POST /reset: the operator clears one client */
     SCRIPT_SW_RESET,
+    SCRIPT_TB_REFUND, /* [agent] charge = all-or-nothing: an exact decision's */
+    SCRIPT_SW_REFUND, /* tokens back when another rule blocked the request */
     SCRIPT_COUNT,
 };
 
@@ -155,7 +157,28 @@ enum script_exact_reply {
     EXACT_R_REMAINING,   /* as CLAIM_R_REMAINING */
     EXACT_R_RETRY_MS,    /* 0 when another request of n would pass now */
     EXACT_R_RESET_MS,    /* as CLAIM_R_RESET_MS */
+    EXACT_R_TIME_MS,     /* Redis' time of the call, ms: a refund's taken_ms */
     EXACT_R_COUNT,
+};
+
+/* ARGV of *_refund: give back what one exact decision took. */
+enum script_refund_arg {
+    REFUND_ARG_LIMIT = 0,
+    REFUND_ARG_PERIOD_MS,
+    REFUND_ARG_BURST,    /* sw: ignored */
+    REFUND_ARG_N,        /* what the decision took */
+    REFUND_ARG_TAKEN_MS, /* its EXACT_R_TIME_MS (tb: ignored) */
+    REFUND_ARGC,
+    REFUND_ARG_WINDOW_MODE = REFUND_ARGC, /* sw_refund: as CLAIM_ARG_WINDOW_MODE */
+    REFUND_ARG_WINDOW_OFFSET_MS,
+    REFUND_ARGC_FIXED,
+};
+
+/* Reply of *_refund. */
+enum script_refund_reply {
+    REFUND_R_GIVEN = 0,  /* tokens (units) given back, <= n */
+    REFUND_R_REMAINING,  /* as CLAIM_R_REMAINING, after the call */
+    REFUND_R_COUNT,
 };
 
 #endif

@@ -28,6 +28,7 @@ const char *const store_conn_script_src[SCRIPT_COUNT + 1] = {
     [SCRIPT_TB_EXACT] = script_tb_exact,   [SCRIPT_SW_CLAIM] = script_sw_claim,
     [SCRIPT_SW_RETURN] = script_sw_return, [SCRIPT_SW_EXACT] = script_sw_exact,
     [SCRIPT_TB_RESET] = script_tb_reset,   [SCRIPT_SW_RESET] = script_sw_reset,
+    [SCRIPT_TB_REFUND] = script_tb_refund, [SCRIPT_SW_REFUND] = script_sw_refund,
     [SCRIPT_BATCH] = script_batch,
 };
 const char *const store_conn_script_names[SCRIPT_COUNT + 1] = {
@@ -35,6 +36,7 @@ const char *const store_conn_script_names[SCRIPT_COUNT + 1] = {
     [SCRIPT_TB_EXACT] = "tb_exact",   [SCRIPT_SW_CLAIM] = "sw_claim",
     [SCRIPT_SW_RETURN] = "sw_return", [SCRIPT_SW_EXACT] = "sw_exact",
     [SCRIPT_TB_RESET] = "tb_reset",   [SCRIPT_SW_RESET] = "sw_reset",
+    [SCRIPT_TB_REFUND] = "tb_refund", [SCRIPT_SW_REFUND] = "sw_refund",
     [SCRIPT_BATCH] = "batch",
 };
 

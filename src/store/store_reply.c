@@ -85,6 +85,15 @@ int store_reply_exact(const int64_t *v, int n, struct bucket_result *out)
     return 0;
 }
 
+int store_reply_refund(const int64_t *v, int n, uint64_t *given, uint64_t *remaining)
+{
+    if (n < REFUND_R_COUNT)
+        return -1;
+    *given = v[REFUND_R_GIVEN] > 0 ? (uint64_t)v[REFUND_R_GIVEN] : 0;
+    *remaining = v[REFUND_R_REMAINING] > 0 ? (uint64_t)v[REFUND_R_REMAINING] : 0;
+    return 0;
+}
+
 int store_reply_redirect(const char *err, const char *self, int *ask, int *slot, char *host,
                          size_t hostcap, int *port)
 {

@@ -34,6 +34,11 @@ void store_reply_batch_next(const struct redisReply *reply, size_t *at, struct s
  * stay far from overflow. */
 int store_reply_exact(const int64_t *v, int n, struct bucket_result *out);
 
+/* A refund script's reply v[0..n) (enum script_refund_reply): *given and
+ * *remaining, negative values read as 0. 0, or -1 when too short (both
+ * untouched). */
+int store_reply_refund(const int64_t *v, int n, uint64_t *given, uint64_t *remaining);
+
 /* A Redis Cluster redirect, the text of an error reply: "MOVED 3999
  * 127.0.0.1:6381" (ask 0) or "ASK ..." (ask 1). 0 with the slot and the
  * address (host: at most hostcap bytes with its NUL; a [v6] without its

@@ -552,6 +552,7 @@ static const char *const script_text[SCRIPT_BATCH + 1] = {
     [SCRIPT_TB_EXACT] = script_tb_exact, [SCRIPT_SW_CLAIM] = script_sw_claim,
     [SCRIPT_SW_RETURN] = script_sw_return, [SCRIPT_SW_EXACT] = script_sw_exact,
     [SCRIPT_TB_RESET] = script_tb_reset,   [SCRIPT_SW_RESET] = script_sw_reset,
+    [SCRIPT_TB_REFUND] = script_tb_refund, [SCRIPT_SW_REFUND] = script_sw_refund,
     [SCRIPT_BATCH] = script_batch,
 };
 

@@ -3,7 +3,9 @@
  * hiredis' own reader, turned into values as the store does
  * (store_reply_values / store_reply_batch_next), then applied: claim and
  * return replies to the lease cache (lease_reply, with decisions, ticks and
- * timeouts in between), exact replies to a decision (store_reply_exact).
+ * timeouts in between), exact replies to a decision (store_reply_exact),
+ * and the same replies read as a refund's (store_reply_refund, noted in the
+ * lease cache by lease_note_refund, which moves only its estimates).
  *
  * The first byte is the mode (below); a second byte below 0x20 (no RESP type
  * byte is) is a second mode (MODE2_*: rate leases on or off, the clock's
@@ -257,6 +259,22 @@ static void exact_answer(const int64_t *v, int n)
     }
 }
 
+/* A refund's reply ([agent] charge): counted, and noted in the lease entry
+ * of a key this run uses, which must change no decision's budget (the
+ * invariants above hold whatever it says). */
+static void refund_answer(struct run *r, const int64_t *v, int n)
+{
+    uint64_t given = 0, remaining = 0;
+
+    if (store_reply_refund(v, n, &given, &remaining) != 0) {
+        if (n >= REFUND_R_COUNT)
+            fail("a long enough refund reply refused");
+        return;
+    }
+    const char *key = keys[n_replies % NKEYS];
+    lease_note_refund(r->t, key, strlen(key), remaining, r->now);
+}
+
 /* One parsed reply, as the store and the limiter take it. */
 static void on_reply(struct run *r, const redisReply *reply, unsigned kind)
 {
@@ -281,8 +299,10 @@ static void on_reply(struct run *r, const redisReply *reply, unsigned kind)
         res.status = STORE_ERR;
     if (res.n < 0 || res.n > STORE_MAX_VALUES)
         fail("values out of bounds");
-    if (kind == 2 || (kind == 3 && n_replies % 2))
+    if (kind == 2 || (kind == 3 && n_replies % 2)) {
         exact_answer(res.v, res.status == STORE_OK ? res.n : 0);
+        refund_answer(r, res.v, res.status == STORE_OK ? res.n : 0);
+    }
     else
         answer(r, res.status == STORE_OK, res.v, res.n);
 }

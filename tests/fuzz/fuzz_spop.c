@@ -17,8 +17,9 @@
  * AGENT-DISCONNECT, ACK actions decode and say blocked as the decisions do,
  * one ACK per answered NOTIFY, no frame split at the end; every hit is
  * decided, with limits inside its rule's ceilings and a sane retry time; the
- * leases never admit more than the stand-in Redis granted. A broken
- * invariant aborts.
+ * leases never admit more than the stand-in Redis granted, also once a
+ * blocked request's tokens went back ([agent] charge = all-or-nothing: a
+ * refund never gives back more than was taken). A broken invariant aborts.
  *
  * Built two ways:
  *  - tests/fuzz/fuzz_spop: with -fsanitize=fuzzer (configure CC=clang
@@ -117,7 +118,7 @@ static struct lease_config fuzz_lcfg;
 
 /* Totals over all inputs, for the standalone summary: how deep inputs go. */
 static unsigned long long total_acks, total_disconnects, total_hits, total_leased,
-    total_arg_limits, total_blocked;
+    total_arg_limits, total_blocked, total_refunded;
 
 /* A NOTIFY decided but not answered yet. */
 struct held_notify {
@@ -395,6 +396,7 @@ static int redis_run(struct fuzz_run *r, const struct lease_job *j, uint64_t cos
         v[EXACT_R_REMAINING] = (int64_t)res.remaining;
         v[EXACT_R_RETRY_MS] = (int64_t)ms_up(res.retry_us);
         v[EXACT_R_RESET_MS] = (int64_t)ms_up(res.reset_us);
+        v[EXACT_R_TIME_MS] = (int64_t)(r->now_us / 1000);
         if (res.allowed)
             r->granted += cost;
         return EXACT_R_COUNT;
@@ -433,10 +435,12 @@ static void decide_fallback(struct fuzz_run *r, struct rule_eval *ev, struct rul
     h->out.degraded = 1;
     if (rule->on_redis_down == DOWN_CLOSED) {
         h->out.res = (struct bucket_result){0, 0, CLOSED_RETRY_US, CLOSED_RETRY_US};
+        rules_charged(&h->out, RULE_CHARGED_NONE, 0);
         return;
     }
     bucket_table_take(table(&r->backstop), rule->name, rules_hit_key(ev, h), h->key_len, &h->backstop,
                       r->now_us, h->cost, &h->out.res);
+    rules_charged(&h->out, RULE_CHARGED_BACKSTOP, r->now_us);
 }
 
 /* A hit decided by one exact call to the stand-in Redis (a rule with lease =
@@ -455,6 +459,7 @@ static void decide_exact(struct fuzz_run *r, struct rule_hit *h, const char *key
     h->out.res.reset_us = (uint64_t)v[EXACT_R_RESET_MS] * 1000;
     if (!h->out.res.allowed && h->out.res.retry_us == 0)
         h->out.res.retry_us = 1000;
+    rules_charged(&h->out, RULE_CHARGED_EXACT, r->now_us);
 }
 
 /* A leased hit: from the lease cache, its calls answered at once by the
@@ -462,7 +467,7 @@ static void decide_exact(struct fuzz_run *r, struct rule_hit *h, const char *key
 static void decide_leased(struct fuzz_run *r, struct rule_eval *ev, struct rule_hit *h,
                           const char *key, size_t keylen, int up)
 {
-    struct lease_waiter w = {NULL, &h->out.res, h, 0, 0};
+    struct lease_waiter w = {NULL, &h->out.res, h, 0, 0, 0, 0};
     struct lease_job *j = NULL;
     int decided = 0;
 
@@ -472,6 +477,7 @@ static void decide_leased(struct fuzz_run *r, struct rule_eval *ev, struct rule_
         decided = 1;
         if (h->out.res.allowed)
             r->leased_ok += h->cost;
+        rules_charged(&h->out, RULE_CHARGED_LEASE, r->now_us);
     } else if (v == LEASE_EXACT) { /* the lease does not hold the cost */
         decide_exact(r, h, key, keylen);
         if (h->out.res.allowed)
@@ -498,6 +504,7 @@ static void decide_leased(struct fuzz_run *r, struct rule_eval *ev, struct rule_
             decided = 1;
             if (h->out.res.allowed)
                 r->leased_ok++;
+            rules_charged(&h->out, w.exact ? RULE_CHARGED_EXACT : RULE_CHARGED_LEASE, r->now_us);
         }
         for (; fallback; fallback = fallback->next) {
             if (fallback != &w)
@@ -510,6 +517,69 @@ static void decide_leased(struct fuzz_run *r, struct rule_eval *ev, struct rule_
     if (!decided)
         fuzz_fail("a leased decision left waiting with no call in flight");
     total_leased++;
+}
+
+/* [agent] charge = all-or-nothing, as limiter_charge.c does it: a request a
+ * non-shadow rule blocked gives back what the other non-shadow rules took,
+ * each to where it came from (the stand-in Redis for an exact call, and
+ * for a leased spend already reported). Never more than was taken, and a
+ * lease never gives back what Redis did not grant it (leased_ok and granted
+ * go down together, so the check after it still holds). */
+static void refund(struct fuzz_run *r, struct rule_eval *ev, char *kbuf, size_t cap)
+{
+    if (fuzz_rs->cfg->charge == CHARGE_EACH || !rules_blocked(fuzz_rs, ev))
+        return;
+    for (size_t i = 0; i < ev->nhits; i++) {
+        struct rule_hit *h = &ev->hits[i];
+        const struct cfg_rule *rule = &fuzz_rs->cfg->rules[h->rule];
+        size_t nl = strlen(rule->name), kl = nl + 1 + h->key_len;
+        struct bucket_params p = h->params;
+        uint64_t back = 0;
+        int redis = 0;
+
+        if (rule->shadow || !h->out.res.allowed || h->cost == 0 || kl > cap)
+            continue;
+        memcpy(kbuf, rule->name, nl); /* the Redis key, as decide() made it */
+        kbuf[nl] = ':';
+        memcpy(kbuf + nl + 1, rules_hit_key(ev, h), h->key_len);
+        switch (h->out.charged) {
+        case RULE_CHARGED_BUCKET:
+        case RULE_CHARGED_BACKSTOP:
+            back = bucket_table_refund(h->out.charged == RULE_CHARGED_BUCKET
+                                           ? r->buckets : table(&r->backstop),
+                                       rule->name, rules_hit_key(ev, h), h->key_len,
+                                       h->out.charged == RULE_CHARGED_BUCKET ? &h->params
+                                                                             : &h->backstop,
+                                       h->out.charged_at, r->now_us, h->cost, NULL);
+            break;
+        case RULE_CHARGED_LEASE:
+            back = lease_refund(leases(r), kbuf, kl, h->cost, r->now_us, &h->out.res, &redis);
+            if (back > r->leased_ok)
+                fuzz_fail("a lease gave back more than it spent");
+            r->leased_ok -= back;
+            if (back || !redis)
+                break;
+            p.period_us = (p.period_us + 999) / 1000 * 1000; /* as a claim's period_ms */
+            /* fall through */
+        case RULE_CHARGED_EXACT:
+            if (h->out.charged == RULE_CHARGED_EXACT)
+                p.period_us = p.period_us / 1000 * 1000; /* as an exact call's */
+            back = bucket_table_refund(table(&r->redis), "", kbuf, kl, &p, h->out.charged_at,
+                                       r->now_us, h->cost, NULL);
+            if (back > r->granted)
+                fuzz_fail("Redis took back more than it granted");
+            r->granted -= back;
+            if (rule->lease)
+                r->leased_ok = r->leased_ok > back ? r->leased_ok - back : 0;
+            break;
+        default:
+            break;
+        }
+        if (back > h->cost)
+            fuzz_fail("a refund gave back more than the request took");
+        total_refunded += back;
+        h->out.charged = RULE_CHARGED_NONE;
+    }
 }
 
 /* Decide every hit as the agent does: standalone, from exact buckets in
@@ -543,10 +613,11 @@ static void decide(struct fuzz_run *r, const struct spop_frame *f, struct rule_e
         }
         h->out.res = (struct bucket_result){0, 0, 0, 0};
         if (!with_redis) {
-            if (up)
+            if (up) {
                 bucket_table_take(r->buckets, rule->name, rules_hit_key(ev, h), h->key_len,
                                   &h->params, r->now_us, h->cost, &h->out.res);
-            else
+                rules_charged(&h->out, RULE_CHARGED_BUCKET, r->now_us);
+            } else
                 decide_fallback(r, ev, h);
         } else {
             /* the Redis key: rule name and client key */
@@ -576,6 +647,7 @@ static void decide(struct fuzz_run *r, const struct spop_frame *f, struct rule_e
             fuzz_fail("allowed with a retry time");
         }
     }
+    refund(r, ev, kbuf, sizeof(kbuf));
     if (r->leased_ok > r->granted)
         fuzz_fail("the leases allowed more than Redis granted");
 }
@@ -707,8 +779,8 @@ void fuzz_spop_summary(const char *name)
 {
     printf("%s: %llu ACKs, %llu AGENT-DISCONNECTs\n", name, total_acks, total_disconnects);
     printf("%s: %llu rule hits (%llu with limits from args, %llu through the lease cache), "
-           "%llu blocked\n",
-           name, total_hits, total_arg_limits, total_leased, total_blocked);
+           "%llu blocked, %llu tokens given back\n",
+           name, total_hits, total_arg_limits, total_leased, total_blocked, total_refunded);
     /* the cached rulesets, freed for the leak check */
     for (unsigned i = 0; i < RS_CACHE; i++) {
         ruleset_unref(rs_cache[i].rs);

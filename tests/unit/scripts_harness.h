@@ -26,6 +26,8 @@ enum script {
     SW_EXACT = SCRIPT_SW_EXACT,
     TB_RESET = SCRIPT_TB_RESET,
     SW_RESET = SCRIPT_SW_RESET,
+    TB_REFUND = SCRIPT_TB_REFUND,
+    SW_REFUND = SCRIPT_SW_REFUND,
     NSCRIPTS = SCRIPT_COUNT,
 };
 extern const char *const script_name[NSCRIPTS];
@@ -50,6 +52,7 @@ enum {
     X_REMAINING = EXACT_R_REMAINING,
     X_RETRY = EXACT_R_RETRY_MS,
     X_RESET = EXACT_R_RESET_MS,
+    X_TIME = EXACT_R_TIME_MS,
     X_N = EXACT_R_COUNT,
 };
 enum {

@@ -294,6 +294,47 @@ START_TEST(test_block_for)
 }
 END_TEST
 
+/* Refunds ([agent] charge = all-or-nothing): a token bucket gets the cost
+ * back up to its burst, never above where it would be without the take; a
+ * sliding window only within the window of the take. */
+START_TEST(test_refund)
+{
+    struct bucket_params p = bt_params(TB, 10, MINUTE, 10);
+    struct bucket b;
+    struct bucket_result r;
+
+    bucket_init(&b, &p, 0);
+    bucket_take(&b, &p, 0, 4, &r);
+    ck_assert_uint_eq(r.remaining, 6);
+    ck_assert_uint_eq(bucket_refund(&b, &p, 0, 0, 4), 4);
+    bucket_take(&b, &p, 0, 0, &r);
+    ck_assert_uint_eq(r.remaining, 10); /* as if never taken */
+    ck_assert_uint_eq(bucket_refund(&b, &p, 0, 0, 3), 0); /* full: nothing more */
+    bucket_take(&b, &p, 0, 3, &r);
+    /* 12 s later two tokens refilled (9): a refund of 3 tops up to the burst only */
+    ck_assert_uint_eq(bucket_refund(&b, &p, 0, 12 * SEC, 3), 1);
+    bucket_take(&b, &p, 12 * SEC, 0, &r);
+    ck_assert_uint_eq(r.remaining, 10);
+    bucket_take(&b, &p, 12 * SEC, 5, &r);
+    ck_assert_uint_eq(bucket_refund(&b, &p, 12 * SEC, 12 * SEC, 0), 0); /* a check took nothing */
+
+    p = bt_params(SW, 10, MINUTE, 10);
+    bucket_init(&b, &p, 0);
+    bucket_take(&b, &p, SEC, 4, &r);
+    ck_assert_uint_eq(r.remaining, 6);
+    ck_assert_uint_eq(bucket_refund(&b, &p, SEC, 30 * SEC, 4), 4); /* same window */
+    bucket_take(&b, &p, 30 * SEC, 0, &r);
+    ck_assert_uint_eq(r.remaining, 10);
+    bucket_take(&b, &p, 30 * SEC, 3, &r);
+    ck_assert_uint_eq(bucket_refund(&b, &p, 30 * SEC, 30 * SEC, 5), 3); /* no more than counted */
+    bucket_take(&b, &p, 50 * SEC, 6, &r);
+    /* the window rolled since the take: nothing back */
+    ck_assert_uint_eq(bucket_refund(&b, &p, 50 * SEC, MINUTE + SEC, 6), 0);
+    bucket_take(&b, &p, MINUTE + SEC, 0, &r);
+    ck_assert_uint_lt(r.remaining, 10);
+}
+END_TEST
+
 /* No interval [a, b] may admit more than burst + r * (b - a) units. The
  * tightest intervals start and end on admissions, so checking every pair of
  * admissions checks every interval. */
@@ -577,7 +618,7 @@ static Suite *bucket_algo_suite(void)
     tcase_add_test(tc, test_tb_ten_per_minute);
     tcase_add_loop_test(tc, test_tb_cases, 0, sizeof(tb_cases) / sizeof(tb_cases[0]));
     CHECK_ADD(tc, test_tb_partial_refill, test_tb_no_drift, test_tb_clock_backward,
-              test_tb_never_fits, test_cost, test_block_for);
+              test_tb_never_fits, test_cost, test_block_for, test_refund);
     tcase_add_loop_test(tc, test_tb_interval_bound, 0,
                         sizeof(tb_prop_cases) / sizeof(tb_prop_cases[0]));
     tcase_set_timeout(tc, 60);

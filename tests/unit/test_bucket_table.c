@@ -72,6 +72,27 @@ START_TEST(test_table_keys)
 }
 END_TEST
 
+/* A refund goes to the bucket of (rule, key) only when there is one; it
+ * never makes one. */
+START_TEST(test_table_refund)
+{
+    struct bucket_table *t = bucket_table_new(8);
+    struct bucket_params p = bt_params(TB, 3, MINUTE, 3);
+    struct bucket_result r;
+    struct bucket_state st;
+
+    ck_assert_uint_eq(bucket_table_refund(t, "r", "a", 1, &p, 0, 0, 1, &st), 0);
+    ck_assert_uint_eq(bucket_table_count(t), 0);
+    ck_assert(ttake(t, "r", "a", &p, 0, &r));
+    ck_assert(ttake(t, "r", "a", &p, 0, &r));
+    ck_assert_uint_eq(bucket_table_refund(t, "r", "a", 1, &p, 0, 0, 1, &st), 1);
+    ck_assert_uint_eq(st.remaining, 2);
+    ck_assert_uint_eq(bucket_table_refund(t, "r", "b", 1, &p, 0, 0, 1, NULL), 0);
+    ck_assert_uint_eq(bucket_table_count(t), 1);
+    bucket_table_free(t);
+}
+END_TEST
+
 static const struct bucket_params *same_params(void *ctx, const char *rule)
 {
     (void)rule;
@@ -454,7 +475,7 @@ static Suite *bucket_table_suite(void)
     Suite *s = suite_create("bucket_table");
 
     TCase *tc = tcase_create("table");
-    CHECK_ADD(tc, test_table_keys, test_table_reload, test_table_lru_eviction,
+    CHECK_ADD(tc, test_table_keys, test_table_refund, test_table_reload, test_table_lru_eviction,
               test_table_budget_many_keys, test_table_expire);
     tcase_add_loop_test(tc, test_table_expire_max_visit, 0,
                         sizeof(visit_stripes) / sizeof(visit_stripes[0]));

@@ -99,6 +99,8 @@ static const struct {
     {"\n[rule:r]\nkey = k\n", "t.ini:2: rule 'r' has no rate\n"},
     {"[rule:r]\nrate = 1/1s\nburst = 0\n", "t.ini:3: bad number '0' for 'burst' (expected an "
                                            "integer from 1 to 1000000000000000)\n"},
+    {"[agent]\ncharge = some\n",
+     "t.ini:2: bad value 'some' for 'charge' (expected all-or-nothing or each)\n"},
     {"[agent]\nlog_level = verbose\n",
      "t.ini:2: bad value 'verbose' for 'log_level' (expected error, warn, info or debug)\n"},
     {"[rule:r]\nrate = 1/1s\nalgorithm = leaky\n", "t.ini:3: bad value 'leaky' for 'algorithm' "

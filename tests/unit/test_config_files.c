@@ -354,6 +354,28 @@ START_TEST(test_fixed_window)
 }
 END_TEST
 
+/* [agent] charge: all-or-nothing by default, or each; --print shows it */
+START_TEST(test_charge)
+{
+    struct config *cfg = check_config_ok("[rule:a]\nrate = 10/1m\n");
+    size_t len;
+    ck_assert_int_eq(cfg->charge, CHARGE_ALL_OR_NOTHING);
+    char *text = config_render(cfg, &len);
+    ck_assert_ptr_nonnull(strstr(text, "\ncharge = all-or-nothing\n"));
+    free(text);
+    config_free(cfg);
+    cfg = check_config_ok("[agent]\ncharge = each\n[rule:a]\nrate = 10/1m\n");
+    ck_assert_int_eq(cfg->charge, CHARGE_EACH);
+    text = config_render(cfg, &len);
+    ck_assert_ptr_nonnull(strstr(text, "\ncharge = each\n"));
+    free(text);
+    config_free(cfg);
+    cfg = check_config_ok("[agent]\ncharge = all-or-nothing\n[rule:a]\nrate = 10/1m\n");
+    ck_assert_int_eq(cfg->charge, CHARGE_ALL_OR_NOTHING);
+    config_free(cfg);
+}
+END_TEST
+
 /* rate = arg:NAME, burst = arg:NAME and their ceilings */
 START_TEST(test_arg_limits)
 {
@@ -613,6 +635,7 @@ START_TEST(print_round_trip)
         "[rule:a]\nrate = 10/1h\nblock_for = 15m\n[rule:b]\nrate = 10/1m\n",
         "[rule:q]\nrate = 10000/1d\nalgorithm = fixed-window\n"
         "[rule:w]\nrate = 5/1w\nalgorithm = fixed-window\nwindow_offset = 4d\n",
+        "[agent]\ncharge = each\n[rule:r]\nrate = 10/1m\n",
     };
     for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
         struct config *cfg, *again;
@@ -710,8 +733,8 @@ int main(void)
     TCase *tc = tcase_create("files");
 
 
-    CHECK_ADD(tc, test_cost, test_block_for, test_fixed_window, print_round_trip, test_full,
-              test_defaults, test_variants,
+    CHECK_ADD(tc, test_cost, test_block_for, test_fixed_window, test_charge, print_round_trip,
+              test_full, test_defaults, test_variants,
               test_resolution,
               test_match, test_arg_limits, test_file, test_percent_decode, test_credentials,
               test_config_page);

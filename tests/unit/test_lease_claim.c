@@ -52,6 +52,44 @@ START_TEST(claim_then_local)
 }
 END_TEST
 
+/* [agent] charge = all-or-nothing: a spend not reported yet goes back to
+ * the lease (spent again locally, the next report n less); one a claim
+ * already reported, one of an ended lease, and one of an unknown key do not
+ * (the caller may refund them in Redis); never more than the lease had. */
+START_TEST(refund_to_the_lease)
+{
+    struct lease_table *t = lease_table_new(&lt_cfg, 4);
+    struct lease_job *j, *next;
+    struct lease_waiter *done, *fb;
+    struct lt_req r;
+    struct bucket_result res;
+    int redis;
+
+    ck_assert_int_eq(lt_decide(t, "k", &lt_pbig, 10 * S, 1, &r, &j), LEASE_PENDING);
+    j->sent_us = 10 * S;
+    lt_reply(t, j, (const int64_t[8]){5, 995, 5, 1, 0, 5, 1000, 5}, 10 * S + 100, &done, &fb,
+             &next);
+    ck_assert(r.res.allowed); /* 4 left, 1 unreported */
+    ck_assert_int_eq(lt_decide(t, "k", &lt_pbig, 10 * S + 200, 1, &r, &next), LEASE_DONE);
+    ck_assert_uint_eq(lease_refund(t, "k", 1, 1, 10 * S + 200, &res, &redis), 1);
+    ck_assert_int_eq(redis, 0);
+    ck_assert(res.allowed);
+    struct lease_state st;
+    ck_assert_int_eq(lease_peek(t, "k", 1, 10 * S + 200, &st), 1);
+    ck_assert_uint_eq(st.tokens, 4);
+    ck_assert_uint_eq(st.unreported, 1);
+    /* no more than spent and unreported */
+    ck_assert_uint_eq(lease_refund(t, "k", 1, 2, 10 * S + 200, &res, &redis), 0);
+    ck_assert_int_eq(redis, 1); /* a token bucket: Redis may take it back */
+    /* an unknown key: nothing here */
+    ck_assert_uint_eq(lease_refund(t, "other", 5, 1, 10 * S + 200, &res, &redis), 0);
+    ck_assert_int_eq(redis, 1);
+    /* once the lease ended, nothing goes back to it */
+    ck_assert_uint_eq(lease_refund(t, "k", 1, 1, 12 * S, &res, &redis), 0);
+    lease_table_free(t);
+}
+END_TEST
+
 /* A busy token lease that runs low is topped up before it runs dry (one
  * claim in flight, carrying the report), so that no request of a key whose
  * demand grows waits for Redis; a lease that lasts, a cold key and a Redis
@@ -392,7 +430,7 @@ int main(void)
 {
     TCase *tc = tcase_create("core");
 
-    CHECK_ADD(tc, claim_then_local, prefetch_tops_up_before_dry, blocked_until_an_intervals_worth,
+    CHECK_ADD(tc, claim_then_local, refund_to_the_lease, prefetch_tops_up_before_dry, blocked_until_an_intervals_worth,
               deadline_and_mine_are_authoritative, negative_cache, peek_and_forget,
               follow_up_claim_for_uncovered_waiters, cost_from_the_lease);
     return check_run_case("lease_claim", tc);

@@ -223,10 +223,34 @@ static void contract_reset(enum script claim_s, enum script exact_s, enum script
     EXPECT_EQ(z, RESET_R_BEFORE, 11); /* 20 - 3 - 2 - 4 */
 }
 
+/* The refund scripts: A holds 3, an exact call took 4 at EXACT_R_TIME_MS;
+ * the refund of 3 of them gives 3 back: 20 - 3 - 4 + 3 = 16 left. */
+static void contract_refund(enum script claim_s, enum script exact_s, enum script s,
+                            const char *key)
+{
+    struct args a;
+    long long o[CLAIM_R_COUNT], x[EXACT_R_COUNT], z[REFUND_R_COUNT];
+
+    claim_args(&a, "A", &contract_rule, 3, 0, 0);
+    call_args(claim_s, key, &a, o, CLAIM_R_COUNT);
+    exact_args(&a, &contract_rule, 4);
+    call_args(exact_s, key, &a, x, EXACT_R_COUNT);
+    EXPECT(x, EXACT_R_TIME_MS, 1600000000000LL, 4000000000000LL); /* ms since 1970 */
+    a.n = REFUND_ARGC;
+    arg_num(&a, REFUND_ARG_LIMIT, contract_rule.limit);
+    arg_num(&a, REFUND_ARG_PERIOD_MS, contract_rule.period_ms);
+    arg_num(&a, REFUND_ARG_BURST, contract_rule.burst);
+    arg_num(&a, REFUND_ARG_N, 3);
+    arg_num(&a, REFUND_ARG_TAKEN_MS, x[EXACT_R_TIME_MS]);
+    call_args(s, key, &a, z, REFUND_R_COUNT);
+    EXPECT_EQ(z, REFUND_R_GIVEN, 3);
+    EXPECT_EQ(z, REFUND_R_REMAINING, 16);
+}
+
 START_TEST(reply_layout_matches_script_h)
 {
     enum script s = (enum script)_i;
-    int sw = s == SW_CLAIM || s == SW_RETURN || s == SW_EXACT || s == SW_RESET;
+    int sw = s == SW_CLAIM || s == SW_RETURN || s == SW_EXACT || s == SW_RESET || s == SW_REFUND;
     char key[128];
 
     mkkey(key, sizeof(key), script_name[s]);
@@ -252,6 +276,12 @@ START_TEST(reply_layout_matches_script_h)
         break;
     case SW_RESET:
         contract_reset(SW_CLAIM, SW_EXACT, s, key);
+        break;
+    case TB_REFUND:
+        contract_refund(TB_CLAIM, TB_EXACT, s, key);
+        break;
+    case SW_REFUND:
+        contract_refund(SW_CLAIM, SW_EXACT, s, key);
         break;
     default:
         ck_abort_msg("script %d", _i);

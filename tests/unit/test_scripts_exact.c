@@ -244,7 +244,7 @@ START_TEST(tb_reset_random_keeps_invariant)
 END_TEST
 
 /* advance() holds the refill that the bound rests on. Each script must stand
- * alone under EVALSHA, so the four token-bucket scripts carry a copy each:
+ * alone under EVALSHA, so the five token-bucket scripts carry a copy each:
  * the copies, from refill() (its helpers come first) to the end of advance(),
  * must stay identical, byte for byte. */
 static const char *advance_of(enum script s, size_t *len)
@@ -261,17 +261,20 @@ static const char *advance_of(enum script s, size_t *len)
 
 START_TEST(tb_advance_copies_identical)
 {
-    size_t l0, l1, l2, l3;
+    size_t l0, l1, l2, l3, l4;
     const char *a = advance_of(TB_CLAIM, &l0);
     const char *b = advance_of(TB_RETURN, &l1);
     const char *c = advance_of(TB_EXACT, &l2);
     const char *d = advance_of(TB_RESET, &l3);
+    const char *e = advance_of(TB_REFUND, &l4);
     ck_assert_uint_eq(l0, l1);
     ck_assert_uint_eq(l0, l2);
     ck_assert_uint_eq(l0, l3);
+    ck_assert_uint_eq(l0, l4);
     ck_assert_int_eq(memcmp(a, b, l0), 0);
     ck_assert_int_eq(memcmp(a, c, l0), 0);
     ck_assert_int_eq(memcmp(a, d, l0), 0);
+    ck_assert_int_eq(memcmp(a, e, l0), 0);
 }
 END_TEST
 
@@ -403,6 +406,131 @@ START_TEST(exact_cost_takes_all_or_nothing)
 }
 END_TEST
 
+/* ---- refunds ([agent] charge = all-or-nothing) ------------------------------ */
+
+/* *_refund of n taken at taken_ms: {given, remaining}. */
+static void refund(enum script s, const char *key, const struct rule *ru, long long n,
+                   long long taken_ms, long long *out)
+{
+    long long nums[] = {ru->limit, ru->period_ms, ru->burst, n, taken_ms};
+    call_ints(s, key, NULL, nums, 5, out, REFUND_R_COUNT);
+    ck_assert_int_ge(out[REFUND_R_GIVEN], 0);
+    ck_assert_int_le(out[REFUND_R_GIVEN], n); /* never more than was taken */
+}
+
+/* tb_refund gives back what an exact call took, but never lifts t above
+ * b - H: A holds 4, an exact call took 3 (t = 3), refunds of 3 and 3 give 3
+ * and 0 back (t = 6 = b - H). A missing key is a full bucket: nothing to
+ * give back, and it is not made again. */
+START_TEST(tb_refund_caps_at_b_minus_held)
+{
+    char key[128];
+    long long o[R_N], x[X_N], g[REFUND_R_COUNT];
+    struct state st;
+
+    mkkey(key, sizeof(key), "refund");
+    claim(TB_CLAIM, key, "A", &slow, 4, 0, 0, o);
+    exact(TB_EXACT, key, &slow, 3, x);
+    ck_assert_int_eq(x[X_ALLOWED], 1);
+    ck_assert_int_eq(x[X_REMAINING], 3);
+    refund(TB_REFUND, key, &slow, 3, x[X_TIME], g);
+    ck_assert_int_eq(g[REFUND_R_GIVEN], 3);
+    ck_assert_int_eq(g[REFUND_R_REMAINING], 6);
+    refund(TB_REFUND, key, &slow, 3, x[X_TIME], g); /* a second one finds no room */
+    ck_assert_int_eq(g[REFUND_R_GIVEN], 0);
+    assert_tb_invariant(key, slow.burst, &st);
+    ck_assert(st.t <= (double)(slow.burst - st.held) + 1e-9);
+
+    mkkey(key, sizeof(key), "refund-missing");
+    refund(TB_REFUND, key, &slow, 2, 0, g);
+    ck_assert_int_eq(g[REFUND_R_GIVEN], 0);
+    ck_assert_int_eq(g[REFUND_R_REMAINING], slow.burst);
+    ck_assert_int_eq(cmd_int("EXISTS %s", key), 0);
+}
+END_TEST
+
+/* Refunds among random claims, reports, returns, expiries and exact calls of
+ * several agents: t + H <= b after every call, and a refund never lifts t
+ * above b - H nor gives more than was taken. */
+START_TEST(tb_refund_random_keeps_invariant)
+{
+    struct rule ru = {20, 20, 30, 0}; /* 1 token/ms, burst 30 */
+    static const char *const agents[] = {"a0", "a1", "a2"};
+    long long L[3] = {0}, taken[8] = {0}, taken_ms[8] = {0};
+    int ntaken = 0, refunds = 0;
+    char key[128];
+    long long o[R_N], x[X_N], g[REFUND_R_COUNT];
+    struct state st;
+    mkkey(key, sizeof(key), "refund-random");
+    rng = 0xbb67ae8584caa73bULL;
+
+    for (int i = 0; i < 600; i++) {
+        int a = (int)rnd_below(3);
+        long long op = rnd_below(100);
+        ru.ttl_ms = rnd_below(2) ? 5 : 1000;
+        if (op < 40) {
+            long long used = rnd_below(L[a] + 1);
+            claim(TB_CLAIM, key, agents[a], &ru, rnd_below(12), used, 0, o);
+            L[a] = o[R_MINE];
+        } else if (op < 50) {
+            give_back(TB_RETURN, key, agents[a], &ru, rnd_below(L[a] + 1), o);
+            L[a] = 0;
+        } else if (op < 75) {
+            long long n = 1 + rnd_below(3);
+            exact(TB_EXACT, key, &ru, n, x);
+            if (x[X_ALLOWED] && ntaken < 8) {
+                taken[ntaken] = n;
+                taken_ms[ntaken++] = x[X_TIME];
+            }
+        } else if (ntaken > 0) {
+            int k = (int)rnd_below(ntaken);
+            refund(TB_REFUND, key, &ru, taken[k], taken_ms[k], g);
+            taken[k] = taken[--ntaken];
+            taken_ms[k] = taken_ms[ntaken];
+            refunds++;
+            read_state(key, 0, &st);
+            if (st.exists && st.has_t)
+                ck_assert_msg(st.t <= (double)(ru.burst - st.held) + 1e-6,
+                              "a refund lifted t %.17g above b - H = %lld", st.t,
+                              ru.burst - st.held);
+        }
+        if (rnd_below(30) == 0)
+            sleep_ms((double)rnd_below(4));
+        assert_tb_invariant(key, ru.burst, &st);
+    }
+    ck_assert_int_gt(refunds, 15);
+}
+END_TEST
+
+/* sw_refund takes the units off the window of the take only: 4 counted,
+ * 4 back; after the window rolled, nothing back. */
+START_TEST(sw_refund_same_window_only)
+{
+    const struct rule w = {10, 1000, 10, 0}; /* 10 per 1 s windows */
+    char key[128];
+    long long x[X_N], g[REFUND_R_COUNT];
+
+    mkkey(key, sizeof(key), "sw-refund");
+    if (window_left_ms(w.period_ms) < 400)
+        sleep_ms(window_left_ms(w.period_ms) + 10);
+    exact(SW_EXACT, key, &w, 4, x);
+    ck_assert_int_eq(x[X_ALLOWED], 1);
+    ck_assert_int_eq(x[X_REMAINING], 6);
+    refund(SW_REFUND, key, &w, 4, x[X_TIME], g);
+    ck_assert_int_eq(g[REFUND_R_GIVEN], 4);
+    ck_assert_int_eq(g[REFUND_R_REMAINING], 10);
+    ck_assert_int_eq(hget_ll(key, "c"), 0);
+    refund(SW_REFUND, key, &w, 4, x[X_TIME], g); /* nothing more than counted */
+    ck_assert_int_eq(g[REFUND_R_GIVEN], 0);
+    exact(SW_EXACT, key, &w, 5, x);
+    ck_assert_int_eq(x[X_ALLOWED], 1);
+    sleep_ms(window_left_ms(w.period_ms) + 10); /* the window rolls */
+    refund(SW_REFUND, key, &w, 5, x[X_TIME], g);
+    ck_assert_int_eq(g[REFUND_R_GIVEN], 0);
+    ck_assert_int_eq(hget_ll(key, "c"), 5); /* untouched (not rolled by a refund) */
+}
+END_TEST
+
 static Suite *scripts_exact_suite(void)
 {
     Suite *s = suite_create("scripts_exact");
@@ -411,7 +539,8 @@ static Suite *scripts_exact_suite(void)
               tb_exact_admits_burst_then_denies, exact_cost_takes_all_or_nothing,
               bad_arguments_are_errors,
               tb_reset_keeps_leases, tb_reset_without_leases_deletes_key,
-              tb_reset_random_keeps_invariant);
+              tb_reset_random_keeps_invariant, tb_refund_caps_at_b_minus_held,
+              tb_refund_random_keeps_invariant, sw_refund_same_window_only);
     suite_add_tcase(s, tb);
     return s;
 }

@@ -1,0 +1,133 @@
+--[[ tb_refund.lua - give back the tokens of an exact decision (tb_exact.lua)
+whose request another rule blocked ([agent] charge = all-or-nothing).
+
+KEYS[1]   the bucket hash, same layout as tb_claim.lua (t, ts, h:<agent>, e:<agent>)
+ARGV[1]   limit N      } refill rate = N / period
+ARGV[2]   period, ms   }
+ARGV[3]   burst b: capacity (>= 0)
+ARGV[4]   n: tokens the decision took (>= 0)
+ARGV[5]   taken_ms: Redis' time of that decision (tb_exact's time_ms); a token
+          bucket does not need it (same ARGV as sw_refund.lua)
+
+Returns   {given, remaining}
+            given     tokens given back (<= n)
+            remaining max(0, floor(t)) after the call
+
+A refund never over-admits: after advancing to now (expiries in time order,
+as every script does), t = min(b - H, t + n). Without the decision, t would
+be at least what it is plus n, capped by the same b - H: so the refund never
+lifts t above what the bucket would hold had the request never come, and
+t + H <= b still holds. A missing key is a full bucket: nothing to give back
+(the key is not made again). Uses Redis server time only.
+]]
+
+-- num(ARGV, i, min) and fmt[x] (x as text, exact) remember the numbers they
+-- convert: the operations of a batch repeat the same few (rules, Redis time),
+-- and strtod() and '%.17g' cost more than the arithmetic. Calls, even of
+-- math.min, cost more than the lines around them: the hot paths make few
+-- (fmt is a table: a number already seen costs no call).
+local floor, ceil, min, max = math.floor, math.ceil, math.min, math.max
+local huge, format = math.huge, string.format
+local ints = {}
+local function num(ARGV, i, min)
+    local s = ARGV[i]
+    local v = ints[s] -- floor(tonumber(s)) of an s that passed: >= 0
+    if v ~= nil and v >= min then return v end -- (floor(x) >= min iff x >= min)
+    v = tonumber(s)
+    if v == nil or v ~= v or v < min or v == huge then
+        error('tb_refund: bad ARGV[' .. i .. ']')
+    end
+    v = floor(v)
+    ints[s] = v
+    return v
+end
+local fmt = setmetatable({}, {__index = function(strs, x) -- fmt[x]: format('%.17g', x)
+    local s
+    if x == floor(x) and x < 2 ^ 53 and x > -2 ^ 53 and x ~= 0 then
+        s = format('%d', x) -- the same text for whole numbers below 2^53, and cheaper
+    else
+        s = format('%.17g', x)
+    end
+    if x ~= 0 and x == x then strs[x] = s end -- 0 and -0 are one key; NaN none
+    return s
+end})
+
+-- (1) Advance to now. The refill never lifts t above b - H, where H is what
+-- the leases held AT THAT TIME, and runs at r - P, where P is the rate the
+-- rate leases (q:<agent>) refill on their agents AT THAT TIME: a lease that
+-- expired since the last call lifts the cap and gives its rate back only from
+-- its expiry on. So expiries are applied in time order (refill up to each,
+-- then drop it: its tokens count as spent), then the refill runs on to now.
+-- Refilling the whole gap against the final cap would bank refill that was
+-- never allowed while those tokens were held, and let b + H through at once
+-- when the lease ends.
+-- The same functions, refill() to advance(), stand in tb_claim, tb_return,
+-- tb_exact, tb_reset and tb_refund (each script must load alone);
+-- tests/unit/test_scripts_exact.c checks the copies are identical.
+local function refill(t, ts, to, cap, r) -- t from ts on to `to`, at rate r, under cap
+    if to > ts then -- ts never goes back
+        if t < cap and r > 0 then t = min(cap, t + r * (to - ts)) end
+        ts = to
+    end
+    return t, ts
+end
+local function by_expiry(x, y) return x.e < y.e end
+-- held, exp and share of a key without leases (most keys): NONE, never written.
+local NONE = {}
+local function advance(key, f, b, rate, now)
+    local t, ts = f.t, f.ts -- (no tonumber() calls on a new key)
+    t, ts = t and tonumber(t), ts and tonumber(ts) or now
+    if t == nil then t = b end -- new bucket: full
+    local leases, H, P = nil, 0, 0
+    for k, v in next, f do
+        if string.sub(k, 1, 2) == 'h:' then
+            local a = string.sub(k, 3)
+            local l = {a = a, h = tonumber(v), q = tonumber(f['q:' .. a]) or 0,
+                       e = tonumber(f['e:' .. a]) or 0}
+            H, P = H + l.h, P + l.q
+            leases = leases or {}
+            leases[#leases + 1] = l
+        end
+    end
+    local held, exp, share = NONE, NONE, NONE
+    if leases then -- none on most keys
+        held, exp, share = {}, {}, {}
+        table.sort(leases, by_expiry)
+        for _, l in ipairs(leases) do
+            if l.e <= now then
+                t, ts = refill(t, ts, l.e, b - H, rate - P)
+                H, P = H - l.h, P - l.q
+                redis.call('HDEL', key, 'h:' .. l.a, 'e:' .. l.a, 'q:' .. l.a, 'qn:' .. l.a,
+                           'hn:' .. l.a, 'd:' .. l.a)
+            else
+                held[l.a], exp[l.a], share[l.a] = l.h, l.e, l.q
+            end
+        end
+    end
+    if now > ts then t, ts = refill(t, ts, now, b - H, rate - P) end
+    if b - H < t then t = b - H end -- min(t, b - H)
+    return t, ts, H, held, exp, share, P
+end
+
+-- per call. Everything above takes its input as parameters: lua/batch.sh defines it
+-- once per batch, and runs what follows once per operation.
+local key = KEYS[1]
+local limit, period, b = num(ARGV, 1, 1), num(ARGV, 2, 1), num(ARGV, 3, 0)
+local n = num(ARGV, 4, 0)
+local rate = limit / (period * 1000) -- tokens per microsecond
+
+local tm = redis.call('TIME')
+local now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
+
+local raw = redis.call('HGETALL', key)
+if raw[1] == nil then return {0, b} end -- gone: full, nothing to give back
+local f = {}
+for i = 1, #raw, 2 do f[raw[i]] = raw[i + 1] end
+
+local t, ts, H = advance(key, f, b, rate, now)
+local before = t
+if t + n < b - H then t = t + n elseif b - H > t then t = b - H end
+redis.call('HSET', key, 't', fmt[t], 'ts', fmt[ts])
+-- The TTL stays: a fuller bucket is full again sooner than it says.
+local given = floor(t - before + 0.5)
+return {given > 0 and given or 0, max(0, floor(t))}
