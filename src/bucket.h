@@ -15,6 +15,9 @@
 enum bucket_algorithm {
     BUCKET_TOKEN_BUCKET = 0,   /* refill limit per period, capacity burst */
     BUCKET_SLIDING_WINDOW = 1, /* at most limit per period, two-window estimate */
+    /* at most limit requests in flight (slots.h), each slot held at most
+     * period_us (max_hold); never decided by bucket_take() */
+    BUCKET_CONCURRENCY = 2,
 };
 
 /* The longest period the arithmetic takes (about 285 years): a longer one

@@ -14,6 +14,7 @@
 #include "core/util.h"
 #include "metrics/metrics.h"
 #include "script_args.h"
+#include "slots.h"
 #include "store/script.h"
 #include "store/store.h"
 #include "store/store_heartbeat.h"
@@ -29,7 +30,9 @@
 _Static_assert(CLAIM_R_COUNT <= STORE_MAX_VALUES && EXACT_R_COUNT <= STORE_MAX_VALUES,
                "a script reply fits in a store_result");
 
-enum rjob_kind { RJOB_LEASE = 0, RJOB_EXACT = 1 };
+/* RJOB_CC takes a concurrency slot (waited for, like RJOB_EXACT);
+ * RJOB_CC_RELEASE gives one back (nobody waits: counted when answered). */
+enum rjob_kind { RJOB_LEASE = 0, RJOB_EXACT = 1, RJOB_CC = 2, RJOB_CC_RELEASE = 3 };
 
 /* A Redis call: queued by a worker, then in flight on the limiter's thread. */
 struct rjob {
@@ -44,14 +47,17 @@ struct rjob {
     enum bucket_algorithm algorithm; /* RJOB_EXACT */
     uint64_t limit, period_ms, burst;
     uint64_t cost;                   /* RJOB_EXACT: tokens the request takes */
+    uint64_t slot_id;                /* RJOB_CC, RJOB_CC_RELEASE */
+    struct metrics_rule *m;          /* RJOB_CC, RJOB_CC_RELEASE: the rule's counters */
     size_t keylen;
-    char key[];                      /* RJOB_EXACT */
+    char key[];                      /* RJOB_EXACT, RJOB_CC, RJOB_CC_RELEASE */
 };
 
 struct limiter {
     struct bucket_table *buckets;  /* standalone */
     struct bucket_table *backstop; /* fail-open while Redis is down */
     struct bucket_budget budget;   /* [agent] max_entries: buckets and leases together */
+    struct slot_table *slots;      /* concurrency: standalone, and the local share */
     /* Redis mode */
     struct store *store;
     struct store_heartbeat *heartbeat; /* with Redis: counts the fleet (fleet.h) */
@@ -89,6 +95,11 @@ static void decide_fallback(struct limiter *l, struct limiter_req *req, size_t i
         h->out.res.remaining = 0;
         h->out.res.retry_us = CLOSED_RETRY_US;
         h->out.res.reset_us = CLOSED_RETRY_US;
+        return;
+    }
+    if (h->params.algorithm == BUCKET_CONCURRENCY) { /* the local share of the slots */
+        limiter_cc_local(l, req, i, &h->backstop, now_us);
+        h->out.degraded = 1;
         return;
     }
     bucket_table_take(l->backstop, r->name, rules_hit_key(&req->ev, h), h->key_len,
@@ -176,6 +187,54 @@ static void exact_reply(struct limiter *l, struct lease_waiter *w, const struct 
     hit_done(req);
 }
 
+/* A concurrency call is in (res NULL: failed). An acquire completes its
+ * waiter: with the slot, denied, or from the fallback; one that timed out
+ * was answered by the fallback already, so a slot Redis gave it late goes
+ * back at once (else it would stay held until max_hold). A release is
+ * counted. Frees j, or sends it again as that release. */
+static void cc_reply(struct limiter *l, struct rjob *j, const struct store_result *res,
+                     uint64_t now_us)
+{
+    struct bucket_result out;
+
+    if (j->kind == RJOB_CC_RELEASE) {
+        if (res && res->n >= CC_RELEASE_R_COUNT)
+            limiter_cc_released(j->m, res->v[CC_RELEASE_R_RELEASED] == 1);
+        free(j);
+        return;
+    }
+    int ok = res && res->n >= CC_R_COUNT && store_reply_exact(res->v, res->n, &out) == 0;
+    if (ok && res->v[CC_R_EXPIRED] > 0)
+        atomic_fetch_add_explicit(&j->m->slots_expired, (uint64_t)res->v[CC_R_EXPIRED],
+                                  memory_order_relaxed);
+    if (!j->w) {
+        if (ok && out.allowed) {
+            j->kind = RJOB_CC_RELEASE;
+            j->m = NULL; /* not counted: no client released it */
+            send_job(l, j);
+            return;
+        }
+        free(j);
+        return;
+    }
+    struct limiter_req *req = j->w->req;
+    struct rule_hit *h = &req->ev.hits[j->w->hit];
+    if (ok) {
+        out.reset_us = 0;
+        h->out.res = out;
+        h->out.degraded = 0;
+        if (out.allowed) {
+            h->slot_id = j->slot_id;
+            h->slot_src = RULES_SLOT_REDIS;
+            atomic_fetch_add_explicit(&j->m->slots_held, 1, memory_order_relaxed);
+        }
+    } else {
+        decide_fallback(l, req, j->w->hit, now_us);
+    }
+    free(j);
+    hit_done(req);
+}
+
 static void on_reply(void *arg, const struct store_result *res)
 {
     struct rjob *j = arg;
@@ -199,6 +258,10 @@ static void on_reply(void *arg, const struct store_result *res)
         free(j);
         return;
     }
+    if (j->kind == RJOB_CC || j->kind == RJOB_CC_RELEASE) {
+        cc_reply(l, j, ok ? res : NULL, now);
+        return;
+    }
 
     struct lease_waiter *done = NULL, *fallback = NULL;
     struct lease_job *next = NULL;
@@ -216,6 +279,10 @@ static enum store_script job_args(const struct limiter *l, const struct rjob *j,
 {
     if (j->kind == RJOB_EXACT)
         return script_exact_args(j->algorithm, j->limit, j->period_ms, j->burst, j->cost, a);
+    if (j->kind == RJOB_CC)
+        return script_cc_acquire_args(j->limit, j->period_ms, j->slot_id, a);
+    if (j->kind == RJOB_CC_RELEASE)
+        return script_cc_release_args(j->slot_id, a);
     return script_lease_args(j->lj, store_agent_id(l->store), l->ttl_ms, a);
 }
 
@@ -223,8 +290,8 @@ static void send_job(struct limiter *l, struct rjob *j)
 {
     struct script_args a;
     enum store_script script = job_args(l, j, &a);
-    const char *key = j->kind == RJOB_EXACT ? j->key : j->lj->key;
-    size_t keylen = j->kind == RJOB_EXACT ? j->keylen : j->lj->keylen;
+    const char *key = j->kind != RJOB_LEASE ? j->key : j->lj->key;
+    size_t keylen = j->kind != RJOB_LEASE ? j->keylen : j->lj->keylen;
 
     j->sent_us = util_now_us();
     if (j->lj)
@@ -288,7 +355,7 @@ static void timeouts_cb(struct ev_loop *loop, ev_timer *t, int revents)
             LOG_WARN("\"redis slower than timeout: rules fall back\" timeout_ms=%llu",
                      (unsigned long long)(l->timeout_us / 1000));
         }
-        if (j->kind == RJOB_EXACT) {
+        if (j->kind != RJOB_LEASE) { /* exact, concurrency: a release has no waiter */
             if (j->w) {
                 struct limiter_req *req = j->w->req;
                 decide_fallback(l, req, j->w->hit, now);
@@ -373,7 +440,11 @@ size_t limiter_redis_key(const struct limiter *l, const struct cfg_rule *r, cons
     if (n > cap)
         return 0;
     memcpy(buf, l->prefix, l->prefix_len);
-    memcpy(buf + l->prefix_len, r->algorithm == BUCKET_SLIDING_WINDOW ? "sw:" : "tb:", 3);
+    memcpy(buf + l->prefix_len,
+           r->algorithm == BUCKET_SLIDING_WINDOW ? "sw:"
+           : r->algorithm == BUCKET_CONCURRENCY  ? "cc:"
+                                                 : "tb:",
+           3);
     memcpy(buf + l->prefix_len + 3, r->name, rl);
     buf[l->prefix_len + 3 + rl] = ':';
     memcpy(buf + l->prefix_len + 4 + rl, UTIL_SLOT_FENCE, fence);
@@ -397,6 +468,10 @@ static void decide_standalone(struct limiter *l, struct limiter_req *req, uint64
     for (size_t i = 0; i < ev->nhits; i++) {
         struct rule_hit *h = &ev->hits[i];
         const struct cfg_rule *r = &req->rs->cfg->rules[h->rule];
+        if (h->params.algorithm == BUCKET_CONCURRENCY) {
+            limiter_cc_local(l, req, i, &h->params, now_us);
+            continue;
+        }
         bucket_table_take(l->buckets, r->name, rules_hit_key(ev, h), h->key_len, &h->params,
                           now_us, h->cost, &h->out.res);
         h->out.degraded = 0;
@@ -443,6 +518,53 @@ static int queue_exact(struct limiter *l, struct limiter_req *req, size_t i, con
     return 0;
 }
 
+/* Hit i of a concurrency rule: one cc_acquire call under a new slot id.
+ * Returns 0 when queued, -1 when it cannot be (Redis down, out of memory). */
+static int queue_cc(struct limiter *l, struct limiter_req *req, size_t i, const char *key,
+                    size_t keylen, int up)
+{
+    const struct rule_hit *h = &req->ev.hits[i];
+    struct rjob *j = up ? calloc(1, sizeof(*j) + keylen + 1) : NULL;
+
+    if (!j)
+        return -1;
+    j->l = l;
+    j->kind = RJOB_CC;
+    j->w = &req->waiters[i];
+    j->limit = h->params.limit;
+    j->period_ms = h->params.period_us / 1000; /* max_hold */
+    j->slot_id = slots_new_id();
+    j->m = req->rs->metrics[h->rule];
+    j->keylen = keylen;
+    memcpy(j->key, key, keylen);
+    enqueue(l, j);
+    return 0;
+}
+
+int limiter_queue_release(struct limiter *l, const struct cfg_rule *r, const char *skey,
+                          size_t sklen, uint64_t id, struct metrics_rule *m)
+{
+    char buf[KEYBUF];
+    size_t keylen;
+    struct rjob *j;
+
+    if (!l->store || !atomic_load(&l->up))
+        return -1;
+    keylen = limiter_redis_key(l, r, skey, sklen, buf, sizeof(buf));
+    if (!keylen || !(j = calloc(1, sizeof(*j) + keylen + 1)))
+        return -1;
+    j->l = l;
+    j->kind = RJOB_CC_RELEASE;
+    j->slot_id = id;
+    j->m = m;
+    j->keylen = keylen;
+    memcpy(j->key, buf, keylen);
+    enqueue(l, j);
+    if (!ev_async_pending(&l->wake))
+        ev_async_send(l->loop, &l->wake);
+    return 0;
+}
+
 /* Hit i of a leased rule: from the local lease, or by a claim (queued). */
 static int decide_leased(struct limiter *l, struct limiter_req *req, size_t i, const char *key,
                          size_t keylen, uint64_t now_us, int up, int *queued)
@@ -486,6 +608,19 @@ static int decide_hit(struct limiter *l, struct limiter_req *req, size_t i, uint
     w->out = &h->out.res;
     w->req = req;
     w->hit = i;
+    if (h->params.algorithm == BUCKET_CONCURRENCY) { /* keyed by its slot key: short */
+        char skey[RULES_SLOT_KEY_MAX + 1];
+        int sk = rules_slot_key(rules_hit_key(&req->ev, h), h->key_len, skey);
+        klen = sk < 0 ? 0
+                      : limiter_redis_key(l, &req->rs->cfg->rules[h->rule], skey, (size_t)sk,
+                                          buf, sizeof(buf));
+        if (klen && queue_cc(l, req, i, buf, klen, up) == 0) {
+            *queued = 1;
+            return 0;
+        }
+        decide_fallback(l, req, i, now_us);
+        return 1;
+    }
     if (klen == 0) { /* a long max_key: build it on the heap */
         size_t cap = l->prefix_len + 4 + CFG_MAX_NAME + sizeof(UTIL_SLOT_FENCE) + h->key_len;
         key = malloc(cap);
@@ -519,6 +654,8 @@ int limiter_decide(struct limiter *l, struct limiter_req *req, uint64_t now_us)
     if (atomic_load_explicit(&l->budget.max, memory_order_relaxed) != max_entries)
         atomic_store_explicit(&l->budget.max, max_entries, memory_order_relaxed);
 
+    if (req->ev.nreleases) /* release messages: never waited for */
+        limiter_cc_releases(l, req, now_us);
     if (!l->store) {
         decide_standalone(l, req, now_us);
         return 0;
@@ -572,7 +709,8 @@ struct limiter *limiter_new(struct ev_loop *loop, const struct config *cfg, char
     atomic_init(&l->budget.max, cfg->max_entries);
     l->buckets = bucket_table_new(STRIPES);
     l->backstop = bucket_table_new(STRIPES);
-    if (!l->buckets || !l->backstop) {
+    l->slots = slot_table_new();
+    if (!l->buckets || !l->backstop || !l->slots) {
         snprintf(err, errlen, "out of memory");
         goto fail;
     }
@@ -647,6 +785,7 @@ void limiter_parts(struct limiter *l, struct limiter_parts *out)
     out->backstop = l->backstop;
     out->leases = l->leases;
     out->store = l->store;
+    out->slots = l->slots;
 }
 
 static void run_until_idle(struct limiter *l, uint64_t deadline)
@@ -701,6 +840,7 @@ void limiter_free(struct limiter *l)
     store_heartbeat_free(l->heartbeat); /* after its store */
     bucket_table_free(l->buckets);
     bucket_table_free(l->backstop);
+    slot_table_free(l->slots);
     lease_table_free(l->leases);
     pthread_mutex_destroy(&l->qlock);
     free(l);
@@ -740,6 +880,7 @@ size_t limiter_expire(struct limiter *l, const struct ruleset *rs, uint64_t now_
 {
     size_t n = bucket_table_expire(l->buckets, now_us, max_visit, params_of, (void *)rs);
     n += bucket_table_expire(l->backstop, now_us, max_visit, backstop_of, (void *)rs);
+    limiter_cc_expire(l, now_us);
     atomic_store(&metrics.buckets,
                  bucket_table_count(l->buckets) + bucket_table_count(l->backstop));
     return n;

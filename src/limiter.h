@@ -52,6 +52,11 @@ void limiter_free(struct limiter *l);
  * out of memory. */
 int limiter_decide(struct limiter *l, struct limiter_req *req, uint64_t now_us);
 
+/* Once every hit of req is decided, before its ACK: a blocked request gives
+ * back the slots its concurrency hits took (shadow rules' too), since it
+ * never reaches the backend and no release will come. Any thread. */
+void limiter_settle(struct limiter *l, struct limiter_req *req, uint64_t now_us);
+
 /* Release what limiter_decide() allocated in req (not req itself). */
 void limiter_req_release(struct limiter_req *req);
 

@@ -7,11 +7,15 @@
 #define LIMITER_INT_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 struct bucket_table;
 struct cfg_rule;
 struct lease_table;
 struct limiter;
+struct limiter_req;
+struct metrics_rule;
+struct slot_table;
 struct store;
 
 /* The Redis key of rule r's client key (as rules_match built it): prefix,
@@ -28,7 +32,29 @@ struct limiter_parts {
     struct bucket_table *buckets, *backstop;
     struct lease_table *leases;
     struct store *store;
+    struct slot_table *slots; /* concurrency: standalone, and the local share */
 };
 void limiter_parts(struct limiter *l, struct limiter_parts *out);
+
+/* ---- concurrency (limiter_cc.c; the Redis calls in limiter.c) ---- */
+
+struct bucket_params;
+
+/* Decide concurrency hit i of req from the local slot table under p (its
+ * limit and max_hold): standalone p is the rule's, in the fallback its
+ * local share (the backstop). */
+void limiter_cc_local(struct limiter *l, struct limiter_req *req, size_t i,
+                      const struct bucket_params *p, uint64_t now_us);
+/* Free the slots of req's release messages (ev->releases). */
+void limiter_cc_releases(struct limiter *l, struct limiter_req *req, uint64_t now_us);
+/* Count a release's outcome (m may be NULL: not counted). */
+void limiter_cc_released(struct metrics_rule *m, int ok);
+/* Free the local slots past max_hold (counted as expired). */
+void limiter_cc_expire(struct limiter *l, uint64_t now_us);
+/* Queue a cc_release of slot id of rule r (slot key skey): 0, or -1 when
+ * standalone, Redis is down or out of memory (the slot then frees itself
+ * after max_hold). Any thread. */
+int limiter_queue_release(struct limiter *l, const struct cfg_rule *r, const char *skey,
+                          size_t sklen, uint64_t id, struct metrics_rule *m);
 
 #endif

@@ -6,6 +6,7 @@
 
 #include "core/util.h"
 
+_Static_assert((int)CC_ARGC <= SCRIPT_MAX_ARGC, "cc_acquire's ARGV fits");
 _Static_assert((int)RETURN_ARGC <= SCRIPT_MAX_ARGC && (int)EXACT_ARGC_MAX <= SCRIPT_MAX_ARGC,
                "a claim takes the most arguments");
 
@@ -70,4 +71,38 @@ enum store_script script_exact_args(enum bucket_algorithm algorithm, uint64_t li
         arg_num(a, EXACT_ARG_N, cost);
     }
     return algorithm == BUCKET_SLIDING_WINDOW ? SCRIPT_SW_EXACT : SCRIPT_TB_EXACT;
+}
+
+void script_slot_id(uint64_t id, char out[17])
+{
+    static const char hex[] = "0123456789abcdef";
+
+    for (int i = 0; i < 16; i++)
+        out[i] = hex[(id >> (4 * (15 - i))) & 15];
+    out[16] = '\0';
+}
+
+/* The id goes in nums[] as text, like the numbers. */
+static void arg_id(struct script_args *a, int i, uint64_t id)
+{
+    script_slot_id(id, a->nums[i]);
+    a->argv[i] = a->nums[i];
+    a->argvlen[i] = 16;
+}
+
+enum store_script script_cc_acquire_args(uint64_t limit, uint64_t hold_ms, uint64_t id,
+                                         struct script_args *a)
+{
+    a->argc = CC_ARGC;
+    arg_num(a, CC_ARG_LIMIT, limit);
+    arg_num(a, CC_ARG_HOLD_MS, hold_ms);
+    arg_id(a, CC_ARG_ID, id);
+    return SCRIPT_CC_ACQUIRE;
+}
+
+enum store_script script_cc_release_args(uint64_t id, struct script_args *a)
+{
+    a->argc = CC_RELEASE_ARGC;
+    arg_id(a, CC_RELEASE_ARG_ID, id);
+    return SCRIPT_CC_RELEASE;
 }

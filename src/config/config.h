@@ -38,6 +38,10 @@
 #define CFG_MAX_HELLO_TIMEOUT_MS 60000ULL /* [agent] hello_timeout */
 #define CFG_MAX_DURATION_TEXT "365d"
 #define CFG_MAX_COUNT 1000000000000000ULL       /* rate N and burst: exact in a double */
+#define CFG_MAX_CC_LIMIT 1000000ULL /* concurrency limit: slots are held one by one */
+#define CFG_DEFAULT_MAX_HOLD_MS 60000
+/* The longest slot token of an ACK (rules.h: RULES_SLOT_TOKEN_MAX). */
+#define CFG_SLOT_TOKEN_MAX (CFG_MAX_NAME + 1 + 17 + 1 + 2 * 33)
 /* [fallback] share = auto: 1/N, N the agents seen live in the fleet (fleet.h). */
 #define CFG_SHARE_AUTO 0.0
 
@@ -48,6 +52,7 @@
  * bucket_algorithm (bucket.h), also known here by the config's names: */
 #define ALGO_TOKEN_BUCKET BUCKET_TOKEN_BUCKET
 #define ALGO_SLIDING_WINDOW BUCKET_SLIDING_WINDOW
+#define ALGO_CONCURRENCY BUCKET_CONCURRENCY
 enum cfg_down_mode { DOWN_OPEN = 0, DOWN_CLOSED = 1 };
 
 /* The old name of a CIDR of [agent] allow (struct net_cidr, net.h), kept for
@@ -104,6 +109,12 @@ struct cfg_rule {
     char *cost_arg;              /* NULL: every request costs cost */
     uint64_t max_cost;           /* the highest cost an arg may ask for; 0 without cost_arg */
     int algorithm;               /* enum bucket_algorithm */
+    /* algorithm = concurrency: at most cc_limit requests in flight per key;
+     * the message named release (arg slot) gives a slot back, and a slot not
+     * given back within max_hold_ms frees itself (default 60 s). */
+    uint64_t cc_limit;           /* limit; 0 for other algorithms */
+    char *release;               /* NULL for other algorithms */
+    uint64_t max_hold_ms;
     int lease;                   /* bool, default on */
     int on_redis_down;           /* enum cfg_down_mode, default [fallback] mode */
     int shadow;                  /* bool; [agent] shadow = yes forces it */

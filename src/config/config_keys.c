@@ -14,7 +14,8 @@
 
 static const char *const mode_names[] = {"open", "closed", NULL};
 static const char *const algo_names[] = {[BUCKET_TOKEN_BUCKET] = "token-bucket",
-                                         [BUCKET_SLIDING_WINDOW] = "sliding-window", NULL};
+                                         [BUCKET_SLIDING_WINDOW] = "sliding-window",
+                                         [BUCKET_CONCURRENCY] = "concurrency", NULL};
 
 #define CF(f) offsetof(struct config, f), sizeof(((struct config *)0)->f)
 #define PF(f) offsetof(struct config, f) /* the parsed form of an address key */
@@ -80,6 +81,10 @@ static const struct key_def key_defs[] = {
     {SEC_RULE, "lease", T_BOOL, RF(lease), 0, 0, 0, NULL, 0},
     {SEC_RULE, "on_redis_down", T_ENUM, RF(on_redis_down), 0, 0, 0, mode_names, 0},
     {SEC_RULE, "shadow", T_BOOL, RF(shadow), 0, 0, 0, NULL, 0},
+    /* algorithm = concurrency */
+    {SEC_RULE, "limit", T_UINT, RF(cc_limit), 1, CFG_MAX_CC_LIMIT, 0, NULL, 0},
+    {SEC_RULE, "release", T_STR, RF(release), 0, 0, F_NONEMPTY, NULL, 0},
+    {SEC_RULE, "max_hold", T_DUR, RF(max_hold_ms), 0, 0, 0, NULL, 0},
 };
 
 #define NKEYS (sizeof(key_defs) / sizeof(key_defs[0]))

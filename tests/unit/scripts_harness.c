@@ -31,6 +31,7 @@ const char *const script_name[NSCRIPTS] = {
     [TB_CLAIM] = "tb_claim", [TB_RETURN] = "tb_return", [TB_EXACT] = "tb_exact",
     [SW_CLAIM] = "sw_claim", [SW_RETURN] = "sw_return", [SW_EXACT] = "sw_exact",
     [TB_RESET] = "tb_reset", [SW_RESET] = "sw_reset",
+    [CC_ACQUIRE] = "cc_acquire", [CC_RELEASE] = "cc_release", [CC_RESET] = "cc_reset",
 };
 char *script_text[NSCRIPTS];
 size_t script_len[NSCRIPTS];
