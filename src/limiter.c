@@ -197,16 +197,18 @@ static void cc_reply(struct limiter *l, struct rjob *j, const struct store_resul
 {
     struct bucket_result out;
 
+    uint64_t expired = 0;
+
     if (j->kind == RJOB_CC_RELEASE) {
-        if (res && res->n >= CC_RELEASE_R_COUNT)
-            limiter_cc_released(j->m, res->v[CC_RELEASE_R_RELEASED] == 1);
+        int released = res ? store_reply_cc_release(res->v, res->n) : -1;
+        if (released >= 0)
+            limiter_cc_released(j->m, released);
         free(j);
         return;
     }
-    int ok = res && res->n >= CC_R_COUNT && store_reply_exact(res->v, res->n, &out) == 0;
-    if (ok && res->v[CC_R_EXPIRED] > 0)
-        atomic_fetch_add_explicit(&j->m->slots_expired, (uint64_t)res->v[CC_R_EXPIRED],
-                                  memory_order_relaxed);
+    int ok = res && store_reply_cc(res->v, res->n, &out, &expired) == 0;
+    if (expired)
+        atomic_fetch_add_explicit(&j->m->slots_expired, expired, memory_order_relaxed);
     if (!j->w) {
         if (ok && out.allowed) {
             j->kind = RJOB_CC_RELEASE;
@@ -220,7 +222,6 @@ static void cc_reply(struct limiter *l, struct rjob *j, const struct store_resul
     struct limiter_req *req = j->w->req;
     struct rule_hit *h = &req->ev.hits[j->w->hit];
     if (ok) {
-        out.reset_us = 0;
         h->out.res = out;
         h->out.degraded = 0;
         if (out.allowed) {
