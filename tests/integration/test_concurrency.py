@@ -14,7 +14,7 @@ import unittest
 from fleet import redis_ini, unique, wait_redis_up
 from harness import Agent, stop_cleanly, wait_for
 from test_redis import RedisCase
-from test_redis_topologies import TopologyCase
+from test_redis_topologies import TopologyCase, key_state, post_reset
 
 RULES = """
 [rule:inflight]
@@ -99,6 +99,22 @@ class ConcMixin:
         got = [self.take(c, key) for _ in range(2)]
         self.assertEqual([g["blocked"] for g in got], [False, True], "%s: %r" % (label, got))
 
+    def key_and_reset(self, agent, c, where):
+        """GET /key shows the slots in flight (count, earliest deadline);
+        POST /reset frees them all."""
+        key = unique("op")
+        self.assertEqual([self.take(c, key)["blocked"] for _ in range(3)], [False, False, True])
+        st = key_state(agent, "inflight", key)
+        self.assertEqual((st["algorithm"], st["limit"], st["max_hold_ms"], st["release"]),
+                         ("concurrency", 2, 60000, "release-slot"), st)
+        held = st["slots"][where]
+        self.assertEqual(held["held"], 2, st)
+        self.assertTrue(55000 <= held["earliest_deadline_ms"] <= 60000, st)
+        res = post_reset(agent, "inflight", key)
+        self.assertEqual(res["slots_freed"][where]["held"], 2, res)
+        self.assertEqual(key_state(agent, "inflight", key)["slots"][where]["held"], 0)
+        self.assertEqual([self.take(c, key)["blocked"] for _ in range(3)], [False, False, True])
+
     def expiry(self, agent, c, label):
         """A slot never released frees itself after max_hold (2 s)."""
         key = unique("e")
@@ -132,6 +148,10 @@ class Standalone(ConcMixin, RedisCase):
         a = self.agent(rules(hold="2s"))
         self.expiry(a, self.seq(a), "standalone")
 
+    def test_key_and_reset(self):
+        a = self.agent(rules())
+        self.key_and_reset(a, self.seq(a), "local")
+
     def test_redis_slot_released_standalone_is_unknown(self):
         a = self.agent(rules())
         c = self.seq(a)
@@ -157,6 +177,11 @@ class RedisSingle(ConcMixin, RedisCase):
         r = self.start_redis()
         a = self.start_agent(r, rules(hold="2s"))
         self.expiry(a, self.seq(a), "redis")
+
+    def test_key_and_reset(self):
+        r = self.start_redis()
+        a = self.start_agent(r, rules())
+        self.key_and_reset(a, self.seq(a), "redis")
 
     def test_two_agents_share_the_limit(self):
         """A slot taken through one agent is released through another."""
