@@ -4,15 +4,24 @@ Cluster: with limit = 2 two slots are taken, the third request is denied, a
 release frees one and the next is admitted; a slot never released frees
 itself after max_hold; a blocked request holds no slot; a release of an
 unknown or garbled slot is harmless and counted; Redis down with
-on_redis_down = open takes the local share and says degraded. Agents must
-exit 0 on SIGTERM (checked at cleanup)."""
-import os
-import subprocess
+on_redis_down = open takes the local share and says degraded; GET /key shows
+the slots and POST /reset frees them. Through the kit and real HAProxy (2.6,
+and 3.4 when present): three agents never let more than 2 requests of a key
+reach a backend that counts them, and what a client abort, a server timeout
+(504) and a reload mid-request do with the release. Agents must exit 0 on
+SIGTERM (checked at cleanup)."""
+import http.server
+import json
+import socket
+import socketserver
+import threading
 import time
 import unittest
+import urllib.parse
 
-from fleet import redis_ini, unique, wait_redis_up
-from harness import Agent, stop_cleanly, wait_for
+from fleet import Seq, unique, wait_redis_up
+from haproxies import KitHAProxy, per_haproxy
+from harness import Agent, free_port, stop_cleanly, wait_for
 from test_redis import RedisCase
 from test_redis_topologies import TopologyCase, key_state, post_reset
 
@@ -151,6 +160,11 @@ class Standalone(ConcMixin, RedisCase):
     def test_key_and_reset(self):
         a = self.agent(rules())
         self.key_and_reset(a, self.seq(a), "local")
+        # the status page names the algorithm and the limit in flight
+        rule = [r for r in json.loads(a.get("/status.json"))["rules"]
+                if r["name"] == "inflight"][0]
+        self.assertEqual((rule["algorithm"], rule["limit"]),
+                         ("concurrency", "2 in flight (max_hold 1m)"), rule)
 
     def test_redis_slot_released_standalone_is_unknown(self):
         a = self.agent(rules())
@@ -226,7 +240,6 @@ class Cluster(ConcMixin, TopologyCase):
         a = Agent("[redis]\ncluster = 127.0.0.1:%d\ntimeout = 1s\n\n" % self.ports[0] + rules())
         stop_cleanly(self, a)
         wait_redis_up(a)
-        from fleet import Seq
         c = Seq(a.addr)
         self.addCleanup(c.close)
         self.limit_two(a, c, "cluster")
@@ -234,15 +247,6 @@ class Cluster(ConcMixin, TopologyCase):
 
 
 # ---- through real HAProxy (the kit) -------------------------------------------
-
-import http.server
-import socket
-import socketserver
-import threading
-import urllib.parse
-
-from haproxies import KitHAProxy, per_haproxy
-from harness import free_port
 
 
 class SlowBackend:
@@ -337,16 +341,6 @@ def get(h, path, key, timeout=15):
     return int(head[0].split()[1]), hdrs
 
 
-HAP_RULES = """
-[rule:inflight]
-message = check-rate
-key = key
-match = path ^/slow/
-algorithm = concurrency
-limit = 2
-release = release-slot
-max_hold = %(hold)s
-"""
 
 
 class ThroughHAProxy(RedisCase):
@@ -361,7 +355,7 @@ class ThroughHAProxy(RedisCase):
         self.redis = self.start_redis()
 
     def agent(self, hold="60s"):
-        return self.start_agent(self.redis, HAP_RULES % {"hold": hold})
+        return self.start_agent(self.redis, rules(hold=hold))
 
     def haproxy(self, agent_ports, server_timeout=None, master_worker=False):
         h = KitHAProxy(self.build, agent_ports,
