@@ -307,12 +307,17 @@ class SlowBackend:
         self.srv.server_close()
 
 
-def app_backend(port, server_timeout=None):
-    """Edit the kit: its stand-in application replaced by the test backend."""
+def app_backend(port, server_timeout=None, dead_port=None):
+    """Edit the kit: its stand-in application replaced by the test backend
+    (and, with dead_port, a server that refuses connections first, with
+    retries and redispatch)."""
     def edit(cfg):
         old = 'backend app\n    http-request return status 200 content-type "text/plain" string "ok\\n"'
         assert old in cfg, "the kit's backend app changed"
         new = "backend app\n    server app1 127.0.0.1:%d" % port
+        if dead_port:
+            new = ("backend app\n    balance first\n    retries 2\n    option redispatch 1\n"
+                   "    server dead 127.0.0.1:%d\n    server app1 127.0.0.1:%d" % (dead_port, port))
         if server_timeout:
             new += "\n    timeout server %s" % server_timeout
         return cfg.replace(old, new)
@@ -357,9 +362,9 @@ class ThroughHAProxy(RedisCase):
     def agent(self, hold="60s"):
         return self.start_agent(self.redis, rules(hold=hold))
 
-    def haproxy(self, agent_ports, server_timeout=None, master_worker=False):
+    def haproxy(self, agent_ports, server_timeout=None, master_worker=False, dead_port=None):
         h = KitHAProxy(self.build, agent_ports,
-                       cfg_edits=[app_backend(self.backend.port, server_timeout)],
+                       cfg_edits=[app_backend(self.backend.port, server_timeout, dead_port)],
                        master_worker=master_worker)
         self.addCleanup(h.stop)
         self.assertTrue(wait_for(lambda: "ratelimit-policy" in get(h, "/slow/warm", unique("w"))[1], 15),
@@ -456,6 +461,22 @@ class ThroughHAProxy(RedisCase):
         self.assertTrue(wait_for(lambda: a.metric("spoa_ratelimit_slots_expired_total",
                                                   rule="inflight") >= 1, 5),
                         [l for l in a.metrics().splitlines() if "slots" in l])
+
+    def test_retries_and_redispatch(self):
+        """A first server that refuses connections: HAProxy retries and
+        redispatches inside one transaction, decided once, holding one slot
+        that the final response releases."""
+        a = self.agent()
+        h = self.haproxy(a.port, dead_port=free_port())
+        base = self.released([a])
+        key = unique("retry")
+        got = [get(h, "/slow/x", key)[0] for _ in range(4)]
+        self.assertEqual(got, [200] * 4)
+        self.assertEqual(self.backend.count(self.backend.started, key), 4)
+        self.assertTrue(wait_for(lambda: self.released([a]) == base + 4, 10),
+                        (self.released([a]), base))
+        st = key_state(a, "inflight", key)
+        self.assertEqual(st["slots"]["redis"]["held"], 0, st)
 
     def test_reload_mid_request(self):
         """A reload while requests are in flight: the old worker finishes
