@@ -166,6 +166,21 @@ class Standalone(ConcMixin, RedisCase):
         self.assertEqual((rule["algorithm"], rule["limit"]),
                          ("concurrency", "2 in flight (max_hold 1m)"), rule)
 
+    def test_shadow_takes_and_frees_never_blocks(self):
+        """A shadow concurrency rule takes and frees slots as if enforcing
+        (would_block when full), and never blocks."""
+        a = self.agent(rules().replace("on_redis_down = open\n",
+                                       "on_redis_down = open\nshadow = yes\n", 1))
+        c = self.seq(a)
+        key = unique("s")
+        got = [self.take(c, key) for _ in range(3)]
+        self.assertEqual([g["blocked"] for g in got], [False] * 3, got)
+        self.assertEqual([g.get("would_block") for g in got], [None, None, True], got)
+        self.assertEqual(["slot" in g for g in got], [True, True, False], got)
+        self.release(c, got[0]["slot"])
+        nxt = self.take(c, key)
+        self.assertTrue("slot" in nxt and not nxt.get("would_block"), nxt)
+
     def test_redis_slot_released_standalone_is_unknown(self):
         a = self.agent(rules())
         c = self.seq(a)
