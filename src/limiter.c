@@ -30,29 +30,6 @@
 _Static_assert(CLAIM_R_COUNT <= STORE_MAX_VALUES && EXACT_R_COUNT <= STORE_MAX_VALUES,
                "a script reply fits in a store_result");
 
-/* RJOB_CC takes a concurrency slot (waited for, like RJOB_EXACT);
- * RJOB_CC_RELEASE gives one back (nobody waits: counted when answered). */
-enum rjob_kind { RJOB_LEASE = 0, RJOB_EXACT = 1, RJOB_CC = 2, RJOB_CC_RELEASE = 3 };
-
-/* A Redis call: queued by a worker, then in flight on the limiter's thread. */
-struct rjob {
-    struct rjob *next;               /* queue */
-    struct rjob *iprev, *inext;      /* in flight, oldest first */
-    struct limiter *l;
-    int kind;
-    int timed_out;
-    uint64_t sent_us;
-    struct lease_job *lj;            /* RJOB_LEASE */
-    struct lease_waiter *w;          /* RJOB_EXACT: NULL once answered by fallback */
-    enum bucket_algorithm algorithm; /* RJOB_EXACT */
-    uint64_t limit, period_ms, burst;
-    uint64_t cost;                   /* RJOB_EXACT: tokens the request takes */
-    uint64_t slot_id;                /* RJOB_CC, RJOB_CC_RELEASE */
-    struct metrics_rule *m;          /* RJOB_CC, RJOB_CC_RELEASE: the rule's counters */
-    size_t keylen;
-    char key[];                      /* RJOB_EXACT, RJOB_CC, RJOB_CC_RELEASE */
-};
-
 struct limiter {
     struct bucket_table *buckets;  /* standalone */
     struct bucket_table *backstop; /* fail-open while Redis is down */
@@ -187,55 +164,6 @@ static void exact_reply(struct limiter *l, struct lease_waiter *w, const struct 
     hit_done(req);
 }
 
-/* A concurrency call is in (res NULL: failed). An acquire completes its
- * waiter: with the slot, denied, or from the fallback; one that timed out
- * was answered by the fallback already, so a slot Redis gave it late goes
- * back at once (else it would stay held until max_hold). A release is
- * counted. Frees j, or sends it again as that release. */
-static void cc_reply(struct limiter *l, struct rjob *j, const struct store_result *res,
-                     uint64_t now_us)
-{
-    struct bucket_result out;
-
-    uint64_t expired = 0;
-
-    if (j->kind == RJOB_CC_RELEASE) {
-        int released = res ? store_reply_cc_release(res->v, res->n) : -1;
-        if (released >= 0)
-            limiter_cc_released(j->m, released);
-        free(j);
-        return;
-    }
-    int ok = res && store_reply_cc(res->v, res->n, &out, &expired) == 0;
-    if (expired)
-        atomic_fetch_add_explicit(&j->m->slots_expired, expired, memory_order_relaxed);
-    if (!j->w) {
-        if (ok && out.allowed) {
-            j->kind = RJOB_CC_RELEASE;
-            j->m = NULL; /* not counted: no client released it */
-            send_job(l, j);
-            return;
-        }
-        free(j);
-        return;
-    }
-    struct limiter_req *req = j->w->req;
-    struct rule_hit *h = &req->ev.hits[j->w->hit];
-    if (ok) {
-        h->out.res = out;
-        h->out.degraded = 0;
-        if (out.allowed) {
-            h->slot_id = j->slot_id;
-            h->slot_src = RULES_SLOT_REDIS;
-            atomic_fetch_add_explicit(&j->m->slots_held, 1, memory_order_relaxed);
-        }
-    } else {
-        decide_fallback(l, req, j->w->hit, now_us);
-    }
-    free(j);
-    hit_done(req);
-}
-
 static void on_reply(void *arg, const struct store_result *res)
 {
     struct rjob *j = arg;
@@ -260,7 +188,7 @@ static void on_reply(void *arg, const struct store_result *res)
         return;
     }
     if (j->kind == RJOB_CC || j->kind == RJOB_CC_RELEASE) {
-        cc_reply(l, j, ok ? res : NULL, now);
+        limiter_cc_reply(l, j, ok ? res : NULL, now);
         return;
     }
 
@@ -428,6 +356,34 @@ static void enqueue(struct limiter *l, struct rjob *j)
     pthread_mutex_unlock(&l->qlock);
 }
 
+/* limiter_int.h: the queue for limiter_cc.c */
+void limiter_job_queue(struct limiter *l, struct rjob *j, int wake)
+{
+    enqueue(l, j);
+    if (wake && !ev_async_pending(&l->wake))
+        ev_async_send(l->loop, &l->wake);
+}
+
+void limiter_job_send(struct limiter *l, struct rjob *j)
+{
+    send_job(l, j);
+}
+
+void limiter_hit_done(struct limiter_req *req)
+{
+    hit_done(req);
+}
+
+void limiter_fallback(struct limiter *l, struct limiter_req *req, size_t i, uint64_t now_us)
+{
+    decide_fallback(l, req, i, now_us);
+}
+
+int limiter_redis_up(struct limiter *l)
+{
+    return l->store && atomic_load(&l->up);
+}
+
 /* The Redis key (limiter_int.h): the client key goes after an empty hashtag
  * when it holds '{', so that clients cannot choose their Cluster slot
  * (util_slot_fence). */
@@ -519,53 +475,6 @@ static int queue_exact(struct limiter *l, struct limiter_req *req, size_t i, con
     return 0;
 }
 
-/* Hit i of a concurrency rule: one cc_acquire call under a new slot id.
- * Returns 0 when queued, -1 when it cannot be (Redis down, out of memory). */
-static int queue_cc(struct limiter *l, struct limiter_req *req, size_t i, const char *key,
-                    size_t keylen, int up)
-{
-    const struct rule_hit *h = &req->ev.hits[i];
-    struct rjob *j = up ? calloc(1, sizeof(*j) + keylen + 1) : NULL;
-
-    if (!j)
-        return -1;
-    j->l = l;
-    j->kind = RJOB_CC;
-    j->w = &req->waiters[i];
-    j->limit = h->params.limit;
-    j->period_ms = h->params.period_us / 1000; /* max_hold */
-    j->slot_id = slots_new_id();
-    j->m = req->rs->metrics[h->rule];
-    j->keylen = keylen;
-    memcpy(j->key, key, keylen);
-    enqueue(l, j);
-    return 0;
-}
-
-int limiter_queue_release(struct limiter *l, const struct cfg_rule *r, const char *skey,
-                          size_t sklen, uint64_t id, struct metrics_rule *m)
-{
-    char buf[KEYBUF];
-    size_t keylen;
-    struct rjob *j;
-
-    if (!l->store || !atomic_load(&l->up))
-        return -1;
-    keylen = limiter_redis_key(l, r, skey, sklen, buf, sizeof(buf));
-    if (!keylen || !(j = calloc(1, sizeof(*j) + keylen + 1)))
-        return -1;
-    j->l = l;
-    j->kind = RJOB_CC_RELEASE;
-    j->slot_id = id;
-    j->m = m;
-    j->keylen = keylen;
-    memcpy(j->key, buf, keylen);
-    enqueue(l, j);
-    if (!ev_async_pending(&l->wake))
-        ev_async_send(l->loop, &l->wake);
-    return 0;
-}
-
 /* Hit i of a leased rule: from the local lease, or by a claim (queued). */
 static int decide_leased(struct limiter *l, struct limiter_req *req, size_t i, const char *key,
                          size_t keylen, uint64_t now_us, int up, int *queued)
@@ -615,7 +524,7 @@ static int decide_hit(struct limiter *l, struct limiter_req *req, size_t i, uint
         klen = sk < 0 ? 0
                       : limiter_redis_key(l, &req->rs->cfg->rules[h->rule], skey, (size_t)sk,
                                           buf, sizeof(buf));
-        if (klen && queue_cc(l, req, i, buf, klen, up) == 0) {
+        if (klen && limiter_cc_queue(l, req, i, buf, klen, up) == 0) {
             *queued = 1;
             return 0;
         }

@@ -1,17 +1,21 @@
 /* limiter_cc.c - concurrency rules in the limiter: slots from the in-memory
- * table (standalone, and the local share while Redis is down), the slots
- * release messages give back, and those of blocked requests. The Redis calls
- * (cc_acquire, cc_release) go through limiter.c's queue. */
+ * table (standalone, and the local share while Redis is down), the Redis
+ * calls that take and give them back (cc_acquire, cc_release, through
+ * limiter.c's queue), the slots release messages give back, and those of
+ * blocked requests. */
 #include "limiter_int.h"
 #include "limiter.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "config/config.h"
 #include "metrics/metrics.h"
 #include "slots.h"
+#include "store/store_reply.h"
 
 #define RETRY_NOMEM_US 1000000
+#define KEYBUF 1024
 
 void limiter_cc_released(struct metrics_rule *m, int ok)
 {
@@ -21,6 +25,98 @@ void limiter_cc_released(struct metrics_rule *m, int ok)
                               memory_order_relaxed);
     if (ok)
         atomic_fetch_sub_explicit(&m->slots_held, 1, memory_order_relaxed);
+}
+
+/* An acquire completes its
+ * waiter: with the slot, denied, or from the fallback; one that timed out
+ * was answered by the fallback already, so a slot Redis gave it late goes
+ * back at once (else it would stay held until max_hold). A release is
+ * counted. Frees j, or sends it again as that release. */
+void limiter_cc_reply(struct limiter *l, struct rjob *j, const struct store_result *res,
+                      uint64_t now_us)
+{
+    struct bucket_result out;
+    uint64_t expired = 0;
+
+    if (j->kind == RJOB_CC_RELEASE) {
+        int released = res ? store_reply_cc_release(res->v, res->n) : -1;
+        if (released >= 0)
+            limiter_cc_released(j->m, released);
+        free(j);
+        return;
+    }
+    int ok = res && store_reply_cc(res->v, res->n, &out, &expired) == 0;
+    if (expired)
+        atomic_fetch_add_explicit(&j->m->slots_expired, expired, memory_order_relaxed);
+    if (!j->w) {
+        if (ok && out.allowed) {
+            j->kind = RJOB_CC_RELEASE;
+            j->m = NULL; /* not counted: no client released it */
+            limiter_job_send(l, j);
+            return;
+        }
+        free(j);
+        return;
+    }
+    struct limiter_req *req = j->w->req;
+    struct rule_hit *h = &req->ev.hits[j->w->hit];
+    if (ok) {
+        h->out.res = out;
+        h->out.degraded = 0;
+        if (out.allowed) {
+            h->slot_id = j->slot_id;
+            h->slot_src = RULES_SLOT_REDIS;
+            atomic_fetch_add_explicit(&j->m->slots_held, 1, memory_order_relaxed);
+        }
+    } else {
+        limiter_fallback(l, req, j->w->hit, now_us);
+    }
+    free(j);
+    limiter_hit_done(req);
+}
+
+/* Under a new slot id. */
+int limiter_cc_queue(struct limiter *l, struct limiter_req *req, size_t i, const char *key,
+                     size_t keylen, int up)
+{
+    const struct rule_hit *h = &req->ev.hits[i];
+    struct rjob *j = up ? calloc(1, sizeof(*j) + keylen + 1) : NULL;
+
+    if (!j)
+        return -1;
+    j->l = l;
+    j->kind = RJOB_CC;
+    j->w = &req->waiters[i];
+    j->limit = h->params.limit;
+    j->period_ms = h->params.period_us / 1000; /* max_hold */
+    j->slot_id = slots_new_id();
+    j->m = req->rs->metrics[h->rule];
+    j->keylen = keylen;
+    memcpy(j->key, key, keylen);
+    limiter_job_queue(l, j, 0); /* limiter_decide wakes the thread */
+    return 0;
+}
+
+int limiter_queue_release(struct limiter *l, const struct cfg_rule *r, const char *skey,
+                          size_t sklen, uint64_t id, struct metrics_rule *m)
+{
+    char buf[KEYBUF];
+    size_t keylen;
+    struct rjob *j;
+
+    if (!limiter_redis_up(l))
+        return -1;
+    keylen = limiter_redis_key(l, r, skey, sklen, buf, sizeof(buf));
+    if (!keylen || !(j = calloc(1, sizeof(*j) + keylen + 1)))
+        return -1;
+    j->l = l;
+    j->kind = RJOB_CC_RELEASE;
+    j->slot_id = id;
+    j->m = m;
+    j->keylen = keylen;
+    memcpy(j->key, buf, keylen);
+    limiter_job_queue(l, j, 1);
+    return 0;
 }
 
 void limiter_cc_local(struct limiter *l, struct limiter_req *req, size_t i,

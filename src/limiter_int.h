@@ -9,9 +9,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "bucket.h"
+
 struct bucket_table;
 struct cfg_rule;
+struct lease_job;
 struct lease_table;
+struct lease_waiter;
 struct limiter;
 struct limiter_req;
 struct metrics_rule;
@@ -36,7 +40,50 @@ struct limiter_parts {
 };
 void limiter_parts(struct limiter *l, struct limiter_parts *out);
 
-/* ---- concurrency (limiter_cc.c; the Redis calls in limiter.c) ---- */
+/* RJOB_CC takes a concurrency slot (waited for, like RJOB_EXACT);
+ * RJOB_CC_RELEASE gives one back (nobody waits: counted when answered). */
+enum rjob_kind { RJOB_LEASE = 0, RJOB_EXACT = 1, RJOB_CC = 2, RJOB_CC_RELEASE = 3 };
+
+/* A Redis call: queued by a worker, then in flight on the limiter's thread
+ * (limiter.c; limiter_cc.c makes and answers the concurrency ones). */
+struct rjob {
+    struct rjob *next;               /* queue */
+    struct rjob *iprev, *inext;      /* in flight, oldest first */
+    struct limiter *l;
+    int kind;
+    int timed_out;
+    uint64_t sent_us;
+    struct lease_job *lj;            /* RJOB_LEASE */
+    struct lease_waiter *w;          /* RJOB_EXACT: NULL once answered by fallback */
+    enum bucket_algorithm algorithm; /* RJOB_EXACT */
+    uint64_t limit, period_ms, burst;
+    uint64_t cost;                   /* RJOB_EXACT: tokens the request takes */
+    uint64_t slot_id;                /* RJOB_CC, RJOB_CC_RELEASE */
+    struct metrics_rule *m;          /* RJOB_CC, RJOB_CC_RELEASE: the rule's counters */
+    size_t keylen;
+    char key[];                      /* RJOB_EXACT, RJOB_CC, RJOB_CC_RELEASE */
+};
+
+/* limiter.c's queue, for limiter_cc.c. Queue j from any thread (wake: make
+ * the limiter's thread send it now); send j from the limiter's thread; one
+ * decision of req is in; decide hit i of req without Redis; whether Redis is
+ * configured and up. */
+void limiter_job_queue(struct limiter *l, struct rjob *j, int wake);
+void limiter_job_send(struct limiter *l, struct rjob *j);
+void limiter_hit_done(struct limiter_req *req);
+void limiter_fallback(struct limiter *l, struct limiter_req *req, size_t i, uint64_t now_us);
+int limiter_redis_up(struct limiter *l);
+
+/* ---- concurrency (limiter_cc.c) ---- */
+
+struct store_result;
+/* A cc_acquire or cc_release call is in (res NULL: failed): frees j. */
+void limiter_cc_reply(struct limiter *l, struct rjob *j, const struct store_result *res,
+                      uint64_t now_us);
+/* Hit i of a concurrency rule: one cc_acquire on Redis key key. 0 when
+ * queued, -1 when it cannot be (Redis down, out of memory). */
+int limiter_cc_queue(struct limiter *l, struct limiter_req *req, size_t i, const char *key,
+                     size_t keylen, int up);
 
 struct bucket_params;
 

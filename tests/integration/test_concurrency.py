@@ -523,6 +523,7 @@ class ThroughHAProxy(RedisCase):
 ABORT_RELEASED = {"default": None, (2, 6): True}
 
 per_haproxy(ThroughHAProxy, globals())
+del ThroughHAProxy  # a RedisCase: only its per-HAProxy classes run
 
 
 if __name__ == "__main__":
