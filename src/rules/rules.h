@@ -184,6 +184,9 @@ int rules_slot_key(const char *client_key, size_t len, char *out);
 /* The longest token: RULE ":" SRC 16-hex-id ":" hex of the slot key. */
 #define RULES_SLOT_TOKEN_MAX (CFG_MAX_NAME + 1 + 17 + 1 + 2 * RULES_SLOT_KEY_MAX)
 _Static_assert(RULES_SLOT_TOKEN_MAX == CFG_SLOT_TOKEN_MAX, "config_ack_max_size counts tokens");
+/* The most tokens one ACK carries (one per concurrency rule that admitted
+ * the request): the slots of further rules free themselves after max_hold. */
+#define RULES_SLOT_TOKENS_MAX 8
 /* Write the token of a slot into out (RULES_SLOT_TOKEN_MAX bytes, no NUL);
  * returns its length. */
 size_t rules_slot_token(char *out, const char *rule, size_t rule_len, char src, uint64_t id,

@@ -179,7 +179,7 @@ static int encode_full(struct spop_writer *w, const struct ruleset *rs, const st
  * in the frame are left out: their slots free themselves after max_hold. */
 static int put_slot(struct spop_writer *w, const struct ruleset *rs, const struct rule_eval *ev)
 {
-    char buf[4 * (RULES_SLOT_TOKEN_MAX + 1)];
+    char buf[RULES_SLOT_TOKENS_MAX * (RULES_SLOT_TOKEN_MAX + 1)];
     size_t n = 0;
 
     for (size_t i = 0; i < ev->nhits; i++) {
