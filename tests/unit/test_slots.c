@@ -213,12 +213,59 @@ START_TEST(release_message_tokens)
 }
 END_TEST
 
+/* The ACK of a request two concurrency rules admitted carries both tokens
+ * in slot, space separated; a blocked one carries none. */
+START_TEST(ack_slot_var)
+{
+    struct ruleset *rs = rt_load("[rule:a]\nmessage = check-rate\nkey = key\n"
+                                 "algorithm = concurrency\nlimit = 2\nrelease = rel\n"
+                                 "[rule:b]\nmessage = check-rate\nkey = key\n"
+                                 "algorithm = concurrency\nlimit = 3\nrelease = rel\n"
+                                 "[rule:g]\nmessage = check-rate\nrate = 5/1s\n");
+    struct rule_eval ev = {0};
+    uint8_t buf[256], out[2048];
+    const char *kv[] = {"key", "k"};
+    size_t n = rt_payload(buf, sizeof(buf), "check-rate", kv, 1);
+    struct rt_vars v;
+    struct rules_slot s1, s2;
+
+    ck_assert_int_eq(rules_match(rs, buf, n, &ev), 0);
+    ck_assert_uint_eq(ev.nhits, 3);
+    for (size_t i = 0; i < 3; i++) {
+        ev.hits[i].out.res = (struct bucket_result){1, 1, 0, 0};
+        ev.hits[i].slot_id = i < 2 ? 100 + i : 0;
+        ev.hits[i].slot_src = i == 0 ? RULES_SLOT_REDIS : RULES_SLOT_LOCAL;
+    }
+    struct spop_writer w = {out, out + sizeof(out)};
+    ck_assert_int_eq(rules_encode_actions(&w, rs, &ev), 0);
+    rt_decode(out, (size_t)(w.p - out), &v);
+    const char *slot = rt_var_str(&v, "slot");
+    ck_assert_ptr_nonnull(slot);
+    const char *sp = strchr(slot, ' ');
+    ck_assert_ptr_nonnull(sp);
+    ck_assert_int_eq(rules_slot_parse(slot, (size_t)(sp - slot), &s1), 0);
+    ck_assert_int_eq(rules_slot_parse(sp + 1, strlen(sp + 1), &s2), 0);
+    ck_assert(s1.id == 100 && s1.src == 'r' && s1.rule_len == 1 && s1.rule[0] == 'a');
+    ck_assert(s2.id == 101 && s2.src == 'l' && s2.rule_len == 1 && s2.rule[0] == 'b');
+    ck_assert(s1.key_len == 1 && s1.key[0] == 'k');
+
+    ev.hits[2].out.res = (struct bucket_result){0, 0, 1000000, 1000000}; /* g blocks */
+    w = (struct spop_writer){out, out + sizeof(out)};
+    ck_assert_int_eq(rules_encode_actions(&w, rs, &ev), 0);
+    rt_decode(out, (size_t)(w.p - out), &v);
+    ck_assert_int_eq(rt_var(&v, "blocked")->u.sint, 1);
+    ck_assert_ptr_null(rt_var(&v, "slot"));
+    rules_eval_free(&ev);
+    ruleset_unref(rs);
+}
+END_TEST
+
 static Suite *slots_suite(void)
 {
     Suite *s = suite_create("slots");
     TCase *tc = tcase_create("slots");
     CHECK_ADD(tc, take_release_unknown, expiry_by_max_hold, ids_unique_nonzero, token_round_trip,
-              config_defaults_and_print, release_message_tokens);
+              config_defaults_and_print, release_message_tokens, ack_slot_var);
     CHECK_LOOP(tc, token_garbage, garbage);
     suite_add_tcase(s, tc);
     return s;
