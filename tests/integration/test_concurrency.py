@@ -370,6 +370,7 @@ class ThroughHAProxy(RedisCase):
 
     def setUp(self):
         super().setUp()
+        self.warm_slots = 0  # slots the warm-up requests took (each released)
         self.backend = SlowBackend()
         self.addCleanup(self.backend.stop)
         self.redis = self.start_redis()
@@ -384,7 +385,16 @@ class ThroughHAProxy(RedisCase):
         self.addCleanup(h.stop)
         self.assertTrue(wait_for(lambda: "ratelimit-policy" in get(h, "/slow/warm", unique("w"))[1], 15),
                         "no decision through HAProxy")
+        self.warm_slots += 1  # the request that got a decision took a slot
         return h
+
+    def base(self, agents):
+        """The releases counted once the warm-up requests' are in (an agent
+        counts a release when Redis answers, after its ACK, so after the
+        response the client got)."""
+        self.assertTrue(wait_for(lambda: self.released(agents) >= self.warm_slots, 10),
+                        (self.released(agents), self.warm_slots))
+        return self.released(agents)
 
     def released(self, agents, result="ok"):
         return sum(a.metric("spoa_ratelimit_slots_released_total", rule="inflight",
@@ -394,7 +404,7 @@ class ThroughHAProxy(RedisCase):
         agents = [self.agent() for _ in range(3)]
         h1 = self.haproxy((agents[0].port, agents[1].port))
         h2 = self.haproxy(agents[2].port)
-        base = self.released(agents)  # the warm-up requests' releases
+        base = self.base(agents)
         key = unique("fleet")
         results = []
 
@@ -424,7 +434,7 @@ class ThroughHAProxy(RedisCase):
         the release (asserted), and the slot frees after max_hold anyway."""
         a = self.agent(hold="3s")
         h = self.haproxy(a.port)
-        base = self.released([a])
+        base = self.base([a])
         key = unique("abort")
         s = socket.create_connection(("127.0.0.1", h.http_port), timeout=5)
         t0 = time.monotonic()
@@ -433,8 +443,8 @@ class ThroughHAProxy(RedisCase):
         self.assertTrue(wait_for(lambda: self.backend.count(self.backend.started, key) == 1, 10))
         s.close()  # the client aborts while the backend works
         self.assertTrue(wait_for(lambda: self.backend.count(self.backend.finished, key) == 1, 10))
-        time.sleep(0.5)  # a release, if any, comes right after the response
-        released = self.released([a]) > base
+        # a release, if any, comes right after the response
+        released = bool(wait_for(lambda: self.released([a]) > base, 2))
         expected = self.expect_abort_release()
         if expected is not None:
             self.assertEqual(released, expected, "release after a client abort")
@@ -462,13 +472,12 @@ class ThroughHAProxy(RedisCase):
         release; the slot frees after max_hold."""
         a = self.agent(hold="3s")
         h = self.haproxy(a.port, server_timeout="500ms")
-        base = self.released([a])
+        base = self.base([a])
         key = unique("t504")
         t0 = time.monotonic()
         self.assertEqual(get(h, "/slow/x?sleep=2", key)[0], 504)
         self.assertEqual(get(h, "/slow/x?sleep=2", key)[0], 504)
-        time.sleep(0.3)
-        self.assertEqual(self.released([a]), base, "a release after a 504")
+        self.assertFalse(wait_for(lambda: self.released([a]) > base, 1), "a release after a 504")
         # both slots held: denied until max_hold frees them
         self.assertEqual(get(h, "/slow/x", key)[0], 429)
         self.assertTrue(wait_for(lambda: get(h, "/slow/x", key)[0] == 200, 10))
@@ -483,7 +492,7 @@ class ThroughHAProxy(RedisCase):
         that the final response releases."""
         a = self.agent()
         h = self.haproxy(a.port, dead_port=free_port())
-        base = self.released([a])
+        base = self.base([a])
         key = unique("retry")
         got = [get(h, "/slow/x", key)[0] for _ in range(4)]
         self.assertEqual(got, [200] * 4)
@@ -498,7 +507,7 @@ class ThroughHAProxy(RedisCase):
         them and sends their releases."""
         a = self.agent()
         h = self.haproxy(a.port, master_worker=True)
-        base = self.released([a])
+        base = self.base([a])
         key = unique("reload")
         got = []
         threads = [threading.Thread(target=lambda: got.append(get(h, "/slow/x?sleep=2", key)[0]))
@@ -506,7 +515,10 @@ class ThroughHAProxy(RedisCase):
         for t in threads:
             t.start()
         self.assertTrue(wait_for(lambda: self.backend.count(self.backend.started, key) == 2, 10))
-        h.reload()
+        try:
+            h.reload()
+        except RuntimeError as e:
+            raise AssertionError("%s\n%s" % (e, h.output()[-3000:]))
         self.assertEqual(get(h, "/slow/x", key)[0], 429)  # both still held
         for t in threads:
             t.join(30)
