@@ -135,8 +135,10 @@ class ConcMixin:
         self.assertTrue(wait_for(lambda: not self.take(c, key)["blocked"], 10),
                         label + ": never freed")
         self.assertGreaterEqual(time.monotonic() - t0, 1.5, label + ": freed before max_hold")
+        # counted by the acquire that found it expired (the first one at least:
+        # the second may expire after that acquire)
         self.assertTrue(wait_for(lambda: agent.metric(
-            "spoa_ratelimit_slots_expired_total", rule="inflight") >= expired + 2, 5))
+            "spoa_ratelimit_slots_expired_total", rule="inflight") >= expired + 1, 5))
 
 
 class Standalone(ConcMixin, RedisCase):
