@@ -317,6 +317,7 @@ static void fw_take(struct bucket *b, const struct bucket_params *p, uint64_t no
     }
     res->remaining = whole((double)p->limit - b->cur, 0);
     res->reset_us = b->cur > 0 ? end - now : 0;
+}
 
 /* ---- refunds ------------------------------------------------------------ */
 
@@ -378,6 +379,9 @@ uint64_t bucket_refund(struct bucket *b, const struct bucket_params *p, uint64_t
         return sw_refund(b, p, taken_us, now_us, n);
     case BUCKET_FIXED_WINDOW:
         return fw_refund(b, p, taken_us, now_us, n);
+    case BUCKET_CONCURRENCY: /* slots, not tokens: a blocked request's go back
+                              * through limiter_cc.c */
+        break;
     }
     return 0; /* an algorithm that holds no tokens to give back */
 }

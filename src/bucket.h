@@ -20,6 +20,9 @@ enum bucket_algorithm {
     BUCKET_SLIDING_WINDOW = 1, /* at most limit per period, two-window estimate */
     BUCKET_FIXED_WINDOW = 2,   /* at most limit per window [k x period + offset, +period)
                                   of the wall clock: a quota that resets at a set time */
+    /* at most limit requests in flight (slots.h), each slot held at most
+     * period_us (max_hold); never decided by bucket_take() */
+    BUCKET_CONCURRENCY = 3,
 };
 
 /* Whether an algorithm counts in windows (N per window, no burst): a

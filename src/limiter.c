@@ -14,6 +14,7 @@
 #include "core/util.h"
 #include "metrics/metrics.h"
 #include "script_args.h"
+#include "slots.h"
 #include "store/script.h"
 #include "store/store.h"
 #include "store/store_heartbeat.h"
@@ -29,36 +30,11 @@
 _Static_assert(CLAIM_R_COUNT <= STORE_MAX_VALUES && EXACT_R_COUNT <= STORE_MAX_VALUES,
                "a script reply fits in a store_result");
 
-/* RJOB_REFUND: tokens an exact decision took go back (limiter_charge.c);
- * nobody waits for it. */
-enum rjob_kind { RJOB_LEASE = 0, RJOB_EXACT = 1, RJOB_REFUND = 2 };
-
-/* A Redis call: queued by a worker, then in flight on the limiter's thread. */
-struct rjob {
-    struct rjob *next;               /* queue */
-    struct rjob *iprev, *inext;      /* in flight, oldest first */
-    struct limiter *l;
-    int kind;
-    int timed_out;
-    uint64_t sent_us;
-    struct lease_job *lj;            /* RJOB_LEASE */
-    struct lease_waiter *w;          /* RJOB_EXACT: NULL once answered by fallback */
-    enum bucket_algorithm algorithm; /* RJOB_EXACT */
-    uint64_t limit, period_ms, burst;
-    uint64_t offset_ms;              /* RJOB_EXACT, RJOB_REFUND: a fixed window's window_offset */
-    uint64_t cost;                   /* RJOB_EXACT: tokens the request takes;
-                                        RJOB_REFUND: tokens given back */
-    uint64_t block_ms;               /* RJOB_EXACT: the rule's block_for (0: none) */
-    uint64_t taken_ms;               /* RJOB_REFUND: EXACT_R_TIME_MS of the take */
-    struct metrics_rule *m;          /* RJOB_REFUND: counts what Redis gave back */
-    size_t keylen;
-    char key[];                      /* RJOB_EXACT, RJOB_REFUND */
-};
-
 struct limiter {
     struct bucket_table *buckets;  /* standalone */
     struct bucket_table *backstop; /* fail-open while Redis is down */
     struct bucket_budget budget;   /* [agent] max_entries: buckets and leases together */
+    struct slot_table *slots;      /* concurrency: standalone, and the local share */
     /* Redis mode */
     struct store *store;
     struct store_heartbeat *heartbeat; /* with Redis: counts the fleet (fleet.h) */
@@ -97,6 +73,11 @@ static void decide_fallback(struct limiter *l, struct limiter_req *req, size_t i
         h->out.res.retry_us = CLOSED_RETRY_US;
         h->out.res.reset_us = CLOSED_RETRY_US;
         rules_charged(&h->out, RULE_CHARGED_NONE, 0);
+        return;
+    }
+    if (h->params.algorithm == BUCKET_CONCURRENCY) { /* the local share of the slots */
+        limiter_cc_local(l, req, i, &h->backstop, now_us);
+        h->out.degraded = 1;
         return;
     }
     bucket_table_take(l->backstop, r->name, rules_hit_key(&req->ev, h), h->key_len,
@@ -226,6 +207,10 @@ static void on_reply(void *arg, const struct store_result *res)
         free(j);
         return;
     }
+    if (j->kind == RJOB_CC || j->kind == RJOB_CC_RELEASE) {
+        limiter_cc_reply(l, j, ok ? res : NULL, now);
+        return;
+    }
 
     struct lease_waiter *done = NULL, *fallback = NULL;
     struct lease_job *next = NULL;
@@ -256,6 +241,10 @@ static enum store_script job_args(const struct limiter *l, const struct rjob *j,
             script_window_args(a, s, j->offset_ms);
         return s;
     }
+    if (j->kind == RJOB_CC)
+        return script_cc_acquire_args(j->limit, j->period_ms, j->slot_id, a);
+    if (j->kind == RJOB_CC_RELEASE)
+        return script_cc_release_args(j->slot_id, a);
     return script_lease_args(j->lj, store_agent_id(l->store), l->ttl_ms, a);
 }
 
@@ -328,7 +317,7 @@ static void timeouts_cb(struct ev_loop *loop, ev_timer *t, int revents)
             LOG_WARN("\"redis slower than timeout: rules fall back\" timeout_ms=%llu",
                      (unsigned long long)(l->timeout_us / 1000));
         }
-        if (j->kind == RJOB_EXACT) {
+        if (j->kind != RJOB_LEASE) { /* exact, concurrency: a release has no waiter */
             if (j->w) {
                 struct limiter_req *req = j->w->req;
                 decide_fallback(l, req, j->w->hit, now);
@@ -400,6 +389,34 @@ static void enqueue(struct limiter *l, struct rjob *j)
     pthread_mutex_unlock(&l->qlock);
 }
 
+/* limiter_int.h: the queue for limiter_cc.c */
+void limiter_job_queue(struct limiter *l, struct rjob *j, int wake)
+{
+    enqueue(l, j);
+    if (wake && !ev_async_pending(&l->wake))
+        ev_async_send(l->loop, &l->wake);
+}
+
+void limiter_job_send(struct limiter *l, struct rjob *j)
+{
+    send_job(l, j);
+}
+
+void limiter_hit_done(struct limiter *l, struct limiter_req *req)
+{
+    hit_done(l, req);
+}
+
+void limiter_fallback(struct limiter *l, struct limiter_req *req, size_t i, uint64_t now_us)
+{
+    decide_fallback(l, req, i, now_us);
+}
+
+int limiter_redis_up(struct limiter *l)
+{
+    return l->store && atomic_load(&l->up);
+}
+
 /* The Redis key (limiter_int.h): the client key goes after an empty hashtag
  * when it holds '{', so that clients cannot choose their Cluster slot
  * (util_slot_fence). */
@@ -413,10 +430,10 @@ size_t limiter_redis_key(const struct limiter *l, const struct cfg_rule *r, cons
     if (n > cap)
         return 0;
     memcpy(buf, l->prefix, l->prefix_len);
-    /* the algorithm in the key: a rule switched to another one starts afresh */
     memcpy(buf + l->prefix_len,
            r->algorithm == BUCKET_FIXED_WINDOW     ? "fw:"
            : r->algorithm == BUCKET_SLIDING_WINDOW ? "sw:"
+           : r->algorithm == BUCKET_CONCURRENCY    ? "cc:"
                                                    : "tb:",
            3);
     memcpy(buf + l->prefix_len + 3, r->name, rl);
@@ -442,6 +459,10 @@ static void decide_standalone(struct limiter *l, struct limiter_req *req, uint64
     for (size_t i = 0; i < ev->nhits; i++) {
         struct rule_hit *h = &ev->hits[i];
         const struct cfg_rule *r = &req->rs->cfg->rules[h->rule];
+        if (h->params.algorithm == BUCKET_CONCURRENCY) {
+            limiter_cc_local(l, req, i, &h->params, now_us);
+            continue;
+        }
         bucket_table_take(l->buckets, r->name, rules_hit_key(ev, h), h->key_len, &h->params,
                           bucket_clock(&h->params, now_us), h->cost, &h->out.res);
         h->out.degraded = 0;
@@ -565,6 +586,19 @@ static int decide_hit(struct limiter *l, struct limiter_req *req, size_t i, uint
     w->out = &h->out.res;
     w->req = req;
     w->hit = i;
+    if (h->params.algorithm == BUCKET_CONCURRENCY) { /* keyed by its slot key: short */
+        char skey[RULES_SLOT_KEY_MAX + 1];
+        int sk = rules_slot_key(rules_hit_key(&req->ev, h), h->key_len, skey);
+        klen = sk < 0 ? 0
+                      : limiter_redis_key(l, &req->rs->cfg->rules[h->rule], skey, (size_t)sk,
+                                          buf, sizeof(buf));
+        if (klen && limiter_cc_queue(l, req, i, buf, klen, up) == 0) {
+            *queued = 1;
+            return 0;
+        }
+        decide_fallback(l, req, i, now_us);
+        return 1;
+    }
     if (klen == 0) { /* a long max_key: build it on the heap */
         size_t cap = l->prefix_len + 4 + CFG_MAX_NAME + sizeof(UTIL_SLOT_FENCE) + h->key_len;
         key = malloc(cap);
@@ -598,6 +632,8 @@ int limiter_decide(struct limiter *l, struct limiter_req *req, uint64_t now_us)
     if (atomic_load_explicit(&l->budget.max, memory_order_relaxed) != max_entries)
         atomic_store_explicit(&l->budget.max, max_entries, memory_order_relaxed);
 
+    if (req->ev.nreleases) /* release messages: never waited for */
+        limiter_cc_releases(l, req, now_us);
     if (!l->store) {
         decide_standalone(l, req, now_us);
         limiter_settle(l, req, now_us);
@@ -656,7 +692,8 @@ struct limiter *limiter_new(struct ev_loop *loop, const struct config *cfg, char
     atomic_init(&l->budget.max, cfg->max_entries);
     l->buckets = bucket_table_new(STRIPES);
     l->backstop = bucket_table_new(STRIPES);
-    if (!l->buckets || !l->backstop) {
+    l->slots = slot_table_new();
+    if (!l->buckets || !l->backstop || !l->slots) {
         snprintf(err, errlen, "out of memory");
         goto fail;
     }
@@ -731,6 +768,7 @@ void limiter_parts(struct limiter *l, struct limiter_parts *out)
     out->backstop = l->backstop;
     out->leases = l->leases;
     out->store = l->store;
+    out->slots = l->slots;
 }
 
 static void run_until_idle(struct limiter *l, uint64_t deadline)
@@ -785,6 +823,7 @@ void limiter_free(struct limiter *l)
     store_heartbeat_free(l->heartbeat); /* after its store */
     bucket_table_free(l->buckets);
     bucket_table_free(l->backstop);
+    slot_table_free(l->slots);
     lease_table_free(l->leases);
     pthread_mutex_destroy(&l->qlock);
     free(l);
@@ -825,6 +864,7 @@ size_t limiter_expire(struct limiter *l, const struct ruleset *rs, uint64_t now_
     uint64_t wall = util_wall_us(); /* fixed windows count on it */
     size_t n = bucket_table_expire_at(l->buckets, now_us, wall, max_visit, params_of, (void *)rs);
     n += bucket_table_expire_at(l->backstop, now_us, wall, max_visit, backstop_of, (void *)rs);
+    limiter_cc_expire(l, now_us);
     atomic_store(&metrics.buckets,
                  bucket_table_count(l->buckets) + bucket_table_count(l->backstop));
     return n;

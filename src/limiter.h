@@ -52,6 +52,16 @@ void limiter_free(struct limiter *l);
  * out of memory. */
 int limiter_decide(struct limiter *l, struct limiter_req *req, uint64_t now_us);
 
+/* Once every hit of req is decided, before its ACK (limiter_decide() or the
+ * last reply call it; calling it again changes nothing): a blocked request
+ * (a non-shadow rule denied it) gives back the slots its concurrency hits
+ * took (shadow rules' too), since it never reaches the backend and no
+ * release will come; and with [agent] charge = all-or-nothing what the
+ * other non-shadow rules took for it (limiter_charge.c). A shadow rule is
+ * charged alone: it keeps its tokens, and its would_block refunds nothing.
+ * Any thread. */
+void limiter_settle(struct limiter *l, struct limiter_req *req, uint64_t now_us);
+
 /* Release what limiter_decide() allocated in req (not req itself). */
 void limiter_req_release(struct limiter_req *req);
 
@@ -143,6 +153,17 @@ struct limiter_redis_state {
     unsigned holders;
 };
 
+/* A concurrency rule's slots for one client: in this agent's table
+ * (standalone; the local share while Redis is down) and, with Redis, in its
+ * sorted set (read by cc_reset.lua). Times in ms from now. */
+struct limiter_slots_state {
+    int concurrency; /* the rule is algorithm = concurrency: the rest is set */
+    uint64_t local_held, local_earliest_ms;
+    int redis_read;          /* with Redis: it answered (else redis_error says why) */
+    const char *redis_error;
+    uint64_t redis_held, redis_earliest_ms, redis_latest_ms;
+};
+
 /* One client's state: standalone its bucket; with Redis its lease entry and
  * its Redis bucket; in both modes its fail-open backstop bucket. */
 struct limiter_key_state {
@@ -154,6 +175,7 @@ struct limiter_key_state {
     struct limiter_redis_state redis; /* Redis mode */
     int backstop_found;
     struct bucket_state backstop;
+    struct limiter_slots_state slots; /* a concurrency rule: only this is set */
 };
 
 /* What a reset did. */
@@ -169,6 +191,9 @@ struct limiter_reset_result {
     int64_t remaining_before;  /* whole tokens left just before */
     int64_t remaining, held, holders;
     int lease_cache_cleared;   /* this agent had an entry for the key */
+    /* a concurrency rule: the slots held just before they were all freed
+     * (local and, with Redis, redis_read or redis_error) */
+    struct limiter_slots_state slots;
 };
 
 /* Called once with the outcome (it and its strings are valid during the

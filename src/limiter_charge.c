@@ -76,6 +76,8 @@ void limiter_settle(struct limiter *l, struct limiter_req *req, uint64_t now_us)
 {
     const struct ruleset *rs = req->rs;
 
+    limiter_cc_settle(l, req, now_us); /* slots go back whatever charge says */
+
     if (rs->cfg->charge == CHARGE_EACH || !rules_blocked(rs, &req->ev))
         return;
     for (size_t i = 0; i < req->ev.nhits; i++) {

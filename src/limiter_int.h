@@ -14,8 +14,13 @@
 
 struct bucket_table;
 struct cfg_rule;
+struct lease_job;
 struct lease_table;
+struct lease_waiter;
 struct limiter;
+struct limiter_req;
+struct metrics_rule;
+struct slot_table;
 struct store;
 
 /* The Redis key of rule r's client key (as rules_match built it): prefix,
@@ -32,17 +37,15 @@ struct limiter_parts {
     struct bucket_table *buckets, *backstop;
     struct lease_table *leases;
     struct store *store;
+    struct slot_table *slots; /* concurrency: standalone, and the local share */
 };
 void limiter_parts(struct limiter *l, struct limiter_parts *out);
 
 struct limiter_req;
 
-/* All of req's decisions are in (limiter_decide() or the last reply): with
- * [agent] charge = all-or-nothing and a non-shadow rule blocking req, give
- * back what the other non-shadow rules took for it (limiter_charge.c). A
- * shadow rule is charged alone: it keeps its tokens, and its would_block
- * refunds nothing. Any thread; once per request, before its ACK. */
-void limiter_settle(struct limiter *l, struct limiter_req *req, uint64_t now_us);
+/* limiter_settle()'s slots part (limiter_cc.c): a blocked request gives
+ * back the slots its concurrency hits took (shadow rules' too). */
+void limiter_cc_settle(struct limiter *l, struct limiter_req *req, uint64_t now_us);
 
 /* Queue the refund script call for hit i of req (decided by an exact call:
  * out.charged_at is its Redis time) and wake the limiter's thread. 0, or -1
@@ -56,5 +59,82 @@ static inline uint64_t bucket_clock(const struct bucket_params *p, uint64_t now_
 {
     return p->algorithm == BUCKET_FIXED_WINDOW ? util_wall_us() : now_us;
 }
+
+/* RJOB_REFUND: tokens an exact decision took go back (limiter_charge.c);
+ * nobody waits for it. RJOB_CC takes a concurrency slot (waited for, like
+ * RJOB_EXACT); RJOB_CC_RELEASE gives one back (nobody waits: counted when
+ * answered). */
+enum rjob_kind {
+    RJOB_LEASE = 0,
+    RJOB_EXACT = 1,
+    RJOB_REFUND = 2,
+    RJOB_CC = 3,
+    RJOB_CC_RELEASE = 4,
+};
+
+/* A Redis call: queued by a worker, then in flight on the limiter's thread
+ * (limiter.c; limiter_cc.c makes and answers the concurrency ones). */
+struct rjob {
+    struct rjob *next;               /* queue */
+    struct rjob *iprev, *inext;      /* in flight, oldest first */
+    struct limiter *l;
+    int kind;
+    int timed_out;
+    uint64_t sent_us;
+    struct lease_job *lj;            /* RJOB_LEASE */
+    struct lease_waiter *w;          /* RJOB_EXACT: NULL once answered by fallback */
+    enum bucket_algorithm algorithm; /* RJOB_EXACT */
+    uint64_t limit, period_ms, burst;
+    uint64_t offset_ms;              /* RJOB_EXACT, RJOB_REFUND: a fixed window's window_offset */
+    uint64_t cost;                   /* RJOB_EXACT: tokens the request takes;
+                                        RJOB_REFUND: tokens given back */
+    uint64_t block_ms;               /* RJOB_EXACT: the rule's block_for (0: none) */
+    uint64_t taken_ms;               /* RJOB_REFUND: EXACT_R_TIME_MS of the take */
+    uint64_t slot_id;                /* RJOB_CC, RJOB_CC_RELEASE */
+    struct metrics_rule *m;          /* RJOB_REFUND, RJOB_CC, RJOB_CC_RELEASE: the rule's
+                                        counters */
+    size_t keylen;
+    char key[];                      /* RJOB_EXACT, RJOB_REFUND, RJOB_CC, RJOB_CC_RELEASE */
+};
+
+/* limiter.c's queue, for limiter_cc.c. Queue j from any thread (wake: make
+ * the limiter's thread send it now); send j from the limiter's thread; one
+ * decision of req is in; decide hit i of req without Redis; whether Redis is
+ * configured and up. */
+void limiter_job_queue(struct limiter *l, struct rjob *j, int wake);
+void limiter_job_send(struct limiter *l, struct rjob *j);
+void limiter_hit_done(struct limiter *l, struct limiter_req *req);
+void limiter_fallback(struct limiter *l, struct limiter_req *req, size_t i, uint64_t now_us);
+int limiter_redis_up(struct limiter *l);
+
+/* ---- concurrency (limiter_cc.c) ---- */
+
+struct store_result;
+/* A cc_acquire or cc_release call is in (res NULL: failed): frees j. */
+void limiter_cc_reply(struct limiter *l, struct rjob *j, const struct store_result *res,
+                      uint64_t now_us);
+/* Hit i of a concurrency rule: one cc_acquire on Redis key key. 0 when
+ * queued, -1 when it cannot be (Redis down, out of memory). */
+int limiter_cc_queue(struct limiter *l, struct limiter_req *req, size_t i, const char *key,
+                     size_t keylen, int up);
+
+struct bucket_params;
+
+/* Decide concurrency hit i of req from the local slot table under p (its
+ * limit and max_hold): standalone p is the rule's, in the fallback its
+ * local share (the backstop). */
+void limiter_cc_local(struct limiter *l, struct limiter_req *req, size_t i,
+                      const struct bucket_params *p, uint64_t now_us);
+/* Free the slots of req's release messages (ev->releases). */
+void limiter_cc_releases(struct limiter *l, struct limiter_req *req, uint64_t now_us);
+/* Count a release's outcome (m may be NULL: not counted). */
+void limiter_cc_released(struct metrics_rule *m, int ok);
+/* Free the local slots past max_hold (counted as expired). */
+void limiter_cc_expire(struct limiter *l, uint64_t now_us);
+/* Queue a cc_release of slot id of rule r (slot key skey): 0, or -1 when
+ * standalone, Redis is down or out of memory (the slot then frees itself
+ * after max_hold). Any thread. */
+int limiter_queue_release(struct limiter *l, const struct cfg_rule *r, const char *skey,
+                          size_t sklen, uint64_t id, struct metrics_rule *m);
 
 #endif

@@ -21,6 +21,7 @@
 #include "core/log.h"
 #include "core/util.h"
 #include "rules/rules.h"
+#include "slots.h"
 #include "store/script.h"
 #include "store/store.h"
 
@@ -89,7 +90,13 @@ static struct op *op_new(struct limiter *l, struct ruleset *rs, const struct lim
     /* A rule with limits from args keys each client by its limits too. */
     int len = rules_client_key(key, c->keylen, config_rule_per_request(r) ? &p : NULL,
                                rs->cfg->max_key, ckey, ccap);
-    size_t rlen = len >= 0 && rcap ? limiter_redis_key(l, r, ckey, (size_t)len, rkey, rcap) : 0;
+    /* a concurrency rule's slots go by its slot key (rules_slot_key) */
+    char skey[RULES_SLOT_KEY_MAX + 1];
+    int sk = r->algorithm == BUCKET_CONCURRENCY && len >= 0
+                 ? rules_slot_key(ckey, (size_t)len, skey)
+                 : len;
+    const char *rk = r->algorithm == BUCKET_CONCURRENCY ? skey : ckey;
+    size_t rlen = sk >= 0 && rcap ? limiter_redis_key(l, r, rk, (size_t)sk, rkey, rcap) : 0;
     if (len < 0 || (rcap && !rlen)) {
         free(o);
         *err = LIMITER_KEY_LONG;
@@ -363,6 +370,90 @@ static void on_pttl(void *arg, const struct store_result *res)
     read_done(o);
 }
 
+/* ---- concurrency: a client's slots ------------------------------------------- */
+
+/* The slots of o's client in this agent's table, freed when reset. */
+static void cc_local(struct op *o, int reset, struct limiter_slots_state *s)
+{
+    const struct limiter_who *w = &o->who;
+    char skey[RULES_SLOT_KEY_MAX + 1];
+    int sk = rules_slot_key(w->client_key, w->client_keylen, skey);
+    uint64_t now = util_now_us(), first = 0;
+
+    s->concurrency = 1;
+    if (sk < 0)
+        return;
+    s->local_held = slot_table_peek(o->parts.slots, w->rule->name, skey, (size_t)sk, now, &first,
+                                    NULL);
+    s->local_earliest_ms = (first + 999) / 1000;
+    if (reset)
+        slot_table_reset(o->parts.slots, w->rule->name, skey, (size_t)sk, now);
+}
+
+/* cc_reset's reply into s. */
+static void cc_redis(const struct store_result *res, struct limiter_slots_state *s)
+{
+    if (res->status == STORE_OK && res->n >= CC_RESET_R_COUNT) {
+        s->redis_read = 1;
+        s->redis_held = res->v[CC_RESET_R_HELD] > 0 ? (uint64_t)res->v[CC_RESET_R_HELD] : 0;
+        s->redis_earliest_ms =
+            res->v[CC_RESET_R_EARLIEST_MS] > 0 ? (uint64_t)res->v[CC_RESET_R_EARLIEST_MS] : 0;
+        s->redis_latest_ms =
+            res->v[CC_RESET_R_LATEST_MS] > 0 ? (uint64_t)res->v[CC_RESET_R_LATEST_MS] : 0;
+    } else {
+        s->redis_error = res->err                    ? res->err
+                         : res->status == STORE_DOWN ? "redis down"
+                                                     : "error";
+    }
+}
+
+static void on_cc_read(void *arg, const struct store_result *res)
+{
+    struct op *o = arg;
+    struct limiter_key_state st;
+
+    memset(&st, 0, sizeof(st));
+    st.who = o->who;
+    cc_local(o, 0, &st.slots);
+    if (res)
+        cc_redis(res, &st.slots);
+    o->inspect_cb(o->arg, &st);
+    op_free(o);
+}
+
+static void on_cc_reset(void *arg, const struct store_result *res)
+{
+    struct op *o = arg;
+    struct limiter_reset_result r = {.who = o->who};
+    char esc[512];
+
+    cc_local(o, 1, &r.slots);
+    if (res)
+        cc_redis(res, &r.slots);
+    r.redis_reset = r.slots.redis_read;
+    r.redis_error = r.slots.redis_error;
+    LOG_INFO("\"client reset\" rule=%s key=\"%s\" slots=%" PRIu64, o->who.rule->name,
+             log_key(esc, sizeof(esc), o->who.client_key, o->who.client_keylen),
+             r.slots.local_held + r.slots.redis_held);
+    o->reset_cb(o->arg, &r);
+    op_free(o);
+}
+
+/* GET /key and POST /reset of a concurrency rule: cc_reset.lua reads (0)
+ * or frees (1) the client's sorted set; standalone, the table alone. */
+static void cc_op(struct op *o, int reset)
+{
+    const char *argv[CC_RESET_ARGC] = {[CC_RESET_ARG_FREE] = reset ? "1" : "0"};
+    size_t argvlen[CC_RESET_ARGC] = {[CC_RESET_ARG_FREE] = 1};
+    store_cb *cb = reset ? on_cc_reset : on_cc_read;
+
+    if (!o->parts.store)
+        cb(o, NULL);
+    else
+        store_eval(o->parts.store, SCRIPT_CC_RESET, o->who.redis_key, o->who.redis_keylen,
+                   CC_RESET_ARGC, argv, argvlen, cb, o);
+}
+
 int limiter_inspect(struct limiter *l, struct ruleset *rs, const struct limiter_client *c,
                     limiter_inspect_cb *cb, void *arg)
 {
@@ -371,6 +462,10 @@ int limiter_inspect(struct limiter *l, struct ruleset *rs, const struct limiter_
 
     if (!o)
         return err;
+    if (o->who.rule->algorithm == BUCKET_CONCURRENCY) {
+        cc_op(o, 0);
+        return 0;
+    }
     struct store *store = o->parts.store;
     if (!store) {
         inspect_done(o);
@@ -433,6 +528,10 @@ int limiter_reset(struct limiter *l, struct ruleset *rs, const struct limiter_cl
 
     if (!o)
         return err;
+    if (o->who.rule->algorithm == BUCKET_CONCURRENCY) {
+        cc_op(o, 1);
+        return 0;
+    }
     const struct limiter_parts *parts = &o->parts;
     const struct limiter_who *w = &o->who;
     if (!parts->store) {

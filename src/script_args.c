@@ -6,6 +6,7 @@
 
 #include "core/util.h"
 
+_Static_assert((int)CC_ARGC <= SCRIPT_MAX_ARGC, "cc_acquire's ARGV fits");
 _Static_assert((int)RETURN_ARGC_FIXED <= SCRIPT_MAX_ARGC && (int)EXACT_ARGC_FIXED <= SCRIPT_MAX_ARGC &&
                    (int)RESET_ARGC_FIXED <= SCRIPT_MAX_ARGC && (int)CLAIM_ARGC_BLOCK <= SCRIPT_MAX_ARGC &&
                    (int)REFUND_ARGC_FIXED <= SCRIPT_MAX_ARGC,
@@ -155,4 +156,38 @@ enum store_script script_refund_args(enum bucket_algorithm algorithm, uint64_t l
     arg_num(a, REFUND_ARG_N, n);
     arg_num(a, REFUND_ARG_TAKEN_MS, taken_ms);
     return bucket_windowed(algorithm) ? SCRIPT_SW_REFUND : SCRIPT_TB_REFUND;
+}
+
+void script_slot_id(uint64_t id, char out[17])
+{
+    static const char hex[] = "0123456789abcdef";
+
+    for (int i = 0; i < 16; i++)
+        out[i] = hex[(id >> (4 * (15 - i))) & 15];
+    out[16] = '\0';
+}
+
+/* The id goes in nums[] as text, like the numbers. */
+static void arg_id(struct script_args *a, int i, uint64_t id)
+{
+    script_slot_id(id, a->nums[i]);
+    a->argv[i] = a->nums[i];
+    a->argvlen[i] = 16;
+}
+
+enum store_script script_cc_acquire_args(uint64_t limit, uint64_t hold_ms, uint64_t id,
+                                         struct script_args *a)
+{
+    a->argc = CC_ARGC;
+    arg_num(a, CC_ARG_LIMIT, limit);
+    arg_num(a, CC_ARG_HOLD_MS, hold_ms);
+    arg_id(a, CC_ARG_ID, id);
+    return SCRIPT_CC_ACQUIRE;
+}
+
+enum store_script script_cc_release_args(uint64_t id, struct script_args *a)
+{
+    a->argc = CC_RELEASE_ARGC;
+    arg_id(a, CC_RELEASE_ARG_ID, id);
+    return SCRIPT_CC_RELEASE;
 }

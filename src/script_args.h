@@ -63,4 +63,12 @@ enum store_script script_refund_args(enum bucket_algorithm algorithm, uint64_t l
                                      uint64_t period_ms, uint64_t burst, uint64_t n,
                                      uint64_t taken_ms, struct script_args *a);
 
+/* cc_acquire's ARGV: take slot id under limit, freed after hold_ms. */
+enum store_script script_cc_acquire_args(uint64_t limit, uint64_t hold_ms, uint64_t id,
+                                         struct script_args *a);
+/* cc_release's ARGV: free slot id. */
+enum store_script script_cc_release_args(uint64_t id, struct script_args *a);
+/* A slot id as the scripts store it: 16 hex digits (the token's). */
+void script_slot_id(uint64_t id, char out[17]);
+
 #endif

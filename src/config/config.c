@@ -100,13 +100,64 @@ static void check_rule_args(struct parse_state *st, const struct cfg_rule *r)
                           "arg:NAME and no burst");
 }
 
+/* A concurrency rule counts requests in flight, not a rate: it needs its
+ * limit and release message, and the keys of rate rules mean nothing to it
+ * (nor its keys to them). */
+static void check_rule_concurrency(struct parse_state *st, struct cfg_rule *r)
+{
+    static const char *const rate_only[] = {"rate", "burst", "max_rate", "max_burst",
+                                            "cost", "max_cost", "block_for"};
+    static const char *const cc_only[] = {"limit", "release", "max_hold"};
+    int cc = r->algorithm == ALGO_CONCURRENCY;
+    const char *const *keys = cc ? rate_only : cc_only;
+    size_t nkeys = cc ? sizeof(rate_only) / sizeof(*rate_only) : sizeof(cc_only) / sizeof(*cc_only);
+
+    for (size_t i = 0; i < nkeys; i++) {
+        unsigned line = config_seen_line(st, SEC_RULE, keys[i]);
+        if (line && cc)
+            config_errors_add(&st->errors, line, "'%s' is not used with algorithm = concurrency",
+                              keys[i]);
+        else if (line)
+            config_errors_add(&st->errors, line,
+                              "'%s' is only used with algorithm = concurrency", keys[i]);
+    }
+    if (!cc)
+        return;
+    if (!config_seen_line(st, SEC_RULE, "limit"))
+        config_errors_add(&st->errors, r->line,
+                          "rule '%s' (algorithm = concurrency) has no limit (requests in flight "
+                          "per key, >= 1)",
+                          r->name);
+    if (!config_seen_line(st, SEC_RULE, "release"))
+        config_errors_add(&st->errors, r->line,
+                          "rule '%s' (algorithm = concurrency) has no release (the SPOE message "
+                          "whose arg slot gives a slot back)",
+                          r->name);
+    else if (r->message && r->release && strcmp(r->message, r->release) == 0)
+        config_errors_add(&st->errors, config_seen_line(st, SEC_RULE, "release"),
+                          "release '%s' is the rule's own message: a release must be a message "
+                          "of its own",
+                          r->release);
+    if (!r->max_hold_ms) /* unset (a bad value was reported) */
+        r->max_hold_ms = CFG_DEFAULT_MAX_HOLD_MS;
+    /* the arithmetic of rate rules reads these: a limit of limit per max_hold */
+    r->rate_n = r->cc_limit ? r->cc_limit : 1;
+    r->rate_period_ms = r->max_hold_ms;
+    r->burst = r->rate_n;
+    r->cost = 1;
+    r->lease = 0; /* one script call per slot: no lease */
+}
+
 /* Closes the current section (a rule without a rate is an error there). */
 static void end_section(struct parse_state *st)
 {
     if (st->kind == SEC_RULE) {
-        const struct cfg_rule *r = &st->cfg->rules[st->rule];
+        struct cfg_rule *r = &st->cfg->rules[st->rule];
 
-        if (!config_seen_line(st, SEC_RULE, "rate"))
+        check_rule_concurrency(st, r);
+        if (r->algorithm == ALGO_CONCURRENCY)
+            ; /* no rate: its limit, checked above */
+        else if (!config_seen_line(st, SEC_RULE, "rate"))
             config_errors_add(&st->errors, r->line, "rule '%s' has no rate", r->name);
         check_rule_args(st, r);
         check_rule_cost(st, r);
@@ -327,7 +378,13 @@ size_t config_ack_max_size(const struct cfg_rule *r)
     size_t ratelimit = 2 + name + 3 + decimal_digits(cap) + 3 + decimal_digits(CFG_ACK_MAX_SECONDS);
     size_t wait = spop_varint_len(CFG_ACK_MAX_SECONDS);
 
-    return 1 + 4 + 10 + 10 /* type, flags, stream-id and frame-id at their longest */
+    /* a concurrency rule's slot token (several rules: several tokens, which
+     * the agent drops from an ACK that cannot hold them) */
+    size_t slot = r->algorithm == ALGO_CONCURRENCY
+                      ? set_var_size("slot", str_value_size(CFG_SLOT_TOKEN_MAX))
+                      : 0;
+
+    return slot + 1 + 4 + 10 + 10 /* type, flags, stream-id and frame-id at their longest */
            + set_var_size("blocked", 0) + set_var_size("would_block", 0) +
            set_var_size("degraded", 0) + set_var_size("rule", str_value_size(name)) +
            set_var_size("limit", spop_varint_len(n)) +
@@ -574,6 +631,7 @@ void config_free(struct config *cfg)
         free(r->rate_arg);
         free(r->burst_arg);
         free(r->cost_arg);
+        free(r->release);
         for (size_t k = 0; k < r->nkeys; k++)
             free(r->keys[k]);
         for (size_t m = 0; m < r->nmatches; m++) {

@@ -29,6 +29,10 @@
 #define CFG_MAX_HELLO_TIMEOUT_MS 60000ULL /* [agent] hello_timeout */
 #define CFG_MAX_DURATION_TEXT "365d"
 #define CFG_MAX_COUNT 1000000000000000ULL       /* rate N and burst: exact in a double */
+#define CFG_MAX_CC_LIMIT 1000000ULL /* concurrency limit: slots are held one by one */
+#define CFG_DEFAULT_MAX_HOLD_MS 60000
+/* The longest slot token of an ACK (rules.h: RULES_SLOT_TOKEN_MAX). */
+#define CFG_SLOT_TOKEN_MAX (CFG_MAX_NAME + 1 + 17 + 1 + 2 * 33)
 /* [fallback] share = auto: 1/N, N the agents seen live in the fleet (fleet.h). */
 #define CFG_SHARE_AUTO 0.0
 
@@ -40,6 +44,7 @@
 #define ALGO_TOKEN_BUCKET BUCKET_TOKEN_BUCKET
 #define ALGO_SLIDING_WINDOW BUCKET_SLIDING_WINDOW
 #define ALGO_FIXED_WINDOW BUCKET_FIXED_WINDOW
+#define ALGO_CONCURRENCY BUCKET_CONCURRENCY
 enum cfg_down_mode { DOWN_OPEN = 0, DOWN_CLOSED = 1 };
 
 /* [agent] charge: what a request that a non-shadow rule blocks costs the
@@ -103,6 +108,12 @@ struct cfg_rule {
     int algorithm;               /* enum bucket_algorithm */
     uint64_t window_offset_ms;   /* fixed-window: windows start this long after each
                                     multiple of the period since the epoch (< period) */
+    /* algorithm = concurrency: at most cc_limit requests in flight per key;
+     * the message named release (arg slot) gives a slot back, and a slot not
+     * given back within max_hold_ms frees itself (default 60 s). */
+    uint64_t cc_limit;           /* limit; 0 for other algorithms */
+    char *release;               /* NULL for other algorithms */
+    uint64_t max_hold_ms;
     int lease;                   /* bool, default on */
     /* block_for: once the rule denies a key, the key stays denied this long
      * (fleet-wide with Redis: the denying script records it); 0 = off */

@@ -18,7 +18,8 @@ static const char *const charge_names[] = {[CHARGE_ALL_OR_NOTHING] = "all-or-not
                                            [CHARGE_EACH] = "each", NULL};
 static const char *const algo_names[] = {[BUCKET_TOKEN_BUCKET] = "token-bucket",
                                          [BUCKET_SLIDING_WINDOW] = "sliding-window",
-                                         [BUCKET_FIXED_WINDOW] = "fixed-window", NULL};
+                                         [BUCKET_FIXED_WINDOW] = "fixed-window",
+                                         [BUCKET_CONCURRENCY] = "concurrency", NULL};
 
 #define CF(f) offsetof(struct config, f), sizeof(((struct config *)0)->f)
 #define PF(f) offsetof(struct config, f) /* the parsed form of an address key */
@@ -88,6 +89,10 @@ static const struct key_def key_defs[] = {
     {SEC_RULE, "block_for", T_DUR, RF(block_for_ms), 1, 0, F_ZERO, NULL, 0},
     {SEC_RULE, "on_redis_down", T_ENUM, RF(on_redis_down), 0, 0, 0, mode_names, 0},
     {SEC_RULE, "shadow", T_BOOL, RF(shadow), 0, 0, 0, NULL, 0},
+    /* algorithm = concurrency */
+    {SEC_RULE, "limit", T_UINT, RF(cc_limit), 1, CFG_MAX_CC_LIMIT, 0, NULL, 0},
+    {SEC_RULE, "release", T_STR, RF(release), 0, 0, F_NONEMPTY, NULL, 0},
+    {SEC_RULE, "max_hold", T_DUR, RF(max_hold_ms), 0, 0, 0, NULL, 0},
 };
 
 #define NKEYS (sizeof(key_defs) / sizeof(key_defs[0]))

@@ -182,7 +182,8 @@ static void put_rule(struct strbuf *o, const struct config *cfg, const struct cf
     static const char *const modes[] = {"open", "closed"};
     static const char *const algos[] = {[BUCKET_TOKEN_BUCKET] = "token-bucket",
                                         [BUCKET_SLIDING_WINDOW] = "sliding-window",
-                                        [BUCKET_FIXED_WINDOW] = "fixed-window"};
+                                        [BUCKET_FIXED_WINDOW] = "fixed-window",
+                                        [BUCKET_CONCURRENCY] = "concurrency"};
 
     strbuf_printf(o, "[rule:%s]\n", r->name);
     strbuf_printf(o, r->message ? "message = %s\n" : "; message: every message\n",
@@ -198,23 +199,30 @@ static void put_rule(struct strbuf *o, const struct config *cfg, const struct cf
     }
     for (size_t i = 0; i < r->nmatches; i++)
         strbuf_printf(o, "match = %s %s\n", r->matches[i].arg, r->matches[i].pattern);
-    put_limits(o, r);
-    strbuf_printf(o, "algorithm = %s\n", algos[r->algorithm]);
-    if (r->algorithm == BUCKET_FIXED_WINDOW) {
-        strbuf_printf(o, "window_offset = ");
-        if (r->window_offset_ms)
-            put_duration(o, r->window_offset_ms);
+    if (r->algorithm == BUCKET_CONCURRENCY) { /* slots in flight: no rate, no lease */
+        strbuf_printf(o, "algorithm = concurrency\nlimit = %" PRIu64 "\nrelease = %s\nmax_hold = ",
+                      r->cc_limit, r->release);
+        put_duration(o, r->max_hold_ms);
+        strbuf_printf(o, "\n");
+    } else {
+        put_limits(o, r);
+        strbuf_printf(o, "algorithm = %s\n", algos[r->algorithm]);
+        if (r->algorithm == BUCKET_FIXED_WINDOW) {
+            strbuf_printf(o, "window_offset = ");
+            if (r->window_offset_ms)
+                put_duration(o, r->window_offset_ms);
+            else
+                strbuf_printf(o, "0");
+            strbuf_printf(o, "\n");
+        }
+        strbuf_printf(o, "lease = %s\n", yes_no(r->lease));
+        strbuf_printf(o, "block_for = ");
+        if (r->block_for_ms)
+            put_duration(o, r->block_for_ms);
         else
-            strbuf_printf(o, "0");
+            strbuf_printf(o, "0 ; off");
         strbuf_printf(o, "\n");
     }
-    strbuf_printf(o, "lease = %s\n", yes_no(r->lease));
-    strbuf_printf(o, "block_for = ");
-    if (r->block_for_ms)
-        put_duration(o, r->block_for_ms);
-    else
-        strbuf_printf(o, "0 ; off");
-    strbuf_printf(o, "\n");
     strbuf_printf(o, "on_redis_down = %s\nshadow = %s%s\n\n", modes[r->on_redis_down],
                   yes_no(r->shadow), cfg->shadow ? " ; [agent] shadow = yes" : "");
 }

@@ -110,7 +110,8 @@ static json_t *head(const struct limiter_who *w)
     const struct cfg_rule *r = w->rule;
     static const char *const algos[] = {[BUCKET_TOKEN_BUCKET] = "token-bucket",
                                         [BUCKET_SLIDING_WINDOW] = "sliding-window",
-                                        [BUCKET_FIXED_WINDOW] = "fixed-window"};
+                                        [BUCKET_FIXED_WINDOW] = "fixed-window",
+                                        [BUCKET_CONCURRENCY] = "concurrency"};
     int sw = bucket_windowed(r->algorithm);
     struct jobj j = {json_object(), 0};
 
@@ -118,6 +119,15 @@ static json_t *head(const struct limiter_who *w)
     put(&j, "key", json_latin1(w->key, w->keylen));
     put(&j, "client_key", json_latin1(w->client_key, w->client_keylen));
     put(&j, "mode", json_string(w->redis ? "redis" : "standalone"));
+    if (r->algorithm == BUCKET_CONCURRENCY) { /* slots in flight: no rate, no cost */
+        put(&j, "algorithm", json_string("concurrency"));
+        put(&j, "limit", juint(r->cc_limit));
+        put(&j, "max_hold_ms", juint(r->max_hold_ms));
+        put(&j, "release", jstr(r->release));
+        if (w->redis_keylen)
+            put(&j, "redis_key", json_latin1(w->redis_key, w->redis_keylen));
+        return finish(&j);
+    }
     put(&j, "algorithm", json_string(algos[r->algorithm]));
     put(&j, "limit", juint(w->params.limit));
     put(&j, "period_ms", juint(w->params.period_us / 1000));
@@ -360,10 +370,33 @@ static void start(struct limiter *l, struct ruleset *rs, struct httpd_req *req, 
 
 /* ---- GET /key ----------------------------------------------------------- */
 
+/* A concurrency rule's slots: in this agent's table, and in Redis (or why
+ * not); deadlines in ms from now (0: none held). */
+static json_t *slots(const struct limiter_slots_state *s, int redis)
+{
+    struct jobj j = {json_object(), 0};
+
+    put(&j, "local", json_pack("{s:o,s:o}", "held", juint(s->local_held),
+                               "earliest_deadline_ms", juint(s->local_earliest_ms)));
+    if (redis && s->redis_read)
+        put(&j, "redis", json_pack("{s:o,s:o,s:o}", "held", juint(s->redis_held),
+                                   "earliest_deadline_ms", juint(s->redis_earliest_ms),
+                                   "latest_deadline_ms", juint(s->redis_latest_ms)));
+    else if (redis)
+        put(&j, "redis", json_pack("{s:o}", "error", jstr(s->redis_error ? s->redis_error : "")));
+    return finish(&j);
+}
+
 static void on_state(void *arg, const struct limiter_key_state *st)
 {
     const struct limiter_who *w = &st->who;
     struct jobj j = {head(w), 0};
+
+    if (st->slots.concurrency) {
+        put(&j, "slots", slots(&st->slots, w->redis));
+        reply_json(arg, "200 OK", finish(&j));
+        return;
+    }
 
     if (!w->redis) {
         put(&j, "bucket", bucket(st->bucket_found, &st->bucket, &w->params));
@@ -386,6 +419,13 @@ void keyapi_get(struct limiter *l, struct ruleset *rs, struct httpd_req *req, co
 static void on_reset(void *arg, const struct limiter_reset_result *res)
 {
     struct jobj j = {head(&res->who), 0};
+
+    if (res->slots.concurrency) { /* every slot freed: what was held before */
+        put(&j, "slots_freed", slots(&res->slots, res->who.redis));
+        reply_json(arg, res->who.redis && !res->redis_reset ? "503 Service Unavailable" : "200 OK",
+                   finish(&j));
+        return;
+    }
 
     if (!res->who.redis) {
         put(&j, "bucket_dropped", json_boolean(res->bucket_dropped));

@@ -189,6 +189,11 @@ static void limit_text(const struct cfg_rule *r, char *out, size_t cap)
 {
     char per[32], ceiling[32];
 
+    if (r->algorithm == BUCKET_CONCURRENCY) { /* in flight, not a rate */
+        config_duration_text(r->max_hold_ms, per, sizeof(per));
+        snprintf(out, cap, "%llu in flight (max_hold %s)", (unsigned long long)r->cc_limit, per);
+        return;
+    }
     if (r->rate_arg) {
         config_duration_text(r->max_rate_period_ms, ceiling, sizeof(ceiling));
         snprintf(out, cap, "arg:%s (at most %llu/%s)", r->rate_arg,
@@ -220,6 +225,7 @@ static json_t *rule_json(const struct ruleset *rs, size_t i, const struct histor
                      r->on_redis_down == DOWN_CLOSED ? "closed" : "open", "algorithm",
                      r->algorithm == BUCKET_FIXED_WINDOW     ? "fixed-window"
                      : r->algorithm == BUCKET_SLIDING_WINDOW ? "sliding-window"
+                     : r->algorithm == BUCKET_CONCURRENCY    ? "concurrency"
                                                              : "token-bucket",
                      "limit", limit, "rate", history_rule_rate(h, m, 5), "allowed",
                      (json_int_t)allowed, "blocked", (json_int_t)blocked, "would_block",

@@ -249,6 +249,34 @@ static void render_rule_counter(struct strbuf *b, const char *name, const char *
                       (unsigned long long)metrics_ld((atomic_uint_fast64_t *)((char *)r + off)));
 }
 
+/* Concurrency slots per rule: held (this agent's view, never below 0),
+ * releases by result, slots freed by max_hold. */
+static void render_slots(struct strbuf *b)
+{
+    struct metrics_rule *r;
+
+    strbuf_printf(b, "# HELP spoa_ratelimit_slots_held Concurrency slots this agent took and has "
+                     "not seen released or expired.\n# TYPE spoa_ratelimit_slots_held gauge\n");
+    for (r = atomic_load(&rules_head); r; r = r->next) {
+        int64_t held = atomic_load_explicit(&r->slots_held, memory_order_relaxed);
+        strbuf_printf(b, "spoa_ratelimit_slots_held{rule=\"%s\"} %lld\n", r->name,
+                      (long long)(held > 0 ? held : 0));
+    }
+    strbuf_printf(b, "# HELP spoa_ratelimit_slots_released_total Release messages' slots by "
+                     "result: ok (it was held), unknown (malformed, unknown, already freed or "
+                     "expired).\n# TYPE spoa_ratelimit_slots_released_total counter\n");
+    for (r = atomic_load(&rules_head); r; r = r->next) {
+        strbuf_printf(b, "spoa_ratelimit_slots_released_total{rule=\"%s\",result=\"ok\"} %llu\n",
+                      r->name, (unsigned long long)metrics_ld(&r->slots_released_ok));
+        strbuf_printf(b,
+                      "spoa_ratelimit_slots_released_total{rule=\"%s\",result=\"unknown\"} %llu\n",
+                      r->name, (unsigned long long)metrics_ld(&r->slots_released_unknown));
+    }
+    render_rule_counter(b, "spoa_ratelimit_slots_expired_total",
+                        "Concurrency slots freed by max_hold (never released).",
+                        offsetof(struct metrics_rule, slots_expired));
+}
+
 /* Per rule: decisions by result, those taken without Redis, and the costs
  * over capacity. */
 static void render_rules(struct strbuf *b)
@@ -279,6 +307,7 @@ static void render_rules(struct strbuf *b)
                         "Tokens given back to a rule because another rule blocked the request "
                         "([agent] charge = all-or-nothing).",
                         offsetof(struct metrics_rule, refunded));
+    render_slots(b);
 }
 
 const char *const metrics_redis_error_names[] = {

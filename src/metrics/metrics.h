@@ -51,6 +51,12 @@ struct metrics_rule {
     /* tokens given back because another rule blocked the request ([agent]
      * charge = all-or-nothing) */
     atomic_uint_fast64_t refunded;
+    /* algorithm = concurrency: slots this agent took and has not seen
+     * released or expired (a gauge: its view only, a release may reach
+     * another agent), releases by result, slots freed by max_hold */
+    atomic_int_fast64_t slots_held;
+    atomic_uint_fast64_t slots_released_ok, slots_released_unknown;
+    atomic_uint_fast64_t slots_expired;
     /* last-minute share of blocks, for the alert log line: the counts
      * above at the last minute tick (only that tick reads and sets them) */
     uint64_t minute_decisions;

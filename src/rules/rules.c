@@ -37,8 +37,9 @@ void rules_backstop_params(const struct bucket_params *p, double share, struct b
     b->burst = (uint64_t)(share * (double)p->burst + SHARE_EPSILON);
     if (b->burst < 1)
         b->burst = 1;
-    if (bucket_windowed(p->algorithm)) {
-        /* a fixed window keeps its period (and offset): share x N per window */
+    if (bucket_windowed(p->algorithm) || p->algorithm == BUCKET_CONCURRENCY) {
+        /* a window's N, a concurrency limit: share x N of the same period (a
+         * fixed window keeps its offset too: share x N per window) */
         b->period_us = p->period_us;
         b->limit = (uint64_t)(share * (double)p->limit + SHARE_EPSILON);
         if (b->limit < 1)
@@ -87,6 +88,7 @@ void rules_eval_reset(struct rule_eval *ev)
 {
     ev->nhits = 0;
     ev->keys_len = 0;
+    ev->nreleases = 0;
 }
 
 void rules_eval_free(struct rule_eval *ev)
@@ -94,6 +96,7 @@ void rules_eval_free(struct rule_eval *ev)
     free(ev->hits);
     free(ev->keys);
     rx_scratch_free(&ev->re);
+    free(ev->releases);
     memset(ev, 0, sizeof(*ev));
 }
 
@@ -163,6 +166,17 @@ static int keys_reserve(struct rule_eval *ev, size_t extra)
         return -ENOMEM;
     ev->keys = p;
     ev->keys_cap = cap;
+    return 0;
+}
+
+int rules_eval_keys_append(struct rule_eval *ev, const char *s, size_t len, size_t *off)
+{
+    if (keys_reserve(ev, len + 1) < 0)
+        return -ENOMEM;
+    *off = ev->keys_len;
+    memcpy(ev->keys + ev->keys_len, s, len);
+    ev->keys[ev->keys_len + len] = '\0';
+    ev->keys_len += len + 1;
     return 0;
 }
 
@@ -549,7 +563,10 @@ static int match_message(const struct ruleset *rs, const struct spop_message *m,
     const struct config *cfg = rs->cfg;
     struct why why = {0};
     int named = 0, ret;
+    int release = rules_release_rule(cfg, (const char *)m->name.ptr, m->name.len);
 
+    if (release >= 0) /* gives slots back: no rule counts it as a request */
+        return rules_match_release(rs, m, (unsigned)release, ev);
     for (unsigned i = 0; i < cfg->nrules; i++) {
         const struct cfg_rule *rule = &cfg->rules[i];
         struct bucket_params p, b;
@@ -607,7 +624,7 @@ int rules_match(const struct ruleset *rs, const uint8_t *payload, size_t len,
     }
     if (ret < 0)
         return SPOP_EINVAL;
-    if (ev->nhits == 0)
+    if (ev->nhits == 0 && ev->nreleases == 0)
         mismatch_note(MISMATCH_NO_RULE, NULL, sample, sample_len);
     return 0;
 }

@@ -90,6 +90,24 @@ struct rule_hit {
      * check that takes nothing, allowed while a request of 1 would be. */
     uint64_t cost;
     struct rule_outcome out;
+    /* A concurrency rule's slot, when the decision took one: its unique id
+     * (0: none held) and where it is held, RULES_SLOT_REDIS or
+     * RULES_SLOT_LOCAL (the in-memory table: standalone, or the fallback). */
+    uint64_t slot_id;
+    char slot_src;
+};
+
+#define RULES_SLOT_REDIS 'r'
+#define RULES_SLOT_LOCAL 'l'
+
+/* One token of a release message (rules_match_release): a slot to free. */
+struct rule_release {
+    int rule;                /* the concurrency rule it names; -1: unknown or malformed */
+    unsigned via;            /* the rule whose release message brought it (metrics) */
+    char src;                /* RULES_SLOT_REDIS or RULES_SLOT_LOCAL */
+    uint64_t id;
+    size_t key_off, key_len; /* the slot key in rule_eval.keys */
+    int freed;               /* set by whoever frees it: 1 it was held, 0 unknown */
 };
 
 /* The rules that apply to one NOTIFY. Reusable: rules_eval_reset() keeps
@@ -100,7 +118,13 @@ struct rule_eval {
     char *keys;
     size_t keys_len, keys_cap;
     struct rx_scratch re; /* for the match regexes */
+    struct rule_release *releases; /* the slots release messages give back */
+    size_t nreleases, releases_cap;
 };
+
+/* Append len bytes (and a NUL) to ev->keys: their offset in *off. 0 or
+ * -ENOMEM. */
+int rules_eval_keys_append(struct rule_eval *ev, const char *s, size_t len, size_t *off);
 
 void rules_eval_reset(struct rule_eval *ev);
 void rules_eval_free(struct rule_eval *ev);
@@ -172,6 +196,49 @@ static inline uint64_t rules_capacity(const struct bucket_params *p)
 {
     return bucket_windowed(p->algorithm) ? p->limit : p->burst;
 }
+
+/* ---- concurrency slots (rules_slot.c) ---- */
+
+/* A slot key: the client key, or its hash ('#' and 32 hex digits) when
+ * longer than that or when it starts with '#', so that a token has a bound
+ * whatever max_key says. Written NUL-terminated into out
+ * (RULES_SLOT_KEY_MAX + 1 bytes); returns its length. Concurrency rules use
+ * it for their Redis keys and local table too. */
+#define RULES_SLOT_KEY_MAX RULES_HASHED_KEY_LEN
+int rules_slot_key(const char *client_key, size_t len, char *out);
+
+/* The longest token: RULE ":" SRC 16-hex-id ":" hex of the slot key. */
+#define RULES_SLOT_TOKEN_MAX (CFG_MAX_NAME + 1 + 17 + 1 + 2 * RULES_SLOT_KEY_MAX)
+_Static_assert(RULES_SLOT_TOKEN_MAX == CFG_SLOT_TOKEN_MAX, "config_ack_max_size counts tokens");
+/* The most tokens one ACK carries (one per concurrency rule that admitted
+ * the request): the slots of further rules free themselves after max_hold. */
+#define RULES_SLOT_TOKENS_MAX 8
+/* Write the token of a slot into out (RULES_SLOT_TOKEN_MAX bytes, no NUL);
+ * returns its length. */
+size_t rules_slot_token(char *out, const char *rule, size_t rule_len, char src, uint64_t id,
+                        const char *skey, size_t skey_len);
+
+/* A token taken apart; rule points into the text parsed. */
+struct rules_slot {
+    const char *rule;
+    size_t rule_len;
+    char src;
+    uint64_t id; /* never 0 */
+    char key[RULES_SLOT_KEY_MAX + 1];
+    size_t key_len;
+};
+/* 0, or -1 when s (len bytes) is not a token. */
+int rules_slot_parse(const char *s, size_t len, struct rules_slot *out);
+
+/* The first concurrency rule whose release message is name (len bytes), or
+ * -1: such a message is a release, never a request. */
+int rules_release_rule(const struct config *cfg, const char *name, size_t len);
+
+/* A release message m (of rule via): each token of its arg slot (space
+ * separated) into ev->releases; a malformed one, or one naming no
+ * concurrency rule, with rule -1. 0 or -ENOMEM. */
+int rules_match_release(const struct ruleset *rs, const struct spop_message *m, unsigned via,
+                        struct rule_eval *ev);
 
 /* Count the decisions in the rule metrics (and the costs over capacity) (allowed / blocked / would_block,
  * blocked clients). */

@@ -173,6 +173,39 @@ static int encode_full(struct spop_writer *w, const struct ruleset *rs, const st
     return put_var_str(w, VAR("ratelimit"), buf, n);
 }
 
+/* The slot var of an admitted request: the tokens of the slots its hits
+ * took, space separated (doc/concurrency.md). None when blocked: a blocked
+ * request's slots were given back (limiter_settle). Tokens that do not fit
+ * in the frame are left out: their slots free themselves after max_hold. */
+static int put_slot(struct spop_writer *w, const struct ruleset *rs, const struct rule_eval *ev)
+{
+    char buf[RULES_SLOT_TOKENS_MAX * (RULES_SLOT_TOKEN_MAX + 1)];
+    size_t n = 0;
+
+    for (size_t i = 0; i < ev->nhits; i++) {
+        const struct rule_hit *h = &ev->hits[i];
+        const struct cfg_rule *r = &rs->cfg->rules[h->rule];
+        char skey[RULES_SLOT_KEY_MAX + 1];
+
+        if (!h->slot_id || n + RULES_SLOT_TOKEN_MAX + 1 > sizeof(buf))
+            continue;
+        int sk = rules_slot_key(rules_hit_key(ev, h), h->key_len, skey);
+        if (sk < 0)
+            continue;
+        if (n)
+            buf[n++] = ' ';
+        n += rules_slot_token(buf + n, r->name, r->name_len, h->slot_src, h->slot_id, skey,
+                              (size_t)sk);
+    }
+    if (n == 0)
+        return 0;
+    uint8_t *start = w->p;
+    int ret = put_var_str(w, VAR("slot"), buf, n);
+    if (ret == SPOP_ENOSPC)
+        w->p = start;
+    return ret;
+}
+
 /* What must reach HAProxy whatever the frame size: the decision. */
 static int encode_minimal(struct spop_writer *w, const struct rule_hit *h)
 {
@@ -197,6 +230,8 @@ int rules_encode_actions(struct spop_writer *w, const struct ruleset *rs,
         degraded |= ev->hits[i].out.degraded;
     }
     ret = encode_full(w, rs, h, would_block, degraded);
+    if (ret == 0 && !(h && !h->out.res.allowed))
+        ret = put_slot(w, rs, ev);
     if (ret != SPOP_ENOSPC)
         return ret;
     /* The negotiated frame is too small for every variable (HAProxy may
@@ -205,6 +240,8 @@ int rules_encode_actions(struct spop_writer *w, const struct ruleset *rs,
      * through: send the decision alone instead. */
     w->p = start;
     ret = encode_minimal(w, h);
+    if (ret == 0 && !(h && !h->out.res.allowed))
+        (void)put_slot(w, rs, ev); /* the decision is in: the slot too if it fits */
     if (ret == 0)
         METRIC_INC(acks_truncated);
     return ret;

@@ -300,6 +300,7 @@ static void request_finish(struct request *r)
     struct conn *c = r->conn;
     struct ack_arg a = {r->lr.rs, &r->lr.ev};
 
+    limiter_settle(r->w->srv->lim, &r->lr, util_now_us());
     rules_account(r->lr.rs, &r->lr.ev, r->t0);
     int ret = spop_conn_ack(&c->sp, r->stream_id, r->frame_id, encode_ack, &a);
     if (ret == 0)

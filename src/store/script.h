@@ -32,6 +32,9 @@ enum store_script {
     SCRIPT_SW_RESET,
     SCRIPT_TB_REFUND, /* [agent] charge = all-or-nothing: an exact decision's */
     SCRIPT_SW_REFUND, /* tokens back when another rule blocked the request */
+    SCRIPT_CC_ACQUIRE, /* algorithm = concurrency: take a slot */
+    SCRIPT_CC_RELEASE, /*   give one back */
+    SCRIPT_CC_RESET,   /*   GET /key (read) and POST /reset (free them all) */
     SCRIPT_COUNT,
 };
 
@@ -179,6 +182,43 @@ enum script_refund_reply {
     REFUND_R_GIVEN = 0,  /* tokens (units) given back, <= n */
     REFUND_R_REMAINING,  /* as CLAIM_R_REMAINING, after the call */
     REFUND_R_COUNT,
+};
+
+/* ARGV of cc_acquire (lua/cc_acquire.lua). Its reply starts as *_exact's
+ * (enum script_exact_reply: allowed, remaining, retry_ms, reset_ms,
+ * time_ms), then: */
+enum script_cc_acquire_arg {
+    CC_ARG_LIMIT = 0, /* slots held at most (>= 1) */
+    CC_ARG_HOLD_MS,   /* max_hold (>= 1) */
+    CC_ARG_ID,        /* the slot id */
+    CC_ARGC,
+};
+enum script_cc_acquire_reply {
+    CC_R_EXPIRED = EXACT_R_COUNT, /* slots past their deadline this call freed */
+    CC_R_COUNT,
+};
+
+/* ARGV and reply of cc_release. */
+enum script_cc_release_arg {
+    CC_RELEASE_ARG_ID = 0,
+    CC_RELEASE_ARGC,
+};
+enum script_cc_release_reply {
+    CC_RELEASE_R_RELEASED = 0, /* 1: it was held; 0: unknown, freed or expired */
+    CC_RELEASE_R_HELD,         /* unexpired slots left */
+    CC_RELEASE_R_COUNT,
+};
+
+/* ARGV and reply of cc_reset. */
+enum script_cc_reset_arg {
+    CC_RESET_ARG_FREE = 0, /* 1: free every slot; 0: read only */
+    CC_RESET_ARGC,
+};
+enum script_cc_reset_reply {
+    CC_RESET_R_HELD = 0,  /* unexpired slots before the call */
+    CC_RESET_R_EARLIEST_MS, /* until the earliest deadline (0: none) */
+    CC_RESET_R_LATEST_MS,   /* until the latest one */
+    CC_RESET_R_COUNT,
 };
 
 #endif

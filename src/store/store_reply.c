@@ -94,6 +94,24 @@ int store_reply_refund(const int64_t *v, int n, uint64_t *given, uint64_t *remai
     return 0;
 }
 
+int store_reply_cc(const int64_t *v, int n, struct bucket_result *out, uint64_t *expired)
+{
+    if (n < CC_R_COUNT || store_reply_exact(v, n, out) < 0)
+        return -1;
+    out->reset_us = 0; /* a slot comes back with its release, not with time */
+    if (out->allowed)
+        out->retry_us = 0;
+    *expired = v[CC_R_EXPIRED] > 0 ? (uint64_t)v[CC_R_EXPIRED] : 0;
+    return 0;
+}
+
+int store_reply_cc_release(const int64_t *v, int n)
+{
+    if (n < CC_RELEASE_R_COUNT)
+        return -1;
+    return v[CC_RELEASE_R_RELEASED] == 1;
+}
+
 int store_reply_redirect(const char *err, const char *self, int *ask, int *slot, char *host,
                          size_t hostcap, int *port)
 {

@@ -39,6 +39,15 @@ int store_reply_exact(const int64_t *v, int n, struct bucket_result *out);
  * untouched). */
 int store_reply_refund(const int64_t *v, int n, uint64_t *given, uint64_t *remaining);
 
+/* cc_acquire's reply v[0..n) (enum script_cc_acquire_reply): the decision as
+ * store_reply_exact reads it, reset 0, and the slots it found expired in
+ * *expired (negative: 0). 0, or -1 when too short (out untouched). */
+int store_reply_cc(const int64_t *v, int n, struct bucket_result *out, uint64_t *expired);
+
+/* cc_release's reply: 1 the slot was held and is freed, 0 unknown, -1 too
+ * short. */
+int store_reply_cc_release(const int64_t *v, int n);
+
 /* A Redis Cluster redirect, the text of an error reply: "MOVED 3999
  * 127.0.0.1:6381" (ask 0) or "ASK ..." (ask 1). 0 with the slot and the
  * address (host: at most hostcap bytes with its NUL; a [v6] without its

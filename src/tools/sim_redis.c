@@ -553,6 +553,8 @@ static const char *const script_text[SCRIPT_BATCH + 1] = {
     [SCRIPT_SW_RETURN] = script_sw_return, [SCRIPT_SW_EXACT] = script_sw_exact,
     [SCRIPT_TB_RESET] = script_tb_reset,   [SCRIPT_SW_RESET] = script_sw_reset,
     [SCRIPT_TB_REFUND] = script_tb_refund, [SCRIPT_SW_REFUND] = script_sw_refund,
+    [SCRIPT_CC_ACQUIRE] = script_cc_acquire, [SCRIPT_CC_RELEASE] = script_cc_release,
+    [SCRIPT_CC_RESET] = script_cc_reset,
     [SCRIPT_BATCH] = script_batch,
 };
 

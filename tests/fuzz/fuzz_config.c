@@ -108,8 +108,16 @@ static void check_accepted(const struct config *cfg, const char *text)
             burst < 1 || burst > CFG_MAX_COUNT)
             fail("rate or burst out of range", text);
         if (r->algorithm != ALGO_TOKEN_BUCKET && r->algorithm != ALGO_SLIDING_WINDOW &&
-            r->algorithm != ALGO_FIXED_WINDOW)
+            r->algorithm != ALGO_FIXED_WINDOW && r->algorithm != ALGO_CONCURRENCY)
             fail("bad algorithm", text);
+        /* a concurrency rule: its limit, release and max_hold, no rate keys */
+        if (r->algorithm == ALGO_CONCURRENCY &&
+            (r->cc_limit < 1 || r->cc_limit > CFG_MAX_CC_LIMIT || !r->release || !*r->release ||
+             r->max_hold_ms < 1 || r->rate_arg || r->burst_arg || r->cost_arg || r->lease ||
+             r->rate_n != r->cc_limit || r->rate_period_ms != r->max_hold_ms))
+            fail("a concurrency rule without its limit, release or max_hold", text);
+        if (r->algorithm != ALGO_CONCURRENCY && (r->cc_limit || r->release))
+            fail("concurrency keys in a rate rule", text);
         if (r->on_redis_down != DOWN_OPEN && r->on_redis_down != DOWN_CLOSED)
             fail("bad on_redis_down", text);
         if (r->nkeys > CFG_MAX_KEY_ARGS || r->nmatches > CFG_MAX_MATCHES)
@@ -437,6 +445,10 @@ static const struct {
          "rate = arg:rate\nmax_rate = 1000/1m\nalgorithm = sliding-window\n"
          "\0a-key-longer-than-sixteen\0free\0" "10/1s\0" "7\0\x02" "42\0" "9999999/1ms\0"
          "paid\0\x01\0"),
+    /* concurrency: slots in flight, released by their own message */
+    SEED("[rule:in-flight]\nmessage = check-rate\nkey = key\nalgorithm = concurrency\n"
+         "limit = 2\nrelease = release-slot\nmax_hold = 30s\n[rule:r]\nrate = 5/1s\n"
+         "\0tenant\0/slow\0"),
     SEED("[agent]\nmax_frame_size = 512\n[rule:big]\nkey = k\nrate = arg:r\n"
          "max_rate = 1000000000000000/1ms\nmax_burst = 1000000000000000\n"
          "\0" "1000000000000000/1ms\0k\0" "1/365d\0"),
@@ -452,6 +464,7 @@ static const char *const fuzz_dict[] = {
     "timeout = ", "1/365d", "1/366d", "18446744073709551616", "0", "1e-300", "256",
     "{", "}", "[", "]", "=", "(", "\\", "ms", "s", "m", "h", "d", "/", "::1", "unix:/x",
     "arg:", "max_rate = ", "max_burst = ",
+    "algorithm = concurrency\n", "limit = ", "release = ", "max_hold = ",
 };
 #define FUZZ_NDICT (sizeof(fuzz_dict) / sizeof(fuzz_dict[0]))
 

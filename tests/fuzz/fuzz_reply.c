@@ -4,8 +4,10 @@
  * (store_reply_values / store_reply_batch_next), then applied: claim and
  * return replies to the lease cache (lease_reply, with decisions, ticks and
  * timeouts in between), exact replies to a decision (store_reply_exact),
- * and the same replies read as a refund's (store_reply_refund, noted in the
- * lease cache by lease_note_refund, which moves only its estimates).
+ * the same replies read as a refund's (store_reply_refund, noted in the
+ * lease cache by lease_note_refund, which moves only its estimates), and
+ * the same values as the concurrency scripts' replies (store_reply_cc,
+ * store_reply_cc_release).
  *
  * The first byte is the mode (below); a second byte below 0x20 (no RESP type
  * byte is) is a second mode (MODE2_*: rate leases on or off, the clock's
@@ -246,10 +248,34 @@ static void answer(struct run *r, int ok, const int64_t *v, int n)
     push_job(r, next);
 }
 
+/* The same values as a concurrency script's reply (cc_acquire: the exact
+ * layout and the expired slots; cc_release: freed or not). */
+static void cc_answer(const int64_t *v, int n)
+{
+    struct bucket_result out = {0};
+    uint64_t expired = 0;
+    int rel = store_reply_cc_release(v, n);
+
+    if (store_reply_cc(v, n, &out, &expired) == 0) {
+        check_result(&out);
+        if (out.reset_us != 0 || (out.allowed && out.retry_us != 0))
+            fail("a slot with a reset or an admitted one with a retry time");
+        if (!out.allowed && out.retry_us < 1000)
+            fail("a slot denial shorter than Redis' millisecond");
+        if ((int64_t)expired < 0 || (v[CC_R_EXPIRED] > 0 && expired != (uint64_t)v[CC_R_EXPIRED]))
+            fail("expired slots misread");
+    } else if (n >= CC_R_COUNT) {
+        fail("a long enough cc_acquire reply refused");
+    }
+    if (rel != (n < CC_RELEASE_R_COUNT ? -1 : v[CC_RELEASE_R_RELEASED] == 1))
+        fail("a cc_release reply misread");
+}
+
 static void exact_answer(const int64_t *v, int n)
 {
     struct bucket_result out = {0};
 
+    cc_answer(v, n);
     if (store_reply_exact(v, n, &out) == 0) {
         check_result(&out);
         if (!out.allowed && out.retry_us < 1000)

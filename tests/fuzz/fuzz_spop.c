@@ -652,6 +652,31 @@ static void decide(struct fuzz_run *r, const struct spop_frame *f, struct rule_e
         fuzz_fail("the leases allowed more than Redis granted");
 }
 
+/* The slot token parser on any bytes (a NOTIFY's payload, a release's
+ * garbage): a token it takes writes back to the same bytes, its key within
+ * the bound; and the releases rules_match found name a concurrency rule or
+ * none. */
+static void check_slots(const struct spop_frame *f, const struct rule_eval *ev)
+{
+    struct rules_slot s;
+    char tok[RULES_SLOT_TOKEN_MAX];
+    size_t len = f->payload_len < RULES_SLOT_TOKEN_MAX + 8 ? f->payload_len : RULES_SLOT_TOKEN_MAX + 8;
+
+    if (rules_slot_parse((const char *)f->payload, len, &s) == 0) {
+        if (s.key_len > RULES_SLOT_KEY_MAX || s.id == 0 || s.rule_len > CFG_MAX_NAME)
+            fuzz_fail("a slot token out of its bounds");
+        size_t n = rules_slot_token(tok, s.rule, s.rule_len, s.src, s.id, s.key, s.key_len);
+        if (n != len || memcmp(tok, f->payload, n) != 0)
+            fuzz_fail("a slot token that does not write back to itself");
+    }
+    for (size_t i = 0; i < ev->nreleases; i++) {
+        const struct rule_release *rel = &ev->releases[i];
+        if (rel->rule >= (int)fuzz_rs->cfg->nrules ||
+            (rel->rule >= 0 && fuzz_rs->cfg->rules[rel->rule].algorithm != BUCKET_CONCURRENCY))
+            fuzz_fail("a release naming a rule that is not a concurrency rule");
+    }
+}
+
 static int on_notify(void *ctx, struct spop_conn *c, const struct spop_frame *f)
 {
     struct fuzz_run *r = ctx;
@@ -663,6 +688,7 @@ static int on_notify(void *ctx, struct spop_conn *c, const struct spop_frame *f)
     if (ret < 0)
         return ret == SPOP_EINVAL ? SPOP_ST_INVALID : SPOP_ST_RES_ALLOC_ERR;
     r->now_us += (r->mode & MODE_CLOCK_FROM_ID) ? (f->frame_id & 0xfffff) * 1000 : CLOCK_STEP_US;
+    check_slots(f, &r->ev);
     decide(r, f, &r->ev);
     rules_account(fuzz_rs, &r->ev, r->now_us);
     if ((r->mode & MODE_DEFER_ACK) && r->nheld < MAX_DEFERRED) {

@@ -32,6 +32,7 @@ const char *const script_name[NSCRIPTS] = {
     [SW_CLAIM] = "sw_claim", [SW_RETURN] = "sw_return", [SW_EXACT] = "sw_exact",
     [TB_RESET] = "tb_reset", [SW_RESET] = "sw_reset",
     [TB_REFUND] = "tb_refund", [SW_REFUND] = "sw_refund",
+    [CC_ACQUIRE] = "cc_acquire", [CC_RELEASE] = "cc_release", [CC_RESET] = "cc_reset",
 };
 char *script_text[NSCRIPTS];
 size_t script_len[NSCRIPTS];

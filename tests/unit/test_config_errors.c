@@ -22,7 +22,8 @@ static const struct {
     const char *err; /* the whole error output */
 } bad_configs[] = {
     {"[agent]\nfoo = 1\n", "t.ini:2: unknown key 'foo' in [agent]\n"},
-    {"[rule:r]\nrate = 1/1s\nlimit = 5\n", "t.ini:3: unknown key 'limit' in [rule:r]\n"},
+    {"[rule:r]\nrate = 1/1s\nlimit = 5\n",
+     "t.ini:3: 'limit' is only used with algorithm = concurrency\n"},
     {"[agnet]\nlisten = nonsense\n", "t.ini:1: unknown section [agnet]\n"},
     {"[rule]\nrate = 1/1s\n", "t.ini:1: unknown section [rule]\n"},
     {"[rule:a]\nrate = 1/1s\n\n[rule:a]\nrate = 2/1s\n",
@@ -104,8 +105,8 @@ static const struct {
     {"[agent]\nlog_level = verbose\n",
      "t.ini:2: bad value 'verbose' for 'log_level' (expected error, warn, info or debug)\n"},
     {"[rule:r]\nrate = 1/1s\nalgorithm = leaky\n", "t.ini:3: bad value 'leaky' for 'algorithm' "
-                                                   "(expected token-bucket, sliding-window or "
-                                                   "fixed-window)\n"},
+                                                   "(expected token-bucket, sliding-window, "
+                                                   "fixed-window or concurrency)\n"},
     /* window_offset: 0 <= offset < the window, and only for fixed windows */
     {"[rule:r]\nrate = 5/1d\nalgorithm = fixed-window\nwindow_offset = 1d\n",
      "t.ini:4: window_offset (86400000ms) must be shorter than the window (86400000ms, the "
@@ -117,6 +118,28 @@ static const struct {
      "t.ini:3: 'window_offset' is only used with algorithm = fixed-window\n"},
     {"[rule:r]\nrate = 5/1d\nalgorithm = fixed-window\nwindow_offset = soon\n",
      "t.ini:4: bad duration 'soon' for 'window_offset' (expected 0 for off, or an integer > 0 and a unit: ms, s, m, h, d or w)\n"},
+    /* algorithm = concurrency: limit and release required, no rate keys */
+    {"[rule:c]\nalgorithm = concurrency\nrelease = r\n",
+     "t.ini:1: rule 'c' (algorithm = concurrency) has no limit (requests in flight per key, "
+     ">= 1)\n"},
+    {"[rule:c]\nalgorithm = concurrency\nlimit = 2\n",
+     "t.ini:1: rule 'c' (algorithm = concurrency) has no release (the SPOE message whose arg "
+     "slot gives a slot back)\n"},
+    {"[rule:c]\nalgorithm = concurrency\nlimit = 2\nrelease = r\nrate = 1/1s\nburst = 3\n",
+     "t.ini:5: 'rate' is not used with algorithm = concurrency\n"
+     "t.ini:6: 'burst' is not used with algorithm = concurrency\n"},
+    {"[rule:c]\nalgorithm = concurrency\nlimit = 2\nrelease = r\ncost = 2\n",
+     "t.ini:5: 'cost' is not used with algorithm = concurrency\n"},
+    {"[rule:c]\nalgorithm = concurrency\nlimit = 2\nrelease = r\nblock_for = 1m\n",
+     "t.ini:5: 'block_for' is not used with algorithm = concurrency\n"},
+    {"[rule:c]\nmessage = m\nalgorithm = concurrency\nlimit = 2\nrelease = m\n",
+     "t.ini:5: release 'm' is the rule's own message: a release must be a message of its "
+     "own\n"},
+    {"[rule:c]\nalgorithm = concurrency\nlimit = 2\nrelease = r\nmax_hold = 0\n",
+     "t.ini:5: bad duration '0' for 'max_hold' (expected an integer > 0 and a unit: ms, s, m, "
+     "h, d or w)\n"},
+    {"[rule:r]\nrate = 1/1s\nmax_hold = 5s\n",
+     "t.ini:3: 'max_hold' is only used with algorithm = concurrency\n"},
     {"[rule:r]\nrate = 1/1s\non_redis_down = deny\n",
      "t.ini:3: bad value 'deny' for 'on_redis_down' (expected open or closed)\n"},
     {"[fallback]\nshare = 0\n",

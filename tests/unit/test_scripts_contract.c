@@ -247,6 +247,61 @@ static void contract_refund(enum script claim_s, enum script exact_s, enum scrip
     EXPECT_EQ(z, REFUND_R_REMAINING, 16);
 }
 
+/* The concurrency scripts: limit 2, max_hold 60 s. Two slots, a third
+ * denied, a reset reads then frees them; a release of a held and of an
+ * unknown slot. */
+static void cc_acquire_args(struct args *a, const char *id)
+{
+    a->n = CC_ARGC;
+    arg_num(a, CC_ARG_LIMIT, 2);
+    arg_num(a, CC_ARG_HOLD_MS, 60000);
+    a->v[CC_ARG_ID] = id;
+}
+
+static void contract_cc(enum script s, const char *key)
+{
+    struct args a;
+    long long x[CC_R_COUNT], r[CC_RELEASE_R_COUNT], z[CC_RESET_R_COUNT];
+
+    cc_acquire_args(&a, "00000000000000a1");
+    call_args(CC_ACQUIRE, key, &a, x, CC_R_COUNT);
+    EXPECT_EQ(x, EXACT_R_ALLOWED, 1);
+    EXPECT_EQ(x, EXACT_R_REMAINING, 1);
+    EXPECT_EQ(x, EXACT_R_RETRY_MS, 0);
+    EXPECT_EQ(x, EXACT_R_RESET_MS, 0);
+    EXPECT_EQ(x, CC_R_EXPIRED, 0);
+    cc_acquire_args(&a, "00000000000000a2");
+    call_args(CC_ACQUIRE, key, &a, x, CC_R_COUNT);
+    EXPECT_EQ(x, EXACT_R_REMAINING, 0);
+    cc_acquire_args(&a, "00000000000000a3");
+    call_args(CC_ACQUIRE, key, &a, x, CC_R_COUNT);
+    EXPECT_EQ(x, EXACT_R_ALLOWED, 0);
+    EXPECT(x, EXACT_R_RETRY_MS, 1, 1000);
+    if (s == CC_RELEASE) {
+        a.n = CC_RELEASE_ARGC;
+        a.v[CC_RELEASE_ARG_ID] = "00000000000000a1";
+        call_args(s, key, &a, r, CC_RELEASE_R_COUNT);
+        EXPECT_EQ(r, CC_RELEASE_R_RELEASED, 1);
+        EXPECT_EQ(r, CC_RELEASE_R_HELD, 1);
+        call_args(s, key, &a, r, CC_RELEASE_R_COUNT); /* again: unknown now */
+        EXPECT_EQ(r, CC_RELEASE_R_RELEASED, 0);
+        EXPECT_EQ(r, CC_RELEASE_R_HELD, 1);
+    } else if (s == CC_RESET) {
+        a.n = CC_RESET_ARGC;
+        arg_num(&a, CC_RESET_ARG_FREE, 0);
+        call_args(s, key, &a, z, CC_RESET_R_COUNT);
+        EXPECT_EQ(z, CC_RESET_R_HELD, 2);
+        EXPECT(z, CC_RESET_R_EARLIEST_MS, 59000, 60000);
+        EXPECT(z, CC_RESET_R_LATEST_MS, z[CC_RESET_R_EARLIEST_MS], 60000);
+        arg_num(&a, CC_RESET_ARG_FREE, 1);
+        call_args(s, key, &a, z, CC_RESET_R_COUNT);
+        EXPECT_EQ(z, CC_RESET_R_HELD, 2);
+        call_args(s, key, &a, z, CC_RESET_R_COUNT);
+        EXPECT_EQ(z, CC_RESET_R_HELD, 0);
+        EXPECT_EQ(z, CC_RESET_R_EARLIEST_MS, 0);
+    }
+}
+
 START_TEST(reply_layout_matches_script_h)
 {
     enum script s = (enum script)_i;
@@ -282,6 +337,11 @@ START_TEST(reply_layout_matches_script_h)
         break;
     case SW_REFUND:
         contract_refund(SW_CLAIM, SW_EXACT, s, key);
+        break;
+    case CC_ACQUIRE:
+    case CC_RELEASE:
+    case CC_RESET:
+        contract_cc(s, key);
         break;
     default:
         ck_abort_msg("script %d", _i);

@@ -1,0 +1,233 @@
+/* limiter_cc.c - concurrency rules in the limiter: slots from the in-memory
+ * table (standalone, and the local share while Redis is down), the Redis
+ * calls that take and give them back (cc_acquire, cc_release, through
+ * limiter.c's queue), the slots release messages give back, and those of
+ * blocked requests. */
+#include "limiter_int.h"
+#include "limiter.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "config/config.h"
+#include "metrics/metrics.h"
+#include "slots.h"
+#include "store/store_reply.h"
+
+#define RETRY_NOMEM_US 1000000
+#define KEYBUF 1024
+
+void limiter_cc_released(struct metrics_rule *m, int ok)
+{
+    if (!m)
+        return;
+    atomic_fetch_add_explicit(ok ? &m->slots_released_ok : &m->slots_released_unknown, 1,
+                              memory_order_relaxed);
+    if (ok)
+        atomic_fetch_sub_explicit(&m->slots_held, 1, memory_order_relaxed);
+}
+
+/* An acquire completes its
+ * waiter: with the slot, denied, or from the fallback; one that timed out
+ * was answered by the fallback already, so a slot Redis gave it late goes
+ * back at once (else it would stay held until max_hold). A release is
+ * counted. Frees j, or sends it again as that release. */
+void limiter_cc_reply(struct limiter *l, struct rjob *j, const struct store_result *res,
+                      uint64_t now_us)
+{
+    struct bucket_result out;
+    uint64_t expired = 0;
+
+    if (j->kind == RJOB_CC_RELEASE) {
+        int released = res ? store_reply_cc_release(res->v, res->n) : -1;
+        if (released >= 0)
+            limiter_cc_released(j->m, released);
+        free(j);
+        return;
+    }
+    int ok = res && store_reply_cc(res->v, res->n, &out, &expired) == 0;
+    if (expired)
+        atomic_fetch_add_explicit(&j->m->slots_expired, expired, memory_order_relaxed);
+    if (!j->w) {
+        if (ok && out.allowed) {
+            j->kind = RJOB_CC_RELEASE;
+            j->m = NULL; /* not counted: no client released it */
+            limiter_job_send(l, j);
+            return;
+        }
+        free(j);
+        return;
+    }
+    struct limiter_req *req = j->w->req;
+    struct rule_hit *h = &req->ev.hits[j->w->hit];
+    if (ok) {
+        h->out.res = out;
+        h->out.degraded = 0;
+        if (out.allowed) {
+            h->slot_id = j->slot_id;
+            h->slot_src = RULES_SLOT_REDIS;
+            atomic_fetch_add_explicit(&j->m->slots_held, 1, memory_order_relaxed);
+        }
+    } else {
+        limiter_fallback(l, req, j->w->hit, now_us);
+    }
+    free(j);
+    limiter_hit_done(l, req);
+}
+
+/* Under a new slot id. */
+int limiter_cc_queue(struct limiter *l, struct limiter_req *req, size_t i, const char *key,
+                     size_t keylen, int up)
+{
+    const struct rule_hit *h = &req->ev.hits[i];
+    struct rjob *j = up ? calloc(1, sizeof(*j) + keylen + 1) : NULL;
+
+    if (!j)
+        return -1;
+    j->l = l;
+    j->kind = RJOB_CC;
+    j->w = &req->waiters[i];
+    j->limit = h->params.limit;
+    j->period_ms = h->params.period_us / 1000; /* max_hold */
+    j->slot_id = slots_new_id();
+    j->m = req->rs->metrics[h->rule];
+    j->keylen = keylen;
+    memcpy(j->key, key, keylen);
+    limiter_job_queue(l, j, 0); /* limiter_decide wakes the thread */
+    return 0;
+}
+
+int limiter_queue_release(struct limiter *l, const struct cfg_rule *r, const char *skey,
+                          size_t sklen, uint64_t id, struct metrics_rule *m)
+{
+    char buf[KEYBUF];
+    size_t keylen;
+    struct rjob *j;
+
+    if (!limiter_redis_up(l))
+        return -1;
+    keylen = limiter_redis_key(l, r, skey, sklen, buf, sizeof(buf));
+    if (!keylen || !(j = calloc(1, sizeof(*j) + keylen + 1)))
+        return -1;
+    j->l = l;
+    j->kind = RJOB_CC_RELEASE;
+    j->slot_id = id;
+    j->m = m;
+    j->keylen = keylen;
+    memcpy(j->key, buf, keylen);
+    limiter_job_queue(l, j, 1);
+    return 0;
+}
+
+void limiter_cc_local(struct limiter *l, struct limiter_req *req, size_t i,
+                      const struct bucket_params *p, uint64_t now_us)
+{
+    struct limiter_parts parts;
+    struct rule_hit *h = &req->ev.hits[i];
+    const struct cfg_rule *r = &req->rs->cfg->rules[h->rule];
+    struct metrics_rule *m = req->rs->metrics[h->rule];
+    char skey[RULES_SLOT_KEY_MAX + 1];
+    int sk = rules_slot_key(rules_hit_key(&req->ev, h), h->key_len, skey);
+    uint64_t id = slots_new_id();
+    struct slot_take t = {0};
+
+    limiter_parts(l, &parts);
+    memset(&h->out.res, 0, sizeof(h->out.res));
+    if (sk < 0 || slot_table_take(parts.slots, r->name, skey, (size_t)sk, p->limit,
+                                  p->period_us, id, now_us, &t) < 0) {
+        h->out.res.retry_us = RETRY_NOMEM_US; /* out of memory: denied */
+        return;
+    }
+    if (t.expired)
+        atomic_fetch_add_explicit(&m->slots_expired, t.expired, memory_order_relaxed);
+    h->out.res.allowed = t.allowed;
+    h->out.res.remaining = t.allowed && p->limit > t.held ? p->limit - t.held : 0;
+    h->out.res.retry_us = t.allowed ? 0 : t.retry_us ? t.retry_us : 1000;
+    if (t.allowed) {
+        h->slot_id = id;
+        h->slot_src = RULES_SLOT_LOCAL;
+        atomic_fetch_add_explicit(&m->slots_held, 1, memory_order_relaxed);
+    }
+}
+
+void limiter_cc_releases(struct limiter *l, struct limiter_req *req, uint64_t now_us)
+{
+    struct limiter_parts parts;
+    const struct ruleset *rs = req->rs;
+
+    limiter_parts(l, &parts);
+    for (size_t i = 0; i < req->ev.nreleases; i++) {
+        struct rule_release *rel = &req->ev.releases[i];
+        const char *skey = req->ev.keys + rel->key_off;
+
+        if (rel->rule < 0) {
+            limiter_cc_released(rs->metrics[rel->via], 0);
+            continue;
+        }
+        const struct cfg_rule *r = &rs->cfg->rules[rel->rule];
+        struct metrics_rule *m = rs->metrics[rel->rule];
+        if (rel->src == RULES_SLOT_LOCAL) {
+            rel->freed = slot_table_release(parts.slots, r->name, skey, rel->key_len, rel->id,
+                                            now_us);
+            limiter_cc_released(m, rel->freed);
+        } else if (!parts.store) { /* a Redis slot, and this agent has no Redis */
+            limiter_cc_released(m, 0);
+        } else {
+            /* counted when Redis answers; Redis down: it frees itself after
+             * max_hold, counted by the acquire that finds it expired */
+            limiter_queue_release(l, r, skey, rel->key_len, rel->id, m);
+        }
+    }
+}
+
+void limiter_cc_settle(struct limiter *l, struct limiter_req *req, uint64_t now_us)
+{
+    struct limiter_parts parts;
+    struct rule_eval *ev = &req->ev;
+    int any = 0;
+
+    for (size_t i = 0; i < ev->nhits && !any; i++)
+        any = ev->hits[i].slot_id != 0;
+    if (!any || !rules_blocked(req->rs, ev))
+        return;
+    limiter_parts(l, &parts);
+    for (size_t i = 0; i < ev->nhits; i++) {
+        struct rule_hit *h = &ev->hits[i];
+        const struct cfg_rule *r = &req->rs->cfg->rules[h->rule];
+        struct metrics_rule *m = req->rs->metrics[h->rule];
+        char skey[RULES_SLOT_KEY_MAX + 1];
+        int sk;
+
+        if (!h->slot_id)
+            continue;
+        sk = rules_slot_key(rules_hit_key(ev, h), h->key_len, skey);
+        if (sk >= 0 && h->slot_src == RULES_SLOT_LOCAL)
+            slot_table_release(parts.slots, r->name, skey, (size_t)sk, h->slot_id, now_us);
+        else if (sk >= 0) /* not counted as a release: no client sent one */
+            limiter_queue_release(l, r, skey, (size_t)sk, h->slot_id, NULL);
+        atomic_fetch_sub_explicit(&m->slots_held, 1, memory_order_relaxed);
+        h->slot_id = 0;
+        /* the request holds nothing: remaining as if it had not come */
+        h->out.res.remaining++;
+    }
+}
+
+/* slot_table_expire's callback: count a rule's expired slots. */
+static void on_expired(void *ctx, const char *rule, uint64_t n)
+{
+    struct metrics_rule *m = metrics_rule_get(rule);
+
+    (void)ctx;
+    if (m) {
+        atomic_fetch_add_explicit(&m->slots_expired, n, memory_order_relaxed);
+        atomic_fetch_sub_explicit(&m->slots_held, (int64_t)n, memory_order_relaxed);
+    }
+}
+
+void limiter_cc_expire(struct limiter *l, uint64_t now_us)
+{
+    struct limiter_parts parts;
+
+    limiter_parts(l, &parts);
+    slot_table_expire(parts.slots, now_us, on_expired, NULL);
+}
