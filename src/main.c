@@ -1,6 +1,7 @@
 /* main.c - spoa-ratelimit: argv, signals, wiring. */
 #include "config/config.h"
 
+#include <errno.h>
 #include <ev.h>
 #include <getopt.h>
 #include <signal.h>
@@ -24,6 +25,8 @@
 #include "metrics/mismatch.h"
 #include "notify.h"
 #include "rules/rules.h"
+#include "rules_store/rules_cli.h"
+#include "rules_store/rules_store.h"
 #include "server/server.h"
 
 #define ERRBUF 8192
@@ -51,16 +54,25 @@ struct agent {
     uint64_t reload_failed_unix; /* the last reload failed then; 0 after a good one */
     char reload_error[256];      /* its first error line */
     char token[33];              /* the page's token for POST /reset, random hex */
+    struct rules_store *rules;   /* [rules] source = redis: the fleet's rule set */
 };
 
 static void usage(FILE *f)
 {
     fprintf(f, "usage: spoa-ratelimit -c FILE [--check [--print]]\n"
+               "       spoa-ratelimit -c FILE --push RULES [--message TEXT] [--if-version N]\n"
+               "       spoa-ratelimit -c FILE --rules-history | --rollback N\n"
                "       spoa-ratelimit --version | --help\n"
                "\n"
                "  -c, --config FILE   configuration file (INI)\n"
                "  -t, --check         validate FILE and exit: 0 valid, 1 invalid\n"
                "  -p, --print         with --check: print the effective configuration\n"
+               "      --push RULES    check RULES ([rule:*] only) as --check does, make it the\n"
+               "                      current rule set in FILE's Redis; prints its version\n"
+               "      --message TEXT  with --push or --rollback: a note kept with the version\n"
+               "      --if-version N  with --push or --rollback: only if N is still current\n"
+               "      --rules-history list the versions kept in Redis (* the current one)\n"
+               "      --rollback N    make version N current again, as a new version\n"
                "  -v, --version       print the version and exit\n"
                "  -h, --help          print this help and exit\n");
 }
@@ -137,26 +149,32 @@ static void reload_redis(struct agent *a, const struct config *cfg)
         LOG_ERROR("\"out of memory: [redis] url and credentials not reloaded\"");
 }
 
-static void reload(struct agent *a)
+/* The file, with the rule set from Redis in force instead of its own
+ * [rule:*] sections when there is one ([rules] source = redis). */
+static int load_config(struct agent *a, struct config **cfg, char *err, size_t errlen)
 {
-    struct config *cfg;
-    char err[ERRBUF];
+    size_t len;
+    uint64_t version;
+    const char *text = a->rules ? rules_store_text(a->rules, &len, &version) : NULL;
+    char name[48];
 
-    if (config_load_file(a->path, &cfg, err, sizeof(err)) < 0) {
-        METRIC_INC(reload_failures);
-        LOG_ERROR("\"reload failed, keeping the rules in force\" file=%s", log_val(a->path));
-        print_errors(err);
-        a->reload_failed_unix = (uint64_t)time(NULL);
-        snprintf(a->reload_error, sizeof(a->reload_error), "%.*s", (int)strcspn(err, "\n"),
-                 err);
-        return;
-    }
+    if (!text)
+        return config_load_file(a->path, cfg, err, errlen);
+    snprintf(name, sizeof(name), "redis:v%llu", (unsigned long long)version);
+    return config_load_with_rules(a->path, text, len, name, cfg, err, errlen);
+}
+
+/* Put cfg (owned from here on) in force: a new ruleset swapped in
+ * atomically, connections, leases and buckets of unchanged rules kept.
+ * what says why in the log. 0, or -1 out of memory. */
+static int install(struct agent *a, struct config *cfg, const char *what)
+{
     warn_static_changes(a->boot->cfg, cfg);
     struct ruleset *rs = ruleset_new(cfg);
     if (!rs) {
         METRIC_INC(reload_failures);
         LOG_ERROR("\"reload failed: out of memory\"");
-        return;
+        return -1;
     }
     log_level = rs->cfg->log_level;
     reload_redis(a, rs->cfg);
@@ -172,9 +190,47 @@ static void reload(struct agent *a)
     METRIC_INC(reloads);
     a->loaded_unix = (uint64_t)time(NULL);
     metrics_config_loaded(config_hash(rs->cfg), a->loaded_unix);
-    LOG_INFO("\"configuration reloaded\" file=%s rules=%zu", log_val(a->path),
-             rs->cfg->nrules);
+    LOG_INFO("\"%s\" file=%s rules=%zu", what, log_val(a->path), rs->cfg->nrules);
     note_keyless_rules(rs->cfg);
+    return 0;
+}
+
+/* SIGHUP. With source = redis the file's other sections are read again and
+ * the rule set from Redis stays (doc/operations.md, "Changing rules across
+ * a fleet"). */
+static void reload(struct agent *a)
+{
+    struct config *cfg;
+    char err[ERRBUF];
+
+    if (load_config(a, &cfg, err, sizeof(err)) < 0) {
+        METRIC_INC(reload_failures);
+        LOG_ERROR("\"reload failed, keeping the rules in force\" file=%s", log_val(a->path));
+        print_errors(err);
+        a->reload_failed_unix = (uint64_t)time(NULL);
+        snprintf(a->reload_error, sizeof(a->reload_error), "%.*s", (int)strcspn(err, "\n"),
+                 err);
+        return;
+    }
+    install(a, cfg, "configuration reloaded");
+    rules_store_retry(a->rules);
+}
+
+/* A new version from Redis (rules_store.c): checked with the file's own
+ * sections exactly as a SIGHUP would, then put in force the same way. */
+static int apply_rules(void *ctx, const char *text, size_t len, const char *name, char *err,
+                       size_t errlen)
+{
+    struct agent *a = ctx;
+    struct config *cfg;
+
+    if (config_load_with_rules(a->path, text, len, name, &cfg, err, errlen) < 0)
+        return -1;
+    if (install(a, cfg, "rules from Redis in force") < 0) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    return 0;
 }
 
 /* systemd (Type=notify): RELOADING=1, then READY=1 once the new file is in
@@ -358,20 +414,42 @@ static int print_config(const struct config *cfg)
     return 0;
 }
 
-/* Read argv: the config path into *path, --check into *check (2 with
- * --print). 0 to go on;
- * -1 when main is done and exits with *status (0 after --version or --help,
- * 2 after a usage error, which has been printed). */
-static int parse_args(int argc, char **argv, const char **path, int *check, int *status)
+/* A decimal version number (>= 0 for --if-version, >= 1 for --rollback). */
+static int parse_version(const char *s, long long min, long long *out)
 {
+    char *end;
+
+    errno = 0;
+    *out = strtoll(s, &end, 10);
+    return errno || end == s || *end || *out < min ? -1 : 0;
+}
+
+/* Read argv: the config path into *path, --check into *check (2 with
+ * --print), a rule store command into *cli (cli->op, or -1 for none). 0 to
+ * go on; -1 when main is done and exits with *status (0 after --version or
+ * --help, 2 after a usage error, which has been printed). */
+static int parse_args(int argc, char **argv, const char **path, int *check,
+                      struct rules_cli_args *cli, int *status)
+{
+    enum { OPT_PUSH = 256, OPT_MESSAGE, OPT_IF_VERSION, OPT_HISTORY, OPT_ROLLBACK };
     static const struct option opts[] = {
-        {"config", required_argument, NULL, 'c'}, {"check", no_argument, NULL, 't'},
-        {"print", no_argument, NULL, 'p'},        {"dump", no_argument, NULL, 'p'},
-        {"version", no_argument, NULL, 'v'},      {"help", no_argument, NULL, 'h'},
+        {"config", required_argument, NULL, 'c'},
+        {"check", no_argument, NULL, 't'},
+        {"print", no_argument, NULL, 'p'},
+        {"dump", no_argument, NULL, 'p'},
+        {"version", no_argument, NULL, 'v'},
+        {"help", no_argument, NULL, 'h'},
+        {"push", required_argument, NULL, OPT_PUSH},
+        {"message", required_argument, NULL, OPT_MESSAGE},
+        {"if-version", required_argument, NULL, OPT_IF_VERSION},
+        {"rules-history", no_argument, NULL, OPT_HISTORY},
+        {"rollback", required_argument, NULL, OPT_ROLLBACK},
         {NULL, 0, NULL, 0},
     };
-    int c, print = 0;
+    int c, print = 0, ops = 0, bad = 0;
 
+    cli->op = -1;
+    cli->if_version = -1;
     while ((c = getopt_long(argc, argv, "c:tpvh", opts, NULL)) != -1) {
         switch (c) {
         case 'c':
@@ -391,17 +469,42 @@ static int parse_args(int argc, char **argv, const char **path, int *check, int 
             usage(stdout);
             *status = 0;
             return -1;
+        case OPT_PUSH:
+            cli->op = RULES_CLI_PUSH;
+            cli->rules = optarg;
+            ops++;
+            break;
+        case OPT_MESSAGE:
+            cli->message = optarg;
+            break;
+        case OPT_IF_VERSION:
+            bad |= parse_version(optarg, 0, &cli->if_version) < 0;
+            break;
+        case OPT_HISTORY:
+            cli->op = RULES_CLI_HISTORY;
+            ops++;
+            break;
+        case OPT_ROLLBACK:
+            cli->op = RULES_CLI_ROLLBACK;
+            bad |= parse_version(optarg, 1, &cli->rollback) < 0;
+            ops++;
+            break;
         default:
             usage(stderr);
             *status = 2;
             return -1;
         }
     }
-    if (!*path || optind != argc || (print && !*check)) {
+    /* one command at a time; --message and --if-version go with a write */
+    bad |= ops > 1 || (ops && *check) ||
+           ((cli->message || cli->if_version >= 0) &&
+            cli->op != RULES_CLI_PUSH && cli->op != RULES_CLI_ROLLBACK);
+    if (!*path || optind != argc || (print && !*check) || bad) {
         usage(stderr);
         *status = 2;
         return -1;
     }
+    cli->config = *path;
     if (print)
         *check = 2;
     return 0;
@@ -495,6 +598,7 @@ static void agent_shutdown(struct agent *a)
     ev_timer_stop(a->loop, &a->stopping);
     history_free(a->history);
     a->history = NULL;
+    rules_store_stop(a->rules); /* before its store goes */
     /* Unused leased tokens go back to Redis. */
     limiter_shutdown(a->lim, 1.0);
     if (server_join(a->srv, 1.0) < 0) {
@@ -504,6 +608,7 @@ static void agent_shutdown(struct agent *a)
     } else {
         server_free(a->srv);
         limiter_free(a->lim);
+        rules_store_free(a->rules); /* after its store: a call in flight ends there */
         ruleset_unref(a->rs);
         ruleset_unref(a->boot);
     }
@@ -515,9 +620,48 @@ static void agent_free(struct agent *a)
     httpd_free(a->httpd);
     history_free(a->history);
     server_free(a->srv);
+    rules_store_stop(a->rules);
     limiter_free(a->lim);
+    rules_store_free(a->rules);
     ruleset_unref(a->rs);
     ruleset_unref(a->boot);
+}
+
+/* [rules] source = redis, at start: the cached version when there is one
+ * (in *cfg instead of the file's own rules; its text for the rule store in
+ * *text), else the file's [rule:*] sections until Redis answers. Never a
+ * reason not to start. */
+static void rules_at_start(struct agent *a, struct config **cfg, char **text, size_t *len,
+                           uint64_t *version)
+{
+    char err[ERRBUF];
+    const char *cache = (*cfg)->rules_cache;
+    struct config *with = NULL;
+
+    if (cache && rules_store_read_cache(cache, text, len, version, err, sizeof(err)) == 0) {
+        if (config_load_with_rules(a->path, *text, *len, cache, &with, err, sizeof(err)) == 0) {
+            config_free(*cfg);
+            *cfg = with;
+            LOG_WARN("\"running on the cached rules until Redis answers\" cache=%s version=%llu "
+                     "rules=%zu",
+                     log_val(cache), (unsigned long long)*version, with->nrules);
+            return;
+        }
+        LOG_ERROR("\"rules cache refused\" cache=%s", log_val(cache));
+        print_errors(err);
+        free(*text);
+        *text = NULL;
+    } else if (cache) {
+        LOG_WARN("\"no rules cache\" error=\"%s\"", log_esc(err, strlen(err)));
+    }
+    if ((*cfg)->nrules)
+        LOG_WARN("\"no rule set from Redis yet: the file's own [rule:*] sections until Redis "
+                 "answers\" file=%s rules=%zu",
+                 log_val(a->path), (*cfg)->nrules);
+    else
+        LOG_ERROR("\"NO RULES: every request is allowed until a rule set comes from Redis "
+                  "(spoa-ratelimit --push)\" file=%s",
+                  log_val(a->path));
 }
 
 int main(int argc, char **argv)
@@ -528,8 +672,15 @@ int main(int argc, char **argv)
     int check = 0, status;
 
     memset(&a, 0, sizeof(a));
-    if (parse_args(argc, argv, &a.path, &check, &status) < 0)
+    struct rules_cli_args cli = {0};
+    char *cached = NULL;
+    size_t cached_len = 0;
+    uint64_t cached_version = 0;
+
+    if (parse_args(argc, argv, &a.path, &check, &cli, &status) < 0)
         return status;
+    if ((int)cli.op != -1)
+        return rules_cli_run(&cli);
 
     if (config_load_file(a.path, &cfg, err, sizeof(err)) < 0) {
         print_errors(err);
@@ -552,11 +703,23 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     metrics_set_version(PACKAGE_VERSION);
     a.loaded_unix = a.started_unix = (uint64_t)time(NULL);
+    if (cfg->rules_source == RULES_SOURCE_REDIS)
+        rules_at_start(&a, &cfg, &cached, &cached_len, &cached_version);
     metrics_config_loaded(config_hash(cfg), a.loaded_unix);
 
     a.loop = ev_default_loop(EVFLAG_AUTO);
     if (agent_open(&a, cfg) < 0)
         goto fail;
+    if (a.rs->cfg->rules_source == RULES_SOURCE_REDIS) {
+        a.rules = rules_store_new(a.loop, limiter_store(a.lim), a.rs->cfg, apply_rules, &a);
+        if (!a.rules ||
+            (cached && rules_store_adopt(a.rules, cached, cached_len, cached_version, 1) < 0)) {
+            fprintf(stderr, "spoa-ratelimit: out of memory\n");
+            goto fail;
+        }
+        free(cached);
+        cached = NULL;
+    }
     agent_watch(&a);
     if (server_start(a.srv) < 0)
         goto fail;
@@ -573,6 +736,7 @@ int main(int argc, char **argv)
     LOG_INFO("\"stopped\"");
     return 0;
 fail:
+    free(cached);
     agent_free(&a);
     return 1;
 }

@@ -1,0 +1,225 @@
+/* rules_store.c - an agent with [rules] source = redis follows the fleet's
+ * current rule set (see rules_store.h): poll, fetch, apply, cache. */
+#include "rules_store/rules_store.h"
+
+#include <ev.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config/config.h"
+#include "core/log.h"
+#include "metrics/metrics.h"
+#include "store/store.h"
+
+#define ERRBUF 4096
+
+struct rules_store {
+    struct ev_loop *loop;
+    struct store *s;
+    rules_store_apply_fn *apply;
+    void *ctx;
+    ev_timer poll;
+    int inflight; /* one question at a time: GET, then HMGET */
+    int said_empty;
+    char *cache; /* NULL: none */
+    char key_current[RULES_STORE_KEY_MAX];
+    char prefix[RULES_STORE_KEY_MAX];
+    /* in force */
+    char *text;
+    size_t len;
+    uint64_t version; /* 0: none from Redis (the file's rules) */
+    uint64_t rejected; /* the last version refused, not asked for again */
+    uint64_t fetching; /* the version asked for by the HMGET in flight */
+};
+
+/* The version is in force: remember its text, say so, cache it. */
+static void applied(struct rules_store *rs, const char *text, size_t len, uint64_t version)
+{
+    char *copy = malloc(len + 1);
+    char err[512];
+
+    if (!copy) {
+        LOG_ERROR("\"out of memory: the applied rules are not cached\"");
+    } else {
+        memcpy(copy, text, len);
+        copy[len] = '\0';
+        free(rs->text);
+        rs->text = copy;
+        rs->len = len;
+    }
+    rs->version = version;
+    atomic_store(&metrics.rules_version, version);
+    atomic_store(&metrics.rules_cached, 0);
+    METRIC_INC(rules_applied_ok);
+    if (rs->cache && copy &&
+        rules_store_write_cache(rs->cache, text, len, version, err, sizeof(err)) < 0)
+        LOG_WARN("\"rules cache not written: an agent started while Redis is down will use its "
+                 "file's rules\" error=\"%s\"",
+                 log_esc(err, strlen(err)));
+}
+
+static void refused(struct rules_store *rs, uint64_t version, const char *why)
+{
+    rs->rejected = version;
+    METRIC_INC(rules_applied_rejected);
+    LOG_ERROR("\"rules version rejected, keeping the rules in force\" version=%llu "
+              "in_force=%llu error=\"%s\"",
+              (unsigned long long)version, (unsigned long long)rs->version,
+              log_esc(why, strcspn(why, "\n")));
+}
+
+/* HMGET v:N text sha256: check and apply. */
+static void on_version(void *arg, const struct store_result *res)
+{
+    struct rules_store *rs = arg;
+    uint64_t version = rs->fetching;
+    char name[48], sha[65], err[ERRBUF];
+
+    rs->inflight = 0;
+    if (res->status != STORE_OK || res->nstr != 2)
+        return; /* asked again at the next poll */
+    const char *text = res->str[0], *want = res->str[1];
+    size_t len = res->str_len[0];
+    if (!len && !res->str_len[1]) {
+        refused(rs, version, "the version's hash is missing or has no text");
+        return;
+    }
+    if (len > CFG_MAX_RULES_TEXT) {
+        refused(rs, version, "larger than 1 MiB");
+        return;
+    }
+    rules_store_sha256(text, len, sha);
+    if (res->str_len[1] && (res->str_len[1] != 64 || memcmp(sha, want, 64) != 0)) {
+        refused(rs, version, "its sha256 does not match its text");
+        return;
+    }
+    snprintf(name, sizeof(name), "redis:v%llu", (unsigned long long)version);
+    err[0] = '\0';
+    if (rs->apply(rs->ctx, text, len, name, err, sizeof(err)) < 0) {
+        refused(rs, version, err[0] ? err : "refused");
+        return;
+    }
+    applied(rs, text, len, version);
+    LOG_INFO("\"rules version applied\" version=%llu sha256=%.12s bytes=%zu",
+             (unsigned long long)version, sha, len);
+}
+
+/* GET current: a number neither in force nor refused is fetched. */
+static void on_current(void *arg, const struct store_result *res)
+{
+    struct rules_store *rs = arg;
+    char key[RULES_STORE_KEY_MAX], vname[32];
+
+    rs->inflight = 0;
+    if (res->status != STORE_OK)
+        return;
+    if (res->nstr != 1 || !res->str_len[0]) {
+        if (!rs->said_empty)
+            LOG_WARN("\"no rule set in Redis yet (spoa-ratelimit --push): keeping the rules in "
+                     "force\" key=%s",
+                     log_val(rs->key_current));
+        rs->said_empty = 1;
+        return;
+    }
+    uint64_t version = strtoull(res->str[0], NULL, 10);
+    if (version == rs->version) {
+        atomic_store(&metrics.rules_cached, 0); /* Redis says the cache is current */
+        return;
+    }
+    if (version == 0 || version == rs->rejected)
+        return;
+    snprintf(vname, sizeof(vname), "v:%llu", (unsigned long long)version);
+    size_t klen = rules_store_key(rs->prefix, vname, key);
+    const char *argv[] = {"HMGET", key, "text", "sha256"};
+    size_t argvlen[] = {5, klen, 4, 6};
+    rs->fetching = version;
+    rs->inflight = 1;
+    store_read(rs->s, key, klen, 4, argv, argvlen, on_version, rs);
+}
+
+static void poll_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    struct rules_store *rs = t->data;
+    const char *argv[] = {"GET", rs->key_current};
+    size_t argvlen[] = {3, strlen(rs->key_current)};
+
+    if (rs->inflight || !store_up(rs->s))
+        return;
+    rs->inflight = 1;
+    /* the callback may run before this returns (Redis down) */
+    store_read(rs->s, rs->key_current, argvlen[1], 2, argv, argvlen, on_current, rs);
+}
+
+struct rules_store *rules_store_new(struct ev_loop *loop, struct store *s,
+                                    const struct config *cfg, rules_store_apply_fn *apply,
+                                    void *ctx)
+{
+    struct rules_store *rs = calloc(1, sizeof(*rs));
+
+    if (!rs)
+        return NULL;
+    if (cfg->rules_cache && !(rs->cache = strdup(cfg->rules_cache))) {
+        free(rs);
+        return NULL;
+    }
+    rs->loop = loop;
+    rs->s = s;
+    rs->apply = apply;
+    rs->ctx = ctx;
+    snprintf(rs->prefix, sizeof(rs->prefix), "%s", cfg->redis_prefix ? cfg->redis_prefix : "");
+    rules_store_key(rs->prefix, "current", rs->key_current);
+    /* the first look soon after start, once the store had a chance to connect */
+    double every = (double)cfg->rules_poll_ms / 1000.;
+    ev_timer_init(&rs->poll, poll_cb, every < 0.2 ? every : 0.2, every);
+    rs->poll.data = rs;
+    ev_timer_start(loop, &rs->poll);
+    return rs;
+}
+
+int rules_store_adopt(struct rules_store *rs, const char *text, size_t len, uint64_t version,
+                      int cached)
+{
+    char *copy = malloc(len + 1);
+
+    if (!copy)
+        return -1;
+    memcpy(copy, text, len);
+    copy[len] = '\0';
+    free(rs->text);
+    rs->text = copy;
+    rs->len = len;
+    rs->version = version;
+    atomic_store(&metrics.rules_version, version);
+    atomic_store(&metrics.rules_cached, cached ? 1 : 0);
+    return 0;
+}
+
+const char *rules_store_text(const struct rules_store *rs, size_t *len, uint64_t *version)
+{
+    *len = rs->len;
+    *version = rs->version;
+    return rs->text;
+}
+
+void rules_store_retry(struct rules_store *rs)
+{
+    if (rs)
+        rs->rejected = 0;
+}
+
+void rules_store_stop(struct rules_store *rs)
+{
+    if (rs)
+        ev_timer_stop(rs->loop, &rs->poll);
+}
+
+void rules_store_free(struct rules_store *rs)
+{
+    if (!rs)
+        return;
+    rules_store_stop(rs);
+    free(rs->text);
+    free(rs->cache);
+    free(rs);
+}
