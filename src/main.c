@@ -61,7 +61,7 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: spoa-ratelimit -c FILE [--check [--print]]\n"
                "       spoa-ratelimit -c FILE --push RULES [--message TEXT] [--if-version N]\n"
-               "       spoa-ratelimit -c FILE --rules-history | --rollback N\n"
+               "       spoa-ratelimit -c FILE --rules-history | --rollback N | --fleet\n"
                "       spoa-ratelimit --version | --help\n"
                "\n"
                "  -c, --config FILE   configuration file (INI)\n"
@@ -73,6 +73,7 @@ static void usage(FILE *f)
                "      --if-version N  with --push or --rollback: only if N is still current\n"
                "      --rules-history list the versions kept in Redis (* the current one)\n"
                "      --rollback N    make version N current again, as a new version\n"
+               "      --fleet         list the live agents and the version each applied\n"
                "  -v, --version       print the version and exit\n"
                "  -h, --help          print this help and exit\n");
 }
@@ -352,6 +353,23 @@ static void status_get(struct agent *a, struct httpd_req *req, const char *query
                 body, len);
 }
 
+/* GET /fleet: which agent runs which version of the fleet's rule set, as
+ * this agent's last report to Redis answered it (rules_store.h). */
+static void fleet_get(struct agent *a, struct httpd_req *req)
+{
+    size_t len = 0;
+    char *body = a->rules ? rules_store_fleet_json(a->rules, &len) : NULL;
+    const char *why = !a->rules ? "no fleet view: [rules] source = file\n"
+                                : "no fleet view yet: Redis not reached since start\n";
+
+    if (body) {
+        httpd_reply(req, "200 OK", "application/json", "Cache-Control: no-store\r\n", body, len);
+        return;
+    }
+    httpd_reply(req, a->rules ? "503 Service Unavailable" : "404 Not Found", "text/plain", NULL,
+                strdup(why), strlen(why));
+}
+
 /* POST /reset: refused (403) when off or forged by another page. */
 static void reset_post(struct agent *a, struct httpd_req *req, const char *query)
 {
@@ -379,7 +397,8 @@ static int on_http(void *ctx, struct httpd_req *req, const char *method, const c
     int reset = strcmp(path, "/reset") == 0;
 
     if (strcmp(path, "/") != 0 && strcmp(path, "/status.json") != 0 &&
-        strcmp(path, "/config") != 0 && strcmp(path, "/key") != 0 && !reset)
+        strcmp(path, "/config") != 0 && strcmp(path, "/key") != 0 &&
+        strcmp(path, "/fleet") != 0 && !reset)
         return -1;
     if (reset ? !post : !get) {
         httpd_reply(req, "405 Method Not Allowed", "text/plain",
@@ -393,6 +412,8 @@ static int on_http(void *ctx, struct httpd_req *req, const char *method, const c
         config_get(a, req);
     } else if (strcmp(path, "/key") == 0) {
         keyapi_get(a->lim, a->rs, req, query);
+    } else if (strcmp(path, "/fleet") == 0) {
+        fleet_get(a, req);
     } else {
         reset_post(a, req, query);
     }
@@ -431,7 +452,7 @@ static int parse_version(const char *s, long long min, long long *out)
 static int parse_args(int argc, char **argv, const char **path, int *check,
                       struct rules_cli_args *cli, int *status)
 {
-    enum { OPT_PUSH = 256, OPT_MESSAGE, OPT_IF_VERSION, OPT_HISTORY, OPT_ROLLBACK };
+    enum { OPT_PUSH = 256, OPT_MESSAGE, OPT_IF_VERSION, OPT_HISTORY, OPT_ROLLBACK, OPT_FLEET };
     static const struct option opts[] = {
         {"config", required_argument, NULL, 'c'},
         {"check", no_argument, NULL, 't'},
@@ -444,6 +465,7 @@ static int parse_args(int argc, char **argv, const char **path, int *check,
         {"if-version", required_argument, NULL, OPT_IF_VERSION},
         {"rules-history", no_argument, NULL, OPT_HISTORY},
         {"rollback", required_argument, NULL, OPT_ROLLBACK},
+        {"fleet", no_argument, NULL, OPT_FLEET},
         {NULL, 0, NULL, 0},
     };
     int c, print = 0, ops = 0, bad = 0;
@@ -482,6 +504,10 @@ static int parse_args(int argc, char **argv, const char **path, int *check,
             break;
         case OPT_HISTORY:
             cli->op = RULES_CLI_HISTORY;
+            ops++;
+            break;
+        case OPT_FLEET:
+            cli->op = RULES_CLI_FLEET;
             ops++;
             break;
         case OPT_ROLLBACK:

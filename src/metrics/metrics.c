@@ -527,6 +527,9 @@ static void render_rules_store(struct strbuf *b)
     render_simple(b, "spoa_ratelimit_rules_version", "gauge",
                   "Version of the rule set from Redis in force (0: none, the file's rules).",
                   metrics_ld(&metrics.rules_version));
+    render_simple(b, "spoa_ratelimit_rules_current_version", "gauge",
+                  "The fleet's current rule set version in Redis, as last read (0: none).",
+                  metrics_ld(&metrics.rules_current_version));
     strbuf_printf(b, "# HELP spoa_ratelimit_rules_applied_total Rule set versions from Redis "
                      "applied (ok) or refused by validation (rejected, each version once).\n"
                      "# TYPE spoa_ratelimit_rules_applied_total counter\n"

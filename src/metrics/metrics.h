@@ -143,6 +143,7 @@ struct metrics {
     atomic_uint_fast64_t rules_applied_ok;       /* versions applied */
     atomic_uint_fast64_t rules_applied_rejected; /* versions refused (each once) */
     atomic_int rules_cached; /* 1: on the rules of the cache file, Redis not read since start */
+    atomic_uint_fast64_t rules_current_version; /* the current version in Redis, last read */
     /* leases */
     atomic_uint_fast64_t lease_claims;
     atomic_uint_fast64_t lease_exact_calls; /* cold keys' single decisions (lease_cache.c) */

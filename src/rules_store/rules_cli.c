@@ -20,6 +20,7 @@
 #include "config/config.h"
 #include "core/log.h"
 #include "rules_scripts.h"
+#include "rules_store/rules_fleet.h"
 #include "rules_store/rules_store.h"
 #include "store/store.h"
 
@@ -71,6 +72,7 @@ static void on_answer(void *arg, const struct store_result *res)
 struct cli {
     struct ev_loop *loop;
     struct store *s;
+    const char *prefix;
     char current[RULES_STORE_KEY_MAX], versions[RULES_STORE_KEY_MAX];
     double deadline;
 };
@@ -208,6 +210,38 @@ static int run_history(struct cli *c)
     return 0;
 }
 
+/* The live agents, read only (an empty agent id: the script writes nothing). */
+static int run_fleet(struct cli *c)
+{
+    struct answer an = {0};
+    struct rules_fleet f;
+    char agents[RULES_STORE_KEY_MAX], seen[RULES_STORE_KEY_MAX], live[24];
+    int rc = 1;
+
+    rules_store_key(c->prefix, "agents", agents);
+    rules_store_key(c->prefix, "seen", seen);
+    snprintf(live, sizeof(live), "%d", RULES_FLEET_LIVE_MS);
+    const char *argv[] = {"EVAL", rules_script_fleet, "2", agents, seen, "", "0", "", live};
+    call(c, 9, argv, &an);
+    size_t len[an.n + 1];
+    for (size_t i = 0; i < an.n; i++)
+        len[i] = strlen(an.str[i]);
+    if (an.status != STORE_OK) {
+        fprintf(stderr, "spoa-ratelimit: %s\n", an.err[0] ? an.err : "bad reply");
+    } else if (rules_fleet_parse(an.n, (const char *const *)an.str, len, &f) < 0) {
+        fprintf(stderr, "spoa-ratelimit: unexpected reply to the fleet script\n");
+    } else {
+        char *text = rules_fleet_text(&f);
+        if (text)
+            fputs(text, stdout);
+        free(text);
+        rules_fleet_clear(&f);
+        rc = text ? 0 : 1;
+    }
+    answer_clear(&an);
+    return rc;
+}
+
 int rules_cli_run(const struct rules_cli_args *a)
 {
     struct config *cfg = NULL;
@@ -238,6 +272,7 @@ int rules_cli_run(const struct rules_cli_args *a)
         goto out;
     }
     log_level = LOG_LVL_ERROR; /* the store's reconnect notes are not this command's output */
+    c.prefix = cfg->redis_prefix;
     rules_store_key(cfg->redis_prefix, "current", c.current);
     rules_store_key(cfg->redis_prefix, "versions", c.versions);
     if (!(c.loop = ev_loop_new(EVFLAG_AUTO))) {
@@ -245,7 +280,9 @@ int rules_cli_run(const struct rules_cli_args *a)
         goto out;
     }
     if (connect_store(&c, cfg) == 0)
-        rc = a->op == RULES_CLI_HISTORY ? run_history(&c) : run_push(&c, a, cfg, text, len);
+        rc = a->op == RULES_CLI_HISTORY ? run_history(&c)
+             : a->op == RULES_CLI_FLEET ? run_fleet(&c)
+                                        : run_push(&c, a, cfg, text, len);
 out:
     store_free(c.s);
     if (c.loop)

@@ -1,13 +1,13 @@
 /* rules_cli.h - the operator's commands on the fleet's rule set in Redis:
  * spoa-ratelimit -c FILE --push RULES [--message TEXT] [--if-version N],
- * --rules-history and --rollback N. One-shot: they connect to FILE's
+ * --rules-history, --rollback N and --fleet. One-shot: they connect to FILE's
  * [redis] (url, Sentinel or Cluster, with its credentials) through the
- * store on a private loop, run one script (lua/rules_push.lua or
- * lua/rules_history.lua) and print the outcome. */
+ * store on a private loop, run one script (lua/rules_push.lua,
+ * lua/rules_history.lua or lua/rules_fleet.lua) and print the outcome. */
 #ifndef RULES_CLI_H
 #define RULES_CLI_H
 
-enum rules_cli_op { RULES_CLI_PUSH, RULES_CLI_HISTORY, RULES_CLI_ROLLBACK };
+enum rules_cli_op { RULES_CLI_PUSH, RULES_CLI_HISTORY, RULES_CLI_ROLLBACK, RULES_CLI_FLEET };
 
 struct rules_cli_args {
     enum rules_cli_op op;

@@ -6,13 +6,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "config/config.h"
 #include "core/log.h"
 #include "metrics/metrics.h"
+#include "rules_scripts.h"
+#include "rules_store/rules_fleet.h"
 #include "store/store.h"
 
 #define ERRBUF 4096
+#define REPORT_EVERY_S 5.0 /* each agent's line in the fleet's view (rules_fleet.h) */
 
 struct rules_store {
     struct ev_loop *loop;
@@ -31,7 +35,17 @@ struct rules_store {
     uint64_t version; /* 0: none from Redis (the file's rules) */
     uint64_t rejected; /* the last version refused, not asked for again */
     uint64_t fetching; /* the version asked for by the HMGET in flight */
+    /* the fleet's view: this agent's report, and the view it answered */
+    ev_timer report;
+    int reporting;
+    char member[384];  /* "host=H pid=P listen=L", as the heartbeat's */
+    char error[256];   /* the last apply error, "" after a good apply */
+    char key_agents[RULES_STORE_KEY_MAX], key_seen[RULES_STORE_KEY_MAX];
+    struct rules_fleet fleet;
+    int have_fleet;
 };
+
+static void report(struct rules_store *rs);
 
 /* The version is in force: remember its text, say so, cache it. */
 static void applied(struct rules_store *rs, const char *text, size_t len, uint64_t version)
@@ -49,6 +63,7 @@ static void applied(struct rules_store *rs, const char *text, size_t len, uint64
         rs->len = len;
     }
     rs->version = version;
+    rs->error[0] = '\0';
     atomic_store(&metrics.rules_version, version);
     atomic_store(&metrics.rules_cached, 0);
     METRIC_INC(rules_applied_ok);
@@ -62,6 +77,8 @@ static void applied(struct rules_store *rs, const char *text, size_t len, uint64
 static void refused(struct rules_store *rs, uint64_t version, const char *why)
 {
     rs->rejected = version;
+    snprintf(rs->error, sizeof(rs->error), "version %llu: %.*s", (unsigned long long)version,
+             (int)strcspn(why, "\n"), why);
     METRIC_INC(rules_applied_rejected);
     LOG_ERROR("\"rules version rejected, keeping the rules in force\" version=%llu "
               "in_force=%llu error=\"%s\"",
@@ -79,6 +96,8 @@ static void on_version(void *arg, const struct store_result *res)
     rs->inflight = 0;
     if (res->status != STORE_OK || res->nstr != 2)
         return; /* asked again at the next poll */
+    /* the fleet sees the outcome at once, not a report period later */
+    ev_feed_event(rs->loop, &rs->report, EV_TIMER);
     const char *text = res->str[0], *want = res->str[1];
     size_t len = res->str_len[0];
     if (!len && !res->str_len[1]) {
@@ -123,6 +142,7 @@ static void on_current(void *arg, const struct store_result *res)
         return;
     }
     uint64_t version = strtoull(res->str[0], NULL, 10);
+    atomic_store(&metrics.rules_current_version, version);
     if (version == rs->version) {
         atomic_store(&metrics.rules_cached, 0); /* Redis says the cache is current */
         return;
@@ -151,6 +171,55 @@ static void poll_cb(struct ev_loop *loop, ev_timer *t, int revents)
     store_read(rs->s, rs->key_current, argvlen[1], 2, argv, argvlen, on_current, rs);
 }
 
+/* The fleet's view (lua/rules_fleet.lua), kept for GET /fleet. */
+static void on_report(void *arg, const struct store_result *res)
+{
+    struct rules_store *rs = arg;
+    struct rules_fleet f;
+
+    rs->reporting = 0;
+    if (res->status != STORE_OK) {
+        if (res->status == STORE_ERR)
+            LOG_DEBUG("\"rules report failed\" err=%s", log_val(res->err ? res->err : "?"));
+        return;
+    }
+    if (rules_fleet_parse(res->nstr, res->str, res->str_len, &f) < 0) {
+        LOG_DEBUG("\"rules report: unexpected reply\"");
+        return;
+    }
+    rules_fleet_clear(&rs->fleet);
+    rs->fleet = f;
+    rs->have_fleet = 1;
+    atomic_store(&metrics.rules_current_version, f.current);
+}
+
+static void report(struct rules_store *rs)
+{
+    char version[24], live[24];
+
+    if (rs->reporting || !store_up(rs->s))
+        return;
+    snprintf(version, sizeof(version), "%llu", (unsigned long long)rs->version);
+    snprintf(live, sizeof(live), "%d", RULES_FLEET_LIVE_MS);
+    const char *argv[] = {"EVAL", rules_script_fleet, "2", rs->key_agents, rs->key_seen,
+                          rs->member, version, rs->error, live};
+    size_t argvlen[9];
+    for (int i = 0; i < 9; i++)
+        argvlen[i] = strlen(argv[i]);
+    rs->reporting = 1;
+    store_read(rs->s, rs->key_agents, argvlen[3], 9, argv, argvlen, on_report, rs);
+}
+
+static void report_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    report(t->data);
+}
+
+char *rules_store_fleet_json(const struct rules_store *rs, size_t *len)
+{
+    return rs->have_fleet ? rules_fleet_json(&rs->fleet, len) : NULL;
+}
+
 struct rules_store *rules_store_new(struct ev_loop *loop, struct store *s,
                                     const struct config *cfg, rules_store_apply_fn *apply,
                                     void *ctx)
@@ -174,6 +243,15 @@ struct rules_store *rules_store_new(struct ev_loop *loop, struct store *s,
     ev_timer_init(&rs->poll, poll_cb, every < 0.2 ? every : 0.2, every);
     rs->poll.data = rs;
     ev_timer_start(loop, &rs->poll);
+    char host[128] = "agent";
+    gethostname(host, sizeof(host) - 1);
+    snprintf(rs->member, sizeof(rs->member), "host=%s pid=%d listen=%s", host, (int)getpid(),
+             cfg->listen ? cfg->listen : "");
+    rules_store_key(rs->prefix, "agents", rs->key_agents);
+    rules_store_key(rs->prefix, "seen", rs->key_seen);
+    ev_timer_init(&rs->report, report_cb, 0.5, REPORT_EVERY_S);
+    rs->report.data = rs;
+    ev_timer_start(loop, &rs->report);
     return rs;
 }
 
@@ -210,8 +288,11 @@ void rules_store_retry(struct rules_store *rs)
 
 void rules_store_stop(struct rules_store *rs)
 {
-    if (rs)
-        ev_timer_stop(rs->loop, &rs->poll);
+    if (!rs)
+        return;
+    ev_timer_stop(rs->loop, &rs->poll);
+    ev_timer_stop(rs->loop, &rs->report);
+    ev_clear_pending(rs->loop, &rs->report);
 }
 
 void rules_store_free(struct rules_store *rs)
@@ -219,6 +300,7 @@ void rules_store_free(struct rules_store *rs)
     if (!rs)
         return;
     rules_store_stop(rs);
+    rules_fleet_clear(&rs->fleet);
     free(rs->text);
     free(rs->cache);
     free(rs);

@@ -17,6 +17,11 @@
  * stay. An applied one is written to [rules] cache (temporary file and
  * rename), so that an agent starting while Redis is down runs on it.
  *
+ * Every 5 s (and after each new version) the agent also reports its version
+ * and last apply error for the fleet's view (lua/rules_fleet.lua,
+ * rules_fleet.h: PREFIX{rules}:agents and :seen), and keeps the view the
+ * script answers for GET /fleet.
+ *
  * Everything runs on the loop thread, through store.h alone (store_read).
  */
 #ifndef RULES_STORE_H
@@ -59,6 +64,12 @@ const char *rules_store_text(const struct rules_store *rs, size_t *len, uint64_t
 /* SIGHUP: a version refused with the old file may pass with the new one:
  * forget the refusals (each is logged once again if it fails again). */
 void rules_store_retry(struct rules_store *rs);
+
+/* GET /fleet: the fleet's view as JSON (rules_fleet.h), as this agent's
+ * last report (every 5 s, and after each new version) answered it;
+ * malloc'd, its length in *len. NULL before the first answer, or out of
+ * memory. */
+char *rules_store_fleet_json(const struct rules_store *rs, size_t *len);
 
 /* Stop polling (before the store is freed), then free. NULL no-op. */
 void rules_store_stop(struct rules_store *rs);

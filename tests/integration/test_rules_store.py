@@ -6,11 +6,13 @@ section, exits 1 and writes nothing; a version written by hand that does not
 parse is rejected by every agent, once, counted, and the old rules stay; of
 two concurrent --if-version pushes exactly one wins; an agent restarted
 while Redis is down enforces its cached rules; SIGHUP keeps the rules from
-Redis; HAProxy traffic through a push sees no error. Measured (printed):
+Redis; --fleet and GET /fleet list the live agents and mark those off the
+current version; HAProxy traffic through a push sees no error. Measured (printed):
 the time from --push to the last of 3 agents enforcing it, and the Redis
 commands that polling costs per agent per second."""
 import collections
 import hashlib
+import json
 import os
 import random
 import shutil
@@ -83,6 +85,9 @@ class StoreCase(RedisCase):
         finally:
             s.close()
 
+    def fleet_json(self, agent):
+        return json.loads(agent.get("/fleet"))
+
     def wait_limit(self, agents, want, timeout=5.0):
         ok = wait_for(lambda: all(self.limit(a) == want for a in agents), timeout, step=0.02)
         self.assertTrue(ok, "limits %r, want %d:\n%s" % (
@@ -125,6 +130,22 @@ class OneRedis(StoreCase):
             self.assertEqual(a.metric("spoa_ratelimit_rules_applied_total",
                                       result="rejected"), 0)
             self.assertIn("rules version applied", a.output())
+        # the fleet in view: three agents on 11, from the CLI and from each agent
+        self.assertTrue(wait_for(lambda: all(self.fleet_json(a)["off_current"] == 0 and
+                                             len(self.fleet_json(a)["agents"]) == 3
+                                             for a in agents), 7), self.fleet_json(agents[0]))
+        doc = self.fleet_json(agents[0])
+        self.assertEqual(doc["current"], 11)
+        self.assertEqual(sorted(x["listen"] for x in doc["agents"]),
+                         sorted("127.0.0.1:%d" % a.port for a in agents))
+        for x in doc["agents"]:
+            self.assertEqual((x["version"], x["current"], x["error"]), (11, True, ""), x)
+            self.assertGreater(x["pid"], 0)
+        p = self.cli(self.op, "--fleet")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("current version: 11; 3 agents, 0 off it", p.stdout)
+        for a in agents:
+            self.assertRegex(p.stdout, r"\n  \S+ +%d +127\.0\.0\.1:%d +11 " % (a.p.pid, a.port))
         # polling's cost: Redis' own count of GETs over a quiet stretch
         before = self.r.cli("INFO", "commandstats")
         t0 = time.monotonic()
@@ -132,9 +153,11 @@ class OneRedis(StoreCase):
         after = self.r.cli("INFO", "commandstats")
         span = time.monotonic() - t0
         per = (calls(after, "get") - calls(before, "get")) / span / len(agents)
+        evals = (calls(after, "eval") - calls(before, "eval")) / span / len(agents)
         print("\n  --push to the last of 3 agents enforcing it (poll 1s): median %.0f ms, "
-              "max %.0f ms over %d pushes; polling: %.2f GET per agent per second"
-              % (statistics.median(took) * 1000, max(took) * 1000, len(took), per))
+              "max %.0f ms over %d pushes; polling: %.2f GET per agent per second (and "
+              "%.2f EVAL: the fleet report and the heartbeat, every 5 s each)"
+              % (statistics.median(took) * 1000, max(took) * 1000, len(took), per, evals))
         self.assertLessEqual(per, 1.5)
 
     def test_invalid_push_changes_nothing(self):
@@ -181,6 +204,13 @@ class OneRedis(StoreCase):
             self.assertEqual(a.metric("spoa_ratelimit_rules_applied_total", result="rejected"), 1)
             self.assertEqual(a.metric("spoa_ratelimit_rules_version"), 1)
             self.assertEqual(self.limit(a), 10)
+        # the fleet's view marks them off the current version, with the error
+        p = self.cli(self.op, "--fleet")
+        self.assertIn("current version: 2; 3 agents, 3 off it", p.stdout)
+        self.assertEqual(p.stdout.count("version 2: redis:v2:3: bad rate 'lots'"), 3, p.stdout)
+        for a in agents:
+            self.assertTrue(wait_for(lambda: self.fleet_json(a)["off_current"] == 3, 7))
+            self.assertFalse(any(x["current"] for x in self.fleet_json(a)["agents"]))
         # a text that does not match its sha256 is rejected too
         self.r.cli("HSET", "rl:{rules}:v:3", "text", rules(99), "sha256", "0" * 64)
         self.r.cli("SET", "rl:{rules}:current", "3")
@@ -276,6 +306,37 @@ class OneRedis(StoreCase):
         self.assertTrue(wait_for(lambda: a.metric("spoa_ratelimit_reloads_total") > before, 5))
         self.assertEqual(self.limit(a), 12)
         self.assertEqual(a.metric("spoa_ratelimit_rules_version"), 1)
+
+    def test_acl(self):
+        """doc/operations.md's two ACL users: the agents apply versions,
+        decide on Redis and report, but cannot push; the operators can."""
+        for user in (["agent", "on", ">agent-secret", "resetkeys", "~rl:[^{]*",
+                      "%R~rl:{rules}:*", "~rl:{rules}:agents", "~rl:{rules}:seen",
+                      "resetchannels", "-@all", "+@read", "+@write", "+@scripting",
+                      "+@connection", "-@dangerous", "+info", "+role", "+time"],
+                     ["rules-admin", "on", ">admin-secret", "resetkeys", "~rl:{rules}:*",
+                      "resetchannels", "-@all", "+@read", "+@write", "+@scripting",
+                      "+@connection", "-@dangerous", "+info", "+time"]):
+            self.assertEqual(self.r.cli("ACL", "SETUSER", *user), "OK")
+        auth = "username = %s\npassword = %s\n"
+        op = self.path("admin.ini", "[redis]\nurl = redis://127.0.0.1:%d\n" % self.r.port +
+                       auth % ("rules-admin", "admin-secret"))
+        as_agent = self.path("as-agent.ini", "[redis]\nurl = redis://127.0.0.1:%d\n"
+                             % self.r.port + auth % ("agent", "agent-secret"))
+        a = self.store_agent(self.section.replace("[redis]\n", "[redis]\n" +
+                                                  auth % ("agent", "agent-secret"), 1))
+        wait_redis_up(a)
+        self.assertEqual(self.push(op, rules(6)), 1)
+        self.wait_limit([a], 6)
+        got = Seq(a.addr)
+        self.addCleanup(got.close)
+        self.assertNotEqual(got.decide(key="acl").get("degraded"), True)
+        self.assertTrue(wait_for(lambda: self.cli(op, "--fleet").stdout.count("\n  ") == 2, 7))
+        p = self.push(as_agent, rules(600), ok=False)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("not written", p.stderr)
+        self.assertEqual(self.r.cli("GET", "rl:{rules}:current"), "1")
+        self.assertEqual(a.metric("spoa_ratelimit_redis_error_replies_total", kind="NOPERM"), 0)
 
     def test_haproxy_traffic_through_a_push(self):
         """Requests through HAProxy while versions are pushed: every one is

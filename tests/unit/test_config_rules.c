@@ -1,7 +1,8 @@
 /* test_config_rules.c - [rules] (where the rules come from) and rule text
  * from Redis, a cache file or --push: config_load_with_rules parses it with
  * the file's other sections, bounded (size, NUL, rule count), refusing any
- * section but [rule:*], with errors named after each source. */
+ * section but [rule:*], with errors named after each source; and the
+ * fleet's view of the rule set (rules_fleet.h) read from its script's reply. */
 #include "config/config.h"
 
 #include <check.h>
@@ -11,6 +12,7 @@
 #include <unistd.h>
 
 #include "check_util.h"
+#include "rules_store/rules_fleet.h"
 
 #define REDIS_FILE                                                                       \
     "[agent]\nmax_frame_size = 16380\n[redis]\nurl = redis://127.0.0.1:6379\n"          \
@@ -213,12 +215,83 @@ START_TEST(test_with_rules_bad_file)
 }
 END_TEST
 
+/* lua/rules_fleet.lua's reply: current, Redis time, then per agent: id,
+ * seen, version, error. */
+static int parse(size_t n, const char *const *str, struct rules_fleet *f)
+{
+    size_t len[16];
+
+    for (size_t i = 0; i < n; i++)
+        len[i] = strlen(str[i]);
+    return rules_fleet_parse(n, str, len, f);
+}
+
+START_TEST(test_fleet_view)
+{
+    const char *const reply[] = {"3", "100000",
+                                 "host=lb-1 pid=42 listen=127.0.0.1:12345", "99000", "3", "",
+                                 "host=lb-2 pid=7 listen=unix:/run/x", "95500", "2",
+                                 "version 3: redis:v3:2: bad rate 'x\"\x01'"};
+    struct rules_fleet f;
+    size_t len;
+
+    ck_assert_int_eq(parse(10, reply, &f), 0);
+    ck_assert_uint_eq(f.current, 3);
+    ck_assert_uint_eq(f.n, 2);
+    ck_assert_str_eq(f.agents[0].host, "lb-1");
+    ck_assert_int_eq(f.agents[0].pid, 42);
+    ck_assert_str_eq(f.agents[1].listen, "unix:/run/x");
+    ck_assert_uint_eq(f.agents[1].version, 2);
+    ck_assert_uint_eq(f.agents[1].age_ms, 4500);
+    char *json = rules_fleet_json(&f, &len);
+    ck_assert_str_eq(json,
+                     "{\"current\":3,\"off_current\":1,\"agents\":[{\"host\":\"lb-1\","
+                     "\"pid\":42,\"listen\":\"127.0.0.1:12345\",\"version\":3,\"current\":true,"
+                     "\"error\":\"\",\"last_seen_s\":1.0},{\"host\":\"lb-2\",\"pid\":7,"
+                     "\"listen\":\"unix:/run/x\",\"version\":2,\"current\":false,"
+                     "\"error\":\"version 3: redis:v3:2: bad rate 'x\\\"\\u0001'\","
+                     "\"last_seen_s\":4.5}]}\n");
+    free(json);
+    char *text = rules_fleet_text(&f);
+    ck_assert_ptr_nonnull(strstr(text, "current version: 3; 2 agents, 1 off it\n"));
+    ck_assert_ptr_nonnull(strstr(text, "\n  lb-1 "));
+    ck_assert_ptr_nonnull(strstr(text, "\n! lb-2 "));
+    ck_assert_ptr_null(strchr(text, '\x01')); /* no control byte reaches a terminal */
+    free(text);
+    rules_fleet_clear(&f);
+    /* no agent yet */
+    ck_assert_int_eq(parse(2, reply, &f), 0);
+    ck_assert_uint_eq(f.n, 0);
+    rules_fleet_clear(&f);
+}
+END_TEST
+
+/* Replies without the script's shape are refused whole. */
+START_TEST(test_fleet_bad_replies)
+{
+    const char *const short_reply[] = {"3"};
+    const char *const odd[] = {"3", "100", "host=a", "99", "3"};
+    const char *const not_number[] = {"3", "100", "host=a", "soon", "3", ""};
+    const char *const bad_version[] = {"3", "100", "host=a", "99", "-1", ""};
+    const char *const huge[] = {"99999999999999999999", "100"};
+    struct rules_fleet f;
+
+    ck_assert_int_eq(parse(1, short_reply, &f), -1);
+    ck_assert_int_eq(parse(5, odd, &f), -1);
+    ck_assert_int_eq(parse(6, not_number, &f), -1);
+    ck_assert_int_eq(parse(6, bad_version, &f), -1);
+    ck_assert_int_eq(parse(2, huge, &f), -1);
+    ck_assert_uint_eq(f.n, 0);
+    ck_assert_ptr_null(f.agents);
+}
+END_TEST
+
 int main(void)
 {
     TCase *tc = tcase_create("rules");
 
     CHECK_ADD(tc, test_rules_defaults, test_rules_keys, test_with_rules, test_with_rules_bounds,
-              test_with_rules_bad_file);
+              test_with_rules_bad_file, test_fleet_view, test_fleet_bad_replies);
     CHECK_LOOP(tc, test_rules_bad_keys, bad_keys);
     CHECK_LOOP(tc, test_with_bad_rules, bad_rules);
     return check_run_case("config_rules", tc);
