@@ -31,7 +31,7 @@ if ARGV[1] ~= '' then
     redis.call('PEXPIRE', AGENTS, live)
     redis.call('PEXPIRE', SEEN, live)
 end
-local out = {tonumber(redis.call('GET', current) or '0') or 0, now}
+local out = {tonumber(string.match(redis.call('GET', current) or '', '^%d+') or '0'), now}
 local seen = redis.call('ZRANGEBYSCORE', SEEN, string.format('%d', oldest), '+inf',
                         'WITHSCORES')
 for i = 1, #seen, 2 do

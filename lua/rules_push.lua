@@ -1,8 +1,8 @@
 -- rules_push.lua - write a new version of the fleet's rule set, atomically
 -- (spoa-ratelimit --push and --rollback; layout and contract: lua/README.md,
--- "Rules from Redis"; positions: src/rules_store/rules_script.h).
+-- "Rules from Redis"; positions by name: src/rules_store/rules_script.h).
 --
--- KEYS[1] PREFIX{rules}:current   the current version number (a string)
+-- KEYS[1] PREFIX{rules}:current   the current version: "N SHA256" (N alone by hand)
 -- KEYS[2] PREFIX{rules}:versions  sorted set of the kept versions (score: N)
 -- Version N is the hash PREFIX{rules}:v:N (text, sha256, time, host,
 -- message), its name made from KEYS[1] without "current": all three keys
@@ -19,7 +19,7 @@ local op, want, keep = ARGV[1], ARGV[2], tonumber(ARGV[3])
 if (op ~= 'push' and op ~= 'rollback') or not keep or keep < 1 then
     return redis.error_reply('bad ARGV[1] or ARGV[3]')
 end
-local cur = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
+local cur = tonumber(string.match(redis.call('GET', KEYS[1]) or '', '^%d+') or '0')
 if want ~= '' and tonumber(want) ~= cur then
     return {0, cur}
 end
@@ -42,7 +42,9 @@ local n = cur + 1
 redis.call('HSET', base .. 'v:' .. n, 'text', text, 'sha256', sha, 'time', t[1],
            'host', ARGV[4], 'message', message)
 redis.call('ZADD', KEYS[2], n, n)
-redis.call('SET', KEYS[1], n)
+-- the number and the sha256: agents tell a version from one with the same
+-- number pushed after this Redis lost its data
+redis.call('SET', KEYS[1], n .. ' ' .. sha)
 -- keep the newest `keep` versions: the older ones go, with their hashes
 local old = redis.call('ZRANGE', KEYS[2], 0, -keep - 1)
 for _, v in ipairs(old) do

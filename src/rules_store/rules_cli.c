@@ -21,6 +21,7 @@
 #include "core/log.h"
 #include "rules_scripts.h"
 #include "rules_store/rules_fleet.h"
+#include "rules_store/rules_script.h"
 #include "rules_store/rules_store.h"
 #include "store/store.h"
 
@@ -158,26 +159,35 @@ static int run_push(struct cli *c, const struct rules_cli_args *a, const struct 
     if (a->if_version >= 0)
         snprintf(want, sizeof(want), "%lld", a->if_version);
     snprintf(from, sizeof(from), "%lld", a->rollback);
-    const char *argv[] = {"EVAL", rules_script_push, "2", c->current, c->versions,
-                          a->op == RULES_CLI_PUSH ? "push" : "rollback", want, keep, host,
-                          a->message ? a->message : "",
-                          a->op == RULES_CLI_PUSH ? text : from, sha};
-    call(c, a->op == RULES_CLI_PUSH ? 12 : 11, argv, &an);
-    if (an.status != STORE_OK || an.n != 2) {
+    /* EVAL, the script, 2 keys, then its ARGV by position */
+    const char *argv[5 + RULES_PUSH_ARGC] = {"EVAL", rules_script_push, "2", c->current,
+                                             c->versions};
+    const char **arg = argv + 5;
+    arg[RULES_PUSH_ARG_OP] = a->op == RULES_CLI_PUSH ? "push" : "rollback";
+    arg[RULES_PUSH_ARG_IF_VERSION] = want;
+    arg[RULES_PUSH_ARG_HISTORY] = keep;
+    arg[RULES_PUSH_ARG_HOST] = host;
+    arg[RULES_PUSH_ARG_MESSAGE] = a->message ? a->message : "";
+    arg[RULES_PUSH_ARG_TEXT] = a->op == RULES_CLI_PUSH ? text : from;
+    arg[RULES_PUSH_ARG_SHA256] = a->op == RULES_CLI_PUSH ? sha : "";
+    call(c, 5 + RULES_PUSH_ARGC, argv, &an);
+    long status = an.n == RULES_PUSH_R_N ? strtol(an.str[RULES_PUSH_R_STATUS], NULL, 10) : -2;
+    const char *version = an.n == RULES_PUSH_R_N ? an.str[RULES_PUSH_R_VERSION] : "";
+    if (an.status != STORE_OK || an.n != RULES_PUSH_R_N) {
         fprintf(stderr, "spoa-ratelimit: not written: %s\n", an.err[0] ? an.err : "bad reply");
-    } else if (strcmp(an.str[0], "1") == 0) {
-        printf("%s\n", an.str[1]);
+    } else if (status == RULES_PUSH_WRITTEN) {
+        printf("%s\n", version);
         rc = 0;
-    } else if (strcmp(an.str[0], "0") == 0) {
+    } else if (status == RULES_PUSH_MOVED) {
         fprintf(stderr,
                 "spoa-ratelimit: not written: version %s is current, not %lld (pushed "
                 "meanwhile: look with --rules-history, then push again)\n",
-                an.str[1], a->if_version);
+                version, a->if_version);
     } else {
         fprintf(stderr,
                 "spoa-ratelimit: not written: version %lld is not kept (--rules-history lists "
                 "the kept ones; current: %s)\n",
-                a->rollback, an.str[1]);
+                a->rollback, version);
     }
     answer_clear(&an);
     return rc;
@@ -195,16 +205,20 @@ static int run_history(struct cli *c)
         return 1;
     }
     printf("  %-8s %-20s %-24s %-12s %s\n", "VERSION", "TIME", "HOST", "SHA256", "MESSAGE");
-    for (size_t i = 1; i + 4 < an.n; i += 5) {
+    for (size_t i = RULES_HISTORY_R_HEAD; i + RULES_HISTORY_E_N <= an.n; i += RULES_HISTORY_E_N) {
+        char *const *e = an.str + i;
         char when[32] = "?";
-        time_t t = (time_t)strtoll(an.str[i + 1], NULL, 10);
+        time_t t = (time_t)strtoll(e[RULES_HISTORY_E_TIME], NULL, 10);
         struct tm tm;
         if (t && gmtime_r(&t, &tm))
             strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
-        printf("%c %-8s %-20s %-24s %-12.12s %s\n", strcmp(an.str[i], an.str[0]) == 0 ? '*' : ' ',
-               an.str[i], when, an.str[i + 2], an.str[i + 3], an.str[i + 4]);
+        printf("%c %-8s %-20s %-24s %-12.12s %s\n",
+               strcmp(e[RULES_HISTORY_E_VERSION], an.str[RULES_HISTORY_R_CURRENT]) == 0 ? '*'
+                                                                                      : ' ',
+               e[RULES_HISTORY_E_VERSION], when, e[RULES_HISTORY_E_HOST],
+               e[RULES_HISTORY_E_SHA256], e[RULES_HISTORY_E_MESSAGE]);
     }
-    if (an.n == 1)
+    if (an.n == RULES_HISTORY_R_HEAD)
         printf("; no version in Redis yet\n");
     answer_clear(&an);
     return 0;
@@ -221,8 +235,12 @@ static int run_fleet(struct cli *c)
     rules_store_key(c->prefix, "agents", agents);
     rules_store_key(c->prefix, "seen", seen);
     snprintf(live, sizeof(live), "%d", RULES_FLEET_LIVE_MS);
-    const char *argv[] = {"EVAL", rules_script_fleet, "2", agents, seen, "", "0", "", live};
-    call(c, 9, argv, &an);
+    const char *argv[5 + RULES_FLEET_ARGC] = {"EVAL", rules_script_fleet, "2", agents, seen};
+    argv[5 + RULES_FLEET_ARG_AGENT] = ""; /* only read */
+    argv[5 + RULES_FLEET_ARG_VERSION] = "0";
+    argv[5 + RULES_FLEET_ARG_ERROR] = "";
+    argv[5 + RULES_FLEET_ARG_LIVE_MS] = live;
+    call(c, 5 + RULES_FLEET_ARGC, argv, &an);
     size_t len[an.n + 1];
     for (size_t i = 0; i < an.n; i++)
         len[i] = strlen(an.str[i]);

@@ -9,6 +9,7 @@
 
 #include "core/json.h"
 #include "core/strbuf.h"
+#include "rules_store/rules_script.h"
 
 /* A decimal integer of exactly len bytes (at most 19 digits). */
 static int parse_u64(const char *s, size_t len, uint64_t *out)
@@ -47,25 +48,31 @@ int rules_fleet_parse(size_t n, const char *const *str, const size_t *len, struc
     uint64_t now, seen;
 
     memset(out, 0, sizeof(*out));
-    if (n < 2 || (n - 2) % 4 != 0 || (n - 2) / 4 > RULES_FLEET_MAX ||
-        parse_u64(str[0], len[0], &out->current) < 0 || parse_u64(str[1], len[1], &now) < 0)
+    const size_t head = RULES_FLEET_R_HEAD, each = RULES_FLEET_E_N;
+
+    if (n < head || (n - head) % each != 0 || (n - head) / each > RULES_FLEET_MAX ||
+        parse_u64(str[RULES_FLEET_R_CURRENT], len[RULES_FLEET_R_CURRENT], &out->current) < 0 ||
+        parse_u64(str[RULES_FLEET_R_NOW_MS], len[RULES_FLEET_R_NOW_MS], &now) < 0)
         return -1;
-    if (n > 2 && !(out->agents = calloc((n - 2) / 4, sizeof(*out->agents))))
+    if (n > head && !(out->agents = calloc((n - head) / each, sizeof(*out->agents))))
         return -1;
-    for (size_t i = 2; i < n; i += 4, out->n++) {
+    for (size_t i = head; i < n; i += each, out->n++) {
         struct rules_fleet_agent *a = &out->agents[out->n];
+        const char *const *e = str + i;
+        const size_t *el = len + i;
         char *pid;
 
-        if (parse_u64(str[i + 1], len[i + 1], &seen) < 0 ||
-            (len[i + 2] && parse_u64(str[i + 2], len[i + 2], &a->version) < 0) ||
-            !(a->host = field(str[i], len[i], "host")) ||
-            !(a->listen = field(str[i], len[i], "listen")) ||
-            !(a->error = strndup(str[i + 3], len[i + 3]))) {
+        if (parse_u64(e[RULES_FLEET_E_SEEN_MS], el[RULES_FLEET_E_SEEN_MS], &seen) < 0 ||
+            (el[RULES_FLEET_E_VERSION] &&
+             parse_u64(e[RULES_FLEET_E_VERSION], el[RULES_FLEET_E_VERSION], &a->version) < 0) ||
+            !(a->host = field(e[RULES_FLEET_E_AGENT], el[RULES_FLEET_E_AGENT], "host")) ||
+            !(a->listen = field(e[RULES_FLEET_E_AGENT], el[RULES_FLEET_E_AGENT], "listen")) ||
+            !(a->error = strndup(e[RULES_FLEET_E_ERROR], el[RULES_FLEET_E_ERROR]))) {
             out->n++;
             rules_fleet_clear(out);
             return -1;
         }
-        if ((pid = field(str[i], len[i], "pid")))
+        if ((pid = field(e[RULES_FLEET_E_AGENT], el[RULES_FLEET_E_AGENT], "pid")))
             a->pid = strtol(pid, NULL, 10);
         free(pid);
         a->age_ms = now > seen ? now - seen : 0;

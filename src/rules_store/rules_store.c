@@ -13,6 +13,7 @@
 #include "metrics/metrics.h"
 #include "rules_scripts.h"
 #include "rules_store/rules_fleet.h"
+#include "rules_store/rules_script.h"
 #include "store/store.h"
 
 #define ERRBUF 4096
@@ -33,8 +34,14 @@ struct rules_store {
     char *text;
     size_t len;
     uint64_t version; /* 0: none from Redis (the file's rules) */
+    char sha[65];     /* of text */
+    /* A version is its number and its sha256, both in PREFIX{rules}:current:
+     * a Redis that lost its data numbers from 1 again, and a new version 1
+     * must not pass for the version 1 in force. */
     uint64_t rejected; /* the last version refused, not asked for again */
+    char rejected_sha[65];
     uint64_t fetching; /* the version asked for by the HMGET in flight */
+    char fetching_sha[65];
     /* the fleet's view: this agent's report, and the view it answered */
     ev_timer report;
     int reporting;
@@ -63,6 +70,7 @@ static void applied(struct rules_store *rs, const char *text, size_t len, uint64
         rs->len = len;
     }
     rs->version = version;
+    rules_store_sha256(text, len, rs->sha);
     rs->error[0] = '\0';
     atomic_store(&metrics.rules_version, version);
     atomic_store(&metrics.rules_cached, 0);
@@ -77,6 +85,7 @@ static void applied(struct rules_store *rs, const char *text, size_t len, uint64
 static void refused(struct rules_store *rs, uint64_t version, const char *why)
 {
     rs->rejected = version;
+    memcpy(rs->rejected_sha, rs->fetching_sha, sizeof(rs->rejected_sha));
     snprintf(rs->error, sizeof(rs->error), "version %llu: %.*s", (unsigned long long)version,
              (int)strcspn(why, "\n"), why);
     METRIC_INC(rules_applied_rejected);
@@ -124,11 +133,12 @@ static void on_version(void *arg, const struct store_result *res)
              (unsigned long long)version, sha, len);
 }
 
-/* GET current: a number neither in force nor refused is fetched. */
+/* GET current, "N SHA256" (or "N" alone, written by hand): a version
+ * neither in force nor refused is fetched. */
 static void on_current(void *arg, const struct store_result *res)
 {
     struct rules_store *rs = arg;
-    char key[RULES_STORE_KEY_MAX], vname[32];
+    char key[RULES_STORE_KEY_MAX], vname[32], sha[65] = "";
 
     rs->inflight = 0;
     if (res->status != STORE_OK)
@@ -142,13 +152,17 @@ static void on_current(void *arg, const struct store_result *res)
         return;
     }
     uint64_t version = strtoull(res->str[0], NULL, 10);
+    const char *sp = memchr(res->str[0], ' ', res->str_len[0]);
+    if (sp && res->str_len[0] - (size_t)(sp + 1 - res->str[0]) == 64)
+        memcpy(sha, sp + 1, 64), sha[64] = '\0';
     atomic_store(&metrics.rules_current_version, version);
-    if (version == rs->version) {
+    if (version == rs->version && (!sha[0] || strcmp(sha, rs->sha) == 0)) {
         atomic_store(&metrics.rules_cached, 0); /* Redis says the cache is current */
         return;
     }
-    if (version == 0 || version == rs->rejected)
+    if (version == 0 || (version == rs->rejected && strcmp(sha, rs->rejected_sha) == 0))
         return;
+    memcpy(rs->fetching_sha, sha, sizeof(sha));
     snprintf(vname, sizeof(vname), "v:%llu", (unsigned long long)version);
     size_t klen = rules_store_key(rs->prefix, vname, key);
     const char *argv[] = {"HMGET", key, "text", "sha256"};
@@ -201,13 +215,18 @@ static void report(struct rules_store *rs)
         return;
     snprintf(version, sizeof(version), "%llu", (unsigned long long)rs->version);
     snprintf(live, sizeof(live), "%d", RULES_FLEET_LIVE_MS);
-    const char *argv[] = {"EVAL", rules_script_fleet, "2", rs->key_agents, rs->key_seen,
-                          rs->member, version, rs->error, live};
-    size_t argvlen[9];
-    for (int i = 0; i < 9; i++)
+    const char *argv[5 + RULES_FLEET_ARGC] = {"EVAL", rules_script_fleet, "2", rs->key_agents,
+                                              rs->key_seen};
+    argv[5 + RULES_FLEET_ARG_AGENT] = rs->member;
+    argv[5 + RULES_FLEET_ARG_VERSION] = version;
+    argv[5 + RULES_FLEET_ARG_ERROR] = rs->error;
+    argv[5 + RULES_FLEET_ARG_LIVE_MS] = live;
+    size_t argvlen[5 + RULES_FLEET_ARGC];
+    for (int i = 0; i < 5 + RULES_FLEET_ARGC; i++)
         argvlen[i] = strlen(argv[i]);
     rs->reporting = 1;
-    store_read(rs->s, rs->key_agents, argvlen[3], 9, argv, argvlen, on_report, rs);
+    store_read(rs->s, rs->key_agents, argvlen[3], 5 + RULES_FLEET_ARGC, argv, argvlen, on_report,
+               rs);
 }
 
 static void report_cb(struct ev_loop *loop, ev_timer *t, int revents)
@@ -268,6 +287,7 @@ int rules_store_adopt(struct rules_store *rs, const char *text, size_t len, uint
     rs->text = copy;
     rs->len = len;
     rs->version = version;
+    rules_store_sha256(text, len, rs->sha);
     atomic_store(&metrics.rules_version, version);
     atomic_store(&metrics.rules_cached, cached ? 1 : 0);
     return 0;
@@ -282,8 +302,10 @@ const char *rules_store_text(const struct rules_store *rs, size_t *len, uint64_t
 
 void rules_store_retry(struct rules_store *rs)
 {
-    if (rs)
+    if (rs) {
         rs->rejected = 0;
+        rs->rejected_sha[0] = '\0';
+    }
 }
 
 void rules_store_stop(struct rules_store *rs)

@@ -101,6 +101,10 @@ class OneRedis(StoreCase):
         self.section = redis_ini(self.r.port)
         self.op = self.operator("[redis]\nurl = redis://127.0.0.1:%d\n" % self.r.port)
 
+    def current(self):
+        """The current version's number ("N SHA256" in Redis)."""
+        return self.r.cli("GET", "rl:{rules}:current").split(" ")[0]
+
     def agents(self, n=3, **kw):
         out = [self.store_agent(self.section, **kw) for _ in range(n)]
         for a in out:
@@ -176,7 +180,7 @@ class OneRedis(StoreCase):
         p = self.push(self.op, "[redis]\nurl = redis://10.0.0.1:6379\n", ok=False)
         self.assertEqual(p.returncode, 1)
         self.assertIn("not [redis]", p.stderr)
-        self.assertEqual(self.r.cli("GET", "rl:{rules}:current"), "1")
+        self.assertEqual(self.current(), "1")
         self.assertEqual(self.r.cli("ZCARD", "rl:{rules}:versions"), "1")
         time.sleep(0.5)
         self.assertEqual(self.limit(agents[0]), 10)
@@ -238,7 +242,7 @@ class OneRedis(StoreCase):
             lost = [o for o in out if o[2] == 1][0]
             self.assertEqual(won[0].strip(), str(cur + 1))
             self.assertIn("not written: version %d is current, not %d" % (cur + 1, cur), lost[1])
-        self.assertEqual(self.r.cli("GET", "rl:{rules}:current"), "6")
+        self.assertEqual(self.current(), "6")
 
     def test_rollback_and_history(self):
         op = self.operator("[redis]\nurl = redis://127.0.0.1:%d\n" % self.r.port, history=3)
@@ -268,7 +272,7 @@ class OneRedis(StoreCase):
         p = self.cli(op, "--rollback", "1")
         self.assertEqual(p.returncode, 1)
         self.assertIn("version 1 is not kept", p.stderr)
-        self.assertEqual(self.r.cli("GET", "rl:{rules}:current"), "4")
+        self.assertEqual(self.current(), "4")
         self.wait_limit(agents, 50)
 
     def test_cached_rules_when_redis_is_down(self):
@@ -295,6 +299,26 @@ class OneRedis(StoreCase):
         d = self.store_agent(self.section, cache=False, own="")
         self.assertIsNone(self.limit(d))  # every request allowed, said loudly
         self.assertIn("NO RULES: every request is allowed", d.output())
+
+    def test_redis_restarted_empty(self):
+        """Redis restarts without its data: the agents keep their version 1,
+        say once that Redis holds none, and apply the next push, although it
+        is numbered 1 again (its sha256 differs)."""
+        agents = self.agents(n=2)
+        self.assertEqual(self.push(self.op, rules(10)), 1)
+        self.wait_limit(agents, 10)
+        port = self.r.port
+        self.r.kill()
+        self.r = self.start_redis(port)
+        for a in agents:
+            self.assertTrue(wait_for(lambda: "no rule set in Redis yet" in a.output(), 10))
+            self.assertEqual(self.limit(a), 10)
+        self.assertEqual(self.push(self.op, rules(20)), 1)
+        self.wait_limit(agents, 20, timeout=5.0)
+        self.assertEqual(self.r.cli("GET", "rl:{rules}:current"),
+                         "1 " + hashlib.sha256(rules(20).encode()).hexdigest())
+        for a in agents:
+            self.assertEqual(a.metric("spoa_ratelimit_rules_applied_total", result="ok"), 2)
 
     def test_sighup_keeps_the_rules_from_redis(self):
         a = self.store_agent(self.section)
@@ -335,7 +359,7 @@ class OneRedis(StoreCase):
         p = self.push(as_agent, rules(600), ok=False)
         self.assertEqual(p.returncode, 1)
         self.assertIn("not written", p.stderr)
-        self.assertEqual(self.r.cli("GET", "rl:{rules}:current"), "1")
+        self.assertEqual(self.current(), "1")
         self.assertEqual(a.metric("spoa_ratelimit_redis_error_replies_total", kind="NOPERM"), 0)
 
     def test_haproxy_traffic_through_a_push(self):
