@@ -525,6 +525,25 @@ static struct parse_state *state_new(const char *name, char *err, size_t errlen)
     return st;
 }
 
+/* The file at path opened into *fp, and a parse state for it; NULL with
+ * the reason in err. */
+static struct parse_state *state_open(const char *path, FILE **fp, char *err, size_t errlen)
+{
+    struct parse_state *st;
+
+    if (!(*fp = fopen(path, "r"))) {
+        if (err && errlen)
+            snprintf(err, errlen, "%s: cannot open: %s\n", path, strerror(errno));
+        return NULL;
+    }
+    if (!(st = state_new(path, err, errlen))) {
+        fclose(*fp);
+        return NULL;
+    }
+    st->name = path;
+    return st;
+}
+
 int config_load_file(const char *path, struct config **out, char *err, size_t errlen)
 {
     struct parse_state *st;
@@ -533,16 +552,8 @@ int config_load_file(const char *path, struct config **out, char *err, size_t er
     int ret;
 
     *out = NULL;
-    if (!(fp = fopen(path, "r"))) {
-        if (err && errlen)
-            snprintf(err, errlen, "%s: cannot open: %s\n", path, strerror(errno));
+    if (!(st = state_open(path, &fp, err, errlen)))
         return -1;
-    }
-    if (!(st = state_new(path, err, errlen))) {
-        fclose(fp);
-        return -1;
-    }
-    st->name = path;
     rd.fp = fp;
     ret = load(st, &rd, out, err, errlen);
     fclose(fp);
@@ -589,20 +600,12 @@ int config_load_with_rules(const char *path, const char *rules, size_t rules_len
                                                     : "holds a NUL byte: not text");
         return -1;
     }
-    if (!(fp = fopen(path, "r"))) {
-        if (err && errlen)
-            snprintf(err, errlen, "%s: cannot open: %s\n", path, strerror(errno));
+    if (!(st = state_open(path, &fp, err, errlen)))
         return -1;
-    }
-    if (!(st = state_new(path, err, errlen))) {
-        fclose(fp);
-        return -1;
-    }
     /* the file first, without its rules; then the rules, their errors kept
      * apart to be named after their own source; then the whole-file checks,
      * which see both */
     h.ctx = st;
-    st->name = path;
     st->rules_pass = 1;
     rd.fp = fp;
     rd.errors = &st->errors;

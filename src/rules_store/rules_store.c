@@ -57,25 +57,14 @@ static void report(struct rules_store *rs);
 /* The version is in force: remember its text, say so, cache it. */
 static void applied(struct rules_store *rs, const char *text, size_t len, uint64_t version)
 {
-    char *copy = malloc(len + 1);
     char err[512];
+    int kept = rules_store_adopt(rs, text, len, version, 0) == 0;
 
-    if (!copy) {
+    if (!kept) /* the version and sha are in force anyway, not the text for SIGHUP */
         LOG_ERROR("\"out of memory: the applied rules are not cached\"");
-    } else {
-        memcpy(copy, text, len);
-        copy[len] = '\0';
-        free(rs->text);
-        rs->text = copy;
-        rs->len = len;
-    }
-    rs->version = version;
-    rules_store_sha256(text, len, rs->sha);
     rs->error[0] = '\0';
-    atomic_store(&metrics.rules_version, version);
-    atomic_store(&metrics.rules_cached, 0);
     METRIC_INC(rules_applied_ok);
-    if (rs->cache && copy &&
+    if (rs->cache && kept &&
         rules_store_write_cache(rs->cache, text, len, version, err, sizeof(err)) < 0)
         LOG_WARN("\"rules cache not written: an agent started while Redis is down will use its "
                  "file's rules\" error=\"%s\"",
@@ -279,18 +268,18 @@ int rules_store_adopt(struct rules_store *rs, const char *text, size_t len, uint
 {
     char *copy = malloc(len + 1);
 
-    if (!copy)
-        return -1;
-    memcpy(copy, text, len);
-    copy[len] = '\0';
-    free(rs->text);
-    rs->text = copy;
-    rs->len = len;
     rs->version = version;
+    if (copy) {
+        memcpy(copy, text, len);
+        copy[len] = '\0';
+        free(rs->text);
+        rs->text = copy;
+        rs->len = len;
+    }
     rules_store_sha256(text, len, rs->sha);
     atomic_store(&metrics.rules_version, version);
     atomic_store(&metrics.rules_cached, cached ? 1 : 0);
-    return 0;
+    return copy ? 0 : -1;
 }
 
 const char *rules_store_text(const struct rules_store *rs, size_t *len, uint64_t *version)

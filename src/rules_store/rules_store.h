@@ -52,8 +52,9 @@ struct rules_store *rules_store_new(struct ev_loop *loop, struct store *s,
                                     const struct config *cfg, rules_store_apply_fn *apply,
                                     void *ctx);
 
-/* The rules in force before the first poll (the cache read at start):
- * text (copied) as version; cached marks them as coming from the cache. */
+/* The rules in force (the cache read at start, or a version applied):
+ * text (copied) as version; cached marks them as coming from the cache. -1
+ * out of memory: the version is taken, its text is not kept. */
 int rules_store_adopt(struct rules_store *rs, const char *text, size_t len, uint64_t version,
                       int cached);
 
