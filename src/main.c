@@ -666,11 +666,11 @@ static void rules_at_start(struct agent *a, struct config **cfg, char **text, si
 
     if (cache && rules_store_read_cache(cache, text, len, version, err, sizeof(err)) == 0) {
         if (config_load_with_rules(a->path, *text, *len, cache, &with, err, sizeof(err)) == 0) {
-            config_free(*cfg);
-            *cfg = with;
             LOG_WARN("\"running on the cached rules until Redis answers\" cache=%s version=%llu "
                      "rules=%zu",
                      log_val(cache), (unsigned long long)*version, with->nrules);
+            config_free(*cfg); /* cache pointed into it */
+            *cfg = with;
             return;
         }
         LOG_ERROR("\"rules cache refused\" cache=%s", log_val(cache));
