@@ -1,6 +1,6 @@
 """Rules from Redis (issue 29): [rules] source = redis, --push, --rollback,
---rules-history, on a real redis-server and on a Redis Cluster of three
-masters. Three agents apply a push within 2 s (seen through SPOP: the ACK's
+--rules-history, on a real redis-server, through Sentinel across a
+failover, and on a Redis Cluster of three masters. Three agents apply a push within 2 s (seen through SPOP: the ACK's
 `limit`); a push that --check would refuse, or that holds a non-rule
 section, exits 1 and writes nothing; a version written by hand that does not
 parse is rejected by every agent, once, counted, and the old rules stay; of
@@ -427,6 +427,43 @@ class OnCluster(StoreCase, topo.TopologyCase):
         slots = {topo.cli(self.ports[0], "CLUSTER", "KEYSLOT", k)
                  for k in ("rl:{rules}:current", "rl:{rules}:versions", "rl:{rules}:v:1")}
         self.assertEqual(len(slots), 1, slots)
+
+
+class OnSentinel(StoreCase, topo.TopologyCase):
+    """Through Sentinel, and across a failover: the pushes go to the master
+    the sentinels name, the agents' polls follow the new master."""
+
+    def setUp(self):
+        StoreCase.setUp(self)
+        topo.TopologyCase.setUp(self)
+
+    def test_push_through_sentinel_and_failover(self):
+        mport, rport = topo.free_port(), topo.free_port()
+        self.server(mport)
+        self.server(rport, "--replicaof", "127.0.0.1", mport)
+        self.assertTrue(wait_for(lambda: topo.info(rport, "replication").get(
+            "master_link_status") == "up"), "replica never synced")
+        sport = topo.Sentinel.start_sentinel(self, mport)
+        section = "[redis]\nsentinel = 127.0.0.1:%d\nmaster = mymaster\ntimeout = 1s\n" % sport
+        op = self.operator("[redis]\nsentinel = 127.0.0.1:%d\nmaster = mymaster\n" % sport)
+        agents = [self.store_agent(section) for _ in range(2)]
+        for a in agents:
+            self.assertTrue(wait_for(lambda: a.metric("spoa_ratelimit_redis_up") == 1, 10))
+        self.assertEqual(self.push(op, rules(10)), 1)
+        self.wait_limit(agents, 10, timeout=2.0)
+        self.assertEqual(topo.cli(mport, "GET", "rl:{rules}:current").split()[0], "1")
+        self.assertTrue(wait_for(lambda: topo.cli(sport, "SENTINEL", "FAILOVER", "mymaster")
+                                 == "OK", timeout=15, step=0.5), "sentinel refused FAILOVER")
+        self.assertTrue(wait_for(lambda: topo.cli(sport, "SENTINEL", "get-master-addr-by-name",
+                                                  "mymaster").split()
+                                 == ["127.0.0.1", str(rport)], timeout=15),
+                        "failover did not complete")
+        # the new master has version 1 (replicated); a push goes there
+        self.assertTrue(wait_for(lambda: self.cli(op, "--push", self.path("r2.ini", rules(20)),
+                                                  "--if-version", "1").returncode == 0,
+                                 timeout=15, step=0.5), "no push after the failover")
+        self.assertEqual(topo.cli(rport, "GET", "rl:{rules}:current").split()[0], "2")
+        self.wait_limit(agents, 20, timeout=10.0)
 
 
 if __name__ == "__main__":
