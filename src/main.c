@@ -340,6 +340,8 @@ static void status_get(struct agent *a, struct httpd_req *req, const char *query
         .reload_error = a->reload_error[0] ? a->reload_error : NULL,
         .reset_allowed = a->rs->cfg->stats_reset,
         .token = a->token,
+        .rules_redis = a->rules != NULL,
+        .rules_error = a->rules ? rules_store_error(a->rules) : NULL,
     };
     size_t len = 0;
     uint64_t from = 0;

@@ -289,6 +289,11 @@ const char *rules_store_text(const struct rules_store *rs, size_t *len, uint64_t
     return rs->text;
 }
 
+const char *rules_store_error(const struct rules_store *rs)
+{
+    return rs->error[0] ? rs->error : NULL;
+}
+
 void rules_store_retry(struct rules_store *rs)
 {
     if (rs) {

@@ -62,6 +62,10 @@ int rules_store_adopt(struct rules_store *rs, const char *text, size_t len, uint
  * its number. Valid until the next apply. */
 const char *rules_store_text(const struct rules_store *rs, size_t *len, uint64_t *version);
 
+/* The last version's apply error ("version N: NAME:LINE: ..."), NULL when
+ * the last one applied (the status page). Valid until the next poll. */
+const char *rules_store_error(const struct rules_store *rs);
+
 /* SIGHUP: a version refused with the old file may pass with the new one:
  * forget the refusals (each is logged once again if it fails again). */
 void rules_store_retry(struct rules_store *rs);

@@ -145,6 +145,9 @@ class OneRedis(StoreCase):
         for x in doc["agents"]:
             self.assertEqual((x["version"], x["current"], x["error"]), (11, True, ""), x)
             self.assertGreater(x["pid"], 0)
+        rs = json.loads(agents[0].get("/status.json"))["rule_set"]
+        self.assertEqual(rs, {"source": "redis", "version": 11, "current": 11,
+                              "on_current": True, "cached": False, "error": None})
         p = self.cli(self.op, "--fleet")
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertIn("current version: 11; 3 agents, 0 off it", p.stdout)
@@ -208,6 +211,11 @@ class OneRedis(StoreCase):
             self.assertEqual(a.metric("spoa_ratelimit_rules_applied_total", result="rejected"), 1)
             self.assertEqual(a.metric("spoa_ratelimit_rules_version"), 1)
             self.assertEqual(self.limit(a), 10)
+        # the status page says so too
+        rs = json.loads(agents[0].get("/status.json"))["rule_set"]
+        self.assertEqual((rs["source"], rs["version"], rs["current"], rs["on_current"]),
+                         ("redis", 1, 2, False), rs)
+        self.assertIn("redis:v2:3: bad rate 'lots'", rs["error"])
         # the fleet's view marks them off the current version, with the error
         p = self.cli(self.op, "--fleet")
         self.assertIn("current version: 2; 3 agents, 3 off it", p.stdout)
@@ -293,6 +301,7 @@ class OneRedis(StoreCase):
         self.assertIn("running on the cached rules until Redis answers", b.output())
         self.assertEqual(b.metric("spoa_ratelimit_rules_cached"), 1)
         self.assertEqual(b.metric("spoa_ratelimit_rules_version"), 1)
+        self.assertIs(json.loads(b.get("/status.json"))["rule_set"]["cached"], True)
         c = self.store_agent(self.section, cache=False)
         self.assertEqual(self.limit(c), 1)
         self.assertIn("no rule set from Redis yet", c.output())
