@@ -655,43 +655,6 @@ static void agent_free(struct agent *a)
     ruleset_unref(a->boot);
 }
 
-/* [rules] source = redis, at start: the cached version when there is one
- * (in *cfg instead of the file's own rules; its text for the rule store in
- * *text), else the file's [rule:*] sections until Redis answers. Never a
- * reason not to start. */
-static void rules_at_start(struct agent *a, struct config **cfg, char **text, size_t *len,
-                           uint64_t *version)
-{
-    char err[ERRBUF];
-    const char *cache = (*cfg)->rules_cache;
-    struct config *with = NULL;
-
-    if (cache && rules_store_read_cache(cache, text, len, version, err, sizeof(err)) == 0) {
-        if (config_load_with_rules(a->path, *text, *len, cache, &with, err, sizeof(err)) == 0) {
-            LOG_WARN("\"running on the cached rules until Redis answers\" cache=%s version=%llu "
-                     "rules=%zu",
-                     log_val(cache), (unsigned long long)*version, with->nrules);
-            config_free(*cfg); /* cache pointed into it */
-            *cfg = with;
-            return;
-        }
-        LOG_ERROR("\"rules cache refused\" cache=%s", log_val(cache));
-        print_errors(err);
-        free(*text);
-        *text = NULL;
-    } else if (cache) {
-        LOG_WARN("\"no rules cache\" error=\"%s\"", log_esc(err, strlen(err)));
-    }
-    if ((*cfg)->nrules)
-        LOG_WARN("\"no rule set from Redis yet: the file's own [rule:*] sections until Redis "
-                 "answers\" file=%s rules=%zu",
-                 log_val(a->path), (*cfg)->nrules);
-    else
-        LOG_ERROR("\"NO RULES: every request is allowed until a rule set comes from Redis "
-                  "(spoa-ratelimit --push)\" file=%s",
-                  log_val(a->path));
-}
-
 int main(int argc, char **argv)
 {
     struct agent a;
@@ -732,7 +695,7 @@ int main(int argc, char **argv)
     metrics_set_version(PACKAGE_VERSION);
     a.loaded_unix = a.started_unix = (uint64_t)time(NULL);
     if (cfg->rules_source == RULES_SOURCE_REDIS)
-        rules_at_start(&a, &cfg, &cached, &cached_len, &cached_version);
+        rules_store_boot(a.path, &cfg, &cached, &cached_len, &cached_version);
     metrics_config_loaded(config_hash(cfg), a.loaded_unix);
 
     a.loop = ev_default_loop(EVFLAG_AUTO);

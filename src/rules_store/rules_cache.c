@@ -1,7 +1,7 @@
 /* rules_cache.c - what the rule store keeps outside Redis: the cache file
  * of the last applied version (read at start, written after each apply),
- * the key names of the layout and the sha256 a version carries. No Redis,
- * no loop (see rules_store.h). */
+ * the configuration an agent starts with, the key names of the layout and
+ * the sha256 a version carries. No Redis, no loop (see rules_store.h). */
 #include "rules_store/rules_store.h"
 
 #include <errno.h>
@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "config/config.h"
+#include "core/log.h"
 #include "core/sha256.h"
 
 /* The cache's first line: an INI comment, so that the file is a rules file
@@ -112,4 +113,37 @@ int rules_store_write_cache(const char *path, const char *text, size_t len, uint
         return -1;
     }
     return 0;
+}
+
+void rules_store_boot(const char *path, struct config **cfg, char **text, size_t *len,
+                      uint64_t *version)
+{
+    char err[8192];
+    const char *cache = (*cfg)->rules_cache;
+    struct config *with = NULL;
+
+    if (cache && rules_store_read_cache(cache, text, len, version, err, sizeof(err)) == 0) {
+        if (config_load_with_rules(path, *text, *len, cache, &with, err, sizeof(err)) == 0) {
+            LOG_WARN("\"running on the cached rules until Redis answers\" cache=%s version=%llu "
+                     "rules=%zu",
+                     log_val(cache), (unsigned long long)*version, with->nrules);
+            config_free(*cfg); /* cache pointed into it */
+            *cfg = with;
+            return;
+        }
+        LOG_ERROR("\"rules cache refused\" cache=%s error=\"%s\"", log_val(cache),
+                  log_esc(err, strcspn(err, "\n")));
+        free(*text);
+        *text = NULL;
+    } else if (cache) {
+        LOG_WARN("\"no rules cache\" error=\"%s\"", log_esc(err, strlen(err)));
+    }
+    if ((*cfg)->nrules)
+        LOG_WARN("\"no rule set from Redis yet: the file's own [rule:*] sections until Redis "
+                 "answers\" file=%s rules=%zu",
+                 log_val(path), (*cfg)->nrules);
+    else
+        LOG_ERROR("\"NO RULES: every request is allowed until a rule set comes from Redis "
+                  "(spoa-ratelimit --push)\" file=%s",
+                  log_val(path));
 }

@@ -80,6 +80,15 @@ char *rules_store_fleet_json(const struct rules_store *rs, size_t *len);
 void rules_store_stop(struct rules_store *rs);
 void rules_store_free(struct rules_store *rs);
 
+/* [rules] source = redis, at start (path: the agent's file, *cfg loaded
+ * from it): the cached version when the cache holds a usable one (*cfg
+ * replaced by the file with those rules; their text, malloc'd, in *text
+ * and *len, their version in *version, for rules_store_adopt), else *text
+ * NULL and the file's own [rule:*] sections until Redis answers (none: said
+ * loudly). Logs which; never a reason not to start. */
+void rules_store_boot(const char *path, struct config **cfg, char **text, size_t *len,
+                      uint64_t *version);
+
 /* The cache file at path: *text (malloc'd, NUL-terminated, *len bytes)
  * and the version it holds. 0, or -1 with why in err (missing, unreadable,
  * too large, no version line). */
