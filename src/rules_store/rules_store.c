@@ -40,8 +40,9 @@ struct rules_store {
      * must not pass for the version 1 in force. */
     uint64_t rejected; /* the last version refused, not asked for again */
     char rejected_sha[65];
-    uint64_t fetching; /* the version asked for by the HMGET in flight */
+    uint64_t fetching; /* the version asked for by the HSTRLEN, HMGET in flight */
     char fetching_sha[65];
+    char fetching_key[RULES_STORE_KEY_MAX];
     /* the fleet's view: this agent's report, and the view it answered */
     ev_timer report;
     int reporting;
@@ -51,8 +52,6 @@ struct rules_store {
     struct rules_fleet fleet;
     int have_fleet;
 };
-
-static void report(struct rules_store *rs);
 
 /* The version is in force: remember its text, say so, cache it. */
 static void applied(struct rules_store *rs, const char *text, size_t len, uint64_t version)
@@ -122,12 +121,31 @@ static void on_version(void *arg, const struct store_result *res)
              (unsigned long long)version, sha, len);
 }
 
+/* HSTRLEN v:N text: within the cap, fetch it (HMGET text sha256). */
+static void on_size(void *arg, const struct store_result *res)
+{
+    struct rules_store *rs = arg;
+    const char *argv[] = {"HMGET", rs->fetching_key, "text", "sha256"};
+    size_t argvlen[] = {5, strlen(rs->fetching_key), 4, 6};
+
+    rs->inflight = 0;
+    if (res->status != STORE_OK || res->n != 1)
+        return; /* asked again at the next poll */
+    if (res->v[0] > CFG_MAX_RULES_TEXT) {
+        ev_feed_event(rs->loop, &rs->report, EV_TIMER);
+        refused(rs, rs->fetching, "larger than 1 MiB: not read");
+        return;
+    }
+    rs->inflight = 1;
+    store_read(rs->s, rs->fetching_key, argvlen[1], 4, argv, argvlen, on_version, rs);
+}
+
 /* GET current, "N SHA256" (or "N" alone, written by hand): a version
  * neither in force nor refused is fetched. */
 static void on_current(void *arg, const struct store_result *res)
 {
     struct rules_store *rs = arg;
-    char key[RULES_STORE_KEY_MAX], vname[32], sha[65] = "";
+    char vname[32], sha[65] = "";
 
     rs->inflight = 0;
     if (res->status != STORE_OK)
@@ -153,12 +171,13 @@ static void on_current(void *arg, const struct store_result *res)
         return;
     memcpy(rs->fetching_sha, sha, sizeof(sha));
     snprintf(vname, sizeof(vname), "v:%llu", (unsigned long long)version);
-    size_t klen = rules_store_key(rs->prefix, vname, key);
-    const char *argv[] = {"HMGET", key, "text", "sha256"};
-    size_t argvlen[] = {5, klen, 4, 6};
+    size_t klen = rules_store_key(rs->prefix, vname, rs->fetching_key);
+    /* its size first: a text over the cap is never read into memory */
+    const char *argv[] = {"HSTRLEN", rs->fetching_key, "text"};
+    size_t argvlen[] = {7, klen, 4};
     rs->fetching = version;
     rs->inflight = 1;
-    store_read(rs->s, key, klen, 4, argv, argvlen, on_version, rs);
+    store_read(rs->s, rs->fetching_key, klen, 3, argv, argvlen, on_size, rs);
 }
 
 static void poll_cb(struct ev_loop *loop, ev_timer *t, int revents)

@@ -9,8 +9,9 @@
  *   PREFIX{rules}:v:N       hash: text, sha256, time, host, message
  *
  * An agent GETs the current number every [rules] poll (one command of one
- * small key); a number it has neither applied nor refused is fetched
- * (HMGET text sha256), its sha256 checked and handed to the apply callback,
+ * small key); a version it has neither applied nor refused is fetched
+ * (HSTRLEN first: over 1 MiB it is refused unread; then HMGET text sha256),
+ * its sha256 checked and handed to the apply callback,
  * which parses it with the agent's own non-rule sections exactly as a
  * SIGHUP would and swaps the rule set in. A refused version is logged once
  * and counted (rules_applied_total{result="rejected"}); the rules in force

@@ -230,7 +230,16 @@ class OneRedis(StoreCase):
             self.assertTrue(wait_for(lambda: a.metric("spoa_ratelimit_rules_applied_total",
                                                       result="rejected") == 2, 5))
             self.assertEqual(self.limit(a), 10)
-        self.assertEqual(self.push(self.op, rules(40)), 4)
+        # over 1 MiB: refused by its size, never read
+        self.r.cli("EVAL", "redis.call('HSET', KEYS[1], 'text', string.rep(';', 2097152))", "1",
+                   "rl:{rules}:v:4")
+        self.r.cli("SET", "rl:{rules}:current", "4")
+        for a in agents:
+            self.assertTrue(wait_for(lambda: a.metric("spoa_ratelimit_rules_applied_total",
+                                                      result="rejected") == 3, 5))
+            self.assertIn("version=4 in_force=1 error=\"larger than 1 MiB: not read\"",
+                          a.output())
+        self.assertEqual(self.push(self.op, rules(40)), 5)
         self.wait_limit(agents, 40, timeout=2.0)
 
     def test_concurrent_if_version(self):
