@@ -153,17 +153,20 @@ class OneRedis(StoreCase):
         self.assertIn("current version: 11; 3 agents, 0 off it", p.stdout)
         for a in agents:
             self.assertRegex(p.stdout, r"\n  \S+ +%d +127\.0\.0\.1:%d +11 " % (a.p.pid, a.port))
-        # polling's cost: Redis' own count of GETs over a quiet stretch
+        # polling's cost: Redis' own count of commands over a quiet stretch of
+        # one report and heartbeat period (5 s); Redis counts the GET inside each
+        # fleet report too
         before = self.r.cli("INFO", "commandstats")
         t0 = time.monotonic()
-        time.sleep(3.0)
+        time.sleep(5.0)
         after = self.r.cli("INFO", "commandstats")
         span = time.monotonic() - t0
         per = (calls(after, "get") - calls(before, "get")) / span / len(agents)
         evals = (calls(after, "eval") - calls(before, "eval")) / span / len(agents)
         print("\n  --push to the last of 3 agents enforcing it (poll 1s): median %.0f ms, "
-              "max %.0f ms over %d pushes; polling: %.2f GET per agent per second (and "
-              "%.2f EVAL: the fleet report and the heartbeat, every 5 s each)"
+              "max %.0f ms over %d pushes; per agent per second: %.2f GET (the poll, and one "
+              "in each fleet report), %.2f EVAL (the fleet report and the heartbeat, every "
+              "5 s each)"
               % (statistics.median(took) * 1000, max(took) * 1000, len(took), per, evals))
         self.assertLessEqual(per, 1.5)
 
