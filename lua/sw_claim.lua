@@ -22,6 +22,8 @@ ARGV[6]   used: units spent from the lease since the last report (capped at held
 ARGV[7]   returned: unspent units given back (capped at held - used)
 ARGV[8]   ttl, ms: longest lease (>= 1)
 
+ARGV[9], ARGV[10]  ignored (tb_claim's rate lease; sent empty)
+ARGV[11]  optional: block_for, ms, as in tb_claim.lua (field bu)
 Returns   {granted, remaining, held, holders, retry_ms, reset_ms, lease_ms, mine, 0, 0}
           (the last two: tb_claim's share_ppm and had; no rate leases here)
             granted   units charged and added to the caller's lease:
@@ -123,6 +125,15 @@ ret = min(ret, mine - used)
 mine = mine - used - ret
 c = max(0, c - ret)
 
+-- Penalty box (block_for, ARGV[11] in ms; absent or 0: none): until the
+-- Redis time in field bu, every call is denied and grants nothing.
+local block = (ARGV[11] == nil or ARGV[11] == '') and 0 or num(ARGV, 11, 0)
+local bu = block > 0 and tonumber(f.bu) or nil
+if bu and bu <= now then bu = nil end
+-- A blocked caller's lease ends here, its units counted as spent (they stay
+-- in c, as when its window ends: it may have spent some since it sent this).
+if bu then want, mine = 0, 0 end
+
 -- Grant what fits under the limit, and pre-charge it. Not in the window's
 -- last millisecond: the lease would end there (lease_ms 0), so the units
 -- would be charged to this window and never spent, and the agent, still
@@ -131,6 +142,13 @@ c = max(0, c - ret)
 local est = p * left / wus + c
 local g = 0
 if left >= 1000 then g = max(0, min(want, floor(limit - est))) end
+-- A request denied here (want > 0, nothing fits) starts a block; not in the
+-- window's last millisecond, where nothing is granted anyway.
+local started = block > 0 and not bu and want > 0 and g == 0 and left >= 1000
+if started then
+    bu = now + block * 1000
+    redis.call('HSET', key, 'bu', fmt[bu])
+end
 c, mine, est = c + g, mine + g, est + g
 held[agent] = mine
 redis.call('HSET', key, 'w', fmt[W], 'c', fmt[c], 'p', fmt[p])
@@ -151,7 +169,16 @@ local function wait_us(thr)
 end
 local H, holders = 0, 0
 for _, h in next, held do H, holders = H + h, holders + 1 end
-redis.call('PEXPIRE', key, fmt[ceil((left + wus) / 1000) + 1000])
-return {g, max(0, floor(limit - est)), H, holders,
-        ceil(wait_us(limit - 1) / 1000), ceil(wait_us(0) / 1000),
+local pttl = ceil((left + wus) / 1000) + 1000
+local remaining, retry, reset = max(0, floor(limit - est)), ceil(wait_us(limit - 1) / 1000),
+    ceil(wait_us(0) / 1000)
+if bu then -- blocked: retry and reset at its end; the key lives past it
+    local bleft = ceil((bu - now) / 1000)
+    -- (the whole block only when this call started it: the agent counts those)
+    if bleft >= block and block > 1 and not started then bleft = block - 1 end
+    retry, remaining, reset = bleft, 0, max(reset, bleft)
+    pttl = max(pttl, bleft + 1000)
+end
+redis.call('PEXPIRE', key, fmt[pttl])
+return {g, remaining, H, holders, retry, reset,
         mine > 0 and floor(min(ttl * 1000, left) / 1000) or 0, mine, 0, 0}

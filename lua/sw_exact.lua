@@ -9,6 +9,10 @@ ARGV[3]   burst: ignored (same ARGV as tb_exact.lua)
 ARGV[4]   n: units this request costs (>= 0; default 1). n = 0 is a check:
           allowed when 1 would be, counting nothing. n > N is never allowed.
 
+ARGV[5]   optional (after n): block_for, ms (>= 0; absent or 0: none). A
+          denial (of an n that fits) records blocked-until = now +
+          block_for (field bu); until then every call is denied, takes
+          nothing, and answers remaining 0, retry_ms to the block's end.
 Returns   {allowed, remaining, retry_ms, reset_ms}
             allowed   1 when estimate + n <= N and n was counted, else 0
             remaining max(0, floor(N - estimate)) after the call
@@ -66,7 +70,7 @@ if k * wus > now then k = k - 1 elseif (k + 1) * wus <= now then k = k + 1 end
 
 -- Roll the windows forward to k (never back). Stale leases are left to
 -- sw_claim.lua: they do not change the count.
-local f = redis.call('HMGET', key, 'w', 'c', 'p')
+local f = redis.call('HMGET', key, 'w', 'c', 'p', 'bu')
 local W, c, p = tonumber(f[1]), tonumber(f[2]) or 0, tonumber(f[3]) or 0
 if W == nil or k > W + 1 then
     W, c, p = k, 0, 0
@@ -75,10 +79,21 @@ elseif k == W + 1 then
 end
 local left = min(wus, max(0, (W + 1) * wus - now))
 
+-- Penalty box (block_for, ARGV[5] in ms; absent or 0: none): until the
+-- Redis time in field bu, every call is denied and takes nothing.
+local block = num(ARGV, 5, 0, 0)
+local bu = block > 0 and tonumber(f[4]) or nil
+if bu and bu <= now then bu = nil end
 local est = p * left / wus + c
 local allowed = 0
-if est + need <= limit then c, est, allowed = c + n, est + n, 1 end
+if not bu and est + need <= limit then c, est, allowed = c + n, est + n, 1 end
 redis.call('HSET', key, 'w', fmt[W], 'c', fmt[c], 'p', fmt[p])
+-- A denial starts a block, unless n never fits (the client's error).
+local started = block > 0 and not bu and allowed == 0 and need <= limit
+if started then
+    bu = now + block * 1000
+    redis.call('HSET', key, 'bu', fmt[bu])
+end
 
 local function wait_us(thr) -- see sw_claim.lua
     if est <= thr then return 0 end
@@ -86,7 +101,16 @@ local function wait_us(thr) -- see sw_claim.lua
     if c <= thr then return (est - thr) * wus / p end
     return left + (c - thr) * wus / c
 end
-redis.call('PEXPIRE', key, fmt[ceil((left + wus) / 1000) + 1000])
-return {allowed, max(0, floor(limit - est)),
-        -- n over N never fits: one period, as the agent's own buckets say
-        need > limit and period or ceil(wait_us(limit - need) / 1000), ceil(wait_us(0) / 1000)}
+local pttl = ceil((left + wus) / 1000) + 1000
+local remaining = max(0, floor(limit - est))
+-- n over N never fits: one period, as the agent's own buckets say
+local retry, reset = need > limit and period or ceil(wait_us(limit - need) / 1000), ceil(wait_us(0) / 1000)
+if bu then -- blocked: retry and reset at its end; the key lives past it
+    local bleft = ceil((bu - now) / 1000)
+    -- (the whole block only when this call started it: the agent counts those)
+    if bleft >= block and block > 1 and not started then bleft = block - 1 end
+    retry, remaining, reset = bleft, 0, max(reset, bleft)
+    pttl = max(pttl, bleft + 1000)
+end
+redis.call('PEXPIRE', key, fmt[pttl])
+return {allowed, remaining, retry, reset}

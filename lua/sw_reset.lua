@@ -99,5 +99,6 @@ if holders == 0 then
 end
 c, p = H, 0
 redis.call('HSET', key, 'w', fmt[W], 'c', fmt[c], 'p', fmt[p])
+if f.bu then redis.call('HDEL', key, 'bu') end -- the penalty box is lifted too
 redis.call('PEXPIRE', key, fmt[ceil((left + wus) / 1000) + 1000])
 return {max(0, floor(limit - c)), H, holders, before}

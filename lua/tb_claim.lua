@@ -30,6 +30,12 @@ ARGV[9]   optional, with ARGV[10]: a rate lease. The share of the rate wanted,
 ARGV[10]  the caller's demand on this key, requests per time in millionths of
           the rate (weights the shares when the pool runs short)
 
+ARGV[11]  optional: block_for, ms (>= 0; absent or 0: none). ARGV[9] and
+          ARGV[10] are then sent, empty for a token lease. A claim that
+          finds nothing to grant (want > 0, no token) records blocked-until
+          = now + block_for (field bu); until then every claim grants
+          nothing, ends the caller's lease (tokens counted as spent) and
+          answers remaining 0, retry_ms to the block's end.
 Returns   {granted, remaining, held, holders, retry_ms, reset_ms, lease_ms, mine,
            share_ppm, had}
             granted   tokens added to the caller's lease: min(want, floor(t));
@@ -176,7 +182,7 @@ local limit, period, b = num3(ARGV, 2, 1, 1, 0)
 local want, used, ret = num3(ARGV, 5, 0, 0, 0)
 local ttl = num(ARGV, 8, 1)
 -- A rate lease: both or neither of ARGV[9] and ARGV[10].
-local rated = ARGV[9] ~= nil
+local rated = ARGV[9] ~= nil and ARGV[9] ~= '' -- (sent empty before a block_for)
 local qwant, demand = 0, 0
 if rated then qwant, demand = min(num(ARGV, 9, 0), 1e6), min(num(ARGV, 10, 0), 1e9) end
 local RATE_POOL = 0.7 -- at most this share of r goes to rate leases; the rest stays central
@@ -217,6 +223,19 @@ ret = mine - used < ret and mine - used or ret -- min(ret, mine - used)
 mine = mine - used - ret
 t, H = t + ret, H - used - ret
 t = b - H < t and b - H or t -- min(t, b - H): only binds after the burst shrank (debt)
+
+-- Penalty box (block_for, ARGV[11] in ms; absent or 0: none): until the
+-- Redis time in field bu, every call is denied and grants nothing.
+local block = (ARGV[11] == nil or ARGV[11] == '') and 0 or num(ARGV, 11, 0)
+local bu = block > 0 and tonumber(f.bu) or nil
+if bu and bu <= now then bu = nil end
+-- A blocked caller's lease ends here, its tokens counted as spent (as when
+-- it expires: it may have spent some since it sent this call), and a rate
+-- lease ends as a token claim ends it (3).
+if bu then
+    want, rated = 0, false
+    H, mine = H - mine, 0
+end
 
 -- (3) A rate lease (ARGV[9] given): the caller's share q of the rate, refilled
 -- on the agent into its local bucket of capacity `slice`. Shares are sized by
@@ -313,6 +332,14 @@ else
     t, mine, H = t - taken, mine + taken, H + taken
     hcount = mine
 end
+-- A request denied here (nothing to grant it: want > 0, no token) starts a
+-- block; never for a burst under 1, where no request can ever pass.
+local started = block > 0 and not bu and want > 0 and taken == 0 and b >= 1
+if started then
+    bu = now + block * 1000
+    redis.call('HSET', key, 'bu', fmt[bu])
+end
+
 -- A rate lease's caller that got no share keeps a record (slice and share
 -- 0) with its demand, for a ttl: the others' shares make room for it when
 -- they renew.
@@ -365,7 +392,15 @@ local life, life_e = (ts - now) / 1000 + (b - t) / rate_ms, (emax - now) / 1000
 life = life_e > life and life_e or life
 if P > 0 then life = (emax - now) / 1000 + (b - t) / rate_ms end
 local pttl = ceil(life) + 1000
-redis.call('PEXPIRE', key, fmt[1e15 < pttl and 1e15 or pttl])
 local left = floor(t)
+if bu then -- blocked: retry and reset at its end; the key lives past it
+    local bleft = ceil((bu - now) / 1000)
+    -- (the whole block only when this call started it: the agent counts those)
+    if bleft >= block and block > 1 and not started then bleft = block - 1 end
+    retry, left = bleft, 0
+    reset = reset > bleft and reset or bleft
+    pttl = pttl > bleft + 1000 and pttl or bleft + 1000
+end
+redis.call('PEXPIRE', key, fmt[1e15 < pttl and 1e15 or pttl])
 return {g + taken, left > 0 and left or 0, H, holders, retry == 0 and 0 or ceil(retry),
         ceil(reset), mine > 0 and ttl or 0, mine, floor(q / rate * 1e6), had}

@@ -10,6 +10,10 @@ ARGV[4]   n: tokens this request costs (>= 0; default 1). n = 0 is a check:
           allowed when 1 would be, taking nothing. n > b is never allowed
           and takes nothing.
 
+ARGV[5]   optional (after n): block_for, ms (>= 0; absent or 0: none). A
+          denial (of an n that fits) records blocked-until = now +
+          block_for (field bu); until then every call is denied, takes
+          nothing, and answers remaining 0, retry_ms to the block's end.
 Returns   {allowed, remaining, retry_ms, reset_ms}
             allowed   1 when n tokens were taken (n = 0: when t >= 1), else 0
                       (nothing taken)
@@ -145,10 +149,22 @@ if held ~= NONE then -- (a key with leases)
     end
 end
 
+-- Penalty box (block_for, ARGV[5] in ms; absent or 0: none): until the
+-- Redis time in field bu, every call is denied and takes nothing.
+local block = ARGV[5] == nil and 0 or num(ARGV, 5, 0)
+local bu = block > 0 and tonumber(f.bu) or nil
+if bu and bu <= now then bu = nil end
+
 -- Take n if there are n (n = 0: if there is 1).
 local allowed = 0
-if t >= need then t, allowed = t - n, 1 end
+if not bu and t >= need then t, allowed = t - n, 1 end
 redis.call('HSET', key, 't', fmt[t], 'ts', fmt[ts])
+-- A denial starts a block, unless n never fits (the client's error).
+local started = block > 0 and not bu and allowed == 0 and need <= b
+if started then
+    bu = now + block * 1000
+    redis.call('HSET', key, 'bu', fmt[bu])
+end
 
 local rate_ms = rate * 1000
 local free_ms = rate > P and (rate - P) * 1000 or rate_ms -- refill of t (after the leases, if none)
@@ -167,6 +183,14 @@ local life, life_e = (ts - now) / 1000 + (b - t) / rate_ms, (emax - now) / 1000
 life = life_e > life and life_e or life
 if P > 0 then life = (emax - now) / 1000 + (b - t) / rate_ms end
 local pttl = ceil(life) + 1000
-redis.call('PEXPIRE', key, fmt[1e15 < pttl and 1e15 or pttl])
 local left = floor(t)
+if bu then -- blocked: retry and reset at its end; the key lives past it
+    local bleft = ceil((bu - now) / 1000)
+    -- (the whole block only when this call started it: the agent counts those)
+    if bleft >= block and block > 1 and not started then bleft = block - 1 end
+    retry, left = bleft, 0
+    reset = reset > bleft and reset or bleft
+    pttl = pttl > bleft + 1000 and pttl or bleft + 1000
+end
+redis.call('PEXPIRE', key, fmt[1e15 < pttl and 1e15 or pttl])
 return {allowed, left > 0 and left or 0, retry == 0 and 0 or ceil(retry), ceil(reset)}

@@ -141,6 +141,7 @@ if holders == 0 then
 end
 t, ts = b - H, now
 redis.call('HSET', key, 't', fmt[t], 'ts', fmt[ts])
+if f.bu then redis.call('HDEL', key, 'bu') end -- the penalty box is lifted too
 
 -- (3) The key outlives every lease and the time to refill fully, as in tb_claim.
 local rate_ms = rate * 1000

@@ -285,15 +285,55 @@ void bucket_init(struct bucket *b, const struct bucket_params *p, uint64_t now_u
         b->cur = 0;
         b->ts_us = now_us;
     }
+    b->blocked_until_us = 0;
+}
+
+/* The most one take can ever get: a token bucket's burst, a window's N. */
+static uint64_t bucket_capacity(const struct bucket_params *p)
+{
+    return p->algorithm == BUCKET_SLIDING_WINDOW ? p->limit : p->burst;
 }
 
 void bucket_take(struct bucket *b, const struct bucket_params *p, uint64_t now_us, uint64_t n,
                  struct bucket_result *res)
 {
+    if (p->block_us && b->blocked_until_us > now_us) {
+        /* In the penalty box: denied whatever the bucket holds, which
+         * refills meanwhile (a peek's copy: nothing taken). */
+        struct bucket c = *b;
+        struct bucket_params q = *p;
+        uint64_t left = b->blocked_until_us - now_us;
+
+        q.block_us = 0; /* the bucket's own reset, not another block's */
+        bucket_take(&c, &q, now_us, 0, res);
+        res->allowed = 0;
+        res->remaining = 0;
+        res->retry_us = left;
+        if (res->reset_us < left)
+            res->reset_us = left;
+        return;
+    }
     if (p->algorithm == BUCKET_SLIDING_WINDOW)
         sw_take(b, p, now_us, n, res);
     else
         tb_take(b, p, now_us, n, res);
+    /* A cost that never fits is the client's error, not abuse: no block. */
+    if (!res->allowed && p->block_us && (n ? n : 1) <= bucket_capacity(p)) {
+        b->blocked_until_us = now_us + p->block_us;
+        res->retry_us = p->block_us;
+        if (res->reset_us < p->block_us)
+            res->reset_us = p->block_us;
+    }
+}
+
+/* A running block: nothing passes until its end, whatever the bucket holds. */
+static void bucket_peek_block(struct bucket_state *st)
+{
+    if (!st->blocked_left_us)
+        return;
+    st->remaining = 0;
+    if (st->reset_us < st->blocked_left_us)
+        st->reset_us = st->blocked_left_us;
 }
 
 void bucket_peek(const struct bucket *b, const struct bucket_params *p, uint64_t now_us,
@@ -308,6 +348,8 @@ void bucket_peek(const struct bucket *b, const struct bucket_params *p, uint64_t
     bucket_take(&c, p, now_us, 1, &r);
     st->blocked = !r.allowed;
     st->retry_us = r.retry_us;
+    if (p->block_us && b->blocked_until_us > now_us)
+        st->blocked_left_us = b->blocked_until_us - now_us;
     c = *b;
     if (p->algorithm == BUCKET_SLIDING_WINDOW) {
         uint64_t period = period_of(p);
@@ -321,15 +363,19 @@ void bucket_peek(const struct bucket *b, const struct bucket_params *p, uint64_t
             st->reset_us = c.ts_us + 2 * period - now;
         else if (c.tokens > 0)
             st->reset_us = c.ts_us + period - now;
+        bucket_peek_block(st);
         return;
     }
     st->level = tb_level(c.tokens, c.ts_us, p, now_us);
     st->remaining = whole(st->level, eps);
     st->reset_us = us_for_tokens(p, (double)p->burst - st->level);
+    bucket_peek_block(st);
 }
 
 int bucket_idle(const struct bucket *b, const struct bucket_params *p, uint64_t now_us)
 {
+    if (b->blocked_until_us > now_us)
+        return 0; /* dropping it would lift the block */
     if (p->algorithm == BUCKET_SLIDING_WINDOW) {
         if (b->tokens <= 0 && b->cur <= 0)
             return 1;
@@ -340,7 +386,7 @@ int bucket_idle(const struct bucket *b, const struct bucket_params *p, uint64_t 
 
 /* ---- table -------------------------------------------------------------- */
 
-const struct bucket_params bucket_params_per_bucket = {BUCKET_TOKEN_BUCKET, 0, 0, 0};
+const struct bucket_params bucket_params_per_bucket = {BUCKET_TOKEN_BUCKET, 0, 0, 0, 0};
 
 /* One (rule, key) bucket. data holds the rule name, a NUL (so that data is
  * the rule as a C string for params_of), then keylen key bytes. */
@@ -676,7 +722,7 @@ size_t bucket_table_expire(struct bucket_table *t, uint64_t now_us, size_t max_v
                 const struct bucket_params *p = params_of(ctx, e->data);
                 struct bucket_params own;
                 if (p == &bucket_params_per_bucket) {
-                    own = (struct bucket_params){e->algorithm, e->limit, e->period_us, e->burst};
+                    own = (struct bucket_params){e->algorithm, e->limit, e->period_us, e->burst, 0};
                     p = &own;
                 }
                 visited++;

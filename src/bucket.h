@@ -29,6 +29,7 @@ struct bucket_params {
     uint64_t limit;     /* N of the rate */
     uint64_t period_us; /* DURATION of the rate (also the sliding window) */
     uint64_t burst;     /* token bucket capacity */
+    uint64_t block_us;  /* block_for: a denial keeps the key denied this long (0: off) */
 };
 
 /* Outcome of one decision. Times are in microseconds. */
@@ -41,11 +42,12 @@ struct bucket_result {
                          * one period when n can never fit; 0 when allowed */
 };
 
-/* State of one token bucket or sliding window, 24 bytes. */
+/* State of one token bucket or sliding window, 32 bytes. */
 struct bucket {
     double tokens;   /* token bucket: tokens left; sliding window: count of previous window */
     double cur;      /* sliding window: count of current window */
     uint64_t ts_us;  /* token bucket: last refill; sliding window: current window start */
+    uint64_t blocked_until_us; /* block_for: denied until then (0: not blocked) */
 };
 
 /* Initialise a bucket first seen at now (full / empty window). */
@@ -55,7 +57,9 @@ void bucket_init(struct bucket *b, const struct bucket_params *p, uint64_t now_u
  * taken; n over the capacity (burst; a window's N) never fits. n = 0 is a
  * check: allowed where n = 1 would be, taking nothing. Works for both
  * algorithms. A now_us earlier than the last
- * call counts as no time passed. */
+ * call counts as no time passed. With p->block_us, a denial of n that could
+ * ever fit starts a block: every take denies until now + block_us (retry_us
+ * and reset_us count to its end), while the bucket refills as usual. */
 void bucket_take(struct bucket *b, const struct bucket_params *p, uint64_t now_us, uint64_t n,
                  struct bucket_result *res);
 
@@ -106,6 +110,7 @@ struct bucket_state {
     int blocked;        /* a request of 1 would be denied now */
     uint64_t retry_us;  /* when blocked: until one would pass; else 0 */
     uint64_t reset_us;  /* until full again (both windows empty) */
+    uint64_t blocked_left_us; /* block_for: until the running block ends (0: none) */
 };
 
 void bucket_peek(const struct bucket *b, const struct bucket_params *p, uint64_t now_us,

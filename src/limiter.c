@@ -44,6 +44,7 @@ struct rjob {
     enum bucket_algorithm algorithm; /* RJOB_EXACT */
     uint64_t limit, period_ms, burst;
     uint64_t cost;                   /* RJOB_EXACT: tokens the request takes */
+    uint64_t block_ms;               /* RJOB_EXACT: the rule's block_for (0: none) */
     size_t keylen;
     char key[];                      /* RJOB_EXACT */
 };
@@ -214,9 +215,16 @@ static void on_reply(void *arg, const struct store_result *res)
 static enum store_script job_args(const struct limiter *l, const struct rjob *j,
                                   struct script_args *a)
 {
-    if (j->kind == RJOB_EXACT)
-        return script_exact_args(j->algorithm, j->limit, j->period_ms, j->burst, j->cost, a);
-    return script_lease_args(j->lj, store_agent_id(l->store), l->ttl_ms, a);
+    enum store_script s;
+
+    if (j->kind == RJOB_EXACT) {
+        s = script_exact_args(j->algorithm, j->limit, j->period_ms, j->burst, j->cost, a);
+        script_block_arg(a, s, j->block_ms);
+        return s;
+    }
+    s = script_lease_args(j->lj, store_agent_id(l->store), l->ttl_ms, a);
+    script_block_arg(a, s, j->lj->block_ms);
+    return s;
 }
 
 static void send_job(struct limiter *l, struct rjob *j)
@@ -437,6 +445,7 @@ static int queue_exact(struct limiter *l, struct limiter_req *req, size_t i, con
     j->period_ms = p->period_us / 1000;
     j->burst = p->burst;
     j->cost = req->ev.hits[i].cost;
+    j->block_ms = (p->block_us + 999) / 1000;
     j->keylen = keylen;
     memcpy(j->key, key, keylen);
     enqueue(l, j);

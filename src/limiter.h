@@ -141,6 +141,7 @@ struct limiter_redis_state {
     double remaining;
     int blocked;
     double retry_after_ms, reset_ms;
+    double blocked_left_ms; /* block_for: until the block (field bu) ends; 0: none */
     size_t nleases;
     const struct limiter_redis_lease *leases;
     double held;       /* over the live leases */

@@ -239,6 +239,21 @@ static void redis_tb(struct op *o, const char *self, struct limiter_redis_state 
     st->reset_ms = ceil(full / 1000);
 }
 
+/* block_for: a running block (field bu, Redis time in us) denies whatever
+ * the bucket holds, until its end, as the scripts do. */
+static void redis_block(struct op *o, struct limiter_redis_state *st)
+{
+    double bu = fnum(o, "bu", NULL, 0), now = (double)o->now_us;
+
+    if (!o->who.params.block_us || bu <= now)
+        return;
+    st->blocked_left_ms = ceil((bu - now) / 1000);
+    st->blocked = 1;
+    st->remaining = 0;
+    st->retry_after_ms = st->blocked_left_ms;
+    st->reset_ms = fmax(st->reset_ms, st->blocked_left_ms);
+}
+
 /* Standalone, or once the reads are in: the whole state, to the caller. */
 static void inspect_done(struct op *o)
 {
@@ -263,6 +278,7 @@ static void inspect_done(struct op *o)
                 redis_sw(o, store_agent_id(parts->store), &st.redis);
             else
                 redis_tb(o, store_agent_id(parts->store), &st.redis);
+            redis_block(o, &st.redis);
         }
     }
     st.backstop_found = bucket_table_peek(parts->backstop, w->rule->name, w->client_key,

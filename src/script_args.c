@@ -6,7 +6,7 @@
 
 #include "core/util.h"
 
-_Static_assert((int)RETURN_ARGC <= SCRIPT_MAX_ARGC && (int)EXACT_ARGC_MAX <= SCRIPT_MAX_ARGC,
+_Static_assert((int)RETURN_ARGC <= SCRIPT_MAX_ARGC && (int)EXACT_ARGC_BLOCK <= SCRIPT_MAX_ARGC,
                "a claim takes the most arguments");
 
 static void arg_str(struct script_args *a, int i, const char *s)
@@ -70,4 +70,25 @@ enum store_script script_exact_args(enum bucket_algorithm algorithm, uint64_t li
         arg_num(a, EXACT_ARG_N, cost);
     }
     return algorithm == BUCKET_SLIDING_WINDOW ? SCRIPT_SW_EXACT : SCRIPT_TB_EXACT;
+}
+
+void script_block_arg(struct script_args *a, enum store_script script, uint64_t block_ms)
+{
+    if (!block_ms)
+        return;
+    if (script == SCRIPT_TB_EXACT || script == SCRIPT_SW_EXACT) {
+        if (a->argc < EXACT_ARGC_MAX) {
+            a->argc = EXACT_ARGC_MAX;
+            arg_num(a, EXACT_ARG_N, 1);
+        }
+        a->argc = EXACT_ARGC_BLOCK;
+        arg_num(a, EXACT_ARG_BLOCK_MS, block_ms);
+    } else if (script == SCRIPT_TB_CLAIM || script == SCRIPT_SW_CLAIM) {
+        if (a->argc < CLAIM_ARGC_RATED) { /* a token lease: no rate lease args */
+            arg_str(a, CLAIM_ARG_RATE_PPM, "");
+            arg_str(a, CLAIM_ARG_DEMAND_PPM, "");
+        }
+        a->argc = CLAIM_ARGC_BLOCK;
+        arg_num(a, CLAIM_ARG_BLOCK_MS, block_ms);
+    }
 }

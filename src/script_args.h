@@ -17,7 +17,7 @@
 #include "store/script.h"
 
 /* The most arguments a script call takes (a claim). */
-#define SCRIPT_MAX_ARGC ((int)CLAIM_ARGC_RATED)
+#define SCRIPT_MAX_ARGC ((int)CLAIM_ARGC_BLOCK)
 
 struct script_args {
     int argc;
@@ -38,5 +38,12 @@ enum store_script script_lease_args(const struct lease_job *lj, const char *agen
 enum store_script script_exact_args(enum bucket_algorithm algorithm, uint64_t limit,
                                     uint64_t period_ms, uint64_t burst, uint64_t cost,
                                     struct script_args *a);
+
+/* Append the rule's block_for (ms; 0: none, nothing sent) to the ARGV *a
+ * holds for script: the claim and exact scripts take it last, after the
+ * optional arguments before it (a token lease's claim sends the rate
+ * lease's two empty; an exact call its cost, 1 included). Other scripts
+ * take none. */
+void script_block_arg(struct script_args *a, enum store_script script, uint64_t block_ms);
 
 #endif

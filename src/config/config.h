@@ -104,6 +104,9 @@ struct cfg_rule {
     uint64_t max_cost;           /* the highest cost an arg may ask for; 0 without cost_arg */
     int algorithm;               /* enum bucket_algorithm */
     int lease;                   /* bool, default on */
+    /* block_for: once the rule denies a key, the key stays denied this long
+     * (fleet-wide with Redis: the denying script records it); 0 = off */
+    uint64_t block_for_ms;
     int on_redis_down;           /* enum cfg_down_mode, default [fallback] mode */
     int shadow;                  /* bool; [agent] shadow = yes forces it */
     unsigned line;               /* line of the [rule:NAME] header */

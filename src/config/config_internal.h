@@ -15,7 +15,7 @@
 
 #include "config_errors.h"
 
-#define CONFIG_NKEYS 54 /* entries of config_keys.c's key table, checked there */
+#define CONFIG_NKEYS 55 /* entries of config_keys.c's key table, checked there */
 
 struct config;
 

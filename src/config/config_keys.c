@@ -85,6 +85,8 @@ static const struct key_def key_defs[] = {
     {SEC_RULE, "max_cost", T_UINT, RF(max_cost), 1, CFG_MAX_COUNT, 0, NULL, 0},
     {SEC_RULE, "algorithm", T_ENUM, RF(algorithm), 0, 0, 0, algo_names, 0},
     {SEC_RULE, "lease", T_BOOL, RF(lease), 0, 0, 0, NULL, 0},
+    /* a penalty box: 0 (off, the default) or any duration */
+    {SEC_RULE, "block_for", T_DUR, RF(block_for_ms), 1, 0, F_ZERO, NULL, 0},
     {SEC_RULE, "on_redis_down", T_ENUM, RF(on_redis_down), 0, 0, 0, mode_names, 0},
     {SEC_RULE, "shadow", T_BOOL, RF(shadow), 0, 0, 0, NULL, 0},
 };

@@ -208,6 +208,12 @@ static void put_rule(struct strbuf *o, const struct config *cfg, const struct cf
         strbuf_printf(o, "match = %s %s\n", r->matches[i].arg, r->matches[i].pattern);
     put_limits(o, r);
     strbuf_printf(o, "algorithm = %s\nlease = %s\n", algos[r->algorithm], yes_no(r->lease));
+    strbuf_printf(o, "block_for = ");
+    if (r->block_for_ms)
+        put_duration(o, r->block_for_ms);
+    else
+        strbuf_printf(o, "0 ; off");
+    strbuf_printf(o, "\n");
     strbuf_printf(o, "on_redis_down = %s\nshadow = %s%s\n\n", modes[r->on_redis_down],
                   yes_no(r->shadow), cfg->shadow ? " ; [agent] shadow = yes" : "");
 }

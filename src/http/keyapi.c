@@ -127,6 +127,7 @@ static json_t *head(const struct limiter_who *w)
     } else {
         put(&j, "cost", juint(r->cost));
     }
+    put(&j, "block_for_ms", juint(r->block_for_ms));
     if (w->redis_keylen)
         put(&j, "redis_key", json_latin1(w->redis_key, w->redis_keylen));
     return finish(&j);
@@ -151,6 +152,7 @@ static json_t *bucket(int found, const struct bucket_state *st, const struct buc
     put(&j, "blocked", json_boolean(st->blocked));
     put(&j, "retry_after_ms", juint(ms_up(st->retry_us)));
     put(&j, "reset_ms", juint(ms_up(st->reset_us)));
+    put(&j, "blocked_left_ms", juint(ms_up(st->blocked_left_us)));
     return finish(&j);
 }
 
@@ -237,6 +239,7 @@ static json_t *redis(const struct limiter_redis_state *st, int sw)
     put(&j, "blocked", json_boolean(st->blocked));
     put(&j, "retry_after_ms", jnum(st->retry_after_ms, 0));
     put(&j, "reset_ms", jnum(st->reset_ms, 0));
+    put(&j, "blocked_left_ms", jnum(st->blocked_left_ms, 0));
     put(&j, "held", jnum(st->held, 6));
     put(&j, "holders", json_integer(st->holders));
     return finish(&j);

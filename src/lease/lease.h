@@ -67,6 +67,7 @@ struct lease_job {
     int kind;
     enum bucket_algorithm algorithm;
     uint64_t limit, period_ms, burst;
+    uint64_t block_ms; /* the rule's block_for (0: none): claims and exact calls send it */
     uint64_t want, used, returned;
     int rated;                     /* a rate lease's claim (tb_claim's ARGV 9, 10) */
     uint64_t rate_ppm, demand_ppm; /* share wanted, demand: millionths of the rate */

@@ -107,6 +107,7 @@ static struct lease_job *new_job(struct lease_entry *e, int kind)
     j->limit = e->limit;
     j->period_ms = (e->period_us + 999) / 1000;
     j->burst = e->burst;
+    j->block_ms = (e->block_us + 999) / 1000;
     j->key = e->key;
     j->keylen = e->keylen;
     /* The report rides on this call: spent tokens since the last one. */
@@ -182,6 +183,7 @@ static void set_params(struct lease_entry *e, const struct bucket_params *p)
     e->limit = p->limit;
     e->period_us = p->period_us;
     e->burst = p->burst;
+    e->block_us = p->block_us;
 }
 
 /* Whether a token lease should be topped up now rather than at the next
@@ -437,7 +439,8 @@ static void serve_waiters(struct lease_entry *e, uint64_t now_us, struct lease_w
 static uint64_t batch_retry_ms(const struct lease_table *t, const struct lease_entry *e,
                                uint64_t retry_ms)
 {
-    if (e->algorithm != BUCKET_TOKEN_BUCKET || e->share > 0 || e->limit == 0)
+    /* With block_for every denial is a block: its end is the retry, exactly */
+    if (e->algorithm != BUCKET_TOKEN_BUCKET || e->share > 0 || e->limit == 0 || e->block_us)
         return retry_ms;
     double token_ms = (double)e->period_us / 1000.0 / (double)e->limit;
     double k = floor((double)t->cfg.interval_us / 1000.0 / token_ms);

@@ -34,6 +34,7 @@ struct lease_entry {
     /* parameters in force (updated by every decision: reloads apply) */
     enum bucket_algorithm algorithm;
     uint64_t limit, period_us, burst;
+    uint64_t block_us;    /* block_for: a denial in Redis blocks the key this long */
     /* the local lease */
     uint64_t tokens;      /* L: may still be spent */
     uint64_t used;        /* spent since the last report sent */

@@ -272,6 +272,9 @@ static void render_rules(struct strbuf *b)
                         "Requests denied because their cost is over the bucket's capacity (they "
                         "can never pass).",
                         offsetof(struct metrics_rule, cost_over_burst));
+    render_rule_counter(b, "spoa_ratelimit_blocks_started_total",
+                        "Denials that started a penalty box (block_for) for their key.",
+                        offsetof(struct metrics_rule, blocks_started));
 }
 
 const char *const metrics_redis_error_names[] = {

@@ -46,6 +46,8 @@ struct metrics_rule {
      * can never pass), and when that was last logged (at most every 10 s) */
     atomic_uint_fast64_t cost_over_burst;
     atomic_uint_fast64_t cost_over_logged_us;
+    /* denials that started a penalty box (block_for), as this agent saw them */
+    atomic_uint_fast64_t blocks_started;
     /* last-minute share of blocks, for the alert log line: the counts
      * above at the last minute tick (only that tick reads and sets them) */
     uint64_t minute_decisions;

@@ -630,6 +630,12 @@ void rules_account(const struct ruleset *rs, const struct rule_eval *ev, uint64_
                      rule->name, h->cost, rules_capacity(&h->params));
         atomic_fetch_add_explicit(rule->shadow ? &m->would_block : &m->blocked, 1,
                                   memory_order_relaxed);
+        /* A denial that starts a block waits the whole block_for; one
+         * inside a running block waits less (its rest), and a cost over
+         * the capacity (one period) starts none. */
+        if (h->params.block_us && h->out.res.retry_us >= h->params.block_us &&
+            h->cost <= rules_capacity(&h->params))
+            atomic_fetch_add_explicit(&m->blocks_started, 1, memory_order_relaxed);
         if (rule->shadow)
             atomic_fetch_add_explicit(&m->shadow_pending, 1, memory_order_relaxed);
         metrics_top_add(m, rules_hit_key(ev, h), h->key_len, now_us, h->out.res.retry_us);

@@ -44,6 +44,7 @@ struct ruleset *ruleset_new(struct config *cfg)
         p->limit = r->rate_arg ? r->max_rate_n : r->rate_n;
         p->period_us = (r->rate_arg ? r->max_rate_period_ms : r->rate_period_ms) * 1000;
         p->burst = r->burst_arg || !r->burst ? r->max_burst : r->burst;
+        p->block_us = r->block_for_ms * 1000;
         rules_backstop_params(p, fleet_share(cfg->fallback_share), &rs->backstop[i]);
         rs->metrics[i] = metrics_rule_get(r->name);
         if (!rs->metrics[i])

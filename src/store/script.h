@@ -60,6 +60,11 @@ enum script_claim_arg {
     CLAIM_ARG_RATE_PPM = CLAIM_ARGC, /* share wanted, millionths of the rate (0: none) */
     CLAIM_ARG_DEMAND_PPM,            /* the caller's request rate, millionths of the rate */
     CLAIM_ARGC_RATED,
+    /* optional, after the rate lease's two (sent empty for a token lease):
+     * the rule's block_for; a claim that finds nothing to grant starts a
+     * block of this long (lua/README.md "Penalty box"); absent or 0: none */
+    CLAIM_ARG_BLOCK_MS = CLAIM_ARGC_RATED,
+    CLAIM_ARGC_BLOCK,
 };
 
 /* ARGV of *_return: settle and close the caller's lease. The first four are
@@ -81,6 +86,10 @@ enum script_exact_arg {
     EXACT_ARG_N,              /* optional: the request's cost (>= 0; 0 a check
                                  that takes nothing), default 1 */
     EXACT_ARGC_MAX,           /* with the cost: what the agent sends for a cost != 1 */
+    /* optional, after n (then sent even for a cost of 1): the rule's
+     * block_for; a denial starts a block of this long; absent or 0: none */
+    EXACT_ARG_BLOCK_MS = EXACT_ARGC_MAX,
+    EXACT_ARGC_BLOCK,
     EXACT_ARGC = EXACT_ARG_N, /* without: what the agent sends for a cost of 1 */
 };
 

@@ -390,7 +390,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     r.t = lease_table_new(&lcfg, 2);
     r.p = (struct bucket_params){(mode & MODE_SLIDING) ? BUCKET_SLIDING_WINDOW
                                                        : BUCKET_TOKEN_BUCKET,
-                                 mode2 & MODE2_SLOW_RULE ? 10 : 100, 1000 * MS, 20};
+                                 mode2 & MODE2_SLOW_RULE ? 10 : 100, 1000 * MS, 20, 0};
     r.now = 1000000 * MS;
     rd = redisReaderCreate();
     if (!r.t || !rd)

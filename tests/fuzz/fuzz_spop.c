@@ -88,8 +88,8 @@ static void config_text(const uint8_t *cfg, char *buf, size_t cap)
         if (r & R_BURST_ARG)
             n += (size_t)snprintf(buf + n, cap - n, "burst = arg:burst\nmax_burst = %u\n",
                                   i == 2 ? 1000000u : 4u + i);
-        else if (i == 1)
-            n += (size_t)snprintf(buf + n, cap - n, "burst = 2\n");
+        else if (i == 1) /* and a penalty box: its denials block the key for 2 s */
+            n += (size_t)snprintf(buf + n, cap - n, "burst = 2\nblock_for = 2s\n");
         /* costs: rule 2's from the arg n (clamped, or 1 when unusable), rule 3's fixed */
         if (i >= 2)
             n += (size_t)snprintf(buf + n, cap - n, "%s",
@@ -383,7 +383,9 @@ static struct lease_table *leases(struct fuzz_run *r)
  * an exact call one token. Returns the reply's values in v. */
 static int redis_run(struct fuzz_run *r, const struct lease_job *j, uint64_t cost, int64_t *v)
 {
-    const struct bucket_params p = {j->algorithm, j->limit, j->period_ms * 1000, j->burst};
+    /* the scripts' penalty box too (block_ms): a blocked key grants nothing */
+    const struct bucket_params p = {j->algorithm, j->limit, j->period_ms * 1000, j->burst,
+                                    j->block_ms * 1000};
     struct bucket_result res, probe;
     uint64_t got = 0;
 

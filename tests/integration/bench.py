@@ -4,11 +4,22 @@
    REPEAT times each (the modes of 1000 keys or fewer after WARM_S seconds
    of warm-up: steady state): medians of decisions/s, latency percentiles, Redis
    script calls (EVALSHA, from INFO commandstats) and script operations (a
-   batch carries many) per decision. Ratios are against the do-nothing SPOP
-   path (the agent with no rule that matches: what the SPOP side costs).
-2. The textbook design on the same Redis: redis-benchmark -P16 EVALSHA of a
-   one-call-per-request token bucket script over 1M random keys, and the
-   agent's 1M-random-key row as a ratio of it.
+   batch carries many) per decision, and what a decision costs in CPU: Redis'
+   (used_cpu_user + used_cpu_sys of INFO cpu, all its threads) and the agent's
+   (the run time of each of its threads, /proc/PID/task/*/schedstat), in microseconds per
+   decision, and the microseconds Redis spent per EVALSHA (INFO commandstats).
+   Ratios are against the do-nothing SPOP path (the agent with no rule that
+   matches: what the SPOP side costs).
+2. What a user would deploy instead, on the same Redis build, 1M random keys,
+   at 256 and 32 requests in flight (redis-benchmark -P16 with 16 or 2
+   clients): the textbook token bucket script (HMGET, HSET, PEXPIRE: one
+   EVALSHA per request); a lean GCRA script (one string key per client, GET
+   and SET PX); and envoy ratelimit's fixed window (INCRBY then EXPIRE,
+   pipelined, no Lua: the cheapest global limiter there is; measured as the
+   two commands' runs, whose times and CPU add up, since Redis runs commands
+   one after another). Each with decisions/s and Redis CPU per decision; the
+   agent's per-IP rows (the honest cold-key workload: `100/1m burst 20` over
+   1M client IPs) as ratios of the textbook at the same depth.
 3. Light load after a key churn: p50/p99 at 200 decisions/s on a fresh agent,
    then after 4 s of 1M-random-key traffic (with Redis' default hz 10, and
    with hz 100); and bytes of agent memory per lease entry after the churn.
@@ -43,18 +54,20 @@ PER_IP = "[rule:perip]\nkey = ip\nrate = 100/1m\nburst = 20\n"
 WARM_KEYS = 1000
 WARM_S = 0.3
 
-# (name, rules, redis?, keys)
+# (name, rules, redis?, keys, connections, pipelined per connection)
 MODES = [
-    ("do-nothing SPOP path (no rule)", NOTHING, False, 20),
-    ("standalone, 20 hot keys", HOT, False, 20),
-    ("standalone, 1M keys (cold)", HOT, False, 1000000),
-    ("standalone, 1000 keys over limit", LIMITED, False, 1000),
-    ("redis lease, 20 hot keys", HOT, True, 20),
-    ("redis lease, 1000 keys over limit", LIMITED, True, 1000),
-    ("redis exact (lease=off), 20 keys", EXACT, True, 20),
-    ("redis, 1M random keys, per-IP 100/1m", PER_IP, True, 1000000),
+    ("do-nothing SPOP path (no rule)", NOTHING, False, 20, 8, 20),
+    ("standalone, 20 hot keys", HOT, False, 20, 8, 20),
+    ("standalone, 1M keys (cold)", HOT, False, 1000000, 8, 20),
+    ("standalone, 1000 keys over limit", LIMITED, False, 1000, 8, 20),
+    ("redis lease, 20 hot keys", HOT, True, 20, 8, 20),
+    ("redis lease, 1000 keys over limit", LIMITED, True, 1000, 8, 20),
+    ("redis exact (lease=off), 20 keys", EXACT, True, 20, 8, 20),
+    ("redis, 1M keys, per-IP 100/1m, 256 fly", PER_IP, True, 1000000, 8, 32),
+    ("redis, 1M keys, per-IP 100/1m, 32 fly", PER_IP, True, 1000000, 2, 16),
 ]
-PER_IP_MODE = MODES[-1][0]
+# the agent's cold rows, against the references at the same depth
+PER_IP_MODES = {256: MODES[-2][0], 32: MODES[-1][0]}
 
 # The textbook design: one script call per request, on the same Redis.
 TEXTBOOK = """
@@ -72,11 +85,51 @@ redis.call('PEXPIRE', key, math.ceil((burst - t) / rate) + 1000)
 return {allowed, math.floor(t)}
 """
 
+# A lean GCRA (the generic cell rate algorithm): one string per client, the
+# theoretical arrival time in ms; ARGV: ms per token, burst.
+GCRA = """
+local key, per, burst = KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2])
+local tm = redis.call('TIME')
+local now = tonumber(tm[1]) * 1000 + tonumber(tm[2]) / 1000
+local tat = tonumber(redis.call('GET', key)) or now
+if tat < now then tat = now end
+local new = tat + per
+if new - burst * per > now then return {0, 0} end
+redis.call('SET', key, new, 'PX', math.ceil(new - now))
+return {1, math.floor((now - (new - burst * per)) / per)}
+"""
+
 
 def evalsha_calls(redis):
     out = redis.cli("INFO", "commandstats")
     m = re.search(r"cmdstat_evalsha:calls=(\d+)", out)
     return int(m.group(1)) if m else 0
+
+
+def redis_cpu(redis):
+    """Seconds of CPU Redis has used (user + sys, all its threads)."""
+    out = redis.cli("INFO", "cpu")
+    return sum(float(x) for x in re.findall(r"used_cpu_(?:user|sys):([\d.]+)", out))
+
+
+def command_usec(redis, cmd):
+    """(calls, usec) of one command so far, from INFO commandstats."""
+    m = re.search(r"cmdstat_%s:calls=(\d+),usec=(\d+)" % cmd, redis.cli("INFO", "commandstats"))
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+
+def proc_cpu(pid):
+    """Seconds of CPU the process has used, all its threads (the first field
+    of each thread's schedstat, in ns: finer than /proc/PID/stat's ticks)."""
+    total = 0
+    task = "/proc/%d/task" % pid
+    for tid in os.listdir(task):
+        try:
+            with open("%s/%s/schedstat" % (task, tid)) as f:
+                total += int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass  # a thread that just ended
+    return total / 1e9
 
 
 def wait_redis_up(agent):
@@ -106,7 +159,10 @@ def script_ops(agent):
     return cmds - batches + batched
 
 
-def run_once(rules, redis, keys):
+def run_once(rules, redis, keys, conns, pipe):
+    """(decisions/s, [p50, p99, p99.9, max] us, EVALSHA calls per decision,
+    script operations per decision, Redis CPU us per decision, Redis us per
+    EVALSHA, agent CPU us per decision)."""
     r = harness.Redis() if redis else None
     extra = "[redis]\nurl = redis://127.0.0.1:%d/0\n" % r.port if r else ""
     a = harness.Agent(rules + extra, workers=1)
@@ -117,31 +173,65 @@ def run_once(rules, redis, keys):
             # steady state, not the first lease intervals: a 200k-decision
             # run lasts about one interval, and a fresh key's lease takes a
             # few round trips to reach its demand
-            spoa_bench(a, "-c", "8", "-p", "20", "-d", str(WARM_S), "-k", str(keys), "-s", "99")
-        c0, ops0 = (evalsha_calls(r), script_ops(a)) if r else (0, 0)
-        rate, lat = spoa_bench(a, "-c", "8", "-p", "20", "-n", str(n), "-k", str(keys))
-        c1, ops1 = (evalsha_calls(r), script_ops(a)) if r else (0, 0)
-        ops = ops1 - ops0
+            spoa_bench(a, "-c", str(conns), "-p", str(pipe), "-d", str(WARM_S), "-k", str(keys),
+                       "-s", "99")
+        if r:
+            c0, ops0, cpu0, u0 = evalsha_calls(r), script_ops(a), redis_cpu(r), \
+                command_usec(r, "evalsha")
+        acpu0 = proc_cpu(a.p.pid)
+        rate, lat = spoa_bench(a, "-c", str(conns), "-p", str(pipe), "-n", str(n), "-k",
+                               str(keys))
+        acpu = (proc_cpu(a.p.pid) - acpu0) * 1e6 / n
+        calls = ops = rcpu = per_call = 0
+        if r:
+            c1, ops1, cpu1, u1 = evalsha_calls(r), script_ops(a), redis_cpu(r), \
+                command_usec(r, "evalsha")
+            calls, ops, rcpu = (c1 - c0) / n, (ops1 - ops0) / n, (cpu1 - cpu0) * 1e6 / n
+            per_call = (u1[1] - u0[1]) / (u1[0] - u0[0]) if u1[0] > u0[0] else 0
     finally:
         if r:
             r.stop()
         a.stop()  # last: raises unless the agent exits 0
-    return rate, lat, (c1 - c0) / n, ops / n
+    return rate, lat, calls, ops, rcpu, per_call, acpu
 
 
-def textbook(keys, requests):
-    """redis-benchmark -P16 EVALSHA of the textbook script: requests/s."""
+def redis_benchmark(r, requests, keys, clients, *cmd):
+    """One redis-benchmark -P16 run on r: (requests/s, Redis CPU us per
+    request, us per call of cmd[0] from INFO commandstats)."""
+    r.cli("CONFIG", "RESETSTAT")
+    cpu0 = redis_cpu(r)
+    p = subprocess.run(["redis-benchmark", "-p", str(r.port), "-P", "16", "-c", str(clients),
+                        "-q", "-n", str(requests), "-r", str(keys)] + list(cmd),
+                       capture_output=True, text=True, timeout=600)
+    cpu = (redis_cpu(r) - cpu0) * 1e6 / requests
+    m = re.findall(r"([\d.]+) requests per second", p.stdout.replace("\r", "\n"))
+    if not m:
+        raise RuntimeError(p.stdout + p.stderr)
+    calls, usec = command_usec(r, cmd[0].lower())
+    return float(m[-1]), cpu, usec / calls if calls else 0
+
+
+# The references: (name, script or None, command after the script's sha)
+REFERENCES = [
+    ("textbook EVALSHA token bucket", TEXTBOOK, ["1", "tb:__rand_int__", "100", "60000", "20"]),
+    ("GCRA EVALSHA (one string, SET PX)", GCRA, ["1", "g:__rand_int__", "600", "20"]),
+    ("fixed window INCRBY+EXPIRE, no Lua", None, None),
+]
+
+
+def reference(name, script, args, keys, requests, clients):
+    """One reference row at clients x 16 in flight: (decisions/s, Redis CPU
+    us per decision, Redis us per call)."""
     r = harness.Redis()
     try:
-        sha = r.cli("SCRIPT", "LOAD", TEXTBOOK).strip()
-        p = subprocess.run(["redis-benchmark", "-p", str(r.port), "-P", "16", "-q",
-                            "-n", str(requests), "-r", str(keys), "evalsha", sha, "1",
-                            "tb:__rand_int__", "100", "60000", "20"],
-                           capture_output=True, text=True, timeout=600)
-        m = re.findall(r"([\d.]+) requests per second", p.stdout.replace("\r", "\n"))
-        if not m:
-            raise RuntimeError(p.stdout + p.stderr)
-        return float(m[-1])
+        if script:
+            sha = r.cli("SCRIPT", "LOAD", script).strip()
+            return redis_benchmark(r, requests, keys, clients, "evalsha", sha, *args)
+        # INCRBY then EXPIRE per decision: Redis runs one command after
+        # another, so a decision costs the two runs' times and CPU added
+        i = redis_benchmark(r, requests, keys, clients, "incrby", "fw:__rand_int__", "1")
+        e = redis_benchmark(r, requests, keys, clients, "expire", "fw:__rand_int__", "60")
+        return 1 / (1 / i[0] + 1 / e[0]), i[1] + e[1], i[2] + e[2]
     finally:
         r.stop()
 
@@ -189,35 +279,57 @@ def main():
     print("spoa-bench: 8 connections x 20 pipelined, %d decisions per run, %d rounds over the "
           "modes, agent with 1 worker, %d CPUs; ratio: median of each round's ratio to the "
           "do-nothing path" % (n, repeat, os.cpu_count()))
-    print("%-38s %12s %7s %8s %8s %8s %10s %10s" % (
+    print("%-40s %12s %6s %7s %7s %8s %9s %8s %9s %9s %9s" % (
         "mode", "decisions/s", "ratio", "p50 us", "p99 us", "p99.9 us", "calls/dec",
-        "ops/dec"))
-    # Repeats go round the modes (and the textbook), not one mode at a time:
-    # on a shared machine a slow spell then hits every mode of one round, and
-    # each ratio is the median of ratios within a round.
-    runs = {name: [] for name, _, _, _ in MODES}
-    tbs = []
+        "ops/dec", "redis us", "us/call", "agent us"))
+    # Repeats go round the modes (and the references), not one mode at a
+    # time: on a shared machine a slow spell then hits every mode of one
+    # round, and each ratio is the median of ratios within a round.
+    runs = {m[0]: [] for m in MODES}
+    refs = {(name, depth): [] for name, _, _ in REFERENCES for depth in (256, 32)}
     for _ in range(repeat):
-        for name, rules, redis, keys in MODES:
-            runs[name].append(run_once(rules, redis, keys))
-        tbs.append(textbook(1000000, max(n, 200000)))
+        for name, rules, redis, keys, conns, pipe in MODES:
+            runs[name].append(run_once(rules, redis, keys, conns, pipe))
+        for name, script, args in REFERENCES:
+            for depth in (256, 32):
+                refs[(name, depth)].append(reference(name, script, args, 1000000,
+                                                     max(n, 200000), depth // 16))
     base_name = MODES[0][0]
-    for name, _, _, _ in MODES:
+    for m in MODES:
+        name, redis = m[0], m[2]
         rs = runs[name]
         rate = statistics.median(x[0] for x in rs)
         ratio = statistics.median(x[0] / b[0] for x, b in zip(rs, runs[base_name]))
         p50, p99, p999 = (statistics.median(x[1][i] for x in rs) for i in range(3))
-        calls = statistics.median(x[2] for x in rs)
-        ops = statistics.median(x[3] for x in rs)
-        print("%-38s %12.0f %7.2f %8.0f %8.0f %8.0f %10.4f %10.4f" % (
-            name, rate, ratio, p50, p99, p999, calls, ops), flush=True)
+        calls, ops, rcpu, per_call, acpu = (statistics.median(x[i] for x in rs)
+                                            for i in range(2, 7))
+        if redis:
+            tail = "%9.4f %8.4f %9.2f %9.2f %9.2f" % (calls, ops, rcpu, per_call, acpu)
+        else:
+            tail = "%9s %8s %9s %9s %9.2f" % ("", "", "", "", acpu)
+        print("%-40s %12.0f %6.2f %7.0f %7.0f %8.0f %s" % (name, rate, ratio, p50, p99, p999,
+                                                          tail), flush=True)
 
-    tb = statistics.median(tbs)
-    print("%-38s %12.0f %7s %8s %8s %8s %10.4f %10.4f" % (
-        "textbook EVALSHA -P16, 1M random keys", tb, "", "", "", "", 1.0, 1.0))
-    per_round = [x[0] / t for x, t in zip(runs[PER_IP_MODE], tbs)]
-    print("agent (1M random keys) / textbook: %.2f (median of the rounds' ratios: %s)"
-          % (statistics.median(per_round), " ".join("%.2f" % x for x in per_round)))
+    print("\nreferences on the same Redis, 1M random keys, redis-benchmark -P16 "
+          "(Redis CPU and us per call: per decision)")
+    print("%-40s %6s %12s %9s %9s" % ("design", "fly", "decisions/s", "redis us", "us/call"))
+    for name, _, _ in REFERENCES:
+        for depth in (256, 32):
+            xs = refs[(name, depth)]
+            print("%-40s %6d %12.0f %9.2f %9.2f" % (
+                name, depth, statistics.median(x[0] for x in xs),
+                statistics.median(x[1] for x in xs), statistics.median(x[2] for x in xs)))
+    print("ceilings: INCRBY+EXPIRE is what any Redis limiter that writes per decision "
+          "cannot beat;\n  GCRA what an exact token bucket with one script call per "
+          "decision can reach;\n  the textbook script is what users deploy.")
+    for depth, mode in sorted(PER_IP_MODES.items(), reverse=True):
+        tb = refs[("textbook EVALSHA token bucket", depth)]
+        speed = [x[0] / t[0] for x, t in zip(runs[mode], tb)]
+        cpu = [x[4] / t[1] for x, t in zip(runs[mode], tb) if t[1] > 0]
+        print("agent per-IP / textbook at %d in flight: %.2fx decisions/s (rounds: %s), "
+              "%.2fx Redis CPU per decision (rounds: %s)"
+              % (depth, statistics.median(speed), " ".join("%.2f" % x for x in speed),
+                 statistics.median(cpu) if cpu else 0, " ".join("%.2f" % x for x in cpu)))
 
     churns = [churn_once() for _ in range(max(1, min(repeat, 3)))]
     f50 = statistics.median(c[0][0] for c in churns)

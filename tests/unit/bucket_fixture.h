@@ -20,7 +20,7 @@
 static inline struct bucket_params bt_params(int algorithm, uint64_t limit, uint64_t period_us,
                                              uint64_t burst)
 {
-    struct bucket_params p = {algorithm, limit, period_us, burst};
+    struct bucket_params p = {algorithm, limit, period_us, burst, 0};
     return p;
 }
 

@@ -245,6 +245,55 @@ START_TEST(test_cost)
 }
 END_TEST
 
+/* block_for (issue 28): 60/1m, burst 1, block 3 s: allowed, denied (the
+ * block starts: retry and reset 3 s), still denied 1.5 s on though a token
+ * is back, allowed at 3 s and not a microsecond before; a sliding window
+ * the same once its windows emptied. A cost that never fits starts none;
+ * a peek sees the block and bucket_idle keeps the bucket. */
+START_TEST(test_block_for)
+{
+    for (int algo = TB; algo <= SW; algo++) {
+        struct bucket_params p = algo == TB ? bt_params(TB, 60, MINUTE, 1)
+                                            : bt_params(SW, 1, SEC / 2, 1);
+        struct bucket b;
+        struct bucket_result r;
+        struct bucket_state st;
+
+        p.block_us = 3 * SEC;
+        bucket_init(&b, &p, 0);
+        bucket_take(&b, &p, 0, 2, &r); /* over the capacity: denied, no block */
+        ck_assert_int_eq(r.allowed, 0);
+        ck_assert_uint_eq(b.blocked_until_us, 0);
+        bucket_take(&b, &p, 0, 1, &r);
+        ck_assert_int_eq(r.allowed, 1);
+        bucket_take(&b, &p, 1, 1, &r);
+        ck_assert_int_eq(r.allowed, 0);
+        ck_assert_uint_eq(r.retry_us, 3 * SEC);
+        ck_assert_uint_ge(r.reset_us, 3 * SEC);
+        bucket_take(&b, &p, 1 * SEC + SEC / 2, 1, &r);
+        ck_assert_msg(r.allowed == 0, "algo %d: allowed 1.5 s into the block", algo);
+        ck_assert_uint_eq(r.retry_us, 3 * SEC + 1 - (SEC + SEC / 2));
+        ck_assert_uint_eq(r.reset_us, 3 * SEC + 1 - (SEC + SEC / 2)); /* the block's rest */
+        ck_assert_uint_eq(r.remaining, 0);
+        ck_assert(!bucket_idle(&b, &p, 2 * SEC));
+        bucket_peek(&b, &p, 2 * SEC, &st);
+        ck_assert(st.blocked);
+        ck_assert_uint_eq(st.blocked_left_us, SEC + 1);
+        ck_assert_uint_eq(st.retry_us, SEC + 1);
+        bucket_take(&b, &p, 3 * SEC, 1, &r); /* 1 us before the end */
+        ck_assert_int_eq(r.allowed, 0);
+        ck_assert_uint_eq(r.retry_us, 1);
+        bucket_take(&b, &p, 3 * SEC + 1, 1, &r);
+        ck_assert_msg(r.allowed == 1, "algo %d: still denied after the block", algo);
+        /* the rule without block_for: the same bucket decides as usual */
+        p.block_us = 0;
+        bucket_take(&b, &p, 3 * SEC + 2, 1, &r);
+        ck_assert_int_eq(r.allowed, 0);
+        ck_assert_uint_lt(r.retry_us, 3 * SEC);
+    }
+}
+END_TEST
+
 /* No interval [a, b] may admit more than burst + r * (b - a) units. The
  * tightest intervals start and end on admissions, so checking every pair of
  * admissions checks every interval. */
@@ -528,7 +577,7 @@ static Suite *bucket_algo_suite(void)
     tcase_add_test(tc, test_tb_ten_per_minute);
     tcase_add_loop_test(tc, test_tb_cases, 0, sizeof(tb_cases) / sizeof(tb_cases[0]));
     CHECK_ADD(tc, test_tb_partial_refill, test_tb_no_drift, test_tb_clock_backward,
-              test_tb_never_fits, test_cost);
+              test_tb_never_fits, test_cost, test_block_for);
     tcase_add_loop_test(tc, test_tb_interval_bound, 0,
                         sizeof(tb_prop_cases) / sizeof(tb_prop_cases[0]));
     tcase_set_timeout(tc, 60);

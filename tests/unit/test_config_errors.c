@@ -193,6 +193,13 @@ static const struct {
     {"[rule:r]\nrate = arg:l\nmax_rate = 10/1m\nburst = 5\nmax_burst = 5\n",
      "t.ini:5: 'max_burst' is only used with burst = arg:NAME, or with rate = arg:NAME and no "
      "burst\n"},
+    /* block_for: a duration, or 0 for off */
+    {"[rule:r]\nrate = 10/1m\nblock_for = -1s\n",
+     "t.ini:3: bad duration '-1s' for 'block_for' (expected 0 for off, or an integer > 0 and a "
+     "unit: ms, s, m, h or d)\n"},
+    {"[rule:r]\nrate = 10/1m\nblock_for = 15\n",
+     "t.ini:3: bad duration '15' for 'block_for' (expected 0 for off, or an integer > 0 and a "
+     "unit: ms, s, m, h or d)\n"},
     /* cost: an integer >= 0, or arg:NAME with max_cost */
     {"[rule:r]\nrate = 10/1m\ncost = -1\n",
      "t.ini:3: bad number '-1' for 'cost' (expected an integer from 0 to 1000000000000000)\n"},

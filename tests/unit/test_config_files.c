@@ -321,6 +321,23 @@ START_TEST(test_cost)
 }
 END_TEST
 
+/* block_for: off by default, any duration, on any algorithm */
+START_TEST(test_block_for)
+{
+    struct config *cfg = check_config_ok("[rule:a]\nrate = 10/1m\n"
+                                         "[rule:b]\nrate = 10/1h\nblock_for = 15m\n"
+                                         "[rule:c]\nrate = 10/1m\nalgorithm = sliding-window\n"
+                                         "block_for = 0s\n"
+                                         "[rule:d]\nrate = 10/1m\nalgorithm = sliding-window\n"
+                                         "block_for = 1500ms\n");
+    ck_assert_uint_eq(cfg->rules[0].block_for_ms, 0);
+    ck_assert_uint_eq(cfg->rules[1].block_for_ms, 15 * 60 * 1000);
+    ck_assert_uint_eq(cfg->rules[2].block_for_ms, 0);
+    ck_assert_uint_eq(cfg->rules[3].block_for_ms, 1500);
+    config_free(cfg);
+}
+END_TEST
+
 /* rate = arg:NAME, burst = arg:NAME and their ceilings */
 START_TEST(test_arg_limits)
 {
@@ -577,6 +594,7 @@ START_TEST(print_round_trip)
         "[rule:e]\nkey = k\nrate = arg:l\nmax_rate = 10/1m\nburst = 4\n",
         "[redis]\nurl = redis://127.0.0.1:6379\nkeepalive = 250ms\n[rule:r]\nrate = 10/1m\n",
         "[rule:a]\nrate = 10/1m\ncost = 0\n[rule:b]\nrate = 10/1m\ncost = arg:n\nmax_cost = 7\n",
+        "[rule:a]\nrate = 10/1h\nblock_for = 15m\n[rule:b]\nrate = 10/1m\n",
     };
     for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
         struct config *cfg, *again;
@@ -597,6 +615,10 @@ START_TEST(print_round_trip)
         else if (strstr(files[i], "[redis]")) /* and a duration, or the default */
             ck_assert_ptr_nonnull(strstr(text, strstr(files[i], "250ms") ? "\nkeepalive = 250ms\n"
                                                                           : "\nkeepalive = 1s\n"));
+        if (strstr(files[i], "block_for")) { /* a penalty box, and its default: off */
+            ck_assert_ptr_nonnull(strstr(text, "\nblock_for = 15m\n"));
+            ck_assert_ptr_nonnull(strstr(text, "\nblock_for = 0 ; off\n"));
+        }
         if (strstr(files[i], "cost = ")) { /* a cost, fixed or from an arg */
             ck_assert_ptr_nonnull(strstr(text, "\ncost = 0\n"));
             ck_assert_ptr_nonnull(strstr(text, "\ncost = arg:n\nmax_cost = 7\n"));
@@ -664,7 +686,7 @@ int main(void)
     TCase *tc = tcase_create("files");
 
 
-    CHECK_ADD(tc, test_cost, print_round_trip, test_full, test_defaults, test_variants,
+    CHECK_ADD(tc, test_cost, test_block_for, print_round_trip, test_full, test_defaults, test_variants,
               test_resolution,
               test_match, test_arg_limits, test_file, test_percent_decode, test_credentials,
               test_config_page);

@@ -32,7 +32,7 @@ static void exact_reply(struct lease_table *t, struct lease_job *j, int ok, int6
  * block never pass BUCKET_MAX_PERIOD_US (fuzz_reply found 2^53 + 90 ms). */
 START_TEST(blocked_retry_keeps_the_cap)
 {
-    const struct bucket_params p100 = {0, 100, 1 * S, 50}; /* 5 tokens added a block */
+    const struct bucket_params p100 = {0, 100, 1 * S, 50, 0}; /* 5 tokens added a block */
     static const int64_t retries[] = {9999999999999, INT64_MAX, (int64_t)(BUCKET_MAX_PERIOD_US / MS),
                                       (int64_t)(BUCKET_MAX_PERIOD_US / MS) - 1};
     struct lease_job *j, *next;
@@ -122,6 +122,41 @@ START_TEST(exact_denial_is_cached)
 }
 END_TEST
 
+/* block_for: the jobs carry the rule's block, and a denial (Redis answers
+ * retry_ms = the block's rest) is cached to the block's end exactly, not
+ * stretched to an interval's worth of tokens as an empty bucket's is. */
+START_TEST(block_cached_to_its_end)
+{
+    /* 100/s, burst 100: an empty bucket's denial would wait 9 tokens more */
+    const struct bucket_params p = {0, 6000, 60 * S, 100, 3 * S};
+    struct lease_table *t = lease_table_new(&cfg_exact, 4);
+    struct lease_job *j, *next;
+    struct lease_waiter *done, *fb;
+    struct lt_req r[4];
+
+    ck_assert_int_eq(lt_decide(t, "k", &p, 10 * S, 1, &r[0], &j), LEASE_PENDING);
+    ck_assert_uint_eq(j->kind, LEASE_JOB_EXACT);
+    ck_assert_uint_eq(j->block_ms, 3000);
+    exact_reply(t, j, 1, 0, 0, 3000, 10 * S, &done, &fb, &next);
+    ck_assert(!r[0].res.allowed);
+    ck_assert_uint_eq(r[0].res.retry_us, 3 * S);
+    /* 2.999 s on: still denied locally, no call */
+    ck_assert_int_eq(lt_decide(t, "k", &p, 13 * S - MS, 1, &r[1], &j), LEASE_DONE);
+    ck_assert_ptr_null(j);
+    ck_assert(!r[1].res.allowed);
+    ck_assert_uint_eq(r[1].res.retry_us, MS);
+    /* at its end Redis is asked again, with the block */
+    ck_assert_int_eq(lt_decide(t, "k", &p, 13 * S, 1, &r[2], &j), LEASE_PENDING);
+    ck_assert_ptr_nonnull(j);
+    ck_assert_uint_eq(j->block_ms, 3000);
+    ck_assert_uint_eq(j->kind, LEASE_JOB_CLAIM); /* seen twice: a claim */
+    j->sent_us = 13 * S;
+    lt_reply(t, j, (const int64_t[8]){1, 0, 1, 1, 0, 10, 1000, 1}, 13 * S, &done, &fb, &next);
+    ck_assert(r[2].res.allowed);
+    lease_table_free(t);
+}
+END_TEST
+
 START_TEST(exact_failure_and_arrivals)
 {
     struct lease_table *t = lease_table_new(&cfg_exact, 4);
@@ -195,6 +230,6 @@ int main(void)
     TCase *tc = tcase_create("core");
 
     CHECK_ADD(tc, cold_key_goes_exact, exact_denial_is_cached, exact_failure_and_arrivals,
-              blocked_retry_keeps_the_cap);
+              blocked_retry_keeps_the_cap, block_cached_to_its_end);
     return check_run_case("lease_exact", tc);
 }

@@ -20,6 +20,7 @@ START_TEST(render_has_every_interface_metric)
         "spoa_ratelimit_decisions_total",
         "spoa_ratelimit_degraded_decisions_total",
         "spoa_ratelimit_cost_over_burst_total",
+        "spoa_ratelimit_blocks_started_total",
         "spoa_ratelimit_decision_seconds",
         "spoa_ratelimit_redis_up",
         "spoa_ratelimit_redis_configured",

@@ -142,7 +142,7 @@ START_TEST(client_key_as_requests_build_it)
     ck_assert_int_eq(rules_client_key("abc", 3, NULL, 32, out, 3), -1);
     ck_assert_int_eq(rules_client_key("", 0, NULL, 32, out, 1), 0); /* a rule without key */
     /* per-request limits are part of the key, before hashing */
-    struct bucket_params lim = {0, 100, 60000000, 20};
+    struct bucket_params lim = {0, 100, 60000000, 20, 0};
     ck_assert_int_eq(rules_client_key("t", 1, &lim, 32, out, sizeof(out)), 16);
     ck_assert_str_eq(out, "t\x1f"
                           "100/60000ms/20");
@@ -398,7 +398,7 @@ END_TEST
 
 START_TEST(backstop_share_rounding)
 {
-    struct bucket_params p = {BUCKET_TOKEN_BUCKET, 9, 1000000, 9}, b;
+    struct bucket_params p = {BUCKET_TOKEN_BUCKET, 9, 1000000, 9, 0}, b;
 
     rules_backstop_params(&p, 1.0 / 3, &b); /* 1/3 x 9 is 3, not 2.999... */
     ck_assert_uint_eq(b.burst, 3);
@@ -407,6 +407,21 @@ START_TEST(backstop_share_rounding)
     ck_assert_uint_eq(b.burst, 1);
     ck_assert_uint_eq(b.limit, 9);
     ck_assert_uint_eq(b.period_us, 20000000);
+}
+END_TEST
+
+/* block_for reaches the rule's limits and its fail-open backstop, so that
+ * both the bucket and the backstop (Redis down) keep a blocked key out. */
+START_TEST(block_for_in_params_and_backstop)
+{
+    struct ruleset *rs = rt_load("[rule:a]\nrate = 10/1h\nblock_for = 15m\n"
+                                 "[rule:b]\nrate = 10/1m\n");
+
+    ck_assert_uint_eq(rs->params[0].block_us, 15 * 60 * 1000000ULL);
+    ck_assert_uint_eq(rs->backstop[0].block_us, 15 * 60 * 1000000ULL);
+    ck_assert_uint_eq(rs->params[1].block_us, 0);
+    ck_assert_uint_eq(rs->backstop[1].block_us, 0);
+    ruleset_unref(rs);
 }
 END_TEST
 
@@ -571,6 +586,7 @@ int main(void)
     tcase_add_loop_test(tc, backstop_auto_follows_fleet, 0,
                         (int)(sizeof(auto_cases) / sizeof(auto_cases[0])));
     tcase_add_test(tc, backstop_share_rounding);
+    tcase_add_test(tc, block_for_in_params_and_backstop);
     tcase_add_loop_test(tc, hashed_key_never_cut, 0, sizeof(max_keys) / sizeof(max_keys[0]));
     tcase_set_timeout(tc, 30); /* hundreds of configs: slow under sanitizers */
     return check_run_case("rules_match", tc);

@@ -259,11 +259,153 @@ START_TEST(reply_layout_matches_script_h)
 }
 END_TEST
 
+/* ---- block_for (issue 28): CLAIM_ARG_BLOCK_MS and EXACT_ARG_BLOCK_MS ------- */
+
+/* A token every 100 ms, burst 1 (sw: 1 per 100 ms window); a claim's sliding
+ * window of 10 s, so that no grant falls in a window's last ms. */
+static const struct rule block_rule = {1, 100, 1, 5000};
+static const struct rule block_sw_claim = {1, 10000, 1, 5000};
+#define BLOCK_MS 2000LL
+
+static void block_exact_args(struct args *a, long long n)
+{
+    exact_args(a, &block_rule, n);
+    a->n = EXACT_ARGC_BLOCK;
+    arg_num(a, EXACT_ARG_BLOCK_MS, BLOCK_MS);
+}
+
+/* A token lease's claim with a block: the rate lease's two sent empty. */
+static void block_claim_args(struct args *a, const struct rule *ru, const char *agent,
+                             long long want, long long used)
+{
+    claim_args(a, agent, ru, want, used, 0);
+    a->v[CLAIM_ARG_RATE_PPM] = "";
+    a->v[CLAIM_ARG_DEMAND_PPM] = "";
+    a->n = CLAIM_ARGC_BLOCK;
+    arg_num(a, CLAIM_ARG_BLOCK_MS, BLOCK_MS);
+}
+
+/* The block is field bu of the key's hash (Redis time, us), ending within
+ * BLOCK_MS, and the key outlives it. */
+static void assert_block_field(const char *key)
+{
+    long long bu = hget_ll(key, "bu"), now = redis_now_us();
+    ck_assert_msg(bu > now && bu <= now + BLOCK_MS * 1000, "bu %lld, now %lld", bu, now);
+    ck_assert_int_gt(cmd_int("PTTL %s", key), (bu - now) / 1000);
+}
+
+/* The exact scripts: a cost over the capacity starts no block; a denial
+ * does (retry the whole block); 250 ms on a token is back (tb) or both
+ * windows are past (sw) and the key is still denied, with the rest of the
+ * block; the reset scripts lift it. The token bucket's block then ends at
+ * bu, not before. */
+START_TEST(block_for_exact)
+{
+    static const enum script exact_s[] = {TB_EXACT, SW_EXACT}, reset_s[] = {TB_RESET, SW_RESET};
+    struct args a;
+    long long x[EXACT_R_COUNT], z[RESET_R_COUNT];
+    char key[128];
+
+    for (int sw = 0; sw < 2; sw++) {
+        mkkey(key, sizeof(key), sw ? "block-sw" : "block-tb");
+        block_exact_args(&a, 2); /* never fits: the client's error, no block */
+        call_args(exact_s[sw], key, &a, x, EXACT_R_COUNT);
+        EXPECT_EQ(x, EXACT_R_ALLOWED, 0);
+        ck_assert_int_eq(hget_ll(key, "bu"), -1);
+        block_exact_args(&a, 1);
+        call_args(exact_s[sw], key, &a, x, EXACT_R_COUNT);
+        EXPECT_EQ(x, EXACT_R_ALLOWED, 1);
+        call_args(exact_s[sw], key, &a, x, EXACT_R_COUNT);
+        EXPECT_EQ(x, EXACT_R_ALLOWED, 0);
+        EXPECT_EQ(x, EXACT_R_REMAINING, 0);
+        EXPECT_EQ(x, EXACT_R_RETRY_MS, BLOCK_MS);
+        EXPECT(x, EXACT_R_RESET_MS, BLOCK_MS, FAR_MS);
+        assert_block_field(key);
+        sleep_ms(250);
+        call_args(exact_s[sw], key, &a, x, EXACT_R_COUNT);
+        EXPECT_EQ(x, EXACT_R_ALLOWED, 0);
+        EXPECT_EQ(x, EXACT_R_REMAINING, 0);
+        EXPECT(x, EXACT_R_RETRY_MS, 1, BLOCK_MS - 250);
+        arg_num(&a, RESET_ARG_LIMIT, block_rule.limit);
+        arg_num(&a, RESET_ARG_PERIOD_MS, block_rule.period_ms);
+        arg_num(&a, RESET_ARG_BURST, block_rule.burst);
+        a.n = RESET_ARGC;
+        call_args(reset_s[sw], key, &a, z, RESET_R_COUNT);
+        ck_assert_int_eq(hget_ll(key, "bu"), -1);
+        block_exact_args(&a, 1);
+        call_args(exact_s[sw], key, &a, x, EXACT_R_COUNT);
+        EXPECT_EQ(x, EXACT_R_ALLOWED, 1);
+    }
+
+    /* the end of a block: allowed once Redis' time passed bu, and not before */
+    mkkey(key, sizeof(key), "block-end");
+    block_exact_args(&a, 1);
+    call_args(TB_EXACT, key, &a, x, EXACT_R_COUNT);
+    call_args(TB_EXACT, key, &a, x, EXACT_R_COUNT);
+    EXPECT_EQ(x, EXACT_R_ALLOWED, 0);
+    long long bu = hget_ll(key, "bu");
+    double deadline = mono_ms() + BLOCK_MS + 3000;
+    for (;;) {
+        long long before = redis_now_us();
+        call_args(TB_EXACT, key, &a, x, EXACT_R_COUNT);
+        if (x[EXACT_R_ALLOWED]) {
+            ck_assert_int_ge(redis_now_us(), bu);
+            break;
+        }
+        ck_assert_msg(before < bu, "denied at %lld, after the block's end %lld", before, bu);
+        ck_assert_msg(mono_ms() < deadline, "never allowed after the block");
+        sleep_ms(20);
+    }
+}
+END_TEST
+
+/* The claim scripts: A takes the only token; B's claim finds none and
+ * starts the block; A's next claim grants nothing and ends its lease
+ * (mine 0, lease_ms 0), with the rest of the block as retry. */
+START_TEST(block_for_claim)
+{
+    static const enum script claim_s[] = {TB_CLAIM, SW_CLAIM}, reset_s[] = {TB_RESET, SW_RESET};
+    struct args a;
+    long long o[CLAIM_R_COUNT], z[RESET_R_COUNT];
+    char key[128];
+
+    for (int sw = 0; sw < 2; sw++) {
+        const struct rule *ru = sw ? &block_sw_claim : &block_rule;
+        mkkey(key, sizeof(key), sw ? "block-claim-sw" : "block-claim-tb");
+        block_claim_args(&a, ru, "A", 1, 0);
+        call_args(claim_s[sw], key, &a, o, CLAIM_R_COUNT);
+        EXPECT_EQ(o, CLAIM_R_GRANTED, 1);
+        ck_assert_int_eq(hget_ll(key, "bu"), -1);
+        block_claim_args(&a, ru, "B", 1, 0);
+        call_args(claim_s[sw], key, &a, o, CLAIM_R_COUNT);
+        EXPECT_EQ(o, CLAIM_R_GRANTED, 0);
+        EXPECT_EQ(o, CLAIM_R_REMAINING, 0);
+        EXPECT_EQ(o, CLAIM_R_RETRY_MS, BLOCK_MS);
+        assert_block_field(key);
+        sleep_ms(5);
+        block_claim_args(&a, ru, "A", 1, 0);
+        call_args(claim_s[sw], key, &a, o, CLAIM_R_COUNT);
+        EXPECT_EQ(o, CLAIM_R_GRANTED, 0);
+        EXPECT_EQ(o, CLAIM_R_MINE, 0);
+        EXPECT_EQ(o, CLAIM_R_LEASE_MS, 0);
+        EXPECT(o, CLAIM_R_RETRY_MS, 1, BLOCK_MS - 1);
+        arg_num(&a, RESET_ARG_LIMIT, ru->limit);
+        arg_num(&a, RESET_ARG_PERIOD_MS, ru->period_ms);
+        arg_num(&a, RESET_ARG_BURST, ru->burst);
+        a.n = RESET_ARGC;
+        call_args(reset_s[sw], key, &a, z, RESET_R_COUNT);
+        ck_assert_int_eq(hget_ll(key, "bu"), -1);
+    }
+}
+END_TEST
+
 static Suite *scripts_contract_suite(void)
 {
     Suite *s = suite_create("scripts_contract");
     TCase *contract = scripts_tcase("contract");
     tcase_add_loop_test(contract, reply_layout_matches_script_h, 0, NSCRIPTS);
+    tcase_add_test(contract, block_for_exact);
+    tcase_add_test(contract, block_for_claim);
     suite_add_tcase(s, contract);
     return s;
 }
