@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "check_util.h"
+#include "http/config_page.h"
 #include "rules_store/rules_fleet.h"
 
 #define REDIS_FILE                                                                       \
@@ -215,6 +216,31 @@ START_TEST(test_with_rules_bad_file)
 }
 END_TEST
 
+static void pending_cb(void *ctx, const char *name, const char *in_force, const char *file)
+{
+    char *seen = ctx;
+
+    snprintf(seen + strlen(seen), 256 - strlen(seen), "%s=%s>%s;", name, in_force, file);
+}
+
+/* [rules] source, poll and cache take effect at a restart: a reload that
+ * changes them says so (the log and GET /config). */
+START_TEST(test_rules_restart_only)
+{
+    struct config *a = check_config_ok("[redis]\nurl = redis://127.0.0.1:6379\n");
+    struct config *b = check_config_ok("[redis]\nurl = redis://127.0.0.1:6379\n[rules]\n"
+                                       "source = redis\npoll = 2s\ncache = /tmp/c.ini\n"
+                                       "history = 3\n");
+    char seen[256] = "";
+
+    ck_assert_uint_eq(config_page_pending(a, b, pending_cb, seen), 3);
+    ck_assert_str_eq(seen, "[rules] source=file>redis;[rules] poll=1000ms>2000ms;"
+                           "[rules] cache=>/tmp/c.ini;");
+    config_free(a);
+    config_free(b);
+}
+END_TEST
+
 /* lua/rules_fleet.lua's reply: current, Redis time, then per agent: id,
  * seen, version, error. */
 static int parse(size_t n, const char *const *str, struct rules_fleet *f)
@@ -291,7 +317,8 @@ int main(void)
     TCase *tc = tcase_create("rules");
 
     CHECK_ADD(tc, test_rules_defaults, test_rules_keys, test_with_rules, test_with_rules_bounds,
-              test_with_rules_bad_file, test_fleet_view, test_fleet_bad_replies);
+              test_with_rules_bad_file, test_fleet_view, test_fleet_bad_replies,
+              test_rules_restart_only);
     CHECK_LOOP(tc, test_rules_bad_keys, bad_keys);
     CHECK_LOOP(tc, test_with_bad_rules, bad_rules);
     return check_run_case("config_rules", tc);
