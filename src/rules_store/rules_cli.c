@@ -282,7 +282,14 @@ int rules_cli_run(const struct rules_cli_args *a)
                 fputs(err, stderr);
             goto out;
         }
+        /* a fleet without rules allows every request: never by mistake */
+        size_t nrules = check->nrules;
         config_free(check);
+        if (nrules == 0) {
+            fprintf(stderr, "%s: no [rule:*] section: every agent would allow every request; "
+                            "not pushed\n", a->rules);
+            goto out;
+        }
     }
     if (config_standalone(cfg)) {
         fprintf(stderr, "%s: no [redis] server (url, cluster or sentinel): no rule store\n",

@@ -186,6 +186,10 @@ class OneRedis(StoreCase):
         p = self.push(self.op, "[redis]\nurl = redis://10.0.0.1:6379\n", ok=False)
         self.assertEqual(p.returncode, 1)
         self.assertIn("not [redis]", p.stderr)
+        # nothing to enforce: refused, never pushed by mistake
+        p = self.push(self.op, "; no rules\n", ok=False)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("no [rule:*] section: every agent would allow every request", p.stderr)
         self.assertEqual(self.current(), "1")
         self.assertEqual(self.r.cli("ZCARD", "rl:{rules}:versions"), "1")
         time.sleep(0.5)
