@@ -752,6 +752,11 @@ int limiter_redis(const struct limiter *l)
     return l->store != NULL;
 }
 
+struct store *limiter_store(struct limiter *l)
+{
+    return l->store;
+}
+
 int limiter_reconfigure(struct limiter *l, const struct config *cfg)
 {
     struct store_options so;

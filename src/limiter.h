@@ -25,6 +25,7 @@
 struct ev_loop;
 struct config;
 struct limiter;
+struct store;
 
 /* One NOTIFY's decisions. The caller fills ev and rs (holding a reference
  * on rs), and sets done. */
@@ -72,6 +73,11 @@ size_t limiter_expire(struct limiter *l, const struct ruleset *rs, uint64_t now_
 
 /* 1 with Redis configured, 0 standalone. */
 int limiter_redis(const struct limiter *l);
+
+/* The limiter's store (NULL standalone), for the clients that share its
+ * connections from the main loop (the rule store); they stop before
+ * limiter_shutdown or limiter_free. */
+struct store *limiter_store(struct limiter *l);
 
 /* SIGHUP: apply cfg's [redis] url (url mode) and credentials to the
  * connections (store_reconfigure: they are made again at once when these

@@ -1,6 +1,7 @@
 /* main.c - spoa-ratelimit: argv, signals, wiring. */
 #include "config/config.h"
 
+#include <errno.h>
 #include <ev.h>
 #include <getopt.h>
 #include <signal.h>
@@ -24,6 +25,8 @@
 #include "metrics/mismatch.h"
 #include "notify.h"
 #include "rules/rules.h"
+#include "rules_store/rules_cli.h"
+#include "rules_store/rules_store.h"
 #include "server/server.h"
 
 #define ERRBUF 8192
@@ -51,16 +54,26 @@ struct agent {
     uint64_t reload_failed_unix; /* the last reload failed then; 0 after a good one */
     char reload_error[256];      /* its first error line */
     char token[33];              /* the page's token for POST /reset, random hex */
+    struct rules_store *rules;   /* [rules] source = redis: the fleet's rule set */
 };
 
 static void usage(FILE *f)
 {
     fprintf(f, "usage: spoa-ratelimit -c FILE [--check [--print]]\n"
+               "       spoa-ratelimit -c FILE --push RULES [--message TEXT] [--if-version N]\n"
+               "       spoa-ratelimit -c FILE --rules-history | --rollback N | --fleet\n"
                "       spoa-ratelimit --version | --help\n"
                "\n"
                "  -c, --config FILE   configuration file (INI)\n"
                "  -t, --check         validate FILE and exit: 0 valid, 1 invalid\n"
                "  -p, --print         with --check: print the effective configuration\n"
+               "      --push RULES    check RULES ([rule:*] only) as --check does, make it the\n"
+               "                      current rule set in FILE's Redis; prints its version\n"
+               "      --message TEXT  with --push or --rollback: a note kept with the version\n"
+               "      --if-version N  with --push or --rollback: only if N is still current\n"
+               "      --rules-history list the versions kept in Redis (* the current one)\n"
+               "      --rollback N    make version N current again, as a new version\n"
+               "      --fleet         list the live agents and the version each applied\n"
                "  -v, --version       print the version and exit\n"
                "  -h, --help          print this help and exit\n");
 }
@@ -137,26 +150,32 @@ static void reload_redis(struct agent *a, const struct config *cfg)
         LOG_ERROR("\"out of memory: [redis] url and credentials not reloaded\"");
 }
 
-static void reload(struct agent *a)
+/* The file, with the rule set from Redis in force instead of its own
+ * [rule:*] sections when there is one ([rules] source = redis). */
+static int load_config(struct agent *a, struct config **cfg, char *err, size_t errlen)
 {
-    struct config *cfg;
-    char err[ERRBUF];
+    size_t len;
+    uint64_t version;
+    const char *text = a->rules ? rules_store_text(a->rules, &len, &version) : NULL;
+    char name[48];
 
-    if (config_load_file(a->path, &cfg, err, sizeof(err)) < 0) {
-        METRIC_INC(reload_failures);
-        LOG_ERROR("\"reload failed, keeping the rules in force\" file=%s", log_val(a->path));
-        print_errors(err);
-        a->reload_failed_unix = (uint64_t)time(NULL);
-        snprintf(a->reload_error, sizeof(a->reload_error), "%.*s", (int)strcspn(err, "\n"),
-                 err);
-        return;
-    }
+    if (!text)
+        return config_load_file(a->path, cfg, err, errlen);
+    snprintf(name, sizeof(name), "redis:v%llu", (unsigned long long)version);
+    return config_load_with_rules(a->path, text, len, name, cfg, err, errlen);
+}
+
+/* Put cfg (owned from here on) in force: a new ruleset swapped in
+ * atomically, connections, leases and buckets of unchanged rules kept.
+ * what says why in the log. 0, or -1 out of memory. */
+static int install(struct agent *a, struct config *cfg, const char *what)
+{
     warn_static_changes(a->boot->cfg, cfg);
     struct ruleset *rs = ruleset_new(cfg);
     if (!rs) {
         METRIC_INC(reload_failures);
         LOG_ERROR("\"reload failed: out of memory\"");
-        return;
+        return -1;
     }
     log_level = rs->cfg->log_level;
     reload_redis(a, rs->cfg);
@@ -172,9 +191,47 @@ static void reload(struct agent *a)
     METRIC_INC(reloads);
     a->loaded_unix = (uint64_t)time(NULL);
     metrics_config_loaded(config_hash(rs->cfg), a->loaded_unix);
-    LOG_INFO("\"configuration reloaded\" file=%s rules=%zu", log_val(a->path),
-             rs->cfg->nrules);
+    LOG_INFO("\"%s\" file=%s rules=%zu", what, log_val(a->path), rs->cfg->nrules);
     note_keyless_rules(rs->cfg);
+    return 0;
+}
+
+/* SIGHUP. With source = redis the file's other sections are read again and
+ * the rule set from Redis stays (doc/operations.md, "Changing rules across
+ * a fleet"). */
+static void reload(struct agent *a)
+{
+    struct config *cfg;
+    char err[ERRBUF];
+
+    if (load_config(a, &cfg, err, sizeof(err)) < 0) {
+        METRIC_INC(reload_failures);
+        LOG_ERROR("\"reload failed, keeping the rules in force\" file=%s", log_val(a->path));
+        print_errors(err);
+        a->reload_failed_unix = (uint64_t)time(NULL);
+        snprintf(a->reload_error, sizeof(a->reload_error), "%.*s", (int)strcspn(err, "\n"),
+                 err);
+        return;
+    }
+    install(a, cfg, "configuration reloaded");
+    rules_store_retry(a->rules);
+}
+
+/* A new version from Redis (rules_store.c): checked with the file's own
+ * sections exactly as a SIGHUP would, then put in force the same way. */
+static int apply_rules(void *ctx, const char *text, size_t len, const char *name, char *err,
+                       size_t errlen)
+{
+    struct agent *a = ctx;
+    struct config *cfg;
+
+    if (config_load_with_rules(a->path, text, len, name, &cfg, err, errlen) < 0)
+        return -1;
+    if (install(a, cfg, "rules from Redis in force") < 0) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    return 0;
 }
 
 /* systemd (Type=notify): RELOADING=1, then READY=1 once the new file is in
@@ -283,6 +340,8 @@ static void status_get(struct agent *a, struct httpd_req *req, const char *query
         .reload_error = a->reload_error[0] ? a->reload_error : NULL,
         .reset_allowed = a->rs->cfg->stats_reset,
         .token = a->token,
+        .rules_redis = a->rules != NULL,
+        .rules_error = a->rules ? rules_store_error(a->rules) : NULL,
     };
     size_t len = 0;
     uint64_t from = 0;
@@ -294,6 +353,23 @@ static void status_get(struct agent *a, struct httpd_req *req, const char *query
                 "Cache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\n"
                 "Cross-Origin-Resource-Policy: same-origin\r\n",
                 body, len);
+}
+
+/* GET /fleet: which agent runs which version of the fleet's rule set, as
+ * this agent's last report to Redis answered it (rules_store.h). */
+static void fleet_get(struct agent *a, struct httpd_req *req)
+{
+    size_t len = 0;
+    char *body = a->rules ? rules_store_fleet_json(a->rules, &len) : NULL;
+    const char *why = !a->rules ? "no fleet view: [rules] source = file\n"
+                                : "no fleet view yet: Redis not reached since start\n";
+
+    if (body) {
+        httpd_reply(req, "200 OK", "application/json", "Cache-Control: no-store\r\n", body, len);
+        return;
+    }
+    httpd_reply(req, a->rules ? "503 Service Unavailable" : "404 Not Found", "text/plain", NULL,
+                strdup(why), strlen(why));
 }
 
 /* POST /reset: refused (403) when off or forged by another page. */
@@ -323,7 +399,8 @@ static int on_http(void *ctx, struct httpd_req *req, const char *method, const c
     int reset = strcmp(path, "/reset") == 0;
 
     if (strcmp(path, "/") != 0 && strcmp(path, "/status.json") != 0 &&
-        strcmp(path, "/config") != 0 && strcmp(path, "/key") != 0 && !reset)
+        strcmp(path, "/config") != 0 && strcmp(path, "/key") != 0 &&
+        strcmp(path, "/fleet") != 0 && !reset)
         return -1;
     if (reset ? !post : !get) {
         httpd_reply(req, "405 Method Not Allowed", "text/plain",
@@ -337,6 +414,8 @@ static int on_http(void *ctx, struct httpd_req *req, const char *method, const c
         config_get(a, req);
     } else if (strcmp(path, "/key") == 0) {
         keyapi_get(a->lim, a->rs, req, query);
+    } else if (strcmp(path, "/fleet") == 0) {
+        fleet_get(a, req);
     } else {
         reset_post(a, req, query);
     }
@@ -358,20 +437,43 @@ static int print_config(const struct config *cfg)
     return 0;
 }
 
-/* Read argv: the config path into *path, --check into *check (2 with
- * --print). 0 to go on;
- * -1 when main is done and exits with *status (0 after --version or --help,
- * 2 after a usage error, which has been printed). */
-static int parse_args(int argc, char **argv, const char **path, int *check, int *status)
+/* A decimal version number (>= 0 for --if-version, >= 1 for --rollback). */
+static int parse_version(const char *s, long long min, long long *out)
 {
+    char *end;
+
+    errno = 0;
+    *out = strtoll(s, &end, 10);
+    return errno || end == s || *end || *out < min ? -1 : 0;
+}
+
+/* Read argv: the config path into *path, --check into *check (2 with
+ * --print), a rule store command into *cli (cli->op, or -1 for none). 0 to
+ * go on; -1 when main is done and exits with *status (0 after --version or
+ * --help, 2 after a usage error, which has been printed). */
+static int parse_args(int argc, char **argv, const char **path, int *check,
+                      struct rules_cli_args *cli, int *status)
+{
+    enum { OPT_PUSH = 256, OPT_MESSAGE, OPT_IF_VERSION, OPT_HISTORY, OPT_ROLLBACK, OPT_FLEET };
     static const struct option opts[] = {
-        {"config", required_argument, NULL, 'c'}, {"check", no_argument, NULL, 't'},
-        {"print", no_argument, NULL, 'p'},        {"dump", no_argument, NULL, 'p'},
-        {"version", no_argument, NULL, 'v'},      {"help", no_argument, NULL, 'h'},
+        {"config", required_argument, NULL, 'c'},
+        {"check", no_argument, NULL, 't'},
+        {"print", no_argument, NULL, 'p'},
+        {"dump", no_argument, NULL, 'p'},
+        {"version", no_argument, NULL, 'v'},
+        {"help", no_argument, NULL, 'h'},
+        {"push", required_argument, NULL, OPT_PUSH},
+        {"message", required_argument, NULL, OPT_MESSAGE},
+        {"if-version", required_argument, NULL, OPT_IF_VERSION},
+        {"rules-history", no_argument, NULL, OPT_HISTORY},
+        {"rollback", required_argument, NULL, OPT_ROLLBACK},
+        {"fleet", no_argument, NULL, OPT_FLEET},
         {NULL, 0, NULL, 0},
     };
-    int c, print = 0;
+    int c, print = 0, ops = 0, bad = 0;
 
+    cli->op = -1;
+    cli->if_version = -1;
     while ((c = getopt_long(argc, argv, "c:tpvh", opts, NULL)) != -1) {
         switch (c) {
         case 'c':
@@ -391,17 +493,46 @@ static int parse_args(int argc, char **argv, const char **path, int *check, int 
             usage(stdout);
             *status = 0;
             return -1;
+        case OPT_PUSH:
+            cli->op = RULES_CLI_PUSH;
+            cli->rules = optarg;
+            ops++;
+            break;
+        case OPT_MESSAGE:
+            cli->message = optarg;
+            break;
+        case OPT_IF_VERSION:
+            bad |= parse_version(optarg, 0, &cli->if_version) < 0;
+            break;
+        case OPT_HISTORY:
+            cli->op = RULES_CLI_HISTORY;
+            ops++;
+            break;
+        case OPT_FLEET:
+            cli->op = RULES_CLI_FLEET;
+            ops++;
+            break;
+        case OPT_ROLLBACK:
+            cli->op = RULES_CLI_ROLLBACK;
+            bad |= parse_version(optarg, 1, &cli->rollback) < 0;
+            ops++;
+            break;
         default:
             usage(stderr);
             *status = 2;
             return -1;
         }
     }
-    if (!*path || optind != argc || (print && !*check)) {
+    /* one command at a time; --message and --if-version go with a write */
+    bad |= ops > 1 || (ops && *check) ||
+           ((cli->message || cli->if_version >= 0) &&
+            cli->op != RULES_CLI_PUSH && cli->op != RULES_CLI_ROLLBACK);
+    if (!*path || optind != argc || (print && !*check) || bad) {
         usage(stderr);
         *status = 2;
         return -1;
     }
+    cli->config = *path;
     if (print)
         *check = 2;
     return 0;
@@ -495,6 +626,7 @@ static void agent_shutdown(struct agent *a)
     ev_timer_stop(a->loop, &a->stopping);
     history_free(a->history);
     a->history = NULL;
+    rules_store_stop(a->rules); /* before its store goes */
     /* Unused leased tokens go back to Redis. */
     limiter_shutdown(a->lim, 1.0);
     if (server_join(a->srv, 1.0) < 0) {
@@ -504,6 +636,7 @@ static void agent_shutdown(struct agent *a)
     } else {
         server_free(a->srv);
         limiter_free(a->lim);
+        rules_store_free(a->rules); /* after its store: a call in flight ends there */
         ruleset_unref(a->rs);
         ruleset_unref(a->boot);
     }
@@ -515,7 +648,9 @@ static void agent_free(struct agent *a)
     httpd_free(a->httpd);
     history_free(a->history);
     server_free(a->srv);
+    rules_store_stop(a->rules);
     limiter_free(a->lim);
+    rules_store_free(a->rules);
     ruleset_unref(a->rs);
     ruleset_unref(a->boot);
 }
@@ -528,8 +663,15 @@ int main(int argc, char **argv)
     int check = 0, status;
 
     memset(&a, 0, sizeof(a));
-    if (parse_args(argc, argv, &a.path, &check, &status) < 0)
+    struct rules_cli_args cli = {0};
+    char *cached = NULL;
+    size_t cached_len = 0;
+    uint64_t cached_version = 0;
+
+    if (parse_args(argc, argv, &a.path, &check, &cli, &status) < 0)
         return status;
+    if ((int)cli.op != -1)
+        return rules_cli_run(&cli);
 
     if (config_load_file(a.path, &cfg, err, sizeof(err)) < 0) {
         print_errors(err);
@@ -552,11 +694,23 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     metrics_set_version(PACKAGE_VERSION);
     a.loaded_unix = a.started_unix = (uint64_t)time(NULL);
+    if (cfg->rules_source == RULES_SOURCE_REDIS)
+        rules_store_boot(a.path, &cfg, &cached, &cached_len, &cached_version);
     metrics_config_loaded(config_hash(cfg), a.loaded_unix);
 
     a.loop = ev_default_loop(EVFLAG_AUTO);
     if (agent_open(&a, cfg) < 0)
         goto fail;
+    if (a.rs->cfg->rules_source == RULES_SOURCE_REDIS) {
+        a.rules = rules_store_new(a.loop, limiter_store(a.lim), a.rs->cfg, apply_rules, &a);
+        if (!a.rules ||
+            (cached && rules_store_adopt(a.rules, cached, cached_len, cached_version, 1) < 0)) {
+            fprintf(stderr, "spoa-ratelimit: out of memory\n");
+            goto fail;
+        }
+        free(cached);
+        cached = NULL;
+    }
     agent_watch(&a);
     if (server_start(a.srv) < 0)
         goto fail;
@@ -573,6 +727,7 @@ int main(int argc, char **argv)
     LOG_INFO("\"stopped\"");
     return 0;
 fail:
+    free(cached);
     agent_free(&a);
     return 1;
 }

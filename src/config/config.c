@@ -27,7 +27,8 @@
 
 #define DEFAULT_LISTEN "127.0.0.1:12345"
 
-static const char *const section_names[] = {"", "", "agent", "redis", "lease", "fallback", "rule"};
+static const char *const section_names[] = {"",      "",         "agent", "redis",
+                                            "lease", "fallback", "rules", "rule"};
 
 
 /* ---- sections ----------------------------------------------------------------- */
@@ -236,7 +237,17 @@ static void begin_section(struct parse_state *st, const char *name, size_t len)
     while (len && isspace((unsigned char)name[len - 1]))
         len--;
     if (len >= 5 && memcmp(name, "rule:", 5) == 0) {
-        begin_rule(st, name + 5, len - 5);
+        /* rules from Redis replace the file's own: those are not read */
+        if (st->rules_pass != 1)
+            begin_rule(st, name + 5, len - 5);
+        return;
+    }
+    if (st->rules_pass == 2) {
+        /* a rule set goes to a whole fleet: [agent], [redis] ... are each
+         * agent's own (issue 29) */
+        config_errors_add(&st->errors, st->line,
+                          "only [rule:*] sections can be pushed as rules, not [%.*s]",
+                          (int)(len > 80 ? 80 : len), name);
         return;
     }
     for (int k = SEC_AGENT; k < SEC_RULE; k++) {
@@ -435,6 +446,20 @@ static void finish(struct parse_state *st)
                           "'master' is only used with 'sentinel'");
     config_resolve_credentials(st, config_standalone(st->cfg));
 
+    /* the cache's default only where it is used: with source = file the
+     * agent writes no file; cache = (empty) turns it off */
+    if (cfg->rules_cache && !*cfg->rules_cache) {
+        free(cfg->rules_cache);
+        cfg->rules_cache = NULL;
+    } else if (!config_seen_line(st, SEC_RULES, "cache") &&
+               cfg->rules_source == RULES_SOURCE_REDIS &&
+               !(cfg->rules_cache = strdup(CFG_RULES_DEFAULT_CACHE))) {
+        config_errors_add(&st->errors, 0, "out of memory");
+    }
+    if (cfg->rules_source == RULES_SOURCE_REDIS && config_standalone(cfg))
+        config_errors_add(&st->errors, config_seen_line(st, SEC_RULES, "source"),
+                          "source = redis needs a [redis] server (url, cluster or sentinel)");
+
     /* An unclosed '{' in the prefix would take the first '}' of a client key
      * as the end of a Cluster hashtag: clients would choose their slot. */
     if (cfg->redis_prefix) {
@@ -535,6 +560,9 @@ static struct config *config_new(const char *path)
     cfg->lease_rate_ttl_ms = 30000;
     cfg->fallback_mode = DOWN_OPEN;
     cfg->fallback_share = CFG_SHARE_AUTO;
+    cfg->rules_source = RULES_SOURCE_FILE;
+    cfg->rules_poll_ms = 1000;
+    cfg->rules_history = 10;
     return cfg;
 }
 
@@ -575,6 +603,25 @@ static struct parse_state *state_new(const char *name, char *err, size_t errlen)
     return st;
 }
 
+/* The file at path opened into *fp, and a parse state for it; NULL with
+ * the reason in err. */
+static struct parse_state *state_open(const char *path, FILE **fp, char *err, size_t errlen)
+{
+    struct parse_state *st;
+
+    if (!(*fp = fopen(path, "r"))) {
+        if (err && errlen)
+            snprintf(err, errlen, "%s: cannot open: %s\n", path, strerror(errno));
+        return NULL;
+    }
+    if (!(st = state_new(path, err, errlen))) {
+        fclose(*fp);
+        return NULL;
+    }
+    st->name = path;
+    return st;
+}
+
 int config_load_file(const char *path, struct config **out, char *err, size_t errlen)
 {
     struct parse_state *st;
@@ -583,16 +630,8 @@ int config_load_file(const char *path, struct config **out, char *err, size_t er
     int ret;
 
     *out = NULL;
-    if (!(fp = fopen(path, "r"))) {
-        if (err && errlen)
-            snprintf(err, errlen, "%s: cannot open: %s\n", path, strerror(errno));
+    if (!(st = state_open(path, &fp, err, errlen)))
         return -1;
-    }
-    if (!(st = state_new(path, err, errlen))) {
-        fclose(fp);
-        return -1;
-    }
-    st->name = path;
     rd.fp = fp;
     ret = load(st, &rd, out, err, errlen);
     fclose(fp);
@@ -617,6 +656,66 @@ int config_load_string(const char *text, const char *name, struct config **out, 
     ret = load(st, &rd, out, err, errlen);
     free(st);
     return ret;
+}
+
+int config_load_with_rules(const char *path, const char *rules, size_t rules_len,
+                           const char *name, struct config **out, char *err, size_t errlen)
+{
+    struct config_errors file_errors;
+    struct parse_state *st;
+    struct config_reader rd = {0}, rrd = {0};
+    struct config_reader_hooks h = {hook_begin_section, hook_end_section, hook_value, NULL};
+    FILE *fp;
+    size_t used;
+
+    *out = NULL;
+    if (err && errlen)
+        err[0] = '\0';
+    if (rules_len > CFG_MAX_RULES_TEXT || memchr(rules, '\0', rules_len)) {
+        if (err && errlen)
+            snprintf(err, errlen, "%s: %s\n", name,
+                     rules_len > CFG_MAX_RULES_TEXT ? "larger than 1 MiB: not read"
+                                                    : "holds a NUL byte: not text");
+        return -1;
+    }
+    if (!(st = state_open(path, &fp, err, errlen)))
+        return -1;
+    /* the file first, without its rules; then the rules, their errors kept
+     * apart to be named after their own source; then the whole-file checks,
+     * which see both */
+    h.ctx = st;
+    st->rules_pass = 1;
+    rd.fp = fp;
+    rd.errors = &st->errors;
+    rd.hooks = &h;
+    config_reader_run(&rd);
+    config_reader_release(&rd);
+    fclose(fp);
+    file_errors = st->errors;
+    memset(&st->errors, 0, sizeof(st->errors));
+    st->rules_pass = 2;
+    st->kind = SEC_NONE;
+    rrd.text = rules;
+    rrd.errors = &st->errors;
+    rrd.hooks = &h;
+    config_reader_run(&rrd);
+    config_reader_release(&rrd);
+    st->rules_pass = 0;
+    struct config_errors rule_errors = st->errors;
+    st->errors = file_errors;
+    finish(st);
+    if (config_errors_count(&st->errors) + config_errors_count(&rule_errors) > 0) {
+        config_errors_write(&rule_errors, name, err, errlen);
+        used = err && errlen ? strlen(err) : 0;
+        if (err && errlen > used)
+            config_errors_write(&st->errors, path, err + used, errlen - used);
+        config_free(st->cfg);
+        free(st);
+        return -1;
+    }
+    *out = st->cfg;
+    free(st);
+    return 0;
 }
 
 void config_free(struct config *cfg)
@@ -663,6 +762,7 @@ void config_free(struct config *cfg)
     free(cfg->redis_sentinel_username);
     free(cfg->redis_sentinel_password);
     free(cfg->stats_auth_file);
+    free(cfg->rules_cache);
     if (cfg->stats_auth)
         explicit_bzero(cfg->stats_auth, strlen(cfg->stats_auth));
     free(cfg->stats_auth);

@@ -46,6 +46,14 @@
 #define ALGO_FIXED_WINDOW BUCKET_FIXED_WINDOW
 #define ALGO_CONCURRENCY BUCKET_CONCURRENCY
 enum cfg_down_mode { DOWN_OPEN = 0, DOWN_CLOSED = 1 };
+/* [rules] source: where the [rule:*] sections come from */
+enum cfg_rules_source { RULES_SOURCE_FILE = 0, RULES_SOURCE_REDIS = 1 };
+/* [rules] cache when unset and source = redis; with source = file no cache
+ * is written, so that a plain run writes nowhere outside what it is told */
+#define CFG_RULES_DEFAULT_CACHE "/var/lib/spoa-ratelimit/rules.ini"
+/* Rule text from Redis (or --push) is bounded before it is parsed: bytes
+ * (the rule count is bounded by CFG_MAX_RULES like a file's) */
+#define CFG_MAX_RULES_TEXT (1024 * 1024)
 
 /* [agent] charge: what a request that a non-shadow rule blocks costs the
  * other rules. all-or-nothing (the default): nothing, their tokens go back
@@ -191,6 +199,14 @@ struct config {
     double fallback_share; /* in (0, 1], or CFG_SHARE_AUTO (the default): 1/N, N
                               the agents of the fleet (fleet.h) */
 
+    /* [rules] */
+    int rules_source;        /* enum cfg_rules_source, default RULES_SOURCE_FILE */
+    uint64_t rules_poll_ms;  /* source = redis: how often the current version is read;
+                                default 1000 */
+    char *rules_cache;       /* the last applied version on disk; NULL: none (default
+                                CFG_RULES_DEFAULT_CACHE with source = redis) */
+    unsigned rules_history;  /* versions kept in Redis by --push; default 10 */
+
     struct cfg_rule *rules;
     size_t nrules;
 };
@@ -204,6 +220,16 @@ int config_load_file(const char *path, struct config **out, char *err, size_t er
 /* Same from a NUL-terminated string; name stands for FILE in errors. */
 int config_load_string(const char *text, const char *name, struct config **out, char *err,
                        size_t errlen);
+
+/* The non-rule sections of the file at path (its own [rule:*] sections
+ * skipped) with the [rule:*] sections of rules (rules_len bytes, NUL-
+ * terminated; name stands for its FILE in errors): how a rule set from
+ * Redis, its cache or --push is checked and applied, with exactly the
+ * checks of config_load_file. rules holding any other section, a NUL byte,
+ * or more than CFG_MAX_RULES_TEXT bytes is refused. Errors are
+ * "FILE:LINE: message" for the file, "NAME:LINE: message" for rules. */
+int config_load_with_rules(const char *path, const char *rules, size_t rules_len,
+                           const char *name, struct config **out, char *err, size_t errlen);
 
 /* Free a config and everything it owns. NULL is a no-op. */
 void config_free(struct config *cfg);

@@ -15,11 +15,20 @@
 
 #include "config_errors.h"
 
-#define CONFIG_NKEYS 56 /* entries of config_keys.c's key table, checked there */
+#define CONFIG_NKEYS 60 /* entries of config_keys.c's key table, checked there */
 
 struct config;
 
-enum section_kind { SEC_NONE, SEC_SKIP, SEC_AGENT, SEC_REDIS, SEC_LEASE, SEC_FALLBACK, SEC_RULE };
+enum section_kind {
+    SEC_NONE,
+    SEC_SKIP,
+    SEC_AGENT,
+    SEC_REDIS,
+    SEC_LEASE,
+    SEC_FALLBACK,
+    SEC_RULES, /* [rules]: where the rules come from */
+    SEC_RULE,
+};
 
 enum value_type {
     T_STR,   /* char *; F_NONEMPTY: "" is an error */
@@ -73,6 +82,10 @@ struct parse_state {
     unsigned seen[CONFIG_NKEYS]; /* line where each key was first set; rule keys per rule */
 
     struct config_errors errors;
+
+    /* config_load_with_rules: 1 while the file is read (its [rule:*]
+     * sections are skipped), 2 while the rule text is (only [rule:*]) */
+    int rules_pass;
 };
 
 #define MAX_WORKERS 256 /* [agent] workers */

@@ -16,6 +16,8 @@ static const char *const mode_names[] = {"open", "closed", NULL};
 /* [agent] charge: enum cfg_charge */
 static const char *const charge_names[] = {[CHARGE_ALL_OR_NOTHING] = "all-or-nothing",
                                            [CHARGE_EACH] = "each", NULL};
+static const char *const source_names[] = {[RULES_SOURCE_FILE] = "file",
+                                           [RULES_SOURCE_REDIS] = "redis", NULL};
 static const char *const algo_names[] = {[BUCKET_TOKEN_BUCKET] = "token-bucket",
                                          [BUCKET_SLIDING_WINDOW] = "sliding-window",
                                          [BUCKET_FIXED_WINDOW] = "fixed-window",
@@ -71,6 +73,11 @@ static const struct key_def key_defs[] = {
     {SEC_LEASE, "rate_ttl", T_DUR, CF(lease_rate_ttl_ms), 0, 0, 0, NULL, 0},
     {SEC_FALLBACK, "mode", T_ENUM, CF(fallback_mode), 0, 0, 0, mode_names, 0},
     {SEC_FALLBACK, "share", T_SHARE_AUTO, CF(fallback_share), 0, 0, 0, NULL, 0},
+    {SEC_RULES, "source", T_ENUM, CF(rules_source), 0, 0, 0, source_names, 0},
+    /* a GET of one small key per poll: more than 10 a second buys nothing */
+    {SEC_RULES, "poll", T_DUR, CF(rules_poll_ms), 100, 0, 0, NULL, 0},
+    {SEC_RULES, "cache", T_STR, CF(rules_cache), 0, 0, 0, NULL, 0},
+    {SEC_RULES, "history", T_UINT, CF(rules_history), 1, 1000, 0, NULL, 0},
     {SEC_RULE, "message", T_STR, RF(message), 0, 0, F_NONEMPTY, NULL, 0},
     {SEC_RULE, "key", T_KEYS, 0, 0, 0, 0, F_LIST, NULL, 0},
     {SEC_RULE, "match", T_MATCH, 0, 0, 0, 0, F_LIST | F_MULTI, NULL, 0},

@@ -147,6 +147,16 @@ static void put_redis(struct strbuf *o, const struct config *cfg)
     strbuf_printf(o, "\n\n");
 }
 
+/* [rules]: where the [rule:*] sections below come from. */
+static void put_rules_source(struct strbuf *o, const struct config *cfg)
+{
+    strbuf_printf(o, "[rules]\nsource = %s\npoll = ",
+                  cfg->rules_source == RULES_SOURCE_REDIS ? "redis" : "file");
+    put_duration(o, cfg->rules_poll_ms);
+    strbuf_printf(o, "\ncache = %s%s\nhistory = %u\n\n", cfg->rules_cache ? cfg->rules_cache : "",
+                  cfg->rules_cache ? "" : " ; none", cfg->rules_history);
+}
+
 static void put_rate(struct strbuf *o, const char *name, uint64_t n, uint64_t period_ms)
 {
     strbuf_printf(o, "%s = %" PRIu64 "/", name, n);
@@ -240,6 +250,7 @@ char *config_render(const struct config *cfg, size_t *len)
         strbuf_printf(&o, "share = auto\n\n");
     else
         strbuf_printf(&o, "share = %g\n\n", cfg->fallback_share);
+    put_rules_source(&o, cfg);
     for (size_t i = 0; i < cfg->nrules; i++)
         put_rule(&o, cfg, &cfg->rules[i]);
     return strbuf_finish(&o, len);

@@ -120,8 +120,24 @@ static void s_rate_ttl(const struct config *c, char *r, char *s, size_t n)
     num_value(c->lease_rate_ttl_ms, "ms", r, s, n);
 }
 
+/* [rules]: the rule store is made once, at start (rules_store.h). */
+static void s_source(const struct config *c, char *r, char *s, size_t n)
+{
+    str_value(c->rules_source == RULES_SOURCE_REDIS ? "redis" : "file", r, s, n);
+}
+
+static void s_poll(const struct config *c, char *r, char *s, size_t n)
+{
+    num_value(c->rules_poll_ms, "ms", r, s, n);
+}
+
+static void s_cache(const struct config *c, char *r, char *s, size_t n)
+{
+    str_value(c->rules_cache ? c->rules_cache : "", r, s, n);
+}
+
 /* What only a restart changes: the listeners and threads are made once, and
- * so are the Redis topology and the lease cache. (A reload applies a new
+ * so are the Redis topology, the lease cache and the rule store. (A reload applies a new
  * url, username and password: store_reconfigure.) */
 static const struct {
     const char *name;
@@ -143,6 +159,9 @@ static const struct {
     {"[lease] max_fraction", s_fraction},
     {"[lease] rate_leases", s_rate},
     {"[lease] rate_ttl", s_rate_ttl},
+    {"[rules] source", s_source},
+    {"[rules] poll", s_poll},
+    {"[rules] cache", s_cache},
 };
 
 size_t config_page_pending(const struct config *in_force, const struct config *file,

@@ -123,6 +123,20 @@ static json_t *reload_json(const struct status_agent *a)
                      (json_int_t)metrics_ld(&metrics.reload_failures), "error", a->reload_error);
 }
 
+/* Where the rules come from, and with source = redis the version in force
+ * against the fleet's current one (rules_store.h). */
+static json_t *rule_set_json(const struct status_agent *a)
+{
+    uint64_t version = metrics_ld(&metrics.rules_version);
+    uint64_t current = metrics_ld(&metrics.rules_current_version);
+
+    return json_pack("{s:s, s:I, s:I, s:b, s:b, s:s?}", "source",
+                     a->rules_redis ? "redis" : "file", "version", (json_int_t)version, "current", (json_int_t)current, "on_current",
+                     !a->rules_redis || version == current, "cached",
+                     atomic_load_explicit(&metrics.rules_cached, memory_order_relaxed),
+                     "error", a->rules_error);
+}
+
 static json_t *redis_json(const struct config *cfg, const struct history *h)
 {
     int configured = !config_standalone(cfg);
@@ -266,8 +280,9 @@ char *status_render(const struct status_agent *a, const struct ruleset *rs,
 
     for (size_t i = 0; rules && i < cfg->nrules; i++)
         json_array_append_new(rules, rule_json(rs, i, h, since, &decisions));
-    json_t *doc = json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:{s:b, s:s}}", "agent",
-                            agent_json(a, cfg, now), "reload", reload_json(a), "redis",
+    json_t *doc = json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:{s:b, s:s}}", "agent",
+                            agent_json(a, cfg, now), "reload", reload_json(a), "rule_set",
+                            rule_set_json(a), "redis",
                             redis_json(cfg, h), "leases", leases_json(decisions), "peers",
                             peers_json(), "rules", rules, "top", top_json(rs, util_now_us()),
                             "reset", "allowed", a->reset_allowed, "token",

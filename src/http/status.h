@@ -29,6 +29,8 @@ struct status_agent {
     uint64_t reload_failed_unix; /* the last reload failed then (0: it did not) */
     const char *reload_error;    /* its first error ("FILE:LINE: ..."), NULL when none */
     int reset_allowed;           /* [agent] stats_reset */
+    int rules_redis;             /* [rules] source = redis (as started) */
+    const char *rules_error;     /* then: the last version's apply error, NULL when none */
     const char *token;           /* the page's token for POST /reset */
 };
 

@@ -557,6 +557,28 @@ static void render_identity(struct strbuf *b)
                   metrics_ld(&metrics.last_reload_unix));
 }
 
+/* [rules] source = redis: the version in force, and how versions fared. */
+static void render_rules_store(struct strbuf *b)
+{
+    render_simple(b, "spoa_ratelimit_rules_version", "gauge",
+                  "Version of the rule set from Redis in force (0: none, the file's rules).",
+                  metrics_ld(&metrics.rules_version));
+    render_simple(b, "spoa_ratelimit_rules_current_version", "gauge",
+                  "The fleet's current rule set version in Redis, as last read (0: none).",
+                  metrics_ld(&metrics.rules_current_version));
+    strbuf_printf(b, "# HELP spoa_ratelimit_rules_applied_total Rule set versions from Redis "
+                     "applied (ok) or refused by validation (rejected, each version once).\n"
+                     "# TYPE spoa_ratelimit_rules_applied_total counter\n"
+                     "spoa_ratelimit_rules_applied_total{result=\"ok\"} %llu\n"
+                     "spoa_ratelimit_rules_applied_total{result=\"rejected\"} %llu\n",
+                  (unsigned long long)metrics_ld(&metrics.rules_applied_ok),
+                  (unsigned long long)metrics_ld(&metrics.rules_applied_rejected));
+    render_simple(b, "spoa_ratelimit_rules_cached", "gauge",
+                  "1 while the agent runs on the rules of its cache file (Redis unread since "
+                  "start).",
+                  (uint64_t)atomic_load(&metrics.rules_cached));
+}
+
 char *metrics_render(size_t *len)
 {
     struct strbuf b = {0};
@@ -581,6 +603,7 @@ char *metrics_render(size_t *len)
     render_simple(&b, "spoa_ratelimit_reload_failures_total", "counter",
                   "Reloads refused because the new file was invalid.",
                   metrics_ld(&metrics.reload_failures));
+    render_rules_store(&b);
     return strbuf_finish(&b, len);
 }
 

@@ -149,6 +149,12 @@ struct metrics {
     atomic_uint_fast64_t rules_without_key; /* in the configuration in force */
     atomic_uint_fast64_t last_reload_unix; /* when it was loaded (start or SIGHUP), s */
     atomic_uint_fast64_t reload_failures;
+    /* [rules] source = redis (rules_store/rules_store.c) */
+    atomic_uint_fast64_t rules_version;          /* the version applied; 0: none from Redis */
+    atomic_uint_fast64_t rules_applied_ok;       /* versions applied */
+    atomic_uint_fast64_t rules_applied_rejected; /* versions refused (each once) */
+    atomic_int rules_cached; /* 1: on the rules of the cache file, Redis not read since start */
+    atomic_uint_fast64_t rules_current_version; /* the current version in Redis, last read */
     /* leases */
     atomic_uint_fast64_t lease_claims;
     atomic_uint_fast64_t lease_exact_calls; /* cold keys' single decisions (lease_cache.c) */

@@ -268,18 +268,8 @@ void store_cmd_read_reply(struct store_cmd *c, const struct redisReply *reply, u
         res.err = "out of memory";
         n = 0;
     }
-    for (size_t i = 0; i < n; i++) {
-        const redisReply *e = reply->element[i];
-        if (e->type == REDIS_REPLY_STRING || e->type == REDIS_REPLY_STATUS) {
-            str[i] = e->str;
-            len[i] = e->len;
-        } else if (e->type == REDIS_REPLY_INTEGER) {
-            len[i] = (size_t)snprintf(num[i], sizeof(num[i]), "%lld", e->integer);
-            str[i] = num[i];
-        } else {
-            str[i] = "";
-        }
-    }
+    if (n)
+        store_reply_strings(reply, str, len, num);
     res.nstr = n;
     res.str = str;
     res.str_len = len;

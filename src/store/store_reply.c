@@ -2,6 +2,7 @@
 #include "store_reply.h"
 
 #include <hiredis/hiredis.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -152,4 +153,22 @@ int store_reply_redirect(const char *err, const char *self, int *ask, int *slot,
         host[colon - p] = '\0';
     }
     return 0;
+}
+
+void store_reply_strings(const struct redisReply *reply, const char **str, size_t *len,
+                         char (*num)[24])
+{
+    for (size_t i = 0; i < reply->elements; i++) {
+        const redisReply *e = reply->element[i];
+        if (e->type == REDIS_REPLY_STRING || e->type == REDIS_REPLY_STATUS) {
+            str[i] = e->str;
+            len[i] = e->len;
+        } else if (e->type == REDIS_REPLY_INTEGER) {
+            len[i] = (size_t)snprintf(num[i], sizeof(num[i]), "%lld", e->integer);
+            str[i] = num[i];
+        } else {
+            str[i] = "";
+            len[i] = 0;
+        }
+    }
 }

@@ -48,6 +48,13 @@ int store_reply_cc(const int64_t *v, int n, struct bucket_result *out, uint64_t 
  * short. */
 int store_reply_cc_release(const int64_t *v, int n);
 
+/* A read's array reply as text (store_read: res->str, res->str_len), its
+ * reply->elements into str, len and num, which have room for them:
+ * strings and status replies as they are (valid while reply is), integers
+ * in decimal written into num[i], anything else (nil, a nested array) "". */
+void store_reply_strings(const struct redisReply *reply, const char **str, size_t *len,
+                         char (*num)[24]);
+
 /* A Redis Cluster redirect, the text of an error reply: "MOVED 3999
  * 127.0.0.1:6381" (ask 0) or "ASK ..." (ask 1). 0 with the slot and the
  * address (host: at most hostcap bytes with its NUL; a [v6] without its

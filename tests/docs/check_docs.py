@@ -23,7 +23,7 @@ import sys
 TOP = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else
                       os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 SECTIONS = {"AGENT": "agent", "REDIS": "redis", "LEASE": "lease", "FALLBACK": "fallback",
-            "RULE": "rule"}
+            "RULES": "rules", "RULE": "rule"}
 problems = []
 
 

@@ -26,6 +26,11 @@
  *  - the ACK fits max_frame_size whole (never truncated to the minimal
  *    one), and its first variable says blocked as rules_blocked does.
  *
+ * Then the same text as a rule set from Redis (config_load_with_rules with
+ * a fixed agent file): accepted, within the same ranges, holding only its
+ * own rules and no setting of another section; refused, every error line
+ * naming "redis:v1" or the file.
+ *
  * Built two ways, as tests/fuzz/fuzz_spop.c: tests/fuzz/fuzz_config (libFuzzer, "make
  * fuzz") and tests/fuzz/fuzz_config_smoke (-DFUZZ_STANDALONE, in "make check":
  * seeds below and haproxy/ratelimit.ini, plus mutations; see fuzz_main.h).
@@ -35,6 +40,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "bucket.h"
 #include "config/config.h"
@@ -346,19 +352,73 @@ static void run_requests(const struct ruleset *rs, const struct values *vals, co
     bucket_table_free(backstop);
 }
 
-static void check_refused(const char *err, const char *text)
+/* Every error line names its source: name, or else (when not NULL) other. */
+static void check_refused_as(const char *err, const char *text, const char *name,
+                             const char *other)
 {
-    static const char name[] = "fuzz.ini:";
-
     if (!*err)
         fail("refused without a message", text);
     for (const char *line = err; *line; ) {
         const char *nl = strchr(line, '\n');
         if (!nl)
             fail("error text not ended by a newline", text);
-        if (strncmp(line, name, sizeof(name) - 1) != 0)
+        if (strncmp(line, name, strlen(name)) != 0 &&
+            (!other || strncmp(line, other, strlen(other)) != 0))
             fail("error line without FILE:", text);
         line = nl + 1;
+    }
+}
+
+static void check_refused(const char *err, const char *text)
+{
+    check_refused_as(err, text, "fuzz.ini:", NULL);
+}
+
+/* The agent's own file for the rule text from Redis: every non-rule
+ * section, and a rule of its own that must never be in force beside it. */
+static const char agent_file[] = "[agent]\nmax_frame_size = 16380\n[redis]\nurl = "
+                                 "redis://127.0.0.1:6379\n[rules]\nsource = redis\ncache =\n"
+                                 "[rule:own-file-rule]\nrate = 1/s\n";
+static char agent_path[64];
+
+static void unlink_agent_file(void)
+{
+    unlink(agent_path);
+}
+
+/* The same text as a version's rule text from Redis (rules_store.c):
+ * config_load_with_rules with the agent's file. Accepted: within range, and
+ * only the text's rules are in force; refused: every error names the text
+ * ("redis:v1") or the file. */
+static void as_rules_from_redis(const char *text)
+{
+    char err[4096];
+    struct config *cfg = (struct config *)1;
+
+    if (!agent_path[0]) {
+        snprintf(agent_path, sizeof(agent_path), "/tmp/fuzz_config_agent_XXXXXX");
+        int fd = mkstemp(agent_path);
+        if (fd == -1 || write(fd, agent_file, strlen(agent_file)) != (ssize_t)strlen(agent_file))
+            fail("cannot write the agent's file", agent_path);
+        close(fd);
+        atexit(unlink_agent_file);
+    }
+    if (config_load_with_rules(agent_path, text, strlen(text), "redis:v1", &cfg, err,
+                               sizeof(err)) == 0) {
+        if (!cfg)
+            fail("rules accepted without a config", text);
+        check_accepted(cfg, text);
+        for (size_t i = 0; i < cfg->nrules; i++)
+            if (strcmp(cfg->rules[i].name, "own-file-rule") == 0 &&
+                !strstr(text, "own-file-rule"))
+                fail("the file's own rule in force beside rules from Redis", text);
+        if (cfg->rules_source != RULES_SOURCE_REDIS || cfg->max_frame_size != 16380)
+            fail("rule text changed a non-rule setting", text);
+        config_free(cfg);
+    } else {
+        if (cfg)
+            fail("rules refused but a config came back", text);
+        check_refused_as(err, text, "redis:v1", agent_path);
     }
 }
 
@@ -399,6 +459,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         check_refused(err, text);
         n_refused++;
     }
+    as_rules_from_redis(text);
     free(text);
     return 0;
 }
@@ -449,6 +510,10 @@ static const struct {
     SEED("[rule:in-flight]\nmessage = check-rate\nkey = key\nalgorithm = concurrency\n"
          "limit = 2\nrelease = release-slot\nmax_hold = 30s\n[rule:r]\nrate = 5/1s\n"
          "\0tenant\0/slow\0"),
+    /* [rules], and a rule set as it comes from Redis */
+    SEED("[rules]\nsource = file\npoll = 250ms\ncache = /tmp/x\nhistory = 3\n"
+         "[rule:c]\nkey = key\nrate = 3/1s\ncost = 2\n[rule:d]\nmatch = path ^/x\nrate = 1/1m\n"
+         "\0k\0/x\0"),
     SEED("[agent]\nmax_frame_size = 512\n[rule:big]\nkey = k\nrate = arg:r\n"
          "max_rate = 1000000000000000/1ms\nmax_burst = 1000000000000000\n"
          "\0" "1000000000000000/1ms\0k\0" "1/365d\0"),
@@ -465,6 +530,8 @@ static const char *const fuzz_dict[] = {
     "{", "}", "[", "]", "=", "(", "\\", "ms", "s", "m", "h", "d", "/", "::1", "unix:/x",
     "arg:", "max_rate = ", "max_burst = ",
     "algorithm = concurrency\n", "limit = ", "release = ", "max_hold = ",
+    "[rules]\n", "source = redis\n", "poll = ", "cache = ", "history = ",
+    "[rule:own-file-rule]\n",
 };
 #define FUZZ_NDICT (sizeof(fuzz_dict) / sizeof(fuzz_dict[0]))
 

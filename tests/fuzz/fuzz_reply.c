@@ -20,6 +20,8 @@
  *    left, what was granted, and its share of the rate over the lease's life;
  *  - every answer is sane: a denial has a retry time in (0, 285 years], no
  *    time passes that bound;
+ *  - every reply read as the rule store's fleet view (rules_fleet.h) is
+ *    refused whole or written out whole (fleet_reply);
  *  - nothing leaks, nothing is read out of bounds (ASan, UBSan).
  *
  * Built two ways, as tests/fuzz/fuzz_spop.c: tests/fuzz/fuzz_reply (libFuzzer, "make
@@ -35,6 +37,7 @@
 #include "bucket.h"
 #include "lease/lease.h"
 #include "metrics/metrics.h"
+#include "rules_store/rules_fleet.h"
 #include "store/script.h"
 #include "store/store_reply.h"
 
@@ -101,7 +104,7 @@ struct run {
     unsigned mode, mode2;
 };
 
-static unsigned long long n_replies, n_allowed, n_blocked;
+static unsigned long long n_replies, n_allowed, n_blocked, n_fleet;
 
 static void fail(const char *what)
 {
@@ -361,6 +364,51 @@ static int huge_length(const uint8_t *p, size_t n)
     return 0;
 }
 
+/* Every reply also as the rule store's fleet view would read it (store_read
+ * turns an array into text: store_reply_strings; rules_fleet_parse): a reply
+ * of the wrong shape is refused whole; one it takes is written out as JSON
+ * and as a table without any control byte but the line ends, with
+ * off_current counting the agents off the current version. */
+static void fleet_reply(const redisReply *reply)
+{
+    struct rules_fleet f;
+    size_t n = reply->type == REDIS_REPLY_ARRAY ? reply->elements : 0;
+
+    if (n > 4 * RULES_FLEET_MAX + 2)
+        return;
+    const char **str = calloc(n + 1, sizeof(*str));
+    size_t *len = calloc(n + 1, sizeof(*len));
+    char(*num)[24] = calloc(n + 1, sizeof(*num));
+    if (!str || !len || !num)
+        abort();
+    store_reply_strings(reply, str, len, num);
+    if (rules_fleet_parse(n, str, len, &f) == 0) {
+        size_t jlen, off = 0;
+        char *json = rules_fleet_json(&f, &jlen);
+        char *text = rules_fleet_text(&f);
+        if (!json || !text || jlen == 0 || json[jlen - 1] != '\n' || strlen(json) != jlen)
+            fail("fleet view not written");
+        for (const char *c = text; *c; c++)
+            if ((unsigned char)*c < 0x20 && *c != '\n')
+                fail("a control byte in the fleet table");
+        for (size_t i = 0; i < f.n; i++)
+            off += f.agents[i].version != f.current;
+        char want[48];
+        snprintf(want, sizeof(want), "\"off_current\":%zu,", off);
+        if (!strstr(json, want))
+            fail("off_current miscounted");
+        free(json);
+        free(text);
+        rules_fleet_clear(&f);
+        n_fleet++;
+    } else if (f.n || f.agents) {
+        fail("a refused fleet reply left agents");
+    }
+    free(str);
+    free(len);
+    free(num);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static struct run r;
@@ -406,6 +454,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
         r.now += (mode & MODE_SLOW) ? 900 * MS : (mode2 & MODE2_WARM) ? 300 * MS : 1 * MS;
         on_reply(&r, obj, kind);
+        fleet_reply(obj);
         freeReplyObject(obj);
         /* a few decisions, on every key, before the next reply */
         for (unsigned d = 0; d < 1 + i % 4; d++)
@@ -457,6 +506,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
               ":4\r\n:1\r\n:8\r\n:0\r\n:100\r\n"
 #define ERR "-NOSCRIPT No matching script\r\n"
 #define NIL "$-1\r\n"
+/* lua/rules_fleet.lua's: current, Redis time, then agent, seen, version, error */
+#define FLEET "*10\r\n:3\r\n:100000\r\n$35\r\nhost=lb-1 pid=42 listen=127.0.0.1:1\r\n" \
+              "$5\r\n99000\r\n$1\r\n3\r\n$0\r\n\r\n$6\r\nhost=b\r\n:95000\r\n$1\r\n2\r\n" \
+              "$24\r\nversion 3: redis:v3:1: x\r\n"
 #define NO_MODE2 (-1)
 #define LONG_BULK 2000 /* digits of the long bulk string seed */
 
@@ -494,12 +547,14 @@ static const struct {
     /* a long bulk string (built by fuzz_seed), and one announced but not sent */
     {0x02, 0x00, NULL},
     {0x00, 0x00, CLAIM_OK "$99999\r\n12345"},
+    /* the rule store's fleet view (fleet_reply), among claims */
+    {0x00, NO_MODE2, CLAIM_OK FLEET CLAIM_OK FLEET},
 };
 #define NSEEDS (sizeof(seeds) / sizeof(seeds[0]))
 
 static const char *const fuzz_dict[] = {
     CLAIM_OK, CLAIM_EMPTY, CLAIM_STR, CLAIM_RATE, CLAIM_RATE_KEPT, EXACT_OK, EXACT_NO, BATCH,
-    ERR, NIL, "*10\r\n", "*8\r\n", "*4\r\n", ":0\r\n", ":1\r\n", ":-1\r\n", ":1000\r\n",
+    ERR, NIL, FLEET, "host=", " pid=", " listen=", "*10\r\n", "*8\r\n", "*4\r\n", ":0\r\n", ":1\r\n", ":-1\r\n", ":1000\r\n",
     ":200000\r\n", ":9223372036854775807\r\n", "$3\r\n", "$1000\r\n", "+OK\r\n", "*-1\r\n",
     "*0\r\n", "\r\n",
 };
@@ -531,9 +586,9 @@ static size_t fuzz_seed(size_t k, uint8_t *buf)
 static void fuzz_summary(void)
 {
     printf(FUZZ_NAME ": %llu replies, %llu decisions allowed, %llu blocked, %llu rate lease "
-           "claims\n",
+           "claims, %llu fleet views\n",
            n_replies, n_allowed, n_blocked,
-           (unsigned long long)atomic_load(&metrics.lease_rate_claims));
+           (unsigned long long)atomic_load(&metrics.lease_rate_claims), n_fleet);
 }
 
 #include "fuzz_main.h"

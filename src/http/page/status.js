@@ -185,12 +185,23 @@ function draw(s) {
   fill("card-agent", [
     ["uptime", duration(a.uptime_s)], ["workers", num(a.workers)],
     ["last reload", s.reload.ok ? "ok, " + when(s.reload.last_unix) : "failed"],
+    ["rule set", ruleSet(s.rule_set)],
     ["file descriptors", num(a.fds) + " / " + num(a.fd_limit)],
     ["memory (RSS)", bytes(a.rss_bytes) + (a.memory_limit_bytes ? " / " + bytes(a.memory_limit_bytes) : "")],
     ["entries", num(a.entries) + " / " + num(a.max_entries)],
   ]);
   drawRules(s.rules);
   drawTop(s.top, s.reset.allowed);
+}
+
+// Where the rules come from; from Redis, the version against the fleet's current one.
+function ruleSet(r) {
+  if (r.source !== "redis") return "this file's";
+  let t = r.version ? "version " + r.version : "none from Redis yet (the file's)";
+  if (r.cached) t += ", from the cache";
+  if (!r.on_current) t += "; NOT the current version " + r.current;
+  if (r.error) t += " (" + r.error + ")";
+  return t;
 }
 
 // Append what came to each rule's series (a shadow rule: its would-be blocks).

@@ -1,0 +1,318 @@
+/* rules_cli.c - --push, --rules-history and --rollback (see rules_cli.h).
+ *
+ * The store does the connecting (so the url forms, AUTH, Sentinel and
+ * Cluster routing are the agent's own) on a loop of our own. Its first calls
+ * may find the master of the {rules} slot not connected yet (Cluster), so a
+ * harmless GET of the current version is repeated until it answers; the
+ * script, which writes, is then sent once and never repeated.
+ */
+#include "rules_store/rules_cli.h"
+
+#include <errno.h>
+#include <ev.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "config/config.h"
+#include "core/log.h"
+#include "rules_scripts.h"
+#include "rules_store/rules_fleet.h"
+#include "rules_store/rules_script.h"
+#include "rules_store/rules_store.h"
+#include "store/store.h"
+
+#define ERRBUF 8192
+#define CONNECT_S 5.0 /* to reach Redis and hear from the {rules} slot */
+
+/* One call's outcome, copied out of the callback. */
+struct answer {
+    int done, status;
+    char err[256];
+    size_t n;
+    char **str;
+};
+
+static void answer_clear(struct answer *an)
+{
+    for (size_t i = 0; i < an->n; i++)
+        free(an->str[i]);
+    free(an->str);
+    memset(an, 0, sizeof(*an));
+}
+
+static void on_answer(void *arg, const struct store_result *res)
+{
+    struct answer *an = arg;
+
+    an->done = 1;
+    an->status = res->status;
+    snprintf(an->err, sizeof(an->err), "%s",
+             res->err ? res->err : res->status == STORE_DOWN ? "Redis unreachable" : "");
+    if (res->status != STORE_OK)
+        return;
+    if (res->n == 1 && res->nstr == 0) { /* an integer */
+        an->str = calloc(1, sizeof(char *));
+        if (an->str && (an->str[0] = malloc(24))) {
+            snprintf(an->str[0], 24, "%" PRId64, res->v[0]);
+            an->n = 1;
+        }
+        return;
+    }
+    an->str = calloc(res->nstr ? res->nstr : 1, sizeof(char *));
+    for (size_t i = 0; an->str && i < res->nstr; i++) {
+        if (!(an->str[i] = strndup(res->str[i], res->str_len[i])))
+            break;
+        an->n = i + 1;
+    }
+}
+
+struct cli {
+    struct ev_loop *loop;
+    struct store *s;
+    const char *prefix;
+    char current[RULES_STORE_KEY_MAX], versions[RULES_STORE_KEY_MAX];
+    double deadline;
+};
+
+/* Send argv (routed by the {rules} keys) and wait for its answer. */
+static void call(struct cli *c, int argc, const char *const *argv, struct answer *an)
+{
+    size_t argvlen[16];
+
+    for (int i = 0; i < argc; i++)
+        argvlen[i] = strlen(argv[i]);
+    answer_clear(an);
+    store_read(c->s, c->current, strlen(c->current), argc, argv, argvlen, on_answer, an);
+    while (!an->done)
+        ev_run(c->loop, EVRUN_ONCE);
+}
+
+/* Until the {rules} slot's master answers a read, or the deadline. */
+static int connect_store(struct cli *c, const struct config *cfg)
+{
+    struct store_options so;
+    char err[512];
+    struct answer an = {0};
+    const char *get[] = {"GET", c->current};
+
+    store_options_from_config(cfg, &so);
+    if (!(c->s = store_new(c->loop, &so, err, sizeof(err)))) {
+        fprintf(stderr, "spoa-ratelimit: %s\n", err);
+        return -1;
+    }
+    c->deadline = ev_time() + CONNECT_S;
+    for (;;) {
+        while (!store_up(c->s) && ev_time() < c->deadline)
+            ev_run(c->loop, EVRUN_ONCE);
+        if (store_up(c->s)) {
+            call(c, 2, get, &an);
+            if (an.status == STORE_OK)
+                break;
+        }
+        if (ev_time() >= c->deadline) {
+            fprintf(stderr, "spoa-ratelimit: cannot reach Redis (%s) within %.0f s%s%s\n",
+                    cfg->redis_url ? cfg->redis_url : cfg->redis_cluster ? cfg->redis_cluster
+                                                                         : cfg->redis_sentinel,
+                    CONNECT_S, an.err[0] ? ": " : "", an.err);
+            answer_clear(&an);
+            return -1;
+        }
+        ev_sleep(0.05);
+        ev_now_update(c->loop);
+    }
+    answer_clear(&an);
+    return 0;
+}
+
+/* The rules file, bounded as a version from Redis is. */
+static char *read_rules(const char *path, size_t *len)
+{
+    FILE *fp = fopen(path, "r");
+    char *buf;
+
+    if (!fp) {
+        fprintf(stderr, "%s: cannot open: %s\n", path, strerror(errno));
+        return NULL;
+    }
+    buf = malloc(CFG_MAX_RULES_TEXT + 2);
+    *len = buf ? fread(buf, 1, CFG_MAX_RULES_TEXT + 1, fp) : 0;
+    fclose(fp);
+    if (buf)
+        buf[*len] = '\0';
+    return buf;
+}
+
+static int run_push(struct cli *c, const struct rules_cli_args *a, const struct config *cfg,
+                    const char *text, size_t len)
+{
+    char sha[65], host[256] = "", keep[16], want[24] = "", from[24] = "";
+    struct answer an = {0};
+    int rc = 1;
+
+    rules_store_sha256(text ? text : "", len, sha);
+    gethostname(host, sizeof(host) - 1);
+    snprintf(keep, sizeof(keep), "%u", cfg->rules_history);
+    if (a->if_version >= 0)
+        snprintf(want, sizeof(want), "%lld", a->if_version);
+    snprintf(from, sizeof(from), "%lld", a->rollback);
+    /* EVAL, the script, 2 keys, then its ARGV by position */
+    const char *argv[5 + RULES_PUSH_ARGC] = {"EVAL", rules_script_push, "2", c->current,
+                                             c->versions};
+    const char **arg = argv + 5;
+    arg[RULES_PUSH_ARG_OP] = a->op == RULES_CLI_PUSH ? "push" : "rollback";
+    arg[RULES_PUSH_ARG_IF_VERSION] = want;
+    arg[RULES_PUSH_ARG_HISTORY] = keep;
+    arg[RULES_PUSH_ARG_HOST] = host;
+    arg[RULES_PUSH_ARG_MESSAGE] = a->message ? a->message : "";
+    arg[RULES_PUSH_ARG_TEXT] = a->op == RULES_CLI_PUSH ? text : from;
+    arg[RULES_PUSH_ARG_SHA256] = a->op == RULES_CLI_PUSH ? sha : "";
+    call(c, 5 + RULES_PUSH_ARGC, argv, &an);
+    long status = an.n == RULES_PUSH_R_N ? strtol(an.str[RULES_PUSH_R_STATUS], NULL, 10) : -2;
+    const char *version = an.n == RULES_PUSH_R_N ? an.str[RULES_PUSH_R_VERSION] : "";
+    if (an.status != STORE_OK || an.n != RULES_PUSH_R_N) {
+        fprintf(stderr, "spoa-ratelimit: not written: %s\n", an.err[0] ? an.err : "bad reply");
+    } else if (status == RULES_PUSH_WRITTEN) {
+        printf("%s\n", version);
+        rc = 0;
+    } else if (status == RULES_PUSH_MOVED) {
+        fprintf(stderr,
+                "spoa-ratelimit: not written: version %s is current, not %lld (pushed "
+                "meanwhile: look with --rules-history, then push again)\n",
+                version, a->if_version);
+    } else {
+        fprintf(stderr,
+                "spoa-ratelimit: not written: version %lld is not kept (--rules-history lists "
+                "the kept ones; current: %s)\n",
+                a->rollback, version);
+    }
+    answer_clear(&an);
+    return rc;
+}
+
+static int run_history(struct cli *c)
+{
+    struct answer an = {0};
+    const char *argv[] = {"EVAL", rules_script_history, "2", c->current, c->versions};
+
+    call(c, 5, argv, &an);
+    if (an.status != STORE_OK || an.n < 1) {
+        fprintf(stderr, "spoa-ratelimit: %s\n", an.err[0] ? an.err : "bad reply");
+        answer_clear(&an);
+        return 1;
+    }
+    printf("  %-8s %-20s %-24s %-12s %s\n", "VERSION", "TIME", "HOST", "SHA256", "MESSAGE");
+    for (size_t i = RULES_HISTORY_R_HEAD; i + RULES_HISTORY_E_N <= an.n; i += RULES_HISTORY_E_N) {
+        char *const *e = an.str + i;
+        char when[32] = "?";
+        time_t t = (time_t)strtoll(e[RULES_HISTORY_E_TIME], NULL, 10);
+        struct tm tm;
+        if (t && gmtime_r(&t, &tm))
+            strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
+        printf("%c %-8s %-20s %-24s %-12.12s %s\n",
+               strcmp(e[RULES_HISTORY_E_VERSION], an.str[RULES_HISTORY_R_CURRENT]) == 0 ? '*'
+                                                                                      : ' ',
+               e[RULES_HISTORY_E_VERSION], when, e[RULES_HISTORY_E_HOST],
+               e[RULES_HISTORY_E_SHA256], e[RULES_HISTORY_E_MESSAGE]);
+    }
+    if (an.n == RULES_HISTORY_R_HEAD)
+        printf("; no version in Redis yet\n");
+    answer_clear(&an);
+    return 0;
+}
+
+/* The live agents, read only (an empty agent id: the script writes nothing). */
+static int run_fleet(struct cli *c)
+{
+    struct answer an = {0};
+    struct rules_fleet f;
+    char agents[RULES_STORE_KEY_MAX], seen[RULES_STORE_KEY_MAX], live[24];
+    int rc = 1;
+
+    rules_store_key(c->prefix, "agents", agents);
+    rules_store_key(c->prefix, "seen", seen);
+    snprintf(live, sizeof(live), "%d", RULES_FLEET_LIVE_MS);
+    const char *argv[5 + RULES_FLEET_ARGC] = {"EVAL", rules_script_fleet, "2", agents, seen};
+    argv[5 + RULES_FLEET_ARG_AGENT] = ""; /* only read */
+    argv[5 + RULES_FLEET_ARG_VERSION] = "0";
+    argv[5 + RULES_FLEET_ARG_ERROR] = "";
+    argv[5 + RULES_FLEET_ARG_LIVE_MS] = live;
+    call(c, 5 + RULES_FLEET_ARGC, argv, &an);
+    size_t len[an.n + 1];
+    for (size_t i = 0; i < an.n; i++)
+        len[i] = strlen(an.str[i]);
+    if (an.status != STORE_OK) {
+        fprintf(stderr, "spoa-ratelimit: %s\n", an.err[0] ? an.err : "bad reply");
+    } else if (rules_fleet_parse(an.n, (const char *const *)an.str, len, &f) < 0) {
+        fprintf(stderr, "spoa-ratelimit: unexpected reply to the fleet script\n");
+    } else {
+        char *text = rules_fleet_text(&f);
+        if (text)
+            fputs(text, stdout);
+        free(text);
+        rules_fleet_clear(&f);
+        rc = text ? 0 : 1;
+    }
+    answer_clear(&an);
+    return rc;
+}
+
+int rules_cli_run(const struct rules_cli_args *a)
+{
+    struct config *cfg = NULL;
+    char err[ERRBUF];
+    char *text = NULL;
+    size_t len = 0;
+    struct cli c = {0};
+    int rc = 1;
+
+    if (config_load_file(a->config, &cfg, err, sizeof(err)) < 0) {
+        fputs(err, stderr);
+        return 1;
+    }
+    if (a->op == RULES_CLI_PUSH) {
+        struct config *check = NULL;
+        /* exactly --check's checks, with FILE's own sections around RULES */
+        if (!(text = read_rules(a->rules, &len)) ||
+            config_load_with_rules(a->config, text, len, a->rules, &check, err, sizeof(err)) < 0) {
+            if (text)
+                fputs(err, stderr);
+            goto out;
+        }
+        /* a fleet without rules allows every request: never by mistake */
+        size_t nrules = check->nrules;
+        config_free(check);
+        if (nrules == 0) {
+            fprintf(stderr, "%s: no [rule:*] section: every agent would allow every request; "
+                            "not pushed\n", a->rules);
+            goto out;
+        }
+    }
+    if (config_standalone(cfg)) {
+        fprintf(stderr, "%s: no [redis] server (url, cluster or sentinel): no rule store\n",
+                a->config);
+        goto out;
+    }
+    log_level = LOG_LVL_ERROR; /* the store's reconnect notes are not this command's output */
+    c.prefix = cfg->redis_prefix;
+    rules_store_key(cfg->redis_prefix, "current", c.current);
+    rules_store_key(cfg->redis_prefix, "versions", c.versions);
+    if (!(c.loop = ev_loop_new(EVFLAG_AUTO))) {
+        fprintf(stderr, "spoa-ratelimit: no event loop\n");
+        goto out;
+    }
+    if (connect_store(&c, cfg) == 0)
+        rc = a->op == RULES_CLI_HISTORY ? run_history(&c)
+             : a->op == RULES_CLI_FLEET ? run_fleet(&c)
+                                        : run_push(&c, a, cfg, text, len);
+out:
+    store_free(c.s);
+    if (c.loop)
+        ev_loop_destroy(c.loop);
+    free(text);
+    config_free(cfg);
+    return rc;
+}

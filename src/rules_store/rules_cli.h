@@ -1,0 +1,25 @@
+/* rules_cli.h - the operator's commands on the fleet's rule set in Redis:
+ * spoa-ratelimit -c FILE --push RULES [--message TEXT] [--if-version N],
+ * --rules-history, --rollback N and --fleet. One-shot: they connect to FILE's
+ * [redis] (url, Sentinel or Cluster, with its credentials) through the
+ * store on a private loop, run one script (lua/rules_push.lua,
+ * lua/rules_history.lua or lua/rules_fleet.lua) and print the outcome. */
+#ifndef RULES_CLI_H
+#define RULES_CLI_H
+
+enum rules_cli_op { RULES_CLI_PUSH, RULES_CLI_HISTORY, RULES_CLI_ROLLBACK, RULES_CLI_FLEET };
+
+struct rules_cli_args {
+    enum rules_cli_op op;
+    const char *config;  /* -c FILE */
+    const char *rules;   /* --push RULES */
+    const char *message; /* --message, or NULL */
+    long long if_version; /* --if-version N, or -1 */
+    long long rollback;   /* --rollback N */
+};
+
+/* Run the command: what it did on stdout, why it failed on stderr. The
+ * process's exit status: 0 done, 1 refused or failed. */
+int rules_cli_run(const struct rules_cli_args *a);
+
+#endif

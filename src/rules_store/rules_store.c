@@ -1,0 +1,342 @@
+/* rules_store.c - an agent with [rules] source = redis follows the fleet's
+ * current rule set (see rules_store.h): poll, fetch, apply, cache. */
+#include "rules_store/rules_store.h"
+
+#include <ev.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config/config.h"
+#include "core/log.h"
+#include "metrics/metrics.h"
+#include "rules_scripts.h"
+#include "rules_store/rules_fleet.h"
+#include "rules_store/rules_script.h"
+#include "store/store.h"
+
+#define ERRBUF 4096
+#define REPORT_EVERY_S 5.0 /* each agent's line in the fleet's view (rules_fleet.h) */
+
+struct rules_store {
+    struct ev_loop *loop;
+    struct store *s;
+    rules_store_apply_fn *apply;
+    void *ctx;
+    ev_timer poll;
+    int inflight; /* one question at a time: GET, then HMGET */
+    int said_empty;
+    char *cache; /* NULL: none */
+    char key_current[RULES_STORE_KEY_MAX];
+    char prefix[RULES_STORE_KEY_MAX];
+    /* in force */
+    char *text;
+    size_t len;
+    uint64_t version; /* 0: none from Redis (the file's rules) */
+    char sha[65];     /* of text */
+    /* A version is its number and its sha256, both in PREFIX{rules}:current:
+     * a Redis that lost its data numbers from 1 again, and a new version 1
+     * must not pass for the version 1 in force. */
+    uint64_t rejected; /* the last version refused, not asked for again */
+    char rejected_sha[65];
+    uint64_t fetching; /* the version asked for by the HSTRLEN, HMGET in flight */
+    char fetching_sha[65];
+    char fetching_key[RULES_STORE_KEY_MAX];
+    /* the fleet's view: this agent's report, and the view it answered */
+    ev_timer report;
+    int reporting;
+    char member[384];  /* "host=H pid=P listen=L", as the heartbeat's */
+    char error[256];   /* the last apply error, "" after a good apply */
+    char key_agents[RULES_STORE_KEY_MAX], key_seen[RULES_STORE_KEY_MAX];
+    struct rules_fleet fleet;
+    int have_fleet;
+};
+
+/* The version is in force: remember its text, say so, cache it. */
+static void applied(struct rules_store *rs, const char *text, size_t len, uint64_t version)
+{
+    char err[512];
+    int kept = rules_store_adopt(rs, text, len, version, 0) == 0;
+
+    if (!kept) /* the version and sha are in force anyway, not the text for SIGHUP */
+        LOG_ERROR("\"out of memory: the applied rules are not cached\"");
+    rs->error[0] = '\0';
+    METRIC_INC(rules_applied_ok);
+    if (rs->cache && kept &&
+        rules_store_write_cache(rs->cache, text, len, version, err, sizeof(err)) < 0)
+        LOG_WARN("\"rules cache not written: an agent started while Redis is down will use its "
+                 "file's rules\" error=\"%s\"",
+                 log_esc(err, strlen(err)));
+}
+
+static void refused(struct rules_store *rs, uint64_t version, const char *why)
+{
+    rs->rejected = version;
+    memcpy(rs->rejected_sha, rs->fetching_sha, sizeof(rs->rejected_sha));
+    snprintf(rs->error, sizeof(rs->error), "version %llu: %.*s", (unsigned long long)version,
+             (int)strcspn(why, "\n"), why);
+    METRIC_INC(rules_applied_rejected);
+    LOG_ERROR("\"rules version rejected, keeping the rules in force\" version=%llu "
+              "in_force=%llu error=\"%s\"",
+              (unsigned long long)version, (unsigned long long)rs->version,
+              log_esc(why, strcspn(why, "\n")));
+}
+
+/* HMGET v:N text sha256: check and apply. */
+static void on_version(void *arg, const struct store_result *res)
+{
+    struct rules_store *rs = arg;
+    uint64_t version = rs->fetching;
+    char name[48], sha[65], err[ERRBUF];
+
+    rs->inflight = 0;
+    if (res->status != STORE_OK || res->nstr != 2)
+        return; /* asked again at the next poll */
+    /* the fleet sees the outcome at once, not a report period later */
+    ev_feed_event(rs->loop, &rs->report, EV_TIMER);
+    const char *text = res->str[0], *want = res->str[1];
+    size_t len = res->str_len[0];
+    if (!len && !res->str_len[1]) {
+        refused(rs, version, "the version's hash is missing or has no text");
+        return;
+    }
+    if (len > CFG_MAX_RULES_TEXT) {
+        refused(rs, version, "larger than 1 MiB");
+        return;
+    }
+    rules_store_sha256(text, len, sha);
+    if (res->str_len[1] && (res->str_len[1] != 64 || memcmp(sha, want, 64) != 0)) {
+        refused(rs, version, "its sha256 does not match its text");
+        return;
+    }
+    snprintf(name, sizeof(name), "redis:v%llu", (unsigned long long)version);
+    err[0] = '\0';
+    if (rs->apply(rs->ctx, text, len, name, err, sizeof(err)) < 0) {
+        refused(rs, version, err[0] ? err : "refused");
+        return;
+    }
+    applied(rs, text, len, version);
+    LOG_INFO("\"rules version applied\" version=%llu sha256=%.12s bytes=%zu",
+             (unsigned long long)version, sha, len);
+}
+
+/* HSTRLEN v:N text: within the cap, fetch it (HMGET text sha256). */
+static void on_size(void *arg, const struct store_result *res)
+{
+    struct rules_store *rs = arg;
+    const char *argv[] = {"HMGET", rs->fetching_key, "text", "sha256"};
+    size_t argvlen[] = {5, strlen(rs->fetching_key), 4, 6};
+
+    rs->inflight = 0;
+    if (res->status != STORE_OK || res->n != 1)
+        return; /* asked again at the next poll */
+    if (res->v[0] > CFG_MAX_RULES_TEXT) {
+        ev_feed_event(rs->loop, &rs->report, EV_TIMER);
+        refused(rs, rs->fetching, "larger than 1 MiB: not read");
+        return;
+    }
+    rs->inflight = 1;
+    store_read(rs->s, rs->fetching_key, argvlen[1], 4, argv, argvlen, on_version, rs);
+}
+
+/* GET current, "N SHA256" (or "N" alone, written by hand): a version
+ * neither in force nor refused is fetched. */
+static void on_current(void *arg, const struct store_result *res)
+{
+    struct rules_store *rs = arg;
+    char vname[32], sha[65] = "";
+
+    rs->inflight = 0;
+    if (res->status != STORE_OK)
+        return;
+    if (res->nstr != 1 || !res->str_len[0]) {
+        if (!rs->said_empty)
+            LOG_WARN("\"no rule set in Redis yet (spoa-ratelimit --push): keeping the rules in "
+                     "force\" key=%s",
+                     log_val(rs->key_current));
+        rs->said_empty = 1;
+        return;
+    }
+    uint64_t version = strtoull(res->str[0], NULL, 10);
+    const char *sp = memchr(res->str[0], ' ', res->str_len[0]);
+    if (sp && res->str_len[0] - (size_t)(sp + 1 - res->str[0]) == 64)
+        memcpy(sha, sp + 1, 64), sha[64] = '\0';
+    atomic_store(&metrics.rules_current_version, version);
+    if (version == rs->version && (!sha[0] || strcmp(sha, rs->sha) == 0)) {
+        atomic_store(&metrics.rules_cached, 0); /* Redis says the cache is current */
+        return;
+    }
+    if (version == 0 || (version == rs->rejected && strcmp(sha, rs->rejected_sha) == 0))
+        return;
+    memcpy(rs->fetching_sha, sha, sizeof(sha));
+    snprintf(vname, sizeof(vname), "v:%llu", (unsigned long long)version);
+    size_t klen = rules_store_key(rs->prefix, vname, rs->fetching_key);
+    /* its size first: a text over the cap is never read into memory */
+    const char *argv[] = {"HSTRLEN", rs->fetching_key, "text"};
+    size_t argvlen[] = {7, klen, 4};
+    rs->fetching = version;
+    rs->inflight = 1;
+    store_read(rs->s, rs->fetching_key, klen, 3, argv, argvlen, on_size, rs);
+}
+
+static void poll_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    struct rules_store *rs = t->data;
+    const char *argv[] = {"GET", rs->key_current};
+    size_t argvlen[] = {3, strlen(rs->key_current)};
+
+    if (rs->inflight || !store_up(rs->s))
+        return;
+    rs->inflight = 1;
+    /* the callback may run before this returns (Redis down) */
+    store_read(rs->s, rs->key_current, argvlen[1], 2, argv, argvlen, on_current, rs);
+}
+
+/* The fleet's view (lua/rules_fleet.lua), kept for GET /fleet. */
+static void on_report(void *arg, const struct store_result *res)
+{
+    struct rules_store *rs = arg;
+    struct rules_fleet f;
+
+    rs->reporting = 0;
+    if (res->status != STORE_OK) {
+        if (res->status == STORE_ERR)
+            LOG_DEBUG("\"rules report failed\" err=%s", log_val(res->err ? res->err : "?"));
+        return;
+    }
+    if (rules_fleet_parse(res->nstr, res->str, res->str_len, &f) < 0) {
+        LOG_DEBUG("\"rules report: unexpected reply\"");
+        return;
+    }
+    rules_fleet_clear(&rs->fleet);
+    rs->fleet = f;
+    rs->have_fleet = 1;
+    atomic_store(&metrics.rules_current_version, f.current);
+}
+
+static void report(struct rules_store *rs)
+{
+    char version[24], live[24];
+
+    if (rs->reporting || !store_up(rs->s))
+        return;
+    snprintf(version, sizeof(version), "%llu", (unsigned long long)rs->version);
+    snprintf(live, sizeof(live), "%d", RULES_FLEET_LIVE_MS);
+    const char *argv[5 + RULES_FLEET_ARGC] = {"EVAL", rules_script_fleet, "2", rs->key_agents,
+                                              rs->key_seen};
+    argv[5 + RULES_FLEET_ARG_AGENT] = rs->member;
+    argv[5 + RULES_FLEET_ARG_VERSION] = version;
+    argv[5 + RULES_FLEET_ARG_ERROR] = rs->error;
+    argv[5 + RULES_FLEET_ARG_LIVE_MS] = live;
+    size_t argvlen[5 + RULES_FLEET_ARGC];
+    for (int i = 0; i < 5 + RULES_FLEET_ARGC; i++)
+        argvlen[i] = strlen(argv[i]);
+    rs->reporting = 1;
+    store_read(rs->s, rs->key_agents, argvlen[3], 5 + RULES_FLEET_ARGC, argv, argvlen, on_report,
+               rs);
+}
+
+static void report_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    report(t->data);
+}
+
+char *rules_store_fleet_json(const struct rules_store *rs, size_t *len)
+{
+    return rs->have_fleet ? rules_fleet_json(&rs->fleet, len) : NULL;
+}
+
+struct rules_store *rules_store_new(struct ev_loop *loop, struct store *s,
+                                    const struct config *cfg, rules_store_apply_fn *apply,
+                                    void *ctx)
+{
+    struct rules_store *rs = calloc(1, sizeof(*rs));
+
+    if (!rs)
+        return NULL;
+    if (cfg->rules_cache && !(rs->cache = strdup(cfg->rules_cache))) {
+        free(rs);
+        return NULL;
+    }
+    rs->loop = loop;
+    rs->s = s;
+    rs->apply = apply;
+    rs->ctx = ctx;
+    snprintf(rs->prefix, sizeof(rs->prefix), "%s", cfg->redis_prefix ? cfg->redis_prefix : "");
+    rules_store_key(rs->prefix, "current", rs->key_current);
+    /* the first look soon after start, once the store had a chance to connect */
+    double every = (double)cfg->rules_poll_ms / 1000.;
+    ev_timer_init(&rs->poll, poll_cb, every < 0.2 ? every : 0.2, every);
+    rs->poll.data = rs;
+    ev_timer_start(loop, &rs->poll);
+    char host[128] = "agent";
+    gethostname(host, sizeof(host) - 1);
+    snprintf(rs->member, sizeof(rs->member), "host=%s pid=%d listen=%s", host, (int)getpid(),
+             cfg->listen ? cfg->listen : "");
+    rules_store_key(rs->prefix, "agents", rs->key_agents);
+    rules_store_key(rs->prefix, "seen", rs->key_seen);
+    ev_timer_init(&rs->report, report_cb, 0.5, REPORT_EVERY_S);
+    rs->report.data = rs;
+    ev_timer_start(loop, &rs->report);
+    return rs;
+}
+
+int rules_store_adopt(struct rules_store *rs, const char *text, size_t len, uint64_t version,
+                      int cached)
+{
+    char *copy = malloc(len + 1);
+
+    rs->version = version;
+    if (copy) {
+        memcpy(copy, text, len);
+        copy[len] = '\0';
+        free(rs->text);
+        rs->text = copy;
+        rs->len = len;
+    }
+    rules_store_sha256(text, len, rs->sha);
+    atomic_store(&metrics.rules_version, version);
+    atomic_store(&metrics.rules_cached, cached ? 1 : 0);
+    return copy ? 0 : -1;
+}
+
+const char *rules_store_text(const struct rules_store *rs, size_t *len, uint64_t *version)
+{
+    *len = rs->len;
+    *version = rs->version;
+    return rs->text;
+}
+
+const char *rules_store_error(const struct rules_store *rs)
+{
+    return rs->error[0] ? rs->error : NULL;
+}
+
+void rules_store_retry(struct rules_store *rs)
+{
+    if (rs) {
+        rs->rejected = 0;
+        rs->rejected_sha[0] = '\0';
+    }
+}
+
+void rules_store_stop(struct rules_store *rs)
+{
+    if (!rs)
+        return;
+    ev_timer_stop(rs->loop, &rs->poll);
+    ev_timer_stop(rs->loop, &rs->report);
+    ev_clear_pending(rs->loop, &rs->report);
+}
+
+void rules_store_free(struct rules_store *rs)
+{
+    if (!rs)
+        return;
+    rules_store_stop(rs);
+    rules_fleet_clear(&rs->fleet);
+    free(rs->text);
+    free(rs->cache);
+    free(rs);
+}

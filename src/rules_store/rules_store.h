@@ -1,0 +1,107 @@
+/* rules_store.h - the fleet's rule set in Redis ([rules] source = redis):
+ * the agent's side (poll, fetch, hand over to be applied, cache on disk) and
+ * the layout the operator's commands (rules_cli.h) write.
+ *
+ * Layout (lua/README.md, "Rules from Redis"), every key under one hash tag
+ * so that a version's keys sit on one Cluster slot:
+ *   PREFIX{rules}:current   the current version number
+ *   PREFIX{rules}:versions  sorted set of the kept versions
+ *   PREFIX{rules}:v:N       hash: text, sha256, time, host, message
+ *
+ * An agent GETs the current number every [rules] poll (one command of one
+ * small key); a version it has neither applied nor refused is fetched
+ * (HSTRLEN first: over 1 MiB it is refused unread; then HMGET text sha256),
+ * its sha256 checked and handed to the apply callback,
+ * which parses it with the agent's own non-rule sections exactly as a
+ * SIGHUP would and swaps the rule set in. A refused version is logged once
+ * and counted (rules_applied_total{result="rejected"}); the rules in force
+ * stay. An applied one is written to [rules] cache (temporary file and
+ * rename), so that an agent starting while Redis is down runs on it.
+ *
+ * Every 5 s (and after each new version) the agent also reports its version
+ * and last apply error for the fleet's view (lua/rules_fleet.lua,
+ * rules_fleet.h: PREFIX{rules}:agents and :seen), and keeps the view the
+ * script answers for GET /fleet.
+ *
+ * Everything runs on the loop thread, through store.h alone (store_read).
+ */
+#ifndef RULES_STORE_H
+#define RULES_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct ev_loop;
+struct store;
+struct config;
+struct rules_store;
+
+#define RULES_STORE_KEY_MAX 160 /* a prefix (64) and the longest suffix */
+
+/* PREFIX{rules}:SUFFIX into out (RULES_STORE_KEY_MAX bytes); its length. */
+size_t rules_store_key(const char *prefix, const char *suffix, char *out);
+
+/* Parse text (a version's rule text, named name in errors) with the
+ * agent's own sections and put it in force. 0 applied; -1 refused, the
+ * reason in err (the "NAME:LINE: message" lines of the config parser). */
+typedef int rules_store_apply_fn(void *ctx, const char *text, size_t len, const char *name,
+                                 char *err, size_t errlen);
+
+/* Start polling s every cfg's [rules] poll (cfg: the boot config; its
+ * prefix and cache path are copied). NULL when out of memory. */
+struct rules_store *rules_store_new(struct ev_loop *loop, struct store *s,
+                                    const struct config *cfg, rules_store_apply_fn *apply,
+                                    void *ctx);
+
+/* The rules in force (the cache read at start, or a version applied):
+ * text (copied) as version; cached marks them as coming from the cache. -1
+ * out of memory: the version is taken, its text is not kept. */
+int rules_store_adopt(struct rules_store *rs, const char *text, size_t len, uint64_t version,
+                      int cached);
+
+/* The text of the version in force (NULL: none yet, the file's rules) and
+ * its number. Valid until the next apply. */
+const char *rules_store_text(const struct rules_store *rs, size_t *len, uint64_t *version);
+
+/* The last version's apply error ("version N: NAME:LINE: ..."), NULL when
+ * the last one applied (the status page). Valid until the next poll. */
+const char *rules_store_error(const struct rules_store *rs);
+
+/* SIGHUP: a version refused with the old file may pass with the new one:
+ * forget the refusals (each is logged once again if it fails again). */
+void rules_store_retry(struct rules_store *rs);
+
+/* GET /fleet: the fleet's view as JSON (rules_fleet.h), as this agent's
+ * last report (every 5 s, and after each new version) answered it;
+ * malloc'd, its length in *len. NULL before the first answer, or out of
+ * memory. */
+char *rules_store_fleet_json(const struct rules_store *rs, size_t *len);
+
+/* Stop polling (before the store is freed), then free. NULL no-op. */
+void rules_store_stop(struct rules_store *rs);
+void rules_store_free(struct rules_store *rs);
+
+/* [rules] source = redis, at start (path: the agent's file, *cfg loaded
+ * from it): the cached version when the cache holds a usable one (*cfg
+ * replaced by the file with those rules; their text, malloc'd, in *text
+ * and *len, their version in *version, for rules_store_adopt), else *text
+ * NULL and the file's own [rule:*] sections until Redis answers (none: said
+ * loudly). Logs which; never a reason not to start. */
+void rules_store_boot(const char *path, struct config **cfg, char **text, size_t *len,
+                      uint64_t *version);
+
+/* The cache file at path: *text (malloc'd, NUL-terminated, *len bytes)
+ * and the version it holds. 0, or -1 with why in err (missing, unreadable,
+ * too large, no version line). */
+int rules_store_read_cache(const char *path, char **text, size_t *len, uint64_t *version,
+                           char *err, size_t errlen);
+
+/* Write text as version to path atomically (path.tmp, fsync, rename). 0,
+ * or -1 with why in err. */
+int rules_store_write_cache(const char *path, const char *text, size_t len, uint64_t version,
+                            char *err, size_t errlen);
+
+/* sha256 of text in lower-case hex (65 bytes with the NUL). */
+void rules_store_sha256(const char *text, size_t len, char out[65]);
+
+#endif
