@@ -394,8 +394,10 @@ class OneRedis(StoreCase):
 
     def test_haproxy_traffic_through_a_push(self):
         """Requests through HAProxy while versions are pushed: every one is
-        answered by the agent (no 5xx, no SPOE error), and the new limit
-        shows in the RateLimit-Policy header."""
+        answered by the agent (no 5xx, no SPOE error), the new limit shows in
+        the RateLimit-Policy header, and no SPOP connection is dropped: the
+        agent closes none (no AGENT-DISCONNECT, and HAProxy's connections
+        stay open across every push)."""
         a = self.store_agent(self.section)
         wait_redis_up(a)
         self.push(self.op, rules(1000, name="api-key"))
@@ -403,6 +405,15 @@ class OneRedis(StoreCase):
         h = HAProxy(a.port)
         self.addCleanup(h.stop)
         seen, statuses, n = set(), collections.Counter(), 0
+        status, _, _ = h.request("/api/x", headers={"X-API-Key": "k-0"})  # HAProxy connects
+        self.assertEqual(status, 200)
+        conns0 = a.metric("spoa_ratelimit_connections")
+        self.assertGreaterEqual(conns0, 1)
+
+        def disconnects():
+            return sum(float(ln.split()[-1]) for ln in a.metrics().splitlines()
+                       if ln.startswith("spoa_ratelimit_protocol_errors_total{"))
+        errors0 = disconnects()
         for i in range(6):
             self.push(self.op, rules(1000 + i, name="api-key"))
             t_end = time.monotonic() + 0.6
@@ -412,8 +423,10 @@ class OneRedis(StoreCase):
                 statuses[status] += 1
                 if headers.get("ratelimit-policy"):
                     seen.add(headers["ratelimit-policy"])
+            self.assertGreaterEqual(a.metric("spoa_ratelimit_connections"), 1)
         self.assertEqual(dict(statuses), {200: n})
         self.assertIn('"api-key";q=1005;w=60', seen)
+        self.assertEqual(disconnects(), errors0)
         self.assertEqual(a.metric("spoa_ratelimit_rules_applied_total", result="rejected"), 0)
 
 
