@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import statistics
@@ -23,6 +24,7 @@ import tempfile
 import time
 import unittest
 
+import browser
 import test_redis_topologies as topo
 from fleet import Seq, redis_ini, unique, wait_redis_up
 from harness import AGENT, Agent, HAProxy, stop_cleanly, wait_for
@@ -95,6 +97,22 @@ class StoreCase(RedisCase):
 
 
 class OneRedis(StoreCase):
+    def fleet_on_the_status_page(self, agent, version):
+        """The status page (headless Chromium, as test_status_page.py) lists
+        the fleet: each agent's listen address on the current version."""
+        if browser.find_chromium() is None:
+            print("\n  (no Chromium: the status page's fleet table is not checked)")
+            return
+        with browser.Browser() as b:
+            dom = b.dump_dom("http://127.0.0.1:%d/" % agent.stats_port)
+        table = re.search(r'<table id="fleet">.*?</table>', dom, re.S)
+        self.assertIsNotNone(table, dom[-3000:])
+        rows = re.findall(r"<tr(?: class=\"off\")?><td>[^<]*</td><td class=\"n\">\d+</td>"
+                          r"<td>([^<]*)</td><td class=\"n\">(\d+)</td>", table.group(0))
+        self.assertEqual(len(rows), 3, table.group(0))
+        self.assertEqual({v for _, v in rows}, {str(version)}, rows)
+        self.assertIn("current version %d, 3 agents, 0 off it" % version, dom)
+
     def setUp(self):
         super().setUp()
         self.r = self.start_redis()
@@ -153,6 +171,7 @@ class OneRedis(StoreCase):
         self.assertIn("current version: 11; 3 agents, 0 off it", p.stdout)
         for a in agents:
             self.assertRegex(p.stdout, r"\n  \S+ +%d +127\.0\.0\.1:%d +11 " % (a.p.pid, a.port))
+        self.fleet_on_the_status_page(agents[1], 11)
         # polling's cost: Redis' own count of commands over a quiet stretch of
         # one report and heartbeat period (5 s); Redis counts the GET inside each
         # fleet report too

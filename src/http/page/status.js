@@ -192,6 +192,35 @@ function draw(s) {
   ]);
   drawRules(s.rules);
   drawTop(s.top, s.reset.allowed);
+  fleet(s.rule_set);
+}
+
+// With rules from Redis: every live agent and its rule set version (GET
+// /fleet, which changes when the agents report: every 5 s), those off the
+// current version marked.
+let fleetAt = 0;
+async function fleet(r) {
+  $("fleet-section").hidden = r.source !== "redis";
+  if (r.source !== "redis" || Date.now() - fleetAt < 5000) return;
+  fleetAt = Date.now();
+  try {
+    const res = await fetch("fleet", { cache: "no-store", credentials: "same-origin" });
+    if (!res.ok) throw new Error(res.status);
+    const f = await res.json();
+    $("fleet-line").textContent = "current version " + f.current + ", " + f.agents.length +
+      " agents, " + f.off_current + " off it";
+    const body = $("fleet").querySelector("tbody");
+    body.replaceChildren();
+    for (const a of f.agents) {
+      const tr = el("tr", a.current ? {} : { class: "off" });
+      tr.append(el("td", {}, a.host), el("td", { class: "n" }, String(a.pid)), el("td", {}, a.listen),
+        el("td", { class: "n" + (a.current ? "" : " hot") }, String(a.version)),
+        el("td", { class: a.error ? "hot" : "" }, a.error), el("td", { class: "n" }, num(a.last_seen_s, 1)));
+      body.append(tr);
+    }
+  } catch (e) {
+    $("fleet-line").textContent = "(no fleet view: " + e.message + ")";
+  }
 }
 
 // Where the rules come from; from Redis, the version against the fleet's current one.
