@@ -792,7 +792,11 @@ void limiter_shutdown(struct limiter *l, double timeout_s)
     store_heartbeat_stop(l->heartbeat);
     wake_cb(l->loop, &l->wake, 0); /* what workers queued last */
     run_until_idle(l, deadline);
-    for (int pass = 0; pass < 2 && store_up(l->store); pass++) {
+    /* A reply that came in meanwhile may have granted an entry more (its
+     * claim was in flight at the last pass): go again, a few times at most,
+     * within the deadline. What still holds a lease then expires in Redis
+     * after [lease] ttl (under-admission only). */
+    for (int pass = 0; pass < 5 && store_up(l->store) && util_now_us() < deadline; pass++) {
         jobs = NULL;
         lease_drain(l->leases, util_now_us(), &jobs);
         if (!jobs)
