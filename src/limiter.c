@@ -21,7 +21,6 @@
 #include "store/store_reply.h"
 
 #define STRIPES 64
-#define KEYBUF 1024
 #define CLOSED_RETRY_US 1000000 /* fail-closed answers: retry in a second */
 #define STALL_PROBE_US 100000  /* while stalled, one decision per 100 ms still asks Redis */
 #define STALL_LOG_EVERY_US 10000000 /* a flapping Redis is logged every 10 s at most */
@@ -29,34 +28,6 @@
 /* A script reply fits in a store_result. */
 _Static_assert(CLAIM_R_COUNT <= STORE_MAX_VALUES && EXACT_R_COUNT <= STORE_MAX_VALUES,
                "a script reply fits in a store_result");
-
-struct limiter {
-    struct bucket_table *buckets;  /* standalone */
-    struct bucket_table *backstop; /* fail-open while Redis is down */
-    struct bucket_budget budget;   /* [agent] max_entries: buckets and leases together */
-    struct slot_table *slots;      /* concurrency: standalone, and the local share */
-    /* Redis mode */
-    struct store *store;
-    struct store_heartbeat *heartbeat; /* with Redis: counts the fleet (fleet.h) */
-    struct lease_table *leases;
-    struct ev_loop *loop;
-    ev_async wake;
-    ev_timer tick, timeouts;
-    pthread_mutex_t qlock;
-    struct rjob *queue;
-    atomic_int up;
-    atomic_int stalled; /* a call timed out and no reply came since */
-    atomic_uint_fast64_t last_probe_us;
-    uint64_t stall_logged_us; /* limiter thread only */
-    int stall_announced;      /* the warning went out: say when it ends */
-    struct rjob *ihead, *itail; /* in flight, in the order sent */
-    struct rjob *icheck;        /* the first of them not timed out yet (the
-                                   timed-out ones are a prefix of the list) */
-    uint64_t timeout_us;
-    uint64_t ttl_ms;
-    char prefix[80];
-    size_t prefix_len;
-};
 
 /* ---- fallback ------------------------------------------------------------- */
 
@@ -365,6 +336,9 @@ static void on_state(void *arg, int up)
         LOG_WARN("\"redis down: rules fall back\" mode=degraded");
 }
 
+/* What the layers below (limiter_cc.c, limiter_jobs.c) call up to (limiter_int.h). */
+static const struct limiter_up up_ops = {send_job, hit_done, decide_fallback};
+
 /* ---- decisions (worker threads) ------------------------------------------- */
 
 /* While Redis is stalled (a call timed out, none answered since), decisions
@@ -379,76 +353,6 @@ static int redis_stalled(struct limiter *l, uint64_t now_us)
         atomic_compare_exchange_strong(&l->last_probe_us, &last, now_us))
         return 0;
     return 1;
-}
-
-static void enqueue(struct limiter *l, struct rjob *j)
-{
-    pthread_mutex_lock(&l->qlock);
-    j->next = l->queue;
-    l->queue = j;
-    pthread_mutex_unlock(&l->qlock);
-}
-
-/* limiter_int.h: the queue for limiter_cc.c */
-void limiter_job_queue(struct limiter *l, struct rjob *j, int wake)
-{
-    enqueue(l, j);
-    if (wake && !ev_async_pending(&l->wake))
-        ev_async_send(l->loop, &l->wake);
-}
-
-void limiter_job_send(struct limiter *l, struct rjob *j)
-{
-    send_job(l, j);
-}
-
-void limiter_hit_done(struct limiter *l, struct limiter_req *req)
-{
-    hit_done(l, req);
-}
-
-void limiter_fallback(struct limiter *l, struct limiter_req *req, size_t i, uint64_t now_us)
-{
-    decide_fallback(l, req, i, now_us);
-}
-
-int limiter_redis_up(struct limiter *l)
-{
-    return l->store && atomic_load(&l->up);
-}
-
-/* The Redis key (limiter_int.h): the client key goes after an empty hashtag
- * when it holds '{', so that clients cannot choose their Cluster slot
- * (util_slot_fence). */
-size_t limiter_redis_key(const struct limiter *l, const struct cfg_rule *r, const char *key,
-                         size_t keylen, char *buf, size_t cap)
-{
-    size_t rl = r->name_len;
-    size_t fence = util_slot_fence(key, keylen);
-    size_t n = l->prefix_len + 3 + rl + 1 + fence + keylen;
-
-    if (n > cap)
-        return 0;
-    memcpy(buf, l->prefix, l->prefix_len);
-    memcpy(buf + l->prefix_len,
-           r->algorithm == BUCKET_FIXED_WINDOW     ? "fw:"
-           : r->algorithm == BUCKET_SLIDING_WINDOW ? "sw:"
-           : r->algorithm == BUCKET_CONCURRENCY    ? "cc:"
-                                                   : "tb:",
-           3);
-    memcpy(buf + l->prefix_len + 3, r->name, rl);
-    buf[l->prefix_len + 3 + rl] = ':';
-    memcpy(buf + l->prefix_len + 4 + rl, UTIL_SLOT_FENCE, fence);
-    memcpy(buf + l->prefix_len + 4 + rl + fence, key, keylen);
-    return n;
-}
-
-/* The Redis key of a hit (limiter_redis_key). */
-static size_t redis_key(const struct limiter *l, const struct limiter_req *req,
-                        const struct rule_hit *h, char *buf, size_t cap)
-{
-    return limiter_redis_key(l, &req->rs->cfg->rules[h->rule], rules_hit_key(&req->ev, h),
-                             h->key_len, buf, cap);
 }
 
 /* Standalone: every hit from the in-memory buckets, at once. */
@@ -485,59 +389,18 @@ static int reserve_waiters(struct limiter_req *req)
     return 0;
 }
 
-/* A call on one key with hit i's limits and cost (RJOB_EXACT, RJOB_REFUND);
- * NULL when out of memory. */
-static struct rjob *key_call(struct limiter *l, int kind, const struct rule_hit *h,
-                             const char *key, size_t keylen)
-{
-    struct rjob *j = calloc(1, sizeof(*j) + keylen + 1);
-
-    if (!j)
-        return NULL;
-    j->l = l;
-    j->kind = kind;
-    j->algorithm = h->params.algorithm;
-    j->limit = h->params.limit;
-    j->period_ms = h->params.period_us / 1000;
-    j->burst = h->params.burst;
-    j->offset_ms = h->params.offset_us / 1000;
-    j->block_ms = (h->params.block_us + 999) / 1000;
-    j->cost = h->cost;
-    j->keylen = keylen;
-    memcpy(j->key, key, keylen);
-    return j;
-}
-
 /* Hit i with one exact script call (a rule with lease = off, or a cost its
  * lease does not hold).
  * Returns 0 when queued, -1 when it cannot be (Redis down, out of memory). */
 static int queue_exact(struct limiter *l, struct limiter_req *req, size_t i, const char *key,
                        size_t keylen, int up)
 {
-    struct rjob *j = up ? key_call(l, RJOB_EXACT, &req->ev.hits[i], key, keylen) : NULL;
+    struct rjob *j = up ? limiter_key_call(l, RJOB_EXACT, &req->ev.hits[i], key, keylen) : NULL;
 
     if (!j)
         return -1;
     j->w = &req->waiters[i];
-    enqueue(l, j);
-    return 0;
-}
-
-int limiter_queue_refund(struct limiter *l, const struct limiter_req *req, size_t i)
-{
-    const struct rule_hit *h = &req->ev.hits[i];
-    char buf[KEYBUF];
-    size_t klen = redis_key(l, req, h, buf, sizeof(buf));
-    /* a key past KEYBUF (a long max_key) keeps its charge: under-admission only */
-    struct rjob *j = klen ? key_call(l, RJOB_REFUND, h, buf, klen) : NULL;
-
-    if (!j)
-        return -1;
-    j->taken_ms = h->out.charged_at;
-    j->m = req->rs->metrics[h->rule];
-    enqueue(l, j);
-    if (!ev_async_pending(&l->wake))
-        ev_async_send(l->loop, &l->wake);
+    limiter_job_queue(l, j, 0);
     return 0;
 }
 
@@ -564,7 +427,7 @@ static int decide_leased(struct limiter *l, struct limiter_req *req, size_t i, c
         decide_fallback(l, req, i, now_us);
     struct rjob *j = lj ? lease_rjob(l, lj, now_us) : NULL;
     if (j) {
-        enqueue(l, j);
+        limiter_job_queue(l, j, 0);
         *queued = 1;
     }
     return v != LEASE_PENDING;
@@ -579,7 +442,7 @@ static int decide_hit(struct limiter *l, struct limiter_req *req, size_t i, uint
     struct lease_waiter *w = &req->waiters[i];
     char buf[KEYBUF];
     char *key = buf;
-    size_t klen = redis_key(l, req, h, buf, sizeof(buf));
+    size_t klen = limiter_hit_redis_key(l, req, h, buf, sizeof(buf));
     int decided = 1;
 
     h->out.degraded = 0;
@@ -602,7 +465,7 @@ static int decide_hit(struct limiter *l, struct limiter_req *req, size_t i, uint
     if (klen == 0) { /* a long max_key: build it on the heap */
         size_t cap = l->prefix_len + 4 + CFG_MAX_NAME + sizeof(UTIL_SLOT_FENCE) + h->key_len;
         key = malloc(cap);
-        klen = key ? redis_key(l, req, h, key, cap) : 0;
+        klen = key ? limiter_hit_redis_key(l, req, h, key, cap) : 0;
         if (!klen) {
             free(key);
             decide_fallback(l, req, i, now_us);
@@ -669,6 +532,11 @@ int limiter_decide(struct limiter *l, struct limiter_req *req, uint64_t now_us)
     return 1;
 }
 
+void limiter_settle(struct limiter *l, struct limiter_req *req, uint64_t now_us)
+{
+    limiter_charge_settle(l, req, now_us);
+}
+
 void limiter_req_release(struct limiter_req *req)
 {
     free(req->waiters);
@@ -686,6 +554,7 @@ struct limiter *limiter_new(struct ev_loop *loop, const struct config *cfg, char
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
+    l->ops = &up_ops;
     pthread_mutex_init(&l->qlock, NULL);
     l->loop = loop;
     atomic_init(&l->budget.count, 0);
@@ -765,15 +634,6 @@ int limiter_reconfigure(struct limiter *l, const struct config *cfg)
         return 0;
     store_options_from_config(cfg, &so);
     return store_reconfigure(l->store, &so);
-}
-
-void limiter_parts(struct limiter *l, struct limiter_parts *out)
-{
-    out->buckets = l->buckets;
-    out->backstop = l->backstop;
-    out->leases = l->leases;
-    out->store = l->store;
-    out->slots = l->slots;
 }
 
 static void run_until_idle(struct limiter *l, uint64_t deadline)

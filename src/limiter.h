@@ -20,25 +20,13 @@
 
 #include "bucket.h"
 #include "lease/lease.h"
+#include "limiter_req.h"
 #include "rules/rules.h"
 
 struct ev_loop;
 struct config;
 struct limiter;
 struct store;
-
-/* One NOTIFY's decisions. The caller fills ev and rs (holding a reference
- * on rs), and sets done. */
-struct limiter_req {
-    struct rule_eval ev;
-    struct ruleset *rs;
-    atomic_uint waiting;
-    struct lease_waiter *waiters; /* one per hit */
-    size_t waiters_cap;
-    /* Called once when decisions had to wait and the last one is in: from
-     * the limiter's thread, never from inside limiter_decide(). */
-    void (*done)(struct limiter_req *req);
-};
 
 /* Standalone when cfg has no Redis. NULL with a message in err on failure. */
 struct limiter *limiter_new(struct ev_loop *loop, const struct config *cfg, char *err,

@@ -4,7 +4,8 @@
  * limiter.c's queue), the slots release messages give back, and those of
  * blocked requests. */
 #include "limiter_int.h"
-#include "limiter.h"
+#include "lease/lease.h"
+#include "limiter_req.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -11,7 +11,8 @@
 #include <string.h>
 
 #include "config/config.h"
-#include "limiter.h"
+#include "lease/lease.h"
+#include "limiter_req.h"
 
 #define KEYBUF 1024
 
@@ -72,7 +73,7 @@ static uint64_t refund_hit(struct limiter *l, struct limiter_req *req, size_t i,
     return back;
 }
 
-void limiter_settle(struct limiter *l, struct limiter_req *req, uint64_t now_us)
+void limiter_charge_settle(struct limiter *l, struct limiter_req *req, uint64_t now_us)
 {
     const struct ruleset *rs = req->rs;
 

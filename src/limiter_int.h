@@ -1,4 +1,4 @@
-/* limiter_int.h - the limiter's own files only (limiter.c, limiter_ops.c):
+/* limiter_int.h - the limiter's own files only (limiter*.c):
  * its parts, and the Redis key of a client. Everything else goes through
  * limiter.h (decisions, limiter_inspect, limiter_reset), so that how a
  * bucket or lease is read and cleared stays in one place.
@@ -6,6 +6,9 @@
 #ifndef LIMITER_INT_H
 #define LIMITER_INT_H
 
+#include <ev.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -46,6 +49,8 @@ struct limiter_req;
 /* limiter_settle()'s slots part (limiter_cc.c): a blocked request gives
  * back the slots its concurrency hits took (shadow rules' too). */
 void limiter_cc_settle(struct limiter *l, struct limiter_req *req, uint64_t now_us);
+/* limiter_settle() (limiter.h), in limiter_charge.c. */
+void limiter_charge_settle(struct limiter *l, struct limiter_req *req, uint64_t now_us);
 
 /* Queue the refund script call for hit i of req (decided by an exact call:
  * out.charged_at is its Redis time) and wake the limiter's thread. 0, or -1
@@ -97,15 +102,73 @@ struct rjob {
     char key[];                      /* RJOB_EXACT, RJOB_REFUND, RJOB_CC, RJOB_CC_RELEASE */
 };
 
-/* limiter.c's queue, for limiter_cc.c. Queue j from any thread (wake: make
- * the limiter's thread send it now); send j from the limiter's thread; one
- * decision of req is in; decide hit i of req without Redis; whether Redis is
- * configured and up. */
+/* What the layers below limiter.c call up to, set by limiter_new (a
+ * function pointer, not a call into limiter.c): send j from the limiter's
+ * thread; one decision of req is in; decide hit i of req without Redis. */
+struct limiter_up {
+    void (*send)(struct limiter *l, struct rjob *j);
+    void (*hit_done)(struct limiter *l, struct limiter_req *req);
+    void (*fallback)(struct limiter *l, struct limiter_req *req, size_t i, uint64_t now_us);
+};
+
+struct limiter {
+    struct bucket_table *buckets;  /* standalone */
+    struct bucket_table *backstop; /* fail-open while Redis is down */
+    struct bucket_budget budget;   /* [agent] max_entries: buckets and leases together */
+    struct slot_table *slots;      /* concurrency: standalone, and the local share */
+    /* Redis mode */
+    struct store *store;
+    struct store_heartbeat *heartbeat; /* with Redis: counts the fleet (fleet.h) */
+    struct lease_table *leases;
+    struct ev_loop *loop;
+    ev_async wake;
+    ev_timer tick, timeouts;
+    pthread_mutex_t qlock;
+    struct rjob *queue;
+    atomic_int up;
+    atomic_int stalled; /* a call timed out and no reply came since */
+    atomic_uint_fast64_t last_probe_us;
+    uint64_t stall_logged_us; /* limiter thread only */
+    int stall_announced;      /* the warning went out: say when it ends */
+    struct rjob *ihead, *itail; /* in flight, in the order sent */
+    struct rjob *icheck;        /* the first of them not timed out yet (the
+                                   timed-out ones are a prefix of the list) */
+    uint64_t timeout_us;
+    uint64_t ttl_ms;
+    char prefix[80];
+    size_t prefix_len;
+    const struct limiter_up *ops; /* limiter.c's, set by limiter_new */
+};
+
+
+static inline void limiter_job_send(struct limiter *l, struct rjob *j)
+{
+    l->ops->send(l, j);
+}
+
+static inline void limiter_hit_done(struct limiter *l, struct limiter_req *req)
+{
+    l->ops->hit_done(l, req);
+}
+
+static inline void limiter_fallback(struct limiter *l, struct limiter_req *req, size_t i,
+                                    uint64_t now_us)
+{
+    l->ops->fallback(l, req, i, now_us);
+}
+
+/* limiter_jobs.c: queue j from any thread (wake: make the limiter's thread
+ * send it now); whether Redis is configured and up; the Redis key of hit h
+ * of req; a call on one key with hit h's limits and cost (RJOB_EXACT,
+ * RJOB_REFUND), NULL when out of memory. */
+#define KEYBUF 1024
 void limiter_job_queue(struct limiter *l, struct rjob *j, int wake);
-void limiter_job_send(struct limiter *l, struct rjob *j);
-void limiter_hit_done(struct limiter *l, struct limiter_req *req);
-void limiter_fallback(struct limiter *l, struct limiter_req *req, size_t i, uint64_t now_us);
 int limiter_redis_up(struct limiter *l);
+struct rule_hit;
+size_t limiter_hit_redis_key(const struct limiter *l, const struct limiter_req *req,
+                             const struct rule_hit *h, char *buf, size_t cap);
+struct rjob *limiter_key_call(struct limiter *l, int kind, const struct rule_hit *h,
+                              const char *key, size_t keylen);
 
 /* ---- concurrency (limiter_cc.c) ---- */
 

@@ -2,7 +2,6 @@
  * rules_set.c; the ACK a decision sends is rules_ack.c. */
 #include "rules.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -10,16 +9,15 @@
 #include <string.h>
 
 #include "core/log.h"
-#include "core/sha256.h"
 #include "core/util.h"
 #include "fleet.h"
 #include "metrics/mismatch.h"
+#include "rules_int.h"
 
 #define KEY_SEP '|'
 /* Before the limits in the key of a rule with limits from args: a control
  * byte, which no HTTP header value holds. */
 #define LIMITS_SEP '\x1f'
-#define HASHED_KEY_MARK '#' /* the first byte of a hashed key, and of no other */
 #define ARG_TEXT_MAX 64 /* the longest rate or burst taken from an arg */
 #define SHARE_EPSILON 1e-9 /* share x burst a hair under an integer counts as it */
 
@@ -106,80 +104,6 @@ void rules_eval_move(struct rule_eval *dst, struct rule_eval *src)
     memset(src, 0, sizeof(*src));
 }
 
-int rules_value_text(const struct spop_data *d, char *buf, size_t cap, const char **out)
-{
-    int n;
-
-    *out = buf;
-    switch (d->type) {
-    case SPOP_DATA_STR:
-    case SPOP_DATA_BIN:
-        *out = d->u.buf.ptr;
-        return (int)d->u.buf.len;
-    case SPOP_DATA_BOOL:
-        n = snprintf(buf, cap, "%s", d->u.sint ? "true" : "false");
-        break;
-    case SPOP_DATA_INT32:
-    case SPOP_DATA_INT64:
-        n = snprintf(buf, cap, "%" PRId64, d->u.sint);
-        break;
-    case SPOP_DATA_UINT32:
-    case SPOP_DATA_UINT64:
-        n = snprintf(buf, cap, "%" PRIu64, d->u.uint);
-        break;
-    case SPOP_DATA_IPV4: /* not inet_ntop: it formats with sprintf */
-        if (cap < UTIL_IPV4_TEXT_MAX)
-            return -1;
-        n = (int)util_ipv4_text(buf, d->u.ip);
-        break;
-    case SPOP_DATA_IPV6: {
-        static const uint8_t v4mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-        /* One client, one key: a v4-mapped address is the v4 address. */
-        if (memcmp(d->u.ip, v4mapped, 12) == 0) {
-            if (cap < UTIL_IPV4_TEXT_MAX)
-                return -1;
-            n = (int)util_ipv4_text(buf, d->u.ip + 12);
-        } else if (inet_ntop(AF_INET6, d->u.ip, buf, (socklen_t)cap)) {
-            n = (int)strlen(buf);
-        } else {
-            return -1;
-        }
-        break;
-    }
-    default: /* NULL: the sample could not be fetched */
-        return -1;
-    }
-    return n < 0 || (size_t)n >= cap ? -1 : n;
-}
-
-/* Make room for extra bytes after keys_len. */
-static int keys_reserve(struct rule_eval *ev, size_t extra)
-{
-    size_t need = ev->keys_len + extra;
-    if (need <= ev->keys_cap)
-        return 0;
-    size_t cap = ev->keys_cap ? ev->keys_cap : 1024;
-    while (cap < need)
-        cap *= 2;
-    char *p = realloc(ev->keys, cap);
-    if (!p)
-        return -ENOMEM;
-    ev->keys = p;
-    ev->keys_cap = cap;
-    return 0;
-}
-
-int rules_eval_keys_append(struct rule_eval *ev, const char *s, size_t len, size_t *off)
-{
-    if (keys_reserve(ev, len + 1) < 0)
-        return -ENOMEM;
-    *off = ev->keys_len;
-    memcpy(ev->keys + ev->keys_len, s, len);
-    ev->keys[ev->keys_len + len] = '\0';
-    ev->keys_len += len + 1;
-    return 0;
-}
-
 static const struct spop_data *find_arg(const struct spop_message *m, const char *name)
 {
     size_t len = strlen(name);
@@ -220,7 +144,7 @@ static int rule_matches(struct rule_eval *ev, const struct cfg_rule *r,
             continue;
         if (hit == RX_ELIMIT)
             METRIC_INC(match_limited);
-        if ((hit < 0 && hit != RX_ELIMIT) || keys_reserve(ev, (size_t)n + 1) < 0) {
+        if ((hit < 0 && hit != RX_ELIMIT) || rules_keys_reserve(ev, (size_t)n + 1) < 0) {
             *err = -ENOMEM;
             return 0;
         }
@@ -252,7 +176,7 @@ static int build_key(struct rule_eval *ev, const struct cfg_rule *r, const struc
             ev->keys_len = start;
             return 0;
         }
-        if (keys_reserve(ev, (size_t)n + 2) < 0) {
+        if (rules_keys_reserve(ev, (size_t)n + 2) < 0) {
             ev->keys_len = start;
             return -ENOMEM;
         }
@@ -262,30 +186,6 @@ static int build_key(struct rule_eval *ev, const struct cfg_rule *r, const struc
         ev->keys_len += (size_t)n;
     }
     return 1;
-}
-
-/* The stored form of a client key that is too long, or that starts with
- * HASHED_KEY_MARK: the mark and the first 128 bits of the SHA-256 of the
- * key (a, then b) in hex, NUL-terminated in out (RULES_HASHED_KEY_LEN + 1
- * bytes). Every stored key that starts with the mark is such a hash, so no
- * client key can name another client's hashed bucket, and SHA-256 keeps
- * anyone from crafting two keys with one hash. */
-static void hash_key(char *out, const void *a, size_t alen, const void *b, size_t blen)
-{
-    static const char hex[] = "0123456789abcdef";
-    uint8_t d[SHA256_LEN];
-    struct sha256 s;
-
-    sha256_init(&s);
-    sha256_update(&s, a, alen);
-    sha256_update(&s, b, blen);
-    sha256_final(&s, d);
-    out[0] = HASHED_KEY_MARK;
-    for (int i = 0; i < (RULES_HASHED_KEY_LEN - 1) / 2; i++) {
-        out[1 + 2 * i] = hex[d[i] >> 4];
-        out[2 + 2 * i] = hex[d[i] & 15];
-    }
-    out[RULES_HASHED_KEY_LEN] = '\0';
 }
 
 /* Finish the key built from start: append the limits when they are the
@@ -300,7 +200,7 @@ static int finish_key(struct rule_eval *ev, size_t start, const struct bucket_pa
         char buf[80];
         int n = snprintf(buf, sizeof(buf), "%c%" PRIu64 "/%" PRIu64 "ms/%" PRIu64, LIMITS_SEP,
                          limits->limit, limits->period_us / 1000, limits->burst);
-        if (keys_reserve(ev, (size_t)n) < 0) {
+        if (rules_keys_reserve(ev, (size_t)n) < 0) {
             ev->keys_len = start;
             return -ENOMEM;
         }
@@ -309,18 +209,18 @@ static int finish_key(struct rule_eval *ev, size_t start, const struct bucket_pa
     }
     if (ev->keys_len - start > max_key ||
         (ev->keys_len > start && ev->keys[start] == HASHED_KEY_MARK)) {
-        /* Too long to keep, or looks like a hash: hashed (hash_key). The
+        /* Too long to keep, or looks like a hash: hashed (rules_hash_key). The
          * hash may be longer than the key it replaces (max_key can be 16):
          * room for it and its NUL is made first, so it is never cut. */
         char h[RULES_HASHED_KEY_LEN + 1];
-        hash_key(h, ev->keys + start, ev->keys_len - start, "", 0);
+        rules_hash_key(h, ev->keys + start, ev->keys_len - start, "", 0);
         ev->keys_len = start;
-        if (keys_reserve(ev, RULES_HASHED_KEY_LEN + 1) < 0)
+        if (rules_keys_reserve(ev, RULES_HASHED_KEY_LEN + 1) < 0)
             return -ENOMEM;
         memcpy(ev->keys + start, h, RULES_HASHED_KEY_LEN);
         ev->keys_len += RULES_HASHED_KEY_LEN;
     }
-    if (keys_reserve(ev, 1) < 0) {
+    if (rules_keys_reserve(ev, 1) < 0) {
         ev->keys_len = start;
         return -ENOMEM;
     }
@@ -453,32 +353,6 @@ static int request_params(const struct ruleset *rs, unsigned i, const struct spo
     if (ret == RULES_BAD_BURST)
         return arg_invalid(r, r->burst_arg, burst);
     return 1;
-}
-
-int rules_client_key(const char *key, size_t len, const struct bucket_params *limits,
-                     size_t max_key, char *out, size_t cap)
-{
-    char suffix[80];
-    size_t slen = 0;
-
-    if (limits) {
-        int n = snprintf(suffix, sizeof(suffix), "%c%" PRIu64 "/%" PRIu64 "ms/%" PRIu64,
-                         RULES_LIMITS_SEP, limits->limit, limits->period_us / 1000, limits->burst);
-        slen = n > 0 ? (size_t)n : 0;
-    }
-    if (len + slen > max_key || (len + slen > 0 && (len ? key[0] : suffix[0]) == HASHED_KEY_MARK)) {
-        /* As finish_key (hashing key then suffix hashes their concatenation) */
-        if (cap < RULES_HASHED_KEY_LEN + 1)
-            return -1;
-        hash_key(out, key, len, suffix, slen);
-        return RULES_HASHED_KEY_LEN;
-    }
-    if (len + slen + 1 > cap)
-        return -1;
-    memcpy(out, key, len);
-    memcpy(out + len, suffix, slen);
-    out[len + slen] = '\0';
-    return (int)(len + slen);
 }
 
 /* The cost of one request under rule r (rules_match): its fixed cost, or

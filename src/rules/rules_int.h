@@ -1,0 +1,17 @@
+/* rules_int.h - what the files of src/rules share and nothing outside them
+ * uses: the keys of an evaluation (rules_key.c). */
+#ifndef RULES_INT_H
+#define RULES_INT_H
+
+#include <stddef.h>
+
+#include "rules.h"
+
+#define HASHED_KEY_MARK '#' /* the first byte of a hashed key, and of no other */
+
+/* Make room for extra bytes after ev->keys_len: 0, or -ENOMEM. */
+int rules_keys_reserve(struct rule_eval *ev, size_t extra);
+/* A hashed key of a, then b, into out (RULES_HASHED_KEY_LEN + 1 bytes). */
+void rules_hash_key(char *out, const void *a, size_t alen, const void *b, size_t blen);
+
+#endif
