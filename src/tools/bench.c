@@ -340,8 +340,16 @@ static int serve_conn(const struct opts *o, struct bconn *bc, uint64_t *sent, in
     while (spop_frame_decode(bc->in + off, bc->in_len - off, BENCH_BUF - 4, &f, &used) == 0) {
         if (f.type == SPOP_FRAME_ACK)
             record_ack(bc, &f, o);
-        else if (f.type == SPOP_FRAME_AGENT_DISCONNECT)
+        else if (f.type == SPOP_FRAME_AGENT_DISCONNECT) {
+            /* the agent closes on purpose: say why (the tests read it) */
+            struct spop_disconnect d;
+
+            if (spop_disconnect_decode(&f, &d) == 0)
+                fprintf(stderr, "spoa-bench: agent disconnected: status %" PRIu64 " \"%.*s\"\n",
+                        d.status_code, (int)d.message.len, d.message.ptr);
+            errno = 0;
             return -1;
+        }
         off += used;
     }
     memmove(bc->in, bc->in + off, bc->in_len - off);
