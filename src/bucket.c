@@ -28,6 +28,11 @@
 #include "core/util.h"
 #include "metrics/metrics.h"
 
+const char *const bucket_algorithm_names[] = {[BUCKET_TOKEN_BUCKET] = "token-bucket",
+                                              [BUCKET_SLIDING_WINDOW] = "sliding-window",
+                                              [BUCKET_FIXED_WINDOW] = "fixed-window",
+                                              [BUCKET_CONCURRENCY] = "concurrency", NULL};
+
 /* Noise below which a token count or a duration in microseconds is taken
  * to be the integer next to it. For token counts it is further capped by
  * tolerance() so that snapping never moves a decision by a microsecond. */

@@ -25,6 +25,11 @@ enum bucket_algorithm {
     BUCKET_CONCURRENCY = 3,
 };
 
+/* The algorithms' names as the config spells them, indexed by enum
+ * bucket_algorithm and ended by NULL: the one table the config's parser,
+ * --print, /key, the status page and spoa-sim all read. */
+extern const char *const bucket_algorithm_names[];
+
 /* Whether an algorithm counts in windows (N per window, no burst): a
  * sliding or a fixed window. Such a rule's capacity is N. */
 static inline int bucket_windowed(enum bucket_algorithm a)

@@ -18,10 +18,6 @@ static const char *const charge_names[] = {[CHARGE_ALL_OR_NOTHING] = "all-or-not
                                            [CHARGE_EACH] = "each", NULL};
 static const char *const source_names[] = {[RULES_SOURCE_FILE] = "file",
                                            [RULES_SOURCE_REDIS] = "redis", NULL};
-static const char *const algo_names[] = {[BUCKET_TOKEN_BUCKET] = "token-bucket",
-                                         [BUCKET_SLIDING_WINDOW] = "sliding-window",
-                                         [BUCKET_FIXED_WINDOW] = "fixed-window",
-                                         [BUCKET_CONCURRENCY] = "concurrency", NULL};
 
 #define CF(f) offsetof(struct config, f), sizeof(((struct config *)0)->f)
 #define PF(f) offsetof(struct config, f) /* the parsed form of an address key */
@@ -89,7 +85,7 @@ static const struct key_def key_defs[] = {
     {SEC_RULE, "cost", T_UINT, RF(cost), 0, CFG_MAX_COUNT, F_ARG, NULL,
      offsetof(struct cfg_rule, cost_arg)},
     {SEC_RULE, "max_cost", T_UINT, RF(max_cost), 1, CFG_MAX_COUNT, 0, NULL, 0},
-    {SEC_RULE, "algorithm", T_ENUM, RF(algorithm), 0, 0, 0, algo_names, 0},
+    {SEC_RULE, "algorithm", T_ENUM, RF(algorithm), 0, 0, 0, bucket_algorithm_names, 0},
     {SEC_RULE, "window_offset", T_DUR, RF(window_offset_ms), 0, 0, F_ZERO, NULL, 0},
     {SEC_RULE, "lease", T_BOOL, RF(lease), 0, 0, 0, NULL, 0},
     /* a penalty box: 0 (off, the default) or any duration */

@@ -190,10 +190,6 @@ static void put_limits(struct strbuf *o, const struct cfg_rule *r)
 static void put_rule(struct strbuf *o, const struct config *cfg, const struct cfg_rule *r)
 {
     static const char *const modes[] = {"open", "closed"};
-    static const char *const algos[] = {[BUCKET_TOKEN_BUCKET] = "token-bucket",
-                                        [BUCKET_SLIDING_WINDOW] = "sliding-window",
-                                        [BUCKET_FIXED_WINDOW] = "fixed-window",
-                                        [BUCKET_CONCURRENCY] = "concurrency"};
 
     strbuf_printf(o, "[rule:%s]\n", r->name);
     strbuf_printf(o, r->message ? "message = %s\n" : "; message: every message\n",
@@ -216,7 +212,7 @@ static void put_rule(struct strbuf *o, const struct config *cfg, const struct cf
         strbuf_printf(o, "\n");
     } else {
         put_limits(o, r);
-        strbuf_printf(o, "algorithm = %s\n", algos[r->algorithm]);
+        strbuf_printf(o, "algorithm = %s\n", bucket_algorithm_names[r->algorithm]);
         if (r->algorithm == BUCKET_FIXED_WINDOW) {
             strbuf_printf(o, "window_offset = ");
             if (r->window_offset_ms)

@@ -108,10 +108,6 @@ static void reply_error(struct httpd_req *req, const char *status, const char *w
 static json_t *head(const struct limiter_who *w)
 {
     const struct cfg_rule *r = w->rule;
-    static const char *const algos[] = {[BUCKET_TOKEN_BUCKET] = "token-bucket",
-                                        [BUCKET_SLIDING_WINDOW] = "sliding-window",
-                                        [BUCKET_FIXED_WINDOW] = "fixed-window",
-                                        [BUCKET_CONCURRENCY] = "concurrency"};
     int sw = bucket_windowed(r->algorithm);
     struct jobj j = {json_object(), 0};
 
@@ -120,7 +116,7 @@ static json_t *head(const struct limiter_who *w)
     put(&j, "client_key", json_latin1(w->client_key, w->client_keylen));
     put(&j, "mode", json_string(w->redis ? "redis" : "standalone"));
     if (r->algorithm == BUCKET_CONCURRENCY) { /* slots in flight: no rate, no cost */
-        put(&j, "algorithm", json_string("concurrency"));
+        put(&j, "algorithm", json_string(bucket_algorithm_names[BUCKET_CONCURRENCY]));
         put(&j, "limit", juint(r->cc_limit));
         put(&j, "max_hold_ms", juint(r->max_hold_ms));
         put(&j, "release", jstr(r->release));
@@ -128,7 +124,7 @@ static json_t *head(const struct limiter_who *w)
             put(&j, "redis_key", json_latin1(w->redis_key, w->redis_keylen));
         return finish(&j);
     }
-    put(&j, "algorithm", json_string(algos[r->algorithm]));
+    put(&j, "algorithm", json_string(bucket_algorithm_names[r->algorithm]));
     put(&j, "limit", juint(w->params.limit));
     put(&j, "period_ms", juint(w->params.period_us / 1000));
     if (r->algorithm == BUCKET_FIXED_WINDOW)

@@ -237,10 +237,7 @@ static json_t *rule_json(const struct ruleset *rs, size_t i, const struct histor
                      "s:o, s:o, s:o}}",
                      "name", r->name, "shadow", r->shadow, "fail",
                      r->on_redis_down == DOWN_CLOSED ? "closed" : "open", "algorithm",
-                     r->algorithm == BUCKET_FIXED_WINDOW     ? "fixed-window"
-                     : r->algorithm == BUCKET_SLIDING_WINDOW ? "sliding-window"
-                     : r->algorithm == BUCKET_CONCURRENCY    ? "concurrency"
-                                                             : "token-bucket",
+                     bucket_algorithm_names[r->algorithm],
                      "limit", limit, "rate", history_rule_rate(h, m, 5), "allowed",
                      (json_int_t)allowed, "blocked", (json_int_t)blocked, "would_block",
                      (json_int_t)would, "degraded", (json_int_t)metrics_ld(&m->degraded),

@@ -293,9 +293,7 @@ static void print_json(const struct sim_opts *o, const struct sim_result *r, con
                   o->agents, (unsigned long long)o->keys, o->rps, o->seconds, o->zipf, o->skew,
                   (unsigned long long)o->limit, (unsigned long long)o->period_ms,
                   (unsigned long long)o->burst,
-                  o->algorithm == BUCKET_FIXED_WINDOW     ? "fixed-window"
-                  : o->algorithm == BUCKET_SLIDING_WINDOW ? "sliding-window"
-                                                          : "token-bucket",
+                  bucket_algorithm_names[o->algorithm],
                   (unsigned long long)o->interval_ms, (unsigned long long)o->ttl_ms,
                   o->max_fraction, (double)o->rtt_us / 1000);
     strbuf_printf(
