@@ -48,6 +48,12 @@ message = check-rate
 key = ip
 rate = 300/1m
 shadow = yes
+
+; never blocks: its token is given back when api-key blocks (charge)
+[rule:ip-all]
+message = check-rate
+key = ip
+rate = 100000/1s
 """
 
 
@@ -75,6 +81,10 @@ def status_json(agent, headers=None):
 def decisions(agent, rule, result):
     v = agent.metric("spoa_ratelimit_decisions_total", rule=rule, result=result)
     return int(v or 0)
+
+
+def refunds(agent, rule):
+    return int(agent.metric("spoa_ratelimit_refunds_total", rule=rule) or 0)
 
 
 def key_query(rule, key):
@@ -163,6 +173,12 @@ class PageUnderTraffic:
                 self.assertLessEqual(before[r], shown[r], "%s: page behind /metrics" % r)
                 self.assertLessEqual(shown[r], after[r], "%s: page ahead of /metrics" % r)
         self.assertGreater(shown["blocked"], 0)
+        # refunds: ip-all's tokens given back when api-key blocked
+        before = refunds(self.agent, "ip-all")
+        self.next_tick()
+        shown = self.cell("ip-all", "refunded")
+        after = refunds(self.agent, "ip-all")
+        self.assertTrue(0 < before <= shown <= after, (before, shown, after))
         # the shadow rule's would-be blocks, and the sparkline has points
         wb = self.cell("ip-shadow", "would-block")
         self.assertIsNotNone(wb)

@@ -100,6 +100,7 @@ function drawRules(rules) {
     tr.append(el("td", {}, r.name), el("td", {}, r.limit), el("td", {}, "fail " + r.fail),
       el("td", { class: "n rate" }, num(r.rate, 1)), el("td", { class: "n allowed" }, num(r.allowed)),
       el("td", { class: "n blocked" }, num(r.blocked)), el("td", { class: "n would-block" }, num(r.would_block)),
+      el("td", { class: "n refunded" }, num(r.refunded)),
       el("td", { class: "n pct" + (pct >= 10 ? " hot" : "") }, num(pct, 1)));
     const td = el("td");
     const h = hist[r.name] || { decisions: [], blocks: [] };
