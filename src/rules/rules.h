@@ -31,6 +31,9 @@ struct ruleset {
      * them per request in its hits; here it has its ceilings. */
     struct bucket_params *params;
     struct bucket_params *backstop; /* share x rate and burst, for fail-open */
+    /* The share backstop[] was built with: with share = auto, a request
+     * recomputes its backstop only when the fleet's share is another one. */
+    double backstop_share;
     struct metrics_rule **metrics;  /* per rule */
     struct rules_ack_head *ack_heads; /* per rule */
     atomic_int refs;
