@@ -73,7 +73,9 @@ static uint64_t period_of(const struct bucket_params *p)
 static double snap(double x, double eps)
 {
     double r = round(x);
-    return fabs(x - r) <= fmax(eps, fabs(x) * REL_EPS) ? r : x;
+    double rel = fabs(x) * REL_EPS;
+    /* fmax without its call: eps is never NaN, and a NaN x fails either way */
+    return fabs(x - r) <= (eps > rel ? eps : rel) ? r : x;
 }
 
 /* Tolerance for token counts and window estimates under p: SNAP_EPS, but
@@ -85,7 +87,7 @@ static double tolerance(const struct bucket_params *p)
 {
     double per_us = (p->algorithm == BUCKET_SLIDING_WINDOW ? 1.0 : (double)p->limit) /
                     (double)period_of(p);
-    return per_us > 0 ? fmin(SNAP_EPS, per_us / 4) : SNAP_EPS;
+    return per_us > 0 && per_us / 4 < SNAP_EPS ? per_us / 4 : SNAP_EPS; /* fmin, no call */
 }
 
 /* Microseconds (rounded up, saturated at MAX_WAIT_US) that a rate of
@@ -118,7 +120,8 @@ static uint64_t whole(double x, double eps)
 /* Token level of a bucket last refilled at ts with `tokens`, seen at now.
  * Capped at the burst, which also clamps a bucket whose rule was reloaded
  * with a smaller burst. A clock that went backward adds nothing. */
-static double tb_level(double tokens, uint64_t ts, const struct bucket_params *p, uint64_t now)
+static double tb_level_eps(double tokens, uint64_t ts, const struct bucket_params *p,
+                           uint64_t now, double eps)
 {
     uint64_t elapsed = now > ts ? now - ts : 0;
     /* limit * elapsed / period rather than (limit / period) * elapsed: the
@@ -126,7 +129,12 @@ static double tb_level(double tokens, uint64_t ts, const struct bucket_params *p
     double t = tokens + (double)p->limit * (double)elapsed / (double)period_of(p);
     if (t >= (double)p->burst)
         return (double)p->burst;
-    return snap(t, tolerance(p));
+    return snap(t, eps);
+}
+
+static double tb_level(double tokens, uint64_t ts, const struct bucket_params *p, uint64_t now)
+{
+    return tb_level_eps(tokens, ts, p, now, tolerance(p));
 }
 
 static void tb_take(struct bucket *b, const struct bucket_params *p, uint64_t now, uint64_t n,
@@ -135,9 +143,9 @@ static void tb_take(struct bucket *b, const struct bucket_params *p, uint64_t no
     /* n = 0 (a check) passes where 1 would, and takes nothing */
     double need = n ? (double)n : 1.0;
     double burst = (double)p->burst;
-    double eps = tolerance(p);
+    double eps = tolerance(p); /* computed once: tb_level() would again */
 
-    b->tokens = tb_level(b->tokens, b->ts_us, p, now);
+    b->tokens = tb_level_eps(b->tokens, b->ts_us, p, now, eps);
     if (now > b->ts_us)
         b->ts_us = now;
 
@@ -158,7 +166,7 @@ static void tb_take(struct bucket *b, const struct bucket_params *p, uint64_t no
             /* Rounding must never make the hint early: step forward until
              * the same arithmetic that decides really lets n through. */
             for (int i = 0; i < 4 && retry < MAX_WAIT_US; i++) {
-                if (tb_level(b->tokens, b->ts_us, p, b->ts_us + retry) + eps >= need)
+                if (tb_level_eps(b->tokens, b->ts_us, p, b->ts_us + retry, eps) + eps >= need)
                     break;
                 retry++;
             }

@@ -79,7 +79,9 @@ void limiter_charge_settle(struct limiter *l, struct limiter_req *req, uint64_t 
 
     limiter_cc_settle(l, req, now_us); /* slots go back whatever charge says */
 
-    if (rs->cfg->charge == CHARGE_EACH || !rules_blocked(rs, &req->ev))
+    /* One hit has nothing to give back (blocked, it took nothing; a shadow
+     * one keeps its charge): no search for the deciding hit then. */
+    if (req->ev.nhits < 2 || rs->cfg->charge == CHARGE_EACH || !rules_blocked(rs, &req->ev))
         return;
     for (size_t i = 0; i < req->ev.nhits; i++) {
         struct rule_hit *h = &req->ev.hits[i];

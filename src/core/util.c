@@ -77,6 +77,7 @@ uint64_t util_hash_words(uint64_t h, const void *data, size_t len)
 {
     const unsigned char *p = data;
     uint64_t w;
+    int whole_word = len >= 8;
 
     h ^= (uint64_t)len * 0x9e3779b97f4a7c15ULL; /* ("ab", "c") and ("a", "bc") differ */
     for (; len >= 8; p += 8, len -= 8) {
@@ -86,8 +87,35 @@ uint64_t util_hash_words(uint64_t h, const void *data, size_t len)
     }
     if (len) { /* the last 1 to 7 bytes (memcpy of a variable size is a call) */
         w = 0;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+        /* The same w as the byte loop below, in a few loads (every key and
+         * rule name is hashed per decision): the word that ends with them,
+         * shifted, when the data had a whole word; else 4, 2 and 1 bytes. */
+        if (whole_word) {
+            memcpy(&w, p + len - 8, 8);
+            w >>= 8 * (8 - len);
+        } else {
+            size_t i = 0;
+            if (len & 4) {
+                uint32_t v4;
+                memcpy(&v4, p, 4);
+                w = v4;
+                i = 4;
+            }
+            if (len & 2) {
+                uint16_t v2;
+                memcpy(&v2, p + i, 2);
+                w |= (uint64_t)v2 << (8 * i);
+                i += 2;
+            }
+            if (len & 1)
+                w |= (uint64_t)p[i] << (8 * i);
+        }
+#else
+        (void)whole_word;
         for (size_t i = 0; i < len; i++)
             w |= (uint64_t)p[i] << (8 * i);
+#endif
         h = (h ^ w) * 0x94d049bb133111ebULL;
         h ^= h >> 31;
     }

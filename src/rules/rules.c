@@ -292,9 +292,14 @@ int rules_request_limits(const struct ruleset *rs, unsigned i, const char *rate,
 
     *p = rs->params[i]; /* for a rule with a rate from an arg: its ceilings */
     *b = rs->backstop[i];
-    /* share = auto follows the fleet: the backstop of now, not of the load */
-    if (rs->cfg->fallback_share == CFG_SHARE_AUTO)
-        rules_backstop_params(p, fleet_share(CFG_SHARE_AUTO), b);
+    /* share = auto follows the fleet: the backstop of now, not of the load
+     * (rebuilt only when the share moved since the ruleset's: a float
+     * division and a copy fewer per decision) */
+    if (rs->cfg->fallback_share == CFG_SHARE_AUTO) {
+        double share = fleet_share(CFG_SHARE_AUTO);
+        if (share != rs->backstop_share)
+            rules_backstop_params(p, share, b);
+    }
     if (!config_rule_per_request(r))
         return 0;
     if (r->rate_arg) {

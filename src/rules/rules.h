@@ -20,9 +20,14 @@
 /* A rule's first ACK variables (blocked, rule, limit, policy) as encoded,
  * [0] allowed and [1] blocked; len 0 for a rule whose limits come from args. */
 #define RULES_ACK_HEAD_MAX 256
+/* An allowed ACK's last variables (remaining, reset, ratelimit) up to their
+ * values: the set-var heads of the three, then the rule's "\"NAME\";r=". */
+#define RULES_ACK_TAIL_MAX (64 + CFG_MAX_NAME)
 struct rules_ack_head {
     size_t len[2];
     uint8_t bytes[2][RULES_ACK_HEAD_MAX];
+    size_t tail_len; /* 0: encoded per ACK */
+    uint8_t tail[RULES_ACK_TAIL_MAX];
 };
 
 struct ruleset {
@@ -31,6 +36,9 @@ struct ruleset {
      * them per request in its hits; here it has its ceilings. */
     struct bucket_params *params;
     struct bucket_params *backstop; /* share x rate and burst, for fail-open */
+    /* The share backstop[] was built with: with share = auto, a request
+     * recomputes its backstop only when the fleet's share is another one. */
+    double backstop_share;
     struct metrics_rule **metrics;  /* per rule */
     struct rules_ack_head *ack_heads; /* per rule */
     atomic_int refs;

@@ -1,6 +1,6 @@
 /* rules_ack.c - the ACK a decision sends: which hit decides, and the
  * variables of doc/haproxy.md as SPOP set-var actions (a fixed rule's first
- * ones encoded once per ruleset). */
+ * ones encoded once per ruleset, its last ones from a template). */
 #include "rules.h"
 
 #include <string.h>
@@ -115,8 +115,54 @@ static int put_head(struct spop_writer *w, const struct ruleset *rs, size_t rule
     return put_var_str(w, VAR("policy"), buf, n);
 }
 
+/* The tail template's parts (struct rules_ack_head): the set-var heads of
+ * remaining and reset through their type byte, of ratelimit through its
+ * type (its length follows); sizes from the names, checked against the
+ * encoder at build. */
+#define TAIL_REMAINING (5 + sizeof("remaining") - 1)
+#define TAIL_RESET (5 + sizeof("reset") - 1)
+#define TAIL_RATELIMIT (5 + sizeof("ratelimit") - 1)
+#define TAIL_HEADS (TAIL_REMAINING + TAIL_RESET + TAIL_RATELIMIT)
+/* A ratelimit value ("NAME";r=N;t=N) is below 240 bytes: its length is one
+ * byte on the wire (an SPOP varint under 240). */
+_Static_assert(2 + CFG_MAX_NAME + 2 * (3 + UTIL_U64_DEC_MAX) < 240, "one length byte");
+_Static_assert(TAIL_HEADS + CFG_MAX_NAME + 5 <= RULES_ACK_TAIL_MAX, "tail template room");
+
+/* One set-var head as put_var_int/put_var_str would write it, without its
+ * value (the last byte: int 0, or the empty string's length), at p.
+ * Returns 0, or -1 when the encoder wrote another length than want. */
+static int tail_part(uint8_t *p, const char *name, size_t len, int is_str, size_t want)
+{
+    uint8_t tmp[64];
+    struct spop_writer w = {tmp, tmp + sizeof(tmp)};
+
+    if ((is_str ? put_var_str(&w, name, len, "", 0) : put_var_int(&w, name, len, 0)) < 0 ||
+        (size_t)(w.p - tmp) != want + 1)
+        return -1;
+    memcpy(p, tmp, want);
+    return 0;
+}
+
+/* The tail template of fixed rule i: see struct rules_ack_head. */
+static void tail_build(struct rules_ack_head *ah, const struct cfg_rule *r)
+{
+    uint8_t *p = ah->tail;
+
+    ah->tail_len = 0;
+    if (tail_part(p, VAR("remaining"), 0, TAIL_REMAINING) < 0 ||
+        tail_part(p + TAIL_REMAINING, VAR("reset"), 0, TAIL_RESET) < 0 ||
+        tail_part(p + TAIL_REMAINING + TAIL_RESET, VAR("ratelimit"), 1, TAIL_RATELIMIT) < 0)
+        return; /* encoded per ACK: the same bytes, slower */
+    p += TAIL_HEADS;
+    *p++ = '"';
+    memcpy(p, r->name, r->name_len);
+    p += r->name_len;
+    memcpy(p, "\";r=", 4);
+    ah->tail_len = TAIL_HEADS + r->name_len + 5;
+}
+
 /* put_head() of each fixed rule, allowed and blocked, encoded once when the
- * ruleset is built: an ACK copies it. */
+ * ruleset is built: an ACK copies it; and the template of its tail. */
 int rules_ack_heads_build(struct ruleset *rs)
 {
     for (size_t i = 0; i < rs->cfg->nrules; i++) {
@@ -129,7 +175,42 @@ int rules_ack_heads_build(struct ruleset *rs)
                 return -1;
             ah->len[b] = (size_t)(w.p - ah->bytes[b]);
         }
+        tail_build(ah, &rs->cfg->rules[i]);
     }
+    return 0;
+}
+
+/* An allowed ACK's remaining, reset and ratelimit from the rule's template:
+ * the bytes put_var_int, put_var_int and put_var_str write, with one room
+ * check and no name copied per variable (every allowed decision of a hot
+ * key comes here). Returns 0, or 1 when w has not the room for any values:
+ * nothing written then. */
+static int put_tail(struct spop_writer *w, const struct rules_ack_head *ah, size_t name_len,
+                    uint64_t remaining, uint64_t reset)
+{
+    uint8_t *p = w->p, *lenp;
+
+    if ((size_t)(w->end - p) < ah->tail_len + 2 * SPOP_VARINT_MAX_LEN + 1 + 3 +
+                                   2 * UTIL_U64_DEC_MAX)
+        return 1;
+    struct spop_writer v = {p + TAIL_REMAINING, w->end};
+    memcpy(p, ah->tail, TAIL_REMAINING);
+    (void)spop_put_varint(&v, remaining); /* room checked: in place */
+    memcpy(v.p, ah->tail + TAIL_REMAINING, TAIL_RESET);
+    v.p += TAIL_RESET;
+    (void)spop_put_varint(&v, reset);
+    p = v.p;
+    memcpy(p, ah->tail + TAIL_REMAINING + TAIL_RESET, TAIL_RATELIMIT);
+    p += TAIL_RATELIMIT;
+    lenp = p++;
+    memcpy(p, ah->tail + TAIL_HEADS, name_len + 5);
+    p += name_len + 5;
+    p += util_u64_dec((char *)p, remaining);
+    memcpy(p, ";t=", 3);
+    p += 3;
+    p += util_u64_dec((char *)p, reset);
+    *lenp = (uint8_t)(p - lenp - 1);
+    w->p = p;
     return 0;
 }
 
@@ -158,8 +239,13 @@ static int encode_full(struct spop_writer *w, const struct ruleset *rs, const st
 
     uint64_t reset = clamp_seconds(util_us_to_s_ceil(h->out.res.reset_us));
     uint64_t remaining = clamp_remaining(&h->params, h->out.res.remaining);
+    const struct rules_ack_head *ah = &rs->ack_heads[h->rule];
     size_t n;
 
+    /* a fixed rule's template (len[] 0: a rule with limits from args) */
+    if (!blocked && ah->len[0] && ah->tail_len &&
+        put_tail(w, ah, rs->cfg->rules[h->rule].name_len, remaining, reset) == 0)
+        return 0;
     if ((ret = put_var_int(w, VAR("remaining"), (int64_t)remaining)) < 0 ||
         (ret = put_var_int(w, VAR("reset"), (int64_t)reset)) < 0)
         return ret;

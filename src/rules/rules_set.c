@@ -34,6 +34,7 @@ struct ruleset *ruleset_new(struct config *cfg)
     rs->ack_heads = calloc(n, sizeof(*rs->ack_heads));
     if (!rs->params || !rs->backstop || !rs->metrics || !rs->ack_heads)
         goto fail;
+    rs->backstop_share = fleet_share(cfg->fallback_share);
     for (size_t i = 0; i < cfg->nrules; i++) {
         const struct cfg_rule *r = &cfg->rules[i];
         struct bucket_params *p = &rs->params[i];
@@ -46,7 +47,7 @@ struct ruleset *ruleset_new(struct config *cfg)
         p->burst = r->burst_arg || !r->burst ? r->max_burst : r->burst;
         p->block_us = r->block_for_ms * 1000;
         p->offset_us = r->window_offset_ms * 1000;
-        rules_backstop_params(p, fleet_share(cfg->fallback_share), &rs->backstop[i]);
+        rules_backstop_params(p, rs->backstop_share, &rs->backstop[i]);
         rs->metrics[i] = metrics_rule_get(r->name);
         if (!rs->metrics[i])
             goto fail;
