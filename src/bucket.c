@@ -69,10 +69,27 @@ static uint64_t period_of(const struct bucket_params *p)
     return p->period_us ? p->period_us : 1;
 }
 
+/* round(x) without its call (libm's is not inlined, and snap() runs a few
+ * times in every decision): the nearest integer, halves away from zero, the
+ * sign of x kept (-0.3 gives -0.0), as round() gives. A double of 2^52 or
+ * more is an integer already; NaN and infinities pass through. */
+static double round_near(double x)
+{
+    if (!(fabs(x) < 4503599627370496.0))
+        return x;
+    double t = (double)(int64_t)x; /* toward zero: exact below 2^52 */
+    double d = x - t;              /* exact too */
+    if (d >= 0.5)
+        t += 1;
+    else if (d <= -0.5)
+        t -= 1;
+    return copysign(t, x);
+}
+
 /* x, or the integer next to it when closer than eps (or rounding noise). */
 static double snap(double x, double eps)
 {
-    double r = round(x);
+    double r = round_near(x);
     double rel = fabs(x) * REL_EPS;
     /* fmax without its call: eps is never NaN, and a NaN x fails either way */
     return fabs(x - r) <= (eps > rel ? eps : rel) ? r : x;
