@@ -591,10 +591,19 @@ struct bucket_table {
     size_t cur_skip;
 };
 
+uint64_t bucket_rule_seed(const char *rule, size_t rulelen)
+{
+    return util_hash_words(UTIL_HASH_INIT, rule, rulelen);
+}
+
+static uint64_t seeded_hash(uint64_t seed, const void *key, size_t keylen)
+{
+    return util_hash_mix(util_hash_words(seed, key, keylen));
+}
+
 static uint64_t key_hash(const char *rule, size_t rulelen, const void *key, size_t keylen)
 {
-    uint64_t h = util_hash_words(UTIL_HASH_INIT, rule, rulelen);
-    return util_hash_mix(util_hash_words(h, key, keylen));
+    return seeded_hash(bucket_rule_seed(rule, rulelen), key, keylen);
 }
 
 static struct stripe *stripe_of(struct bucket_table *t, uint64_t hash)
@@ -762,11 +771,21 @@ int bucket_table_take(struct bucket_table *t, const char *rule, const void *key,
                       struct bucket_result *res)
 {
     size_t rulelen = strlen(rule);
+
+    return bucket_table_take_seeded(t, rule, rulelen, bucket_rule_seed(rule, rulelen), key,
+                                    keylen, p, now_us, n, res);
+}
+
+int bucket_table_take_seeded(struct bucket_table *t, const char *rule, size_t rulelen,
+                             uint64_t seed, const void *key, size_t keylen,
+                             const struct bucket_params *p, uint64_t now_us, uint64_t n,
+                             struct bucket_result *res)
+{
     if (rulelen > MAX_RULE_LEN || (uint64_t)keylen > MAX_KEY_LEN) {
         deny_oom(res);
         return -1;
     }
-    uint64_t hash = key_hash(rule, rulelen, key, keylen);
+    uint64_t hash = seeded_hash(seed, key, keylen);
     struct stripe *s = stripe_of(t, hash);
 
     pthread_mutex_lock(&s->lock);

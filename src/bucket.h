@@ -176,6 +176,18 @@ int bucket_table_take(struct bucket_table *t, const char *rule, const void *key,
                       const struct bucket_params *p, uint64_t now_us, uint64_t n,
                       struct bucket_result *res);
 
+/* The part of a bucket's hash that depends on its rule alone (rule is
+ * rulelen bytes): a ruleset computes it once per rule, so that a decision
+ * hashes only its key. */
+uint64_t bucket_rule_seed(const char *rule, size_t rulelen);
+
+/* bucket_table_take() for a rule whose length and seed (bucket_rule_seed)
+ * are known: the same bucket, the same decision. */
+int bucket_table_take_seeded(struct bucket_table *t, const char *rule, size_t rulelen,
+                             uint64_t seed, const void *key, size_t keylen,
+                             const struct bucket_params *p, uint64_t now_us, uint64_t n,
+                             struct bucket_result *res);
+
 /* What params_of (below) returns for a rule whose parameters differ from
  * one bucket to the next (limits taken per request): each bucket is then
  * judged by the parameters of its last take. Compared by address. */

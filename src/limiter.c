@@ -51,8 +51,9 @@ static void decide_fallback(struct limiter *l, struct limiter_req *req, size_t i
         h->out.degraded = 1;
         return;
     }
-    bucket_table_take(l->backstop, r->name, rules_hit_key(&req->ev, h), h->key_len,
-                      &h->backstop, bucket_clock(&h->backstop, now_us), h->cost, &h->out.res);
+    bucket_table_take_seeded(l->backstop, r->name, r->name_len, req->rs->bucket_seeds[h->rule],
+                             rules_hit_key(&req->ev, h), h->key_len, &h->backstop,
+                             bucket_clock(&h->backstop, now_us), h->cost, &h->out.res);
     rules_charged(&h->out, RULE_CHARGED_BACKSTOP, bucket_clock(&h->backstop, now_us));
 }
 
@@ -367,8 +368,11 @@ static void decide_standalone(struct limiter *l, struct limiter_req *req, uint64
             limiter_cc_local(l, req, i, &h->params, now_us);
             continue;
         }
-        bucket_table_take(l->buckets, r->name, rules_hit_key(ev, h), h->key_len, &h->params,
-                          bucket_clock(&h->params, now_us), h->cost, &h->out.res);
+        /* the rule's part of the bucket's hash from the ruleset: no strlen,
+         * no hash of the name per decision */
+        bucket_table_take_seeded(l->buckets, r->name, r->name_len, req->rs->bucket_seeds[h->rule],
+                                 rules_hit_key(ev, h), h->key_len, &h->params,
+                                 bucket_clock(&h->params, now_us), h->cost, &h->out.res);
         h->out.degraded = 0;
         rules_charged(&h->out, RULE_CHARGED_BUCKET, bucket_clock(&h->params, now_us));
     }

@@ -41,6 +41,7 @@ struct ruleset {
     double backstop_share;
     struct metrics_rule **metrics;  /* per rule */
     struct rules_ack_head *ack_heads; /* per rule */
+    uint64_t *bucket_seeds; /* per rule: bucket_rule_seed() of its name */
     atomic_int refs;
 };
 

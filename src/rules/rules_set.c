@@ -17,6 +17,7 @@ static void ruleset_free(struct ruleset *rs)
     free(rs->backstop);
     free(rs->metrics);
     free(rs->ack_heads);
+    free(rs->bucket_seeds);
     free(rs);
 }
 
@@ -32,7 +33,8 @@ struct ruleset *ruleset_new(struct config *cfg)
     rs->backstop = calloc(n, sizeof(*rs->backstop));
     rs->metrics = calloc(n, sizeof(*rs->metrics));
     rs->ack_heads = calloc(n, sizeof(*rs->ack_heads));
-    if (!rs->params || !rs->backstop || !rs->metrics || !rs->ack_heads)
+    rs->bucket_seeds = calloc(n, sizeof(*rs->bucket_seeds));
+    if (!rs->params || !rs->backstop || !rs->metrics || !rs->ack_heads || !rs->bucket_seeds)
         goto fail;
     rs->backstop_share = fleet_share(cfg->fallback_share);
     for (size_t i = 0; i < cfg->nrules; i++) {
@@ -48,6 +50,7 @@ struct ruleset *ruleset_new(struct config *cfg)
         p->block_us = r->block_for_ms * 1000;
         p->offset_us = r->window_offset_ms * 1000;
         rules_backstop_params(p, rs->backstop_share, &rs->backstop[i]);
+        rs->bucket_seeds[i] = bucket_rule_seed(r->name, r->name_len);
         rs->metrics[i] = metrics_rule_get(r->name);
         if (!rs->metrics[i])
             goto fail;

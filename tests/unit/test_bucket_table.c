@@ -1,7 +1,7 @@
 /* test_bucket_table.c - the bucket table: keys per rule, reloads, LRU
  * eviction within the memory budget, expiry (and how much of it one call
  * visits), a million keys, limits, peek and drop, and threads taking and
- * expiring at once. */
+ * expiring at once; a take by the rule's seed. */
 #include "bucket.h"
 #include "metrics/metrics.h"
 
@@ -89,6 +89,38 @@ START_TEST(test_table_refund)
     ck_assert_uint_eq(st.remaining, 2);
     ck_assert_uint_eq(bucket_table_refund(t, "r", "b", 1, &p, 0, 0, 1, NULL), 0);
     ck_assert_uint_eq(bucket_table_count(t), 1);
+    bucket_table_free(t);
+}
+END_TEST
+
+/* A take with the rule's seed (what a ruleset keeps per rule) finds the
+ * bucket bucket_table_take, refund, peek and drop find, and no other
+ * rule's: the seed stands for the name in the hash only. */
+START_TEST(test_table_seeded)
+{
+    struct bucket_table *t = bucket_table_new(8);
+    struct bucket_params p = bt_params(TB, 3, MINUTE, 3);
+    struct bucket_result r;
+    struct bucket_state st;
+    uint64_t seed = bucket_rule_seed("rule", 4);
+
+    ck_assert(ttake(t, "rule", "k", &p, 0, &r));
+    ck_assert_int_eq(bucket_table_take_seeded(t, "rule", 4, seed, "k", 1, &p, 0, 1, &r), 0);
+    ck_assert(r.allowed);
+    ck_assert_uint_eq(r.remaining, 1);
+    ck_assert_int_eq(bucket_table_peek(t, "rule", "k", 1, &p, 0, &st), 1);
+    ck_assert_uint_eq(st.remaining, 1);
+    ck_assert_uint_eq(bucket_table_refund(t, "rule", "k", 1, &p, 0, 0, 1, NULL), 1);
+    ck_assert(ttake(t, "rule", "k", &p, 0, &r));
+    ck_assert_uint_eq(r.remaining, 1);
+    /* "rulE" has its own bucket even when handed "rule"'s seed (a hash
+     * that collides): names are compared */
+    ck_assert_int_eq(bucket_table_take_seeded(t, "rulE", 4, seed, "k", 1, &p, 0, 1, &r), 0);
+    ck_assert_uint_eq(r.remaining, 2);
+    ck_assert_uint_eq(bucket_table_count(t), 2);
+    ck_assert_int_eq(bucket_table_drop(t, "rule", "k", 1), 1);
+    ck_assert_int_eq(bucket_table_take_seeded(t, "rule", 4, seed, "k", 1, &p, 0, 1, &r), 0);
+    ck_assert_uint_eq(r.remaining, 2);
     bucket_table_free(t);
 }
 END_TEST
@@ -479,7 +511,7 @@ static Suite *bucket_table_suite(void)
               test_table_budget_many_keys, test_table_expire);
     tcase_add_loop_test(tc, test_table_expire_max_visit, 0,
                         sizeof(visit_stripes) / sizeof(visit_stripes[0]));
-    CHECK_ADD(tc, test_table_million, test_table_limits, test_table_peek_drop);
+    CHECK_ADD(tc, test_table_million, test_table_limits, test_table_peek_drop, test_table_seeded);
     tcase_set_timeout(tc, 300);
     suite_add_tcase(s, tc);
 
