@@ -121,6 +121,19 @@ static uint64_t us_for_tokens(const struct bucket_params *p, double x)
     return (uint64_t)us;
 }
 
+/* whole() of a level that snap() under the same eps already gave: snap()
+ * leaves what it gave alone (an integer stays; a value it kept, it keeps),
+ * so the second one, with its rounding, is skipped. */
+static uint64_t whole_snapped(double x)
+{
+    double f = floor(x);
+    if (f <= 0)
+        return 0;
+    if (!(f < 18446744073709551616.0))
+        return UINT64_MAX;
+    return (uint64_t)f;
+}
+
 /* Whole units in x, never negative: what "remaining" reports. */
 static uint64_t whole(double x, double eps)
 {
@@ -190,7 +203,8 @@ static void tb_take(struct bucket *b, const struct bucket_params *p, uint64_t no
             res->retry_us = retry ? retry : 1;
         }
     }
-    res->remaining = whole(b->tokens, eps);
+    /* b->tokens came from snap(eps), max(0, snap(eps)) or the burst */
+    res->remaining = whole_snapped(b->tokens);
     res->reset_us = us_for_tokens(p, burst - b->tokens);
 }
 
