@@ -60,8 +60,7 @@ int rules_value_text(const struct spop_data *d, char *buf, size_t cap, const cha
     return n < 0 || (size_t)n >= cap ? -1 : n;
 }
 
-/* Make room for extra bytes after keys_len. */
-int rules_keys_reserve(struct rule_eval *ev, size_t extra)
+int rules_keys_grow(struct rule_eval *ev, size_t extra)
 {
     size_t need = ev->keys_len + extra;
     if (need <= ev->keys_cap)
