@@ -92,6 +92,7 @@ struct cfg_rule {
     char *message;                /* NULL: every message */
     char *keys[CFG_MAX_KEY_ARGS]; /* arg names joined into the client key; with none,
                                     every matching request shares one key (a global limit) */
+    size_t key_lens[CFG_MAX_KEY_ARGS]; /* strlen of each: a request's key looks its args up */
     size_t nkeys;
     struct cfg_match matches[CFG_MAX_MATCHES];
     size_t nmatches;

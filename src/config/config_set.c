@@ -207,6 +207,7 @@ static void set_keys(struct parse_state *st, struct cfg_rule *rule, const char *
             config_errors_add(&st->errors, st->line, "out of memory");
             return;
         }
+        rule->key_lens[rule->nkeys] = strlen(item);
         rule->nkeys++;
     }
     if (n == 0)

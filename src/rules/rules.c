@@ -104,13 +104,19 @@ void rules_eval_move(struct rule_eval *dst, struct rule_eval *src)
     memset(src, 0, sizeof(*src));
 }
 
-static const struct spop_data *find_arg(const struct spop_message *m, const char *name)
+/* The arg called name (len bytes) in m, or NULL. */
+static const struct spop_data *find_arg_len(const struct spop_message *m, const char *name,
+                                            size_t len)
 {
-    size_t len = strlen(name);
     for (unsigned i = 0; i < m->nargs; i++)
         if (m->args[i].name.len == len && memcmp(m->args[i].name.ptr, name, len) == 0)
             return &m->args[i].value;
     return NULL;
+}
+
+static const struct spop_data *find_arg(const struct spop_message *m, const char *name)
+{
+    return find_arg_len(m, name, strlen(name));
 }
 
 /* Why a rule did not apply, for the mismatch counters. */
@@ -168,7 +174,8 @@ static int build_key(struct rule_eval *ev, const struct cfg_rule *r, const struc
     size_t start = ev->keys_len;
 
     for (size_t i = 0; i < r->nkeys; i++) {
-        const struct spop_data *v = find_arg(m, r->keys[i]);
+        /* the name's length from the config: no strlen per hit */
+        const struct spop_data *v = find_arg_len(m, r->keys[i], r->key_lens[i]);
         int n;
         if (!v)
             why->absent = r->keys[i]; /* never sent, unlike a NULL or empty value */
