@@ -18,11 +18,28 @@ static void arg_str(struct script_args *a, int i, const char *s)
     a->argvlen[i] = strlen(s);
 }
 
+/* The last number written at each position, per thread: a rule's limit,
+ * period and burst are the same for every call of its keys (a million cold
+ * per-IP keys: three conversions per decision), so they are copied as text
+ * instead (a fixed-size copy, cheaper than util_u64_dec). */
+static _Thread_local struct {
+    uint64_t v;
+    size_t len; /* 0: none yet */
+    char text[24];
+} num_memo[SCRIPT_MAX_ARGC];
+
 /* Not snprintf: one call per argument of every decision sent to Redis. */
 static void arg_num(struct script_args *a, int i, uint64_t v)
 {
-    a->argvlen[i] = util_u64_dec(a->nums[i], v);
-    a->nums[i][a->argvlen[i]] = '\0';
+    _Static_assert(sizeof(num_memo[0].text) == sizeof(a->nums[0]), "copied whole");
+    if (num_memo[i].len == 0 || num_memo[i].v != v) {
+        size_t n = util_u64_dec(num_memo[i].text, v);
+        num_memo[i].text[n] = '\0';
+        num_memo[i].len = n;
+        num_memo[i].v = v;
+    }
+    memcpy(a->nums[i], num_memo[i].text, sizeof(a->nums[i]));
+    a->argvlen[i] = num_memo[i].len;
     a->argv[i] = a->nums[i];
 }
 

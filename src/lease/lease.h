@@ -86,6 +86,10 @@ struct lease_job {
 
 struct lease_table;
 
+/* The room of j (lease_table_set_job_room), zeroed when j was handed out,
+ * 16-byte aligned; it goes with j when its reply has been applied. */
+void *lease_job_room(struct lease_job *j);
+
 /* NULL when out of memory. */
 struct lease_table *lease_table_new(const struct lease_config *cfg, unsigned nstripes);
 /* Free every entry. Jobs still in flight must have been settled or dropped. */
@@ -97,6 +101,11 @@ void lease_table_free(struct lease_table *t);
  * or waiters (metrics: evictions). A spend it had not reported yet is not
  * lost: see stripe_evict in lease_cache.c. */
 void lease_table_set_budget(struct lease_table *t, struct bucket_budget *b);
+
+/* Give every job room bytes for the caller (lease_job_room; default 0).
+ * The agent keeps its Redis call there, so a cold key's call costs no
+ * allocation of its own. Call before the first lease_decide. */
+void lease_table_set_job_room(struct lease_table *t, size_t room);
 
 enum lease_verdict {
     LEASE_DONE = 0,    /* *res filled: decided from local state */

@@ -96,9 +96,9 @@ static uint64_t claim_size(const struct lease_table *t, const struct lease_entry
     return want < 0 ? 0 : (uint64_t)want;
 }
 
-static struct lease_job *new_job(struct lease_entry *e, int kind)
+static struct lease_job *new_job(const struct lease_table *t, struct lease_entry *e, int kind)
 {
-    struct lease_job *j = calloc(1, sizeof(*j));
+    struct lease_job *j = lease_job_alloc(t, &t->stripes[e->stripe]);
     if (!j)
         return NULL;
     j->e = e;
@@ -136,7 +136,7 @@ static int exact_will_do(const struct lease_table *t, const struct lease_entry *
 static struct lease_job *claim_returning(const struct lease_table *t, struct lease_entry *e,
                                          uint64_t now_us, uint64_t returned)
 {
-    struct lease_job *j = new_job(e, LEASE_JOB_CLAIM);
+    struct lease_job *j = new_job(t, e, LEASE_JOB_CLAIM);
     if (j) {
         j->returned = returned;
         if (rate_wanted(t, e, now_us))
@@ -159,9 +159,9 @@ static struct lease_job *make_claim(const struct lease_table *t, struct lease_en
     return claim_returning(t, e, now_us, 0);
 }
 
-static struct lease_job *make_return(struct lease_entry *e)
+static struct lease_job *make_return(const struct lease_table *t, struct lease_entry *e)
 {
-    struct lease_job *j = new_job(e, LEASE_JOB_RETURN);
+    struct lease_job *j = new_job(t, e, LEASE_JOB_RETURN);
     if (j) {
         j->returned = e->tokens;
         METRIC_ADD(lease_tokens_returned, e->tokens);
@@ -584,8 +584,8 @@ void lease_reply(struct lease_table *t, struct lease_job *job, int ok, const int
             METRIC_ADD(lease_tokens_returned, unusable);
     }
 out:
+    lease_job_free(s, job);
     pthread_mutex_unlock(&s->lock);
-    free(job);
 }
 
 uint64_t lease_refund(struct lease_table *t, const char *key, size_t keylen, uint64_t n,
@@ -674,13 +674,13 @@ static struct lease_job *tick_entry(const struct lease_table *t, struct lease_en
         case RATE_RENEW:
             return make_claim(t, e, now_us);
         case RATE_RETURN:
-            return make_return(e);
+            return make_return(t, e);
         default:
             return NULL;
         }
     }
     if (e->tokens > 0 && hits == 0)
-        return make_return(e); /* no demand for a tick: give back */
+        return make_return(t, e); /* no demand for a tick: give back */
     if (hits >= 2 && ((double)e->tokens < 1.5 * e->demand + 1 ||
                       e->deadline_us - now_us < 2 * t->cfg.interval_us)) {
         /* Busy, and will not last until the next tick or the lease ends
@@ -691,7 +691,7 @@ static struct lease_job *tick_entry(const struct lease_table *t, struct lease_en
         if (job && job->want == 0 && e->tokens == 0) {
             e->inflight = NULL;
             e->used += job->used;
-            free(job);
+            lease_job_free(&t->stripes[e->stripe], job);
             job = NULL;
         }
     }
@@ -741,7 +741,7 @@ void lease_drain(struct lease_table *t, uint64_t now_us, struct lease_job **jobs
             for (struct lease_entry *e = s->slots[j]; e; e = e->next) {
                 if (e->inflight || (e->tokens == 0 && e->share <= 0) || now_us >= e->deadline_us)
                     continue;
-                struct lease_job *job = make_return(e);
+                struct lease_job *job = make_return(t, e);
                 if (job) {
                     job->next = *jobs;
                     *jobs = job;

@@ -87,6 +87,10 @@ struct lease_stripe {
      * live (stripe_evict). */
     uint64_t void_until_us;
     struct slab slab; /* entries with keys up to LEASE_SLOT_KEY bytes */
+    /* Jobs whose replies were applied, kept for the next ones (new_job in
+     * lease_cache.c): each is a block of its own, from calloc. */
+    struct lease_job *free_jobs;
+    unsigned nfree_jobs;
 } __attribute__((aligned(64)));
 
 /* A zeroed entry for a key of keylen bytes (its stripe's lock held); NULL
@@ -114,6 +118,7 @@ struct lease_table {
     unsigned nstripes;
     struct lease_stripe *stripes;
     struct bucket_budget *budget; /* [agent] max_entries; NULL: no cap */
+    size_t job_room;              /* lease_table_set_job_room */
 };
 
 
@@ -132,6 +137,11 @@ struct lease_entry *lease_entry_get(const struct lease_table *t, struct lease_st
  * negative-cache entry, a lease still active) goes to the young end to be
  * looked at again a ttl later. */
 void lease_sweep(const struct lease_table *t, struct lease_stripe *s, uint64_t now_us);
+/* A zeroed job (with the caller's job_room) for an entry of s; NULL when
+ * out of memory. */
+struct lease_job *lease_job_alloc(const struct lease_table *t, struct lease_stripe *s);
+/* Give a job back to s, whose entry it was for (lease_table.c). */
+void lease_job_free(struct lease_stripe *s, struct lease_job *job);
 
 /* A decision or a reply: e moves to the young end of the age list. */
 static inline void lease_entry_touch(struct lease_stripe *s, struct lease_entry *e, uint64_t now_us)

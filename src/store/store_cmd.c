@@ -231,8 +231,7 @@ static void format_batch(const struct store_cmd *b, const char *sha, struct stor
     for (m = b->members; m; m = m->mnext) { /* operations */
         store_resp_bulk_u64(w, (uint64_t)m->script);
         store_resp_bulk_u64(w, (uint64_t)(m->argc - 4));
-        for (int k = 4; k < m->argc; k++)
-            store_resp_bulk(w, m->argv[k], m->argvlen[k]);
+        store_resp_bulks(w, m->argc - 4, m->argv + 4, m->argvlen + 4);
     }
 }
 

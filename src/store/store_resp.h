@@ -32,6 +32,9 @@ void store_resp_array(struct store_resp *w, size_t n);
 /* "$len\r\n" p "\r\n". */
 void store_resp_bulk(struct store_resp *w, const char *p, size_t len);
 
+/* n bulk strings, argv[i] of argvlen[i] bytes each (as n calls above). */
+void store_resp_bulks(struct store_resp *w, int n, char *const *argv, const size_t *argvlen);
+
 /* A bulk string holding v in decimal. */
 void store_resp_bulk_u64(struct store_resp *w, uint64_t v);
 

@@ -63,6 +63,38 @@ START_TEST(bulk_and_array)
 }
 END_TEST
 
+/* Header lengths on either side of the one- and two-digit shortcuts, many
+ * arguments in one store_resp_bulks (one reserve for them all), and the
+ * one-digit numbers store_resp_bulk_u64 writes directly. */
+START_TEST(bulks_and_digits)
+{
+    struct store_resp w = {0};
+    static char big[70000];
+    static const size_t lens[] = {0, 1, 9, 10, 99, 100, 999, 1000, sizeof(big)};
+    enum { NL = sizeof(lens) / sizeof(lens[0]), NN = 12 };
+    char *argv[NL + NN];
+    size_t argvlen[NL + NN];
+    char nums[NN][3];
+
+    memset(big, 'y', sizeof(big));
+    for (int i = 0; i < NL; i++) {
+        argv[i] = big;
+        argvlen[i] = lens[i];
+    }
+    for (int i = 0; i < NN; i++) {
+        argvlen[NL + i] = (size_t)snprintf(nums[i], sizeof(nums[i]), "%d", i);
+        argv[NL + i] = nums[i];
+    }
+    store_resp_reset(&w);
+    store_resp_array(&w, NL + NN);
+    store_resp_bulks(&w, NL, argv, argvlen);
+    for (int i = 0; i < NN; i++)
+        store_resp_bulk_u64(&w, (uint64_t)i);
+    assert_same(&w, NL + NN, (const char **)argv, argvlen);
+    store_resp_free(&w);
+}
+END_TEST
+
 /* A call small enough for a recycled block, and one past it (its own
  * allocation); each made twice, the second from the block the first gave
  * back. */
@@ -356,6 +388,7 @@ int main(void)
     TCase *tc = tcase_create("core");
 
     tcase_add_test(tc, bulk_and_array);
+    tcase_add_test(tc, bulks_and_digits);
     tcase_add_loop_test(tc, script_call, 0, sizeof(big_arg_sizes) / sizeof(big_arg_sizes[0]));
     tcase_add_test(tc, read_call);
     tcase_add_loop_test(tc, batch, 0, sizeof(batch_sizes) / sizeof(batch_sizes[0]));
