@@ -438,7 +438,7 @@ class LeaseScripts(RedisCase):
         """A leases the whole bucket, holds it 0.5 s, spends it all, then
         reports used = 40 and asks again: nothing may be granted at once
         (40 were just spent: b + r*T allows only r*T more)."""
-        key = unique("rl:tb:s:")
+        key = unique("rl:t2:s:")
         self.assertEqual(self.claim(key, "A", 40), 40)
         time.sleep(0.5)
         t1 = time.monotonic()
@@ -453,7 +453,7 @@ class LeaseScripts(RedisCase):
         """A leases the whole bucket for 300 ms and may spend it all until
         (its send time) + 300 ms; B claims just after the lease expired: B
         may only get what refilled since then."""
-        key = unique("rl:tb:s:")
+        key = unique("rl:t2:s:")
         t0 = time.monotonic()
         self.assertEqual(self.claim(key, "A", 40, ttl_ms=300), 40)
         time.sleep(max(0.0, t0 + 0.31 - time.monotonic()))
@@ -605,7 +605,7 @@ class Reported(RedisCase):
         got = [c.decide(key=key) for _ in range(30)]
         c.close()
         self.assertTrue(all(g["blocked"] is False for g in got), got)
-        keys = self.keys(redis, "keep:tb:")  # (keep:agents: the fleet's heartbeats)
+        keys = self.keys(redis, "keep:t2:")  # (keep:agents: the fleet's heartbeats)
         self.assertEqual(len(keys), 1, keys)
         h0 = self.hgetall(redis, keys[0])
         held = {k: v for k, v in h0.items() if k.startswith("h:")}
