@@ -208,12 +208,30 @@ local block = ARGV[5] == nil and 0 or num(ARGV, 5, 0)
 local tm = redis.call('TIME')
 local now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
 
--- First as if the key were new (a full bucket): SET NX writes that state
--- only if the key is not there, and GET says what was there instead, in one
--- command. (NONE: no fields.)
-local r, t, ts, bu, started, pttl = decide(key, NONE, b, rate, now, n, need, block, period)
-local old = redis.pcall('SET', key, enc(t, ts, bu), 'NX', 'GET', 'PX', fmt[pttl])
+-- First as if the key were new: SET NX writes the state this decision leaves
+-- in a new bucket only if the key is not there, and GET says what was there
+-- instead, in one command. That state and reply are decide(key, NONE, ...)
+-- with what is known of a new bucket folded in (t = b, ts = now, no lease:
+-- H = P = 0, emin none; no block: a new bucket denies only an n > b, which
+-- starts none), written out because most decisions on a large key space are
+-- on new keys, and decide()'s general path cost Redis more than the SET
+-- (test_scripts_exact.c checks both give the same replies).
+local t, allowed, retry, rate_ms = b, 0, 0, rate * 1000
+if b >= need then
+    t, allowed = b - n, 1
+    if t < need then retry = (need - t) / rate_ms end
+else
+    retry = period -- never fits: one period, as the agent's buckets say
+end
+local life = (b - t) / rate_ms -- (also reset: b - H - t over the free rate)
+local pttl = ceil(life) + 1000
+local left = floor(t)
+local r = {allowed, left > 0 and left or 0, retry == 0 and 0 or ceil(retry), ceil(life),
+           floor(now / 1000)}
+local old = redis.pcall('SET', key, enc(t, now, nil), 'NX', 'GET', 'PX',
+                        fmt[1e15 < pttl and 1e15 or pttl])
 if not old then return r end -- (nil: a new key, written)
+local ts, bu, started
 if old.err == nil then -- a string: its state, decided again
     r, t, ts, bu, started, pttl = decide(key, dec(old), b, rate, now, n, need, block, period)
     redis.call('SET', key, enc(t, ts, bu), 'PX', fmt[pttl])
