@@ -278,6 +278,30 @@ START_TEST(tb_advance_copies_identical)
 }
 END_TEST
 
+/* hgetall() turns a string bucket into a hash in the four scripts that write
+ * hash fields; each carries a copy (each must load alone): all identical, so
+ * tb_string_key_becomes_hash tests each one. */
+START_TEST(tb_hgetall_copies_identical)
+{
+    const enum script s[] = {TB_CLAIM, TB_RETURN, TB_RESET, TB_REFUND};
+    const char *first = NULL;
+    size_t len0 = 0;
+    for (size_t i = 0; i < sizeof(s) / sizeof(s[0]); i++) {
+        const char *start = strstr(script_text[s[i]], "local function hgetall(");
+        ck_assert_msg(start != NULL, "%s: no hgetall()", script_name[s[i]]);
+        const char *end = strstr(start, "\nend\n");
+        ck_assert_ptr_nonnull(end);
+        size_t len = (size_t)(end - start) + 5;
+        if (!first) {
+            first = start, len0 = len;
+            continue;
+        }
+        ck_assert_uint_eq(len, len0);
+        ck_assert_int_eq(memcmp(first, start, len0), 0);
+    }
+}
+END_TEST
+
 /* fmt, the text of every number a script stores, must print exactly what
  * string.format('%.17g') prints (the value read back is the value written):
  * one copy in each script, all identical, so the one tested here is each one. */
@@ -625,7 +649,7 @@ static Suite *scripts_exact_suite(void)
 {
     Suite *s = suite_create("scripts_exact");
     TCase *tb = scripts_tcase("token_bucket");
-    CHECK_ADD(tb, tb_advance_copies_identical, fmt_copies_identical, tb_noscript_after_flush,
+    CHECK_ADD(tb, tb_advance_copies_identical, tb_hgetall_copies_identical, fmt_copies_identical, tb_noscript_after_flush,
               tb_exact_admits_burst_then_denies, exact_cost_takes_all_or_nothing,
               bad_arguments_are_errors,
               tb_reset_keeps_leases, tb_reset_without_leases_deletes_key,
