@@ -2,7 +2,13 @@
 Shares the key layout of tb_claim.lua, so exact calls and leases can act on
 the same bucket: held leases keep capping the refill.
 
-KEYS[1]   the bucket hash (t, ts, h:<agent>, e:<agent>; see tb_claim.lua)
+KEYS[1]   the bucket: a hash (t, ts, bu, h:<agent>, e:<agent>; see tb_claim.lua)
+          once a lease was claimed on it, else a string "1 t ts [bu]" (the
+          same fields; the 1 is the layout's version). A hash needs HGETALL,
+          HSET and PEXPIRE per decision; a string one SET PX, and a key
+          Redis has never seen (most, on a large key space) one SET NX GET
+          PX. The other tb_* scripts turn a string into a hash before they
+          write fields.
 ARGV[1]   limit N      } refill rate = N / period
 ARGV[2]   period, ms   }
 ARGV[3]   burst b: capacity (>= 0)
@@ -124,6 +130,72 @@ local function advance(key, f, b, rate, now)
     return t, ts, H, held, exp, share, P
 end
 
+-- The fields of a string key ("1 t ts" or "1 t ts bu", as enc() writes
+-- them), as a hash's would be read: one match, no table of the split.
+local match = string.match
+local function dec(s)
+    local t, ts, bu = match(s, '^1 (%S+) (%S+) ?(%S*)$')
+    if t == nil then error('tb_exact: bad bucket string') end
+    return {t = t, ts = ts, bu = bu ~= '' and bu or nil}
+end
+local function enc(t, ts, bu)
+    if bu then return '1 ' .. fmt[t] .. ' ' .. fmt[ts] .. ' ' .. fmt[bu] end
+    return '1 ' .. fmt[t] .. ' ' .. fmt[ts]
+end
+
+-- (2) The decision on a bucket with fields f (hash fields by name, or dec()'s).
+-- Writes nothing but advance()'s HDEL of expired leases (hashes only): the
+-- caller writes t, ts and bu in the key's layout. block_for (ms; 0: none):
+-- until the Redis time bu, every call is denied and takes nothing.
+local function decide(key, f, b, rate, now, n, need, block, period)
+    local t, ts, H, held, exp, share, P = advance(key, f, b, rate, now)
+    local emin, emax = nil, now
+    if held ~= NONE then -- (a key with leases)
+        for a, _ in next, held do
+            emin = min(emin or exp[a], exp[a])
+            emax = max(emax, exp[a])
+        end
+    end
+    local bu = block > 0 and tonumber(f.bu) or nil
+    if bu and bu <= now then bu = nil end
+    -- Take n if there are n (n = 0: if there is 1).
+    local allowed = 0
+    if not bu and t >= need then t, allowed = t - n, 1 end
+    -- A denial starts a block, unless n never fits (the client's error).
+    local started = block > 0 and not bu and allowed == 0 and need <= b
+    if started then bu = now + block * 1000 end
+
+    local rate_ms = rate * 1000
+    local free_ms = rate > P and (rate - P) * 1000 or rate_ms -- refill of t (after the leases, if none)
+    local retry = 0
+    if t < need then
+        retry = (need - t) / free_ms
+        if (b - H < need or rate <= P) and emin then retry = max(retry, (emin - now) / 1000) end
+        if need > b then retry = period end -- never fits: one period, as the agent's buckets say
+    end
+    -- Lines run on every call write max(a, b) as `b > a and b or a` and min(a, b)
+    -- as `b < a and b or a`: what math.max and math.min return, without a call
+    -- (a call costs more than the arithmetic around it).
+    local reset = b - H - t
+    reset = (reset > 0 and reset or 0) / free_ms -- max(0, b - H - t) / free_ms
+    local life, life_e = (ts - now) / 1000 + (b - t) / rate_ms, (emax - now) / 1000
+    life = life_e > life and life_e or life
+    if P > 0 then life = (emax - now) / 1000 + (b - t) / rate_ms end
+    local pttl = ceil(life) + 1000
+    local left = floor(t)
+    if bu then -- blocked: retry and reset at its end; the key lives past it
+        local bleft = ceil((bu - now) / 1000)
+        -- (the whole block only when this call started it: the agent counts those)
+        if bleft >= block and block > 1 and not started then bleft = block - 1 end
+        retry, left = bleft, 0
+        reset = reset > bleft and reset or bleft
+        pttl = pttl > bleft + 1000 and pttl or bleft + 1000
+    end
+    pttl = 1e15 < pttl and 1e15 or pttl
+    return {allowed, left > 0 and left or 0, retry == 0 and 0 or ceil(retry), ceil(reset),
+            floor(now / 1000)}, t, ts, bu, started, pttl
+end
+
 -- per call. Everything above takes its input as parameters: lua/batch.sh defines it
 -- once per batch, and runs what follows once per operation.
 local key = KEYS[1]
@@ -131,69 +203,50 @@ local limit, period, b = num3(ARGV, 1, 1, 1, 0)
 local n = ARGV[4] == nil and 1 or num(ARGV, 4, 0) -- (the agent sends no n for 1)
 local need = n > 0 and n or 1 -- a check (n = 0) passes where 1 would
 local rate = limit / (period * 1000) -- tokens per microsecond
+local block = ARGV[5] == nil and 0 or num(ARGV, 5, 0)
 
 local tm = redis.call('TIME')
 local now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
 
+-- First as if the key were new: SET NX writes the state this decision leaves
+-- in a new bucket only if the key is not there, and GET says what was there
+-- instead, in one command. That state and reply are decide(key, NONE, ...)
+-- with what is known of a new bucket folded in (t = b, ts = now, no lease:
+-- H = P = 0, emin none; no block: a new bucket denies only an n > b, which
+-- starts none), written out because most decisions on a large key space are
+-- on new keys, and decide()'s general path cost Redis more than the SET
+-- (test_scripts_exact.c checks both give the same replies).
+local t, allowed, retry, rate_ms = b, 0, 0, rate * 1000
+if b >= need then
+    t, allowed = b - n, 1
+    if t < need then retry = (need - t) / rate_ms end
+else
+    retry = period -- never fits: one period, as the agent's buckets say
+end
+local life = (b - t) / rate_ms -- (also reset: b - H - t over the free rate)
+local pttl = ceil(life) + 1000
+local left = floor(t)
+local r = {allowed, left > 0 and left or 0, retry == 0 and 0 or ceil(retry), ceil(life),
+           floor(now / 1000)}
+local old = redis.pcall('SET', key, enc(t, now, nil), 'NX', 'GET', 'PX',
+                        fmt[1e15 < pttl and 1e15 or pttl])
+if not old then return r end -- (nil: a new key, written)
+local ts, bu, started
+if old.err == nil then -- a string: its state, decided again
+    r, t, ts, bu, started, pttl = decide(key, dec(old), b, rate, now, n, need, block, period)
+    redis.call('SET', key, enc(t, ts, bu), 'PX', fmt[pttl])
+    return r
+end
+-- WRONGTYPE: a hash (a lease was claimed on it): its fields, as tb_claim.lua
+-- keeps them.
 local raw = redis.call('HGETALL', key)
-local f = raw -- the fields by name; f is only read: a new key's empty reply will do
+local f = raw -- the fields by name; f is only read: an empty reply will do
 if raw[1] ~= nil then
     f = {}
     for i = 1, #raw, 2 do f[raw[i]] = raw[i + 1] end
 end
-
-local t, ts, H, held, exp, share, P = advance(key, f, b, rate, now)
-local emin, emax = nil, now
-if held ~= NONE then -- (a key with leases)
-    for a, _ in next, held do
-        emin = min(emin or exp[a], exp[a])
-        emax = max(emax, exp[a])
-    end
-end
-
--- Penalty box (block_for, ARGV[5] in ms; absent or 0: none): until the
--- Redis time in field bu, every call is denied and takes nothing.
-local block = ARGV[5] == nil and 0 or num(ARGV, 5, 0)
-local bu = block > 0 and tonumber(f.bu) or nil
-if bu and bu <= now then bu = nil end
-
--- Take n if there are n (n = 0: if there is 1).
-local allowed = 0
-if not bu and t >= need then t, allowed = t - n, 1 end
+r, t, ts, bu, started, pttl = decide(key, f, b, rate, now, n, need, block, period)
 redis.call('HSET', key, 't', fmt[t], 'ts', fmt[ts])
--- A denial starts a block, unless n never fits (the client's error).
-local started = block > 0 and not bu and allowed == 0 and need <= b
-if started then
-    bu = now + block * 1000
-    redis.call('HSET', key, 'bu', fmt[bu])
-end
-
-local rate_ms = rate * 1000
-local free_ms = rate > P and (rate - P) * 1000 or rate_ms -- refill of t (after the leases, if none)
-local retry = 0
-if t < need then
-    retry = (need - t) / free_ms
-    if (b - H < need or rate <= P) and emin then retry = max(retry, (emin - now) / 1000) end
-    if need > b then retry = period end -- never fits: one period, as the agent's buckets say
-end
--- Lines run on every call write max(a, b) as `b > a and b or a` and min(a, b)
--- as `b < a and b or a`: what math.max and math.min return, without a call
--- (a call costs more than the arithmetic around it).
-local reset = b - H - t
-reset = (reset > 0 and reset or 0) / free_ms -- max(0, b - H - t) / free_ms
-local life, life_e = (ts - now) / 1000 + (b - t) / rate_ms, (emax - now) / 1000
-life = life_e > life and life_e or life
-if P > 0 then life = (emax - now) / 1000 + (b - t) / rate_ms end
-local pttl = ceil(life) + 1000
-local left = floor(t)
-if bu then -- blocked: retry and reset at its end; the key lives past it
-    local bleft = ceil((bu - now) / 1000)
-    -- (the whole block only when this call started it: the agent counts those)
-    if bleft >= block and block > 1 and not started then bleft = block - 1 end
-    retry, left = bleft, 0
-    reset = reset > bleft and reset or bleft
-    pttl = pttl > bleft + 1000 and pttl or bleft + 1000
-end
-redis.call('PEXPIRE', key, fmt[1e15 < pttl and 1e15 or pttl])
-return {allowed, left > 0 and left or 0, retry == 0 and 0 or ceil(retry), ceil(reset),
-        floor(now / 1000)}
+if started then redis.call('HSET', key, 'bu', fmt[bu]) end
+redis.call('PEXPIRE', key, fmt[pttl])
+return r

@@ -110,6 +110,25 @@ local function advance(key, f, b, rate, now)
     return t, ts, H, held, exp, share, P
 end
 
+-- HGETALL of the bucket. tb_exact.lua keeps a key no lease was claimed on
+-- as a string "1 t ts [bu]": this script writes hash fields, so such a key
+-- becomes the hash of the same fields, with its TTL, first (atomically:
+-- within this call). A key never mixes the two.
+local function hgetall(key)
+    local raw = redis.pcall('HGETALL', key)
+    if raw.err == nil then return raw end
+    local s = redis.call('GET', key) -- (fails unless a string: not a bucket)
+    local t, ts, bu = string.match(s, '^1 (%S+) (%S+) ?(%S*)$')
+    if t == nil then error('bad bucket string') end
+    local ttl = redis.call('PTTL', key)
+    raw = {'t', t, 'ts', ts}
+    if bu ~= '' then raw[5], raw[6] = 'bu', bu end
+    redis.call('DEL', key)
+    redis.call('HSET', key, unpack(raw))
+    if ttl > 0 then redis.call('PEXPIRE', key, ttl) end
+    return raw
+end
+
 -- per call. Everything above takes its input as parameters: lua/batch.sh defines it
 -- once per batch, and runs what follows once per operation.
 local key, agent = KEYS[1], ARGV[1]
@@ -120,7 +139,7 @@ local rate = limit / (period * 1000) -- tokens per microsecond
 local tm = redis.call('TIME')
 local now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
 
-local raw = redis.call('HGETALL', key)
+local raw = hgetall(key)
 local f = raw -- the fields by name; f is only read: a new key's empty reply will do
 if raw[1] ~= nil then
     f = {}

@@ -48,7 +48,7 @@ size_t limiter_redis_key(const struct limiter *l, const struct cfg_rule *r, cons
            r->algorithm == BUCKET_FIXED_WINDOW     ? "fw:"
            : r->algorithm == BUCKET_SLIDING_WINDOW ? "sw:"
            : r->algorithm == BUCKET_CONCURRENCY    ? "cc:"
-                                                   : "tb:",
+                                                   : "t2:",
            3);
     memcpy(buf + l->prefix_len + 3, r->name, rl);
     buf[l->prefix_len + 3 + rl] = ':';

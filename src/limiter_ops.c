@@ -329,6 +329,42 @@ static void read_done(struct op *o)
         inspect_done(o);
 }
 
+/* A token bucket no lease was claimed on is a string (tb_exact.lua):
+ * "1 t ts [bu]", read as the hash's fields t, ts and bu. */
+static void on_string(void *arg, const struct store_result *res)
+{
+    struct op *o = arg;
+    static const char *const names[] = {"t", "ts", "bu"};
+    char *v[3] = {NULL, NULL, NULL};
+    size_t nv = 0;
+
+    if (!read_failed(o, res) && res->nstr == 1) {
+        const char *s = res->str[0];
+        if (s[0] != '1' || s[1] != ' ') {
+            if (!o->err)
+                o->err = "unknown bucket layout";
+        } else {
+            for (s += 2; *s && nv < 3; nv++) {
+                size_t len = strcspn(s, " ");
+                v[nv] = strndup(s, len);
+                s += len + (s[len] == ' ');
+            }
+        }
+        o->str = calloc(2 * nv + 1, sizeof(*o->str));
+        o->leases = calloc(nv + 1, sizeof(*o->leases));
+        size_t i = 0;
+        for (; i < nv && o->str && o->leases && v[i] && (o->str[2 * i] = strdup(names[i])); i++) {
+            o->str[2 * i + 1] = v[i];
+            o->nstr = 2 * i + 2;
+        }
+        if (i < nv && !o->err)
+            o->err = "out of memory";
+        for (; i < nv; i++)
+            free(v[i]);
+    }
+    read_done(o);
+}
+
 static void on_hash(void *arg, const struct store_result *res)
 {
     struct op *o = arg;
@@ -344,6 +380,23 @@ static void on_hash(void *arg, const struct store_result *res)
         }
         if (o->nstr < res->nstr && !o->err)
             o->err = "out of memory";
+    }
+    read_done(o);
+}
+
+/* A token bucket's layout, then its read: HGETALL of a hash, GET of a
+ * string (no read of the wrong one: it would count as a Redis error). */
+static void on_type(void *arg, const struct store_result *res)
+{
+    struct op *o = arg;
+
+    if (!read_failed(o, res)) {
+        int str = res->nstr == 1 && !strcmp(res->str[0], "string");
+        const char *argv[] = {str ? "GET" : "HGETALL", o->who.redis_key};
+        const size_t argvlen[] = {str ? 3 : 7, o->who.redis_keylen};
+        o->pending++; /* (before read_done: a read that fails calls back at once) */
+        store_read(o->parts.store, o->who.redis_key, o->who.redis_keylen, 2, argv, argvlen,
+                   str ? on_string : on_hash, o);
     }
     read_done(o);
 }
@@ -471,13 +524,19 @@ int limiter_inspect(struct limiter *l, struct ruleset *rs, const struct limiter_
         inspect_done(o);
         return 0;
     }
-    /* Three reads routed by the key: one server answers them, in order. */
+    /* Three reads (four for a token bucket) routed by the key: one server
+     * answers them, in order. */
     const char *rkey = o->who.redis_key;
     size_t rklen = o->who.redis_keylen;
     const char *hgetall[] = {"HGETALL", rkey}, *redis_time[] = {"TIME"}, *pttl[] = {"PTTL", rkey};
     const size_t hgetall_len[] = {7, rklen}, time_len[] = {4}, pttl_len[] = {4, rklen};
+    const char *type[] = {"TYPE", rkey};
+    const size_t type_len[] = {4, rklen};
     o->pending = 3; /* a read that fails at once calls back at once */
-    store_read(store, rkey, rklen, 2, hgetall, hgetall_len, on_hash, o);
+    if (bucket_windowed(o->who.params.algorithm))
+        store_read(store, rkey, rklen, 2, hgetall, hgetall_len, on_hash, o);
+    else /* a hash or a string (tb_exact.lua): TYPE, then the read of it */
+        store_read(store, rkey, rklen, 2, type, type_len, on_type, o);
     store_read(store, rkey, rklen, 1, redis_time, time_len, on_time, o);
     store_read(store, rkey, rklen, 2, pttl, pttl_len, on_pttl, o);
     return 0;

@@ -61,7 +61,7 @@ unsigned util_redis_slot(const char *key, size_t len);
 long util_query_param(const char *query, const char *name, char *out, size_t cap);
 
 /* Redis Cluster hashes only the part of a key between the first '{' and the
- * next '}' (a hashtag) when it is not empty. Redis keys are PREFIX + "tb:" +
+ * next '}' (a hashtag) when it is not empty. Redis keys are PREFIX + "t2:" +
  * RULE + ":" + CLIENT KEY, so a client key holding "{x}" would choose its
  * own slot and could pile keys onto one master. A client key holding '{' is
  * therefore written after UTIL_SLOT_FENCE, an empty hashtag: Redis (and

@@ -50,7 +50,7 @@ static size_t key_name(const struct sim *s, uint32_t k, char *buf)
     return (size_t)snprintf(buf, KEYBUF, KEY_PREFIX "%s" RULE_NAME ":%u",
                             s->p.algorithm == BUCKET_FIXED_WINDOW     ? "fw:"
                             : s->p.algorithm == BUCKET_SLIDING_WINDOW ? "sw:"
-                                                                      : "tb:",
+                                                                      : "t2:",
                             k);
 }
 

@@ -116,6 +116,12 @@ class Script(RedisCase):
             b = self.r.call("HGETALL", "b:" + suffix)
             s = self.r.call("HGETALL", "s:" + suffix)
             self.assertEqual(sorted(b[0::2]), sorted(s[0::2]), "fields of %s" % suffix)
+        # exact calls alone keep a token bucket as a string (tb_exact.lua), both ways
+        for suffix in ("tbx",):
+            self.assertEqual(self.r.call("TYPE", "b:" + suffix), "string")
+            self.assertEqual(self.r.call("TYPE", "s:" + suffix), "string")
+            b, s = self.r.call("GET", "b:" + suffix), self.r.call("GET", "s:" + suffix)
+            self.assertEqual(len(b.split()), len(s.split()), (b, s))
 
     def test_bad_operation_fails_the_batch_after_the_ones_before(self):
         rule = ["10", "60000", "10"]
@@ -194,7 +200,7 @@ class Faults(RedisCase):
 
     def check_invariant(self, label):
         """t + held <= b for every bucket in Redis."""
-        for key in self.keys(self.redis, "rl:tb:"):
+        for key in self.keys(self.redis, "rl:t2:"):
             h = self.hgetall(self.redis, key)
             if "t" not in h:
                 continue
@@ -281,7 +287,7 @@ class ClusterBatches(topo.Cluster):
         t_start = time.monotonic()
         t, res = bench_async(agent, "/exact/x", 3, keys=1)
         key = topo.wait_for(lambda: [k for p in self.ports
-                                     for k in topo.cli(p, "--scan", "--pattern", "rl:tb:*").split()])
+                                     for k in topo.cli(p, "--scan", "--pattern", "rl:t2:*").split()])
         self.assertEqual(len(key), 1, key)
         key = key[0]
         slot = int(topo.cli(self.ports[0], "CLUSTER", "KEYSLOT", key))
@@ -376,7 +382,7 @@ class SentinelBatches(topo.Sentinel):
             k = fleet.unique("after")
             got = c.decide({"key": k, "path": "/exact/x"}, stream=sid[0], fid=1)
             return got.get("degraded") is not True and got.get("blocked") is False and \
-                topo.cli(rport, "EXISTS", "rl:tb:exact:" + k) == "1"
+                topo.cli(rport, "EXISTS", "rl:t2:exact:" + k) == "1"
         self.assertTrue(topo.wait_for(global_on_new_master, timeout=10, step=0.1),
                         "decisions did not move to the new master:\n" + agent.output()[-3000:])
 

@@ -238,7 +238,7 @@ class OnCluster(CostCase, topo.TopologyCase):
             self.missing_or_invalid(a, "cluster, lease = " + lease)
         # the keys sit on more than one master
         owners = {p for p in self.ports
-                  if topo.cli(p, "--scan", "--pattern", "c*:tb:*").split()}
+                  if topo.cli(p, "--scan", "--pattern", "c*:t2:*").split()}
         self.assertGreaterEqual(len(owners), 2, owners)
 
     def test_fleet_bound_with_costs(self):

@@ -36,7 +36,7 @@ class AclUser(unittest.TestCase):
         got = c.decide(key="acl")
         self.assertIs(got.get("blocked"), False, got)
         self.assertIsNot(got.get("degraded"), True, got)
-        self.assertEqual(self.redis.cli("EXISTS", "rl:tb:r:acl").strip(), "1")
+        self.assertEqual(self.redis.cli("EXISTS", "rl:t2:r:acl").strip(), "1")
         # the connection is really that user's
         clients = self.redis.cli("CLIENT", "LIST")
         self.assertIn("user=ratelimit", clients)
@@ -188,7 +188,7 @@ class PerClientLimits:
         self.assertNotIn("ratelimit-policy", h)
         self.assertEqual(self.agent.metric("spoa_ratelimit_missing_args_total") or 0, 0)
         if self.redis:
-            keys = self.rd.cli("--scan", "--pattern", "rl:tb:custom:*").splitlines()
+            keys = self.rd.cli("--scan", "--pattern", "rl:t2:custom:*").splitlines()
             self.assertEqual(len(keys), 3, keys)
             for key, limits in (("tenant-a", "5/3600000ms/5"), ("tenant-b", "12/3600000ms/12"),
                                 ("tenant-huge", "20/3600000ms/20")):

@@ -231,10 +231,10 @@ class ClusterHashtags(topo.TopologyCase):
         for i in range(30):
             got = [self.decide(c, key="{same}%d" % i) for _ in range(12)]
             self.assert_ten_of(got, 12, "key {same}%d" % i)
-        per_node = {p: [k for k in topo.cli(p, "--scan", "--pattern", "rl:tb:*").splitlines() if k]
+        per_node = {p: [k for k in topo.cli(p, "--scan", "--pattern", "rl:t2:*").splitlines() if k]
                     for p in self.ports}
         keys = sorted(k for v in per_node.values() for k in v)
-        self.assertEqual(keys, sorted("rl:tb:t:{}{same}%d" % i for i in range(30)))
+        self.assertEqual(keys, sorted("rl:t2:t:{}{same}%d" % i for i in range(30)))
         used = [p for p in self.ports if per_node[p]]
         self.assertGreaterEqual(len(used), 2, per_node)  # not all on one master
         slots = set()

@@ -224,18 +224,18 @@ class Stop(unittest.TestCase):
             busy.start_at(time.monotonic())
             try:
                 def held():
-                    keys = redis.cli("--scan", "--pattern", "rl:tb:*").split()
+                    keys = redis.cli("--scan", "--pattern", "rl:t2:*").split()
                     return keys and [f for f in redis.cli("hkeys", keys[0]).split()
                                      if f.startswith("h:")]
                 self.assertTrue(wait_for(held, timeout=10),
                                 "the agent should hold a lease while busy")
-                self.assertEqual(len(redis.cli("--scan", "--pattern", "rl:tb:*").split()), 1)
+                self.assertEqual(len(redis.cli("--scan", "--pattern", "rl:t2:*").split()), 1)
                 self.assertEqual(agent.stop(), 0, agent.output())
             finally:
                 busy.stop()
                 busy.join(10)
             self.assertGreater(len(busy.records), 0)
-            keys = redis.cli("--scan", "--pattern", "rl:tb:*").split()
+            keys = redis.cli("--scan", "--pattern", "rl:t2:*").split()
             left = [f for f in redis.cli("hkeys", keys[0]).split() if f.startswith("h:")]
             self.assertEqual(left, [], "leases must be given back at SIGTERM")
         finally:
@@ -377,7 +377,7 @@ class RedisConnection(unittest.TestCase):
             in3 = subprocess.run(cli + ["-n", "3", "--scan"], capture_output=True, text=True)
             in0 = subprocess.run(cli + ["-n", "0", "--scan"], capture_output=True, text=True)
             # (rl:agents, the fleet's heartbeats, is there too)
-            self.assertEqual([k for k in in3.stdout.split() if k != "rl:agents"], ["rl:tb:u:u"])
+            self.assertEqual([k for k in in3.stdout.split() if k != "rl:agents"], ["rl:t2:u:u"])
             self.assertEqual(in0.stdout.split(), [])
             self.assertEqual(agent.stop(), 0, agent.output())
         finally:

@@ -23,7 +23,7 @@ class RateLeases(RedisCase):
             got.append(c.decide(key=key))
             time.sleep(0.2)  # the traffic's shape: ~5 requests/s
         self.assertEqual([g.get("blocked") for g in got], [False] * n, got)
-        rkey = "rl:tb:warm:" + key
+        rkey = "rl:t2:warm:" + key
         fields = wait_for(lambda: (lambda h: h if any(k.startswith("q:") for k in h) else None)(
             self.hgetall(redis, rkey)), timeout=5)
         self.assertTrue(fields, "no rate lease in Redis: %r" % self.hgetall(redis, rkey))
@@ -85,7 +85,7 @@ class RateLeases(RedisCase):
         for _ in range(5):
             self.assertIs(s.decide(key=key).get("blocked"), False)
             time.sleep(0.2)
-        h = self.hgetall(redis, "rl:tb:warm:" + key)
+        h = self.hgetall(redis, "rl:t2:warm:" + key)
         self.assertTrue(h, "no bucket in Redis")
         self.assertEqual([f for f in h if f.startswith(("q:", "hn:", "d:"))], [], h)
         self.assertEqual(a.metric("spoa_ratelimit_lease_rate_keys"), 0)

@@ -93,6 +93,10 @@ class RedisCase(unittest.TestCase):
         return [k for k in out.splitlines() if k]
 
     def hgetall(self, redis, key):
+        """The bucket's fields: a hash's, or those of a token bucket kept as
+        a string "1 t ts [bu]" (tb_exact.lua: no lease claimed on it)."""
+        if redis.cli("TYPE", key).strip() == "string":
+            return dict(zip(("t", "ts", "bu"), redis.cli("GET", key).split()[1:]))
         out = redis.cli("HGETALL", key).splitlines()
         return dict(zip(out[0::2], out[1::2]))
 
@@ -438,7 +442,7 @@ class LeaseScripts(RedisCase):
         """A leases the whole bucket, holds it 0.5 s, spends it all, then
         reports used = 40 and asks again: nothing may be granted at once
         (40 were just spent: b + r*T allows only r*T more)."""
-        key = unique("rl:tb:s:")
+        key = unique("rl:t2:s:")
         self.assertEqual(self.claim(key, "A", 40), 40)
         time.sleep(0.5)
         t1 = time.monotonic()
@@ -453,7 +457,7 @@ class LeaseScripts(RedisCase):
         """A leases the whole bucket for 300 ms and may spend it all until
         (its send time) + 300 ms; B claims just after the lease expired: B
         may only get what refilled since then."""
-        key = unique("rl:tb:s:")
+        key = unique("rl:t2:s:")
         t0 = time.monotonic()
         self.assertEqual(self.claim(key, "A", 40, ttl_ms=300), 40)
         time.sleep(max(0.0, t0 + 0.31 - time.monotonic()))
@@ -605,7 +609,7 @@ class Reported(RedisCase):
         got = [c.decide(key=key) for _ in range(30)]
         c.close()
         self.assertTrue(all(g["blocked"] is False for g in got), got)
-        keys = self.keys(redis, "keep:tb:")  # (keep:agents: the fleet's heartbeats)
+        keys = self.keys(redis, "keep:t2:")  # (keep:agents: the fleet's heartbeats)
         self.assertEqual(len(keys), 1, keys)
         h0 = self.hgetall(redis, keys[0])
         held = {k: v for k, v in h0.items() if k.startswith("h:")}

@@ -163,7 +163,7 @@ class Passwords(AuthCase):
         a = self.agent("[redis]\nurl = redis://:p%%40ss%%3Aw%%2Frd@127.0.0.1:%d/0\n" % r.port)
         self.wait_up(a)
         self.assert_ten_of(self.seq(a), "pct")
-        self.assertEqual(cli(r.port, "EXISTS", "rl:tb:u:pct", password="p@ss:w/rd"), "1")
+        self.assertEqual(cli(r.port, "EXISTS", "rl:t2:u:pct", password="p@ss:w/rd"), "1")
 
     def test_password_file_and_sighup_rotation(self):
         r = self.redis("--requirepass", "old-pw")
@@ -197,7 +197,7 @@ class Passwords(AuthCase):
         self.assert_ten_of(c, "after")
         self.assertEqual(a.p.pid, pid)
         self.assertIsNone(a.p.poll())
-        self.assertEqual(cli(r.port, "EXISTS", "rl:tb:u:after", password="new-pw"), "1")
+        self.assertEqual(cli(r.port, "EXISTS", "rl:t2:u:after", password="new-pw"), "1")
 
 
     def test_sighup_applies_a_new_url(self):
@@ -218,8 +218,8 @@ class Passwords(AuthCase):
         self.wait_log(a, '"redis up" addr=127.0.0.1:%d' % r2.port)
         self.wait_up(a)
         self.assert_ten_of(c, "two")
-        self.assertEqual(cli(r2.port, "-n", 2, "EXISTS", "rl:tb:u:two", password="two"), "1")
-        self.assertEqual(cli(r1.port, "EXISTS", "rl:tb:u:two"), "0")
+        self.assertEqual(cli(r2.port, "-n", 2, "EXISTS", "rl:t2:u:two", password="two"), "1")
+        self.assertEqual(cli(r1.port, "EXISTS", "rl:t2:u:two"), "0")
         self.assertEqual(a.p.pid, pid)
         page = a.get("/config")
         self.assertIn("; restart pending: none", page)
@@ -314,7 +314,7 @@ class NotMaster(AuthCase):
         self.assertEqual(cli(rep.port, "REPLICAOF", "NO", "ONE"), "OK")
         self.wait_up(a, 1, timeout=15)
         self.assert_ten_of(c, "promoted")
-        self.assertEqual(cli(rep.port, "EXISTS", "rl:tb:u:promoted"), "1")
+        self.assertEqual(cli(rep.port, "EXISTS", "rl:t2:u:promoted"), "1")
 
     def test_master_demoted_under_the_agent(self):
         m = self.redis()
@@ -378,7 +378,7 @@ class Topologies(AuthCase):
                        "sentinel_password = s3nt\n" % sport)
         self.wait_up(a)
         self.assert_ten_of(self.seq(a), "through-sentinel")
-        self.assertEqual(cli(m.port, "EXISTS", "rl:tb:u:through-sentinel", password="m4ster"),
+        self.assertEqual(cli(m.port, "EXISTS", "rl:t2:u:through-sentinel", password="m4ster"),
                          "1")
         page = a.get("/config")
         self.assertNotIn("s3nt", page)
@@ -423,7 +423,7 @@ class Topologies(AuthCase):
         c = self.seq(a)
         for i in range(6):
             self.assert_ten_of(c, "ck%d" % i)
-        keys = sum(len([k for k in cli(p, "--scan", "--pattern", "rl:tb:*",
+        keys = sum(len([k for k in cli(p, "--scan", "--pattern", "rl:t2:*",
                                        password="c1uster").splitlines() if k]) for p in ports)
         self.assertEqual(keys, 6)
         self.assertEqual(self.error_kinds(a)["NOAUTH"], 0)

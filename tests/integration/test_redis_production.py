@@ -403,7 +403,7 @@ class TunnelCase:
         self.assertTrue(all(g.get("degraded") is not True for g in got), got)
         # the bucket is in the TLS-only Redis (read through the tunnel)
         keys = subprocess.run(["redis-cli", "-p", str(tun.port), "--scan", "--pattern",
-                               "rl:tb:api:*"], capture_output=True, text=True, timeout=10)
+                               "rl:t2:api:*"], capture_output=True, text=True, timeout=10)
         self.assertIn("tls-key", keys.stdout)
 
     def test_wrong_ca_unreachable(self):

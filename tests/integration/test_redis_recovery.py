@@ -265,7 +265,7 @@ class RestartEmpty(RedisCase):
         for c in clients:
             c.start_at(t0)
         time.sleep(max(0.0, t0 + 1.5 - time.monotonic()))
-        rkey = "rl:tb:fleet:" + key
+        rkey = "rl:t2:fleet:" + key
         # pause scripts, read; kill only at a moment the agents hold tokens
         # (else b + H is not exercised): if none is held, unpause and look
         # again a little later
@@ -335,7 +335,7 @@ class Reconnect(RedisCase):
         in0 = redis.cli(*cli, "-n", "0", "--scan").split()
         # (rl:agents, the fleet's heartbeats, is there too)
         self.assertEqual(sorted(k for k in in3 if k != "rl:agents"),
-                         ["rl:tb:u:after", "rl:tb:u:before"])
+                         ["rl:t2:u:after", "rl:t2:u:before"])
         self.assertEqual(in0, [])
         for line in redis.cli(*cli, "CLIENT", "LIST").splitlines():
             if "cmd=client" not in line:  # the agent's connections: on db 3

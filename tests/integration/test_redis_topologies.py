@@ -168,12 +168,12 @@ class Sentinel(TopologyCase):
         got = [self.decide(c, key="s1") for _ in range(14)]
         self.assert_ten_of(got, 14, "through sentinel")
         self.assertEqual(agent.metric("spoa_ratelimit_redis_up"), 1)
-        self.assertEqual(cli(mport, "EXISTS", "rl:tb:t:s1"), "1")
+        self.assertEqual(cli(mport, "EXISTS", "rl:t2:t:s1"), "1")
         self.assertIn('"redis master" master=mymaster addr=127.0.0.1:%d' % mport, agent.output())
         # GET /key reads the bucket on the master the sentinels name, POST
         # /reset clears it there (what leases hold stays counted)
         st = key_state(agent, "t", "s1")
-        self.assertEqual(st["redis_key"], "rl:tb:t:s1")
+        self.assertEqual(st["redis_key"], "rl:t2:t:s1")
         self.assertNotIn("error", st["redis"])
         self.assertIs(st["redis"]["exists"], True, st)
         self.assertLess(st["redis"]["tokens_now"], 1, st)
@@ -197,7 +197,7 @@ class Sentinel(TopologyCase):
             key = "fo-%d" % n[0]
             r = self.decide(c, key=key)
             return (r.get("degraded") is not True and r["blocked"] is False
-                    and cli(rport, "EXISTS", "rl:tb:t:" + key) == "1")
+                    and cli(rport, "EXISTS", "rl:t2:t:" + key) == "1")
         self.assertTrue(wait_for(on_new_master, timeout=10, step=0.1),
                         "decisions did not move to the new master:\n" + agent.output()[-3000:])
         self.assertLess(time.monotonic() - t0, 10)
@@ -244,7 +244,7 @@ class Cluster(TopologyCase):
         for i in range(30):
             got = [self.decide(c, key="user%d" % i) for _ in range(12)]
             self.assert_ten_of(got, 12, "key user%d" % i)
-        per_node = {p: [k for k in cli(p, "--scan", "--pattern", "rl:tb:*").splitlines() if k]
+        per_node = {p: [k for k in cli(p, "--scan", "--pattern", "rl:t2:*").splitlines() if k]
                     for p in self.ports}
         self.assertEqual(sum(len(v) for v in per_node.values()), 30, per_node)
         self.assertGreaterEqual(len([p for p in self.ports if per_node[p]]), 2, per_node)
@@ -263,7 +263,7 @@ class Cluster(TopologyCase):
     def test_slot_migrated_under_the_agent(self):
         agent, c = self.agent("[redis]\ncluster = 127.0.0.1:%d\n" % self.ports[0],
                               log_level="debug")
-        key = "rl:tb:x:mover"
+        key = "rl:t2:x:mover"
         slot = int(cli(self.ports[0], "CLUSTER", "KEYSLOT", key))
         src = self.owner(slot)
         dst = [p for p in self.ports if p != src][0]
@@ -299,7 +299,7 @@ class Cluster(TopologyCase):
         batch) lives on the master of the key's slot, and goes back at SIGTERM."""
         agent, c = self.agent("[lease]\nrate_leases = on\n\n[redis]\ncluster = 127.0.0.1:%d\n"
                               % self.ports[0])
-        key = "rl:tb:t:warm"
+        key = "rl:t2:t:warm"
         owner = self.owner(int(cli(self.ports[0], "CLUSTER", "KEYSLOT", key)))
         got = []
         for _ in range(4):
@@ -322,7 +322,7 @@ class Cluster(TopologyCase):
         for i in range(200):
             k = "page%d" % i
             where.setdefault(self.owner(int(cli(self.ports[0], "CLUSTER", "KEYSLOT",
-                                                "rl:tb:x:" + k))), k)
+                                                "rl:t2:x:" + k))), k)
             if len(where) == 3:
                 break
         self.assertEqual(set(where), set(self.ports), where)
@@ -330,12 +330,12 @@ class Cluster(TopologyCase):
             got = [self.decide(c, xkey=k) for _ in range(11)]
             self.assert_ten_of(got, 11, "key %s" % k)
             st = key_state(agent, "x", k)
-            self.assertEqual(st["redis_key"], "rl:tb:x:" + k)
+            self.assertEqual(st["redis_key"], "rl:t2:x:" + k)
             rb = st["redis"]
             self.assertNotIn("error", rb)
             self.assertIs(rb["exists"], True, rb)
             self.assertLess(rb["t"], 1, rb)  # ten spent of ten, refill 1 per 6 s
-            self.assertEqual(cli(port, "EXISTS", "rl:tb:x:" + k), "1")
+            self.assertEqual(cli(port, "EXISTS", "rl:t2:x:" + k), "1")
             r = post_reset(agent, "x", k)
             self.assertIs(r["redis"]["reset"], True, r)
             self.assertEqual(r["redis"]["remaining"], 10, r)
@@ -353,7 +353,7 @@ class Cluster(TopologyCase):
         for i in range(200):
             k = "n%d" % i
             where.setdefault(self.owner(int(cli(self.ports[0], "CLUSTER", "KEYSLOT",
-                                                "rl:tb:t:" + k))), k)
+                                                "rl:t2:t:" + k))), k)
             if len(where) == 3:
                 break
         victim = self.ports[1]

@@ -87,6 +87,10 @@ long long redis_now_us(void);
 double window_left_ms(long long period_ms);
 /* Integer value of a hash field, or -1 when the field is missing. */
 long long hget_ll(const char *key, const char *field);
+/* HGET of a hash only (hget_ll reads a string bucket too). */
+long long hash_get_ll(const char *key, const char *field);
+/* HGETALL of a bucket, or a string bucket's fields in the same form. */
+redisReply *bucket_fields(const char *key);
 void mkkey(char *buf, size_t len, const char *name);
 int read_scripts(void);
 void load_script(enum script s);

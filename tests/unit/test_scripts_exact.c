@@ -278,6 +278,30 @@ START_TEST(tb_advance_copies_identical)
 }
 END_TEST
 
+/* hgetall() turns a string bucket into a hash in the four scripts that write
+ * hash fields; each carries a copy (each must load alone): all identical, so
+ * tb_string_key_becomes_hash tests each one. */
+START_TEST(tb_hgetall_copies_identical)
+{
+    const enum script s[] = {TB_CLAIM, TB_RETURN, TB_RESET, TB_REFUND};
+    const char *first = NULL;
+    size_t len0 = 0;
+    for (size_t i = 0; i < sizeof(s) / sizeof(s[0]); i++) {
+        const char *start = strstr(script_text[s[i]], "local function hgetall(");
+        ck_assert_msg(start != NULL, "%s: no hgetall()", script_name[s[i]]);
+        const char *end = strstr(start, "\nend\n");
+        ck_assert_ptr_nonnull(end);
+        size_t len = (size_t)(end - start) + 5;
+        if (!first) {
+            first = start, len0 = len;
+            continue;
+        }
+        ck_assert_uint_eq(len, len0);
+        ck_assert_int_eq(memcmp(first, start, len0), 0);
+    }
+}
+END_TEST
+
 /* fmt, the text of every number a script stores, must print exactly what
  * string.format('%.17g') prints (the value read back is the value written):
  * one copy in each script, all identical, so the one tested here is each one. */
@@ -532,16 +556,106 @@ START_TEST(sw_refund_same_window_only)
 }
 END_TEST
 
+/* ---- layouts: a string until a lease is claimed, then a hash ----------------- */
+
+static int is_type(const char *key, const char *type)
+{
+    redisReply *r = cmd("TYPE %s", key);
+    int same = r->type == REDIS_REPLY_STATUS && strcmp(r->str, type) == 0;
+    freeReplyObject(r);
+    return same;
+}
+
+/* The same decisions on a string key (tb_exact alone: a new key first) and
+ * on a hash key (a full bucket written as tb_claim keeps one) give the same
+ * replies, and the keys the same TTL; the string stays a string. */
+START_TEST(tb_exact_layouts_answer_alike)
+{
+    const struct rule ru = {5, 10000, 5, 1000}; /* 2000 ms per token */
+    const long long costs[] = {1, 3, 0, 2, 9, 1, 0, 1};
+    char skey[128], hkey[128];
+    long long xs[X_N], xh[X_N];
+
+    mkkey(skey, sizeof(skey), "layout-s");
+    mkkey(hkey, sizeof(hkey), "layout-h");
+    freeReplyObject(cmd("HSET %s t 5 ts 1", hkey)); /* ts long past: full */
+    for (size_t i = 0; i < sizeof(costs) / sizeof(costs[0]); i++) {
+        exact(TB_EXACT, skey, &ru, costs[i], xs);
+        exact(TB_EXACT, hkey, &ru, costs[i], xh);
+        ck_assert_int_eq(xs[X_ALLOWED], xh[X_ALLOWED]);
+        ck_assert_int_eq(xs[X_REMAINING], xh[X_REMAINING]);
+        /* (the calls are microseconds apart: a ms boundary may fall between) */
+        ck_assert_int_le(llabs(xs[X_RETRY] - xh[X_RETRY]), 1);
+        ck_assert_int_le(llabs(xs[X_RESET] - xh[X_RESET]), 1);
+        long long ps = cmd_int("PTTL %s", skey), ph = cmd_int("PTTL %s", hkey);
+        ck_assert_msg(ps > 0 && llabs(ps - ph) <= 5, "pttl %lld vs %lld", ps, ph);
+        ck_assert(is_type(skey, "string"));
+        ck_assert(is_type(hkey, "hash"));
+    }
+    redisReply *r = cmd("GET %s", skey);
+    ck_assert_int_eq(r->type, REDIS_REPLY_STRING);
+    ck_assert_msg(strncmp(r->str, "1 ", 2) == 0, "layout version: %s", r->str);
+    freeReplyObject(r);
+}
+END_TEST
+
+/* A string key met by a script that writes fields (claim, refund, reset,
+ * return) becomes the hash of the same state, with its TTL; tb_exact then
+ * keeps it a hash. */
+START_TEST(tb_string_key_becomes_hash)
+{
+    char key[128];
+    long long x[X_N], o[R_N], g[REFUND_R_COUNT], z[Z_N];
+    struct state st;
+
+    mkkey(key, sizeof(key), "to-hash-claim");
+    exact(TB_EXACT, key, &slow, 4, x);
+    ck_assert(is_type(key, "string"));
+    claim(TB_CLAIM, key, "A", &slow, 10, 0, 0, o);
+    ck_assert(is_type(key, "hash"));
+    ck_assert_int_eq(o[R_GRANTED], 6); /* what exact left */
+    ck_assert_int_gt(cmd_int("PTTL %s", key), 0);
+    assert_tb_invariant(key, slow.burst, &st);
+    exact(TB_EXACT, key, &slow, 1, x);
+    ck_assert_int_eq(x[X_ALLOWED], 0);
+    ck_assert(is_type(key, "hash"));
+
+    mkkey(key, sizeof(key), "to-hash-refund");
+    exact(TB_EXACT, key, &slow, 3, x);
+    long long ttl = cmd_int("PTTL %s", key);
+    refund(TB_REFUND, key, &slow, 2, x[X_TIME], g);
+    ck_assert_int_eq(g[REFUND_R_GIVEN], 2);
+    ck_assert_int_eq(g[REFUND_R_REMAINING], 9);
+    ck_assert(is_type(key, "hash"));
+    long long ttl2 = cmd_int("PTTL %s", key);
+    ck_assert_msg(ttl2 > 0 && ttl2 <= ttl, "ttl %lld, then %lld", ttl, ttl2);
+
+    mkkey(key, sizeof(key), "to-hash-return");
+    exact(TB_EXACT, key, &slow, 3, x);
+    give_back(TB_RETURN, key, "A", &slow, 0, o);
+    ck_assert(is_type(key, "hash"));
+    ck_assert_int_eq(o[R_REMAINING], 7);
+
+    mkkey(key, sizeof(key), "reset-string");
+    exact(TB_EXACT, key, &slow, 3, x);
+    reset(TB_RESET, key, &slow, z);
+    ck_assert_int_eq(z[Z_BEFORE], 7);
+    ck_assert_int_eq(z[Z_REMAINING], slow.burst);
+    ck_assert_int_eq(cmd_int("EXISTS %s", key), 0); /* no lease: gone */
+}
+END_TEST
+
 static Suite *scripts_exact_suite(void)
 {
     Suite *s = suite_create("scripts_exact");
     TCase *tb = scripts_tcase("token_bucket");
-    CHECK_ADD(tb, tb_advance_copies_identical, fmt_copies_identical, tb_noscript_after_flush,
+    CHECK_ADD(tb, tb_advance_copies_identical, tb_hgetall_copies_identical, fmt_copies_identical, tb_noscript_after_flush,
               tb_exact_admits_burst_then_denies, exact_cost_takes_all_or_nothing,
               bad_arguments_are_errors,
               tb_reset_keeps_leases, tb_reset_without_leases_deletes_key,
               tb_reset_random_keeps_invariant, tb_refund_caps_at_b_minus_held,
-              tb_refund_random_keeps_invariant, sw_refund_same_window_only);
+              tb_refund_random_keeps_invariant, sw_refund_same_window_only,
+              tb_exact_layouts_answer_alike, tb_string_key_becomes_hash);
     suite_add_tcase(s, tb);
     return s;
 }
