@@ -132,6 +132,10 @@ def proc_cpu(pid):
     return total / 1e9
 
 
+def used_memory(redis):
+    return int(re.search(r"used_memory:(\d+)", redis.cli("INFO", "memory")).group(1))
+
+
 def wait_redis_up(agent):
     for _ in range(200):
         if agent.metric("spoa_ratelimit_redis_up") == 1:
@@ -162,7 +166,7 @@ def script_ops(agent):
 def run_once(rules, redis, keys, conns, pipe):
     """(decisions/s, [p50, p99, p99.9, max] us, EVALSHA calls per decision,
     script operations per decision, Redis CPU us per decision, Redis us per
-    EVALSHA, agent CPU us per decision)."""
+    EVALSHA, agent CPU us per decision, Redis bytes per key)."""
     r = harness.Redis() if redis else None
     extra = "[redis]\nurl = redis://127.0.0.1:%d/0\n" % r.port if r else ""
     a = harness.Agent(rules + extra, workers=1)
@@ -178,21 +182,25 @@ def run_once(rules, redis, keys, conns, pipe):
         if r:
             c0, ops0, cpu0, u0 = evalsha_calls(r), script_ops(a), redis_cpu(r), \
                 command_usec(r, "evalsha")
+            mem0, keys0 = used_memory(r), int(r.cli("DBSIZE") or 0)
         acpu0 = proc_cpu(a.p.pid)
         rate, lat = spoa_bench(a, "-c", str(conns), "-p", str(pipe), "-n", str(n), "-k",
                                str(keys))
         acpu = (proc_cpu(a.p.pid) - acpu0) * 1e6 / n
-        calls = ops = rcpu = per_call = 0
+        calls = ops = rcpu = per_call = per_key = 0
         if r:
             c1, ops1, cpu1, u1 = evalsha_calls(r), script_ops(a), redis_cpu(r), \
                 command_usec(r, "evalsha")
             calls, ops, rcpu = (c1 - c0) / n, (ops1 - ops0) / n, (cpu1 - cpu0) * 1e6 / n
             per_call = (u1[1] - u0[1]) / (u1[0] - u0[0]) if u1[0] > u0[0] else 0
+            # what a client key costs Redis' memory (a cold run: mostly new keys)
+            dk = int(r.cli("DBSIZE") or 0) - keys0
+            per_key = (used_memory(r) - mem0) / dk if dk > 1000 else 0
     finally:
         if r:
             r.stop()
         a.stop()  # last: raises unless the agent exits 0
-    return rate, lat, calls, ops, rcpu, per_call, acpu
+    return rate, lat, calls, ops, rcpu, per_call, acpu, per_key
 
 
 def redis_benchmark(r, requests, keys, clients, *cmd):
@@ -224,14 +232,18 @@ def reference(name, script, args, keys, requests, clients):
     us per decision, Redis us per call)."""
     r = harness.Redis()
     try:
+        mem0 = used_memory(r)
         if script:
             sha = r.cli("SCRIPT", "LOAD", script).strip()
-            return redis_benchmark(r, requests, keys, clients, "evalsha", sha, *args)
-        # INCRBY then EXPIRE per decision: Redis runs one command after
-        # another, so a decision costs the two runs' times and CPU added
-        i = redis_benchmark(r, requests, keys, clients, "incrby", "fw:__rand_int__", "1")
-        e = redis_benchmark(r, requests, keys, clients, "expire", "fw:__rand_int__", "60")
-        return 1 / (1 / i[0] + 1 / e[0]), i[1] + e[1], i[2] + e[2]
+            x = redis_benchmark(r, requests, keys, clients, "evalsha", sha, *args)
+        else:
+            # INCRBY then EXPIRE per decision: Redis runs one command after
+            # another, so a decision costs the two runs' times and CPU added
+            i = redis_benchmark(r, requests, keys, clients, "incrby", "fw:__rand_int__", "1")
+            e = redis_benchmark(r, requests, keys, clients, "expire", "fw:__rand_int__", "60")
+            x = 1 / (1 / i[0] + 1 / e[0]), i[1] + e[1], i[2] + e[2]
+        dk = int(r.cli("DBSIZE") or 0)
+        return x + ((used_memory(r) - mem0) / dk if dk else 0,)
     finally:
         r.stop()
 
@@ -312,13 +324,15 @@ def main():
 
     print("\nreferences on the same Redis, 1M random keys, redis-benchmark -P16 "
           "(Redis CPU and us per call: per decision)")
-    print("%-40s %6s %12s %9s %9s" % ("design", "fly", "decisions/s", "redis us", "us/call"))
+    print("%-40s %6s %12s %9s %9s %9s" % ("design", "fly", "decisions/s", "redis us", "us/call",
+                                          "bytes/key"))
     for name, _, _ in REFERENCES:
         for depth in (256, 32):
             xs = refs[(name, depth)]
-            print("%-40s %6d %12.0f %9.2f %9.2f" % (
+            print("%-40s %6d %12.0f %9.2f %9.2f %9.0f" % (
                 name, depth, statistics.median(x[0] for x in xs),
-                statistics.median(x[1] for x in xs), statistics.median(x[2] for x in xs)))
+                statistics.median(x[1] for x in xs), statistics.median(x[2] for x in xs),
+                statistics.median(x[3] for x in xs)))
     print("ceilings: INCRBY+EXPIRE is what any Redis limiter that writes per decision "
           "cannot beat;\n  GCRA what an exact token bucket with one script call per "
           "decision can reach;\n  the textbook script is what users deploy.")
@@ -327,9 +341,10 @@ def main():
         speed = [x[0] / t[0] for x, t in zip(runs[mode], tb)]
         cpu = [x[4] / t[1] for x, t in zip(runs[mode], tb) if t[1] > 0]
         print("agent per-IP / textbook at %d in flight: %.2fx decisions/s (rounds: %s), "
-              "%.2fx Redis CPU per decision (rounds: %s)"
+              "%.2fx Redis CPU per decision (rounds: %s); Redis memory %.0f bytes per client key"
               % (depth, statistics.median(speed), " ".join("%.2f" % x for x in speed),
-                 statistics.median(cpu) if cpu else 0, " ".join("%.2f" % x for x in cpu)))
+                 statistics.median(cpu) if cpu else 0, " ".join("%.2f" % x for x in cpu),
+                 statistics.median(x[7] for x in runs[mode])))
 
     churns = [churn_once() for _ in range(max(1, min(repeat, 3)))]
     f50 = statistics.median(c[0][0] for c in churns)
