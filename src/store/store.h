@@ -105,7 +105,8 @@ int store_eval(struct store *s, enum store_script script, const char *key, size_
  * several reads about one key answer from one server, in order. The
  * callback runs exactly once as store_eval()'s does: an array reply comes
  * as res->str, an integer one as res->v[0] (n = 1), an error as STORE_ERR.
- * Never batched; not for the request path. */
+ * Never batched (pipelined alone); on the request path only for the SET NX
+ * of a new key (limiter_first.c). */
 int store_read(struct store *s, const char *key, size_t keylen, int argc, const char *const *argv,
                const size_t *argvlen, store_cb *cb, void *arg);
 
