@@ -85,6 +85,6 @@ int limiter_first_send(struct limiter *l, struct rjob *j)
 
     /* routed, pipelined and failed (down: the callback runs now) as a script
      * call on the key is */
-    store_read(l->store, lj->key, lj->keylen, 7, argv, argvlen, on_set, j);
+    store_write(l->store, lj->key, lj->keylen, 7, argv, argvlen, on_set, j);
     return 0;
 }

@@ -515,14 +515,15 @@ static int handle_error(struct store_conn *conn, redisAsyncContext *ac, struct s
         conn->hooks->redirect(conn->owner, conn, c, ask, slot, host, port);
         return 1;
     }
-    if (store_error_refusal(kind) && !c->read) {
+    if (store_error_refusal(kind) && (!c->read || c->write)) {
         /* Every call would get it (a replica, an ACL, a full Redis): down
          * until a probe passes, not one refused call per decision. */
         char command[64];
         size_t len;
         const char *key = store_cmd_key(c, &len);
 
-        snprintf(command, sizeof(command), "EVALSHA %s", store_conn_script_names[c->script]);
+        snprintf(command, sizeof(command), "%s %s", c->read ? "SET" : "EVALSHA",
+                 c->read ? "(new key)" : store_conn_script_names[c->script]);
         METRIC_INC(redis_errors);
         store_conn_note_error(conn, kind, err, command);
         store_conn_refused(conn, kind, err, (int)util_redis_slot(key, len));

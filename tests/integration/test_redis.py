@@ -255,6 +255,28 @@ class FirstSet(RedisCase):
         self.assertEqual(ten_per_minute_problems(got, "ten-lease"), [], got)
 
 
+    def test_refused_set_takes_redis_down(self):
+        """A refusal every write would get (-OOM) on the plain SET takes
+        Redis down until a probe passes, as on a script call: not one failed
+        call per decision while every key is new."""
+        redis = self.start_redis()
+        a = self.start_agent(redis, SEMANTICS, prefix="fs:")
+        c = self.seq(a)
+        redis.cli("CONFIG", "SET", "maxmemory-policy", "noeviction")
+        redis.cli("CONFIG", "SET", "maxmemory", "1")
+        got = c.decide(key=unique("oom"), path="/lease/x")
+        self.assertIs(got.get("degraded"), True, got)
+        end = time.monotonic() + 5
+        while time.monotonic() < end and self.metric(a, "spoa_ratelimit_redis_up") != 0:
+            time.sleep(0.05)
+        self.assertEqual(self.metric(a, "spoa_ratelimit_redis_up"), 0,
+                         "a refused SET left Redis up")
+        redis.cli("CONFIG", "SET", "maxmemory", "0")
+        fleet.wait_redis_up(a)
+        got = c.decide(key=unique("oom"), path="/lease/x")
+        self.assertTrue(got.get("degraded") is not True and got["remaining"] == 9, got)
+
+
 class TwoAgents(RedisCase):
     def test_two_agents_share_one_limit(self):
         """30 requests for one key alternating between two agents on one
