@@ -428,11 +428,18 @@ static void flush(struct store_conn *conn)
         struct store_cmd *group = first, **gt = &first->mnext;
         unsigned n = 1;
         size_t len;
-        const char *key = store_cmd_key(first, &len);
-        unsigned slot = util_redis_slot(key, len);
         int alone = first->batch || first->asking || first->read;
 
         first->mnext = NULL;
+        if (alone) { /* nothing joins it: no scan of the rest (a run of plain
+                        SETs, limiter_first.c, would cost a scan each) */
+            q = first->next;
+            first->next = NULL;
+            send_group(conn, first, 1);
+            continue;
+        }
+        const char *key = store_cmd_key(first, &len);
+        unsigned slot = util_redis_slot(key, len);
         for (c = first->next; c; c = next) {
             next = c->next;
             c->next = NULL;

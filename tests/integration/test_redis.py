@@ -98,9 +98,11 @@ class RedisCase(unittest.TestCase):
         "2 t px" (a new key's plain SET: ts is its creation, expiry - px)."""
         if redis.cli("TYPE", key).strip() == "string":
             v = redis.cli("GET", key).split()
-            if v and v[0] == "2":  # (gone meanwhile: split() is empty)
+            # (else it changed meanwhile: gone, or a hash now: WRONGTYPE)
+            if v[:1] == ["2"]:
                 v[2] = str((int(redis.cli("PEXPIRETIME", key)) - int(v[2])) * 1000)
-            return dict(zip(("t", "ts", "bu"), v[1:]))
+            if v[:1] in (["1"], ["2"]):
+                return dict(zip(("t", "ts", "bu"), v[1:]))
         out = redis.cli("HGETALL", key).splitlines()
         return dict(zip(out[0::2], out[1::2]))
 
