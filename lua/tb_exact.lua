@@ -131,11 +131,21 @@ local function advance(key, f, b, rate, now)
 end
 
 -- The fields of a string key ("1 t ts" or "1 t ts bu", as enc() writes
--- them), as a hash's would be read: one match, no table of the split.
+-- them), as a hash's would be read: one match, no table of the split. A
+-- string "2 t px" is a new key the agent decided with a plain SET NX PX px,
+-- not knowing Redis' time (lua/README.md): its ts is its creation on Redis'
+-- clock, PEXPIRETIME - px, plus 1 ms (the creation may have been up to 1 ms
+-- later: less refill, never more).
 local match = string.match
-local function dec(s)
+local function dec(s, key)
     local t, ts, bu = match(s, '^1 (%S+) (%S+) ?(%S*)$')
-    if t == nil then error('tb_exact: bad bucket string') end
+    if t == nil then
+        local px
+        t, px = match(s, '^2 (%S+) (%d+)$')
+        local e = t and redis.call('PEXPIRETIME', key) or -1
+        if e < 0 then error('tb_exact: bad bucket string') end
+        return {t = t, ts = (e - tonumber(px) + 1) * 1000}
+    end
     return {t = t, ts = ts, bu = bu ~= '' and bu or nil}
 end
 local function enc(t, ts, bu)
@@ -233,7 +243,7 @@ local old = redis.pcall('SET', key, enc(t, now, nil), 'NX', 'GET', 'PX',
 if not old then return r end -- (nil: a new key, written)
 local ts, bu, started
 if old.err == nil then -- a string: its state, decided again
-    r, t, ts, bu, started, pttl = decide(key, dec(old), b, rate, now, n, need, block, period)
+    r, t, ts, bu, started, pttl = decide(key, dec(old, key), b, rate, now, n, need, block, period)
     redis.call('SET', key, enc(t, ts, bu), 'PX', fmt[pttl])
     return r
 end

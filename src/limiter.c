@@ -216,13 +216,20 @@ static enum store_script job_args(const struct limiter *l, const struct rjob *j,
     return script_lease_args(j->lj, store_agent_id(l->store), l->ttl_ms, a);
 }
 
-static void send_job(struct limiter *l, struct rjob *j)
+/* j's script call (j is in flight). */
+static void send_eval(struct limiter *l, struct rjob *j)
 {
     struct script_args a;
     enum store_script script = job_args(l, j, &a);
     const char *key = j->kind != RJOB_LEASE ? j->key : j->lj->key;
     size_t keylen = j->kind != RJOB_LEASE ? j->keylen : j->lj->keylen;
 
+    /* The callback runs now when Redis is down: on_reply unlinks. */
+    store_eval(l->store, script, key, keylen, a.argc, a.argv, a.argvlen, on_reply, j);
+}
+
+static void send_job(struct limiter *l, struct rjob *j)
+{
     j->sent_us = util_now_us();
     if (j->lj)
         j->lj->sent_us = j->sent_us;
@@ -235,8 +242,8 @@ static void send_job(struct limiter *l, struct rjob *j)
     l->itail = j;
     if (!l->icheck)
         l->icheck = j;
-    /* The callback runs now when Redis is down: on_reply unlinks. */
-    store_eval(l->store, script, key, keylen, a.argc, a.argv, a.argvlen, on_reply, j);
+    if (limiter_first_send(l, j) < 0) /* (a new key: one plain SET, limiter_first.c) */
+        send_eval(l, j);
 }
 
 static void wake_cb(struct ev_loop *loop, ev_async *a, int revents)
@@ -334,7 +341,8 @@ static void on_state(void *arg, int up)
 }
 
 /* What the layers below (limiter_cc.c, limiter_jobs.c) call up to (limiter_int.h). */
-static const struct limiter_up up_ops = {send_job, hit_done, decide_fallback};
+static const struct limiter_up up_ops = {send_job, hit_done, decide_fallback, send_eval,
+                                         on_reply};
 
 /* ---- decisions (worker threads) ------------------------------------------- */
 

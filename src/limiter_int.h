@@ -102,6 +102,8 @@ struct rjob {
     char key[];                      /* RJOB_EXACT, RJOB_REFUND, RJOB_CC, RJOB_CC_RELEASE */
 };
 
+struct store_result;
+
 /* What the layers below limiter.c call up to, set by limiter_new (a
  * function pointer, not a call into limiter.c): send j from the limiter's
  * thread; one decision of req is in; decide hit i of req without Redis. */
@@ -109,6 +111,9 @@ struct limiter_up {
     void (*send)(struct limiter *l, struct rjob *j);
     void (*hit_done)(struct limiter *l, struct limiter_req *req);
     void (*fallback)(struct limiter *l, struct limiter_req *req, size_t i, uint64_t now_us);
+    /* j (in flight) as its script call, now; j's reply (a store callback) */
+    void (*eval)(struct limiter *l, struct rjob *j);
+    void (*reply)(void *arg, const struct store_result *res);
 };
 
 struct limiter {
@@ -170,9 +175,16 @@ size_t limiter_hit_redis_key(const struct limiter *l, const struct limiter_req *
 struct rjob *limiter_key_call(struct limiter *l, int kind, const struct rule_hit *h,
                               const char *key, size_t keylen);
 
+/* ---- a new key's first decision (limiter_first.c) ---- */
+
+/* Send j (in flight) as one plain SET NX GET PX when it is a token bucket's
+ * cold exact decision on a key this agent has no record of; its reply comes
+ * through l->ops->reply as the script's would. -1: not such a call, nothing
+ * sent. */
+int limiter_first_send(struct limiter *l, struct rjob *j);
+
 /* ---- concurrency (limiter_cc.c) ---- */
 
-struct store_result;
 /* A cc_acquire or cc_release call is in (res NULL: failed): frees j. */
 void limiter_cc_reply(struct limiter *l, struct rjob *j, const struct store_result *res,
                       uint64_t now_us);

@@ -330,7 +330,11 @@ static void read_done(struct op *o)
 }
 
 /* A token bucket no lease was claimed on is a string (tb_exact.lua):
- * "1 t ts [bu]", read as the hash's fields t, ts and bu. */
+ * "1 t ts [bu]", read as the hash's fields t, ts and bu; or "2 t px", a new
+ * key the agent wrote with a plain SET NX PX px (lua/README.md): its ts is
+ * its creation, expiry - px, plus 1 ms as the scripts take it. The expiry is
+ * Redis' TIME plus PTTL: both were read before this GET (sent after TYPE's
+ * reply, on the same connection), so both are known here. */
 static void on_string(void *arg, const struct store_result *res)
 {
     struct op *o = arg;
@@ -340,15 +344,25 @@ static void on_string(void *arg, const struct store_result *res)
 
     if (!read_failed(o, res) && res->nstr == 1) {
         const char *s = res->str[0];
-        if (s[0] != '1' || s[1] != ' ') {
+        if ((s[0] != '1' && s[0] != '2') || s[1] != ' ') {
             if (!o->err)
                 o->err = "unknown bucket layout";
         } else {
-            for (s += 2; *s && nv < 3; nv++) {
-                size_t len = strcspn(s, " ");
-                v[nv] = strndup(s, len);
-                s += len + (s[len] == ' ');
+            for (const char *p = s + 2; *p && nv < 3; nv++) {
+                size_t len = strcspn(p, " ");
+                v[nv] = strndup(p, len);
+                p += len + (p[len] == ' ');
             }
+        }
+        if (s[0] == '2' && nv == 2 && v[1] && o->pttl_ms > 0) {
+            char ts[32];
+            long long px = strtoll(v[1], NULL, 10);
+            snprintf(ts, sizeof(ts), "%lld",
+                     ((long long)(o->now_us / 1000) + (long long)o->pttl_ms - px + 1) * 1000);
+            free(v[1]);
+            v[1] = strdup(ts);
+        } else if (s[0] == '2' && nv > 0 && !o->err) {
+            o->err = "unknown bucket layout";
         }
         o->str = calloc(2 * nv + 1, sizeof(*o->str));
         o->leases = calloc(nv + 1, sizeof(*o->leases));

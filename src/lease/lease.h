@@ -76,6 +76,8 @@ struct lease_job {
     uint64_t offset_ms;            /* a fixed window's window_offset */
     uint64_t want, used, returned;
     int rated;                     /* a rate lease's claim (tb_claim's ARGV 9, 10) */
+    int first; /* LEASE_JOB_EXACT on a key this agent has no record of (its entry
+                  is new): a token bucket's may go as one plain SET (limiter_first.c) */
     uint64_t rate_ppm, demand_ppm; /* share wanted, demand: millionths of the rate */
     uint64_t ttl_ms;               /* 0: [lease] ttl */
     uint64_t sent_us;

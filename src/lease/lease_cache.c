@@ -145,6 +145,8 @@ static struct lease_job *claim_returning(const struct lease_table *t, struct lea
             j->want = claim_size(t, e, now_us);
         if (exact_will_do(t, e, j)) {
             j->kind = LEASE_JOB_EXACT;
+            /* a key seen first now, Redis not heard of: likely new there too */
+            j->first = e->seen == 1 && !e->known;
             METRIC_INC(lease_exact_calls);
         } else {
             METRIC_INC(lease_claims);

@@ -481,6 +481,9 @@ static void render_lease(struct strbuf *b)
     render_simple(b, "spoa_ratelimit_lease_exact_calls_total", "counter",
                   "Single decisions of cold keys sent to Redis as exact calls (nothing leased).",
                   metrics_ld(&metrics.lease_exact_calls));
+    render_simple(b, "spoa_ratelimit_redis_first_sets_total", "counter",
+                  "Cold decisions on keys new to Redis made by one plain SET NX (no script).",
+                  metrics_ld(&metrics.redis_first_sets));
     render_simple(b, "spoa_ratelimit_lease_tokens_granted_total", "counter",
                   "Tokens granted to this agent by Redis.", metrics_ld(&metrics.lease_tokens_granted));
     render_simple(b, "spoa_ratelimit_lease_tokens_returned_total", "counter",

@@ -158,6 +158,7 @@ struct metrics {
     /* leases */
     atomic_uint_fast64_t lease_claims;
     atomic_uint_fast64_t lease_exact_calls; /* cold keys' single decisions (lease_cache.c) */
+    atomic_uint_fast64_t redis_first_sets;  /* of those, made by one plain SET (limiter_first.c) */
     atomic_uint_fast64_t lease_tokens_granted;
     atomic_uint_fast64_t lease_tokens_returned;
     atomic_uint_fast64_t lease_local_decisions;

@@ -228,6 +228,17 @@ int store_read(struct store *s, const char *key, size_t keylen, int argc, const 
     return submit(s, store_cmd_new_read(key, keylen, argc, argv, argvlen, cb, arg), cb, arg);
 }
 
+int store_write(struct store *s, const char *key, size_t keylen, int argc,
+                const char *const *argv, const size_t *argvlen, store_cb *cb, void *arg)
+{
+    if (down(s, cb, arg))
+        return -1;
+    struct store_cmd *c = store_cmd_new_read(key, keylen, argc, argv, argvlen, cb, arg);
+    if (c)
+        c->write = 1;
+    return submit(s, c, cb, arg);
+}
+
 void store_cork(struct store *s, int on)
 {
     s->env.corked = on;

@@ -105,9 +105,16 @@ int store_eval(struct store *s, enum store_script script, const char *key, size_
  * several reads about one key answer from one server, in order. The
  * callback runs exactly once as store_eval()'s does: an array reply comes
  * as res->str, an integer one as res->v[0] (n = 1), an error as STORE_ERR.
- * Never batched; not for the request path. */
+ * Never batched (pipelined alone); not for the request path. */
 int store_read(struct store *s, const char *key, size_t keylen, int argc, const char *const *argv,
                const size_t *argvlen, store_cb *cb, void *arg);
+
+/* A plain command that writes one key, on the request path: the SET NX of
+ * a new key (limiter_first.c). Sent, routed and answered as store_read();
+ * an error reply that every write would get (READONLY, OOM, NOPERM) takes
+ * the store down until a probe passes, as a script call's does. */
+int store_write(struct store *s, const char *key, size_t keylen, int argc,
+                const char *const *argv, const size_t *argvlen, store_cb *cb, void *arg);
 
 /* Group commit (see store_conn.h): between store_cork(s, 1) and
  * store_cork(s, 0), store_eval() calls only queue, and the uncork sends them

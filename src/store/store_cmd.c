@@ -282,7 +282,10 @@ void store_cmd_read_reply(struct store_cmd *c, const struct redisReply *reply, u
     } else if (reply->type == REDIS_REPLY_ERROR) {
         res.status = STORE_ERR;
         res.err = reply->str;
-        METRIC_INC(redis_errors);
+        /* WRONGTYPE answers the agent's SET NX of a new key (limiter_first.c)
+         * that is a hash: an answer (the key exists), not a failure */
+        if (strncmp(reply->str, "WRONGTYPE", 9) != 0)
+            METRIC_INC(redis_errors);
     }
     c->cb(c->arg, &res);
     free(str);

@@ -33,6 +33,8 @@ struct store_cmd {
     unsigned batch : 1;      /* carries members (below) */
     unsigned read : 1;       /* store_read(): argv is the command as is, no sha;
                               * never batched; key in rkey */
+    unsigned write : 1;      /* a read made by store_write(): refusals take the
+                              * store down as a script call's do */
     unsigned pooled : 1;     /* a CMD_BLOCK block, recycled (store_cmd.c) */
     int argc;                /* a batch: 0 (its request is written from its members) */
     char **argv;             /* argv[1] is NULL: the sha is written when sent */

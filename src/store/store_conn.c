@@ -428,11 +428,18 @@ static void flush(struct store_conn *conn)
         struct store_cmd *group = first, **gt = &first->mnext;
         unsigned n = 1;
         size_t len;
-        const char *key = store_cmd_key(first, &len);
-        unsigned slot = util_redis_slot(key, len);
         int alone = first->batch || first->asking || first->read;
 
         first->mnext = NULL;
+        if (alone) { /* nothing joins it: no scan of the rest (a run of plain
+                        SETs, limiter_first.c, would cost a scan each) */
+            q = first->next;
+            first->next = NULL;
+            send_group(conn, first, 1);
+            continue;
+        }
+        const char *key = store_cmd_key(first, &len);
+        unsigned slot = util_redis_slot(key, len);
         for (c = first->next; c; c = next) {
             next = c->next;
             c->next = NULL;
@@ -515,14 +522,15 @@ static int handle_error(struct store_conn *conn, redisAsyncContext *ac, struct s
         conn->hooks->redirect(conn->owner, conn, c, ask, slot, host, port);
         return 1;
     }
-    if (store_error_refusal(kind) && !c->read) {
+    if (store_error_refusal(kind) && (!c->read || c->write)) {
         /* Every call would get it (a replica, an ACL, a full Redis): down
          * until a probe passes, not one refused call per decision. */
         char command[64];
         size_t len;
         const char *key = store_cmd_key(c, &len);
 
-        snprintf(command, sizeof(command), "EVALSHA %s", store_conn_script_names[c->script]);
+        snprintf(command, sizeof(command), "%s %s", c->read ? "SET" : "EVALSHA",
+                 c->read ? "(new key)" : store_conn_script_names[c->script]);
         METRIC_INC(redis_errors);
         store_conn_note_error(conn, kind, err, command);
         store_conn_refused(conn, kind, err, (int)util_redis_slot(key, len));

@@ -363,10 +363,15 @@ class RedisKeys(unittest.TestCase):
 
     def hash(self, key):
         """The bucket's fields: a hash's, or those of a token bucket kept as
-        a string "1 t ts [bu]" (tb_exact.lua: no lease claimed on it)."""
+        a string "1 t ts [bu]" (tb_exact.lua: no lease claimed on it), or
+        "2 t px" (a new key's plain SET: ts is its creation, expiry - px)."""
         if self.redis.cli("TYPE", key).strip() == "string":
             v = self.redis.cli("GET", key).split()
-            return dict(zip(("t", "ts", "bu"), v[1:]))
+            # (else it changed meanwhile: gone, or a hash now: WRONGTYPE)
+            if v[:1] == ["2"]:
+                v[2] = str((int(self.redis.cli("PEXPIRETIME", key)) - int(v[2])) * 1000)
+            if v[:1] in (["1"], ["2"]):
+                return dict(zip(("t", "ts", "bu"), v[1:]))
         out = self.redis.cli("HGETALL", key).splitlines()
         return dict(zip(out[0::2], out[1::2]))
 

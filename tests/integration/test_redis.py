@@ -94,9 +94,15 @@ class RedisCase(unittest.TestCase):
 
     def hgetall(self, redis, key):
         """The bucket's fields: a hash's, or those of a token bucket kept as
-        a string "1 t ts [bu]" (tb_exact.lua: no lease claimed on it)."""
+        a string "1 t ts [bu]" (tb_exact.lua: no lease claimed on it), or
+        "2 t px" (a new key's plain SET: ts is its creation, expiry - px)."""
         if redis.cli("TYPE", key).strip() == "string":
-            return dict(zip(("t", "ts", "bu"), redis.cli("GET", key).split()[1:]))
+            v = redis.cli("GET", key).split()
+            # (else it changed meanwhile: gone, or a hash now: WRONGTYPE)
+            if v[:1] == ["2"]:
+                v[2] = str((int(redis.cli("PEXPIRETIME", key)) - int(v[2])) * 1000)
+            if v[:1] in (["1"], ["2"]):
+                return dict(zip(("t", "ts", "bu"), v[1:]))
         out = redis.cli("HGETALL", key).splitlines()
         return dict(zip(out[0::2], out[1::2]))
 
@@ -219,6 +225,58 @@ match = path ^/sw/
 rate = 10/1m
 algorithm = sliding-window
 """
+
+
+class FirstSet(RedisCase):
+    def test_new_key_by_plain_set_then_scripts(self):
+        """A lease rule's first decision on a key new to this agent and to
+        Redis is one plain SET NX writing "2 t px" (no script); the key's next
+        decisions (scripts reading that layout) count down exactly as before.
+        A second agent with no record of the key tries the SET too, finds the
+        key there (NX writes nothing) and decides it with the script."""
+        redis = self.start_redis()
+        a = self.start_agent(redis, SEMANTICS, prefix="fs:")
+        b = self.start_agent(redis, SEMANTICS, prefix="fs:")
+        ca, cb = self.seq(a), self.seq(b)
+        key = unique("first")
+        rkey = "fs:t2:ten-lease:" + key
+        sets = self.metric(a, "spoa_ratelimit_redis_first_sets_total")
+        got = [ca.decide(key=key, path="/lease/x")]
+        self.assertEqual(self.metric(a, "spoa_ratelimit_redis_first_sets_total"), sets + 1)
+        # t = 10 - 1; px = 60000 / 10 + 1000 ms
+        self.assertEqual(redis.cli("GET", rkey).strip(), "2 9 7000")
+        got += [ca.decide(key=key, path="/lease/x") for _ in range(4)]
+        self.assertEqual(self.metric(a, "spoa_ratelimit_redis_first_sets_total"), sets + 1)
+        bsets = self.metric(b, "spoa_ratelimit_redis_first_sets_total")
+        # agent b: its first decision on the key is the SET, which finds it
+        first_b = cb.decide(key=key, path="/lease/x")
+        self.assertEqual(self.metric(b, "spoa_ratelimit_redis_first_sets_total"), bsets)
+        self.assertEqual((first_b["blocked"], first_b["remaining"]), (False, 4), first_b)
+        got.append(first_b)
+        got += [ca.decide(key=key, path="/lease/x") for _ in range(8)]
+        self.assertEqual(ten_per_minute_problems(got, "ten-lease"), [], got)
+
+
+    def test_refused_set_takes_redis_down(self):
+        """A refusal every write would get (-OOM) on the plain SET takes
+        Redis down until a probe passes, as on a script call: not one failed
+        call per decision while every key is new."""
+        redis = self.start_redis()
+        a = self.start_agent(redis, SEMANTICS, prefix="fs:")
+        c = self.seq(a)
+        redis.cli("CONFIG", "SET", "maxmemory-policy", "noeviction")
+        redis.cli("CONFIG", "SET", "maxmemory", "1")
+        got = c.decide(key=unique("oom"), path="/lease/x")
+        self.assertIs(got.get("degraded"), True, got)
+        end = time.monotonic() + 5
+        while time.monotonic() < end and self.metric(a, "spoa_ratelimit_redis_up") != 0:
+            time.sleep(0.05)
+        self.assertEqual(self.metric(a, "spoa_ratelimit_redis_up"), 0,
+                         "a refused SET left Redis up")
+        redis.cli("CONFIG", "SET", "maxmemory", "0")
+        fleet.wait_redis_up(a)
+        got = c.decide(key=unique("oom"), path="/lease/x")
+        self.assertTrue(got.get("degraded") is not True and got["remaining"] == 9, got)
 
 
 class TwoAgents(RedisCase):

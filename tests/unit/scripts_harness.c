@@ -111,14 +111,18 @@ double window_left_ms(long long period_ms)
 
 /* The fields of a bucket, as HGETALL answers for a hash: a token bucket
  * no lease was claimed on is a string "1 t ts [bu]" (tb_exact.lua), read
- * here as the fields t, ts and bu. */
+ * here as the fields t, ts and bu; "2 t px" (the agent's plain SET of a new
+ * key) as t and its creation time, PEXPIRETIME - px (lua/README.md). */
 redisReply *bucket_fields(const char *key)
 {
     return cmd("EVAL %s 1 %s",
                "if redis.call('TYPE', KEYS[1]).ok ~= 'string' then "
                "return redis.call('HGETALL', KEYS[1]) end "
-               "local t, ts, bu = string.match(redis.call('GET', KEYS[1]), "
-               "'^1 (%S+) (%S+) ?(%S*)$') "
+               "local s = redis.call('GET', KEYS[1]) "
+               "local t, ts, bu = string.match(s, '^1 (%S+) (%S+) ?(%S*)$') "
+               "if t == nil then local px; t, px = string.match(s, '^2 (%S+) (%d+)$') "
+               "ts, bu = string.format('%d', (redis.call('PEXPIRETIME', KEYS[1]) - px) * 1000), '' "
+               "end "
                "if bu == '' then return {'t', t, 'ts', ts} end "
                "return {'t', t, 'ts', ts, 'bu', bu}",
                key);

@@ -645,6 +645,95 @@ START_TEST(tb_string_key_becomes_hash)
 }
 END_TEST
 
+/* A pair of keys in the same state, t = b - 4 made at one Redis ms: a
+ * string "2 t px" as the agent's plain SET NX PX px writes it (a new key
+ * decided without Lua), and a "1 t ts" of the same creation time and expiry. */
+static void first_pair(const char *k2, const char *k1, long long t, long long px)
+{
+    char v[64]; /* (one argument: hiredis splits the format at spaces) */
+    snprintf(v, sizeof(v), "2 %lld %lld", t, px);
+    freeReplyObject(cmd("SET %s %s NX PX %lld", k2, v, px));
+    long long e = cmd_int("PEXPIRETIME %s", k2);
+    ck_assert_int_gt(e, 0);
+    snprintf(v, sizeof(v), "1 %lld %lld", t, (e - px) * 1000);
+    freeReplyObject(cmd("SET %s %s PXAT %lld", k1, v, e));
+}
+
+/* Every tb_* script reads a "2 t px" key as the "1 t ts" key of its creation
+ * time (within the 1 ms it adds: retry and reset may differ by a ms), and
+ * writes it back in its own layout with its TTL. */
+START_TEST(tb_first_set_key_reads_as_created)
+{
+    const long long t = slow.burst - 4, px = 4000 + 1000; /* 1000 ms per token */
+    char k2[128], k1[128];
+    long long a[X_N], b[X_N], oa[R_N], ob[R_N], za[Z_N], zb[Z_N];
+    long long ga[REFUND_R_COUNT], gb[REFUND_R_COUNT];
+
+    mkkey(k2, sizeof(k2), "first-exact-2");
+    mkkey(k1, sizeof(k1), "first-exact-1");
+    first_pair(k2, k1, t, px);
+    for (int i = 0; i < 3; i++) {
+        exact(TB_EXACT, k2, &slow, 2, a);
+        exact(TB_EXACT, k1, &slow, 2, b);
+        ck_assert_int_eq(a[X_ALLOWED], b[X_ALLOWED]);
+        ck_assert_int_eq(a[X_REMAINING], b[X_REMAINING]);
+        ck_assert_int_le(llabs(a[X_RETRY] - b[X_RETRY]), 2);
+        ck_assert_int_le(llabs(a[X_RESET] - b[X_RESET]), 2);
+        long long pa = cmd_int("PTTL %s", k2), pb = cmd_int("PTTL %s", k1);
+        ck_assert_msg(pa > 0 && llabs(pa - pb) <= 5, "pttl %lld vs %lld", pa, pb);
+    }
+    ck_assert_int_eq(a[X_ALLOWED], 1); /* 6, 4, 2 taken: 0 left */
+    ck_assert_int_eq(a[X_REMAINING], 0);
+    redisReply *r = cmd("GET %s", k2);
+    ck_assert_int_eq(r->type, REDIS_REPLY_STRING);
+    ck_assert_msg(strncmp(r->str, "1 ", 2) == 0, "layout version: %s", r->str);
+    freeReplyObject(r);
+
+    mkkey(k2, sizeof(k2), "first-claim-2");
+    mkkey(k1, sizeof(k1), "first-claim-1");
+    first_pair(k2, k1, t, px);
+    claim(TB_CLAIM, k2, "A", &slow, 10, 0, 0, oa);
+    claim(TB_CLAIM, k1, "A", &slow, 10, 0, 0, ob);
+    ck_assert_int_eq(oa[R_GRANTED], 6);
+    ck_assert_int_eq(oa[R_GRANTED], ob[R_GRANTED]);
+    ck_assert_int_eq(oa[R_REMAINING], ob[R_REMAINING]);
+    ck_assert(is_type(k2, "hash"));
+    ck_assert_int_gt(cmd_int("PTTL %s", k2), 0);
+
+    mkkey(k2, sizeof(k2), "first-return-2");
+    mkkey(k1, sizeof(k1), "first-return-1");
+    first_pair(k2, k1, t, px);
+    give_back(TB_RETURN, k2, "A", &slow, 0, oa);
+    give_back(TB_RETURN, k1, "A", &slow, 0, ob);
+    ck_assert_int_eq(oa[R_REMAINING], 6);
+    ck_assert_int_eq(oa[R_REMAINING], ob[R_REMAINING]);
+    ck_assert(is_type(k2, "hash"));
+
+    mkkey(k2, sizeof(k2), "first-refund-2");
+    mkkey(k1, sizeof(k1), "first-refund-1");
+    first_pair(k2, k1, t, px);
+    long long now_ms = redis_now_us() / 1000;
+    refund(TB_REFUND, k2, &slow, 3, now_ms, ga);
+    refund(TB_REFUND, k1, &slow, 3, now_ms, gb);
+    ck_assert_int_eq(ga[REFUND_R_GIVEN], 3);
+    ck_assert_int_eq(ga[REFUND_R_REMAINING], 9);
+    ck_assert_int_eq(ga[REFUND_R_GIVEN], gb[REFUND_R_GIVEN]);
+    ck_assert_int_eq(ga[REFUND_R_REMAINING], gb[REFUND_R_REMAINING]);
+    ck_assert(is_type(k2, "hash"));
+    long long pa = cmd_int("PTTL %s", k2), pb = cmd_int("PTTL %s", k1);
+    ck_assert_msg(pa > 0 && llabs(pa - pb) <= 5, "pttl %lld vs %lld", pa, pb);
+
+    mkkey(k2, sizeof(k2), "first-reset-2");
+    mkkey(k1, sizeof(k1), "first-reset-1");
+    first_pair(k2, k1, t, px);
+    reset(TB_RESET, k2, &slow, za);
+    reset(TB_RESET, k1, &slow, zb);
+    ck_assert_int_eq(za[Z_BEFORE], 6);
+    ck_assert_int_eq(za[Z_BEFORE], zb[Z_BEFORE]);
+    ck_assert_int_eq(za[Z_REMAINING], zb[Z_REMAINING]);
+}
+END_TEST
+
 static Suite *scripts_exact_suite(void)
 {
     Suite *s = suite_create("scripts_exact");
@@ -655,7 +744,8 @@ static Suite *scripts_exact_suite(void)
               tb_reset_keeps_leases, tb_reset_without_leases_deletes_key,
               tb_reset_random_keeps_invariant, tb_refund_caps_at_b_minus_held,
               tb_refund_random_keeps_invariant, sw_refund_same_window_only,
-              tb_exact_layouts_answer_alike, tb_string_key_becomes_hash);
+              tb_exact_layouts_answer_alike, tb_string_key_becomes_hash,
+              tb_first_set_key_reads_as_created);
     suite_add_tcase(s, tb);
     return s;
 }

@@ -1,0 +1,92 @@
+/* limiter_first.c - a token bucket's cold decision on a key this agent has no
+ * record of, made by ONE plain pipelined Redis command instead of a tb_exact
+ * script call: SET key "2 t px" NX GET PX px, the state a new full bucket has
+ * after this decision (lua/README.md, "2 t px"). Most cold keys on a large key
+ * space are new to Redis too, and a plain SET costs Redis about a third of a
+ * script operation (no Lua: the script's floor in a batch is the larger part
+ * of a cold decision's cost). A key that is there after all (a string or a
+ * hash) is left alone by NX and gets the normal tb_exact call: a second round
+ * trip, on the few keys the guess missed. */
+#include "limiter_int.h"
+
+#include <string.h>
+
+#include "core/util.h"
+#include "lease/lease.h"
+#include "metrics/metrics.h"
+#include "store/script.h"
+#include "store/store.h"
+
+/* Integer ceil(x / y) of y > 0. */
+static uint64_t ceil_div(uint64_t x, uint64_t y)
+{
+    return x / y + (x % y != 0);
+}
+
+/* The SET's reply. Nil: the key was new and holds the state sent: allowed,
+ * answered as tb_exact answers a new key. A string, or WRONGTYPE (a hash):
+ * the key was there and NX wrote nothing: tb_exact decides it. Anything else
+ * failed, as a failed script call does. */
+static void on_set(void *arg, const struct store_result *res)
+{
+    struct rjob *j = arg;
+    struct limiter *l = j->l;
+    const struct lease_job *lj = j->lj;
+
+    if ((res->status == STORE_OK && res->nstr == 1 && res->n == 0) ||
+        (res->status == STORE_ERR && res->err && !strncmp(res->err, "WRONGTYPE", 9))) {
+        l->ops->eval(l, j);
+        return;
+    }
+    if (res->status != STORE_OK || res->nstr != 0 || res->n != 0) {
+        struct store_result bad = *res;
+        if (bad.status == STORE_OK) {
+            bad.status = STORE_ERR;
+            bad.err = "unexpected reply to SET";
+        }
+        l->ops->reply(j, &bad);
+        return;
+    }
+    /* Cost 1 from a full bucket b: t = b - 1; in ms, rate = limit / period. */
+    uint64_t b = lj->burst, t = b - 1, limit = lj->limit, period = lj->period_ms;
+    struct store_result r = {.status = STORE_OK, .n = EXACT_R_COUNT,
+                             .latency_us = res->latency_us};
+    r.v[EXACT_R_ALLOWED] = 1;
+    r.v[EXACT_R_REMAINING] = (int64_t)t;
+    r.v[EXACT_R_RETRY_MS] = t >= 1 ? 0 : (int64_t)ceil_div((1 - t) * period, limit);
+    r.v[EXACT_R_RESET_MS] = (int64_t)ceil_div((b - t) * period, limit);
+    /* Redis' time is not known here: the agent's clock stands in. Only a
+     * refund reads time_ms back (as taken_ms), and a token bucket's refund
+     * ignores it (tb_refund.lua ARGV[5]). */
+    r.v[EXACT_R_TIME_MS] = (int64_t)(util_wall_us() / 1000);
+    METRIC_INC(redis_first_sets);
+    l->ops->reply(j, &r);
+}
+
+int limiter_first_send(struct limiter *l, struct rjob *j)
+{
+    const struct lease_job *lj = j->lj;
+
+    /* a lease job's exact decision: cost 1, which a burst >= 1 holds */
+    if (j->kind != RJOB_LEASE || lj->kind != LEASE_JOB_EXACT || !lj->first ||
+        lj->algorithm != BUCKET_TOKEN_BUCKET || lj->burst < 1 || lj->limit < 1 ||
+        lj->period_ms < 1 || lj->burst > (uint64_t)1 << 50 || lj->period_ms > (uint64_t)1 << 50)
+        return -1;
+    /* "2 t px": t = b - 1; px = ceil((b - t) / rate_ms) + 1000, tb_exact's TTL
+     * for that state, in exact integers (rate_ms = limit / period_ms). */
+    /* (util_u64_dec, not snprintf: a decision's cost, on every cold key) */
+    char val[64] = "2 ", px[24];
+    uint64_t t = lj->burst - 1, ttl = ceil_div(lj->period_ms, lj->limit) + 1000;
+    size_t vn = 2 + util_u64_dec(val + 2, t);
+    val[vn++] = ' ';
+    size_t pn = util_u64_dec(px, ttl);
+    memcpy(val + vn, px, pn);
+    vn += pn;
+    const char *argv[] = {"SET", lj->key, val, "NX", "GET", "PX", px};
+    const size_t argvlen[] = {3, lj->keylen, vn, 2, 3, 2, pn};
+
+    /* routed, pipelined and failed (down: the callback runs now) as a script
+     * call on the key is */
+    store_write(l->store, lj->key, lj->keylen, 7, argv, argvlen, on_set, j);
+    return 0;
+}
