@@ -253,6 +253,10 @@ class Metrics(unittest.TestCase):
             got = [c.decide({"key": "m"}, stream=i, fid=1) for i in range(25)]
             c.close()
             self.assertEqual(sum(not g["blocked"] for g in got), 10)
+            # decision_seconds is observed once the ACK is written: the client
+            # may read the last ACK a moment before the agent records it
+            self.assertTrue(wait_for(lambda: "spoa_ratelimit_decision_seconds_count 25\n"
+                                     in agent.metrics(), 5), agent.metrics()[-3000:])
             m = agent.metrics()
             self.assertIn('spoa_ratelimit_decisions_total{rule="hourly",result="allowed"} 10\n', m)
             self.assertIn('spoa_ratelimit_decisions_total{rule="hourly",result="blocked"} 15\n', m)
