@@ -582,13 +582,16 @@ START_TEST(tb_exact_layouts_answer_alike)
     for (size_t i = 0; i < sizeof(costs) / sizeof(costs[0]); i++) {
         exact(TB_EXACT, skey, &ru, costs[i], xs);
         exact(TB_EXACT, hkey, &ru, costs[i], xh);
+        /* the calls are apart by their time in Redis (a few ms on a loaded
+         * machine): the times they answer differ by at most that, plus a
+         * ms boundary */
+        long long gap = xh[X_TIME] - xs[X_TIME] + 1;
         ck_assert_int_eq(xs[X_ALLOWED], xh[X_ALLOWED]);
         ck_assert_int_eq(xs[X_REMAINING], xh[X_REMAINING]);
-        /* (the calls are microseconds apart: a ms boundary may fall between) */
-        ck_assert_int_le(llabs(xs[X_RETRY] - xh[X_RETRY]), 1);
-        ck_assert_int_le(llabs(xs[X_RESET] - xh[X_RESET]), 1);
+        ck_assert_int_le(llabs(xs[X_RETRY] - xh[X_RETRY]), gap);
+        ck_assert_int_le(llabs(xs[X_RESET] - xh[X_RESET]), gap);
         long long ps = cmd_int("PTTL %s", skey), ph = cmd_int("PTTL %s", hkey);
-        ck_assert_msg(ps > 0 && llabs(ps - ph) <= 5, "pttl %lld vs %lld", ps, ph);
+        ck_assert_msg(ps > 0 && llabs(ps - ph) <= 5 + 2 * gap, "pttl %lld vs %lld", ps, ph);
         ck_assert(is_type(skey, "string"));
         ck_assert(is_type(hkey, "hash"));
     }
@@ -675,12 +678,14 @@ START_TEST(tb_first_set_key_reads_as_created)
     for (int i = 0; i < 3; i++) {
         exact(TB_EXACT, k2, &slow, 2, a);
         exact(TB_EXACT, k1, &slow, 2, b);
+        /* plus the time between the two calls (ms on a loaded machine) */
+        long long gap = b[X_TIME] - a[X_TIME];
         ck_assert_int_eq(a[X_ALLOWED], b[X_ALLOWED]);
         ck_assert_int_eq(a[X_REMAINING], b[X_REMAINING]);
-        ck_assert_int_le(llabs(a[X_RETRY] - b[X_RETRY]), 2);
-        ck_assert_int_le(llabs(a[X_RESET] - b[X_RESET]), 2);
+        ck_assert_int_le(llabs(a[X_RETRY] - b[X_RETRY]), 2 + gap);
+        ck_assert_int_le(llabs(a[X_RESET] - b[X_RESET]), 2 + gap);
         long long pa = cmd_int("PTTL %s", k2), pb = cmd_int("PTTL %s", k1);
-        ck_assert_msg(pa > 0 && llabs(pa - pb) <= 5, "pttl %lld vs %lld", pa, pb);
+        ck_assert_msg(pa > 0 && llabs(pa - pb) <= 5 + 2 * gap, "pttl %lld vs %lld", pa, pb);
     }
     ck_assert_int_eq(a[X_ALLOWED], 1); /* 6, 4, 2 taken: 0 left */
     ck_assert_int_eq(a[X_REMAINING], 0);
@@ -712,7 +717,7 @@ START_TEST(tb_first_set_key_reads_as_created)
     mkkey(k2, sizeof(k2), "first-refund-2");
     mkkey(k1, sizeof(k1), "first-refund-1");
     first_pair(k2, k1, t, px);
-    long long now_ms = redis_now_us() / 1000;
+    long long now_us = redis_now_us(), now_ms = now_us / 1000;
     refund(TB_REFUND, k2, &slow, 3, now_ms, ga);
     refund(TB_REFUND, k1, &slow, 3, now_ms, gb);
     ck_assert_int_eq(ga[REFUND_R_GIVEN], 3);
@@ -721,7 +726,8 @@ START_TEST(tb_first_set_key_reads_as_created)
     ck_assert_int_eq(ga[REFUND_R_REMAINING], gb[REFUND_R_REMAINING]);
     ck_assert(is_type(k2, "hash"));
     long long pa = cmd_int("PTTL %s", k2), pb = cmd_int("PTTL %s", k1);
-    ck_assert_msg(pa > 0 && llabs(pa - pb) <= 5, "pttl %lld vs %lld", pa, pb);
+    long long spent = (redis_now_us() - now_us) / 1000; /* ms on a loaded machine */
+    ck_assert_msg(pa > 0 && llabs(pa - pb) <= 5 + 2 * spent, "pttl %lld vs %lld", pa, pb);
 
     mkkey(k2, sizeof(k2), "first-reset-2");
     mkkey(k1, sizeof(k1), "first-reset-1");
