@@ -110,7 +110,12 @@ class CostCase(RedisCase):
         self.assertTrue(wait_for(
             lambda: agent.metric("spoa_ratelimit_missing_args_total") >= before + 4, 5))
         got = [c.decide(key=key, path="/tb/x", cost="0") for _ in range(2)]
-        self.assertEqual([(g["blocked"], g["remaining"]) for g in got], [(False, 6)] * 2, got)
+        if "lease = on" in label:
+            # remaining is Redis' count, less a token this agent's lease may
+            # hold at that moment (tokens + held <= burst)
+            self.assertTrue(all(not g["blocked"] and g["remaining"] in (5, 6) for g in got), got)
+        else:
+            self.assertEqual([(g["blocked"], g["remaining"]) for g in got], [(False, 6)] * 2, got)
         got = c.decide(key=key, path="/tb/x", cost="6")
         if got["blocked"] and "lease = on" in label:
             # A cost the lease does not hold goes to Redis exactly, where the
