@@ -31,8 +31,8 @@ struct store_cmd {
     unsigned asked : 1;      /* followed an -ASK already */
     unsigned asking : 1;     /* send ASKING first (the last redirect was -ASK) */
     unsigned batch : 1;      /* carries members (below) */
-    unsigned read : 1;       /* store_read(): argv is the command as is, no sha;
-                              * never batched; key in rkey */
+    unsigned read : 1;       /* store_read(): the command as is, no sha, in raw
+                              * (no argv); never batched; key in rkey */
     unsigned write : 1;      /* a read made by store_write(): refusals take the
                               * store down as a script call's do */
     unsigned pooled : 1;     /* a CMD_BLOCK block, recycled (store_cmd.c) */
@@ -47,6 +47,10 @@ struct store_cmd {
     unsigned nmembers;
     const char *rkey;        /* a read's routing key (in the same block) */
     size_t rkeylen;
+    const char *raw;         /* a read's request, written as RESP when made (in
+                              * the same block): sent as is, and again after a
+                              * redirect */
+    size_t rawlen;
 };
 
 /* A copy of the call; NULL when out of memory. */
@@ -54,8 +58,8 @@ struct store_cmd *store_cmd_new(enum store_script script, const char *key, size_
                                 const char *const *argv, const size_t *argvlen, store_cb *cb,
                                 void *arg);
 
-/* A copy of a read command (store_read): argv as given, routed by key.
- * NULL when out of memory. */
+/* A read command (store_read, store_write): argv as given, written as RESP
+ * at once (raw), routed by key. NULL when out of memory. */
 struct store_cmd *store_cmd_new_read(const char *key, size_t keylen, int argc,
                                      const char *const *argv, const size_t *argvlen, store_cb *cb,
                                      void *arg);

@@ -369,11 +369,20 @@ static void on_eval_reply(redisAsyncContext *ac, void *r, void *priv);
 static int wire_send(struct store_conn *conn, struct store_cmd *c)
 {
     struct store_resp *w = &conn->env->resp;
+    const char *req;
+    size_t len;
 
     if (!conn->ac)
         return -1;
-    if (store_cmd_format(c, c->read ? NULL : conn->env->sha[c->script], w) < 0)
+    if (c->read) { /* written when made (store_cmd_new_read): no copy */
+        req = c->raw;
+        len = c->rawlen;
+    } else if (store_cmd_format(c, conn->env->sha[c->script], w) < 0) {
         return -1;
+    } else {
+        req = w->buf;
+        len = w->len;
+    }
     if (c->asking) {
         if (redisAsyncCommand(conn->ac, NULL, NULL, "ASKING") != REDIS_OK)
             return -1;
@@ -381,7 +390,7 @@ static int wire_send(struct store_conn *conn, struct store_cmd *c)
     }
     /* Written by us into one reused buffer: hiredis would build it with an
      * sds grown per argument (store_resp.h). */
-    if (redisAsyncFormattedCommand(conn->ac, on_eval_reply, c, w->buf, w->len) != REDIS_OK)
+    if (redisAsyncFormattedCommand(conn->ac, on_eval_reply, c, req, len) != REDIS_OK)
         return -1;
     METRIC_INC(redis_commands);
     c->sent_us = conn->io_us = util_now_us();

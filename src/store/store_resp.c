@@ -116,6 +116,38 @@ void store_resp_bulk_u64(struct store_resp *w, uint64_t v)
     store_resp_bulk(w, digits, util_u64_dec(digits, v));
 }
 
+void store_resp_raw(struct store_resp *w, const char *p, size_t len)
+{
+    if (reserve(w, len) < 0)
+        return;
+    memcpy(w->buf + w->len, p, len);
+    w->len += len;
+}
+
+size_t store_resp_command_bound(int argc, const size_t *argvlen)
+{
+    size_t bytes = 1 + UTIL_U64_DEC_MAX + 2;
+
+    for (int i = 0; i < argc; i++)
+        bytes += 1 + UTIL_U64_DEC_MAX + 2 + argvlen[i] + 2;
+    return bytes;
+}
+
+size_t store_resp_put_command(char *p, int argc, const char *const *argv, const size_t *argvlen)
+{
+    char *start = p;
+
+    p = put_header(p, '*', (uint64_t)argc);
+    for (int i = 0; i < argc; i++) {
+        p = put_header(p, '$', argvlen[i]);
+        memcpy(p, argv[i], argvlen[i]);
+        p += argvlen[i];
+        *p++ = '\r';
+        *p++ = '\n';
+    }
+    return (size_t)(p - start);
+}
+
 void store_resp_free(struct store_resp *w)
 {
     free(w->buf);

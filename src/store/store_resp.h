@@ -35,8 +35,20 @@ void store_resp_bulk(struct store_resp *w, const char *p, size_t len);
 /* n bulk strings, argv[i] of argvlen[i] bytes each (as n calls above). */
 void store_resp_bulks(struct store_resp *w, int n, char *const *argv, const size_t *argvlen);
 
+/* len bytes of RESP written elsewhere (store_resp_put_command), as they are. */
+void store_resp_raw(struct store_resp *w, const char *p, size_t len);
+
 /* A bulk string holding v in decimal. */
 void store_resp_bulk_u64(struct store_resp *w, uint64_t v);
+
+/* The most bytes store_resp_put_command() writes for argc arguments of
+ * argvlen[i] bytes. */
+size_t store_resp_command_bound(int argc, const size_t *argvlen);
+
+/* A whole command (an array of argc bulk strings) at p, which has room for
+ * store_resp_command_bound() bytes; the bytes written. For a request made
+ * once and sent as is, without a store_resp buffer. */
+size_t store_resp_put_command(char *p, int argc, const char *const *argv, const size_t *argvlen);
 
 /* 1 when everything since the last reset was written, 0 when memory ran out. */
 static inline int store_resp_ok(const struct store_resp *w)
