@@ -63,6 +63,30 @@ static void on_set(void *arg, const struct store_result *res)
     l->ops->reply(j, &r);
 }
 
+/* The SET's value and PX for a rule's parameters. */
+struct first_args {
+    uint64_t burst, limit, period_ms; /* burst 0: none yet (never a valid one) */
+    char val[64], px[24];
+    size_t vn, pn;
+};
+
+static void first_args_make(struct first_args *fa, uint64_t burst, uint64_t limit,
+                            uint64_t period_ms)
+{
+    /* (util_u64_dec, not snprintf: once per rule now, but cheap anyway) */
+    uint64_t t = burst - 1, ttl = ceil_div(period_ms, limit) + 1000;
+
+    fa->burst = burst;
+    fa->limit = limit;
+    fa->period_ms = period_ms;
+    fa->pn = util_u64_dec(fa->px, ttl);
+    memcpy(fa->val, "2 ", 2);
+    fa->vn = 2 + util_u64_dec(fa->val + 2, t);
+    fa->val[fa->vn++] = ' ';
+    memcpy(fa->val + fa->vn, fa->px, fa->pn);
+    fa->vn += fa->pn;
+}
+
 int limiter_first_send(struct limiter *l, struct rjob *j)
 {
     const struct lease_job *lj = j->lj;
@@ -73,15 +97,15 @@ int limiter_first_send(struct limiter *l, struct rjob *j)
         lj->period_ms < 1 || lj->burst > (uint64_t)1 << 50 || lj->period_ms > (uint64_t)1 << 50)
         return -1;
     /* "2 t px": t = b - 1; px = ceil((b - t) / rate_ms) + 1000, tb_exact's TTL
-     * for that state, in exact integers (rate_ms = limit / period_ms). */
-    /* (util_u64_dec, not snprintf: a decision's cost, on every cold key) */
-    char val[64] = "2 ", px[24];
-    uint64_t t = lj->burst - 1, ttl = ceil_div(lj->period_ms, lj->limit) + 1000;
-    size_t vn = 2 + util_u64_dec(val + 2, t);
-    val[vn++] = ' ';
-    size_t pn = util_u64_dec(px, ttl);
-    memcpy(val + vn, px, pn);
-    vn += pn;
+     * for that state, in exact integers (rate_ms = limit / period_ms). The
+     * same for every key of a rule: kept from the last call (one rule is
+     * the usual run of new keys), rather than written again per cold key. */
+    static _Thread_local struct first_args last;
+    struct first_args *fa = &last;
+    if (fa->burst != lj->burst || fa->limit != lj->limit || fa->period_ms != lj->period_ms)
+        first_args_make(fa, lj->burst, lj->limit, lj->period_ms);
+    const char *val = fa->val, *px = fa->px;
+    size_t vn = fa->vn, pn = fa->pn;
     const char *argv[] = {"SET", lj->key, val, "NX", "GET", "PX", px};
     const size_t argvlen[] = {3, lj->keylen, vn, 2, 3, 2, pn};
 
