@@ -43,6 +43,7 @@ struct store_conn {
     int probe_slot;
     uint64_t connect_us;   /* when the current attempt started */
     uint64_t io_us;        /* the last command sent or reply read: keepalive's clock */
+    uint64_t read_us;      /* the last read began (the replies it brought came by then) */
     uint64_t ping_us;      /* the keepalive PING in flight was sent then; 0: none */
     int ping_late;         /* it is past the timeout (counted as an error once) */
     double backoff;
