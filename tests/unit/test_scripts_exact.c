@@ -302,6 +302,21 @@ START_TEST(tb_hgetall_copies_identical)
 }
 END_TEST
 
+/* times(), the reply's times and the key's TTL after a decision, stands in
+ * tb_claim and tb_exact (each must load alone): the copies identical, so a
+ * fix to one is a fix to both. */
+START_TEST(tb_times_copies_identical)
+{
+    const char *a = strstr(script_text[TB_CLAIM], "local function times(");
+    const char *b = strstr(script_text[TB_EXACT], "local function times(");
+    ck_assert_msg(a != NULL && b != NULL, "tb_claim or tb_exact: no times()");
+    const char *end = strstr(a, "\nend\n");
+    ck_assert_ptr_nonnull(end);
+    size_t len = (size_t)(end - a) + 5;
+    ck_assert_int_eq(strncmp(a, b, len), 0);
+}
+END_TEST
+
 /* fmt, the text of every number a script stores, must print exactly what
  * string.format('%.17g') prints (the value read back is the value written):
  * one copy in each script, all identical, so the one tested here is each one. */
@@ -744,7 +759,8 @@ static Suite *scripts_exact_suite(void)
 {
     Suite *s = suite_create("scripts_exact");
     TCase *tb = scripts_tcase("token_bucket");
-    CHECK_ADD(tb, tb_advance_copies_identical, tb_hgetall_copies_identical, fmt_copies_identical, tb_noscript_after_flush,
+    CHECK_ADD(tb, tb_advance_copies_identical, tb_hgetall_copies_identical,
+              tb_times_copies_identical, fmt_copies_identical, tb_noscript_after_flush,
               tb_exact_admits_burst_then_denies, exact_cost_takes_all_or_nothing,
               bad_arguments_are_errors,
               tb_reset_keeps_leases, tb_reset_without_leases_deletes_key,
