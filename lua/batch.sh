@@ -7,7 +7,10 @@
 #
 # KEYS[i]   the key of operation i
 # ARGV      for each operation in turn: script (0-based, in the order the
-#           scripts were given here), argc, then that script's argc ARGV
+#           scripts were given here), argc, then that script's argc ARGV; or
+#           script, "=": the script and ARGV of the operation before it (the
+#           agent sends a rule's repeated numbers once: every argument costs
+#           Redis a string object, and Lua a string and a table slot)
 # Returns   for each operation in turn: n, then that script's n reply values
 #           (one flat array: Redis turns it into integers in C, cheaper than
 #           formatting them in Lua)
@@ -54,20 +57,30 @@ tmp="$out.tmp"
 -- S[i]: the body of script i, made by M[i]() when first used. One KEYS
 -- table for every operation (the scripts keep none); ops remembers tonumber()
 -- of the script and argc fields (a few values).
+-- args and last: the ARGV and script of the operation before (for "="; the
+-- scripts never write their ARGV).
 local out, no, a, nargv = {}, 0, 1, #ARGV
 local S, keys, ops = {}, {}, {}
+local args, last
 for i = 1, #KEYS do
     local x, y = ARGV[a], ARGV[a + 1]
-    local s, n = ops[x], ops[y]
+    local s = ops[x]
     if s == nil then s = tonumber(x); if s ~= nil then ops[x] = s end end
-    if n == nil then n = tonumber(y); if n ~= nil then ops[y] = n end end
-    if s == nil or M[s] == nil or n == nil or n < 0 or a + 1 + n > nargv then
-        error('batch: bad operation ' .. i)
+    if y == '=' then
+        if s == nil or s ~= last then error('batch: bad operation ' .. i) end
+        a = a + 2
+    else
+        local n = ops[y]
+        if n == nil then n = tonumber(y); if n ~= nil then ops[y] = n end end
+        if s == nil or M[s] == nil or n == nil or n < 0 or a + 1 + n > nargv then
+            error('batch: bad operation ' .. i)
+        end
+        args = {unpack(ARGV, a + 2, a + 1 + n)} -- (cheaper than a loop into one table)
+        a = a + 2 + n
+        last = s
     end
     local run = S[s]
     if run == nil then run = M[s](); S[s] = run end
-    local args = {unpack(ARGV, a + 2, a + 1 + n)} -- (cheaper than a loop into one table)
-    a = a + 2 + n
     keys[1] = KEYS[i]
     local r = run(keys, args)
     no = no + 1

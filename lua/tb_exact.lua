@@ -5,10 +5,10 @@ the same bucket: held leases keep capping the refill.
 KEYS[1]   the bucket: a hash (t, ts, bu, h:<agent>, e:<agent>; see tb_claim.lua)
           once a lease was claimed on it, else a string "1 t ts [bu]" (the
           same fields; the 1 is the layout's version). A hash needs HGETALL,
-          HSET and PEXPIRE per decision; a string one SET PX, and a key
-          Redis has never seen (most, on a large key space) one SET NX GET
-          PX. The other tb_* scripts turn a string into a hash before they
-          write fields.
+          HSET and PEXPIRE per decision; a string a GET and a SET PX (and
+          a PEXPIRETIME for a "2 t px"), as does a key Redis has never seen
+          (the GET finds nothing). The other tb_* scripts turn a string into
+          a hash before they write fields.
 ARGV[1]   limit N      } refill rate = N / period
 ARGV[2]   period, ms   }
 ARGV[3]   burst b: capacity (>= 0)
@@ -153,6 +153,45 @@ local function enc(t, ts, bu)
     return '1 ' .. fmt[t] .. ' ' .. fmt[ts]
 end
 
+-- The reply's times and the key's TTL after a decision left t (real), ts and
+-- H, P (tokens and rate the leases hold), for a request of need tokens; emin
+-- and emax the first and last lease expiry (emin nil: none; emax >= now), bu
+-- the end of a block (nil: none; started: this call began it, of block ms).
+-- Returns retry_ms (0: would pass now), reset_ms, remaining and the key's
+-- pttl, all whole. The key outlives every lease and the time to refill
+-- fully: after that it is equivalent to a missing (full) bucket. The same
+-- function stands in tb_claim and tb_exact; test_scripts_exact.c checks the
+-- copies are identical.
+local function times(t, ts, H, P, b, rate, now, need, emin, emax, bu, block, started)
+    local rate_ms = rate * 1000
+    local free_ms = rate > P and (rate - P) * 1000 or rate_ms -- refill of t (after the leases, if none)
+    local retry = 0
+    if t < need then
+        retry = (need - t) / free_ms
+        if (b - H < need or rate <= P) and emin then retry = max(retry, (emin - now) / 1000) end
+    end
+    -- Lines run on every call write max(a, b) as `b > a and b or a` and min(a, b)
+    -- as `b < a and b or a`: what math.max and math.min return, without a call
+    -- (a call costs more than the arithmetic around it).
+    local reset = b - H - t
+    reset = (reset > 0 and reset or 0) / free_ms -- max(0, b - H - t) / free_ms
+    local life, life_e = (ts - now) / 1000 + (b - t) / rate_ms, (emax - now) / 1000
+    life = life_e > life and life_e or life
+    if P > 0 then life = (emax - now) / 1000 + (b - t) / rate_ms end
+    local pttl = ceil(life) + 1000
+    local left = floor(t)
+    if bu then -- blocked: retry and reset at its end; the key lives past it
+        local bleft = ceil((bu - now) / 1000)
+        -- (the whole block only when this call started it: the agent counts those)
+        if bleft >= block and block > 1 and not started then bleft = block - 1 end
+        retry, left = bleft, 0
+        reset = reset > bleft and reset or bleft
+        pttl = pttl > bleft + 1000 and pttl or bleft + 1000
+    end
+    return retry == 0 and 0 or ceil(retry), ceil(reset), left > 0 and left or 0,
+           1e15 < pttl and 1e15 or pttl
+end
+
 -- (2) The decision on a bucket with fields f (hash fields by name, or dec()'s).
 -- Writes nothing but advance()'s HDEL of expired leases (hashes only): the
 -- caller writes t, ts and bu in the key's layout. block_for (ms; 0: none):
@@ -175,35 +214,10 @@ local function decide(key, f, b, rate, now, n, need, block, period)
     local started = block > 0 and not bu and allowed == 0 and need <= b
     if started then bu = now + block * 1000 end
 
-    local rate_ms = rate * 1000
-    local free_ms = rate > P and (rate - P) * 1000 or rate_ms -- refill of t (after the leases, if none)
-    local retry = 0
-    if t < need then
-        retry = (need - t) / free_ms
-        if (b - H < need or rate <= P) and emin then retry = max(retry, (emin - now) / 1000) end
-        if need > b then retry = period end -- never fits: one period, as the agent's buckets say
-    end
-    -- Lines run on every call write max(a, b) as `b > a and b or a` and min(a, b)
-    -- as `b < a and b or a`: what math.max and math.min return, without a call
-    -- (a call costs more than the arithmetic around it).
-    local reset = b - H - t
-    reset = (reset > 0 and reset or 0) / free_ms -- max(0, b - H - t) / free_ms
-    local life, life_e = (ts - now) / 1000 + (b - t) / rate_ms, (emax - now) / 1000
-    life = life_e > life and life_e or life
-    if P > 0 then life = (emax - now) / 1000 + (b - t) / rate_ms end
-    local pttl = ceil(life) + 1000
-    local left = floor(t)
-    if bu then -- blocked: retry and reset at its end; the key lives past it
-        local bleft = ceil((bu - now) / 1000)
-        -- (the whole block only when this call started it: the agent counts those)
-        if bleft >= block and block > 1 and not started then bleft = block - 1 end
-        retry, left = bleft, 0
-        reset = reset > bleft and reset or bleft
-        pttl = pttl > bleft + 1000 and pttl or bleft + 1000
-    end
-    pttl = 1e15 < pttl and 1e15 or pttl
-    return {allowed, left > 0 and left or 0, retry == 0 and 0 or ceil(retry), ceil(reset),
-            floor(now / 1000)}, t, ts, bu, started, pttl
+    local retry, reset, left, pttl = times(t, ts, H, P, b, rate, now, need, emin, emax, bu,
+                                           block, started)
+    if need > b and not bu then retry = period end -- never fits: one period, as the agent's buckets say
+    return {allowed, left, retry, reset, floor(now / 1000)}, t, ts, bu, started, pttl
 end
 
 -- per call. Everything above takes its input as parameters: lua/batch.sh defines it
@@ -218,34 +232,39 @@ local block = ARGV[5] == nil and 0 or num(ARGV, 5, 0)
 local tm = redis.call('TIME')
 local now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
 
--- First as if the key were new: SET NX writes the state this decision leaves
--- in a new bucket only if the key is not there, and GET says what was there
--- instead, in one command. That state and reply are decide(key, NONE, ...)
--- with what is known of a new bucket folded in (t = b, ts = now, no lease:
--- H = P = 0, emin none; no block: a new bucket denies only an n > b, which
--- starts none), written out because most decisions on a large key space are
--- on new keys, and decide()'s general path cost Redis more than the SET
--- (test_scripts_exact.c checks both give the same replies).
-local t, allowed, retry, rate_ms = b, 0, 0, rate * 1000
-if b >= need then
-    t, allowed = b - n, 1
-    if t < need then retry = (need - t) / rate_ms end
-else
-    retry = period -- never fits: one period, as the agent's buckets say
-end
-local life = (b - t) / rate_ms -- (also reset: b - H - t over the free rate)
-local pttl = ceil(life) + 1000
-local left = floor(t)
-local r = {allowed, left > 0 and left or 0, retry == 0 and 0 or ceil(retry), ceil(life),
-           floor(now / 1000)}
-local old = redis.pcall('SET', key, enc(t, now, nil), 'NX', 'GET', 'PX',
-                        fmt[1e15 < pttl and 1e15 or pttl])
-if not old then return r end -- (nil: a new key, written)
-local ts, bu, started
-if old.err == nil then -- a string: its state, decided again
+-- The key as it is, first: a key new to the agent is decided by one plain
+-- SET (src/limiter_first.c), so most calls of this script come for a key the
+-- agent decided before, which Redis still has. (Trying SET NX GET first, as a
+-- new key wants, cost such a key the new state's text and three more
+-- arguments of a command that fails; a new key now costs a GET that finds
+-- nothing, about as much.)
+local old = redis.pcall('GET', key)
+local r, t, ts, bu, started, pttl
+if old and old.err == nil then -- a string: its state, decided again
     r, t, ts, bu, started, pttl = decide(key, dec(old, key), b, rate, now, n, need, block, period)
     redis.call('SET', key, enc(t, ts, bu), 'PX', fmt[pttl])
     return r
+end
+if not old then
+    -- A new key. Its state and reply are decide(key, NONE, ...) with what is
+    -- known of a new bucket folded in (t = b, ts = now, no lease: H = P = 0,
+    -- emin none; no block: a new bucket denies only an n > b, which starts
+    -- none), written out because decide()'s general path cost Redis more than
+    -- the SET (test_scripts_exact.c checks both give the same replies).
+    local allowed, retry, rate_ms = 0, 0, rate * 1000
+    t = b
+    if b >= need then
+        t, allowed = b - n, 1
+        if t < need then retry = (need - t) / rate_ms end
+    else
+        retry = period -- never fits: one period, as the agent's buckets say
+    end
+    local life = (b - t) / rate_ms -- (also reset: b - H - t over the free rate)
+    pttl = ceil(life) + 1000
+    local left = floor(t)
+    redis.call('SET', key, enc(t, now, nil), 'PX', fmt[1e15 < pttl and 1e15 or pttl])
+    return {allowed, left > 0 and left or 0, retry == 0 and 0 or ceil(retry), ceil(life),
+            floor(now / 1000)}
 end
 -- WRONGTYPE: a hash (a lease was claimed on it): its fields, as tb_claim.lua
 -- keeps them.

@@ -49,6 +49,9 @@ enum script_batch_op {
     BATCH_OP_ARGC,
     BATCH_OP_HEAD, /* then the call's own ARGV */
 };
+/* BATCH_OP_ARGC of a call with the script and ARGV of the call before it:
+ * none of its ARGV follows (the batch script reuses the previous one's). */
+#define BATCH_OP_SAME "="
 
 /* ARGV of *_claim (ARGV[i + 1] in Lua): settle the caller's lease, then grant
  * more. Every number is a decimal integer. */

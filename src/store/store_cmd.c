@@ -222,22 +222,42 @@ struct store_cmd *store_batch_new(struct store_cmd *list, unsigned n)
 _Static_assert(BATCH_OP_SCRIPT == 0 && BATCH_OP_ARGC == 1 && BATCH_OP_HEAD == 2,
                "store_cmd_format writes a call's head in this order");
 
-/* EVALSHA sha n key... then per call "script argc args..." (lua/batch.sh). */
+/* Whether m has the script and ARGV of p, the call before it: then it goes
+ * as "script =" (BATCH_OP_SAME), the batch script reusing p's ARGV. A batch
+ * of one rule's cold decisions repeats the rule's numbers in every call, and
+ * each argument costs Redis a string object and Lua a string and a table
+ * slot: a repeated call costs Redis two arguments instead of five. */
+static int same_args(const struct store_cmd *p, const struct store_cmd *m)
+{
+    if (!p || p->script != m->script || p->argc != m->argc)
+        return 0;
+    for (int i = 4; i < m->argc; i++)
+        if (p->argvlen[i] != m->argvlen[i] || memcmp(p->argv[i], m->argv[i], m->argvlen[i]) != 0)
+            return 0;
+    return 1;
+}
+
+/* EVALSHA sha n key... then per call "script argc args..." or "script ="
+ * (lua/batch.sh). */
 static void format_batch(const struct store_cmd *b, const char *sha, struct store_resp *w)
 {
-    const struct store_cmd *m;
+    const struct store_cmd *m, *p;
     size_t argc = 3 + b->nmembers;
 
-    for (m = b->members; m; m = m->mnext)
-        argc += BATCH_OP_HEAD + (size_t)(m->argc - 4);
+    for (m = b->members, p = NULL; m; p = m, m = m->mnext)
+        argc += BATCH_OP_HEAD + (same_args(p, m) ? 0 : (size_t)(m->argc - 4));
     store_resp_array(w, argc);
     store_resp_bulk(w, "EVALSHA", 7);
     store_resp_bulk(w, sha, STORE_SHA_LEN);
     store_resp_bulk_u64(w, b->nmembers);
     for (m = b->members; m; m = m->mnext) /* keys */
         store_resp_bulk(w, m->argv[3], m->argvlen[3]);
-    for (m = b->members; m; m = m->mnext) { /* operations */
+    for (m = b->members, p = NULL; m; p = m, m = m->mnext) { /* operations */
         store_resp_bulk_u64(w, (uint64_t)m->script);
+        if (same_args(p, m)) {
+            store_resp_bulk(w, BATCH_OP_SAME, sizeof(BATCH_OP_SAME) - 1);
+            continue;
+        }
         store_resp_bulk_u64(w, (uint64_t)(m->argc - 4));
         store_resp_bulks(w, m->argc - 4, m->argv + 4, m->argvlen + 4);
     }

@@ -144,7 +144,8 @@ END_TEST
 
 /* n calls of two shapes (an exact call of 3 args, a claim of 8) in a batch,
  * against the argv the batch script reads: EVALSHA sha n key... then per
- * call script argc args. Loop over n: 1, 2 and 300 (past the buffer's first
+ * call script argc args, or script "=" after a call of the same script and
+ * args (exact calls 2 and 3, 5 and 6, ...). Loop over n: 1, 2 and 300 (past the buffer's first
  * allocation). */
 static const unsigned batch_sizes[] = {1, 2, 300};
 
@@ -188,6 +189,11 @@ START_TEST(batch)
         argvlen[argc] = (size_t)snprintf(nums[2 * i], sizeof(nums[0]), "%d",
                                          is_claim ? SCRIPT_TB_CLAIM : SCRIPT_TB_EXACT);
         argv[argc++] = nums[2 * i];
+        if (!is_claim && i > 0 && (i - 1) % 3 != 1) { /* the exact call before: "=" */
+            argv[argc] = BATCH_OP_SAME;
+            argvlen[argc++] = 1;
+            continue;
+        }
         argvlen[argc] = (size_t)snprintf(nums[2 * i + 1], sizeof(nums[0]), "%d", is_claim ? 8 : 3);
         argv[argc++] = nums[2 * i + 1];
         for (int k = 0; k < (is_claim ? 8 : 3); k++) {

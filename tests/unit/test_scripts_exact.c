@@ -302,6 +302,21 @@ START_TEST(tb_hgetall_copies_identical)
 }
 END_TEST
 
+/* times(), the reply's times and the key's TTL after a decision, stands in
+ * tb_claim and tb_exact (each must load alone): the copies identical, so a
+ * fix to one is a fix to both. */
+START_TEST(tb_times_copies_identical)
+{
+    const char *a = strstr(script_text[TB_CLAIM], "local function times(");
+    const char *b = strstr(script_text[TB_EXACT], "local function times(");
+    ck_assert_msg(a != NULL && b != NULL, "tb_claim or tb_exact: no times()");
+    const char *end = strstr(a, "\nend\n");
+    ck_assert_ptr_nonnull(end);
+    size_t len = (size_t)(end - a) + 5;
+    ck_assert_int_eq(strncmp(a, b, len), 0);
+}
+END_TEST
+
 /* fmt, the text of every number a script stores, must print exactly what
  * string.format('%.17g') prints (the value read back is the value written):
  * one copy in each script, all identical, so the one tested here is each one. */
@@ -662,6 +677,48 @@ static void first_pair(const char *k2, const char *k1, long long t, long long px
     freeReplyObject(cmd("SET %s %s PXAT %lld", k1, v, e));
 }
 
+/* calls of a command since the last CONFIG RESETSTAT */
+static long long command_calls(const char *name)
+{
+    char field[64];
+    snprintf(field, sizeof(field), "cmdstat_%s:calls=", name);
+    redisReply *r = cmd("INFO commandstats");
+    ck_assert_int_eq(r->type, REDIS_REPLY_STRING);
+    const char *p = strstr(r->str, field);
+    long long n = p ? atoll(p + strlen(field)) : 0;
+    freeReplyObject(r);
+    return n;
+}
+
+/* tb_exact reads the key first (GET): most of its calls come for a key the
+ * agent decided before (a new one goes as a plain SET), and a SET NX GET
+ * tried first failed on every one of them. One SET per decision, on a
+ * "2 t px" key, a "1 t ts" one and a new one alike. */
+START_TEST(tb_exact_reads_the_key_first)
+{
+    char k2[128], k1[128], k0[128];
+    long long x[X_N];
+
+    mkkey(k2, sizeof(k2), "read-first-2");
+    mkkey(k1, sizeof(k1), "read-first-1");
+    mkkey(k0, sizeof(k0), "read-first-0");
+    first_pair(k2, k1, slow.burst - 1, 1000 + 1000);
+    exact(TB_EXACT, k0, &slow, 0, x); /* (the script loaded: NOSCRIPT no more) */
+    cmd_int("DEL %s", k0);
+    freeReplyObject(cmd("CONFIG RESETSTAT"));
+    exact(TB_EXACT, k2, &slow, 1, x);
+    ck_assert_int_eq(x[X_ALLOWED], 1);
+    exact(TB_EXACT, k1, &slow, 1, x);
+    ck_assert_int_eq(x[X_ALLOWED], 1);
+    exact(TB_EXACT, k0, &slow, 1, x);
+    ck_assert_int_eq(x[X_ALLOWED], 1);
+    ck_assert_int_eq(x[X_REMAINING], slow.burst - 1);
+    ck_assert_int_eq(command_calls("get"), 3);
+    ck_assert_int_eq(command_calls("set"), 3);
+    ck_assert_int_eq(command_calls("pexpiretime"), 1);
+}
+END_TEST
+
 /* Every tb_* script reads a "2 t px" key as the "1 t ts" key of its creation
  * time (within the 1 ms it adds: retry and reset may differ by a ms), and
  * writes it back in its own layout with its TTL. */
@@ -744,14 +801,15 @@ static Suite *scripts_exact_suite(void)
 {
     Suite *s = suite_create("scripts_exact");
     TCase *tb = scripts_tcase("token_bucket");
-    CHECK_ADD(tb, tb_advance_copies_identical, tb_hgetall_copies_identical, fmt_copies_identical, tb_noscript_after_flush,
+    CHECK_ADD(tb, tb_advance_copies_identical, tb_hgetall_copies_identical,
+              tb_times_copies_identical, fmt_copies_identical, tb_noscript_after_flush,
               tb_exact_admits_burst_then_denies, exact_cost_takes_all_or_nothing,
               bad_arguments_are_errors,
               tb_reset_keeps_leases, tb_reset_without_leases_deletes_key,
               tb_reset_random_keeps_invariant, tb_refund_caps_at_b_minus_held,
               tb_refund_random_keeps_invariant, sw_refund_same_window_only,
               tb_exact_layouts_answer_alike, tb_string_key_becomes_hash,
-              tb_first_set_key_reads_as_created);
+              tb_first_set_key_reads_as_created, tb_exact_reads_the_key_first);
     suite_add_tcase(s, tb);
     return s;
 }
