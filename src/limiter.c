@@ -57,13 +57,13 @@ static void decide_fallback(struct limiter *l, struct limiter_req *req, size_t i
     rules_charged(&h->out, RULE_CHARGED_BACKSTOP, bucket_clock(&h->backstop, now_us));
 }
 
-/* One decision of req is in: settle and complete req when it was the last. */
+/* One decision of req is in: complete req when it was the last (its owner
+ * settles it: limiter_decide()). */
 static void hit_done(struct limiter *l, struct limiter_req *req)
 {
-    if (atomic_fetch_sub_explicit(&req->waiting, 1, memory_order_acq_rel) == 1) {
-        limiter_settle(l, req, util_now_us());
+    (void)l;
+    if (atomic_fetch_sub_explicit(&req->waiting, 1, memory_order_acq_rel) == 1)
         req->done(req);
-    }
 }
 
 /* Complete the waiters of two lists: decided ones and fallback ones. */
@@ -507,7 +507,6 @@ int limiter_decide(struct limiter *l, struct limiter_req *req, uint64_t now_us)
         limiter_cc_releases(l, req, now_us);
     if (!l->store) {
         decide_standalone(l, req, now_us);
-        limiter_settle(l, req, now_us);
         return 0;
     }
     if (reserve_waiters(req) < 0)
@@ -528,15 +527,11 @@ int limiter_decide(struct limiter *l, struct limiter_req *req, uint64_t now_us)
         ev_async_send(l->loop, &l->wake);
     /* Every hit decided here (the common case: a leased or cached key): no
      * waiter was published, no other thread knows req. */
-    if (decided == req->ev.nhits) {
-        limiter_settle(l, req, now_us);
+    if (decided == req->ev.nhits)
         return 0;
-    }
     if (atomic_fetch_sub_explicit(&req->waiting, decided + 1, memory_order_acq_rel) ==
-        decided + 1) {
-        limiter_settle(l, req, now_us);
+        decided + 1)
         return 0;
-    }
     return 1;
 }
 

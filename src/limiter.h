@@ -38,11 +38,12 @@ void limiter_free(struct limiter *l);
 
 /* Decide every hit of req->ev at now_us. Returns 0 when all outcomes are
  * filled, 1 when some wait for Redis (req->done will be called), -1 when
- * out of memory. */
+ * out of memory. Either way req is not settled yet: limiter_settle(). */
 int limiter_decide(struct limiter *l, struct limiter_req *req, uint64_t now_us);
 
-/* Once every hit of req is decided, before its ACK (limiter_decide() or the
- * last reply call it; calling it again changes nothing): a blocked request
+/* Once every hit of req is decided, before its ACK, by req's owner (the
+ * limiter leaves it to the caller of limiter_decide(): one call per request,
+ * on every path; calling it again changes nothing): a blocked request
  * (a non-shadow rule denied it) gives back the slots its concurrency hits
  * took (shadow rules' too), since it never reaches the backend and no
  * release will come; and with [agent] charge = all-or-nothing what the

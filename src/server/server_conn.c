@@ -294,13 +294,16 @@ static void request_put(struct worker *w, struct request *r)
     w->nfree++;
 }
 
-/* Account, answer, recycle. */
-static void request_finish(struct request *r)
+/* Settle, account, answer, recycle. The one limiter_settle() a request
+ * gets (the limiter leaves it to us): now_us is the decision's time for a
+ * request answered in on_notify (r->t0, no clock read), the reply's for
+ * one that waited. */
+static void request_finish(struct request *r, uint64_t now_us)
 {
     struct conn *c = r->conn;
     struct ack_arg a = {r->lr.rs, &r->lr.ev};
 
-    limiter_settle(r->w->srv->lim, &r->lr, util_now_us());
+    limiter_settle(r->w->srv->lim, &r->lr, now_us);
     rules_account(r->lr.rs, &r->lr.ev, r->t0);
     int ret = spop_conn_ack(&c->sp, r->stream_id, r->frame_id, encode_ack, &a);
     if (ret == 0)
@@ -380,7 +383,7 @@ static int on_notify(void *ctx, struct spop_conn *sp, const struct spop_frame *f
         }
         return 0;
     }
-    request_finish(r);
+    request_finish(r, r->t0);
     request_put(w, r);
     return 0;
 }
@@ -680,7 +683,9 @@ void finish_done_requests(struct worker *w)
         c->npending--;
         atomic_fetch_sub(&metrics.notifies_waiting, 1);
         if (!c->dead)
-            request_finish(r);
+            request_finish(r, util_now_us());
+        else /* no ACK, but slots and charges still go back */
+            limiter_settle(w->srv->lim, &r->lr, util_now_us());
         ruleset_unref(r->lr.rs); /* the one on_notify took as it waited */
         request_put(w, r);
         if (!c->to_flush) { /* dead ones too: freed below, once */
