@@ -12,7 +12,7 @@
 #include "core/util.h"
 #include "fleet.h"
 #include "metrics/mismatch.h"
-#include "rules_int.h"
+#include "rules_key.h"
 
 #define KEY_SEP '|'
 /* Before the limits in the key of a rule with limits from args: a control

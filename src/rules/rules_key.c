@@ -1,7 +1,7 @@
 /* rules_key.c - client keys, the keys of an evaluation and a value's text: what both rule
  * matching (rules.c) and concurrency slots (rules_slot.c) build keys with.
  * The stored form of a key (hashed when too long) is decided here. */
-#include "rules.h"
+#include "rules_key.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -12,7 +12,6 @@
 
 #include "core/sha256.h"
 #include "core/util.h"
-#include "rules_int.h"
 
 int rules_value_text(const struct spop_data *d, char *buf, size_t cap, const char **out)
 {

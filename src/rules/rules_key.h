@@ -1,7 +1,7 @@
-/* rules_int.h - what the files of src/rules share and nothing outside them
- * uses: the keys of an evaluation (rules_key.c). */
-#ifndef RULES_INT_H
-#define RULES_INT_H
+/* rules_key.h - the keys of an evaluation (rules_key.c): what the files of
+ * src/rules share and nothing outside them uses. */
+#ifndef RULES_KEY_H
+#define RULES_KEY_H
 
 #include <stddef.h>
 
