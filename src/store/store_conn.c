@@ -383,20 +383,13 @@ static void on_eval_reply(redisAsyncContext *ac, void *r, void *priv);
 static int wire_send(struct store_conn *conn, struct store_cmd *c, uint64_t now)
 {
     struct store_resp *w = &conn->env->resp;
-    const char *req;
-    size_t len;
 
     if (!conn->ac)
         return -1;
-    if (c->read) { /* written when made (store_cmd_new_read): no copy */
-        req = c->raw;
-        len = c->rawlen;
-    } else if (store_cmd_format(c, conn->env->sha[c->script], w) < 0) {
+    /* (a read was written when made: this copies it, one memcpy, so that
+     * every command is sent from one place, the one test_resp checks) */
+    if (store_cmd_format(c, c->read ? NULL : conn->env->sha[c->script], w) < 0)
         return -1;
-    } else {
-        req = w->buf;
-        len = w->len;
-    }
     if (c->asking) {
         if (redisAsyncCommand(conn->ac, NULL, NULL, "ASKING") != REDIS_OK)
             return -1;
@@ -404,7 +397,7 @@ static int wire_send(struct store_conn *conn, struct store_cmd *c, uint64_t now)
     }
     /* Written by us into one reused buffer: hiredis would build it with an
      * sds grown per argument (store_resp.h). */
-    if (redisAsyncFormattedCommand(conn->ac, on_eval_reply, c, req, len) != REDIS_OK)
+    if (redisAsyncFormattedCommand(conn->ac, on_eval_reply, c, w->buf, w->len) != REDIS_OK)
         return -1;
     METRIC_INC(redis_commands);
     c->sent_us = conn->io_us = now;
