@@ -553,6 +553,7 @@ static struct config *config_new(const char *path)
     cfg->alert_share = 0.05;
     cfg->redis_timeout_ms = 100;
     cfg->redis_keepalive_ms = 1000;
+    cfg->redis_functions = 1;
     cfg->lease_interval_ms = 100;
     cfg->lease_ttl_ms = 1000;
     cfg->lease_max_fraction = 0.1;

@@ -15,7 +15,7 @@
 
 #include "config_errors.h"
 
-#define CONFIG_NKEYS 60 /* entries of config_keys.c's key table, checked there */
+#define CONFIG_NKEYS 61 /* entries of config_keys.c's key table, checked there */
 
 struct config;
 

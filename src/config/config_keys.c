@@ -55,6 +55,7 @@ static const struct key_def key_defs[] = {
     {SEC_REDIS, "keepalive", T_DUR, CF(redis_keepalive_ms), 100, 0, F_ZERO, NULL, 0},
     {SEC_REDIS, "prefix", T_STR, CF(redis_prefix), 0, MAX_PREFIX, 0, NULL, 0},
     {SEC_REDIS, "require_noeviction", T_BOOL, CF(redis_require_noeviction), 0, 0, 0, NULL, 0},
+    {SEC_REDIS, "functions", T_BOOL, CF(redis_functions), 0, 0, 0, NULL, 0},
     {SEC_REDIS, "username", T_STR, CF(redis_username), 0, 0, F_NONEMPTY, NULL, 0},
     {SEC_REDIS, "password", T_STR, CF(redis_password), 0, 0, F_NONEMPTY, NULL, 0},
     {SEC_REDIS, "password_file", T_STR, CF(redis_password_file), 0, 0, F_NONEMPTY, NULL, 0},

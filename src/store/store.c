@@ -367,6 +367,7 @@ struct store *store_new(struct ev_loop *loop, const struct store_options *o, cha
     s->env.loop = loop;
     s->env.timeout_us = o->timeout_us;
     s->env.keepalive_us = o->keepalive_us;
+    s->env.functions = o->functions;
     s->env.dead_after_us = o->dead_after_us;
     s->auth.server = "redis";
     s->sentinel_auth.server = "sentinel";
@@ -461,6 +462,7 @@ int store_reconfigure(struct store *s, const struct store_options *o)
     const struct net_addr *addr = o->server;
     int auth, moved = 0, db = s->db;
 
+    s->env.functions = o->functions; /* (from the next connect) */
     if (!s->cluster && !s->sentinel && addr && addr->kind != NET_ADDR_NONE)
         moved = url_changed(s, o);
     if ((auth = take_auth(s, o)) < 0)

@@ -57,6 +57,7 @@ struct store_options {
     const char *sentinel_user, *sentinel_password;
     const char *prefix; /* of every key; never NULL */
     int require_noeviction;
+    int functions;          /* [redis] functions: FCALL where Redis allows (store_conn_setup.h) */
     uint64_t timeout_us;    /* [redis] timeout: a sentinel or seed question, a late PING */
     uint64_t keepalive_us;  /* [redis] keepalive: PING after this long idle; 0 off */
     uint64_t dead_after_us; /* a connection silent this long is given up */

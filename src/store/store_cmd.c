@@ -237,9 +237,10 @@ static int same_args(const struct store_cmd *p, const struct store_cmd *m)
     return 1;
 }
 
-/* EVALSHA sha n key... then per call "script argc args..." or "script ="
- * (lua/batch.sh). */
-static void format_batch(const struct store_cmd *b, const char *sha, struct store_resp *w)
+/* EVALSHA sha (or FCALL fn) n key... then per call "script argc args..." or
+ * "script =" (lua/batch.sh). */
+static void format_batch(const struct store_cmd *b, const struct store_call *call,
+                         struct store_resp *w)
 {
     const struct store_cmd *m, *p;
     size_t argc = 3 + b->nmembers;
@@ -247,8 +248,8 @@ static void format_batch(const struct store_cmd *b, const char *sha, struct stor
     for (m = b->members, p = NULL; m; p = m, m = m->mnext)
         argc += BATCH_OP_HEAD + (same_args(p, m) ? 0 : (size_t)(m->argc - 4));
     store_resp_array(w, argc);
-    store_resp_bulk(w, "EVALSHA", 7);
-    store_resp_bulk(w, sha, STORE_SHA_LEN);
+    store_resp_bulk(w, call->verb, strlen(call->verb));
+    store_resp_bulk(w, call->id, strlen(call->id));
     store_resp_bulk_u64(w, b->nmembers);
     for (m = b->members; m; m = m->mnext) /* keys */
         store_resp_bulk(w, m->argv[3], m->argvlen[3]);
@@ -263,21 +264,20 @@ static void format_batch(const struct store_cmd *b, const char *sha, struct stor
     }
 }
 
-int store_cmd_format(const struct store_cmd *c, const char *sha, struct store_resp *w)
+int store_cmd_format(const struct store_cmd *c, const struct store_call *call,
+                     struct store_resp *w)
 {
     store_resp_reset(w);
     if (c->read) {
         store_resp_raw(w, c->raw, c->rawlen);
     } else if (c->batch) {
-        format_batch(c, sha, w);
+        format_batch(c, call, w);
     } else {
         store_resp_array(w, (size_t)c->argc);
-        for (int i = 0; i < c->argc; i++) {
-            if (i == 1)
-                store_resp_bulk(w, sha, STORE_SHA_LEN);
-            else
-                store_resp_bulk(w, c->argv[i], c->argvlen[i]);
-        }
+        store_resp_bulk(w, call->verb, strlen(call->verb));
+        store_resp_bulk(w, call->id, strlen(call->id));
+        for (int i = 2; i < c->argc; i++)
+            store_resp_bulk(w, c->argv[i], c->argvlen[i]);
     }
     return store_resp_ok(w) ? 0 : -1;
 }

@@ -26,7 +26,8 @@ struct store_cmd {
     uint64_t sent_us;        /* last sent; the watchdog looks at the oldest */
     uint64_t first_us;       /* first sent: the latency reported to the caller */
     int script;
-    unsigned noscript_retried : 1;
+    unsigned noscript_retried : 1; /* NOSCRIPT or no function: reloaded and sent again once */
+    unsigned fcall : 1;      /* last sent as FCALL */
     unsigned moved : 1;      /* followed a -MOVED already */
     unsigned asked : 1;      /* followed an -ASK already */
     unsigned asking : 1;     /* send ASKING first (the last redirect was -ASK) */
@@ -77,10 +78,18 @@ void store_cmd_pool_drain(void);
  * goes to store_batch_reply(). NULL when out of memory (list untouched). */
 struct store_cmd *store_batch_new(struct store_cmd *list, unsigned n);
 
-/* The request of c (a call, a read, or a batch) into w, reset first: sha
- * (STORE_SHA_LEN bytes; unused for a read) goes in place of argv[1], and a
- * batch is written from its members. 0, or -1 when out of memory. */
-int store_cmd_format(const struct store_cmd *c, const char *sha, struct store_resp *w);
+/* How a script is called: EVALSHA of its SHA1 (the default), or FCALL of
+ * its function in the library (store_conn_setup.h). */
+struct store_call {
+    const char *verb; /* "EVALSHA" or "FCALL" */
+    const char *id;   /* the SHA1 or the function's name (NUL-terminated) */
+};
+
+/* The request of c (a call, a read, or a batch) into w, reset first: call
+ * (unused for a read) in place of argv[0] and argv[1], and a batch is
+ * written from its members. 0, or -1 when out of memory. */
+int store_cmd_format(const struct store_cmd *c, const struct store_call *call,
+                     struct store_resp *w);
 
 /* Hand each member of batch b its part of reply ("n v1 .. vn" per call, in
  * order: lua/batch.sh), running and freeing each; members the reply does not

@@ -384,11 +384,19 @@ static int wire_send(struct store_conn *conn, struct store_cmd *c, uint64_t now)
 {
     struct store_resp *w = &conn->env->resp;
 
+    struct store_call call = {"EVALSHA", NULL};
+
     if (!conn->ac)
         return -1;
+    c->fcall = 0;
+    if (!c->read) {
+        c->fcall = conn->fcall != 0;
+        call.verb = c->fcall ? "FCALL" : "EVALSHA";
+        call.id = c->fcall ? store_conn_library()->fn[c->script] : conn->env->sha[c->script];
+    }
     /* (a read was written when made: this copies it, one memcpy, so that
      * every command is sent from one place, the one test_resp checks) */
-    if (store_cmd_format(c, c->read ? NULL : conn->env->sha[c->script], w) < 0)
+    if (store_cmd_format(c, &call, w) < 0)
         return -1;
     if (c->asking) {
         if (redisAsyncCommand(conn->ac, NULL, NULL, "ASKING") != REDIS_OK)
@@ -516,6 +524,35 @@ void store_conn_uncork(struct store_conn *conn)
         flush(conn);
 }
 
+/* An error reply to c, sent as FCALL, that EVALSHA would not get. No such
+ * function (FUNCTION FLUSH, a Redis restarted without its data): load the
+ * library again and send c again, in order on this connection, once; then
+ * as EVALSHA. An ACL that refuses FCALL: EVALSHA on this connection from now
+ * on, c sent again so. 1 when c was taken care of. */
+static int fcall_failed(struct store_conn *conn, redisAsyncContext *ac, struct store_cmd *c,
+                        const char *err, enum metrics_redis_error kind)
+{
+    if (strncmp(err, "ERR Function not found", 22) == 0) {
+        LOG_INFO("\"redis lost its functions; reloading\" addr=%s function=%s",
+                 log_val(conn->name), store_conn_library()->fn[c->script]);
+        if (c->noscript_retried || store_conn_load_library(conn, on_setup_reply) < 0)
+            conn->fcall = 0;
+        c->noscript_retried = 1;
+    } else if (kind == METRICS_REDIS_NOPERM && (strstr(err, "fcall") || strstr(err, "FCALL"))) {
+        LOG_INFO("\"redis ACL refused FCALL: calling the scripts with EVALSHA\" addr=%s "
+                 "err=\"%s\"", log_val(conn->name), log_esc(err, strnlen(err, 200)));
+        conn->fcall = 0;
+        conn->fcall_off = 1;
+    } else {
+        return 0;
+    }
+    if (wire_send(conn, c, util_now_us()) == 0)
+        return 1;
+    METRIC_INC(redis_errors);
+    store_cmd_fail(c, STORE_DOWN, "send failed");
+    return 1;
+}
+
 /* Error replies that are not the script's answer. 1 when c was taken care of. */
 static int handle_error(struct store_conn *conn, redisAsyncContext *ac, struct store_cmd *c,
                         const char *err)
@@ -524,6 +561,8 @@ static int handle_error(struct store_conn *conn, redisAsyncContext *ac, struct s
     int ask, slot, port;
     enum metrics_redis_error kind = store_error_kind(err);
 
+    if (c->fcall && fcall_failed(conn, ac, c, err, kind))
+        return 1;
     if (kind == METRICS_REDIS_NOSCRIPT)
         METRIC_INC(redis_error_replies[kind]);
     if (kind == METRICS_REDIS_NOSCRIPT && !c->noscript_retried && !c->read) {
@@ -557,7 +596,7 @@ static int handle_error(struct store_conn *conn, redisAsyncContext *ac, struct s
         size_t len;
         const char *key = store_cmd_key(c, &len);
 
-        snprintf(command, sizeof(command), "%s %s", c->read ? "SET" : "EVALSHA",
+        snprintf(command, sizeof(command), "%s %s", c->read ? "SET" : c->fcall ? "FCALL" : "EVALSHA",
                  c->read ? "(new key)" : store_conn_script_names[c->script]);
         METRIC_INC(redis_errors);
         store_conn_note_error(conn, kind, err, command);
@@ -607,7 +646,8 @@ static void on_eval_reply(redisAsyncContext *ac, void *r, void *priv)
         METRIC_INC(redis_errors);
         if (reply->type == REDIS_REPLY_ERROR) {
             char command[64];
-            snprintf(command, sizeof(command), "EVALSHA %s", store_conn_script_names[c->script]);
+            snprintf(command, sizeof(command), "%s %s", c->fcall ? "FCALL" : "EVALSHA",
+                     store_conn_script_names[c->script]);
             store_conn_note_error(conn, store_error_kind(res.err), res.err, command);
         }
     }

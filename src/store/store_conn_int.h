@@ -34,6 +34,11 @@ struct store_conn {
     int connected;         /* the TCP/unix connect succeeded */
     int ready;             /* role checked and scripts loaded */
     int loading;           /* SCRIPT LOAD (and probe) replies still expected */
+    /* fcall: calls go out as FCALL of the library (store_conn_setup.h), set
+     * by FUNCTION LOAD's reply at each connect; fcall_off: never again on
+     * this connection (Redis refused an FCALL that EVALSHA may pass: an
+     * ACL); fcall_said: its unavailability was logged */
+    int fcall, fcall_off, fcall_said;
     /* Redis refused our calls (store_errors.h): the next setup ends with a
      * probe, a script call that must pass before the connection is ready;
      * check_role: ask ROLE too (url mode, after READONLY or MASTERDOWN);

@@ -10,11 +10,13 @@
 
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/log.h"
+#include "core/sha256.h"
 #include "core/util.h"
 #include "metrics/metrics.h"
 #include "scripts.h"
@@ -43,6 +45,84 @@ const char *const store_conn_script_names[SCRIPT_COUNT + 1] = {
     [SCRIPT_CC_RESET] = "cc_reset",
     [SCRIPT_BATCH] = "batch",
 };
+
+static enum store_conn_setup_next setup_step_done(struct store_conn *conn);
+
+static struct store_library library;
+static pthread_once_t library_once = PTHREAD_ONCE_INIT;
+
+/* "#!lua name=LIB\nlocal LIB = 'LIB'\n" then lua/library.lua (its header
+ * comment says so). Out of memory: no source, and no FUNCTION LOAD. */
+static void library_make(void)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t body = strlen(script_library);
+    uint8_t d[SHA256_LEN];
+    struct sha256 h;
+    char *src;
+    int n;
+
+    sha256_init(&h);
+    sha256_update(&h, script_library, body);
+    sha256_final(&h, d);
+    memcpy(library.name, "spoa_ratelimit_", 15);
+    for (int i = 0; i < 8; i++) {
+        library.name[15 + 2 * i] = hex[d[i] >> 4];
+        library.name[16 + 2 * i] = hex[d[i] & 15];
+    }
+    library.name[31] = '\0';
+    for (int i = 0; i <= SCRIPT_BATCH; i++)
+        snprintf(library.fn[i], sizeof(library.fn[i]), "%s_%s", library.name,
+                 store_conn_script_names[i]);
+    src = malloc(body + 2 * sizeof(library.name) + 32);
+    if (!src)
+        return;
+    n = sprintf(src, "#!lua name=%s\nlocal LIB = '%s'\n", library.name, library.name);
+    memcpy(src + n, script_library, body + 1);
+    library.src = src; /* kept for the life of the process */
+    library.len = (size_t)n + body;
+}
+
+const struct store_library *store_conn_library(void)
+{
+    pthread_once(&library_once, library_make);
+    return &library;
+}
+
+int store_conn_load_library(struct store_conn *conn, redisCallbackFn *on_reply)
+{
+    const struct store_library *lib = store_conn_library();
+
+    if (!lib->src || redisAsyncCommand(conn->ac, on_reply, (void *)(intptr_t)SETUP_FUNCTION,
+                                       "FUNCTION LOAD %b", lib->src, lib->len) != REDIS_OK)
+        return -1;
+    METRIC_INC(redis_commands);
+    conn->loading++;
+    return 0;
+}
+
+/* The reply to FUNCTION LOAD: the library's name, or "already exists" (an
+ * agent of this build loaded it): FCALL from now on. Any other error (a
+ * Redis before 7.0, an ACL without FUNCTION LOAD, a full or read-only Redis)
+ * is no failure: the scripts are loaded, and EVALSHA does what FCALL would,
+ * at a little more Redis CPU per call. Said once per connection. */
+static enum store_conn_setup_next library_loaded(struct store_conn *conn, const redisReply *reply)
+{
+    if (reply->type != REDIS_REPLY_ERROR || strstr(reply->str, "already exists")) {
+        if (!conn->fcall)
+            LOG_DEBUG("\"redis functions loaded\" addr=%s library=%s", log_val(conn->name),
+                      store_conn_library()->name);
+        conn->fcall = 1;
+    } else {
+        if (conn->fcall || !conn->fcall_said)
+            LOG_INFO("\"redis functions unavailable: calling the scripts with EVALSHA\" "
+                     "addr=%s err=\"%s\"", log_val(conn->name),
+                     log_esc(reply->str, strnlen(reply->str, 200)));
+        conn->fcall = 0;
+        conn->fcall_said = 1;
+    }
+    return setup_step_done(conn);
+}
 
 static const char *setup_name(long what)
 {
@@ -151,6 +231,8 @@ static enum store_conn_setup_next setup_error(struct store_conn *conn, long what
 enum store_conn_setup_next store_conn_setup_reply(struct store_conn *conn, long what,
                                                   const redisReply *reply)
 {
+    if (what == SETUP_FUNCTION)
+        return library_loaded(conn, reply);
     if (reply->type == REDIS_REPLY_ERROR)
         return setup_error(conn, what, reply->str);
     if (what == SETUP_ROLE) {
@@ -213,6 +295,9 @@ void store_conn_send_setup(struct store_conn *conn, redisCallbackFn *on_reply)
                           store_conn_script_src[i]);
         METRIC_INC(redis_commands);
     }
+    conn->fcall = 0; /* until FUNCTION LOAD says otherwise */
+    if (env->functions && !conn->fcall_off)
+        store_conn_load_library(conn, on_reply);
     if (conn->refused && env->sha[SCRIPT_TB_EXACT][0]) {
         /* one decision on a key of its own (a bucket that never runs dry,
          * gone a second later): it must pass before calls go out again */

@@ -16,7 +16,7 @@
 #include "store_conn_int.h"
 
 /* What a setup reply answers (its priv): a script index, or one of these. */
-enum { SETUP_AUTH = -1, SETUP_SELECT = -2, SETUP_ROLE = -3, SETUP_PROBE = -4 };
+enum { SETUP_AUTH = -1, SETUP_SELECT = -2, SETUP_ROLE = -3, SETUP_PROBE = -4, SETUP_FUNCTION = -5 };
 
 /* What follows a setup reply, or a refusal. */
 enum store_conn_setup_next {
@@ -30,6 +30,25 @@ enum store_conn_setup_next {
  * source (SCRIPT LOAD) and their names (logs). */
 extern const char *const store_conn_script_src[SCRIPT_COUNT + 1];
 extern const char *const store_conn_script_names[SCRIPT_COUNT + 1];
+
+/* The scripts as one Redis function library (lua/library.lua, made by
+ * lua/batch.sh -l): loaded with FUNCTION LOAD after the scripts, and called
+ * with FCALL where Redis has it and the ACL allows it (conn->fcall), EVALSHA
+ * otherwise. Its name is spoa_ratelimit_ and 16 hex digits of the SHA-256 of
+ * its text, so that agents of other builds on the same Redis (a rolling
+ * upgrade) each call their own; fn[i] names script i's function (fn
+ * [SCRIPT_BATCH] the batch's). The same for every connection: made once. */
+struct store_library {
+    char name[32];
+    char fn[SCRIPT_COUNT + 1][48];
+    const char *src; /* FUNCTION LOAD's argument */
+    size_t len;
+};
+const struct store_library *store_conn_library(void);
+
+/* Send FUNCTION LOAD of the library on conn (a setup step: its reply goes to
+ * on_reply with SETUP_FUNCTION, and counts in conn->loading). 0 sent. */
+int store_conn_load_library(struct store_conn *conn, redisCallbackFn *on_reply);
 
 /* Queue the setup commands on the new context conn->ac: they go out, in
  * order, once the connect is made. on_reply (the connection's) gets each

@@ -30,6 +30,7 @@ void store_options_from_config(const struct config *cfg, struct store_options *o
     o->sentinel_password = cfg->redis_sentinel_password;
     o->prefix = cfg->redis_prefix ? cfg->redis_prefix : "";
     o->require_noeviction = cfg->redis_require_noeviction;
+    o->functions = cfg->redis_functions;
     o->timeout_us = cfg->redis_timeout_ms * 1000;
     o->keepalive_us = cfg->redis_keepalive_ms * 1000;
     o->dead_after_us = o->timeout_us * DEAD_AFTER_TIMEOUTS;

@@ -101,9 +101,10 @@ return {1, math.floor((now - (new - burst * per)) / per)}
 
 
 def evalsha_calls(redis):
+    """Script calls so far: EVALSHA, and FCALL (the agent's [redis]
+    functions, on by default)."""
     out = redis.cli("INFO", "commandstats")
-    m = re.search(r"cmdstat_evalsha:calls=(\d+)", out)
-    return int(m.group(1)) if m else 0
+    return sum(int(x) for x in re.findall(r"cmdstat_(?:evalsha|fcall):calls=(\d+)", out))
 
 
 def redis_cpu(redis):
@@ -113,9 +114,11 @@ def redis_cpu(redis):
 
 
 def command_usec(redis, cmd):
-    """(calls, usec) of one command so far, from INFO commandstats."""
-    m = re.search(r"cmdstat_%s:calls=(\d+),usec=(\d+)" % cmd, redis.cli("INFO", "commandstats"))
-    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+    """(calls, usec) of one command so far, from INFO commandstats; cmd a
+    regular expression ("evalsha|fcall": both)."""
+    found = re.findall(r"cmdstat_(?:%s):calls=(\d+),usec=(\d+)" % cmd,
+                       redis.cli("INFO", "commandstats"))
+    return (sum(int(c) for c, _ in found), sum(int(u) for _, u in found))
 
 
 def proc_cpu(pid):
@@ -181,7 +184,7 @@ def run_once(rules, redis, keys, conns, pipe):
                        "-s", "99")
         if r:
             c0, ops0, cpu0, u0 = evalsha_calls(r), script_ops(a), redis_cpu(r), \
-                command_usec(r, "evalsha")
+                command_usec(r, "evalsha|fcall")
             mem0, keys0 = used_memory(r), int(r.cli("DBSIZE") or 0)
         acpu0 = proc_cpu(a.p.pid)
         rate, lat = spoa_bench(a, "-c", str(conns), "-p", str(pipe), "-n", str(n), "-k",
@@ -190,7 +193,7 @@ def run_once(rules, redis, keys, conns, pipe):
         calls = ops = rcpu = per_call = per_key = 0
         if r:
             c1, ops1, cpu1, u1 = evalsha_calls(r), script_ops(a), redis_cpu(r), \
-                command_usec(r, "evalsha")
+                command_usec(r, "evalsha|fcall")
             calls, ops, rcpu = (c1 - c0) / n, (ops1 - ops0) / n, (cpu1 - cpu0) * 1e6 / n
             per_call = (u1[1] - u0[1]) / (u1[0] - u0[0]) if u1[0] > u0[0] else 0
             # what a client key costs Redis' memory (a cold run: mostly new keys)

@@ -22,17 +22,18 @@ import spop
 
 def redis_ini(port, prefix="rl:", timeout="1s", interval="100ms", ttl="1s",
               max_fraction="0.1", fallback_mode="open", share="0.05", password=None, db=0,
-              rate_leases=None):
+              rate_leases=None, functions=None):
     """[redis], [lease] and [fallback] sections for an agent on one Redis.
     timeout: 1s by default, not the shipped 100ms: tests that are not about the
     timeout fail on a degraded answer, and on a loaded machine one stall of
     the agent (under ASan) or of redis-server exceeds 100 ms. Tests of the
     timeout itself pass it explicitly."""
     auth = ":%s@" % password if password else ""
-    return ("[redis]\nurl = redis://%s127.0.0.1:%d/%d\ntimeout = %s\nprefix = %s\n\n"
+    return ("[redis]\nurl = redis://%s127.0.0.1:%d/%d\ntimeout = %s\nprefix = %s\n%s\n"
             "[lease]\ninterval = %s\nttl = %s\nmax_fraction = %s\n%s\n"
             "[fallback]\nmode = %s\nshare = %s\n\n"
-            % (auth, port, db, timeout, prefix, interval, ttl, max_fraction,
+            % (auth, port, db, timeout, prefix,
+               "functions = %s\n" % functions if functions else "", interval, ttl, max_fraction,
                "rate_leases = %s\n" % rate_leases if rate_leases else "", fallback_mode,
                share))
 
@@ -531,14 +532,14 @@ class Monitor:
         return out
 
     def script_ops(self, i, j):
-        """Script operations between two marks: an EVALSHA carries as many as
-        its numkeys (the batch script runs one per key)."""
+        """Script operations between two marks: an EVALSHA (or FCALL) carries
+        as many as its numkeys (the batch script runs one per key)."""
         with self.cond:
             lines = self.lines[i:j - 1]
         n = 0
         for ln in lines:
             m = MON_RE.match(ln)
-            if not m or m.group(3) == "lua" or m.group(4).upper() != "EVALSHA":
+            if not m or m.group(3) == "lua" or m.group(4).upper() not in ("EVALSHA", "FCALL"):
                 continue
             args = re.findall(r'"((?:[^"\\]|\\.)*)"', ln)
             n += int(args[2]) if len(args) > 2 and args[2].isdigit() else 1

@@ -160,9 +160,10 @@ def bench_async(agent, path, seconds, keys=KEYS, conns=8):
 
 
 class Faults(RedisCase):
-    def start(self, timeout="100ms"):
+    def start(self, timeout="100ms", functions=None):
         self.redis = self.start_redis()
-        self.agent = self.start_agent(self.redis, RULES, workers=2, timeout=timeout)
+        self.agent = self.start_agent(self.redis, RULES, workers=2, timeout=timeout,
+                                      functions=functions)
         self.resp = fleet.Resp(self.redis.port)
         self.addCleanup(self.resp.close)
         self.b0 = self.metric(self.agent, "spoa_ratelimit_redis_batches_total")
@@ -254,8 +255,9 @@ class Faults(RedisCase):
 
     def test_noscript_reloads_the_batch_script(self):
         """SCRIPT FLUSH under batched load: NOSCRIPT, the batch script is
-        loaded again and the batch resent; no decision falls back."""
-        self.start(timeout="1s")  # the reload must not race a short timeout
+        loaded again and the batch resent; no decision falls back. (EVALSHA:
+        functions = off; FCALL meets FUNCTION FLUSH, the test below.)"""
+        self.start(timeout="1s", functions="off")  # the reload must not race a short timeout
         self.load(3.0)
         for _ in range(3):
             time.sleep(0.5)
@@ -263,6 +265,20 @@ class Faults(RedisCase):
         self.finish("SCRIPT FLUSH 3 times")
         self.assertIn("script=batch", self.agent.output(), "no batch met NOSCRIPT")
         self.assertEqual(self.degraded(), 0, "decisions fell back on NOSCRIPT")
+
+    def test_function_flush_reloads_the_library(self):
+        """FUNCTION FLUSH under batched load (functions = on): no such
+        function, the library is loaded again and the call resent, batches
+        included; no decision falls back, the bound holds (finish)."""
+        self.start(timeout="1s")
+        self.load(3.0)
+        for _ in range(3):
+            time.sleep(0.5)
+            self.resp.call("FUNCTION", "FLUSH")
+        self.finish("FUNCTION FLUSH 3 times")
+        self.assertIn("redis lost its functions; reloading", self.agent.output())
+        self.assertIn("_batch", self.agent.output(), "no batch met a missing function")
+        self.assertEqual(self.degraded(), 0, "decisions fell back on FUNCTION FLUSH")
 
 
 class ClusterBatches(topo.Cluster):

@@ -258,7 +258,9 @@ class Acl(AuthCase):
         return r, a
 
     def test_user_without_evalsha(self):
-        r, a = self.acl_agent("~rl:*", "+@all", "-evalsha")
+        # (without fcall too: a user with FCALL calls the scripts as functions,
+        # test_functions.Functions.test_acl_without_fcall)
+        r, a = self.acl_agent("~rl:*", "+@all", "-evalsha", "-fcall")
         c = self.seq(a)
         # A key new to the agent goes as one plain SET (limiter_first.c), which
         # this user may run: Redis decides it. The next decision on it is a

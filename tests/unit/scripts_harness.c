@@ -21,6 +21,9 @@
 #ifndef SRCDIR
 #define SRCDIR "."
 #endif
+#ifndef BUILDDIR
+#define BUILDDIR "."
+#endif
 
 #define SERVER_START_TRIES 10
 #define SERVER_START_WAIT_MS 5000
@@ -37,6 +40,49 @@ const char *const script_name[NSCRIPTS] = {
 char *script_text[NSCRIPTS];
 size_t script_len[NSCRIPTS];
 char script_sha[NSCRIPTS][41];
+
+/* SCRIPTS_CALL=fcall (tests/unit/scripts_fcall.sh): every call goes as FCALL
+ * of the scripts' function library (lua/library.lua, as the agent loads it
+ * with functions = on), not EVALSHA: the same tests, through the library's
+ * wrappers. */
+int scripts_fcall;
+#define TEST_LIB "spoa_ratelimit_test"
+static char *library_src;
+static size_t library_len;
+
+static void load_library(void)
+{
+    redisReply *r = cmd("FUNCTION LOAD REPLACE %b", library_src, library_len);
+    ck_assert_msg(r->type == REDIS_REPLY_STRING, "FUNCTION LOAD: %s",
+                  r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+    freeReplyObject(r);
+}
+
+/* lua/library.lua of the build, with the two lines the agent puts first. */
+static int read_library(void)
+{
+    static const char head[] = "#!lua name=" TEST_LIB "\nlocal LIB = '" TEST_LIB "'\n";
+    const char *path = BUILDDIR "/lua/library.lua";
+    FILE *fp = fopen(path, "r");
+    long n;
+
+    if (!fp || fseek(fp, 0, SEEK_END) != 0 || (n = ftell(fp)) < 0 || fseek(fp, 0, SEEK_SET) != 0) {
+        fprintf(stderr, "test_scripts: cannot read %s\n", path);
+        if (fp)
+            fclose(fp);
+        return -1;
+    }
+    library_src = malloc(sizeof(head) + (size_t)n);
+    if (!library_src || fread(library_src + sizeof(head) - 1, 1, (size_t)n, fp) != (size_t)n) {
+        fprintf(stderr, "test_scripts: cannot read %s\n", path);
+        fclose(fp);
+        return -1;
+    }
+    fclose(fp);
+    memcpy(library_src, head, sizeof(head) - 1);
+    library_len = sizeof(head) - 1 + (size_t)n;
+    return 0;
+}
 
 
 
@@ -158,6 +204,10 @@ void mkkey(char *buf, size_t len, const char *name)
 
 int read_scripts(void)
 {
+    const char *mode = getenv("SCRIPTS_CALL");
+    scripts_fcall = mode && strcmp(mode, "fcall") == 0;
+    if (scripts_fcall && read_library() < 0)
+        return -1;
     const char *dir = getenv("LUA_DIR");
     if (dir == NULL || *dir == '\0')
         dir = SRCDIR "/lua";
@@ -207,13 +257,15 @@ _Static_assert((int)CLAIM_ARGC <= MAX_ARGS && (int)RETURN_ARGC <= MAX_ARGS &&
                    (int)EXACT_ARGC_MAX <= MAX_ARGS,
                "every script's arguments fit");
 
-/* EVALSHA sha 1 key args..., without any retry. */
+/* EVALSHA sha 1 key args... (or FCALL), without any retry. */
 redisReply *evalsha_raw(enum script s, const char *key, int nargs, const char *const *args)
 {
     const char *argv[4 + MAX_ARGS];
+    char fn[64];
     ck_assert_int_le(nargs, MAX_ARGS);
-    argv[0] = "EVALSHA";
-    argv[1] = script_sha[s];
+    snprintf(fn, sizeof(fn), "%s_%s", TEST_LIB, script_name[s]);
+    argv[0] = scripts_fcall ? "FCALL" : "EVALSHA";
+    argv[1] = scripts_fcall ? fn : script_sha[s];
     argv[2] = "1";
     argv[3] = key;
     for (int i = 0; i < nargs; i++)
@@ -230,6 +282,10 @@ redisReply *evalsha(enum script s, const char *key, int nargs, const char *const
     if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0) {
         freeReplyObject(r);
         load_script(s);
+        r = evalsha_raw(s, key, nargs, args);
+    } else if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "ERR Function not found", 22) == 0) {
+        freeReplyObject(r);
+        load_library();
         r = evalsha_raw(s, key, nargs, args);
     }
     return r;
@@ -463,6 +519,8 @@ void setup(void)
     ck_assert_msg(rc != NULL && !rc->err, "cannot connect to redis on port %d", redis_port);
     for (int s = 0; s < NSCRIPTS; s++)
         load_script((enum script)s);
+    if (scripts_fcall)
+        load_library();
 }
 
 void teardown(void)

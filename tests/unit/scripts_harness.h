@@ -37,6 +37,7 @@ extern const char *const script_name[NSCRIPTS];
 extern char *script_text[NSCRIPTS];
 extern size_t script_len[NSCRIPTS];
 extern char script_sha[NSCRIPTS][41];
+extern int scripts_fcall; /* calls go as FCALL of the library (SCRIPTS_CALL=fcall) */
 
 /* Reply of the claim and return scripts, and of the exact ones. */
 enum {

@@ -19,6 +19,7 @@
 #include "store/store_resp.h"
 
 static const char sha[] = "0123456789abcdef0123456789abcdef01234567";
+static const char fn[] = "spoa_ratelimit_0123456789abcdef_tb_exact";
 
 static void noop_cb(void *arg, const struct store_result *res)
 {
@@ -115,9 +116,17 @@ START_TEST(script_call)
                                             lens, noop_cb, NULL);
         const char *argv[7] = {"EVALSHA", sha, "1", "rl:tb:perip:10.0.0.1", "100", "60000", third};
         size_t argvlen[7] = {7, 40, 1, 20, 3, 5, big};
+        const struct store_call evalsha = {"EVALSHA", sha}, fcall = {"FCALL", fn};
 
         ck_assert_ptr_nonnull(c);
-        ck_assert_int_eq(store_cmd_format(c, sha, &w), 0);
+        ck_assert_int_eq(store_cmd_format(c, &evalsha, &w), 0);
+        assert_same(&w, 7, argv, argvlen);
+        /* the same call as FCALL of its function */
+        argv[0] = "FCALL";
+        argvlen[0] = 5;
+        argv[1] = fn;
+        argvlen[1] = strlen(fn);
+        ck_assert_int_eq(store_cmd_format(c, &fcall, &w), 0);
         assert_same(&w, 7, argv, argvlen);
         store_cmd_free(c);
     }
@@ -135,7 +144,8 @@ START_TEST(read_call)
     struct store_cmd *c = store_cmd_new_read(argv[1], argvlen[1], 2, argv, argvlen, noop_cb, NULL);
 
     ck_assert_ptr_nonnull(c);
-    ck_assert_int_eq(store_cmd_format(c, NULL, &w), 0);
+    const struct store_call evalsha = {"EVALSHA", sha};
+    ck_assert_int_eq(store_cmd_format(c, &evalsha, &w), 0); /* (a read ignores it) */
     assert_same(&w, 2, argv, argvlen);
     store_cmd_free(c);
     store_resp_free(&w);
@@ -203,7 +213,15 @@ START_TEST(batch)
     }
     b = store_batch_new(list, n);
     ck_assert_ptr_nonnull(b);
-    ck_assert_int_eq(store_cmd_format(b, sha, &w), 0);
+    const struct store_call evalsha = {"EVALSHA", sha}, fcall = {"FCALL", fn};
+    ck_assert_int_eq(store_cmd_format(b, &evalsha, &w), 0);
+    assert_same(&w, (int)argc, argv, argvlen);
+    /* and as FCALL of the batch function */
+    argv[0] = "FCALL";
+    argvlen[0] = 5;
+    argv[1] = fn;
+    argvlen[1] = strlen(fn);
+    ck_assert_int_eq(store_cmd_format(b, &fcall, &w), 0);
     assert_same(&w, (int)argc, argv, argvlen);
 
     size_t klen;
