@@ -127,6 +127,7 @@ static void conn_lost(struct store_conn *conn, redisAsyncContext *ac, const char
     conn->ac = NULL;
     conn->connected = 0;
     conn->loading = 0;
+    conn->fcall_loading = 0;
     conn->ping_us = 0;
     ev_timer_stop(conn->env->loop, &conn->watchdog);
     if (ac)
@@ -533,10 +534,16 @@ static int fcall_failed(struct store_conn *conn, redisAsyncContext *ac, struct s
                         const char *err, enum metrics_redis_error kind)
 {
     if (strncmp(err, "ERR Function not found", 22) == 0) {
-        LOG_INFO("\"redis lost its functions; reloading\" addr=%s function=%s",
-                 log_val(conn->name), store_conn_library()->fn[c->script]);
-        if (c->noscript_retried || store_conn_load_library(conn, on_setup_reply) < 0)
+        /* one FUNCTION LOAD for all the calls that were in flight: c goes
+         * after it on this connection either way */
+        if (c->noscript_retried) {
             conn->fcall = 0;
+        } else if (!conn->fcall_loading) {
+            LOG_INFO("\"redis lost its functions; reloading\" addr=%s function=%s",
+                     log_val(conn->name), store_conn_library()->fn[c->script]);
+            if (store_conn_load_library(conn, on_setup_reply) < 0)
+                conn->fcall = 0;
+        }
         c->noscript_retried = 1;
     } else if (kind == METRICS_REDIS_NOPERM && (strstr(err, "fcall") || strstr(err, "FCALL"))) {
         LOG_INFO("\"redis ACL refused FCALL: calling the scripts with EVALSHA\" addr=%s "

@@ -37,8 +37,9 @@ struct store_conn {
     /* fcall: calls go out as FCALL of the library (store_conn_setup.h), set
      * by FUNCTION LOAD's reply at each connect; fcall_off: never again on
      * this connection (Redis refused an FCALL that EVALSHA may pass: an
-     * ACL); fcall_said: its unavailability was logged */
-    int fcall, fcall_off, fcall_said;
+     * ACL); fcall_said: its unavailability was logged; fcall_loading: a
+     * FUNCTION LOAD is out */
+    int fcall, fcall_off, fcall_said, fcall_loading;
     /* Redis refused our calls (store_errors.h): the next setup ends with a
      * probe, a script call that must pass before the connection is ready;
      * check_role: ask ROLE too (url mode, after READONLY or MASTERDOWN);

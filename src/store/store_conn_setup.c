@@ -98,6 +98,7 @@ int store_conn_load_library(struct store_conn *conn, redisCallbackFn *on_reply)
         return -1;
     METRIC_INC(redis_commands);
     conn->loading++;
+    conn->fcall_loading = 1;
     return 0;
 }
 
@@ -108,6 +109,7 @@ int store_conn_load_library(struct store_conn *conn, redisCallbackFn *on_reply)
  * at a little more Redis CPU per call. Said once per connection. */
 static enum store_conn_setup_next library_loaded(struct store_conn *conn, const redisReply *reply)
 {
+    conn->fcall_loading = 0;
     if (reply->type != REDIS_REPLY_ERROR || strstr(reply->str, "already exists")) {
         if (!conn->fcall)
             LOG_DEBUG("\"redis functions loaded\" addr=%s library=%s", log_val(conn->name),
