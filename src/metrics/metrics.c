@@ -362,6 +362,10 @@ static void render_redis(struct strbuf *b)
                   "1 when a Redis in use has maxmemory set and a maxmemory-policy that can "
                   "evict the agent's keys (its buckets would refill).",
                   (uint64_t)atomic_load(&metrics.redis_eviction_possible));
+    render_simple(b, "spoa_ratelimit_redis_function_connections", "gauge",
+                  "Redis connections calling the scripts as functions (FCALL); the others, "
+                  "and all with [redis] functions = off, call them with EVALSHA.",
+                  (uint64_t)atomic_load(&metrics.redis_function_connections));
     render_simple(b, "spoa_ratelimit_redis_evicted_keys", "gauge",
                   "evicted_keys of INFO, summed over the Redis servers in use (read every minute).",
                   metrics_ld(&metrics.redis_evicted_keys));

@@ -135,6 +135,7 @@ struct metrics {
     /* INFO (store_info.c): 1 when a Redis we use has a maxmemory-policy that
      * can evict our keys and a maxmemory; evicted_keys summed over them */
     atomic_int redis_eviction_possible;
+    atomic_int redis_function_connections; /* calling the scripts with FCALL ([redis] functions) */
     atomic_uint_fast64_t redis_evicted_keys;
     atomic_uint fleet_agents; /* heartbeats in Redis (store_heartbeat.c); 0 unknown */
     atomic_int connections;

@@ -128,6 +128,7 @@ static void conn_lost(struct store_conn *conn, redisAsyncContext *ac, const char
     conn->connected = 0;
     conn->loading = 0;
     conn->fcall_loading = 0;
+    store_conn_set_fcall(conn, 0);
     conn->ping_us = 0;
     ev_timer_stop(conn->env->loop, &conn->watchdog);
     if (ac)
@@ -537,18 +538,18 @@ static int fcall_failed(struct store_conn *conn, redisAsyncContext *ac, struct s
         /* one FUNCTION LOAD for all the calls that were in flight: c goes
          * after it on this connection either way */
         if (c->noscript_retried) {
-            conn->fcall = 0;
+            store_conn_set_fcall(conn, 0);
         } else if (!conn->fcall_loading) {
             LOG_INFO("\"redis lost its functions; reloading\" addr=%s function=%s",
                      log_val(conn->name), store_conn_library()->fn[c->script]);
             if (store_conn_load_library(conn, on_setup_reply) < 0)
-                conn->fcall = 0;
+                store_conn_set_fcall(conn, 0);
         }
         c->noscript_retried = 1;
     } else if (kind == METRICS_REDIS_NOPERM && (strstr(err, "fcall") || strstr(err, "FCALL"))) {
         LOG_INFO("\"redis ACL refused FCALL: calling the scripts with EVALSHA\" addr=%s "
                  "err=\"%s\"", log_val(conn->name), log_esc(err, strnlen(err, 200)));
-        conn->fcall = 0;
+        store_conn_set_fcall(conn, 0);
         conn->fcall_off = 1;
     } else {
         return 0;
@@ -771,6 +772,7 @@ void store_conn_free(struct store_conn *conn)
         store_cmd_fail(c, STORE_DOWN, "connection closed");
     }
     fail_list(queue_take(conn), "connection closed");
+    store_conn_set_fcall(conn, 0);
     free(conn->host);
     free(conn->unix_path);
     free(conn);

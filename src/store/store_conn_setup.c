@@ -89,6 +89,14 @@ const struct store_library *store_conn_library(void)
     return &library;
 }
 
+void store_conn_set_fcall(struct store_conn *conn, int on)
+{
+    if (conn->fcall == on)
+        return;
+    conn->fcall = on;
+    atomic_fetch_add(&metrics.redis_function_connections, on ? 1 : -1);
+}
+
 int store_conn_load_library(struct store_conn *conn, redisCallbackFn *on_reply)
 {
     const struct store_library *lib = store_conn_library();
@@ -114,13 +122,13 @@ static enum store_conn_setup_next library_loaded(struct store_conn *conn, const 
         if (!conn->fcall)
             LOG_DEBUG("\"redis functions loaded\" addr=%s library=%s", log_val(conn->name),
                       store_conn_library()->name);
-        conn->fcall = 1;
+        store_conn_set_fcall(conn, 1);
     } else {
         if (conn->fcall || !conn->fcall_said)
             LOG_INFO("\"redis functions unavailable: calling the scripts with EVALSHA\" "
                      "addr=%s err=\"%s\"", log_val(conn->name),
                      log_esc(reply->str, strnlen(reply->str, 200)));
-        conn->fcall = 0;
+        store_conn_set_fcall(conn, 0);
         conn->fcall_said = 1;
     }
     return setup_step_done(conn);
@@ -297,7 +305,7 @@ void store_conn_send_setup(struct store_conn *conn, redisCallbackFn *on_reply)
                           store_conn_script_src[i]);
         METRIC_INC(redis_commands);
     }
-    conn->fcall = 0; /* until FUNCTION LOAD says otherwise */
+    store_conn_set_fcall(conn, 0); /* until FUNCTION LOAD says otherwise */
     if (env->functions && !conn->fcall_off)
         store_conn_load_library(conn, on_reply);
     if (conn->refused && env->sha[SCRIPT_TB_EXACT][0]) {

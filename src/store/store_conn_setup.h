@@ -50,6 +50,9 @@ const struct store_library *store_conn_library(void);
  * on_reply with SETUP_FUNCTION, and counts in conn->loading). 0 sent. */
 int store_conn_load_library(struct store_conn *conn, redisCallbackFn *on_reply);
 
+/* Set conn->fcall, keeping the count of such connections (metrics). */
+void store_conn_set_fcall(struct store_conn *conn, int on);
+
 /* Queue the setup commands on the new context conn->ac: they go out, in
  * order, once the connect is made. on_reply (the connection's) gets each
  * reply, priv a script index or a SETUP_* value, and hands it to

@@ -18,6 +18,9 @@ from harness import wait_for
 from test_redis_auth import AuthCase, cli, info
 
 
+FN_CONNS = "spoa_ratelimit_redis_function_connections"
+
+
 def calls(port, command, **auth):
     m = re.search(r"calls=(\d+)", info(port, "commandstats", **auth).get("cmdstat_" + command, ""))
     return int(m.group(1)) if m else 0
@@ -37,6 +40,9 @@ class Functions(AuthCase):
         a = self.agent(self.url(r))
         self.wait_up(a)
         self.assertEqual(len(libraries(r.port)), 1, cli(r.port, "FUNCTION", "LIST"))
+        # its connection calls functions (one per agent: the workers share it)
+        self.assertTrue(wait_for(lambda: a.metric(FN_CONNS) == 1, timeout=10),
+                        "%s: %r" % (FN_CONNS, a.metric(FN_CONNS)))
         self.assert_ten_of(self.seq(a), "fcall")
         self.assertGreater(calls(r.port, "fcall"), 0)
         self.assertEqual(calls(r.port, "evalsha"), 0)
@@ -62,6 +68,7 @@ class Functions(AuthCase):
         self.assertEqual(calls(r.port, "fcall"), 0)
         self.assertEqual(calls(r.port, "function|load"), 0)
         self.assertEqual(libraries(r.port), [])
+        self.assertEqual(a.metric(FN_CONNS), 0)
 
     def test_function_flush_reloads(self):
         r = self.redis()
@@ -101,6 +108,7 @@ class Functions(AuthCase):
         self.assertGreater(calls(r.port, "evalsha"), 0)
         self.assertEqual(calls(r.port, "fcall"), 0)
         self.assertEqual(libraries(r.port), [])
+        self.assertEqual(a.metric(FN_CONNS), 0)
         # said once, not per reconnect
         self.assertEqual(a.output().count("functions unavailable"), 1)
 
