@@ -70,8 +70,10 @@ tmp="$out.tmp"
 -- again once FRESH operations have run since S was emptied: a script's
 -- helpers are defined once per FRESH operations, not once per call, and
 -- what they remember (the scripts' ints, fmt and named tables) stays small,
--- as it is in a script call. clock(n): a call of n operations begins.
-local FRESH, S, ran = 256, {}, 0
+-- as it is in a script call. FRESH is above the agent's largest batch (256,
+-- STORE_CONN_BATCH_MAX), so that full batches do not remake them every call.
+-- clock(n): a call of n operations begins.
+local FRESH, S, ran = 1024, {}, 0
 local function clock(n)
     ran = ran + n
     if ran > FRESH then S, ran = {}, n end

@@ -100,6 +100,7 @@ static int connect_store(struct cli *c, const struct config *cfg)
     const char *get[] = {"GET", c->current};
 
     store_options_from_config(cfg, &so);
+    so.functions = 0; /* one command to run: no library to load for it */
     if (!(c->s = store_new(c->loop, &so, err, sizeof(err)))) {
         fprintf(stderr, "spoa-ratelimit: %s\n", err);
         return -1;

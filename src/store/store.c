@@ -467,6 +467,8 @@ int store_reconfigure(struct store *s, const struct store_options *o)
         moved = url_changed(s, o);
     if ((auth = take_auth(s, o)) < 0)
         return -1;
+    if (auth)
+        s->env.auth_gen++;
     if (auth == AUTH_SENTINEL && !moved) { /* the next question uses them */
         LOG_INFO("\"sentinel credentials changed\"");
         return 0;

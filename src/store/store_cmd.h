@@ -26,7 +26,8 @@ struct store_cmd {
     uint64_t sent_us;        /* last sent; the watchdog looks at the oldest */
     uint64_t first_us;       /* first sent: the latency reported to the caller */
     int script;
-    unsigned noscript_retried : 1; /* NOSCRIPT or no function: reloaded and sent again once */
+    unsigned noscript_retried : 1; /* NOSCRIPT: the script reloaded and c sent again once */
+    unsigned fn_retried : 1;       /* no such function: the library reloaded, c sent again once */
     unsigned fcall : 1;      /* last sent as FCALL */
     unsigned moved : 1;      /* followed a -MOVED already */
     unsigned asked : 1;      /* followed an -ASK already */

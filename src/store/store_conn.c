@@ -537,7 +537,7 @@ static int fcall_failed(struct store_conn *conn, redisAsyncContext *ac, struct s
     if (strncmp(err, "ERR Function not found", 22) == 0) {
         /* one FUNCTION LOAD for all the calls that were in flight: c goes
          * after it on this connection either way */
-        if (c->noscript_retried) {
+        if (c->fn_retried) {
             store_conn_set_fcall(conn, 0);
         } else if (!conn->fcall_loading) {
             LOG_INFO("\"redis lost its functions; reloading\" addr=%s function=%s",
@@ -545,12 +545,14 @@ static int fcall_failed(struct store_conn *conn, redisAsyncContext *ac, struct s
             if (store_conn_load_library(conn, on_setup_reply) < 0)
                 store_conn_set_fcall(conn, 0);
         }
-        c->noscript_retried = 1;
+        c->fn_retried = 1;
     } else if (kind == METRICS_REDIS_NOPERM && (strstr(err, "fcall") || strstr(err, "FCALL"))) {
-        LOG_INFO("\"redis ACL refused FCALL: calling the scripts with EVALSHA\" addr=%s "
-                 "err=\"%s\"", log_val(conn->name), log_esc(err, strnlen(err, 200)));
+        if (!conn->fcall_off) /* (once: the other calls in flight get it too) */
+            LOG_INFO("\"redis ACL refused FCALL: calling the scripts with EVALSHA\" addr=%s "
+                     "err=\"%s\"", log_val(conn->name), log_esc(err, strnlen(err, 200)));
         store_conn_set_fcall(conn, 0);
         conn->fcall_off = 1;
+        conn->fcall_off_auth = conn->env->auth_gen;
     } else {
         return 0;
     }

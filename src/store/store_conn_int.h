@@ -37,9 +37,11 @@ struct store_conn {
     /* fcall: calls go out as FCALL of the library (store_conn_setup.h), set
      * by FUNCTION LOAD's reply at each connect; fcall_off: never again on
      * this connection (Redis refused an FCALL that EVALSHA may pass: an
-     * ACL); fcall_said: its unavailability was logged; fcall_loading: a
-     * FUNCTION LOAD is out */
+     * ACL; until the credentials change: fcall_off_auth is the store's
+     * auth_gen then); fcall_said: its unavailability was logged;
+     * fcall_loading: a FUNCTION LOAD is out */
     int fcall, fcall_off, fcall_said, fcall_loading;
+    unsigned fcall_off_auth;
     /* Redis refused our calls (store_errors.h): the next setup ends with a
      * probe, a script call that must pass before the connection is ready;
      * check_role: ask ROLE too (url mode, after READONLY or MASTERDOWN);

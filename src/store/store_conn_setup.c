@@ -306,6 +306,8 @@ void store_conn_send_setup(struct store_conn *conn, redisCallbackFn *on_reply)
         METRIC_INC(redis_commands);
     }
     store_conn_set_fcall(conn, 0); /* until FUNCTION LOAD says otherwise */
+    if (conn->fcall_off && conn->fcall_off_auth != env->auth_gen) /* other credentials */
+        conn->fcall_off = 0;
     if (env->functions && !conn->fcall_off)
         store_conn_load_library(conn, on_reply);
     if (conn->refused && env->sha[SCRIPT_TB_EXACT][0]) {

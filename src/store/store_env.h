@@ -30,6 +30,7 @@ struct store_env {
     const char *password;    /* AUTH at connect when not NULL */
     int db;                  /* SELECT at connect when not 0 */
     int functions;           /* [redis] functions: FUNCTION LOAD and FCALL where Redis allows */
+    unsigned auth_gen;       /* bumped when the credentials change (store_reconfigure) */
     const char *prefix;      /* [redis] prefix: the probe's key (and the ACL's key pattern) */
     char sha[SCRIPT_COUNT + 1][STORE_SHA_LEN + 1]; /* from SCRIPT LOAD: the same on every
                                                        server; [SCRIPT_COUNT] is the batch */

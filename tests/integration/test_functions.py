@@ -83,7 +83,8 @@ class Functions(AuthCase):
         self.assertEqual([g.get("blocked") for g in got], [False] * 10 + [True] * 2, got)
         self.assertEqual([g for g in got if g.get("degraded")], [], got)
         self.wait_log(a, '"redis lost its functions; reloading"')
-        self.assertEqual(len(libraries(r.port)), 1)
+        self.assertTrue(wait_for(lambda: len(libraries(r.port)) == 1, timeout=10),
+                        "library not loaded again")
         self.assertEqual(calls(r.port, "evalsha"), 0)
 
     def test_acl_without_fcall(self):
@@ -96,6 +97,12 @@ class Functions(AuthCase):
         self.wait_log(a, '"redis ACL refused FCALL: calling the scripts with EVALSHA"')
         self.assertGreater(calls(r.port, "evalsha"), 0)
         self.assertEqual(a.metric("spoa_ratelimit_redis_up"), 1)
+        self.assertEqual(a.metric(FN_CONNS), 0)
+        # the connection stays on EVALSHA: no FCALL after the first refusal
+        before = calls(r.port, "fcall")
+        self.assert_ten_of(self.seq(a), "nofcall2")
+        self.assertEqual(calls(r.port, "fcall"), before)
+        self.assertEqual(a.output().count("ACL refused FCALL"), 1)
 
     def test_acl_without_function_load(self):
         r = self.redis()
@@ -110,6 +117,12 @@ class Functions(AuthCase):
         self.assertEqual(libraries(r.port), [])
         self.assertEqual(a.metric(FN_CONNS), 0)
         # said once, not per reconnect
+        reconnects = a.metric("spoa_ratelimit_redis_reconnects_total") or 0
+        self.assertGreaterEqual(int(cli(r.port, "CLIENT", "KILL", "USER", "lim")), 1)
+        self.assertTrue(wait_for(lambda: (a.metric("spoa_ratelimit_redis_reconnects_total") or 0)
+                                 > reconnects and a.metric("spoa_ratelimit_redis_up") == 1,
+                                 timeout=10), "no reconnect")
+        self.assertEqual(calls(r.port, "function|load"), 0)
         self.assertEqual(a.output().count("functions unavailable"), 1)
 
 

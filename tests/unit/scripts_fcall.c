@@ -1,7 +1,8 @@
 /* scripts_fcall.c - the script tests again, every call going as FCALL of the
  * scripts' function library (SCRIPTS_CALL=fcall, scripts_harness.c) rather
  * than EVALSHA: what the agent runs with [redis] functions = on, the default.
- * Runs each test program of the list in turn; fails when one does. */
+ * Runs each test program of the list in turn; fails when one does, skips
+ * (77, as they do: no redis-server, or one before 7.0) when all do. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -18,7 +19,7 @@ static const char *const programs[] = {
 
 int main(void)
 {
-    int failed = 0;
+    int failed = 0, skipped = 0;
 
     if (setenv("SCRIPTS_CALL", "fcall", 1) != 0)
         return 1;
@@ -36,11 +37,18 @@ int main(void)
             perror(path);
             _exit(127);
         }
-        if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) ||
-            WEXITSTATUS(status) != 0) {
+        int code = -1;
+        if (pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status))
+            code = WEXITSTATUS(status);
+        if (code == 77) {
+            printf("scripts_fcall: %s skipped\n", programs[i]);
+            skipped++;
+        } else if (code != 0) {
             printf("scripts_fcall: %s FAILED\n", programs[i]);
             failed = 1;
         }
     }
+    if (!failed && skipped == (int)(sizeof(programs) / sizeof(programs[0])))
+        return 77;
     return failed;
 }

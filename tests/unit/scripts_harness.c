@@ -553,6 +553,21 @@ TCase *scripts_tcase(const char *name)
     return tc;
 }
 
+/* Whether the server knows FUNCTION (Redis 7.0 and later). */
+static int functions_supported(void)
+{
+    struct timeval tv = {5, 0};
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", redis_port, tv);
+    redisReply *r = c && !c->err ? redisCommand(c, "FUNCTION LIST LIBRARYNAME none") : NULL;
+    int ok = r && r->type == REDIS_REPLY_ARRAY;
+
+    if (r)
+        freeReplyObject(r);
+    if (c)
+        redisFree(c);
+    return ok;
+}
+
 int scripts_main(Suite *suite)
 {
     if (read_scripts() != 0)
@@ -565,6 +580,11 @@ int scripts_main(Suite *suite)
         return 77; /* automake: skipped */
     }
     atexit(stop_server);
+    if (scripts_fcall && !functions_supported()) {
+        fprintf(stderr, "test_scripts: this redis-server has no FUNCTION (before 7.0); "
+                        "skipped\n");
+        return 77;
+    }
 
     int status = check_run(suite);
     for (int s = 0; s < NSCRIPTS; s++)
