@@ -130,12 +130,12 @@ class Script(RedisCase):
         """lua/library.lua (the agent's FCALL path, [redis] functions): its
         batch function and its per-script functions answer what the batch
         script and the scripts answer, over more operations and calls than
-        the library keeps its helpers for (256 operations: their memo tables
+        the library keeps its helpers for (1,024 operations: their memo tables
         are remade), and a bad operation fails its call as it does there."""
         with open(os.path.join(os.path.dirname(BATCH_LUA), "library.lua")) as f:
             lib = "#!lua name=batchtest\nlocal LIB = 'batchtest'\n" + f.read()
         self.assertEqual(self.r.call("FUNCTION", "LOAD", lib), "batchtest")
-        for rnd in range(12):  # 12 x 35 operations, in calls of 35 and singles
+        for rnd in range(20):  # 20 x 70 operations (a call of 35, 35 single calls): > 1,024
             ops = self.sequence("e%d:" % rnd)
             want = self.run_batch(ops)
             fops = self.sequence("f%d:" % rnd)
