@@ -112,9 +112,10 @@ int store_conn_load_library(struct store_conn *conn, redisCallbackFn *on_reply)
 
 /* The reply to FUNCTION LOAD: the library's name, or "already exists" (an
  * agent of this build loaded it): FCALL from now on. Any other error (a
- * Redis before 7.0, an ACL without FUNCTION LOAD, a full or read-only Redis)
- * is no failure: the scripts are loaded, and EVALSHA does what FCALL would,
- * at a little more Redis CPU per call. Said once per connection. */
+ * service that disables FUNCTION, an ACL without FUNCTION LOAD, a full or
+ * read-only Redis) is no failure: the scripts are loaded, and EVALSHA does
+ * what FCALL would, at a little more Redis CPU per call. Said once per
+ * connection. */
 static enum store_conn_setup_next library_loaded(struct store_conn *conn, const redisReply *reply)
 {
     conn->fcall_loading = 0;
