@@ -118,9 +118,9 @@ struct store_cmd *store_cmd_new(enum store_script script, const char *key, size_
                                 const char *const *argv, const size_t *argvlen, store_cb *cb,
                                 void *arg)
 {
-    static const char evalsha[] = "EVALSHA", one[] = "1";
+    static const char one[] = "1";
     int n = argc + 4;
-    size_t bytes = sizeof(evalsha) + sizeof(one) + keylen + 1 + args_bytes(argc, argvlen);
+    size_t bytes = sizeof(one) + keylen + 1 + args_bytes(argc, argvlen);
     struct store_cmd *c = cmd_alloc(block_size(n, bytes));
     char *p;
 
@@ -128,9 +128,9 @@ struct store_cmd *store_cmd_new(enum store_script script, const char *key, size_
         return NULL;
     c->script = script;
     p = lay_out(c, n, cb, arg);
-    p = put_arg(c, p, 0, evalsha, sizeof(evalsha) - 1);
-    c->argv[1] = NULL; /* the sha: store_cmd_format writes it */
-    c->argvlen[1] = STORE_SHA_LEN;
+    /* the verb and the sha or function: store_cmd_format writes them */
+    c->argv[0] = c->argv[1] = NULL;
+    c->argvlen[0] = c->argvlen[1] = 0;
     p = put_arg(c, p, 2, one, sizeof(one) - 1);
     p = put_arg(c, p, 3, key, keylen);
     for (int i = 0; i < argc; i++)

@@ -39,7 +39,8 @@ struct store_cmd {
                               * store down as a script call's do */
     unsigned pooled : 1;     /* a CMD_BLOCK block, recycled (store_cmd.c) */
     int argc;                /* a batch: 0 (its request is written from its members) */
-    char **argv;             /* argv[1] is NULL: the sha is written when sent */
+    char **argv;             /* argv[0] and [1] are NULL: the verb and the sha or
+                              * function are written when sent (store_call) */
     size_t *argvlen;
     struct store_conn *conn; /* where it is in flight; NULL when not */
     struct store_cmd *prev, *next;

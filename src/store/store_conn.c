@@ -526,6 +526,15 @@ void store_conn_uncork(struct store_conn *conn)
         flush(conn);
 }
 
+/* Send c again after an error reply (it had not run), or fail it. */
+static void resend(struct store_conn *conn, struct store_cmd *c)
+{
+    if (wire_send(conn, c, util_now_us()) == 0)
+        return;
+    METRIC_INC(redis_errors);
+    store_cmd_fail(c, STORE_DOWN, "send failed");
+}
+
 /* An error reply to c, sent as FCALL, that EVALSHA would not get. No such
  * function (FUNCTION FLUSH, a Redis restarted without its data): load the
  * library again and send c again, in order on this connection, once; then
@@ -556,10 +565,7 @@ static int fcall_failed(struct store_conn *conn, redisAsyncContext *ac, struct s
     } else {
         return 0;
     }
-    if (wire_send(conn, c, util_now_us()) == 0)
-        return 1;
-    METRIC_INC(redis_errors);
-    store_cmd_fail(c, STORE_DOWN, "send failed");
+    resend(conn, c);
     return 1;
 }
 
@@ -585,8 +591,8 @@ static int handle_error(struct store_conn *conn, redisAsyncContext *ac, struct s
                               "SCRIPT LOAD %s", store_conn_script_src[c->script]) == REDIS_OK) {
             METRIC_INC(redis_commands);
             conn->loading++;
-            if (wire_send(conn, c, util_now_us()) == 0)
-                return 1;
+            resend(conn, c);
+            return 1;
         }
         METRIC_INC(redis_errors);
         store_cmd_fail(c, STORE_DOWN, "send failed");

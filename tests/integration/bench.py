@@ -100,7 +100,7 @@ return {1, math.floor((now - (new - burst * per)) / per)}
 """
 
 
-def evalsha_calls(redis):
+def script_calls(redis):
     """Script calls so far: EVALSHA, and FCALL (the agent's [redis]
     functions, on by default)."""
     out = redis.cli("INFO", "commandstats")
@@ -183,7 +183,7 @@ def run_once(rules, redis, keys, conns, pipe):
             spoa_bench(a, "-c", str(conns), "-p", str(pipe), "-d", str(WARM_S), "-k", str(keys),
                        "-s", "99")
         if r:
-            c0, ops0, cpu0, u0 = evalsha_calls(r), script_ops(a), redis_cpu(r), \
+            c0, ops0, cpu0, u0 = script_calls(r), script_ops(a), redis_cpu(r), \
                 command_usec(r, "evalsha|fcall")
             mem0, keys0 = used_memory(r), int(r.cli("DBSIZE") or 0)
         acpu0 = proc_cpu(a.p.pid)
@@ -192,7 +192,7 @@ def run_once(rules, redis, keys, conns, pipe):
         acpu = (proc_cpu(a.p.pid) - acpu0) * 1e6 / n
         calls = ops = rcpu = per_call = per_key = 0
         if r:
-            c1, ops1, cpu1, u1 = evalsha_calls(r), script_ops(a), redis_cpu(r), \
+            c1, ops1, cpu1, u1 = script_calls(r), script_ops(a), redis_cpu(r), \
                 command_usec(r, "evalsha|fcall")
             calls, ops, rcpu = (c1 - c0) / n, (ops1 - ops0) / n, (cpu1 - cpu0) * 1e6 / n
             per_call = (u1[1] - u0[1]) / (u1[0] - u0[0]) if u1[0] > u0[0] else 0

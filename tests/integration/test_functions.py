@@ -88,11 +88,7 @@ class Functions(AuthCase):
         self.assertEqual(calls(r.port, "evalsha"), 0)
 
     def test_acl_without_fcall(self):
-        r = self.redis()
-        self.assertEqual(cli(r.port, "ACL", "SETUSER", "lim", "on", ">pw", "~rl:*", "+@all",
-                             "-fcall"), "OK")
-        a = self.agent("[redis]\nurl = redis://lim:pw@127.0.0.1:%d/0\n" % r.port)
-        self.wait_up(a)
+        r, a = self.acl_agent("~rl:*", "+@all", "-fcall")
         self.assert_ten_of(self.seq(a), "nofcall")
         self.wait_log(a, '"redis ACL refused FCALL: calling the scripts with EVALSHA"')
         self.assertGreater(calls(r.port, "evalsha"), 0)
@@ -105,11 +101,7 @@ class Functions(AuthCase):
         self.assertEqual(a.output().count("ACL refused FCALL"), 1)
 
     def test_acl_without_function_load(self):
-        r = self.redis()
-        self.assertEqual(cli(r.port, "ACL", "SETUSER", "lim", "on", ">pw", "~rl:*", "+@all",
-                             "-function"), "OK")
-        a = self.agent("[redis]\nurl = redis://lim:pw@127.0.0.1:%d/0\n" % r.port)
-        self.wait_up(a)
+        r, a = self.acl_agent("~rl:*", "+@all", "-function")
         self.wait_log(a, '"redis functions unavailable: calling the scripts with EVALSHA"')
         self.assert_ten_of(self.seq(a), "noload")
         self.assertGreater(calls(r.port, "evalsha"), 0)

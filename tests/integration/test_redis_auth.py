@@ -85,6 +85,15 @@ class AuthCase(unittest.TestCase):
                                  agent.metric("spoa_ratelimit_redis_up") == up, timeout=timeout),
                         "redis_up never %d:\n%s" % (up, agent.output()[-3000:]))
 
+    def acl_agent(self, *rules):
+        """A Redis with the ACL user lim (password pw) of these rules, and an
+        agent up on it as lim."""
+        r = self.redis()
+        self.assertEqual(cli(r.port, "ACL", "SETUSER", "lim", "on", ">pw", *rules), "OK")
+        a = self.agent("[redis]\nurl = redis://lim:pw@127.0.0.1:%d/0\n" % r.port)
+        self.wait_up(a)  # AUTH and SCRIPT LOAD pass: only the calls are refused
+        return r, a
+
     def assert_ten_of(self, c, key, n=12):
         got = [c.decide(key=key) for _ in range(n)]
         self.assertEqual([g.get("blocked") for g in got], [False] * 10 + [True] * (n - 10), got)
@@ -250,13 +259,6 @@ class Passwords(AuthCase):
 
 
 class Acl(AuthCase):
-    def acl_agent(self, *rules):
-        r = self.redis()
-        self.assertEqual(cli(r.port, "ACL", "SETUSER", "lim", "on", ">pw", *rules), "OK")
-        a = self.agent("[redis]\nurl = redis://lim:pw@127.0.0.1:%d/0\n" % r.port)
-        self.wait_up(a)  # AUTH and SCRIPT LOAD pass: only the calls are refused
-        return r, a
-
     def test_user_without_evalsha(self):
         # (without fcall too: a user with FCALL calls the scripts as functions,
         # test_functions.Functions.test_acl_without_fcall)

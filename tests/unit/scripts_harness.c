@@ -58,29 +58,46 @@ static void load_library(void)
     freeReplyObject(r);
 }
 
+/* The file at path, after room bytes left for the caller (not NUL-terminated);
+ * its length in *len. NULL, said on stderr, when it cannot be read. */
+static char *read_whole(const char *path, size_t room, size_t *len)
+{
+    FILE *fp = fopen(path, "rb");
+    if (fp == NULL) {
+        fprintf(stderr, "test_scripts: cannot open %s: %s\n", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = room + 4096, n;
+    char *buf = malloc(cap);
+    *len = room;
+    while (buf != NULL && (n = fread(buf + *len, 1, cap - *len, fp)) > 0) {
+        *len += n;
+        if (*len == cap) {
+            char *nb = realloc(buf, cap * 2);
+            if (nb == NULL)
+                free(buf);
+            buf = nb;
+            cap *= 2;
+        }
+    }
+    fclose(fp);
+    if (buf == NULL)
+        fprintf(stderr, "test_scripts: out of memory reading %s\n", path);
+    *len -= room;
+    return buf;
+}
+
 /* lua/library.lua of the build, with the two lines the agent puts first. */
 static int read_library(void)
 {
     static const char head[] = "#!lua name=" TEST_LIB "\nlocal LIB = '" TEST_LIB "'\n";
-    const char *path = BUILDDIR "/lua/library.lua";
-    FILE *fp = fopen(path, "r");
-    long n;
+    size_t n;
 
-    if (!fp || fseek(fp, 0, SEEK_END) != 0 || (n = ftell(fp)) < 0 || fseek(fp, 0, SEEK_SET) != 0) {
-        fprintf(stderr, "test_scripts: cannot read %s\n", path);
-        if (fp)
-            fclose(fp);
+    library_src = read_whole(BUILDDIR "/lua/library.lua", sizeof(head) - 1, &n);
+    if (!library_src)
         return -1;
-    }
-    library_src = malloc(sizeof(head) + (size_t)n);
-    if (!library_src || fread(library_src + sizeof(head) - 1, 1, (size_t)n, fp) != (size_t)n) {
-        fprintf(stderr, "test_scripts: cannot read %s\n", path);
-        fclose(fp);
-        return -1;
-    }
-    fclose(fp);
     memcpy(library_src, head, sizeof(head) - 1);
-    library_len = sizeof(head) - 1 + (size_t)n;
+    library_len = sizeof(head) - 1 + n;
     return 0;
 }
 
@@ -214,29 +231,10 @@ int read_scripts(void)
     for (int s = 0; s < NSCRIPTS; s++) {
         char path[4096];
         snprintf(path, sizeof(path), "%s/%s.lua", dir, script_name[s]);
-        FILE *fp = fopen(path, "rb");
-        if (fp == NULL) {
-            fprintf(stderr, "test_scripts: cannot open %s: %s\n", path, strerror(errno));
+        size_t len;
+        char *buf = read_whole(path, 0, &len);
+        if (buf == NULL)
             return -1;
-        }
-        size_t cap = 4096, len = 0;
-        char *buf = malloc(cap);
-        size_t n;
-        while (buf != NULL && (n = fread(buf + len, 1, cap - len, fp)) > 0) {
-            len += n;
-            if (len == cap) {
-                char *nb = realloc(buf, cap * 2);
-                if (nb == NULL)
-                    free(buf);
-                buf = nb;
-                cap *= 2;
-            }
-        }
-        fclose(fp);
-        if (buf == NULL) {
-            fprintf(stderr, "test_scripts: out of memory reading %s\n", path);
-            return -1;
-        }
         script_text[s] = buf;
         script_len[s] = len;
     }
