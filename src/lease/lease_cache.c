@@ -538,6 +538,12 @@ void lease_reply(struct lease_table *t, struct lease_job *job, int ok, const int
             *next = make_claim(t, e, now_us); /* those who came meanwhile */
         if (e->wait_head && !*next)
             take_waiters(e, fallback, 1);
+        if (ok && lease_entry_retirable(t, e, now_us)) {
+            lease_job_free(s, job);
+            lease_entry_retire(t, s, e, now_us);
+            pthread_mutex_unlock(&s->lock);
+            return;
+        }
         goto out;
     }
     if (!ok || n < CLAIM_R_COUNT) {

@@ -72,6 +72,22 @@ struct lease_entry {
     char key[]; /* the Redis key, NUL-terminated */
 };
 
+/* What a retired entry leaves behind (lease_entry_retire): the little the
+ * cache knows of a key it holds nothing for, so that the key's next request
+ * within ttl is treated as the entry would have treated it. */
+struct lease_ghost {
+    uint64_t hash;     /* 0: empty */
+    uint64_t touch_us; /* when retired: the ghost lasts ttl from then */
+    uint64_t reply_us, reset_ms;
+    double t_last, demand;
+    uint32_t demand_tick, hits;
+};
+
+/* Ghost slots of a table, over all its stripes (direct-mapped: a newer
+ * ghost takes an older one's slot). 64k x 56 bytes, made at the first
+ * retirement. */
+#define LEASE_GHOSTS 65536
+
 /* Entries are slab slots (slab.h: no page fault per new key) when their key
  * is this long or shorter, as nearly all are; longer ones are calloc'd. */
 #define LEASE_SLOT_KEY 95
@@ -91,6 +107,8 @@ struct lease_stripe {
      * lease_cache.c): each is a block of its own, from calloc. */
     struct lease_job *free_jobs;
     unsigned nfree_jobs;
+    struct lease_ghost *ghosts; /* NULL until the first retirement */
+    size_t nghosts;
 } __attribute__((aligned(64)));
 
 /* A zeroed entry for a key of keylen bytes (its stripe's lock held); NULL
@@ -132,6 +150,16 @@ struct lease_entry *lease_entry_find(const struct lease_stripe *s, uint64_t h, c
 struct lease_entry *lease_entry_get(const struct lease_table *t, struct lease_stripe *s,
                                     unsigned stripe, uint64_t h, const char *key, size_t keylen,
                                     uint64_t now_us);
+/* Whether e may be retired now (lease_entry_retire), right after its reply:
+ * it was made for one request, whose exact call is answered (allowed; a
+ * denial is cached), and holds nothing: no tokens, no spend to report, no
+ * lease in Redis (an exact call takes none), nobody waiting, no call in
+ * flight. Rate leases (which count sightings over seconds) keep entries. */
+int lease_entry_retirable(const struct lease_table *t, const struct lease_entry *e,
+                          uint64_t now_us);
+/* Drop e now, leaving a ghost of what it knew (its stripe s locked). */
+void lease_entry_retire(const struct lease_table *t, struct lease_stripe *s,
+                        struct lease_entry *e, uint64_t now_us);
 /* Forget idle entries from the old end of s's age list: those untouched for
  * longer than ttl, at most a bounded number per call. One that must stay (a
  * negative-cache entry, a lease still active) goes to the young end to be

@@ -132,6 +132,7 @@ void lease_table_free(struct lease_table *t)
             free(j);
         }
         free(s->slots);
+        free(s->ghosts);
         pthread_mutex_destroy(&s->lock);
     }
     free(t->stripes);
@@ -187,6 +188,42 @@ static int stripe_grow(struct lease_stripe *s)
 static void stripe_evict(const struct lease_table *t, struct lease_stripe *s, unsigned n,
                          uint64_t now_us);
 
+/* The ghost slot of hash h in s (the low bits pick the hash slot too; a
+ * chain and a ghost slot sharing them is no matter). */
+static struct lease_ghost *ghost_of(const struct lease_stripe *s, uint64_t h)
+{
+    return &s->ghosts[(h >> 7) & (s->nghosts - 1)];
+}
+
+/* A new entry e of s whose key left a ghost less than ttl ago takes back
+ * what its retired entry knew: Redis' last word (so its next call is a
+ * script call, not a first SET) and its demand, brought to the tick the
+ * entry would have been ticked at (as tick_entry and lease_entry_activate
+ * would have done), so that a key back within the tick counts both hits. */
+static void ghost_restore(const struct lease_table *t, struct lease_stripe *s,
+                          struct lease_entry *e, uint64_t now_us)
+{
+    struct lease_ghost *g;
+
+    if (!s->ghosts || (g = ghost_of(s, e->hash))->hash != e->hash)
+        return;
+    g->hash = 0;
+    if (now_us - g->touch_us > t->cfg.ttl_us)
+        return; /* the entry would have been swept by now */
+    e->known = 1;
+    e->t_last = g->t_last;
+    e->reset_ms = g->reset_ms;
+    e->reply_us = g->reply_us;
+    e->demand = g->demand;
+    e->demand_tick = g->demand_tick;
+    e->hits = g->hits;
+    if (g->hits && g->demand_tick != s->tick) {
+        e->demand = 0.5 * e->demand + 0.5 * (double)g->hits;
+        e->demand_tick = g->demand_tick + 1;
+        e->hits = 0;
+    }
+}
+
 struct lease_entry *lease_entry_find(const struct lease_stripe *s, uint64_t h, const char *key,
                                      size_t keylen)
 {
@@ -224,6 +261,7 @@ struct lease_entry *lease_entry_get(const struct lease_table *t, struct lease_st
     s->slots[slot] = e;
     s->count++;
     atomic_fetch_add(&metrics.lease_keys, 1);
+    ghost_restore(t, s, e, now_us);
     return e;
 }
 
@@ -244,6 +282,43 @@ static void entry_remove(const struct lease_table *t, struct lease_stripe *s,
     atomic_fetch_sub(&metrics.lease_keys, 1);
     bucket_budget_sub(t->budget, 1);
     lease_entry_free(s, e);
+}
+
+int lease_entry_retirable(const struct lease_table *t, const struct lease_entry *e,
+                          uint64_t now_us)
+{
+    return t->cfg.rate_ttl_us == 0 && e->seen == 1 && e->known && !e->inflight &&
+           !e->wait_head && e->tokens == 0 && e->used == 0 && e->share <= 0 &&
+           e->holders == 0 && e->others_held == 0 && now_us >= e->blocked_until_us;
+}
+
+/* Most of a million per-IP keys are seen once: kept for ttl, their entries
+ * were most of the table, and making, ticking and sweeping them (each a
+ * cache miss by then) was about a third of the agent's CPU per cold
+ * decision. Retired at their reply instead, while still in cache, they
+ * leave 56 bytes in a slot of their own. A ghost lost to a newer one costs
+ * the key only its first request going as a first SET again, which Redis
+ * turns back to the script call when the key is there. */
+void lease_entry_retire(const struct lease_table *t, struct lease_stripe *s,
+                        struct lease_entry *e, uint64_t now_us)
+{
+    if (!s->ghosts) {
+        size_t n = LEASE_GHOSTS / t->nstripes;
+        s->nghosts = n < 64 ? 64 : n;
+        s->ghosts = calloc(s->nghosts, sizeof(*s->ghosts));
+    }
+    if (s->ghosts) { /* else out of memory: retired all the same, forgotten */
+        struct lease_ghost *g = ghost_of(s, e->hash);
+        g->hash = e->hash;
+        g->touch_us = now_us;
+        g->reply_us = e->reply_us;
+        g->reset_ms = e->reset_ms;
+        g->t_last = e->t_last;
+        g->demand = e->demand;
+        g->demand_tick = e->demand_tick;
+        g->hits = e->hits;
+    }
+    entry_remove(t, s, e);
 }
 
 /* Entries the eviction looks at, from the old end of the age list, for one

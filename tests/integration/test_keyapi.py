@@ -383,8 +383,9 @@ class RedisKeys(unittest.TestCase):
         st = key_state(a, "api", key)
         self.assertEqual((st["mode"], st["redis_key"]), ("redis", "rl:t2:api:" + key))
         lease, rb = st["lease"], st["redis"]
-        self.assertIsNotNone(lease)
-        self.assertIs(lease["blocked"], False)
+        # burst 5: each request was one exact call (a claim may take 1 at
+        # most), allowed, holding nothing here: no lease record is kept
+        self.assertIsNone(lease)
         self.assertNotIn("error", rb)
         self.assertIs(rb["exists"], True)
         self.assertLessEqual(rb["t"] + rb["held"], 5 + 1e-9)  # one HGETALL: one state
@@ -406,7 +407,15 @@ class RedisKeys(unittest.TestCase):
         st, h = seen
         self.assertEqual(st["redis"]["t"], float(h["t"]))
         self.assertEqual(st["redis"]["remaining"], 2)  # 3 spent, refill negligible
-        self.assertEqual((st["lease"]["tokens"], st["lease"]["in_flight"]), (0, None))
+        self.assertIsNone(st["lease"])
+        # two more empty the bucket and the next is denied: its record stays,
+        # to answer the key's next requests here (the negative cache)
+        got = [s.decide("m-api", key=key) for _ in range(3)]
+        self.assertEqual([g["blocked"] for g in got], [False, False, True], got)
+        lease = key_state(a, "api", key)["lease"]
+        self.assertIsNotNone(lease)
+        self.assertEqual((lease["blocked"], lease["tokens"], lease["in_flight"]), (True, 0, None))
+        self.assertGreater(lease["blocked_left_ms"], 0)
         # a key never seen: nothing here, a full bucket in Redis
         st = key_state(a, "api", unique("never"))
         self.assertIsNone(st["lease"])

@@ -225,9 +225,75 @@ START_TEST(exact_failure_and_arrivals)
 }
 END_TEST
 
+/* A key seen once and allowed by its exact call holds nothing: its entry is
+ * retired at the reply (not kept for ttl, ticked and swept), and what it
+ * knew comes back if the key does within ttl: its next call is a script
+ * call (not a first SET), and a second hit in the same tick still makes a
+ * lease claim. Kept: a denial (the negative cache), a key that had company
+ * while its call was out, every entry when rate leases are on. */
+START_TEST(seen_once_entry_is_retired)
+{
+    struct lease_config cfg_rate = cfg_exact;
+    struct lease_table *t = lease_table_new(&cfg_exact, 4);
+    struct lease_job *j, *next, *jobs = NULL;
+    struct lease_waiter *done, *fb;
+    struct lease_state st;
+    struct lt_req r[3];
+
+    ck_assert_int_eq(lt_decide(t, "k", &lt_pbig, 10 * S, 1, &r[0], &j), LEASE_PENDING);
+    ck_assert_uint_eq(j->kind, LEASE_JOB_EXACT);
+    ck_assert(j->first); /* never heard of: a first SET */
+    exact_reply(t, j, 1, 1, 999, 0, 10 * S + 500, &done, &fb, &next);
+    ck_assert_int_eq(lt_count(done), 1);
+    ck_assert(r[0].res.allowed);
+    ck_assert_uint_eq(lease_count(t), 0);
+    ck_assert_int_eq(lease_peek(t, "k", 1, 10 * S + 600, &st), 0);
+    /* a tick later, within ttl: the ghost says Redis knows the key */
+    lease_tick(t, 10 * S + 100 * MS, 1, &jobs);
+    ck_assert_ptr_null(jobs);
+    ck_assert_int_eq(lt_decide(t, "k", &lt_pbig, 10 * S + 150 * MS, 1, &r[1], &j), LEASE_PENDING);
+    ck_assert_uint_eq(j->kind, LEASE_JOB_EXACT);
+    ck_assert(!j->first);
+    ck_assert_int_eq(lease_peek(t, "k", 1, 10 * S + 150 * MS, &st), 1);
+    ck_assert(st.known);
+    ck_assert_double_eq(st.bucket_tokens, 999);
+    exact_reply(t, j, 1, 1, 998, 0, 10 * S + 151 * MS, &done, &fb, &next);
+    ck_assert_uint_eq(lease_count(t), 0);
+    /* past ttl the ghost is gone: a first SET again, as for a swept entry */
+    ck_assert_int_eq(lt_decide(t, "k", &lt_pbig, 12 * S, 1, &r[2], &j), LEASE_PENDING);
+    ck_assert(j->first);
+    exact_reply(t, j, 1, 1, 999, 0, 12 * S + 1, &done, &fb, &next);
+    ck_assert_uint_eq(lease_count(t), 0);
+
+    /* a denial is kept, to be answered locally */
+    lt_decide(t, "d", &lt_p10, 20 * S, 1, &r[0], &j);
+    exact_reply(t, j, 1, 0, 0, 2500, 20 * S, &done, &fb, &next);
+    ck_assert_uint_eq(lease_count(t), 1);
+    /* so is a key with a second request while its call was out */
+    lt_decide(t, "b", &lt_pbig, 30 * S, 1, &r[0], &j);
+    lt_decide(t, "b", &lt_pbig, 30 * S + 1, 1, &r[1], &next);
+    exact_reply(t, j, 1, 1, 900, 0, 30 * S + 300, &done, &fb, &next);
+    ck_assert_ptr_nonnull(next);
+    ck_assert_uint_eq(lease_count(t), 2);
+    lease_timeout(t, next, &fb);
+    exact_reply(t, next, 0, 0, 0, 0, 30 * S + 400, &done, &fb, &next);
+    lease_table_free(t);
+
+    /* rate leases count sightings over seconds: entries stay */
+    cfg_rate.rate_ttl_us = 10 * S;
+    t = lease_table_new(&cfg_rate, 4);
+    lt_decide(t, "k", &lt_pbig, 10 * S, 1, &r[0], &j);
+    ck_assert_uint_eq(j->kind, LEASE_JOB_EXACT);
+    exact_reply(t, j, 1, 1, 999, 0, 10 * S + 500, &done, &fb, &next);
+    ck_assert_uint_eq(lease_count(t), 1);
+    lease_table_free(t);
+}
+END_TEST
+
 int main(void)
 {
     TCase *tc = tcase_create("core");
+    tcase_add_test(tc, seen_once_entry_is_retired);
 
     CHECK_ADD(tc, cold_key_goes_exact, exact_denial_is_cached, exact_failure_and_arrivals,
               blocked_retry_keeps_the_cap, block_cached_to_its_end);
