@@ -708,7 +708,7 @@ static struct lease_job *tick_entry(const struct lease_table *t, struct lease_en
 
 void lease_tick(struct lease_table *t, uint64_t now_us, int redis_up, struct lease_job **jobs)
 {
-    uint64_t walked = 0;
+    uint64_t walked = 0, count = 0;
 
     for (unsigned i = 0; i < t->nstripes; i++) {
         struct lease_stripe *s = &t->stripes[i];
@@ -734,9 +734,14 @@ void lease_tick(struct lease_table *t, uint64_t now_us, int redis_up, struct lea
                 dlist_del(&e->active);
         }
         lease_sweep(t, s, now_us);
+        count += s->count;
         pthread_mutex_unlock(&s->lock);
     }
     atomic_store(&metrics.lease_active_keys, walked);
+    /* Counted here, not per entry made and dropped: those are a worker's
+     * and the Redis thread's, and one shared counter between them cost a
+     * cache line passed back and forth per cold key. */
+    atomic_store(&metrics.lease_keys, count);
 }
 
 void lease_drain(struct lease_table *t, uint64_t now_us, struct lease_job **jobs)

@@ -243,6 +243,10 @@ struct lease_entry *lease_entry_get(const struct lease_table *t, struct lease_st
 
     if (e)
         return e;
+    /* A new key: its ghost slot is a cache miss (the table is larger than
+     * the caches), which the eviction and the entry's making can hide. */
+    if (s->ghosts)
+        __builtin_prefetch(ghost_of(s, h));
     stripe_evict(t, s, bucket_budget_add(t->budget), now_us);
     if ((s->count >= s->nslots && stripe_grow(s) < 0) || !(e = lease_entry_alloc(s, keylen))) {
         bucket_budget_sub(t->budget, 1);
@@ -260,7 +264,6 @@ struct lease_entry *lease_entry_get(const struct lease_table *t, struct lease_st
     e->next = s->slots[slot];
     s->slots[slot] = e;
     s->count++;
-    atomic_fetch_add(&metrics.lease_keys, 1);
     ghost_restore(t, s, e, now_us);
     return e;
 }
@@ -279,7 +282,6 @@ static void entry_remove(const struct lease_table *t, struct lease_stripe *s,
     dlist_del(&e->age);
     s->count--;
     rate_set_share(e, 0);
-    atomic_fetch_sub(&metrics.lease_keys, 1);
     bucket_budget_sub(t->budget, 1);
     lease_entry_free(s, e);
 }
