@@ -520,6 +520,7 @@ void lease_reply(struct lease_table *t, struct lease_job *job, int ok, const int
     struct lease_entry *e = job->e;
     struct lease_stripe *s = &t->stripes[e->stripe];
     struct reply r;
+    int retire = 0;
 
     pthread_mutex_lock(&s->lock);
     e->inflight = NULL;
@@ -538,12 +539,7 @@ void lease_reply(struct lease_table *t, struct lease_job *job, int ok, const int
             *next = make_claim(t, e, now_us); /* those who came meanwhile */
         if (e->wait_head && !*next)
             take_waiters(e, fallback, 1);
-        if (ok && lease_entry_retirable(t, e, now_us)) {
-            lease_job_free(s, job);
-            lease_entry_retire(t, s, e, now_us);
-            pthread_mutex_unlock(&s->lock);
-            return;
-        }
+        retire = ok && lease_entry_retirable(t, e, now_us);
         goto out;
     }
     if (!ok || n < CLAIM_R_COUNT) {
@@ -593,6 +589,8 @@ void lease_reply(struct lease_table *t, struct lease_job *job, int ok, const int
     }
 out:
     lease_job_free(s, job);
+    if (retire)
+        lease_entry_retire(t, s, e, now_us);
     pthread_mutex_unlock(&s->lock);
 }
 
@@ -666,7 +664,7 @@ static struct lease_job *tick_entry(const struct lease_table *t, struct lease_en
     uint32_t hits = e->hits;
     struct lease_job *job = NULL;
 
-    e->demand = 0.5 * e->demand + 0.5 * hits;
+    e->demand = lease_demand_fold(e->demand, hits);
     e->hits = 0;
     rate_refill(e, now_us);
     if (e->tokens > 0 && now_us >= e->deadline_us)

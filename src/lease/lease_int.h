@@ -178,6 +178,13 @@ static inline void lease_entry_touch(struct lease_stripe *s, struct lease_entry 
     dlist_move_tail(&s->age, &e->age);
 }
 
+/* Demand after a tick that saw hits: a key's decisions per interval,
+ * smoothed (tick_entry, and a ghost brought back after a tick it missed). */
+static inline double lease_demand_fold(double demand, uint32_t hits)
+{
+    return 0.5 * demand + 0.5 * (double)hits;
+}
+
 /* Put e on the active list, first bringing its demand up to date: demand
  * halves every tick without hits, which the tick does not do for entries off
  * the list. */

@@ -218,7 +218,7 @@ static void ghost_restore(const struct lease_table *t, struct lease_stripe *s,
     e->demand_tick = g->demand_tick;
     e->hits = g->hits;
     if (g->hits && g->demand_tick != s->tick) {
-        e->demand = 0.5 * e->demand + 0.5 * (double)g->hits;
+        e->demand = lease_demand_fold(e->demand, g->hits);
         e->demand_tick = g->demand_tick + 1;
         e->hits = 0;
     }
