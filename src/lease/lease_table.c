@@ -208,7 +208,9 @@ static void ghost_restore(const struct lease_table *t, struct lease_stripe *s,
     if (!s->ghosts || (g = ghost_of(s, e->hash))->hash != e->hash)
         return;
     g->hash = 0;
-    if (now_us - g->touch_us > t->cfg.ttl_us)
+    /* (now_us may be before touch_us: a worker read its clock before the
+     * Redis thread retired the entry; the ghost is fresh then) */
+    if (now_us > g->touch_us && now_us - g->touch_us > t->cfg.ttl_us)
         return; /* the entry would have been swept by now */
     e->known = 1;
     e->t_last = g->t_last;
