@@ -289,9 +289,17 @@ class SlowBackend:
                     outer.now[key] = outer.now.get(key, 0) + 1
                     outer.most[key] = max(outer.most.get(key, 0), outer.now[key])
                     outer.started[key] = outer.started.get(key, 0) + 1
+                counted = True
                 try:
                     time.sleep(float(q.get("sleep", ["0"])[0]))
                     body = b"ok\n"
+                    # Out of flight before the response leaves: HAProxy
+                    # releases the slot once it has the response, and on a
+                    # loaded machine the next request reached this server
+                    # before this thread ran again to count this one out.
+                    with outer.lock:
+                        outer.now[key] -= 1
+                        counted = False
                     self.send_response(200)
                     self.send_header("content-length", str(len(body)))
                     self.end_headers()
@@ -300,7 +308,8 @@ class SlowBackend:
                     pass
                 finally:
                     with outer.lock:
-                        outer.now[key] -= 1
+                        if counted:
+                            outer.now[key] -= 1
                         outer.finished[key] = outer.finished.get(key, 0) + 1
 
         class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
