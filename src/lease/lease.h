@@ -212,7 +212,8 @@ int lease_peek(struct lease_table *t, const char *key, size_t keylen, uint64_t n
  * negative cache, and take in what the reset answered (remaining; held and
  * holders over every agent). The lease runs on: its tokens are among those
  * Redis still counts held (t = b - H), so spending them keeps the bound, and
- * voiding it would only under-admit. 1 when the key had an entry. */
+ * voiding it would only under-admit. 1 when the key had an entry, or the
+ * ghost of one retired less than ttl ago (lease_entry_retire). */
 int lease_forget(struct lease_table *t, const char *key, size_t keylen, uint64_t now_us,
                  uint64_t remaining, uint64_t held, uint64_t holders);
 

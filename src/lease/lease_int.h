@@ -160,6 +160,10 @@ int lease_entry_retirable(const struct lease_table *t, const struct lease_entry 
 /* Drop e now, leaving a ghost of what it knew (its stripe s locked). */
 void lease_entry_retire(const struct lease_table *t, struct lease_stripe *s,
                         struct lease_entry *e, uint64_t now_us);
+/* The ghost of hash h in s (its lock held) if one is there and younger than
+ * ttl at now_us; else NULL. */
+struct lease_ghost *lease_ghost_find(const struct lease_table *t, const struct lease_stripe *s,
+                                     uint64_t h, uint64_t now_us);
 /* Forget idle entries from the old end of s's age list: those untouched for
  * longer than ttl, at most a bounded number per call. One that must stay (a
  * negative-cache entry, a lease still active) goes to the young end to be

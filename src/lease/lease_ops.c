@@ -58,11 +58,27 @@ int lease_peek(struct lease_table *t, const char *key, size_t keylen, uint64_t n
 int lease_forget(struct lease_table *t, const char *key, size_t keylen, uint64_t now_us,
                  uint64_t remaining, uint64_t held, uint64_t holders)
 {
-    struct lease_stripe *s;
-    struct lease_entry *e = lease_find_locked(t, key, keylen, &s);
+    uint64_t h = util_hash_mix(util_hash_words(UTIL_HASH_INIT, key, keylen));
+    struct lease_stripe *s = &t->stripes[util_stripe(h, t->nstripes)];
 
-    if (!e)
-        return 0;
+    pthread_mutex_lock(&s->lock);
+    struct lease_entry *e = lease_entry_find(s, h, key, keylen);
+    if (!e) {
+        /* A retired entry's ghost: it holds nothing here, so it takes the
+         * reset's answer as Redis' last word; unless other agents hold
+         * leases on the key, which a ghost cannot say: then it goes, and
+         * the key's next call is a first SET (turned into a script call). */
+        struct lease_ghost *g = lease_ghost_find(t, s, h, now_us);
+        if (g && held == 0) {
+            g->t_last = (double)remaining;
+            g->reply_us = now_us;
+            g->reset_ms = 0;
+        } else if (g) {
+            g->hash = 0;
+        }
+        pthread_mutex_unlock(&s->lock);
+        return g != NULL;
+    }
     e->blocked_until_us = 0;
     /* What Redis counts held for us: our tokens and the unreported spend
      * (unknown once voided: then the others are taken to hold it all). */

@@ -195,6 +195,20 @@ static struct lease_ghost *ghost_of(const struct lease_stripe *s, uint64_t h)
     return &s->ghosts[(h >> 7) & (s->nghosts - 1)];
 }
 
+struct lease_ghost *lease_ghost_find(const struct lease_table *t, const struct lease_stripe *s,
+                                     uint64_t h, uint64_t now_us)
+{
+    struct lease_ghost *g;
+
+    if (!s->ghosts || (g = ghost_of(s, h))->hash != h)
+        return NULL;
+    /* (now_us may be before touch_us: a worker read its clock before the
+     * Redis thread retired the entry; the ghost is fresh then) */
+    if (now_us > g->touch_us && now_us - g->touch_us > t->cfg.ttl_us)
+        return NULL; /* the entry would have been swept by now */
+    return g;
+}
+
 /* A new entry e of s whose key left a ghost less than ttl ago takes back
  * what its retired entry knew: Redis' last word (so its next call is a
  * script call, not a first SET) and its demand, brought to the tick the
@@ -205,13 +219,9 @@ static void ghost_restore(const struct lease_table *t, struct lease_stripe *s,
 {
     struct lease_ghost *g;
 
-    if (!s->ghosts || (g = ghost_of(s, e->hash))->hash != e->hash)
+    if (!(g = lease_ghost_find(t, s, e->hash, now_us)))
         return;
     g->hash = 0;
-    /* (now_us may be before touch_us: a worker read its clock before the
-     * Redis thread retired the entry; the ghost is fresh then) */
-    if (now_us > g->touch_us && now_us - g->touch_us > t->cfg.ttl_us)
-        return; /* the entry would have been swept by now */
     e->known = 1;
     e->t_last = g->t_last;
     e->reset_ms = g->reset_ms;

@@ -295,6 +295,31 @@ START_TEST(seen_once_entry_is_retired)
     ck_assert_uint_eq(lease_count(t), 1);
     lease_table_free(t);
 
+    /* a reset (the /reset API) of a retired key finds its ghost: the
+     * ghost takes the reset's remaining as Redis' last word; with leases
+     * held elsewhere, which a ghost cannot carry, it is dropped */
+    t = lease_table_new(&cfg_exact, 4);
+    lt_decide(t, "g", &lt_pbig, 10 * S, 1, &r[0], &j);
+    exact_reply(t, j, 1, 1, 3, 0, 10 * S + 1, &done, &fb, &next);
+    ck_assert_uint_eq(lease_count(t), 0);
+    ck_assert_int_eq(lease_forget(t, "g", 1, 10 * S + 2, 1000, 0, 0), 1);
+    ck_assert_int_eq(lease_forget(t, "nope", 4, 10 * S + 2, 1000, 0, 0), 0);
+    lease_tick(t, 10 * S + 100 * MS, 1, &jobs); /* (its hit in a past tick) */
+    ck_assert_ptr_null(jobs);
+    lt_decide(t, "g", &lt_pbig, 10 * S + 200 * MS, 1, &r[1], &j);
+    ck_assert(!j->first);
+    ck_assert_int_eq(lease_peek(t, "g", 1, 10 * S + 200 * MS, &st), 1);
+    ck_assert_double_eq(st.bucket_tokens, 1000); /* not the 3 of before */
+    exact_reply(t, j, 1, 1, 999, 0, 10 * S + 201 * MS, &done, &fb, &next);
+    ck_assert_uint_eq(lease_count(t), 0);
+    ck_assert_int_eq(lease_forget(t, "g", 1, 10 * S + 202 * MS, 990, 10, 1), 1);
+    lt_decide(t, "g", &lt_pbig, 10 * S + 400 * MS, 1, &r[1], &j);
+    ck_assert(j->first); /* the ghost went: Redis is asked afresh */
+    exact_reply(t, j, 1, 1, 989, 0, 10 * S + 401 * MS, &done, &fb, &next);
+    /* a ghost past ttl is no record of the key */
+    ck_assert_int_eq(lease_forget(t, "g", 1, 20 * S, 1000, 0, 0), 0);
+    lease_table_free(t);
+
     /* rate leases count sightings over seconds: entries stay */
     cfg_rate.rate_ttl_us = 10 * S;
     t = lease_table_new(&cfg_rate, 4);
