@@ -421,6 +421,25 @@ class RedisKeys(unittest.TestCase):
         self.assertIsNone(st["lease"])
         self.assertEqual((st["redis"]["exists"], st["redis"]["tokens_now"]), (False, 5))
 
+    def test_reset_of_a_key_seen_once(self):
+        """A key allowed once leaves no lease entry, only its trace for
+        ttl: a reset still finds it (lease_cache_cleared), and the key's
+        next request is a script call on the reset bucket. A key this agent
+        never decided has no record."""
+        a, s = self.agent()
+        key = unique("once")
+        self.assertIs(s.decide("m-api", key=key)["blocked"], False)
+        self.assertIsNone(key_state(a, "api", key)["lease"])
+        r = reset(a, "api", key)
+        self.assertIs(r["redis"]["reset"], True)
+        self.assertEqual(r["redis"]["remaining_before"], 4)
+        self.assertEqual((r["redis"]["remaining"], r["redis"]["held"]), (5, 0))
+        self.assertIs(r["lease_cache_cleared"], True)
+        got = s.decide("m-api", key=key)
+        self.assertEqual((got["blocked"], got["remaining"]), (False, 4), got)
+        r = reset(a, "api", unique("never"))
+        self.assertIs(r["lease_cache_cleared"], False)
+
     def test_reset_clears_this_agents_negative_cache_only(self):
         """Both agents blocked on one key; a reset through agent A lets A's
         next request through at once. B keeps answering from its negative
