@@ -5,13 +5,23 @@
 #include "core/util.h"
 #include "lease_int.h"
 
-struct lease_entry *lease_find_locked(struct lease_table *t, const char *key, size_t keylen,
-                                       struct lease_stripe **sp)
+/* The stripe of key, locked, and key's hash in *hp. */
+static struct lease_stripe *stripe_lock(struct lease_table *t, const char *key, size_t keylen,
+                                        uint64_t *hp)
 {
     uint64_t h = util_hash_mix(util_hash_words(UTIL_HASH_INIT, key, keylen));
     struct lease_stripe *s = &t->stripes[util_stripe(h, t->nstripes)];
 
     pthread_mutex_lock(&s->lock);
+    *hp = h;
+    return s;
+}
+
+struct lease_entry *lease_find_locked(struct lease_table *t, const char *key, size_t keylen,
+                                       struct lease_stripe **sp)
+{
+    uint64_t h;
+    struct lease_stripe *s = stripe_lock(t, key, keylen, &h);
     struct lease_entry *e = lease_entry_find(s, h, key, keylen);
     if (e)
         *sp = s;
@@ -58,11 +68,10 @@ int lease_peek(struct lease_table *t, const char *key, size_t keylen, uint64_t n
 int lease_forget(struct lease_table *t, const char *key, size_t keylen, uint64_t now_us,
                  uint64_t remaining, uint64_t held, uint64_t holders)
 {
-    uint64_t h = util_hash_mix(util_hash_words(UTIL_HASH_INIT, key, keylen));
-    struct lease_stripe *s = &t->stripes[util_stripe(h, t->nstripes)];
-
-    pthread_mutex_lock(&s->lock);
+    uint64_t h;
+    struct lease_stripe *s = stripe_lock(t, key, keylen, &h);
     struct lease_entry *e = lease_entry_find(s, h, key, keylen);
+
     if (!e) {
         /* A retired entry's ghost: it holds nothing here, so it takes the
          * reset's answer as Redis' last word; unless other agents hold
