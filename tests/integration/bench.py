@@ -20,14 +20,24 @@
    one after another). Each with decisions/s and Redis CPU per decision; the
    agent's per-IP rows (the honest cold-key workload: `100/1m burst 20` over
    1M client IPs) as ratios of the textbook at the same depth.
-3. Light load after a key churn: p50/p99 at 200 decisions/s on a fresh agent,
+3. Through HAProxy (Debian's, with the shipped kit): wrk's requests/s with
+   the agent deciding on a hot key (standalone, and with Redis leases)
+   against the same HAProxy with the do-nothing agent: what a decision costs
+   where it is used. Each row checks that every request was answered (no
+   socket error, no non-2xx) and that the agent sent an ACK for each.
+4. Light load after a key churn: p50/p99 at 200 decisions/s on a fresh agent,
    then after 4 s of 1M-random-key traffic (with Redis' default hz 10, and
    with hz 100); and the lease entries left and the agent's RSS growth after
    the churn (a key seen once leaves no entry, only a 56-byte ghost).
 
 The machine is shared and noisy: read medians and ratios, not single runs.
 
-usage: bench.py AGENT BENCH [REPEAT] [DECISIONS]"""
+usage: bench.py AGENT BENCH [REPEAT] [DECISIONS] [NOOP_AGENT]
+
+NOOP_AGENT (tests/bench/noop_agent, `make bench` passes it): an SPOP agent
+that decides nothing, answering blocked=false, or the seven variables of an
+allowed decision with fixed values; its rows say what the SPOP plumbing and
+the answer cost apart from the deciding. Without it those rows are left out."""
 import os
 import re
 import statistics
@@ -38,16 +48,24 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 
-agent_bin, bench_bin = sys.argv[1], sys.argv[2]
-repeat = int(sys.argv[3]) if len(sys.argv) > 3 else 5
-n = int(sys.argv[4]) if len(sys.argv) > 4 else 200000
-harness.AGENT = agent_bin
+# set by configure(): the command line's, or an importer's (bench_smoke.py)
+bench_bin = noop_bin = None
+repeat, n = 5, 200000
+
+
+def configure(agent, bench, rounds=5, decisions=200000, noop=None):
+    global bench_bin, noop_bin, repeat, n
+    harness.AGENT, bench_bin, noop_bin, repeat, n = agent, bench, noop, rounds, decisions
+
 
 NOTHING = "[rule:nothing]\nmessage = no-such-message\nkey = key\nrate = 1/1s\n"
 HOT = "[rule:bench]\nkey = key\nrate = 1000000/1s\nburst = 1000000\n"
 LIMITED = "[rule:bench]\nkey = key\nrate = 100/1s\nburst = 50\n"
 EXACT = HOT + "lease = off\n"
 PER_IP = "[rule:perip]\nkey = ip\nrate = 100/1m\nburst = 20\n"
+
+# The rules of a mode run by tests/bench/noop_agent instead of the agent: its answer.
+NOOP = "noop:"
 
 # Modes with this many keys or fewer are measured after WARM_S seconds of the
 # same traffic (another seed): their figures are steady-state ones. The 1M-key
@@ -58,6 +76,8 @@ WARM_S = 0.3
 # (name, rules, redis?, keys, connections, pipelined per connection)
 MODES = [
     ("do-nothing SPOP path (no rule)", NOTHING, False, 20, 8, 20),
+    ("noop_agent: blocked=false only", NOOP + "blocked", False, 20, 8, 20),
+    ("noop_agent: the seven variables", NOOP + "full", False, 20, 8, 20),
     ("standalone, 20 hot keys", HOT, False, 20, 8, 20),
     ("standalone, 1M keys (cold)", HOT, False, 1000000, 8, 20),
     ("standalone, 1000 keys over limit", LIMITED, False, 1000, 8, 20),
@@ -167,13 +187,47 @@ def script_ops(agent):
     return cmds - batches + batched
 
 
+class NoopAgent(harness.Proc):
+    """tests/bench/noop_agent on a free port, answering "blocked" or "full"."""
+
+    def __init__(self, answer):
+        for attempt in range(3):
+            self.port = harness.free_port()
+            super().__init__([noop_bin, "127.0.0.1:%d" % self.port, answer], "noop-agent")
+            try:
+                harness.wait_port(self.port, proc=self.p)
+                return
+            except RuntimeError:
+                self.kill()
+                if attempt == 2:
+                    raise RuntimeError("noop_agent did not start:\n" + self.output())
+
+    def stop(self):
+        rc = super().stop()
+        if rc != 0:
+            raise RuntimeError("noop_agent exit code %s:\n%s" % (rc, self.output()))
+        return rc
+
+
+def start_agent(rules, extra=""):
+    """The agent (1 worker) with these rules, or noop_agent for a NOOP mode."""
+    if rules.startswith(NOOP):
+        return NoopAgent(rules[len(NOOP):])
+    return harness.Agent(rules + extra, workers=1)
+
+
+def modes():
+    """MODES, without noop_agent's when it was not given."""
+    return [m for m in MODES if noop_bin or not m[1].startswith(NOOP)]
+
+
 def run_once(rules, redis, keys, conns, pipe):
     """(decisions/s, [p50, p99, p99.9, max] us, EVALSHA calls per decision,
     script operations per decision, Redis CPU us per decision, Redis us per
     EVALSHA, agent CPU us per decision, Redis bytes per key)."""
     r = harness.Redis() if redis else None
     extra = "[redis]\nurl = redis://127.0.0.1:%d/0\n" % r.port if r else ""
-    a = harness.Agent(rules + extra, workers=1)
+    a = start_agent(rules, extra)
     try:
         if r:
             wait_redis_up(a)
@@ -205,6 +259,89 @@ def run_once(rules, redis, keys, conns, pipe):
             r.stop()
         a.stop()  # last: raises unless the agent exits 0
     return rate, lat, calls, ops, rcpu, per_call, acpu, per_key
+
+
+HAPROXY_SECONDS = int(os.environ.get("BENCH_HAPROXY_SECONDS", "3"))
+
+
+def haproxy_version(binary="haproxy"):
+    out = subprocess.run([binary, "-v"], capture_output=True, text=True).stdout
+    m = re.search(r"version ([\w.-]+)", out)
+    return m.group(1) if m else "?"
+
+
+# (name, rules, redis?) of the rows through HAProxy; the first is the base
+HAPROXY_MODES = [
+    ("HAProxy + do-nothing agent", NOTHING, False),
+    ("HAProxy + noop_agent, the seven variables", NOOP + "full", False),
+    ("HAProxy + agent standalone, 1 hot key", HOT, False),
+    ("HAProxy + agent, Redis leases, 1 hot key", HOT, True),
+]
+HAPROXY_CONNS = 32
+API_KEY = "bench-key"
+
+
+def wrk(port, seconds, conns=HAPROXY_CONNS):
+    """(requests/s, requests, non-2xx, socket errors) of wrk against
+    127.0.0.1:port with one API key (the kit's key arg)."""
+    p = subprocess.run(["wrk", "-t", "1", "-c", str(conns), "-d", "%ds" % max(1, round(seconds)),
+                        "-H", "X-API-Key: " + API_KEY, "http://127.0.0.1:%d/" % port],
+                       capture_output=True, text=True, timeout=seconds + 60)
+    if p.returncode != 0:
+        raise RuntimeError("wrk: " + p.stdout + p.stderr)
+    rate = float(re.search(r"Requests/sec:\s+([\d.]+)", p.stdout).group(1))
+    total = int(re.search(r"(\d+) requests in", p.stdout).group(1))
+    non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", p.stdout)
+    errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)",
+                       p.stdout)
+    return rate, total, int(non2xx.group(1)) if non2xx else 0, \
+        sum(int(x) for x in errors.groups()) if errors else 0
+
+
+def through_haproxy(rules, redis, seconds, haproxy_bin="haproxy"):
+    """(requests/s, agent CPU us per request) of wrk through the shipped kit's
+    HAProxy with this agent behind it. Raises when a request went unanswered,
+    was refused, or passed without a decision (the agent not yet up in
+    HAProxy's eyes: RateLimit-Status: unavailable)."""
+    r = harness.Redis() if redis else None
+    extra = "[redis]\nurl = redis://127.0.0.1:%d/0\n" % r.port if r else ""
+    a = start_agent(rules, extra)
+    noop = rules.startswith(NOOP)
+    h = None
+    try:
+        if r:
+            wait_redis_up(a)
+        for attempt in range(3):  # a port taken between its check and HAProxy's bind
+            try:
+                h = harness.HAProxy(a.port, binary=haproxy_bin)
+                break
+            except RuntimeError:
+                if attempt == 2:
+                    raise
+        # HAProxy's check marks the agent up after two good checks: until then
+        # a request passes undecided
+        key = {"X-API-Key": API_KEY}
+        if not harness.wait_for(lambda: "ratelimit-status" not in h.request("/", key)[1], 15):
+            raise RuntimeError("HAProxy never used the agent")
+        if rules is not NOTHING and "ratelimit" not in h.request("/", key)[1]:
+            raise RuntimeError("no RateLimit header through HAProxy")
+        wrk(h.http_port, 1)  # warm: connections, leases
+        acks0 = 0 if noop else a.metric("spoa_ratelimit_acks_total") or 0
+        cpu0 = proc_cpu(a.p.pid)
+        rate, total, non2xx, errors = wrk(h.http_port, seconds)
+        cpu = proc_cpu(a.p.pid) - cpu0
+        # noop_agent counts nothing: the RateLimit header above says it answered
+        acks = total if noop else (a.metric("spoa_ratelimit_acks_total") or 0) - acks0
+        if non2xx or errors or acks < total:
+            raise RuntimeError("through HAProxy: %d requests, %d non-2xx, %d socket errors, "
+                               "%d ACKs" % (total, non2xx, errors, acks))
+        return rate, cpu * 1e6 / total
+    finally:
+        if h:
+            h.stop()
+        if r:
+            r.stop()
+        a.stop()
 
 
 def redis_benchmark(r, requests, keys, clients, *cmd):
@@ -290,6 +427,17 @@ def churn_once(redis_args=()):
     return fresh, after, entries, (rss1 - rss0) * 1024, control
 
 
+def against_full_answer(runs, full, names):
+    """The rows `names` as ratios of noop_agent's seven-variable row (round by
+    round, the median): what deciding costs beyond sending the answer."""
+    parts = []
+    for name in names:
+        r = [x[0] / f[0] for x, f in zip(runs[name], runs[full])]
+        parts.append("%s %.2fx (rounds: %s)" % (name, statistics.median(r),
+                                                " ".join("%.2f" % x for x in r)))
+    return "  against noop_agent's same answer: " + "; ".join(parts)
+
+
 def main():
     print("spoa-bench: 8 connections x 20 pipelined, %d decisions per run, %d rounds over the "
           "modes, agent with 1 worker, %d CPUs; ratio: median of each round's ratio to the "
@@ -300,17 +448,21 @@ def main():
     # Repeats go round the modes (and the references), not one mode at a
     # time: on a shared machine a slow spell then hits every mode of one
     # round, and each ratio is the median of ratios within a round.
-    runs = {m[0]: [] for m in MODES}
+    runs = {m[0]: [] for m in modes()}
     refs = {(name, depth): [] for name, _, _ in REFERENCES for depth in (256, 32)}
+    hap_modes = [m for m in HAPROXY_MODES if noop_bin or not m[1].startswith(NOOP)]
+    hap = {name: [] for name, _, _ in hap_modes}
     for _ in range(repeat):
-        for name, rules, redis, keys, conns, pipe in MODES:
+        for name, rules, redis, keys, conns, pipe in modes():
             runs[name].append(run_once(rules, redis, keys, conns, pipe))
         for name, script, args in REFERENCES:
             for depth in (256, 32):
                 refs[(name, depth)].append(reference(name, script, args, 1000000,
                                                      max(n, 200000), depth // 16))
+        for name, rules, redis in hap_modes:
+            hap[name].append(through_haproxy(rules, redis, HAPROXY_SECONDS))
     base_name = MODES[0][0]
-    for m in MODES:
+    for m in modes():
         name, redis = m[0], m[2]
         rs = runs[name]
         rate = statistics.median(x[0] for x in rs)
@@ -324,6 +476,8 @@ def main():
             tail = "%9s %8s %9s %9s %9.2f" % ("", "", "", "", acpu)
         print("%-40s %12.0f %6.2f %7.0f %7.0f %8.0f %s" % (name, rate, ratio, p50, p99, p999,
                                                           tail), flush=True)
+    if noop_bin:
+        print(against_full_answer(runs, MODES[2][0], (MODES[3][0], MODES[6][0])))
 
     print("\nreferences on the same Redis, 1M random keys, redis-benchmark -P16 "
           "(Redis CPU and us per call: per decision)")
@@ -348,6 +502,21 @@ def main():
               % (depth, statistics.median(speed), " ".join("%.2f" % x for x in speed),
                  statistics.median(cpu) if cpu else 0, " ".join("%.2f" % x for x in cpu),
                  statistics.median(x[7] for x in runs[mode])))
+
+    print("\nthrough HAProxy %s (the kit), wrk 1 thread x %d connections, %g s per run; ratio: "
+          "median of each round's ratio to the do-nothing agent" % (haproxy_version(),
+                                                                    HAPROXY_CONNS, HAPROXY_SECONDS))
+    print("%-42s %12s %6s %9s" % ("mode", "requests/s", "ratio", "agent us"))
+    base = hap[HAPROXY_MODES[0][0]]
+    for name, _, _ in hap_modes:
+        xs = hap[name]
+        print("%-42s %12.0f %6.2f %9.2f" % (
+            name, statistics.median(x[0] for x in xs),
+            statistics.median(x[0] / b[0] for x, b in zip(xs, base)),
+            statistics.median(x[1] for x in xs)), flush=True)
+    if noop_bin:
+        print(against_full_answer(hap, HAPROXY_MODES[1][0], (HAPROXY_MODES[2][0],
+                                                             HAPROXY_MODES[3][0])))
 
     churns = [churn_once() for _ in range(max(1, min(repeat, 3)))]
     f50 = statistics.median(c[0][0] for c in churns)
@@ -376,4 +545,9 @@ def main():
 
 
 if __name__ == "__main__":
+    if len(sys.argv) < 3:
+        sys.exit(__doc__.rsplit("usage: ", 1)[1])
+    configure(sys.argv[1], sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 5,
+              int(sys.argv[4]) if len(sys.argv) > 4 else 200000,
+              sys.argv[5] if len(sys.argv) > 5 else None)
     sys.exit(main())
