@@ -87,6 +87,10 @@ MODES = [
     ("redis, 1M keys, per-IP 100/1m, 256 fly", PER_IP, True, 1000000, 8, 32),
     ("redis, 1M keys, per-IP 100/1m, 32 fly", PER_IP, True, 1000000, 2, 16),
 ]
+# noop_agent's seven variables, and the agent's hot rows compared with it
+FULL_ANSWER = "noop_agent: the seven variables"
+HOT_MODES = ("standalone, 20 hot keys", "redis lease, 20 hot keys")
+assert {FULL_ANSWER, *HOT_MODES} <= {m[0] for m in MODES}
 # the agent's cold rows, against the references at the same depth
 PER_IP_MODES = {256: MODES[-2][0], 32: MODES[-1][0]}
 
@@ -270,7 +274,8 @@ def haproxy_version(binary="haproxy"):
     return m.group(1) if m else "?"
 
 
-# (name, rules, redis?) of the rows through HAProxy; the first is the base
+# (name, rules, redis?) of the rows through HAProxy: the base, noop_agent's seven
+# variables, then the agent deciding
 HAPROXY_MODES = [
     ("HAProxy + do-nothing agent", NOTHING, False),
     ("HAProxy + noop_agent, the seven variables", NOOP + "full", False),
@@ -477,7 +482,7 @@ def main():
         print("%-40s %12.0f %6.2f %7.0f %7.0f %8.0f %s" % (name, rate, ratio, p50, p99, p999,
                                                           tail), flush=True)
     if noop_bin:
-        print(against_full_answer(runs, MODES[2][0], (MODES[3][0], MODES[6][0])))
+        print(against_full_answer(runs, FULL_ANSWER, HOT_MODES))
 
     print("\nreferences on the same Redis, 1M random keys, redis-benchmark -P16 "
           "(Redis CPU and us per call: per decision)")
@@ -515,8 +520,8 @@ def main():
             statistics.median(x[0] / b[0] for x, b in zip(xs, base)),
             statistics.median(x[1] for x in xs)), flush=True)
     if noop_bin:
-        print(against_full_answer(hap, HAPROXY_MODES[1][0], (HAPROXY_MODES[2][0],
-                                                             HAPROXY_MODES[3][0])))
+        print(against_full_answer(hap, HAPROXY_MODES[1][0],
+                                  [m[0] for m in HAPROXY_MODES[2:]]))
 
     churns = [churn_once() for _ in range(max(1, min(repeat, 3)))]
     f50 = statistics.median(c[0][0] for c in churns)
