@@ -12,8 +12,8 @@ import unittest
 from harness import AGENT, TOP
 
 
-def run_demo(*args):
-    env = dict(os.environ, AGENT=AGENT)
+def run_demo(*args, agent=AGENT):
+    env = dict(os.environ, AGENT=agent)
     env.pop("HAPROXY", None)
     p = subprocess.run([os.path.join(TOP, "run-demo")] + list(args), cwd=TOP, env=env,
                        capture_output=True, text=True, timeout=180)
@@ -55,6 +55,15 @@ class Demo(unittest.TestCase):
         keys = re.search(r"Keys in Redis under the prefix: (\d+)", out)
         self.assertIsNotNone(keys, out)
         self.assertGreaterEqual(int(keys.group(1)), 1)
+
+    def test_agent_that_does_not_start(self):
+        """An agent that exits at once: the demo says so, with its log, and
+        fails, rather than showing requests that nobody decided (a CI run once
+        printed 25 undecided 200s and failed only at its last grep)."""
+        rc, out = run_demo(agent="/bin/false")
+        self.assertEqual(rc, 1, out)
+        self.assertIn("run-demo: the agent exited", out)
+        self.assertEqual(statuses(out), [], out)
 
 
 if __name__ == "__main__":
