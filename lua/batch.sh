@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # batch.sh OUT SCRIPT... - write batch.lua: the given scripts, each wrapped as
 # a function of (KEYS, ARGV), and a loop that runs one of them per key. The
 # agent sends many claims and exact decisions in one EVALSHA with it (group

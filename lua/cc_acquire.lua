@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --[[ cc_acquire.lua - take one concurrency slot (algorithm = concurrency):
 at most limit requests in flight per key, each slot freed by cc_release.lua
 or, when its release never comes, at its deadline (max_hold).

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --[[ cc_release.lua - give back one concurrency slot (the release message).
 
 KEYS[1]   the slot set, as cc_acquire.lua

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --[[ cc_reset.lua - free every slot of one key (the operator's POST /reset),
 or only read them (GET /key).
 

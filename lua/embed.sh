@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # embed.sh OUT [-p PREFIX] NAME=FILE... - write a C header holding each file
 # as a string constant PREFIX_NAME (PREFIX: script by default), so that the
 # agent carries the Lua scripts it loads into Redis with SCRIPT LOAD, and the

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- rules_fleet.lua - the fleet's view of the rule set: which agent runs which
 -- version (agents with [rules] source = redis report every 5 s; --fleet and
 -- GET /fleet list them). Layout and contract: lua/README.md, "Rules from

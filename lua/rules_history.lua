@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- rules_history.lua - the kept versions of the fleet's rule set, newest
 -- first (spoa-ratelimit --rules-history; layout: lua/README.md, "Rules from
 -- Redis"). KEYS as rules_push.lua's. Reply: the current version, then per

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- rules_push.lua - write a new version of the fleet's rule set, atomically
 -- (spoa-ratelimit --push and --rollback; layout and contract: lua/README.md,
 -- "Rules from Redis"; positions by name: src/rules_store/rules_script.h).

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --[[ sw_claim.lua - lease units from a shared sliding window counter, settling
 the caller's previous lease in the same atomic step.
 

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --[[ sw_exact.lua - one sliding window counter decision (rules with lease = off).
 Shares the key layout of sw_claim.lua, so exact calls and leases can act on
 the same counter (leased units are already counted in c).

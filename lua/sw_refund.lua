@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --[[ sw_refund.lua - give back the units of an exact decision (sw_exact.lua)
 whose request another rule blocked ([agent] charge = all-or-nothing).
 

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --[[ sw_reset.lua - reset one client's sliding window counter (the agent's
 POST /reset): both windows emptied, except the units leases still hold.
 

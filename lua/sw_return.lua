@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --[[ sw_return.lua - close the caller's lease on a shared sliding window
 counter: report what it spent and take the unspent units off the count.
 

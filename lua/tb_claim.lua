@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --[[ tb_claim.lua - lease tokens, or a share of the rate, from a shared token
 bucket, settling the caller's previous lease in the same atomic step.
 

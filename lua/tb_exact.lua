@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --[[ tb_exact.lua - one exact token bucket decision (rules with lease = off).
 Shares the key layout of tb_claim.lua, so exact calls and leases can act on
 the same bucket: held leases keep capping the refill.

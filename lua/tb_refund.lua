@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --[[ tb_refund.lua - give back the tokens of an exact decision (tb_exact.lua)
 whose request another rule blocked ([agent] charge = all-or-nothing).
 

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --[[ tb_reset.lua - reset one client's token bucket (the agent's POST /reset):
 full again, less what the unexpired leases of every agent still hold.
 

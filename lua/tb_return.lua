@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --[[ tb_return.lua - close the caller's lease on a shared token bucket: report
 what it spent and give every unspent token back.
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bucket.c - exact in-memory rate limit state of one bucket: the token
  * bucket, sliding window counter and fixed window arithmetic, and refunds.
  * The table of buckets keyed by (rule name, client key) is bucket_table.c.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bucket.h - exact in-memory rate limit state: token bucket, sliding
  * window counter and fixed window, plus a thread-safe table of them keyed by
  * (rule, client).

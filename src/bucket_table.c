@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bucket_table.c - a striped hash table of buckets (bucket.c) keyed by
  * (rule name, client key): the standalone mode's state and the fail-open
  * backstop.

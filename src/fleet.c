@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fleet.c - the fleet size and the fail-open share (fleet.h). */
 #include "fleet.h"
 

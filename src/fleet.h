@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fleet.h - how many agents share the limits, and the fail-open share that
  * follows from it.
  *

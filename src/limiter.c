@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* limiter.c - decisions: in-memory buckets, leases, exact Redis calls, and
  * the fallback while Redis is unreachable. */
 #include "limiter.h"

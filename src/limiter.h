@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* limiter.h - where decisions are taken: in-memory buckets (standalone mode
  * and the fail-open backstop) or, with Redis, the lease cache and exact
  * script calls.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* limiter_cc.c - concurrency rules in the limiter: slots from the in-memory
  * table (standalone, and the local share while Redis is down), the Redis
  * calls that take and give them back (cc_acquire, cc_release, through

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* limiter_charge.c - [agent] charge = all-or-nothing: a request that a
  * non-shadow rule blocks takes nothing from the other rules. Once all of a
  * request's decisions are in, what each allowing rule took goes back where

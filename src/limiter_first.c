@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* limiter_first.c - a token bucket's cold decision on a key this agent has no
  * record of, made by ONE plain pipelined Redis command instead of a tb_exact
  * script call: SET key "2 t px" NX GET PX px, the state a new full bucket has

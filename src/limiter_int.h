@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* limiter_int.h - the limiter's own files only (limiter*.c):
  * its parts, and the Redis key of a client. Everything else goes through
  * limiter.h (decisions, limiter_inspect, limiter_reset), so that how a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* limiter_jobs.c - what the limiter's files share, below all of them: the
  * queue of Redis calls, a client's Redis key, a call on one key (exact,
  * refund) and the limiter's parts. It never calls up: what must (sending a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* limiter_ops.c - one client, for the operator: read its state (GET /key, a
  * status page) and clear it (POST /reset), standalone and with Redis (url,
  * Sentinel or Cluster: the store sends a key's reads and its reset to the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* limiter_req.h - one NOTIFY's decisions (struct limiter_req), apart from
  * limiter.h so that the limiter's lower files (limiter_cc.c,
  * limiter_charge.c, limiter_jobs.c) use it without the limiter's API. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* main.c - spoa-ratelimit: argv, signals, wiring. */
 #include "config/config.h"
 

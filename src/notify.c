@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* notify.c - systemd readiness notifications through libsystemd's
  * sd_notify(); no-ops when built without it. */
 #include "notify.h"

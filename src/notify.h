@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* notify.h - tell the service manager what the agent is doing (systemd's
  * Type=notify readiness protocol, sd_notify(3)).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* script_args.h - the argument vector of one script call, each argument at
  * its position in script.h: what the agent sends for a lease job or an exact
  * decision. Shared by the agent (limiter.c) and the fleet simulator

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* slots.h - concurrency slots in memory: at most limit slots held per
  * (rule, key), each freed by its release or at its deadline (max_hold).
  * Exact for one agent: standalone, and the local share while Redis is down.

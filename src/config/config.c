@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* config.c - the agent's INI configuration: parse, validate, free.
  *
  * This file holds the key table, the inih handler, sections and rules, the

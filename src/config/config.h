@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* config.h - the agent's INI configuration: parse, validate, free.
  *
  * Parsing uses inih's ini_parse_stream() with our own line-counting reader,

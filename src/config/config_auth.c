@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* config_auth.c - credentials: [redis] password, password_file and
  * username against the url's (never two sources for one, never a user
  * without a password), the Sentinels' own, and [agent] stats_auth or

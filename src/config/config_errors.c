@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* config_errors.c - the error list of one config load (see config_errors.h). */
 #include "config_errors.h"
 

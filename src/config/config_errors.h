@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* config_errors.h - the errors of one config load: kept in the order they
  * are found, written out sorted by line as "FILE:LINE: message" lines.
  * Private to src/config/ (the public API is config.h).

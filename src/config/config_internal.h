@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* config_internal.h - what the files of the config module share: the key
  * definitions and the parse state. Private to src/config/; the public API is
  * config.h.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* config_keys.c - the key table: every key of every section, its type,
  * range and field (struct config or struct cfg_rule), and the lookups the
  * parser and the checks make in it. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* config_print.c - the effective configuration as INI text: every key of
  * every section with its default resolved, what `--check --print`, GET
  * /config and the config hash show. Passwords are masked. Pure. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* config_reader.c - the config module's input side (see config_reader.h):
  * inih's ini_parse_stream fed by our own line reader.
  *

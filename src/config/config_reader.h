@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* config_reader.h - the config module's input side: lines in, sections and
  * key = value pairs out. Private to src/config/ (the public API is config.h).
  *

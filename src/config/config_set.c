@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* config_set.c - one key's value into its field of struct config or of the
  * current rule: checked with the value parsers of config_value.c, each
  * failure worded as a "FILE:LINE:" error naming the key. Addresses are

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* config_set.h - storing a key's value into the configuration. Private to
  * src/config*.c (see config_internal.h).
  */

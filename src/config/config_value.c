@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* config_value.c - the syntax of configuration values: numbers, durations,
  * rates, booleans, shares, Redis URLs, rule names and comma-separated lists.
  * Addresses and CIDRs are net.c's; the public wrappers for them

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* dlist.h - an intrusive doubly-linked list: a struct dlist member in each
  * element, a struct dlist as the head (a circle through the head: an empty
  * list points at itself). No allocation; O(1) insert, remove and move.

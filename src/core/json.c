@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* json.c - Latin-1 bytes as jansson strings (json.h). */
 #include "json.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* json.h - what the program adds to jansson, its one JSON writer: client
  * bytes as JSON strings, and the flags and framing every JSON body shares.
  *

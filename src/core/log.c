@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* log.c - logfmt lines on stderr, one write(2) each so threads never interleave. */
 #include "log.h"
 

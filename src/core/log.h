@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* log.h - leveled logfmt logging to stderr.
  *
  * One line per event: `ts=... level=warn msg="..." key=value ...`. The level

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* net.c - addresses and sockets (see net.h): the address parser, listening
  * sockets, blocking connects, CIDRs and the peer check, what to do when
  * accept(2) fails, and the blocking name lookup the store runs off its loop. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* net.h - addresses and sockets: the one place that parses an address or
  * opens a socket on one.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* rx.c - PCRE2 behind the bounds of re.h. */
 #include "rx.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* rx.h - the regexes of `match` lines, with PCRE2: compiled and matched in
  * bounded time and memory, whatever the pattern (it may come from a file
  * pushed to a whole fleet) and whatever the text (it comes from clients).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* sha256.h - SHA-256 (FIPS 180-4), for names no client can aim at.
  *
  * A client key too long to keep is stored as a hash of it: the hash must be

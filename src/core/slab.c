@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* slab.c - fixed-size slots from populated chunks (slab.h). */
 #include "slab.h"
 

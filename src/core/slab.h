@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* slab.h - fixed-size slots carved from chunks the kernel fills at once.
  *
  * For the lease cache: on the cold path (a new client key per decision)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* strbuf.c - a growing string (strbuf.h). */
 #include "strbuf.h"
 

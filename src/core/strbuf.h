@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* strbuf.h - a growing string built with printf-style appends: the one text
  * buffer of the program (the Prometheus text, GET /config's INI text, the
  * JSON bodies that jansson does not write itself).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* util.c - monotonic and wall time, hashing, URL query parameters. */
 #include "util.h"
 

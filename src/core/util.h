@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* util.h - small helpers shared by every module: monotonic time, hashing,
  * the choice of stripe and slot in the striped hash tables, URL query
  * parameters. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* config_page.c - GET /config: the configuration in force, with its header. */
 #include "config_page.h"
 

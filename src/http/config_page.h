@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* config_page.h - GET /config on the stats listener: the configuration the
  * agent runs with, as INI text. The body is config_render() of the file last
  * loaded (what `--check --print` prints for it), under a header of INI

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* httpd.c - GET /metrics, GET /top and GET /health on the main loop, HTTP
  * Basic auth when configured; other paths go to
  * the owner's handler, whose answer may come later (struct httpd_req). */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* httpd.h - the stats listener: a tiny HTTP/1.x server on the main event
  * loop answering GET /metrics (Prometheus text 0.0.4) and GET /top (JSON),
  * and handing other paths to the owner's handler (GET /config, GET /key,

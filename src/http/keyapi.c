@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* keyapi.c - GET /key and POST /reset: the query names one client, the
  * limiter reads or clears it (limiter_inspect, limiter_reset), and this file
  * renders the answer as JSON (jansson). */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* keyapi.h - one client on the stats listener: GET /key?rule=R&key=K (its
  * state, JSON) and POST /reset?rule=R&key=K (clear it), what "show table"
  * and "clear table" are to HAProxy's stick tables.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* status.c - GET /status.json (status.h). */
 #include "status.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* status.h - GET /status.json: what the status page shows, one JSON
  * document with stable field names (doc/operations.md lists them).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* status_page.c - the status page's document and its policy (status_page.h). */
 #include "status_page.h"
 

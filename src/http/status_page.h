@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* status_page.h - GET / on the stats listener: the status page, one
  * self-contained HTML document. Its CSS and JavaScript are kept as files in
  * src/http/page/ and embedded at build time (lua/embed.sh); the document is

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* lease.h - the local token lease cache: tokens claimed from the shared Redis
  * bucket in batches and spent locally. Redis counts the tokens agents hold
  * (tokens + held <= burst), so tokens are only spent after Redis granted them

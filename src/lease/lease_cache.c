@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* lease_cache.c - the local token lease cache: decisions, claims and give-backs,
  * replies, the tick. Where entries live (stripes, hash chains, the age and
  * active lists, eviction, the sweep) is lease_table.c. */

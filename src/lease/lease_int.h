@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* lease_int.h - the lease cache's private parts, shared by lease_cache.c (the
  * cache and token leases), lease_rate.c (rate leases) and lease_ops.c (one
  * key, for the operator). Nothing outside those files includes it. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* lease_ops.c - one key of the lease cache, for the operator (GET /key,
  * POST /reset) and for observers (the simulator's count of held tokens). */
 #include <string.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* lease_rate.c - rate leases: the policy for warm keys (see lua/README.md
  * for the script's side and the proof of the bound).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* lease_table.c - where the lease cache's entries live: the table and its
  * stripes, each a hash table behind its own lock, with an age list (least
  * recently touched first: what the sweep forgets and the eviction drops) and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* history.c - five minutes of per-rule decisions and a minute of Redis
  * latency, sampled once a second (history.h). */
 #include "history.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* history.h - the last five minutes, one sample a second: each rule's
  * decisions, blocks and would-be blocks, and Redis' latency, so that the
  * status page shows history the moment it opens.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* metrics.c - counters, histograms, Prometheus text rendering, blocked-client
  * heavy hitters. */
 #include "metrics.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* metrics.h - process-wide counters, gauges and histograms, rendered in the
  * Prometheus text format 0.0.4; per-rule decision counters; a heavy-hitters
  * sketch of blocked clients per rule (for GET /top).

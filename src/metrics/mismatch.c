@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* mismatch.c - silent misconfigurations, counted and sampled. */
 #include "mismatch.h"
 

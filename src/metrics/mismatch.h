@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* mismatch.h - silent misconfigurations, counted and sampled: NOTIFYs whose
  * message no rule reads, rules skipped because an argument they key or match
  * on never arrives, requests to which no rule applied. A name that HAProxy

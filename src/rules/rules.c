@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* rules.c - rule matching and client keys. A ruleset is built in
  * rules_set.c; the ACK a decision sends is rules_ack.c. */
 #include "rules.h"

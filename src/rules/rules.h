@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* rules.h - from NOTIFY messages to rule hits, and from decisions to ACK
  * variables.
  *

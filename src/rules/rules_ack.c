@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* rules_ack.c - the ACK a decision sends: which hit decides, and the
  * variables of doc/haproxy.md as SPOP set-var actions (a fixed rule's first
  * ones encoded once per ruleset, its last ones from a template). */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* rules_key.c - client keys, the keys of an evaluation and a value's text: what both rule
  * matching (rules.c) and concurrency slots (rules_slot.c) build keys with.
  * The stored form of a key (hashed when too long) is decided here. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* rules_key.h - the keys of an evaluation (rules_key.c): what the files of
  * src/rules share and nothing outside them uses. */
 #ifndef RULES_KEY_H

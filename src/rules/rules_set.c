@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* rules_set.c - a ruleset: a configuration in its runtime form (each rule's
  * limits, its fail-open backstop, its metrics record, its encoded ACK head),
  * shared by reference so that a reload never frees one under a request. */

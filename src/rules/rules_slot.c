@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* rules_slot.c - concurrency slots as HAProxy sees them: the token an ACK's
  * `slot` var carries, and the release message that sends it back.
  *

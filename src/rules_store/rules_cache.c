@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* rules_cache.c - what the rule store keeps outside Redis: the cache file
  * of the last applied version (read at start, written after each apply),
  * the configuration an agent starts with, the key names of the layout and

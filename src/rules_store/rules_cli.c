@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* rules_cli.c - --push, --rules-history and --rollback (see rules_cli.h).
  *
  * The store does the connecting (so the url forms, AUTH, Sentinel and

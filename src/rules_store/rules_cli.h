@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* rules_cli.h - the operator's commands on the fleet's rule set in Redis:
  * spoa-ratelimit -c FILE --push RULES [--message TEXT] [--if-version N],
  * --rules-history, --rollback N and --fleet. One-shot: they connect to FILE's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* rules_fleet.c - the fleet's view of the rule set, from lua/rules_fleet.lua's
  * reply to JSON and text (see rules_fleet.h). */
 #include "rules_store/rules_fleet.h"

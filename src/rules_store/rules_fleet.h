@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* rules_fleet.h - the fleet's view of the rule set (lua/rules_fleet.lua's
  * reply): which live agent runs which version, read from the script's flat
  * reply and written out as GET /fleet's JSON and --fleet's table. Pure (no

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* rules_script.h - the contract with the rule store's scripts
  * (lua/rules_push.lua, lua/rules_history.lua, lua/rules_fleet.lua): the
  * position of every argument and reply value, as src/store/script.h is for

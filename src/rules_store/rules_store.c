@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* rules_store.c - an agent with [rules] source = redis follows the fleet's
  * current rule set (see rules_store.h): poll, fetch, apply, cache. */
 #include "rules_store/rules_store.h"

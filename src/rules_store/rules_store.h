@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* rules_store.h - the fleet's rule set in Redis ([rules] source = redis):
  * the agent's side (poll, fetch, hand over to be applied, cache on disk) and
  * the layout the operator's commands (rules_cli.h) write.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* accept_guard.c - pausing a listener that is out of file descriptors (see
  * accept_guard.h). */
 #include "accept_guard.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* accept_guard.h - a listener that runs out of file descriptors (or kernel
  * memory) must not spin.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* listener.c - the accept path shared by the SPOP and stats listeners (see
  * listener.h): the accept loop, the accept guard, the peer check and the
  * refusal counters; the owner's callbacks do the rest. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* listener.h - accepting connections: the one path the SPOP listeners
  * (server_conn.c) and the stats listener (http/httpd.c) share.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* server.c - SPOP listeners and workers: making the server, starting and
  * stopping its workers (a thread and a loop each, or one worker on the main
  * loop), handing them a new ruleset. One connection's I/O and its requests

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* server.h - SPOP listeners and worker event loops (libev).
  *
  * The listening sockets are shared: every worker watches them and accepts

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* server_conn.c - one SPOP connection on a worker's loop: accepting and
  * admitting it, non-blocking reads and writes, the HELLO and drain deadlines,
  * and the NOTIFYs it sends, handed to the limiter and answered when their

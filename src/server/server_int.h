@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* server_int.h - the SPOP server's private parts, shared by server.c (the
  * listeners, the workers and their lifecycle) and server_conn.c (one
  * connection's I/O and its requests). Nothing outside those files includes

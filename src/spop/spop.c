@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* spop.c - SPOP 2.0 codec: varints, typed data, kv-lists, frames, NOTIFY
  * messages and ACK actions.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* spop.h - SPOP 2.0 codec (HAProxy's Stream Processing Offload Protocol).
  *
  * Pure encoding and decoding: no sockets, no allocation, no globals. Decoders

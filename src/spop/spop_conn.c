@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* spop_conn.c - SPOP connection state machine (no sockets). */
 #include "spop_conn.h"
 

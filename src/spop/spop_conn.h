@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* spop_conn.h - the agent side of one SPOP connection, without sockets.
  *
  * Bytes go in (spop_conn_in_space / spop_conn_in_commit), frames are parsed

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* spop_handshake.c - SPOP 2.0 codec: the handshake frames (HAPROXY-HELLO,
  * AGENT-HELLO, the DISCONNECTs both ways) and the status texts.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* spop_int.h - what spop.c and spop_handshake.c share; not for users of
  * the codec (they include spop.h). */
 #ifndef SPOP_INT_H

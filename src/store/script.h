@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* script.h - the contract with the Redis scripts of lua/: which scripts
  * there are, and the position of every argument they take and of every value
  * they answer. What the values mean is in lua/README.md and each script's

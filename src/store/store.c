@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* store.c - the Redis client behind store.h: the [redis] settings (struct
  * store_options; store_options.c builds them from the config), the topology
  * (one server by url, the master Sentinel names, or a Redis Cluster), the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* store.h - the Redis client: the only module that includes hiredis.
  *
  * Asynchronous connections (hiredis + its libev adapter) on the loop given to

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* store_cluster.c - Redis Cluster routing (see store_cluster.h): the slot
  * map from CLUSTER SLOTS, one store_conn per master, CRC16 key slots,
  * -MOVED (update the slot, refresh the map, retry once at the new master)

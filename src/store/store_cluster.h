@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* store_cluster.h - Redis Cluster: the slot map, one connection per master,
  * routing by key slot, -MOVED and -ASK. Internal to the store module.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* store_cmd.c - one script call: its copy of the arguments, a batch of many
  * (the group commit of store_conn.c: one EVALSHA of the batch script), and
  * reading their replies. No I/O: store_conn.c sends them. */

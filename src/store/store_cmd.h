@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* store_cmd.h - one script call or read as the store holds it until its
  * callback has run (struct store_cmd): its copy of the arguments, a batch of
  * many (the group commit of store_conn.h), its request written as RESP, and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* store_conn.c - one asynchronous Redis connection (hiredis 0.14 + libev):
  * EVALSHA with NOSCRIPT reload and retry, redirects handed to the owner,
  * the commands in flight, a watchdog, keepalive, reconnect with backoff. The

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* store_conn.h - one asynchronous Redis connection and the commands in flight
  * on it. Internal to the store module (store.c, store_sentinel.c,
  * store_cluster.c); nothing outside src/store*.c includes it.

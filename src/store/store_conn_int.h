@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* store_conn_int.h - the state of one connection, which store_conn.c (the
  * connection, its commands, its reconnects) and store_conn_setup.c (the setup
  * commands, refusals and the probe, below it) share. Private to those two

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* store_conn_setup.c - what a connection sends before it is ready (AUTH,
  * SELECT, ROLE, SCRIPT LOAD of every script, and after a refusal a probe),
  * the replies to them, and what a refusal marks (store_errors.h): the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* store_conn_setup.h - what a connection sends before it is ready (AUTH,
  * SELECT, ROLE, SCRIPT LOAD of every script, after a refusal a probe), what
  * the replies to them mean, and what a refusal (store_errors.h) marks. A

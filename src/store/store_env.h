@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* store_env.h - what every connection of one store shares (struct
  * store_env): the loop, the clocks, the credentials, the scripts' SHA1s, the
  * count of commands out. Internal to the store module; below store_conn.h,

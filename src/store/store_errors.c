@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* store_errors.c - error replies from Redis: kinds, refusals, log lines (see
  * store_errors.h). */
 #include "store_errors.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* store_errors.h - error replies from Redis: their kind (the
  * spoa_ratelimit_redis_error_replies_total label), whether Redis can still
  * decide for us on that connection, and one log line per kind per 10 s.

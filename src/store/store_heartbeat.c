@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* store_heartbeat.c - the fleet's heartbeats (see store_heartbeat.h). */
 #include "store_heartbeat.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* store_heartbeat.h - every agent says it is alive in Redis, and counts the
  * agents that do: the fleet size behind [fallback] share = auto (fleet.h)
  * and the gauge fleet_agents. A client of the store above it, through

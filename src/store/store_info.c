@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* store_info.c - INFO polling for eviction (see store_info.h). */
 #include "store_info.h"
 

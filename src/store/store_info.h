@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* store_info.h - what INFO says about eviction on each Redis the agent uses
  * (the url's server, the master Sentinel names, every Cluster master).
  * Internal to the store module; the parser of INFO's fields is pure, in

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* store_info_parse.c - the INFO fields about eviction (store_info_parse.h); pure. */
 #include "store_info_parse.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* store_info_parse.h - the fields of an INFO reply that say whether a Redis
  * can evict the agent's keys (see store_info.h), and the verdict. Pure
  * (libcore), so that unit tests reach it.

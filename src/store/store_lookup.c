@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* store_lookup.c - host name lookups on threads, answers on the loop (see
  * store_lookup.h).
  *

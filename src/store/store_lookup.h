@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* store_lookup.h - host name lookups off the event loop. Internal to the
  * store module.
  *

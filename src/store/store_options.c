@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* store_options.c - the store's settings from the config
  * (store_options_from_config, store.h): the one file of the store that reads
  * struct config, so that the store itself works from struct store_options

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* store_probe.c - one-shot questions to a list of Redis servers (see
  * store_probe.h).
  *

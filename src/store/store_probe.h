@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* store_probe.h - one-shot questions to a list of Redis servers, asked in
  * order until one gives an acceptable answer: where the master is (Sentinel),
  * what the slot map is (Cluster). Internal to the store module.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* store_reply.c - what a script's reply, or a redirect, says. */
 #include "store_reply.h"
 

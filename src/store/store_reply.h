@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* store_reply.h - what a script's reply says: its integers, taken out of
  * hiredis' reply objects (one call, or one call's part of a batch), and an
  * exact script's reply as a decision.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* store_reply_pool.c - hiredis reply objects, recycled (store_reply_pool.h). */
 #include "store_reply_pool.h"
 

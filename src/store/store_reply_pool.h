@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* store_reply_pool.h - hiredis reply objects from a per-thread pool.
  *
  * hiredis 0.14 makes every element of a reply with calloc and frees them all

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* store_resp.c - RESP requests into one reusable buffer (store_resp.h). */
 #include "store_resp.h"
 

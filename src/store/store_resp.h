@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* store_resp.h - a Redis request (a RESP array of bulk strings) written into
  * one growable buffer, to hand to hiredis' redisAsyncFormattedCommand().
  *

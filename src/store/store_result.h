@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* store_result.h - what a store call answers (struct store_result) and the
  * callback that gets it (store_cb): the types of store.h that the pure
  * reading of replies (store_reply.h) fills too, in a header of their own so

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* store_sentinel.c - master discovery through Redis Sentinel (see
  * store_sentinel.h). The connection to the master itself is store.c's. */
 #include "store_sentinel.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* store_sentinel.h - where the master is, according to Redis Sentinel.
  * Internal to the store module.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bench.c - spoa-bench: an SPOP load generator that talks to the agent the way
  * HAProxy does (HELLO, then pipelined NOTIFYs on many connections) and prints
  * decisions/s, latency percentiles and the allowed/blocked counts. */

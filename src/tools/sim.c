@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* sim.c - spoa-sim: simulate a fleet of agents leasing tokens from one
  * Redis, in virtual time, and say what it costs (Redis calls) and what it
  * gives (utilisation against an exact limiter, the bound kept). The rule and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* sim.h - spoa-sim, the fleet simulator: what one run is asked to simulate
  * and what it measured. Shared by its modules:
  *

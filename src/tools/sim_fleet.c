@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* sim_fleet.c - one simulation run: a fleet of agents, each with its own
  * lease table driven exactly as limiter.c drives it (lease_decide for every
  * request, lease_tick every interval, lease_reply for every answer), their

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* sim_fleet_conn.c - the token-lease run's Redis side: each agent's
  * connection as store_conn.c makes it (at most CONN_MAX_INFLIGHT calls in
  * flight, the rest go out together as one batch call; limiter.c's in-flight

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* sim_fleet_int.h - the token-lease run's private parts, shared by
  * sim_fleet.c (the agents: requests, replies, decisions, and the run) and
  * sim_fleet_conn.c (below it: each agent's Redis connection and the Redis

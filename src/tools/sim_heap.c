@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* sim_heap.c - the simulators' event queue (see sim_heap.h). */
 #include "tools/sim_heap.h"
 

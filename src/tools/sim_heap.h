@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* sim_heap.h - the simulators' event queue in virtual time: a binary heap
  * ordered by time, then by push order (so events due at the same time run
  * in the order they were pushed, and a run is deterministic for a seed).

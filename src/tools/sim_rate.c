@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* sim_rate.c - spoa-sim --policy rate: a MODEL of rate leases (Google
  * Doorman's "capacity leases"), written in the simulator only, to compare
  * with the agent's token leases before implementing anything. Neither the

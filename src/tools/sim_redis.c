@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* sim_redis.c - one Redis server in process: the agent's scripts in Lua 5.1
  * over a hash table of hashes with Redis's expiry rules. */
 #include "tools/sim_redis.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* sim_redis.h - an in-process stand-in for one Redis server, for the fleet
  * simulator: the agent's Lua scripts (the very text the agent loads, from the
  * generated src/scripts.h, batch script included) run unmodified in an

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* sim_score.c - the reference and the measures both runs share (see
  * sim_score.h). */
 #include "tools/sim_score.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* sim_score.h - what both runs (sim_fleet.c, sim_rate.c) measure the same
  * way: beside the fleet, one exact in-memory bucket per key (bucket.c, as a
  * standalone agent) decides every request too, the reference for

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* sim_stats.c - histogram and window check of the simulator. */
 #include "tools/sim_stats.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* sim_stats.h - the simulator's measures: a log-linear histogram for
  * percentiles, and the exact check of the fleet bound over every window. */
 #ifndef SIM_STATS_H

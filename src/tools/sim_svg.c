@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* sim_svg.c - a small SVG writer for the sweep chart: axes, ticks, labels,
  * a legend, two panels sharing the x axis. */
 #include "tools/sim_svg.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* sim_svg.h - the chart of a sweep, as a self-contained SVG file: Redis calls
  * per decision (top panel), utilisation and false denials (bottom panel, two
  * y scales), against the swept setting. Readable in any browser. */

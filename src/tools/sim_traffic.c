@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* sim_traffic.c - generated and replayed requests for the simulator. */
 #include "tools/sim_traffic.h"
 

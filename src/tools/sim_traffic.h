@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* sim_traffic.h - the requests of a simulation, in time order: generated
  * (Poisson arrivals; Zipf or uniform keys; spread evenly over agents or
  * skewed; rate spikes) or replayed from a trace file. Deterministic for a

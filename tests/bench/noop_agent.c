@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* noop_agent.c - the reference of `make bench`: an SPOP agent that decides
  * nothing. It answers every NOTIFY at once, from one thread, with the
  * project's own SPOP codec (spop_conn.h) and libev, and no rule, bucket,

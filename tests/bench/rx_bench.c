@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* rx_bench.c - what a `match` costs per decision: glibc's regexec (what the
  * agent used before) against PCRE2 through core/rx.h (what it uses now), on
  * the match lines of the kit's rules (haproxy/ratelimit.ini) and the texts a

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """The manual against the code (python3, standard library only).
 
   a. every key of the configuration table in src/config/config_keys.c (section,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* check_docs_run.c - runs tests/docs/check_docs.py under `make check`:
  * TESTS are built as programs here (check_PROGRAMS = $(TESTS)), so the
  * Python check gets this small one in front of it. It passes the source tree

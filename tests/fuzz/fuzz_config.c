@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_config.c - fuzz target for the configuration parser: any bytes as an
  * INI file, through config_load_string() (inih with our line-counting
  * reader, every value parser, the whole-file checks) and, when the file is

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # fuzz_long.sh - one libFuzzer target for a long run ("make fuzz-long"):
 # seeds its corpus from the smoke build, runs the target for SECONDS with its
 # output in fuzz-long-NAME.log, and prints the final figures (also into

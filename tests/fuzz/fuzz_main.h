@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_main.h - the standalone driver of a fuzz target (built with
  * -DFUZZ_STANDALONE, without libFuzzer): runs the target's seeds and
  * pseudo-random mutations of them as a regression test in "make check",

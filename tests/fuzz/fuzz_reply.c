@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_reply.c - fuzz target for what the agent does with Redis' replies to
  * its script calls: bytes as Redis would send them (RESP), parsed by
  * hiredis' own reader, turned into values as the store does

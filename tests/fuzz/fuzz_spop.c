@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_spop.c - fuzz target for everything the agent does with bytes from
  * HAProxy, short of sockets: the SPOP connection state machine, the codec,
  * rule matching (with limits taken from args, clamped to their ceilings),

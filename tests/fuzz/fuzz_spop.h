@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_spop.h - the input layout of the SPOP fuzz target (fuzz_spop.c: a
  * mode byte, then CFG_BYTES that choose the config, then what HAProxy sends)
  * and what its standalone driver (fuzz_spop_smoke.c) and it call of each

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_spop_smoke.c - the standalone build of the SPOP fuzz target
  * (tests/fuzz/fuzz_smoke, in "make check"): seed inputs from the captured
  * frames of tests/unit/spop_vectors.h and NOTIFYs carrying limits as args,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`make bench`: the full benchmark, every figure side by side in one run.
 
 1. Throughput: spoa-bench against the agent (1 worker) in several modes,

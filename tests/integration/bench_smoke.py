@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A short run of what `make bench` measures, checking that the parts agree:
 - spoa-bench against a standalone agent: every decision answered, allowed +
   blocked = decisions, and the limits hold;

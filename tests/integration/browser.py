@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Headless Chromium driven over the DevTools protocol, with the standard
 library only: a WebSocket client small enough to read (RFC 6455: the
 handshake, masked text frames out, text/continuation/ping/close frames in)

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Helpers for the Redis-mode integration tests (test_redis.py): INI sections,
 waiting for the agent's Redis link, SPOP load clients that timestamp every
 decision, Redis MONITOR command counting, and the checks of the lease bound

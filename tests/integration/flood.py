@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A handshake flood against SPOP ports, for the soak (soak.py): keeps `count`
 connections open across the given ports for `seconds`: a third of them silent
 (connected, nothing sent), a third stopped after the first 10 bytes of a

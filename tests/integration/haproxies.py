@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Every HAProxy the HAProxy tests run against, and the kit started under each.
 
 Found: the `haproxy` on PATH (Debian 12's is 2.6), and the first HAProxy 3.1 or

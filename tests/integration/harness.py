@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Processes for the integration tests: the agent, redis-server and haproxy,
 each on a free loopback port, stopped at the end whatever happens."""
 import errno

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Steady HTTP traffic through the kit for the agent-down tests: `clients`
 threads, each on its own keep-alive http.client connection, together paced at
 about `rate` requests a second. Every request is recorded as (start time,

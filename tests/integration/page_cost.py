@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What open status pages cost the decisions: spoa-bench against one agent
 (Redis, leases, 20 hot keys, 1 worker: the worker shares the main loop with
 the stats listener, the worst case), alone and while 50 status page loads a

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Runs every integration test module (test_*.py beside this file) and ends
 with one line: 'integration: N passed, N failed'."""
 import os

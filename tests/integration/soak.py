@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`make soak`: a real HAProxy running the shipped kit, three agents and one
 Redis, under steady traffic, for SOAK_S seconds (600 by default), while Redis
 is killed and restarted, stalled (SIGSTOP/SIGCONT), HAProxy reloaded (SIGUSR2

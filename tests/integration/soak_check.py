@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The soak's checks of the limits, on what its HTTP client saw (soak.py).
 
 Each request of a bound-check key is recorded with `sent` (just before the

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- wrk script for `make soak` (tests/integration/soak.py): the bulk traffic
 -- through HAProxy, with hot, warm and cold API keys and client IPs.
 --

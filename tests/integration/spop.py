@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A small SPOP 2.0 client for the integration tests: speaks to the agent the
 way HAProxy does (HELLO, pipelined NOTIFYs, DISCONNECT) and decodes ACKs.
 Independent of the C codec on purpose: the two check each other."""

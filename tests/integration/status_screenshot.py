@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The status page under load, as a PNG for the docs (doc/status-page.png):
 redis-server, one agent with the kit's rules, HAProxy 2.6 (the kit) and
 traffic from a few clients, some of them far over their limit, for a while;

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Loopback TCP relays for the HAProxy tests, put between two real processes.
 
 SpopTap sits between HAProxy and the agent and records every SPOP frame of

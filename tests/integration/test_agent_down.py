@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A dead or stalled agent costs HAProxy a bounded handful of requests (issue
 24): the shipped kit with two agents (a `server` line each), once per HAProxy
 found (Debian's 2.6, and a 3.1+ build where one is found; see haproxies.py),

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Group commit: many script calls in one EVALSHA of the batch script
 (lua/batch.sh), against a real redis-server and a real Redis Cluster.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """spoa-bench -r (paced load) against a standalone agent: a paced run makes
 its rate at any number of connections and pipeline depth. Before, a paced
 run whose pipelines filled up spun without reading the ACKs that would have

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """block_for = DURATION (issue 28): a penalty box. The issue's "Done when":
 rate = 60/1m, burst = 1, block_for = 3s: allowed, denied, still denied 1.5 s
 later (a token is back by then), allowed after 3 s (and not before); the same

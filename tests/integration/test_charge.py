@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """[agent] charge (issue 28): with all-or-nothing (the default) a request that
 a non-shadow rule blocks takes nothing from the other rules. The issue's case:
 10 requests of one key through an endpoint rule 2/1m and an account rule

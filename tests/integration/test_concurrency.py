@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """algorithm = concurrency (issue 28): at most `limit` requests in flight per
 key. Through SPOP directly, standalone, on one redis-server and on a Redis
 Cluster: with limit = 2 two slots are taken, the third request is denied, a

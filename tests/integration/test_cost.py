@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """cost = N | arg:NAME (issue 28): a request takes `cost` tokens at once,
 standalone and on a real redis-server, leased and exact. Burst 10, costs 4,
 4, 4, 2: allowed, allowed, denied, allowed; a cost of 11 is denied and leaves

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What an operator needs on day two (issue 13): Redis ACL users, the man
 pages, the systemd unit installed under a non-default prefix, mismatches,
 per-client limits from an HAProxy map."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """./run-demo, as a new user runs it (with this build's agent): standalone and
 with --redis, 200s turning into 429s through the shipped kit; with --redis the
 whole commented [redis] block of the kit's ratelimit.ini is taken (issue 24:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """algorithm = fixed-window and window_offset (issue 28): N per window,
 windows aligned to the Unix epoch in UTC. 5/1d: 5 allowed, then denied with
 retry_after and reset = the seconds to 00:00 UTC (computed here from the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The scripts as a Redis function library ([redis] functions, issue 30):
 against real redis-server processes on loopback.
 

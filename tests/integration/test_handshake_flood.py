@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A handshake flood cannot lock HAProxy out (issue 22).
 
 Connections that have not finished their HELLO have a budget of their own

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The shipped haproxy/ kit, started as it is (ports aside), in front of the
 agent running the shipped sample rules: 200s with RateLimit headers, then 429
 with Retry-After; and still 200 with the agent stopped. Once per HAProxy found

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What real HAProxy does on the wire with the shipped kit, once per HAProxy
 found (Debian's 2.6, and a 3.1+ build where one is found; see haproxies.py), seen
 through a tap between HAProxy and the agent (taps.py):

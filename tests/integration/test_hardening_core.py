@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Odd configs and hostile keys against the real agent (issue 11): ACKs that do
 not fit HAProxy's smallest frame, absurd durations, max_entries, keys that
 try to forge log lines. Standalone mode (no Redis) unless said otherwise."""

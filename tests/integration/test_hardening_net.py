@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What a hostile peer, a full fd table or a slow DNS can do to the agent's
 listeners and its Redis link (issue 11, network part), each against the real
 agent on loopback sockets, with a real Redis where one is involved:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What an operator needs on day two (issue 13), on the stats listener:
 GET /config (the configuration in force, as --check --print prints it, with
 a header: hash, load time, restart-only settings the file changed), GET

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """/metrics against the table of doc/operations.md: every metric documented there is
 exported and every exported metric is documented (standalone and Redis
 mode), and each one counts what the table says it counts, after traffic whose

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What an operator relies on: live reload, graceful stop, metrics, /top,
 logs, and clear start-up failures."""
 import json

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Prometheus, with Prometheus's own tool (promtool, Debian package
 `prometheus`): the agent's /metrics passes `promtool check metrics` (standalone
 and in Redis mode, after traffic that fills every labelled series), the alert

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """SPOP as HAProxy speaks it: handshake, health checks, pipelining, and every
 protocol error answered with its SPOE.txt status code."""
 import os

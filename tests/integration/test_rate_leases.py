@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Rate leases on a real redis-server and real agents (the script logic is in
 tests/unit/test_scripts_rate.c, the policy in tests/unit/test_lease_rate.c): a warm key
 gets a share of the rate and a slice of the burst, is decided locally from

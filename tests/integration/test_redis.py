@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Redis mode: rule semantics against a real redis-server, several agents
 sharing one limit, the lease bound under load (no interval of length T admits
 more than b + r*T across the fleet), Redis commands per decision, and what

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Redis as production runs it (issue 23): passwords everywhere, and error
 replies that mean Redis cannot decide for us, against real redis-server
 processes on loopback.

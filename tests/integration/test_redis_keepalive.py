@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """[redis] keepalive and TCP keepalive, against a real redis-server that
 closes idle clients (`timeout 2`, as a proxy's idle timeout would):
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Redis as production runs it (issue 23): a Redis that can evict the agent's
 keys (INFO read at connect and every minute, [redis] require_noeviction), a
 fail-open that opens ([fallback] share = auto: 1/N of the fleet seen through

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Redis mode when Redis fails and comes back: killed, frozen, restarted
 empty (the extra a restart can let through), reconnects that redo AUTH and
 SELECT, the watchdog that drops a frozen connection, SIGTERM with frames

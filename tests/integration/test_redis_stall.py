@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A Redis that stalls: the connection stays open, nothing answers (SIGSTOP,
 CLIENT PAUSE). With [redis] timeout = 100ms every decision is still answered
 within about the timeout, degraded, and the fail-open backstop admits at

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Redis topologies other than one url: a master found through Sentinel (and
 followed through a failover), and a Redis Cluster of three masters (keys
 routed by slot and spread over the nodes, a slot migrated under a running

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Rule semantics through the SPOP wire, standalone mode (no Redis)."""
 import os
 import subprocess

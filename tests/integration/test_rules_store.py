@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Rules from Redis (issue 29): [rules] source = redis, --push, --rollback,
 --rules-history, on a real redis-server, through Sentinel across a
 failover, and on a Redis Cluster of three masters. Three agents apply a push within 2 s (seen through SPOP: the ACK's

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """spoa-sim against reality.
 
 Fidelity: one small scenario (4 agents, 50 Zipf keys, ~400 requests/s for 10 s,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """SPOP peers that never read the answers they are owed: one that then
 half-closes (SHUT_WR) and one that does not. Each sends many NOTIFYs from a
 socket with a small receive buffer, enough that its ACKs fill that buffer,

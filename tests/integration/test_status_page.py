@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The status page (GET /) and GET /status.json on the stats listener, in a
 real headless Chromium (browser.py, the DevTools protocol), with real
 traffic through the shipped kit on every HAProxy found (haproxies.py) and a

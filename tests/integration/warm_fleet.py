@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`make warm-fleet`: the warm-key scenario on real agents, token leases
 against rate leases, on the same schedule.
 

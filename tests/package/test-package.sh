@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # tests/package/test-package.sh - the Debian package, tested by installing it.
 #
 # Builds spoa-ratelimit_VERSION_ARCH.deb with dpkg-buildpackage from a clean

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bucket_fixture.h - what the bucket tests (test_bucket_*.c) share: time
  * units in microseconds, the two algorithms, params in one call, a
  * replayable random sequence and a probe that leaves the bucket alone.

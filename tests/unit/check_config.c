@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* check_config.c - configs from INI text for the unit tests (check_util.h);
  * apart from check_util.c so that the programs that do not link the config
  * module (the scripts' tests) can use the runner. */

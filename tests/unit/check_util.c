@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* check_util.c - the runner every unit test program's main() ends in (one
  * place for how a suite is run and what its exit status says), test cases
  * filled from a list, and the checks of addresses that the config and net

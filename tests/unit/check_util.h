@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* check_util.h - what the Check unit test programs share: the runner their
  * main() ends in, and a config loaded from INI text (check_config.c, for the
  * programs that link the config module; the runner needs nothing but Check).

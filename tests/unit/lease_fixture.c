@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* lease_fixture.c - the lease cache tests' shared fixtures (lease_fixture.h). */
 #include "lease_fixture.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* lease_fixture.h - what the lease cache tests (test_lease_{claim,tick,
  * exact}.c) share: a fake clock's units, the configs and rules they use, a
  * request with its waiter, and hand-written Redis replies (the scripts

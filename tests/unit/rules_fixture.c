@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* rules_fixture.c - the rule tests' shared fixtures (rules_fixture.h). */
 #include "rules_fixture.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* rules_fixture.h - what the rule tests (test_rules_*.c) share: a ruleset
  * from INI text, a NOTIFY payload of string args, and the ACK's variables
  * decoded into a table. rt_: rules tests. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* scripts_fcall.c - the script tests again, every call going as FCALL of the
  * scripts' function library (SCRIPTS_CALL=fcall, scripts_harness.c) rather
  * than EVALSHA: what the agent runs with [redis] functions = on, the default.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* scripts_harness.c - what the script tests share: a redis-server of their
  * own (or $REDIS_PORT), the scripts of lua/ loaded as the agent loads them,
  * calls by name, and an independent reading of a bucket. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* scripts_harness.h - shared by the tests of the Redis Lua scripts
  * (test_scripts_*.c): see scripts_harness.c. */
 #ifndef SCRIPTS_HARNESS_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* spop_fixture.c - the SPOP codec tests' shared fixtures (spop_fixture.h). */
 #include "spop_fixture.h"
 

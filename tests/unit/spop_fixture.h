@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* spop_fixture.h - what the SPOP codec tests (test_spop_*.c) share: inputs
  * in heap buffers of exactly their size (so that AddressSanitizer reports a
  * read of even one byte past the end), readers and writers over a buffer,

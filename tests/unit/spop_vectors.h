@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* spop_vectors.h - test vectors of the SPOP codec, for the SPOP unit tests
  * (tests/unit/test_spop_*.c) and the SPOP fuzz target (tests/fuzz/fuzz_spop.c).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_bucket_algo.c - the two algorithms on one bucket: token bucket
  * (refill, drift, clock steps, requests that never fit, the bound over any
  * interval) and sliding window (weights, retry times, idle windows, huge

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_bucket_fixed.c - the fixed window on one bucket and in a table:
  * windows aligned to the epoch (a day resets at 00:00 UTC, a week on a
  * Thursday), window_offset, the boundary to the microsecond, cost, retry and

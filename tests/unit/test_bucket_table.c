@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_bucket_table.c - the bucket table: keys per rule, reloads, LRU
  * eviction within the memory budget, expiry (and how much of it one call
  * visits), a million keys, limits, peek and drop, and threads taking and

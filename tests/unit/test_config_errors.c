@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_config_errors.c - configurations the agent refuses: every kind of
  * error with its FILE:LINE, many errors at once, the error buffer, limits
  * and long lines, and match regexes too costly or too long to compile. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_config_files.c - whole configuration files: a full one, the
  * defaults, variants, how rules resolve (keys, matches, limits from args),
  * files read from disk, credentials in URLs, --check --print's round trip

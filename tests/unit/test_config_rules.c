@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_config_rules.c - [rules] (where the rules come from) and rule text
  * from Redis, a cache file or --push: config_load_with_rules parses it with
  * the file's other sections, bounded (size, NUL, rule count), refusing any

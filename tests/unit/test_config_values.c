@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_config_values.c - the configuration's value parsers (durations,
  * rates, booleans, CIDRs) and the keys of who may talk to the agent: peers,
  * [agent] max_connections and stats_allow, the handshake budget. */

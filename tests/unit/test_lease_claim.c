@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_lease_claim.c - the lease cache's claims, with a fake clock and
  * hand-written Redis replies: a claim then local decisions, prefetch before
  * a lease runs dry, blocked keys, the reply's deadline and share as the

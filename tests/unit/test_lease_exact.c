@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_lease_exact.c - a cold key's claim as an exact call (exact_cold: the
  * agent's way), with a fake clock and hand-written Redis replies: a cold key
  * goes exact, a denial is cached, failures and arrivals meanwhile, a blocked

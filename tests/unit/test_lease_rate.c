@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_lease_rate.c - rate leases in the lease cache (lease_rate.c), with a
  * fake clock and hand-written Redis replies (the script's side is tested in
  * test_scripts_rate.c against a real redis-server). */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_lease_tick.c - the lease cache over time, with a fake clock and
  * hand-written Redis replies: timeouts, failures and Redis down, the tick
  * (top-ups, give-backs, forgetting) and what it costs, drain at exit,

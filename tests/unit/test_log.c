@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_log.c - logfmt escaping: no value can forge a field or a line. */
 #include <check.h>
 #include <stdio.h>

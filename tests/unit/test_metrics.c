@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_metrics.c - Prometheus rendering, exact counters under threads, the
  * blocked-clients sketch behind /top, and the alert and shadow ticks. */
 #include <check.h>

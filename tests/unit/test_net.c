@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_net.c - the address parser (host:port, [v6]:port, unix:/path, bad and
  * missing ports, overlong parts), CIDRs and the peer check, real sockets on
  * loopback (net_listen on 127.0.0.1:0 and a unix path, net_connect), what a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_resp.c - the requests the agent writes itself (store_resp.c,
  * store_cmd_format) byte for byte against what hiredis' own
  * redisFormatCommandArgv() makes of the same arguments: a script call, a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_rules_args.c - limits taken from a request's args (rate = arg:NAME,
  * burst from an arg): their params, keys, sliding windows, ACK variables
  * and expiry, missing or invalid values and the mismatch counters that

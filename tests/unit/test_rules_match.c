@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_rules_match.c - rule matching, keys (hashed, never cut, not to be
  * aimed at) and the ACK's variables (their size bound, a small frame, the
  * deciding rule and shadow rules), the backstop's share; without sockets. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_rules_scripts.c - the rule store's scripts (lua/rules_push.lua,
  * rules_history.lua, rules_fleet.lua) on a real redis-server, called
  * through the positions of src/rules_store/rules_script.h as the agent and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_rx.c - core/rx: PCRE2 within bounds. Patterns are refused with
  * PCRE2's reason or ours; texts that make a backtracking matcher take
  * exponential time stop at a limit; the POSIX meanings operators rely on

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_scripts_cc.c - the concurrency scripts of lua/ (cc_acquire,
  * cc_release, cc_reset) against a real redis-server: the bound (never more
  * than limit unexpired members) under random takes and releases, expiry by

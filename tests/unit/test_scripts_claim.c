@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_scripts_claim.c - the token bucket's lease scripts of lua/ (tb_claim,
  * tb_return) against a real redis-server: grants, refill, settling what was
  * used and returned, vanished agents, clock steps, burst changes, expiry and

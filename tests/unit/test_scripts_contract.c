@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_scripts_contract.c - every script of lua/ against the contract of
  * src/store/script.h, on a real redis-server: arguments by position name as
  * the agent fills them, replies of the length and in the ranges the header

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_scripts_exact.c - the token bucket's other scripts of lua/ against a
  * real redis-server: exact calls (tb_exact), resets that keep leases
  * (tb_reset), NOSCRIPT after a flush, the copies each script carries of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_scripts_fixed.c - the sw_* scripts' fixed mode (algorithm =
  * fixed-window) against a real redis-server, every argument filled by its
  * script.h name (CLAIM_ARG_WINDOW_MODE, ...): N per window, windows shifted

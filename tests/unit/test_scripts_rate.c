@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_scripts_rate.c - rate leases in tb_claim.lua (and tb_return.lua)
  * against a real redis-server: shares and slices, what Redis counts while a
  * grant is on its way, the central refill at r - P, and a random sequence

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_scripts_window.c - the sliding window's scripts of lua/ (sw_claim,
  * sw_return, sw_exact, sw_reset) against a real redis-server: claims,
  * returns and exact calls, the last millisecond of a window, window roll,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_sim.c - the simulator's parts that decide what it reports: the fake
  * Redis running the real scripts (sim_redis.c), the exact window check and
  * the histogram (sim_stats.c), and the script arguments shared with the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_slab.c - the slab of the lease cache's entries: zeroed slots, the
  * given size, reuse of freed slots, growth past a chunk, release. */
 #include <check.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_slots.c - concurrency slots without Redis: the in-memory slot table
  * (take, release, unknown release, expiry by max_hold, reset, the sweep),
  * the slot token (encode, parse, garbage), the release message's tokens, and

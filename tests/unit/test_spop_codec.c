@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_spop_codec.c - unit tests of the SPOP codec (src/spop/spop.c):
  * varints, typed data, the encoders (AGENT-HELLO, AGENT-DISCONNECT, frame
  * headers, ACK actions), malformed input and status texts. Every decoder

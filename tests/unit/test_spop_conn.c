@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_spop_conn.c - the SPOP connection state machine (spop_conn.c): the
  * pause at the waiting-NOTIFY cap, the input buffer growing, HAProxy's
  * DISCONNECT; and the decoders fed pseudo-random bytes. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_spop_frames.c - whole SPOP frames through the codec: the real
  * frames of tests/unit/spop_vectors.h (HAProxy 2.6 captures), one after the
  * other in a stream, header errors, corrupted NOTIFY payloads, and the items

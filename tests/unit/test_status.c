@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_status.c - what the status page stands on, without a socket: the
  * five-minute history (per-second deltas, gaps, ?since=, rates, the Redis
  * latency quantiles and down-since), and the page document (its style and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_strbuf.c - the one text buffer (core/strbuf) and what the program
  * adds to jansson (core/json): growth across the first 4096-byte block, bytes
  * kept as given (a NUL among them), the sticky failure; every byte 0..255 of

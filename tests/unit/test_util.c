@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_util.c - CRC16 and Redis Cluster key slots against published values
  * (the cluster spec's check value, and slots a real Redis reports); how the
  * striped tables split a key hash. */
