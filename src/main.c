@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "autoconfig.h"
+#include "config/haproxy_check.h"
 #include "core/log.h"
 #include "core/util.h"
 #include "http/config_page.h"
@@ -60,7 +61,7 @@ struct agent {
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: spoa-ratelimit -c FILE [--check [--print]]\n"
+    fprintf(f, "usage: spoa-ratelimit -c FILE [--check [--print] [--haproxy HAPROXY.CFG]]\n"
                "       spoa-ratelimit -c FILE --push RULES [--message TEXT] [--if-version N]\n"
                "       spoa-ratelimit -c FILE --rules-history | --rollback N | --fleet\n"
                "       spoa-ratelimit --version | --help\n"
@@ -68,6 +69,10 @@ static void usage(FILE *f)
                "  -c, --config FILE   configuration file (INI)\n"
                "  -t, --check         validate FILE and exit: 0 valid, 1 invalid\n"
                "  -p, --print         with --check: print the effective configuration\n"
+               "      --haproxy CFG   with --check: also check HAProxy's config CFG (and the\n"
+               "                      SPOE file it names) against FILE: FILE:LINE messages,\n"
+               "                      exit 1 when HAProxy would never ask the agent or never\n"
+               "                      use its answer\n"
                "      --push RULES    check RULES ([rule:*] only) as --check does, make it the\n"
                "                      current rule set in FILE's Redis; prints its version\n"
                "      --message TEXT  with --push or --rollback: a note kept with the version\n"
@@ -438,6 +443,69 @@ static int print_config(const struct config *cfg)
     return 0;
 }
 
+/* haproxy_check's files: the whole file, NUL-terminated. */
+static char *read_text(void *ctx, const char *path)
+{
+    FILE *f = fopen(path, "r");
+    char *text = NULL;
+    size_t len = 0, got;
+    char buf[8192];
+
+    if (!f)
+        return NULL;
+    while ((got = fread(buf, 1, sizeof(buf), f)) > 0) {
+        char *p = realloc(text, len + got + 1);
+        if (!p) {
+            free(text);
+            fclose(f);
+            errno = ENOMEM;
+            return NULL;
+        }
+        text = p;
+        memcpy(text + len, buf, got);
+        len += got;
+    }
+    int failed = ferror(f);
+    fclose(f);
+    if (failed || !(text = text ? text : calloc(1, 1))) {
+        free(text);
+        errno = failed ? EIO : ENOMEM;
+        return NULL;
+    }
+    text[len] = '\0';
+    return text;
+}
+
+static const char *env_value(void *ctx, const char *name)
+{
+    return getenv(name);
+}
+
+/* --check --haproxy CFG: its findings on stderr; 0 when it has no error. */
+static int check_haproxy(const struct config *cfg, const char *haproxy)
+{
+    struct haproxy_check_io io = {read_text, env_value, NULL};
+    struct strbuf out = STRBUF_INIT;
+    int warnings = 0, errors = haproxy_check(cfg, haproxy, &io, &out, &warnings);
+    size_t len;
+    char *text = strbuf_finish(&out, &len);
+
+    if (errors < 0 || !text) {
+        free(text);
+        fprintf(stderr, "spoa-ratelimit: out of memory\n");
+        return 1;
+    }
+    fputs(text, stderr);
+    free(text);
+    if (errors)
+        fprintf(stderr, "%s: %d error%s: HAProxy would not ask this agent, or not use its "
+                        "answer\n", haproxy, errors, errors > 1 ? "s" : "");
+    else
+        printf("%s: OK (the agent is asked and its answer used%s)\n", haproxy,
+               warnings ? "; see the warnings" : "");
+    return errors ? 1 : 0;
+}
+
 /* A decimal version number (>= 0 for --if-version, >= 1 for --rollback). */
 static int parse_version(const char *s, long long min, long long *out)
 {
@@ -449,13 +517,22 @@ static int parse_version(const char *s, long long min, long long *out)
 }
 
 /* Read argv: the config path into *path, --check into *check (2 with
- * --print), a rule store command into *cli (cli->op, or -1 for none). 0 to
+ * --print), --haproxy's file into *haproxy, a rule store command into *cli
+ * (cli->op, or -1 for none). 0 to
  * go on; -1 when main is done and exits with *status (0 after --version or
  * --help, 2 after a usage error, which has been printed). */
-static int parse_args(int argc, char **argv, const char **path, int *check,
+static int parse_args(int argc, char **argv, const char **path, int *check, const char **haproxy,
                       struct rules_cli_args *cli, int *status)
 {
-    enum { OPT_PUSH = 256, OPT_MESSAGE, OPT_IF_VERSION, OPT_HISTORY, OPT_ROLLBACK, OPT_FLEET };
+    enum {
+        OPT_PUSH = 256,
+        OPT_MESSAGE,
+        OPT_IF_VERSION,
+        OPT_HISTORY,
+        OPT_ROLLBACK,
+        OPT_FLEET,
+        OPT_HAPROXY
+    };
     static const struct option opts[] = {
         {"config", required_argument, NULL, 'c'},
         {"check", no_argument, NULL, 't'},
@@ -469,6 +546,7 @@ static int parse_args(int argc, char **argv, const char **path, int *check,
         {"rules-history", no_argument, NULL, OPT_HISTORY},
         {"rollback", required_argument, NULL, OPT_ROLLBACK},
         {"fleet", no_argument, NULL, OPT_FLEET},
+        {"haproxy", required_argument, NULL, OPT_HAPROXY},
         {NULL, 0, NULL, 0},
     };
     int c, print = 0, ops = 0, bad = 0;
@@ -513,6 +591,9 @@ static int parse_args(int argc, char **argv, const char **path, int *check,
             cli->op = RULES_CLI_FLEET;
             ops++;
             break;
+        case OPT_HAPROXY:
+            *haproxy = optarg;
+            break;
         case OPT_ROLLBACK:
             cli->op = RULES_CLI_ROLLBACK;
             bad |= parse_version(optarg, 1, &cli->rollback) < 0;
@@ -528,7 +609,7 @@ static int parse_args(int argc, char **argv, const char **path, int *check,
     bad |= ops > 1 || (ops && *check) ||
            ((cli->message || cli->if_version >= 0) &&
             cli->op != RULES_CLI_PUSH && cli->op != RULES_CLI_ROLLBACK);
-    if (!*path || optind != argc || (print && !*check) || bad) {
+    if (!*path || optind != argc || ((print || *haproxy) && !*check) || bad) {
         usage(stderr);
         *status = 2;
         return -1;
@@ -662,6 +743,7 @@ int main(int argc, char **argv)
     struct config *cfg;
     char err[ERRBUF];
     int check = 0, status;
+    const char *haproxy = NULL;
 
     memset(&a, 0, sizeof(a));
     struct rules_cli_args cli = {0};
@@ -669,7 +751,7 @@ int main(int argc, char **argv)
     size_t cached_len = 0;
     uint64_t cached_version = 0;
 
-    if (parse_args(argc, argv, &a.path, &check, &cli, &status) < 0)
+    if (parse_args(argc, argv, &a.path, &check, &haproxy, &cli, &status) < 0)
         return status;
     if ((int)cli.op != -1)
         return rules_cli_run(&cli);
@@ -688,6 +770,8 @@ int main(int argc, char **argv)
         status = check == 2 ? print_config(cfg) : 0;
         if (check != 2)
             printf("%s: OK (%zu rules)\n", a.path, cfg->nrules);
+        if (haproxy && check_haproxy(cfg, haproxy) != 0)
+            status = 1;
         config_free(cfg);
         return status;
     }
