@@ -10,7 +10,9 @@
 # ExecStart by hand with setpriv and the unit's LimitNOFILE, and its sd_notify
 # messages read from a socket of our own), sends real requests through
 # Debian's haproxy with the installed kit from
-# /usr/share/doc/spoa-ratelimit/examples/haproxy (ports changed to free ones),
+# /usr/share/doc/spoa-ratelimit/examples/haproxy (ports changed to free ones)
+# and with the block doc/packaging.md tells operators to add to Debian's
+# haproxy.cfg (checked first with --check --haproxy),
 # reloads it (a bad edit is refused by ExecReload's --check), upgrades to a
 # rebuilt package with a bumped version (the edited conffile survives), and
 # purges it: no file, user or unit left behind.
@@ -86,9 +88,9 @@ leftovers() {
 }
 leftovers > "$tmp/before.list"
 
-read -r P_SPOP P_STATS P_HTTP <<<"$(python3 -c '
+read -r P_SPOP P_STATS P_HTTP P_HTTP2 <<<"$(python3 -c '
 import socket
-ss = [socket.socket() for _ in range(3)]
+ss = [socket.socket() for _ in range(4)]
 for s in ss:
     s.bind(("127.0.0.1", 0))
 print(*[s.getsockname()[1] for s in ss])')"
@@ -262,10 +264,11 @@ export RL_HTTP_ADDR="127.0.0.1:$P_HTTP" RL_AGENT1_ADDR="127.0.0.1:$P_SPOP" \
 pids+=("$!")
 # Requests until the first 429: prints the number of 200s before it (the
 # first 200 carrying the agent's RateLimit-Policy header counts from there).
+# $1: HAProxy's port (default the kit's), then curl's own options.
 count_until_429() {
-    local i code allowed=-1 hdr="$tmp/headers"
+    local i code allowed=-1 hdr="$tmp/headers" port=${1:-$P_HTTP}
     for i in $(seq 200); do
-        code=$(curl -s -o /dev/null -D "$hdr" -w '%{http_code}' "http://127.0.0.1:$P_HTTP/" || true)
+        code=$(curl -s -o /dev/null -D "$hdr" -w '%{http_code}' "${@:2}" "http://127.0.0.1:$port/" || true)
         if [ "$code" = 200 ] && grep -qi '^RateLimit-Policy: "per-ip"' "$hdr"; then
             allowed=$(( allowed < 0 ? 1 : allowed + 1 ))
         elif [ "$code" = 429 ] && [ "$allowed" -ge 0 ]; then
@@ -282,6 +285,40 @@ count_until_429() {
 n=$(count_until_429)
 [ "$n" = 5 ] || fail "$n requests passed before the 429, want 5 (the edited conffile's burst)"
 say "HAProxy $(haproxy -v | sed -n '1s/HAProxy version \([^ ]*\).*/\1/p') with the installed kit: 5 x 200 with RateLimit headers, then 429 + Retry-After ($(elapsed))"
+
+# ---- HAProxy with the block doc/packaging.md shows ---------------------------------
+# Step 4 of doc/packaging.md, as an operator follows it: exactly the text
+# between the doc's haproxy-block markers (its code fences left out) added to
+# Debian's own haproxy.cfg, spoe-ratelimit.conf copied beside it, HAProxy
+# started in / as systemd starts it. Only the environment picks the ports
+# (the block's presetenv lines give way to it). Requests come from another
+# loopback address: a client of its own, a bucket of its own.
+doc="$top/doc/packaging.md"
+block="$tmp/block"
+mkdir -p "$block"
+awk '/^<!-- haproxy-block: end/ { on = 0 } on && !/^```$/ { print }
+     /^<!-- haproxy-block: begin/ { on = 1 }' "$doc" >"$block/block.cfg"
+grep -q 'filter spoe' "$block/block.cfg" || fail "no HAProxy block between the markers of $doc"
+cat /etc/haproxy/haproxy.cfg "$block/block.cfg" >"$block/haproxy.cfg"
+cp "$EXAMPLES/haproxy/spoe-ratelimit.conf" "$block/"
+export RL_AGENT_ADDR="127.0.0.1:$P_SPOP"
+RL_HTTP_ADDR="127.0.0.1:$P_HTTP2" /usr/sbin/spoa-ratelimit -c "$CONF" --check \
+    --haproxy "$block/haproxy.cfg" >"$tmp/hapcheck.log" 2>&1 ||
+    { cat "$tmp/hapcheck.log"; fail "--check --haproxy on the block of $doc"; }
+! grep -q warning "$tmp/hapcheck.log" || { cat "$tmp/hapcheck.log"; fail "--check --haproxy warns on the block of $doc"; }
+grep -v 'set-var(txn.rl_agents)' "$block/haproxy.cfg" >"$block/broken.cfg"
+if /usr/sbin/spoa-ratelimit -c "$CONF" --check --haproxy "$block/broken.cfg" >/dev/null 2>"$tmp/hapcheck.log"; then
+    fail "--check --haproxy passed the block without its set-var(txn.rl_agents) line"
+fi
+grep -q "broken.cfg:[0-9]*: send-spoe-group ratelimit check: its condition reads var(txn.rl_agents)" \
+    "$tmp/hapcheck.log" || { cat "$tmp/hapcheck.log"; fail "--check --haproxy: no message naming the send-spoe-group line"; }
+(cd / && RL_HTTP_ADDR="127.0.0.1:$P_HTTP2" haproxy -c -f "$block/haproxy.cfg" >"$tmp/haproxy-check.log" 2>&1) ||
+    { cat "$tmp/haproxy-check.log"; fail "haproxy -c on the block of $doc"; }
+(cd / && RL_HTTP_ADDR="127.0.0.1:$P_HTTP2" exec haproxy -db -f "$block/haproxy.cfg") >"$tmp/haproxy-block.log" 2>&1 &
+pids+=("$!")
+n=$(count_until_429 "$P_HTTP2" --interface 127.0.0.2)
+[ "$n" = 5 ] || fail "the block of $doc: $n requests passed before the 429, want 5"
+say "the block of $doc (after Debian's haproxy.cfg, started in /): --check --haproxy OK, and 5 x 200 then 429 + Retry-After ($(elapsed))"
 
 # ---- reload: a good file is taken, a bad edit is refused ----------------------------
 reload_agent || fail "reload"
