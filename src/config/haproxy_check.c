@@ -12,15 +12,12 @@
  */
 #include "haproxy_check.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
-#include "bucket.h"
 #include "config/config.h"
 #include "haproxy_int.h"
 
@@ -85,7 +82,7 @@ int hc_name_char(char ch)
            ch == '_' || ch == '.' || ch == '-';
 }
 
-/* ---- setters ------------------------------------------------------------ */
+/* ---- setters ------------------------------------------------------------- */
 
 static void add_setter(struct hc_ctx *c, const char *name, size_t len, const struct hc_sect *s,
                        int phase, unsigned no)
@@ -182,8 +179,7 @@ int hc_var_set(const struct hc_ctx *c, const char *name, size_t len, const struc
     return after ? HC_VAR_AFTER : HC_VAR_NEVER;
 }
 
-/* ---- engines --------------------------------------------------------------
- */
+/* ---- engines ------------------------------------------------------------- */
 
 /* The SPOE file's path as HAProxy opens it under the default-path policy in
  * force (its words: "config", "parent", "origin DIR"; NULL: "current"). */
@@ -360,8 +356,7 @@ static int find_engines(struct hc_ctx *c)
     return 0;
 }
 
-/* ---- the whole check
- * ---------------------------------------------------------- */
+/* ---- the whole check ----------------------------------------------------- */
 
 /* Whether engine e is the agent's: it sends a message a rule reads, or one
  * of its servers is at the agent's address. */

@@ -11,7 +11,6 @@
 #include <string.h>
 #include <strings.h>
 
-#include "bucket.h"
 #include "config/config.h"
 
 /* The variables the agent sets (rules_ack.c), under txn.PREFIX. */
@@ -64,8 +63,7 @@ static const struct hc_line *find_acl(const struct hc_sect *s, const char *word)
     return NULL;
 }
 
-/* ---- addresses ------------------------------------------------------------
- */
+/* ---- addresses ----------------------------------------------------------- */
 
 /* The numeric host as 16 bytes (IPv4 as v4-mapped); -1 when not numeric. */
 static int host_bytes(const char *host, unsigned char out[16])
@@ -183,8 +181,7 @@ int hc_check_servers(struct hc_ctx *c, const struct hc_engine *e, int report)
     return unsure ? HC_ADDR_UNSURE : HC_ADDR_NO;
 }
 
-/* ---- rules against what is sent
- * ----------------------------------------------- */
+/* ---- rules against what is sent ------------------------------------------ */
 
 /* The line and word of the arg name in message m, or NULL. An arg without
  * "name=" has an empty name. */
@@ -369,8 +366,7 @@ void hc_check_rules(struct hc_ctx *c)
     }
 }
 
-/* ---- the proxy's lines ------------------------------------------------------
- */
+/* ---- the proxy's lines --------------------------------------------------- */
 
 static int agent_var(const char *name, size_t len)
 {
