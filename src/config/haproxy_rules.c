@@ -134,6 +134,7 @@ static int addr_match(const struct net_addr *listen, const char *addr)
 int hc_check_servers(struct hc_ctx *c, const struct hc_engine *e, int report)
 {
     const struct hc_line *ub = NULL, *first = NULL, *unsure = NULL;
+    const char *unsure_addr = NULL;
     const struct hc_sect *be;
 
     for (size_t i = 0; i < e->agent->nlines; i++)
@@ -153,26 +154,29 @@ int hc_check_servers(struct hc_ctx *c, const struct hc_engine *e, int report)
     }
     for (size_t i = 0; i < be->nlines; i++) {
         const struct hc_line *l = &be->lines[i];
-        if (!hc_word_is(l, 0, "server") || l->n < 3)
+        /* server NAME ADDR, server-template PREFIX NUM ADDR */
+        size_t a = hc_word_is(l, 0, "server") ? 2 : hc_word_is(l, 0, "server-template") ? 3 : 0;
+        if (!a || l->n <= a)
             continue;
-        int m = addr_match(&c->cfg->listen_addr, l->w[2]);
+        int m = addr_match(&c->cfg->listen_addr, l->w[a]);
         if (m == HC_ADDR_YES)
             return HC_ADDR_YES;
         if (!first)
             first = l;
-        if (m == HC_ADDR_UNSURE && !unsure)
+        if (m == HC_ADDR_UNSURE && !unsure) {
             unsure = l;
+            unsure_addr = l->w[a];
+        }
     }
     if (!report)
         return unsure ? HC_ADDR_UNSURE : HC_ADDR_NO;
     if (unsure)
         hc_say(c, 1, c->cfg_path, unsure->no,
                "cannot tell whether server '%s' (%s) is this agent (%s: listen = %s)", unsure->w[1],
-               unsure->w[2], c->cfg->path, c->cfg->listen);
+               unsure_addr, c->cfg->path, c->cfg->listen);
     else if (first)
         hc_say(c, 0, c->cfg_path, first->no,
-               "no server of backend '%s' is at this agent's address (%s: listen = "
-               "%s): "
+               "no server of backend '%s' is at this agent's address (%s: listen = %s): "
                "HAProxy asks other agents, or none",
                be->name, c->cfg->path, c->cfg->listen);
     else

@@ -370,6 +370,11 @@ static const struct {
      " http-request deny if { var(txn.p.blocked) -m bool }\n"
      "backend agents\n server s1 ::1:12345\n",
      1, "no server of backend 'agents'"},
+    /* a server-template: a DNS name, the check cannot resolve it */
+    {"frontend f\n filter spoe engine e config /kit/spoe-ratelimit.conf\n"
+     " http-request deny if { var(txn.p.blocked) -m bool }\n"
+     "backend agents\n server-template agent 3 agents.internal:12345 check\n",
+     0, "test.cfg:5: warning: cannot tell whether server 'agent' (agents.internal:12345)"},
     /* no frontend at all */
     {"backend agents\n server s1 127.0.0.1:12345\n", 1, "test.cfg: no frontend, no listen section"},
 };
