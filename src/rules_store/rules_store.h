@@ -16,8 +16,8 @@
  * which parses it with the agent's own non-rule sections exactly as a
  * SIGHUP would and swaps the rule set in. A refused version is logged once
  * and counted (rules_applied_total{result="rejected"}); the rules in force
- * stay. An applied one is written to [rules] cache (temporary file and
- * rename), so that an agent starting while Redis is down runs on it.
+ * stay. An applied one is written to [rules] cache (a unique temporary
+ * file and rename), so that an agent starting while Redis is down runs on it.
  *
  * Every 5 s (and after each new version) the agent also reports its version
  * and last apply error for the fleet's view (lua/rules_fleet.lua,
@@ -97,10 +97,28 @@ void rules_store_boot(const char *path, struct config **cfg, char **text, size_t
 int rules_store_read_cache(const char *path, char **text, size_t *len, uint64_t *version,
                            char *err, size_t errlen);
 
-/* Write text as version to path atomically (path.tmp, fsync, rename). 0,
- * or -1 with why in err. */
+/* Write text as version to path atomically: a temporary file of its own
+ * beside path (mkstemp: agents sharing the path never write the same one),
+ * fsync, rename, fsync of the directory. 0, or -1 with why in err and no
+ * temporary file left. */
 int rules_store_write_cache(const char *path, const char *text, size_t len, uint64_t version,
                             char *err, size_t errlen);
+
+/* The check of a rule set, one for every user (pure: no Redis): text
+ * (len bytes, NUL-terminated; named name in errors) parsed with the
+ * non-rule sections of the file at path exactly as --check does
+ * (config_load_with_rules), and holding at least one [rule:*] section: an
+ * empty set would allow every request everywhere. --push and the cache read
+ * at start call it on text they read themselves. 0 with *out the config
+ * (NULL out: freed), or -1 with "NAME[:LINE]: message" lines in err. */
+int rules_store_check_text(const char *path, const char *text, size_t len, const char *name,
+                           struct config **out, char *err, size_t errlen);
+
+/* The same for a version read from Redis (an agent applying it, --rollback
+ * choosing it): first its sha256 (the hash's, as --push wrote it: 64 hex
+ * digits) must be present and be text's. */
+int rules_store_check_version(const char *path, const char *text, size_t len, const char *sha256,
+                              const char *name, struct config **out, char *err, size_t errlen);
 
 /* sha256 of text in lower-case hex (65 bytes with the NUL). */
 void rules_store_sha256(const char *text, size_t len, char out[65]);
