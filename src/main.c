@@ -218,16 +218,13 @@ static void reload(struct agent *a)
     rules_store_retry(a->rules);
 }
 
-/* A new version from Redis (rules_store.c): checked with the file's own
- * sections exactly as a SIGHUP would, then put in force the same way. */
-static int apply_rules(void *ctx, const char *text, size_t len, const char *name, char *err,
-                       size_t errlen)
+/* A new version from Redis (rules_store.c), checked with the file's own
+ * sections exactly as a SIGHUP would (and as --push does): put in force
+ * the same way. */
+static int apply_rules(void *ctx, struct config *cfg, char *err, size_t errlen)
 {
     struct agent *a = ctx;
-    struct config *cfg;
 
-    if (config_load_with_rules(a->path, text, len, name, &cfg, err, errlen) < 0)
-        return -1;
     if (install(a, cfg, "rules from Redis in force") < 0) {
         snprintf(err, errlen, "out of memory");
         return -1;
@@ -703,7 +700,8 @@ int main(int argc, char **argv)
     if (agent_open(&a, cfg) < 0)
         goto fail;
     if (a.rs->cfg->rules_source == RULES_SOURCE_REDIS) {
-        a.rules = rules_store_new(a.loop, limiter_store(a.lim), a.rs->cfg, apply_rules, &a);
+        a.rules = rules_store_new(a.loop, limiter_store(a.lim), a.path, a.rs->cfg, apply_rules,
+                                   &a);
         if (!a.rules ||
             (cached && rules_store_adopt(a.rules, cached, cached_len, cached_version, 1) < 0)) {
             fprintf(stderr, "spoa-ratelimit: out of memory\n");

@@ -150,7 +150,9 @@ void rules_store_boot(const char *path, struct config **cfg, char **text, size_t
     struct config *with = NULL;
 
     if (cache && rules_store_read_cache(cache, text, len, version, err, sizeof(err)) == 0) {
-        if (config_load_with_rules(path, *text, *len, cache, &with, err, sizeof(err)) == 0) {
+        /* the check of every rule set: a cache an older release wrote with
+         * an empty set is not run */
+        if (rules_store_check_text(path, *text, *len, cache, &with, err, sizeof(err)) == 0) {
             LOG_WARN("\"running on the cached rules until Redis answers\" cache=%s version=%llu "
                      "rules=%zu",
                      log_val(cache), (unsigned long long)*version, with->nrules);

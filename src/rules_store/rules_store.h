@@ -12,11 +12,20 @@
  * An agent GETs the current number every [rules] poll (one command of one
  * small key); a version it has neither applied nor refused is fetched
  * (HSTRLEN first: over 1 MiB it is refused unread; then HMGET text sha256),
- * its sha256 checked and handed to the apply callback,
- * which parses it with the agent's own non-rule sections exactly as a
- * SIGHUP would and swaps the rule set in. A refused version is logged once
- * and counted (rules_applied_total{result="rejected"}); the rules in force
- * stay. An applied one is written to [rules] cache (a unique temporary
+ * checked by rules_store_check_version (its sha256 present and right, then
+ * parsed with the agent's own non-rule sections exactly as a SIGHUP would,
+ * and not empty) and handed to the apply callback, which swaps the rule set
+ * in. A refused version is logged once at warn and counted
+ * (rules_applied_total{result="rejected"}); the rules in force stay, and
+ * the error goes into the agent's fleet report.
+ *
+ * A store that lost its versions under a running agent (the current key
+ * gone, or a number below the version in force: Redis restarted without
+ * persistence, flushed, failed over to a stale replica) raises the warning
+ * rules_store_lost (core/warning.h); the agent keeps its rules, applies no
+ * lower version, and clears the warning once the current version is at
+ * least its own again (after `--push --force`, which numbers above every
+ * agent's version). An applied one is written to [rules] cache (a unique temporary
  * file and rename), so that an agent starting while Redis is down runs on it.
  *
  * Every 5 s (and after each new version) the agent also reports its version
@@ -42,15 +51,15 @@ struct rules_store;
 /* PREFIX{rules}:SUFFIX into out (RULES_STORE_KEY_MAX bytes); its length. */
 size_t rules_store_key(const char *prefix, const char *suffix, char *out);
 
-/* Parse text (a version's rule text, named name in errors) with the
- * agent's own sections and put it in force. 0 applied; -1 refused, the
- * reason in err (the "NAME:LINE: message" lines of the config parser). */
-typedef int rules_store_apply_fn(void *ctx, const char *text, size_t len, const char *name,
-                                 char *err, size_t errlen);
+/* Put cfg in force: a version that passed rules_store_check_version with
+ * the agent's file (owned from here on, freed on failure too). 0 applied;
+ * -1 not (out of memory), the reason in err. */
+typedef int rules_store_apply_fn(void *ctx, struct config *cfg, char *err, size_t errlen);
 
-/* Start polling s every cfg's [rules] poll (cfg: the boot config; its
+/* Start polling s every cfg's [rules] poll (path: the agent's file, whose
+ * other sections each version is checked with; cfg: the boot config; its
  * prefix and cache path are copied). NULL when out of memory. */
-struct rules_store *rules_store_new(struct ev_loop *loop, struct store *s,
+struct rules_store *rules_store_new(struct ev_loop *loop, struct store *s, const char *path,
                                     const struct config *cfg, rules_store_apply_fn *apply,
                                     void *ctx);
 
