@@ -62,6 +62,7 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: spoa-ratelimit -c FILE [--check [--print]]\n"
                "       spoa-ratelimit -c FILE --push RULES [--message TEXT] [--if-version N]\n"
+               "                      [--force]\n"
                "       spoa-ratelimit -c FILE --rules-history | --rollback N | --fleet\n"
                "       spoa-ratelimit --version | --help\n"
                "\n"
@@ -72,9 +73,12 @@ static void usage(FILE *f)
                "                      current rule set in FILE's Redis; prints its version\n"
                "      --message TEXT  with --push or --rollback: a note kept with the version\n"
                "      --if-version N  with --push or --rollback: only if N is still current\n"
+               "      --force         with --push or --rollback: write even though agents run\n"
+               "                      a higher version (the store lost it), numbered above it\n"
                "      --rules-history list the versions kept in Redis (* the current one)\n"
                "      --rollback N    make version N current again, as a new version\n"
-               "      --fleet         list the live agents and the version each applied\n"
+               "      --fleet         list the live agents and the version each applied;\n"
+               "                      exit 1 when one is off the current version\n"
                "  -v, --version       print the version and exit\n"
                "  -h, --help          print this help and exit\n");
 }
@@ -452,7 +456,15 @@ static int parse_version(const char *s, long long min, long long *out)
 static int parse_args(int argc, char **argv, const char **path, int *check,
                       struct rules_cli_args *cli, int *status)
 {
-    enum { OPT_PUSH = 256, OPT_MESSAGE, OPT_IF_VERSION, OPT_HISTORY, OPT_ROLLBACK, OPT_FLEET };
+    enum {
+        OPT_PUSH = 256,
+        OPT_MESSAGE,
+        OPT_IF_VERSION,
+        OPT_HISTORY,
+        OPT_ROLLBACK,
+        OPT_FLEET,
+        OPT_FORCE
+    };
     static const struct option opts[] = {
         {"config", required_argument, NULL, 'c'},
         {"check", no_argument, NULL, 't'},
@@ -466,6 +478,7 @@ static int parse_args(int argc, char **argv, const char **path, int *check,
         {"rules-history", no_argument, NULL, OPT_HISTORY},
         {"rollback", required_argument, NULL, OPT_ROLLBACK},
         {"fleet", no_argument, NULL, OPT_FLEET},
+        {"force", no_argument, NULL, OPT_FORCE},
         {NULL, 0, NULL, 0},
     };
     int c, print = 0, ops = 0, bad = 0;
@@ -510,6 +523,9 @@ static int parse_args(int argc, char **argv, const char **path, int *check,
             cli->op = RULES_CLI_FLEET;
             ops++;
             break;
+        case OPT_FORCE:
+            cli->force = 1;
+            break;
         case OPT_ROLLBACK:
             cli->op = RULES_CLI_ROLLBACK;
             bad |= parse_version(optarg, 1, &cli->rollback) < 0;
@@ -521,9 +537,9 @@ static int parse_args(int argc, char **argv, const char **path, int *check,
             return -1;
         }
     }
-    /* one command at a time; --message and --if-version go with a write */
+    /* one command at a time; --message, --if-version and --force go with a write */
     bad |= ops > 1 || (ops && *check) ||
-           ((cli->message || cli->if_version >= 0) &&
+           ((cli->message || cli->if_version >= 0 || cli->force) &&
             cli->op != RULES_CLI_PUSH && cli->op != RULES_CLI_ROLLBACK);
     if (!*path || optind != argc || (print && !*check) || bad) {
         usage(stderr);
