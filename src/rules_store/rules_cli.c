@@ -310,12 +310,17 @@ static int run_fleet(struct cli *c)
     } else if (rules_fleet_parse(an.n, (const char *const *)an.str, len, &f) < 0) {
         fprintf(stderr, "spoa-ratelimit: unexpected reply to the fleet script\n");
     } else {
-        char *text = rules_fleet_text(&f);
+        char *text = rules_fleet_text(&f), *verdict = rules_fleet_verdict(&f);
         if (text)
             fputs(text, stdout);
+        /* a script's check: 0 only when every live agent enforces the
+         * current version, and none failed to apply one */
+        if (verdict && verdict[0])
+            fprintf(stderr, "spoa-ratelimit: %s\n", verdict);
+        rc = text && verdict && !verdict[0] ? 0 : 1;
         free(text);
+        free(verdict);
         rules_fleet_clear(&f);
-        rc = text ? 0 : 1;
     }
     answer_clear(&an);
     return rc;
