@@ -81,9 +81,9 @@ static void refused(struct rules_store *rs, uint64_t version, const char *why)
              (int)strcspn(why, "\n"), why);
     METRIC_INC(rules_applied_rejected);
     LOG_WARN("\"rules version rejected, keeping the rules in force\" version=%llu "
-              "in_force=%llu error=\"%s\"",
-              (unsigned long long)version, (unsigned long long)rs->version,
-              log_esc(why, strcspn(why, "\n")));
+             "in_force=%llu error=\"%s\"",
+             (unsigned long long)version, (unsigned long long)rs->version,
+             log_esc(why, strcspn(why, "\n")));
 }
 
 /* HMGET v:N text sha256: check and apply. */
