@@ -39,8 +39,9 @@ struct rules_store {
     uint64_t version; /* 0: none from Redis (the file's rules) */
     char sha[65];     /* of text */
     /* A version is its number and its sha256, both in PREFIX{rules}:current:
-     * a Redis that lost its data numbers from 1 again, and a new version 1
-     * must not pass for the version 1 in force. */
+     * a Redis that lost its data may number the version in force again
+     * (pushed by hand, or by an older --push), and that new one must not
+     * pass for it. A lower number is never applied (store_lost). */
     uint64_t rejected; /* the last version refused, not asked for again */
     char rejected_sha[65];
     uint64_t fetching; /* the version asked for by the HSTRLEN, HMGET in flight */
