@@ -456,15 +456,8 @@ static int parse_version(const char *s, long long min, long long *out)
 static int parse_args(int argc, char **argv, const char **path, int *check,
                       struct rules_cli_args *cli, int *status)
 {
-    enum {
-        OPT_PUSH = 256,
-        OPT_MESSAGE,
-        OPT_IF_VERSION,
-        OPT_HISTORY,
-        OPT_ROLLBACK,
-        OPT_FLEET,
-        OPT_FORCE
-    };
+    enum { OPT_PUSH = 256, OPT_MESSAGE, OPT_IF_VERSION, OPT_HISTORY, OPT_ROLLBACK, OPT_FLEET,
+           OPT_FORCE };
     static const struct option opts[] = {
         {"config", required_argument, NULL, 'c'},
         {"check", no_argument, NULL, 't'},
