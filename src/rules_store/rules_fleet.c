@@ -189,5 +189,14 @@ char *rules_fleet_verdict(const struct rules_fleet *f)
         put_plain(&b, a->listen, 0);
         strbuf_printf(&b, ") on %" PRIu64 "%s", a->version, a->error[0] ? " with an error" : "");
     }
+    /* an agent above the current version: the store lost what it runs */
+    for (size_t i = 0; i < f->n; i++) {
+        if (f->agents[i].version > f->current) {
+            strbuf_printf(&b, ". Agents run a version above the current one: the rule store "
+                              "lost it (warning rules_store_lost); push the rules again with "
+                              "--push RULES --force");
+            break;
+        }
+    }
     return strbuf_finish(&b, NULL);
 }

@@ -49,8 +49,9 @@ int rules_fleet_agent_off(const struct rules_fleet *f, size_t i);
 
 /* --fleet's verdict on stderr's line: "" when every agent is on the
  * current version without an error; else "N of M agents off version C or
- * with an apply error: HOST pid P (LISTEN) on V, ...". malloc'd; NULL out
- * of memory. */
+ * with an apply error: HOST pid P (LISTEN) on V, ...", and what to do when
+ * one runs a version above the current one (the store lost it). malloc'd;
+ * NULL out of memory. */
 char *rules_fleet_verdict(const struct rules_fleet *f);
 
 #endif

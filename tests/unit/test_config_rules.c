@@ -300,6 +300,16 @@ START_TEST(test_fleet_view)
                               "(:1) on 3 with an error");
     free(verdict);
     rules_fleet_clear(&f);
+    /* above the current version: the store lost it, and the way out */
+    const char *const above[] = {"0", "100000", "host=lb-1 pid=42 listen=:1", "99000", "7", ""};
+    ck_assert_int_eq(parse(6, above, &f), 0);
+    verdict = rules_fleet_verdict(&f);
+    ck_assert_str_eq(verdict, "1 of 1 agents off version 0 or with an apply error: lb-1 pid 42 "
+                              "(:1) on 7. Agents run a version above the current one: the rule "
+                              "store lost it (warning rules_store_lost); push the rules again "
+                              "with --push RULES --force");
+    free(verdict);
+    rules_fleet_clear(&f);
     /* all on it: nothing to say */
     ck_assert_int_eq(parse(6, reply, &f), 0);
     verdict = rules_fleet_verdict(&f);
