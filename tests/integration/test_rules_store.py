@@ -456,7 +456,9 @@ class OneRedis(StoreCase):
             self.assertIn("--push RULES --force", line)
             self.assertIn("appendonly yes or RDB snapshots", line)
             # the fleet's view is back at once (each agent reports on the loss)
-            self.wait_fleet(2, 1, timeout=5)
+            p = self.wait_fleet(2, 1, timeout=5)
+            self.assertIn("the rule store lost it (warning rules_store_lost); push the rules "
+                          "again with --push RULES --force", p.stderr)
             p = self.push(self.op, text, ok=False)
             self.assertEqual(p.returncode, 1)
             self.assertIn("agents run version %d" % (want_version - 1), p.stderr)
@@ -485,6 +487,29 @@ class OneRedis(StoreCase):
         for a in agents:
             self.assertEqual(a.metric("spoa_ratelimit_rules_applied_total", result="rejected"),
                              0)
+
+    def test_two_agents_one_cache(self):
+        """Two agents of one host with the same [rules] cache path: every
+        version they both write lands whole, the file holds the last one,
+        and no temporary file is left beside it."""
+        PAD = ("; %s\n" % ("x" * 1000)) * 8  # a few KiB: writes that take a while
+        agents = [self.store_agent(self.section, name="shared.ini") for _ in range(2)]
+        for a in agents:
+            wait_redis_up(a)
+        cache = os.path.join(self.dir, "shared.ini")
+        for i in range(8):
+            v = self.push(self.op, rules(100 + i) + PAD)
+            self.wait_limit(agents, 100 + i)
+        want = "; spoa-ratelimit rules version %d\n" % v + rules(107) + PAD
+
+        def cached():
+            with open(cache) as f:
+                return f.read() == want
+        self.assertTrue(wait_for(cached, 5))
+        for a in agents:
+            self.assertNotIn("rules cache not written", a.output())
+        self.assertEqual(sorted(n for n in os.listdir(self.dir) if n.startswith("shared.ini")),
+                         ["shared.ini"])
 
     def test_sighup_keeps_the_rules_from_redis(self):
         a = self.store_agent(self.section)
