@@ -63,6 +63,7 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: spoa-ratelimit -c FILE [--check [--print] [--haproxy HAPROXY.CFG]]\n"
                "       spoa-ratelimit -c FILE --push RULES [--message TEXT] [--if-version N]\n"
+               "                      [--force]\n"
                "       spoa-ratelimit -c FILE --rules-history | --rollback N | --fleet\n"
                "       spoa-ratelimit --version | --help\n"
                "\n"
@@ -77,9 +78,12 @@ static void usage(FILE *f)
                "                      current rule set in FILE's Redis; prints its version\n"
                "      --message TEXT  with --push or --rollback: a note kept with the version\n"
                "      --if-version N  with --push or --rollback: only if N is still current\n"
+               "      --force         with --push or --rollback: write even though agents run\n"
+               "                      a higher version (the store lost it), numbered above it\n"
                "      --rules-history list the versions kept in Redis (* the current one)\n"
                "      --rollback N    make version N current again, as a new version\n"
-               "      --fleet         list the live agents and the version each applied\n"
+               "      --fleet         list the live agents and the version each applied;\n"
+               "                      exit 1 when one is off the current version\n"
                "  -v, --version       print the version and exit\n"
                "  -h, --help          print this help and exit\n");
 }
@@ -223,16 +227,13 @@ static void reload(struct agent *a)
     rules_store_retry(a->rules);
 }
 
-/* A new version from Redis (rules_store.c): checked with the file's own
- * sections exactly as a SIGHUP would, then put in force the same way. */
-static int apply_rules(void *ctx, const char *text, size_t len, const char *name, char *err,
-                       size_t errlen)
+/* A new version from Redis (rules_store.c), checked with the file's own
+ * sections exactly as a SIGHUP would (and as --push does): put in force
+ * the same way. */
+static int apply_rules(void *ctx, struct config *cfg, char *err, size_t errlen)
 {
     struct agent *a = ctx;
-    struct config *cfg;
 
-    if (config_load_with_rules(a->path, text, len, name, &cfg, err, errlen) < 0)
-        return -1;
     if (install(a, cfg, "rules from Redis in force") < 0) {
         snprintf(err, errlen, "out of memory");
         return -1;
@@ -531,7 +532,8 @@ static int parse_args(int argc, char **argv, const char **path, int *check, cons
         OPT_HISTORY,
         OPT_ROLLBACK,
         OPT_FLEET,
-        OPT_HAPROXY
+        OPT_HAPROXY,
+        OPT_FORCE
     };
     static const struct option opts[] = {
         {"config", required_argument, NULL, 'c'},
@@ -547,6 +549,7 @@ static int parse_args(int argc, char **argv, const char **path, int *check, cons
         {"rollback", required_argument, NULL, OPT_ROLLBACK},
         {"fleet", no_argument, NULL, OPT_FLEET},
         {"haproxy", required_argument, NULL, OPT_HAPROXY},
+        {"force", no_argument, NULL, OPT_FORCE},
         {NULL, 0, NULL, 0},
     };
     int c, print = 0, ops = 0, bad = 0;
@@ -594,6 +597,9 @@ static int parse_args(int argc, char **argv, const char **path, int *check, cons
         case OPT_HAPROXY:
             *haproxy = optarg;
             break;
+        case OPT_FORCE:
+            cli->force = 1;
+            break;
         case OPT_ROLLBACK:
             cli->op = RULES_CLI_ROLLBACK;
             bad |= parse_version(optarg, 1, &cli->rollback) < 0;
@@ -605,9 +611,9 @@ static int parse_args(int argc, char **argv, const char **path, int *check, cons
             return -1;
         }
     }
-    /* one command at a time; --message and --if-version go with a write */
+    /* one command at a time; --message, --if-version and --force go with a write */
     bad |= ops > 1 || (ops && *check) ||
-           ((cli->message || cli->if_version >= 0) &&
+           ((cli->message || cli->if_version >= 0 || cli->force) &&
             cli->op != RULES_CLI_PUSH && cli->op != RULES_CLI_ROLLBACK);
     if (!*path || optind != argc || ((print || *haproxy) && !*check) || bad) {
         usage(stderr);
@@ -787,7 +793,8 @@ int main(int argc, char **argv)
     if (agent_open(&a, cfg) < 0)
         goto fail;
     if (a.rs->cfg->rules_source == RULES_SOURCE_REDIS) {
-        a.rules = rules_store_new(a.loop, limiter_store(a.lim), a.rs->cfg, apply_rules, &a);
+        a.rules = rules_store_new(a.loop, limiter_store(a.lim), a.path, a.rs->cfg, apply_rules,
+                                   &a);
         if (!a.rules ||
             (cached && rules_store_adopt(a.rules, cached, cached_len, cached_version, 1) < 0)) {
             fprintf(stderr, "spoa-ratelimit: out of memory\n");

@@ -81,6 +81,26 @@ int rules_store_read_cache(const char *path, char **text, size_t *len, uint64_t 
     return -1;
 }
 
+/* Best effort: the rename itself reaches the disk (a crash right after
+ * an apply finds the new file, not the old one). Not every file system
+ * can fsync a directory; the file is in place either way. */
+static void sync_dir(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    char dir[4096];
+    int fd;
+
+    if (!slash)
+        snprintf(dir, sizeof(dir), ".");
+    else if ((size_t)snprintf(dir, sizeof(dir), "%.*s", slash == path ? 1 : (int)(slash - path),
+                              path) >= sizeof(dir))
+        return;
+    if ((fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) == -1)
+        return;
+    (void)fsync(fd);
+    close(fd);
+}
+
 int rules_store_write_cache(const char *path, const char *text, size_t len, uint64_t version,
                             char *err, size_t errlen)
 {
@@ -88,16 +108,21 @@ int rules_store_write_cache(const char *path, const char *text, size_t len, uint
     int fd;
     FILE *fp;
 
-    if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= sizeof(tmp)) {
+    /* A name of its own beside path (rename stays within one file system):
+     * two agents on one host may share a cache path, and a fixed name would
+     * let one truncate the file the other is about to rename. */
+    if ((size_t)snprintf(tmp, sizeof(tmp), "%s.XXXXXX", path) >= sizeof(tmp)) {
         snprintf(err, errlen, "%s: path too long", path);
         return -1;
     }
+    fd = mkostemp(tmp, O_CLOEXEC);
     /* the rules are no secret, but the cache is the agent's own file */
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
-    if (fd == -1 || !(fp = fdopen(fd, "w"))) {
-        snprintf(err, errlen, "%s: cannot write: %s", tmp, strerror(errno));
-        if (fd != -1)
+    if (fd == -1 || fchmod(fd, 0640) == -1 || !(fp = fdopen(fd, "w"))) {
+        snprintf(err, errlen, "%s: cannot write: %s", fd == -1 ? path : tmp, strerror(errno));
+        if (fd != -1) {
             close(fd);
+            unlink(tmp);
+        }
         return -1;
     }
     int bad = fprintf(fp, CACHE_HEAD "%" PRIu64 "\n", version) < 0 ||
@@ -113,6 +138,7 @@ int rules_store_write_cache(const char *path, const char *text, size_t len, uint
         unlink(tmp);
         return -1;
     }
+    sync_dir(path);
     return 0;
 }
 
@@ -124,7 +150,9 @@ void rules_store_boot(const char *path, struct config **cfg, char **text, size_t
     struct config *with = NULL;
 
     if (cache && rules_store_read_cache(cache, text, len, version, err, sizeof(err)) == 0) {
-        if (config_load_with_rules(path, *text, *len, cache, &with, err, sizeof(err)) == 0) {
+        /* the check of every rule set: a cache an older release wrote with
+         * an empty set is not run */
+        if (rules_store_check_text(path, *text, *len, cache, &with, err, sizeof(err)) == 0) {
             LOG_WARN("\"running on the cached rules until Redis answers\" cache=%s version=%llu "
                      "rules=%zu",
                      log_val(cache), (unsigned long long)*version, with->nrules);

@@ -82,7 +82,7 @@ struct cli {
 /* Send argv (routed by the {rules} keys) and wait for its answer. */
 static void call(struct cli *c, int argc, const char *const *argv, struct answer *an)
 {
-    size_t argvlen[16];
+    size_t argvlen[24];
 
     for (int i = 0; i < argc; i++)
         argvlen[i] = strlen(argv[i]);
@@ -148,38 +148,97 @@ static char *read_rules(const char *path, size_t *len)
     return buf;
 }
 
+/* --rollback N: version N as every agent will check it, with rules_store_
+ * check_version (--push's check, after its sha256): 1 it passes (its sha256
+ * in sha, for the script to copy only that text), 0 it is not kept (the
+ * script says so), -1 refused or unreadable (said on stderr). */
+static int check_rollback(struct cli *c, const struct rules_cli_args *a, char sha[65])
+{
+    char vname[32], key[RULES_STORE_KEY_MAX], name[48], err[ERRBUF];
+    struct answer an = {0};
+    int rc = -1;
+
+    snprintf(vname, sizeof(vname), "v:%lld", a->rollback);
+    rules_store_key(c->prefix, vname, key);
+    const char *argv[] = {"HMGET", key, "text", "sha256"};
+    call(c, 4, argv, &an);
+    if (an.status != STORE_OK || an.n != 2) {
+        fprintf(stderr, "spoa-ratelimit: not written: %s\n", an.err[0] ? an.err : "bad reply");
+    } else if (!an.str[0][0] && !an.str[1][0]) {
+        rc = 0;
+    } else {
+        snprintf(name, sizeof(name), "redis:v%lld", a->rollback);
+        if (rules_store_check_version(a->config, an.str[0], strlen(an.str[0]), an.str[1], name,
+                                      NULL, err, sizeof(err)) < 0) {
+            fputs(err, stderr);
+            fprintf(stderr,
+                    "spoa-ratelimit: not written: version %lld would be refused by every agent, "
+                    "as --push refuses it\n",
+                    a->rollback);
+        } else {
+            snprintf(sha, 65, "%s", an.str[1]);
+            rc = 1;
+        }
+    }
+    answer_clear(&an);
+    return rc;
+}
+
 static int run_push(struct cli *c, const struct rules_cli_args *a, const struct config *cfg,
                     const char *text, size_t len)
 {
-    char sha[65], host[256] = "", keep[16], want[24] = "", from[24] = "";
+    char sha[65] = "", host[256] = "", keep[16], want[24] = "", from[24] = "", live[24];
+    char agents[RULES_STORE_KEY_MAX], seen[RULES_STORE_KEY_MAX];
     struct answer an = {0};
     int rc = 1;
 
-    rules_store_sha256(text ? text : "", len, sha);
+    if (a->op == RULES_CLI_PUSH)
+        rules_store_sha256(text ? text : "", len, sha);
+    else if (check_rollback(c, a, sha) < 0)
+        return 1;
     gethostname(host, sizeof(host) - 1);
     snprintf(keep, sizeof(keep), "%u", cfg->rules_history);
     if (a->if_version >= 0)
         snprintf(want, sizeof(want), "%lld", a->if_version);
     snprintf(from, sizeof(from), "%lld", a->rollback);
-    /* EVAL, the script, 2 keys, then its ARGV by position */
-    const char *argv[5 + RULES_PUSH_ARGC] = {"EVAL", rules_script_push, "2", c->current,
-                                             c->versions};
-    const char **arg = argv + 5;
+    snprintf(live, sizeof(live), "%d", RULES_FLEET_LIVE_MS);
+    rules_store_key(c->prefix, "agents", agents);
+    rules_store_key(c->prefix, "seen", seen);
+    /* EVAL, the script, 4 keys, then its ARGV by position */
+    const char *argv[7 + RULES_PUSH_ARGC] = {"EVAL",       rules_script_push, "4", c->current,
+                                             c->versions, agents,            seen};
+    const char **arg = argv + 7;
     arg[RULES_PUSH_ARG_OP] = a->op == RULES_CLI_PUSH ? "push" : "rollback";
     arg[RULES_PUSH_ARG_IF_VERSION] = want;
     arg[RULES_PUSH_ARG_HISTORY] = keep;
     arg[RULES_PUSH_ARG_HOST] = host;
     arg[RULES_PUSH_ARG_MESSAGE] = a->message ? a->message : "";
     arg[RULES_PUSH_ARG_TEXT] = a->op == RULES_CLI_PUSH ? text : from;
-    arg[RULES_PUSH_ARG_SHA256] = a->op == RULES_CLI_PUSH ? sha : "";
-    call(c, 5 + RULES_PUSH_ARGC, argv, &an);
-    long status = an.n == RULES_PUSH_R_N ? strtol(an.str[RULES_PUSH_R_STATUS], NULL, 10) : -2;
-    const char *version = an.n == RULES_PUSH_R_N ? an.str[RULES_PUSH_R_VERSION] : "";
-    if (an.status != STORE_OK || an.n != RULES_PUSH_R_N) {
+    arg[RULES_PUSH_ARG_SHA256] = sha; /* rollback: the one checked, "" when not kept */
+    arg[RULES_PUSH_ARG_FORCE] = a->force ? "1" : "";
+    arg[RULES_PUSH_ARG_LIVE_MS] = live;
+    call(c, 7 + RULES_PUSH_ARGC, argv, &an);
+    int ok = an.status == STORE_OK && an.n == RULES_PUSH_R_N;
+    long status = ok ? strtol(an.str[RULES_PUSH_R_STATUS], NULL, 10) : -9;
+    const char *version = ok ? an.str[RULES_PUSH_R_VERSION] : "";
+    const char *fleet = ok ? an.str[RULES_PUSH_R_FLEET] : "";
+    if (!ok) {
         fprintf(stderr, "spoa-ratelimit: not written: %s\n", an.err[0] ? an.err : "bad reply");
     } else if (status == RULES_PUSH_WRITTEN) {
         printf("%s\n", version);
+        if (a->force)
+            fprintf(stderr, "spoa-ratelimit: --force: version %s, above every live agent's "
+                            "(the highest: %s)\n", version, fleet);
         rc = 0;
+    } else if (status == RULES_PUSH_BEHIND_FLEET) {
+        fprintf(stderr,
+                "spoa-ratelimit: not written: the rule store is at version %s but agents run "
+                "version %s: Redis lost the versions they applied (restarted without "
+                "persistence, flushed, or failed over to a stale replica), and agents never "
+                "apply a lower number. Check --fleet, then push again with --force: the new "
+                "version is numbered above %s so that every agent applies it. Make Redis "
+                "persistent (appendonly yes or RDB snapshots).\n",
+                version, fleet, fleet);
     } else if (status == RULES_PUSH_MOVED) {
         fprintf(stderr,
                 "spoa-ratelimit: not written: version %s is current, not %lld (pushed "
@@ -251,12 +310,17 @@ static int run_fleet(struct cli *c)
     } else if (rules_fleet_parse(an.n, (const char *const *)an.str, len, &f) < 0) {
         fprintf(stderr, "spoa-ratelimit: unexpected reply to the fleet script\n");
     } else {
-        char *text = rules_fleet_text(&f);
+        char *text = rules_fleet_text(&f), *verdict = rules_fleet_verdict(&f);
         if (text)
             fputs(text, stdout);
+        /* a script's check: 0 only when every live agent enforces the
+         * current version, and none failed to apply one */
+        if (verdict && verdict[0])
+            fprintf(stderr, "spoa-ratelimit: %s\n", verdict);
+        rc = text && verdict && !verdict[0] ? 0 : 1;
         free(text);
+        free(verdict);
         rules_fleet_clear(&f);
-        rc = text ? 0 : 1;
     }
     answer_clear(&an);
     return rc;
@@ -276,20 +340,14 @@ int rules_cli_run(const struct rules_cli_args *a)
         return 1;
     }
     if (a->op == RULES_CLI_PUSH) {
-        struct config *check = NULL;
-        /* exactly --check's checks, with FILE's own sections around RULES */
+        /* exactly --check's checks, with FILE's own sections around RULES,
+         * and at least one rule: what every agent checks again */
         if (!(text = read_rules(a->rules, &len)) ||
-            config_load_with_rules(a->config, text, len, a->rules, &check, err, sizeof(err)) < 0) {
-            if (text)
+            rules_store_check_text(a->config, text, len, a->rules, NULL, err, sizeof(err)) < 0) {
+            if (text) {
                 fputs(err, stderr);
-            goto out;
-        }
-        /* a fleet without rules allows every request: never by mistake */
-        size_t nrules = check->nrules;
-        config_free(check);
-        if (nrules == 0) {
-            fprintf(stderr, "%s: no [rule:*] section: every agent would allow every request; "
-                            "not pushed\n", a->rules);
+                fprintf(stderr, "spoa-ratelimit: not pushed\n");
+            }
             goto out;
         }
     }

@@ -17,6 +17,7 @@ struct rules_cli_args {
     const char *message; /* --message, or NULL */
     long long if_version; /* --if-version N, or -1 */
     long long rollback;   /* --rollback N */
+    int force;            /* --force: number a write above every agent's version */
 };
 
 /* Run the command: what it did on stdout, why it failed on stderr. The

@@ -92,6 +92,11 @@ void rules_fleet_clear(struct rules_fleet *f)
     memset(f, 0, sizeof(*f));
 }
 
+int rules_fleet_agent_off(const struct rules_fleet *f, size_t i)
+{
+    return f->agents[i].version != f->current || f->agents[i].error[0] != '\0';
+}
+
 static size_t off_current(const struct rules_fleet *f)
 {
     size_t k = 0;
@@ -151,7 +156,7 @@ char *rules_fleet_text(const struct rules_fleet *f)
                   "SEEN", "ERROR");
     for (size_t i = 0; i < f->n; i++) {
         const struct rules_fleet_agent *a = &f->agents[i];
-        strbuf_printf(&b, "%c ", a->version == f->current ? ' ' : '!');
+        strbuf_printf(&b, "%c ", rules_fleet_agent_off(f, i) ? '!' : ' ');
         put_plain(&b, a->host, 24);
         strbuf_printf(&b, " %-8ld ", a->pid);
         put_plain(&b, a->listen, 22);
@@ -159,6 +164,39 @@ char *rules_fleet_text(const struct rules_fleet *f)
         strbuf_printf(&b, " %-8s %-9.1f ", num, (double)a->age_ms / 1000.0);
         put_plain(&b, a->error, 0);
         strbuf_put(&b, "\n", 1);
+    }
+    return strbuf_finish(&b, NULL);
+}
+
+char *rules_fleet_verdict(const struct rules_fleet *f)
+{
+    struct strbuf b = STRBUF_INIT;
+    size_t k = 0;
+
+    for (size_t i = 0; i < f->n; i++)
+        k += (size_t)rules_fleet_agent_off(f, i);
+    if (k)
+        strbuf_printf(&b, "%zu of %zu agents off version %" PRIu64 " or with an apply error:", k,
+                      f->n, f->current);
+    for (size_t i = 0, said = 0; i < f->n; i++) {
+        const struct rules_fleet_agent *a = &f->agents[i];
+        if (!rules_fleet_agent_off(f, i))
+            continue;
+        strbuf_put(&b, said ? ", " : " ", said ? 2 : 1);
+        said++;
+        put_plain(&b, a->host, 0);
+        strbuf_printf(&b, " pid %ld (", a->pid);
+        put_plain(&b, a->listen, 0);
+        strbuf_printf(&b, ") on %" PRIu64 "%s", a->version, a->error[0] ? " with an error" : "");
+    }
+    /* an agent above the current version: the store lost what it runs */
+    for (size_t i = 0; i < f->n; i++) {
+        if (f->agents[i].version > f->current) {
+            strbuf_printf(&b, ". Agents run a version above the current one: the rule store "
+                              "lost it (warning rules_store_lost); push the rules again with "
+                              "--push RULES --force");
+            break;
+        }
     }
     return strbuf_finish(&b, NULL);
 }

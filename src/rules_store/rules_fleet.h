@@ -43,4 +43,15 @@ char *rules_fleet_json(const struct rules_fleet *f, size_t *len);
  * version; malloc'd, NUL-terminated; NULL out of memory. */
 char *rules_fleet_text(const struct rules_fleet *f);
 
+/* 1 when agent i needs a look: off the current version, or reporting an
+ * apply error (--fleet's exit status 1, "!" in its table). */
+int rules_fleet_agent_off(const struct rules_fleet *f, size_t i);
+
+/* --fleet's verdict on stderr's line: "" when every agent is on the
+ * current version without an error; else "N of M agents off version C or
+ * with an apply error: HOST pid P (LISTEN) on V, ...", and what to do when
+ * one runs a version above the current one (the store lost it). malloc'd;
+ * NULL out of memory. */
+char *rules_fleet_verdict(const struct rules_fleet *f);
+
 #endif

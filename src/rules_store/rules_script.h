@@ -6,9 +6,11 @@
  * each script's header; tests/unit/test_rules_scripts.c calls them through
  * these names. Pure: constants only.
  *
- * Keys: rules_push and rules_history take KEYS = {PREFIX{rules}:current,
- * PREFIX{rules}:versions}; rules_fleet KEYS = {PREFIX{rules}:agents,
- * PREFIX{rules}:seen}. ARGV[i + 1] in Lua is position i here.
+ * Keys: rules_push takes KEYS = {PREFIX{rules}:current,
+ * PREFIX{rules}:versions, PREFIX{rules}:agents, PREFIX{rules}:seen} (the
+ * last two only read: the fleet's versions); rules_history the first two;
+ * rules_fleet KEYS = {PREFIX{rules}:agents, PREFIX{rules}:seen}. ARGV[i + 1]
+ * in Lua is position i here.
  */
 #ifndef RULES_SCRIPT_H
 #define RULES_SCRIPT_H
@@ -20,19 +22,25 @@ enum rules_push_arg {
     RULES_PUSH_ARG_HOST,       /* who writes */
     RULES_PUSH_ARG_MESSAGE,    /* "" (rollback: "rollback to N") or a note */
     RULES_PUSH_ARG_TEXT,       /* push: the rule text; rollback: the version N */
-    RULES_PUSH_ARG_SHA256,     /* push: the text's sha256, hex; rollback: ignored */
+    RULES_PUSH_ARG_SHA256,     /* push: the text's sha256, hex; rollback: N's, as
+                                * checked (copied only if N still has it) */
+    RULES_PUSH_ARG_FORCE,      /* "1": number above the fleet's highest version */
+    RULES_PUSH_ARG_LIVE_MS,    /* agents that reported within this long count */
     RULES_PUSH_ARGC,
 };
 
 enum rules_push_reply {
     RULES_PUSH_R_STATUS = 0, /* enum rules_push_status */
     RULES_PUSH_R_VERSION,    /* written: the new version; else the current one */
+    RULES_PUSH_R_FLEET,      /* the highest version a live agent reports (0: none) */
     RULES_PUSH_R_N,
 };
 
 enum rules_push_status {
-    RULES_PUSH_NOT_KEPT = -1, /* rollback of a version not kept */
-    RULES_PUSH_MOVED = 0,     /* if_version is not the current version */
+    RULES_PUSH_BEHIND_FLEET = -2, /* the new number would not be above the fleet's
+                                   * highest (the store lost versions): force */
+    RULES_PUSH_NOT_KEPT = -1,     /* rollback of a version not kept (or no sha256) */
+    RULES_PUSH_MOVED = 0,         /* if_version is not the current version */
     RULES_PUSH_WRITTEN = 1,
 };
 

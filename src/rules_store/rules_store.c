@@ -11,6 +11,7 @@
 
 #include "config/config.h"
 #include "core/log.h"
+#include "core/warning.h"
 #include "metrics/metrics.h"
 #include "rules_scripts.h"
 #include "rules_store/rules_fleet.h"
@@ -25,6 +26,7 @@ struct rules_store {
     struct store *s;
     rules_store_apply_fn *apply;
     void *ctx;
+    char *path; /* the agent's file: its sections around each version */
     ev_timer poll;
     int inflight; /* one question at a time: GET, then HMGET */
     int said_empty;
@@ -37,8 +39,9 @@ struct rules_store {
     uint64_t version; /* 0: none from Redis (the file's rules) */
     char sha[65];     /* of text */
     /* A version is its number and its sha256, both in PREFIX{rules}:current:
-     * a Redis that lost its data numbers from 1 again, and a new version 1
-     * must not pass for the version 1 in force. */
+     * a Redis that lost its data may number the version in force again
+     * (pushed by hand, or by an older --push), and that new one must not
+     * pass for it. A lower number is never applied (store_lost). */
     uint64_t rejected; /* the last version refused, not asked for again */
     char rejected_sha[65];
     uint64_t fetching; /* the version asked for by the HSTRLEN, HMGET in flight */
@@ -78,10 +81,10 @@ static void refused(struct rules_store *rs, uint64_t version, const char *why)
     snprintf(rs->error, sizeof(rs->error), "version %llu: %.*s", (unsigned long long)version,
              (int)strcspn(why, "\n"), why);
     METRIC_INC(rules_applied_rejected);
-    LOG_ERROR("\"rules version rejected, keeping the rules in force\" version=%llu "
-              "in_force=%llu error=\"%s\"",
-              (unsigned long long)version, (unsigned long long)rs->version,
-              log_esc(why, strcspn(why, "\n")));
+    LOG_WARN("\"rules version rejected, keeping the rules in force\" version=%llu "
+             "in_force=%llu error=\"%s\"",
+             (unsigned long long)version, (unsigned long long)rs->version,
+             log_esc(why, strcspn(why, "\n")));
 }
 
 /* HMGET v:N text sha256: check and apply. */
@@ -96,8 +99,10 @@ static void on_version(void *arg, const struct store_result *res)
         return; /* asked again at the next poll */
     /* the fleet sees the outcome at once, not a report period later */
     ev_feed_event(rs->loop, &rs->report, EV_TIMER);
-    const char *text = res->str[0], *want = res->str[1];
+    const char *text = res->str_len[0] ? res->str[0] : "";
+    const char *want = res->str_len[1] ? res->str[1] : "";
     size_t len = res->str_len[0];
+    struct config *cfg;
     if (!len && !res->str_len[1]) {
         refused(rs, version, "the version's hash is missing or has no text");
         return;
@@ -106,17 +111,24 @@ static void on_version(void *arg, const struct store_result *res)
         refused(rs, version, "larger than 1 MiB");
         return;
     }
-    rules_store_sha256(text, len, sha);
-    if (res->str_len[1] && (res->str_len[1] != 64 || memcmp(sha, want, 64) != 0)) {
-        refused(rs, version, "its sha256 does not match its text");
+    snprintf(name, sizeof(name), "redis:v%llu", (unsigned long long)version);
+    /* the current key names the version's sha256 too (--push writes both
+     * in one script): a hash that differs is not the version announced */
+    if (rs->fetching_sha[0] && strcmp(rs->fetching_sha, want) != 0) {
+        snprintf(err, sizeof(err), "%s: its sha256 is not the one %s names", name,
+                 rs->key_current);
+        refused(rs, version, err);
         return;
     }
-    snprintf(name, sizeof(name), "redis:v%llu", (unsigned long long)version);
+    /* --push's and --rollback's own check: a version they would refuse
+     * (no or a wrong sha256, an error, no rule) is never put in force */
     err[0] = '\0';
-    if (rs->apply(rs->ctx, text, len, name, err, sizeof(err)) < 0) {
+    if (rules_store_check_version(rs->path, text, len, want, name, &cfg, err, sizeof(err)) < 0 ||
+        rs->apply(rs->ctx, cfg, err, sizeof(err)) < 0) {
         refused(rs, version, err[0] ? err : "refused");
         return;
     }
+    rules_store_sha256(text, len, sha);
     applied(rs, text, len, version);
     LOG_INFO("\"rules version applied\" version=%llu sha256=%.12s bytes=%zu",
              (unsigned long long)version, sha, len);
@@ -141,6 +153,27 @@ static void on_size(void *arg, const struct store_result *res)
     store_read(rs->s, rs->fetching_key, argvlen[1], 4, argv, argvlen, on_version, rs);
 }
 
+/* The store holds no version, or current, below the version N in force
+ * (from Redis or from the cache): it lost what the fleet runs. No lower
+ * number is applied (a stale replica's older rules would come back
+ * silently); the warning says what to do. The fleet's view hears of this
+ * agent's N at once, so that --push sees it and asks for --force. */
+static void store_lost(struct rules_store *rs, uint64_t current)
+{
+    char now[24] = "none";
+
+    if (current)
+        snprintf(now, sizeof(now), "%llu", (unsigned long long)current);
+    if (warning_raise(WARNING_RULES_STORE_LOST,
+                      /* within LOG_VALUE_MAX, so the log line has all of it */
+                      "rule store lost version %llu, which this agent runs (current: %s): Redis "
+                      "restarted empty, was flushed or is a stale replica. Keeping these rules. "
+                      "Push them again with --push RULES --force; make Redis persistent "
+                      "(appendonly yes or RDB snapshots)",
+                      (unsigned long long)rs->version, now))
+        ev_feed_event(rs->loop, &rs->report, EV_TIMER);
+}
+
 /* GET current, "N SHA256" (or "N" alone, written by hand): a version
  * neither in force nor refused is fetched. */
 static void on_current(void *arg, const struct store_result *res)
@@ -151,6 +184,12 @@ static void on_current(void *arg, const struct store_result *res)
     rs->inflight = 0;
     if (res->status != STORE_OK)
         return;
+    if ((res->nstr != 1 || !res->str_len[0] || strtoull(res->str[0], NULL, 10) == 0) &&
+        rs->version) {
+        atomic_store(&metrics.rules_current_version, 0);
+        store_lost(rs, 0);
+        return;
+    }
     if (res->nstr != 1 || !res->str_len[0]) {
         if (!rs->said_empty)
             LOG_WARN("\"no rule set in Redis yet (spoa-ratelimit --push): keeping the rules in "
@@ -164,6 +203,13 @@ static void on_current(void *arg, const struct store_result *res)
     if (sp && res->str_len[0] - (size_t)(sp + 1 - res->str[0]) == 64)
         memcpy(sha, sp + 1, 64), sha[64] = '\0';
     atomic_store(&metrics.rules_current_version, version);
+    if (version < rs->version) {
+        store_lost(rs, version);
+        return;
+    }
+    /* a version at least the one in force: the store has what the fleet
+     * runs again (after --push --force, or Redis back with its data) */
+    warning_clear(WARNING_RULES_STORE_LOST);
     if (version == rs->version && (!sha[0] || strcmp(sha, rs->sha) == 0)) {
         atomic_store(&metrics.rules_cached, 0); /* Redis says the cache is current */
         return;
@@ -248,7 +294,7 @@ char *rules_store_fleet_json(const struct rules_store *rs, size_t *len)
     return rs->have_fleet ? rules_fleet_json(&rs->fleet, len) : NULL;
 }
 
-struct rules_store *rules_store_new(struct ev_loop *loop, struct store *s,
+struct rules_store *rules_store_new(struct ev_loop *loop, struct store *s, const char *path,
                                     const struct config *cfg, rules_store_apply_fn *apply,
                                     void *ctx)
 {
@@ -256,7 +302,9 @@ struct rules_store *rules_store_new(struct ev_loop *loop, struct store *s,
 
     if (!rs)
         return NULL;
-    if (cfg->rules_cache && !(rs->cache = strdup(cfg->rules_cache))) {
+    if (!(rs->path = strdup(path)) ||
+        (cfg->rules_cache && !(rs->cache = strdup(cfg->rules_cache)))) {
+        free(rs->path);
         free(rs);
         return NULL;
     }
@@ -339,5 +387,6 @@ void rules_store_free(struct rules_store *rs)
     rules_fleet_clear(&rs->fleet);
     free(rs->text);
     free(rs->cache);
+    free(rs->path);
     free(rs);
 }

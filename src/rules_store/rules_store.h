@@ -12,12 +12,21 @@
  * An agent GETs the current number every [rules] poll (one command of one
  * small key); a version it has neither applied nor refused is fetched
  * (HSTRLEN first: over 1 MiB it is refused unread; then HMGET text sha256),
- * its sha256 checked and handed to the apply callback,
- * which parses it with the agent's own non-rule sections exactly as a
- * SIGHUP would and swaps the rule set in. A refused version is logged once
- * and counted (rules_applied_total{result="rejected"}); the rules in force
- * stay. An applied one is written to [rules] cache (temporary file and
- * rename), so that an agent starting while Redis is down runs on it.
+ * checked by rules_store_check_version (its sha256 present and right, then
+ * parsed with the agent's own non-rule sections exactly as a SIGHUP would,
+ * and not empty) and handed to the apply callback, which swaps the rule set
+ * in. A refused version is logged once at warn and counted
+ * (rules_applied_total{result="rejected"}); the rules in force stay, and
+ * the error goes into the agent's fleet report.
+ *
+ * A store that lost its versions under a running agent (the current key
+ * gone, or a number below the version in force: Redis restarted without
+ * persistence, flushed, failed over to a stale replica) raises the warning
+ * rules_store_lost (core/warning.h); the agent keeps its rules, applies no
+ * lower version, and clears the warning once the current version is at
+ * least its own again (after `--push --force`, which numbers above every
+ * agent's version). An applied one is written to [rules] cache (a unique temporary
+ * file and rename), so that an agent starting while Redis is down runs on it.
  *
  * Every 5 s (and after each new version) the agent also reports its version
  * and last apply error for the fleet's view (lua/rules_fleet.lua,
@@ -42,15 +51,15 @@ struct rules_store;
 /* PREFIX{rules}:SUFFIX into out (RULES_STORE_KEY_MAX bytes); its length. */
 size_t rules_store_key(const char *prefix, const char *suffix, char *out);
 
-/* Parse text (a version's rule text, named name in errors) with the
- * agent's own sections and put it in force. 0 applied; -1 refused, the
- * reason in err (the "NAME:LINE: message" lines of the config parser). */
-typedef int rules_store_apply_fn(void *ctx, const char *text, size_t len, const char *name,
-                                 char *err, size_t errlen);
+/* Put cfg in force: a version that passed rules_store_check_version with
+ * the agent's file (owned from here on, freed on failure too). 0 applied;
+ * -1 not (out of memory), the reason in err. */
+typedef int rules_store_apply_fn(void *ctx, struct config *cfg, char *err, size_t errlen);
 
-/* Start polling s every cfg's [rules] poll (cfg: the boot config; its
+/* Start polling s every cfg's [rules] poll (path: the agent's file, whose
+ * other sections each version is checked with; cfg: the boot config; its
  * prefix and cache path are copied). NULL when out of memory. */
-struct rules_store *rules_store_new(struct ev_loop *loop, struct store *s,
+struct rules_store *rules_store_new(struct ev_loop *loop, struct store *s, const char *path,
                                     const struct config *cfg, rules_store_apply_fn *apply,
                                     void *ctx);
 
@@ -97,10 +106,28 @@ void rules_store_boot(const char *path, struct config **cfg, char **text, size_t
 int rules_store_read_cache(const char *path, char **text, size_t *len, uint64_t *version,
                            char *err, size_t errlen);
 
-/* Write text as version to path atomically (path.tmp, fsync, rename). 0,
- * or -1 with why in err. */
+/* Write text as version to path atomically: a temporary file of its own
+ * beside path (mkstemp: agents sharing the path never write the same one),
+ * fsync, rename, fsync of the directory. 0, or -1 with why in err and no
+ * temporary file left. */
 int rules_store_write_cache(const char *path, const char *text, size_t len, uint64_t version,
                             char *err, size_t errlen);
+
+/* The check of a rule set, one for every user (pure: no Redis): text
+ * (len bytes, NUL-terminated; named name in errors) parsed with the
+ * non-rule sections of the file at path exactly as --check does
+ * (config_load_with_rules), and holding at least one [rule:*] section: an
+ * empty set would allow every request everywhere. --push and the cache read
+ * at start call it on text they read themselves. 0 with *out the config
+ * (NULL out: freed), or -1 with "NAME[:LINE]: message" lines in err. */
+int rules_store_check_text(const char *path, const char *text, size_t len, const char *name,
+                           struct config **out, char *err, size_t errlen);
+
+/* The same for a version read from Redis (an agent applying it, --rollback
+ * choosing it): first its sha256 (the hash's, as --push wrote it: 64 hex
+ * digits) must be present and be text's. */
+int rules_store_check_version(const char *path, const char *text, size_t len, const char *sha256,
+                              const char *name, struct config **out, char *err, size_t errlen);
 
 /* sha256 of text in lower-case hex (65 bytes with the NUL). */
 void rules_store_sha256(const char *text, size_t len, char out[65]);

@@ -47,6 +47,7 @@
 #include "config/config.h"
 #include "metrics/metrics.h"
 #include "rules/rules.h"
+#include "rules_store/rules_store.h"
 #include "spop/spop.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -387,13 +388,14 @@ static void unlink_agent_file(void)
     unlink(agent_path);
 }
 
-/* The same text as a version's rule text from Redis (rules_store.c):
- * config_load_with_rules with the agent's file. Accepted: within range, and
- * only the text's rules are in force; refused: every error names the text
- * ("redis:v1") or the file. */
+/* The same text as a version's rule text from Redis, through the check
+ * every agent, --push and --rollback make (rules_store_check_version with
+ * its right sha256, over config_load_with_rules with the agent's file).
+ * Accepted: within range, at least one rule, and only the text's rules are
+ * in force; refused: every error names the text ("redis:v1") or the file. */
 static void as_rules_from_redis(const char *text)
 {
-    char err[4096];
+    char err[4096], sha[65];
     struct config *cfg = (struct config *)1;
 
     if (!agent_path[0]) {
@@ -404,10 +406,13 @@ static void as_rules_from_redis(const char *text)
         close(fd);
         atexit(unlink_agent_file);
     }
-    if (config_load_with_rules(agent_path, text, strlen(text), "redis:v1", &cfg, err,
-                               sizeof(err)) == 0) {
+    rules_store_sha256(text, strlen(text), sha);
+    if (rules_store_check_version(agent_path, text, strlen(text), sha, "redis:v1", &cfg, err,
+                                  sizeof(err)) == 0) {
         if (!cfg)
             fail("rules accepted without a config", text);
+        if (cfg->nrules == 0)
+            fail("a rule set without rules accepted", text);
         check_accepted(cfg, text);
         for (size_t i = 0; i < cfg->nrules; i++)
             if (strcmp(cfg->rules[i].name, "own-file-rule") == 0 &&

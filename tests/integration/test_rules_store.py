@@ -8,7 +8,12 @@ parse is rejected by every agent, once, counted, and the old rules stay; of
 two concurrent --if-version pushes exactly one wins; an agent restarted
 while Redis is down enforces its cached rules; SIGHUP keeps the rules from
 Redis; --fleet and GET /fleet list the live agents and mark those off the
-current version; HAProxy traffic through a push sees no error. Measured (printed):
+current version (--fleet exits 1 then, 0 once all are on it); an empty rule
+set or a version without its sha256 written by hand is refused by every
+agent, and --rollback to it exits 1; a store that lost the agents' version
+(Redis restarted empty, FLUSHALL, a lower current version) raises
+rules_store_lost, a plain --push is refused and --push --force is applied
+and clears it; HAProxy traffic through a push sees no error. Measured (printed):
 the time from --push to the last of 3 agents enforcing it, and the Redis
 commands that polling costs per agent per second."""
 import collections
@@ -350,25 +355,161 @@ class OneRedis(StoreCase):
         self.assertIsNone(self.limit(d))  # every request allowed, said loudly
         self.assertIn("NO RULES: every request is allowed", d.output())
 
-    def test_redis_restarted_empty(self):
-        """Redis restarts without its data: the agents keep their version 1,
-        say once that Redis holds none, and apply the next push, although it
-        is numbered 1 again (its sha256 differs)."""
-        agents = self.agents(n=2)
+    def wait_fleet(self, n, code, timeout=10):
+        """--fleet until it lists n agents and exits with code; its run."""
+        last = []
+
+        def ok():
+            p = self.cli(self.op, "--fleet")
+            last[:] = [p]
+            # a summary line and a header, then one line an agent
+            return p.returncode == code and len(p.stdout.splitlines()) == n + 2
+        self.assertTrue(wait_for(ok, timeout, step=0.2),
+                        "--fleet: %r" % ((last[0].returncode, last[0].stdout, last[0].stderr),))
+        return last[0]
+
+    def test_empty_or_unchecked_version_by_hand(self):
+        """An empty rule set, and a version without its sha256, written
+        straight into Redis: every agent refuses each once (warn, counted,
+        its error in the fleet's view), the old rules still decide and stay
+        cached; --fleet exits 1 while they are off the current version;
+        --rollback to either exits 1; the next push is applied and --fleet
+        exits 0."""
+        agents = self.agents()
         self.assertEqual(self.push(self.op, rules(10)), 1)
         self.wait_limit(agents, 10)
+        self.wait_fleet(3, 0)
+        empty = "; every rule removed\n"
+        self.r.cli("HSET", "rl:{rules}:v:2", "text", empty, "sha256",
+                   hashlib.sha256(empty.encode()).hexdigest())
+        self.r.cli("SET", "rl:{rules}:current", "2")
+        for a in agents:
+            self.assertTrue(wait_for(lambda: a.metric("spoa_ratelimit_rules_applied_total",
+                                                      result="rejected") == 1, 5), a.output())
+            self.assertEqual(self.limit(a), 10)
+        lines = [ln for ln in agents[0].output().splitlines() if "rules version rejected" in ln]
+        self.assertEqual(len(lines), 1, lines)
+        self.assertIn("level=warn", lines[0])
+        self.assertIn("version=2 in_force=1", lines[0])
+        self.assertIn("redis:v2: no [rule:*] section: every agent would allow every request",
+                      lines[0])
+        p = self.wait_fleet(3, 1)
+        self.assertIn("current version: 2; 3 agents, 3 off it", p.stdout)
+        self.assertIn("3 of 3 agents off version 2 or with an apply error:", p.stderr)
+        for a in agents:
+            self.assertIn("pid %d (127.0.0.1:%d) on 1 with an error" % (a.p.pid, a.port),
+                          p.stderr)
+        # a version without its checksum, though its text is good
+        self.r.cli("HSET", "rl:{rules}:v:3", "text", rules(99))
+        self.r.cli("SET", "rl:{rules}:current", "3")
+        for a in agents:
+            self.assertTrue(wait_for(lambda: a.metric("spoa_ratelimit_rules_applied_total",
+                                                      result="rejected") == 2, 5), a.output())
+            self.assertEqual(self.limit(a), 10)
+            self.assertEqual(a.metric("spoa_ratelimit_rules_version"), 1)
+            self.assertIn("redis:v3: no sha256: not a version --push wrote", a.output())
+        with open(os.path.join(self.dir, agents[0].cache_name)) as f:
+            self.assertEqual(f.read(), "; spoa-ratelimit rules version 1\n" + rules(10))
+        # neither goes back to the fleet by --rollback: --push's own check
+        for n, why in ((2, "redis:v2: no [rule:*] section"), (3, "redis:v3: no sha256")):
+            self.r.cli("ZADD", "rl:{rules}:versions", str(n), str(n))
+            p = self.cli(self.op, "--rollback", str(n))
+            self.assertEqual(p.returncode, 1, p.stdout)
+            self.assertIn(why, p.stderr)
+            self.assertIn("not written: version %d would be refused by every agent" % n,
+                          p.stderr)
+            self.assertEqual(p.stdout, "")
+        self.assertEqual(self.current(), "3")
+        # a good version: every agent on it, --fleet content
+        self.assertEqual(self.push(self.op, rules(40)), 4)
+        self.wait_limit(agents, 40)
+        p = self.wait_fleet(3, 0)
+        self.assertIn("current version: 4; 3 agents, 0 off it", p.stdout)
+        self.assertEqual(p.stderr, "")
+
+    def test_store_lost(self):
+        """Redis restarts without its data, later a FLUSHALL, later a
+        current version below the agents' (a stale replica): each time the
+        agents keep their rules, raise rules_store_lost (once), --fleet exits
+        1, a plain --push is refused naming --force, and --push --force is
+        numbered above the agents' version, applied, and clears the
+        warning."""
+        agents = self.agents(n=2)
+        self.push(self.op, rules(10))
+        self.assertEqual(self.push(self.op, rules(15)), 2)
+        self.wait_limit(agents, 15)
         port = self.r.port
         self.r.kill()
         self.r = self.start_redis(port)
+        raised = "msg=warning kind=rules_store_lost"
+        cleared = 'msg="warning cleared" kind=rules_store_lost'
+
+        def lost_and_back(n, running, current, text, want_version):
+            for a in agents:
+                self.assertTrue(wait_for(lambda: a.output().count(raised) == n, 10),
+                                a.output()[-3000:])
+                self.assertEqual(self.limit(a), running)
+            line = [ln for ln in agents[0].output().splitlines() if raised in ln][-1]
+            self.assertIn("level=warn", line)
+            self.assertIn("lost version %d, which this agent runs (current: %s)"
+                          % (want_version - 1, current), line)
+            self.assertIn("--push RULES --force", line)
+            self.assertIn("appendonly yes or RDB snapshots", line)
+            # the fleet's view is back at once (each agent reports on the loss)
+            p = self.wait_fleet(2, 1, timeout=5)
+            self.assertIn("the rule store lost it (warning rules_store_lost); push the rules "
+                          "again with --push RULES --force", p.stderr)
+            p = self.push(self.op, text, ok=False)
+            self.assertEqual(p.returncode, 1)
+            self.assertIn("agents run version %d" % (want_version - 1), p.stderr)
+            self.assertIn("--force", p.stderr)
+            self.assertEqual(self.current(), current if current != "none" else "")
+            self.assertEqual(self.push(self.op, text, "--force"), want_version)
+            self.wait_limit(agents, int(text.split("rate = ")[1].split("/")[0]))
+            for a in agents:
+                self.assertTrue(wait_for(lambda: a.output().count(cleared) == n, 5),
+                                a.output()[-3000:])
+                self.assertEqual(a.metric("spoa_ratelimit_rules_version"), want_version)
+            self.wait_fleet(2, 0)
+
+        # restarted empty: version 2 was lost, the forced push is 3
+        lost_and_back(1, 15, "none", rules(20), 3)
+        # FLUSHALL: version 3 lost, the forced push is 4
+        self.r.cli("FLUSHALL")
+        lost_and_back(2, 20, "none", rules(25), 4)
+        # a current version below the agents' (a replica that missed the
+        # last pushes): version 1, well formed, is not applied
+        self.r.cli("HSET", "rl:{rules}:v:1", "text", rules(5), "sha256",
+                   hashlib.sha256(rules(5).encode()).hexdigest())
+        self.r.cli("SET", "rl:{rules}:current",
+                   "1 " + hashlib.sha256(rules(5).encode()).hexdigest())
+        lost_and_back(3, 25, "1", rules(30), 5)
         for a in agents:
-            self.assertTrue(wait_for(lambda: "no rule set in Redis yet" in a.output(), 10))
-            self.assertEqual(self.limit(a), 10)
-        self.assertEqual(self.push(self.op, rules(20)), 1)
-        self.wait_limit(agents, 20, timeout=5.0)
-        self.assertEqual(self.r.cli("GET", "rl:{rules}:current"),
-                         "1 " + hashlib.sha256(rules(20).encode()).hexdigest())
+            self.assertEqual(a.metric("spoa_ratelimit_rules_applied_total", result="rejected"),
+                             0)
+
+    def test_two_agents_one_cache(self):
+        """Two agents of one host with the same [rules] cache path: every
+        version they both write lands whole, the file holds the last one,
+        and no temporary file is left beside it."""
+        PAD = ("; %s\n" % ("x" * 1000)) * 8  # a few KiB: writes that take a while
+        agents = [self.store_agent(self.section, name="shared.ini") for _ in range(2)]
         for a in agents:
-            self.assertEqual(a.metric("spoa_ratelimit_rules_applied_total", result="ok"), 2)
+            wait_redis_up(a)
+        cache = os.path.join(self.dir, "shared.ini")
+        for i in range(8):
+            v = self.push(self.op, rules(100 + i) + PAD)
+            self.wait_limit(agents, 100 + i)
+        want = "; spoa-ratelimit rules version %d\n" % v + rules(107) + PAD
+
+        def cached():
+            with open(cache) as f:
+                return f.read() == want
+        self.assertTrue(wait_for(cached, 5))
+        for a in agents:
+            self.assertNotIn("rules cache not written", a.output())
+        self.assertEqual(sorted(n for n in os.listdir(self.dir) if n.startswith("shared.ini")),
+                         ["shared.ini"])
 
     def test_sighup_keeps_the_rules_from_redis(self):
         a = self.store_agent(self.section)

@@ -285,6 +285,36 @@ START_TEST(test_fleet_view)
     ck_assert_ptr_nonnull(strstr(text, "\n! lb-2 "));
     ck_assert_ptr_null(strchr(text, '\x01')); /* no control byte reaches a terminal */
     free(text);
+    /* --fleet's exit status and the agents it names */
+    char *verdict = rules_fleet_verdict(&f);
+    ck_assert_str_eq(verdict, "1 of 2 agents off version 3 or with an apply error: lb-2 pid 7 "
+                              "(unix:/run/x) on 2 with an error");
+    free(verdict);
+    rules_fleet_clear(&f);
+    /* on the current version, but reporting an error: named too */
+    const char *const err_on_current[] = {"3", "100000", "host=lb-1 pid=42 listen=:1", "99000",
+                                          "3", "version 2: x"};
+    ck_assert_int_eq(parse(6, err_on_current, &f), 0);
+    verdict = rules_fleet_verdict(&f);
+    ck_assert_str_eq(verdict, "1 of 1 agents off version 3 or with an apply error: lb-1 pid 42 "
+                              "(:1) on 3 with an error");
+    free(verdict);
+    rules_fleet_clear(&f);
+    /* above the current version: the store lost it, and the way out */
+    const char *const above[] = {"0", "100000", "host=lb-1 pid=42 listen=:1", "99000", "7", ""};
+    ck_assert_int_eq(parse(6, above, &f), 0);
+    verdict = rules_fleet_verdict(&f);
+    ck_assert_str_eq(verdict, "1 of 1 agents off version 0 or with an apply error: lb-1 pid 42 "
+                              "(:1) on 7. Agents run a version above the current one: the rule "
+                              "store lost it (warning rules_store_lost); push the rules again "
+                              "with --push RULES --force");
+    free(verdict);
+    rules_fleet_clear(&f);
+    /* all on it: nothing to say */
+    ck_assert_int_eq(parse(6, reply, &f), 0);
+    verdict = rules_fleet_verdict(&f);
+    ck_assert_str_eq(verdict, "");
+    free(verdict);
     rules_fleet_clear(&f);
     /* no agent yet */
     ck_assert_int_eq(parse(2, reply, &f), 0);

@@ -46,10 +46,26 @@ static redisReply *eval2(const char *script, const char *k1, const char *k2, int
     return r;
 }
 
-/* rules_push: {status, version} */
-static void push(const struct keys *k, const char *op, const char *if_version, const char *keep,
-                 const char *message, const char *text, const char *sha, long long *status,
-                 long long *version)
+/* rules_push with its four keys; the reply (freeReplyObject). */
+static redisReply *eval_push(const struct keys *k, const char *const *args)
+{
+    const char *argv[7 + RULES_PUSH_ARGC] = {"EVAL",      rules_script_push, "4",    k->current,
+                                             k->versions, k->agents,         k->seen};
+    size_t len[7 + RULES_PUSH_ARGC];
+
+    for (int i = 0; i < RULES_PUSH_ARGC; i++)
+        argv[7 + i] = args[i];
+    for (int i = 0; i < 7 + RULES_PUSH_ARGC; i++)
+        len[i] = strlen(argv[i]);
+    redisReply *r = redisCommandArgv(rc, 7 + RULES_PUSH_ARGC, argv, len);
+    ck_assert_ptr_nonnull(r);
+    return r;
+}
+
+/* rules_push: {status, version, fleet}; force "" or "1" */
+static void push_f(const struct keys *k, const char *op, const char *if_version, const char *keep,
+                   const char *message, const char *text, const char *sha, const char *force,
+                   long long *status, long long *version, long long *fleet)
 {
     const char *args[RULES_PUSH_ARGC];
 
@@ -60,12 +76,23 @@ static void push(const struct keys *k, const char *op, const char *if_version, c
     args[RULES_PUSH_ARG_MESSAGE] = message;
     args[RULES_PUSH_ARG_TEXT] = text;
     args[RULES_PUSH_ARG_SHA256] = sha;
-    redisReply *r = eval2(rules_script_push, k->current, k->versions, RULES_PUSH_ARGC, args);
+    args[RULES_PUSH_ARG_FORCE] = force;
+    args[RULES_PUSH_ARG_LIVE_MS] = "60000";
+    redisReply *r = eval_push(k, args);
     ck_assert_msg(r->type == REDIS_REPLY_ARRAY && r->elements == RULES_PUSH_R_N, "reply %d %s",
                   r->type, r->type == REDIS_REPLY_ERROR ? r->str : "");
     *status = r->element[RULES_PUSH_R_STATUS]->integer;
     *version = r->element[RULES_PUSH_R_VERSION]->integer;
+    if (fleet)
+        *fleet = r->element[RULES_PUSH_R_FLEET]->integer;
     freeReplyObject(r);
+}
+
+static void push(const struct keys *k, const char *op, const char *if_version, const char *keep,
+                 const char *message, const char *text, const char *sha, long long *status,
+                 long long *version)
+{
+    push_f(k, op, if_version, keep, message, text, sha, "", status, version, NULL);
 }
 
 static char *get(const char *key)
@@ -96,8 +123,14 @@ START_TEST(push_cas_rollback_history)
     push(&k, "push", "1", "2", "", "[rule:b]\nrate = 2/s\n", "bb", &st, &v);
     ck_assert_int_eq(st, RULES_PUSH_WRITTEN);
     ck_assert_int_eq(v, 2);
-    /* rollback to 1: version 3 with 1's text and sha; history 2 drops 1 */
+    /* rollback to 1 only with the sha256 the caller checked */
     push(&k, "rollback", "", "2", "", "1", "", &st, &v);
+    ck_assert_int_eq(st, RULES_PUSH_NOT_KEPT);
+    push(&k, "rollback", "", "2", "", "1", "bb", &st, &v);
+    ck_assert_int_eq(st, RULES_PUSH_NOT_KEPT);
+    ck_assert_int_eq(v, 2);
+    /* rollback to 1: version 3 with 1's text and sha; history 2 drops 1 */
+    push(&k, "rollback", "", "2", "", "1", "aa", &st, &v);
     ck_assert_int_eq(st, RULES_PUSH_WRITTEN);
     ck_assert_int_eq(v, 3);
     snprintf(key, sizeof(key), "%s{rules}:v:3", k.prefix);
@@ -111,12 +144,16 @@ START_TEST(push_cas_rollback_history)
     ck_assert_int_eq(cmd_int("EXISTS %s", key), 0);
     ck_assert_int_eq(cmd_int("ZCARD %s", k.versions), 2);
     /* version 1 is gone: a rollback to it writes nothing */
-    push(&k, "rollback", "", "2", "", "1", "", &st, &v);
+    push(&k, "rollback", "", "2", "", "1", "aa", &st, &v);
     ck_assert_int_eq(st, RULES_PUSH_NOT_KEPT);
     ck_assert_int_eq(v, 3);
     /* bad arguments: an error, nothing written */
-    const char *bad[RULES_PUSH_ARGC] = {"frobnicate", "", "2", "h", "", "x", "y"};
-    r = eval2(rules_script_push, k.current, k.versions, RULES_PUSH_ARGC, bad);
+    const char *bad[RULES_PUSH_ARGC] = {"frobnicate", "", "2", "h", "", "x", "y", "", "1"};
+    r = eval_push(&k, bad);
+    ck_assert_int_eq(r->type, REDIS_REPLY_ERROR);
+    freeReplyObject(r);
+    const char *nolive[RULES_PUSH_ARGC] = {"push", "", "2", "h", "", "x", "y", "", "0"};
+    r = eval_push(&k, nolive);
     ck_assert_int_eq(r->type, REDIS_REPLY_ERROR);
     freeReplyObject(r);
     cur = get(k.current);
@@ -204,6 +241,52 @@ START_TEST(fleet_reports)
 }
 END_TEST
 
+/* The store lost versions the agents run (a Redis restarted empty): a
+ * push numbered at or below the highest version a live agent reports is
+ * refused; forced, it is numbered above it, so that the agents (which apply
+ * no lower number) take it. Agents that stopped reporting do not count. */
+START_TEST(push_behind_fleet)
+{
+    struct keys k;
+    long long st, v, fl;
+
+    keys_for(&k, "behind");
+    freeReplyObject(fleet(&k, "host=a pid=1 listen=x:1", "7", "", "60000"));
+    freeReplyObject(fleet(&k, "host=b pid=2 listen=x:2", "5", "", "60000"));
+    push_f(&k, "push", "", "10", "", "[rule:a]\nrate = 1/s\n", "aa", "", &st, &v, &fl);
+    ck_assert_int_eq(st, RULES_PUSH_BEHIND_FLEET);
+    ck_assert_int_eq(v, 0);
+    ck_assert_int_eq(fl, 7);
+    ck_assert_int_eq(cmd_int("EXISTS %s", k.current), 0); /* nothing written */
+    push_f(&k, "push", "", "10", "", "[rule:a]\nrate = 1/s\n", "aa", "1", &st, &v, &fl);
+    ck_assert_int_eq(st, RULES_PUSH_WRITTEN);
+    ck_assert_int_eq(v, 8);
+    char *cur = get(k.current);
+    ck_assert_str_eq(cur, "8 aa");
+    free(cur);
+    /* above the fleet: an ordinary push again, numbered on */
+    push_f(&k, "push", "", "10", "", "[rule:b]\nrate = 2/s\n", "bb", "", &st, &v, &fl);
+    ck_assert_int_eq(st, RULES_PUSH_WRITTEN);
+    ck_assert_int_eq(v, 9);
+    /* a rollback is numbered the same way */
+    freeReplyObject(fleet(&k, "host=c pid=3 listen=x:3", "12", "", "60000"));
+    push_f(&k, "rollback", "", "10", "", "8", "aa", "", &st, &v, &fl);
+    ck_assert_int_eq(st, RULES_PUSH_BEHIND_FLEET);
+    ck_assert_int_eq(fl, 12);
+    push_f(&k, "rollback", "", "10", "", "8", "aa", "1", &st, &v, &fl);
+    ck_assert_int_eq(st, RULES_PUSH_WRITTEN);
+    ck_assert_int_eq(v, 13);
+    /* reports older than the live window are not the fleet's */
+    keys_for(&k, "behind-gone");
+    freeReplyObject(fleet(&k, "host=a pid=1 listen=x:1", "7", "", "60000"));
+    freeReplyObject(cmd("ZADD %s 1000 %s", k.seen, "host=a pid=1 listen=x:1"));
+    push_f(&k, "push", "", "10", "", "t", "s", "", &st, &v, &fl);
+    ck_assert_int_eq(st, RULES_PUSH_WRITTEN);
+    ck_assert_int_eq(v, 1);
+    ck_assert_int_eq(fl, 0);
+}
+END_TEST
+
 static Suite *rules_scripts_suite(void)
 {
     Suite *s = suite_create("rules_scripts");
@@ -212,6 +295,7 @@ static Suite *rules_scripts_suite(void)
     tcase_add_test(tc, push_cas_rollback_history);
     tcase_add_test(tc, current_by_hand);
     tcase_add_test(tc, fleet_reports);
+    tcase_add_test(tc, push_behind_fleet);
     suite_add_tcase(s, tc);
     return s;
 }
