@@ -163,6 +163,26 @@ START_TEST(long_message_cut)
 }
 END_TEST
 
+/* A message longer than one log value (LOG_VALUE_MAX) is logged whole:
+ * what to change is at its end. */
+START_TEST(long_message_logged_whole)
+{
+    char msg[WARNING_MESSAGE_MAX];
+
+    capture();
+    for (size_t i = 0; i < sizeof(msg) - 1; i++)
+        msg[i] = (char)('a' + i % 26);
+    msg[sizeof(msg) - 1] = '\0';
+    memcpy(msg + sizeof(msg) - 12, "chmod \"640\"", 11);
+    warning_raise(WARNING_SECRET_READABLE, "%s", msg);
+    const char *log = captured();
+    ck_assert_ptr_nonnull(strstr(log, "message=\"abcdefghij"));
+    ck_assert_ptr_nonnull(strstr(log, "chmod \\\"640\\\"\"\n"));
+    ck_assert_ptr_null(strstr(log, "..."));
+    uncapture();
+}
+END_TEST
+
 /* The gauge: every kind, 1 while active, 0 otherwise. */
 START_TEST(gauge_every_kind)
 {
@@ -194,6 +214,6 @@ int main(void)
     TCase *tc = tcase_create("warning");
 
     CHECK_ADD(tc, names_are_fixed, raise_clear_raise, raise_again_logs_once, list_in_kind_order,
-              long_message_cut, gauge_every_kind);
+              long_message_cut, long_message_logged_whole, gauge_every_kind);
     return check_run_case("warning", tc);
 }
