@@ -7,7 +7,9 @@ one `warning kind=` line in the log however long it lasts, the page's banner
 
 - haproxy_never_asks: peers that send health-check HELLOs and never a
   NOTIFY, [agent] notify_silence shortened to 2s; nothing raised without
-  peers; a NOTIFY clears it;
+  peers; a NOTIFY clears it; and the real thing: the kit on every HAProxy
+  found, less its `set-var(txn.rl_agents)` line (the agent UP, every
+  request a 200, nothing asked);
 - slots_never_released: a concurrency rule with max_hold = 2s whose slots
   only expire (standalone, and on Redis where the next acquire finds them
   expired); a release clears it;
@@ -28,6 +30,7 @@ import browser
 import spop
 from fleet import Seq, redis_ini, unique, wait_redis_up
 from harness import Agent, Redis, stop_cleanly, wait_for
+from haproxies import KitHAProxy, per_haproxy
 
 RATE_RULE = "\n[rule:api]\nmessage = check-rate\nkey = key\nrate = 100/1m\n"
 
@@ -162,6 +165,36 @@ class NeverAsks(unittest.TestCase):
             self.assertEqual(warning_gauge(a, self.KIND), 0)
             time.sleep(0.5)
         self.assertEqual(log_lines(a, self.KIND), [])
+
+
+class NeverAsksThroughKit:
+    """The package's instructions once left out the line that sets
+    txn.rl_agents: HAProxy checks the agent (UP), never asks it."""
+    KIND = "haproxy_never_asks"
+    LINE = "    http-request set-var(txn.rl_agents) nbsrv(spoe-ratelimit)\n"
+
+    def test_kit_without_rl_agents(self):
+        a = Agent(RATE_RULE.replace("key = key", "key = ip"), workers=2,
+                  extra_agent="notify_silence = 2s\n")
+        stop_cleanly(self, a)
+
+        def cut(cfg):
+            self.assertIn(self.LINE, cfg)
+            return cfg.replace(self.LINE, "", 1)
+        h = KitHAProxy(self.build, a.port, cfg_edits=[cut])
+        self.addCleanup(h.stop)
+
+        def asked_nothing():
+            self.assertEqual(h.request("/")[0], 200)
+            return warning_gauge(a, self.KIND) == 1
+        self.assertTrue(wait_for(asked_nothing, timeout=30, step=0.3), a.output()[-2000:])
+        self.assertEqual(a.metric("spoa_ratelimit_frames_total", type="notify"), 0)
+        self.assertGreater(a.metric("spoa_ratelimit_frames_total", type="haproxy_hello"), 0)
+        self.assertIn("set-var(txn.rl_agents)", warnings_json(a)[self.KIND]["message"])
+        self.assertEqual(len(log_lines(a, self.KIND)), 1)
+
+
+per_haproxy(NeverAsksThroughKit, globals())
 
 
 class SlotsMixin:
