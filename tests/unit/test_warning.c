@@ -203,7 +203,8 @@ START_TEST(gauge_every_kind)
     free(text);
     warning_clear(WARNING_SLOTS_NEVER_RELEASED);
     text = metrics_render(&len);
-    ck_assert_ptr_nonnull(strstr(text, "spoa_ratelimit_warning{kind=\"slots_never_released\"} 0\n"));
+    ck_assert_ptr_nonnull(
+        strstr(text, "spoa_ratelimit_warning{kind=\"slots_never_released\"} 0\n"));
     free(text);
     uncapture();
 }
