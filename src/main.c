@@ -30,6 +30,7 @@
 #include "rules_store/rules_cli.h"
 #include "rules_store/rules_store.h"
 #include "server/server.h"
+#include "watch.h"
 
 #define ERRBUF 8192
 #define STOP_TIMEOUT_S 4.5 /* SIGTERM: exit within 5 s (doc/operations.md, Failure modes) */
@@ -57,6 +58,7 @@ struct agent {
     char reload_error[256];      /* its first error line */
     char token[33];              /* the page's token for POST /reset, random hex */
     struct rules_store *rules;   /* [rules] source = redis: the fleet's rule set */
+    struct watch watch;          /* warnings the agent finds in itself (watch.h) */
 };
 
 static void usage(FILE *f)
@@ -198,6 +200,7 @@ static int install(struct agent *a, struct config *cfg, const char *what)
     server_set_ruleset(a->srv, rs);
     ruleset_unref(a->rs);
     a->rs = rs;
+    watch_config(&a->watch, rs);
     METRIC_INC(reloads);
     a->loaded_unix = (uint64_t)time(NULL);
     metrics_config_loaded(config_hash(rs->cfg), a->loaded_unix);
@@ -278,7 +281,10 @@ static void on_stop(struct ev_loop *loop, ev_signal *w, int revents)
 static void on_expire(struct ev_loop *loop, ev_timer *t, int revents)
 {
     struct agent *a = t->data;
-    limiter_expire(a->lim, a->rs, util_now_us(), EXPIRE_BATCH);
+    uint64_t now_us = util_now_us();
+
+    limiter_expire(a->lim, a->rs, now_us, EXPIRE_BATCH);
+    watch_tick(&a->watch, a->rs->cfg, now_us / 1000);
 }
 
 /* A shadow rule never blocks: its share is of would-be blocks, said so. */
@@ -714,6 +720,7 @@ static void agent_shutdown(struct agent *a)
     ev_timer_stop(a->loop, &a->stopping);
     history_free(a->history);
     a->history = NULL;
+    watch_free(&a->watch);
     rules_store_stop(a->rules); /* before its store goes */
     /* Unused leased tokens go back to Redis. */
     limiter_shutdown(a->lim, 1.0);
@@ -735,6 +742,7 @@ static void agent_free(struct agent *a)
 {
     httpd_free(a->httpd);
     history_free(a->history);
+    watch_free(&a->watch);
     server_free(a->srv);
     rules_store_stop(a->rules);
     limiter_free(a->lim);
@@ -790,8 +798,10 @@ int main(int argc, char **argv)
     metrics_config_loaded(config_hash(cfg), a.loaded_unix);
 
     a.loop = ev_default_loop(EVFLAG_AUTO);
+    watch_init(&a.watch, util_now_us() / 1000);
     if (agent_open(&a, cfg) < 0)
         goto fail;
+    watch_config(&a.watch, a.rs);
     if (a.rs->cfg->rules_source == RULES_SOURCE_REDIS) {
         a.rules = rules_store_new(a.loop, limiter_store(a.lim), a.path, a.rs->cfg, apply_rules,
                                    &a);

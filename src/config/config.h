@@ -151,6 +151,9 @@ struct config {
     unsigned max_connections; /* SPOP connections at once; default 1024 */
     unsigned max_handshakes;  /* of those, still before their HELLO; default 128 */
     uint64_t hello_timeout_ms; /* a connection's HELLO must be in by then; default 5000 */
+    /* peers HELLO but no NOTIFY for this long: the warning haproxy_never_asks
+     * (watch.h); default 60000, 0 = off */
+    uint64_t notify_silence_ms;
     struct net_cidr stats_allow[CFG_MAX_ALLOW]; /* who may use the stats listener */
     size_t nstats_allow; /* default 2: 127.0.0.0/8, ::1/128; 0 = any peer */
     char *stats_auth;        /* USER:PASSWORD as written; NULL = no auth */

@@ -39,6 +39,9 @@ static const struct key_def key_defs[] = {
     {SEC_AGENT, "max_connections", T_UINT, CF(max_connections), 1, 1000000, 0, NULL, 0},
     {SEC_AGENT, "max_handshakes", T_UINT, CF(max_handshakes), 1, 1000000, 0, NULL, 0},
     {SEC_AGENT, "hello_timeout", T_DUR, CF(hello_timeout_ms), 0, 0, 0, NULL, 0},
+    /* the warning haproxy_never_asks: shorter than HAProxy's health checks
+     * would page on every quiet second */
+    {SEC_AGENT, "notify_silence", T_DUR, CF(notify_silence_ms), 1000, 0, F_ZERO, NULL, 0},
     {SEC_AGENT, "stats_allow", T_ALLOW, CF(stats_allow), 0, 0, F_LIST, NULL, PF(nstats_allow)},
     {SEC_AGENT, "stats_auth", T_STR, CF(stats_auth), 0, 0, F_NONEMPTY, NULL, 0},
     {SEC_AGENT, "stats_auth_file", T_STR, CF(stats_auth_file), 0, 0, F_NONEMPTY, NULL, 0},

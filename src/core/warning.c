@@ -30,6 +30,25 @@ struct slot {
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct slot slots[WARNING_KINDS];
 
+/* msg escaped for a quoted log value, whole: log_esc() shows at most
+ * LOG_VALUE_MAX bytes of a value, so longer messages go through it in
+ * pieces. */
+static const char *escaped(const char *msg, char *out, size_t cap)
+{
+    size_t len = strlen(msg), off = 0, used = 0;
+
+    out[0] = '\0';
+    while (off < len && used < cap - 1) {
+        size_t n = len - off < LOG_VALUE_MAX ? len - off : LOG_VALUE_MAX;
+        int w = snprintf(out + used, cap - used, "%s", log_esc(msg + off, n));
+        if (w < 0)
+            break;
+        used += (size_t)w < cap - used ? (size_t)w : cap - used - 1;
+        off += n;
+    }
+    return out;
+}
+
 static int valid(enum warning_kind k)
 {
     return (int)k >= 0 && k < WARNING_KINDS;
@@ -54,8 +73,11 @@ int warning_raise(enum warning_kind k, const char *fmt, ...)
     }
     memcpy(s->message, msg, sizeof(msg));
     pthread_mutex_unlock(&lock);
-    if (started)
-        LOG_WARN("warning kind=%s message=\"%s\"", warning_kind_names[k], log_esc(msg, strlen(msg)));
+    if (started && LOG_LVL_WARN <= log_level) {
+        char esc[WARNING_MESSAGE_MAX * 4 + 1]; /* \xHH at worst */
+        LOG_WARN("warning kind=%s message=\"%s\"", warning_kind_names[k],
+                 escaped(msg, esc, sizeof(esc)));
+    }
     return started;
 }
 

@@ -36,7 +36,8 @@ enum warning_kind {
 /* "haproxy_never_asks", ...: indexed by enum warning_kind. */
 extern const char *const warning_kind_names[WARNING_KINDS];
 
-#define WARNING_MESSAGE_MAX 320
+/* Room for what is wrong and what to change, e.g. the HAProxy line to add. */
+#define WARNING_MESSAGE_MAX 512
 
 /* Raise kind k with a message (printf format; cut at WARNING_MESSAGE_MAX).
  * Logs `level=warn msg="warning" kind=K message="..."` when k was not active;

@@ -15,6 +15,7 @@
 #include "config/config.h"
 #include "core/json.h"
 #include "core/util.h"
+#include "core/warning.h"
 #include "httpd.h"
 #include "metrics/history.h"
 #include "metrics/metrics.h"
@@ -192,6 +193,27 @@ static json_t *peers_json(void)
                      (json_int_t)metrics_ld(&metrics.acks), "last_disconnect", last);
 }
 
+/* The active warnings (core/warning.h), in kind order: what the page's
+ * banners show. since: Unix seconds, as the other *_unix fields. */
+static json_t *warnings_json(void)
+{
+    struct warning_view v[WARNING_KINDS];
+    size_t n = warning_list(v, WARNING_KINDS);
+    json_t *out = json_array();
+
+    for (size_t i = 0; out && i < n && i < WARNING_KINDS; i++) {
+        /* a message names files and rules: UTF-8 as a rule, else its bytes
+         * as Latin-1 (one cut in a sequence must not lose the document) */
+        json_t *msg = json_string(v[i].message);
+        if (!msg)
+            msg = json_latin1(v[i].message, strlen(v[i].message));
+        json_array_append_new(out, json_pack("{s:s, s:o, s:I}", "kind",
+                                             warning_kind_names[v[i].kind], "message", msg,
+                                             "since", (json_int_t)v[i].since));
+    }
+    return out;
+}
+
 static json_t *series(const uint32_t *v, size_t n)
 {
     json_t *a = json_array();
@@ -278,8 +300,9 @@ char *status_render(const struct status_agent *a, const struct ruleset *rs,
 
     for (size_t i = 0; rules && i < cfg->nrules; i++)
         json_array_append_new(rules, rule_json(rs, i, h, since, &decisions));
-    json_t *doc = json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:{s:b, s:s}}", "agent",
-                            agent_json(a, cfg, now), "reload", reload_json(a), "rule_set",
+    json_t *doc = json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:{s:b, s:s}}",
+                            "agent", agent_json(a, cfg, now), "warnings", warnings_json(),
+                            "reload", reload_json(a), "rule_set",
                             rule_set_json(a), "redis",
                             redis_json(cfg, h), "leases", leases_json(decisions), "peers",
                             peers_json(), "rules", rules, "top", top_json(rs, util_now_us()),

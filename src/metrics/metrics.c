@@ -13,6 +13,7 @@
 
 #include "core/json.h"
 #include "core/strbuf.h"
+#include "core/warning.h"
 #include "mismatch.h"
 
 struct metrics metrics;
@@ -548,6 +549,19 @@ static void render_mismatches(struct strbuf *b)
                   metrics_ld(&metrics.rules_without_key));
 }
 
+/* The warning registry (core/warning.h): every kind, 0 included, so that an
+ * alert sees the series before the first warning and after it clears. */
+static void render_warnings(struct strbuf *b)
+{
+    strbuf_printf(b, "# HELP spoa_ratelimit_warning 1 while a warning of this kind is active: "
+                     "the agent limits less than configured, or not at all (the log, the "
+                     "status page and /status.json say what to change).\n"
+                     "# TYPE spoa_ratelimit_warning gauge\n");
+    for (int k = 0; k < WARNING_KINDS; k++)
+        strbuf_printf(b, "spoa_ratelimit_warning{kind=\"%s\"} %d\n", warning_kind_names[k],
+                      warning_active((enum warning_kind)k));
+}
+
 /* What runs: the build, the configuration in force and since when. */
 static void render_identity(struct strbuf *b)
 {
@@ -594,6 +608,7 @@ char *metrics_render(size_t *len)
     metrics_local_flush(); /* a worker that serves the scrape itself (workers = 1) */
 
     render_identity(&b);
+    render_warnings(&b);
     render_mismatches(&b);
     render_rules(&b);
     render_redis(&b);

@@ -113,13 +113,18 @@ static unsigned handshake_cap(const struct worker *w, const struct config *cfg)
 
 /* Why a connection ended, when a DISCONNECT frame said it: once per
  * connection, with the peer's address, so that an operator can tell from the
- * log why HAProxy dropped the agent (or the agent HAProxy). A normal end
- * (status 0) is info, any other status a warning. */
+ * log why HAProxy dropped the agent (or the agent HAProxy). A normal end is
+ * info: status 0, and HAProxy's own timeout (status 2), which HAProxy 2.6
+ * sends when it closes an idle connection (`timeout idle` of the SPOE file),
+ * several times an hour on a healthy setup: a warning there would teach
+ * operators to ignore warnings. Any other status, and a timeout the agent
+ * sends (no HELLO in time, a stalled peer), is a warning. */
 static void conn_log_disconnect(const struct conn *c)
 {
     const struct spop_conn *sp = &c->sp;
     unsigned status = sp->peer_disconnected ? sp->peer_status : sp->status;
-    int lvl = status ? LOG_LVL_WARN : LOG_LVL_INFO;
+    int normal = !status || (sp->peer_disconnected && status == SPOP_ST_TIMEOUT);
+    int lvl = normal ? LOG_LVL_INFO : LOG_LVL_WARN;
     unsigned long long suppressed;
     char peer[NET_PEER_TEXT_MAX];
 

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/log.h"
+#include "core/warning.h"
 #include "metrics/metrics.h"
 #include "store_conn.h"
 
@@ -26,6 +27,8 @@ struct server {
     int blocked; /* the require_noeviction error was logged */
     uint64_t evicted_keys;
     int has_evicted;
+    uint64_t maxmemory; /* the last answer's, for the warning's message */
+    char policy[32];
 };
 
 struct store_info {
@@ -66,18 +69,33 @@ static struct server *server_get(struct store_info *si, const char *name)
     return s;
 }
 
-/* The gauges from every server's last answer. */
+/* The gauges from every server's last answer, and the warning
+ * redis_may_evict (core/warning.h) naming the first server that can evict
+ * and what to change on it. */
 static void publish(struct store_info *si)
 {
-    int possible = 0;
+    const struct server *first = NULL;
+    size_t possible = 0;
     uint64_t evicted = 0;
 
     for (size_t i = 0; i < si->n; i++) {
-        possible |= si->srv[i].known && si->srv[i].evicts;
+        if (si->srv[i].known && si->srv[i].evicts && !possible++)
+            first = &si->srv[i];
         evicted += si->srv[i].evicted_keys;
     }
-    atomic_store(&metrics.redis_eviction_possible, possible);
+    atomic_store(&metrics.redis_eviction_possible, possible > 0);
     atomic_store(&metrics.redis_evicted_keys, evicted);
+    if (!first) {
+        warning_clear(WARNING_REDIS_MAY_EVICT);
+        return;
+    }
+    warning_raise(WARNING_REDIS_MAY_EVICT,
+                  "Redis %s%s has maxmemory %" PRIu64 " and maxmemory-policy %s: under memory "
+                  "pressure it evicts the agent's buckets, which come back full and admit more "
+                  "than the limit. Set maxmemory-policy noeviction there (CONFIG SET and "
+                  "redis.conf), or [redis] require_noeviction = yes to treat it as down",
+                  first->name, possible > 1 ? " (and others)" : "", first->maxmemory,
+                  first->policy);
 }
 
 static void judge(struct store_info *si, struct server *s, const struct store_info_mem *m)
@@ -113,6 +131,8 @@ static void judge(struct store_info *si, struct server *s, const struct store_in
     }
     s->known = 1;
     s->evicts = evicts;
+    s->maxmemory = m->maxmemory;
+    snprintf(s->policy, sizeof(s->policy), "%s", m->policy);
 }
 
 static void on_info(void *arg, const struct store_result *res)

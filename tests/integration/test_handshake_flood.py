@@ -391,10 +391,23 @@ class DisconnectLog(unittest.TestCase):
         f = c.recv_frame()
         self.assertEqual(f["type"], spop.AGENT_DISCONNECT)
         self.assertEqual(spop.decode_kv(f["payload"])["status-code"], 0)
-        line = 'level=warn msg="HAPROXY-DISCONNECT received" peer=127.0.0.1:%d status=2 ' \
+        # HAProxy 2.6's idle close: normal, so info (several times an hour)
+        line = 'level=info msg="HAPROXY-DISCONNECT received" peer=127.0.0.1:%d status=2 ' \
                'message="a timeout occurred"' % port
         self.assertTrue(wait_for(lambda: line in a.output(), 5), a.output()[-2000:])
         self.assertNotIn('"AGENT-DISCONNECT sent" peer=127.0.0.1:%d' % port, a.output())
+
+        # any other status from HAProxy stays a warning
+        other = spop.Client(a.addr)
+        self.addCleanup(other.close)
+        other.handshake()
+        port = other.sock.getsockname()[1]
+        other.send(spop.frame(spop.HAPROXY_DISCONNECT,
+                              spop.kv([("status-code", ("uint32", 3)),
+                                       ("message", "frame is too big")])))
+        self.assertEqual(other.recv_frame()["type"], spop.AGENT_DISCONNECT)
+        line = 'level=warn msg="HAPROXY-DISCONNECT received" peer=127.0.0.1:%d status=3 ' % port
+        self.assertTrue(wait_for(lambda: line in a.output(), 5), a.output()[-2000:])
 
         # a frame the agent cannot read: AGENT-DISCONNECT status 4 (invalid frame)
         bad = spop.Client(a.addr)

@@ -105,9 +105,17 @@ class Eviction(unittest.TestCase):
         self.redis.cli("CONFIG", "SET", "maxmemory-policy", "allkeys-lru")
         self.reconnect()
         self.assertTrue(wait_for(lambda: a.metric("spoa_ratelimit_redis_eviction_possible") == 1))
+        # the same as a warning (doc/operations.md, "Warnings"), naming the fix
+        self.assertEqual(a.metric("spoa_ratelimit_warning", kind="redis_may_evict"), 1)
+        line = [l for l in a.output().splitlines() if "kind=redis_may_evict" in l]
+        self.assertEqual(len(line), 1, a.output()[-2000:])
+        self.assertIn("maxmemory-policy allkeys-lru", line[0])
+        self.assertIn("maxmemory-policy noeviction", line[0])
         self.redis.cli("CONFIG", "SET", "maxmemory-policy", "noeviction")
         self.reconnect()
         self.assertTrue(wait_for(lambda: a.metric("spoa_ratelimit_redis_eviction_possible") == 0))
+        self.assertEqual(a.metric("spoa_ratelimit_warning", kind="redis_may_evict"), 0)
+        self.assertIn('"warning cleared" kind=redis_may_evict', a.output())
         self.assertIn('"redis no longer evicts"', a.output())
         self.assertEqual(a.output().count(EVICT_WARNING), 1)
 

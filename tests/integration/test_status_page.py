@@ -296,6 +296,8 @@ class Guards(unittest.TestCase):
         cls.agent = Agent(redis_ini(cls.redis) + GUARD_RULES, workers=1,
                           extra_agent="stats_auth = ops:s3cret pass\n")
         cls.auth = {"Authorization": "Basic " + base64.b64encode(b"ops:s3cret pass").decode()}
+        # the tests read Redis' state: connected first (the ports open sooner)
+        wait_for(lambda: status_json(cls.agent, cls.auth)["redis"]["up"], timeout=15)
 
     @classmethod
     def tearDownClass(cls):
@@ -342,6 +344,16 @@ class Guards(unittest.TestCase):
         }.items():
             for f in fields:
                 self.assertIn(f, s[section], "%s.%s" % (section, f))
+        self.assertIsInstance(s["warnings"], list)
+        for w in s["warnings"]:
+            self.assertEqual(sorted(w), ["kind", "message", "since"])
+        # stats_auth written in an INI every user may read (the umask's
+        # doing): the agent says so (doc/operations.md, "Warnings")
+        kinds = {w["kind"]: w for w in s["warnings"]}
+        if os.stat(self.agent.ini).st_mode & 0o004:
+            self.assertIn(self.agent.ini, kinds["secret_readable"]["message"])
+        else:
+            self.assertNotIn("secret_readable", kinds)
         self.assertEqual(s["redis"]["mode"], "url")
         self.assertTrue(s["redis"]["up"])
         names = [r["name"] for r in s["rules"]]

@@ -123,8 +123,17 @@ async function reset(rule, key) {
   }
 }
 
-function drawTop(top, canReset) {
+// A concurrency rule's client waits for a slot, not for time: its
+// retry_after is capped at 1 s (a release may come any moment), so "now"
+// would mislead while slots are held up to max_hold.
+function retryText(t, concurrency) {
+  if (concurrency.has(t.rule)) return "when a slot frees";
+  return t.retry_after_s >= 0.5 ? duration(t.retry_after_s) : "now";
+}
+
+function drawTop(top, canReset, rules) {
   const body = $("top").querySelector("tbody");
+  const concurrency = new Set(rules.filter((r) => r.algorithm === "concurrency").map((r) => r.name));
   body.replaceChildren();
   $("top-empty").hidden = top.length > 0;
   for (const t of top) {
@@ -132,7 +141,7 @@ function drawTop(top, canReset) {
     const keyCell = el("td", { class: "key" });
     keyCell.append(el("a", { href: "key" + keyQuery(t.rule, t.key) }, t.key));
     tr.append(el("td", {}, t.rule), keyCell, el("td", { class: "n" }, num(t.blocked)),
-      el("td", { class: "n" }, t.retry_after_s >= 0.5 ? duration(t.retry_after_s) : "now"));
+      el("td", { class: "n" }, retryText(t, concurrency)));
     const act = el("td");
     if (canReset) {
       const b = el("button", { type: "button" }, "reset");
@@ -144,7 +153,21 @@ function drawTop(top, canReset) {
   }
 }
 
+// One banner per active warning (the agent limits less than configured, or
+// not at all): its kind, what to change, since when. None: nothing shown.
+function drawWarnings(list, now) {
+  const box = $("warnings");
+  box.replaceChildren();
+  for (const w of list || []) {
+    const d = el("div", { class: "banner warning", "data-kind": w.kind });
+    d.append(el("span", { class: "kind" }, w.kind), el("span", { class: "message" }, w.message),
+      el("span", { class: "since" }, "since " + when(w.since) + " (" + duration(now - w.since) + ")"));
+    box.append(d);
+  }
+}
+
 function drawBanners(s) {
+  drawWarnings(s.warnings, s.agent.now_unix);
   const red = $("banner-redis");
   if (s.redis.configured && !s.redis.up) {
     const modes = s.rules.map((r) => r.name + ": fail " + r.fail).join(", ");
@@ -192,7 +215,7 @@ function draw(s) {
     ["entries", num(a.entries) + " / " + num(a.max_entries)],
   ]);
   drawRules(s.rules);
-  drawTop(s.top, s.reset.allowed);
+  drawTop(s.top, s.reset.allowed, s.rules);
   fleet(s.rule_set);
 }
 
