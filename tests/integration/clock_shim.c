@@ -15,14 +15,21 @@
 static int (*real_clock_gettime)(clockid_t, struct timespec *);
 static int (*real_gettimeofday)(struct timeval *, void *);
 
+static void load(void)
+{
+    if (!real_clock_gettime)
+        *(void **)&real_clock_gettime = dlsym(RTLD_NEXT, "clock_gettime");
+    if (!real_gettimeofday)
+        *(void **)&real_gettimeofday = dlsym(RTLD_NEXT, "gettimeofday");
+}
+
 static long long offset_us(void)
 {
     static long long off, read_at = -1;
     struct timespec m;
     const char *path = getenv("CLOCK_SHIM_FILE");
 
-    if (!real_clock_gettime)
-        real_clock_gettime = (int (*)(clockid_t, struct timespec *))dlsym(RTLD_NEXT, "clock_gettime");
+    load();
     if (!path || !real_clock_gettime)
         return 0;
     real_clock_gettime(CLOCK_MONOTONIC, &m);
@@ -42,8 +49,7 @@ static long long offset_us(void)
 
 int clock_gettime(clockid_t id, struct timespec *ts)
 {
-    if (!real_clock_gettime)
-        real_clock_gettime = (int (*)(clockid_t, struct timespec *))dlsym(RTLD_NEXT, "clock_gettime");
+    load();
     int rc = real_clock_gettime(id, ts);
     if (rc == 0 && (id == CLOCK_REALTIME || id == CLOCK_REALTIME_COARSE)) {
         long long us = (long long)ts->tv_sec * 1000000 + ts->tv_nsec / 1000 + offset_us();
@@ -55,8 +61,7 @@ int clock_gettime(clockid_t id, struct timespec *ts)
 
 int gettimeofday(struct timeval *tv, void *tz)
 {
-    if (!real_gettimeofday)
-        real_gettimeofday = (int (*)(struct timeval *, void *))dlsym(RTLD_NEXT, "gettimeofday");
+    load();
     int rc = real_gettimeofday(tv, tz);
     if (rc == 0) {
         long long us = (long long)tv->tv_sec * 1000000 + tv->tv_usec + offset_us();

@@ -37,8 +37,10 @@ START_TEST(step_sign_and_size)
     const int64_t wall0 = 1796550000000; /* Redis' clock at mono 10 s, ms */
     uint64_t mono = 10 * S;
 
-    for (int i = 0; i < 50; i++, mono += 20000) /* steady: replies 0.1..2 ms */
-        ck_assert_int_eq(feed(&c, mono, 100 + (uint64_t)i * 40, wall0 + (int64_t)(mono - 10 * S) / 1000), 0);
+    for (int i = 0; i < 50; i++, mono += 20000) { /* steady: replies 0.1..2 ms */
+        int64_t at = wall0 + (int64_t)(mono - 10 * S) / 1000;
+        ck_assert_int_eq(feed(&c, mono, 100 + (uint64_t)i * 40, at), 0);
+    }
     int64_t at = wall0 + (int64_t)(mono - 10 * S) / 1000 + steps[_i].step_ms;
     int64_t got = feed(&c, mono, steps[_i].rtt_us, at);
     if (!steps[_i].jump) {
