@@ -19,6 +19,9 @@ Returns   {allowed, remaining, retry_ms, reset_ms, time_ms, expired}
             time_ms   Redis' time of the call, ms (as *_exact answers it)
             expired   slots found past their deadline and freed by this call
 
+A step back of Redis' clock leaves deadlines further than max_hold ahead: a
+denial moves them to now + max_hold (no slot held for the step's length).
+
 Invariant: the set never holds more than limit unexpired members: a member
 is added only after the expired ones are removed and fewer than limit are
 left. The key expires 2 x max_hold after the latest take (never sooner than
@@ -49,6 +52,13 @@ local now = floor((tonumber(tm[1]) * 1000000 + tonumber(tm[2])) / 1000)
 local expired = redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
 local held = redis.call('ZCARD', key)
 if held >= limit then
+    -- A deadline beyond now + max_hold was set before a step back of Redis'
+    -- clock (or max_hold was shortened by a reload): it moves to now +
+    -- max_hold, so that a slot whose release never comes is not held for the
+    -- step's length too. Never earlier than its request could still run.
+    -- Looked at on a denial only, where it matters.
+    local late = redis.call('ZRANGEBYSCORE', key, '(' .. (now + hold), '+inf')
+    for i = 1, #late do redis.call('ZADD', key, 'XX', now + hold, late[i]) end
     local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
     local retry = 1000
     if first[2] ~= nil then

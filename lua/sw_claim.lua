@@ -82,6 +82,38 @@ local fmt = setmetatable({}, {__index = function(strs, x) -- fmt[x]: format('%.1
     return s
 end})
 
+-- A step back of Redis' clock across a window boundary (NTP stepping it, a
+-- VM restored, a failover to a master behind) leaves the key's window W ahead
+-- of now's window k. The count moves to window k as it is: c and p kept, so
+-- nothing counted is lost and nothing counts twice (c becomes p at k's end, as
+-- it would have at W's). Leases charged in W move with it (w:<agent> = k);
+-- those of older windows, whose agents have stopped, are dropped (their units
+-- stay counted), so that none of them reads as current. Without it window W
+-- lasted until the clock passed it again: a key at its limit locked out for
+-- the step's length. f: the key's fields by name, updated too (nil: read
+-- here). The same text in sw_claim, sw_return, sw_reset and sw_exact;
+-- tests/unit/test_scripts_window.c checks the copies. Rare: nothing on the
+-- paths every call runs.
+local function rebase(key, f, W, k)
+    if f == nil then
+        f = {}
+        local raw = redis.call('HGETALL', key)
+        for i = 1, #raw, 2 do f[raw[i]] = raw[i + 1] end
+    end
+    for fk, v in next, f do
+        if string.sub(fk, 1, 2) == 'w:' then
+            local hk = 'h:' .. string.sub(fk, 3)
+            if tonumber(v) == W then
+                f[fk] = fmt[k] -- (existing fields only: allowed while next() walks f)
+                redis.call('HSET', key, fk, f[fk])
+            else
+                f[fk], f[hk] = nil, nil
+                redis.call('HDEL', key, fk, hk)
+            end
+        end
+    end
+end
+
 -- per call. Everything above takes its input as parameters: lua/batch.sh defines it
 -- once per batch, and runs what follows once per operation.
 local key, agent = KEYS[1], ARGV[1]
@@ -106,8 +138,10 @@ if raw[1] ~= nil then
     for i = 1, #raw, 2 do f[raw[i]] = raw[i + 1] end
 end
 
--- Roll the windows forward to k (never back, should the clock go back).
+-- Roll the windows forward to k (never back: a window ahead of k, left by a
+-- step back of the clock, is first rebased to it).
 local W, c, p = tonumber(f.w), tonumber(f.c) or 0, tonumber(f.p) or 0
+if W and k < W then rebase(key, f, W, k); W = k end -- the clock stepped back
 if W == nil or k > W + 1 then
     W, c, p = k, 0, 0
 elseif k == W + 1 then
@@ -140,6 +174,12 @@ c = max(0, c - ret)
 -- Redis time in field bu, every call is denied and grants nothing.
 local block = (ARGV[11] == nil or ARGV[11] == '') and 0 or num(ARGV, 11, 0)
 local bu = block > 0 and tonumber(f.bu) or nil
+-- A block ends block_ms after the denial that began it: one further away was
+-- left by a step back of the clock (or a reload that shortened block_for).
+if bu and bu > now + block * 1000 then
+    bu = now + block * 1000
+    redis.call('HSET', key, 'bu', fmt[bu])
+end
 if bu and bu <= now then bu = nil end
 -- A blocked caller's lease ends here, its units counted as spent (they stay
 -- in c, as when its window ends: it may have spent some since it sent this).

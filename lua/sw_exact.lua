@@ -62,6 +62,38 @@ local fmt = setmetatable({}, {__index = function(strs, x) -- fmt[x]: format('%.1
     return s
 end})
 
+-- A step back of Redis' clock across a window boundary (NTP stepping it, a
+-- VM restored, a failover to a master behind) leaves the key's window W ahead
+-- of now's window k. The count moves to window k as it is: c and p kept, so
+-- nothing counted is lost and nothing counts twice (c becomes p at k's end, as
+-- it would have at W's). Leases charged in W move with it (w:<agent> = k);
+-- those of older windows, whose agents have stopped, are dropped (their units
+-- stay counted), so that none of them reads as current. Without it window W
+-- lasted until the clock passed it again: a key at its limit locked out for
+-- the step's length. f: the key's fields by name, updated too (nil: read
+-- here). The same text in sw_claim, sw_return, sw_reset and sw_exact;
+-- tests/unit/test_scripts_window.c checks the copies. Rare: nothing on the
+-- paths every call runs.
+local function rebase(key, f, W, k)
+    if f == nil then
+        f = {}
+        local raw = redis.call('HGETALL', key)
+        for i = 1, #raw, 2 do f[raw[i]] = raw[i + 1] end
+    end
+    for fk, v in next, f do
+        if string.sub(fk, 1, 2) == 'w:' then
+            local hk = 'h:' .. string.sub(fk, 3)
+            if tonumber(v) == W then
+                f[fk] = fmt[k] -- (existing fields only: allowed while next() walks f)
+                redis.call('HSET', key, fk, f[fk])
+            else
+                f[fk], f[hk] = nil, nil
+                redis.call('HDEL', key, fk, hk)
+            end
+        end
+    end
+end
+
 -- per call. Everything above takes its input as parameters: lua/batch.sh defines it
 -- once per batch, and runs what follows once per operation.
 local key = KEYS[1]
@@ -78,10 +110,12 @@ local now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
 local k = floor((now - off) / wus) -- guard the division's rounding
 if k * wus + off > now then k = k - 1 elseif (k + 1) * wus + off <= now then k = k + 1 end
 
--- Roll the windows forward to k (never back). Stale leases are left to
+-- Roll the windows forward to k (never back: a window ahead, left by a step
+-- back of the clock, is first rebased to k). Stale leases are left to
 -- sw_claim.lua: they do not change the count.
 local f = redis.call('HMGET', key, 'w', 'c', 'p', 'bu')
 local W, c, p = tonumber(f[1]), tonumber(f[2]) or 0, tonumber(f[3]) or 0
+if W and k < W then rebase(key, nil, W, k); W = k end -- the clock stepped back
 if W == nil or k > W + 1 then
     W, c, p = k, 0, 0
 elseif k == W + 1 then
@@ -94,6 +128,12 @@ local left = min(wus, max(0, (W + 1) * wus + off - now))
 -- Redis time in field bu, every call is denied and takes nothing.
 local block = num(ARGV, 5, 0, 0)
 local bu = block > 0 and tonumber(f[4]) or nil
+-- A block ends block_ms after the denial that began it: one further away was
+-- left by a step back of the clock (or a reload that shortened block_for).
+if bu and bu > now + block * 1000 then
+    bu = now + block * 1000
+    redis.call('HSET', key, 'bu', fmt[bu])
+end
 if bu and bu <= now then bu = nil end
 local est = p * left / wus + c
 local allowed = 0

@@ -66,19 +66,45 @@ end})
 -- tb_exact and tb_reset (each script must load alone); tests/unit/test_scripts_contract.c
 -- checks the copies are identical.
 local function refill(t, ts, to, cap, r) -- t from ts on to `to`, at rate r, under cap
-    if to > ts then -- ts never goes back
+    if to > ts then -- ts never goes back (advance() rebases a ts ahead of now)
         if t < cap and r > 0 then t = min(cap, t + r * (to - ts)) end
         ts = to
     end
     return t, ts
 end
 local function by_expiry(x, y) return x.e < y.e end
+-- A step back of Redis' clock (NTP stepping it, a VM restored, a failover to
+-- a master behind) leaves ts, the time of the key's last call, ahead of now,
+-- by d. Every time the key stores moves back by d with it, as if the clock had
+-- not stepped: the refill restarts from now with the tokens there are (none for
+-- the step), each lease keeps the life it had left (e:<agent> was set at a
+-- call no later than ts, so it ends by now + ttl), and a block (bu) or a key
+-- at its limit (x, xt) ends when it would have. Without it no refill came
+-- until the clock passed ts again: a key at its limit locked out for the
+-- step's length. A hash gets the moved times here (the caller writes ts); a
+-- string's bu goes with the string tb_exact writes. Rare: one TYPE call.
+local function rebase(key, f, d)
+    local kv = {}
+    for k, v in next, f do
+        if k == 'bu' or k == 'x' or k == 'xt' or string.sub(k, 1, 2) == 'e:' then
+            local s = fmt[tonumber(v) - d]
+            f[k] = s -- (an existing field: allowed while next() walks f)
+            local n = #kv
+            kv[n + 1], kv[n + 2] = k, s
+        end
+    end
+    if kv[1] and redis.call('TYPE', key).ok == 'hash' then redis.call('HSET', key, unpack(kv)) end
+end
 -- held, exp and share of a key without leases (most keys): NONE, never written.
 local NONE = {}
 local function advance(key, f, b, rate, now)
     local t, ts = f.t, f.ts -- (no tonumber() calls on a new key)
     t, ts = t and tonumber(t), ts and tonumber(ts) or now
     if t == nil then t = b end -- new bucket: full
+    if ts > now then -- the clock stepped back: see rebase()
+        rebase(key, f, ts - now)
+        ts = now
+    end
     local leases, H, P = nil, 0, 0
     for k, v in next, f do
         if string.sub(k, 1, 2) == 'h:' then

@@ -342,6 +342,9 @@ static void render_redis(struct strbuf *b)
                   metrics_ld(&metrics.redis_failovers));
     render_simple(b, "spoa_ratelimit_redis_errors_total", "counter",
                   "Redis commands that failed or timed out.", metrics_ld(&metrics.redis_errors));
+    render_simple(b, "spoa_ratelimit_redis_clock_jumps_total", "counter",
+                  "Steps of a Redis server's clock over 1 s, either sign (redis_clock_jump).",
+                  metrics_ld(&metrics.redis_clock_jumps));
     /* every kind, 0 included: dashboards and alerts see the series before
      * the first error */
     strbuf_printf(b, "# HELP spoa_ratelimit_redis_error_replies_total Error replies from Redis by "

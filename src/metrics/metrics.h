@@ -126,6 +126,7 @@ struct metrics {
     atomic_uint_fast64_t redis_commands;
     atomic_uint_fast64_t redis_error_replies[METRICS_REDIS_ERROR_KINDS];
     atomic_uint_fast64_t redis_errors;
+    atomic_uint_fast64_t redis_clock_jumps; /* steps of Redis' clock over 1 s */
     atomic_uint_fast64_t redis_batches;       /* batch script calls sent */
     atomic_uint_fast64_t redis_batched_calls; /* script calls they carried */
     atomic_uint_fast64_t redis_keepalives;    /* PINGs on idle connections ([redis] keepalive) */

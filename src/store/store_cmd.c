@@ -325,10 +325,20 @@ void store_cmd_read_reply(struct store_cmd *c, const struct redisReply *reply, u
     store_cmd_free(c);
 }
 
-void store_batch_reply(struct store_cmd *b, const struct redisReply *reply, uint64_t now)
+int64_t store_reply_time_ms(int script, const struct store_result *res)
+{
+    if (res->status != STORE_OK || res->n <= EXACT_R_TIME_MS)
+        return 0;
+    if (script != SCRIPT_TB_EXACT && script != SCRIPT_SW_EXACT && script != SCRIPT_CC_ACQUIRE)
+        return 0;
+    return res->v[EXACT_R_TIME_MS] > 0 ? res->v[EXACT_R_TIME_MS] : 0;
+}
+
+int64_t store_batch_reply(struct store_cmd *b, const struct redisReply *reply, uint64_t now)
 {
     struct store_cmd *m, *next;
     size_t at = 0;
+    int64_t time_ms = 0;
 
     for (m = b->members; m; m = next) {
         struct store_result res = {0};
@@ -337,9 +347,12 @@ void store_batch_reply(struct store_cmd *b, const struct redisReply *reply, uint
         if (res.status != STORE_OK)
             METRIC_INC(redis_errors);
         res.latency_us = now - m->first_us;
+        if (!time_ms) /* (one TIME for the whole batch) */
+            time_ms = store_reply_time_ms(m->script, &res);
         m->cb(m->arg, &res);
         store_cmd_free(m);
     }
     b->members = NULL;
+    return time_ms;
 }
 

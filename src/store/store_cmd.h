@@ -96,8 +96,14 @@ int store_cmd_format(const struct store_cmd *c, const struct store_call *call,
 
 /* Hand each member of batch b its part of reply ("n v1 .. vn" per call, in
  * order: lua/batch.sh), running and freeing each; members the reply does not
- * cover fail. now: for the latency reported. */
-void store_batch_reply(struct store_cmd *b, const struct redisReply *reply, uint64_t now);
+ * cover fail. now: for the latency reported. Returns Redis' time of the
+ * batch (ms, as store_reply_time_ms reads it from a member; 0: none). */
+int64_t store_batch_reply(struct store_cmd *b, const struct redisReply *reply, uint64_t now);
+
+/* Redis' time (Unix ms) that the reply res of a call of script carries: the
+ * exact decisions' and cc_acquire's time_ms (EXACT_R_TIME_MS); 0 for the
+ * other scripts, a failed call or a short reply. */
+int64_t store_reply_time_ms(int script, const struct store_result *res);
 
 /* Hand a read command its reply (strings of an array, or an integer), run
  * its callback and free it. now: for the latency reported. */

@@ -21,6 +21,7 @@
 #include <hiredis/adapters/libev.h>
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,7 @@
 #include "core/log.h"
 #include "core/net.h"
 #include "core/util.h"
+#include "core/warning.h"
 #include "metrics/metrics.h"
 #include "store_conn_setup.h"
 #include "store_errors.h"
@@ -349,6 +351,44 @@ static void keepalive(struct store_conn *conn, uint64_t now)
     conn->ping_late = 0;
 }
 
+/* ---- Redis' clock ----------------------------------------------------------- */
+
+/* The last step of a Redis server's clock any connection saw (monotonic us;
+ * 0: none, or the warning was cleared): the warning is the agent's, one for
+ * all its connections, and clears CLOCK_JUMP_QUIET_US after the last. */
+static _Atomic uint64_t clock_jump_last_us;
+
+/* Redis' time in a reply (redis_ms; 0: none) of a call sent at sent_us and
+ * read at now: a step of Redis' clock over 1 s raises redis_clock_jump,
+ * naming its size and sign (clock_jump.h). The scripts rebase what a step
+ * back leaves ahead (lua/README.md); a step forward costs up to one extra
+ * burst per key: the warning says which. */
+static void clock_seen(struct store_conn *conn, int64_t redis_ms, uint64_t sent_us, uint64_t now)
+{
+    char msg[WARNING_MESSAGE_MAX];
+    int64_t step = redis_ms ? clock_jump_feed(&conn->clock, redis_ms, sent_us, now) : 0;
+
+    if (!step)
+        return;
+    clock_jump_message(msg, sizeof(msg), step);
+    METRIC_INC(redis_clock_jumps);
+    atomic_store(&clock_jump_last_us, now);
+    LOG_WARN("\"redis clock jump\" addr=%s step_ms=%lld", log_val(conn->name),
+             (long long)(step / 1000));
+    warning_raise(WARNING_REDIS_CLOCK_JUMP, "%s (%s)", msg, conn->name);
+}
+
+/* The watchdog's: clear redis_clock_jump once no step came for the quiet
+ * period. */
+static void clock_quiet(uint64_t now)
+{
+    uint64_t last = atomic_load(&clock_jump_last_us);
+
+    if (last && now >= last + CLOCK_JUMP_QUIET_US &&
+        atomic_compare_exchange_strong(&clock_jump_last_us, &last, 0))
+        warning_clear(WARNING_REDIS_CLOCK_JUMP);
+}
+
 /* A connection whose oldest command (or keepalive PING) waits far beyond
  * the timeout is stuck (Redis frozen, a partition without RST), and so is a
  * connect or a setup that does not finish: drop it and start over.
@@ -374,6 +414,7 @@ static void watchdog_cb(struct ev_loop *loop, ev_timer *t, int revents)
     } else {
         keepalive(conn, now);
     }
+    clock_quiet(now);
 }
 
 /* ---- EVALSHA --------------------------------------------------------------- */
@@ -649,12 +690,13 @@ static void on_eval_reply(redisAsyncContext *ac, void *r, void *priv)
         goto next;
     }
     if (reply->type == REDIS_REPLY_ARRAY && c->batch) {
-        store_batch_reply(c, reply, now);
+        clock_seen(conn, store_batch_reply(c, reply, now), c->sent_us, now);
         store_cmd_free(c);
         goto next;
     }
     if (reply->type == REDIS_REPLY_ARRAY && !c->batch) {
         store_reply_values(reply, &res);
+        clock_seen(conn, store_reply_time_ms(c->script, &res), c->sent_us, now);
     } else {
         res.status = STORE_ERR;
         res.err = reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply type";

@@ -12,6 +12,7 @@
 #include <hiredis/async.h>
 #include <stdint.h>
 
+#include "clock_jump.h"
 #include "store_env.h"
 
 #define ERR_LEN 256
@@ -64,6 +65,7 @@ struct store_conn {
     struct store_cmd *qhead, *qtail; /* queued for the next batch (linked by next) */
     unsigned qlen;
     char last_err[ERR_LEN];
+    struct clock_jump clock; /* Redis' clock against ours: its steps (clock_jump.h) */
 };
 
 #endif

@@ -113,6 +113,37 @@ START_TEST(expiry_by_max_hold)
 }
 END_TEST
 
+/* Redis' clock stepping back 20 s leaves a slot's deadline 20 s + max_hold
+ * ahead (planted so here): a denial moves it to now + max_hold, so a slot
+ * whose release never comes frees after max_hold, not after the step too. */
+START_TEST(step_back_deadline_clamped)
+{
+    char key[128];
+    long long o[CC_R_COUNT];
+    const long long hold = 300;
+
+    mkkey(key, sizeof(key), "cc_step");
+    long long now_ms = redis_now_us() / 1000;
+    freeReplyObject(cmd("ZADD %s %lld lost", key, now_ms + 20000 + hold));
+    acquire(key, 1, hold, "a", o);
+    ck_assert_int_eq(o[EXACT_R_ALLOWED], 0);
+    ck_assert_int_le(o[EXACT_R_RETRY_MS], hold);
+    redisReply *r = cmd("ZSCORE %s lost", key);
+    ck_assert_int_eq(r->type, REDIS_REPLY_STRING);
+    long long score = atoll(r->str);
+    freeReplyObject(r);
+    ck_assert_int_le(score, redis_now_us() / 1000 + hold);
+    double t0 = mono_ms();
+    int allowed = 0;
+    while (!allowed && mono_ms() - t0 < 5000) { /* ~300 ms; 5 s for a slow machine */
+        sleep_ms(20);
+        acquire(key, 1, hold, "a", o);
+        allowed = (int)o[EXACT_R_ALLOWED];
+    }
+    ck_assert_msg(allowed, "the slot still held %.0f ms after max_hold", mono_ms() - t0);
+}
+END_TEST
+
 /* Random takes (limits 1..4, holds 50..400 ms) and releases on a few keys:
  * after every call the set holds at most limit unexpired members, and an
  * acquire is admitted whenever fewer than limit are live. */
@@ -180,7 +211,7 @@ static Suite *scripts_cc_suite(void)
     Suite *s = suite_create("scripts_cc");
     TCase *tc = scripts_tcase("cc");
     CHECK_ADD(tc, limit_two_then_release, expiry_by_max_hold, invariant_random,
-              reset_reads_and_frees);
+              reset_reads_and_frees, step_back_deadline_clamped);
     suite_add_tcase(s, tc);
     return s;
 }

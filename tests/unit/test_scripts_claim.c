@@ -393,25 +393,71 @@ START_TEST(tb_burst_shrink_clamps)
 }
 END_TEST
 
-/* Redis time stepping back (failover to a host with another clock) must not
- * credit the same refill twice: ts never moves back. */
-START_TEST(tb_clock_step_back_no_double_refill)
+/* Redis' clock stepping back (NTP, a restored VM, a failover to a master
+ * behind) leaves a bucket's ts ahead of now: play it by writing ts (and what
+ * else the key stores as a time) 20 s ahead. The next call rebases the key:
+ * the refill restarts from now with the tokens there are (none credited for
+ * the step, none twice), so the key admits at its rate again instead of
+ * nothing for 20 s; a lease keeps the life it had left (never beyond now +
+ * ttl) and a block ends block_ms after it began, not 20 s later. */
+START_TEST(tb_clock_step_back_rebases)
 {
-    const struct rule ru = {10, 100, 10, 1000};
-    char key[128];
+    const struct rule ru = {10, 1000, 10, 1000}; /* 100 ms per token, lease 1 s */
+    const long long step = 20000000LL;           /* 20 s, us */
+    char key[128], skey[128];
     long long o[R_N], x[X_N];
     mkkey(key, sizeof(key), "clock-back");
-    long long future = redis_now_us() + 10000000LL;
-    redisReply *r = cmd("HSET %s t 0 ts %lld", key, future);
-    freeReplyObject(r);
+    mkkey(skey, sizeof(skey), "clock-back-string");
 
-    claim(TB_CLAIM, key, "A", &ru, 5, 0, 0, o);
-    ck_assert_int_eq(o[R_GRANTED], 0);
+    /* the last call at `last` (20 s ahead of the clock now) granted B 3 tokens
+     * for 1 s and left the bucket empty */
+    long long before = redis_now_us(), last = before + step;
+    freeReplyObject(cmd("HSET %s t 0 ts %lld h:B 3 e:B %lld", key, last, last + 1000000));
+    char sval[64]; /* the string layout: "1 t ts" */
+    snprintf(sval, sizeof(sval), "1 0 %lld", last);
+    freeReplyObject(cmd("SET %s %s", skey, sval));
+
     exact(TB_EXACT, key, &ru, 1, x);
+    long long after = redis_now_us();
+    ck_assert_int_eq(x[X_ALLOWED], 0); /* t was 0: nothing credited for the step */
+    long long ts = hash_get_ll(key, "ts"), e = hash_get_ll(key, "e:B");
+    ck_assert_msg(ts >= before && ts <= after, "ts %lld not rebased to now", ts);
+    ck_assert_msg(e <= after + ru.ttl_ms * 1000 && e > before, "e:B %lld, now %lld", e, after);
+
+    /* admitted again at the rate: a token within about 100 ms, not after 20 s
+     * (deadline 5 s for a slow machine) */
+    double t0 = mono_ms();
+    int allowed = 0;
+    while (!allowed && mono_ms() - t0 < 5000) {
+        sleep_ms(20);
+        exact(TB_EXACT, key, &ru, 1, x);
+        allowed = (int)x[X_ALLOWED];
+    }
+    ck_assert_msg(allowed, "no admission %.0f ms after a 20 s step back", mono_ms() - t0);
+    t0 = mono_ms();
+    for (allowed = 0; !allowed && mono_ms() - t0 < 5000;) {
+        sleep_ms(20);
+        exact(TB_EXACT, skey, &ru, 1, x); /* the string layout too */
+        allowed = (int)x[X_ALLOWED];
+    }
+    ck_assert_msg(allowed, "string key: no admission after a 20 s step back");
+    ck_assert_int_le(hget_ll(skey, "ts"), redis_now_us());
+    struct state st;
+    assert_tb_invariant(key, ru.burst, &st);
+
+    /* a claim too: its lease expiry counts from now, e:A <= now + ttl */
+    claim(TB_CLAIM, key, "A", &ru, 1, 0, 0, o);
+    ck_assert_int_le(hash_get_ll(key, "e:A"), redis_now_us() + ru.ttl_ms * 1000);
+
+    /* a block that began at the last call (1 s) ends 1 s after it, not 21 s */
+    mkkey(key, sizeof(key), "clock-back-block");
+    before = redis_now_us(), last = before + step;
+    freeReplyObject(cmd("HSET %s t 10 ts %lld bu %lld", key, last, last + 1000000));
+    long long xb[] = {ru.limit, ru.period_ms, ru.burst, 1, 1000};
+    call_ints(TB_EXACT, key, NULL, xb, 5, x, X_N);
     ck_assert_int_eq(x[X_ALLOWED], 0);
-    give_back(TB_RETURN, key, "A", &ru, 0, o);
-    ck_assert_int_eq(o[R_REMAINING], 0);
-    ck_assert_int_eq(hget_ll(key, "ts"), future);
+    ck_assert_int_le(x[X_RETRY], 1000);
+    ck_assert_int_le(hash_get_ll(key, "bu"), redis_now_us() + 1000000);
 }
 END_TEST
 
@@ -517,7 +563,7 @@ static Suite *scripts_claim_suite(void)
               tb_settles_used_and_returned, tb_return_gives_back_unspent,
               tb_vanished_agent_lease_dropped_not_returned, tb_refill_capped_while_leases_held,
               tb_no_banked_refill_when_lease_ends, tb_burst_shrink_clamps,
-              tb_clock_step_back_no_double_refill,
+              tb_clock_step_back_rebases,
               tb_redis_clock_forward_step_costs_at_most_b_plus_h, tb_key_expires,
               tb_random_sequence_keeps_invariant);
     suite_add_tcase(s, tb);

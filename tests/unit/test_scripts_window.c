@@ -297,12 +297,104 @@ START_TEST(sw_reset_keeps_leases)
 }
 END_TEST
 
+/* rebase(), what a window left ahead by a step back of the clock becomes,
+ * stands in the four scripts that roll windows (each must load alone): the
+ * copies identical, so sw_clock_step_back_rebases tests each one. */
+START_TEST(sw_rebase_copies_identical)
+{
+    const enum script s[] = {SW_CLAIM, SW_RETURN, SW_RESET, SW_EXACT};
+    const char *first = NULL;
+    size_t len0 = 0;
+    for (size_t i = 0; i < sizeof(s) / sizeof(s[0]); i++) {
+        const char *start = strstr(script_text[s[i]], "local function rebase(");
+        ck_assert_msg(start != NULL, "%s: no rebase()", script_name[s[i]]);
+        const char *end = strstr(start, "\nend\n");
+        ck_assert_ptr_nonnull(end);
+        size_t len = (size_t)(end - start) + 5;
+        if (!first) {
+            first = start, len0 = len;
+            continue;
+        }
+        ck_assert_uint_eq(len, len0);
+        ck_assert_int_eq(memcmp(first, start, len0), 0);
+    }
+}
+END_TEST
+
+/* Redis' clock stepping back 20 s leaves a key's window 20 windows ahead of
+ * now's: written so here. The next call moves the count to now's window as
+ * it is (nothing lost, a full window stays full to its end), keeps the leases
+ * of that window and drops older ones, so the key admits again after one
+ * window instead of 20 s; and a count never counts twice (fixed mode: the
+ * next window admits exactly limit). */
+START_TEST(sw_clock_step_back_rebases)
+{
+    const struct rule ru = {5, 1000, 5, 1000}; /* 5 per 1 s window */
+    const long long wus = ru.period_ms * 1000;
+    char key[128], key2[128], key3[128];
+    long long o[R_N], x[X_N];
+    struct state st;
+    mkkey(key, sizeof(key), "sw-clock-back");
+    mkkey(key2, sizeof(key2), "sw-clock-back-stale");
+    mkkey(key3, sizeof(key3), "fw-clock-back");
+    if (window_left_ms(ru.period_ms) < 400)
+        sleep_ms(window_left_ms(ru.period_ms) + 10);
+
+    long long k = redis_now_us() / wus, W = k + 20;
+    freeReplyObject(cmd("HSET %s w %lld c 5 p 0 h:B 2 w:B %lld h:C 1 w:C %lld", key, W, W, W - 1));
+    /* the window before the key's is now's: its lease must not read as current */
+    freeReplyObject(cmd("HSET %s w %lld c 2 p 0 h:C 1 w:C %lld", key2, k + 1, k));
+    exact(SW_EXACT, key, &ru, 1, x);
+    ck_assert_int_eq(x[X_ALLOWED], 0); /* the full count moved with the window */
+    read_state(key, 1, &st);
+    ck_assert_int_eq(st.w, k);
+    ck_assert_int_eq(st.c, 5);
+    ck_assert_int_eq(st.held, 2); /* B's lease kept, C's (an older window) dropped */
+    ck_assert_int_eq(st.holders, 1);
+    ck_assert_int_eq(cmd_int("HEXISTS %s h:C", key), 0);
+    claim(SW_CLAIM, key2, "C", &ru, 0, 0, 1, o); /* gives back 1 of a lease not current */
+    ck_assert_int_eq(o[R_MINE], 0);
+    read_state(key2, 1, &st);
+    ck_assert_int_eq(st.w, k);
+    ck_assert_int_eq(st.c, 2); /* its units stay counted */
+
+    /* admitted again once the estimate falls, about a window on, not after
+     * 20 s (deadline 5 s for a slow machine) */
+    double t0 = mono_ms();
+    int allowed = 0;
+    while (!allowed && mono_ms() - t0 < 5000) {
+        sleep_ms(20);
+        exact(SW_EXACT, key, &ru, 1, x);
+        allowed = (int)x[X_ALLOWED];
+    }
+    ck_assert_msg(allowed, "no admission %.0f ms after a 20 s step back", mono_ms() - t0);
+
+    /* fixed mode: the planted count is window k's; the next admits limit, once */
+    if (window_left_ms(ru.period_ms) < 400)
+        sleep_ms(window_left_ms(ru.period_ms) + 10);
+    k = redis_now_us() / wus;
+    freeReplyObject(cmd("HSET %s w %lld c 5 p 0", key3, k + 20));
+    long long fx[] = {ru.limit, ru.period_ms, ru.burst, 1, 0, 1, 0};
+    call_ints(SW_EXACT, key3, NULL, fx, 7, x, X_N);
+    ck_assert_int_eq(x[X_ALLOWED], 0);
+    ck_assert_int_le(x[X_RETRY], ru.period_ms);
+    sleep_ms(window_left_ms(ru.period_ms) + 10);
+    int n = 0;
+    for (int i = 0; i < 6; i++) {
+        call_ints(SW_EXACT, key3, NULL, fx, 7, x, X_N);
+        n += (int)x[X_ALLOWED];
+    }
+    ck_assert_int_eq(n, 5);
+}
+END_TEST
+
 static Suite *scripts_window_suite(void)
 {
     Suite *s = suite_create("scripts_window");
     TCase *sw = scripts_tcase("sliding_window");
     CHECK_ADD(sw, sw_claim_return_exact, sw_window_roll, sw_last_ms_grants_nothing,
-              sw_random_sequence_keeps_counts, sw_reset_keeps_leases);
+              sw_random_sequence_keeps_counts, sw_reset_keeps_leases,
+              sw_rebase_copies_identical, sw_clock_step_back_rebases);
     suite_add_tcase(s, sw);
     return s;
 }
