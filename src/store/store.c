@@ -13,6 +13,8 @@
 #include "store.h"
 
 #include <assert.h>
+#include <ev.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,9 +23,11 @@
 #include "core/log.h"
 #include "core/net.h"
 #include "core/util.h"
+#include "core/warning.h"
 #include "metrics/metrics.h"
 #include "store_cluster.h"
 #include "store_conn.h"
+#include "store_errors.h"
 #include "store_info.h"
 #include "store_probe.h"
 #include "store_reply_pool.h"
@@ -34,6 +38,8 @@ struct store {
     struct store_conn *conn;         /* url and sentinel: the one connection */
     struct store_sentinel *sentinel; /* sentinel: where the master is */
     int resolving;                   /* sentinel: the connection waits for an answer */
+    uint64_t errors_quiet_us; /* [redis] errors_quiet (store_errors_tick) */
+    ev_timer tick;            /* every second: store_errors_tick */
     struct store_cluster *cluster;   /* cluster: the slot map and the masters */
     int up;      /* what callers see: connected and store_info_ok() */
     int was_up;  /* it has been up: the next up is a reconnect */
@@ -57,6 +63,8 @@ struct store {
     int nwatch;
     char agent_id[128];
 };
+
+#define ERRORS_QUIET_US 30000000ULL   /* [redis] errors_quiet's default */
 
 /* ---- up and down ---------------------------------------------------------- */
 
@@ -253,6 +261,13 @@ void store_cork(struct store *s, int on)
 
 /* ---- lifecycle ----------------------------------------------------------- */
 
+static void tick_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    struct store *s = t->data;
+
+    store_errors_tick(util_now_us(), s->errors_quiet_us);
+}
+
 /* Free a secret, wiped first. */
 static void drop_secret(char *v)
 {
@@ -370,6 +385,11 @@ struct store *store_new(struct ev_loop *loop, const struct store_options *o, cha
     s->env.keepalive_us = o->keepalive_us;
     s->env.functions = o->functions;
     s->env.dead_after_us = o->dead_after_us;
+    s->errors_quiet_us = o->errors_quiet_us ? o->errors_quiet_us : ERRORS_QUIET_US;
+    ev_timer_init(&s->tick, tick_cb, 1., 1.);
+    s->tick.data = s;
+    ev_timer_start(loop, &s->tick);
+    ev_unref(loop); /* it alone does not keep the loop running */
     s->auth.server = "redis";
     s->sentinel_auth.server = "sentinel";
     s->prefix = strdup(o->prefix ? o->prefix : "");
@@ -400,6 +420,10 @@ void store_free(struct store *s)
     if (!s)
         return;
     s->closing = 1; /* failing callbacks that call store_eval get STORE_DOWN */
+    if (ev_is_active(&s->tick)) {
+        ev_ref(s->env.loop); /* undoes the ev_unref of store_new */
+        ev_timer_stop(s->env.loop, &s->tick);
+    }
     store_info_stop(s->info);
     store_cluster_free(s->cluster);
     store_sentinel_free(s->sentinel);
