@@ -318,6 +318,12 @@ int store_conn_restart(struct store_conn *conn, const char *host, int port, cons
     return 0;
 }
 
+void store_conn_drop(struct store_conn *conn, const char *why)
+{
+    if (conn->ac)
+        conn_lost(conn, conn->ac, why, 1);
+}
+
 /* The keepalive PING's reply. An error reply counts as a failed command does;
  * the connection stays (a late or missing reply is the watchdog's). */
 static void on_ping_reply(redisAsyncContext *ac, void *r, void *priv)

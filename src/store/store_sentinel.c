@@ -26,6 +26,8 @@ struct store_sentinel {
     store_sentinel_cb *cb;
     void *arg;
     ev_timer recheck;
+    ev_timer window;      /* store_sentinel_watch: restarted by every answer */
+    store_sentinel_lost_cb *lost;
     int failing;          /* the last walk found nothing (log once per streak) */
     char host[HOST_MAX];  /* the last answer, "" before the first */
     int port;
@@ -72,6 +74,8 @@ static void on_done(void *arg, int ok)
         return;
     }
     sn->failing = 0;
+    if (sn->lost) /* confirmed: the window starts again */
+        ev_timer_again(sn->loop, &sn->window);
     snprintf(addr, sizeof(addr), strchr(sn->host, ':') ? "[%s]:%d" : "%s:%d", sn->host, sn->port);
     if (strcmp(addr, sn->logged) != 0) {
         LOG_INFO("\"redis master\" master=%s addr=%s", log_val(sn->master), log_val(addr));
@@ -98,6 +102,22 @@ static void recheck_cb(struct ev_loop *loop, ev_timer *t, int revents)
     ask(t->data);
 }
 
+static void window_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    struct store_sentinel *sn = t->data;
+
+    ev_timer_stop(loop, t); /* until the next answer */
+    sn->lost(sn->arg);
+}
+
+void store_sentinel_watch(struct store_sentinel *sn, uint64_t window_us,
+                          store_sentinel_lost_cb *lost)
+{
+    sn->lost = lost;
+    ev_timer_stop(sn->loop, &sn->window);
+    ev_timer_set(&sn->window, 0., (double)window_us / 1e6);
+}
+
 void store_sentinel_resolve(struct store_sentinel *sn)
 {
     if (!ev_is_active(&sn->recheck))
@@ -122,6 +142,8 @@ struct store_sentinel *store_sentinel_new(struct ev_loop *loop, uint64_t timeout
     sn->arg = arg;
     ev_timer_init(&sn->recheck, recheck_cb, 0., RECHECK_EVERY);
     sn->recheck.data = sn;
+    ev_timer_init(&sn->window, window_cb, 0., 5.);
+    sn->window.data = sn;
     if (!master || !*master) {
         snprintf(err, errlen, "redis: sentinel needs master = NAME");
         goto fail;
@@ -150,6 +172,7 @@ void store_sentinel_free(struct store_sentinel *sn)
     if (!sn)
         return;
     ev_timer_stop(sn->loop, &sn->recheck);
+    ev_timer_stop(sn->loop, &sn->window);
     store_probe_free(sn->probe);
     free(sn->sentinels);
     free(sn->master);
