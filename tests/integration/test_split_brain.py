@@ -8,6 +8,11 @@ Sentinel, redis-server --sentinel) on loopback.
   it, decisions fall back (`degraded`) with the backoff of an unreachable
   server; lifting the setting brings the agent back by itself, and the
   warning clears after [redis] errors_quiet without an error reply.
+- TRYAGAIN: with prefix = {rl}: every key is in one slot; migrating half
+  of the keys under pipelined load makes the source answer TRYAGAIN to the
+  batches holding keys of both halves. The agent sends them again after a
+  short wait (counted by name, logged at debug), keeps answering, and once
+  the migration is done decides on the new owner.
 - A Sentinel that stops answering while the master stays up: past [redis]
   sentinel_window the master counts as unconfirmed (redis_unconfirmed,
   degraded decisions, redis_up 0); the sentinel back, the agent reconnects
@@ -16,9 +21,15 @@ Sentinel, redis-server --sentinel) on loopback.
 Every wait polls a condition with a deadline; nothing depends on speed."""
 import os
 import signal
+import time
 import unittest
 
+import harness
+import spop
+import test_redis_topologies as topo
 from harness import Proc, free_port, wait_port
+from test_batch import bench_async
+from test_redis_production import only_own_tests
 from test_redis_auth import AuthCase, cli
 
 
@@ -95,6 +106,76 @@ class Unconfirmed(AuthCase):
         self.wait_up(a, 0)
         self.assertIs(c.decide(key="cut").get("degraded"), True)
         self.assertIn("no sentinel has confirmed master mymaster", a.output())
+
+
+TRY_RULES = """
+[rule:exact]
+key = key
+match = path ^/exact/
+rate = 50/1s
+burst = 10
+lease = off
+"""
+
+
+class TryAgain(topo.Cluster):
+    def test_tryagain_sent_again_during_a_one_slot_migration(self):
+        agent = harness.Agent("[redis]\ncluster = 127.0.0.1:%d\nprefix = {rl}:\ntimeout = 1s\n\n%s"
+                              % (self.ports[0], TRY_RULES), extra_agent="log_level = debug\n")
+        harness.stop_cleanly(self, agent)
+        self.assertTrue(topo.wait_for(lambda: agent.metric("spoa_ratelimit_redis_up") == 1),
+                        "redis never up")
+        slot = int(topo.cli(self.ports[0], "CLUSTER", "KEYSLOT", "{rl}"))
+        src = self.owner(slot)
+        dst = [p for p in self.ports if p != src][0]
+        t, res = bench_async(agent, "/exact/x", 4, keys=40)
+
+        def scan():
+            ks = topo.cli(src, "--scan", "--pattern", "{rl}:t2:*").split()
+            return ks if len(ks) >= 20 else None
+        keys = topo.wait_for(scan, timeout=20)
+        self.assertTrue(keys, "the load made fewer than 20 keys")
+        self.assertEqual(topo.cli(dst, "CLUSTER", "SETSLOT", slot, "IMPORTING", self.ids[src]),
+                         "OK")
+        self.assertEqual(topo.cli(src, "CLUSTER", "SETSLOT", slot, "MIGRATING", self.ids[dst]),
+                         "OK")
+        half = keys[:len(keys) // 2]
+        self.assertEqual(topo.cli(src, "MIGRATE", "127.0.0.1", dst, "", 0, 5000, "KEYS", *half),
+                         "OK")
+        # batches holding keys of both halves meet TRYAGAIN until the rest moves
+        topo.wait_for(lambda: (agent.metric("spoa_ratelimit_redis_error_replies_total",
+                                            kind="TRYAGAIN") or 0) > 0, timeout=3)
+        tried = agent.metric("spoa_ratelimit_redis_error_replies_total", kind="TRYAGAIN")
+        # the rest, however many keys the load adds meanwhile
+        def moved():
+            rest = topo.cli(src, "CLUSTER", "GETKEYSINSLOT", slot, 1000).split()
+            if rest:
+                topo.cli(src, "MIGRATE", "127.0.0.1", dst, "", 0, 5000, "KEYS", *rest)
+            return topo.cli(src, "CLUSTER", "COUNTKEYSINSLOT", slot) == "0"
+        self.assertTrue(topo.wait_for(moved, timeout=20), "keys left on the source")
+        for p in self.ports:
+            self.assertEqual(topo.cli(p, "CLUSTER", "SETSLOT", slot, "NODE", self.ids[dst]), "OK")
+        t.join(60)
+        self.assertEqual(res.get("rc"), 0, res.get("out"))
+        self.assertEqual(res.get("errors"), 0, res.get("out"))
+        if not tried:
+            self.skipTest("no batch held keys of both halves (the load did not batch)")
+        self.assertIn('"redis TRYAGAIN: sending again"', agent.output())
+        c = spop.Client(agent.addr)
+        c.handshake()
+        self.addCleanup(c.close)
+        sid = [0]
+
+        def global_again():
+            sid[0] += 1
+            g = c.decide({"key": "after-%d" % sid[0], "path": "/exact/x"}, stream=sid[0], fid=1)
+            return g if g.get("degraded") is not True else None
+        got = topo.wait_for(global_again, timeout=10)
+        self.assertTrue(got, "decisions never global again after the migration")
+        self.assertIs(got.get("blocked"), False, got)
+
+
+only_own_tests(TryAgain, topo.Cluster)
 
 
 if __name__ == "__main__":
