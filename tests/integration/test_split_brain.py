@@ -16,7 +16,8 @@ Sentinel, redis-server --sentinel) on loopback.
 - A Sentinel that stops answering while the master stays up: past [redis]
   sentinel_window the master counts as unconfirmed (redis_unconfirmed,
   degraded decisions, redis_up 0); the sentinel back, the agent reconnects
-  and the warning clears.
+  and the warning clears. A window not shorter than the sentinels'
+  down-after-milliseconds (read with SENTINEL MASTER) is warned about.
 
 Every wait polls a condition with a deadline; nothing depends on speed."""
 import os
@@ -77,6 +78,12 @@ class Unconfirmed(AuthCase):
         self.wait_up(a)
         c = self.seq(a)
         self.assert_ten_of(c, "confirmed")
+        # the sentinels start a failover after 1 s (down-after-milliseconds):
+        # a 2 s window is too long to keep the agent off a replaced master
+        self.wait_log(a, "sentinel_window is not shorter than the sentinels' "
+                      "down-after-milliseconds")
+        self.assertIn("sentinel_window_ms=2000 down_after_ms=1000 failover_timeout_ms=5000",
+                      a.output())
         self.assertNotIn("kind=redis_unconfirmed", a.output())
         # the sentinel stops answering (its socket still accepts): the master
         # stays up and writable, but nobody confirms it any more
