@@ -95,6 +95,7 @@ static void ask(struct store_sentinel *sn)
 
     if (store_probe_running(sn->probe))
         return;
+    store_probe_optional(sn->probe, 0);
     if (store_probe_start(sn->probe, sn->sentinels, sn->nsentinels, 3, argv, accept_reply, on_done,
                           sn) < 0)
         sn->cb(sn->arg, NULL, 0); /* out of memory: the caller retries later */
@@ -169,6 +170,7 @@ static void recheck_cb(struct ev_loop *loop, ev_timer *t, int revents)
         return;
     }
     sn->want_timing = 0;
+    store_probe_optional(sn->probe, 1);
     store_probe_start(sn->probe, sn->sentinels, sn->nsentinels, 3, argv, accept_timing,
                       timing_done, sn);
 }

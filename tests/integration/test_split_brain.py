@@ -57,14 +57,15 @@ class NoReplicas(AuthCase):
 
 
 class Unconfirmed(AuthCase):
-    def sentinel(self, master_port):
+    def sentinel(self, master_port, extra=""):
         port = free_port()
         conf = os.path.join(self.dir, "sentinel-%d.conf" % port)
         with open(conf, "w") as f:
             f.write("port %d\nbind 127.0.0.1\nprotected-mode no\ndir %s\n"
                     "sentinel monitor mymaster 127.0.0.1 %d 1\n"
                     "sentinel down-after-milliseconds mymaster 1000\n"
-                    "sentinel failover-timeout mymaster 5000\n" % (port, self.dir, master_port))
+                    "sentinel failover-timeout mymaster 5000\n%s"
+                    % (port, self.dir, master_port, extra))
         s = Proc(["redis-server", conf, "--sentinel"], "sentinel", cwd=self.dir)
         self.servers.append(s)
         wait_port(port, proc=s.p)
@@ -99,6 +100,21 @@ class Unconfirmed(AuthCase):
         self.wait_log(a, 'msg="warning cleared" kind=redis_unconfirmed', timeout=20)
         self.wait_up(a, 1, timeout=20)
         self.assert_ten_of(c, "confirmed-again")
+
+    def test_sentinel_master_refused_is_no_error(self):
+        """An ACL that lets the agent ask where the master is but not SENTINEL
+        MASTER: the window is not checked, and that is no error reply."""
+        m = self.redis()
+        sport, s = self.sentinel(m.port, "user default off\n"
+                                 "user lim on >pw +auth +ping +sentinel|get-master-addr-by-name\n")
+        a = self.agent("[redis]\nsentinel = 127.0.0.1:%d\nmaster = mymaster\n"
+                       "sentinel_username = lim\nsentinel_password = pw\n" % sport,
+                       log_level="debug")
+        self.wait_up(a)
+        self.wait_log(a, '"sentinel timing not read" master=mymaster err="NOPERM')
+        self.assert_ten_of(self.seq(a), "acl")
+        self.assertEqual(a.metric("spoa_ratelimit_redis_error_replies_total", kind="NOPERM"), 0)
+        self.assertNotIn("kind=redis_errors", a.output())
 
     def test_sentinel_killed_past_the_window(self):
         m = self.redis()
