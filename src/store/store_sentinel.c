@@ -126,13 +126,14 @@ static int accept_timing(void *arg, const struct redisReply *r, const char *host
     struct store_sentinel *sn = arg;
     long long down_ms = field((const redisReply *)r, "down-after-milliseconds");
     long long failover_ms = field((const redisReply *)r, "failover-timeout");
-
     const char *ip = field_str((const redisReply *)r, "ip");
 
     if (down_ms <= 0)
         return 0;
-    /* it names the master we use: a confirmation as good as the usual one */
-    if (ip && strcmp(ip, sn->host) == 0 && field((const redisReply *)r, "port") == sn->port)
+    /* it names the master we use: a confirmation as good as the usual one
+     * (not past the window: the usual answer ends that, and tells the owner) */
+    if (ip && strcmp(ip, sn->host) == 0 && field((const redisReply *)r, "port") == sn->port &&
+        ev_is_active(&sn->window))
         ev_timer_again(sn->loop, &sn->window);
     /* The sentinels start a failover down_ms after they lost the master:
      * an agent cut from them must have stopped writing to it by then. */
@@ -140,7 +141,8 @@ static int accept_timing(void *arg, const struct redisReply *r, const char *host
         LOG_WARN("\"[redis] sentinel_window is not shorter than the sentinels' "
                  "down-after-milliseconds: an agent cut from them may still write to the old "
                  "master when they promote a replica; lower sentinel_window\" master=%s "
-                 "sentinel=%s:%d sentinel_window_ms=%llu down_after_ms=%lld failover_timeout_ms=%lld",
+                 "sentinel=%s:%d sentinel_window_ms=%llu down_after_ms=%lld "
+                 "failover_timeout_ms=%lld",
                  log_val(sn->master), log_val(host), port,
                  (unsigned long long)(sn->window_us / 1000), down_ms, failover_ms);
     else
@@ -156,6 +158,7 @@ static void timing_done(void *arg, int ok)
     if (!ok) /* (an ACL without SENTINEL MASTER: not checked, not asked again) */
         LOG_DEBUG("\"sentinel timing not read\" master=%s err=\"%s\"", log_val(sn->master),
                   store_probe_last_error(sn->probe));
+    ask(sn); /* the question it took the place of (the owner may be waiting) */
 }
 
 /* Every second: where the master is; once per master, in its place, how
