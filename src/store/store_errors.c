@@ -105,8 +105,8 @@ const char *store_error_hint(enum metrics_redis_error kind, int sentinel)
         return "redis replica lost its master (MASTERDOWN): reconnecting to find the master";
     case METRICS_REDIS_NOREPLICAS:
         return "the master has fewer replicas than its min-replicas-to-write (NOREPLICAS), or "
-               "they lag past min-replicas-max-lag: it refuses writes and rules fall back until "
-               "a replica is back; check the replicas and their link to the master";
+               "they lag past min-replicas-max-lag: it refuses writes; rules fall back until a "
+               "replica is back";
     case METRICS_REDIS_LOADING:
         return "redis is loading its data set (LOADING): rules fall back until it is done";
     case METRICS_REDIS_TRYAGAIN:
