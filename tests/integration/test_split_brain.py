@@ -37,7 +37,7 @@ from test_redis_auth import AuthCase, cli
 class NoReplicas(AuthCase):
     def test_noreplicas_counted_warned_and_lifted(self):
         r = self.redis()
-        a = self.agent("[redis]\nurl = redis://127.0.0.1:%d/0\nerrors_quiet = 1s\n" % r.port)
+        a = self.agent("[redis]\nurl = redis://127.0.0.1:%d/0\nerrors_quiet = 5s\n" % r.port)
         self.wait_up(a)
         c = self.seq(a)
         self.assert_ten_of(c, "before")
@@ -53,7 +53,7 @@ class NoReplicas(AuthCase):
         self.assertEqual(cli(r.port, "CONFIG", "SET", "min-replicas-to-write", "0"), "OK")
         self.wait_up(a, 1, timeout=15)
         self.assert_ten_of(c, "lifted")
-        self.wait_log(a, 'msg="warning cleared" kind=redis_errors', timeout=15)
+        self.wait_log(a, 'msg="warning cleared" kind=redis_errors', timeout=30)
 
 
 class Unconfirmed(AuthCase):
