@@ -555,6 +555,8 @@ static struct config *config_new(const char *path)
     cfg->alert_share = 0.05;
     cfg->redis_timeout_ms = 100;
     cfg->redis_keepalive_ms = 1000;
+    cfg->redis_sentinel_window_ms = 5000;
+    cfg->redis_errors_quiet_ms = 30000;
     cfg->redis_functions = 1;
     cfg->lease_interval_ms = 100;
     cfg->lease_ttl_ms = 1000;

@@ -57,6 +57,13 @@ static const struct key_def key_defs[] = {
     /* more than 10 PINGs a second would be load, not keepalive (and the
      * store looks for idle connections every 50 ms) */
     {SEC_REDIS, "keepalive", T_DUR, CF(redis_keepalive_ms), 100, 0, F_ZERO, NULL, 0},
+    /* the agent's master unconfirmed after this long without a sentinel; the
+     * sentinels are asked every second: a shorter window would flap */
+    {SEC_REDIS, "sentinel_window", T_DUR, CF(redis_sentinel_window_ms), 2000, 0, 0, NULL, 0},
+    /* redis_errors clears after this long without an error reply: longer
+     * than the reconnection backoff's 2 s cap, or a lasting refusal (one
+     * probe per backoff) would flap it */
+    {SEC_REDIS, "errors_quiet", T_DUR, CF(redis_errors_quiet_ms), 5000, 0, 0, NULL, 0},
     {SEC_REDIS, "prefix", T_STR, CF(redis_prefix), 0, MAX_PREFIX, 0, NULL, 0},
     {SEC_REDIS, "require_noeviction", T_BOOL, CF(redis_require_noeviction), 0, 0, 0, NULL, 0},
     {SEC_REDIS, "functions", T_BOOL, CF(redis_functions), 0, 0, 0, NULL, 0},

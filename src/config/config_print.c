@@ -138,6 +138,10 @@ static void put_redis(struct strbuf *o, const struct config *cfg)
         put_duration(o, cfg->redis_keepalive_ms);
     else
         strbuf_printf(o, "0 ; off");
+    strbuf_printf(o, "\nsentinel_window = ");
+    put_duration(o, cfg->redis_sentinel_window_ms);
+    strbuf_printf(o, "\nerrors_quiet = ");
+    put_duration(o, cfg->redis_errors_quiet_ms);
     strbuf_printf(o, "\nprefix = %s\nrequire_noeviction = %s\nfunctions = %s\n\n[lease]\ninterval = ",
                   cfg->redis_prefix ? cfg->redis_prefix : "",
                   cfg->redis_require_noeviction ? "yes" : "no", cfg->redis_functions ? "on" : "off");

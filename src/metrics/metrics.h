@@ -116,6 +116,11 @@ enum metrics_redis_error {
     METRICS_REDIS_NOAUTH,       /* a password is needed */
     METRICS_REDIS_WRONGPASS,    /* the user or password was refused */
     METRICS_REDIS_NOSCRIPT,     /* Redis lost the scripts (reloaded at once) */
+    METRICS_REDIS_NOREPLICAS,   /* fewer replicas than min-replicas-to-write */
+    METRICS_REDIS_LOADING,      /* Redis is loading its data set */
+    METRICS_REDIS_TRYAGAIN,     /* Cluster: a multi-key call during a slot migration */
+    METRICS_REDIS_CLUSTERDOWN,  /* Cluster: the slot is not served */
+    METRICS_REDIS_BUSY,         /* a script runs past lua-time-limit */
     METRICS_REDIS_OTHER,
     METRICS_REDIS_ERROR_KINDS,
 };

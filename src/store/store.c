@@ -13,6 +13,8 @@
 #include "store.h"
 
 #include <assert.h>
+#include <ev.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,9 +23,11 @@
 #include "core/log.h"
 #include "core/net.h"
 #include "core/util.h"
+#include "core/warning.h"
 #include "metrics/metrics.h"
 #include "store_cluster.h"
 #include "store_conn.h"
+#include "store_errors.h"
 #include "store_info.h"
 #include "store_probe.h"
 #include "store_reply_pool.h"
@@ -34,6 +38,10 @@ struct store {
     struct store_conn *conn;         /* url and sentinel: the one connection */
     struct store_sentinel *sentinel; /* sentinel: where the master is */
     int resolving;                   /* sentinel: the connection waits for an answer */
+    int unconfirmed; /* sentinel: none confirmed the master for sentinel_window */
+    uint64_t sentinel_window_us;
+    uint64_t errors_quiet_us; /* [redis] errors_quiet (store_errors_tick) */
+    ev_timer tick;            /* every second: store_errors_tick */
     struct store_cluster *cluster;   /* cluster: the slot map and the masters */
     int up;      /* what callers see: connected and store_info_ok() */
     int was_up;  /* it has been up: the next up is a reconnect */
@@ -58,9 +66,17 @@ struct store {
     char agent_id[128];
 };
 
+#define SENTINEL_WINDOW_US 5000000ULL /* [redis] sentinel_window's default */
+#define ERRORS_QUIET_US 30000000ULL   /* [redis] errors_quiet's default */
+
+/* Stores (one per worker) whose master is unconfirmed: the warning is the
+ * process's, raised by the first and cleared by the last. */
+static atomic_int unconfirmed_stores;
+
 /* ---- up and down ---------------------------------------------------------- */
 
-/* Up: connected, and (require_noeviction) no server that can evict. */
+/* Up: connected, (require_noeviction) no server that can evict, and
+ * (Sentinel) a master some sentinel confirmed within sentinel_window. */
 static void set_up(struct store *s, int linked)
 {
     int up;
@@ -68,7 +84,7 @@ static void set_up(struct store *s, int linked)
     s->linked = linked;
     if (s->closing)
         return;
-    up = linked && store_info_ok(s->info);
+    up = linked && store_info_ok(s->info) && !s->unconfirmed;
     if (s->up == up)
         return;
     s->up = up;
@@ -145,6 +161,41 @@ static void info_changed(void *arg)
 
 /* ---- sentinel ---------------------------------------------------------------- */
 
+/* No sentinel answered for sentinel_window (store_sentinel_watch): they may
+ * have promoted a replica while this agent, cut from them, still writes to
+ * the old master (split brain). The master counts as unconfirmed: down (rules
+ * fall back), the connection given up; it is made again, ROLE checked, only
+ * once a sentinel names the master. */
+static void on_unconfirmed(void *arg)
+{
+    struct store *s = arg;
+
+    if (s->unconfirmed)
+        return;
+    s->unconfirmed = 1;
+    atomic_fetch_add(&unconfirmed_stores, 1);
+    warning_raise(WARNING_REDIS_UNCONFIRMED,
+                  "no sentinel has confirmed master %s (at %s) for %llu ms ([redis] "
+                  "sentinel_window): the sentinels may have promoted a replica; rules fall back "
+                  "until one answers. Check the network between this agent and the sentinels",
+                  s->master ? s->master : "-", store_conn_name(s->conn),
+                  (unsigned long long)(s->sentinel_window_us / 1000));
+    set_up(s, s->linked);
+    store_conn_drop(s->conn, "master unconfirmed by the sentinels");
+}
+
+/* A sentinel named the master again. */
+static void confirmed(struct store *s)
+{
+    if (!s->unconfirmed)
+        return;
+    s->unconfirmed = 0;
+    if (atomic_fetch_sub(&unconfirmed_stores, 1) == 1)
+        warning_clear(WARNING_REDIS_UNCONFIRMED);
+    LOG_INFO("\"redis master confirmed by a sentinel\" master=%s", log_val(s->master));
+    set_up(s, s->linked);
+}
+
 /* The connection's backoff after a loss passed: ask where the master is now. */
 static void sentinel_retry(void *owner, struct store_conn *conn)
 {
@@ -168,6 +219,10 @@ static void on_master(void *arg, const char *host, int port)
         if (waiting)
             store_conn_retry_later(s->conn);
         return;
+    }
+    if (s->unconfirmed) { /* given up at the window: connect again (ROLE first) */
+        confirmed(s);
+        waiting = 1;
     }
     if (cur && strcmp(cur, host) == 0 && store_conn_port(s->conn) == port) {
         if (waiting)
@@ -252,6 +307,13 @@ void store_cork(struct store *s, int on)
 }
 
 /* ---- lifecycle ----------------------------------------------------------- */
+
+static void tick_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    struct store *s = t->data;
+
+    store_errors_tick(util_now_us(), s->errors_quiet_us);
+}
 
 /* Free a secret, wiped first. */
 static void drop_secret(char *v)
@@ -344,6 +406,7 @@ static int setup_topology(struct store *s, struct ev_loop *loop, const struct st
             snprintf(err, errlen, "out of memory");
             return -1;
         }
+        store_sentinel_watch(s->sentinel, s->sentinel_window_us, on_unconfirmed);
         s->resolving = 1;
         store_sentinel_resolve(s->sentinel);
         return 0;
@@ -370,6 +433,12 @@ struct store *store_new(struct ev_loop *loop, const struct store_options *o, cha
     s->env.keepalive_us = o->keepalive_us;
     s->env.functions = o->functions;
     s->env.dead_after_us = o->dead_after_us;
+    s->sentinel_window_us = o->sentinel_window_us ? o->sentinel_window_us : SENTINEL_WINDOW_US;
+    s->errors_quiet_us = o->errors_quiet_us ? o->errors_quiet_us : ERRORS_QUIET_US;
+    ev_timer_init(&s->tick, tick_cb, 1., 1.);
+    s->tick.data = s;
+    ev_timer_start(loop, &s->tick);
+    ev_unref(loop); /* it alone does not keep the loop running */
     s->auth.server = "redis";
     s->sentinel_auth.server = "sentinel";
     s->prefix = strdup(o->prefix ? o->prefix : "");
@@ -400,6 +469,12 @@ void store_free(struct store *s)
     if (!s)
         return;
     s->closing = 1; /* failing callbacks that call store_eval get STORE_DOWN */
+    if (ev_is_active(&s->tick)) {
+        ev_ref(s->env.loop); /* undoes the ev_unref of store_new */
+        ev_timer_stop(s->env.loop, &s->tick);
+    }
+    if (s->unconfirmed && atomic_fetch_sub(&unconfirmed_stores, 1) == 1)
+        warning_clear(WARNING_REDIS_UNCONFIRMED);
     store_info_stop(s->info);
     store_cluster_free(s->cluster);
     store_sentinel_free(s->sentinel);

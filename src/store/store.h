@@ -62,6 +62,9 @@ struct store_options {
     uint64_t timeout_us;    /* [redis] timeout: a sentinel or seed question, a late PING */
     uint64_t keepalive_us;  /* [redis] keepalive: PING after this long idle; 0 off */
     uint64_t dead_after_us; /* a connection silent this long is given up */
+    uint64_t sentinel_window_us; /* [redis] sentinel_window: no sentinel this long, the
+                                  * master is unconfirmed (store_sentinel.h) */
+    uint64_t errors_quiet_us;    /* [redis] errors_quiet: redis_errors clears after it */
 };
 
 /* The options of cfg's [redis] section, into o: the one place the config's

@@ -39,6 +39,7 @@ struct store_cmd {
     unsigned write : 1;      /* a read made by store_write(): refusals take the
                               * store down as a script call's do */
     unsigned pooled : 1;     /* a CMD_BLOCK block, recycled (store_cmd.c) */
+    unsigned tries : 3;      /* TRYAGAIN: sent again this many times (store_errors.h) */
     int argc;                /* a batch: 0 (its request is written from its members) */
     char **argv;             /* argv[0] and [1] are NULL: the verb and the sha or
                               * function are written when sent (store_call) */

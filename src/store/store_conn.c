@@ -100,6 +100,18 @@ static void fail_list(struct store_cmd *c, const char *why)
     }
 }
 
+/* Fail what waits to be sent again after a TRYAGAIN. */
+static void later_fail(struct store_conn *conn, const char *why)
+{
+    struct store_cmd *l = conn->lhead;
+
+    ev_timer_stop(conn->env->loop, &conn->later);
+    for (struct store_cmd *c = l; c; c = c->next)
+        conn->env->pending--;
+    conn->lhead = conn->ltail = NULL;
+    fail_list(l, why);
+}
+
 /* ---- connection state ---------------------------------------------------- */
 
 static void set_ready(struct store_conn *conn, int ready)
@@ -143,6 +155,7 @@ static void conn_lost(struct store_conn *conn, redisAsyncContext *ac, const char
         store_cmd_fail(c, STORE_DOWN, reason);
     }
     fail_list(queue_take(conn), reason);
+    later_fail(conn, reason);
     if (retry)
         store_conn_retry_later(conn);
 }
@@ -305,6 +318,12 @@ int store_conn_restart(struct store_conn *conn, const char *host, int port, cons
     conn->backoff = BACKOFF_MIN;
     store_conn_connect(conn);
     return 0;
+}
+
+void store_conn_drop(struct store_conn *conn, const char *why)
+{
+    if (conn->ac)
+        conn_lost(conn, conn->ac, why, 1);
 }
 
 /* The keepalive PING's reply. An error reply counts as a failed command does;
@@ -577,6 +596,51 @@ static void resend(struct store_conn *conn, struct store_cmd *c)
     store_cmd_fail(c, STORE_DOWN, "send failed");
 }
 
+/* The TRYAGAIN timer: send again what waited. */
+static void later_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    struct store_conn *conn = t->data;
+    struct store_cmd *c = conn->lhead, *next;
+
+    conn->lhead = conn->ltail = NULL;
+    for (; c; c = next) {
+        next = c->next;
+        c->next = NULL;
+        conn->env->pending--;
+        resend(conn, c);
+    }
+}
+
+/* TRYAGAIN: a Cluster slot migration has some of c's keys on each side, for
+ * a moment. Sent again after a short wait, as Redis Cluster clients do
+ * (store_error_retry_wait), on this connection: once the slot has moved,
+ * the answer is a -MOVED, followed as ever. 1 when c was taken care of. */
+static int try_again(struct store_conn *conn, struct store_cmd *c, enum metrics_redis_error kind)
+{
+    uint64_t now = util_now_us();
+    long long wait = store_error_retry_wait(kind, c->tries, now - c->first_us,
+                                            conn->env->timeout_us);
+
+    if (wait < 0)
+        return 0; /* failed as any error reply: counted, warned */
+    METRIC_INC(redis_error_replies[kind]);
+    c->tries++;
+    c->next = NULL;
+    if (conn->ltail)
+        conn->ltail->next = c;
+    else
+        conn->lhead = c;
+    conn->ltail = c;
+    conn->env->pending++;
+    if (!ev_is_active(&conn->later)) {
+        ev_timer_set(&conn->later, (double)wait / 1e6, 0.);
+        ev_timer_start(conn->env->loop, &conn->later);
+    }
+    LOG_DEBUG("\"redis TRYAGAIN: sending again\" addr=%s tries=%u", log_val(conn->name),
+              (unsigned)c->tries);
+    return 1;
+}
+
 /* An error reply to c, sent as FCALL, that EVALSHA would not get. No such
  * function (FUNCTION FLUSH, a Redis restarted without its data): load the
  * library again and send c again, in order on this connection, once; then
@@ -620,6 +684,8 @@ static int handle_error(struct store_conn *conn, redisAsyncContext *ac, struct s
     enum metrics_redis_error kind = store_error_kind(err);
 
     if (c->fcall && fcall_failed(conn, ac, c, err, kind))
+        return 1;
+    if (kind == METRICS_REDIS_TRYAGAIN && try_again(conn, c, kind))
         return 1;
     if (kind == METRICS_REDIS_NOSCRIPT)
         METRIC_INC(redis_error_replies[kind]);
@@ -789,6 +855,8 @@ struct store_conn *store_conn_new(struct store_env *env, const struct store_conn
     }
     ev_timer_init(&conn->retry, retry_cb, 0., 0.);
     conn->retry.data = conn;
+    ev_timer_init(&conn->later, later_cb, 0., 0.);
+    conn->later.data = conn;
     ev_timer_init(&conn->watchdog, watchdog_cb, 0., WATCHDOG_EVERY);
     conn->watchdog.data = conn;
     ev_prepare_init(&conn->write_early, write_early_cb);
@@ -823,6 +891,7 @@ void store_conn_free(struct store_conn *conn)
         store_cmd_fail(c, STORE_DOWN, "connection closed");
     }
     fail_list(queue_take(conn), "connection closed");
+    later_fail(conn, "connection closed");
     store_conn_set_fcall(conn, 0);
     free(conn->host);
     free(conn->unix_path);

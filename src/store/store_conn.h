@@ -103,6 +103,11 @@ void store_conn_retry_later(struct store_conn *conn);
  * changed). */
 int store_conn_restart(struct store_conn *conn, const char *host, int port, const char *why);
 
+/* Give the current connection up now (the commands in flight fail with
+ * STORE_DOWN, state 0 runs) and run the retry hook after the backoff, as
+ * after a loss. Not from inside one of this connection's hooks. */
+void store_conn_drop(struct store_conn *conn, const char *why);
+
 /* 1 when ready: connected, role checked, scripts loaded. */
 int store_conn_ready(const struct store_conn *conn);
 

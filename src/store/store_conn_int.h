@@ -64,6 +64,9 @@ struct store_conn {
     unsigned inflight;             /* how many */
     struct store_cmd *qhead, *qtail; /* queued for the next batch (linked by next) */
     unsigned qlen;
+    /* answered TRYAGAIN: sent again when the timer fires (linked by next) */
+    struct store_cmd *lhead, *ltail;
+    ev_timer later;
     char last_err[ERR_LEN];
     struct clock_jump clock; /* Redis' clock against ours: its steps (clock_jump.h) */
 };

@@ -34,6 +34,8 @@ void store_options_from_config(const struct config *cfg, struct store_options *o
     o->functions = cfg->redis_functions;
     o->timeout_us = cfg->redis_timeout_ms * 1000;
     o->keepalive_us = cfg->redis_keepalive_ms * 1000;
+    o->sentinel_window_us = cfg->redis_sentinel_window_ms * 1000;
+    o->errors_quiet_us = cfg->redis_errors_quiet_ms * 1000;
     o->dead_after_us = o->timeout_us * DEAD_AFTER_TIMEOUTS;
     if (o->dead_after_us < DEAD_AFTER_MIN_US)
         o->dead_after_us = DEAD_AFTER_MIN_US;

@@ -44,6 +44,7 @@ struct store_probe {
     store_probe_done *done;
     void *arg;
     const struct store_auth *auth;
+    int optional; /* store_probe_optional: the command's error replies are not noted */
     char last_err[160];
 };
 
@@ -236,7 +237,8 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
         char command[64];
         snprintf(command, sizeof(command), "%s%s%s", p->argv[0], p->argc > 1 ? " " : "",
                  p->argc > 1 ? p->argv[1] : "");
-        note_error(p, command, reply->str);
+        if (!p->optional)
+            note_error(p, command, reply->str);
         attempt_failed(p, ac, reply->str, 1);
         return;
     }
@@ -255,6 +257,11 @@ static void timer_cb(struct ev_loop *loop, ev_timer *t, int revents)
 
     if (p->ac)
         attempt_failed(p, p->ac, "timed out", 1);
+}
+
+void store_probe_optional(struct store_probe *p, int optional)
+{
+    p->optional = optional;
 }
 
 /* ---- lifecycle --------------------------------------------------------------- */

@@ -48,6 +48,12 @@ const char *store_probe_last_error(const struct store_probe *p);
  * callbacks. NULL no-op. */
 void store_probe_free(struct store_probe *p);
 
+/* optional 1: the walks to come ask something the caller can do without
+ * (an ACL may refuse it): an error reply to the command is neither counted
+ * nor logged nor warned (store_errors.h), only kept as the last error.
+ * AUTH's still are. 0 (the default): they are. */
+void store_probe_optional(struct store_probe *p, int optional);
+
 /* 1 while a walk is under way. */
 int store_probe_running(const struct store_probe *p);
 

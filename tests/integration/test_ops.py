@@ -402,7 +402,8 @@ class RedisConnection(unittest.TestCase):
                 c.close()
                 self.assertEqual(agent.metric("spoa_ratelimit_redis_up"), 0)
                 time.sleep(0.5)  # several reconnection attempts: still one line
-                self.assertEqual(agent.output().count("(WRONGPASS)"), 1, agent.output())
+                self.assertEqual(agent.output().count('msg="redis refused the password '
+                                                      '(WRONGPASS)'), 1, agent.output())
             finally:
                 self.assertEqual(agent.stop(), 0, agent.output())
         finally:

@@ -166,7 +166,8 @@ class Passwords(AuthCase):
         # more attempts, with backoff: still one line (10 s gate)
         self.assertTrue(wait_for(lambda: a.metric("spoa_ratelimit_redis_error_replies_total",
                                                   kind="WRONGPASS") >= 4, timeout=15))
-        self.assertEqual(a.output().count("(WRONGPASS)"), 1, a.output())
+        self.assertEqual(a.output().count('msg="redis refused the password (WRONGPASS)'), 1,
+                         a.output())
 
     def test_percent_decoded_url_password(self):
         r = self.redis("--requirepass", "p@ss:w/rd")

@@ -81,6 +81,12 @@ static const struct {
                                   "off, or an integer > 0 and a unit: ms, s, m, h, d or w)\n"},
     {"[redis]\nkeepalive = 99ms\n",
      "t.ini:2: duration '99ms' for 'keepalive' is too short: 0 (off) or at least 100ms\n"},
+    /* the sentinels are asked every second: a shorter window would flap */
+    {"[redis]\nsentinel_window = 1s\n",
+     "t.ini:2: duration '1s' for 'sentinel_window' is too short: at least 2000ms\n"},
+    /* a lasting refusal is probed every 2 s at most: a shorter quiet would flap */
+    {"[redis]\nerrors_quiet = 4s\n",
+     "t.ini:2: duration '4s' for 'errors_quiet' is too short: at least 5000ms\n"},
     {"[redis]\nkeepalive = 400d\n",
      "t.ini:2: duration '400d' for 'keepalive' is longer than the maximum of 365d\n"},
     {"[redis]\ntimeout = 0\n", "t.ini:2: bad duration '0' for 'timeout' (expected an integer "

@@ -165,6 +165,8 @@ START_TEST(test_defaults)
     ck_assert_ptr_null(cfg->redis_master);
     ck_assert_uint_eq(cfg->redis_timeout_ms, 100);
     ck_assert_uint_eq(cfg->redis_keepalive_ms, 1000);
+    ck_assert_uint_eq(cfg->redis_sentinel_window_ms, 5000);
+    ck_assert_uint_eq(cfg->redis_errors_quiet_ms, 30000);
     ck_assert_str_eq(cfg->redis_prefix, "rl:");
     ck_assert_int_eq(config_standalone(cfg), 1);
     ck_assert_uint_eq(cfg->lease_interval_ms, 100);

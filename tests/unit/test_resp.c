@@ -13,6 +13,8 @@
 #include <string.h>
 
 #include "check_util.h"
+#include "core/util.h"
+#include "core/warning.h"
 #include "store/store_conn.h"
 #include "store/store_errors.h"
 #include "store/store_reply.h"
@@ -391,6 +393,15 @@ static const struct {
     {"ERR Protocol error: unauthenticated bulk length", METRICS_REDIS_NOAUTH, 1},
     {"WRONGPASS invalid username-password pair or user is disabled.", METRICS_REDIS_WRONGPASS, 1},
     {"NOSCRIPT No matching script. Please use EVAL.", METRICS_REDIS_NOSCRIPT, 0},
+    {"NOREPLICAS Not enough good replicas to write.", METRICS_REDIS_NOREPLICAS, 1},
+    {"NOREPLICAS Not enough good replicas to write. script: 65a6, on @user_script:1.",
+     METRICS_REDIS_NOREPLICAS, 1},
+    {"LOADING Redis is loading the dataset in memory", METRICS_REDIS_LOADING, 1},
+    {"TRYAGAIN Multiple keys request during rehashing of slot", METRICS_REDIS_TRYAGAIN, 0},
+    {"CLUSTERDOWN Hash slot not served", METRICS_REDIS_CLUSTERDOWN, 0},
+    {"BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.",
+     METRICS_REDIS_BUSY, 0},
+    {"NOREPLICASX not a word of its own", METRICS_REDIS_OTHER, 0},
     {"ERR Error running script: tb_exact: bad ARGV[1]", METRICS_REDIS_OTHER, 0},
     {"MOVED 3999 127.0.0.1:6381", METRICS_REDIS_OTHER, 0},
     {"READONLYX not a word of its own", METRICS_REDIS_OTHER, 0},
@@ -405,6 +416,90 @@ START_TEST(error_kind)
     ck_assert_msg(k == error_replies[_i].kind, "%s: kind %d", error_replies[_i].err, (int)k);
     ck_assert_int_eq(store_error_refusal(k), error_replies[_i].refusal);
     ck_assert_str_eq(metrics_redis_error_names[METRICS_REDIS_OTHER], "other");
+    /* every kind has its label and a hint that names it (other: says where to look) */
+    ck_assert_ptr_nonnull(metrics_redis_error_names[k]);
+    if (k != METRICS_REDIS_OTHER)
+        ck_assert_msg(strstr(store_error_hint(k, 0), metrics_redis_error_names[k]), "%s",
+                      store_error_hint(k, 0));
+}
+END_TEST
+
+/* The code a warning names: the error's first word when it is one. */
+static const struct {
+    const char *err, *code;
+} error_codes[] = {
+    {"NOREPLICAS Not enough good replicas to write.", "NOREPLICAS"},
+    {"ERR Error running script", "ERR"},
+    {"WRONGTYPE Operation against a key", "WRONGTYPE"},
+    {"TRYAGAIN", "TRYAGAIN"},
+    {"Error without a code", "other"},
+    {"lowercase words", "other"},
+    {"", "other"},
+    {"ABCDEFGHIJKLMNOPQRSTUVWXYZABCDEFGHIJ too long for a code", "other"},
+};
+
+START_TEST(error_code)
+{
+    char out[40];
+
+    store_error_code(error_codes[_i].err, out, sizeof(out));
+    ck_assert_str_eq(out, error_codes[_i].code);
+}
+END_TEST
+
+/* Any error reply but NOSCRIPT raises redis_errors naming its code and what
+ * to do; it clears once no error has come for the quiet period. */
+START_TEST(errors_warning)
+{
+    const struct store_error_where w = {"redis", "127.0.0.1:6379", "EVALSHA tb_claim", NULL,
+                                        "rl:"};
+    struct warning_view v[WARNING_KINDS];
+    uint64_t now;
+
+    warning_reset();
+    store_error_note(METRICS_REDIS_NOSCRIPT, "NOSCRIPT No matching script.", &w);
+    ck_assert_int_eq(warning_active(WARNING_REDIS_ERRORS), 0);
+    store_error_note(METRICS_REDIS_NOREPLICAS, "NOREPLICAS Not enough good replicas to write.",
+                     &w);
+    now = util_now_us();
+    ck_assert_int_eq(warning_active(WARNING_REDIS_ERRORS), 1);
+    ck_assert_uint_eq(warning_list(v, WARNING_KINDS), 1);
+    ck_assert_ptr_nonnull(strstr(v[0].message, "NOREPLICAS"));
+    ck_assert_ptr_nonnull(strstr(v[0].message, "min-replicas-to-write"));
+    store_error_note(METRICS_REDIS_OTHER, "WRONGTYPE Operation against a key", &w);
+    ck_assert_uint_eq(warning_list(v, WARNING_KINDS), 1);
+    ck_assert_ptr_nonnull(strstr(v[0].message, "WRONGTYPE"));
+    now = util_now_us();
+    store_errors_tick(now + 1000, 30000000);
+    ck_assert_int_eq(warning_active(WARNING_REDIS_ERRORS), 1);
+    store_errors_tick(now + 30000000, 30000000);
+    ck_assert_int_eq(warning_active(WARNING_REDIS_ERRORS), 0);
+}
+END_TEST
+
+/* TRYAGAIN is sent again after a short wait while the retries and the
+ * timeout allow; nothing else is. */
+static const struct {
+    enum metrics_redis_error kind;
+    unsigned tries;
+    uint64_t waited_us, timeout_us;
+    long long wait;
+} retries[] = {
+    {METRICS_REDIS_TRYAGAIN, 0, 0, 100000, STORE_TRYAGAIN_WAIT_US},
+    {METRICS_REDIS_TRYAGAIN, STORE_TRYAGAIN_MAX - 1, 40000, 100000, STORE_TRYAGAIN_WAIT_US},
+    {METRICS_REDIS_TRYAGAIN, STORE_TRYAGAIN_MAX, 0, 100000, -1},
+    {METRICS_REDIS_TRYAGAIN, 1, 95000, 100000, -1},  /* the answer would come too late */
+    {METRICS_REDIS_TRYAGAIN, 0, 0, STORE_TRYAGAIN_WAIT_US, -1}, /* a timeout shorter than a wait */
+    {METRICS_REDIS_NOREPLICAS, 0, 0, 100000, -1},
+    {METRICS_REDIS_CLUSTERDOWN, 0, 0, 100000, -1},
+    {METRICS_REDIS_OTHER, 0, 0, 100000, -1},
+};
+
+START_TEST(retry_wait)
+{
+    ck_assert_int_eq(store_error_retry_wait(retries[_i].kind, retries[_i].tries,
+                                            retries[_i].waited_us, retries[_i].timeout_us),
+                     retries[_i].wait);
 }
 END_TEST
 
@@ -418,6 +513,9 @@ int main(void)
     tcase_add_test(tc, read_call);
     tcase_add_loop_test(tc, batch, 0, sizeof(batch_sizes) / sizeof(batch_sizes[0]));
     tcase_add_loop_test(tc, reply_pool, 0, sizeof(replies) / sizeof(replies[0]));
+    tcase_add_test(tc, errors_warning);
+    tcase_add_loop_test(tc, error_code, 0, sizeof(error_codes) / sizeof(error_codes[0]));
+    tcase_add_loop_test(tc, retry_wait, 0, sizeof(retries) / sizeof(retries[0]));
     tcase_add_loop_test(tc, redirect, 0, sizeof(redirects) / sizeof(redirects[0]));
     tcase_add_loop_test(tc, error_kind, 0, sizeof(error_replies) / sizeof(error_replies[0]));
     return check_run_case("resp", tc);
