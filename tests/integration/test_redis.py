@@ -566,8 +566,10 @@ class Efficiency(RedisCase):
         self.addCleanup(mon.close)
         m0 = self.metric(agent, "spoa_ratelimit_redis_commands_total")
         i = mon.mark()
+        t0 = time.monotonic()
         out = self.bench(agent, path, n)
         time.sleep(0.35)  # let idle leases be given back: they are part of the cost
+        self.seconds = time.monotonic() - t0
         m1 = self.metric(agent, "spoa_ratelimit_redis_commands_total")
         j = mon.mark()
         cmds = mon.commands(i, j)
@@ -587,7 +589,13 @@ class Efficiency(RedisCase):
         agent = self.start_agent(redis, HOT, workers=2)
         n = 20000
         cmds, metric = self.measure(redis, agent, "/lease/bench", n)
-        self.assertLessEqual(cmds / n, 0.02, "lease = on: Redis commands per decision")
+        # Leases cost Redis calls per key and [lease] interval (100 ms), not
+        # per decision: at most 2% of the decisions, or, where a slow machine
+        # took long over them, a few calls per key and interval of the run.
+        per_key = 4 + 2 * self.seconds / 0.1
+        self.assertLessEqual(cmds, max(0.02 * n, 20 * per_key),
+                             "lease = on: %d Redis commands for %d decisions over %.2f s (20 keys)"
+                             % (cmds, n, self.seconds))
         self.assertGreater(cmds, 0, "lease = on: no Redis command at all: not using Redis?")
         self.assertLessEqual(abs(metric - cmds), 5 + 0.02 * cmds,
                              "spoa_ratelimit_redis_commands_total disagrees with MONITOR")

@@ -14,6 +14,7 @@ import time
 import unittest
 
 import fleet
+import harness
 import spop
 from fleet import LoadClient, sanity_problems, unique, worst_window
 from harness import Redis
@@ -189,8 +190,11 @@ class RedisDown(RedisCase):
         self.err_down = self.errors()
         t_down = time.monotonic()
         self.redis.kill()  # SIGKILL
-        time.sleep(0.6)
-        up = self.agent.metric("spoa_ratelimit_redis_up")
+        # redis_up falls to 0 during the outage: waited for (until shortly
+        # before Redis is back), not read once after a fixed 0.6 s
+        up = harness.wait_for(lambda: self.agent.metric("spoa_ratelimit_redis_up") == 0,
+                              timeout=max(0.1, t_down + 2.4 - time.monotonic()))
+        up = 0 if up else self.agent.metric("spoa_ratelimit_redis_up")
         time.sleep(max(0.0, t_down + 2.6 - time.monotonic()))
         t_back = time.monotonic()
         self.redis = self.start_redis(self.redis.port)  # empty: no keys, no scripts

@@ -137,11 +137,14 @@ class OneRedis(StoreCase):
 
     def test_push_reaches_three_agents(self):
         """v1, then ten more pushes: each is enforced by all three agents
-        within 2 s (poll 1s, the default); the median time is printed."""
+        (poll 1s, the default: within a poll period and an apply; the median
+        and the slowest are printed). The deadline is 5 s, not 2: three ASan
+        agents next to CPU hogs may take longer than a second to apply, and a
+        poll that stopped still fails it."""
         agents = self.agents(poll="1s")
         self.assertEqual(self.limit(agents[0]), 1)  # the file's own rule, until a push
         self.assertEqual(self.push(self.op, rules(10)), 1)
-        self.wait_limit(agents, 10, timeout=2.0)
+        self.wait_limit(agents, 10)
         took = []
         for i in range(10):
             want = 20 + i
@@ -150,7 +153,7 @@ class OneRedis(StoreCase):
             time.sleep(random.uniform(0, 1.0))
             t0 = time.monotonic()
             self.assertEqual(self.push(self.op, rules(want)), 2 + i)
-            self.wait_limit(agents, want, timeout=2.0)
+            self.wait_limit(agents, want)
             took.append(time.monotonic() - t0)
         for a in agents:
             self.assertEqual(a.metric("spoa_ratelimit_rules_version"), 11)
@@ -301,7 +304,7 @@ class OneRedis(StoreCase):
         self.wait_limit(agents, 20)
         p = self.cli(op, "--rollback", "1")
         self.assertEqual((p.returncode, p.stdout.strip()), (0, "3"), p.stderr)
-        self.wait_limit(agents, 10, timeout=2.0)
+        self.wait_limit(agents, 10)
         p = self.cli(op, "--rules-history")
         self.assertEqual(p.returncode, 0, p.stderr)
         lines = p.stdout.splitlines()
@@ -616,7 +619,7 @@ class OnCluster(StoreCase, topo.TopologyCase):
         for a in agents:
             self.assertTrue(wait_for(lambda: a.metric("spoa_ratelimit_redis_up") == 1, 10))
         self.assertEqual(self.push(op, rules(10)), 1)
-        self.wait_limit(agents, 10, timeout=2.0)
+        self.wait_limit(agents, 10)
         self.assertEqual(self.push(op, rules(20), "--if-version", "1"), 2)
         self.wait_limit(agents, 20, timeout=2.0)
         p = self.push(op, rules(30), "--if-version", "1", ok=False)
@@ -624,7 +627,7 @@ class OnCluster(StoreCase, topo.TopologyCase):
         self.assertIn("version 2 is current", p.stderr)
         p = self.cli(op, "--rollback", "1")
         self.assertEqual((p.returncode, p.stdout.strip()), (0, "3"), p.stderr)
-        self.wait_limit(agents, 10, timeout=2.0)
+        self.wait_limit(agents, 10)
         p = self.cli(op, "--rules-history")
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertEqual(len(p.stdout.splitlines()), 4, p.stdout)
@@ -654,7 +657,7 @@ class OnSentinel(StoreCase, topo.TopologyCase):
         for a in agents:
             self.assertTrue(wait_for(lambda: a.metric("spoa_ratelimit_redis_up") == 1, 10))
         self.assertEqual(self.push(op, rules(10)), 1)
-        self.wait_limit(agents, 10, timeout=2.0)
+        self.wait_limit(agents, 10)
         self.assertEqual(topo.cli(mport, "GET", "rl:{rules}:current").split()[0], "1")
         self.assertTrue(wait_for(lambda: topo.cli(sport, "SENTINEL", "FAILOVER", "mymaster")
                                  == "OK", timeout=15, step=0.5), "sentinel refused FAILOVER")

@@ -333,6 +333,7 @@ START_TEST(tb_refill_capped_while_leases_held)
     struct state st;
     mkkey(key, sizeof(key), "cap");
 
+    long long t_a = redis_now_us(); /* A's claim runs after this (Redis' clock) */
     claim(TB_CLAIM, key, "A", &ru, 6, 0, 0, o);
     ck_assert_int_eq(o[R_GRANTED], 6);
     sleep_ms(150); /* would refill 15 tokens */
@@ -349,8 +350,11 @@ START_TEST(tb_refill_capped_while_leases_held)
     exact(TB_EXACT, key, &ru, 1, x);
     ck_assert_int_eq(x[X_ALLOWED], 0); /* everything is held */
     ck_assert_int_eq(x[X_REMAINING], 0);
-    ck_assert_int_ge(x[X_RETRY], 2000); /* until the first lease ends */
-    ck_assert_int_le(x[X_RETRY], 3000);
+    /* until the first lease ends: A's ttl from its claim, which ran between
+     * t_a and this call (the elapsed time measured, not assumed short) */
+    long long since_a = x[X_TIME] - t_a / 1000;
+    ck_assert_msg(x[X_RETRY] >= 3000 - since_a - 1 && x[X_RETRY] <= 3000,
+                  "retry %lld, %lld ms after A's claim", x[X_RETRY], since_a);
     assert_tb_invariant(key, ru.burst, &st);
 
     give_back(TB_RETURN, key, "A", &ru, 0, o);
@@ -469,19 +473,27 @@ START_TEST(tb_key_expires)
     mkkey(key, sizeof(key), "ttl");
     mkkey(key2, sizeof(key2), "ttl-exact");
 
+    /* The expiry times against Redis' clock around the calls, not a PTTL
+     * read some time later (a busy machine can put 100 ms in between). */
+    long long r0 = redis_now_us() / 1000;
     claim(TB_CLAIM, key, "A", &ru, 10, 0, 0, o);
+    long long r1 = redis_now_us() / 1000;
     ck_assert_int_eq(o[R_GRANTED], 10);
-    long long pttl = cmd_int("PTTL %s", key);
-    ck_assert_int_gt(pttl, 1000);
-    ck_assert_int_le(pttl, 1100);
+    long long e1 = cmd_int("PEXPIRETIME %s", key); /* = the claim's time + its ttl */
+    ck_assert_msg(e1 - r0 > 1000 && e1 - r1 <= 1100, "expires %lld ms after a time before "
+                  "the claim, %lld ms after one after it", e1 - r0, e1 - r1);
 
+    /* the exact call's expiry is set by its SET, after its time_ms (TIME at
+     * the script's start) and before the TIME read after the call */
     exact(TB_EXACT, key2, &ru, 1, x);
+    long long r2 = redis_now_us() / 1000;
     ck_assert_int_eq(x[X_ALLOWED], 1);
-    pttl = cmd_int("PTTL %s", key2);
-    ck_assert_int_gt(pttl, 900);
-    ck_assert_int_le(pttl, 1010);
+    long long e2 = cmd_int("PEXPIRETIME %s", key2);
+    ck_assert_msg(e2 - x[X_TIME] > 900 && e2 - r2 <= 1010, "expires %lld ms after its "
+                  "decision, %lld ms after a time after it", e2 - x[X_TIME], e2 - r2);
 
-    sleep_ms(1100 + 50);
+    /* once Redis' clock is past both */
+    sleep_ms((double)((e1 > e2 ? e1 : e2) - redis_now_us() / 1000) + 20);
     ck_assert_int_eq(cmd_int("EXISTS %s", key), 0);
     ck_assert_int_eq(cmd_int("EXISTS %s", key2), 0);
     claim(TB_CLAIM, key, "A", &ru, 10, 0, 0, o); /* gone = full */
