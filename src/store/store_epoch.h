@@ -1,0 +1,67 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* store_epoch.h - the agent's keyspace is marked, so that its loss is named.
+ *
+ * One key per prefix, PREFIX "epoch", holds a random id: the keyspace's
+ * epoch. The first agent to find it missing writes it (one EVAL: GET, and
+ * SET when there is none, atomically); every agent of the fleet then shares
+ * that id and remembers it. Every STORE_EPOCH_EVERY, and at once whenever
+ * the store comes up, each agent sends that EVAL again with a fresh
+ * candidate id:
+ *
+ *   the id it remembers    nothing happened;
+ *   no key                 the keyspace vanished (Redis restarted empty,
+ *                          FLUSHDB/FLUSHALL, a failover to a replica that
+ *                          lacked it): this agent's candidate is the new
+ *                          epoch; a loss;
+ *   another id             another agent saw the loss first and marked the
+ *                          keyspace again; a loss.
+ *
+ * So every agent counts each loss once (metrics.redis_state_lost), however
+ * many agents there are, and a later check finds the new epoch. A loss raises
+ * the warning redis_state_lost (warning.h) for STORE_EPOCH_WARN_FOR, then
+ * clears it; and calls the owner's on_lost (the limiter voids its leases:
+ * lease_void_all). The first answer after start only adopts the id.
+ *
+ * What it cannot see: a loss that spares the epoch key, i.e. a replica that
+ * missed recent writes but had the key, and, with Redis Cluster, a flush of
+ * a master other than the one the key's slot lives on (a prefix with a
+ * {hashtag} keeps every key, the epoch's too, in one slot: then nothing is
+ * missed). Two losses between two checks of an agent count once there.
+ *
+ * A client of the store through store.h alone, as store_heartbeat.h is.
+ */
+#ifndef STORE_EPOCH_H
+#define STORE_EPOCH_H
+
+#include <stddef.h>
+
+#define STORE_EPOCH_EVERY 1.0      /* seconds between two checks */
+#define STORE_EPOCH_WARN_FOR 600.0 /* seconds redis_state_lost stays raised after a loss */
+#define STORE_EPOCH_ID_MAX 64      /* bytes of an id kept (ours are 32 hex digits) */
+
+struct ev_loop;
+struct store;
+struct store_epoch;
+
+/* What one answer means for an agent that remembers the id known ("" when
+ * none yet), when Redis answered cur, created when this call's SET wrote it. */
+enum store_epoch_verdict {
+    STORE_EPOCH_SAME = 0,    /* the keyspace is the one it knew */
+    STORE_EPOCH_ADOPTED = 1, /* its first answer: the id is remembered, no loss */
+    STORE_EPOCH_LOST = 2,    /* the keyspace vanished or changed: remember cur */
+};
+enum store_epoch_verdict store_epoch_judge(const char *known, const char *cur, size_t cur_len);
+
+/* Check the epoch under prefix on s every STORE_EPOCH_EVERY and whenever s
+ * comes up (store_on_state). on_lost(arg) runs on the loop's thread after
+ * each loss is counted (may be NULL). NULL when out of memory. */
+struct store_epoch *store_epoch_new(struct ev_loop *loop, struct store *s, const char *prefix,
+                                    void (*on_lost)(void *arg), void *arg);
+
+/* Stop checking: before the store is freed (a check in flight then
+ * completes with STORE_DOWN). store_epoch_free() after the store is freed,
+ * since the store calls its watcher until then. */
+void store_epoch_stop(struct store_epoch *ep); /* NULL no-op */
+void store_epoch_free(struct store_epoch *ep); /* NULL no-op */
+
+#endif
