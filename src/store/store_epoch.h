@@ -22,11 +22,17 @@
  * clears it; and calls the owner's on_lost (the limiter voids its leases:
  * lease_void_all). The first answer after start only adopts the id.
  *
- * What it cannot see: a loss that spares the epoch key, i.e. a replica that
- * missed recent writes but had the key, and, with Redis Cluster, a flush of
- * a master other than the one the key's slot lives on (a prefix with a
- * {hashtag} keeps every key, the epoch's too, in one slot: then nothing is
- * missed). Two losses between two checks of an agent count once there.
+ * Redis Cluster: a flush or an empty restart is per master, so there are
+ * STORE_EPOCH_SPREAD epoch keys, PREFIX "epoch{TAG}", one in each range of
+ * 16384 / STORE_EPOCH_SPREAD slots: every master holding that many slots in
+ * a row holds one. A round (one EVAL per key, each to its master) that finds
+ * any of them lost counts one loss. A prefix with a {hashtag} keeps every
+ * key in one slot: then PREFIX "epoch" alone, in that slot, sees it all.
+ *
+ * What it cannot see: a loss that spares the epoch key(s), i.e. a replica
+ * that missed recent writes but had them, or a Cluster master holding fewer
+ * than 16384 / STORE_EPOCH_SPREAD slots in a row. Two losses between two
+ * checks of an agent count once there.
  *
  * A client of the store through store.h alone, as store_heartbeat.h is.
  */
@@ -38,6 +44,7 @@
 #define STORE_EPOCH_EVERY 1.0      /* seconds between two checks */
 #define STORE_EPOCH_WARN_FOR 600.0 /* seconds redis_state_lost stays raised after a loss */
 #define STORE_EPOCH_ID_MAX 64      /* bytes of an id kept (ours are 32 hex digits) */
+#define STORE_EPOCH_SPREAD 16      /* Cluster: epoch keys, one per 1024 slots */
 
 struct ev_loop;
 struct store;

@@ -3,7 +3,9 @@
 epoch key, PREFIX "epoch", and checks it every second. FLUSHDB under load and
 a Redis restarted empty raise redis_state_lost and count one loss per agent
 in spoa_ratelimit_redis_state_lost_total; a restart that kept the keys
-(SHUTDOWN SAVE, then the RDB loaded again) raises nothing.
+(SHUTDOWN SAVE, then the RDB loaded again) raises nothing. On a Redis Cluster
+the epoch keys spread over the masters, so FLUSHALL of one master is named;
+with a {hashtag} prefix one key does.
 
 Deadlines are generous (10 s) so that a loaded machine passes; the time each
 detection took is printed (the design's figure: within 2 s)."""
@@ -18,6 +20,7 @@ import fleet
 from fleet import LoadClient, unique, worst_window
 from harness import Redis, wait_for
 from test_redis import RedisCase
+from test_redis_topologies import TopologyCase, cli
 
 RULE = """
 [rule:hot]
@@ -162,6 +165,51 @@ class Epoch(RedisCase):
         for ln in lines:
             self.assertIn('epoch="%s"' % new, ln)
             self.assertIn("epoch_was=%s" % old, ln)
+
+
+class EpochOnCluster(TopologyCase):
+    def test_flush_of_one_master_is_named(self):
+        """Redis Cluster, three masters: the agent writes an epoch key in
+        every range of 1024 slots, so each master holds some; FLUSHALL on one
+        master alone is named, once."""
+        self.start_cluster()
+        agent, _ = self.agent("[redis]\ncluster = 127.0.0.1:%d\n" % self.ports[0])
+
+        def marks():
+            return {p: [k for k in cli(p, "--scan", "--pattern", "rl:epoch*").splitlines() if k]
+                    for p in self.ports}
+        self.assertTrue(wait_for(lambda: sum(len(v) for v in marks().values()) == 16,
+                                 DEADLINE), marks())
+        self.assertTrue(all(marks().values()), "a master holds no epoch key: %r" % marks())
+        time.sleep(1.5)  # every key answered once: adopted
+        self.assertEqual(lost(agent), 0)
+        self.assertEqual(cli(self.ports[1], "FLUSHALL"), "OK")
+        flushed = time.monotonic()
+        ok = wait_for(lambda: lost(agent) == 1, DEADLINE, step=0.02)
+        took = time.monotonic() - flushed
+        self.assertTrue(ok, "FLUSHALL of one master not named:\n" + agent.output()[-3000:])
+        print("\n  Cluster, FLUSHALL of one master of 3: named %.2f s after it" % took)
+        self.assertTrue(wait_for(lambda: WARNED in agent.output(), DEADLINE))
+        self.assertTrue(wait_for(lambda: marks()[self.ports[1]], DEADLINE), "not marked again")
+        time.sleep(2.5)
+        self.assertEqual(lost(agent), 1)
+        line = [ln for ln in agent.output().splitlines() if 'msg="redis state lost"' in ln]
+        self.assertEqual(len(line), 1, line)
+        self.assertIn("keys=16", line[0])
+
+    def test_hashtag_prefix_needs_one_key(self):
+        """A prefix with a {hashtag} keeps every key in one slot: one epoch
+        key, PREFIX "epoch", beside the buckets, sees every loss."""
+        self.start_cluster()
+        agent, _ = self.agent("[redis]\ncluster = 127.0.0.1:%d\nprefix = {rl}:\n" % self.ports[0])
+
+        def marks():
+            return sorted(k for p in self.ports
+                          for k in cli(p, "--scan", "--pattern", "{rl}:epoch*").splitlines() if k)
+        self.assertTrue(wait_for(lambda: marks(), DEADLINE), "no epoch key")
+        time.sleep(1.5)
+        self.assertEqual(marks(), ["{rl}:epoch"])
+        self.assertEqual(lost(agent), 0)
 
 
 if __name__ == "__main__":
