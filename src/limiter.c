@@ -628,9 +628,12 @@ struct limiter *limiter_new(struct ev_loop *loop, const struct config *cfg, char
         snprintf(err, errlen, "out of memory");
         goto fail;
     }
-    /* the keyspace's epoch: a loss named, leases settled (on_state_lost) */
-    l->epoch = store_epoch_new(loop, l->store, cfg->redis_prefix, on_state_lost, l);
-    if (!l->epoch) {
+    /* the keyspace's epoch: a loss named, leases settled (on_state_lost);
+     * epoch_check = 0: not checked */
+    if (cfg->redis_epoch_check_ms)
+        l->epoch = store_epoch_new(loop, l->store, cfg->redis_prefix,
+                                   cfg->redis_epoch_check_ms / 1000., on_state_lost, l);
+    if (cfg->redis_epoch_check_ms && !l->epoch) {
         snprintf(err, errlen, "out of memory");
         goto fail;
     }

@@ -554,6 +554,7 @@ static struct config *config_new(const char *path)
     cfg->alert_share = 0.05;
     cfg->redis_timeout_ms = 100;
     cfg->redis_keepalive_ms = 1000;
+    cfg->redis_epoch_check_ms = 1000;
     cfg->redis_functions = 1;
     cfg->lease_interval_ms = 100;
     cfg->lease_ttl_ms = 1000;

@@ -173,6 +173,8 @@ struct config {
     char *redis_master;
     uint64_t redis_timeout_ms; /* default 100 */
     uint64_t redis_keepalive_ms; /* PING after this long without traffic; default 1000, 0 = off */
+    uint64_t redis_epoch_check_ms; /* the keyspace's epoch checked this often (store_epoch.h);
+                                    * default 1000, 0 = off */
     int redis_functions; /* FUNCTION LOAD, then FCALL where Redis allows; default on */
     /* Credentials: the keys as written (password_file: its path), and the
      * ones in force for the data nodes (url, every Cluster node, the master

@@ -35,7 +35,7 @@ struct epoch_mark {
 struct store_epoch {
     struct ev_loop *loop;
     struct store *s;
-    ev_timer timer; /* every STORE_EPOCH_EVERY */
+    ev_timer timer; /* every [redis] epoch_check */
     ev_timer clear; /* STORE_EPOCH_WARN_FOR after the last loss */
     void (*on_lost)(void *arg);
     void *arg;
@@ -216,7 +216,7 @@ static void on_state(void *arg, int up)
 }
 
 struct store_epoch *store_epoch_new(struct ev_loop *loop, struct store *s, const char *prefix,
-                                    void (*on_lost)(void *arg), void *arg)
+                                    double every, void (*on_lost)(void *arg), void *arg)
 {
     struct store_epoch *ep = calloc(1, sizeof(*ep));
 
@@ -233,7 +233,7 @@ struct store_epoch *store_epoch_new(struct ev_loop *loop, struct store *s, const
         snprintf(ep->marks[0].key, sizeof(ep->marks[0].key), "%sepoch", prefix);
     for (unsigned i = 0; i < ep->nmarks; i++)
         ep->marks[i].ep = ep;
-    ev_timer_init(&ep->timer, timer_cb, STORE_EPOCH_EVERY, STORE_EPOCH_EVERY);
+    ev_timer_init(&ep->timer, timer_cb, every, every);
     ep->timer.data = ep;
     ev_timer_start(loop, &ep->timer);
     ev_timer_init(&ep->clear, clear_cb, STORE_EPOCH_WARN_FOR, 0.);

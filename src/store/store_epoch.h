@@ -4,7 +4,7 @@
  * One key per prefix, PREFIX "epoch", holds a random id: the keyspace's
  * epoch. The first agent to find it missing writes it (one EVAL: GET, and
  * SET when there is none, atomically); every agent of the fleet then shares
- * that id and remembers it. Every STORE_EPOCH_EVERY, and at once whenever
+ * that id and remembers it. Every [redis] epoch_check (1 s), and at once whenever
  * the store comes up, each agent sends that EVAL again with a fresh
  * candidate id:
  *
@@ -41,7 +41,6 @@
 
 #include <stddef.h>
 
-#define STORE_EPOCH_EVERY 1.0      /* seconds between two checks */
 #define STORE_EPOCH_WARN_FOR 600.0 /* seconds redis_state_lost stays raised after a loss */
 #define STORE_EPOCH_ID_MAX 64      /* bytes of an id kept (ours are 32 hex digits) */
 #define STORE_EPOCH_SPREAD 16      /* Cluster: epoch keys, one per 1024 slots */
@@ -59,11 +58,11 @@ enum store_epoch_verdict {
 };
 enum store_epoch_verdict store_epoch_judge(const char *known, const char *cur, size_t cur_len);
 
-/* Check the epoch under prefix on s every STORE_EPOCH_EVERY and whenever s
- * comes up (store_on_state). on_lost(arg) runs on the loop's thread after
+/* Check the epoch under prefix on s every `every` seconds ([redis]
+ * epoch_check) and whenever s comes up (store_on_state). on_lost(arg) runs on the loop's thread after
  * each loss is counted (may be NULL). NULL when out of memory. */
 struct store_epoch *store_epoch_new(struct ev_loop *loop, struct store *s, const char *prefix,
-                                    void (*on_lost)(void *arg), void *arg);
+                                    double every, void (*on_lost)(void *arg), void *arg);
 
 /* Stop checking: before the store is freed (a check in flight then
  * completes with STORE_DOWN). store_epoch_free() after the store is freed,
