@@ -5,7 +5,8 @@ a Redis restarted empty raise redis_state_lost and count one loss per agent
 in spoa_ratelimit_redis_state_lost_total; a restart that kept the keys
 (SHUTDOWN SAVE, then the RDB loaded again) raises nothing. On a Redis Cluster
 the epoch keys spread over the masters, so FLUSHALL of one master is named;
-with a {hashtag} prefix one key does.
+with a {hashtag} prefix one key does. A Sentinel failover to a replica that
+lacked the keys is named once the agent follows it.
 
 Deadlines are generous (10 s) so that a loaded machine passes; the time each
 detection took is printed (the design's figure: within 2 s)."""
@@ -18,9 +19,10 @@ import unittest
 
 import fleet
 from fleet import LoadClient, unique, worst_window
-from harness import Redis, wait_for
+from harness import Redis, free_port, wait_for
 from test_redis import RedisCase
-from test_redis_topologies import TopologyCase, cli
+import test_redis_topologies as topo
+from test_redis_topologies import TopologyCase, cli, info
 
 RULE = """
 [rule:hot]
@@ -210,6 +212,41 @@ class EpochOnCluster(TopologyCase):
         time.sleep(1.5)
         self.assertEqual(marks(), ["{rl}:epoch"])
         self.assertEqual(lost(agent), 0)
+
+
+class EpochOnSentinel(TopologyCase):
+    def test_failover_to_a_replica_without_the_keys_is_named(self):
+        """Sentinel: the replica lost its copy of the keys (writable, then
+        FLUSHALL on it alone: not propagated); a failover promotes it. The
+        agent follows the sentinels to it and names the loss, once."""
+        mport, rport = free_port(), free_port()
+        self.server(mport)
+        self.server(rport, "--replicaof", "127.0.0.1", mport, "--replica-read-only", "no")
+        self.assertTrue(wait_for(lambda: info(rport, "replication").get("master_link_status")
+                                 == "up"), "replica never synced")
+        sport = topo.Sentinel.start_sentinel(self, mport)
+        agent, _ = self.agent("[redis]\nsentinel = 127.0.0.1:%d\nmaster = mymaster\n" % sport)
+        self.assertTrue(wait_for(lambda: cli(rport, "GET", EPOCH_KEY), DEADLINE),
+                        "the epoch never reached the replica")
+        self.assertEqual(cli(rport, "FLUSHALL"), "OK")
+        self.assertEqual(cli(rport, "EXISTS", EPOCH_KEY), "0")
+        self.assertEqual(lost(agent), 0)
+        self.assertTrue(wait_for(lambda: cli(sport, "SENTINEL", "FAILOVER", "mymaster") == "OK",
+                                 timeout=15, step=0.5), "sentinel refused FAILOVER")
+        self.assertTrue(wait_for(lambda: cli(sport, "SENTINEL", "get-master-addr-by-name",
+                                             "mymaster").split() == ["127.0.0.1", str(rport)],
+                                 timeout=15), "failover did not complete")
+        switched = time.monotonic()
+        ok = wait_for(lambda: lost(agent) == 1, DEADLINE, step=0.02)
+        took = time.monotonic() - switched
+        self.assertTrue(ok, "failover to a replica without the keys not named:\n"
+                        + agent.output()[-3000:])
+        print("\n  Sentinel failover to a replica without the keys: named %.2f s after the "
+              "sentinel named the new master" % took)
+        self.assertTrue(wait_for(lambda: WARNED in agent.output(), DEADLINE))
+        self.assertTrue(cli(rport, "GET", EPOCH_KEY), "the new master was not marked")
+        time.sleep(2.5)
+        self.assertEqual(lost(agent), 1)
 
 
 if __name__ == "__main__":
