@@ -4,8 +4,8 @@
  * One key per prefix, PREFIX "epoch", holds a random id: the keyspace's
  * epoch. The first agent to find it missing writes it (one EVAL: GET, and
  * SET when there is none, atomically); every agent of the fleet then shares
- * that id and remembers it. Every [redis] epoch_check (1 s), and at once whenever
- * the store comes up, each agent sends that EVAL again with a fresh
+ * that id and remembers it. Every [redis] epoch_check (1 s), and at once
+ * whenever the store comes up, each agent sends that EVAL again with a fresh
  * candidate id:
  *
  *   the id it remembers    nothing happened;
@@ -50,7 +50,8 @@ struct store;
 struct store_epoch;
 
 /* What one answer means for an agent that remembers the id known ("" when
- * none yet), when Redis answered cur, created when this call's SET wrote it. */
+ * none yet), when Redis answered cur (cur_len bytes; whether it was this
+ * agent's SET that wrote it does not matter). */
 enum store_epoch_verdict {
     STORE_EPOCH_SAME = 0,    /* the keyspace is the one it knew */
     STORE_EPOCH_ADOPTED = 1, /* its first answer: the id is remembered, no loss */
@@ -59,8 +60,9 @@ enum store_epoch_verdict {
 enum store_epoch_verdict store_epoch_judge(const char *known, const char *cur, size_t cur_len);
 
 /* Check the epoch under prefix on s every `every` seconds ([redis]
- * epoch_check) and whenever s comes up (store_on_state). on_lost(arg) runs on the loop's thread after
- * each loss is counted (may be NULL). NULL when out of memory. */
+ * epoch_check) and whenever s comes up (store_on_state). on_lost(arg) runs
+ * on the loop's thread after each loss is counted (may be NULL). NULL when
+ * out of memory. */
 struct store_epoch *store_epoch_new(struct ev_loop *loop, struct store *s, const char *prefix,
                                     double every, void (*on_lost)(void *arg), void *arg);
 
