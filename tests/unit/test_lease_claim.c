@@ -472,6 +472,7 @@ int main(void)
 
     CHECK_ADD(tc, claim_then_local, refund_to_the_lease, prefetch_tops_up_before_dry, blocked_until_an_intervals_worth,
               deadline_and_mine_are_authoritative, negative_cache, peek_and_forget,
-              follow_up_claim_for_uncovered_waiters, cost_from_the_lease, void_all_after_a_loss);
+              follow_up_claim_for_uncovered_waiters, cost_from_the_lease,
+              void_all_after_a_loss);
     return check_run_case("lease_claim", tc);
 }
