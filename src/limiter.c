@@ -18,6 +18,7 @@
 #include "slots.h"
 #include "store/script.h"
 #include "store/store.h"
+#include "store/store_epoch.h"
 #include "store/store_heartbeat.h"
 #include "store/store_reply.h"
 
@@ -341,6 +342,19 @@ static void on_state(void *arg, int up)
         LOG_WARN("\"redis down: rules fall back\" mode=degraded");
 }
 
+/* Redis lost the buckets (store_epoch.h): the leases held here were granted
+ * from buckets that are gone. Give none back (that would add tokens to
+ * buckets made afresh) and spend none more: void them all. What the fleet
+ * admits across the loss is then at most one extra b per key: the fresh
+ * bucket's. */
+static void on_state_lost(void *arg)
+{
+    struct limiter *l = arg;
+    size_t held = lease_void_all(l->leases);
+
+    LOG_INFO("\"leases dropped: redis state lost\" held=%zu", held);
+}
+
 /* What the layers below (limiter_cc.c, limiter_jobs.c) call up to (limiter_int.h). */
 static const struct limiter_up up_ops = {send_job, hit_done, decide_fallback, send_eval,
                                          on_reply};
@@ -614,6 +628,15 @@ struct limiter *limiter_new(struct ev_loop *loop, const struct config *cfg, char
         snprintf(err, errlen, "out of memory");
         goto fail;
     }
+    /* the keyspace's epoch: a loss named, leases settled (on_state_lost);
+     * epoch_check = 0: not checked */
+    if (cfg->redis_epoch_check_ms)
+        l->epoch = store_epoch_new(loop, l->store, cfg->redis_prefix,
+                                   cfg->redis_epoch_check_ms / 1000., on_state_lost, l);
+    if (cfg->redis_epoch_check_ms && !l->epoch) {
+        snprintf(err, errlen, "out of memory");
+        goto fail;
+    }
     atomic_store(&metrics.redis_configured, 1);
     return l;
 fail:
@@ -655,6 +678,7 @@ void limiter_shutdown(struct limiter *l, double timeout_s)
     if (!l || !l->store)
         return;
     store_heartbeat_stop(l->heartbeat);
+    store_epoch_stop(l->epoch);
     wake_cb(l->loop, &l->wake, 0); /* what workers queued last */
     run_until_idle(l, deadline);
     /* A reply that came in meanwhile may have granted an entry more (its
@@ -676,6 +700,8 @@ void limiter_shutdown(struct limiter *l, double timeout_s)
     l->store = NULL;
     store_heartbeat_free(l->heartbeat); /* after its store */
     l->heartbeat = NULL;
+    store_epoch_free(l->epoch);
+    l->epoch = NULL;
     while (l->ihead) { /* callbacks already ran; nothing should remain */
         struct rjob *j = l->ihead;
         inflight_unlink(l, j);
@@ -689,6 +715,7 @@ void limiter_free(struct limiter *l)
     if (!l)
         return;
     store_heartbeat_stop(l->heartbeat);
+    store_epoch_stop(l->epoch);
     if (l->store) {
         ev_timer_stop(l->loop, &l->tick);
         ev_timer_stop(l->loop, &l->timeouts);
@@ -696,6 +723,7 @@ void limiter_free(struct limiter *l)
         store_free(l->store);
     }
     store_heartbeat_free(l->heartbeat); /* after its store */
+    store_epoch_free(l->epoch);
     bucket_table_free(l->buckets);
     bucket_table_free(l->backstop);
     slot_table_free(l->slots);

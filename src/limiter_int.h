@@ -125,6 +125,7 @@ struct limiter {
     /* Redis mode */
     struct store *store;
     struct store_heartbeat *heartbeat; /* with Redis: counts the fleet (fleet.h) */
+    struct store_epoch *epoch;         /* with Redis: names a lost keyspace (store_epoch.h) */
     struct lease_table *leases;
     struct ev_loop *loop;
     ev_async wake;

@@ -557,6 +557,7 @@ static struct config *config_new(const char *path)
     cfg->redis_keepalive_ms = 1000;
     cfg->redis_sentinel_window_ms = 5000;
     cfg->redis_errors_quiet_ms = 30000;
+    cfg->redis_epoch_check_ms = 1000;
     cfg->redis_functions = 1;
     cfg->lease_interval_ms = 100;
     cfg->lease_ttl_ms = 1000;

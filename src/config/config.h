@@ -178,6 +178,8 @@ struct config {
     uint64_t redis_keepalive_ms; /* PING after this long without traffic; default 1000, 0 = off */
     uint64_t redis_sentinel_window_ms; /* no sentinel this long: master unconfirmed; default 5000 */
     uint64_t redis_errors_quiet_ms;    /* redis_errors clears this long after the last; 30000 */
+    uint64_t redis_epoch_check_ms; /* the keyspace's epoch checked this often (store_epoch.h);
+                                    * default 1000, 0 = off */
     int redis_functions; /* FUNCTION LOAD, then FCALL where Redis allows; default on */
     /* Credentials: the keys as written (password_file: its path), and the
      * ones in force for the data nodes (url, every Cluster node, the master

@@ -64,6 +64,8 @@ static const struct key_def key_defs[] = {
      * than the reconnection backoff's 2 s cap, or a lasting refusal (one
      * probe per backoff) would flap it */
     {SEC_REDIS, "errors_quiet", T_DUR, CF(redis_errors_quiet_ms), 5000, 0, 0, NULL, 0},
+    /* a check is one EVAL (16 on a Cluster): at most 10 a second */
+    {SEC_REDIS, "epoch_check", T_DUR, CF(redis_epoch_check_ms), 100, 0, F_ZERO, NULL, 0},
     {SEC_REDIS, "prefix", T_STR, CF(redis_prefix), 0, MAX_PREFIX, 0, NULL, 0},
     {SEC_REDIS, "require_noeviction", T_BOOL, CF(redis_require_noeviction), 0, 0, 0, NULL, 0},
     {SEC_REDIS, "functions", T_BOOL, CF(redis_functions), 0, 0, 0, NULL, 0},

@@ -142,6 +142,11 @@ static void put_redis(struct strbuf *o, const struct config *cfg)
     put_duration(o, cfg->redis_sentinel_window_ms);
     strbuf_printf(o, "\nerrors_quiet = ");
     put_duration(o, cfg->redis_errors_quiet_ms);
+    strbuf_printf(o, "\nepoch_check = ");
+    if (cfg->redis_epoch_check_ms)
+        put_duration(o, cfg->redis_epoch_check_ms);
+    else
+        strbuf_printf(o, "0 ; off");
     strbuf_printf(o, "\nprefix = %s\nrequire_noeviction = %s\nfunctions = %s\n\n[lease]\ninterval = ",
                   cfg->redis_prefix ? cfg->redis_prefix : "",
                   cfg->redis_require_noeviction ? "yes" : "no", cfg->redis_functions ? "on" : "off");

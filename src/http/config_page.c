@@ -89,6 +89,11 @@ static void s_keepalive(const struct config *c, char *r, char *s, size_t n)
     num_value(c->redis_keepalive_ms, "ms", r, s, n);
 }
 
+static void s_epoch_check(const struct config *c, char *r, char *s, size_t n)
+{
+    num_value(c->redis_epoch_check_ms, "ms", r, s, n);
+}
+
 static void s_prefix(const struct config *c, char *r, char *s, size_t n)
 {
     str_value(c->redis_prefix, r, s, n);
@@ -154,6 +159,7 @@ static const struct {
     {"[redis] master", s_master},
     {"[redis] timeout", s_timeout},
     {"[redis] keepalive", s_keepalive},
+    {"[redis] epoch_check", s_epoch_check},
     {"[redis] prefix", s_prefix},
     {"[lease] interval", s_interval},
     {"[lease] ttl", s_ttl},

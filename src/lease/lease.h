@@ -218,6 +218,16 @@ int lease_peek(struct lease_table *t, const char *key, size_t keylen, uint64_t n
 int lease_forget(struct lease_table *t, const char *key, size_t keylen, uint64_t now_us,
                  uint64_t remaining, uint64_t held, uint64_t holders);
 
+/* Redis lost the buckets the leases were granted from (store_epoch.h: its
+ * keyspace vanished or changed): void every lease, as a failed call voids
+ * one. Nothing goes back to Redis (a give-back to a bucket made afresh would
+ * add tokens it never granted) and nothing more is spent here: each key's
+ * next claim starts from the new bucket and reports everything it held as
+ * spent, which the scripts cap at what Redis now counts (nothing). A claim
+ * in flight settles as its reply says, less what this voids. The negative
+ * cache stays (it only under-admits). Returns how many entries held tokens. */
+size_t lease_void_all(struct lease_table *t);
+
 /* Number of entries. */
 size_t lease_count(struct lease_table *t);
 

@@ -373,7 +373,7 @@ static void read_reply(const struct lease_table *t, const struct lease_job *job,
  * void the lease: spend nothing more from it, and let the next claim report
  * everything Redis thinks we hold as spent (the script caps the report at
  * that). Under-admission only. */
-static void void_lease(struct lease_entry *e)
+void lease_entry_void(struct lease_entry *e)
 {
     e->tokens = 0;
     e->deadline_us = 0;
@@ -544,7 +544,7 @@ void lease_reply(struct lease_table *t, struct lease_job *job, int ok, const int
         goto out;
     }
     if (!ok || n < CLAIM_R_COUNT) {
-        void_lease(e);
+        lease_entry_void(e);
         take_waiters(e, fallback, 1);
         goto out;
     }

@@ -203,6 +203,11 @@ static inline void lease_entry_activate(struct lease_stripe *s, struct lease_ent
     dlist_push_tail(&s->active, &e->active);
 }
 
+/* lease_cache.c: void e's lease (its stripe locked): spend nothing more from
+ * it, and let its next claim report all Redis counts held as spent (a
+ * report is capped at that). Under-admission only. */
+void lease_entry_void(struct lease_entry *e);
+
 /* lease_ops.c: the entry of key, locked in its stripe (the caller unlocks
  * *sp), or NULL (nothing locked). */
 struct lease_entry *lease_find_locked(struct lease_table *t, const char *key, size_t keylen,

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* lease_ops.c - one key of the lease cache, for the operator (GET /key,
- * POST /reset) and for observers (the simulator's count of held tokens). */
+ * POST /reset), for observers (the simulator's count of held tokens), and
+ * every key at once when Redis lost them (lease_void_all). */
 #include <string.h>
 
 #include "core/util.h"
@@ -102,6 +103,27 @@ int lease_forget(struct lease_table *t, const char *key, size_t keylen, uint64_t
         e->reset_ms = 0;
     pthread_mutex_unlock(&s->lock);
     return 1;
+}
+
+size_t lease_void_all(struct lease_table *t)
+{
+    size_t held = 0;
+
+    for (unsigned i = 0; i < t->nstripes; i++) {
+        struct lease_stripe *s = &t->stripes[i];
+
+        pthread_mutex_lock(&s->lock);
+        /* the age list holds every entry; those holding tokens are also active */
+        for (struct dlist *n = s->age.next; n != &s->age; n = n->next) {
+            struct lease_entry *e = DLIST_ENTRY(n, struct lease_entry, age);
+            if (e->tokens == 0 && e->slice == 0 && e->used == 0)
+                continue; /* nothing held here, nothing to report */
+            held += e->tokens > 0 || e->slice > 0;
+            lease_entry_void(e);
+        }
+        pthread_mutex_unlock(&s->lock);
+    }
+    return held;
 }
 
 void lease_foreach_held(struct lease_table *t, uint64_t now_us,

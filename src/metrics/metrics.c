@@ -377,6 +377,10 @@ static void render_redis(struct strbuf *b)
     render_simple(b, "spoa_ratelimit_redis_evicted_keys", "gauge",
                   "evicted_keys of INFO, summed over the Redis servers in use (read every minute).",
                   metrics_ld(&metrics.redis_evicted_keys));
+    render_simple(b, "spoa_ratelimit_redis_state_lost_total", "counter",
+                  "Times this agent found its keyspace in Redis vanished or replaced (the epoch "
+                  "key): restarted empty, flushed, or failed over to a replica without it.",
+                  metrics_ld(&metrics.redis_state_lost));
     render_simple(b, "spoa_ratelimit_fleet_agents", "gauge",
                   "Agents live in the fleet (heartbeats in Redis) when last read; 0 unknown.",
                   (uint64_t)atomic_load(&metrics.fleet_agents));

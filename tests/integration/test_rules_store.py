@@ -183,7 +183,8 @@ class OneRedis(StoreCase):
         self.fleet_on_the_status_page(agents[1], 11)
         # polling's cost: Redis' own count of commands over a quiet stretch of
         # one report and heartbeat period (5 s); Redis counts the GET inside each
-        # fleet report too
+        # fleet report too, and the one of the epoch check (store_epoch.h: an
+        # EVAL a second)
         before = self.r.cli("INFO", "commandstats")
         t0 = time.monotonic()
         time.sleep(5.0)
@@ -192,11 +193,11 @@ class OneRedis(StoreCase):
         per = (calls(after, "get") - calls(before, "get")) / span / len(agents)
         evals = (calls(after, "eval") - calls(before, "eval")) / span / len(agents)
         print("\n  --push to the last of 3 agents enforcing it (poll 1s): median %.0f ms, "
-              "max %.0f ms over %d pushes; per agent per second: %.2f GET (the poll, and one "
-              "in each fleet report), %.2f EVAL (the fleet report and the heartbeat, every "
-              "5 s each)"
+              "max %.0f ms over %d pushes; per agent per second: %.2f GET (the poll, the "
+              "epoch check's, and one in each fleet report), %.2f EVAL (the epoch check every "
+              "second, the fleet report and the heartbeat every 5 s)"
               % (statistics.median(took) * 1000, max(took) * 1000, len(took), per, evals))
-        self.assertLessEqual(per, 1.5)
+        self.assertLessEqual(per, 2.5)
 
     def test_invalid_push_changes_nothing(self):
         agents = self.agents(n=1)

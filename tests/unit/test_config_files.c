@@ -167,6 +167,7 @@ START_TEST(test_defaults)
     ck_assert_uint_eq(cfg->redis_keepalive_ms, 1000);
     ck_assert_uint_eq(cfg->redis_sentinel_window_ms, 5000);
     ck_assert_uint_eq(cfg->redis_errors_quiet_ms, 30000);
+    ck_assert_uint_eq(cfg->redis_epoch_check_ms, 1000);
     ck_assert_str_eq(cfg->redis_prefix, "rl:");
     ck_assert_int_eq(config_standalone(cfg), 1);
     ck_assert_uint_eq(cfg->lease_interval_ms, 100);
@@ -218,6 +219,12 @@ START_TEST(test_variants)
                  keepalives[i].v);
         cfg = check_config_ok(text);
         ck_assert_uint_eq(cfg->redis_keepalive_ms, keepalives[i].ms);
+        config_free(cfg);
+        /* [redis] epoch_check: the same kind of value */
+        snprintf(text, sizeof(text), "[redis]\nurl = redis://127.0.0.1:6379\nepoch_check = %s\n",
+                 keepalives[i].v);
+        cfg = check_config_ok(text);
+        ck_assert_uint_eq(cfg->redis_epoch_check_ms, keepalives[i].ms);
         config_free(cfg);
     }
 

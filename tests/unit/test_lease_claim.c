@@ -427,12 +427,52 @@ START_TEST(cost_from_the_lease)
 }
 END_TEST
 
+/* Redis lost the buckets (lease_void_all): a lease held here is spent no
+ * more and never given back; the next claim reports all of it spent (the
+ * scripts cap that at what the new bucket counts held: nothing). */
+START_TEST(void_all_after_a_loss)
+{
+    struct lease_table *t = lease_table_new(&lt_cfg, 4);
+    struct lease_job *j, *next, *jobs = NULL;
+    struct lease_waiter *done, *fb;
+    struct lease_state st;
+    struct lt_req r;
+    uint64_t now = 10 * S;
+
+    ck_assert_uint_eq(lease_void_all(t), 0); /* nothing held: nothing to do */
+    ck_assert_int_eq(lt_decide(t, "k", &lt_pbig, now, 1, &r, &j), LEASE_PENDING);
+    j->sent_us = now;
+    lt_reply(t, j, (const int64_t[8]){5, 995, 5, 1, 0, 5, 1000, 5}, now + 1 * MS, &done, &fb,
+             &next);
+    ck_assert_int_eq(lt_decide(t, "k", &lt_pbig, now + 2 * MS, 1, &r, &next), LEASE_DONE);
+    ck_assert_int_eq(lease_peek(t, "k", 1, now + 2 * MS, &st), 1);
+    ck_assert_uint_eq(st.tokens, 3);
+    ck_assert_uint_eq(lease_void_all(t), 1);
+    ck_assert_int_eq(lease_peek(t, "k", 1, now + 3 * MS, &st), 1);
+    ck_assert_uint_eq(st.tokens, 0);
+    ck_assert_int_eq(st.voided, 1);
+    /* the tick gives nothing back */
+    lease_tick(t, now + 100 * MS, 1, &jobs);
+    for (struct lease_job *x = jobs; x; x = x->next)
+        ck_assert_int_ne(x->kind, LEASE_JOB_RETURN);
+    while (jobs) {
+        struct lease_job *x = jobs;
+        jobs = x->next;
+        lt_reply(t, x, (const int64_t[8]){0, 0, 0, 0, 1, 0, 0, 0}, now + 101 * MS, &done, &fb,
+                 &next);
+        ck_assert_ptr_null(next);
+    }
+    lease_table_free(t);
+}
+END_TEST
+
 int main(void)
 {
     TCase *tc = tcase_create("core");
 
     CHECK_ADD(tc, claim_then_local, refund_to_the_lease, prefetch_tops_up_before_dry, blocked_until_an_intervals_worth,
               deadline_and_mine_are_authoritative, negative_cache, peek_and_forget,
-              follow_up_claim_for_uncovered_waiters, cost_from_the_lease);
+              follow_up_claim_for_uncovered_waiters, cost_from_the_lease,
+              void_all_after_a_loss);
     return check_run_case("lease_claim", tc);
 }
