@@ -35,11 +35,11 @@ struct store_heartbeat {
     struct ev_loop *loop;
     struct store *s;
     ev_timer timer;
-    int inflight;  /* one beat at a time */
-    int stopped;   /* store_heartbeat_stop: no beat any more */
-    unsigned last; /* the count last logged */
+    int inflight;      /* one beat at a time */
+    int stopped;       /* store_heartbeat_stop: no beat any more */
+    unsigned last;     /* the count last logged */
     unsigned last_max; /* the fleet's N last logged */
-    uint64_t up_us; /* when Redis last came up (monotonic), 0 never */
+    uint64_t up_us;    /* when Redis last came up (monotonic us), 0 never */
     char key[96];
     char member[384];
 };
