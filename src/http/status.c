@@ -144,7 +144,7 @@ static json_t *redis_json(const struct config *cfg, const struct history *h)
     int configured = !config_standalone(cfg);
     int up = atomic_load_explicit(&metrics.redis_up, memory_order_relaxed);
 
-    return json_pack("{s:b, s:s, s:b, s:o, s:o, s:o, s:I, s:I, s:I, s:I, s:I}", "configured",
+    return json_pack("{s:b, s:s, s:b, s:o, s:o, s:o, s:I, s:I, s:I, s:I, s:I, s:I}", "configured",
                      configured, "mode", redis_mode(cfg), "up", configured && up,
                      "down_since_unix", uint_or_null(history_redis_down_since(h)),
                      "latency_p50_ms", latency_ms(h, 0.5), "latency_p99_ms", latency_ms(h, 0.99),
@@ -153,6 +153,9 @@ static json_t *redis_json(const struct config *cfg, const struct history *h)
                      (json_int_t)metrics_ld(&metrics.redis_failovers), "reconnects",
                      (json_int_t)metrics_ld(&metrics.redis_reconnects), "fleet_agents",
                      (json_int_t)atomic_load_explicit(&metrics.fleet_agents,
+                                                      memory_order_relaxed),
+                     "fleet_agents_max",
+                     (json_int_t)atomic_load_explicit(&metrics.fleet_agents_max,
                                                       memory_order_relaxed));
 }
 

@@ -384,6 +384,10 @@ static void render_redis(struct strbuf *b)
     render_simple(b, "spoa_ratelimit_fleet_agents", "gauge",
                   "Agents live in the fleet (heartbeats in Redis) when last read; 0 unknown.",
                   (uint64_t)atomic_load(&metrics.fleet_agents));
+    render_simple(b, "spoa_ratelimit_fleet_agents_max", "gauge",
+                  "The N of [fallback] share = auto: the largest fleet_agents over the last 60 s, "
+                  "kept while Redis is down; 0 unknown.",
+                  (uint64_t)atomic_load(&metrics.fleet_agents_max));
     render_hist(b, "spoa_ratelimit_redis_latency_seconds", "Redis round trip per command batch.",
                 &metrics.redis_latency);
 }

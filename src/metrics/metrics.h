@@ -146,6 +146,7 @@ struct metrics {
     atomic_uint_fast64_t redis_evicted_keys;
     atomic_uint fleet_agents; /* heartbeats in Redis (store_heartbeat.c); 0 unknown */
     atomic_uint_fast64_t redis_state_lost; /* the epoch key gone or replaced (store_epoch.c) */
+    atomic_uint fleet_agents_max; /* the N of share = auto: max over fleet.h's window */
     atomic_int connections;
     atomic_uint_fast64_t connections_total;
     atomic_uint_fast64_t frames_in[METRICS_FRAMES];         /* by enum metrics_frame */

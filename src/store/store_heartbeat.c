@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "core/log.h"
+#include "core/util.h"
 #include "fleet.h"
 #include "metrics/metrics.h"
 #include "store.h"
@@ -26,13 +27,19 @@ static const char beat_script[] =
     "redis.call('PEXPIRE', KEYS[1], live)\n"
     "return redis.call('ZCARD', KEYS[1])\n";
 
+/* The window that keeps N must outlast an agent's absence from the set. */
+_Static_assert(FLEET_WINDOW_US > 2ULL * STORE_HEARTBEAT_LIVE * 1000,
+               "fleet window shorter than twice the heartbeat's liveness");
+
 struct store_heartbeat {
     struct ev_loop *loop;
     struct store *s;
     ev_timer timer;
-    int inflight;  /* one beat at a time */
-    int stopped;   /* store_heartbeat_stop: no beat any more */
-    unsigned last; /* the count last logged */
+    int inflight;      /* one beat at a time */
+    int stopped;       /* store_heartbeat_stop: no beat any more */
+    unsigned last;     /* the count last logged */
+    unsigned last_max; /* the fleet's N last logged */
+    uint64_t up_us;    /* when Redis last came up (monotonic us), 0 never */
     char key[96];
     char member[384];
 };
@@ -47,11 +54,18 @@ static void on_beat(void *arg, const struct store_result *res)
     if (res->status != STORE_OK || res->n != 1 || res->v[0] < 1)
         return;
     unsigned n = res->v[0] > 1000000 ? 1000000 : (unsigned)res->v[0];
-    fleet_set_agents(n);
+    uint64_t now = util_now_us();
+    /* Just after Redis came up the set may be filling again (it was lost, or
+     * others have not beaten yet): such a count can raise N, never lower it. */
+    int rebuilding = now - hb->up_us < STORE_HEARTBEAT_REBUILD_US;
+    fleet_set_agents(n, now, rebuilding);
+    unsigned max = fleet_agents();
     atomic_store(&metrics.fleet_agents, n);
-    if (n != hb->last)
-        LOG_INFO("\"fleet size\" agents=%u", n);
+    atomic_store(&metrics.fleet_agents_max, max);
+    if (n != hb->last || max != hb->last_max)
+        LOG_INFO("\"fleet size\" agents=%u max=%u", n, max);
     hb->last = n;
+    hb->last_max = max;
 }
 
 /* Beat now (unless one is out, or Redis is down). */
@@ -87,8 +101,12 @@ static void timer_cb(struct ev_loop *loop, ev_timer *t, int revents)
 /* Redis just came up: the fleet's size at once, not a period later. */
 static void on_state(void *arg, int up)
 {
-    if (up)
-        beat(arg);
+    struct store_heartbeat *hb = arg;
+
+    if (!up)
+        return;
+    hb->up_us = util_now_us();
+    beat(hb);
 }
 
 struct store_heartbeat *store_heartbeat_new(struct ev_loop *loop, struct store *s,

@@ -11,13 +11,18 @@
  * members older than STORE_HEARTBEAT_LIVE, sets its own, and answers how
  * many remain. One key: one hash slot, so it works on Redis Cluster too; one
  * command every five seconds per agent, none per decision. While Redis is down
- * no beat goes out and the last count stays.
+ * no beat goes out and the last count stays. The count goes to fleet.h,
+ * which keeps the largest over a window (the N of share = auto); counts
+ * read within STORE_HEARTBEAT_REBUILD_US of Redis coming up never lower it.
  */
 #ifndef STORE_HEARTBEAT_H
 #define STORE_HEARTBEAT_H
 
 #define STORE_HEARTBEAT_EVERY 5.0  /* seconds between two beats */
 #define STORE_HEARTBEAT_LIVE 20000 /* ms: an agent not heard from for this long is gone */
+/* us after Redis came up during which the set may still be filling up (an
+ * empty restart, FLUSHDB): two beats, by then every agent up has beaten */
+#define STORE_HEARTBEAT_REBUILD_US 10000000ULL
 
 struct ev_loop;
 struct store;

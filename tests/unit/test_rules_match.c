@@ -374,7 +374,8 @@ START_TEST(backstop_auto_follows_fleet)
     struct bucket_params p, b;
 
     ck_assert_double_eq(rs->cfg->fallback_share, CFG_SHARE_AUTO);
-    fleet_set_agents(auto_cases[_i].agents);
+    fleet_reset();
+    fleet_set_agents(auto_cases[_i].agents, 1000000, 0);
     for (unsigned r = 0; r < 2; r++) {
         ck_assert_int_eq(rules_request_limits(rs, r, NULL, NULL, &p, &b), 0);
         ck_assert_uint_gt(b.limit, 0);
@@ -393,7 +394,7 @@ START_TEST(backstop_auto_follows_fleet)
     ck_assert_int_eq(rules_request_limits(rs, 0, NULL, NULL, &p, &b), 0);
     ck_assert_uint_eq(b.burst, 5);
     ruleset_unref(rs);
-    fleet_set_agents(0);
+    fleet_reset();
 }
 END_TEST
 
