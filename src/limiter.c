@@ -353,6 +353,8 @@ static void on_state_lost(void *arg)
     size_t held = lease_void_all(l->leases);
 
     LOG_INFO("\"leases dropped: redis state lost\" held=%zu", held);
+    /* the heartbeat set went with the rest: share = auto must not shrink */
+    store_heartbeat_rebuilding(l->heartbeat);
 }
 
 /* What the layers below (limiter_cc.c, limiter_jobs.c) call up to (limiter_int.h). */

@@ -109,6 +109,14 @@ static void on_state(void *arg, int up)
     beat(hb);
 }
 
+void store_heartbeat_rebuilding(struct store_heartbeat *hb)
+{
+    if (!hb)
+        return;
+    hb->up_us = util_now_us();
+    beat(hb);
+}
+
 struct store_heartbeat *store_heartbeat_new(struct ev_loop *loop, struct store *s,
                                             const char *prefix, const char *listen)
 {

@@ -34,6 +34,12 @@ struct store_heartbeat;
 struct store_heartbeat *store_heartbeat_new(struct ev_loop *loop, struct store *s,
                                             const char *prefix, const char *listen);
 
+/* The set was lost under a live connection (the keyspace's epoch said so:
+ * FLUSHDB/FLUSHALL, a restart seen only now): the counts of the next
+ * STORE_HEARTBEAT_REBUILD_US are read as the set's rebuild, as after Redis
+ * came up, and can raise the fleet's N but never lower it. Beats at once. */
+void store_heartbeat_rebuilding(struct store_heartbeat *hb); /* NULL no-op */
+
 /* Stop beating: before the store is freed (a beat in flight then completes
  * with STORE_DOWN). store_heartbeat_free() after the store is freed, since
  * the store calls its watcher until then. */
