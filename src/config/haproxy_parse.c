@@ -178,9 +178,11 @@ static int split(const struct hc_file *f, const char *s, struct hc_line *l)
     free(b.p);
     l->n = n;
     l->w = NULL;
-    if (n && !(l->w = malloc(n * sizeof(char *))))
-        goto oom_words;
-    memcpy(l->w, words, n * sizeof(char *));
+    if (n) { /* a line of no word (a comment) has no array */
+        if (!(l->w = malloc(n * sizeof(char *))))
+            goto oom_words;
+        memcpy(l->w, words, n * sizeof(char *));
+    }
     return 0;
 oom:
     free(b.p);
