@@ -1,0 +1,310 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The fault matrix (issue 42): three agents (workers = 1) on one Redis, the
+rules `10/1s burst 5`, `600/1m burst 20` and `60/1m burst 30`, each with a
+hot key (paced well over its limit), a near-limit key (paced at the limit)
+and an under-limit key (paced at half of it), every request from a client on
+each of the three agents. A fault is injected while the clients run; every
+decision is recorded bracketed by its NOTIFY's send and its ACK's read, so
+the worst excess over b + r*T (fleet.worst_window, rigorous) is real.
+
+test_faults.py asserts on what each fault's run() measured and prints the
+table (`make faults`: row() per fault): fault, allowance, measured worst
+excess, utilisation, degraded decisions and the warnings the agents raised."""
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import fleet
+from fleet import LoadClient, redis_ini, unique, worst_window
+from harness import Agent, Redis, wait_for
+
+# (name, path, rate per s, period label, burst)
+RULES = (("fast", 10.0, "10/1s", 5), ("minute", 10.0, "600/1m", 20),
+         ("slow", 1.0, "60/1m", 30))
+RULES_INI = "".join("[rule:%s]\nkey = key\nmatch = path ^/%s/\nrate = %s\nburst = %d\n\n"
+                    % (n, n, rate, b) for n, _, rate, b in RULES)
+AGENTS = 3
+# how hard each kind of key is driven, as a multiple of its rule's rate (over
+# the fleet: each of the three agents sends a third)
+LOADS = (("hot", 4.0), ("near", 1.0), ("under", 0.5))
+WARN_RE = re.compile(r"msg=warning kind=(\w+)")
+
+
+class Fleet:
+    """Redis and three agents; stop() ends them all."""
+
+    def __init__(self, timeout="1s", share="auto", redis_env=None):
+        self.timeout, self.share = timeout, share
+        self.redis = self.start_redis(env=redis_env)
+        self.agents = []
+        try:
+            for _ in range(AGENTS):
+                self.agents.append(Agent(redis_ini(self.redis.port, timeout=timeout,
+                                                   share=share) + RULES_INI, workers=1))
+            for a in self.agents:
+                fleet.wait_redis_up(a)
+        except BaseException:
+            self.stop()
+            raise
+
+    def start_redis(self, port=None, env=None):
+        saved = {}
+        for k, v in (env or {}).items():  # only redis-server inherits these
+            saved[k] = os.environ.get(k)
+            os.environ[k] = v
+        try:
+            # DEBUG SLEEP for the slow Redis (Redis 7 refuses DEBUG otherwise)
+            return Redis(port, args=("--enable-debug-command", "local"))
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    del os.environ[k]
+                else:
+                    os.environ[k] = v
+
+    def warnings(self):
+        """{kind: agents that raised it}."""
+        out = {}
+        for a in self.agents:
+            for k in set(WARN_RE.findall(a.output())):
+                out[k] = out.get(k, 0) + 1
+        return out
+
+    def stop(self):
+        for a in self.agents:
+            try:
+                a.stop(check=False)
+            except Exception:
+                pass
+        self.redis.kill()
+
+
+def clients(fl, seconds):
+    """The paced clients: one per agent, rule and kind of key."""
+    out, keys = [], {}
+    for name, r, _, b in RULES:
+        for kind, load in LOADS:
+            key = unique("%s-%s" % (name, kind))
+            keys[key] = (name, kind, b, r)
+            for i, a in enumerate(fl.agents):
+                out.append(LoadClient(a.addr, {"key": key, "path": "/%s/x" % name},
+                                      [(seconds, "paced", load * r / AGENTS)],
+                                      name="%s/%d" % (key, i)))
+    return out, keys
+
+
+def exact_admitted(recs, b, r):
+    """What one exact bucket (full at the start) admits of these requests,
+    in the order they were sent."""
+    tokens, last, n = float(b), None, 0
+    for x in sorted(recs, key=lambda x: x.sent):
+        if last is not None:
+            tokens = min(float(b), tokens + r * (x.sent - last))
+        last = x.sent
+        if tokens >= 1.0:
+            tokens -= 1.0
+            n += 1
+    return n
+
+
+class Result:
+    """What one fault's run measured. per_key: {key: (rule, kind, excess,
+    relative excess, admitted, requests)}; excess over b + r*T (plus the
+    extra `slack_b` bursts the caller asks for), relative to b + r*T of that
+    window."""
+
+    def __init__(self, fault, recs, keys, warnings, extra):
+        self.fault, self.recs, self.keys, self.warnings = fault, recs, keys, warnings
+        self.extra = extra  # what the fault itself measured (times, counts)
+        self.degraded = sum(1 for x in recs if x.vars.get("degraded") is True)
+        self.decisions = len(recs)
+        adm = exact = 0
+        self.per_key = {}
+        for key, (name, kind, b, r) in keys.items():
+            mine = [x for x in recs if x.client.startswith(key + "/")]
+            ex, count, T, _, _ = worst_window(mine, b, r, True)
+            self.per_key[key] = (name, kind, ex, ex / (b + r * T) if count else 0.0,
+                                 sum(1 for x in mine if x.allowed), len(mine))
+            adm += sum(1 for x in mine if x.allowed)
+            exact += exact_admitted(mine, b, r)
+        self.utilisation = adm / exact if exact else 0.0
+
+    def worst(self, slack_b=0.0, kinds=None):
+        """(excess over b + r*T + slack_b * b, excess over b + r*T, relative,
+        key) of the worst key by the first."""
+        best = None
+        for key, (name, kind, ex, rel, _, _) in self.per_key.items():
+            if kinds and kind not in kinds:
+                continue
+            b = self.keys[key][2]
+            e = ex - slack_b * b
+            if best is None or e > best[0]:
+                best = (e, ex, rel, key)
+        return best
+
+    def admitted_share(self, kind, t1, t2):
+        """Of the requests of `kind` keys sent in [t1, t2], the share admitted."""
+        mine = [x for x in self.recs if t1 <= x.sent <= t2
+                and self.keys[x.client.rsplit("/", 1)[0]][1] == kind]
+        return sum(1 for x in mine if x.allowed) / len(mine) if mine else 0.0
+
+
+def run(fault, seconds, inject, at=3.0, timeout="1s", share="auto", redis_env=None):
+    """Start the fleet, run the clients for `seconds`, call inject(fleet,
+    extra) `at` seconds in (in this thread: the clients run in theirs);
+    inject records what it measured in the dict extra. Returns a Result."""
+    fl = Fleet(timeout=timeout, share=share, redis_env=redis_env)
+    extra = {}
+    try:
+        cl, keys = clients(fl, seconds)
+        with_switch = sys.getswitchinterval()
+        sys.setswitchinterval(0.0005)
+        try:
+            for c in cl:
+                c.start()
+            t0 = time.monotonic() + 0.1
+            for c in cl:
+                c.start_at(t0)
+            extra["t0"] = t0
+            if inject:
+                time.sleep(max(0.0, t0 + at - time.monotonic()))
+                inject(fl, extra)
+            for c in cl:
+                c.join(seconds + 60)
+        finally:
+            sys.setswitchinterval(with_switch)
+        recs = fleet.collect(cl)
+        return Result(fault, recs, keys, fl.warnings(), extra)
+    finally:
+        fl.stop()
+
+
+# ---- the faults -------------------------------------------------------------
+
+def state_lost_times(fl, since, deadline=10.0):
+    """Seconds after `since` at which each agent counted a loss of state."""
+    took = []
+    for a in fl.agents:
+        wait_for(lambda: (a.metric("spoa_ratelimit_redis_state_lost_total") or 0) >= 1,
+                 deadline, step=0.02)
+        took.append(time.monotonic() - since)
+    return took
+
+
+def healthy(seconds=8.0):
+    return run("healthy", seconds, None)
+
+
+def flushdb(seconds=8.0):
+    def inject(fl, extra):
+        assert fl.redis.cli("FLUSHDB") == "OK"
+        extra["named_s"] = max(state_lost_times(fl, time.monotonic()))
+    return run("FLUSHDB under load", seconds, inject)
+
+
+def slow_redis(seconds=30.0, stalls=8, gap=3.0, stall_s=0.3):
+    """8 x DEBUG SLEEP 0.3, 3 s apart, agents' timeout 100 ms."""
+    def inject(fl, extra):
+        extra["stalls"] = []
+        for i in range(stalls):
+            t = time.monotonic()
+            got = fl.redis.cli("DEBUG", "SLEEP", str(stall_s))
+            assert got == "OK", "DEBUG SLEEP answered %r" % got
+            extra["stalls"].append((t, time.monotonic()))
+            time.sleep(max(0.0, t + gap - time.monotonic()))
+    return run("Redis slower than timeout", seconds, inject, at=2.0, timeout="100ms")
+
+
+def kill_restart(seconds=10.0):
+    """Redis killed (-9) and restarted empty on its port."""
+    def inject(fl, extra):
+        port = fl.redis.port
+        t = time.monotonic()
+        fl.redis.kill()
+        fl.redis = fl.start_redis(port)
+        for a in fl.agents:
+            fleet.wait_redis_up(a)
+        extra["down_s"] = time.monotonic() - t  # until every agent is back
+        extra["named_s"] = max(state_lost_times(fl, t))
+    return run("Redis kill -9, restarted empty", seconds, inject)
+
+
+def crash_loop(seconds=14.0, down=6.0):
+    """Redis killed, restarted empty, killed again 1 s later and kept down
+    `down` seconds (share = auto: the agents' backstop share is 1/N, N the
+    fleet they saw). extra["outage"]: (killed, restarted) of the long outage."""
+    def inject(fl, extra):
+        port = fl.redis.port
+        fl.redis.kill()
+        fl.redis = fl.start_redis(port)
+        time.sleep(1.0)
+        fl.redis.kill()
+        t = time.monotonic()
+        time.sleep(down)
+        fl.redis = fl.start_redis(port)
+        extra["outage"] = (t, time.monotonic())
+    return run("crash loop, share = auto", seconds, inject)
+
+
+def outage_admitted(res, key):
+    """Admissions of key decided surely inside the outage: sent after the
+    kill, acknowledged before the restart."""
+    t1, t2 = res.extra["outage"]
+    return sum(1 for x in res.recs if x.allowed and x.client.startswith(key + "/")
+               and x.sent >= t1 and x.acked <= t2)
+
+
+def build_shim():
+    """(LD_PRELOAD env, offset file, dir) for clock_shim.c, or None without cc."""
+    cc = shutil.which(os.environ.get("CC", "cc"))
+    if not cc:
+        return None
+    d = tempfile.mkdtemp(prefix="clock-shim-")
+    so, offset = os.path.join(d, "shim.so"), os.path.join(d, "offset")
+    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "clock_shim.c")
+    subprocess.run([cc, "-shared", "-fPIC", "-O2", "-o", so, src, "-ldl"], check=True)
+    step_clock(offset, 0)
+    return {"LD_PRELOAD": so, "CLOCK_SHIM_FILE": offset}, offset, d
+
+
+def step_clock(offset, seconds):
+    with open(offset + ".tmp", "w") as f:
+        f.write("%d\n" % (seconds * 1000000))
+    os.replace(offset + ".tmp", offset)
+
+
+def clock_back(seconds=10.0, step=20):
+    """Redis' clock steps back 20 s (clock_shim.c)."""
+    shim = build_shim()
+    if shim is None:
+        return None
+    env, offset, d = shim
+
+    def inject(fl, extra):
+        step_clock(offset, -step)
+        extra["stepped"] = time.monotonic()
+    try:
+        return run("Redis clock back %d s" % step, seconds, inject, redis_env=env)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+# ---- the table --------------------------------------------------------------
+
+HEADER = ("| fault | allowance over b + r*T | worst excess (relative, key) | utilisation "
+          "| degraded | warnings (agents) | also measured |\n|---|---|---|---|---|---|---|")
+
+
+def row(res, allowance, slack_b=0.0, note=""):
+    """One line of the table; the worst key is chosen by its excess over
+    b + r*T + slack_b * b, shown over b + r*T."""
+    _, ex, rel, key = res.worst(slack_b)
+    w = ",".join("%s(%d)" % kv for kv in sorted(res.warnings.items())) or "none"
+    return ("| %s | %s | %+.1f (%+.1f %%, %s %s) | %.3f | %d of %d | %s | %s |"
+            % (res.fault, allowance, ex, 100 * rel, res.per_key[key][0], res.per_key[key][1],
+               res.utilisation, res.degraded, res.decisions, w, note))
