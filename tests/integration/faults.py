@@ -19,6 +19,8 @@ import tempfile
 import threading
 import time
 
+import socket
+
 import fleet
 from fleet import LoadClient, redis_ini, unique, worst_window
 from harness import Agent, Redis, wait_for
@@ -35,19 +37,104 @@ LOADS = (("hot", 4.0), ("near", 1.0), ("under", 0.5))
 WARN_RE = re.compile(r"msg=warning kind=(\w+)")
 
 
-class Fleet:
-    """Redis and three agents; stop() ends them all."""
+class Proxy(threading.Thread):
+    """A TCP proxy on loopback in front of Redis, for one agent: cut() closes
+    its connections and refuses new ones (accepted, then closed) until heal().
+    Each connection is two pump threads; all stop with stop()."""
 
-    def __init__(self, timeout="1s", share="auto", redis_env=None):
+    def __init__(self, upstream_port):
+        super().__init__(daemon=True)
+        self.up = upstream_port
+        self.lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.lsock.bind(("127.0.0.1", 0))
+        self.lsock.listen(16)
+        self.lsock.settimeout(0.2)
+        self.port = self.lsock.getsockname()[1]
+        self.cut_ = threading.Event()
+        self.halt = threading.Event()
+        self.lock = threading.Lock()
+        self.socks = []
+        self.start()
+
+    def run(self):
+        while not self.halt.is_set():
+            try:
+                c, _ = self.lsock.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            if self.cut_.is_set():
+                c.close()
+                continue
+            try:
+                u = socket.create_connection(("127.0.0.1", self.up), timeout=2)
+            except OSError:
+                c.close()
+                continue
+            with self.lock:
+                self.socks += [c, u]
+            for a, b in ((c, u), (u, c)):
+                threading.Thread(target=self.pump, args=(a, b), daemon=True).start()
+
+    def pump(self, a, b):
+        try:
+            a.settimeout(None)
+            while True:
+                data = a.recv(65536)
+                if not data or self.cut_.is_set():
+                    break
+                b.sendall(data)
+        except OSError:
+            pass
+        for s in (a, b):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def cut(self):
+        self.cut_.set()
+        with self.lock:
+            socks, self.socks = self.socks, []
+        for s in socks:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+
+    def heal(self):
+        self.cut_.clear()
+
+    def stop(self):
+        self.halt.set()
+        self.cut()
+        self.lsock.close()
+
+
+class Fleet:
+    """Redis and three agents; stop() ends them all. proxied: the first
+    agent reaches Redis through a Proxy (self.proxy)."""
+
+    def __init__(self, timeout="1s", share="auto", redis_env=None, proxied=False):
         self.timeout, self.share = timeout, share
         self.redis = self.start_redis(env=redis_env)
         self.agents = []
+        self.proxy = Proxy(self.redis.port) if proxied else None
         try:
-            for _ in range(AGENTS):
-                self.agents.append(Agent(redis_ini(self.redis.port, timeout=timeout,
+            for i in range(AGENTS):
+                port = self.proxy.port if self.proxy and i == 0 else self.redis.port
+                self.agents.append(Agent(redis_ini(port, timeout=timeout,
                                                    share=share) + RULES_INI, workers=1))
             for a in self.agents:
                 fleet.wait_redis_up(a)
+            # share = auto is 1/N of the fleet each agent has seen: a fleet
+            # that has run, every agent's heartbeat read back (every 5 s)
+            for a in self.agents:
+                if not wait_for(lambda: a.metric("spoa_ratelimit_fleet_agents") == AGENTS, 15):
+                    raise AssertionError("an agent does not see the fleet of %d:\n%s"
+                                         % (AGENTS, a.output()[-2000:]))
         except BaseException:
             self.stop()
             raise
@@ -81,6 +168,8 @@ class Fleet:
                 a.stop(check=False)
             except Exception:
                 pass
+        if self.proxy:
+            self.proxy.stop()
         self.redis.kill()
 
 
@@ -154,11 +243,12 @@ class Result:
         return sum(1 for x in mine if x.allowed) / len(mine) if mine else 0.0
 
 
-def run(fault, seconds, inject, at=3.0, timeout="1s", share="auto", redis_env=None):
+def run(fault, seconds, inject, at=3.0, timeout="1s", share="auto", redis_env=None,
+        proxied=False):
     """Start the fleet, run the clients for `seconds`, call inject(fleet,
     extra) `at` seconds in (in this thread: the clients run in theirs);
     inject records what it measured in the dict extra. Returns a Result."""
-    fl = Fleet(timeout=timeout, share=share, redis_env=redis_env)
+    fl = Fleet(timeout=timeout, share=share, redis_env=redis_env, proxied=proxied)
     extra = {}
     try:
         cl, keys = clients(fl, seconds)
@@ -257,6 +347,19 @@ def outage_admitted(res, key):
     t1, t2 = res.extra["outage"]
     return sum(1 for x in res.recs if x.allowed and x.client.startswith(key + "/")
                and x.sent >= t1 and x.acked <= t2)
+
+
+def partition(seconds=22.0, cut_s=15.0):
+    """The first agent cut from Redis (its proxy) for cut_s seconds; the
+    others keep it. extra["cut"]: (cut, the agent connected again)."""
+    def inject(fl, extra):
+        t = time.monotonic()
+        fl.proxy.cut()
+        time.sleep(cut_s)
+        fl.proxy.heal()
+        fleet.wait_redis_up(fl.agents[0])  # (its reconnection backs off)
+        extra["cut"] = (t, time.monotonic())
+    return run("one agent partitioned %.0f s" % cut_s, seconds, inject, proxied=True)
 
 
 def build_shim():
