@@ -13,13 +13,12 @@ excess, utilisation, degraded decisions and the warnings the agents raised."""
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-
-import socket
 
 import fleet
 from fleet import LoadClient, redis_ini, unique, worst_window
