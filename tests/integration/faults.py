@@ -116,16 +116,27 @@ class Fleet:
     """Redis and three agents; stop() ends them all. proxied: the first
     agent reaches Redis through a Proxy (self.proxy)."""
 
-    def __init__(self, timeout="1s", share="auto", redis_env=None, proxied=False):
+    def __init__(self, timeout="1s", share="auto", redis_env=None, proxied=False,
+                 cluster=False):
         self.timeout, self.share = timeout, share
-        self.redis = self.start_redis(env=redis_env)
-        self.agents = []
+        self.agents, self.nodes, self.proxy = [], [], None
+        if cluster:
+            self.start_cluster()
+            self.redis = self.nodes[0]
+        else:
+            self.redis = self.start_redis(env=redis_env)
         self.proxy = Proxy(self.redis.port) if proxied else None
         try:
             for i in range(AGENTS):
                 port = self.proxy.port if self.proxy and i == 0 else self.redis.port
-                self.agents.append(Agent(redis_ini(port, timeout=timeout,
-                                                   share=share) + RULES_INI, workers=1))
+                if cluster:
+                    ini = ("[redis]\ncluster = %s\nprefix = {rl}:\ntimeout = %s\n\n"
+                           "[fallback]\nshare = %s\n\n%s"
+                           % (",".join("127.0.0.1:%d" % n.port for n in self.nodes), timeout,
+                              share, RULES_INI))
+                else:
+                    ini = redis_ini(port, timeout=timeout, share=share) + RULES_INI
+                self.agents.append(Agent(ini, workers=1))
             for a in self.agents:
                 fleet.wait_redis_up(a)
             # share = auto is 1/N of the fleet each agent has seen: a fleet
@@ -137,6 +148,23 @@ class Fleet:
         except BaseException:
             self.stop()
             raise
+
+    def start_cluster(self):
+        """Three masters, no replicas (self.nodes), cluster_state:ok."""
+        import test_redis_topologies as topo
+        self.dir = tempfile.mkdtemp(prefix="faults-cluster-")
+        for _ in range(3):
+            p = topo.cluster_port()
+            self.nodes.append(Redis(p, args=(
+                "--cluster-enabled", "yes", "--cluster-node-timeout", "2000",
+                "--cluster-config-file", os.path.join(self.dir, "nodes-%d.conf" % p))))
+        out = subprocess.run(["redis-cli", "--cluster", "create"]
+                             + ["127.0.0.1:%d" % n.port for n in self.nodes]
+                             + ["--cluster-replicas", "0", "--cluster-yes"],
+                             capture_output=True, text=True, timeout=30)
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert wait_for(lambda: all("cluster_state:ok" in n.cli("CLUSTER", "INFO")
+                                    for n in self.nodes), 15), "cluster never ok"
 
     def start_redis(self, port=None, env=None):
         saved = {}
@@ -170,6 +198,10 @@ class Fleet:
         if self.proxy:
             self.proxy.stop()
         self.redis.kill()
+        for n in self.nodes:
+            n.kill()
+        if self.nodes:
+            shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def clients(fl, seconds):
@@ -243,11 +275,12 @@ class Result:
 
 
 def run(fault, seconds, inject, at=3.0, timeout="1s", share="auto", redis_env=None,
-        proxied=False):
+        proxied=False, cluster=False):
     """Start the fleet, run the clients for `seconds`, call inject(fleet,
     extra) `at` seconds in (in this thread: the clients run in theirs);
     inject records what it measured in the dict extra. Returns a Result."""
-    fl = Fleet(timeout=timeout, share=share, redis_env=redis_env, proxied=proxied)
+    fl = Fleet(timeout=timeout, share=share, redis_env=redis_env, proxied=proxied,
+               cluster=cluster)
     extra = {}
     try:
         cl, keys = clients(fl, seconds)
@@ -359,6 +392,45 @@ def partition(seconds=22.0, cut_s=15.0):
         fleet.wait_redis_up(fl.agents[0])  # (its reconnection backs off)
         extra["cut"] = (t, time.monotonic())
     return run("one agent partitioned %.0f s" % cut_s, seconds, inject, proxied=True)
+
+
+def tryagain(seconds=12.0):
+    """Redis Cluster, prefix {rl}: (one slot): half of the slot's keys
+    migrated under load, so batches holding keys of both halves meet
+    TRYAGAIN, then the rest, then the slot given to its new owner.
+    extra["tryagain"]: the TRYAGAIN replies the agents counted; extra["window"]:
+    (first half moved, slot given to the new owner)."""
+    def cli(node, *args):
+        return node.cli(*(str(a) for a in args))
+
+    def inject(fl, extra):
+        ids = {n.port: cli(n, "CLUSTER", "MYID") for n in fl.nodes}
+        slot = int(cli(fl.nodes[0], "CLUSTER", "KEYSLOT", "{rl}"))
+        src = [n for n in fl.nodes if cli(n, "CLUSTER", "COUNTKEYSINSLOT", slot) != "0"][0]
+        dst = [n for n in fl.nodes if n is not src][0]
+        keys = cli(src, "CLUSTER", "GETKEYSINSLOT", slot, 1000).split()
+        assert cli(dst, "CLUSTER", "SETSLOT", slot, "IMPORTING", ids[src.port]) == "OK"
+        assert cli(src, "CLUSTER", "SETSLOT", slot, "MIGRATING", ids[dst.port]) == "OK"
+        half = keys[:len(keys) // 2]
+        cli(src, "MIGRATE", "127.0.0.1", dst.port, "", 0, 5000, "KEYS", *half)
+        t = time.monotonic()
+        # batches of both halves meet TRYAGAIN until the rest moves
+        wait_for(lambda: any(a.metric("spoa_ratelimit_redis_error_replies_total",
+                                      kind="TRYAGAIN") for a in fl.agents), 5, step=0.02)
+
+        def moved():
+            rest = cli(src, "CLUSTER", "GETKEYSINSLOT", slot, 1000).split()
+            if rest:
+                cli(src, "MIGRATE", "127.0.0.1", dst.port, "", 0, 5000, "KEYS", *rest)
+            return cli(src, "CLUSTER", "COUNTKEYSINSLOT", slot) == "0"
+        assert wait_for(moved, 20), "keys left on the source"
+        for n in fl.nodes:
+            assert cli(n, "CLUSTER", "SETSLOT", slot, "NODE", ids[dst.port]) == "OK"
+        extra["window"] = (t, time.monotonic())  # while the slot was half moved
+        extra["tryagain"] = sum(
+            a.metric("spoa_ratelimit_redis_error_replies_total", kind="TRYAGAIN") or 0
+            for a in fl.agents)
+    return run("TRYAGAIN, one-slot migration", seconds, inject, cluster=True)
 
 
 def build_shim():
