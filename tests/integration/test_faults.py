@@ -1,0 +1,162 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The fault matrix (issue 42; faults.py runs each fault and measures it).
+
+Smoke (./run-tests, its own step, under a minute): healthy, FLUSHDB under
+load, Redis' clock back 20 s. Matrix (`make faults`): those and Redis
+kill -9 restarted empty, a crash loop with share = auto, one agent cut
+from Redis 15 s (faults.Proxy), TRYAGAIN during a one-slot migration on a
+Redis Cluster, Redis slower than the timeout. Each test
+asserts the allowance doc/design.md states for its fault where the fix
+exists; where it does not yet (the fallback repaid,
+deliverable 2; share = auto that cannot collapse, deliverable 4) it prints
+the figure against the stated allowance and asserts the weaker bound that
+holds today. At the end the table of every fault run is printed.
+
+run.py runs this module only when named (run-tests' fault step, make faults):
+its full matrix takes about two and a half minutes, the smoke 45 s."""
+import unittest
+
+import faults
+from faults import AGENTS, row
+
+ROWS = []
+EPS = 1e-9  # the excess is a float: b + r*T with T measured
+
+
+def tearDownModule():
+    if ROWS:
+        print("\n" + faults.HEADER)
+        for r in ROWS:
+            print(r)
+
+
+class FaultCase(unittest.TestCase):
+    def record(self, res, allowance, slack_b=0.0, note=""):
+        r = row(res, allowance, slack_b, note)
+        print("\n" + r, flush=True)
+        ROWS.append(r)
+
+    def assert_keys(self, res, slack_b, what):
+        """Every key's worst excess over b + r*T + slack_b * b is <= 0."""
+        for key, (name, kind, ex, rel, adm, n) in sorted(res.per_key.items()):
+            b = res.keys[key][2]
+            self.assertLessEqual(ex - slack_b * b, EPS, "%s: %s %s key admitted %+.2f over "
+                                 "b + r*T (%d of %d admitted)" % (what, name, kind, ex, adm, n))
+
+
+class Smoke(FaultCase):
+    def test_healthy_is_exact(self):
+        res = faults.healthy()
+        self.record(res, "0 (exact)")
+        self.assertEqual(res.degraded, 0)
+        self.assert_keys(res, 0.0, "healthy")
+
+    def test_flushdb_named_within_2s_costs_one_b(self):
+        res = faults.flushdb()
+        self.record(res, "b per key", 1.0, "named in %.2f s" % res.extra["named_s"])
+        self.assertIn("redis_state_lost", res.warnings)
+        self.assertEqual(res.warnings["redis_state_lost"], AGENTS)
+        # the epoch is checked every second ([redis] epoch_check = 1s)
+        self.assertLessEqual(res.extra["named_s"], 2.0)
+        self.assert_keys(res, 1.0, "FLUSHDB")
+
+    def test_clock_back_keeps_admitting(self):
+        res = faults.clock_back()
+        if res is None:
+            self.skipTest("no C compiler for the clock shim")
+        t = res.extra["stepped"]
+        under = res.admitted_share("under", t, t + 6)
+        self.record(res, "0; under-limit >= 90 % admitted", 0.0,
+                    "under-limit admitted %.0f %% in the 6 s after the step" % (100 * under))
+        self.assertGreaterEqual(under, 0.9)
+        self.assertIn("redis_clock_jump", res.warnings)
+        self.assert_keys(res, 0.0, "clock back")
+
+
+class Matrix(FaultCase):
+    def test_kill_restart_empty(self):
+        res = faults.kill_restart()
+        d = res.extra["down_s"]
+        self.record(res, "b per key + backstop", 1.0,
+                    "outage %.2f s, named in %.2f s" % (d, res.extra["named_s"]))
+        self.assertIn("redis_state_lost", res.warnings)
+        # one b for the lost state, and the fleet's backstops in the outage:
+        # share = auto (1/N) times N agents, b + r*D
+        for key, (name, kind, ex, rel, adm, n) in res.per_key.items():
+            b, r = res.keys[key][2], res.keys[key][3]
+            self.assertLessEqual(ex, b + b + r * d + EPS, "%s %s" % (name, kind))
+
+    def test_crash_loop_share_auto(self):
+        res = faults.crash_loop()
+        t1, t2 = res.extra["outage"]
+        d = t2 - t1
+        over = max((faults.outage_admitted(res, k) - (b + r * d), k)
+                   for k, (_, _, b, r) in res.keys.items())
+        name, kind = res.keys[over[1]][:2]
+        self.record(res, "share*(b + r*D) per agent in the outage", 0.0,
+                    "outage %.1f s: %s %s admitted %+.1f over the fleet's N*share*(b + r*D)"
+                    % (d, name, kind, over[0]))
+        # Stated: the fleet's backstops admit N * (1/N) * (b + r*D) in the
+        # outage. Today share = auto counts the heartbeat set, which the empty
+        # restart emptied, so each agent may take all of b + r*D (issue 42,
+        # deliverable 4, and the repayment, deliverable 2): asserted is that
+        # weaker bound, N * (b + r*D); the figure above is the stated one's.
+        for key, (_, _, b, r) in res.keys.items():
+            self.assertLessEqual(faults.outage_admitted(res, key), AGENTS * (b + r * d) + EPS)
+
+    def test_partition_one_agent(self):
+        res = faults.partition()
+        t1, t2 = res.extra["cut"]
+        d = t2 - t1
+        self.record(res, "that agent's share*(b + r*D), repaid (pending deliverable 2)", 0.0,
+                    "cut %.1f s" % d)
+        self.assertGreater(res.degraded, 0, "the cut agent never fell back")
+        # Stated: the cut agent's backstop, share * (b + r*D) with share =
+        # auto = 1/N, and back within b + r*T once it is repaid (deliverable
+        # 2). Without the repayment what it admitted stays on top of what the
+        # others take from Redis: asserted is the run's worst excess within
+        # that backstop, the figure above says how far under it is.
+        for key, (name, kind, ex, rel, adm, n) in res.per_key.items():
+            b, r = res.keys[key][2], res.keys[key][3]
+            self.assertLessEqual(ex, (b + r * d) / AGENTS + EPS, "%s %s" % (name, kind))
+
+    def test_tryagain_one_slot_migration(self):
+        res = faults.tryagain()
+        t1, t2 = res.extra["window"]
+        w = t2 - t1
+        self.record(res, "0 (+1 for timing)", 0.0,
+                    "%d TRYAGAIN replies, sent again; slot half moved %.2f s"
+                    % (res.extra["tryagain"], w))
+        # Stated: exact, +1 for timing. Measured: exact while the half-moved
+        # slot lasts a few batches; when the retries outlast the timeout
+        # (1s) the waiting requests are decided by the backstop (degraded,
+        # redis_errors raised) and the excess is that backstop's, unrepaid
+        # (deliverable 2). Asserted: the fleet's backstops over the window
+        # and the timeout, b + r*(W + 1 s), +1.
+        for key, (name, kind, ex, rel, adm, n) in res.per_key.items():
+            b, r = res.keys[key][2], res.keys[key][3]
+            if res.degraded == 0:
+                self.assertLessEqual(ex, 1.0 + EPS, "%s %s" % (name, kind))
+            else:
+                self.assertLessEqual(ex, b + r * (w + 1.0) + 1.0 + EPS, "%s %s" % (name, kind))
+
+    def test_slow_redis(self):
+        res = faults.slow_redis()
+        stalls = res.extra["stalls"]
+        longest = max(e - s for s, e in stalls)
+        self.record(res, "10 % of b + r*T (pending deliverable 2)", 0.0,
+                    "%d stalls of up to %.2f s" % (len(stalls), longest))
+        self.assertGreater(res.degraded, 0, "no stall outlasted the timeout")
+        # Stated: <= 10 % of the bound, <= 2 % past the repayment (issue 42,
+        # deliverable 2, not yet here). Today each stall starts each agent's
+        # backstop from a fresh share of b + r*D, and the late replies' grants
+        # are spent on top: asserted is that weaker bound, one b + r*(stall +
+        # timeout) per stall over the fleet.
+        for key, (name, kind, ex, rel, adm, n) in res.per_key.items():
+            b, r = res.keys[key][2], res.keys[key][3]
+            self.assertLessEqual(ex, len(stalls) * (b + r * (longest + 0.1)) + EPS,
+                                 "%s %s" % (name, kind))
+
+
+if __name__ == "__main__":
+    unittest.main()
