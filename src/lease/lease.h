@@ -19,6 +19,7 @@
 #define LEASE_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -173,6 +174,28 @@ int lease_decide_cost(struct lease_table *t, const char *key, size_t keylen,
  * spend left between the decision and the refund. */
 uint64_t lease_refund(struct lease_table *t, const char *key, size_t keylen, uint64_t n,
                       uint64_t now_us, struct bucket_result *res, int *redis);
+
+/* The fallback is about to decide n tokens of key's token bucket (Redis did
+ * not decide: down, late, unconfirmed). The backstop starts from what this
+ * agent last knew of the key, not from a fresh burst: 0 when the key's
+ * entry knows its Redis bucket (a reply), and that level refilled since,
+ * less what the backstop admitted for the key and Redis was not charged for
+ * yet (owed), holds fewer than n: the key stays exhausted, and *retry_us
+ * says when it would hold n. 1 otherwise (no entry, never answered, another
+ * algorithm: the backstop alone decides). */
+int lease_fallback_check(struct lease_table *t, const char *key, size_t keylen, uint64_t n,
+                         uint64_t now_us, uint64_t *retry_us);
+
+/* The backstop admitted n tokens for key while Redis did not decide: the
+ * key's entry (if it has one) owes them, at most burst in all (the debt's
+ * floor: Redis' bucket is charged at most b more than it granted). The debt
+ * is paid from the next tokens Redis grants the key, late replies first
+ * (lease_reply): they are reported spent, never spent again; each paid
+ * token counts in *repaid (the rule's fallback_repaid_total; records live
+ * as long as the process). Forgotten with the entry (idle past ttl,
+ * evicted). Returns what the key owes now. */
+uint64_t lease_fallback_note(struct lease_table *t, const char *key, size_t keylen, uint64_t n,
+                             atomic_uint_fast64_t *repaid);
 
 /* A refund script's reply for key (REFUND_R_REMAINING): Redis' bucket
  * level now, for the estimates (remaining) of later local decisions.
