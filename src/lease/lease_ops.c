@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* lease_ops.c - one key of the lease cache, for the operator (GET /key,
- * POST /reset), for observers (the simulator's count of held tokens), and
+ * POST /reset), for observers (the simulator's count of held tokens), for
+ * the fallback (its start and its debt: lease_fallback_check/_note), and
  * every key at once when Redis lost them (lease_void_all). */
 #include <math.h>
 #include <string.h>
