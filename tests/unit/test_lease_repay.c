@@ -11,6 +11,7 @@
 #include "check_util.h"
 #include "lease/lease.h"
 #include "lease_fixture.h"
+#include "store/script.h"
 
 /* A claim times out; the backstop admits 3 of the key's requests; the late
  * reply grants 5: 3 of them are reported spent (never spent again), 2 are
@@ -127,11 +128,42 @@ START_TEST(backstop_starts_from_what_was_known)
 }
 END_TEST
 
+/* A cold key's exact call times out and the backstop admits its request;
+ * Redis, late, allowed it too: its token pays for that one. */
+START_TEST(late_exact_pays_one)
+{
+    static const struct lease_config cfg_exact = {100 * MS, 1 * S, 0.1, 0, 1, 0};
+    struct lease_table *t = lease_table_new(&cfg_exact, 4);
+    struct lease_job *j, *next = NULL;
+    struct lease_waiter *done = NULL, *fb = NULL;
+    struct lt_req r;
+    atomic_uint_fast64_t repaid = 0;
+    uint64_t now = 10 * S;
+
+    ck_assert_int_eq(lt_decide(t, "k", &lt_pbig, now, 1, &r, &j), LEASE_PENDING);
+    ck_assert_uint_eq(j->kind, LEASE_JOB_EXACT);
+    j->sent_us = now;
+    lease_timeout(t, j, &fb);
+    ck_assert_int_eq(lt_count(fb), 1);
+    ck_assert_uint_eq(lease_fallback_note(t, "k", 1, 2, &repaid), 2);
+    int64_t v[EXACT_R_COUNT] = {[EXACT_R_ALLOWED] = 1, [EXACT_R_REMAINING] = 999,
+                                [EXACT_R_RESET_MS] = 1};
+    fb = NULL;
+    lease_reply(t, j, 1, v, EXACT_R_COUNT, now + 300 * MS, &done, &fb, &next);
+    ck_assert_int_eq(lt_count(done), 0);
+    ck_assert_int_eq(lt_count(fb), 0);
+    ck_assert_uint_eq(atomic_load(&repaid), 1);
+    /* one still owed: the next note adds to it */
+    ck_assert_uint_eq(lease_fallback_note(t, "k", 1, 1, &repaid), 2);
+    lease_table_free(t);
+}
+END_TEST
+
 int main(void)
 {
     TCase *tc = tcase_create("core");
 
     CHECK_ADD(tc, late_reply_pays_the_backstop, debt_paid_over_grants_up_to_burst,
-              backstop_starts_from_what_was_known);
+              backstop_starts_from_what_was_known, late_exact_pays_one);
     return check_run_case("lease_repay", tc);
 }
