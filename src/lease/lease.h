@@ -177,12 +177,13 @@ uint64_t lease_refund(struct lease_table *t, const char *key, size_t keylen, uin
 
 /* The fallback is about to decide n tokens of key's token bucket (Redis did
  * not decide: down, late, unconfirmed). The backstop starts from what this
- * agent last knew of the key, not from a fresh burst: 0 when the key's
- * entry knows its Redis bucket (a reply), and that level refilled since,
- * less what the backstop admitted for the key and Redis was not charged for
- * yet (owed), holds fewer than n: the key stays exhausted, and *retry_us
- * says when it would hold n. 1 otherwise (no entry, never answered, another
- * algorithm: the backstop alone decides). */
+ * agent last knew of the key, not from a fresh burst: a bucket of the
+ * entry's own, seeded at Redis' last word (its level at the last reply, less
+ * the debt: lease_fallback_note), refilled at the rule's rate up to burst,
+ * spent by what the backstop admits. 0 when it holds fewer than n (1 for a
+ * check, n = 0): the key stays exhausted, *retry_us says for how long. 1
+ * otherwise, and when the entry cannot say (no entry, Redis never answered
+ * for it, not a token bucket): the backstop alone decides. */
 int lease_fallback_check(struct lease_table *t, const char *key, size_t keylen, uint64_t n,
                          uint64_t now_us, uint64_t *retry_us);
 

@@ -171,8 +171,9 @@ int lease_fallback_check(struct lease_table *t, const char *key, size_t keylen, 
         }
         if (e->fb_level > (double)e->burst)
             e->fb_level = (double)e->burst;
-        if (e->fb_level + 1e-9 < (double)n) {
-            double us = ceil(((double)n - e->fb_level) / rate);
+        double need = n ? (double)n : 1; /* a check (n = 0) passes where 1 would */
+        if (e->fb_level + 1e-9 < need) {
+            double us = ceil((need - e->fb_level) / rate);
             *retry_us = us < (double)BUCKET_MAX_PERIOD_US ? (uint64_t)us : BUCKET_MAX_PERIOD_US;
             ok = 0;
         }

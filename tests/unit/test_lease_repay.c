@@ -120,6 +120,7 @@ START_TEST(backstop_starts_from_what_was_known)
     ck_assert_int_eq(lease_fallback_check(t, "k", 1, 1, now + 6100 * MS, &retry), 1);
     ck_assert_uint_eq(lease_fallback_note(t, "k", 1, 1, &repaid), 1);
     ck_assert_int_eq(lease_fallback_check(t, "k", 1, 1, now + 6200 * MS, &retry), 0);
+    ck_assert_int_eq(lease_fallback_check(t, "k", 1, 0, now + 6200 * MS, &retry), 0); /* check */
     /* never a lock-out: the view refills at the rule's rate */
     ck_assert_int_eq(lease_fallback_check(t, "k", 1, 1, now + 13 * S, &retry), 1);
     /* a key with no entry, or one Redis never answered: the backstop alone */
