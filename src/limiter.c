@@ -71,7 +71,7 @@ static void decide_fallback(struct limiter *l, struct limiter_req *req, size_t i
                              bucket_clock(&h->backstop, now_us), h->cost, &h->out.res);
     rules_charged(&h->out, RULE_CHARGED_BACKSTOP, bucket_clock(&h->backstop, now_us));
     if (klen && h->out.res.allowed && h->cost > 0)
-        lease_fallback_note(l->leases, key, klen, h->cost,
+        lease_fallback_note(l->leases, key, klen, h->cost, h->backstop.burst,
                             &req->rs->metrics[h->rule]->fallback_repaid);
 }
 

@@ -188,15 +188,17 @@ int lease_fallback_check(struct lease_table *t, const char *key, size_t keylen, 
                          uint64_t now_us, uint64_t *retry_us);
 
 /* The backstop admitted n tokens for key while Redis did not decide: the
- * key's entry (if it has one) owes them, at most burst in all (the debt's
- * floor: Redis' bucket is charged at most b more than it granted). The debt
+ * key's entry (if it has one) owes them, at most cap in all (0: the key's
+ * burst). The agent passes its backstop's burst, share x b: so the fleet's
+ * debt on a key is at most about b, the floor the design states (Redis'
+ * bucket is charged at most b beyond what it would have granted). The debt
  * is paid from the next tokens Redis grants the key, late replies first
  * (lease_reply): they are reported spent, never spent again; each paid
  * token counts in *repaid (the rule's fallback_repaid_total; records live
  * as long as the process). Forgotten with the entry (idle past ttl,
  * evicted). Returns what the key owes now. */
 uint64_t lease_fallback_note(struct lease_table *t, const char *key, size_t keylen, uint64_t n,
-                             atomic_uint_fast64_t *repaid);
+                             uint64_t cap, atomic_uint_fast64_t *repaid);
 
 /* A refund script's reply for key (REFUND_R_REMAINING): Redis' bucket
  * level now, for the estimates (remaining) of later local decisions.

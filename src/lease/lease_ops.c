@@ -183,14 +183,16 @@ int lease_fallback_check(struct lease_table *t, const char *key, size_t keylen, 
 }
 
 uint64_t lease_fallback_note(struct lease_table *t, const char *key, size_t keylen, uint64_t n,
-                             atomic_uint_fast64_t *repaid)
+                             uint64_t cap, atomic_uint_fast64_t *repaid)
 {
     struct lease_stripe *s;
     struct lease_entry *e = lease_find_locked(t, key, keylen, &s);
 
     if (!e)
         return 0;
-    uint64_t room = e->burst > e->owed ? e->burst - e->owed : 0;
+    if (cap == 0 || cap > e->burst)
+        cap = e->burst;
+    uint64_t room = cap > e->owed ? cap - e->owed : 0;
     e->owed += n < room ? n : room;
     if (e->fb_us)
         e->fb_level -= (double)n; /* the backstop's view spends it too */

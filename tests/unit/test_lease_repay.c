@@ -36,8 +36,8 @@ START_TEST(late_reply_pays_the_backstop)
     uint64_t retry = 1;
     ck_assert_int_eq(lease_fallback_check(t, "k", 1, 1, now + 150 * MS, &retry), 1); /* unknown */
     ck_assert_uint_eq(retry, 0);
-    ck_assert_uint_eq(lease_fallback_note(t, "k", 1, 3, &repaid), 3);
-    ck_assert_uint_eq(lease_fallback_note(t, "nokey", 5, 3, &repaid), 0); /* no entry: nothing */
+    ck_assert_uint_eq(lease_fallback_note(t, "k", 1, 3, 0, &repaid), 3);
+    ck_assert_uint_eq(lease_fallback_note(t, "nokey", 5, 3, 0, &repaid), 0); /* no entry */
     lt_reply(t, j, (const int64_t[8]){5, 995, 5, 1, 0, 5, 1000, 5}, now + 300 * MS, &done, &fb,
              &next);
     ck_assert_ptr_null(next);
@@ -70,8 +70,9 @@ START_TEST(debt_paid_over_grants_up_to_burst)
     ck_assert_int_eq(lt_decide(t, "k", &lt_p10, now, 1, &r, &j), LEASE_PENDING);
     j->sent_us = now;
     lease_timeout(t, j, &fb);
-    ck_assert_uint_eq(lease_fallback_note(t, "k", 1, 15, &repaid), 10); /* burst 10 */
-    ck_assert_uint_eq(lease_fallback_note(t, "k", 1, 1, &repaid), 10);
+    ck_assert_uint_eq(lease_fallback_note(t, "k", 1, 2, 1, &repaid), 1); /* at most cap */
+    ck_assert_uint_eq(lease_fallback_note(t, "k", 1, 15, 0, &repaid), 10); /* burst 10 */
+    ck_assert_uint_eq(lease_fallback_note(t, "k", 1, 1, 0, &repaid), 10);
     /* a grant of 4: all of it pays */
     lt_reply(t, j, (const int64_t[8]){4, 0, 4, 1, 6000, 6000, 1000, 4}, now + 200 * MS, &done,
              &fb, &next);
@@ -118,7 +119,7 @@ START_TEST(backstop_starts_from_what_was_known)
     ck_assert_uint_le(retry, 5 * S + 1 * MS); /* from the reply, 1 ms in */
     /* a token due by 6 s: one, then none */
     ck_assert_int_eq(lease_fallback_check(t, "k", 1, 1, now + 6100 * MS, &retry), 1);
-    ck_assert_uint_eq(lease_fallback_note(t, "k", 1, 1, &repaid), 1);
+    ck_assert_uint_eq(lease_fallback_note(t, "k", 1, 1, 0, &repaid), 1);
     ck_assert_int_eq(lease_fallback_check(t, "k", 1, 1, now + 6200 * MS, &retry), 0);
     ck_assert_int_eq(lease_fallback_check(t, "k", 1, 0, now + 6200 * MS, &retry), 0); /* check */
     /* never a lock-out: the view refills at the rule's rate */
@@ -146,7 +147,7 @@ START_TEST(late_exact_pays_one)
     j->sent_us = now;
     lease_timeout(t, j, &fb);
     ck_assert_int_eq(lt_count(fb), 1);
-    ck_assert_uint_eq(lease_fallback_note(t, "k", 1, 2, &repaid), 2);
+    ck_assert_uint_eq(lease_fallback_note(t, "k", 1, 2, 0, &repaid), 2);
     int64_t v[EXACT_R_COUNT] = {[EXACT_R_ALLOWED] = 1, [EXACT_R_REMAINING] = 999,
                                 [EXACT_R_RESET_MS] = 1};
     fb = NULL;
@@ -155,7 +156,7 @@ START_TEST(late_exact_pays_one)
     ck_assert_int_eq(lt_count(fb), 0);
     ck_assert_uint_eq(atomic_load(&repaid), 1);
     /* one still owed: the next note adds to it */
-    ck_assert_uint_eq(lease_fallback_note(t, "k", 1, 1, &repaid), 2);
+    ck_assert_uint_eq(lease_fallback_note(t, "k", 1, 1, 0, &repaid), 2);
     lease_table_free(t);
 }
 END_TEST
