@@ -71,7 +71,8 @@ struct lease_entry {
     uint32_t rl_hits;          /* decisions since the last rate lease call */
     uint64_t rl_since_us;      /* that call */
     /* What the backstop admitted for the key while Redis did not decide and
-     * Redis has not been charged yet (at most burst: lease_fallback_note).
+     * Redis has not been charged yet (at most the backstop's burst, share
+     * x b: lease_fallback_note).
      * Paid from the next tokens Redis grants the key (repay), each counted
      * in *repaid, the rule's fallback_repaid_total. */
     uint64_t owed;
