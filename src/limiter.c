@@ -53,10 +53,26 @@ static void decide_fallback(struct limiter *l, struct limiter_req *req, size_t i
         h->out.degraded = 1;
         return;
     }
+    /* A leased key: the backstop starts from what the lease knew of it,
+     * and what it admits is owed to Redis (lease_fallback_note). */
+    char key[KEYBUF];
+    size_t klen = r->lease && l->leases ? limiter_hit_redis_key(l, req, h, key, sizeof(key)) : 0;
+    uint64_t retry_us;
+    if (klen && !lease_fallback_check(l->leases, key, klen, h->cost, now_us, &retry_us)) {
+        h->out.res.allowed = 0;
+        h->out.res.remaining = 0;
+        h->out.res.retry_us = retry_us;
+        h->out.res.reset_us = retry_us;
+        rules_charged(&h->out, RULE_CHARGED_NONE, 0);
+        return;
+    }
     bucket_table_take_seeded(l->backstop, r->name, r->name_len, req->rs->bucket_seeds[h->rule],
                              rules_hit_key(&req->ev, h), h->key_len, &h->backstop,
                              bucket_clock(&h->backstop, now_us), h->cost, &h->out.res);
     rules_charged(&h->out, RULE_CHARGED_BACKSTOP, bucket_clock(&h->backstop, now_us));
+    if (klen && h->out.res.allowed && h->cost > 0)
+        lease_fallback_note(l->leases, key, klen, h->cost, h->backstop.burst,
+                            &req->rs->metrics[h->rule]->fallback_repaid);
 }
 
 /* One decision of req is in: complete req when it was the last (its owner

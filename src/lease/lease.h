@@ -19,6 +19,7 @@
 #define LEASE_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -173,6 +174,31 @@ int lease_decide_cost(struct lease_table *t, const char *key, size_t keylen,
  * spend left between the decision and the refund. */
 uint64_t lease_refund(struct lease_table *t, const char *key, size_t keylen, uint64_t n,
                       uint64_t now_us, struct bucket_result *res, int *redis);
+
+/* The fallback is about to decide n tokens of key's token bucket (Redis did
+ * not decide: down, late, unconfirmed). The backstop starts from what this
+ * agent last knew of the key, not from a fresh burst: a bucket of the
+ * entry's own, seeded at Redis' last word (its level at the last reply, less
+ * the debt: lease_fallback_note), refilled at the rule's rate up to burst,
+ * spent by what the backstop admits. 0 when it holds fewer than n (1 for a
+ * check, n = 0): the key stays exhausted, *retry_us says for how long. 1
+ * otherwise, and when the entry cannot say (no entry, Redis never answered
+ * for it, not a token bucket): the backstop alone decides. */
+int lease_fallback_check(struct lease_table *t, const char *key, size_t keylen, uint64_t n,
+                         uint64_t now_us, uint64_t *retry_us);
+
+/* The backstop admitted n tokens for key while Redis did not decide: the
+ * key's entry (if it has one) owes them, at most cap in all (0: the key's
+ * burst). The agent passes its backstop's burst, share x b: so the fleet's
+ * debt on a key is at most about b, the floor the design states (Redis'
+ * bucket is charged at most b beyond what it would have granted). The debt
+ * is paid from the next tokens Redis grants the key, late replies first
+ * (lease_reply): they are reported spent, never spent again; each paid
+ * token counts in *repaid (the rule's fallback_repaid_total; records live
+ * as long as the process). Forgotten with the entry (idle past ttl,
+ * evicted). Returns what the key owes now. */
+uint64_t lease_fallback_note(struct lease_table *t, const char *key, size_t keylen, uint64_t n,
+                             uint64_t cap, atomic_uint_fast64_t *repaid);
 
 /* A refund script's reply for key (REFUND_R_REMAINING): Redis' bucket
  * level now, for the estimates (remaining) of later local decisions.

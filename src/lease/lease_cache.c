@@ -499,7 +499,15 @@ static int apply_exact(const struct lease_table *t, struct lease_entry *e, const
     if (v[EXACT_R_ALLOWED] != 1) {
         uint64_t retry_ms = ms_capped(v[EXACT_R_RETRY_MS]);
         block_waiters(t, e, now_us, retry_ms > 0 ? retry_ms : 1, done);
-    } else if (e->wait_head) { /* none when the call timed out: decided already */
+    } else if (!e->wait_head) {
+        /* The call timed out and the backstop decided its request: Redis
+         * took a token for it all the same, which pays for one it admitted. */
+        if (e->owed > 0) {
+            e->owed--;
+            if (e->repaid)
+                atomic_fetch_add_explicit(e->repaid, 1, memory_order_relaxed);
+        }
+    } else {
         METRIC_INC(lease_tokens_granted); /* and spent: granted - returned = spent */
         e->wait_head->exact = 1; /* from the Redis bucket: a refund goes there */
         e->wait_head->taken_ms = n > EXACT_R_TIME_MS ? nonneg(v[EXACT_R_TIME_MS]) : 0;
@@ -550,6 +558,9 @@ void lease_reply(struct lease_table *t, struct lease_job *job, int ok, const int
     }
     read_reply(t, job, v, &r);
     apply_reply(t, e, job, &r, now_us);
+    /* A grant pays for what the backstop admitted first: a late reply's
+     * requests were decided by the backstop, its tokens are theirs. */
+    lease_entry_repay(e);
     serve_waiters(e, now_us, done);
     if (job->rated) {
         /* A rate lease reports no spends (the waiters' tokens were taken

@@ -7,6 +7,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -69,6 +70,18 @@ struct lease_entry {
     uint64_t first_us;         /* the first of them */
     uint32_t rl_hits;          /* decisions since the last rate lease call */
     uint64_t rl_since_us;      /* that call */
+    /* What the backstop admitted for the key while Redis did not decide and
+     * Redis has not been charged yet (at most the backstop's burst, share
+     * x b: lease_fallback_note).
+     * Paid from the next tokens Redis grants the key (repay), each counted
+     * in *repaid, the rule's fallback_repaid_total. */
+    uint64_t owed;
+    atomic_uint_fast64_t *repaid;
+    /* The backstop's view of the key's Redis bucket (lease_fallback_check):
+     * its level at fb_us, from Redis' last word (t_last at reply_us) less
+     * what the backstop admitted since, refilled at the rule's rate. */
+    double fb_level;
+    uint64_t fb_us;
     size_t keylen;
     char key[]; /* the Redis key, NUL-terminated */
 };
@@ -207,6 +220,25 @@ static inline void lease_entry_activate(struct lease_stripe *s, struct lease_ent
  * it, and let its next claim report all Redis counts held as spent (a
  * report is capped at that). Under-admission only. */
 void lease_entry_void(struct lease_entry *e);
+
+/* Pay e's debt (owed: lease_fallback_note) from the tokens it holds, right
+ * after Redis granted them: a token lease reports them spent (used; tokens
+ * + used stays what Redis counts held for us), a rate lease just does not
+ * spend them (Redis counts its slice spent). So tokens the backstop already
+ * admitted are never admitted again. */
+static inline void lease_entry_repay(struct lease_entry *e)
+{
+    uint64_t x = e->owed < e->tokens ? e->owed : e->tokens;
+
+    if (x == 0)
+        return;
+    e->tokens -= x;
+    if (e->share <= 0 && e->used < LEASE_VOID)
+        e->used += x;
+    e->owed -= x;
+    if (e->repaid)
+        atomic_fetch_add_explicit(e->repaid, x, memory_order_relaxed);
+}
 
 /* lease_ops.c: the entry of key, locked in its stripe (the caller unlocks
  * *sp), or NULL (nothing locked). */

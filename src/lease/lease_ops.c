@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* lease_ops.c - one key of the lease cache, for the operator (GET /key,
- * POST /reset), for observers (the simulator's count of held tokens), and
+ * POST /reset), for observers (the simulator's count of held tokens), for
+ * the fallback (its start and its debt: lease_fallback_check/_note), and
  * every key at once when Redis lost them (lease_void_all). */
+#include <math.h>
 #include <string.h>
 
 #include "core/util.h"
@@ -141,4 +143,62 @@ void lease_foreach_held(struct lease_table *t, uint64_t now_us,
         }
         pthread_mutex_unlock(&s->lock);
     }
+}
+
+int lease_fallback_check(struct lease_table *t, const char *key, size_t keylen, uint64_t n,
+                         uint64_t now_us, uint64_t *retry_us)
+{
+    struct lease_stripe *s;
+    struct lease_entry *e = lease_find_locked(t, key, keylen, &s);
+    int ok = 1;
+
+    *retry_us = 0;
+    if (!e)
+        return 1;
+    if (e->known && e->algorithm == BUCKET_TOKEN_BUCKET && e->limit > 0 && e->period_us > 0) {
+        double rate = (double)e->limit / (double)e->period_us;
+        if (e->fb_us < e->reply_us || e->fb_us == 0) {
+            /* Redis said since: start there, less what it is still owed */
+            e->fb_level = e->t_last - (double)e->owed;
+            e->fb_us = e->reply_us;
+        }
+        /* A bucket of its own, refilled at r up to b (not capped at what
+         * others held: they may have spent it since), so that it cannot
+         * lock a key out for an outage; the backstop's share caps it too. */
+        if (now_us > e->fb_us) {
+            e->fb_level += rate * (double)(now_us - e->fb_us);
+            e->fb_us = now_us;
+        }
+        if (e->fb_level > (double)e->burst)
+            e->fb_level = (double)e->burst;
+        double need = n ? (double)n : 1; /* a check (n = 0) passes where 1 would */
+        if (e->fb_level + 1e-9 < need) {
+            double us = ceil((need - e->fb_level) / rate);
+            *retry_us = us < (double)BUCKET_MAX_PERIOD_US ? (uint64_t)us : BUCKET_MAX_PERIOD_US;
+            ok = 0;
+        }
+    }
+    pthread_mutex_unlock(&s->lock);
+    return ok;
+}
+
+uint64_t lease_fallback_note(struct lease_table *t, const char *key, size_t keylen, uint64_t n,
+                             uint64_t cap, atomic_uint_fast64_t *repaid)
+{
+    struct lease_stripe *s;
+    struct lease_entry *e = lease_find_locked(t, key, keylen, &s);
+
+    if (!e)
+        return 0;
+    if (cap == 0 || cap > e->burst)
+        cap = e->burst;
+    uint64_t room = cap > e->owed ? cap - e->owed : 0;
+    e->owed += n < room ? n : room;
+    if (e->fb_us)
+        e->fb_level -= (double)n; /* the backstop's view spends it too */
+    if (repaid)
+        e->repaid = repaid;
+    uint64_t owed = e->owed;
+    pthread_mutex_unlock(&s->lock);
+    return owed;
 }

@@ -304,7 +304,8 @@ int lease_entry_retirable(const struct lease_table *t, const struct lease_entry 
 {
     return t->cfg.rate_ttl_us == 0 && e->seen == 1 && e->known && !e->inflight &&
            !e->wait_head && e->tokens == 0 && e->used == 0 && e->share <= 0 &&
-           e->holders == 0 && e->others_held == 0 && now_us >= e->blocked_until_us;
+           e->holders == 0 && e->others_held == 0 && now_us >= e->blocked_until_us &&
+           e->owed == 0;
 }
 
 /* Most of a million per-IP keys are seen once: kept for ttl, their entries

@@ -309,6 +309,10 @@ static void render_rules(struct strbuf *b)
                         "Tokens given back to a rule because another rule blocked the request "
                         "([agent] charge = all-or-nothing).",
                         offsetof(struct metrics_rule, refunded));
+    render_rule_counter(b, "spoa_ratelimit_fallback_repaid_total",
+                        "Tokens the backstop admitted while Redis did not decide, charged back "
+                        "to Redis once it answered.",
+                        offsetof(struct metrics_rule, fallback_repaid));
     render_slots(b);
 }
 

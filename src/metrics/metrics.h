@@ -52,6 +52,9 @@ struct metrics_rule {
     /* tokens given back because another rule blocked the request ([agent]
      * charge = all-or-nothing) */
     atomic_uint_fast64_t refunded;
+    /* tokens the backstop admitted while Redis did not decide, charged back
+     * to Redis once it answered (lease_fallback_note, lease_reply) */
+    atomic_uint_fast64_t fallback_repaid;
     /* algorithm = concurrency: slots this agent took and has not seen
      * released or expired (a gauge: its view only, a release may reach
      * another agent), releases by result, slots freed by max_hold */
