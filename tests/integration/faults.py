@@ -214,7 +214,7 @@ def clients(fl, seconds):
             for i, a in enumerate(fl.agents):
                 out.append(LoadClient(a.addr, {"key": key, "path": "/%s/x" % name},
                                       [(seconds, "paced", load * r / AGENTS)],
-                                      name="%s/%d" % (key, i)))
+                                      name="%s/%d" % (key, i), reconnect=True))
     return out, keys
 
 
