@@ -5,6 +5,7 @@
 #include "limiter_int.h"
 
 #include <ev.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 #include "config/config.h"
 #include "core/log.h"
 #include "core/util.h"
+#include "core/warning.h"
 #include "metrics/metrics.h"
 #include "script_args.h"
 #include "slots.h"
@@ -25,6 +27,7 @@
 #define STRIPES 64
 #define CLOSED_RETRY_US 1000000 /* fail-closed answers: retry in a second */
 #define STALL_PROBE_US 100000  /* while stalled, one decision per 100 ms still asks Redis */
+#define FALLBACK_REPAY_US 1000000 /* repay_cap: stalls up to 1 s are repaid whole */
 #define STALL_LOG_EVERY_US 10000000 /* a flapping Redis is logged every 10 s at most */
 
 /* A script reply fits in a store_result. */
@@ -32,6 +35,18 @@ _Static_assert(CLAIM_R_COUNT <= STORE_MAX_VALUES && EXACT_R_COUNT <= STORE_MAX_V
                "a script reply fits in a store_result");
 
 /* ---- fallback ------------------------------------------------------------- */
+
+/* What one agent's backstop may owe a key at most: share x (b + r x
+ * FALLBACK_REPAY_US), its own bucket over that much time (p is the
+ * backstop's: share x the rule). A stall shorter than that is repaid whole;
+ * a longer outage keeps the rest (doc/design.md, "Repaying the fallback":
+ * charging all of it would lock out, after a fleet-wide outage, clients that
+ * stayed within their limit, whose tokens Redis refilled meanwhile). */
+static uint64_t repay_cap(const struct bucket_params *p)
+{
+    double r = p->period_us ? (double)p->limit / (double)p->period_us : 0;
+    return p->burst + (uint64_t)ceil(r * FALLBACK_REPAY_US);
+}
 
 static void decide_fallback(struct limiter *l, struct limiter_req *req, size_t i,
                             uint64_t now_us)
@@ -71,7 +86,7 @@ static void decide_fallback(struct limiter *l, struct limiter_req *req, size_t i
                              bucket_clock(&h->backstop, now_us), h->cost, &h->out.res);
     rules_charged(&h->out, RULE_CHARGED_BACKSTOP, bucket_clock(&h->backstop, now_us));
     if (klen && h->out.res.allowed && h->cost > 0)
-        lease_fallback_note(l->leases, key, klen, h->cost, h->backstop.burst,
+        lease_fallback_note(l->leases, key, klen, h->cost, repay_cap(&h->backstop),
                             &req->rs->metrics[h->rule]->fallback_repaid);
 }
 
@@ -286,6 +301,34 @@ static void wake_cb(struct ev_loop *loop, ev_async *a, int revents)
     store_cork(l->store, 0);
 }
 
+/* A call went past [redis] timeout: the fallback decided its requests
+ * (each agent's backstop, share x the rule) and Redis never saw them until
+ * they are repaid: the agent limits less exactly than the operator thinks,
+ * a warning (redis_slow) until [redis] errors_quiet passes without one
+ * (slow_tick). */
+static void slow_note(struct limiter *l, uint64_t now_us)
+{
+    l->slow_calls++;
+    l->slow_last_us = now_us;
+    if (l->slow_calls == 1 || (l->slow_calls & (l->slow_calls - 1)) == 0)
+        warning_raise(WARNING_REDIS_SLOW,
+                      "Redis answered %llu call%s later than [redis] timeout (%llu ms): "
+                      "the fallback decided their requests (its backstop, [fallback] share "
+                      "of each rule), repaid once Redis answers. Redis is overloaded or "
+                      "blocked (slow commands, a fork, swapping), or the network to it is; "
+                      "raise timeout only if Redis is healthy and the network slow",
+                      (unsigned long long)l->slow_calls, l->slow_calls == 1 ? "" : "s",
+                      (unsigned long long)(l->timeout_us / 1000));
+}
+
+static void slow_tick(struct limiter *l, uint64_t now_us)
+{
+    if (l->slow_calls && now_us - l->slow_last_us >= l->slow_quiet_us) {
+        l->slow_calls = 0;
+        warning_clear(WARNING_REDIS_SLOW);
+    }
+}
+
 /* Answer from the fallback whatever has waited past the Redis timeout. */
 static void timeouts_cb(struct ev_loop *loop, ev_timer *t, int revents)
 {
@@ -300,6 +343,7 @@ static void timeouts_cb(struct ev_loop *loop, ev_timer *t, int revents)
         l->icheck = j->inext;
         j->timed_out = 1;
         METRIC_INC(redis_errors);
+        slow_note(l, now);
         /* Until Redis answers something, new decisions do not wait for it.
          * Not with a cluster: one slow node says nothing of the others (its
          * keys fall back through their own timeouts). */
@@ -345,8 +389,11 @@ static void tick_cb(struct ev_loop *loop, ev_timer *t, int revents)
     struct limiter *l = t->data;
     struct lease_job *jobs = NULL;
 
-    lease_tick(l->leases, util_now_us(), atomic_load(&l->up), &jobs);
+    uint64_t now = util_now_us();
+
+    lease_tick(l->leases, now, atomic_load(&l->up), &jobs);
     send_jobs(l, jobs);
+    slow_tick(l, now);
 }
 
 static void on_state(void *arg, int up)
@@ -618,6 +665,7 @@ struct limiter *limiter_new(struct ev_loop *loop, const struct config *cfg, char
     lease_table_set_budget(l->leases, &l->budget);
     lease_table_set_job_room(l->leases, sizeof(struct rjob)); /* lease_rjob */
     l->timeout_us = cfg->redis_timeout_ms * 1000;
+    l->slow_quiet_us = cfg->redis_errors_quiet_ms * 1000;
     l->ttl_ms = cfg->lease_ttl_ms;
     snprintf(l->prefix, sizeof(l->prefix), "%s", cfg->redis_prefix ? cfg->redis_prefix : "");
     l->prefix_len = strlen(l->prefix);

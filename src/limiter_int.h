@@ -137,6 +137,9 @@ struct limiter {
     atomic_uint_fast64_t last_probe_us;
     uint64_t stall_logged_us; /* limiter thread only */
     int stall_announced;      /* the warning went out: say when it ends */
+    /* redis_slow (limiter thread only): calls past timeout since it was
+     * raised, the last one's time, and how long without one clears it */
+    uint64_t slow_calls, slow_last_us, slow_quiet_us;
     struct rjob *ihead, *itail; /* in flight, in the order sent */
     struct rjob *icheck;        /* the first of them not timed out yet (the
                                    timed-out ones are a prefix of the list) */

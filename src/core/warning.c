@@ -19,6 +19,7 @@ const char *const warning_kind_names[WARNING_KINDS] = {
     [WARNING_REDIS_UNCONFIRMED] = "redis_unconfirmed",
     [WARNING_REDIS_ERRORS] = "redis_errors",
     [WARNING_SECRET_READABLE] = "secret_readable",
+    [WARNING_REDIS_SLOW] = "redis_slow",
 };
 
 struct slot {

@@ -189,9 +189,10 @@ int lease_fallback_check(struct lease_table *t, const char *key, size_t keylen, 
 
 /* The backstop admitted n tokens for key while Redis did not decide: the
  * key's entry (if it has one) owes them, at most cap in all (0: the key's
- * burst). The agent passes its backstop's burst, share x b: so the fleet's
- * debt on a key is at most about b, the floor the design states (Redis'
- * bucket is charged at most b beyond what it would have granted). The debt
+ * burst). The agent passes its backstop's share x (b + r x 1 s): so the
+ * fleet's debt on a key is at most about b + r x 1 s, the floor the design
+ * states (Redis' bucket is charged at most that beyond what it would have
+ * granted), and a stall shorter than 1 s is repaid whole. The debt
  * is paid from the next tokens Redis grants the key, late replies first
  * (lease_reply): they are reported spent, never spent again; each paid
  * token counts in *repaid (the rule's fallback_repaid_total; records live

@@ -499,13 +499,22 @@ static int apply_exact(const struct lease_table *t, struct lease_entry *e, const
     if (v[EXACT_R_ALLOWED] != 1) {
         uint64_t retry_ms = ms_capped(v[EXACT_R_RETRY_MS]);
         block_waiters(t, e, now_us, retry_ms > 0 ? retry_ms : 1, done);
-    } else if (!e->wait_head) {
+    } else if (!e->wait_head || e->owed > 0) {
         /* The call timed out and the backstop decided its request: Redis
-         * took a token for it all the same, which pays for one it admitted. */
+         * took a token for it all the same, which pays for one it admitted.
+         * Or it is in time, and the key still owes what a backstop admitted
+         * (a key decided by exact calls has no lease to repay from): the
+         * token Redis took pays for one of those, and whoever waited is
+         * denied as Redis would have denied them had it seen the backstop's
+         * admissions. */
         if (e->owed > 0) {
             e->owed--;
             if (e->repaid)
                 atomic_fetch_add_explicit(e->repaid, 1, memory_order_relaxed);
+        }
+        if (e->wait_head) {
+            uint64_t retry_ms = ms_capped(v[EXACT_R_RETRY_MS]);
+            block_waiters(t, e, now_us, retry_ms > 0 ? retry_ms : 1, done);
         }
     } else {
         METRIC_INC(lease_tokens_granted); /* and spent: granted - returned = spent */

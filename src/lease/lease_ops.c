@@ -190,7 +190,7 @@ uint64_t lease_fallback_note(struct lease_table *t, const char *key, size_t keyl
 
     if (!e)
         return 0;
-    if (cap == 0 || cap > e->burst)
+    if (cap == 0)
         cap = e->burst;
     uint64_t room = cap > e->owed ? cap - e->owed : 0;
     e->owed += n < room ? n : room;

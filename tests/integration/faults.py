@@ -21,7 +21,7 @@ import threading
 import time
 
 import fleet
-from fleet import LoadClient, redis_ini, unique, worst_window
+from fleet import LoadClient, redis_ini, unique, worst_across, worst_window
 from harness import Agent, Redis, wait_for
 
 # (name, path, rate per s, period label, burst)
@@ -267,6 +267,29 @@ class Result:
                 best = (e, ex, rel, key)
         return best
 
+    def past(self, t_first, t_last):
+        """{key: (excess, relative)}: each key's worst excess over b + r*T
+        among the intervals that begin before t_first and end after t_last
+        (fleet.worst_across: those reaching past a fault's repayment)."""
+        out = {}
+        for key, (name, kind, b, r) in self.keys.items():
+            mine = [x for x in self.recs if x.client.startswith(key + "/")]
+            w = worst_across(mine, b, r, t_first, t_last)
+            if w:
+                out[key] = (w[0], w[0] / (b + r * w[2]))
+        return out
+
+    def unrepaid(self, rule):
+        """What the backstops admitted on rule's keys (degraded decisions
+        allowed) less what Redis was charged for it (fallback_repaid_total)."""
+        deg = sum(1 for x in self.recs if x.allowed and x.vars.get("degraded") is True
+                  and self.keys[x.client.rsplit("/", 1)[0]][0] == rule)
+        return max(0, deg - self.extra.get("repaid", {}).get(rule, 0))
+
+    def degraded_admitted(self, key):
+        return sum(1 for x in self.recs if x.allowed and x.vars.get("degraded") is True
+                   and x.client.startswith(key + "/"))
+
     def admitted_share(self, kind, t1, t2):
         """Of the requests of `kind` keys sent in [t1, t2], the share admitted."""
         mine = [x for x in self.recs if t1 <= x.sent <= t2
@@ -301,6 +324,9 @@ def run(fault, seconds, inject, at=3.0, timeout="1s", share="auto", redis_env=No
         finally:
             sys.setswitchinterval(with_switch)
         recs = fleet.collect(cl)
+        # what each rule's backstops admitted and Redis was charged since
+        extra["repaid"] = {n: sum(a.metric("spoa_ratelimit_fallback_repaid_total", rule=n) or 0
+                                  for a in fl.agents) for n, _, _, _ in RULES}
         return Result(fault, recs, keys, fl.warnings(), extra)
     finally:
         fl.stop()

@@ -367,6 +367,33 @@ def collect(clients):
 
 # ---- the bound --------------------------------------------------------------
 
+def worst_across(records, b, r, t_first, t_last):
+    """The worst excess over b + r*T among intervals that begin before t_first
+    (an admission ACKed before it) and end after t_last, each admission
+    bracketed as worst_window(rigorous=True) does: (excess, count, T)."""
+    adm = sorted((x for x in records if x.allowed), key=lambda x: x.acked)
+    n = len(adm)
+    heads = [i for i in range(n) if adm[i].acked < t_first]
+    tails = [j for j in range(n) if adm[j].acked > t_last]
+    if not heads or not tails:
+        return None
+    # start of a window i..j: the earliest send from i on (its decisions' span)
+    min_sent = [0.0] * n
+    m = float("inf")
+    for i in range(n - 1, -1, -1):
+        m = min(m, adm[i].sent)
+        min_sent[i] = m
+    best_j = max(tails, key=lambda j: j - r * adm[j].acked)
+    best = None
+    for i in heads:
+        T = adm[best_j].acked - min_sent[i]
+        count = best_j - i + 1
+        ex = count - (b + r * T)
+        if best is None or ex > best[0]:
+            best = (ex, count, T)
+    return best
+
+
 def worst_window(records, b, r, rigorous):
     """The worst interval for the claim "any interval of length T admits at
     most b + r*T", over admitted records sorted by ACK time.

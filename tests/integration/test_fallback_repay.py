@@ -22,7 +22,7 @@ import threading
 import time
 import unittest
 
-from fleet import LoadClient, run_clients, unique, wait_redis_up, worst_window
+from fleet import LoadClient, run_clients, unique, wait_redis_up, worst_across, worst_window
 from harness import Redis
 from test_redis import RedisCase
 
@@ -44,33 +44,6 @@ key = key
 rate = %d/1m
 burst = %d
 """ % (RATE, BURST)
-
-
-def worst_across(records, b, r, t_first, t_last):
-    """The worst excess over b + r*T among intervals that begin before t_first
-    (an admission ACKed before it) and end after t_last, each admission
-    bracketed as worst_window(rigorous=True) does: (excess, count, T)."""
-    adm = sorted((x for x in records if x.allowed), key=lambda x: x.acked)
-    n = len(adm)
-    heads = [i for i in range(n) if adm[i].acked < t_first]
-    tails = [j for j in range(n) if adm[j].acked > t_last]
-    if not heads or not tails:
-        return None
-    # start of a window i..j: the earliest send from i on (its decisions' span)
-    min_sent = [0.0] * n
-    m = float("inf")
-    for i in range(n - 1, -1, -1):
-        m = min(m, adm[i].sent)
-        min_sent[i] = m
-    best_j = max(tails, key=lambda j: j - r * adm[j].acked)
-    best = None
-    for i in heads:
-        T = adm[best_j].acked - min_sent[i]
-        count = best_j - i + 1
-        ex = count - (b + r * T)
-        if best is None or ex > best[0]:
-            best = (ex, count, T)
-    return best
 
 
 class FallbackRepay(RedisCase):

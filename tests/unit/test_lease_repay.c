@@ -158,6 +158,46 @@ START_TEST(late_exact_pays_one)
     /* one still owed: the next note adds to it */
     ck_assert_uint_eq(lease_fallback_note(t, "k", 1, 1, 0, &repaid), 2);
     lease_table_free(t);
+
+    /* an exact call answered in time while the key owes: Redis' token pays,
+     * and its request is denied (for a millisecond: Redis had more) */
+    t = lease_table_new(&cfg_exact, 4);
+    repaid = 0;
+    done = NULL;
+    ck_assert_int_eq(lt_decide(t, "k", &lt_pbig, now, 1, &r, &j), LEASE_PENDING);
+    ck_assert_uint_eq(j->kind, LEASE_JOB_EXACT);
+    j->sent_us = now;
+    ck_assert_uint_eq(lease_fallback_note(t, "k", 1, 1, 0, &repaid), 1);
+    lease_reply(t, j, 1, v, EXACT_R_COUNT, now + MS, &done, &fb, &next);
+    ck_assert_int_eq(lt_count(done), 1);
+    ck_assert(!r.res.allowed);
+    ck_assert_uint_eq(atomic_load(&repaid), 1);
+    /* paid off */
+    ck_assert_uint_eq(lease_fallback_note(t, "k", 1, 0, 0, &repaid), 0);
+    lease_table_free(t);
+}
+END_TEST
+
+/* The cap the caller passes holds, above the key's burst too (the agent
+ * passes share x (b + r x 1 s), so that a stall under a second is repaid
+ * whole); 0 means the burst. */
+START_TEST(debt_cap_is_the_callers)
+{
+    struct lease_table *t = lease_table_new(&lt_cfg, 4);
+    struct lease_job *j;
+    struct lease_waiter *fb = NULL;
+    struct lt_req r;
+    atomic_uint_fast64_t repaid = 0;
+    uint64_t now = 10 * S;
+
+    ck_assert_int_eq(lt_decide(t, "k", &lt_p10, now, 1, &r, &j), LEASE_PENDING);
+    j->sent_us = now;
+    lease_timeout(t, j, &fb);
+    ck_assert_uint_eq(lease_fallback_note(t, "k", 1, 12, 14, &repaid), 12); /* over b = 10 */
+    ck_assert_uint_eq(lease_fallback_note(t, "k", 1, 5, 14, &repaid), 14);  /* at the cap */
+    ck_assert_uint_eq(lease_fallback_note(t, "k", 1, 5, 0, &repaid), 14);   /* 0: b, none added */
+    ck_assert_uint_eq(lease_fallback_note(t, "nokey", 5, 5, 14, &repaid), 0); /* no entry */
+    lease_table_free(t);
 }
 END_TEST
 
@@ -166,6 +206,6 @@ int main(void)
     TCase *tc = tcase_create("core");
 
     CHECK_ADD(tc, late_reply_pays_the_backstop, debt_paid_over_grants_up_to_burst,
-              backstop_starts_from_what_was_known, late_exact_pays_one);
+              backstop_starts_from_what_was_known, late_exact_pays_one, debt_cap_is_the_callers);
     return check_run_case("lease_repay", tc);
 }
