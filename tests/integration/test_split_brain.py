@@ -10,8 +10,9 @@ Sentinel, redis-server --sentinel) on loopback.
   warning clears after [redis] errors_quiet without an error reply.
 - TRYAGAIN: with prefix = {rl}: every key is in one slot; migrating half
   of the keys under pipelined load makes the source answer TRYAGAIN to the
-  batches holding keys of both halves. The agent sends them again after a
-  short wait (counted by name, logged at debug), keeps answering, and once
+  batches holding keys of both halves. The agent sends such a batch's calls
+  again one by one at once (counted by name, logged at debug): each runs on
+  the source or follows its -ASK to the target; it keeps answering, and once
   the migration is done decides on the new owner.
 - A Sentinel that stops answering while the master stays up: past [redis]
   sentinel_window the master counts as unconfirmed (redis_unconfirmed,
@@ -183,7 +184,10 @@ class TryAgain(topo.Cluster):
         self.assertEqual(res.get("errors"), 0, res.get("out"))
         self.assertGreater(tried or 0, 0, "no batch held keys of both halves: the load did "
                            "not batch\n" + res.get("out", ""))
-        self.assertIn('"redis TRYAGAIN: sending again"', agent.output())
+        # a batch meeting TRYAGAIN sends its calls one by one, at once: each
+        # runs on the source or follows its -ASK to the target
+        self.assertIn('"redis TRYAGAIN: sending a batch\'s calls one by one"', agent.output())
+        self.assertIn('err="ASK %d ' % slot, agent.output())
         c = spop.Client(agent.addr)
         c.handshake()
         self.addCleanup(c.close)
