@@ -21,7 +21,7 @@ import threading
 import time
 
 import fleet
-from fleet import LoadClient, redis_ini, unique, worst_across, worst_window
+from fleet import LoadClient, exact_admitted, redis_ini, unique, worst_across, worst_window
 from harness import Agent, Redis, wait_for
 
 # (name, path, rate per s, period label, burst)
@@ -216,20 +216,6 @@ def clients(fl, seconds):
                                       [(seconds, "paced", load * r / AGENTS)],
                                       name="%s/%d" % (key, i), reconnect=True))
     return out, keys
-
-
-def exact_admitted(recs, b, r):
-    """What one exact bucket (full at the start) admits of these requests,
-    in the order they were sent."""
-    tokens, last, n = float(b), None, 0
-    for x in sorted(recs, key=lambda x: x.sent):
-        if last is not None:
-            tokens = min(float(b), tokens + r * (x.sent - last))
-        last = x.sent
-        if tokens >= 1.0:
-            tokens -= 1.0
-            n += 1
-    return n
 
 
 class Result:

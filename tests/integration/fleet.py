@@ -367,6 +367,20 @@ def collect(clients):
 
 # ---- the bound --------------------------------------------------------------
 
+def exact_admitted(recs, b, r):
+    """What one exact bucket (full at the start) admits of these requests,
+    in the order they were sent."""
+    tokens, last, n = float(b), None, 0
+    for x in sorted(recs, key=lambda x: x.sent):
+        if last is not None:
+            tokens = min(float(b), tokens + r * (x.sent - last))
+        last = x.sent
+        if tokens >= 1.0:
+            tokens -= 1.0
+            n += 1
+    return n
+
+
 def worst_across(records, b, r, t_first, t_last):
     """The worst excess over b + r*T among intervals that begin before t_first
     (an admission ACKed before it) and end after t_last, each admission
