@@ -154,6 +154,7 @@ void hc_engine_first(const struct hc_engine *e, int *phase, unsigned *no);
 /* Whether the variable name (len bytes) is set before line no (in phase) of
  * section s: HC_VAR_BEFORE, HC_VAR_AFTER (only a later line sets it: that
  * line in *later) or HC_VAR_NEVER. */
+void hc_collect_setters(struct hc_ctx *c);
 int hc_var_set(const struct hc_ctx *c, const char *name, size_t len, const struct hc_sect *s,
                int phase, unsigned no, unsigned *later);
 
