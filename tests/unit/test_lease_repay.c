@@ -184,8 +184,8 @@ END_TEST
 START_TEST(debt_cap_is_the_callers)
 {
     struct lease_table *t = lease_table_new(&lt_cfg, 4);
-    struct lease_job *j;
-    struct lease_waiter *fb = NULL;
+    struct lease_job *j, *next;
+    struct lease_waiter *done = NULL, *fb = NULL;
     struct lt_req r;
     atomic_uint_fast64_t repaid = 0;
     uint64_t now = 10 * S;
@@ -197,6 +197,8 @@ START_TEST(debt_cap_is_the_callers)
     ck_assert_uint_eq(lease_fallback_note(t, "k", 1, 5, 14, &repaid), 14);  /* at the cap */
     ck_assert_uint_eq(lease_fallback_note(t, "k", 1, 5, 0, &repaid), 14);   /* 0: b, none added */
     ck_assert_uint_eq(lease_fallback_note(t, "nokey", 5, 5, 14, &repaid), 0); /* no entry */
+    /* the late reply frees the call (a job in flight is its caller's) */
+    lt_reply(t, j, (const int64_t[8]){0, 0, 0, 0, 1, 0, 0, 0}, now + 300 * MS, &done, &fb, &next);
     lease_table_free(t);
 }
 END_TEST
