@@ -13,6 +13,7 @@ excess, utilisation, degraded decisions and the warnings the agents raised."""
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -114,10 +115,11 @@ class Proxy(threading.Thread):
 
 class Fleet:
     """Redis and three agents; stop() ends them all. proxied: the first
-    agent reaches Redis through a Proxy (self.proxy)."""
+    agent reaches Redis through a Proxy (self.proxy). agent_env: each
+    agent's environment (None: this process's)."""
 
     def __init__(self, timeout="1s", share="auto", redis_env=None, proxied=False,
-                 cluster=False):
+                 cluster=False, agent_env=None):
         self.timeout, self.share = timeout, share
         self.agents, self.nodes, self.proxy = [], [], None
         if cluster:
@@ -136,7 +138,8 @@ class Fleet:
                               share, RULES_INI))
                 else:
                     ini = redis_ini(port, timeout=timeout, share=share) + RULES_INI
-                self.agents.append(Agent(ini, workers=1))
+                self.agents.append(Agent(ini, workers=1,
+                                         env=agent_env[i] if agent_env else None))
             for a in self.agents:
                 fleet.wait_redis_up(a)
             # share = auto is 1/N of the fleet each agent has seen: a fleet
@@ -284,12 +287,12 @@ class Result:
 
 
 def run(fault, seconds, inject, at=3.0, timeout="1s", share="auto", redis_env=None,
-        proxied=False, cluster=False):
+        proxied=False, cluster=False, agent_env=None):
     """Start the fleet, run the clients for `seconds`, call inject(fleet,
     extra) `at` seconds in (in this thread: the clients run in theirs);
     inject records what it measured in the dict extra. Returns a Result."""
     fl = Fleet(timeout=timeout, share=share, redis_env=redis_env, proxied=proxied,
-               cluster=cluster)
+               cluster=cluster, agent_env=agent_env)
     extra = {}
     try:
         cl, keys = clients(fl, seconds)
@@ -301,7 +304,7 @@ def run(fault, seconds, inject, at=3.0, timeout="1s", share="auto", redis_env=No
             t0 = time.monotonic() + 0.1
             for c in cl:
                 c.start_at(t0)
-            extra["t0"] = t0
+            extra["t0"], extra["clients"] = t0, cl
             if inject:
                 time.sleep(max(0.0, t0 + at - time.monotonic()))
                 inject(fl, extra)
@@ -310,9 +313,11 @@ def run(fault, seconds, inject, at=3.0, timeout="1s", share="auto", redis_env=No
         finally:
             sys.setswitchinterval(with_switch)
         recs = fleet.collect(cl)
+        extra.pop("clients")
+        live = [a for a in fl.agents if a.p.poll() is None]
         # what each rule's backstops admitted and Redis was charged since
         extra["repaid"] = {n: sum(a.metric("spoa_ratelimit_fallback_repaid_total", rule=n) or 0
-                                  for a in fl.agents) for n, _, _, _ in RULES}
+                                  for a in live) for n, _, _, _ in RULES}
         return Result(fault, recs, keys, fl.warnings(), extra)
     finally:
         fl.stop()
@@ -476,6 +481,45 @@ def clock_back(seconds=10.0, step=20):
         extra["stepped"] = time.monotonic()
     try:
         return run("Redis clock back %d s" % step, seconds, inject, redis_env=env)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def agent_kill(seconds=10.0, victim=2):
+    """An agent killed (SIGKILL) holding leases: its clients stop first (as
+    HAProxy's requests go to the other agents), then the agent dies with
+    the tokens Redis granted it; Redis drops them after the lease's ttl."""
+    def inject(fl, extra):
+        a = fl.agents[victim]
+        mine = [c for c in extra["clients"] if c.name_.endswith("/%d" % victim)]
+        extra["held_keys"] = a.metric("spoa_ratelimit_lease_active_keys") or 0
+        for c in mine:
+            c.stop()
+        for c in mine:
+            c.join(10)
+        a.kill_sig(signal.SIGKILL)
+        a.p.wait(10)
+        extra["killed"] = time.monotonic()
+    return run("agent kill -9 holding leases", seconds, inject)
+
+
+def agents_skewed(seconds=8.0, skew=300):
+    """Two of the three agents' wall clocks off by +skew and -skew seconds
+    (clock_shim.c in the agents); Redis' clock and the third agent's right."""
+    shim = build_shim()
+    if shim is None:
+        return None
+    env, offset, d = shim
+    envs = [None]
+    for i, sk in enumerate((skew, -skew)):
+        f = "%s-%d" % (offset, i)
+        step_clock(f, sk)
+        e = dict(os.environ)
+        e.update(env)
+        e["CLOCK_SHIM_FILE"] = f
+        envs.append(e)
+    try:
+        return run("agents' clocks +/-%d s" % skew, seconds, None, agent_env=envs)
     finally:
         shutil.rmtree(d, ignore_errors=True)
 

@@ -167,7 +167,8 @@ class Agent(Proc):
     stop() checks the exit code: the agent must exit 0 on SIGTERM, and under
     ASan (run-tests sets exitcode=23) a leak found at exit fails the test."""
 
-    def __init__(self, ini, workers=2, stats=True, extra_agent="", wait=True):
+    def __init__(self, ini, workers=2, stats=True, extra_agent="", wait=True, env=None):
+        """env: the agent's environment (None: this process's)."""
         self.workers = workers
         self.extra_agent = extra_agent
         self.dir = tempfile.mkdtemp(prefix="spoa-test-")
@@ -176,7 +177,7 @@ class Agent(Proc):
             self.port = free_port()
             self.stats_port = free_port() if stats else None
             self.rewrite(ini, extra_agent)
-            super().__init__([AGENT, "-c", self.ini], "agent")
+            super().__init__([AGENT, "-c", self.ini], "agent", env=env)
             if not wait:
                 return
             try:

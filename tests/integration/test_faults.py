@@ -5,7 +5,8 @@ Smoke (./run-tests, its own step, under a minute): healthy, FLUSHDB under
 load, Redis' clock back 20 s. Matrix (`make faults`): those and Redis
 kill -9 restarted empty, a crash loop with share = auto, one agent cut
 from Redis 15 s (faults.Proxy), TRYAGAIN during a one-slot migration on a
-Redis Cluster, Redis slower than the timeout. Each test
+Redis Cluster, Redis slower than the timeout, an agent killed holding
+leases, two agents' clocks 5 minutes off. Each test
 asserts the allowance doc/design.md states for its fault; where a slower
 machine times out more calls (the slow Redis), the check is the stated
 figure or what the backstops admitted, whichever is more, as the docstring
@@ -146,6 +147,26 @@ class Matrix(FaultCase):
         # test_split_brain.TryAgain makes sure one does)
         for key, (name, kind, ex, rel, adm, n) in res.per_key.items():
             self.assertLessEqual(ex, 1.0 + res.unrepaid(name) + EPS, "%s %s" % (name, kind))
+
+    def test_agent_killed_holding_leases(self):
+        res = faults.agent_kill()
+        self.record(res, "0 (exact)", 0.0, "agent 3 killed holding leases on %d keys"
+                    % res.extra["held_keys"])
+        # the tokens it held are lost to the fleet until Redis drops its
+        # lease (ttl): the survivors under-admit, never over
+        self.assertGreater(res.extra["held_keys"], 0, "the agent held no lease when killed")
+        self.assertEqual(res.degraded, 0)
+        self.assert_keys(res, 0.0, "agent killed")
+
+    def test_agents_clocks_skewed(self):
+        res = faults.agents_skewed()
+        if res is None:
+            self.skipTest("no C compiler for the clock shim")
+        self.record(res, "0 (exact)", 0.0, "agent 2 +5 min, agent 3 -5 min")
+        # every bucket's time is Redis' TIME: the agents' clocks are not in it
+        self.assertEqual(res.degraded, 0)
+        self.assert_keys(res, 0.0, "skewed agent clocks")
+        self.assertGreaterEqual(res.utilisation, 0.95)
 
     def test_slow_redis(self):
         res = faults.slow_redis()
