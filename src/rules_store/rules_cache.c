@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* rules_cache.c - what the rule store keeps outside Redis: the cache file
  * of the last applied version (read at start, written after each apply),
- * the configuration an agent starts with, the key names of the layout and
- * the sha256 a version carries. No Redis, no loop (see rules_store.h). */
+ * the configuration an agent starts with and the key names of the layout.
+ * No Redis, no loop (see rules_store.h). */
 #include "rules_store/rules_store.h"
 
 #include <errno.h>
@@ -16,7 +16,6 @@
 
 #include "config/config.h"
 #include "core/log.h"
-#include "core/sha256.h"
 
 /* The cache's first line: an INI comment, so that the file is a rules file
  * too (an operator may --check or --push it as it is). */
@@ -27,18 +26,6 @@ size_t rules_store_key(const char *prefix, const char *suffix, char *out)
     int n = snprintf(out, RULES_STORE_KEY_MAX, "%s{rules}:%s", prefix ? prefix : "", suffix);
 
     return n < 0 ? 0 : (size_t)n >= RULES_STORE_KEY_MAX ? RULES_STORE_KEY_MAX - 1 : (size_t)n;
-}
-
-void rules_store_sha256(const char *text, size_t len, char out[65])
-{
-    struct sha256 s;
-    uint8_t d[SHA256_LEN];
-
-    sha256_init(&s);
-    sha256_update(&s, text, len);
-    sha256_final(&s, d);
-    for (size_t i = 0; i < SHA256_LEN; i++)
-        snprintf(out + 2 * i, 3, "%02x", d[i]);
 }
 
 int rules_store_read_cache(const char *path, char **text, size_t *len, uint64_t *version,

@@ -1,14 +1,27 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* rules_check.c - the one check a rule set passes before it goes to the
  * fleet (--push), goes back to it (--rollback), or is put in force by an
- * agent (a version from Redis, the cache at start): see rules_store.h. Pure:
- * no Redis, no loop. */
+ * agent (a version from Redis, the cache at start), and the sha256 a version
+ * carries: see rules_store.h. Pure: no Redis, no loop. */
 #include "rules_store/rules_store.h"
 
 #include <stdio.h>
 #include <string.h>
 
 #include "config/config.h"
+#include "core/sha256.h"
+
+void rules_store_sha256(const char *text, size_t len, char out[65])
+{
+    struct sha256 s;
+    uint8_t d[SHA256_LEN];
+
+    sha256_init(&s);
+    sha256_update(&s, text, len);
+    sha256_final(&s, d);
+    for (size_t i = 0; i < SHA256_LEN; i++)
+        snprintf(out + 2 * i, 3, "%02x", d[i]);
+}
 
 int rules_store_check_text(const char *path, const char *text, size_t len, const char *name,
                            struct config **out, char *err, size_t errlen)
