@@ -32,8 +32,13 @@ int check_run_case(const char *name, TCase *tc)
 
 void check_add_tests(TCase *tc, const TTest *const *tests, size_t n)
 {
+    /* CK_RUN_TEST=name: that test alone (Check itself selects only by
+     * suite and case: CK_RUN_SUITE, CK_RUN_CASE) */
+    const char *only = getenv("CK_RUN_TEST");
+
     for (size_t i = 0; i < n; i++)
-        tcase_add_test(tc, tests[i]);
+        if (!only || !*only || strcmp(tests[i]->name, only) == 0)
+            tcase_add_test(tc, tests[i]);
 }
 
 void check_cidr_parsed(const struct check_cidr *want, int rc, int family, unsigned prefix,

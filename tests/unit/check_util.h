@@ -21,7 +21,8 @@ int check_run(Suite *s);
 /* check_run of a suite named name that holds the one test case tc. */
 int check_run_case(const char *name, TCase *tc);
 
-/* Adds the tests listed (START_TEST names) to tc, in that order. */
+/* Adds the tests listed (START_TEST names) to tc, in that order; with
+ * CK_RUN_TEST=name in the environment, only the one of that name. */
 #define CHECK_ADD(tc, ...)                                                    \
     check_add_tests((tc), (const TTest *const[]){__VA_ARGS__},                \
                     sizeof((const TTest *const[]){__VA_ARGS__}) / sizeof(const TTest *))
