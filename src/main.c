@@ -25,7 +25,7 @@
 #include "metrics/history.h"
 #include "metrics/metrics.h"
 #include "metrics/mismatch.h"
-#include "notify.h"
+#include "service.h"
 #include "rules/rules.h"
 #include "rules_store/rules_cli.h"
 #include "rules_store/rules_store.h"
@@ -248,9 +248,9 @@ static int apply_rules(void *ctx, struct config *cfg, char *err, size_t errlen)
  * force or refused, so that `systemctl reload` returns when it is done. */
 static void on_sighup(struct ev_loop *loop, ev_signal *w, int revents)
 {
-    notify_reloading();
+    service_reloading();
     reload(w->data);
-    notify_ready();
+    service_ready();
 }
 
 /* Workers answer what is in flight (some answers may wait for Redis, which
@@ -269,7 +269,7 @@ static void on_stop(struct ev_loop *loop, ev_signal *w, int revents)
     if (a->stop_deadline_us)
         return;
     LOG_INFO("\"stopping\" signal=%d", w->signum);
-    notify_stopping();
+    service_stopping();
     a->stop_deadline_us = util_now_us() + (uint64_t)(STOP_TIMEOUT_S * 0.6 * 1e6);
     server_stop(a->srv);
     ev_signal_stop(loop, &a->sighup);
@@ -821,7 +821,7 @@ int main(int argc, char **argv)
              config_standalone(a.rs->cfg) ? "standalone" : "redis",
              a.rs->cfg->stats && *a.rs->cfg->stats ? log_val(a.rs->cfg->stats) : "off");
     note_keyless_rules(a.rs->cfg);
-    notify_ready();
+    service_ready();
 
     ev_run(a.loop, 0);
 

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* notify.h - tell the service manager what the agent is doing (systemd's
+/* service.h - tell the service manager what the agent is doing (systemd's
  * Type=notify readiness protocol, sd_notify(3)).
  *
  * READY=1 once the SPOP listener is open, so that `systemctl start` returns
@@ -11,11 +11,11 @@
  * (configure --without-systemd) every call does nothing. Errors are ignored:
  * a missed notification must never stop the agent. Main thread only.
  */
-#ifndef NOTIFY_H
-#define NOTIFY_H
+#ifndef SERVICE_H
+#define SERVICE_H
 
-void notify_ready(void);
-void notify_reloading(void);
-void notify_stopping(void);
+void service_ready(void);
+void service_reloading(void);
+void service_stopping(void);
 
 #endif

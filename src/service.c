@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* notify.c - systemd readiness notifications through libsystemd's
+/* service.c - systemd readiness notifications through libsystemd's
  * sd_notify(); no-ops when built without it. */
-#include "notify.h"
+#include "service.h"
 
 #include "autoconfig.h"
 
@@ -20,17 +20,17 @@ static void send_state(const char *state)
 }
 #endif
 
-void notify_ready(void)
+void service_ready(void)
 {
     send_state("READY=1");
 }
 
-void notify_reloading(void)
+void service_reloading(void)
 {
     send_state("RELOADING=1");
 }
 
-void notify_stopping(void)
+void service_stopping(void)
 {
     send_state("STOPPING=1");
 }
