@@ -43,6 +43,29 @@ unsigned fleet_window_add(struct fleet_window *w, unsigned n, uint64_t now_us, i
     return max;
 }
 
+unsigned fleet_window_left(struct fleet_window *w, uint64_t left, unsigned n)
+{
+    uint64_t k = w->left_known && left > w->left ? left - w->left : 0;
+    unsigned floor = n ? n : 1, max = 0;
+
+    w->left = left;
+    w->left_known = 1;
+    if (k == 0)
+        return 0;
+    for (unsigned i = 0; i < FLEET_SLOTS; i++) {
+        if (!w->slot_max[i])
+            continue;
+        w->slot_max[i] = w->slot_max[i] > floor + k ? w->slot_max[i] - (unsigned)k
+                         : w->slot_max[i] > floor   ? floor
+                                                    : w->slot_max[i];
+        if (w->slot_max[i] > max)
+            max = w->slot_max[i];
+    }
+    if (w->n > max)
+        w->n = max;
+    return k > 1000000 ? 1000000 : (unsigned)k;
+}
+
 unsigned fleet_window_get(const struct fleet_window *w)
 {
     return w->n;
@@ -53,6 +76,11 @@ void fleet_set_agents(unsigned n, uint64_t now_us, int rebuilding)
     unsigned v = fleet_window_add(&window, n, now_us, rebuilding);
 
     atomic_store_explicit(&agents, v, memory_order_relaxed);
+}
+
+unsigned fleet_set_left(uint64_t left, unsigned n)
+{
+    return fleet_window_left(&window, left, n);
 }
 
 unsigned fleet_agents(void)

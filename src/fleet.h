@@ -14,6 +14,13 @@
  * lowers it, and keeps the N held alive. While Redis is down no count comes
  * and N stays as it is: the agents serving in fallback keep counting.
  *
+ * An agent that stops cleanly leaves at once: it removes its heartbeat and
+ * adds one to the fleet's count of departures; each agent that reads that
+ * count grow by k lowers every count its window holds by k (never below the
+ * count read with it), so N follows a deploy within a heartbeat. Only a
+ * departure said so lowers N: a lost set or counter never does (a counter
+ * that went back is taken as the new base, nothing subtracted).
+ *
  * The window is pure (time passed in; fleet_window_*); the process-wide
  * copy is written from the loop thread only and read from every worker
  * through an atomic, no lock.
@@ -35,6 +42,8 @@ struct fleet_window {
     uint64_t slot_no[FLEET_SLOTS];
     unsigned slot_max[FLEET_SLOTS];
     unsigned n; /* the N in force: the max over the window at the last add */
+    uint64_t left;  /* the fleet's count of clean departures last read */
+    int left_known; /* left was read once: the base later reads are to */
 };
 
 /* Record a count n >= 1 read at now_us (monotonic). rebuilding: the read
@@ -44,12 +53,22 @@ struct fleet_window {
  * n == 0 is ignored (no count). */
 unsigned fleet_window_add(struct fleet_window *w, unsigned n, uint64_t now_us, int rebuilding);
 
+/* Read with the count n: the fleet's count of clean departures, left. What
+ * it grew by since the last read is taken off every slot (not below n, nor
+ * 1); the first read, or a count lower than the last (the counter was lost),
+ * only sets the base. Call before fleet_window_add of the same n. Returns
+ * the departures taken off. */
+unsigned fleet_window_left(struct fleet_window *w, uint64_t left, unsigned n);
+
 /* The N in force (0: no count yet). Unchanged between two adds: it decays
  * only as new counts come, never while Redis is down. */
 unsigned fleet_window_get(const struct fleet_window *w);
 
 /* The process-wide window: fleet_window_add on it, from the loop thread. */
 void fleet_set_agents(unsigned n, uint64_t now_us, int rebuilding);
+
+/* fleet_window_left on the process-wide window, before fleet_set_agents. */
+unsigned fleet_set_left(uint64_t left, unsigned n);
 
 /* The N in force process-wide, 0 while no count came (Redis never reached). */
 unsigned fleet_agents(void);

@@ -743,7 +743,7 @@ void limiter_shutdown(struct limiter *l, double timeout_s)
 
     if (!l || !l->store)
         return;
-    store_heartbeat_stop(l->heartbeat);
+    store_heartbeat_leave(l->heartbeat); /* the others' N follows at once */
     store_epoch_stop(l->epoch);
     wake_cb(l->loop, &l->wake, 0); /* what workers queued last */
     run_until_idle(l, deadline);

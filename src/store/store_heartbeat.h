@@ -9,7 +9,10 @@
  * pid=P listen=L", scored by the time of its last beat (Redis' clock, in
  * ms). Every STORE_HEARTBEAT_EVERY the agent sends one EVAL that drops the
  * members older than STORE_HEARTBEAT_LIVE, sets its own, and answers how
- * many remain. One key: one hash slot, so it works on Redis Cluster too; one
+ * many remain, with the fleet's count of clean departures (PREFIX "agents"
+ * wrapped in a hash tag, ":left"; an agent stopping cleanly removes its
+ * member and adds one: fleet.h takes the departures off N at once). One
+ * hash slot, so it works on Redis Cluster too; one
  * command every five seconds per agent, none per decision. While Redis is down
  * no beat goes out and the last count stays. The count goes to fleet.h,
  * which keeps the largest over a window (the N of share = auto); counts
@@ -44,6 +47,11 @@ void store_heartbeat_rebuilding(struct store_heartbeat *hb); /* NULL no-op */
  * with STORE_DOWN). store_heartbeat_free() after the store is freed, since
  * the store calls its watcher until then. */
 void store_heartbeat_stop(struct store_heartbeat *hb); /* NULL no-op */
+
+/* Stop beating and leave the fleet (a clean stop): the member removed and
+ * the departures counted, sent when Redis is up (store_pending() counts it
+ * until answered). NULL no-op. */
+void store_heartbeat_leave(struct store_heartbeat *hb);
 void store_heartbeat_free(struct store_heartbeat *hb); /* NULL no-op */
 
 #endif

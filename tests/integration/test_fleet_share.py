@@ -110,6 +110,33 @@ class ShareAutoKept(unittest.TestCase):
         # still 3 after the outage's decisions
         self.assertEqual(gauges(self.agents)[1], [N] * N)
 
+    def test_clean_stop_leaves_the_fleet_at_once(self):
+        """SIGTERM to one of three agents: its heartbeat goes with it, and
+        the others read 2 agents (fleet_agents) and N = 2 (the max that
+        share = auto uses) within 7 s: a beat, not the 60 s window a lost
+        agent takes. A kill -9 leaves no such word: N stays 2 then."""
+        self.wait_gauge("spoa_ratelimit_fleet_agents", N)
+        self.wait_gauge("spoa_ratelimit_fleet_agents_max", N)
+        gone = self.agents.pop()
+        t = time.monotonic()
+        self.assertEqual(gone.stop(), 0)
+        self.assertEqual(self.redis.cli("ZCARD", "rl:agents"), "2")
+        for a in self.agents:
+            self.assertTrue(wait_for(lambda: gauges([a]) == ([N - 1], [N - 1]), timeout=7.0),
+                            "after a clean stop: fleet_agents, max %r\n%s"
+                            % (gauges([a]), a.output()[-1500:]))
+        print("\n  one of %d stopped: the others read %r within %.1f s"
+              % (N, gauges(self.agents), time.monotonic() - t))
+        self.assertIn("left=1", "".join(a.output() for a in self.agents))
+        # a crash says nothing: the dead agent's member stays until its
+        # liveness passes, and N keeps it for the window
+        dead = self.agents.pop()
+        dead.kill()
+        dead.stop(check=False)  # its files
+        self.assertEqual(self.redis.cli("ZCARD", "rl:agents"), "2")
+        time.sleep(6.0)  # a beat of the survivor's
+        self.assertEqual(gauges(self.agents)[1], [N - 1])
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -3,7 +3,8 @@
  * a heartbeat set emptied under the fleet (empty restart, FLUSHDB) that
  * keeps N for the window, a real scale-down followed once the window has
  * passed, a scale-up taken at once, counts read while the set is rebuilt,
- * and N kept through an outage. Every time is a parameter. */
+ * N kept through an outage, and clean departures taken off at once while a
+ * lost count of them takes nothing off. Every time is a parameter. */
 #include <check.h>
 #include <stdint.h>
 
@@ -122,6 +123,34 @@ START_TEST(outage_keeps_n)
 }
 END_TEST
 
+/* Agents that stop cleanly are counted out at once: 2 of 5 leave, N is 3 at
+ * the next beat (not a window later); the same departures read again take
+ * nothing more; the counter lost (it reads lower) or read for the first
+ * time takes nothing off; never below the count read with it. */
+START_TEST(clean_departures_at_once)
+{
+    struct fleet_window w = {0};
+    uint64_t t = T0;
+
+    ck_assert_uint_eq(fleet_window_left(&w, 7, 5), 0); /* the first read: a base */
+    beats(&w, 5, &t, 30 * S);
+    ck_assert_uint_eq(fleet_window_left(&w, 9, 3), 2);
+    ck_assert_uint_eq(fleet_window_get(&w), 3);
+    ck_assert_uint_eq(fleet_window_add(&w, 3, t, 0), 3);
+    ck_assert_uint_eq(fleet_window_left(&w, 9, 3), 0);
+    ck_assert_uint_eq(fleet_window_add(&w, 3, t + BEAT, 0), 3);
+    /* FLUSHDB took the counter and the set: nothing taken off, N kept */
+    ck_assert_uint_eq(fleet_window_left(&w, 0, 1), 0);
+    ck_assert_uint_eq(fleet_window_add(&w, 1, t + 2 * BEAT, 1), 3);
+    ck_assert_uint_eq(fleet_window_left(&w, 1, 1), 1); /* one more leaves after */
+    ck_assert_uint_eq(fleet_window_add(&w, 1, t + 3 * BEAT, 0), 2);
+    /* more departures than the window counted: down to the count, not below */
+    ck_assert_uint_eq(fleet_window_left(&w, 6, 1), 5);
+    ck_assert_uint_eq(fleet_window_get(&w), 1);
+    ck_assert_uint_eq(fleet_window_add(&w, 1, t + 4 * BEAT, 0), 1);
+}
+END_TEST
+
 /* The process-wide copy and the share that follows from it. */
 START_TEST(process_share)
 {
@@ -144,6 +173,6 @@ int main(void)
     TCase *tc = tcase_create("fleet");
 
     CHECK_ADD(tc, steady, empty_restart_keeps_n, rebuilding_never_lowers, scale_down_after_window,
-              scale_up_immediate, outage_keeps_n, process_share);
+              scale_up_immediate, outage_keeps_n, clean_departures_at_once, process_share);
     return check_run_case("fleet", tc);
 }
