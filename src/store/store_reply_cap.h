@@ -18,8 +18,9 @@
  *   STORE_REPLY_MAX_ELEMENTS  one array: the fleet view (lua/rules_fleet.lua,
  *                             2 + 4 per agent, RULES_FLEET_MAX 10,000 agents:
  *                             40,002); a batch is 256 calls of a count and 10
- *                             values; HGETALL of a key's leases, one field
- *                             pair per agent
+ *                             values; --rules-history 1 + 5 per kept
+ *                             version, at most 1,000; HGETALL of a key's
+ *                             leases, one field pair per agent
  *   STORE_REPLY_MAX_DEPTH     arrays within arrays: CLUSTER SLOTS' is 4
  *                             (range, node, the node's metadata), ROLE's 3,
  *                             the scripts' 1
