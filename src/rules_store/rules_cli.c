@@ -160,9 +160,18 @@ static int check_rollback(struct cli *c, const struct rules_cli_args *a, char sh
 
     snprintf(vname, sizeof(vname), "v:%lld", a->rollback);
     rules_store_key(c->prefix, vname, key);
-    const char *argv[] = {"HMGET", key, "text", "sha256"};
-    call(c, 4, argv, &an);
-    if (an.status != STORE_OK || an.n != 2) {
+    char cap[24];
+    snprintf(cap, sizeof(cap), "%d", CFG_MAX_RULES_TEXT);
+    /* as the agents read it: the text only within the cap (lua/rules_fetch.lua) */
+    const char *argv[4 + RULES_FETCH_ARGC] = {"EVAL_RO", rules_script_fetch, "1", key};
+    argv[4 + RULES_FETCH_ARG_CAP] = cap;
+    call(c, 4 + RULES_FETCH_ARGC, argv, &an);
+    if (an.status == STORE_OK && an.n == RULES_FETCH_R_OVER) {
+        fprintf(stderr,
+                "spoa-ratelimit: not written: version %lld is larger than 1 MiB: every agent "
+                "refuses it\n",
+                a->rollback);
+    } else if (an.status != STORE_OK || an.n != RULES_FETCH_R_N) {
         fprintf(stderr, "spoa-ratelimit: not written: %s\n", an.err[0] ? an.err : "bad reply");
     } else if (!an.str[0][0] && !an.str[1][0]) {
         rc = 0;

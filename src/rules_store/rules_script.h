@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* rules_script.h - the contract with the rule store's scripts
- * (lua/rules_push.lua, lua/rules_history.lua, lua/rules_fleet.lua): the
+ * (lua/rules_push.lua, lua/rules_history.lua, lua/rules_fleet.lua,
+ * lua/rules_fetch.lua): the
  * position of every argument and reply value, as src/store/script.h is for
  * the limiter's. What they mean: lua/README.md, "Rules from Redis", and
  * each script's header; tests/unit/test_rules_scripts.c calls them through
@@ -9,7 +10,8 @@
  * Keys: rules_push takes KEYS = {PREFIX{rules}:current,
  * PREFIX{rules}:versions, PREFIX{rules}:agents, PREFIX{rules}:seen} (the
  * last two only read: the fleet's versions); rules_history the first two;
- * rules_fleet KEYS = {PREFIX{rules}:agents, PREFIX{rules}:seen}. ARGV[i + 1]
+ * rules_fleet KEYS = {PREFIX{rules}:agents, PREFIX{rules}:seen};
+ * rules_fetch KEYS = {PREFIX{rules}:v:N}. ARGV[i + 1]
  * in Lua is position i here.
  */
 #ifndef RULES_SCRIPT_H
@@ -77,5 +79,18 @@ enum rules_fleet_entry {
     RULES_FLEET_E_ERROR,
     RULES_FLEET_E_N,
 };
+
+/* rules_fetch: ARGV = {the cap in bytes}. Reply: the text and its
+ * sha256 (RULES_FETCH_R_N values; nil for a missing field), or, for a text
+ * larger than the cap, its size alone (RULES_FETCH_R_OVER values). */
+#define RULES_FETCH_ARG_CAP 0
+#define RULES_FETCH_ARGC 1
+enum rules_fetch_reply {
+    RULES_FETCH_R_TEXT = 0,
+    RULES_FETCH_R_SHA256,
+    RULES_FETCH_R_N,
+};
+#define RULES_FETCH_R_SIZE 0
+#define RULES_FETCH_R_OVER 1
 
 #endif

@@ -17,6 +17,12 @@
 #include "rules_store/rules_fleet.h"
 #include "rules_store/rules_script.h"
 #include "store/store.h"
+#include "store/store_reply_cap.h"
+
+/* the text and its sha256 pass the store's caps on replies */
+_Static_assert(CFG_MAX_RULES_TEXT <= STORE_REPLY_MAX_STRING &&
+                   CFG_MAX_RULES_TEXT + 64 <= STORE_REPLY_MAX_BYTES,
+               "a rule text at its cap is a reply the store reads");
 
 #define ERRBUF 4096
 #define REPORT_EVERY_S 5.0 /* each agent's line in the fleet's view (rules_fleet.h) */
@@ -28,7 +34,7 @@ struct rules_store {
     void *ctx;
     char *path; /* the agent's file: its sections around each version */
     ev_timer poll;
-    int inflight; /* one question at a time: GET, then HMGET */
+    int inflight; /* one question at a time: GET, then rules_fetch */
     int said_empty;
     char *cache; /* NULL: none */
     char key_current[RULES_STORE_KEY_MAX];
@@ -44,7 +50,7 @@ struct rules_store {
      * pass for it. A lower number is never applied (store_lost). */
     uint64_t rejected; /* the last version refused, not asked for again */
     char rejected_sha[65];
-    uint64_t fetching; /* the version asked for by the HSTRLEN, HMGET in flight */
+    uint64_t fetching; /* the version asked for by the rules_fetch in flight */
     char fetching_sha[65];
     char fetching_key[RULES_STORE_KEY_MAX];
     /* the fleet's view: this agent's report, and the view it answered */
@@ -87,7 +93,8 @@ static void refused(struct rules_store *rs, uint64_t version, const char *why)
              log_esc(why, strcspn(why, "\n")));
 }
 
-/* HMGET v:N text sha256: check and apply. */
+/* lua/rules_fetch.lua's reply, the text and its sha256 within the cap (or
+ * the size of a text over it): check and apply. */
 static void on_version(void *arg, const struct store_result *res)
 {
     struct rules_store *rs = arg;
@@ -95,13 +102,18 @@ static void on_version(void *arg, const struct store_result *res)
     char name[48], sha[65], err[ERRBUF];
 
     rs->inflight = 0;
-    if (res->status != STORE_OK || res->nstr != 2)
+    if (res->status != STORE_OK ||
+        (res->nstr != RULES_FETCH_R_N && res->nstr != RULES_FETCH_R_OVER))
         return; /* asked again at the next poll */
     /* the fleet sees the outcome at once, not a report period later */
     ev_feed_event(rs->loop, &rs->report, EV_TIMER);
-    const char *text = res->str_len[0] ? res->str[0] : "";
-    const char *want = res->str_len[1] ? res->str[1] : "";
-    size_t len = res->str_len[0];
+    if (res->nstr == RULES_FETCH_R_OVER) {
+        refused(rs, version, "larger than 1 MiB: not read");
+        return;
+    }
+    const char *text = res->str_len[RULES_FETCH_R_TEXT] ? res->str[RULES_FETCH_R_TEXT] : "";
+    const char *want = res->str_len[RULES_FETCH_R_SHA256] ? res->str[RULES_FETCH_R_SHA256] : "";
+    size_t len = res->str_len[RULES_FETCH_R_TEXT];
     struct config *cfg;
     if (!len && !res->str_len[1]) {
         refused(rs, version, "the version's hash is missing or has no text");
@@ -132,25 +144,6 @@ static void on_version(void *arg, const struct store_result *res)
     applied(rs, text, len, version);
     LOG_INFO("\"rules version applied\" version=%llu sha256=%.12s bytes=%zu",
              (unsigned long long)version, sha, len);
-}
-
-/* HSTRLEN v:N text: within the cap, fetch it (HMGET text sha256). */
-static void on_size(void *arg, const struct store_result *res)
-{
-    struct rules_store *rs = arg;
-    const char *argv[] = {"HMGET", rs->fetching_key, "text", "sha256"};
-    size_t argvlen[] = {5, strlen(rs->fetching_key), 4, 6};
-
-    rs->inflight = 0;
-    if (res->status != STORE_OK || res->n != 1)
-        return; /* asked again at the next poll */
-    if (res->v[0] > CFG_MAX_RULES_TEXT) {
-        ev_feed_event(rs->loop, &rs->report, EV_TIMER);
-        refused(rs, rs->fetching, "larger than 1 MiB: not read");
-        return;
-    }
-    rs->inflight = 1;
-    store_read(rs->s, rs->fetching_key, argvlen[1], 4, argv, argvlen, on_version, rs);
 }
 
 /* The store holds no version, or current, below the version N in force
@@ -219,12 +212,21 @@ static void on_current(void *arg, const struct store_result *res)
     memcpy(rs->fetching_sha, sha, sizeof(sha));
     snprintf(vname, sizeof(vname), "v:%llu", (unsigned long long)version);
     size_t klen = rules_store_key(rs->prefix, vname, rs->fetching_key);
-    /* its size first: a text over the cap is never read into memory */
-    const char *argv[] = {"HSTRLEN", rs->fetching_key, "text"};
-    size_t argvlen[] = {7, klen, 4};
+    /* the text only within the cap, its size checked in the same atomic
+     * call: a text over it is never read into memory, even one swapped in
+     * after a size query (and the store's reader refuses a larger reply
+     * anyway, store_reply_cap.h) */
+    char cap[24];
+    snprintf(cap, sizeof(cap), "%d", CFG_MAX_RULES_TEXT);
+    const char *argv[4 + RULES_FETCH_ARGC] = {"EVAL_RO", rules_script_fetch, "1",
+                                              rs->fetching_key};
+    argv[4 + RULES_FETCH_ARG_CAP] = cap;
+    size_t argvlen[4 + RULES_FETCH_ARGC];
+    for (int i = 0; i < 4 + RULES_FETCH_ARGC; i++)
+        argvlen[i] = strlen(argv[i]);
     rs->fetching = version;
     rs->inflight = 1;
-    store_read(rs->s, rs->fetching_key, klen, 3, argv, argvlen, on_size, rs);
+    store_read(rs->s, rs->fetching_key, klen, 4 + RULES_FETCH_ARGC, argv, argvlen, on_version, rs);
 }
 
 static void poll_cb(struct ev_loop *loop, ev_timer *t, int revents)

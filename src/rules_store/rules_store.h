@@ -11,7 +11,8 @@
  *
  * An agent GETs the current number every [rules] poll (one command of one
  * small key); a version it has neither applied nor refused is fetched
- * (HSTRLEN first: over 1 MiB it is refused unread; then HMGET text sha256),
+ * (one EVAL_RO of lua/rules_fetch.lua: its text and sha256, or over 1 MiB
+ * its size alone, the text refused unread),
  * checked by rules_store_check_version (its sha256 present and right, then
  * parsed with the agent's own non-rule sections exactly as a SIGHUP would,
  * and not empty) and handed to the apply callback, which swaps the rule set

@@ -200,22 +200,38 @@ static void on_connect(const redisAsyncContext *ac, int status)
 static void on_disconnect(const redisAsyncContext *ac, int status)
 {
     struct store_conn *conn = ac->data;
+    char why[ERR_LEN];
 
     if (conn->ac != ac)
         return; /* a context we gave up already */
+    if (status != REDIS_OK && store_reply_cap_refused(&conn->cap)) {
+        /* the reader refused an object (its error reads "Out of memory") */
+        store_conn_too_large(conn, why, sizeof(why));
+        conn_lost(conn, NULL, why, 1);
+        return;
+    }
     conn_lost(conn, NULL, status == REDIS_OK ? "closed" : (ac->errstr[0] ? ac->errstr : "error"),
               1);
 }
 
 /* Readable: stamp the time, then let hiredis read and run the callbacks
- * (redisLibevReadEvent, plus the stamp). */
+ * (redisLibevReadEvent, plus the stamp). Then the bytes of a reply not
+ * parsed yet: hiredis makes a bulk string only once all of it is in, so a
+ * header announcing 512 MB would be buffered whole; past the caps' buffer
+ * the connection is given up, which frees them (store_reply_cap.h). conn
+ * outlives the read; e->context may not. */
 static void read_cb(struct ev_loop *loop, ev_io *w, int revents)
 {
     const redisLibevEvents *e = w->data;
     struct store_conn *conn = e->context->data;
+    char why[ERR_LEN];
 
     conn->read_us = util_now_us();
     redisAsyncHandleRead(e->context);
+    if (conn->ac && store_reply_cap_buffer(conn->ac->c.reader, &conn->cap) < 0) {
+        store_conn_too_large(conn, why, sizeof(why));
+        conn_lost(conn, conn->ac, why, 1);
+    }
 }
 
 /* Connect to ip (numeric: hiredis then looks nothing up) or the unix path. */
@@ -237,7 +253,8 @@ static void connect_to(struct store_conn *conn, const char *ip)
         return;
     }
     ac->data = conn;
-    ac->c.reader->fn = &store_reply_pool_fns; /* reply structs recycled */
+    /* reply structs recycled, and none past the caps */
+    store_reply_cap_install(ac->c.reader, &conn->cap, &store_reply_pool_fns);
     if (!conn->unix_path && net_tcp_keepalive(ac->c.fd, STORE_TCP_KEEPIDLE, STORE_TCP_KEEPINTVL,
                                               STORE_TCP_KEEPCNT) == -1)
         LOG_DEBUG("\"redis tcp keepalive not set\" addr=%s err=\"%s\"", log_val(conn->name),

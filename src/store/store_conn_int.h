@@ -14,6 +14,7 @@
 
 #include "clock_jump.h"
 #include "store_env.h"
+#include "store_reply_cap.h"
 
 #define ERR_LEN 256
 
@@ -69,6 +70,7 @@ struct store_conn {
     ev_timer later;
     char last_err[ERR_LEN];
     struct clock_jump clock; /* Redis' clock against ours: its steps (clock_jump.h) */
+    struct store_reply_cap cap; /* its reader's caps (store_reply_cap.h), set at each connect */
 };
 
 #endif

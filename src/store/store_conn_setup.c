@@ -21,6 +21,7 @@
 #include "core/util.h"
 #include "metrics/metrics.h"
 #include "scripts.h"
+#include "store_cmd.h"
 #include "store_errors.h"
 
 #define PROBE_KEY_MAX 128
@@ -159,6 +160,20 @@ void store_conn_note_error(struct store_conn *conn, enum metrics_redis_error kin
                                         conn->env->prefix};
 
     store_error_note(kind, err, &w);
+}
+
+void store_conn_too_large(struct store_conn *conn, char *why, size_t len)
+{
+    const struct store_cmd *c = conn->head; /* the oldest call: its reply was being read */
+    char command[64];
+
+    if (c && !c->read)
+        snprintf(command, sizeof(command), "%s %s", c->fcall ? "FCALL" : "EVALSHA",
+                 c->batch ? "batch" : store_conn_script_names[c->script]);
+    else
+        snprintf(command, sizeof(command), "%s", c ? "a read" : "a setup command or PING");
+    snprintf(why, len, "reply too large: %s", conn->cap.why);
+    store_conn_note_error(conn, METRICS_REDIS_REPLY_TOO_LARGE, why, command);
 }
 
 /* Redis refused a call with a reply that every call will get (kind: a

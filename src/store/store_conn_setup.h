@@ -69,6 +69,12 @@ enum store_conn_setup_next store_conn_setup_reply(struct store_conn *conn, long 
 void store_conn_note_error(struct store_conn *conn, enum metrics_redis_error kind,
                            const char *err, const char *command);
 
+/* A reply past the caps (store_reply_cap.h, conn->cap.why): counted as the
+ * reply_too_large kind, with the redis_errors warning and a log line (at
+ * most one per 10 s, store_error_note); why receives the reason to give
+ * conn_lost, which the caller calls. */
+void store_conn_too_large(struct store_conn *conn, char *why, size_t len);
+
 /* Redis refused a call with an error every call will get (a refusal,
  * store_errors.h): mark the connection so that it is made again with a probe
  * first (of slot on a Cluster node: the refused key's), why in

@@ -132,6 +132,10 @@ const char *store_error_hint(enum metrics_redis_error kind, int sentinel)
                           "password";
     case METRICS_REDIS_NOSCRIPT:
         return "redis lost the scripts (NOSCRIPT): reloaded";
+    case METRICS_REDIS_REPLY_TOO_LARGE:
+        return "redis sent a reply larger than any the agent's commands get (reply_too_large): "
+               "the connection was closed and is made again; something between the agent and "
+               "redis (a proxy), or redis, is broken or hostile";
     default:
         return "redis answered a call with an error: see the agent's log at debug and Redis' own";
     }
@@ -151,7 +155,10 @@ static void raise_warning(enum metrics_redis_error kind, const char *err, int se
 {
     char code[40];
 
-    store_error_code(err, code, sizeof(code));
+    if (kind == METRICS_REDIS_REPLY_TOO_LARGE) /* not an error reply: no code of its own */
+        snprintf(code, sizeof(code), "%s", metrics_redis_error_names[kind]);
+    else
+        store_error_code(err, code, sizeof(code));
     atomic_store(&last_noted_us, util_now_us());
     warning_raise(WARNING_REDIS_ERRORS, "%s answers with %s errors (addr %s): %s",
                   sentinel ? "sentinel" : "redis", code, addr ? addr : "-",

@@ -27,6 +27,7 @@
 #include "store_conn.h"
 #include "store_errors.h"
 #include "store_lookup.h"
+#include "store_reply_cap.h"
 
 struct store_probe {
     struct ev_loop *loop;
@@ -46,6 +47,7 @@ struct store_probe {
     const struct store_auth *auth;
     int optional; /* store_probe_optional: the command's error replies are not noted */
     char last_err[160];
+    struct store_reply_cap cap; /* the attempt's reader's (store_reply_cap.h) */
 };
 
 /* ---- the walk -------------------------------------------------------------- */
@@ -81,6 +83,7 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv);
 static void on_auth_reply(redisAsyncContext *ac, void *r, void *priv);
 static void on_connect(const redisAsyncContext *ac, int status);
 static void on_disconnect(const redisAsyncContext *ac, int status);
+static void read_cb(struct ev_loop *loop, ev_io *w, int revents);
 
 /* Connect to ip (numeric) for addrs[next - 1] and send the command. 0, or
  * -1 when that failed at once (counted). */
@@ -99,11 +102,13 @@ static int connect_to(struct store_probe *p, const char *ip)
         return -1;
     }
     ac->data = p;
+    store_reply_cap_install(ac->c.reader, &p->cap, NULL); /* the replies of a question are small */
     if (net_tcp_keepalive(ac->c.fd, STORE_TCP_KEEPIDLE, STORE_TCP_KEEPINTVL, STORE_TCP_KEEPCNT) ==
         -1)
         LOG_DEBUG("\"redis tcp keepalive not set\" addr=%s:%d err=\"%s\"", log_val(a->host),
                   a->port, log_esc(strerror(errno), strlen(strerror(errno))));
-    redisLibevAttach(p->loop, ac);
+    if (redisLibevAttach(p->loop, ac) == REDIS_OK)
+        ev_set_cb(&((redisLibevEvents *)ac->ev.data)->rev, read_cb);
     redisAsyncSetConnectCallback(ac, on_connect);
     redisAsyncSetDisconnectCallback(ac, on_disconnect);
     if (p->auth && p->auth->password) {
@@ -192,17 +197,11 @@ static void on_connect(const redisAsyncContext *ac, int status)
                        0);
 }
 
-static void on_disconnect(const redisAsyncContext *ac, int status)
-{
-    struct store_probe *p = ac->data;
-
-    if (p->ac == ac)
-        attempt_failed(p, (redisAsyncContext *)ac, "closed", 0);
-}
-
-/* An error reply from addrs[next - 1]: counted, and said when it is a
- * refusal (a password missing or wrong, an ACL). */
-static void note_error(struct store_probe *p, const char *command, const char *err)
+/* An error reply from addrs[next - 1] (or a reply past the caps: kind
+ * reply_too_large): counted, and said when it is a refusal (a password
+ * missing or wrong, an ACL). */
+static void note_kind(struct store_probe *p, enum metrics_redis_error kind, const char *command,
+                      const char *err)
 {
     const struct net_hostport *a = &p->addrs[p->next - 1];
     char addr[sizeof(a->host) + 16];
@@ -210,7 +209,50 @@ static void note_error(struct store_probe *p, const char *command, const char *e
                                   command, p->auth ? p->auth->user : NULL, NULL};
 
     snprintf(addr, sizeof(addr), strchr(a->host, ':') ? "[%s]:%d" : "%s:%d", a->host, a->port);
-    store_error_note(store_error_kind(err), err, &w);
+    store_error_note(kind, err, &w);
+}
+
+static void note_error(struct store_probe *p, const char *command, const char *err)
+{
+    note_kind(p, store_error_kind(err), command, err);
+}
+
+/* A reply past the caps: noted; why receives the reason. */
+static void too_large(struct store_probe *p, char *why, size_t len)
+{
+    snprintf(why, len, "reply too large: %s", p->cap.why);
+    note_kind(p, METRICS_REDIS_REPLY_TOO_LARGE, p->argv[0], why);
+}
+
+static void on_disconnect(const redisAsyncContext *ac, int status)
+{
+    struct store_probe *p = ac->data;
+    char why[192];
+
+    if (p->ac != ac)
+        return;
+    if (status != REDIS_OK && store_reply_cap_refused(&p->cap)) {
+        too_large(p, why, sizeof(why)); /* (the reader's error reads "Out of memory") */
+        attempt_failed(p, (redisAsyncContext *)ac, why, 0);
+        return;
+    }
+    attempt_failed(p, (redisAsyncContext *)ac, "closed", 0);
+}
+
+/* Readable: hiredis reads and answers, then the bytes of a reply not parsed
+ * yet are held to the caps' buffer (a bulk string is buffered whole before
+ * it is made): past it the attempt is given up, which frees them. */
+static void read_cb(struct ev_loop *loop, ev_io *w, int revents)
+{
+    const redisLibevEvents *e = w->data;
+    struct store_probe *p = e->context->data;
+    char why[192];
+
+    redisAsyncHandleRead(e->context);
+    if (p->ac && store_reply_cap_buffer(p->ac->c.reader, &p->cap) < 0) {
+        too_large(p, why, sizeof(why));
+        attempt_failed(p, p->ac, why, 1);
+    }
 }
 
 static void on_auth_reply(redisAsyncContext *ac, void *r, void *priv)

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_reply.c - fuzz target for what the agent does with Redis' replies to
  * its script calls: bytes as Redis would send them (RESP), parsed by
- * hiredis' own reader, turned into values as the store does
+ * hiredis' own reader with the store's caps on replies (store_reply_cap.h),
+ * turned into values as the store does
  * (store_reply_values / store_reply_batch_next), then applied: claim and
  * return replies to the lease cache (lease_reply, with decisions, ticks and
  * timeouts in between), exact replies to a decision (store_reply_exact),
@@ -23,6 +24,9 @@
  *    time passes that bound;
  *  - every reply read as the rule store's fleet view (rules_fleet.h) is
  *    refused whole or written out whole (fleet_reply);
+ *  - no reply the reader hands over is past the caps (within_caps): a
+ *    hostile header (an array of 100 million, a bulk string of 512 MB,
+ *    arrays nested deep) fails the reader instead, before its allocation;
  *  - nothing leaks, nothing is read out of bounds (ASan, UBSan).
  *
  * Built two ways, as tests/fuzz/fuzz_spop.c: tests/fuzz/fuzz_reply (libFuzzer, "make
@@ -41,6 +45,7 @@
 #include "rules_store/rules_fleet.h"
 #include "store/script.h"
 #include "store/store_reply.h"
+#include "store/store_reply_cap.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -64,12 +69,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
  * window (the sw_* scripts' fixed mode: the same replies) */
 #define MODE2_FIXED MODE2_RATE
 
-/* RESP lengths let through: a bulk string is only allocated once its bytes
- * are in (so the input bounds it), but hiredis 0.14 allocates an array of
- * the announced length up front, and reads lengths without an overflow
- * check. */
-#define MAX_BULK_LEN (1 << 20)
-#define MAX_ARRAY_LEN (1 << 16)
+/* RESP lengths let through: any that hiredis 0.14 reads without overflowing
+ * (it reads digits without a check). The caps bound what a length makes it
+ * allocate: an array of the announced length is allocated up front, but
+ * the caps refuse one past STORE_REPLY_MAX_ELEMENTS first. */
+#define MAX_LEN_DIGITS 18
 
 #define NKEYS 3
 #define MAX_REQS 512  /* decisions per input */
@@ -105,7 +109,7 @@ struct run {
     unsigned mode, mode2;
 };
 
-static unsigned long long n_replies, n_allowed, n_blocked, n_fleet;
+static unsigned long long n_replies, n_allowed, n_blocked, n_fleet, n_capped;
 
 static void fail(const char *what)
 {
@@ -337,32 +341,41 @@ static void on_reply(struct run *r, const redisReply *reply, unsigned kind)
         answer(r, res.status == STORE_OK, res.v, res.n);
 }
 
-/* Whether a RESP length in p is past what hiredis 0.14 should be given:
- * MAX_ARRAY_LEN for '*' (it allocates the array at once, and walks it to
- * free it), MAX_BULK_LEN for '$', and any length its reader would overflow
- * on (it reads digits without a check). Redis does not send such lengths to
- * our scripts: inputs holding one are skipped. (A type byte inside a bulk
- * string is taken for one too: that skips a few inputs more, never one
- * less.) */
+/* Whether a RESP length in p has more digits than hiredis 0.14 reads
+ * without overflowing a long long (undefined behaviour in its reader, not
+ * ours): inputs holding one are skipped. (A type byte inside a bulk string
+ * is taken for one too: that skips a few inputs more, never one less.) */
 static int huge_length(const uint8_t *p, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
-        if (p[i] != '*' && p[i] != '$')
+        if (p[i] != '*' && p[i] != '$' && p[i] != ':')
             continue;
-        size_t j = i + 1;
-        uint64_t len = 0;
-        int neg = j < n && p[j] == '-';
+        size_t j = i + 1, digits = 0;
         if (j < n && (p[j] == '-' || p[j] == '+'))
             j++;
-        for (; j < n && p[j] >= '0' && p[j] <= '9'; j++) {
-            len = len * 10 + (uint64_t)(p[j] - '0');
-            if (len > MAX_BULK_LEN)
-                return 1; /* whatever its sign */
-        }
-        if (p[i] == '*' && len > MAX_ARRAY_LEN && !neg)
-            return 1;
+        for (; j < n && p[j] >= '0' && p[j] <= '9'; j++)
+            if (++digits > MAX_LEN_DIGITS)
+                return 1;
     }
     return 0;
+}
+
+/* A reply the capped reader handed over is within every cap. */
+static void within_caps(const redisReply *r, unsigned depth, size_t *objects, size_t *bytes)
+{
+    ++*objects;
+    if (r->type == REDIS_REPLY_ARRAY) {
+        if (depth > STORE_REPLY_MAX_DEPTH || r->elements > STORE_REPLY_MAX_ELEMENTS)
+            fail("an array past the caps");
+        for (size_t i = 0; i < r->elements; i++)
+            within_caps(r->element[i], depth + 1, objects, bytes);
+    } else if (r->type != REDIS_REPLY_INTEGER && r->type != REDIS_REPLY_NIL) {
+        if (r->len > STORE_REPLY_MAX_STRING)
+            fail("a string past the caps");
+        *bytes += r->len;
+    }
+    if (*objects > STORE_REPLY_MAX_OBJECTS + 1 || *bytes > STORE_REPLY_MAX_BYTES)
+        fail("a reply past the caps");
 }
 
 /* Every reply also as the rule store's fleet view would read it (store_read
@@ -414,6 +427,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static struct run r;
     redisReader *rd;
+    struct store_reply_cap cap;
     void *obj;
     unsigned mode, mode2 = 0, kind;
     size_t skip = 1;
@@ -446,12 +460,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     rd = redisReaderCreate();
     if (!r.t || !rd)
         abort();
+    store_reply_cap_install(rd, &cap, NULL); /* as the store's connections have them */
     redisReaderFeed(rd, (const char *)data + skip, size - skip);
 
     /* a call in flight for the first reply */
     decide(&r, 0, 1);
-    for (unsigned i = 0; redisReaderGetReply(rd, &obj) == REDIS_OK && obj; i++) {
+    for (unsigned i = 0;; i++) {
         int up = !(mode & MODE_DOWN) || i % 5 != 4;
+        size_t objects = 0, bytes = 0;
+
+        if (redisReaderGetReply(rd, &obj) != REDIS_OK) {
+            n_capped += store_reply_cap_refused(&cap) != NULL;
+            break; /* the connection is closed */
+        }
+        if (!obj)
+            break;
+        within_caps(obj, 1, &objects, &bytes);
 
         r.now += (mode & MODE_SLOW) ? 900 * MS : (mode2 & MODE2_WARM) ? 300 * MS : 1 * MS;
         on_reply(&r, obj, kind);
@@ -548,6 +572,18 @@ static const struct {
     /* a long bulk string (built by fuzz_seed), and one announced but not sent */
     {0x02, 0x00, NULL},
     {0x00, 0x00, CLAIM_OK "$99999\r\n12345"},
+    /* hostile headers, refused by the caps before what they announce:
+     * 100 million elements, a 512 MB bulk string (its body never all in),
+     * one past each cap, arrays nested five deep (hiredis takes seven), an
+     * array length past an int, the largest lengths hiredis reads */
+    {0x00, NO_MODE2, CLAIM_OK "*100000000\r\n:1\r\n:1\r\n:1\r\n" CLAIM_OK},
+    {0x01, NO_MODE2, BATCH "$536870912\r\nxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"},
+    {0x02, NO_MODE2, EXACT_OK "*65537\r\n:1\r\n" EXACT_OK},
+    {0x02, NO_MODE2, EXACT_OK "$1048577\r\nxxxx" EXACT_OK},
+    {0x00, NO_MODE2, CLAIM_OK "*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n:1\r\n" CLAIM_OK},
+    {0x00, NO_MODE2, CLAIM_OK "*1\r\n*1\r\n*1\r\n*1\r\n:1\r\n" CLAIM_OK},
+    {0x03, NO_MODE2, EXACT_OK "*2147483648\r\n:1\r\n" BATCH},
+    {0x03, NO_MODE2, BATCH "*999999999999999999\r\n$999999999999999999\r\nx"},
     /* the rule store's fleet view (fleet_reply), among claims */
     {0x00, NO_MODE2, CLAIM_OK FLEET CLAIM_OK FLEET},
 };
@@ -555,7 +591,7 @@ static const struct {
 
 static const char *const fuzz_dict[] = {
     CLAIM_OK, CLAIM_EMPTY, CLAIM_STR, CLAIM_RATE, CLAIM_RATE_KEPT, EXACT_OK, EXACT_NO, BATCH,
-    ERR, NIL, FLEET, "host=", " pid=", " listen=", "*10\r\n", "*8\r\n", "*4\r\n", ":0\r\n", ":1\r\n", ":-1\r\n", ":1000\r\n",
+    ERR, NIL, FLEET, "*100000000\r\n", "$536870912\r\n", "*1\r\n*1\r\n*1\r\n", "host=", " pid=", " listen=", "*10\r\n", "*8\r\n", "*4\r\n", ":0\r\n", ":1\r\n", ":-1\r\n", ":1000\r\n",
     ":200000\r\n", ":9223372036854775807\r\n", "$3\r\n", "$1000\r\n", "+OK\r\n", "*-1\r\n",
     "*0\r\n", "\r\n",
 };
@@ -587,9 +623,9 @@ static size_t fuzz_seed(size_t k, uint8_t *buf)
 static void fuzz_summary(void)
 {
     printf(FUZZ_NAME ": %llu replies, %llu decisions allowed, %llu blocked, %llu rate lease "
-           "claims, %llu fleet views\n",
+           "claims, %llu fleet views, %llu inputs refused by the caps\n",
            n_replies, n_allowed, n_blocked,
-           (unsigned long long)atomic_load(&metrics.lease_rate_claims), n_fleet);
+           (unsigned long long)atomic_load(&metrics.lease_rate_claims), n_fleet, n_capped);
 }
 
 #include "fuzz_main.h"

@@ -4,7 +4,8 @@
  * through the positions of src/rules_store/rules_script.h as the agent and
  * its commands call them: a push, the compare-and-set, a rollback, the
  * history trimmed with the hashes, "N SHA256" in current, the fleet's
- * reports and their expiry. The server and connection are
+ * reports and their expiry, a version's text fetched only within the cap
+ * (lua/rules_fetch.lua, as EVAL_RO as the agent sends it). The server and connection are
  * scripts_harness.c's; each test has a prefix of its own. */
 #include <check.h>
 #include <hiredis/hiredis.h>
@@ -287,6 +288,57 @@ START_TEST(push_behind_fleet)
 }
 END_TEST
 
+/* rules_fetch on key with the cap; the reply (freeReplyObject). */
+static redisReply *fetch(const char *key, const char *cap)
+{
+    const char *argv[4 + RULES_FETCH_ARGC] = {"EVAL_RO", rules_script_fetch, "1", key};
+    size_t len[4 + RULES_FETCH_ARGC];
+
+    argv[4 + RULES_FETCH_ARG_CAP] = cap;
+    for (int i = 0; i < 4 + RULES_FETCH_ARGC; i++)
+        len[i] = strlen(argv[i]);
+    redisReply *r = redisCommandArgv(rc, 4 + RULES_FETCH_ARGC, argv, len);
+    ck_assert_ptr_nonnull(r);
+    return r;
+}
+
+START_TEST(fetch_within_cap)
+{
+    struct keys k;
+    long long st, v;
+    char key[160];
+
+    keys_for(&k, "fetch");
+    push(&k, "push", "", "10", "", "[rule:a]\nrate = 1/s\n", "aa", &st, &v);
+    ck_assert_int_eq(st, RULES_PUSH_WRITTEN);
+    snprintf(key, sizeof(key), "%s{rules}:v:%lld", k.prefix, v);
+    /* within the cap (at it, to the byte): the text and its sha256 */
+    redisReply *r = fetch(key, "20");
+    ck_assert_int_eq(r->type, REDIS_REPLY_ARRAY);
+    ck_assert_uint_eq(r->elements, RULES_FETCH_R_N);
+    ck_assert_str_eq(r->element[RULES_FETCH_R_TEXT]->str, "[rule:a]\nrate = 1/s\n");
+    ck_assert_str_eq(r->element[RULES_FETCH_R_SHA256]->str, "aa");
+    freeReplyObject(r);
+    /* one byte over: its size alone, never the text */
+    r = fetch(key, "19");
+    ck_assert_int_eq(r->type, REDIS_REPLY_ARRAY);
+    ck_assert_uint_eq(r->elements, RULES_FETCH_R_OVER);
+    ck_assert_int_eq(r->element[RULES_FETCH_R_SIZE]->integer, 20);
+    freeReplyObject(r);
+    /* a version not kept: two nils */
+    snprintf(key, sizeof(key), "%s{rules}:v:99", k.prefix);
+    r = fetch(key, "1048576");
+    ck_assert_uint_eq(r->elements, RULES_FETCH_R_N);
+    ck_assert_int_eq(r->element[RULES_FETCH_R_TEXT]->type, REDIS_REPLY_NIL);
+    ck_assert_int_eq(r->element[RULES_FETCH_R_SHA256]->type, REDIS_REPLY_NIL);
+    freeReplyObject(r);
+    r = fetch(key, "x");
+    ck_assert_int_eq(r->type, REDIS_REPLY_ERROR);
+    ck_assert_ptr_nonnull(strstr(r->str, "bad ARGV[1]"));
+    freeReplyObject(r);
+}
+END_TEST
+
 static Suite *rules_scripts_suite(void)
 {
     Suite *s = suite_create("rules_scripts");
@@ -296,6 +348,7 @@ static Suite *rules_scripts_suite(void)
     tcase_add_test(tc, current_by_hand);
     tcase_add_test(tc, fleet_reports);
     tcase_add_test(tc, push_behind_fleet);
+    tcase_add_test(tc, fetch_within_cap);
     suite_add_tcase(s, tc);
     return s;
 }
