@@ -124,6 +124,7 @@ enum metrics_redis_error {
     METRICS_REDIS_TRYAGAIN,     /* Cluster: a multi-key call during a slot migration */
     METRICS_REDIS_CLUSTERDOWN,  /* Cluster: the slot is not served */
     METRICS_REDIS_BUSY,         /* a script runs past lua-time-limit */
+    METRICS_REDIS_BAD_REPLY,    /* a malformed script reply, or a protocol error */
     METRICS_REDIS_OTHER,
     METRICS_REDIS_ERROR_KINDS,
 };
