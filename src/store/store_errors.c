@@ -131,10 +131,7 @@ const char *store_error_hint(enum metrics_redis_error kind, int sentinel)
                         : "redis refused the password (WRONGPASS): check [redis] username and "
                           "password";
     case METRICS_REDIS_NOSCRIPT:
-        return sentinel ? "redis answers NOSCRIPT right after SCRIPT LOAD: the scripts do not "
-                          "stay loaded (a proxy spreading calls over servers?); rules fall back, "
-                          "reloads back off"
-                        : "redis lost the scripts (NOSCRIPT): reloaded";
+        return "redis lost the scripts (NOSCRIPT): reloaded";
     case METRICS_REDIS_BAD_REPLY:
         return "redis answers malformed replies (bad_reply): not a Redis, or something between "
                "mangles replies; rules fall back until a probe call gets a well-formed reply";
@@ -215,8 +212,11 @@ void store_error_bad(enum metrics_redis_error kind, const char *addr, const char
                      const char *why)
 {
     unsigned long long before;
-    /* (the NOSCRIPT hint of a loop: store_error_hint's "sentinel" variant) */
-    const char *hint = store_error_hint(kind, kind == METRICS_REDIS_NOSCRIPT);
+    const char *hint = kind == METRICS_REDIS_NOSCRIPT
+                           ? "redis answers NOSCRIPT right after SCRIPT LOAD: the scripts do not "
+                             "stay loaded (a proxy spreading calls over servers?); rules fall "
+                             "back, reloads back off"
+                           : store_error_hint(kind, 0);
 
     if (kind >= METRICS_REDIS_ERROR_KINDS)
         kind = METRICS_REDIS_BAD_REPLY;
