@@ -15,7 +15,9 @@
  * Every error reply but NOSCRIPT (reloaded at once) and a TRYAGAIN that a
  * retry got past raises the `redis_errors` warning, its message naming the
  * kind and what to do; the warning clears once no error reply has come for
- * [redis] errors_quiet (store_errors_tick).
+ * [redis] errors_quiet (store_errors_tick). So does a reply that breaks the
+ * contract (store_error_bad: kind bad_reply, or NOSCRIPT right after SCRIPT
+ * LOAD), which also takes the connection down as a refusal does.
  */
 #ifndef STORE_ERRORS_H
 #define STORE_ERRORS_H
