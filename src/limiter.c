@@ -396,13 +396,20 @@ static void tick_cb(struct ev_loop *loop, ev_timer *t, int revents)
     slow_tick(l, now);
 }
 
+/* "redis down" at most every 10 s for the process (every worker's store
+ * goes down with the same Redis; a Redis that breaks each connection at
+ * once goes down at each reconnect), with the losses not said since. */
+static struct log_gate down_gate;
+
 static void on_state(void *arg, int up)
 {
     struct limiter *l = arg;
+    unsigned long long before;
+
     atomic_store(&l->up, up);
     atomic_store(&l->stalled, 0);
-    if (!up)
-        LOG_WARN("\"redis down: rules fall back\" mode=degraded");
+    if (!up && (int)LOG_LVL_WARN <= (int)log_level && log_gate_open(&down_gate, 10.0, &before))
+        LOG_WARN("\"redis down: rules fall back\" mode=degraded suppressed=%llu", before);
 }
 
 /* Redis lost the buckets (store_epoch.h): the leases held here were granted

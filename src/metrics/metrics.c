@@ -324,6 +324,7 @@ const char *const metrics_redis_error_names[] = {
     [METRICS_REDIS_LOADING] = "LOADING",   [METRICS_REDIS_TRYAGAIN] = "TRYAGAIN",
     [METRICS_REDIS_CLUSTERDOWN] = "CLUSTERDOWN", [METRICS_REDIS_BUSY] = "BUSY",
     [METRICS_REDIS_REPLY_TOO_LARGE] = "reply_too_large",
+    [METRICS_REDIS_BAD_REPLY] = "bad_reply",
     [METRICS_REDIS_OTHER] = "other",
 };
 _Static_assert(sizeof(metrics_redis_error_names) / sizeof(metrics_redis_error_names[0]) ==

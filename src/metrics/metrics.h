@@ -126,6 +126,7 @@ enum metrics_redis_error {
     METRICS_REDIS_BUSY,         /* a script runs past lua-time-limit */
     METRICS_REDIS_REPLY_TOO_LARGE, /* a reply past the caps (store_reply_cap.h): not
                                     * an error reply, the connection closed on it */
+    METRICS_REDIS_BAD_REPLY,    /* a malformed script reply, or a protocol error */
     METRICS_REDIS_OTHER,
     METRICS_REDIS_ERROR_KINDS,
 };

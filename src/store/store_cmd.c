@@ -11,6 +11,7 @@
 
 #include "metrics/metrics.h"
 #include "store_reply.h"
+#include "store_reply_check.h"
 #include "store_resp.h"
 
 /* Calls are made and freed by the thousand per second, in batches, on the
@@ -334,7 +335,8 @@ int64_t store_reply_time_ms(int script, const struct store_result *res)
     return res->v[EXACT_R_TIME_MS] > 0 ? res->v[EXACT_R_TIME_MS] : 0;
 }
 
-int64_t store_batch_reply(struct store_cmd *b, const struct redisReply *reply, uint64_t now)
+int64_t store_batch_reply(struct store_cmd *b, const struct redisReply *reply, uint64_t now,
+                          const char **bad, int *bad_script)
 {
     struct store_cmd *m, *next;
     size_t at = 0;
@@ -342,17 +344,33 @@ int64_t store_batch_reply(struct store_cmd *b, const struct redisReply *reply, u
 
     for (m = b->members; m; m = next) {
         struct store_result res = {0};
+        const char *why;
         next = m->mnext;
         store_reply_batch_next(reply, &at, &res);
+        why = res.status != STORE_OK ? res.err
+                                     : store_reply_check(m->script, &res, (size_t)res.n,
+                                                         m->argc - 4, m->argv + 4);
+        if (why) {
+            res.status = STORE_ERR;
+            res.err = why;
+            if (!*bad) {
+                *bad = why;
+                *bad_script = m->script;
+            }
+        }
         if (res.status != STORE_OK)
             METRIC_INC(redis_errors);
         res.latency_us = now - m->first_us;
-        if (!time_ms) /* (one TIME for the whole batch) */
+        if (!time_ms && !why) /* (one TIME for the whole batch) */
             time_ms = store_reply_time_ms(m->script, &res);
         m->cb(m->arg, &res);
         store_cmd_free(m);
     }
     b->members = NULL;
+    if (!*bad && at != reply->elements) {
+        *bad = "more values than the batch's calls answer";
+        *bad_script = SCRIPT_BATCH;
+    }
     return time_ms;
 }
 

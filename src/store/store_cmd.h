@@ -97,9 +97,13 @@ int store_cmd_format(const struct store_cmd *c, const struct store_call *call,
 
 /* Hand each member of batch b its part of reply ("n v1 .. vn" per call, in
  * order: lua/batch.sh), running and freeing each; members the reply does not
- * cover fail. now: for the latency reported. Returns Redis' time of the
- * batch (ms, as store_reply_time_ms reads it from a member; 0: none). */
-int64_t store_batch_reply(struct store_cmd *b, const struct redisReply *reply, uint64_t now);
+ * cover, or whose part store_reply_check() rejects, fail. now: for the
+ * latency reported. The first thing wrong (NULL: nothing; *bad must be NULL
+ * on entry) into *bad, with the script whose part it was in *bad_script.
+ * Returns Redis' time of the batch (ms, as store_reply_time_ms reads it from
+ * a member; 0: none). */
+int64_t store_batch_reply(struct store_cmd *b, const struct redisReply *reply, uint64_t now,
+                          const char **bad, int *bad_script);
 
 /* Redis' time (Unix ms) that the reply res of a call of script carries: the
  * exact decisions' and cc_acquire's time_ms (EXACT_R_TIME_MS); 0 for the

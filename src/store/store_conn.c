@@ -31,14 +31,14 @@
 #include "core/util.h"
 #include "core/warning.h"
 #include "metrics/metrics.h"
+#include "store_backoff.h"
 #include "store_conn_setup.h"
 #include "store_errors.h"
 #include "store_lookup.h"
 #include "store_reply.h"
+#include "store_reply_check.h"
 #include "store_reply_pool.h"
 
-#define BACKOFF_MIN 0.05 /* seconds before the first retry; doubled up to BACKOFF_MAX */
-#define BACKOFF_MAX 2.0
 #define WATCHDOG_EVERY 0.05
 
 static void set_addr_owned(struct store_conn *conn, char *h, int port);
@@ -172,7 +172,10 @@ static void on_setup_reply(redisAsyncContext *ac, void *r, void *priv)
     conn->io_us = util_now_us();
     switch (store_conn_setup_reply(conn, (long)(intptr_t)priv, reply)) {
     case STORE_CONN_SETUP_READY:
-        conn->backoff = BACKOFF_MIN;
+        /* the backoff goes back to its minimum once this lasts (watchdog):
+         * a Redis that breaks every connection at its first call must not
+         * be reconnected to at the minimum each time */
+        conn->ready_us = conn->io_us;
         set_ready(conn, 1);
         break;
     case STORE_CONN_SETUP_LOST:
@@ -208,6 +211,12 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
         /* the reader refused an object (its error reads "Out of memory") */
         store_conn_too_large(conn, why, sizeof(why));
         conn_lost(conn, NULL, why, 1);
+        return;
+    }
+    if (status != REDIS_OK && ac->err == REDIS_ERR_PROTOCOL) {
+        /* bytes that are no RESP: what else it says cannot be trusted */
+        store_conn_bad(conn, METRICS_REDIS_BAD_REPLY, "a reply", ac->errstr, -1);
+        conn_lost(conn, NULL, conn->last_err, 1);
         return;
     }
     conn_lost(conn, NULL, status == REDIS_OK ? "closed" : (ac->errstr[0] ? ac->errstr : "error"),
@@ -317,10 +326,14 @@ void store_conn_retry_later(struct store_conn *conn)
 {
     struct ev_loop *loop = conn->env->loop;
 
+    /* xorshift32: jitter only, no secret */
+    conn->rnd ^= conn->rnd << 13;
+    conn->rnd ^= conn->rnd >> 17;
+    conn->rnd ^= conn->rnd << 5;
     ev_timer_stop(loop, &conn->retry);
-    ev_timer_set(&conn->retry, conn->backoff, 0.);
+    ev_timer_set(&conn->retry, store_backoff_wait(conn->backoff, conn->rnd), 0.);
     ev_timer_start(loop, &conn->retry);
-    conn->backoff = conn->backoff * 2 > BACKOFF_MAX ? BACKOFF_MAX : conn->backoff * 2;
+    conn->backoff = store_backoff_next(conn->backoff);
 }
 
 int store_conn_restart(struct store_conn *conn, const char *host, int port, const char *why)
@@ -332,7 +345,7 @@ int store_conn_restart(struct store_conn *conn, const char *host, int port, cons
     if (conn->ac)
         conn_lost(conn, conn->ac, why, 0);
     set_addr_owned(conn, h, port);
-    conn->backoff = BACKOFF_MIN;
+    conn->backoff = STORE_BACKOFF_MIN;
     store_conn_connect(conn);
     return 0;
 }
@@ -449,6 +462,8 @@ static void watchdog_cb(struct ev_loop *loop, ev_timer *t, int revents)
         conn_lost(conn, conn->ac, conn->connected ? "setup timed out" : "connect timed out", 1);
     } else {
         keepalive(conn, now);
+        if (conn->ready && now - conn->ready_us >= STORE_BACKOFF_HEALTHY_US)
+            conn->backoff = STORE_BACKOFF_MIN;
     }
     clock_quiet(now);
 }
@@ -733,6 +748,23 @@ static int handle_error(struct store_conn *conn, redisAsyncContext *ac, struct s
         return 1;
     if (kind == METRICS_REDIS_NOSCRIPT)
         METRIC_INC(redis_error_replies[kind]);
+    if (kind == METRICS_REDIS_NOSCRIPT && c->noscript_retried && !c->read) {
+        /* NOSCRIPT again after the script was loaded on this connection, in
+         * order: the reload does not stick, and every call would wait for
+         * reload round trips to fail anyway. Down (decisions fall back at
+         * once), tried again after the backoff, a probe first. */
+        char command[64];
+        size_t len;
+        const char *key = store_cmd_key(c, &len);
+
+        snprintf(command, sizeof(command), "EVALSHA %s", store_conn_script_names[c->script]);
+        METRIC_INC(redis_errors);
+        store_conn_bad(conn, kind, command, "NOSCRIPT right after SCRIPT LOAD",
+                       (int)util_redis_slot(key, len));
+        conn_lost(conn, ac, conn->last_err, 1);
+        store_cmd_fail(c, STORE_DOWN, "NOSCRIPT");
+        return 1;
+    }
     if (kind == METRICS_REDIS_NOSCRIPT && !c->noscript_retried && !c->read) {
         /* Redis lost its scripts (restart, failover, SCRIPT FLUSH): load the
          * script again and retry; both go out in order on this connection. */
@@ -776,6 +808,15 @@ static int handle_error(struct store_conn *conn, redisAsyncContext *ac, struct s
     return 0;
 }
 
+/* The hash slot of c's key (a batch: its first member's). */
+static int cmd_slot(const struct store_cmd *c)
+{
+    size_t len;
+    const char *key = store_cmd_key(c, &len);
+
+    return (int)util_redis_slot(key, len);
+}
+
 static void on_eval_reply(redisAsyncContext *ac, void *r, void *priv)
 {
     redisReply *reply = r;
@@ -783,6 +824,8 @@ static void on_eval_reply(redisAsyncContext *ac, void *r, void *priv)
     struct store_conn *conn = ac->data;
     struct store_result res = {0};
     uint64_t now;
+    const char *bad = NULL; /* what is wrong with the reply (store_reply_check.h) */
+    int bad_script = 0, bad_slot = -1;
 
     if (!reply || conn->ac != ac)
         return; /* going away: c has failed, or fails, in conn_lost (c may be gone) */
@@ -799,17 +842,32 @@ static void on_eval_reply(redisAsyncContext *ac, void *r, void *priv)
         store_cmd_read_reply(c, reply, now);
         goto next;
     }
+    bad_script = c->script;
     if (reply->type == REDIS_REPLY_ARRAY && c->batch) {
-        clock_seen(conn, store_batch_reply(c, reply, now), c->sent_us, now);
+        clock_seen(conn, store_batch_reply(c, reply, now, &bad, &bad_script), c->sent_us, now);
+        if (bad)
+            bad_slot = cmd_slot(c);
         store_cmd_free(c);
-        goto next;
+        goto checked;
     }
     if (reply->type == REDIS_REPLY_ARRAY && !c->batch) {
         store_reply_values(reply, &res);
-        clock_seen(conn, store_reply_time_ms(c->script, &res), c->sent_us, now);
+        bad = res.status != STORE_OK ? res.err
+                                     : store_reply_check(c->script, &res, reply->elements,
+                                                         c->argc - 4, c->argv + 4);
+        if (bad) {
+            res.status = STORE_ERR;
+            res.err = bad;
+        } else {
+            clock_seen(conn, store_reply_time_ms(c->script, &res), c->sent_us, now);
+        }
     } else {
         res.status = STORE_ERR;
         res.err = reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply type";
+        if (reply->type != REDIS_REPLY_ERROR)
+            bad = reply->type == REDIS_REPLY_NIL ? "a nil reply, not an array"
+                  : reply->type == REDIS_REPLY_INTEGER ? "an integer reply, not an array"
+                                                       : "a string reply, not an array";
     }
     if (res.status != STORE_OK) {
         METRIC_INC(redis_errors);
@@ -820,8 +878,18 @@ static void on_eval_reply(redisAsyncContext *ac, void *r, void *priv)
             store_conn_note_error(conn, store_error_kind(res.err), res.err, command);
         }
     }
+    if (bad)
+        bad_slot = cmd_slot(c);
     c->cb(c->arg, &res);
     store_cmd_free(c);
+checked:
+    /* A malformed reply: nothing this connection says can be trusted (the
+     * call above fell back). Down, until a probe gets a well-formed reply. */
+    if (bad && conn->ac == ac) {
+        store_conn_bad(conn, METRICS_REDIS_BAD_REPLY, store_conn_script_names[bad_script], bad,
+                       bad_slot);
+        conn_lost(conn, ac, conn->last_err, 1);
+    }
 next:
     /* What queued while this call was out goes now, together. The context
      * may have been lost in a callback above: then the queue has failed. */
@@ -887,7 +955,8 @@ struct store_conn *store_conn_new(struct store_env *env, const struct store_conn
     conn->owner = owner;
     conn->must_be_master = (flags & STORE_CONN_CHECK_ROLE) != 0;
     conn->slots = (flags & STORE_CONN_SLOTS) != 0;
-    conn->backoff = BACKOFF_MIN;
+    conn->backoff = STORE_BACKOFF_MIN;
+    conn->rnd = (uint32_t)(util_now_us() ^ (uintptr_t)conn) | 1;
     conn->probe_slot = -1;
     snprintf(conn->name, sizeof(conn->name), "-");
     if (unix_path) {

@@ -57,7 +57,9 @@ struct store_conn {
     uint64_t read_us;      /* the last read began (the replies it brought came by then) */
     uint64_t ping_us;      /* the keepalive PING in flight was sent then; 0: none */
     int ping_late;         /* it is past the timeout (counted as an error once) */
-    double backoff;
+    double backoff;        /* store_backoff.h */
+    uint32_t rnd;          /* the backoff's jitter */
+    uint64_t ready_us;     /* when it last became ready */
     ev_timer retry;
     ev_timer watchdog;
     ev_prepare write_early; /* see write_early_cb */

@@ -23,6 +23,8 @@
 #include "scripts.h"
 #include "store_cmd.h"
 #include "store_errors.h"
+#include "store_reply.h"
+#include "store_reply_check.h"
 
 #define PROBE_KEY_MAX 128
 
@@ -194,6 +196,33 @@ void store_conn_refused(struct store_conn *conn, enum metrics_redis_error kind, 
     snprintf(conn->last_err, sizeof(conn->last_err), "%.200s", err);
 }
 
+void store_conn_bad(struct store_conn *conn, enum metrics_redis_error kind, const char *what,
+                    const char *why, int slot)
+{
+    store_error_bad(kind, conn->name, what, why);
+    conn->refused = 1;
+    conn->probe_slot = conn->slots ? slot : -1;
+    /* said by store_error_bad, rate-limited: the loss does not say it again */
+    snprintf(conn->last_err, sizeof(conn->last_err), "%s",
+             kind == METRICS_REDIS_NOSCRIPT ? "scripts do not stay loaded" : "malformed replies");
+}
+
+/* The probe's ARGV (store_conn_send_setup) and what is wrong with its reply
+ * (store_reply_check.h), NULL: nothing. */
+static char *const probe_argv[] = {"1000", "1000", "1000"};
+
+static const char *probe_check(const redisReply *reply)
+{
+    struct store_result res = {0};
+
+    if (reply->type != REDIS_REPLY_ARRAY)
+        return "a reply that is no array";
+    store_reply_values(reply, &res);
+    if (res.status != STORE_OK)
+        return res.err;
+    return store_reply_check(SCRIPT_TB_EXACT, &res, reply->elements, 3, probe_argv);
+}
+
 /* One setup reply in: the last one makes the connection ready. */
 static enum store_conn_setup_next setup_step_done(struct store_conn *conn)
 {
@@ -240,6 +269,12 @@ static enum store_conn_setup_next setup_error(struct store_conn *conn, long what
         return STORE_CONN_SETUP_WAIT;
     }
     store_conn_note_error(conn, kind, err, setup_name(what));
+    if (what == SETUP_PROBE && kind == METRICS_REDIS_NOSCRIPT) {
+        /* the scripts were loaded just before, on this connection */
+        store_conn_bad(conn, kind, setup_name(what), "NOSCRIPT right after SCRIPT LOAD",
+                       conn->probe_slot);
+        return STORE_CONN_SETUP_LOST;
+    }
     if (store_error_refusal(kind) && (what == SETUP_PROBE || (kind != METRICS_REDIS_NOAUTH &&
                                                               kind != METRICS_REDIS_WRONGPASS))) {
         store_conn_refused(conn, kind, err, conn->probe_slot);
@@ -271,6 +306,14 @@ enum store_conn_setup_next store_conn_setup_reply(struct store_conn *conn, long 
     }
     if (what < 0 && what != SETUP_PROBE)
         return STORE_CONN_SETUP_WAIT;
+    if (what == SETUP_PROBE) {
+        const char *bad = probe_check(reply);
+        if (bad) {
+            store_conn_bad(conn, METRICS_REDIS_BAD_REPLY, setup_name(what), bad,
+                           conn->probe_slot);
+            return STORE_CONN_SETUP_LOST;
+        }
+    }
     if (what >= 0 && reply->type == REDIS_REPLY_STRING && reply->len == STORE_SHA_LEN)
         memcpy(conn->env->sha[what], reply->str, STORE_SHA_LEN + 1);
     return setup_step_done(conn);
@@ -333,7 +376,8 @@ void store_conn_send_setup(struct store_conn *conn, redisCallbackFn *on_reply)
         char key[PROBE_KEY_MAX];
         probe_key(conn, key, sizeof(key));
         redisAsyncCommand(ac, on_reply, (void *)(intptr_t)SETUP_PROBE,
-                          "EVALSHA %s 1 %s 1000 1000 1000", env->sha[SCRIPT_TB_EXACT], key);
+                          "EVALSHA %s 1 %s %s %s %s", env->sha[SCRIPT_TB_EXACT], key, probe_argv[0],
+                          probe_argv[1], probe_argv[2]);
         METRIC_INC(redis_commands);
         conn->loading++;
     }

@@ -82,4 +82,13 @@ void store_conn_too_large(struct store_conn *conn, char *why, size_t len);
 void store_conn_refused(struct store_conn *conn, enum metrics_redis_error kind, const char *err,
                         int slot);
 
+/* A reply that breaks the contract (store_error_bad: kind
+ * METRICS_REDIS_BAD_REPLY, or METRICS_REDIS_NOSCRIPT for a reload that does
+ * not stick): noted, and the connection marked as a refusal marks it (the
+ * caller gives it up; it is made again after the backoff, ready only once
+ * a probe gets a well-formed reply). what: the script or command; why:
+ * what was wrong; slot: of the call's key, or -1. */
+void store_conn_bad(struct store_conn *conn, enum metrics_redis_error kind, const char *what,
+                    const char *why, int slot);
+
 #endif

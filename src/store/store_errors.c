@@ -136,6 +136,9 @@ const char *store_error_hint(enum metrics_redis_error kind, int sentinel)
         return "redis sent a reply larger than any the agent's commands get (reply_too_large): "
                "the connection was closed and is made again; something between the agent and "
                "redis (a proxy), or redis, is broken or hostile";
+    case METRICS_REDIS_BAD_REPLY:
+        return "redis answers malformed replies (bad_reply): not a Redis, or something between "
+               "mangles replies; rules fall back until a probe call gets a well-formed reply";
     default:
         return "redis answered a call with an error: see the agent's log at debug and Redis' own";
     }
@@ -210,4 +213,28 @@ void store_error_note(enum metrics_redis_error kind, const char *err,
         LOG_ERROR("\"%s\" addr=%s user=%s command=\"%s\" count=%llu err=\"%s\"", msg,
                   log_val(w->addr), log_val(w->user ? w->user : "default"),
                   log_esc(w->command, strlen(w->command)), before + 1, log_esc(e, strlen(e)));
+}
+
+void store_error_bad(enum metrics_redis_error kind, const char *addr, const char *what,
+                     const char *why)
+{
+    unsigned long long before;
+    const char *hint = kind == METRICS_REDIS_NOSCRIPT
+                           ? "redis answers NOSCRIPT right after SCRIPT LOAD: the scripts do not "
+                             "stay loaded (a proxy spreading calls over servers?); rules fall "
+                             "back, reloads back off"
+                           : store_error_hint(kind, 0);
+
+    if (kind >= METRICS_REDIS_ERROR_KINDS)
+        kind = METRICS_REDIS_BAD_REPLY;
+    if (kind != METRICS_REDIS_NOSCRIPT)
+        METRIC_INC(redis_error_replies[kind]);
+    atomic_store(&last_noted_us, util_now_us());
+    warning_raise(WARNING_REDIS_ERRORS, "%s (addr %s, %s: %s)", hint, addr ? addr : "-",
+                  what ? what : "-", why ? why : "-");
+    if ((int)LOG_LVL_ERROR > (int)log_level || !log_gate_open(&gates[kind], NOTE_EVERY_S, &before))
+        return;
+    LOG_ERROR("\"%s\" addr=%s command=\"%s\" count=%llu err=\"%s\"", hint, log_val(addr),
+              log_esc(what ? what : "", what ? strlen(what) : 0), before + 1,
+              log_esc(why ? why : "", why ? strlen(why) : 0));
 }

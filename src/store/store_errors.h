@@ -15,7 +15,9 @@
  * Every error reply but NOSCRIPT (reloaded at once) and a TRYAGAIN that a
  * retry got past raises the `redis_errors` warning, its message naming the
  * kind and what to do; the warning clears once no error reply has come for
- * [redis] errors_quiet (store_errors_tick).
+ * [redis] errors_quiet (store_errors_tick). So does a reply that breaks the
+ * contract (store_error_bad: kind bad_reply, or NOSCRIPT right after SCRIPT
+ * LOAD), which also takes the connection down as a refusal does.
  */
 #ifndef STORE_ERRORS_H
 #define STORE_ERRORS_H
@@ -70,6 +72,18 @@ struct store_error_where {
  * all (the caller reloads and says so); other at debug. Thread-safe. */
 void store_error_note(enum metrics_redis_error kind, const char *err,
                       const struct store_error_where *w);
+
+/* A reply that breaks the contract: kind METRICS_REDIS_BAD_REPLY (a script
+ * reply store_reply_check.h rejects, or bytes hiredis cannot parse) or
+ * METRICS_REDIS_NOSCRIPT (NOSCRIPT right after the script was loaded: a
+ * reload that does not stick; the caller counted it already). Counted,
+ * `redis_errors` raised, logged at error at most once per kind per 10 s
+ * with the number seen since the last line. addr: host:port; what: the
+ * script or command; why: what was wrong. The caller gives the connection
+ * up: it is ready again only once a probe call gets a well-formed reply.
+ * Thread-safe. */
+void store_error_bad(enum metrics_redis_error kind, const char *addr, const char *what,
+                     const char *why);
 
 /* Clear `redis_errors` when no error reply has been noted for quiet_us
  * (now_us: util_now_us()). Called every second by each store. Thread-safe. */

@@ -2,6 +2,7 @@
 /* store_reply.c - what a script's reply, or a redirect, says. */
 #include "store_reply.h"
 
+#include <errno.h>
 #include <hiredis/hiredis.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,14 +11,22 @@
 #include "script.h"
 
 /* An integer of a script reply (Lua numbers come back as integers; a string
- * is parsed). -1 when e is neither. */
+ * is parsed, whole: "nan", "inf", "1.5", "" or a number past 64 bits is no
+ * integer). -1 when e is neither. */
 static int reply_int(const redisReply *e, int64_t *v)
 {
-    if (e->type == REDIS_REPLY_INTEGER)
+    char *end;
+
+    if (e->type == REDIS_REPLY_INTEGER) {
         *v = e->integer;
-    else if (e->type == REDIS_REPLY_STRING)
-        *v = strtoll(e->str, NULL, 10);
-    else
+        return 0;
+    }
+    if (e->type != REDIS_REPLY_STRING || e->len == 0 || e->len > 20 ||
+        !(e->str[0] == '-' || (e->str[0] >= '0' && e->str[0] <= '9')))
+        return -1;
+    errno = 0;
+    *v = strtoll(e->str, &end, 10);
+    if (errno || end != e->str + e->len)
         return -1;
     return 0;
 }
@@ -28,7 +37,7 @@ void store_reply_values(const redisReply *reply, struct store_result *res)
     for (size_t i = 0; i < reply->elements && i < STORE_MAX_VALUES; i++) {
         if (reply_int(reply->element[i], &res->v[i]) < 0) {
             res->status = STORE_ERR;
-            res->err = "unexpected reply element";
+            res->err = "an element that is no integer";
         }
         res->n = (int)i + 1;
     }
@@ -48,10 +57,14 @@ void store_reply_batch_next(const redisReply *reply, size_t *at, struct store_re
     }
     res->status = STORE_OK;
     res->err = NULL;
+    if (n > STORE_MAX_VALUES) {
+        res->status = STORE_ERR;
+        res->err = "more values than any script answers";
+    }
     for (int64_t i = 1; i <= n; i++) {
         if (reply_int(reply->element[*at + (size_t)i], &x) < 0) {
             res->status = STORE_ERR;
-            res->err = "unexpected reply element";
+            res->err = "an element that is no integer";
         } else if (res->n < STORE_MAX_VALUES) {
             res->v[res->n++] = x;
         }

@@ -18,6 +18,8 @@
 #include <unistd.h>
 
 #include "check_util.h"
+#include "store/store_reply.h"
+#include "store/store_reply_check.h"
 
 #ifndef SRCDIR
 #define SRCDIR "."
@@ -286,6 +288,16 @@ redisReply *evalsha(enum script s, const char *key, int nargs, const char *const
         freeReplyObject(r);
         load_library();
         r = evalsha_raw(s, key, nargs, args);
+    }
+    if (r->type == REDIS_REPLY_ARRAY) {
+        /* every reply a script gives passes the agent's check of it
+         * (store_reply_check.h): none would take a real Redis down */
+        struct store_result res = {0};
+        store_reply_values(r, &res);
+        const char *why = res.status != STORE_OK ? res.err
+                                                 : store_reply_check((int)s, &res, r->elements,
+                                                                     nargs, (char *const *)args);
+        ck_assert_msg(why == NULL, "%s: a reply the agent rejects: %s", script_name[s], why);
     }
     return r;
 }
