@@ -198,8 +198,11 @@ static void set_names(struct parse_state *st, const struct key_def *d, char **fi
             v++;
             continue;
         }
-        if (n >= sizeof(item) || (memcpy(item, v, n), item[n] = '\0',
-                                  http_host_item(item, item, sizeof(item)) == -1)) {
+        if (n < sizeof(item)) {
+            memcpy(item, v, n);
+            item[n] = '\0';
+        }
+        if (n >= sizeof(item) || http_host_item(item, item, sizeof(item)) == -1) {
             config_errors_add(&st->errors, st->line,
                               "bad host '%.*s' in '%s' (expected a name or address with an "
                               "optional :port, e.g. stats.example.com or 10.0.0.5:9145)",

@@ -73,8 +73,8 @@ struct httpd {
 /* On every answer: no other site's page may load one as a script or style
  * (nosniff) or embed it at all (CORP); the status page's policy already has
  * both. */
-#define SAFE_HEADERS "X-Content-Type-Options: nosniff\r\nCross-Origin-Resource-Policy: same-origin\r\n"
-
+#define SAFE_HEADERS \
+    "X-Content-Type-Options: nosniff\r\nCross-Origin-Resource-Policy: same-origin\r\n"
 
 static struct log_gate evict_gate;
 
