@@ -195,6 +195,8 @@ static int install(struct agent *a, struct config *cfg, const char *what)
         LOG_ERROR("\"out of memory: stats_allow not reloaded\"");
     if (httpd_set_auth(a->httpd, rs->cfg->stats_credentials) < 0)
         LOG_ERROR("\"out of memory: stats_auth not reloaded\"");
+    if (httpd_set_hosts(a->httpd, rs->cfg->stats_hosts) < 0)
+        LOG_ERROR("\"out of memory: stats_hosts not reloaded\"");
     a->reload_failed_unix = 0;
     a->reload_error[0] = '\0';
     server_set_ruleset(a->srv, rs);
@@ -362,10 +364,8 @@ static void status_get(struct agent *a, struct httpd_req *req, const char *query
     if (util_query_param(query, "since", since, sizeof(since)) > 0)
         from = strtoull(since, NULL, 10);
     char *body = status_render(&sa, a->rs, a->history, from, &len);
-    httpd_reply(req, "200 OK", "application/json",
-                "Cache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\n"
-                "Cross-Origin-Resource-Policy: same-origin\r\n",
-                body, len);
+    /* nosniff and same-origin as on every answer (httpd.c) */
+    httpd_reply(req, "200 OK", "application/json", "Cache-Control: no-store\r\n", body, len);
 }
 
 /* GET /fleet: which agent runs which version of the fleet's rule set, as
@@ -679,6 +679,7 @@ static int agent_open(struct agent *a, struct config *cfg)
         }
         httpd_set_handler(a->httpd, on_http, a);
         if (httpd_set_auth(a->httpd, a->rs->cfg->stats_credentials) < 0 ||
+            httpd_set_hosts(a->httpd, a->rs->cfg->stats_hosts) < 0 ||
             !(a->history = history_new()) || random_token(a->token, sizeof(a->token)) < 0) {
             fprintf(stderr, "spoa-ratelimit: out of memory\n");
             return -1;

@@ -768,6 +768,7 @@ void config_free(struct config *cfg)
     free(cfg->redis_sentinel_username);
     free(cfg->redis_sentinel_password);
     free(cfg->stats_auth_file);
+    free(cfg->stats_hosts);
     free(cfg->rules_cache);
     if (cfg->stats_auth)
         explicit_bzero(cfg->stats_auth, strlen(cfg->stats_auth));

@@ -160,6 +160,7 @@ struct config {
     char *stats_auth_file;   /* a file holding USER:PASSWORD */
     char *stats_credentials; /* USER:PASSWORD in force (either source); NULL = none */
     int stats_reset;         /* POST /reset (and the page's reset button); default on */
+    char *stats_hosts;       /* Host names answered besides the listener's own, "a,b:1"; NULL: none */
     size_t max_entries; /* buckets + lease entries in memory; default 1000000 */
     int charge;         /* enum cfg_charge; default CHARGE_ALL_OR_NOTHING */
     double alert_share; /* warn when a rule blocks more than this share; default 0.05 */

@@ -16,7 +16,7 @@
 
 #include "config_errors.h"
 
-#define CONFIG_NKEYS 65 /* entries of config_keys.c's key table, checked there */
+#define CONFIG_NKEYS 66 /* entries of config_keys.c's key table, checked there */
 
 struct config;
 
@@ -43,6 +43,7 @@ enum value_type {
     T_URL,   /* char * and struct cfg_redis_url: redis url, "" means unset */
     T_HOSTS, /* char *, normalised to "a:1,b:2", and struct cfg_hosts; "" means unset */
     T_ALLOW, /* a CIDR list: struct net_cidr[CFG_MAX_ALLOW] at off, its size_t count at parsed */
+    T_NAMES, /* char *: host names with an optional :port, normalised to "a,b:1"; "" unsets */
     T_KEYS,  /* rule keys */
     T_MATCH, /* rule matches */
     T_RATE,  /* rule rate, into rate_n and rate_period_ms */

@@ -110,6 +110,9 @@ static const struct key_def key_defs[] = {
     {SEC_RULE, "limit", T_UINT, RF(cc_limit), 1, CFG_MAX_CC_LIMIT, 0, NULL, 0},
     {SEC_RULE, "release", T_STR, RF(release), 0, 0, F_NONEMPTY, NULL, 0},
     {SEC_RULE, "max_hold", T_DUR, RF(max_hold_ms), 0, 0, 0, NULL, 0},
+    /* the Host names the stats listener answers besides its own address
+     * (http_host.h: the defence against DNS rebinding) */
+    {SEC_AGENT, "stats_hosts", T_NAMES, CF(stats_hosts), 0, 0, F_LIST, NULL, 0},
 };
 
 #define NKEYS (sizeof(key_defs) / sizeof(key_defs[0]))

@@ -100,6 +100,8 @@ static void put_agent(struct strbuf *o, const struct config *cfg)
         strbuf_printf(o, "stats_auth = ***\n");
     if (cfg->stats_auth_file)
         strbuf_printf(o, "stats_auth_file = %s\n", cfg->stats_auth_file);
+    if (cfg->stats_hosts)
+        strbuf_printf(o, "stats_hosts = %s\n", cfg->stats_hosts);
     strbuf_printf(o, "stats_reset = %s\n\n", yes_no(cfg->stats_reset));
 }
 

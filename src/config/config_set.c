@@ -18,6 +18,7 @@
 #include "config_errors.h"
 #include "config_value.h"
 #include "core/net.h"
+#include "http/http_host.h"
 
 static int set_string(struct parse_state *st, char **field, const char *value)
 {
@@ -173,6 +174,51 @@ static void set_allow(struct parse_state *st, const struct key_def *d, const cha
         list[(*n)++] = c;
     }
     /* "allow =" alone is the default: any peer; "stats_allow =" alone: any peer too */
+}
+
+/* stats_hosts: names or addresses with an optional :port, apart by commas
+ * or blanks, kept lowercase as "a,b:1"; a continuation line appends, ""
+ * alone unsets. */
+static void set_names(struct parse_state *st, const struct key_def *d, char **field,
+                      const char *v)
+{
+    char item[HTTP_HOST_ITEM_MAX];
+    size_t len = st->cont && *field ? strlen(*field) : 0;
+    char *list = len ? *field : NULL;
+
+    if (!st->cont) {
+        free(*field);
+        *field = NULL;
+    }
+    while (*v) {
+        size_t n = strcspn(v, ", \t");
+        char *grown;
+
+        if (n == 0) {
+            v++;
+            continue;
+        }
+        if (n < sizeof(item)) {
+            memcpy(item, v, n);
+            item[n] = '\0';
+        }
+        if (n >= sizeof(item) || http_host_item(item, item, sizeof(item)) == -1) {
+            config_errors_add(&st->errors, st->line,
+                              "bad host '%.*s' in '%s' (expected a name or address with an "
+                              "optional :port, e.g. stats.example.com or 10.0.0.5:9145)",
+                              (int)(n > 80 ? 80 : n), v, d->name);
+            v += n;
+            continue;
+        }
+        if (!(grown = realloc(list, len + n + 2))) {
+            config_errors_add(&st->errors, st->line, "out of memory");
+            break;
+        }
+        list = grown;
+        len += (size_t)sprintf(list + len, "%s%s", len ? "," : "", item);
+        v += n;
+    }
+    *field = list;
 }
 
 static void set_keys(struct parse_state *st, struct cfg_rule *rule, const char *v)
@@ -473,6 +519,9 @@ void config_set_value(struct parse_state *st, const struct key_def *d, const cha
         break;
     case T_ALLOW:
         set_allow(st, d, v);
+        break;
+    case T_NAMES:
+        set_names(st, d, field, v);
         break;
     case T_KEYS:
         set_keys(st, rule, v);

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* httpd.c - GET /metrics, GET /top and GET /health on the main loop, HTTP
- * Basic auth when configured; other paths go to
- * the owner's handler, whose answer may come later (struct httpd_req). */
+/* httpd.c - GET /metrics, GET /top and GET /health on the main loop, the
+ * Host check (http_host.h), HTTP Basic auth when configured; other paths go
+ * to the owner's handler, whose answer may come later (struct httpd_req). */
 #include "httpd.h"
 
 #include <arpa/inet.h>
@@ -19,6 +19,7 @@
 #include "core/log.h"
 #include "core/net.h"
 #include "core/util.h"
+#include "http_host.h"
 #include "metrics/metrics.h"
 #include "server/listener.h"
 
@@ -41,6 +42,7 @@ struct http_conn {
     int routing;               /* inside route(): an answer is only stored */
     const char *headers;       /* in req: the '\n' that ends the request line */
     struct sockaddr_storage peer;
+    struct sockaddr_storage self; /* the local address it came in on: the Host check's */
     struct dlist link;    /* on h->conns */
     struct dlist reading; /* on h->reading until its whole request is in */
 };
@@ -64,8 +66,15 @@ struct httpd {
     size_t nallow;
     httpd_handler *handler;
     void *handler_ctx;
-    char *auth; /* "Basic " + base64(USER:PASSWORD) expected; NULL: no auth */
+    char *auth;  /* base64(USER:PASSWORD) expected after "Basic "; NULL: no auth */
+    char *hosts; /* [agent] stats_hosts, "a,b:1"; NULL: none */
 };
+
+/* On every answer: no other site's page may load one as a script or style
+ * (nosniff) or embed it at all (CORP); the status page's policy already has
+ * both. */
+#define SAFE_HEADERS \
+    "X-Content-Type-Options: nosniff\r\nCross-Origin-Resource-Policy: same-origin\r\n"
 
 static struct log_gate evict_gate;
 
@@ -91,10 +100,11 @@ static void set_response(struct http_conn *c, const char *status, const char *ct
                          const char *headers, char *body, size_t body_len, int head)
 {
     char hdr[2048]; /* the status page's policy headers are the longest */
+    int safe = !headers || !strcasestr(headers, "X-Content-Type-Options:");
     int n = snprintf(hdr, sizeof(hdr),
-                     "HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%s"
+                     "HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%s%s"
                      "Connection: close\r\n\r\n",
-                     status, ctype, body_len, headers ? headers : "");
+                     status, ctype, body_len, headers ? headers : "", safe ? SAFE_HEADERS : "");
     if (n < 0 || (size_t)n >= sizeof(hdr) || !body) {
         free(body);
         return;
@@ -189,16 +199,21 @@ static int same_secret(const char *got, size_t glen, const char *want)
 }
 
 /* 1 when the request may go on: no auth configured, or its Authorization
- * header carries the credentials. */
+ * header carries the credentials. The scheme's name is case-insensitive
+ * (RFC 7235): "basic" from a client is "Basic". */
 static int authorized(const struct http_conn *c)
 {
-    size_t len;
+    size_t len, skip = 6;
     const char *v;
 
     if (!c->h->auth)
         return 1;
     v = find_header(c->headers, "Authorization", &len);
-    return v && same_secret(v, len, c->h->auth);
+    if (!v || len <= skip || strncasecmp(v, "Basic ", skip) != 0)
+        return 0;
+    while (skip < len && v[skip] == ' ')
+        skip++;
+    return same_secret(v + skip, len - skip, c->h->auth);
 }
 
 int httpd_set_auth(struct httpd *h, const char *credentials)
@@ -209,10 +224,9 @@ int httpd_set_auth(struct httpd *h, const char *credentials)
         return 0;
     if (credentials) {
         size_t n = strlen(credentials);
-        if (!(auth = malloc(6 + 4 * ((n + 2) / 3) + 1)))
+        if (!(auth = malloc(4 * ((n + 2) / 3) + 1)))
             return -1;
-        memcpy(auth, "Basic ", 6);
-        util_base64(credentials, n, auth + 6);
+        util_base64(credentials, n, auth);
     }
     if (h->auth)
         explicit_bzero(h->auth, strlen(h->auth));
@@ -247,6 +261,20 @@ static int delegate(struct http_conn *c, const char *method, const char *path, c
     return -1;
 }
 
+/* The Host check on every request (http_host.h): a page whose name was
+ * made to resolve to this listener (DNS rebinding) gets nothing. version:
+ * what follows the target on the request line; an HTTP/1.0 request (or
+ * one without a version) may come without Host, an HTTP/1.1 one may not. */
+static int host_ok(const struct http_conn *c, const char *version)
+{
+    size_t len = 0;
+    const char *v = find_header(c->headers, "Host", &len);
+
+    if (!v && strncmp(version, "HTTP/1.1", 8) != 0)
+        return strncmp(version, "HTTP/", 5) != 0 || strncmp(version, "HTTP/1.0", 8) == 0;
+    return http_host_allowed(v, len, (const struct sockaddr *)&c->self, c->h->hosts);
+}
+
 static void route(struct http_conn *c)
 {
     char method[8], *target, *end, *query;
@@ -276,6 +304,14 @@ static void route(struct http_conn *c)
     const char *path = target;
     int builtin = strcmp(path, "/metrics") == 0 || strcmp(path, "/top") == 0 ||
                   strcmp(path, "/health") == 0;
+
+    if (!host_ok(c, end + 1)) {
+        plain(c, "421 Misdirected Request",
+              "misdirected request: this Host is not served here (the listener's own "
+              "address, localhost, or a name of [agent] stats_hosts)\n",
+              head);
+        return;
+    }
 
     /* Every path but /health (which tells nothing) behind the credentials,
      * as HAProxy's `stats auth` does. */
@@ -321,8 +357,21 @@ static void http_io_cb(struct ev_loop *loop, ev_io *io, int revents)
         }
         if (n < 0)
             return;
+        /* a NUL would end the text the parser sees: the request could never
+         * be whole, and its sender would wait out the timeout for nothing */
+        int nul = memchr(c->req + c->req_len, '\0', (size_t)n) != NULL;
         c->req_len += (size_t)n;
         c->req[c->req_len] = '\0';
+        if (nul) {
+            dlist_del(&c->reading);
+            plain(c, "400 Bad Request", "bad request: NUL byte\n", 0);
+            if (!c->resp) {
+                http_conn_free(c);
+                return;
+            }
+            start_writing(c);
+            return;
+        }
         if (!strstr(c->req, "\r\n\r\n") && !strstr(c->req, "\n\n")) {
             if (c->req_len == sizeof(c->req) - 1)
                 http_conn_free(c);
@@ -420,8 +469,11 @@ static void http_take(void *ctx, int fd, const struct sockaddr_storage *peer, so
 {
     struct httpd *h = ctx;
     struct http_conn *c = calloc(1, sizeof(*c));
+    socklen_t self_len = sizeof(struct sockaddr_storage);
 
-    if (!c) {
+    /* without its local address the Host check could not be made */
+    if (!c || getsockname(fd, (struct sockaddr *)&c->self, &self_len) == -1) {
+        free(c);
         close(fd);
         return;
     }
@@ -495,6 +547,19 @@ int httpd_set_allow(struct httpd *h, const struct net_cidr *allow, size_t n)
     return 0;
 }
 
+int httpd_set_hosts(struct httpd *h, const char *names)
+{
+    char *copy = NULL;
+
+    if (!h)
+        return 0;
+    if (names && !(copy = strdup(names)))
+        return -1;
+    free(h->hosts);
+    h->hosts = copy;
+    return 0;
+}
+
 void httpd_free(struct httpd *h)
 {
     if (!h)
@@ -506,5 +571,6 @@ void httpd_free(struct httpd *h)
     close(h->fd);
     free(h->allow);
     httpd_set_auth(h, NULL);
+    free(h->hosts);
     free(h);
 }

@@ -4,7 +4,9 @@
  * and handing other paths to the owner's handler (GET /config, GET /key,
  * POST /reset), which may answer later (after a Redis reply) without
  * blocking the loop. One request per connection; requests over 8 KiB or
- * slower than 5 s are dropped. Peers outside the allow list ([agent] stats_allow) are closed at
+ * slower than 5 s are dropped, one holding a NUL byte gets 400 at once.
+ * Every answer carries X-Content-Type-Options: nosniff and
+ * Cross-Origin-Resource-Policy: same-origin. Peers outside the allow list ([agent] stats_allow) are closed at
  * accept, and so is a connection past the cap: 64 at once, at most an eighth
  * of the fd limit (the stats listener must not starve SPOP). Out of fds, the
  * listener pauses (accept_guard.h).
@@ -31,6 +33,13 @@ void httpd_free(struct httpd *h);
  * USER:PASSWORD (copied), NULL for none. 0, or -1 out of memory (the old
  * setting stays). NULL h: no-op. */
 int httpd_set_auth(struct httpd *h, const char *credentials);
+
+/* The Host names answered from now on besides the listener's own address
+ * and localhost (http_host.h): names is [agent] stats_hosts normalised
+ * ("a,b:1", copied), NULL for none. Any other Host gets 421 Misdirected
+ * Request, and so does an HTTP/1.1 request without one. 0, or -1 out of
+ * memory (the old list stays). NULL h: no-op. */
+int httpd_set_hosts(struct httpd *h, const char *names);
 
 /* One request waiting for its answer. */
 struct httpd_req;

@@ -145,6 +145,9 @@ for f in /usr/sbin/spoa-ratelimit /usr/bin/spoa-sim /usr/bin/spoa-bench "$CONF" 
     [ -f "$f" ] || fail "not installed: $f"
 done
 dpkg-query -W -f='${Conffiles}\n' "$PKG" | grep -q " $CONF " || fail "$CONF is not a conffile"
+# it may come to hold stats_auth or a Redis password: not for every user
+[ "$(stat -c '%a %U:%G' "$CONF")" = "640 root:$PKG" ] ||
+    fail "$CONF is $(stat -c '%a %U:%G' "$CONF"), want 640 root:$PKG (postinst)"
 IFS=: read -r _ _ uid gid gecos home shell <<<"$(getent passwd "$PKG")"
 [ "$uid" -lt 1000 ] && [ "$shell" = /usr/sbin/nologin ] && [ "$home" = /nonexistent ] ||
     fail "user $PKG: uid $uid, shell $shell, home $home (want a system user without login)"
@@ -342,6 +345,8 @@ deb2=$(build rebuild -nc)
     { cat "$tmp/upgrade.log"; fail "apt-get install of $new (upgrade)"; }
 [ "$(dpkg-query -W -f='${Version}' "$PKG")" = "$new" ] || fail "not upgraded to $new"
 grep -q '^burst = 5$' "$CONF" || fail "the conffile edit did not survive the upgrade"
+[ "$(stat -c '%a %U:%G' "$CONF")" = "640 root:$PKG" ] ||
+    fail "after the upgrade $CONF is $(stat -c '%a %U:%G' "$CONF"), want 640 root:$PKG"
 ls /etc/spoa-ratelimit/*.dpkg-* 2>/dev/null && fail "dpkg left a .dpkg-* file beside the conffile"
 start_agent
 n=$(count_until_429)

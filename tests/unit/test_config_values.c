@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* test_config_values.c - the configuration's value parsers (durations,
  * rates, booleans, CIDRs) and the keys of who may talk to the agent: peers,
- * [agent] max_connections and stats_allow, the handshake budget. */
+ * [agent] max_connections, stats_allow and stats_hosts, the handshake budget. */
 #include "config/config.h"
 
 #include <arpa/inet.h>
@@ -300,6 +300,36 @@ START_TEST(test_listener_limits)
 }
 END_TEST
 
+/* [agent] stats_hosts: none by default; commas, blanks and continuation
+ * lines apart, kept lowercase as "a,b:1"; empty unsets; a URL, a bad port,
+ * a user@ refused naming the key. */
+START_TEST(test_stats_hosts)
+{
+    struct config *cfg = check_config_ok("");
+    char err[CHECK_ERRLEN];
+
+    ck_assert_ptr_null(cfg->stats_hosts);
+    config_free(cfg);
+    cfg = check_config_ok("[agent]\nstats_hosts = Stats.Example.com, mon.example.com:8443 "
+                          "[2001:DB8::1]\n  10.0.0.5:9145,,other\n");
+    ck_assert_str_eq(cfg->stats_hosts,
+                     "stats.example.com,mon.example.com:8443,[2001:db8::1],10.0.0.5:9145,other");
+    config_free(cfg);
+    cfg = check_config_ok("[agent]\nstats_hosts =\n");
+    ck_assert_ptr_null(cfg->stats_hosts);
+    config_free(cfg);
+
+    check_config_bad("[agent]\nstats_hosts = http://x.example/\n", err, sizeof(err));
+    ck_assert_str_eq(err, "t.ini:2: bad host 'http://x.example/' in 'stats_hosts' (expected a "
+                          "name or address with an optional :port, e.g. stats.example.com or "
+                          "10.0.0.5:9145)\n");
+    check_config_bad("[agent]\nstats_hosts = ok.example\n  x:0\n", err, sizeof(err));
+    ck_assert_msg(strstr(err, "t.ini:3: bad host 'x:0' in 'stats_hosts'"), "%s", err);
+    check_config_bad("[agent]\nstats_hosts = a@b\n", err, sizeof(err));
+    ck_assert_msg(strstr(err, "bad host 'a@b'"), "%s", err);
+}
+END_TEST
+
 /* [agent] max_handshakes and hello_timeout: defaults (128, 5s), values,
  * bounds. */
 START_TEST(test_handshake_budget)
@@ -344,7 +374,7 @@ static Suite *config_values_suite(void)
 
     tc = tcase_create("peers");
     CHECK_LOOP(tc, test_peer, peers);
-    CHECK_ADD(tc, test_peer_special, test_listener_limits, test_handshake_budget);
+    CHECK_ADD(tc, test_peer_special, test_listener_limits, test_stats_hosts, test_handshake_budget);
     suite_add_tcase(s, tc);
     return s;
 }

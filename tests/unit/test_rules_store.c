@@ -2,12 +2,13 @@
 /* test_rules_store.c - the pure parts of the rule store (rules_store.h):
  * the one check every rule set passes (--push, --rollback, an agent applying
  * a version, the cache at start), and the cache file, written by two agents
- * of one host at once. */
+ * of one host at once, never through a symlink planted at its names. */
 #include <check.h>
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -148,6 +149,50 @@ START_TEST(cache_round_trip)
 }
 END_TEST
 
+/* The contents of a small file, "" when unreadable. */
+static void slurp(const char *path, char *out, size_t cap)
+{
+    FILE *fp = fopen(path, "r");
+    size_t n = fp ? fread(out, 1, cap - 1, fp) : 0;
+
+    out[n] = '\0';
+    if (fp)
+        fclose(fp);
+}
+
+/* Symlinks planted where a writer with fixed names would follow them (the
+ * old "PATH.tmp", and the cache path itself) lead nowhere: the victim file
+ * stays as it was, the cache becomes a file of its own, and the only new
+ * name is the cache's (the temp file is made with O_EXCL: mkstemp). */
+START_TEST(cache_symlinks_not_followed)
+{
+    char path[160], tmp[176], victim[160], err[512], got[256], left[256];
+    FILE *fp;
+
+    snprintf(path, sizeof(path), "%s/rules.ini", dir);
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    snprintf(victim, sizeof(victim), "%s/victim", dir);
+    ck_assert_ptr_nonnull(fp = fopen(victim, "w"));
+    fputs("precious\n", fp);
+    fclose(fp);
+    ck_assert_int_eq(symlink(victim, tmp), 0);
+    ck_assert_int_eq(symlink(victim, path), 0);
+    ck_assert_int_eq(rules_store_write_cache(path, GOOD, strlen(GOOD), 9, err, sizeof(err)), 0);
+    slurp(victim, got, sizeof(got));
+    ck_assert_str_eq(got, "precious\n");
+    struct stat st;
+    ck_assert_int_eq(lstat(path, &st), 0);
+    ck_assert(S_ISREG(st.st_mode));
+    ck_assert_uint_eq(st.st_mode & 0777, 0640);
+    ck_assert_int_eq(lstat(tmp, &st), 0);
+    ck_assert(S_ISLNK(st.st_mode)); /* untouched */
+    unlink(tmp);
+    unlink(victim);
+    others(left, sizeof(left));
+    ck_assert_str_eq(left, "rules.ini ");
+}
+END_TEST
+
 #define WRITES 300
 
 /* Version v's text: a few KiB, so that writes take long enough to overlap. */
@@ -225,6 +270,6 @@ int main(void)
 
     tcase_add_checked_fixture(tc, setup, teardown);
     CHECK_LOOP(tc, check_text, texts);
-    CHECK_ADD(tc, check_version, cache_round_trip, cache_two_writers);
+    CHECK_ADD(tc, check_version, cache_round_trip, cache_symlinks_not_followed, cache_two_writers);
     return check_run_case("rules_store", tc);
 }
