@@ -110,6 +110,10 @@ static const struct key_def key_defs[] = {
     {SEC_RULE, "limit", T_UINT, RF(cc_limit), 1, CFG_MAX_CC_LIMIT, 0, NULL, 0},
     {SEC_RULE, "release", T_STR, RF(release), 0, 0, F_NONEMPTY, NULL, 0},
     {SEC_RULE, "max_hold", T_DUR, RF(max_hold_ms), 0, 0, 0, NULL, 0},
+    /* an HAProxy connection is idle up to its SPOE `timeout idle`: shorter
+     * than a second would close live ones (at most CFG_MAX_IDLE_GRACE_MS,
+     * checked in config.c) */
+    {SEC_AGENT, "idle_grace", T_DUR, CF(idle_grace_ms), 1000, 0, 0, NULL, 0},
 };
 
 #define NKEYS (sizeof(key_defs) / sizeof(key_defs[0]))
