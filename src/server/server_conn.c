@@ -40,6 +40,9 @@
 #define REFUSE_LOG_EVERY_S 10.0
 #define EVICT_LOG_EVERY_S 10.0
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+/* Candidates for an idle eviction found with bytes unread, at most, before
+ * the new connection is refused instead (see evict_idle). */
+#define IDLE_PEEK_MAX 4
 /* DISCONNECT lines: bursts of 20, ten a second on average, the rest counted
  * in the next line (a peer that connects and disconnects in a loop cannot
  * flood the log). */
@@ -618,13 +621,25 @@ static int evict_idle(struct worker *w)
 {
     const struct config *cfg = w->rs->cfg;
     uint64_t now = util_now_us();
-    struct idle_lru_node *n = idle_lru_evictable(&w->idle, now, cfg->idle_grace_ms * 1000);
+    struct idle_lru_node *n;
+    struct conn *c;
     unsigned long long suppressed;
     char peers[4 * (NET_PEER_TEXT_MAX + 1)];
+    char byte;
 
-    if (!n)
-        return 0;
-    struct conn *c = IDLE_LRU_ENTRY(n, struct conn, idle);
+    for (unsigned tries = 0;; tries++) {
+        n = idle_lru_evictable(&w->idle, now, cfg->idle_grace_ms * 1000);
+        if (!n || tries == IDLE_PEEK_MAX)
+            return 0;
+        c = IDLE_LRU_ENTRY(n, struct conn, idle);
+        /* Bytes waiting unread: the peer is not idle. They came in this
+         * loop iteration, their read callback to run after this accept's
+         * (libev runs the latest event first): an HAProxy's NOTIFY, lost
+         * if it were closed now. Or its reading is paused (answers owed). */
+        if (recv(c->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) <= 0)
+            break;
+        idle_lru_touch(&w->idle, n, now);
+    }
     listener_count(&w->lis, METRICS_REFUSED_IDLE_EVICTED);
     note_peer(w->idle_evicted_peers, &w->nidle_evicted_peers, ARRAY_LEN(w->idle_evicted_peers),
               &c->peer);

@@ -149,6 +149,47 @@ class IdleEvict(unittest.TestCase):
                                  DEADLINE_S), a.output()[-2000:])
         self.assertIn("peers=127.0.0.1", a.output())
 
+    def test_frame_waiting_unread_not_idle(self):
+        """The oldest peer's NOTIFY and a new connection arrive together
+        (the agent stopped for a moment): the accept runs first, but the
+        NOTIFY waiting on the oldest peer's socket makes it not idle; the
+        next one is evicted and the NOTIFY answered."""
+        a = self.agent
+        self.reload(self.extra + "idle_grace = 2s\n")
+        peers = []
+        self.addCleanup(lambda: [c.close() for c in peers])
+        for i in range(MAX_CONNECTIONS):
+            c = spop.Client(a.addr, timeout=DEADLINE_S)
+            c.handshake()
+            peers.append(c)
+        time.sleep(GRACE_S + 0.2)
+        # Well under the agent's stall detection (0.5 s), which would close
+        # every connection: its NOTIFY first, then the new connection.
+        a.p.send_signal(signal.SIGSTOP)
+        try:
+            time.sleep(0.02)
+            peers[0].send(spop.notify(1, 1, [("check-rate", [("key", "oldest")])]))
+            time.sleep(0.02)
+            new = spop.Client(a.addr, timeout=DEADLINE_S)
+            self.addCleanup(new.close)
+            new.send(spop.hello())
+            time.sleep(0.02)
+        finally:
+            a.p.send_signal(signal.SIGCONT)
+        f = new.recv_frame()
+        if '"event loop stalled' in a.output():
+            self.skipTest("the agent's stall detection fired: the machine is too loaded")
+        self.assertIsNotNone(f, "the new peer was refused")
+        self.assertEqual(f["type"], spop.AGENT_HELLO)
+        try:
+            f = peers[0].recv_frame()
+        except ConnectionResetError:
+            f = None
+        self.assertIsNotNone(f, "the oldest peer, its NOTIFY waiting, was evicted")
+        self.assertEqual((f["type"], f["stream"], f["fid"]), (spop.ACK, 1, 1))
+        self.assertTrue(closed_now(peers[1].sock, DEADLINE_S), "not the next oldest evicted")
+        self.assertEqual(refused_total(a, "idle_evicted"), 1)
+
 
 # ---- a real HAProxy, the default grace ---------------------------------------
 
