@@ -480,6 +480,13 @@ static void finish(struct parse_state *st)
                           "hello_timeout longer than 60s: a connection that has not said "
                           "HELLO by then never will");
 
+    /* past an hour, a silent connection holds its slot as if there were
+     * no grace at all */
+    if (cfg->idle_grace_ms > CFG_MAX_IDLE_GRACE_MS)
+        config_errors_add(&st->errors, config_seen_line(st, SEC_AGENT, "idle_grace"),
+                          "idle_grace longer than 1h: a connection silent that long is not "
+                          "an HAProxy's");
+
     /* a lease must outlive at least one top-up round, or it is never renewed */
     if (cfg->lease_ttl_ms <= cfg->lease_interval_ms) {
         unsigned line = config_seen_line(st, SEC_LEASE, "ttl");
@@ -542,6 +549,7 @@ static struct config *config_new(const char *path)
     cfg->max_connections = 1024;
     cfg->max_handshakes = 128;
     cfg->hello_timeout_ms = 5000;
+    cfg->idle_grace_ms = 35000;
     cfg->notify_silence_ms = 60000;
     /* /top names blocked clients: loopback only unless the operator says otherwise */
     if (net_cidr_parse("127.0.0.0/8", &cfg->stats_allow[0]) == -1 ||

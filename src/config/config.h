@@ -28,6 +28,7 @@
  * period / share) far from overflow. */
 #define CFG_MAX_DURATION_MS (365ULL * 86400000ULL)
 #define CFG_MAX_HELLO_TIMEOUT_MS 60000ULL /* [agent] hello_timeout */
+#define CFG_MAX_IDLE_GRACE_MS 3600000ULL /* [agent] idle_grace */
 #define CFG_MAX_DURATION_TEXT "365d"
 #define CFG_MAX_COUNT 1000000000000000ULL       /* rate N and burst: exact in a double */
 #define CFG_MAX_CC_LIMIT 1000000ULL /* concurrency limit: slots are held one by one */
@@ -151,6 +152,9 @@ struct config {
     unsigned max_connections; /* SPOP connections at once; default 1024 */
     unsigned max_handshakes;  /* of those, still before their HELLO; default 128 */
     uint64_t hello_timeout_ms; /* a connection's HELLO must be in by then; default 5000 */
+    /* at max_connections, a connection with no whole frame for this long is
+     * closed to admit a new one; default 35000 */
+    uint64_t idle_grace_ms;
     /* peers HELLO but no NOTIFY for this long: the warning haproxy_never_asks
      * (watch.h); default 60000, 0 = off */
     uint64_t notify_silence_ms;

@@ -16,7 +16,7 @@
 
 #include "config_errors.h"
 
-#define CONFIG_NKEYS 66 /* entries of config_keys.c's key table, checked there */
+#define CONFIG_NKEYS 67 /* entries of config_keys.c's key table, checked there */
 
 struct config;
 

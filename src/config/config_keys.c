@@ -113,6 +113,10 @@ static const struct key_def key_defs[] = {
     /* the Host names the stats listener answers besides its own address
      * (http_host.h: the defence against DNS rebinding) */
     {SEC_AGENT, "stats_hosts", T_NAMES, CF(stats_hosts), 0, 0, F_LIST, NULL, 0},
+    /* an HAProxy connection is idle up to its SPOE `timeout idle`: shorter
+     * than a second would close live ones (at most CFG_MAX_IDLE_GRACE_MS,
+     * checked in config.c) */
+    {SEC_AGENT, "idle_grace", T_DUR, CF(idle_grace_ms), 1000, 0, 0, NULL, 0},
 };
 
 #define NKEYS (sizeof(key_defs) / sizeof(key_defs[0]))

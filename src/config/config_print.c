@@ -90,6 +90,8 @@ static void put_agent(struct strbuf *o, const struct config *cfg)
                   cfg->max_key, cfg->alert_share, cfg->max_connections, cfg->max_handshakes);
     strbuf_printf(o, "hello_timeout = ");
     put_duration(o, cfg->hello_timeout_ms);
+    strbuf_printf(o, "\nidle_grace = ");
+    put_duration(o, cfg->idle_grace_ms);
     strbuf_printf(o, "\nnotify_silence = ");
     put_duration(o, cfg->notify_silence_ms);
     strbuf_printf(o, "\nstats_allow = ");

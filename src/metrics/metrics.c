@@ -452,6 +452,7 @@ static void render_protection(struct strbuf *b)
         [METRICS_REFUSED_ALLOW] = "allow",
         [METRICS_REFUSED_MAX_CONNS] = "max_connections",
         [METRICS_REFUSED_HANDSHAKE_EVICTED] = "handshake_evicted",
+        [METRICS_REFUSED_IDLE_EVICTED] = "idle_evicted",
     };
     static const char *const timeouts[][2] = {
         [METRICS_TIMEOUT_HELLO] = {"spop", "hello"},
@@ -474,7 +475,8 @@ static void render_protection(struct strbuf *b)
     strbuf_printf(b, "# HELP spoa_ratelimit_connections_refused_total Connections closed at accept "
                  "(peer not in the allow list, or the listener's connection cap reached with "
                  "nothing to evict), or closed before their handshake ended to admit a newer "
-                 "one (handshake_evicted).\n"
+                 "one (handshake_evicted), or idle past idle_grace and closed to admit a "
+                 "newer one (idle_evicted).\n"
                  "# TYPE spoa_ratelimit_connections_refused_total counter\n");
     for (unsigned l = 0; l < METRICS_LISTENERS; l++)
         for (unsigned r = 0; r < METRICS_REFUSALS; r++)

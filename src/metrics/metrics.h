@@ -83,7 +83,10 @@ enum metrics_refusal {
      * handshake (SPOP: no HELLO yet; stats: no whole request) when a cap
      * was reached, and the oldest such */
     METRICS_REFUSED_HANDSHAKE_EVICTED = 2,
-    METRICS_REFUSALS = 3,
+    /* SPOP: past its HELLO, then no whole frame for [agent] idle_grace, and
+     * the connection idle the longest when max_connections was reached */
+    METRICS_REFUSED_IDLE_EVICTED = 3,
+    METRICS_REFUSALS = 4,
 };
 
 enum metrics_timeout {

@@ -172,6 +172,7 @@ struct server *server_new(const struct config *cfg, struct ruleset *rs, struct l
         w->srv = s;
         w->id = i;
         dlist_init(&w->handshakes);
+        idle_lru_init(&w->idle);
         /* One worker shares the main loop, where the limiter talks to Redis:
          * a decision then costs no hop between threads (an eventfd write, a
          * wake-up and a context switch each way), which cost as much CPU as

@@ -39,6 +39,10 @@
 #define MAX_WAITING_PER_CONN 256
 #define REFUSE_LOG_EVERY_S 10.0
 #define EVICT_LOG_EVERY_S 10.0
+#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+/* Candidates for an idle eviction found with bytes unread, at most, before
+ * the new connection is refused instead (see evict_idle). */
+#define IDLE_PEEK_MAX 4
 /* DISCONNECT lines: bursts of 20, ten a second on average, the rest counted
  * in the next line (a peer that connects and disconnects in a loop cannot
  * flood the log). */
@@ -77,6 +81,7 @@ void worker_maybe_done(struct worker *w)
 
 static struct log_gate refuse_gate;     /* "max_connections reached" lines */
 static struct log_gate evict_gate;      /* "closed before their HELLO" lines */
+static struct log_gate idle_gate;       /* "idle connections closed" lines */
 static struct log_gate disconnect_gate; /* DISCONNECT lines, both ways */
 
 /* ---- the handshake list --------------------------------------------------
@@ -157,6 +162,7 @@ void conn_free(struct conn *c)
 
     if (!c->dead) {
         handshake_end(c);
+        idle_lru_del(&w->idle, &c->idle);
         conn_log_disconnect(c);
         ev_io_stop(w->loop, &c->rio);
         ev_io_stop(w->loop, &c->wio);
@@ -401,6 +407,10 @@ static int conn_parse(struct conn *c, size_t n)
     struct worker *w = c->w;
     int closing = spop_conn_in_commit(&c->sp, n, on_notify, c);
 
+    if (c->sp.frames_in != c->frames_seen) { /* a whole frame: not idle */
+        c->frames_seen = c->sp.frames_in;
+        idle_lru_touch(&w->idle, &c->idle, util_now_us());
+    }
     if (dlist_linked(&c->hs) && c->sp.state != SPOP_CONN_HELLO)
         handshake_end(c); /* the HELLO is in (or refused: closing) */
     if (c->sp.state != SPOP_CONN_HELLO && !c->eof)
@@ -527,6 +537,7 @@ static struct conn *conn_new(struct worker *w, int fd, const struct sockaddr_sto
         w->conns->prev = c;
     w->conns = c;
     handshake_add(w, c);
+    idle_lru_touch(&w->idle, &c->idle, util_now_us()); /* idle from its accept */
     atomic_fetch_add(&metrics.connections, 1);
     METRIC_INC(connections_total);
     return c;
@@ -546,6 +557,31 @@ static int same_host(const struct sockaddr_storage *a, const struct sockaddr_sto
     return 1; /* unix: all one "host" */
 }
 
+/* Remember peer in list (n of max), once per host, for the next log line. */
+static void note_peer(struct sockaddr_storage *list, unsigned *n, unsigned max,
+                      const struct sockaddr_storage *peer)
+{
+    unsigned i;
+
+    for (i = 0; i < *n; i++)
+        if (same_host(&list[i], peer))
+            return;
+    if (i < max)
+        list[(*n)++] = *peer;
+}
+
+/* The n peers of list as "a,b,c" into out (room for 4), for a log line. */
+static void format_peers(const struct sockaddr_storage *list, unsigned n, char *out, size_t len)
+{
+    char one[NET_PEER_TEXT_MAX], *p = out;
+
+    *out = '\0';
+    for (unsigned i = 0; i < n; i++) {
+        net_format_peer((const struct sockaddr *)&list[i], 0, one, sizeof(one));
+        p += snprintf(p, len - (size_t)(p - out), "%s%s", i ? "," : "", one);
+    }
+}
+
 /* Close w's oldest connection still in its handshake, to admit a new one
  * (cap: which cap was reached, for the log). 0 when w has none. The warning
  * names the peers evicted since the last one, at most every
@@ -554,29 +590,66 @@ static int evict_oldest_handshake(struct worker *w, const char *cap)
 {
     const struct config *cfg = w->rs->cfg;
     unsigned long long suppressed;
-    char peers[4 * (NET_PEER_TEXT_MAX + 1)] = "", one[NET_PEER_TEXT_MAX], *p = peers;
-    unsigned i;
+    char peers[4 * (NET_PEER_TEXT_MAX + 1)];
 
     if (dlist_empty(&w->handshakes))
         return 0;
     struct conn *c = DLIST_ENTRY(w->handshakes.next, struct conn, hs);
     listener_count(&w->lis, METRICS_REFUSED_HANDSHAKE_EVICTED);
-    for (i = 0; i < w->nevicted_peers; i++)
-        if (same_host(&w->evicted_peers[i], &c->peer))
-            break;
-    if (i == w->nevicted_peers && i < sizeof(w->evicted_peers) / sizeof(w->evicted_peers[0]))
-        w->evicted_peers[w->nevicted_peers++] = c->peer;
+    note_peer(w->evicted_peers, &w->nevicted_peers, ARRAY_LEN(w->evicted_peers), &c->peer);
     if (log_gate_open(&evict_gate, EVICT_LOG_EVERY_S, &suppressed)) {
-        for (i = 0; i < w->nevicted_peers; i++) {
-            net_format_peer((const struct sockaddr *)&w->evicted_peers[i], 0, one, sizeof(one));
-            p += snprintf(p, sizeof(peers) - (size_t)(p - peers), "%s%s", i ? "," : "", one);
-        }
+        format_peers(w->evicted_peers, w->nevicted_peers, peers, sizeof(peers));
         LOG_WARN("\"connections closed before their HELLO to admit new ones\" cap=%s "
                  "max_handshakes=%u max_connections=%u handshakes_on_worker=%u peers=%s "
                  "evicted_not_logged=%llu",
                  cap, cfg->max_handshakes, cfg->max_connections, w->nhandshakes, log_val(peers),
                  suppressed);
         w->nevicted_peers = 0;
+    }
+    conn_free(c);
+    return 1;
+}
+
+/* Close w's connection idle the longest, past its HELLO, to admit a new one
+ * at max_connections: 0 when it has had a whole frame within [agent]
+ * idle_grace (so has every other one: the new connection is refused). Only
+ * this worker's connections are looked at, not another worker's (their
+ * lists are theirs, on their threads). A warning at most every
+ * EVICT_LOG_EVERY_S names the peers evicted since the last one and counts
+ * the evictions it did not log. */
+static int evict_idle(struct worker *w)
+{
+    const struct config *cfg = w->rs->cfg;
+    uint64_t now = util_now_us();
+    struct idle_lru_node *n;
+    struct conn *c;
+    unsigned long long suppressed;
+    char peers[4 * (NET_PEER_TEXT_MAX + 1)];
+    char byte;
+
+    for (unsigned tries = 0;; tries++) {
+        n = idle_lru_evictable(&w->idle, now, cfg->idle_grace_ms * 1000);
+        if (!n || tries == IDLE_PEEK_MAX)
+            return 0;
+        c = IDLE_LRU_ENTRY(n, struct conn, idle);
+        /* Bytes waiting unread: the peer is not idle. They came in this
+         * loop iteration, their read callback to run after this accept's
+         * (libev runs the latest event first): an HAProxy's NOTIFY, lost
+         * if it were closed now. Or its reading is paused (answers owed). */
+        if (recv(c->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) <= 0)
+            break;
+        idle_lru_touch(&w->idle, n, now);
+    }
+    listener_count(&w->lis, METRICS_REFUSED_IDLE_EVICTED);
+    note_peer(w->idle_evicted_peers, &w->nidle_evicted_peers, ARRAY_LEN(w->idle_evicted_peers),
+              &c->peer);
+    if (log_gate_open(&idle_gate, EVICT_LOG_EVERY_S, &suppressed)) {
+        format_peers(w->idle_evicted_peers, w->nidle_evicted_peers, peers, sizeof(peers));
+        LOG_WARN("\"idle connections closed to admit new ones\" max_connections=%u "
+                 "idle_grace_ms=%llu idle_ms=%llu peers=%s evicted_not_logged=%llu",
+                 cfg->max_connections, (unsigned long long)cfg->idle_grace_ms,
+                 (unsigned long long)((now - n->last_us) / 1000), log_val(peers), suppressed);
+        w->nidle_evicted_peers = 0;
     }
     conn_free(c);
     return 1;
@@ -596,9 +669,10 @@ static const struct net_cidr *conn_allow(void *ctx, size_t *n)
  * max_handshakes, made if need be by closing the worker's oldest connection
  * still in its handshake (OpenSSH's MaxStartups, with the oldest instead of
  * a random one: a peer that has not said HELLO in the time the cap takes to
- * fill again is not a live HAProxy). A connection past its HELLO is never
- * closed to make room: with none to close, max_connections refuses the new
- * one (-1). */
+ * fill again is not a live HAProxy). With none, at max_connections, the
+ * connection idle the longest is closed if it has sent no whole frame for
+ * [agent] idle_grace (longer than HAProxy keeps an idle SPOE connection:
+ * silent peers cannot lock HAProxy out); else the new one is refused (-1). */
 static int conn_admit(void *ctx, const struct sockaddr *peer)
 {
     struct worker *w = ctx;
@@ -609,7 +683,7 @@ static int conn_admit(void *ctx, const struct sockaddr *peer)
         evict_oldest_handshake(w, "max_handshakes");
     while (atomic_fetch_add(&w->srv->nconns, 1) >= cfg->max_connections) {
         atomic_fetch_sub(&w->srv->nconns, 1);
-        if (evict_oldest_handshake(w, "max_connections"))
+        if (evict_oldest_handshake(w, "max_connections") || evict_idle(w))
             continue;
         if (log_gate_open(&refuse_gate, REFUSE_LOG_EVERY_S, &suppressed))
             LOG_WARN("\"connection refused: max_connections reached\" max_connections=%u "

@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 
 #include "core/dlist.h"
+#include "idle_lru.h"
 #include "limiter.h"
 #include "listener.h"
 #include "spop/spop_conn.h"
@@ -34,6 +35,8 @@ struct conn {
     int dead;                /* socket closed; freed when the last pending request ends */
     int ready;               /* counted in ready_conns: HELLO done, not a health check */
     struct dlist hs;         /* on the worker's handshake list (linked): no HELLO yet */
+    struct idle_lru_node idle; /* on the worker's idle list, by its last whole frame */
+    uint64_t frames_seen;    /* sp.frames_in at that frame */
     struct sockaddr_storage peer;   /* for logs */
     unsigned npending;       /* requests waiting for Redis */
     struct conn *flush_next; /* on the worker's to-flush list */
@@ -75,6 +78,12 @@ struct worker {
     /* Peers of the connections evicted since this worker last logged it. */
     struct sockaddr_storage evicted_peers[4];
     unsigned nevicted_peers;
+    /* Every open connection, the one without a whole frame for the longest
+     * first: at max_connections, the head is closed to admit a new one once
+     * idle for [agent] idle_grace (see evict_idle). */
+    struct idle_lru idle;
+    struct sockaddr_storage idle_evicted_peers[4]; /* since the last such line */
+    unsigned nidle_evicted_peers;
     struct ruleset *rs;              /* in force on this worker */
     struct ruleset *_Atomic next_rs; /* handed over by server_set_ruleset */
     atomic_int stop;

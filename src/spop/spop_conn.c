@@ -196,6 +196,7 @@ static int handle_frame(struct spop_conn *c, const struct spop_frame *f, spop_no
     unsigned st;
 
     METRIC_INC_LOCAL(frames_in[f->type < METRICS_FRAMES ? f->type : METRICS_FRAME_OTHER]);
+    c->frames_in++;
     /* We never negotiate fragmentation: every frame must be whole. */
     if (!(f->flags & SPOP_FLAG_FIN) &&
         (f->type == SPOP_FRAME_HAPROXY_HELLO || f->type == SPOP_FRAME_NOTIFY ||

@@ -38,6 +38,7 @@ struct spop_conn {
     int peer_disconnected;    /* HAProxy sent a HAPROXY-DISCONNECT: */
     unsigned peer_status;     /* its status-code (SPOP_ST_UNKNOWN when unreadable) */
     char peer_message[SPOP_CONN_PEER_MESSAGE_MAX]; /* its message, NUL-terminated, cut */
+    uint64_t frames_in;       /* whole frames parsed (a peer that sends none is idle) */
     int paused;               /* set by the NOTIFY callback: parse no further frame (they
                                  stay in in[]) until cleared and in_commit is called again */
     uint8_t *in;              /* read buffer: SPOP_CONN_IN_INITIAL bytes, grown to

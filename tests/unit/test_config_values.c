@@ -360,6 +360,32 @@ START_TEST(test_handshake_budget)
 }
 END_TEST
 
+/* [agent] idle_grace: default 35s, values, bounds (1s to 1h). */
+START_TEST(test_idle_grace)
+{
+    struct config *cfg = check_config_ok("");
+    char err[CHECK_ERRLEN];
+
+    ck_assert_uint_eq(cfg->idle_grace_ms, 35000);
+    config_free(cfg);
+    cfg = check_config_ok("[agent]\nidle_grace = 2s\n");
+    ck_assert_uint_eq(cfg->idle_grace_ms, 2000);
+    config_free(cfg);
+    cfg = check_config_ok("[agent]\nidle_grace = 1h\n");
+    ck_assert_uint_eq(cfg->idle_grace_ms, 3600000);
+    config_free(cfg);
+    check_config_bad("[agent]\nidle_grace = 999ms\n", err, sizeof(err));
+    ck_assert_str_eq(err, "t.ini:2: duration '999ms' for 'idle_grace' is too short: at least "
+                          "1000ms\n");
+    check_config_bad("[agent]\n\nidle_grace = 61m\n", err, sizeof(err));
+    ck_assert_str_eq(err, "t.ini:3: idle_grace longer than 1h: a connection silent that long is "
+                          "not an HAProxy's\n");
+    check_config_bad("[agent]\nidle_grace = 0\n", err, sizeof(err));
+    ck_assert_str_eq(err, "t.ini:2: bad duration '0' for 'idle_grace' (expected an integer > 0 "
+                          "and a unit: ms, s, m, h, d or w)\n");
+}
+END_TEST
+
 static Suite *config_values_suite(void)
 {
     Suite *s = suite_create("config_values");
@@ -374,7 +400,8 @@ static Suite *config_values_suite(void)
 
     tc = tcase_create("peers");
     CHECK_LOOP(tc, test_peer, peers);
-    CHECK_ADD(tc, test_peer_special, test_listener_limits, test_stats_hosts, test_handshake_budget);
+    CHECK_ADD(tc, test_peer_special, test_listener_limits, test_stats_hosts, test_handshake_budget,
+              test_idle_grace);
     suite_add_tcase(s, tc);
     return s;
 }
