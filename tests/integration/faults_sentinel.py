@@ -150,7 +150,7 @@ def bucket(port, key):
     return dict(zip(out[0::2], out[1::2])) if kind == "hash" else None
 
 
-def split_brain(seconds=34.0, cut_s=20.0, window=None):
+def split_brain(seconds=35.0, cut_s=20.0, window=None):
     """{M1, agent 0} cut from {sentinels, R, agents 1, 2} for cut_s seconds.
     extra: "cut" (cut, healed), "promoted" (when a sentinel first named R),
     "unconfirmed" (when agent 0 raised redis_unconfirmed), "demoted" (when M1
@@ -179,11 +179,13 @@ def split_brain(seconds=34.0, cut_s=20.0, window=None):
         extra["slow_hot"]["R before heal"] = bucket(fl.replica.port, hot)
         fl.heal()
         healed = time.monotonic()
-        demoted = wait_for(lambda: info(fl.redis.port, "replication").get("role") == "slave",
-                           15, step=0.1)
-        extra["demoted"] = time.monotonic() - t if demoted else None
         for a in fl.agents:
             fleet.wait_redis_up(a, 15)
+        # the sentinels find M1 a master again at their next INFO to it (every
+        # 10 s) and make it R's replica: waited for while the clients run
+        demoted = wait_for(lambda: info(fl.redis.port, "replication").get("role") == "slave",
+                           max(1.0, extra["t0"] + seconds - time.monotonic()), step=0.1)
+        extra["demoted"] = time.monotonic() - t if demoted else None
         extra["cut"] = (t, healed)
         extra["promoted"] = promoted - t if promoted else None
         extra["unconfirmed"] = unconfirmed - t if unconfirmed else None

@@ -230,11 +230,12 @@ class Matrix(FaultCase):
         over, ex, rel, k = target
         self.record(res, "each agent's share*(b + r*D_a) + what the cut agent took from the "
                     "old master before it fell back (<= b + r*U)", 0.0,
-                    "promoted in %s s; agent 0 unconfirmed in %s s (window %g s); degraded "
-                    "spans %s s; target (cut agent's share*(b + r*D), <= 40 %%): %s, %s %s "
+                    "promoted in %s s; agent 0 unconfirmed in %s s (window %g s); M1 R's "
+                    "replica in %s s; degraded spans %s s; target (cut agent's share*(b + r*D), <= 40 %%): %s, %s %s "
                     "%+.1f over it (%+.1f %%)" % (
                         "%.1f" % e["promoted"] if e["promoted"] else "-",
                         "%.2f" % u if u else "-", window,
+                        "%.1f" % e["demoted"] if e["demoted"] else "-",
                         "/".join("%.1f" % s for s in spans),
                         "met" if over <= EPS and rel <= 0.40 else "not met",
                         *res.keys[k][:2], over, 100 * rel))
