@@ -234,3 +234,11 @@ def degraded_spans(res, t1, t2):
 def degraded_admitted_by(res, agent, t1, t2):
     return sum(1 for x in res.recs if x.allowed and x.vars.get("degraded") is True
                and t1 <= x.sent <= t2 and x.client.endswith("/%d" % agent))
+
+
+def worst_of(res, key, agents):
+    """key's worst excess over b + r*T among the decisions of `agents` alone."""
+    name, kind, b, r = res.keys[key]
+    mine = [x for x in res.recs if x.client.startswith(key + "/")
+            and int(x.client.rsplit("/", 1)[1]) in agents]
+    return fleet.worst_window(mine, b, r, True)[0]
