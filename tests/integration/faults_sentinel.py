@@ -47,16 +47,17 @@ class SentinelFleet(Fleet):
     """M1 (self.redis), its replica R (self.replica), three sentinels and
     the three agents; self.side: the proxy everything of the majority side
     reaches M1 through, self.own: agent 0's proxies (to M1, never cut, and
-    to each sentinel)."""
+    to each sentinel). master_args: M1's redis-server options (e.g.
+    min-replicas-to-write)."""
 
-    def __init__(self, timeout="1s", share="auto", window=None):
+    def __init__(self, timeout="1s", share="auto", window=None, master_args=()):
         self.timeout, self.share = timeout, share
         self.agents, self.nodes, self.proxy = [], [], None
         self.sentinels, self.own = [], []
         self.dir = tempfile.mkdtemp(prefix="faults-sentinel-")
         self.redis = self.replica = self.side = None
         try:
-            self.start(window)
+            self.start(window, master_args)
         except BaseException:
             self.stop()
             raise
@@ -64,8 +65,8 @@ class SentinelFleet(Fleet):
     def server(self, *args):
         return Redis(args=("--dir", self.dir) + args)
 
-    def start(self, window):
-        self.redis = self.server()
+    def start(self, window, master_args):
+        self.redis = self.server(*master_args)
         self.side = Proxy(self.redis.port)
         self.replica = self.server("--replicaof", "127.0.0.1", str(self.side.port))
         assert wait_for(lambda: info(self.replica.port, "replication").get(
@@ -150,7 +151,7 @@ def bucket(port, key):
     return dict(zip(out[0::2], out[1::2])) if kind == "hash" else None
 
 
-def split_brain(seconds=35.0, cut_s=20.0, window=None):
+def split_brain(seconds=35.0, cut_s=20.0, window=None, master_args=(), label=""):
     """{M1, agent 0} cut from {sentinels, R, agents 1, 2} for cut_s seconds.
     extra: "cut" (cut, healed), "promoted" (when a sentinel first named R),
     "unconfirmed" (when agent 0 raised redis_unconfirmed), "demoted" (when M1
@@ -195,8 +196,8 @@ def split_brain(seconds=35.0, cut_s=20.0, window=None):
         extra["repaid_by_agent"] = [
             {n: a.metric("spoa_ratelimit_fallback_repaid_total", rule=n) or 0
              for n, _, _, _ in faults.RULES} for a in fl.agents]
-    return faults.run("Sentinel split brain %.0f s" % cut_s, seconds, inject,
-                      make=lambda: SentinelFleet(window=window))
+    return faults.run("Sentinel split brain %.0f s%s" % (cut_s, label), seconds, inject,
+                      make=lambda: SentinelFleet(window=window, master_args=master_args))
 
 
 def fl_keys(extra):
@@ -242,3 +243,10 @@ def worst_of(res, key, agents):
     mine = [x for x in res.recs if x.client.startswith(key + "/")
             and int(x.client.rsplit("/", 1)[1]) in agents]
     return fleet.worst_window(mine, b, r, True)[0]
+
+
+def admitted_by_redis(res, key, agent, t1, t2):
+    """key's requests from agent sent in [t1, t2] that Redis admitted (not
+    degraded)."""
+    return sum(1 for x in res.recs if x.allowed and x.vars.get("degraded") is not True
+               and t1 <= x.sent <= t2 and x.client == "%s/%d" % (key, agent))
