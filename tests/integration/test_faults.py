@@ -216,7 +216,7 @@ class Matrix(FaultCase):
         longer replicates it to R, which the sentinels promote with the
         bucket it had at the cut, so both sides spend it: at most the
         tokens M1 held (<= b) plus its refill r*U. A token for timing.
-        The issue's target, the cut agent's backstop share * (b + r*D)
+        The issue's target, the cut agent's backstop share * (b + r*D_0)
         alone, is printed against it: not met while U > 0."""
         window = 2.0
         res = faults_sentinel.split_brain(window="%gs" % window, label=", window 2 s")
@@ -248,17 +248,19 @@ class Matrix(FaultCase):
         after the cut (spent on R too)."""
         e = res.extra
         t1, t2 = e["cut"]
-        d, u = t2 - t1, e["unconfirmed"]
+        u = e["unconfirmed"]
         spans = faults_sentinel.degraded_spans(res, t1, t2 + 5.0)
         share = 1.0 / AGENTS
-        over, ex, rel, k = max(((ex - share * (res.keys[k][2] + res.keys[k][3] * d), ex, rel, k)
-                                for k, (_, _, ex, rel, _, _) in res.per_key.items()))
+        # the target: the cut agent's backstop share over its outage (its
+        # degraded span: from its fallback to its reconnection after the heal)
+        over, ex, rel, k = max(((ex - share * (res.keys[k][2] + res.keys[k][3] * spans[0]),
+                                 ex, rel, k) for k, (_, _, ex, rel, _, _) in res.per_key.items()))
         took = {k: faults_sentinel.admitted_by_redis(res, k, 0, t1, t2) for k in res.keys}
         self.record(res, "each agent's share*(b + r*D_a) + what the cut agent took from the "
                     "old master after the cut", 0.0,
                     "promoted in %s s; agent 0 unconfirmed in %s s (window %g s%s), took %d "
                     "from M1 after the cut (%s %s); M1 R's replica in %s s; degraded spans %s "
-                    "s; target (cut agent's share*(b + r*D), <= 40 %%): %s, %s %s %+.1f over "
+                    "s; target (cut agent's share*(b + r*D_0), <= 40 %%): %s, %s %s %+.1f over "
                     "it (%+.1f %%)" % (
                         "%.1f" % e["promoted"] if e["promoted"] else "-",
                         "%.2f" % u if u else "-", window, what, took[k], *res.keys[k][:2],
