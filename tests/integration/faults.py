@@ -9,7 +9,9 @@ the worst excess over b + r*T (fleet.worst_window, rigorous) is real.
 
 test_faults.py asserts on what each fault's run() measured and prints the
 table (`make faults`: row() per fault): fault, allowance, measured worst
-excess, utilisation, degraded decisions and the warnings the agents raised."""
+excess, utilisation, degraded decisions and the warnings the agents raised.
+The Sentinel split brain, with its own fleet of sentinels and a replica, is
+in faults_sentinel.py (run(make=...), Proxy(rewrite=...))."""
 import os
 import re
 import shutil
