@@ -9,7 +9,9 @@ the worst excess over b + r*T (fleet.worst_window, rigorous) is real.
 
 test_faults.py asserts on what each fault's run() measured and prints the
 table (`make faults`: row() per fault): fault, allowance, measured worst
-excess, utilisation, degraded decisions and the warnings the agents raised."""
+excess, utilisation, degraded decisions and the warnings the agents raised.
+The Sentinel split brain, with its own fleet of sentinels and a replica, is
+in faults_sentinel.py (run(make=...), Proxy(rewrite=...))."""
 import os
 import re
 import shutil
@@ -40,11 +42,14 @@ WARN_RE = re.compile(r"msg=warning kind=(\w+)")
 class Proxy(threading.Thread):
     """A TCP proxy on loopback in front of Redis, for one agent: cut() closes
     its connections and refuses new ones (accepted, then closed) until heal().
-    Each connection is two pump threads; all stop with stop()."""
+    Each connection is two pump threads; all stop with stop(). rewrite:
+    (old, new) bytes replaced in what the upstream sends (a sentinel's
+    answers naming another address to this client only)."""
 
-    def __init__(self, upstream_port):
+    def __init__(self, upstream_port, rewrite=None):
         super().__init__(daemon=True)
         self.up = upstream_port
+        self.rewrite = rewrite
         self.lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.lsock.bind(("127.0.0.1", 0))
         self.lsock.listen(16)
@@ -74,17 +79,17 @@ class Proxy(threading.Thread):
                 continue
             with self.lock:
                 self.socks += [c, u]
-            for a, b in ((c, u), (u, c)):
-                threading.Thread(target=self.pump, args=(a, b), daemon=True).start()
+            for a, b, fix in ((c, u, None), (u, c, self.rewrite)):
+                threading.Thread(target=self.pump, args=(a, b, fix), daemon=True).start()
 
-    def pump(self, a, b):
+    def pump(self, a, b, fix=None):
         try:
             a.settimeout(None)
             while True:
                 data = a.recv(65536)
                 if not data or self.cut_.is_set():
                     break
-                b.sendall(data)
+                b.sendall(data.replace(*fix) if fix else data)
         except OSError:
             pass
         for s in (a, b):
@@ -287,12 +292,14 @@ class Result:
 
 
 def run(fault, seconds, inject, at=3.0, timeout="1s", share="auto", redis_env=None,
-        proxied=False, cluster=False, agent_env=None):
-    """Start the fleet, run the clients for `seconds`, call inject(fleet,
-    extra) `at` seconds in (in this thread: the clients run in theirs);
-    inject records what it measured in the dict extra. Returns a Result."""
-    fl = Fleet(timeout=timeout, share=share, redis_env=redis_env, proxied=proxied,
-               cluster=cluster, agent_env=agent_env)
+        proxied=False, cluster=False, agent_env=None, make=None):
+    """Start the fleet (make(): another kind of it, with Fleet's agents,
+    warnings() and stop()), run the clients for `seconds`, call
+    inject(fleet, extra) `at` seconds in (in this thread: the clients run in
+    theirs); inject records what it measured in the dict extra. Returns a
+    Result."""
+    fl = make() if make else Fleet(timeout=timeout, share=share, redis_env=redis_env,
+                                   proxied=proxied, cluster=cluster, agent_env=agent_env)
     extra = {}
     try:
         cl, keys = clients(fl, seconds)
