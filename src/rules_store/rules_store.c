@@ -379,11 +379,6 @@ const char *rules_store_text(const struct rules_store *rs, size_t *len, uint64_t
     return rs->text;
 }
 
-int rules_store_compiling(const struct rules_store *rs)
-{
-    return rs->compiling != 0;
-}
-
 const char *rules_store_error(const struct rules_store *rs)
 {
     return rs->error[0] ? rs->error : NULL;

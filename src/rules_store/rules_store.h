@@ -81,9 +81,6 @@ int rules_store_adopt(struct rules_store *rs, const char *text, size_t len, uint
  * its number. Valid until the next apply. */
 const char *rules_store_text(const struct rules_store *rs, size_t *len, uint64_t *version);
 
-/* Whether a version is loading off the loop (the status page). */
-int rules_store_compiling(const struct rules_store *rs);
-
 /* The last version's apply error ("version N: NAME:LINE: ..."), NULL when
  * the last one applied (the status page). Valid until the next poll. */
 const char *rules_store_error(const struct rules_store *rs);
