@@ -28,6 +28,7 @@
 #include "service.h"
 #include "rules/rules.h"
 #include "rules_store/rules_cli.h"
+#include "rules_store/rules_compile.h"
 #include "rules_store/rules_store.h"
 #include "server/server.h"
 #include "watch.h"
@@ -58,6 +59,7 @@ struct agent {
     char reload_error[256];      /* its first error line */
     char token[33];              /* the page's token for POST /reset, random hex */
     struct rules_store *rules;   /* [rules] source = redis: the fleet's rule set */
+    struct rules_compile *compile; /* SIGHUP's and the rule store's loads, off the loop */
     struct watch watch;          /* warnings the agent finds in itself (watch.h) */
 };
 
@@ -162,21 +164,6 @@ static void reload_redis(struct agent *a, const struct config *cfg)
         LOG_ERROR("\"out of memory: [redis] url and credentials not reloaded\"");
 }
 
-/* The file, with the rule set from Redis in force instead of its own
- * [rule:*] sections when there is one ([rules] source = redis). */
-static int load_config(struct agent *a, struct config **cfg, char *err, size_t errlen)
-{
-    size_t len;
-    uint64_t version;
-    const char *text = a->rules ? rules_store_text(a->rules, &len, &version) : NULL;
-    char name[48];
-
-    if (!text)
-        return config_load_file(a->path, cfg, err, errlen);
-    snprintf(name, sizeof(name), "redis:v%llu", (unsigned long long)version);
-    return config_load_with_rules(a->path, text, len, name, cfg, err, errlen);
-}
-
 /* Put cfg (owned from here on) in force: a new ruleset swapped in
  * atomically, connections, leases and buckets of unchanged rules kept.
  * what says why in the log. 0, or -1 out of memory. */
@@ -211,25 +198,24 @@ static int install(struct agent *a, struct config *cfg, const char *what)
     return 0;
 }
 
-/* SIGHUP. With source = redis the file's other sections are read again and
- * the rule set from Redis stays (doc/operations.md, "Changing rules across
- * a fleet"). */
-static void reload(struct agent *a)
+/* SIGHUP's load ended (rules_compile_reload): put it in force, or keep the
+ * rules in force; then READY=1 (systemd: `systemctl reload` returns). */
+static void reloaded(void *ctx, struct rules_compile_result *res)
 {
-    struct config *cfg;
-    char err[ERRBUF];
+    struct agent *a = ctx;
 
-    if (load_config(a, &cfg, err, sizeof(err)) < 0) {
+    if (!res->cfg) {
         METRIC_INC(reload_failures);
         LOG_ERROR("\"reload failed, keeping the rules in force\" file=%s", log_val(a->path));
-        print_errors(err);
+        print_errors(res->err);
         a->reload_failed_unix = (uint64_t)time(NULL);
-        snprintf(a->reload_error, sizeof(a->reload_error), "%.*s", (int)strcspn(err, "\n"),
-                 err);
-        return;
+        snprintf(a->reload_error, sizeof(a->reload_error), "%.*s",
+                 (int)strcspn(res->err, "\n"), res->err);
+    } else {
+        install(a, res->cfg, "configuration reloaded");
+        rules_store_retry(a->rules);
     }
-    install(a, cfg, "configuration reloaded");
-    rules_store_retry(a->rules);
+    service_ready();
 }
 
 /* A new version from Redis (rules_store.c), checked with the file's own
@@ -247,12 +233,18 @@ static int apply_rules(void *ctx, struct config *cfg, char *err, size_t errlen)
 }
 
 /* systemd (Type=notify): RELOADING=1, then READY=1 once the new file is in
- * force or refused, so that `systemctl reload` returns when it is done. */
+ * force or refused (reloaded), so that `systemctl reload` returns when it
+ * is done. */
 static void on_sighup(struct ev_loop *loop, ev_signal *w, int revents)
 {
+    struct agent *a = w->data;
+
     service_reloading();
-    reload(w->data);
-    service_ready();
+    if (rules_compile_reload(a->compile, a->path, a->rules, reloaded, a) < 0) {
+        METRIC_INC(reload_failures);
+        LOG_ERROR("\"reload failed: out of memory\"");
+        service_ready();
+    }
 }
 
 /* Workers answer what is in flight (some answers may wait for Redis, which
@@ -357,6 +349,7 @@ static void status_get(struct agent *a, struct httpd_req *req, const char *query
         .token = a->token,
         .rules_redis = a->rules != NULL,
         .rules_error = a->rules ? rules_store_error(a->rules) : NULL,
+        .rules_compiling = rules_compile_busy(a->compile),
     };
     size_t len = 0;
     uint64_t from = 0;
@@ -660,6 +653,10 @@ static int agent_open(struct agent *a, struct config *cfg)
     }
     a->boot = a->rs;
     ruleset_ref(a->boot);
+    if (!(a->compile = rules_compile_new(a->loop))) {
+        fprintf(stderr, "spoa-ratelimit: out of memory\n");
+        return -1;
+    }
     a->lim = limiter_new(a->loop, a->rs->cfg, err, sizeof(err));
     if (!a->lim) {
         fprintf(stderr, "spoa-ratelimit: %s\n", err);
@@ -723,6 +720,8 @@ static void agent_shutdown(struct agent *a)
     a->history = NULL;
     watch_free(&a->watch);
     rules_store_stop(a->rules); /* before its store goes */
+    rules_compile_free(a->compile); /* a load in flight ends unused */
+    a->compile = NULL;
     /* Unused leased tokens go back to Redis. */
     limiter_shutdown(a->lim, 1.0);
     if (server_join(a->srv, 1.0) < 0) {
@@ -746,6 +745,7 @@ static void agent_free(struct agent *a)
     watch_free(&a->watch);
     server_free(a->srv);
     rules_store_stop(a->rules);
+    rules_compile_free(a->compile);
     limiter_free(a->lim);
     rules_store_free(a->rules);
     ruleset_unref(a->rs);
@@ -804,8 +804,8 @@ int main(int argc, char **argv)
         goto fail;
     watch_config(&a.watch, a.rs);
     if (a.rs->cfg->rules_source == RULES_SOURCE_REDIS) {
-        a.rules = rules_store_new(a.loop, limiter_store(a.lim), a.path, a.rs->cfg, apply_rules,
-                                   &a);
+        a.rules = rules_store_new(a.loop, limiter_store(a.lim), a.compile, a.path, a.rs->cfg,
+                                  apply_rules, &a);
         if (!a.rules ||
             (cached && rules_store_adopt(a.rules, cached, cached_len, cached_version, 1) < 0)) {
             fprintf(stderr, "spoa-ratelimit: out of memory\n");

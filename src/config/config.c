@@ -594,6 +594,7 @@ static int load(struct parse_state *st, struct config_reader *rd, struct config 
     config_reader_run(rd);
     config_reader_release(rd);
     rd->hooks = NULL;
+    config_compile_matches(st);
     finish(st);
     if (config_errors_count(&st->errors) > 0) {
         config_errors_write(&st->errors, st->name, err, errlen);
@@ -714,6 +715,7 @@ int config_load_with_rules(const char *path, const char *rules, size_t rules_len
     rrd.hooks = &h;
     config_reader_run(&rrd);
     config_reader_release(&rrd);
+    config_compile_matches(st); /* its errors are the rules' */
     st->rules_pass = 0;
     struct config_errors rule_errors = st->errors;
     st->errors = file_errors;

@@ -86,6 +86,27 @@ struct cfg_match {
     char *arg;
     char *pattern;
     struct rx *re; /* PCRE2, within the bounds of core/rx.h */
+    unsigned line; /* of the match line: its regex is compiled after the whole set is read */
+};
+
+/* The budget of a whole rule set (doc/configuration.md, "The budget of a
+ * rule set"). Each regex is bounded alone (core/rx.h), but 1,024 rules of
+ * 16 such regexes are not: compiled by every agent of a fleet at once, they
+ * took seconds and hundreds of MB. Checked wherever a rule set is loaded
+ * (--check, --push, an agent applying a version or its file): a set over
+ * any of these is refused, and the regexes after the one that went over
+ * are not compiled. Each is many times what a large real set takes (200
+ * rules of 3 regexes: 33 KB of patterns, 1 MB compiled, 20 ms). */
+#define CFG_BUDGET_PATTERN_BYTES (256 * 1024)        /* the regexes' text, summed */
+#define CFG_BUDGET_COMPILED_BYTES (6 * 1024 * 1024) /* their code and JIT code (rx_size) */
+#define CFG_BUDGET_COMPILE_MS 2000 /* CPU time compiling them (the loading thread's) */
+
+/* What a rule set's regexes take, against that budget. */
+struct cfg_regex_use {
+    size_t regexes;        /* match lines */
+    size_t pattern_bytes;  /* their regexes' text */
+    size_t compiled_bytes; /* rx_size() summed */
+    uint64_t compile_us;   /* CPU time compiling them */
 };
 
 struct cfg_rule {
@@ -224,6 +245,7 @@ struct config {
 
     struct cfg_rule *rules;
     size_t nrules;
+    struct cfg_regex_use regex_use; /* the rules' regexes against the budget */
 };
 
 /* Parse the file at path. On success returns 0 and sets *out (free with

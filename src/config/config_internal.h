@@ -103,6 +103,12 @@ size_t config_key_index(const struct key_def *d);
  * FILE:LINE errors about a whole section (config_keys.c). */
 unsigned config_seen_line(const struct parse_state *st, int section, const char *name);
 
+/* Compile the regexes of every rule's match lines (config_budget.c),
+ * within the budget of a whole rule set (config.h: CFG_BUDGET_*): a bad
+ * regex is an error at its line, a set over budget one error naming the
+ * budget and the figures. Filled: st->cfg->regex_use. */
+void config_compile_matches(struct parse_state *st);
+
 /* The credentials in force, checked and read from their files
  * (config_auth.c); standalone: no [redis] server configured (config_standalone). */
 void config_resolve_credentials(struct parse_state *st, int standalone);

@@ -290,11 +290,9 @@ static void set_match(struct parse_state *st, struct cfg_rule *rule, const char 
         config_errors_add(&st->errors, st->line, "out of memory");
         goto fail;
     }
-    char why[160];
-    if (!(m->re = rx_compile(m->pattern, why, sizeof(why)))) {
-        config_errors_add(&st->errors, st->line, "bad regex '%.80s' in 'match': %s", re, why);
-        goto fail;
-    }
+    /* compiled once the whole rule set is read, within its budget
+     * (config_budget.c) */
+    m->line = st->line;
     rule->nmatches++;
     return;
 fail:

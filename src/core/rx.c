@@ -80,6 +80,17 @@ void rx_free(struct rx *re)
     free(re);
 }
 
+size_t rx_size(const struct rx *re)
+{
+    size_t size = 0, jit = 0;
+
+    pcre2_pattern_info(re->code, PCRE2_INFO_SIZE, &size);
+    /* 0 without JIT code (none on this platform, or its compile failed) */
+    if (pcre2_pattern_info(re->code, PCRE2_INFO_JITSIZE, &jit) < 0)
+        jit = 0;
+    return size + jit;
+}
+
 int rx_match(const struct rx *re, const char *text, size_t len, struct rx_scratch *scr)
 {
     if (!scr->match_data && !(scr->match_data = pcre2_match_data_create(1, NULL)))

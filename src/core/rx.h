@@ -43,6 +43,11 @@ struct rx_scratch {
 struct rx *rx_compile(const char *pattern, char *err, size_t errlen);
 void rx_free(struct rx *re); /* NULL is a no-op */
 
+/* The memory re holds for its code: the compiled pattern and its JIT code
+ * (RX_MAX_COMPILED bounds the first only; a rule set's budget, config.h,
+ * bounds the sum over its regexes). */
+size_t rx_size(const struct rx *re);
+
 /* Whether text (len bytes) holds a match: 1, 0, RX_ELIMIT when a limit
  * stopped the match, or -1 when out of memory. */
 int rx_match(const struct rx *re, const char *text, size_t len, struct rx_scratch *scr);

@@ -126,17 +126,22 @@ static json_t *reload_json(const struct status_agent *a)
 }
 
 /* Where the rules come from, and with source = redis the version in force
- * against the fleet's current one (rules_store.h). */
-static json_t *rule_set_json(const struct status_agent *a)
+ * against the fleet's current one (rules_store.h); whether a new set is
+ * loading off the loop; what the regexes in force take of the rule set's
+ * budget (config.h CFG_BUDGET_*). */
+static json_t *rule_set_json(const struct status_agent *a, const struct cfg_regex_use *u)
 {
     uint64_t version = metrics_ld(&metrics.rules_version);
     uint64_t current = metrics_ld(&metrics.rules_current_version);
 
-    return json_pack("{s:s, s:I, s:I, s:b, s:b, s:s?}", "source",
+    return json_pack("{s:s, s:I, s:I, s:b, s:b, s:s?, s:b, s:{s:I, s:I, s:I, s:I}}", "source",
                      a->rules_redis ? "redis" : "file", "version", (json_int_t)version, "current", (json_int_t)current, "on_current",
                      !a->rules_redis || version == current, "cached",
                      atomic_load_explicit(&metrics.rules_cached, memory_order_relaxed),
-                     "error", a->rules_error);
+                     "error", a->rules_error, "compiling", a->rules_compiling, "regexes",
+                     "count", (json_int_t)u->regexes, "text_bytes", (json_int_t)u->pattern_bytes,
+                     "compiled_bytes", (json_int_t)u->compiled_bytes, "compile_ms",
+                     (json_int_t)(u->compile_us / 1000));
 }
 
 static json_t *redis_json(const struct config *cfg, const struct history *h)
@@ -306,7 +311,7 @@ char *status_render(const struct status_agent *a, const struct ruleset *rs,
     json_t *doc = json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:{s:b, s:s}}",
                             "agent", agent_json(a, cfg, now), "warnings", warnings_json(),
                             "reload", reload_json(a), "rule_set",
-                            rule_set_json(a), "redis",
+                            rule_set_json(a, &rs->cfg->regex_use), "redis",
                             redis_json(cfg, h), "leases", leases_json(decisions), "peers",
                             peers_json(), "rules", rules, "top", top_json(rs, util_now_us()),
                             "reset", "allowed", a->reset_allowed, "token",

@@ -32,6 +32,7 @@ struct status_agent {
     int reset_allowed;           /* [agent] stats_reset */
     int rules_redis;             /* [rules] source = redis (as started) */
     const char *rules_error;     /* then: the last version's apply error, NULL when none */
+    int rules_compiling;         /* a rule set loads off the loop (rules_compile.h) */
     const char *token;           /* the page's token for POST /reset */
 };
 

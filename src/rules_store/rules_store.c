@@ -14,6 +14,7 @@
 #include "core/warning.h"
 #include "metrics/metrics.h"
 #include "rules_scripts.h"
+#include "rules_store/rules_compile.h"
 #include "rules_store/rules_fleet.h"
 #include "rules_store/rules_script.h"
 #include "store/store.h"
@@ -30,6 +31,8 @@ _Static_assert(CFG_MAX_RULES_TEXT <= STORE_REPLY_MAX_STRING &&
 struct rules_store {
     struct ev_loop *loop;
     struct store *s;
+    struct rules_compile *compile; /* the agent's: versions load off the loop */
+    uint64_t compiling;            /* the version loading there; 0: none */
     rules_store_apply_fn *apply;
     void *ctx;
     char *path; /* the agent's file: its sections around each version */
@@ -82,6 +85,8 @@ static void applied(struct rules_store *rs, const char *text, size_t len, uint64
 
 static void refused(struct rules_store *rs, uint64_t version, const char *why)
 {
+    /* the fleet sees the refusal at once, not a report period later */
+    ev_feed_event(rs->loop, &rs->report, EV_TIMER);
     rs->rejected = version;
     memcpy(rs->rejected_sha, rs->fetching_sha, sizeof(rs->rejected_sha));
     snprintf(rs->error, sizeof(rs->error), "version %llu: %.*s", (unsigned long long)version,
@@ -93,20 +98,39 @@ static void refused(struct rules_store *rs, uint64_t version, const char *why)
              log_esc(why, strcspn(why, "\n")));
 }
 
+/* The version's load (rules_compile.h) ended: apply it, or refuse it. */
+static void on_loaded(void *arg, struct rules_compile_result *res)
+{
+    struct rules_store *rs = arg;
+    uint64_t version = rs->compiling;
+    char sha[65], err[ERRBUF];
+
+    rs->compiling = 0;
+    /* the fleet sees the outcome at once, not a report period later */
+    ev_feed_event(rs->loop, &rs->report, EV_TIMER);
+    err[0] = '\0';
+    if (!res->cfg || rs->apply(rs->ctx, res->cfg, err, sizeof(err)) < 0) {
+        refused(rs, version, res->cfg ? (err[0] ? err : "refused") : res->err);
+        return;
+    }
+    rules_store_sha256(res->text, res->len, sha);
+    applied(rs, res->text, res->len, version);
+    LOG_INFO("\"rules version applied\" version=%llu sha256=%.12s bytes=%zu",
+             (unsigned long long)version, sha, res->len);
+}
+
 /* lua/rules_fetch.lua's reply, the text and its sha256 within the cap (or
- * the size of a text over it): check and apply. */
+ * the size of a text over it): check, then load it off the loop. */
 static void on_version(void *arg, const struct store_result *res)
 {
     struct rules_store *rs = arg;
     uint64_t version = rs->fetching;
-    char name[48], sha[65], err[ERRBUF];
+    char name[48], err[ERRBUF];
 
     rs->inflight = 0;
     if (res->status != STORE_OK ||
         (res->nstr != RULES_FETCH_R_N && res->nstr != RULES_FETCH_R_OVER))
         return; /* asked again at the next poll */
-    /* the fleet sees the outcome at once, not a report period later */
-    ev_feed_event(rs->loop, &rs->report, EV_TIMER);
     if (res->nstr == RULES_FETCH_R_OVER) {
         refused(rs, version, "larger than 1 MiB: not read");
         return;
@@ -114,8 +138,7 @@ static void on_version(void *arg, const struct store_result *res)
     const char *text = res->str_len[RULES_FETCH_R_TEXT] ? res->str[RULES_FETCH_R_TEXT] : "";
     const char *want = res->str_len[RULES_FETCH_R_SHA256] ? res->str[RULES_FETCH_R_SHA256] : "";
     size_t len = res->str_len[RULES_FETCH_R_TEXT];
-    struct config *cfg;
-    if (!len && !res->str_len[1]) {
+    if (!len && !res->str_len[RULES_FETCH_R_SHA256]) {
         refused(rs, version, "the version's hash is missing or has no text");
         return;
     }
@@ -132,18 +155,15 @@ static void on_version(void *arg, const struct store_result *res)
         refused(rs, version, err);
         return;
     }
-    /* --push's and --rollback's own check: a version they would refuse
-     * (no or a wrong sha256, an error, no rule) is never put in force */
-    err[0] = '\0';
-    if (rules_store_check_version(rs->path, text, len, want, name, &cfg, err, sizeof(err)) < 0 ||
-        rs->apply(rs->ctx, cfg, err, sizeof(err)) < 0) {
-        refused(rs, version, err[0] ? err : "refused");
+    /* --push's and --rollback's own check (a version they would refuse: no
+     * or a wrong sha256, an error, no rule, over the budget, is never put
+     * in force), off the loop: the rules in force serve until it ends. A
+     * SIGHUP loading meanwhile: asked again at the next poll. */
+    if (rules_compile_start(rs->compile, rs->path, text, len, want, name, on_loaded, rs) < 0)
         return;
-    }
-    rules_store_sha256(text, len, sha);
-    applied(rs, text, len, version);
-    LOG_INFO("\"rules version applied\" version=%llu sha256=%.12s bytes=%zu",
-             (unsigned long long)version, sha, len);
+    rs->compiling = version;
+    LOG_DEBUG("\"rules version loading\" version=%llu bytes=%zu", (unsigned long long)version,
+              len);
 }
 
 /* The store holds no version, or current, below the version N in force
@@ -235,7 +255,8 @@ static void poll_cb(struct ev_loop *loop, ev_timer *t, int revents)
     const char *argv[] = {"GET", rs->key_current};
     size_t argvlen[] = {3, strlen(rs->key_current)};
 
-    if (rs->inflight || !store_up(rs->s))
+    /* one version at a time, and none while a SIGHUP loads the file */
+    if (rs->inflight || rules_compile_busy(rs->compile) || !store_up(rs->s))
         return;
     rs->inflight = 1;
     /* the callback may run before this returns (Redis down) */
@@ -296,7 +317,8 @@ char *rules_store_fleet_json(const struct rules_store *rs, size_t *len)
     return rs->have_fleet ? rules_fleet_json(&rs->fleet, len) : NULL;
 }
 
-struct rules_store *rules_store_new(struct ev_loop *loop, struct store *s, const char *path,
+struct rules_store *rules_store_new(struct ev_loop *loop, struct store *s,
+                                    struct rules_compile *compile, const char *path,
                                     const struct config *cfg, rules_store_apply_fn *apply,
                                     void *ctx)
 {
@@ -312,6 +334,7 @@ struct rules_store *rules_store_new(struct ev_loop *loop, struct store *s, const
     }
     rs->loop = loop;
     rs->s = s;
+    rs->compile = compile;
     rs->apply = apply;
     rs->ctx = ctx;
     snprintf(rs->prefix, sizeof(rs->prefix), "%s", cfg->redis_prefix ? cfg->redis_prefix : "");

@@ -16,7 +16,10 @@
  * checked by rules_store_check_version (its sha256 present and right, then
  * parsed with the agent's own non-rule sections exactly as a SIGHUP would,
  * and not empty) and handed to the apply callback, which swaps the rule set
- * in. A refused version is logged once at warn and counted
+ * in. The check (parsing, compiling the regexes within the rule set's
+ * budget, config.h CFG_BUDGET_*) runs off the loop (rules_compile.h): the
+ * rules in force serve until it ends. A refused version is logged once at
+ * warn and counted
  * (rules_applied_total{result="rejected"}); the rules in force stay, and
  * the error goes into the agent's fleet report.
  *
@@ -34,7 +37,8 @@
  * rules_fleet.h: PREFIX{rules}:agents and :seen), and keeps the view the
  * script answers for GET /fleet.
  *
- * Everything runs on the loop thread, through store.h alone (store_read).
+ * Everything else runs on the loop thread, through store.h alone
+ * (store_read).
  */
 #ifndef RULES_STORE_H
 #define RULES_STORE_H
@@ -45,6 +49,7 @@
 struct ev_loop;
 struct store;
 struct config;
+struct rules_compile;
 struct rules_store;
 
 #define RULES_STORE_KEY_MAX 160 /* a prefix (64) and the longest suffix */
@@ -59,8 +64,11 @@ typedef int rules_store_apply_fn(void *ctx, struct config *cfg, char *err, size_
 
 /* Start polling s every cfg's [rules] poll (path: the agent's file, whose
  * other sections each version is checked with; cfg: the boot config; its
- * prefix and cache path are copied). NULL when out of memory. */
-struct rules_store *rules_store_new(struct ev_loop *loop, struct store *s, const char *path,
+ * prefix and cache path are copied). Versions load through compile (the
+ * agent's, shared with SIGHUP: no poll while it is busy). NULL when out of
+ * memory. */
+struct rules_store *rules_store_new(struct ev_loop *loop, struct store *s,
+                                    struct rules_compile *compile, const char *path,
                                     const struct config *cfg, rules_store_apply_fn *apply,
                                     void *ctx);
 

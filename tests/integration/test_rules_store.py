@@ -174,7 +174,10 @@ class OneRedis(StoreCase):
             self.assertGreater(x["pid"], 0)
         rs = json.loads(agents[0].get("/status.json"))["rule_set"]
         self.assertEqual(rs, {"source": "redis", "version": 11, "current": 11,
-                              "on_current": True, "cached": False, "error": None})
+                              "on_current": True, "cached": False, "error": None,
+                              "compiling": False,
+                              "regexes": {"count": 0, "text_bytes": 0, "compiled_bytes": 0,
+                                          "compile_ms": 0}})
         p = self.cli(self.op, "--fleet")
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertIn("current version: 11; 3 agents, 0 off it", p.stdout)
