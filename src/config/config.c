@@ -549,7 +549,7 @@ static struct config *config_new(const char *path)
     cfg->max_connections = 1024;
     cfg->max_handshakes = 128;
     cfg->hello_timeout_ms = 5000;
-    cfg->idle_grace_ms = 35000;
+    cfg->idle_grace_ms = 30000;
     cfg->notify_silence_ms = 60000;
     /* /top names blocked clients: loopback only unless the operator says otherwise */
     if (net_cidr_parse("127.0.0.0/8", &cfg->stats_allow[0]) == -1 ||

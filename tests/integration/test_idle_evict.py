@@ -193,7 +193,7 @@ class IdleEvict(unittest.TestCase):
 
 # ---- a real HAProxy, the default grace ---------------------------------------
 
-IDLE_S = 10.0  # under HAProxy's own idle close (measured: 3.4 ~15 s, 2.6 ~30 s)
+IDLE_S = 10.0  # under HAProxy's own idle close (measured: 3.4 ~15 s, 2.6 ~20 s with the kit)
 CAP = 16       # HAProxy's SPOE connections, the health checks', the fillers
 
 

@@ -360,13 +360,13 @@ START_TEST(test_handshake_budget)
 }
 END_TEST
 
-/* [agent] idle_grace: default 35s, values, bounds (1s to 1h). */
+/* [agent] idle_grace: default 30s, values, bounds (1s to 1h). */
 START_TEST(test_idle_grace)
 {
     struct config *cfg = check_config_ok("");
     char err[CHECK_ERRLEN];
 
-    ck_assert_uint_eq(cfg->idle_grace_ms, 35000);
+    ck_assert_uint_eq(cfg->idle_grace_ms, 30000);
     config_free(cfg);
     cfg = check_config_ok("[agent]\nidle_grace = 2s\n");
     ck_assert_uint_eq(cfg->idle_grace_ms, 2000);
