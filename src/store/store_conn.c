@@ -207,6 +207,12 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
 
     if (conn->ac != ac)
         return; /* a context we gave up already */
+    if (status != REDIS_OK && conn->cap.unasked) {
+        /* hiredis would abort on it: a broken or hostile server */
+        store_conn_bad(conn, METRICS_REDIS_BAD_REPLY, "a reply", conn->cap.why, -1);
+        conn_lost(conn, NULL, conn->last_err, 1);
+        return;
+    }
     if (status != REDIS_OK && store_reply_cap_refused(&conn->cap)) {
         /* the reader refused an object (its error reads "Out of memory") */
         store_conn_too_large(conn, why, sizeof(why));
@@ -264,6 +270,7 @@ static void connect_to(struct store_conn *conn, const char *ip)
     ac->data = conn;
     /* reply structs recycled, and none past the caps */
     store_reply_cap_install(ac->c.reader, &conn->cap, &store_reply_pool_fns);
+    store_reply_cap_expect(&conn->cap, &ac->replies);
     if (!conn->unix_path && net_tcp_keepalive(ac->c.fd, STORE_TCP_KEEPIDLE, STORE_TCP_KEEPINTVL,
                                               STORE_TCP_KEEPCNT) == -1)
         LOG_DEBUG("\"redis tcp keepalive not set\" addr=%s err=\"%s\"", log_val(conn->name),

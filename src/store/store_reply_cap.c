@@ -3,15 +3,31 @@
  * (store_reply_cap.h). */
 #include "store_reply_cap.h"
 
+#include <hiredis/async.h>
 #include <stdio.h>
 #include <string.h>
+
+/* A reply's first object: the counts start again; -1 when no command waits
+ * for a reply (hiredis would abort on it). */
+static int first(const redisReadTask *task, struct store_reply_cap *cap)
+{
+    if (task->parent)
+        return 0;
+    cap->objects = cap->bytes = 0;
+    if (cap->waiting && !cap->waiting->head) {
+        snprintf(cap->why, sizeof(cap->why), "a reply no command waited for");
+        cap->unasked = 1;
+        return -1;
+    }
+    return 0;
+}
 
 /* The reply's first object resets the counts; refuse when n more objects
  * (and len more bytes) would take the reply past its caps. */
 static int count(const redisReadTask *task, struct store_reply_cap *cap, size_t n, size_t len)
 {
-    if (!task->parent)
-        cap->objects = cap->bytes = 0;
+    if (first(task, cap) < 0)
+        return -1;
     if (n > STORE_REPLY_MAX_OBJECTS - cap->objects) {
         snprintf(cap->why, sizeof(cap->why), "reply of over %u elements in all",
                  STORE_REPLY_MAX_OBJECTS);
@@ -68,8 +84,8 @@ static void *create_integer(const redisReadTask *task, long long value)
 {
     struct store_reply_cap *cap = task->privdata;
 
-    if (!task->parent)
-        cap->objects = cap->bytes = 0;
+    if (first(task, cap) < 0)
+        return NULL;
     return cap->inner->createInteger(task, value);
 }
 
@@ -77,8 +93,8 @@ static void *create_nil(const redisReadTask *task)
 {
     struct store_reply_cap *cap = task->privdata;
 
-    if (!task->parent)
-        cap->objects = cap->bytes = 0;
+    if (first(task, cap) < 0)
+        return NULL;
     return cap->inner->createNil(task);
 }
 
@@ -93,6 +109,11 @@ void store_reply_cap_install(redisReader *r, struct store_reply_cap *cap,
                                            create_nil, inner->freeObject};
     r->fn = &cap->fns;
     r->privdata = cap;
+}
+
+void store_reply_cap_expect(struct store_reply_cap *cap, const struct redisCallbackList *list)
+{
+    cap->waiting = list;
 }
 
 int store_reply_cap_buffer(const redisReader *r, struct store_reply_cap *cap)

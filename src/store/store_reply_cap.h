@@ -58,12 +58,18 @@
 
 /* The caps' state of one reader (one per connection: its reader's
  * privdata, which hiredis gives every read task). */
+struct redisCallbackList;
 struct store_reply_cap {
     redisReplyObjectFunctions fns;          /* the reader's: these, freeing as inner */
     const redisReplyObjectFunctions *inner; /* makes the objects */
     size_t objects; /* of the reply being read: 1 + the elements announced */
     size_t bytes;   /* of its strings */
     char why[128];  /* what was refused; "" while nothing was */
+    /* the commands waiting for a reply (the async context's list), NULL: not
+     * checked. A reply with none waiting is refused: hiredis 0.14 asserts
+     * (aborts the process) on one that is not an error */
+    const struct redisCallbackList *waiting;
+    int unasked; /* what was refused is a reply no command waited for */
 };
 
 /* Install the caps on r: its objects made by inner (NULL: by the functions
@@ -71,6 +77,10 @@ struct store_reply_cap {
  * and privdata point into it: it must outlive r's use). */
 void store_reply_cap_install(redisReader *r, struct store_reply_cap *cap,
                              const redisReplyObjectFunctions *inner);
+
+/* Refuse, from now on, a reply that comes while nothing waits on list:
+ * one Redis sent unasked (a broken or hostile server). */
+void store_reply_cap_expect(struct store_reply_cap *cap, const struct redisCallbackList *list);
 
 /* After bytes were fed to r: -1 (and cap->why says so) when more than
  * STORE_REPLY_MAX_BUFFER of them wait unparsed, the connection to be

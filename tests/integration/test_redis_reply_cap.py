@@ -12,7 +12,9 @@ meanwhile), counts spoa_ratelimit_redis_error_replies_total{kind=
 "reply_too_large"}, raises redis_errors, logs why, and reconnects with its
 backoff to decide on Redis again. And a rule text made larger than 1 MiB in
 Redis is refused in one read: one EVAL_RO (lua/rules_fetch.lua), never an
-HSTRLEN then an HMGET that a swap between the two would defeat."""
+HSTRLEN then an HMGET that a swap between the two would defeat. A reply
+that no command waited for (hiredis 0.14 aborts on one) is refused as a
+bad_reply and the connection made again."""
 import re
 import socket
 import threading
@@ -120,6 +122,16 @@ class HostileRelay(threading.Thread):
                     break
                 buf += data
                 while True:
+                    if state["hostile"] == "unasked":
+                        end = resp_end(buf)
+                        if end is None:
+                            break
+                        # the reply, then one no command asked for
+                        self.fired += 1
+                        c.sendall(buf[:end] + b"+OK\r\n")
+                        buf = buf[end:]
+                        state["hostile"] = None
+                        continue
                     if state["hostile"]:
                         self.fired += 1
                         self.hostile(c, state["hostile"])
@@ -245,6 +257,28 @@ class ReplyCap(RedisCase):
     def test_deep_nesting(self):
         """Arrays six deep (hiredis alone takes up to seven)."""
         self.hostile("nested", "arrays nested 5 deep (cap 4)")
+
+    def test_reply_no_command_waited_for(self):
+        """A reply after the script's own, which no command waited for:
+        hiredis 0.14 asserts on it (the agent aborted). Refused at its
+        first byte as a bad_reply, the connection made again."""
+        s = Seq(self.a.addr)
+        self.addCleanup(s.close)
+        self.assertNotEqual(s.decide(key=unique()).get("degraded"), True)
+
+        def bad():
+            return self.a.metric("spoa_ratelimit_redis_error_replies_total",
+                                 kind="bad_reply") or 0
+        self.relay.arm("unasked")
+        ok = wait_for(lambda: s.decide(key=unique()) is not None and bad() >= 1, 30, step=0.01)
+        self.assertTrue(ok, "no bad_reply counted (relay fired %d):\n%s"
+                        % (self.relay.fired, self.a.output()[-3000:]))
+        self.assertIsNone(self.a.p.poll(), "the agent exited:\n" + self.a.output()[-3000:])
+        wait_redis_up(self.a, timeout=20)
+        self.assertTrue(wait_for(lambda: s.decide(key=unique()).get("degraded") is not True,
+                                 10))
+        self.assertEqual(self.relay.fired, 1)
+        self.assertIn("a reply no command waited for", self.a.output())
 
 
 class RulesText(StoreCase):

@@ -5,8 +5,10 @@
  * store's pool make them; a huge array header is refused at its header, a
  * huge bulk string by the unparsed buffer's cap before its body is in,
  * arrays nested too deep, too many elements or bytes in one reply, each with
- * a reason; the counts start again at each reply. */
+ * a reason; the counts start again at each reply; a reply of any type while
+ * no command waits is refused (hiredis would abort on it). */
 #include <check.h>
+#include <hiredis/async.h>
 #include <hiredis/hiredis.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -279,6 +281,39 @@ START_TEST(string_at_cap_buffered)
 }
 END_TEST
 
+/* A reply with no command waiting (the async context's list empty) is
+ * refused at its first object, whatever its type; with one waiting it
+ * passes. */
+START_TEST(unasked_refused)
+{
+    static const char *const replies[] = {"+OK\r\n", ":1\r\n", "$-1\r\n", "*1\r\n:1\r\n",
+                                          "$2\r\nhi\r\n", "-ERR max clients\r\n"};
+    struct store_reply_cap cap;
+    redisReader *r = capped(&cap, _i % 2);
+    redisCallbackList list = {0};
+    redisCallback waiting = {0};
+    redisReply *reply;
+    const char *s = replies[_i / 2];
+
+    store_reply_cap_expect(&cap, &list);
+    ck_assert_int_eq(feed_get(r, s, strlen(s), &reply), -1);
+    ck_assert_ptr_null(reply);
+    ck_assert_int_eq(cap.unasked, 1);
+    ck_assert_str_eq(store_reply_cap_refused(&cap), "a reply no command waited for");
+    redisReaderFree(r);
+
+    r = capped(&cap, _i % 2);
+    list.head = list.tail = &waiting;
+    store_reply_cap_expect(&cap, &list);
+    ck_assert_int_eq(feed_get(r, s, strlen(s), &reply), 0);
+    ck_assert_ptr_nonnull(reply);
+    ck_assert_int_eq(cap.unasked, 0);
+    freeReplyObject(reply);
+    redisReaderFree(r);
+    store_reply_pool_drain();
+}
+END_TEST
+
 int main(void)
 {
     TCase *tc = tcase_create("core");
@@ -289,5 +324,6 @@ int main(void)
     tcase_add_loop_test(tc, refused, 0, 2 * (int)(sizeof(refusals) / sizeof(refusals[0])));
     tcase_add_loop_test(tc, huge_bulk_buffered, 0, 2);
     tcase_add_loop_test(tc, string_at_cap_buffered, 0, 2);
+    tcase_add_loop_test(tc, unasked_refused, 0, 12);
     return check_run_case("reply_cap", tc);
 }
