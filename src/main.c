@@ -784,7 +784,11 @@ int main(int argc, char **argv)
                         a.path, cfg->rules[i].line, cfg->rules[i].name);
         status = check == 2 ? print_config(cfg) : 0;
         if (check != 2)
-            printf("%s: OK (%zu rules)\n", a.path, cfg->nrules);
+            printf("%s: OK (%zu rule%s%s)\n", a.path, cfg->nrules, cfg->nrules == 1 ? "" : "s",
+                   cfg->rules_source == RULES_SOURCE_REDIS
+                       ? " in the file; [rules] source = redis: the fleet's version from Redis "
+                         "is put in force over them"
+                       : "");
         if (haproxy && check_haproxy(cfg, haproxy) != 0)
             status = 1;
         config_free(cfg);
