@@ -5,8 +5,8 @@
  * admitted from Redis' grants since the last confirmation (lazily, a new
  * epoch starting it again), the fallback takes that count once, spends of a
  * lease still held keep adding, a cold key's count outlives its retired
- * entries, and nothing is charged outside an unconfirmed streak; the backstop bucket takes the charge below zero and
- * refills from there. */
+ * entries, and nothing is charged outside an unconfirmed streak; the
+ * backstop bucket takes the charge below zero and refills from there. */
 #include <check.h>
 #include <stdint.h>
 
