@@ -411,6 +411,15 @@ uint64_t bucket_refund(struct bucket *b, const struct bucket_params *p, uint64_t
 
 /* ---- single bucket API -------------------------------------------------- */
 
+void bucket_charge(struct bucket *b, const struct bucket_params *p, uint64_t now_us, uint64_t n)
+{
+    if (p->algorithm != BUCKET_TOKEN_BUCKET || n == 0)
+        return;
+    b->tokens = tb_level(b->tokens, b->ts_us, p, now_us) - (double)n;
+    if (now_us > b->ts_us)
+        b->ts_us = now_us;
+}
+
 void bucket_init(struct bucket *b, const struct bucket_params *p, uint64_t now_us)
 {
     if (p->algorithm == BUCKET_FIXED_WINDOW) {

@@ -97,6 +97,13 @@ void bucket_take(struct bucket *b, const struct bucket_params *p, uint64_t now_u
 uint64_t bucket_refund(struct bucket *b, const struct bucket_params *p, uint64_t taken_us,
                        uint64_t now_us, uint64_t n);
 
+/* Take n tokens from a token bucket whatever it holds: its level may go
+ * below zero, from where it refills at its rate. For a charge decided
+ * elsewhere (the fallback's backstop paying for what this agent took from a
+ * master the sentinels may have replaced: limiter.c). Other algorithms:
+ * nothing (they are never charged so). */
+void bucket_charge(struct bucket *b, const struct bucket_params *p, uint64_t now_us, uint64_t n);
+
 /* Whether the bucket holds no information any more (full again / both windows
  * past), so that dropping it changes no future decision. */
 int bucket_idle(const struct bucket *b, const struct bucket_params *p, uint64_t now_us);
@@ -188,6 +195,13 @@ int bucket_table_take_seeded(struct bucket_table *t, const char *rule, size_t ru
                              uint64_t seed, const void *key, size_t keylen,
                              const struct bucket_params *p, uint64_t now_us, uint64_t n,
                              struct bucket_result *res);
+
+/* bucket_charge() on the bucket of (rule, key), made (full) first when
+ * there is none, as a take would make it. Returns 0, or -1 when out of
+ * memory or when rule or key cannot be held (nothing charged). */
+int bucket_table_charge_seeded(struct bucket_table *t, const char *rule, size_t rulelen,
+                               uint64_t seed, const void *key, size_t keylen,
+                               const struct bucket_params *p, uint64_t now_us, uint64_t n);
 
 /* What params_of (below) returns for a rule whose parameters differ from
  * one bucket to the next (limits taken per request): each bucket is then

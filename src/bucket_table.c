@@ -314,15 +314,16 @@ int bucket_table_take(struct bucket_table *t, const char *rule, const void *key,
                                     keylen, p, now_us, n, res);
 }
 
-int bucket_table_take_seeded(struct bucket_table *t, const char *rule, size_t rulelen,
-                             uint64_t seed, const void *key, size_t keylen,
-                             const struct bucket_params *p, uint64_t now_us, uint64_t n,
-                             struct bucket_result *res)
+/* The entry of (rule, key) under p, made when there is none (or afresh when
+ * it counts with another algorithm), its stripe locked in *sp; NULL (nothing
+ * locked) when out of memory or when rule or key cannot be held. */
+static struct entry *entry_get(struct bucket_table *t, const char *rule, size_t rulelen,
+                               uint64_t seed, const void *key, size_t keylen,
+                               const struct bucket_params *p, uint64_t now_us,
+                               struct stripe **sp)
 {
-    if (rulelen > MAX_RULE_LEN || (uint64_t)keylen > MAX_KEY_LEN) {
-        deny_oom(res);
-        return -1;
-    }
+    if (rulelen > MAX_RULE_LEN || (uint64_t)keylen > MAX_KEY_LEN)
+        return NULL;
     uint64_t hash = seeded_hash(seed, key, keylen);
     struct stripe *s = stripe_of(t, hash);
 
@@ -334,8 +335,7 @@ int bucket_table_take_seeded(struct bucket_table *t, const char *rule, size_t ru
         if (!e) {
             bucket_budget_sub(t->budget, 1);
             pthread_mutex_unlock(&s->lock);
-            deny_oom(res);
-            return -1;
+            return NULL;
         }
         bucket_init(&e->b, p, now_us);
         e->algorithm = (uint8_t)p->algorithm;
@@ -344,14 +344,50 @@ int bucket_table_take_seeded(struct bucket_table *t, const char *rule, size_t ru
         bucket_init(&e->b, p, now_us);
         e->algorithm = (uint8_t)p->algorithm;
     }
-    /* A reload that lowered the burst needs no special case: the refill in
-     * bucket_take caps the level at the current burst. */
-    bucket_take(&e->b, p, now_us, n, res);
+    *sp = s;
+    return e;
+}
+
+/* e was used under p at now: remember p, and e as the stripe's newest. */
+static void entry_used(struct stripe *s, struct entry *e, const struct bucket_params *p)
+{
     e->limit = p->limit;
     e->period_us = p->period_us;
     e->burst = p->burst;
     dlist_move_tail(&s->age, &e->age);
     pthread_mutex_unlock(&s->lock);
+}
+
+int bucket_table_take_seeded(struct bucket_table *t, const char *rule, size_t rulelen,
+                             uint64_t seed, const void *key, size_t keylen,
+                             const struct bucket_params *p, uint64_t now_us, uint64_t n,
+                             struct bucket_result *res)
+{
+    struct stripe *s;
+    struct entry *e = entry_get(t, rule, rulelen, seed, key, keylen, p, now_us, &s);
+
+    if (!e) {
+        deny_oom(res);
+        return -1;
+    }
+    /* A reload that lowered the burst needs no special case: the refill in
+     * bucket_take caps the level at the current burst. */
+    bucket_take(&e->b, p, now_us, n, res);
+    entry_used(s, e, p);
+    return 0;
+}
+
+int bucket_table_charge_seeded(struct bucket_table *t, const char *rule, size_t rulelen,
+                               uint64_t seed, const void *key, size_t keylen,
+                               const struct bucket_params *p, uint64_t now_us, uint64_t n)
+{
+    struct stripe *s;
+    struct entry *e = entry_get(t, rule, rulelen, seed, key, keylen, p, now_us, &s);
+
+    if (!e)
+        return -1;
+    bucket_charge(&e->b, p, now_us, n);
+    entry_used(s, e, p);
     return 0;
 }
 

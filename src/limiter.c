@@ -73,6 +73,17 @@ static void decide_fallback(struct limiter *l, struct limiter_req *req, size_t i
     char key[KEYBUF];
     size_t klen = r->lease && l->leases ? limiter_hit_redis_key(l, req, h, key, sizeof(key)) : 0;
     uint64_t retry_us;
+    /* The master unconfirmed (Sentinel): what this agent took from it since
+     * the sentinels' last answer, the same tokens a replica they promoted
+     * hands out again, comes off the backstop first (below zero if need
+     * be): over an outage D from the cut the agent then admits at most its
+     * share x (b + r x D) in all (doc/design.md, the split brain). */
+    uint64_t taken = klen ? lease_fallback_unconfirmed(l->leases, key, klen) : 0;
+    if (taken)
+        bucket_table_charge_seeded(l->backstop, r->name, r->name_len,
+                                   req->rs->bucket_seeds[h->rule], rules_hit_key(&req->ev, h),
+                                   h->key_len, &h->backstop, bucket_clock(&h->backstop, now_us),
+                                   taken);
     if (klen && !lease_fallback_check(l->leases, key, klen, h->cost, now_us, &retry_us)) {
         h->out.res.allowed = 0;
         h->out.res.remaining = 0;
@@ -412,6 +423,19 @@ static void on_state(void *arg, int up)
         LOG_WARN("\"redis down: rules fall back\" mode=degraded suppressed=%llu", before);
 }
 
+/* Sentinel: each answer naming the master starts a new count of what the
+ * keys take from it; none for the window makes the fallback charge that
+ * count to the backstops (decide_fallback). */
+static void on_sentinel(void *arg, int confirmed)
+{
+    struct limiter *l = arg;
+
+    if (confirmed)
+        lease_confirmed(l->leases);
+    else
+        lease_unconfirmed(l->leases);
+}
+
 /* Redis lost the buckets (store_epoch.h): the leases held here were granted
  * from buckets that are gone. Give none back (that would add tokens to
  * buckets made afresh) and spend none more: void them all. What the fleet
@@ -695,6 +719,7 @@ struct limiter *limiter_new(struct ev_loop *loop, const struct config *cfg, char
     if (!l->store)
         goto fail;
     store_on_state(l->store, on_state, l);
+    store_on_sentinel(l->store, on_sentinel, l);
     /* the fleet's size (fleet.h): restart-only settings, [redis] prefix and listen */
     l->heartbeat = store_heartbeat_new(loop, l->store, cfg->redis_prefix, cfg->listen);
     if (!l->heartbeat) {

@@ -201,6 +201,30 @@ int lease_fallback_check(struct lease_table *t, const char *key, size_t keylen, 
 uint64_t lease_fallback_note(struct lease_table *t, const char *key, size_t keylen, uint64_t n,
                              uint64_t cap, atomic_uint_fast64_t *repaid);
 
+/* ---- Sentinel: the master confirmed or not (store_on_sentinel) ------------ */
+
+/* A sentinel named the master (each answer): a new confirmation epoch. What
+ * each key admits from Redis' grants is counted from the last one (lease
+ * spends and exact calls), so that when the master turns unconfirmed, what
+ * this agent took from it since can be charged to its backstop: the
+ * sentinels may have promoted a replica at any moment after that answer,
+ * which hands the same tokens out again (a split brain, doc/design.md). It
+ * also ends an unconfirmed streak. */
+void lease_confirmed(struct lease_table *t);
+
+/* No sentinel confirmed the master for the window: until lease_confirmed,
+ * lease_fallback_unconfirmed charges. */
+void lease_unconfirmed(struct lease_table *t);
+
+/* The fallback is about to decide for key while the master is unconfirmed:
+ * the tokens key admitted from Redis' grants since the last confirmation
+ * that its backstop was not charged yet (each counted once; spends of a
+ * lease still held keep adding). 0 when the master is not unconfirmed, or
+ * key has no entry. The caller charges them to the backstop
+ * (bucket_table_charge_seeded), so that this agent admits over an outage D
+ * from the cut at most its backstop's share x (b + r x D) in all. */
+uint64_t lease_fallback_unconfirmed(struct lease_table *t, const char *key, size_t keylen);
+
 /* A refund script's reply for key (REFUND_R_REMAINING): Redis' bucket
  * level now, for the estimates (remaining) of later local decisions.
  * Replies come in the order the calls went, so it is newer than any claim

@@ -258,6 +258,7 @@ int lease_decide_cost(struct lease_table *t, const char *key, size_t keylen,
         ret = LEASE_DONE;
     } else if (e->tokens >= need && now_us < e->deadline_us) {
         e->tokens -= n; /* a cost is spent at once */
+        lease_entry_taken(t, e, n);
         if (e->share > 0) {
             if (rate_prefetch(t, e, now_us))
                 *job = make_claim(t, e, now_us); /* renew before it runs dry */
@@ -422,11 +423,13 @@ static void allow_first_waiter(struct lease_entry *e, uint64_t now_us, struct le
 }
 
 /* Spend the lease on the waiters, first come first served, while it lasts. */
-static void serve_waiters(struct lease_entry *e, uint64_t now_us, struct lease_waiter **done)
+static void serve_waiters(const struct lease_table *t, struct lease_entry *e, uint64_t now_us,
+                          struct lease_waiter **done)
 {
     while (e->wait_head && e->tokens > 0 && now_us < e->deadline_us) {
         e->tokens--;
         e->used++;
+        lease_entry_taken(t, e, 1);
         allow_first_waiter(e, now_us, done);
     }
 }
@@ -519,6 +522,7 @@ static int apply_exact(const struct lease_table *t, struct lease_entry *e, const
     } else {
         METRIC_INC(lease_tokens_granted); /* and spent: granted - returned = spent */
         e->wait_head->exact = 1; /* from the Redis bucket: a refund goes there */
+        lease_entry_taken(t, e, 1);
         e->wait_head->taken_ms = n > EXACT_R_TIME_MS ? nonneg(v[EXACT_R_TIME_MS]) : 0;
         allow_first_waiter(e, now_us, done);
         /* The bucket is dry after it: those who came meanwhile would be
@@ -570,7 +574,7 @@ void lease_reply(struct lease_table *t, struct lease_job *job, int ok, const int
     /* A grant pays for what the backstop admitted first: a late reply's
      * requests were decided by the backstop, its tokens are theirs. */
     lease_entry_repay(e);
-    serve_waiters(e, now_us, done);
+    serve_waiters(t, e, now_us, done);
     if (job->rated) {
         /* A rate lease reports no spends (the waiters' tokens were taken
          * from the central bucket), and never holds more than its slice. */

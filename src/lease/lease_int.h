@@ -82,6 +82,12 @@ struct lease_entry {
      * what the backstop admitted since, refilled at the rule's rate. */
     double fb_level;
     uint64_t fb_us;
+    /* What this agent admitted for the key from Redis' grants (lease spends,
+     * exact calls) since the table's confirmation epoch taken_epoch
+     * (lease_confirmed; an older epoch counts nothing), and how much of it
+     * the backstop was charged already (lease_fallback_unconfirmed). */
+    uint64_t taken_epoch;
+    uint64_t taken, taken_charged;
     size_t keylen;
     char key[]; /* the Redis key, NUL-terminated */
 };
@@ -95,10 +101,15 @@ struct lease_ghost {
     uint64_t reply_us, reset_ms;
     double t_last, demand;
     uint32_t demand_tick, hits;
+    /* what the key took from Redis' grants and the backstop was not charged
+     * for (taken - taken_charged), in the confirmation epoch of these low
+     * bits: a cold key's exact calls come and go, each with an entry of its
+     * own, and the count must outlive them (whatever the ghost's age) */
+    uint32_t taken_epoch, taken;
 };
 
 /* Ghost slots of a table, over all its stripes (direct-mapped: a newer
- * ghost takes an older one's slot). 64k x 56 bytes, made at the first
+ * ghost takes an older one's slot). 64k x 64 bytes, made at the first
  * retirement. */
 #define LEASE_GHOSTS 65536
 
@@ -151,6 +162,10 @@ struct lease_table {
     struct lease_stripe *stripes;
     struct bucket_budget *budget; /* [agent] max_entries; NULL: no cap */
     size_t job_room;              /* lease_table_set_job_room */
+    /* Sentinel: bumped by each confirmation of the master (lease_confirmed);
+     * unconfirmed while none came for the window (lease_unconfirmed). */
+    atomic_uint_fast64_t confirm_epoch;
+    atomic_int unconfirmed;
 };
 
 
@@ -214,6 +229,22 @@ static inline void lease_entry_activate(struct lease_stripe *s, struct lease_ent
     e->demand = idle >= 64 ? 0 : ldexp(e->demand, -(int)idle);
     e->demand_tick = s->tick;
     dlist_push_tail(&s->active, &e->active);
+}
+
+/* n tokens of Redis' (a lease's, an exact call's) were admitted here for e
+ * (its stripe locked): counted since the last confirmation of the master, a
+ * counter of an older epoch starting again at zero. */
+static inline void lease_entry_taken(const struct lease_table *t, struct lease_entry *e,
+                                     uint64_t n)
+{
+    uint64_t ep = atomic_load_explicit(&t->confirm_epoch, memory_order_relaxed);
+
+    if (e->taken_epoch != ep) {
+        e->taken_epoch = ep;
+        e->taken = 0;
+        e->taken_charged = 0;
+    }
+    e->taken += n;
 }
 
 /* lease_cache.c: void e's lease (its stripe locked): spend nothing more from

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* lease_ops.c - one key of the lease cache, for the operator (GET /key,
  * POST /reset), for observers (the simulator's count of held tokens), for
- * the fallback (its start and its debt: lease_fallback_check/_note), and
- * every key at once when Redis lost them (lease_void_all). */
+ * the fallback (its start and its debt: lease_fallback_check/_note; what
+ * it takes over from an unconfirmed master: lease_fallback_unconfirmed),
+ * and every key at once when Redis lost them (lease_void_all). */
 #include <math.h>
 #include <string.h>
 
@@ -201,4 +202,34 @@ uint64_t lease_fallback_note(struct lease_table *t, const char *key, size_t keyl
     uint64_t owed = e->owed;
     pthread_mutex_unlock(&s->lock);
     return owed;
+}
+
+void lease_confirmed(struct lease_table *t)
+{
+    atomic_fetch_add_explicit(&t->confirm_epoch, 1, memory_order_relaxed);
+    atomic_store(&t->unconfirmed, 0);
+}
+
+void lease_unconfirmed(struct lease_table *t)
+{
+    atomic_store(&t->unconfirmed, 1);
+}
+
+uint64_t lease_fallback_unconfirmed(struct lease_table *t, const char *key, size_t keylen)
+{
+    struct lease_stripe *s;
+    struct lease_entry *e;
+    uint64_t due = 0;
+
+    if (!atomic_load(&t->unconfirmed))
+        return 0;
+    e = lease_find_locked(t, key, keylen, &s);
+    if (!e)
+        return 0;
+    if (e->taken_epoch == atomic_load_explicit(&t->confirm_epoch, memory_order_relaxed)) {
+        due = e->taken - e->taken_charged;
+        e->taken_charged = e->taken;
+    }
+    pthread_mutex_unlock(&s->lock);
+    return due;
 }

@@ -79,6 +79,8 @@ struct lease_table *lease_table_new(const struct lease_config *cfg, unsigned nst
     while (n < nstripes)
         n <<= 1;
     t->cfg = *cfg;
+    atomic_init(&t->confirm_epoch, 0);
+    atomic_init(&t->unconfirmed, 0);
     /* Our deadline must end before Redis drops the lease. The two clocks run
      * at the same rate and Redis starts later, so any margin is safe; a small
      * one covers clock rate error and the script's own run time. */
@@ -219,8 +221,17 @@ static void ghost_restore(const struct lease_table *t, struct lease_stripe *s,
                           struct lease_entry *e, uint64_t now_us)
 {
     struct lease_ghost *g;
+    uint64_t ep = atomic_load_explicit(&t->confirm_epoch, memory_order_relaxed);
 
-    if (!(g = lease_ghost_find(t, s, e->hash, now_us)))
+    if (!s->ghosts || (g = ghost_of(s, e->hash))->hash != e->hash)
+        return;
+    /* the count since the last confirmation, however old the ghost */
+    if (g->taken && g->taken_epoch == (uint32_t)ep) {
+        e->taken_epoch = ep;
+        e->taken = g->taken;
+    }
+    g->taken = 0;
+    if (!lease_ghost_find(t, s, e->hash, now_us))
         return;
     g->hash = 0;
     e->known = 1;
@@ -312,7 +323,7 @@ int lease_entry_retirable(const struct lease_table *t, const struct lease_entry 
  * were most of the table, and making, ticking and sweeping them (each a
  * cache miss by then) was about a third of the agent's CPU per cold
  * decision. Retired at their reply instead, while still in cache, they
- * leave 56 bytes in a slot of their own. A ghost lost to a newer one costs
+ * leave 64 bytes in a slot of their own. A ghost lost to a newer one costs
  * the key only its first request going as a first SET again, which Redis
  * turns back to the script call when the key is there. */
 void lease_entry_retire(const struct lease_table *t, struct lease_stripe *s,
@@ -333,6 +344,9 @@ void lease_entry_retire(const struct lease_table *t, struct lease_stripe *s,
         g->demand = e->demand;
         g->demand_tick = e->demand_tick;
         g->hits = e->hits;
+        uint64_t due = e->taken - e->taken_charged;
+        g->taken_epoch = (uint32_t)e->taken_epoch;
+        g->taken = due < UINT32_MAX ? (uint32_t)due : UINT32_MAX;
     }
     entry_remove(t, s, e);
 }

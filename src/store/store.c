@@ -63,6 +63,8 @@ struct store {
         void *arg;
     } watch[STORE_WATCHERS]; /* store_on_state, in the order added */
     int nwatch;
+    void (*sentinel_fn)(void *arg, int confirmed); /* store_on_sentinel */
+    void *sentinel_arg;
     char agent_id[128];
 };
 
@@ -174,6 +176,8 @@ static void on_unconfirmed(void *arg)
         return;
     s->unconfirmed = 1;
     atomic_fetch_add(&unconfirmed_stores, 1);
+    if (s->sentinel_fn) /* before the fallback starts: it charges from then */
+        s->sentinel_fn(s->sentinel_arg, 0);
     warning_raise(WARNING_REDIS_UNCONFIRMED,
                   "no sentinel has confirmed master %s (at %s) for %llu ms ([redis] "
                   "sentinel_window): the sentinels may have promoted a replica; rules fall back "
@@ -220,6 +224,8 @@ static void on_master(void *arg, const char *host, int port)
             store_conn_retry_later(s->conn);
         return;
     }
+    if (s->sentinel_fn)
+        s->sentinel_fn(s->sentinel_arg, 1);
     if (s->unconfirmed) { /* given up at the window: connect again (ROLE first) */
         confirmed(s);
         waiting = 1;
@@ -582,6 +588,12 @@ int store_up(const struct store *s)
 unsigned store_pending(const struct store *s)
 {
     return s ? s->env.pending : 0;
+}
+
+void store_on_sentinel(struct store *s, void (*fn)(void *arg, int confirmed), void *arg)
+{
+    s->sentinel_fn = fn;
+    s->sentinel_arg = arg;
 }
 
 void store_on_state(struct store *s, void (*fn)(void *arg, int up), void *arg)

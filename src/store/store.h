@@ -133,6 +133,13 @@ void store_cork(struct store *s, int on);
 #define STORE_WATCHERS 4
 void store_on_state(struct store *s, void (*fn)(void *arg, int up), void *arg);
 
+/* Sentinel mode: fn(arg, 1) at each sentinel answer naming a master (a
+ * confirmation, about every second), fn(arg, 0) when none came for
+ * sentinel_window (redis_unconfirmed), before the store goes down for it.
+ * One listener (the limiter, which charges its backstops: lease.h); on the
+ * loop thread. Never called in the other modes. */
+void store_on_sentinel(struct store *s, void (*fn)(void *arg, int confirmed), void *arg);
+
 /* 1 with Redis Cluster (several nodes: one slow node says nothing of the
  * others), 0 with one server (url, sentinel). */
 int store_clustered(const struct store *s);
