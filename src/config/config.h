@@ -101,6 +101,16 @@ struct cfg_match {
 #define CFG_BUDGET_COMPILED_BYTES (6 * 1024 * 1024) /* their code and JIT code (rx_size) */
 #define CFG_BUDGET_COMPILE_MS 2000 /* CPU time compiling them (the loading thread's) */
 
+/* The budget in force, CFG_BUDGET_* unless config_budget_set() made it
+ * smaller: the fuzz target does, so that inputs of a few KB reach the
+ * refusals. Process-wide, set before any load (not while one runs). */
+struct cfg_budget {
+    size_t pattern_bytes;
+    size_t compiled_bytes;
+    unsigned compile_ms;
+};
+void config_budget_set(const struct cfg_budget *b); /* NULL: CFG_BUDGET_* again */
+
 /* What a rule set's regexes take, against that budget. */
 struct cfg_regex_use {
     size_t regexes;        /* match lines */

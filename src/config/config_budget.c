@@ -34,6 +34,15 @@ static uint64_t thread_cpu_us(void)
 
 #define BUDGET_DOC "(doc/configuration.md, \"The budget of a rule set\")"
 
+static const struct cfg_budget defaults = {CFG_BUDGET_PATTERN_BYTES, CFG_BUDGET_COMPILED_BYTES,
+                                           CFG_BUDGET_COMPILE_MS};
+static struct cfg_budget budget = defaults;
+
+void config_budget_set(const struct cfg_budget *b)
+{
+    budget = b ? *b : defaults;
+}
+
 void config_compile_matches(struct parse_state *st)
 {
     struct config *cfg = st->cfg;
@@ -48,11 +57,11 @@ void config_compile_matches(struct parse_state *st)
             u->pattern_bytes += strlen(cfg->rules[i].matches[m].pattern);
         }
     u->regexes = n;
-    if (u->pattern_bytes > CFG_BUDGET_PATTERN_BYTES) {
+    if (u->pattern_bytes > budget.pattern_bytes) {
         config_errors_add(&st->errors, 0,
                           "rule set over its budget: its %zu regexes hold %zu bytes of text, "
-                          "more than the %d bytes a whole rule set may hold " BUDGET_DOC,
-                          n, u->pattern_bytes, CFG_BUDGET_PATTERN_BYTES);
+                          "more than the %zu bytes a whole rule set may hold " BUDGET_DOC,
+                          n, u->pattern_bytes, budget.pattern_bytes);
         return;
     }
     uint64_t t0 = thread_cpu_us();
@@ -70,20 +79,20 @@ void config_compile_matches(struct parse_state *st)
             }
             u->compiled_bytes += rx_size(m->re);
             u->compile_us = thread_cpu_us() - t0;
-            if (u->compiled_bytes > CFG_BUDGET_COMPILED_BYTES) {
+            if (u->compiled_bytes > budget.compiled_bytes) {
                 config_errors_add(&st->errors, 0,
                                   "rule set over its budget: its regexes compile to more than "
-                                  "%d bytes with their JIT code (%zu by regex %zu of %zu), the "
+                                  "%zu bytes with their JIT code (%zu by regex %zu of %zu), the "
                                   "most a whole rule set may take " BUDGET_DOC,
-                                  CFG_BUDGET_COMPILED_BYTES, u->compiled_bytes, done, n);
+                                  budget.compiled_bytes, u->compiled_bytes, done, n);
                 return;
             }
-            if (u->compile_us > CFG_BUDGET_COMPILE_MS * 1000ULL) {
+            if (u->compile_us > budget.compile_ms * 1000ULL) {
                 config_errors_add(&st->errors, 0,
                                   "rule set over its budget: compiling its regexes took more "
-                                  "than %d ms of CPU (%llu ms by regex %zu of %zu), the most a "
+                                  "than %u ms of CPU (%llu ms by regex %zu of %zu), the most a "
                                   "whole rule set may take " BUDGET_DOC,
-                                  CFG_BUDGET_COMPILE_MS,
+                                  budget.compile_ms,
                                   (unsigned long long)(u->compile_us / 1000), done, n);
                 return;
             }

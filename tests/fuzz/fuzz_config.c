@@ -52,7 +52,7 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static unsigned long long n_accepted, n_refused, n_requests, n_hits, n_blocked;
+static unsigned long long n_accepted, n_refused, n_requests, n_hits, n_blocked, n_budget;
 
 static void fail(const char *what, const char *text)
 {
@@ -436,6 +436,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     if (!text)
         return 0;
+    /* A rule set's budget scaled to inputs of a few KB (CFG_BUDGET_* are
+     * 256 KiB of text and 6 MiB compiled): the refusals are reached, and
+     * what loads stays within it. */
+    static const struct cfg_budget small = {512, 64 * 1024, 2000};
+    config_budget_set(&small);
     memcpy(text, data, size);
     text[size] = '\0'; /* a NUL inside ends the file early: fine */
     if (config_load_string(text, "fuzz.ini", &cfg, err, sizeof(err)) == 0) {
@@ -464,6 +469,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             fail("refused but a config came back", text);
         check_refused(err, text);
         n_refused++;
+        if (strstr(err, "over its budget"))
+            n_budget++;
     }
     as_rules_from_redis(text);
     free(text);
@@ -520,6 +527,27 @@ static const struct {
     SEED("[rules]\nsource = file\npoll = 250ms\ncache = /tmp/x\nhistory = 3\n"
          "[rule:c]\nkey = key\nrate = 3/1s\ncost = 2\n[rule:d]\nmatch = path ^/x\nrate = 1/1m\n"
          "\0k\0/x\0"),
+    /* rule sets over the (scaled) budget: the regexes' text; their code */
+    SEED("[rule:a]\nkey = key\nmatch = path ^/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa/\n"
+         "  method ^(GET|POST|PUT|DELETE|PATCH|HEAD|OPTIONS|CONNECT|TRACE|PROPFIND)$\n"
+         "  key ^[a-z0-9]{8}-[a-z0-9]{4}-[a-z0-9]{4}-[a-z0-9]{4}-[a-z0-9]{12}$\n"
+         "rate = 1/s\n[rule:b]\nkey = key\nmatch = path ^/bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb/\n"
+         "  method ^(GET|POST|PUT|DELETE|PATCH|HEAD|OPTIONS|CONNECT|TRACE|PROPFIND)$\n"
+         "  key ^[a-z0-9]{8}-[a-z0-9]{4}-[a-z0-9]{4}-[a-z0-9]{4}-[a-z0-9]{12}$\n"
+         "rate = 1/s\n[rule:c]\nkey = key\nmatch = path ^/ccccccccccccccccccccccccccccccccccccccccc/\n"
+         "  method ^(GET|POST|PUT|DELETE|PATCH|HEAD|OPTIONS|CONNECT|TRACE|PROPFIND)$\n"
+         "  key ^[a-z0-9]{8}-[a-z0-9]{4}-[a-z0-9]{4}-[a-z0-9]{4}-[a-z0-9]{12}$\n"
+         "  ua ^(curl|wget|python-requests|go-http-client|java|okhttp|axios|node-fetch)/\n"
+         "  plan ^(free|trial|basic|standard|premium|enterprise|internal|partner)$\n"
+         "rate = 1/s\n[rule:d]\nkey = key\nmatch = path ^/ddddddddddddddddddddddddddddddddddddddddddd/\n"
+         "  method ^(GET|POST|PUT|DELETE|PATCH|HEAD|OPTIONS|CONNECT|TRACE|PROPFIND)$\n"
+         "  key ^[a-z0-9]{8}-[a-z0-9]{4}-[a-z0-9]{4}-[a-z0-9]{4}-[a-z0-9]{12}$\n"
+         "  ua ^(curl|wget|python-requests|go-http-client|java|okhttp|axios|node-fetch)/\n"
+         "rate = 1/s\n"),
+    SEED("[rule:a]\nmatch = path (?:ab?){0,200}z\n  ua (?:cd?){0,200}y\n  key (?:ef?){0,200}x\n"
+         "rate = 1/s\n[rule:b]\nmatch = path (?:gh?){0,200}w\n  ua (?:ij?){0,200}v\n"
+         "  key (?:kl?){0,200}u\nrate = 1/s\n[rule:c]\nmatch = path (?:mn?){0,200}t\n"
+         "  ua (?:op?){0,200}s\nrate = 1/s\n"),
     SEED("[agent]\nmax_frame_size = 512\n[rule:big]\nkey = k\nrate = arg:r\n"
          "max_rate = 1000000000000000/1ms\nmax_burst = 1000000000000000\n"
          "\0" "1000000000000000/1ms\0k\0" "1/365d\0"),
@@ -571,9 +599,9 @@ static size_t fuzz_seed(size_t k, uint8_t *buf)
 
 static void fuzz_summary(void)
 {
-    printf(FUZZ_NAME ": %llu accepted, %llu refused; %llu requests, %llu rule hits, %llu "
-           "blocked\n",
-           n_accepted, n_refused, n_requests, n_hits, n_blocked);
+    printf(FUZZ_NAME ": %llu accepted, %llu refused (%llu over the rule set's budget); %llu "
+           "requests, %llu rule hits, %llu blocked\n",
+           n_accepted, n_refused, n_budget, n_requests, n_hits, n_blocked);
 }
 
 #include "fuzz_main.h"
