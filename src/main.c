@@ -21,7 +21,7 @@
 #include "http/httpd.h"
 #include "http/keyapi.h"
 #include "http/status.h"
-#include "limiter.h"
+#include "limiter/limiter.h"
 #include "metrics/history.h"
 #include "metrics/metrics.h"
 #include "metrics/mismatch.h"
@@ -240,7 +240,7 @@ static void on_sighup(struct ev_loop *loop, ev_signal *w, int revents)
     struct agent *a = w->data;
 
     service_reloading();
-    if (rules_compile_reload(a->compile, a->path, a->rules, reloaded, a) < 0) {
+    if (rules_compile_reload(a->compile, a->path, rules_store_in_force(a->rules), reloaded, a) < 0) {
         METRIC_INC(reload_failures);
         LOG_ERROR("\"reload failed: out of memory\"");
         service_ready();

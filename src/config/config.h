@@ -12,7 +12,7 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
-#include "bucket.h"
+#include "limits/bucket.h"
 #include "core/log.h"
 #include "core/net.h"
 #include "core/rx.h"

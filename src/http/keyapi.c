@@ -13,7 +13,7 @@
 #include "core/json.h"
 #include "core/util.h"
 #include "httpd.h"
-#include "limiter.h"
+#include "limiter/limiter.h"
 #include "rules/rules.h"
 
 #define ARG_MAX 8192 /* a decoded query value: the request is at most 8 KiB */

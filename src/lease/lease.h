@@ -23,7 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "bucket.h"
+#include "limits/bucket.h"
 #include "store/script.h"
 
 #define LEASE_MAX_WAITERS 4096 /* per key: past this, requests are answered blocked */

@@ -11,7 +11,7 @@
 
 #include "core/log.h"
 #include "core/util.h"
-#include "fleet.h"
+#include "limits/fleet.h"
 #include "metrics/mismatch.h"
 #include "rules_key.h"
 

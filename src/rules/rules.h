@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "bucket.h"
+#include "limits/bucket.h"
 #include "config/config.h"
 #include "metrics/metrics.h"
 #include "spop/spop.h"

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fleet.h"
+#include "limits/fleet.h"
 
 /* What ruleset_new allocates, not the config; NULL is a no-op. */
 static void ruleset_free(struct ruleset *rs)

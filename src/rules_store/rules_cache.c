@@ -3,7 +3,7 @@
  * of the last applied version (read at start, written after each apply),
  * the configuration an agent starts with and the key names of the layout.
  * No Redis, no loop (see rules_store.h). */
-#include "rules_store/rules_store.h"
+#include "rules_store/rules_cache.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -16,6 +16,7 @@
 
 #include "config/config.h"
 #include "core/log.h"
+#include "rules_store/rules_check.h"
 
 /* The cache's first line: an INI comment, so that the file is a rules file
  * too (an operator may --check or --push it as it is). */

@@ -3,7 +3,7 @@
  * fleet (--push), goes back to it (--rollback), or is put in force by an
  * agent (a version from Redis, the cache at start), and the sha256 a version
  * carries: see rules_store.h. Pure: no Redis, no loop. */
-#include "rules_store/rules_store.h"
+#include "rules_store/rules_check.h"
 
 #include <stdio.h>
 #include <string.h>

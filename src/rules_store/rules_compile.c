@@ -18,7 +18,7 @@
 
 #include "config/config.h"
 #include "core/log.h"
-#include "rules_store/rules_store.h"
+#include "rules_store/rules_check.h"
 
 #define ERRBUF 4096
 
@@ -32,7 +32,7 @@ struct rules_compile {
     /* a SIGHUP waiting for the load in flight */
     int reload;
     char *reload_path;
-    struct rules_store *reload_rs;
+    const struct rules_in_force *reload_rules; /* NULL: the file's rules alone */
     rules_compile_done_fn *reload_cb;
     void *reload_ctx;
     /* the job, read by the thread; then its outcome, written by it */
@@ -80,12 +80,12 @@ static void clear(struct rules_compile *c)
 static void start_reload(struct rules_compile *c)
 {
     struct rules_compile_result res = {NULL, "reload failed: out of memory or no thread", NULL, 0};
-    size_t len = 0;
-    uint64_t version = 0;
-    const char *text = c->reload_rs ? rules_store_text(c->reload_rs, &len, &version) : NULL;
+    const struct rules_in_force *f = c->reload_rules;
+    const char *text = f ? f->text : NULL;
+    size_t len = f && text ? f->len : 0;
     char name[48];
 
-    snprintf(name, sizeof(name), "redis:v%llu", (unsigned long long)version);
+    snprintf(name, sizeof(name), "redis:v%llu", (unsigned long long)(f ? f->version : 0));
     c->reload = 0;
     if (rules_compile_start(c, c->reload_path, text, len, NULL, name, c->reload_cb,
                             c->reload_ctx) < 0)
@@ -177,8 +177,9 @@ int rules_compile_busy(const struct rules_compile *c)
     return c->busy;
 }
 
-int rules_compile_reload(struct rules_compile *c, const char *path, struct rules_store *rs,
-                         rules_compile_done_fn *done, void *ctx)
+int rules_compile_reload(struct rules_compile *c, const char *path,
+                         const struct rules_in_force *in_force, rules_compile_done_fn *done,
+                         void *ctx)
 {
     char *p = strdup(path);
 
@@ -186,7 +187,7 @@ int rules_compile_reload(struct rules_compile *c, const char *path, struct rules
         return -1;
     free(c->reload_path);
     c->reload_path = p;
-    c->reload_rs = rs;
+    c->reload_rules = in_force;
     c->reload_cb = done;
     c->reload_ctx = ctx;
     c->reload = 1;

@@ -18,10 +18,20 @@
 
 #include <stddef.h>
 
+#include <stdint.h>
+
 struct ev_loop;
 struct config;
 struct rules_compile;
-struct rules_store;
+
+/* The rule text in force from the store ([rules] source = redis), kept by
+ * the rule store (rules_store_in_force) and read by a SIGHUP's load when it
+ * starts, which may be after a version's load it waited for. */
+struct rules_in_force {
+    char *text; /* NULL: none (the file's own rules) */
+    size_t len;
+    uint64_t version;
+};
 
 /* A load's outcome, valid for the duration of the done callback. */
 struct rules_compile_result {
@@ -58,8 +68,9 @@ int rules_compile_busy(const struct rules_compile *c);
  * version it may have put in force stays. Several SIGHUPs while waiting
  * are one load (each gets its done: the last). 0, or -1 out of memory
  * (done never called). */
-int rules_compile_reload(struct rules_compile *c, const char *path, struct rules_store *rs,
-                         rules_compile_done_fn *done, void *ctx);
+int rules_compile_reload(struct rules_compile *c, const char *path,
+                         const struct rules_in_force *in_force, rules_compile_done_fn *done,
+                         void *ctx);
 
 /* Wait for a load in flight (bounded: the rule set's budget), drop its
  * outcome without calling done, and free. NULL is a no-op. */

@@ -42,11 +42,10 @@ struct rules_store {
     char *cache; /* NULL: none */
     char key_current[RULES_STORE_KEY_MAX];
     char prefix[RULES_STORE_KEY_MAX];
-    /* in force */
-    char *text;
-    size_t len;
-    uint64_t version; /* 0: none from Redis (the file's rules) */
-    char sha[65];     /* of text */
+    /* in force: its text and version (0: none from Redis, the file's
+     * rules), read by a SIGHUP's load too (rules_compile_reload) */
+    struct rules_in_force cur;
+    char sha[65]; /* of cur.text */
     /* A version is its number and its sha256, both in PREFIX{rules}:current:
      * a Redis that lost its data may number the version in force again
      * (pushed by hand, or by an older --push), and that new one must not
@@ -94,7 +93,7 @@ static void refused(struct rules_store *rs, uint64_t version, const char *why)
     METRIC_INC(rules_applied_rejected);
     LOG_WARN("\"rules version rejected, keeping the rules in force\" version=%llu "
              "in_force=%llu error=\"%s\"",
-             (unsigned long long)version, (unsigned long long)rs->version,
+             (unsigned long long)version, (unsigned long long)rs->cur.version,
              log_esc(why, strcspn(why, "\n")));
 }
 
@@ -183,7 +182,7 @@ static void store_lost(struct rules_store *rs, uint64_t current)
                       "restarted empty, was flushed or is a stale replica. Keeping these rules. "
                       "Push them again with --push RULES --force; make Redis persistent "
                       "(appendonly yes or RDB snapshots)",
-                      (unsigned long long)rs->version, now))
+                      (unsigned long long)rs->cur.version, now))
         ev_feed_event(rs->loop, &rs->report, EV_TIMER);
 }
 
@@ -198,7 +197,7 @@ static void on_current(void *arg, const struct store_result *res)
     if (res->status != STORE_OK)
         return;
     if ((res->nstr != 1 || !res->str_len[0] || strtoull(res->str[0], NULL, 10) == 0) &&
-        rs->version) {
+        rs->cur.version) {
         atomic_store(&metrics.rules_current_version, 0);
         store_lost(rs, 0);
         return;
@@ -216,14 +215,14 @@ static void on_current(void *arg, const struct store_result *res)
     if (sp && res->str_len[0] - (size_t)(sp + 1 - res->str[0]) == 64)
         memcpy(sha, sp + 1, 64), sha[64] = '\0';
     atomic_store(&metrics.rules_current_version, version);
-    if (version < rs->version) {
+    if (version < rs->cur.version) {
         store_lost(rs, version);
         return;
     }
     /* a version at least the one in force: the store has what the fleet
      * runs again (after --push --force, or Redis back with its data) */
     warning_clear(WARNING_RULES_STORE_LOST);
-    if (version == rs->version && (!sha[0] || strcmp(sha, rs->sha) == 0)) {
+    if (version == rs->cur.version && (!sha[0] || strcmp(sha, rs->sha) == 0)) {
         atomic_store(&metrics.rules_cached, 0); /* Redis says the cache is current */
         return;
     }
@@ -291,7 +290,7 @@ static void report(struct rules_store *rs)
 
     if (rs->reporting || !store_up(rs->s))
         return;
-    snprintf(version, sizeof(version), "%llu", (unsigned long long)rs->version);
+    snprintf(version, sizeof(version), "%llu", (unsigned long long)rs->cur.version);
     snprintf(live, sizeof(live), "%d", RULES_FLEET_LIVE_MS);
     const char *argv[5 + RULES_FLEET_ARGC] = {"EVAL", rules_script_fleet, "2", rs->key_agents,
                                               rs->key_seen};
@@ -361,13 +360,13 @@ int rules_store_adopt(struct rules_store *rs, const char *text, size_t len, uint
 {
     char *copy = malloc(len + 1);
 
-    rs->version = version;
+    rs->cur.version = version;
     if (copy) {
         memcpy(copy, text, len);
         copy[len] = '\0';
-        free(rs->text);
-        rs->text = copy;
-        rs->len = len;
+        free(rs->cur.text);
+        rs->cur.text = copy;
+        rs->cur.len = len;
     }
     rules_store_sha256(text, len, rs->sha);
     atomic_store(&metrics.rules_version, version);
@@ -375,11 +374,9 @@ int rules_store_adopt(struct rules_store *rs, const char *text, size_t len, uint
     return copy ? 0 : -1;
 }
 
-const char *rules_store_text(const struct rules_store *rs, size_t *len, uint64_t *version)
+const struct rules_in_force *rules_store_in_force(const struct rules_store *rs)
 {
-    *len = rs->len;
-    *version = rs->version;
-    return rs->text;
+    return rs ? &rs->cur : NULL;
 }
 
 const char *rules_store_error(const struct rules_store *rs)
@@ -410,7 +407,7 @@ void rules_store_free(struct rules_store *rs)
         return;
     rules_store_stop(rs);
     rules_fleet_clear(&rs->fleet);
-    free(rs->text);
+    free(rs->cur.text);
     free(rs->cache);
     free(rs->path);
     free(rs);

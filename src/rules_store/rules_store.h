@@ -46,16 +46,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "rules_store/rules_cache.h"
+#include "rules_store/rules_check.h"
+#include "rules_store/rules_compile.h"
+
 struct ev_loop;
 struct store;
 struct config;
 struct rules_compile;
 struct rules_store;
 
-#define RULES_STORE_KEY_MAX 160 /* a prefix (64) and the longest suffix */
-
-/* PREFIX{rules}:SUFFIX into out (RULES_STORE_KEY_MAX bytes); its length. */
-size_t rules_store_key(const char *prefix, const char *suffix, char *out);
 
 /* Put cfg in force: a version that passed rules_store_check_version with
  * the agent's file (owned from here on, freed on failure too). 0 applied;
@@ -78,9 +78,10 @@ struct rules_store *rules_store_new(struct ev_loop *loop, struct store *s,
 int rules_store_adopt(struct rules_store *rs, const char *text, size_t len, uint64_t version,
                       int cached);
 
-/* The text of the version in force (NULL: none yet, the file's rules) and
- * its number. Valid until the next apply. */
-const char *rules_store_text(const struct rules_store *rs, size_t *len, uint64_t *version);
+/* The text of the version in force (text NULL: none yet, the file's rules)
+ * and its number, kept up to date at each apply: what a SIGHUP's load
+ * reads when it starts (rules_compile_reload). NULL when rs is. */
+const struct rules_in_force *rules_store_in_force(const struct rules_store *rs);
 
 /* The last version's apply error ("version N: NAME:LINE: ..."), NULL when
  * the last one applied (the status page). Valid until the next poll. */
@@ -100,45 +101,5 @@ char *rules_store_fleet_json(const struct rules_store *rs, size_t *len);
 void rules_store_stop(struct rules_store *rs);
 void rules_store_free(struct rules_store *rs);
 
-/* [rules] source = redis, at start (path: the agent's file, *cfg loaded
- * from it): the cached version when the cache holds a usable one (*cfg
- * replaced by the file with those rules; their text, malloc'd, in *text
- * and *len, their version in *version, for rules_store_adopt), else *text
- * NULL and the file's own [rule:*] sections until Redis answers (none: said
- * loudly). Logs which; never a reason not to start. */
-void rules_store_boot(const char *path, struct config **cfg, char **text, size_t *len,
-                      uint64_t *version);
-
-/* The cache file at path: *text (malloc'd, NUL-terminated, *len bytes)
- * and the version it holds. 0, or -1 with why in err (missing, unreadable,
- * too large, no version line). */
-int rules_store_read_cache(const char *path, char **text, size_t *len, uint64_t *version,
-                           char *err, size_t errlen);
-
-/* Write text as version to path atomically: a temporary file of its own
- * beside path (mkstemp: agents sharing the path never write the same one),
- * fsync, rename, fsync of the directory. 0, or -1 with why in err and no
- * temporary file left. */
-int rules_store_write_cache(const char *path, const char *text, size_t len, uint64_t version,
-                            char *err, size_t errlen);
-
-/* The check of a rule set, one for every user (pure: no Redis): text
- * (len bytes, NUL-terminated; named name in errors) parsed with the
- * non-rule sections of the file at path exactly as --check does
- * (config_load_with_rules), and holding at least one [rule:*] section: an
- * empty set would allow every request everywhere. --push and the cache read
- * at start call it on text they read themselves. 0 with *out the config
- * (NULL out: freed), or -1 with "NAME[:LINE]: message" lines in err. */
-int rules_store_check_text(const char *path, const char *text, size_t len, const char *name,
-                           struct config **out, char *err, size_t errlen);
-
-/* The same for a version read from Redis (an agent applying it, --rollback
- * choosing it): first its sha256 (the hash's, as --push wrote it: 64 hex
- * digits) must be present and be text's. */
-int rules_store_check_version(const char *path, const char *text, size_t len, const char *sha256,
-                              const char *name, struct config **out, char *err, size_t errlen);
-
-/* sha256 of text in lower-case hex (65 bytes with the NUL). */
-void rules_store_sha256(const char *text, size_t len, char out[65]);
 
 #endif

@@ -18,7 +18,7 @@
 #include "config/config.h"
 #include "core/log.h"
 #include "core/net.h"
-#include "limiter.h"
+#include "limiter/limiter.h"
 #include "metrics/metrics.h"
 #include "rules/rules.h"
 #include "server_int.h"

@@ -23,7 +23,7 @@
 #include "core/log.h"
 #include "core/net.h"
 #include "core/util.h"
-#include "limiter.h"
+#include "limiter/limiter.h"
 #include "metrics/metrics.h"
 #include "rules/rules.h"
 #include "spop/spop_conn.h"

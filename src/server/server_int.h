@@ -14,7 +14,7 @@
 
 #include "core/dlist.h"
 #include "idle_lru.h"
-#include "limiter.h"
+#include "limiter/limiter.h"
 #include "listener.h"
 #include "spop/spop_conn.h"
 

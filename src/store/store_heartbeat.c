@@ -10,7 +10,7 @@
 
 #include "core/log.h"
 #include "core/util.h"
-#include "fleet.h"
+#include "limits/fleet.h"
 #include "metrics/metrics.h"
 #include "store.h"
 

@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "bucket.h"
+#include "limits/bucket.h"
 #include "store_result.h"
 
 struct redisReply;

@@ -20,7 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "bucket.h"
+#include "limits/bucket.h"
 
 /* Virtual time starts here (microseconds; a whole number of hours, so that
  * sliding windows of any period up to an hour start with the run). */

@@ -10,9 +10,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "bucket.h"
+#include "limits/bucket.h"
 #include "lease/lease.h"
-#include "script_args.h"
+#include "limiter/script_args.h"
 #include "tools/sim.h"
 #include "tools/sim_heap.h"
 #include "tools/sim_score.h"

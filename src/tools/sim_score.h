@@ -10,7 +10,7 @@
 
 #include <stdint.h>
 
-#include "bucket.h"
+#include "limits/bucket.h"
 #include "tools/sim.h"
 #include "tools/sim_stats.h"
 

@@ -6,7 +6,7 @@
 
 #include <stdint.h>
 
-#include "bucket.h"
+#include "limits/bucket.h"
 
 /* Values 0..31 exactly, then 32 buckets per power of two (3 % wide). */
 #define SIM_HIST_BUCKETS (32 + 59 * 32 + 32)

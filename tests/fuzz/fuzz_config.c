@@ -43,7 +43,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "bucket.h"
+#include "limits/bucket.h"
 #include "config/config.h"
 #include "metrics/metrics.h"
 #include "rules/rules.h"

@@ -39,7 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bucket.h"
+#include "limits/bucket.h"
 #include "lease/lease.h"
 #include "metrics/metrics.h"
 #include "rules_store/rules_fleet.h"

@@ -37,7 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bucket.h"
+#include "limits/bucket.h"
 #include "config/config.h"
 #include "lease/lease.h"
 #include "rules/rules.h"

@@ -8,7 +8,7 @@
 
 #include <stdint.h>
 
-#include "bucket.h"
+#include "limits/bucket.h"
 
 #define SEC 1000000ULL
 #define MINUTE (60 * SEC)

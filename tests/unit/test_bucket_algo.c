@@ -3,7 +3,7 @@
  * (refill, drift, clock steps, requests that never fit, the bound over any
  * interval) and sliding window (weights, retry times, idle windows, huge
  * periods, the bound over any window). */
-#include "bucket.h"
+#include "limits/bucket.h"
 #include "metrics/metrics.h"
 
 #include <check.h>

@@ -5,7 +5,7 @@
  * reset counted to the boundary, a clock that goes back, idleness and expiry
  * on the wall clock. Times are wall-clock microseconds since the epoch,
  * passed in, so every case is exact. */
-#include "bucket.h"
+#include "limits/bucket.h"
 
 #include <check.h>
 #include <stdint.h>

@@ -3,7 +3,7 @@
  * eviction within the memory budget, expiry (and how much of it one call
  * visits), a million keys, limits, peek and drop, and threads taking and
  * expiring at once; a take by the rule's seed. */
-#include "bucket.h"
+#include "limits/bucket.h"
 #include "metrics/metrics.h"
 
 #include <check.h>

@@ -9,7 +9,7 @@
 #include <stdint.h>
 
 #include "check_util.h"
-#include "fleet.h"
+#include "limits/fleet.h"
 
 #define S 1000000ULL         /* one second, us */
 #define BEAT (5 * S)         /* STORE_HEARTBEAT_EVERY */

@@ -10,7 +10,7 @@
 #include <check.h>
 #include <stdint.h>
 
-#include "bucket.h"
+#include "limits/bucket.h"
 #include "check_util.h"
 #include "lease/lease.h"
 #include "lease_fixture.h"

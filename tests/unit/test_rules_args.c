@@ -8,10 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bucket.h"
+#include "limits/bucket.h"
 #include "check_util.h"
 #include "config/config.h"
-#include "fleet.h"
+#include "limits/fleet.h"
 #include "metrics/mismatch.h"
 #include "rules/rules.h"
 #include "rules_fixture.h"

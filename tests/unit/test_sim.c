@@ -11,7 +11,7 @@
 
 #include "check_util.h"
 #include "lease/lease.h"
-#include "script_args.h"
+#include "limiter/script_args.h"
 #include "store/script.h"
 #include "tools/sim_redis.h"
 #include "tools/sim_stats.h"

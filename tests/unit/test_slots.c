@@ -4,7 +4,7 @@
  * the slot token (encode, parse, garbage), the release message's tokens, and
  * a concurrency rule in the config (defaults, --print round trip).
  */
-#include "slots.h"
+#include "limits/slots.h"
 
 #include <check.h>
 #include <stdint.h>

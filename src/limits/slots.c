@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* slots.c - the in-memory slot table (slots.h): a chained hash table of
  * (rule, key) entries, each an array of held slots with their deadlines. */
-#include "slots.h"
+#include "limits/slots.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

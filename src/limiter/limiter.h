@@ -8,7 +8,7 @@
  * workers wake with an ev_async. A request whose decisions must wait for
  * Redis is completed from that thread through its done() callback.
  *
- * For the operator (limiter_ops.c): limiter_inspect() reads one client's
+ * For the operator (limiter_admin.c): limiter_inspect() reads one client's
  * state and limiter_reset() clears it, in every mode, on the limiter's
  * thread; callers (GET /key, POST /reset, a status page) only render what
  * they deliver.
@@ -19,9 +19,9 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "bucket.h"
+#include "limits/bucket.h"
 #include "lease/lease.h"
-#include "limiter_req.h"
+#include "limiter/limiter_req.h"
 #include "rules/rules.h"
 
 struct ev_loop;

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* script_args.c - the argument vector of one script call (moved out of
  * limiter.c so that the simulator builds exactly what the agent sends). */
-#include "script_args.h"
+#include "limiter/script_args.h"
 
 #include <string.h>
 

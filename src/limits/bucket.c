@@ -11,7 +11,7 @@
  * "remaining".
  *
  */
-#include "bucket.h"
+#include "limits/bucket.h"
 
 #include <math.h>
 #include <stdlib.h>

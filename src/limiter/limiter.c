@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* limiter.c - decisions: in-memory buckets, leases, exact Redis calls, and
  * the fallback while Redis is unreachable. */
-#include "limiter.h"
-#include "limiter_int.h"
+#include "limiter/limiter.h"
+#include "limiter/limiter_int.h"
 
 #include <ev.h>
 #include <math.h>
@@ -16,8 +16,8 @@
 #include "core/util.h"
 #include "core/warning.h"
 #include "metrics/metrics.h"
-#include "script_args.h"
-#include "slots.h"
+#include "limiter/script_args.h"
+#include "limits/slots.h"
 #include "store/script.h"
 #include "store/store.h"
 #include "store/store_epoch.h"

@@ -4,16 +4,16 @@
  * calls that take and give them back (cc_acquire, cc_release, through
  * limiter.c's queue), the slots release messages give back, and those of
  * blocked requests. */
-#include "limiter_int.h"
+#include "limiter/limiter_int.h"
 #include "lease/lease.h"
-#include "limiter_req.h"
+#include "limiter/limiter_req.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #include "config/config.h"
 #include "metrics/metrics.h"
-#include "slots.h"
+#include "limits/slots.h"
 #include "store/store_reply.h"
 
 #define RETRY_NOMEM_US 1000000

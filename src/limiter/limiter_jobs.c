@@ -4,7 +4,7 @@
  * refund) and the limiter's parts. It never calls up: what must (sending a
  * job, a decision that is in, the fallback) goes through the limiter's ops
  * (struct limiter_up, set by limiter_new in limiter.c). */
-#include "limiter_int.h"
+#include "limiter/limiter_int.h"
 
 #include <ev.h>
 #include <pthread.h>
@@ -14,7 +14,7 @@
 #include "config/config.h"
 #include "core/util.h"
 #include "lease/lease.h"
-#include "limiter_req.h"
+#include "limiter/limiter_req.h"
 #include "metrics/metrics.h"
 
 void limiter_job_queue(struct limiter *l, struct rjob *j, int wake)

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* fleet.c - the fleet size over a window and the fail-open share (fleet.h). */
-#include "fleet.h"
+#include "limits/fleet.h"
 
 #include <stdatomic.h>
 #include <string.h>

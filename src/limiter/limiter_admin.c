@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* limiter_ops.c - one client, for the operator: read its state (GET /key, a
+/* limiter_admin.c - one client, for the operator: read its state (GET /key, a
  * status page) and clear it (POST /reset), standalone and with Redis (url,
  * Sentinel or Cluster: the store sends a key's reads and its reset to the
  * server of its slot), and its fail-open backstop bucket in both modes.
@@ -9,8 +9,8 @@
  * (current and previous counts); per lease "h:AGENT" (held) and tb
  * "e:AGENT" (expiry, Redis us) and "q:AGENT" (a rate lease's share,
  * tokens per us), sw "w:AGENT" (its window). */
-#include "limiter.h"
-#include "limiter_int.h"
+#include "limiter/limiter.h"
+#include "limiter/limiter_int.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -22,7 +22,7 @@
 #include "core/log.h"
 #include "core/util.h"
 #include "rules/rules.h"
-#include "slots.h"
+#include "limits/slots.h"
 #include "store/script.h"
 #include "store/store.h"
 

@@ -6,14 +6,14 @@
  * lease (locally), or the Redis bucket (a refund script call). A refund
  * never gives back more than was taken, nor more than the request's absence
  * would have left: it may under-admit for a moment, never over-admit. */
-#include "limiter_int.h"
+#include "limiter/limiter_int.h"
 
 #include <stdatomic.h>
 #include <string.h>
 
 #include "config/config.h"
 #include "lease/lease.h"
-#include "limiter_req.h"
+#include "limiter/limiter_req.h"
 
 #define KEYBUF 1024
 

@@ -11,7 +11,7 @@
  * recently used one of its stripe: each stripe keeps its entries on an age
  * list, most recently used last.
  */
-#include "bucket.h"
+#include "limits/bucket.h"
 
 #include <pthread.h>
 #include <stdlib.h>

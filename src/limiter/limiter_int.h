@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "bucket.h"
+#include "limits/bucket.h"
 #include "core/util.h"
 
 struct bucket_table;

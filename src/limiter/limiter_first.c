@@ -8,7 +8,7 @@
  * of a cold decision's cost). A key that is there after all (a string or a
  * hash) is left alone by NX and gets the normal tb_exact call: a second round
  * trip, on the few keys the guess missed. */
-#include "limiter_int.h"
+#include "limiter/limiter_int.h"
 
 #include <string.h>
 
