@@ -69,6 +69,7 @@ static void usage(FILE *f)
                "       spoa-ratelimit -c FILE --push RULES [--message TEXT] [--if-version N]\n"
                "                      [--force]\n"
                "       spoa-ratelimit -c FILE --rules-history | --rollback N | --fleet\n"
+               "       spoa-ratelimit -c FILE --rules-show N | --rules-diff A B\n"
                "       spoa-ratelimit --version | --help\n"
                "\n"
                "  -c, --config FILE   configuration file (INI)\n"
@@ -88,6 +89,9 @@ static void usage(FILE *f)
                "      --rollback N    make version N current again, as a new version\n"
                "      --fleet         list the live agents and the version each applied;\n"
                "                      exit 1 when one is off the current version\n"
+               "      --rules-show N  print version N's rule text as stored (who, when and\n"
+               "                      why on stderr)\n"
+               "      --rules-diff A B  a unified diff of version A's text to version B's\n"
                "  -v, --version       print the version and exit\n"
                "  -h, --help          print this help and exit\n");
 }
@@ -532,7 +536,9 @@ static int parse_args(int argc, char **argv, const char **path, int *check, cons
         OPT_ROLLBACK,
         OPT_FLEET,
         OPT_HAPROXY,
-        OPT_FORCE
+        OPT_FORCE,
+        OPT_SHOW,
+        OPT_DIFF
     };
     static const struct option opts[] = {
         {"config", required_argument, NULL, 'c'},
@@ -549,6 +555,8 @@ static int parse_args(int argc, char **argv, const char **path, int *check, cons
         {"fleet", no_argument, NULL, OPT_FLEET},
         {"haproxy", required_argument, NULL, OPT_HAPROXY},
         {"force", no_argument, NULL, OPT_FORCE},
+        {"rules-show", required_argument, NULL, OPT_SHOW},
+        {"rules-diff", required_argument, NULL, OPT_DIFF}, /* A; B follows it */
         {NULL, 0, NULL, 0},
     };
     int c, print = 0, ops = 0, bad = 0;
@@ -604,6 +612,12 @@ static int parse_args(int argc, char **argv, const char **path, int *check, cons
             bad |= parse_version(optarg, 1, &cli->rollback) < 0;
             ops++;
             break;
+        case OPT_SHOW:
+        case OPT_DIFF:
+            cli->op = c == OPT_SHOW ? RULES_CLI_SHOW : RULES_CLI_DIFF;
+            bad |= parse_version(optarg, 1, &cli->show[0]) < 0;
+            ops++;
+            break;
         default:
             usage(stderr);
             *status = 2;
@@ -614,6 +628,11 @@ static int parse_args(int argc, char **argv, const char **path, int *check, cons
     bad |= ops > 1 || (ops && *check) ||
            ((cli->message || cli->if_version >= 0 || cli->force) &&
             cli->op != RULES_CLI_PUSH && cli->op != RULES_CLI_ROLLBACK);
+    /* --rules-diff's B: the one operand (getopt moves operands last) */
+    if (cli->op == RULES_CLI_DIFF && optind < argc)
+        bad |= parse_version(argv[optind++], 1, &cli->show[1]) < 0;
+    else if (cli->op == RULES_CLI_DIFF)
+        bad = 1;
     if (!*path || optind != argc || ((print || *haproxy) && !*check) || bad) {
         usage(stderr);
         *status = 2;

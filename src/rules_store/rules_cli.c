@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* rules_cli.c - --push, --rules-history and --rollback (see rules_cli.h).
+/* rules_cli.c - --push, --rules-history, --rollback, --fleet, --rules-show
+ * and --rules-diff (see rules_cli.h).
  *
  * The store does the connecting (so the url forms, AUTH, Sentinel and
  * Cluster routing are the agent's own) on a loop of our own. Its first calls
@@ -21,6 +22,7 @@
 #include "config/config.h"
 #include "core/log.h"
 #include "rules_scripts.h"
+#include "rules_store/rules_diff.h"
 #include "rules_store/rules_fleet.h"
 #include "rules_store/rules_script.h"
 #include "rules_store/rules_store.h"
@@ -35,6 +37,7 @@ struct answer {
     char err[256];
     size_t n;
     char **str;
+    size_t *len; /* str[i] holds len[i] bytes (and a NUL) */
 };
 
 static void answer_clear(struct answer *an)
@@ -42,6 +45,7 @@ static void answer_clear(struct answer *an)
     for (size_t i = 0; i < an->n; i++)
         free(an->str[i]);
     free(an->str);
+    free(an->len);
     memset(an, 0, sizeof(*an));
 }
 
@@ -64,9 +68,14 @@ static void on_answer(void *arg, const struct store_result *res)
         return;
     }
     an->str = calloc(res->nstr ? res->nstr : 1, sizeof(char *));
-    for (size_t i = 0; an->str && i < res->nstr; i++) {
-        if (!(an->str[i] = strndup(res->str[i], res->str_len[i])))
+    an->len = calloc(res->nstr ? res->nstr : 1, sizeof(size_t));
+    for (size_t i = 0; an->str && an->len && i < res->nstr; i++) {
+        /* every byte, a NUL among them too: --rules-show prints them all */
+        if (!(an->str[i] = malloc(res->str_len[i] + 1)))
             break;
+        memcpy(an->str[i], res->str[i], res->str_len[i]);
+        an->str[i][res->str_len[i]] = '\0';
+        an->len[i] = res->str_len[i];
         an->n = i + 1;
     }
 }
@@ -335,6 +344,104 @@ static int run_fleet(struct cli *c)
     return rc;
 }
 
+/* Version N's text as an agent reads it (lua/rules_fetch.lua, EVAL_RO,
+ * within the 1 MiB cap): into *text (free() it) of *len bytes, its stored
+ * sha256 into sha. -1 when it cannot be read, said on stderr. */
+static int fetch_version(struct cli *c, long long n, char **text, size_t *len, char sha[65])
+{
+    char vname[32], key[RULES_STORE_KEY_MAX], cap[24];
+    struct answer an = {0};
+    int rc = -1;
+
+    snprintf(vname, sizeof(vname), "v:%lld", n);
+    rules_store_key(c->prefix, vname, key);
+    snprintf(cap, sizeof(cap), "%d", CFG_MAX_RULES_TEXT);
+    const char *argv[4 + RULES_FETCH_ARGC] = {"EVAL_RO", rules_script_fetch, "1", key};
+    argv[4 + RULES_FETCH_ARG_CAP] = cap;
+    call(c, 4 + RULES_FETCH_ARGC, argv, &an);
+    if (an.status == STORE_OK && an.n == RULES_FETCH_R_OVER) {
+        fprintf(stderr, "spoa-ratelimit: version %lld is larger than 1 MiB (%s bytes): not read, "
+                        "as every agent refuses it\n", n, an.str[RULES_FETCH_R_SIZE]);
+    } else if (an.status != STORE_OK || an.n != RULES_FETCH_R_N || !an.len) {
+        fprintf(stderr, "spoa-ratelimit: %s\n", an.err[0] ? an.err : "bad reply");
+    } else if (!an.len[RULES_FETCH_R_TEXT] && !an.len[RULES_FETCH_R_SHA256]) {
+        fprintf(stderr,
+                "spoa-ratelimit: version %lld is not kept in Redis (--rules-history lists the "
+                "kept ones)\n", n);
+    } else {
+        char got[65];
+        *len = an.len[RULES_FETCH_R_TEXT];
+        *text = an.str[RULES_FETCH_R_TEXT];
+        an.str[RULES_FETCH_R_TEXT] = NULL; /* now the caller's */
+        snprintf(sha, 65, "%s", an.str[RULES_FETCH_R_SHA256]);
+        rules_store_sha256(*text, *len, got);
+        /* shown all the same: it is what is stored, and every agent refuses it */
+        if (strcmp(got, sha) != 0)
+            fprintf(stderr, "spoa-ratelimit: warning: version %lld's text does not match its "
+                            "sha256 (%.12s): every agent refuses it\n", n, sha);
+        rc = 0;
+    }
+    answer_clear(&an);
+    return rc;
+}
+
+/* --rules-show N: the text on stdout byte for byte; who wrote it, when and
+ * why on stderr, so that `--rules-show N > FILE` is the text alone. */
+static int run_show(struct cli *c, long long n)
+{
+    char vname[32], key[RULES_STORE_KEY_MAX], sha[65], when[32] = "?";
+    char *text = NULL;
+    size_t len = 0;
+    struct answer an = {0};
+
+    if (fetch_version(c, n, &text, &len, sha) < 0)
+        return 1;
+    snprintf(vname, sizeof(vname), "v:%lld", n);
+    rules_store_key(c->prefix, vname, key);
+    const char *argv[] = {"HMGET", key, "time", "host", "message"};
+    call(c, 5, argv, &an);
+    if (an.status == STORE_OK && an.n == 3) {
+        time_t t = (time_t)strtoll(an.str[0], NULL, 10);
+        struct tm tm;
+        if (t && gmtime_r(&t, &tm))
+            strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
+        fprintf(stderr, "; redis:v%lld %s host %s sha256 %.12s%s%s\n", n, when,
+                an.str[1][0] ? an.str[1] : "?", sha, an.str[2][0] ? ": " : "", an.str[2]);
+    }
+    answer_clear(&an);
+    int rc = fwrite(text, 1, len, stdout) == len && fflush(stdout) == 0 ? 0 : 1;
+    free(text);
+    return rc;
+}
+
+/* --rules-diff A B: what turns A's text into B's, as diff -u shows it;
+ * nothing when they are the same. */
+static int run_diff(struct cli *c, long long a, long long b)
+{
+    char sha[65], an[32], bn[32];
+    char *ta = NULL, *tb = NULL, *d = NULL;
+    size_t la = 0, lb = 0, len = 0;
+    int whole = 0, rc = 1;
+
+    if (fetch_version(c, a, &ta, &la, sha) < 0 || fetch_version(c, b, &tb, &lb, sha) < 0)
+        goto out;
+    snprintf(an, sizeof(an), "redis:v%lld", a);
+    snprintf(bn, sizeof(bn), "redis:v%lld", b);
+    if (!(d = rules_diff(ta, la, tb, lb, an, bn, &len, &whole))) {
+        fprintf(stderr, "spoa-ratelimit: out of memory\n");
+        goto out;
+    }
+    if (whole)
+        fprintf(stderr, "spoa-ratelimit: the versions differ in more than %d lines: what "
+                        "differs is shown as one replacement\n", RULES_DIFF_MAX_EDITS);
+    rc = fwrite(d, 1, len, stdout) == len && fflush(stdout) == 0 ? 0 : 1;
+out:
+    free(ta);
+    free(tb);
+    free(d);
+    return rc;
+}
+
 int rules_cli_run(const struct rules_cli_args *a)
 {
     struct config *cfg = NULL;
@@ -376,6 +483,8 @@ int rules_cli_run(const struct rules_cli_args *a)
     if (connect_store(&c, cfg) == 0)
         rc = a->op == RULES_CLI_HISTORY ? run_history(&c)
              : a->op == RULES_CLI_FLEET ? run_fleet(&c)
+             : a->op == RULES_CLI_SHOW  ? run_show(&c, a->show[0])
+             : a->op == RULES_CLI_DIFF  ? run_diff(&c, a->show[0], a->show[1])
                                         : run_push(&c, a, cfg, text, len);
 out:
     store_free(c.s);

@@ -1,14 +1,23 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* rules_cli.h - the operator's commands on the fleet's rule set in Redis:
  * spoa-ratelimit -c FILE --push RULES [--message TEXT] [--if-version N],
- * --rules-history, --rollback N and --fleet. One-shot: they connect to FILE's
- * [redis] (url, Sentinel or Cluster, with its credentials) through the
- * store on a private loop, run one script (lua/rules_push.lua,
- * lua/rules_history.lua or lua/rules_fleet.lua) and print the outcome. */
+ * --rules-history, --rollback N, --fleet, --rules-show N and --rules-diff A
+ * B. One-shot: they connect to FILE's [redis] (url, Sentinel or Cluster,
+ * with its credentials) through the store on a private loop, run one script
+ * (lua/rules_push.lua, lua/rules_history.lua, lua/rules_fleet.lua, or
+ * lua/rules_fetch.lua per version read, the agents' own capped read) and
+ * print the outcome. */
 #ifndef RULES_CLI_H
 #define RULES_CLI_H
 
-enum rules_cli_op { RULES_CLI_PUSH, RULES_CLI_HISTORY, RULES_CLI_ROLLBACK, RULES_CLI_FLEET };
+enum rules_cli_op {
+    RULES_CLI_PUSH,
+    RULES_CLI_HISTORY,
+    RULES_CLI_ROLLBACK,
+    RULES_CLI_FLEET,
+    RULES_CLI_SHOW, /* --rules-show N: the text on stdout, as stored */
+    RULES_CLI_DIFF, /* --rules-diff A B: a unified diff on stdout */
+};
 
 struct rules_cli_args {
     enum rules_cli_op op;
@@ -18,6 +27,7 @@ struct rules_cli_args {
     long long if_version; /* --if-version N, or -1 */
     long long rollback;   /* --rollback N */
     int force;            /* --force: number a write above every agent's version */
+    long long show[2];    /* --rules-show N (show[0]), --rules-diff A B */
 };
 
 /* Run the command: what it did on stdout, why it failed on stderr. The
