@@ -382,6 +382,26 @@ static void fleet_get(struct agent *a, struct httpd_req *req)
                 strdup(why), strlen(why));
 }
 
+static void rules_text_reply(void *arg, const char *status, char *body, size_t len)
+{
+    httpd_reply(arg, status, "text/plain; charset=utf-8", NULL, body, len);
+}
+
+/* GET /rules/N: version N's text, as --rules-show prints it (the fleet
+ * table links each agent's version there). */
+static void rules_get(struct agent *a, struct httpd_req *req, const char *n)
+{
+    char *end;
+    unsigned long long v = strtoull(n, &end, 10);
+
+    if (a->rules && *n >= '1' && *n <= '9' && !*end && v < UINT64_MAX)
+        rules_store_text(a->rules, v, rules_text_reply, req);
+    else
+        httpd_reply(req, "404 Not Found", "text/plain", NULL,
+                    strdup(a->rules ? "no such version\n" : "no rule store: [rules] source = file\n"),
+                    a->rules ? 16 : 37);
+}
+
 /* POST /reset: refused (403) when off or forged by another page. */
 static void reset_post(struct agent *a, struct httpd_req *req, const char *query)
 {
@@ -407,10 +427,11 @@ static int on_http(void *ctx, struct httpd_req *req, const char *method, const c
     int get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
     int post = strcmp(method, "POST") == 0;
     int reset = strcmp(path, "/reset") == 0;
+    int rules = strncmp(path, "/rules/", 7) == 0;
 
     if (strcmp(path, "/") != 0 && strcmp(path, "/status.json") != 0 &&
         strcmp(path, "/config") != 0 && strcmp(path, "/key") != 0 &&
-        strcmp(path, "/fleet") != 0 && !reset)
+        strcmp(path, "/fleet") != 0 && !reset && !rules)
         return -1;
     if (reset ? !post : !get) {
         httpd_reply(req, "405 Method Not Allowed", "text/plain",
@@ -426,6 +447,8 @@ static int on_http(void *ctx, struct httpd_req *req, const char *method, const c
         keyapi_get(a->lim, a->rs, req, query);
     } else if (strcmp(path, "/fleet") == 0) {
         fleet_get(a, req);
+    } else if (rules) {
+        rules_get(a, req, path + 7);
     } else {
         reset_post(a, req, query);
     }

@@ -2,7 +2,7 @@
 /* httpd.h - the stats listener: a tiny HTTP/1.x server on the main event
  * loop answering GET /metrics (Prometheus text 0.0.4) and GET /top (JSON),
  * and handing other paths to the owner's handler (GET /config, GET /key,
- * POST /reset), which may answer later (after a Redis reply) without
+ * GET /rules/N, POST /reset), which may answer later (after a Redis reply) without
  * blocking the loop. One request per connection; requests over 8 KiB or
  * slower than 5 s are dropped, one holding a NUL byte gets 400 at once.
  * Every answer carries X-Content-Type-Options: nosniff and

@@ -311,6 +311,63 @@ static void report_cb(struct ev_loop *loop, ev_timer *t, int revents)
     report(t->data);
 }
 
+struct text_req {
+    rules_store_text_fn *fn;
+    void *arg;
+};
+
+static void text_answer(struct text_req *t, const char *status, const char *text, size_t len)
+{
+    char *body = malloc(len + 1);
+
+    if (body)
+        memcpy(body, text, len), body[len] = '\0';
+    t->fn(t->arg, status, body, len);
+    free(t);
+}
+
+static void on_text(void *arg, const struct store_result *res)
+{
+    struct text_req *t = arg;
+    const char *why;
+
+    if (res->status != STORE_OK ||
+        (res->nstr != RULES_FETCH_R_N && res->nstr != RULES_FETCH_R_OVER)) {
+        why = "Redis did not answer\n";
+        text_answer(t, "503 Service Unavailable", why, strlen(why));
+    } else if (res->nstr == RULES_FETCH_R_OVER) {
+        why = "larger than 1 MiB: not read, as every agent refuses it\n";
+        text_answer(t, "502 Bad Gateway", why, strlen(why));
+    } else if (!res->str_len[RULES_FETCH_R_TEXT] && !res->str_len[RULES_FETCH_R_SHA256]) {
+        why = "this version is not kept in Redis\n";
+        text_answer(t, "404 Not Found", why, strlen(why));
+    } else {
+        text_answer(t, "200 OK", res->str[RULES_FETCH_R_TEXT], res->str_len[RULES_FETCH_R_TEXT]);
+    }
+}
+
+void rules_store_text(struct rules_store *rs, uint64_t version, rules_store_text_fn *fn, void *arg)
+{
+    struct text_req *t = malloc(sizeof(*t));
+    char vname[32], key[RULES_STORE_KEY_MAX], cap[24];
+
+    if (!t) {
+        fn(arg, "503 Service Unavailable", NULL, 0);
+        return;
+    }
+    *t = (struct text_req){fn, arg};
+    snprintf(vname, sizeof(vname), "v:%llu", (unsigned long long)version);
+    size_t klen = rules_store_key(rs->prefix, vname, key);
+    snprintf(cap, sizeof(cap), "%d", CFG_MAX_RULES_TEXT);
+    const char *argv[4 + RULES_FETCH_ARGC] = {"EVAL_RO", rules_script_fetch, "1", key};
+    argv[4 + RULES_FETCH_ARG_CAP] = cap;
+    size_t argvlen[4 + RULES_FETCH_ARGC];
+    for (int i = 0; i < 4 + RULES_FETCH_ARGC; i++)
+        argvlen[i] = strlen(argv[i]);
+    /* Redis down: on_text runs before this returns */
+    store_read(rs->s, key, klen, 4 + RULES_FETCH_ARGC, argv, argvlen, on_text, t);
+}
+
 char *rules_store_fleet_json(const struct rules_store *rs, size_t *len)
 {
     return rs->have_fleet ? rules_fleet_json(&rs->fleet, len) : NULL;

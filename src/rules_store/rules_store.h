@@ -97,6 +97,15 @@ void rules_store_retry(struct rules_store *rs);
  * memory. */
 char *rules_store_fleet_json(const struct rules_store *rs, size_t *len);
 
+/* GET /rules/N: version N's text read as the agent reads a version
+ * (lua/rules_fetch.lua, within 1 MiB), handed to fn, now or later, exactly
+ * once: an HTTP status ("200 OK", "404 Not Found" when N is not kept, "502
+ * Bad Gateway" over the cap, "503 Service Unavailable" Redis not
+ * answering) and a malloc'd body (the text, or why not; NULL out of
+ * memory) of len bytes, for the callee to take over. */
+typedef void rules_store_text_fn(void *arg, const char *status, char *body, size_t len);
+void rules_store_text(struct rules_store *rs, uint64_t version, rules_store_text_fn *fn, void *arg);
+
 /* Stop polling (before the store is freed), then free. NULL no-op. */
 void rules_store_stop(struct rules_store *rs);
 void rules_store_free(struct rules_store *rs);

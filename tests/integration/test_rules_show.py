@@ -5,15 +5,20 @@ N's text byte for byte as --push stored it (who, when and why on stderr),
 own applier) turns A's text into B's with, nothing for a version and
 itself; an unknown version, and a version over the 1 MiB cap written by
 hand, exit 1 saying so, as the agents' own capped read
-(lua/rules_fetch.lua) refuses it. On a real redis-server."""
+(lua/rules_fetch.lua) refuses it. An agent's GET /rules/N (where the status
+page's fleet table links each version) serves the same text, 404 for a
+version not kept. On a real redis-server."""
 import os
 import re
 import shutil
 import subprocess
 import tempfile
 import unittest
+import urllib.error
+import urllib.request
 
-from harness import AGENT
+from fleet import redis_ini, wait_redis_up
+from harness import AGENT, Agent, stop_cleanly
 from test_redis import RedisCase
 
 V1 = ("; the API's limits\n"
@@ -170,6 +175,35 @@ class RulesShow(RedisCase):
             p = self.cli("--rules-diff", "1", "2")
             self.assertEqual(p.returncode, 0, p.stderr)
             self.assertEqual(apply_unified(V1.encode(), p.stdout), V2.encode())
+
+    def test_agent_serves_a_version(self):
+        """GET /rules/N on an agent with source = redis: the text byte for
+        byte, 404 for a version not kept or not a number, 502 over 1 MiB."""
+        self.push(V1)
+        self.push(V2)
+        a = Agent(redis_ini(self.r.port) + "[rules]\nsource = redis\npoll = 200ms\ncache =\n"
+                  "[rule:own]\nkey = key\nrate = 1/1m\n", workers=1)
+        stop_cleanly(self, a)
+        wait_redis_up(a)
+
+        def get(path):
+            try:
+                with urllib.request.urlopen("http://127.0.0.1:%d%s" % (a.stats_port, path),
+                                            timeout=5) as r:
+                    return r.status, r.headers.get("Content-Type"), r.read()
+            except urllib.error.HTTPError as e:
+                return e.code, e.headers.get("Content-Type"), e.read()
+
+        self.assertEqual(get("/rules/1"), (200, "text/plain; charset=utf-8", V1.encode()))
+        self.assertEqual(get("/rules/2")[2], V2.encode())
+        for bad in ("/rules/7", "/rules/0", "/rules/x", "/rules/", "/rules/1x"):
+            self.assertEqual(get(bad)[0], 404, bad)
+        big = b"; " + b"x" * (1024 * 1024) + b"\n"
+        subprocess.run(["redis-cli", "-p", str(self.r.port), "-x", "HSET", "rl:{rules}:v:5",
+                        "text"], input=big, capture_output=True, timeout=30, check=True)
+        status, _, body = get("/rules/5")
+        self.assertEqual(status, 502)
+        self.assertIn(b"larger than 1 MiB", body)
 
 
 if __name__ == "__main__":

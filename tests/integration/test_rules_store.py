@@ -113,8 +113,10 @@ class OneRedis(StoreCase):
             dom = b.dump_dom("http://127.0.0.1:%d/" % agent.stats_port)
         table = re.search(r'<table id="fleet">.*?</table>', dom, re.S)
         self.assertIsNotNone(table, dom[-3000:])
+        # the version links to its text (GET /rules/N)
         rows = re.findall(r"<tr(?: class=\"off\")?><td>[^<]*</td><td class=\"n\">\d+</td>"
-                          r"<td>([^<]*)</td><td class=\"n\">(\d+)</td>", table.group(0))
+                          r"<td>([^<]*)</td><td class=\"n\"><a href=\"rules/\d+\">(\d+)</a></td>",
+                          table.group(0))
         self.assertEqual(len(rows), 3, table.group(0))
         self.assertEqual({v for _, v in rows}, {str(version)}, rows)
         self.assertIn("current version %d, 3 agents, 0 off it" % version, dom)

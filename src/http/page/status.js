@@ -223,6 +223,14 @@ function draw(s) {
 // /fleet, which changes when the agents report: every 5 s), those off the
 // current version marked.
 let fleetAt = 0;
+// An agent's version, linked to its text (GET /rules/N).
+function versionCell(a) {
+  const td = el("td", { class: "n" + (a.current ? "" : " hot") });
+  if (a.version > 0) td.append(el("a", { href: "rules/" + a.version }, String(a.version)));
+  else td.textContent = String(a.version);
+  return td;
+}
+
 async function fleet(r) {
   $("fleet-section").hidden = r.source !== "redis";
   if (r.source !== "redis" || Date.now() - fleetAt < 5000) return;
@@ -238,7 +246,7 @@ async function fleet(r) {
     for (const a of f.agents) {
       const tr = el("tr", a.current ? {} : { class: "off" });
       tr.append(el("td", {}, a.host), el("td", { class: "n" }, String(a.pid)), el("td", {}, a.listen),
-        el("td", { class: "n" + (a.current ? "" : " hot") }, String(a.version)),
+        versionCell(a),
         el("td", { class: a.error ? "hot" : "" }, a.error), el("td", { class: "n" }, num(a.last_seen_s, 1)));
       body.append(tr);
     }
