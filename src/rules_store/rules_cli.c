@@ -101,6 +101,23 @@ static void call(struct cli *c, int argc, const char *const *argv, struct answer
         ev_run(c->loop, EVRUN_ONCE);
 }
 
+/* url: a refusal that waiting does not cure (nothing listens, the
+ * credentials are refused): the command says so at once, not after
+ * CONNECT_S. Sentinel and Cluster wait: another node may answer. */
+static int refused(struct cli *c, const struct config *cfg)
+{
+    static const char *const final[] = {"Connection refused", "No such file", "WRONGPASS",
+                                        "NOAUTH", "NOPERM", "unauthenticated"};
+    const char *err = store_last_error(c->s);
+
+    if (!cfg->redis_url || cfg->redis_sentinel || cfg->redis_cluster)
+        return 0;
+    for (size_t i = 0; i < sizeof(final) / sizeof(final[0]); i++)
+        if (strstr(err, final[i]))
+            return 1;
+    return 0;
+}
+
 /* Until the {rules} slot's master answers a read, or the deadline. */
 static int connect_store(struct cli *c, const struct config *cfg)
 {
@@ -117,8 +134,13 @@ static int connect_store(struct cli *c, const struct config *cfg)
     }
     c->deadline = ev_time() + CONNECT_S;
     for (;;) {
-        while (!store_up(c->s) && ev_time() < c->deadline)
+        while (!store_up(c->s) && ev_time() < c->deadline && !refused(c, cfg))
             ev_run(c->loop, EVRUN_ONCE);
+        if (!store_up(c->s) && refused(c, cfg)) {
+            fprintf(stderr, "spoa-ratelimit: cannot reach Redis (%s): %s\n", cfg->redis_url,
+                    store_last_error(c->s));
+            return -1;
+        }
         if (store_up(c->s)) {
             call(c, 2, get, &an);
             if (an.status == STORE_OK)

@@ -580,6 +580,11 @@ int store_reconfigure(struct store *s, const struct store_options *o)
     return 0;
 }
 
+const char *store_last_error(const struct store *s)
+{
+    return s->conn ? store_conn_last_error(s->conn) : "";
+}
+
 int store_up(const struct store *s)
 {
     return s && s->up;

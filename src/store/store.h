@@ -96,6 +96,12 @@ void store_free(struct store *s);
  * master fall back), and a call for a slot no master serves likewise. */
 int store_up(const struct store *s);
 
+/* url and Sentinel: why the last attempt to connect to Redis failed
+ * ("Connection refused", "WRONGPASS ..."), "" none yet or once ready;
+ * Cluster: "". For the one-shot commands, which give up at once on a
+ * refusal that waiting does not cure. */
+const char *store_last_error(const struct store *s);
+
 /* Number of commands sent and not answered yet (all connections). */
 unsigned store_pending(const struct store *s);
 

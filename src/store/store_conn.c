@@ -1033,6 +1033,11 @@ const char *store_conn_name(const struct store_conn *conn)
     return conn->name;
 }
 
+const char *store_conn_last_error(const struct store_conn *conn)
+{
+    return conn->last_err;
+}
+
 const char *store_conn_host(const struct store_conn *conn)
 {
     return conn->host;

@@ -126,6 +126,8 @@ void store_conn_uncork(struct store_conn *conn);
 /* "host:port" or the unix path, for logs and comparisons. */
 const char *store_conn_name(const struct store_conn *conn);
 const char *store_conn_host(const struct store_conn *conn);
+/* Why the last attempt to connect (or set up) failed, "" once ready. */
+const char *store_conn_last_error(const struct store_conn *conn);
 int store_conn_port(const struct store_conn *conn);
 
 #endif

@@ -205,6 +205,27 @@ class RulesShow(RedisCase):
         self.assertEqual(status, 502)
         self.assertIn(b"larger than 1 MiB", body)
 
+    def test_refused_at_once(self):
+        """Issue 45, item 9: a refused connection or password is said by
+        name (the command no longer waits out its 5 s and says only that
+        Redis was not reached)."""
+        from harness import free_port
+        self.op = self.path("closed.ini", "[redis]\nurl = redis://127.0.0.1:%d\n" % free_port())
+        rules = self.path("r.ini", V1)
+        for args in (("--rules-show", "1"), ("--rules-history",), ("--push", rules)):
+            p = self.cli(*args)
+            self.assertEqual(p.returncode, 1, args)
+            self.assertIn(b"Connection refused", p.stderr, args)
+        self.assertEqual(self.r.cli("CONFIG", "SET", "requirepass", "right"), "OK")
+        for pw, want in (("wrong", b"WRONGPASS"), (None, b"unauthenticated")):
+            self.op = self.path("pw.ini", "[redis]\nurl = redis://127.0.0.1:%d\n%s" % (
+                self.r.port, "password = %s\n" % pw if pw else ""))
+            p = self.cli("--rules-history")
+            self.assertEqual(p.returncode, 1)
+            self.assertIn(want, p.stderr)
+        subprocess.run(["redis-cli", "-p", str(self.r.port), "-a", "right", "CONFIG", "SET",
+                        "requirepass", ""], capture_output=True, timeout=10)
+
 
 if __name__ == "__main__":
     unittest.main()
