@@ -17,7 +17,8 @@
 # two agents as the template unit's instances spoa-ratelimit@a and @b (two
 # INI files, two ports; HAProxy asks both), upgrades to a
 # rebuilt package with a bumped version (the edited conffile survives), and
-# purges it: no file, user or unit left behind.
+# purges it: no file, user or unit left behind, and the administrator's
+# password file beside the conffile left to root.
 #
 # Root only. Exit 0 passed, 1 failed, 77 skipped (only where
 # dpkg-buildpackage cannot run). Cleans up after itself, on failure too: the
@@ -68,7 +69,7 @@ cleanup() {
     # the instances this test made (spoa-ratelimit@a and @b): gone, running or not
     if [ "$installed" = 1 ]; then
         [ -d /run/systemd/system ] && systemctl stop spoa-ratelimit@a spoa-ratelimit@b 2>/dev/null
-        rm -f /etc/spoa-ratelimit/a.ini /etc/spoa-ratelimit/b.ini
+        rm -f /etc/spoa-ratelimit/a.ini /etc/spoa-ratelimit/b.ini /etc/spoa-ratelimit/redis.pass
     fi
     if [ "$installed" = 1 ] &&
        [ "$(dpkg-query -W -f='${db:Status-Status}' "$PKG" 2>/dev/null)" != not-installed ]; then
@@ -96,9 +97,9 @@ leftovers() {
 }
 leftovers > "$tmp/before.list"
 
-read -r P_SPOP P_STATS P_HTTP P_HTTP2 P_A P_A_STATS P_B P_B_STATS <<<"$(python3 -c '
+read -r P_SPOP P_STATS P_HTTP P_HTTP2 P_HTTP3 P_A P_A_STATS P_B P_B_STATS <<<"$(python3 -c '
 import socket
-ss = [socket.socket() for _ in range(8)]
+ss = [socket.socket() for _ in range(9)]
 for s in ss:
     s.bind(("127.0.0.1", 0))
 print(*[s.getsockname()[1] for s in ss])')"
@@ -153,6 +154,23 @@ for f in /usr/sbin/spoa-ratelimit /usr/bin/spoa-sim /usr/bin/spoa-bench "$CONF" 
     [ -f "$f" ] || fail "not installed: $f"
 done
 dpkg-query -W -f='${Conffiles}\n' "$PKG" | grep -q " $CONF " || fail "$CONF is not a conffile"
+# The installed manual's relative links resolve (README's to the pages, the
+# pages' to each other and to their charts), but for the files the package
+# leaves out (lua/README.md, CONTRIBUTING.md: debian/not-installed).
+python3 - /usr/share/doc/spoa-ratelimit >"$tmp/links.log" <<'PY' || { cat "$tmp/links.log"; fail "broken links in the installed manual"; }
+import glob, os, re, sys
+broken, n = [], 0
+for page in sorted(glob.glob(os.path.join(sys.argv[1], "*.md"))):
+    for target in re.findall(r"\]\(([^)\s]+)\)", open(page).read()):
+        path = target.split("#")[0]
+        if not path or re.match(r"[a-z]+:", path) or path.endswith(("lua/README.md", "CONTRIBUTING.md")):
+            continue
+        n += 1
+        if not os.path.exists(os.path.join(os.path.dirname(page), path)):
+            broken.append("%s: %s" % (os.path.basename(page), target))
+print("\n".join(broken) if broken else "%d links" % n)
+sys.exit(1 if broken or n == 0 else 0)
+PY
 # it may come to hold stats_auth or a Redis password: not for every user
 [ "$(stat -c '%a %U:%G' "$CONF")" = "640 root:$PKG" ] ||
     fail "$CONF is $(stat -c '%a %U:%G' "$CONF"), want 640 root:$PKG (postinst)"
@@ -189,7 +207,7 @@ for key in Type User Group LimitNOFILE ExecStartPre ExecStart ExecReload; do
     [ "$(sed -n "s/^$key=//p" "$UNIT")" = "$(sed -n "s/^$key=//p" "$TUNIT")" ] ||
         fail "$key= of $TUNIT differs from $UNIT's"
 done
-say "installed: files, conffile $CONF, system user $PKG (uid $uid) ($(elapsed))"
+say "installed: files, conffile $CONF, system user $PKG (uid $uid), the manual's $(cat "$tmp/links.log") resolve ($(elapsed))"
 
 # ---- the pristine conffile, then an edit ---------------------------------------
 as_user() { setpriv --reuid="$PKG" --regid="$PKG" --init-groups --no-new-privs -- "$@"; }
@@ -288,8 +306,7 @@ export RL_HTTP_ADDR="127.0.0.1:$P_HTTP" RL_AGENT1_ADDR="127.0.0.1:$P_SPOP" \
 (cd "$kit" && haproxy -c -f haproxy.cfg >"$tmp/haproxy-check.log" 2>&1) ||
     { cat "$tmp/haproxy-check.log"; fail "haproxy -c on the installed kit"; }
 (cd "$kit" && exec haproxy -db -f haproxy.cfg) >"$tmp/haproxy.log" 2>&1 &
-kit_pid=$!
-pids+=("$kit_pid")
+pids+=("$!")
 # Requests until the first 429: prints the number of 200s before it (the
 # first 200 carrying the agent's RateLimit-Policy header counts from there).
 # $1: HAProxy's port (default the kit's), then curl's own options.
@@ -414,18 +431,18 @@ fi
 for pid in "${inst_pids[@]}"; do
     [ "$(ps -o user= -p "$pid" | tr -d ' ')" = "$PKG" ] || fail "an instance (pid $pid) does not run as $PKG"
 done
-# The kit's HAProxy again, its two server lines now on the two instances.
-kill "$kit_pid" 2>/dev/null || true
-wait "$kit_pid" 2>/dev/null || true
-export RL_AGENT1_ADDR="127.0.0.1:$P_A" RL_AGENT2_ADDR="127.0.0.1:$P_B"
-(cd "$kit" && exec haproxy -db -f haproxy.cfg) >"$tmp/haproxy-ab.log" 2>&1 &
-pids+=("$!")
+# The kit's HAProxy again (a second one, on its own port), its two server
+# lines on the two instances.
+(cd "$kit" && RL_HTTP_ADDR="127.0.0.1:$P_HTTP3" RL_AGENT1_ADDR="127.0.0.1:$P_A" \
+    RL_AGENT2_ADDR="127.0.0.1:$P_B" exec haproxy -db -f haproxy.cfg) >"$tmp/haproxy-ab.log" 2>&1 &
+ab_pid=$!
+pids+=("$ab_pid")
 # Standalone agents, a bucket each (burst 5): between 5 (one agent asked)
 # and 10 (the two, alternately) pass before the first 429. Which agent a
 # request goes to is HAProxy's choice (2.6 keeps an SPOE connection per
 # thread: doc/haproxy.md, "Load spread"), so each agent is shown answering
 # HAProxy by its health checks (SPOP HELLOs) rather than by its decisions.
-n=$(count_until_429 "$P_HTTP" --interface 127.0.0.3)
+n=$(count_until_429 "$P_HTTP3")
 [ "$n" -ge 5 ] && [ "$n" -le 10 ] || fail "spoa-ratelimit@a and @b: $n requests passed before the 429, want 5 to 10"
 metric() { # $1 stats port, $2 a series' start: the sum of its values
     curl -s "http://127.0.0.1:$1/metrics" | awk -v m="$2" 'index($0, m) == 1 { n += $NF } END { print n + 0 }'
@@ -450,6 +467,8 @@ else
         wait "$pid" || fail "an instance exited $? on SIGTERM"
     done
 fi
+kill "$ab_pid"
+wait "$ab_pid" 2>/dev/null || true
 rm -f /etc/spoa-ratelimit/a.ini /etc/spoa-ratelimit/b.ini
 
 # ---- upgrade to a rebuilt package, the edited conffile kept -----------------------
@@ -472,11 +491,19 @@ say "upgraded $version -> $new: the edited conffile kept, the agent runs with it
 stop_agent
 
 # ---- purge ---------------------------------------------------------------------------
+# A password file as doc/packaging.md makes it (0640 root:spoa-ratelimit): the
+# administrator's, so purge leaves it, but owned by root, not by a group id
+# without a name.
+PASSFILE=/etc/spoa-ratelimit/redis.pass
+install -m 0640 -g "$PKG" /dev/null "$PASSFILE"
 "${APT[@]}" purge "$PKG" </dev/null >"$tmp/purge.log" 2>&1 || { cat "$tmp/purge.log"; fail "apt-get purge"; }
 [ "$(dpkg-query -W -f='${db:Status-Status}' "$PKG" 2>/dev/null || echo not-installed)" = not-installed ] ||
     fail "dpkg still knows $PKG after purge"
 ! getent passwd "$PKG" >/dev/null || fail "user $PKG left after purge"
 ! getent group "$PKG" >/dev/null || fail "group $PKG left after purge"
+[ "$(stat -c '%a %U:%G' "$PASSFILE")" = "640 root:root" ] ||
+    fail "after purge $PASSFILE is $(stat -c '%a %U:%G' "$PASSFILE"), want 640 root:root (postrm)"
+rm -f "$PASSFILE" && rmdir /etc/spoa-ratelimit
 leftovers > "$tmp/after.list"
 if ! diff -u "$tmp/before.list" "$tmp/after.list" >"$tmp/leftovers.diff"; then
     cat "$tmp/leftovers.diff"
