@@ -13,9 +13,12 @@
 # /usr/share/doc/spoa-ratelimit/examples/haproxy (ports changed to free ones)
 # and with the block doc/packaging.md tells operators to add to Debian's
 # haproxy.cfg (checked first with --check --haproxy),
-# reloads it (a bad edit is refused by ExecReload's --check), upgrades to a
+# reloads it (a bad edit is refused by ExecReload's --check), runs the kit's
+# two agents as the template unit's instances spoa-ratelimit@a and @b (two
+# INI files, two ports; HAProxy asks both), upgrades to a
 # rebuilt package with a bumped version (the edited conffile survives), and
-# purges it: no file, user or unit left behind.
+# purges it: no file, user or unit left behind, and the administrator's
+# password file beside the conffile left to root.
 #
 # Root only. Exit 0 passed, 1 failed, 77 skipped (only where
 # dpkg-buildpackage cannot run). Cleans up after itself, on failure too: the
@@ -27,6 +30,7 @@ top=$(cd "$(dirname "$0")/../.." && pwd)
 t0=$(date +%s)
 PKG=spoa-ratelimit
 UNIT=/lib/systemd/system/spoa-ratelimit.service
+TUNIT=/lib/systemd/system/spoa-ratelimit@.service
 CONF=/etc/spoa-ratelimit/spoa-ratelimit.ini
 EXAMPLES=/usr/share/doc/spoa-ratelimit/examples
 export DEBIAN_FRONTEND=noninteractive
@@ -62,6 +66,11 @@ cleanup() {
     set +e
     for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null; done
     for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null; done
+    # the instances this test made (spoa-ratelimit@a and @b): gone, running or not
+    if [ "$installed" = 1 ]; then
+        [ -d /run/systemd/system ] && systemctl stop spoa-ratelimit@a spoa-ratelimit@b 2>/dev/null
+        rm -f /etc/spoa-ratelimit/a.ini /etc/spoa-ratelimit/b.ini /etc/spoa-ratelimit/redis.pass
+    fi
     if [ "$installed" = 1 ] &&
        [ "$(dpkg-query -W -f='${db:Status-Status}' "$PKG" 2>/dev/null)" != not-installed ]; then
         "${APT[@]}" purge "$PKG" >/dev/null 2>&1 || dpkg --purge "$PKG" >/dev/null 2>&1
@@ -88,9 +97,9 @@ leftovers() {
 }
 leftovers > "$tmp/before.list"
 
-read -r P_SPOP P_STATS P_HTTP P_HTTP2 <<<"$(python3 -c '
+read -r P_SPOP P_STATS P_HTTP P_HTTP2 P_HTTP3 P_A P_A_STATS P_B P_B_STATS <<<"$(python3 -c '
 import socket
-ss = [socket.socket() for _ in range(4)]
+ss = [socket.socket() for _ in range(9)]
 for s in ss:
     s.bind(("127.0.0.1", 0))
 print(*[s.getsockname()[1] for s in ss])')"
@@ -135,7 +144,7 @@ say "lintian: no error, no warning left ($(elapsed))"
 installed=1
 "${APT[@]}" install "$deb" </dev/null >"$tmp/install.log" 2>&1 ||
     { cat "$tmp/install.log"; fail "apt-get install"; }
-for f in /usr/sbin/spoa-ratelimit /usr/bin/spoa-sim /usr/bin/spoa-bench "$CONF" "$UNIT" \
+for f in /usr/sbin/spoa-ratelimit /usr/bin/spoa-sim /usr/bin/spoa-bench "$CONF" "$UNIT" "$TUNIT" \
          /usr/share/man/man8/spoa-ratelimit.8.gz /usr/share/man/man5/spoa-ratelimit.ini.5.gz \
          /usr/share/man/man1/spoa-bench.1.gz /usr/share/man/man1/spoa-sim.1.gz \
          "$EXAMPLES/haproxy/haproxy.cfg" "$EXAMPLES/haproxy/spoe-ratelimit.conf" \
@@ -145,6 +154,23 @@ for f in /usr/sbin/spoa-ratelimit /usr/bin/spoa-sim /usr/bin/spoa-bench "$CONF" 
     [ -f "$f" ] || fail "not installed: $f"
 done
 dpkg-query -W -f='${Conffiles}\n' "$PKG" | grep -q " $CONF " || fail "$CONF is not a conffile"
+# The installed manual's relative links resolve (README's to the pages, the
+# pages' to each other and to their charts), but for the files the package
+# leaves out (lua/README.md, CONTRIBUTING.md: debian/not-installed).
+python3 - /usr/share/doc/spoa-ratelimit >"$tmp/links.log" <<'PY' || { cat "$tmp/links.log"; fail "broken links in the installed manual"; }
+import glob, os, re, sys
+broken, n = [], 0
+for page in sorted(glob.glob(os.path.join(sys.argv[1], "*.md"))):
+    for target in re.findall(r"\]\(([^)\s]+)\)", open(page).read()):
+        path = target.split("#")[0]
+        if not path or re.match(r"[a-z]+:", path) or path.endswith(("lua/README.md", "CONTRIBUTING.md")):
+            continue
+        n += 1
+        if not os.path.exists(os.path.join(os.path.dirname(page), path)):
+            broken.append("%s: %s" % (os.path.basename(page), target))
+print("\n".join(broken) if broken else "%d links" % n)
+sys.exit(1 if broken or n == 0 else 0)
+PY
 # it may come to hold stats_auth or a Redis password: not for every user
 [ "$(stat -c '%a %U:%G' "$CONF")" = "640 root:$PKG" ] ||
     fail "$CONF is $(stat -c '%a %U:%G' "$CONF"), want 640 root:$PKG (postinst)"
@@ -164,8 +190,24 @@ if command -v systemd-analyze >/dev/null; then
     [ -n "$score" ] && awk -v s="$score" 'BEGIN { exit !(s <= 2.0) }' ||
         fail "systemd-analyze security: exposure '$score' (1.4 when written; 2.0 at most)"
     say "unit: systemd-analyze verify clean, security exposure $score"
+    # the template, as an instance (verify instantiates a template as @i)
+    verify=$(systemd-analyze verify "$TUNIT" 2>&1 | grep spoa-ratelimit || true)
+    [ -z "$verify" ] || fail "systemd-analyze verify $TUNIT: $verify"
+    cp "$TUNIT" "$tmp/spoa-ratelimit@a.service"
+    tscore=$(systemd-analyze security --offline=yes "$tmp/spoa-ratelimit@a.service" 2>/dev/null |
+        sed -n 's/.*Overall exposure level for spoa-ratelimit@a.service: \([0-9.]*\).*/\1/p')
+    [ "$tscore" = "$score" ] || fail "systemd-analyze security: spoa-ratelimit@a '$tscore', the plain unit $score"
+    say "template unit: systemd-analyze verify clean, security exposure $tscore (the plain unit's)"
 fi
-say "installed: files, conffile $CONF, system user $PKG (uid $uid) ($(elapsed))"
+# The template's hardening is the plain unit's, line for line.
+hardening() { sed -n '/^# Hardening/,$p' "$1"; }
+diff <(hardening "$UNIT") <(hardening "$TUNIT") >"$tmp/hardening.diff" ||
+    { cat "$tmp/hardening.diff"; fail "the hardening of $TUNIT differs from $UNIT's"; }
+for key in Type User Group LimitNOFILE ExecStartPre ExecStart ExecReload; do
+    [ "$(sed -n "s/^$key=//p" "$UNIT")" = "$(sed -n "s/^$key=//p" "$TUNIT")" ] ||
+        fail "$key= of $TUNIT differs from $UNIT's"
+done
+say "installed: files, conffile $CONF, system user $PKG (uid $uid), the manual's $(cat "$tmp/links.log") resolve ($(elapsed))"
 
 # ---- the pristine conffile, then an edit ---------------------------------------
 as_user() { setpriv --reuid="$PKG" --regid="$PKG" --init-groups --no-new-privs -- "$@"; }
@@ -335,6 +377,100 @@ kill -0 "$agent_pid" || fail "the agent died on a bad edit"
 say "reload: --check then SIGHUP (RELOADING=1, READY=1); a bad edit refused by ExecReload's --check, agent still up"
 stop_agent
 
+# ---- two instances of the template: the kit's two agents ------------------------
+# As doc/packaging.md ("Two agents on one host") tells: a.ini and b.ini copied
+# from the conffile (root:spoa-ratelimit 0640), each with its own ports;
+# spoa-ratelimit@a and @b started, both checked, HAProxy's kit pointed at them.
+for name in a b; do
+    ini=/etc/spoa-ratelimit/$name.ini
+    install -m 0640 -g "$PKG" "$CONF" "$ini"
+    if [ "$name" = a ]; then spop=$P_A stats=$P_A_STATS; else spop=$P_B stats=$P_B_STATS; fi
+    sed -i -e "s/^listen = .*/listen = 127.0.0.1:$spop/" -e "s/^stats = .*/stats = 127.0.0.1:$stats/" "$ini"
+    as_user /usr/sbin/spoa-ratelimit -c "$ini" --check >"$tmp/check-$name.log" 2>&1 ||
+        { cat "$tmp/check-$name.log"; fail "--check of $ini as $PKG"; }
+done
+# The template's lines for KEY, for instance $2 (%i), ${CONFIG} and $MAINPID filled in.
+instance_lines() {
+    local config
+    config=$(sed -n 's/^Environment=CONFIG=//p' "$TUNIT")
+    sed -n "s/^$1=//p" "$TUNIT" | sed -e "s|\${CONFIG}|$config|g" -e "s|%i|$2|g"
+}
+[ "$(instance_lines Environment a)" = "CONFIG=/etc/spoa-ratelimit/a.ini" ] ||
+    fail "spoa-ratelimit@a does not read /etc/spoa-ratelimit/a.ini: $(instance_lines Environment a)"
+[ "$(instance_lines StateDirectory a)" = "spoa-ratelimit/a" ] ||
+    fail "spoa-ratelimit@a's StateDirectory= is not spoa-ratelimit/a"
+inst_pids=()
+if [ "$systemd_pid1" = 1 ]; then
+    systemctl daemon-reload
+    systemctl start spoa-ratelimit@a spoa-ratelimit@b ||
+        { journalctl -u 'spoa-ratelimit@*' -n 30 --no-pager; fail "systemctl start spoa-ratelimit@a @b"; }
+    for name in a b; do
+        inst_pids+=("$(systemctl show -p MainPID --value "spoa-ratelimit@$name")")
+        [ -d "/var/lib/spoa-ratelimit/$name" ] || fail "no state directory /var/lib/spoa-ratelimit/$name"
+    done
+else
+    : >"$tmp/notify.log"
+    n_ready=0
+    for name in a b; do
+        # StateDirectory=, as systemd would make it
+        install -d -o "$PKG" -g "$PKG" -m 0750 "/var/lib/spoa-ratelimit/$name"
+        while read -r pre; do
+            # shellcheck disable=SC2086
+            as_user $pre >/dev/null || fail "spoa-ratelimit@$name: ExecStartPre failed: $pre"
+        done < <(instance_lines ExecStartPre "$name")
+        # shellcheck disable=SC2046
+        ( ulimit -n "$(sed -n 's/^LimitNOFILE=//p' "$TUNIT")"
+          NOTIFY_SOCKET="$tmp/notify" exec setpriv --reuid="$PKG" --regid="$PKG" --init-groups \
+              --no-new-privs -- $(instance_lines ExecStart "$name") ) 2>>"$tmp/agent-$name.log" &
+        inst_pids+=("$!")
+        pids+=("$!")
+        n_ready=$((n_ready + 1))
+        wait_notify "READY=1" "$n_ready" || { cat "$tmp/agent-$name.log"; fail "no READY=1 from spoa-ratelimit@$name"; }
+    done
+fi
+for pid in "${inst_pids[@]}"; do
+    [ "$(ps -o user= -p "$pid" | tr -d ' ')" = "$PKG" ] || fail "an instance (pid $pid) does not run as $PKG"
+done
+# The kit's HAProxy again (a second one, on its own port), its two server
+# lines on the two instances.
+(cd "$kit" && RL_HTTP_ADDR="127.0.0.1:$P_HTTP3" RL_AGENT1_ADDR="127.0.0.1:$P_A" \
+    RL_AGENT2_ADDR="127.0.0.1:$P_B" exec haproxy -db -f haproxy.cfg) >"$tmp/haproxy-ab.log" 2>&1 &
+ab_pid=$!
+pids+=("$ab_pid")
+# Standalone agents, a bucket each (burst 5): between 5 (one agent asked)
+# and 10 (the two, alternately) pass before the first 429. Which agent a
+# request goes to is HAProxy's choice (2.6 keeps an SPOE connection per
+# thread: doc/haproxy.md, "Load spread"), so each agent is shown answering
+# HAProxy by its health checks (SPOP HELLOs) rather than by its decisions.
+n=$(count_until_429 "$P_HTTP3")
+[ "$n" -ge 5 ] && [ "$n" -le 10 ] || fail "spoa-ratelimit@a and @b: $n requests passed before the 429, want 5 to 10"
+metric() { # $1 stats port, $2 a series' start: the sum of its values
+    curl -s "http://127.0.0.1:$1/metrics" | awk -v m="$2" 'index($0, m) == 1 { n += $NF } END { print n + 0 }'
+}
+for port in "$P_A_STATS" "$P_B_STATS"; do
+    for _ in $(seq 50); do
+        [ "$(metric "$port" 'spoa_ratelimit_frames_total{type="haproxy_hello"}')" -gt 0 ] && break
+        sleep 0.1
+    done
+    [ "$(metric "$port" 'spoa_ratelimit_frames_total{type="haproxy_hello"}')" -gt 0 ] ||
+        fail "the instance with stats on $port got no HELLO from HAProxy"
+done
+da=$(metric "$P_A_STATS" 'spoa_ratelimit_decisions_total{')
+db=$(metric "$P_B_STATS" 'spoa_ratelimit_decisions_total{')
+[ $((da + db)) -ge $((n + 1)) ] || fail "spoa-ratelimit@a and @b decided $da + $db times for $n requests and a 429"
+say "spoa-ratelimit@a and @b (a.ini, b.ini on ports $P_A and $P_B): both up as $PKG, both answering HAProxy's kit ($da and $db decisions), $n x 200 then 429 ($(elapsed))"
+if [ "$systemd_pid1" = 1 ]; then
+    systemctl stop spoa-ratelimit@a spoa-ratelimit@b
+else
+    for pid in "${inst_pids[@]}"; do
+        kill -TERM "$pid"
+        wait "$pid" || fail "an instance exited $? on SIGTERM"
+    done
+fi
+kill "$ab_pid"
+wait "$ab_pid" 2>/dev/null || true
+rm -f /etc/spoa-ratelimit/a.ini /etc/spoa-ratelimit/b.ini
+
 # ---- upgrade to a rebuilt package, the edited conffile kept -----------------------
 new="$version+pkgtest1"
 (cd "$src" && DEBFULLNAME="package test" DEBEMAIL="test@example.invalid" \
@@ -355,11 +491,19 @@ say "upgraded $version -> $new: the edited conffile kept, the agent runs with it
 stop_agent
 
 # ---- purge ---------------------------------------------------------------------------
+# A password file as doc/packaging.md makes it (0640 root:spoa-ratelimit): the
+# administrator's, so purge leaves it, but owned by root, not by a group id
+# without a name.
+PASSFILE=/etc/spoa-ratelimit/redis.pass
+install -m 0640 -g "$PKG" /dev/null "$PASSFILE"
 "${APT[@]}" purge "$PKG" </dev/null >"$tmp/purge.log" 2>&1 || { cat "$tmp/purge.log"; fail "apt-get purge"; }
 [ "$(dpkg-query -W -f='${db:Status-Status}' "$PKG" 2>/dev/null || echo not-installed)" = not-installed ] ||
     fail "dpkg still knows $PKG after purge"
 ! getent passwd "$PKG" >/dev/null || fail "user $PKG left after purge"
 ! getent group "$PKG" >/dev/null || fail "group $PKG left after purge"
+[ "$(stat -c '%a %U:%G' "$PASSFILE")" = "640 root:root" ] ||
+    fail "after purge $PASSFILE is $(stat -c '%a %U:%G' "$PASSFILE"), want 640 root:root (postrm)"
+rm -f "$PASSFILE" && rmdir /etc/spoa-ratelimit
 leftovers > "$tmp/after.list"
 if ! diff -u "$tmp/before.list" "$tmp/after.list" >"$tmp/leftovers.diff"; then
     cat "$tmp/leftovers.diff"
