@@ -27,6 +27,7 @@
 #include "metrics/mismatch.h"
 #include "service.h"
 #include "rules/rules.h"
+#include "http/reset_cli.h"
 #include "rules_store/rules_cli.h"
 #include "rules_store/rules_compile.h"
 #include "rules_store/rules_store.h"
@@ -69,6 +70,7 @@ static void usage(FILE *f)
                "       spoa-ratelimit -c FILE --push RULES [--message TEXT] [--if-version N]\n"
                "                      [--force]\n"
                "       spoa-ratelimit -c FILE --rules-history | --rollback N | --fleet\n"
+               "       spoa-ratelimit -c FILE --reset RULE KEY\n"
                "       spoa-ratelimit --version | --help\n"
                "\n"
                "  -c, --config FILE   configuration file (INI)\n"
@@ -88,6 +90,9 @@ static void usage(FILE *f)
                "      --rollback N    make version N current again, as a new version\n"
                "      --fleet         list the live agents and the version each applied;\n"
                "                      exit 1 when one is off the current version\n"
+               "      --reset RULE KEY clear client KEY of RULE on every agent of the fleet\n"
+               "                      (asks the agent on FILE's stats listener); prints how\n"
+               "                      many agents confirmed\n"
                "  -v, --version       print the version and exit\n"
                "  -h, --help          print this help and exit\n");
 }
@@ -532,7 +537,8 @@ static int parse_args(int argc, char **argv, const char **path, int *check, cons
         OPT_ROLLBACK,
         OPT_FLEET,
         OPT_HAPROXY,
-        OPT_FORCE
+        OPT_FORCE,
+        OPT_RESET
     };
     static const struct option opts[] = {
         {"config", required_argument, NULL, 'c'},
@@ -549,6 +555,7 @@ static int parse_args(int argc, char **argv, const char **path, int *check, cons
         {"fleet", no_argument, NULL, OPT_FLEET},
         {"haproxy", required_argument, NULL, OPT_HAPROXY},
         {"force", no_argument, NULL, OPT_FORCE},
+        {"reset", required_argument, NULL, OPT_RESET},
         {NULL, 0, NULL, 0},
     };
     int c, print = 0, ops = 0, bad = 0;
@@ -599,6 +606,11 @@ static int parse_args(int argc, char **argv, const char **path, int *check, cons
         case OPT_FORCE:
             cli->force = 1;
             break;
+        case OPT_RESET: /* --reset RULE KEY: KEY is the one operand */
+            cli->op = RULES_CLI_RESET;
+            cli->rules = optarg;
+            ops++;
+            break;
         case OPT_ROLLBACK:
             cli->op = RULES_CLI_ROLLBACK;
             bad |= parse_version(optarg, 1, &cli->rollback) < 0;
@@ -614,6 +626,10 @@ static int parse_args(int argc, char **argv, const char **path, int *check, cons
     bad |= ops > 1 || (ops && *check) ||
            ((cli->message || cli->if_version >= 0 || cli->force) &&
             cli->op != RULES_CLI_PUSH && cli->op != RULES_CLI_ROLLBACK);
+    if (cli->op == RULES_CLI_RESET && optind == argc - 1)
+        cli->message = argv[optind++]; /* the KEY */
+    else if (cli->op == RULES_CLI_RESET)
+        bad = 1;
     if (!*path || optind != argc || ((print || *haproxy) && !*check) || bad) {
         usage(stderr);
         *status = 2;
@@ -768,6 +784,8 @@ int main(int argc, char **argv)
 
     if (parse_args(argc, argv, &a.path, &check, &haproxy, &cli, &status) < 0)
         return status;
+    if (cli.op == RULES_CLI_RESET)
+        return reset_cli_run(cli.config, cli.rules, cli.message);
     if ((int)cli.op != -1)
         return rules_cli_run(&cli);
 

@@ -8,7 +8,13 @@
 #ifndef RULES_CLI_H
 #define RULES_CLI_H
 
-enum rules_cli_op { RULES_CLI_PUSH, RULES_CLI_HISTORY, RULES_CLI_ROLLBACK, RULES_CLI_FLEET };
+enum rules_cli_op {
+    RULES_CLI_PUSH,
+    RULES_CLI_HISTORY,
+    RULES_CLI_ROLLBACK,
+    RULES_CLI_FLEET,
+    RULES_CLI_RESET, /* --reset RULE KEY (rules: RULE, message: KEY): reset_cli.h */
+};
 
 struct rules_cli_args {
     enum rules_cli_op op;
