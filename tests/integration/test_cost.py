@@ -144,8 +144,11 @@ class CostCase(RedisCase):
         B, R = 40, 400.0
         key = unique("fleet")
         costs = [1, 1, 2, 3, 5, 1]
+        # reconnect: the agent's stall guard (a loop stalled past 0.5 s on a
+        # loaded machine) closes its connections with AGENT-DISCONNECT 2;
+        # the frames in flight go undecided, as HAProxy meets it
         clients = [LoadClient(agents[i // 2].addr, {"key": key, "cost": str(costs[i])},
-                              [(3.0, "flood", 4)], name=i) for i in range(6)]
+                              [(3.0, "flood", 4)], name=i, reconnect=True) for i in range(6)]
         recs = run_clients(clients)
         # the bound holds while Redis decides: a call that timed out on a
         # loaded machine falls back to the fail-open backstop, which admits

@@ -73,7 +73,14 @@ class Smoke(FaultCase):
                     "under-limit admitted %.0f %% in the 6 s after the step" % (100 * under))
         self.assertGreaterEqual(under, 0.9)
         self.assertIn("redis_clock_jump", res.warnings)
-        self.assert_keys(res, 0.0, "clock back")
+        # Exact; but a machine loaded past Redis' timeout (1 s) has its calls
+        # decided by the backstops (degraded, redis_slow): what they admitted
+        # and Redis was not charged for is allowed on top, and a token for
+        # timing, as for TRYAGAIN. Seen next to two CPU hogs: 27 degraded.
+        for key, (name, kind, ex, rel, adm, n) in res.per_key.items():
+            allow = 1.0 + res.unrepaid(name) if res.degraded else 0.0
+            self.assertLessEqual(ex, allow + EPS, "clock back: %s %s key admitted %+.2f over "
+                                 "b + r*T (%d degraded)" % (name, kind, ex, res.degraded))
 
 
 class Matrix(FaultCase):
