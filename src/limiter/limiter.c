@@ -726,7 +726,8 @@ struct limiter *limiter_new(struct ev_loop *loop, const struct config *cfg, char
         snprintf(err, errlen, "out of memory");
         goto fail;
     }
-    l->resets = limiter_resets_new(l); /* other agents' resets, applied here */
+    /* other agents' resets, applied here, read every [rules] poll */
+    l->resets = limiter_resets_new(l, cfg->rules_poll_ms / 1000.);
     if (!l->resets) {
         snprintf(err, errlen, "out of memory");
         goto fail;

@@ -159,7 +159,7 @@ struct limiter {
  * store is freed) answers what is still waiting; _free after the store. */
 struct limiter_who;
 typedef void limiter_fleet_cb(void *arg, unsigned agents, unsigned confirmed);
-struct limiter_resets *limiter_resets_new(struct limiter *l);
+struct limiter_resets *limiter_resets_new(struct limiter *l, double every_s);
 void limiter_resets_publish(struct limiter *l, const struct limiter_who *w, limiter_fleet_cb *cb,
                             void *arg);
 void limiter_resets_stop(struct limiter_resets *r);

@@ -5,7 +5,7 @@
  * lease entry and backstop) then tells the others through Redis: a member
  * of the sorted set PREFIX "resets" (reset_msg.h), scored by Redis' time in
  * ms, the set trimmed to the last RESET_KEEP_MS. Every agent reads the set
- * every RESET_POLL_S (one ZRANGEBYSCORE from a little before the newest
+ * every [rules] poll (1 s by default; one ZRANGEBYSCORE from a little before the newest
  * entry it saw: entries seen are skipped by a ring of their hashes, and
  * applying one twice is harmless anyway), drops its lease, negative cache
  * (the penalty box of block_for) and backstop bucket of the key, and acks:
@@ -14,8 +14,10 @@
  * until every agent of the heartbeat set (fleet_agents) confirmed, itself
  * included, and answers with both counts.
  *
- * One poll per agent and RESET_POLL_S whatever the traffic; nothing on the
- * request path. The ordering that makes it work: the entry is added after
+ * One poll per agent and [rules] poll whatever the traffic; nothing on the
+ * request path. An operator who wants an idle agent's Redis connection
+ * quiet (a proxy's idle timeout without keepalive) raises [rules] poll, as
+ * [redis] epoch_check: a reset then reaches the others within that. The ordering that makes it work: the entry is added after
  * the Redis bucket's reset answered, so an agent that drops its state asks
  * Redis again and finds the reset bucket; on one connection a claim's reply
  * that predates the reset is applied before the poll's. */
@@ -35,7 +37,6 @@
 #include "metrics/metrics.h"
 #include "store/store.h"
 
-#define RESET_POLL_S 0.5
 #define RESET_COUNT_S 0.1
 #define RESET_WAIT_S 2.0
 #define RESET_KEEP_MS 60000
@@ -175,7 +176,7 @@ static void poll_cb(struct ev_loop *loop, ev_timer *t, int revents)
     store_read(r->l->store, r->key, strlen(r->key), 8, argv, argvlen, on_poll, r);
 }
 
-struct limiter_resets *limiter_resets_new(struct limiter *l)
+struct limiter_resets *limiter_resets_new(struct limiter *l, double every_s)
 {
     struct limiter_resets *r = calloc(1, sizeof(*r));
 
@@ -184,7 +185,7 @@ struct limiter_resets *limiter_resets_new(struct limiter *l)
     r->l = l;
     r->since_ms = -1;
     snprintf(r->key, sizeof(r->key), "%.*sresets", (int)l->prefix_len, l->prefix);
-    ev_timer_init(&r->poll, poll_cb, RESET_POLL_S, RESET_POLL_S);
+    ev_timer_init(&r->poll, poll_cb, every_s, every_s);
     r->poll.data = r;
     ev_timer_start(l->loop, &r->poll);
     return r;
