@@ -27,6 +27,7 @@
 #include "metrics/mismatch.h"
 #include "service.h"
 #include "rules/rules.h"
+#include "http/reset_cli.h"
 #include "rules_store/rules_cli.h"
 #include "rules_store/rules_compile.h"
 #include "rules_store/rules_store.h"
@@ -70,6 +71,7 @@ static void usage(FILE *f)
                "                      [--force]\n"
                "       spoa-ratelimit -c FILE --rules-history | --rollback N | --fleet\n"
                "       spoa-ratelimit -c FILE --rules-show N | --rules-diff A B\n"
+               "       spoa-ratelimit -c FILE --reset RULE KEY\n"
                "       spoa-ratelimit --version | --help\n"
                "\n"
                "  -c, --config FILE   configuration file (INI)\n"
@@ -92,6 +94,9 @@ static void usage(FILE *f)
                "      --rules-show N  print version N's rule text as stored (who, when and\n"
                "                      why on stderr)\n"
                "      --rules-diff A B  a unified diff of version A's text to version B's\n"
+               "      --reset RULE KEY clear client KEY of RULE on every agent of the fleet\n"
+               "                      (asks the agent on FILE's stats listener); prints how\n"
+               "                      many agents confirmed\n"
                "  -v, --version       print the version and exit\n"
                "  -h, --help          print this help and exit\n");
 }
@@ -561,7 +566,8 @@ static int parse_args(int argc, char **argv, const char **path, int *check, cons
         OPT_HAPROXY,
         OPT_FORCE,
         OPT_SHOW,
-        OPT_DIFF
+        OPT_DIFF,
+        OPT_RESET
     };
     static const struct option opts[] = {
         {"config", required_argument, NULL, 'c'},
@@ -580,6 +586,7 @@ static int parse_args(int argc, char **argv, const char **path, int *check, cons
         {"force", no_argument, NULL, OPT_FORCE},
         {"rules-show", required_argument, NULL, OPT_SHOW},
         {"rules-diff", required_argument, NULL, OPT_DIFF}, /* A; B follows it */
+        {"reset", required_argument, NULL, OPT_RESET},
         {NULL, 0, NULL, 0},
     };
     int c, print = 0, ops = 0, bad = 0;
@@ -630,6 +637,11 @@ static int parse_args(int argc, char **argv, const char **path, int *check, cons
         case OPT_FORCE:
             cli->force = 1;
             break;
+        case OPT_RESET: /* --reset RULE KEY: KEY is the one operand */
+            cli->op = RULES_CLI_RESET;
+            cli->rules = optarg;
+            ops++;
+            break;
         case OPT_ROLLBACK:
             cli->op = RULES_CLI_ROLLBACK;
             bad |= parse_version(optarg, 1, &cli->rollback) < 0;
@@ -655,6 +667,10 @@ static int parse_args(int argc, char **argv, const char **path, int *check, cons
     if (cli->op == RULES_CLI_DIFF && optind < argc)
         bad |= parse_version(argv[optind++], 1, &cli->show[1]) < 0;
     else if (cli->op == RULES_CLI_DIFF)
+        bad = 1;
+    if (cli->op == RULES_CLI_RESET && optind == argc - 1)
+        cli->message = argv[optind++]; /* the KEY */
+    else if (cli->op == RULES_CLI_RESET)
         bad = 1;
     if (!*path || optind != argc || ((print || *haproxy) && !*check) || bad) {
         usage(stderr);
@@ -810,6 +826,8 @@ int main(int argc, char **argv)
 
     if (parse_args(argc, argv, &a.path, &check, &haproxy, &cli, &status) < 0)
         return status;
+    if (cli.op == RULES_CLI_RESET)
+        return reset_cli_run(cli.config, cli.rules, cli.message);
     if ((int)cli.op != -1)
         return rules_cli_run(&cli);
 

@@ -263,6 +263,9 @@ class PageUnderTraffic:
             self.page.wait_for("document.getElementById('reset-result').textContent"
                                ".startsWith('Reset: ')", timeout=10)
             self.assertTrue(any(d.startswith("Reset client") for d in self.page.dialogs))
+            # the page says what happened: the fleet's confirmations (this one agent)
+            self.assertIn("confirmed by 1 of 1 agent",
+                          self.page.eval("document.getElementById('reset-result').textContent"))
             st = blocked_now(self.agent, "api-key", "busy-key")
             # full again: what Redis has and what leases hold (a lease may
             # have claimed a batch since), and not blocked

@@ -112,12 +112,24 @@ function drawRules(rules) {
 
 async function reset(rule, key) {
   if (!confirm("Reset client " + JSON.stringify(key) + " of rule " + rule + "?\n" +
-               "Its bucket is cleared in Redis for every agent.")) return;
+               "Its bucket is cleared in Redis, and every agent is told to drop its " +
+               "leases, negative cache and penalty box of it.")) return;
   const out = $("reset-result");
   try {
     const r = await fetch("reset" + keyQuery(rule, key),
                           { method: "POST", headers: { "X-Spoa-Token": token }, credentials: "same-origin" });
-    out.textContent = r.ok ? "Reset: " + rule + " / " + key : "Reset refused: " + r.status + " " + (await r.text());
+    if (!r.ok) {
+      out.textContent = "Reset refused: " + r.status + " " + (await r.text());
+      return;
+    }
+    // what actually happened: how many agents of the fleet confirmed
+    const j = await r.json();
+    const f = j.fleet;
+    out.textContent = "Reset: " + rule + " / " + key +
+      (f ? " \u2014 confirmed by " + f.confirmed + " of " + f.agents + " agent" +
+           (f.agents === 1 ? "" : "s") +
+           (f.confirmed < f.agents ? " (the others apply it when they next read Redis)" : "")
+         : "");
   } catch (e) {
     out.textContent = "Reset failed: " + e;
   }
