@@ -14,9 +14,11 @@
  *             refreshes the map and retries once at the new master, -ASK
  *             retries once with ASKING.
  *
- * Scripts are loaded with SCRIPT LOAD on every connection when it is made and
- * called with EVALSHA; a NOSCRIPT reply (Redis restarted, SCRIPT FLUSH)
- * reloads the script and retries the call, transparently. A lost connection
+ * Scripts are loaded on every connection when it is made: SCRIPT LOAD of
+ * each, and FUNCTION LOAD of the library where Redis has functions (7+),
+ * then called with FCALL, else EVALSHA (store_conn_setup.c); a NOSCRIPT
+ * reply (Redis restarted, SCRIPT FLUSH) reloads the script and retries the
+ * call, transparently. A lost connection
  * is re-established with backoff; one that stops answering is dropped.
  *
  * Every store_eval() callback runs exactly once, on the loop thread: with the
