@@ -38,6 +38,7 @@
 #include "store_reply.h"
 #include "store_reply_check.h"
 #include "store_reply_pool.h"
+#include "store_why.h"
 
 #define WATCHDOG_EVERY 0.05
 
@@ -138,6 +139,8 @@ static void conn_lost(struct store_conn *conn, redisAsyncContext *ac, const char
     else if (strcmp(conn->last_err, reason) != 0)
         LOG_WARN("\"redis unreachable\" addr=%s err=\"%s\"", log_val(conn->name),
                  log_esc(reason, strlen(reason)));
+    if (retry) /* (not a deliberate restart) */
+        store_why_note(conn->name, reason);
     snprintf(conn->last_err, sizeof(conn->last_err), "%s", reason);
     conn->ac = NULL;
     conn->connected = 0;
