@@ -17,9 +17,10 @@ Every wait polls a condition with a deadline."""
 import json
 import os
 import signal
+import subprocess
 import unittest
 
-from harness import free_port, wait_for
+from harness import Proc, free_port, wait_for, wait_port
 from test_redis_auth import AuthCase, cli
 
 
@@ -204,6 +205,107 @@ class Rotation(AuthCase):
         self.assertFalse(before & client_ids(r.port, password="pw2", user="lim"))
         self.assertNotIn("redis_auth_refused", warnings(a))
         self.assertEqual(a.metric("spoa_ratelimit_warning", kind="redis_auth_refused"), 0)
+
+    def test_right_later_switches_by_itself(self):
+        """Reloaded before Redis was told, and Redis told afterwards: the
+        trial made again (every 30 s) passes, the agent switches and the
+        warning clears, without another reload."""
+        r, a = self.start(("--requirepass", "old-pw"), "old-pw")
+        c = self.seq(a)
+        self.reload("new-pw", '"redis credentials changed: trying them on a new connection"')
+        self.wait_warning(True)
+        self.assertEqual(cli(r.port, "CONFIG", "SET", "requirepass", "new-pw",
+                             password="old-pw"), "OK")
+        self.assertTrue(wait_for(lambda: '"redis credentials changed: reconnecting" tried=yes'
+                                 in a.output(), timeout=60),
+                        "never switched:\n" + a.output()[-3000:])
+        self.wait_warning(False)
+        self.wait_up(a)
+        self.assert_exact_on_redis(c, "later", "new-pw")
+
+
+class Topologies(AuthCase):
+    """What Sentinel and Cluster give as last_error, and a refused reload
+    on the Sentinel master."""
+
+    def sentinel(self, master, conf_extra=""):
+        sport = free_port()
+        conf = os.path.join(self.dir, "sentinel.conf")
+        with open(conf, "w") as f:
+            f.write("port %d\nbind 127.0.0.1\nprotected-mode no\ndir %s\n%s"
+                    "sentinel monitor mymaster 127.0.0.1 %d 1\n"
+                    "sentinel down-after-milliseconds mymaster 1000\n"
+                    % (sport, self.dir, conf_extra, master.port))
+        s = Proc(["redis-server", conf, "--sentinel"], "sentinel", cwd=self.dir)
+        self.servers.append(s)
+        wait_port(sport, proc=s.p)
+        return sport
+
+    def wait_last_error(self, agent, name, addr=None, timeout=15.0):
+        got = {}
+
+        def named():
+            got.update(status(agent)["redis"])
+            return got.get("last_error") == name and (addr is None or
+                                                      got.get("last_error_addr") == addr)
+        self.assertTrue(wait_for(named, timeout=timeout),
+                        "last_error never %s at %s: %r\n%s"
+                        % (name, addr, got, agent.output()[-2000:]))
+        return got
+
+    def test_sentinel_master_wrong_password(self):
+        m = self.redis("--requirepass", "m4ster")
+        sport = self.sentinel(m, "sentinel auth-pass mymaster m4ster\n")
+        a = self.agent("[redis]\nsentinel = 127.0.0.1:%d\nmaster = mymaster\npassword = nope\n"
+                       % sport)
+        self.wait_last_error(a, "WRONGPASS", "127.0.0.1:%d" % m.port)
+
+    def test_sentinel_refusing_the_agent(self):
+        m = self.redis()
+        sport = self.sentinel(m, "requirepass s3nt\n")
+        a = self.agent("[redis]\nsentinel = 127.0.0.1:%d\nmaster = mymaster\n" % sport)
+        self.wait_last_error(a, "NOAUTH", "sentinels")
+
+    def test_sentinel_master_refused_reload_keeps_serving(self):
+        m = self.redis("--requirepass", "m4ster")
+        sport = self.sentinel(m, "sentinel auth-pass mymaster m4ster\n")
+        pwfile = os.path.join(self.dir, "redis.pass")
+        with open(pwfile, "w") as f:
+            f.write("m4ster\n")
+        a = self.agent("[redis]\nsentinel = 127.0.0.1:%d\nmaster = mymaster\npassword_file = %s\n"
+                       % (sport, pwfile))
+        self.wait_up(a)
+        c = self.seq(a)
+        self.assert_ten_of(c, "s-before")
+        with open(pwfile, "w") as f:
+            f.write("typo\n")
+        os.kill(a.p.pid, signal.SIGHUP)
+        self.assertTrue(wait_for(lambda: "redis_auth_refused" in warnings(a), timeout=15),
+                        a.output()[-3000:])
+        self.assertIn("WRONGPASS", warnings(a)["redis_auth_refused"]["message"])
+        self.assertEqual(a.metric("spoa_ratelimit_redis_up"), 1)
+        self.assert_ten_of(c, "s-during")
+        self.assertEqual(cli(m.port, "EXISTS", "rl:t2:u:s-during", password="m4ster"), "1")
+
+    def test_cluster_wrong_password(self):
+        ports = [free_port(plus=(10000,)) for _ in range(3)]
+        for p in ports:
+            srv = Proc(["redis-server", "--port", str(p), "--bind", "127.0.0.1", "--save", "",
+                        "--appendonly", "no", "--protected-mode", "no", "--dir", self.dir,
+                        "--cluster-enabled", "yes",
+                        "--cluster-config-file", os.path.join(self.dir, "nodes-%d.conf" % p),
+                        "--requirepass", "c1uster", "--masterauth", "c1uster"],
+                       "redis", cwd=self.dir)
+            self.servers.append(srv)
+            wait_port(p, proc=srv.p)
+        out = subprocess.run(["redis-cli", "-a", "c1uster", "--no-auth-warning", "--cluster",
+                              "create"] + ["127.0.0.1:%d" % p for p in ports] +
+                             ["--cluster-replicas", "0", "--cluster-yes"],
+                             capture_output=True, text=True, timeout=30)
+        self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+        a = self.agent("[redis]\ncluster = 127.0.0.1:%d\npassword = nope\n" % ports[0])
+        got = self.wait_last_error(a, "WRONGPASS")
+        self.assertEqual(got["last_error_addr"], "cluster seeds", got)
 
 
 if __name__ == "__main__":
