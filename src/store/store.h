@@ -83,7 +83,11 @@ struct store *store_new(struct ev_loop *loop, const struct store_options *o, cha
 /* SIGHUP: apply o's credentials (from [redis] username, password or
  * password_file, the url's userinfo, sentinel_*) and, in url mode, its url
  * (server, db). When they changed, the connections are made again at once
- * (those in flight fail with STORE_DOWN, as when Redis restarts); the
+ * (those in flight fail with STORE_DOWN, as when Redis restarts); but new
+ * data credentials while Redis is up (and the url the same) are tried on a
+ * connection of their own first (store_auth_trial.h): the connections are
+ * made again with them once that passes, and keep those in force while it
+ * fails (warning redis_auth_refused). The
  * topology itself (url, cluster, sentinel, master), the timeouts, the prefix
  * and require_noeviction only change at a restart. 0, or -1 out of memory
  * (what was in use stays). */

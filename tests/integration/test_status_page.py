@@ -230,6 +230,10 @@ class PageUnderTraffic:
                                       timeout=15)
             self.assertIn("Redis is down since", text)
             self.assertIn("api-key: fail open", text)
+            # and why, by name (status.json's redis.last_error)
+            self.page.wait_for("document.getElementById('banner-redis').textContent"
+                               ".includes('Why: connection_refused (Connection refused, ')",
+                               timeout=15)
         finally:
             type(self).redis = Redis(port=port)
         self.page.wait_for("document.getElementById('banner-redis').hidden === true", timeout=20)

@@ -184,7 +184,9 @@ function drawBanners(s) {
   if (s.redis.configured && !s.redis.up) {
     const modes = s.rules.map((r) => r.name + ": fail " + r.fail).join(", ");
     red.textContent = "Redis is down since " + when(s.redis.down_since_unix) +
-      " (" + duration(s.agent.now_unix - s.redis.down_since_unix) + "). Rules: " + modes + ".";
+      " (" + duration(s.agent.now_unix - s.redis.down_since_unix) + "). Rules: " + modes + "." +
+      (s.redis.last_error ? " Why: " + s.redis.last_error + " (" + s.redis.last_error_detail +
+        ", " + s.redis.last_error_addr + ", " + when(s.redis.last_error_at) + ")." : "");
     red.hidden = false;
   } else {
     red.hidden = true;
