@@ -5,6 +5,8 @@
 #include <errno.h>
 #include <ev.h>
 #include <getopt.h>
+#include <limits.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +16,7 @@
 #include <unistd.h>
 
 #include "autoconfig.h"
+#include "config/config_access.h"
 #include "config/haproxy_check.h"
 #include "core/log.h"
 #include "core/util.h"
@@ -794,6 +797,36 @@ static void agent_free(struct agent *a)
     ruleset_unref(a->boot);
 }
 
+/* --check as another user than the unit's (root, typically): warn about
+ * the files the agent reads at start that the service user could not, by
+ * their mode bits (config_access.h). Said, not refused: the start itself
+ * fails on such a file with "cannot read password_file". */
+static void check_service_access(const char *path, const struct config *cfg)
+{
+    const struct {
+        const char *what, *file;
+    } files[] = {
+        {"the configuration file", path},
+        {"[redis] password_file", cfg->redis_password_file},
+        {"[agent] stats_auth_file", cfg->stats_auth_file},
+    };
+    struct passwd *pw = getpwnam(CONFIG_SERVICE_USER);
+    char why[PATH_MAX + 200];
+
+    if (!pw || pw->pw_uid == geteuid())
+        return; /* no such user: no unit to run as it; as it: the load read them */
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+        if (!files[i].file ||
+            config_user_can_read(files[i].file, CONFIG_SERVICE_USER, why, sizeof(why)) != 0)
+            continue;
+        int file = strncmp(why, "file ", 5) == 0; /* else a directory above it */
+        fprintf(stderr, "%s: warning: %s %s: the unit (User=%s) cannot read it: %s%s%s%s%s%s\n",
+                path, files[i].what, files[i].file, CONFIG_SERVICE_USER, why,
+                file ? " (e.g. chgrp " CONFIG_SERVICE_USER " " : "", file ? files[i].file : "",
+                file ? " && chmod 640 " : "", file ? files[i].file : "", file ? ")" : "");
+    }
+}
+
 int main(int argc, char **argv)
 {
     struct agent a;
@@ -824,6 +857,7 @@ int main(int argc, char **argv)
                         "%s:%u: warning: rule '%s' has no key: one bucket shared by every "
                         "client (a global limit)\n",
                         a.path, cfg->rules[i].line, cfg->rules[i].name);
+        check_service_access(a.path, cfg);
         status = check == 2 ? print_config(cfg) : 0;
         if (check != 2)
             printf("%s: OK (%zu rule%s%s)\n", a.path, cfg->nrules, cfg->nrules == 1 ? "" : "s",
