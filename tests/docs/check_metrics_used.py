@@ -10,7 +10,10 @@
   b. that list names only families that exist and that neither reads (it
      does not go stale), each with its reason;
   c. every warning kind of src/core/warning.c fires SpoaRatelimitWarning in
-     contrib/prometheus-alerts.test.yml (an exp_labels `kind:` of its own).
+     contrib/prometheus-alerts.test.yml (an exp_labels `kind:` of its own);
+  d. every spoa_ratelimit_* name the kit (haproxy/), contrib/, README.md and
+     doc/ mention is a family (or a histogram's _bucket, _sum, _count): no
+     comment or runbook names a metric that does not exist.
 
 Exit 0 when all hold; else one line per problem on stderr, then exit 1.
 Usage: check_metrics_used.py [SRCDIR]  (default: the tree this file is in)."""
@@ -125,6 +128,17 @@ def main():
         if not re.search(r"(?m)^\s+kind: %s\s*$" % re.escape(kind), tests):
             problems.append("contrib/prometheus-alerts.test.yml: no SpoaRatelimitWarning test "
                             "fires warning kind %s" % kind)
+
+    mentioned = ["README.md"] + [os.path.relpath(p, TOP) for d in ("haproxy", "contrib", "doc")
+                                 for p in sorted(glob.glob(os.path.join(TOP, d, "*")))]
+    for rel in mentioned:
+        try:
+            text = read(rel)
+        except (UnicodeDecodeError, IsADirectoryError):
+            continue  # the charts' PNG
+        for name in sorted(set(re.findall(r"\bspoa_ratelimit_[a-z0-9_]*[a-z0-9]", text))):
+            if name not in fams and re.sub(r"_(?:bucket|sum|count)$", "", name) not in fams:
+                problems.append("%s: %s is no metric family the agent exports" % (rel, name))
 
     for p in problems:
         print(p, file=sys.stderr)
