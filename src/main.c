@@ -3,13 +3,17 @@
  * (--check, the rule store's commands, --reset); then agent_run. */
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "agent/agent.h"
 #include "autoconfig.h"
 #include "config/config.h"
+#include "config/config_access.h"
 #include "config/haproxy_check.h"
 #include "core/strbuf.h"
 #include "http/reset_cli.h"
@@ -284,6 +288,36 @@ static int parse_args(int argc, char **argv, const char **path, int *check, cons
     return 0;
 }
 
+/* --check as another user than the unit's (root, typically): warn about
+ * the files the agent reads at start that the service user could not, by
+ * their mode bits (config_access.h). Said, not refused: the start itself
+ * fails on such a file with "cannot read password_file". */
+static void check_service_access(const char *path, const struct config *cfg)
+{
+    const struct {
+        const char *what, *file;
+    } files[] = {
+        {"the configuration file", path},
+        {"[redis] password_file", cfg->redis_password_file},
+        {"[agent] stats_auth_file", cfg->stats_auth_file},
+    };
+    struct passwd *pw = getpwnam(CONFIG_SERVICE_USER);
+    char why[PATH_MAX + 200];
+
+    if (!pw || pw->pw_uid == geteuid())
+        return; /* no such user: no unit to run as it; as it: the load read them */
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+        if (!files[i].file ||
+            config_user_can_read(files[i].file, CONFIG_SERVICE_USER, why, sizeof(why)) != 0)
+            continue;
+        int file = strncmp(why, "file ", 5) == 0; /* else a directory above it */
+        fprintf(stderr, "%s: warning: %s %s: the unit (User=%s) cannot read it: %s%s%s%s%s%s\n",
+                path, files[i].what, files[i].file, CONFIG_SERVICE_USER, why,
+                file ? " (e.g. chgrp " CONFIG_SERVICE_USER " " : "", file ? files[i].file : "",
+                file ? " && chmod 640 " : "", file ? files[i].file : "", file ? ")" : "");
+    }
+}
+
 int main(int argc, char **argv)
 {
     struct config *cfg;
@@ -310,6 +344,7 @@ int main(int argc, char **argv)
                         "%s:%u: warning: rule '%s' has no key: one bucket shared by every "
                         "client (a global limit)\n",
                         path, cfg->rules[i].line, cfg->rules[i].name);
+        check_service_access(path, cfg);
         status = check == 2 ? print_config(cfg) : 0;
         if (check != 2)
             printf("%s: OK (%zu rule%s%s)\n", path, cfg->nrules, cfg->nrules == 1 ? "" : "s",

@@ -337,6 +337,29 @@ static int hook_value(void *ctx, unsigned line, int cont, const char *name, cons
 
 /* ---- whole-file checks ---------------------------------------------------------- */
 
+/* [rules] cache's default: rules.ini in the unit's own state directory
+ * when systemd gives one ($STATE_DIRECTORY of StateDirectory=, the first of a
+ * colon-separated list: spoa-ratelimit@NAME gets /var/lib/spoa-ratelimit/NAME,
+ * so two instances never share a cache), else CFG_RULES_DEFAULT_CACHE.
+ * Returns a malloc'd path, or NULL when out of memory. */
+static char *default_rules_cache(void)
+{
+    const char *dir = getenv("STATE_DIRECTORY");
+    size_t len = dir ? strcspn(dir, ":") : 0;
+    char *path;
+
+    if (!dir || dir[0] != '/' || len == 0)
+        return strdup(CFG_RULES_DEFAULT_CACHE);
+    while (len > 1 && dir[len - 1] == '/')
+        len--;
+    path = malloc(len + sizeof("/" CFG_RULES_CACHE_NAME));
+    if (!path)
+        return NULL;
+    memcpy(path, dir, len);
+    memcpy(path + len, "/" CFG_RULES_CACHE_NAME, sizeof("/" CFG_RULES_CACHE_NAME));
+    return path;
+}
+
 static void check_exclusive(struct parse_state *st, const char *a, const char *va, const char *b,
                             const char *vb)
 {
@@ -454,7 +477,7 @@ static void finish(struct parse_state *st)
         cfg->rules_cache = NULL;
     } else if (!config_seen_line(st, SEC_RULES, "cache") &&
                cfg->rules_source == RULES_SOURCE_REDIS &&
-               !(cfg->rules_cache = strdup(CFG_RULES_DEFAULT_CACHE))) {
+               !(cfg->rules_cache = default_rules_cache())) {
         config_errors_add(&st->errors, 0, "out of memory");
     }
     if (cfg->rules_source == RULES_SOURCE_REDIS && config_standalone(cfg))

@@ -52,7 +52,10 @@ enum cfg_down_mode { DOWN_OPEN = 0, DOWN_CLOSED = 1 };
 enum cfg_rules_source { RULES_SOURCE_FILE = 0, RULES_SOURCE_REDIS = 1 };
 /* [rules] cache when unset and source = redis; with source = file no cache
  * is written, so that a plain run writes nowhere outside what it is told */
+/* [rules] cache with source = redis: CFG_RULES_CACHE_NAME in $STATE_DIRECTORY
+ * (systemd's StateDirectory=, per instance) when set, else this path. */
 #define CFG_RULES_DEFAULT_CACHE "/var/lib/spoa-ratelimit/rules.ini"
+#define CFG_RULES_CACHE_NAME "rules.ini"
 /* Rule text from Redis (or --push) is bounded before it is parsed: bytes
  * (the rule count is bounded by CFG_MAX_RULES like a file's) */
 #define CFG_MAX_RULES_TEXT (1024 * 1024)
@@ -250,7 +253,8 @@ struct config {
     uint64_t rules_poll_ms;  /* source = redis: how often the current version is read;
                                 default 1000 */
     char *rules_cache;       /* the last applied version on disk; NULL: none (default
-                                CFG_RULES_DEFAULT_CACHE with source = redis) */
+                                with source = redis: rules.ini in $STATE_DIRECTORY,
+                                else CFG_RULES_DEFAULT_CACHE) */
     unsigned rules_history;  /* versions kept in Redis by --push; default 10 */
 
     struct cfg_rule *rules;

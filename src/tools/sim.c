@@ -6,11 +6,14 @@
  * so they mean exactly what they mean in an agent's INI file. */
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "config/config.h"
 #include "core/json.h"
@@ -480,6 +483,36 @@ static int parse_cli(int argc, char **argv, struct cli *c)
     return 0;
 }
 
+/* --svg FILE is opened relative to the current directory (as any path):
+ * the commands of doc/sizing.md that redraw doc/'s charts name doc/NAME.svg
+ * and work from the source tree only. Said before the sweep runs (minutes),
+ * not after it: 0 when FILE's directory exists and is writable, else -1 with
+ * a message naming the directory and where it was looked for. */
+static int svg_dir_check(const char *svg)
+{
+    char dir[PATH_MAX], cwd[PATH_MAX];
+    const char *slash = strrchr(svg, '/');
+    struct stat st;
+
+    if (!slash)
+        snprintf(dir, sizeof(dir), ".");
+    else if (slash == svg)
+        snprintf(dir, sizeof(dir), "/");
+    else
+        snprintf(dir, sizeof(dir), "%.*s", (int)(slash - svg), svg);
+    if (stat(dir, &st) == 0 && S_ISDIR(st.st_mode) && access(dir, W_OK | X_OK) == 0)
+        return 0;
+    int missing = stat(dir, &st) == -1 || !S_ISDIR(st.st_mode);
+    if (!getcwd(cwd, sizeof(cwd)))
+        snprintf(cwd, sizeof(cwd), "?");
+    int rel = svg[0] != '/';
+    fprintf(stderr, "spoa-sim: --svg %s: %s %s%s%s%s; give a directory that exists (e.g. --svg %s)\n",
+            svg, missing ? "no directory" : "cannot write to directory", dir, rel ? " in " : "",
+            rel ? cwd : "", rel ? " (the path is relative to the current directory)" : "",
+            slash ? slash + 1 : svg);
+    return -1;
+}
+
 int main(int argc, char **argv)
 {
     /* The seed scenario: 20 agents, 10,000 API keys, Zipf 1.1, 100/1m burst
@@ -503,6 +536,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "spoa-sim: --svg draws a sweep: give --sweep too\n");
         return 2;
     }
+    if (c.svg && svg_dir_check(c.svg) < 0)
+        return 2;
     if (c.trace_path && !(trace = sim_trace_load(c.trace_path, err, sizeof(err)))) {
         fprintf(stderr, "spoa-sim: %s\n", err);
         return 1;

@@ -333,6 +333,29 @@ class OneRedis(StoreCase):
         self.assertEqual(self.current(), "4")
         self.wait_limit(agents, 50)
 
+    def test_cache_in_each_instances_state_directory(self):
+        """No cache line: each agent writes rules.ini in its own
+        $STATE_DIRECTORY (systemd's StateDirectory= of spoa-ratelimit@NAME),
+        so two instances on one host never share a cache."""
+        dirs, agents = [], []
+        for name in ("a", "b"):
+            d = os.path.join(self.dir, "state-" + name)
+            os.mkdir(d)
+            a = Agent(self.section + "[rules]\nsource = redis\npoll = 200ms\n" + OWN_RULE,
+                      workers=1, env=dict(os.environ, STATE_DIRECTORY=d))
+            stop_cleanly(self, a)
+            wait_redis_up(a)
+            dirs.append(d)
+            agents.append(a)
+        self.push(self.op, rules(7))
+        self.wait_limit(agents, 7)
+        for d, a in zip(dirs, agents):
+            cache = os.path.join(d, "rules.ini")
+            self.assertTrue(wait_for(lambda: os.path.exists(cache), 5), a.output()[-2000:])
+            with open(cache) as f:
+                self.assertEqual(f.read(), "; spoa-ratelimit rules version 1\n" + rules(7))
+            self.assertIn(cache, a.get("/config"))
+
     def test_cached_rules_when_redis_is_down(self):
         """An agent restarted while Redis is down enforces the version it
         cached; one with no cache, its file's own rule (and says so)."""

@@ -149,6 +149,26 @@ class Fidelity(unittest.TestCase):
 class Scenarios(unittest.TestCase):
     """What test_redis.py measures on real agents, simulated."""
 
+    def test_svg_path_relative_to_cwd(self):
+        """--svg FILE is relative to the current directory: doc/sizing.md's
+        --svg doc/NAME.svg run outside the source tree is refused at once,
+        naming the directory, before the sweep; a path that exists works."""
+        with tempfile.TemporaryDirectory() as d:
+            args = [SIM, "--sweep", "agents=2,3", "--keys", "10", "--rps", "200", "--seconds",
+                    "1", "--rate", "100/1m", "--svg"]
+            p = subprocess.run(args + ["doc/sim.svg"], cwd=d, capture_output=True, text=True,
+                               timeout=60)
+            self.assertEqual(p.returncode, 2, p.stderr)
+            self.assertIn("--svg doc/sim.svg: no directory doc in %s" % os.path.realpath(d),
+                          p.stderr)
+            self.assertEqual(p.stdout, "")  # refused before the first run
+            os.mkdir(os.path.join(d, "doc"))
+            p = subprocess.run(args + ["doc/sim.svg"], cwd=d, capture_output=True, text=True,
+                               timeout=60)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            with open(os.path.join(d, "doc", "sim.svg")) as f:
+                self.assertIn("<svg ", f.read())
+
     def test_fleet_overload(self):
         """test_redis.Fleet: 3 agents, one key at 400/1s burst 40, overloaded
         (real: utilisation ~99 % of b + r*T)."""

@@ -69,7 +69,8 @@ cleanup() {
     # the instances this test made (spoa-ratelimit@a and @b): gone, running or not
     if [ "$installed" = 1 ]; then
         [ -d /run/systemd/system ] && systemctl stop spoa-ratelimit@a spoa-ratelimit@b 2>/dev/null
-        rm -f /etc/spoa-ratelimit/a.ini /etc/spoa-ratelimit/b.ini /etc/spoa-ratelimit/redis.pass
+        rm -f /etc/spoa-ratelimit/a.ini /etc/spoa-ratelimit/b.ini /etc/spoa-ratelimit/redis.pass \
+            /etc/spoa-ratelimit/pwcheck.ini /etc/spoa-ratelimit/pwcheck.pass
     fi
     if [ "$installed" = 1 ] &&
        [ "$(dpkg-query -W -f='${db:Status-Status}' "$PKG" 2>/dev/null)" != not-installed ]; then
@@ -222,6 +223,23 @@ sed -i -e "s/^listen = 127.0.0.1:12345/listen = 127.0.0.1:$P_SPOP/" \
 grep -q "^listen = 127.0.0.1:$P_SPOP" "$CONF" && grep -q '^burst = 5$' "$CONF" ||
     fail "the conffile's listen/rate lines changed: edit this test"
 as_user /usr/sbin/spoa-ratelimit -c "$CONF" --check >/dev/null || fail "--check of the edited file"
+# --check as root warns when the unit's user could not read a password_file
+# (root-only, 0600), and is quiet once it is 0640 root:spoa-ratelimit.
+PWINI=/etc/spoa-ratelimit/pwcheck.ini PWFILE=/etc/spoa-ratelimit/pwcheck.pass
+install -m 0640 -g "$PKG" /dev/null "$PWINI"
+printf '[redis]\nurl = redis://127.0.0.1:1\npassword_file = %s\n[rule:a]\nkey = k\nrate = 1/s\n' \
+    "$PWFILE" >"$PWINI"
+install -m 0600 /dev/null "$PWFILE" && echo s3cret >"$PWFILE"
+/usr/sbin/spoa-ratelimit -c "$PWINI" --check >/dev/null 2>"$tmp/pwcheck.log" ||
+    { cat "$tmp/pwcheck.log"; fail "--check of a root-only password_file failed"; }
+grep -q "password_file $PWFILE: the unit (User=$PKG) cannot read it" "$tmp/pwcheck.log" ||
+    { cat "$tmp/pwcheck.log"; fail "--check as root: no warning for a root-only password_file"; }
+chgrp "$PKG" "$PWFILE" && chmod 0640 "$PWFILE"
+/usr/sbin/spoa-ratelimit -c "$PWINI" --check >/dev/null 2>"$tmp/pwcheck.log" &&
+    ! grep -q warning "$tmp/pwcheck.log" ||
+    { cat "$tmp/pwcheck.log"; fail "--check warns on a password_file 0640 root:$PKG"; }
+rm -f "$PWINI" "$PWFILE"
+say "--check as root: warns of a password_file $PKG cannot read, quiet once it can"
 
 # ---- run it as the unit does -------------------------------------------------------
 # The unit's lines for KEY, with ${CONFIG} and $MAINPID filled in.

@@ -8,14 +8,17 @@
 #include <arpa/inet.h>
 #include <check.h>
 #include <netinet/in.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "check_util.h"
+#include "config/config_access.h"
 #include "http/config_page.h"
 
 /* ---- whole files ------------------------------------------------------------------ */
@@ -738,6 +741,39 @@ START_TEST(test_config_page)
     config_free(b);
 }
 END_TEST
+/* --check's question for the unit's user, asked here of "nobody" (neither
+ * the owner of the test's files nor in their group): a file 0600 or under a
+ * 0700 directory is not readable by it, 0644 under 0755 is; an unknown user
+ * or a missing file is "unknown" (-1). */
+START_TEST(test_user_can_read)
+{
+    char dir[] = "/tmp/rl-access-XXXXXX", file[64], why[512];
+
+    if (!getpwnam("nobody") || geteuid() == getpwnam("nobody")->pw_uid)
+        return; /* no other user to ask about */
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(file, sizeof(file), "%s/redis.pass", dir);
+    FILE *f = fopen(file, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("s3cret\n", f);
+    fclose(f);
+    ck_assert_int_eq(chmod(dir, 0755), 0);
+    ck_assert_int_eq(chmod(file, 0600), 0);
+    ck_assert_int_eq(config_user_can_read(file, "nobody", why, sizeof(why)), 0);
+    ck_assert_msg(strstr(why, "file ") == why && strstr(why, "(mode 0600, "), "%s", why);
+    ck_assert_int_eq(chmod(file, 0644), 0);
+    ck_assert_int_eq(config_user_can_read(file, "nobody", why, sizeof(why)), 1);
+    ck_assert_int_eq(chmod(dir, 0700), 0);
+    ck_assert_int_eq(config_user_can_read(file, "nobody", why, sizeof(why)), 0);
+    ck_assert_msg(strstr(why, "directory ") == why && strstr(why, "not searchable"), "%s", why);
+    ck_assert_int_eq(chmod(dir, 0755), 0);
+    ck_assert_int_eq(config_user_can_read(file, "no-such-user-rl", why, sizeof(why)), -1);
+    unlink(file);
+    ck_assert_int_eq(config_user_can_read(file, "nobody", why, sizeof(why)), -1);
+    rmdir(dir);
+}
+END_TEST
+
 int main(void)
 {
     TCase *tc = tcase_create("files");
@@ -747,6 +783,6 @@ int main(void)
               test_full, test_defaults, test_variants,
               test_resolution,
               test_match, test_arg_limits, test_file, test_percent_decode, test_credentials,
-              test_config_page);
+              test_config_page, test_user_can_read);
     return check_run_case("config_files", tc);
 }

@@ -54,10 +54,27 @@ START_TEST(test_rules_defaults)
     ck_assert_uint_eq(cfg->rules_history, 10);
     config_free(cfg);
     /* with source = redis, the cache has its default path */
+    unsetenv("STATE_DIRECTORY");
     cfg = check_config_ok("[redis]\nurl = redis://127.0.0.1:6379\n[rules]\nsource = redis\n");
     ck_assert_int_eq(cfg->rules_source, RULES_SOURCE_REDIS);
     ck_assert_str_eq(cfg->rules_cache, CFG_RULES_DEFAULT_CACHE);
     config_free(cfg);
+    /* under systemd: the instance's own state directory (the first of a
+     * list), so that spoa-ratelimit@a and @b never share a cache */
+    setenv("STATE_DIRECTORY", "/var/lib/spoa-ratelimit/a/:/var/lib/other", 1);
+    cfg = check_config_ok("[redis]\nurl = redis://127.0.0.1:6379\n[rules]\nsource = redis\n");
+    ck_assert_str_eq(cfg->rules_cache, "/var/lib/spoa-ratelimit/a/rules.ini");
+    config_free(cfg);
+    /* an explicit cache wins; a relative directory is not systemd's: ignored */
+    cfg = check_config_ok("[redis]\nurl = redis://127.0.0.1:6379\n[rules]\nsource = redis\n"
+                          "cache = /tmp/r.ini\n");
+    ck_assert_str_eq(cfg->rules_cache, "/tmp/r.ini");
+    config_free(cfg);
+    setenv("STATE_DIRECTORY", "state", 1);
+    cfg = check_config_ok("[redis]\nurl = redis://127.0.0.1:6379\n[rules]\nsource = redis\n");
+    ck_assert_str_eq(cfg->rules_cache, CFG_RULES_DEFAULT_CACHE);
+    config_free(cfg);
+    unsetenv("STATE_DIRECTORY");
     /* empty: none */
     cfg = check_config_ok("[redis]\nurl = redis://127.0.0.1:6379\n[rules]\nsource = redis\ncache =\n");
     ck_assert_ptr_null(cfg->rules_cache);
