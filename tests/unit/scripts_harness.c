@@ -21,9 +21,6 @@
 #include "store/store_reply.h"
 #include "store/store_reply_check.h"
 
-#ifndef SRCDIR
-#define SRCDIR "."
-#endif
 #ifndef BUILDDIR
 #define BUILDDIR "."
 #endif
@@ -230,7 +227,7 @@ int read_scripts(void)
         return -1;
     const char *dir = getenv("LUA_DIR");
     if (dir == NULL || *dir == '\0')
-        dir = SRCDIR "/lua";
+        dir = BUILDDIR "/lua"; /* assembled there from lua/src/ (lua/assemble.sh) */
     for (int s = 0; s < NSCRIPTS; s++) {
         char path[4096];
         snprintf(path, sizeof(path), "%s/%s.lua", dir, script_name[s]);
