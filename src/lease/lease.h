@@ -59,9 +59,9 @@ struct lease_waiter {
 };
 
 enum lease_job_kind {
-    LEASE_JOB_CLAIM = 0,  /* tb_claim / sw_claim */
-    LEASE_JOB_RETURN = 1, /* tb_return / sw_return */
-    LEASE_JOB_EXACT = 2,  /* tb_exact / sw_exact: one waiter, no lease (a cold key) */
+    LEASE_JOB_CLAIM = 0,  /* the *_claim scripts */
+    LEASE_JOB_RETURN = 1, /* the *_return scripts */
+    LEASE_JOB_EXACT = 2,  /* the *_exact scripts: one waiter, no lease (a cold key) */
 };
 
 struct lease_entry;
@@ -77,7 +77,7 @@ struct lease_job {
     uint64_t block_ms; /* the rule's block_for (0: none): claims and exact calls send it */
     uint64_t offset_ms;            /* a fixed window's window_offset */
     uint64_t want, used, returned;
-    int rated;                     /* a rate lease's claim (tb_claim's ARGV 9, 10) */
+    int rated;                     /* a rate lease's claim (CLAIM_ARG_RATE_PPM, ..._DEMAND_PPM) */
     int first; /* LEASE_JOB_EXACT on a key this agent has no record of (its entry
                   is new): a token bucket's may go as one plain SET (limiter_first.c) */
     uint64_t rate_ppm, demand_ppm; /* share wanted, demand: millionths of the rate */

@@ -21,21 +21,15 @@
 #ifndef STORE_SCRIPT_H
 #define STORE_SCRIPT_H
 
-/* The scripts, in the order the store loads them. */
+#include "script_list.h" /* generated from lua/scripts.am: STORE_SCRIPTS(X) */
+
+/* The scripts, in the order the store loads them: SCRIPT_TB_CLAIM = 0 and so
+ * on, one per line of lua/scripts.am, the registry (what each one does:
+ * lua/README.md). */
 enum store_script {
-    SCRIPT_TB_CLAIM = 0,
-    SCRIPT_TB_RETURN,
-    SCRIPT_TB_EXACT,
-    SCRIPT_SW_CLAIM,
-    SCRIPT_SW_RETURN,
-    SCRIPT_SW_EXACT,
-    SCRIPT_TB_RESET, /* POST /reset: the operator clears one client */
-    SCRIPT_SW_RESET,
-    SCRIPT_TB_REFUND, /* [agent] charge = all-or-nothing: an exact decision's */
-    SCRIPT_SW_REFUND, /* tokens back when another rule blocked the request */
-    SCRIPT_CC_ACQUIRE, /* algorithm = concurrency: take a slot */
-    SCRIPT_CC_RELEASE, /*   give one back */
-    SCRIPT_CC_RESET,   /*   GET /key (read) and POST /reset (free them all) */
+#define STORE_SCRIPT_ENUM(NAME, name) SCRIPT_##NAME,
+    STORE_SCRIPTS(STORE_SCRIPT_ENUM)
+#undef STORE_SCRIPT_ENUM
     SCRIPT_COUNT,
 };
 
@@ -66,8 +60,8 @@ enum script_claim_arg {
     CLAIM_ARG_RETURNED,  /* unspent tokens given back */
     CLAIM_ARG_TTL_MS,    /* the lease lifetime (>= 1) */
     CLAIM_ARGC,          /* a token lease's claim */
-    /* tb_claim only, both or neither: a rate lease (the caller's local bucket
-     * refills at a share of the rate; see lua/README.md) */
+    /* the token bucket's claim only, both or neither: a rate lease (the
+     * caller's local bucket refills at a share of the rate; lua/README.md) */
     CLAIM_ARG_RATE_PPM = CLAIM_ARGC, /* share wanted, millionths of the rate (0: none) */
     CLAIM_ARG_DEMAND_PPM,            /* the caller's request rate, millionths of the rate */
     CLAIM_ARGC_RATED,

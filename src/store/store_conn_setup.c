@@ -29,26 +29,16 @@
 #define PROBE_KEY_MAX 128
 
 /* The scripts by enum store_script, then the batch script (script.h). */
+#define SCRIPT_SRC(NAME, name) [SCRIPT_##NAME] = script_##name,
+#define SCRIPT_NAME(NAME, name) [SCRIPT_##NAME] = #name,
 const char *const store_conn_script_src[SCRIPT_COUNT + 1] = {
-    [SCRIPT_TB_CLAIM] = script_tb_claim,   [SCRIPT_TB_RETURN] = script_tb_return,
-    [SCRIPT_TB_EXACT] = script_tb_exact,   [SCRIPT_SW_CLAIM] = script_sw_claim,
-    [SCRIPT_SW_RETURN] = script_sw_return, [SCRIPT_SW_EXACT] = script_sw_exact,
-    [SCRIPT_TB_RESET] = script_tb_reset,   [SCRIPT_SW_RESET] = script_sw_reset,
-    [SCRIPT_TB_REFUND] = script_tb_refund, [SCRIPT_SW_REFUND] = script_sw_refund,
-    [SCRIPT_CC_ACQUIRE] = script_cc_acquire, [SCRIPT_CC_RELEASE] = script_cc_release,
-    [SCRIPT_CC_RESET] = script_cc_reset,
-    [SCRIPT_BATCH] = script_batch,
+    STORE_SCRIPTS(SCRIPT_SRC)[SCRIPT_BATCH] = script_batch,
 };
 const char *const store_conn_script_names[SCRIPT_COUNT + 1] = {
-    [SCRIPT_TB_CLAIM] = "tb_claim",   [SCRIPT_TB_RETURN] = "tb_return",
-    [SCRIPT_TB_EXACT] = "tb_exact",   [SCRIPT_SW_CLAIM] = "sw_claim",
-    [SCRIPT_SW_RETURN] = "sw_return", [SCRIPT_SW_EXACT] = "sw_exact",
-    [SCRIPT_TB_RESET] = "tb_reset",   [SCRIPT_SW_RESET] = "sw_reset",
-    [SCRIPT_TB_REFUND] = "tb_refund", [SCRIPT_SW_REFUND] = "sw_refund",
-    [SCRIPT_CC_ACQUIRE] = "cc_acquire", [SCRIPT_CC_RELEASE] = "cc_release",
-    [SCRIPT_CC_RESET] = "cc_reset",
-    [SCRIPT_BATCH] = "batch",
+    STORE_SCRIPTS(SCRIPT_NAME)[SCRIPT_BATCH] = "batch",
 };
+#undef SCRIPT_SRC
+#undef SCRIPT_NAME
 
 static enum store_conn_setup_next setup_step_done(struct store_conn *conn);
 

@@ -60,7 +60,7 @@ const char *store_error_hint(enum metrics_redis_error kind, int sentinel);
 struct store_error_where {
     const char *server;  /* "redis" or "sentinel": which hint to give */
     const char *addr;    /* host:port or path */
-    const char *command; /* what was refused: "AUTH", "EVALSHA tb_claim", ... */
+    const char *command; /* what was refused: "AUTH", "EVALSHA <script>", ... */
     const char *user;    /* the ACL user, NULL: default */
     const char *prefix;  /* [redis] prefix: the key pattern the user needs */
 };

@@ -65,8 +65,8 @@ const char *store_reply_check(int script, const struct store_result *res, size_t
     switch (script) {
     case SCRIPT_TB_CLAIM:
     case SCRIPT_SW_CLAIM:
-        /* a token lease gets at most what it asked; a rate lease (tb_claim
-         * with a share) grows its slice instead */
+        /* a token lease gets at most what it asked; a rate lease (a token
+         * bucket's claim with a share) grows its slice instead */
         if (arg(argc, argv, CLAIM_ARG_RATE_PPM) <= 0 &&
             v[CLAIM_R_GRANTED] > arg(argc, argv, CLAIM_ARG_WANT))
             return "granted above want";

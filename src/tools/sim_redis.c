@@ -548,16 +548,12 @@ static void *l_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
 
 /* ---- life ------------------------------------------------------------------------ */
 
+/* The scripts by enum store_script (lua/scripts.am), then the batch script. */
+#define SCRIPT_SRC(NAME, name) [SCRIPT_##NAME] = script_##name,
 static const char *const script_text[SCRIPT_BATCH + 1] = {
-    [SCRIPT_TB_CLAIM] = script_tb_claim, [SCRIPT_TB_RETURN] = script_tb_return,
-    [SCRIPT_TB_EXACT] = script_tb_exact, [SCRIPT_SW_CLAIM] = script_sw_claim,
-    [SCRIPT_SW_RETURN] = script_sw_return, [SCRIPT_SW_EXACT] = script_sw_exact,
-    [SCRIPT_TB_RESET] = script_tb_reset,   [SCRIPT_SW_RESET] = script_sw_reset,
-    [SCRIPT_TB_REFUND] = script_tb_refund, [SCRIPT_SW_REFUND] = script_sw_refund,
-    [SCRIPT_CC_ACQUIRE] = script_cc_acquire, [SCRIPT_CC_RELEASE] = script_cc_release,
-    [SCRIPT_CC_RESET] = script_cc_reset,
-    [SCRIPT_BATCH] = script_batch,
+    STORE_SCRIPTS(SCRIPT_SRC)[SCRIPT_BATCH] = script_batch,
 };
+#undef SCRIPT_SRC
 
 static void open_lib(lua_State *L, lua_CFunction f, const char *name)
 {

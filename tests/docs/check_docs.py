@@ -10,7 +10,13 @@
      doc/spoa-ratelimit.8, and every option of spoa-sim and spoa-bench in
      their pages;
   c. every relative link of every Markdown file in the tree resolves to a
-     file, and every #anchor to a heading of its page (GitHub's slugs).
+     file, and every #anchor to a heading of its page (GitHub's slugs);
+  d. the Redis scripts: no Lua helper (`local function NAME`, `local NAME =
+     function` or `= setmetatable`) is defined in two tracked .lua files (the
+     scripts share them through lua/lib/, included at build time by
+     lua/assemble.sh), every script of the registry lua/scripts.am has its
+     source lua/src/NAME.lua and a row in lua/README.md's table, and neither
+     lists one the registry lacks.
 
 Exit 0 when all hold; else one line per problem on stderr, then exit 1.
 Usage: check_docs.py [SRCDIR] [AGENT]  (default: the tree this file is in;
@@ -320,8 +326,68 @@ def check_links():
                                                                  anchor))
 
 
+def lua_files():
+    """The tracked .lua files (git ls-files; outside a git tree, lua/src/,
+    lua/lib/ and the lua/*.lua files that are not assembled ones)."""
+    try:
+        out = subprocess.run(["git", "-C", TOP, "ls-files", "*.lua"], stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, universal_newlines=True)
+        if out.returncode == 0 and out.stdout.strip():
+            return sorted(out.stdout.split())
+    except OSError:
+        pass
+    built = set(registry()) | {"batch", "library"}
+    found = []
+    for sub in ("lua", "lua/src", "lua/lib"):
+        d = os.path.join(TOP, sub)
+        found += [sub + "/" + f for f in sorted(os.listdir(d)) if f.endswith(".lua") and
+                  not (sub == "lua" and f[:-4] in built)]
+    return found
+
+
+def registry():
+    """The script names of lua/scripts.am, in its order."""
+    return re.findall(r"(?m)^\s+lua/(\w+)\b", read("lua/scripts.am"))
+
+
+HELPER = re.compile(r"(?m)^\s*local\s+(?:function\s+(\w+)|(\w+)\s*=\s*(?:function|setmetatable)\b)")
+
+
+def check_lua():
+    where = {}
+    for rel in lua_files():
+        for m in HELPER.finditer(read(rel)):
+            where.setdefault(m.group(1) or m.group(2), set()).add(rel)
+    for name, files in sorted(where.items()):
+        if len(files) > 1:
+            fail("Lua helper %s defined in %d files: %s (write it once, in lua/lib/)" %
+                 (name, len(files), ", ".join(sorted(files))))
+    names = registry()
+    if not names:
+        fail("lua/scripts.am: no scripts")
+    srcs = {f[:-4] for f in os.listdir(os.path.join(TOP, "lua", "src")) if f.endswith(".lua")}
+    for n in sorted(set(names) - srcs):
+        fail("lua/scripts.am: %s has no lua/src/%s.lua" % (n, n))
+    for n in sorted(srcs - set(names)):
+        fail("lua/src/%s.lua: not in lua/scripts.am" % n)
+    table = set(re.findall(r"(?m)^\| `(\w+)\.lua` +\|", read("lua/README.md")))
+    for n in sorted(set(names) - table):
+        fail("lua/README.md: %s.lua missing from the table of scripts" % n)
+    for n in sorted(table - set(names)):
+        fail("lua/README.md: %s.lua in the table of scripts, not in lua/scripts.am" % n)
+    libs = {f for f in os.listdir(os.path.join(TOP, "lua", "lib")) if f.endswith(".lua")}
+    used = set()
+    for n in sorted(srcs):
+        for m in re.finditer(r"(?m)^--@ lib/(\S+)$", read("lua/src/%s.lua" % n)):
+            used.add(m.group(1))
+            if m.group(1) not in libs:
+                fail("lua/src/%s.lua: includes lib/%s, which does not exist" % (n, m.group(1)))
+    for f in sorted(libs - used):
+        fail("lua/lib/%s: included by no script" % f)
+
+
 def main():
-    for check in (check_config, check_options, check_links):
+    for check in (check_config, check_options, check_links, check_lua):
         try:
             check()
         except (OSError, IndexError) as e:

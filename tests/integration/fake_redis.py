@@ -19,13 +19,16 @@ What the server saw is counted (under `lock`): `connections` accepted,
 (those sent on a connection after a script call on it: a reload after
 NOSCRIPT, not the loads every connection starts with)."""
 import hashlib
+import os
+import re
 import socket
 import threading
 import time
 
-SCRIPTS = ["tb_claim", "tb_return", "tb_exact", "sw_claim", "sw_return", "sw_exact",
-           "tb_reset", "sw_reset", "tb_refund", "sw_refund", "cc_acquire", "cc_release",
-           "cc_reset", "batch"]
+# the registry's scripts (lua/scripts.am), in its order, then the batch script
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "lua",
+                       "scripts.am")) as _f:
+    SCRIPTS = re.findall(r"(?m)^\s+lua/(\w+)", _f.read()) + ["batch"]
 MALFORMED = ["nil", "integer", "short", "nil_element", "nan", "negative", "granted"]
 INFO = ("# Server\r\nredis_version:7.2.0\r\n# Memory\r\nmaxmemory:0\r\n"
         "maxmemory_policy:noeviction\r\n# Stats\r\nevicted_keys:0\r\n")

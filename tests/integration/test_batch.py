@@ -28,7 +28,7 @@ from test_redis import RedisCase
 BATCH_LUA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(harness.AGENT))),
                          "lua", "batch.lua")
 SCRIPTS = ["tb_claim", "tb_return", "tb_exact", "sw_claim", "sw_return", "sw_exact"]
-LUA_DIR = os.path.join(harness.TOP, "lua")
+LUA_DIR = os.path.dirname(BATCH_LUA)  # the scripts as the build assembled them
 
 # rate 50/1s burst 10 per key; Redis down or failing: closed (deny), so every
 # admission was granted by Redis and the bound is exact

@@ -13,6 +13,7 @@ import time
 import unittest
 
 import fleet
+import harness
 from fleet import LoadClient, Seq, redis_ini, run_clients, sanity_problems, unique, worst_window
 from harness import BENCH, Agent, Redis, stop_cleanly
 
@@ -491,8 +492,9 @@ class LeaseScripts(RedisCase):
         self.redis = self.start_redis()
         self.r = fleet.Resp(self.redis.port)
         self.addCleanup(self.r.close)
-        here = os.path.dirname(os.path.abspath(__file__))
-        with open(os.path.join(here, "..", "..", "lua", "tb_claim.lua")) as f:
+        # assembled by the build (lua/assemble.sh), beside the agent's src/
+        built = os.path.dirname(os.path.dirname(os.path.abspath(harness.AGENT)))
+        with open(os.path.join(built, "lua", "tb_claim.lua")) as f:
             self.claim_sha = self.r.call("SCRIPT", "LOAD", f.read())
 
     def claim(self, key, agent, want, used=0, returned=0, ttl_ms=10000):

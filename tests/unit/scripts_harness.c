@@ -21,9 +21,6 @@
 #include "store/store_reply.h"
 #include "store/store_reply_check.h"
 
-#ifndef SRCDIR
-#define SRCDIR "."
-#endif
 #ifndef BUILDDIR
 #define BUILDDIR "."
 #endif
@@ -33,13 +30,9 @@
 
 const struct rule slow = {10, 10000, 10, 5000};
 
-const char *const script_name[NSCRIPTS] = {
-    [TB_CLAIM] = "tb_claim", [TB_RETURN] = "tb_return", [TB_EXACT] = "tb_exact",
-    [SW_CLAIM] = "sw_claim", [SW_RETURN] = "sw_return", [SW_EXACT] = "sw_exact",
-    [TB_RESET] = "tb_reset", [SW_RESET] = "sw_reset",
-    [TB_REFUND] = "tb_refund", [SW_REFUND] = "sw_refund",
-    [CC_ACQUIRE] = "cc_acquire", [CC_RELEASE] = "cc_release", [CC_RESET] = "cc_reset",
-};
+#define SCRIPT_NAME(NAME, name) [SCRIPT_##NAME] = #name,
+const char *const script_name[NSCRIPTS] = {STORE_SCRIPTS(SCRIPT_NAME)};
+#undef SCRIPT_NAME
 char *script_text[NSCRIPTS];
 size_t script_len[NSCRIPTS];
 char script_sha[NSCRIPTS][41];
@@ -230,7 +223,7 @@ int read_scripts(void)
         return -1;
     const char *dir = getenv("LUA_DIR");
     if (dir == NULL || *dir == '\0')
-        dir = SRCDIR "/lua";
+        dir = BUILDDIR "/lua"; /* assembled there from lua/src/ (lua/assemble.sh) */
     for (int s = 0; s < NSCRIPTS; s++) {
         char path[4096];
         snprintf(path, sizeof(path), "%s/%s.lua", dir, script_name[s]);

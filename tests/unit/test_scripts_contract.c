@@ -7,7 +7,7 @@
  * Uses the server at 127.0.0.1:$REDIS_PORT when REDIS_PORT is set; otherwise
  * starts its own redis-server on a random loopback port (no persistence) and
  * stops it at the end (scripts_harness.c). The scripts are read from $LUA_DIR
- * (default SRCDIR "/lua"), loaded with SCRIPT LOAD and called with EVALSHA, as
+ * (default BUILDDIR "/lua"), loaded with SCRIPT LOAD and called with EVALSHA, as
  * the agent does; a NOSCRIPT reply reloads the script once. Every test works
  * on keys of its own ("test_scripts:<pid>:<seq>:<name>"), so a shared server
  * is fine. Timing assertions bracket Redis time between local clock readings

@@ -1,13 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* test_scripts_exact.c - the token bucket's other scripts of lua/ against a
  * real redis-server: exact calls (tb_exact), resets that keep leases
- * (tb_reset), NOSCRIPT after a flush, the copies each script carries of
- * advance() and the number formatting kept identical, bad arguments.
+ * (tb_reset), NOSCRIPT after a flush, the number formatting (fmt), bad
+ * arguments.
  *
  * Uses the server at 127.0.0.1:$REDIS_PORT when REDIS_PORT is set; otherwise
  * starts its own redis-server on a random loopback port (no persistence) and
  * stops it at the end (scripts_harness.c). The scripts are read from $LUA_DIR
- * (default SRCDIR "/lua"), loaded with SCRIPT LOAD and called with EVALSHA, as
+ * (default BUILDDIR "/lua"), loaded with SCRIPT LOAD and called with EVALSHA, as
  * the agent does; a NOSCRIPT reply reloads the script once. Every test works
  * on keys of its own ("test_scripts:<pid>:<seq>:<name>"), so a shared server
  * is fine. Timing assertions bracket Redis time between local clock readings
@@ -263,102 +263,17 @@ START_TEST(tb_reset_random_keeps_invariant)
 }
 END_TEST
 
-/* advance() holds the refill that the bound rests on. Each script must stand
- * alone under EVALSHA, so the five token-bucket scripts carry a copy each:
- * the copies, from refill() (its helpers come first) to the end of advance(),
- * must stay identical, byte for byte. */
-static const char *advance_of(enum script s, size_t *len)
-{
-    const char *start = strstr(script_text[s], "local function refill(");
-    ck_assert_msg(start != NULL, "%s: no refill()", script_name[s]);
-    const char *adv = strstr(start, "local function advance(");
-    ck_assert_msg(adv != NULL, "%s: no advance() after refill()", script_name[s]);
-    const char *end = strstr(adv, "\nend\n");
-    ck_assert_ptr_nonnull(end);
-    *len = (size_t)(end - start) + 5;
-    return start;
-}
-
-START_TEST(tb_advance_copies_identical)
-{
-    size_t l0, l1, l2, l3, l4;
-    const char *a = advance_of(TB_CLAIM, &l0);
-    const char *b = advance_of(TB_RETURN, &l1);
-    const char *c = advance_of(TB_EXACT, &l2);
-    const char *d = advance_of(TB_RESET, &l3);
-    const char *e = advance_of(TB_REFUND, &l4);
-    ck_assert_uint_eq(l0, l1);
-    ck_assert_uint_eq(l0, l2);
-    ck_assert_uint_eq(l0, l3);
-    ck_assert_uint_eq(l0, l4);
-    ck_assert_int_eq(memcmp(a, b, l0), 0);
-    ck_assert_int_eq(memcmp(a, c, l0), 0);
-    ck_assert_int_eq(memcmp(a, d, l0), 0);
-    ck_assert_int_eq(memcmp(a, e, l0), 0);
-}
-END_TEST
-
-/* hgetall() turns a string bucket into a hash in the four scripts that write
- * hash fields; each carries a copy (each must load alone): all identical, so
- * tb_string_key_becomes_hash tests each one. */
-START_TEST(tb_hgetall_copies_identical)
-{
-    const enum script s[] = {TB_CLAIM, TB_RETURN, TB_RESET, TB_REFUND};
-    const char *first = NULL;
-    size_t len0 = 0;
-    for (size_t i = 0; i < sizeof(s) / sizeof(s[0]); i++) {
-        const char *start = strstr(script_text[s[i]], "local function hgetall(");
-        ck_assert_msg(start != NULL, "%s: no hgetall()", script_name[s[i]]);
-        const char *end = strstr(start, "\nend\n");
-        ck_assert_ptr_nonnull(end);
-        size_t len = (size_t)(end - start) + 5;
-        if (!first) {
-            first = start, len0 = len;
-            continue;
-        }
-        ck_assert_uint_eq(len, len0);
-        ck_assert_int_eq(memcmp(first, start, len0), 0);
-    }
-}
-END_TEST
-
-/* times(), the reply's times and the key's TTL after a decision, stands in
- * tb_claim and tb_exact (each must load alone): the copies identical, so a
- * fix to one is a fix to both. */
-START_TEST(tb_times_copies_identical)
-{
-    const char *a = strstr(script_text[TB_CLAIM], "local function times(");
-    const char *b = strstr(script_text[TB_EXACT], "local function times(");
-    ck_assert_msg(a != NULL && b != NULL, "tb_claim or tb_exact: no times()");
-    const char *end = strstr(a, "\nend\n");
-    ck_assert_ptr_nonnull(end);
-    size_t len = (size_t)(end - a) + 5;
-    ck_assert_int_eq(strncmp(a, b, len), 0);
-}
-END_TEST
-
 /* fmt, the text of every number a script stores, must print exactly what
  * string.format('%.17g') prints (the value read back is the value written):
- * one copy in each script, all identical, so the one tested here is each one. */
-START_TEST(fmt_copies_identical)
+ * lua/lib/fmt.lua, one text that every script but the cc_* ones includes,
+ * taken here from tb_exact. */
+START_TEST(fmt_is_17g)
 {
-    const char *first = NULL;
-    size_t len0 = 0;
-    /* the concurrency scripts (from CC_ACQUIRE on) store integers only: no fmt */
-    for (int s = 0; s < CC_ACQUIRE; s++) {
-        const char *start = strstr(script_text[s], "local fmt = setmetatable(");
-        ck_assert_msg(start != NULL, "%s: no fmt", script_name[s]);
-        const char *end = strstr(start, "\nend})\n");
-        ck_assert_msg(end != NULL, "%s: fmt without its end", script_name[s]);
-        size_t len = (size_t)(end - start) + 7;
-        if (!first) {
-            first = start;
-            len0 = len;
-            continue;
-        }
-        ck_assert_msg(len == len0 && memcmp(start, first, len) == 0, "%s: another fmt",
-                      script_name[s]);
-    }
+    const char *first = strstr(script_text[TB_EXACT], "local fmt = setmetatable(");
+    ck_assert_msg(first != NULL, "tb_exact: no fmt");
+    const char *end = strstr(first, "\nend})\n");
+    ck_assert_msg(end != NULL, "tb_exact: fmt without its end");
+    size_t len0 = (size_t)(end - first) + 7;
     /* ... and prints what '%.17g' prints, first seen and remembered. */
     static const char probe[] =
         "local xs = {0, 0 * -1, 1, -1, 19, 0.1, 1 / 3, -2.5, 1e15, 1796278122005322,\n"
@@ -837,8 +752,7 @@ static Suite *scripts_exact_suite(void)
 {
     Suite *s = suite_create("scripts_exact");
     TCase *tb = scripts_tcase("token_bucket");
-    CHECK_ADD(tb, tb_advance_copies_identical, tb_hgetall_copies_identical,
-              tb_times_copies_identical, fmt_copies_identical, tb_noscript_after_flush,
+    CHECK_ADD(tb, fmt_is_17g, tb_noscript_after_flush,
               tb_exact_admits_burst_then_denies, exact_cost_takes_all_or_nothing,
               bad_arguments_are_errors,
               tb_reset_keeps_leases, tb_reset_without_leases_deletes_key,

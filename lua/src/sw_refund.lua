@@ -24,36 +24,9 @@ and never loses more than n: the count is never lower than it would be had
 the request never come. Uses Redis server time only.
 ]]
 
--- num(ARGV, i, min) and fmt[x] (x as text, exact) remember the numbers they
--- convert: the operations of a batch repeat the same few (rules, Redis time),
--- and strtod() and '%.17g' cost more than the arithmetic. Calls, even of
--- math.min, cost more than the lines around them: the hot paths make few
--- (fmt is a table: a number already seen costs no call).
-local floor, ceil, min, max = math.floor, math.ceil, math.min, math.max
-local huge, format = math.huge, string.format
-local ints = {}
-local function num(ARGV, i, min, default)
-    local s = ARGV[i] or default
-    local v = ints[s] -- floor(tonumber(s)) of an s that passed: >= 0
-    if v ~= nil and v >= min then return v end -- (floor(x) >= min iff x >= min)
-    v = tonumber(s)
-    if v == nil or v ~= v or v < min or v == huge then
-        error('sw_refund: bad ARGV[' .. i .. ']')
-    end
-    v = floor(v)
-    ints[s] = v
-    return v
-end
-local fmt = setmetatable({}, {__index = function(strs, x) -- fmt[x]: format('%.17g', x)
-    local s
-    if x == floor(x) and x < 2 ^ 53 and x > -2 ^ 53 and x ~= 0 then
-        s = format('%d', x) -- the same text for whole numbers below 2^53, and cheaper
-    else
-        s = format('%.17g', x)
-    end
-    if x ~= 0 and x == x then strs[x] = s end -- 0 and -0 are one key; NaN none
-    return s
-end})
+--@ lib/locals.lua
+--@ lib/num.lua
+--@ lib/fmt.lua
 
 -- per call. Everything above takes its input as parameters: lua/batch.sh defines it
 -- once per batch, and runs what follows once per operation.

@@ -22,68 +22,11 @@ Invariant: c <= N and the sum of current-window holdings <= c after every call.
 Uses Redis server time only.
 ]]
 
--- num(ARGV, i, min) and fmt[x] (x as text, exact) remember the numbers they
--- convert: the operations of a batch repeat the same few (rules, Redis time),
--- and strtod() and '%.17g' cost more than the arithmetic. Calls, even of
--- math.min, cost more than the lines around them: the hot paths make few
--- (fmt is a table: a number already seen costs no call).
-local floor, ceil, min, max = math.floor, math.ceil, math.min, math.max
-local huge, format = math.huge, string.format
-local ints = {}
-local function num(ARGV, i, min)
-    local s = ARGV[i]
-    local v = ints[s] -- floor(tonumber(s)) of an s that passed: >= 0
-    if v ~= nil and v >= min then return v end -- (floor(x) >= min iff x >= min)
-    v = tonumber(s)
-    if v == nil or v ~= v or v < min or v == huge then
-        error('sw_return: bad ARGV[' .. i .. ']')
-    end
-    v = floor(v)
-    ints[s] = v
-    return v
-end
-local fmt = setmetatable({}, {__index = function(strs, x) -- fmt[x]: format('%.17g', x)
-    local s
-    if x == floor(x) and x < 2 ^ 53 and x > -2 ^ 53 and x ~= 0 then
-        s = format('%d', x) -- the same text for whole numbers below 2^53, and cheaper
-    else
-        s = format('%.17g', x)
-    end
-    if x ~= 0 and x == x then strs[x] = s end -- 0 and -0 are one key; NaN none
-    return s
-end})
+--@ lib/locals.lua
+--@ lib/num.lua
+--@ lib/fmt.lua
 
--- A step back of Redis' clock across a window boundary (NTP stepping it, a
--- VM restored, a failover to a master behind) leaves the key's window W ahead
--- of now's window k. The count moves to window k as it is: c and p kept, so
--- nothing counted is lost and nothing counts twice (c becomes p at k's end, as
--- it would have at W's). Leases charged in W move with it (w:<agent> = k);
--- those of older windows, whose agents have stopped, are dropped (their units
--- stay counted), so that none of them reads as current. Without it window W
--- lasted until the clock passed it again: a key at its limit locked out for
--- the step's length. f: the key's fields by name, updated too (nil: read
--- here). The same text in sw_claim, sw_return, sw_reset and sw_exact;
--- tests/unit/test_scripts_window.c checks the copies. Rare: nothing on the
--- paths every call runs.
-local function rebase(key, f, W, k)
-    if f == nil then
-        f = {}
-        local raw = redis.call('HGETALL', key)
-        for i = 1, #raw, 2 do f[raw[i]] = raw[i + 1] end
-    end
-    for fk, v in next, f do
-        if string.sub(fk, 1, 2) == 'w:' then
-            local hk = 'h:' .. string.sub(fk, 3)
-            if tonumber(v) == W then
-                f[fk] = fmt[k] -- (existing fields only: allowed while next() walks f)
-                redis.call('HSET', key, fk, f[fk])
-            else
-                f[fk], f[hk] = nil, nil
-                redis.call('HDEL', key, fk, hk)
-            end
-        end
-    end
-end
+--@ lib/window.lua
 
 -- per call. Everything above takes its input as parameters: lua/batch.sh defines it
 -- once per batch, and runs what follows once per operation.
@@ -110,7 +53,7 @@ end
 
 -- Roll the windows forward to k (never back; rebased first, as sw_claim does).
 local W, c, p = tonumber(f.w), tonumber(f.c) or 0, tonumber(f.p) or 0
-if W and k < W then rebase(key, f, W, k); W = k end -- the clock stepped back
+if W and k < W then rebase_window(key, f, W, k); W = k end -- the clock stepped back
 if W == nil or k > W + 1 then
     W, c, p = k, 0, 0
 elseif k == W + 1 then
@@ -140,13 +83,7 @@ redis.call('HSET', key, 'w', fmt[W], 'c', fmt[c], 'p', fmt[p])
 redis.call('HDEL', key, 'h:' .. agent, 'w:' .. agent)
 
 local est = p * left / wus + c
-local function wait_us(thr) -- see sw_claim.lua
-    if est <= thr then return 0 end
-    if fixed then return left end
-    thr = max(thr, 0)
-    if c <= thr then return (est - thr) * wus / p end
-    return left + (c - thr) * wus / c
-end
+--@ lib/window_wait.lua
 local H, holders = 0, 0
 for _, h in next, held do H, holders = H + h, holders + 1 end
 redis.call('PEXPIRE', key, fmt[ceil((fixed and left or left + wus) / 1000) + 1000])

@@ -31,13 +31,7 @@ server time only.
 ]]
 
 local floor, huge = math.floor, math.huge
-local function num(ARGV, i, min)
-    local v = tonumber(ARGV[i])
-    if v == nil or v ~= v or v < min or v == huge then
-        error('cc_acquire: bad ARGV[' .. i .. ']')
-    end
-    return floor(v)
-end
+--@ lib/num.lua
 
 -- per call. Everything above takes its input as parameters: lua/batch.sh defines it
 -- once per batch, and runs what follows once per operation.

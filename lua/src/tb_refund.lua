@@ -1,0 +1,54 @@
+-- SPDX-License-Identifier: Apache-2.0
+--[[ tb_refund.lua - give back the tokens of an exact decision (tb_exact.lua)
+whose request another rule blocked ([agent] charge = all-or-nothing).
+
+KEYS[1]   the bucket hash, same layout as tb_claim.lua (t, ts, h:<agent>, e:<agent>)
+ARGV[1]   limit N      } refill rate = N / period
+ARGV[2]   period, ms   }
+ARGV[3]   burst b: capacity (>= 0)
+ARGV[4]   n: tokens the decision took (>= 0)
+ARGV[5]   taken_ms: Redis' time of that decision (tb_exact's time_ms); a token
+          bucket does not need it (same ARGV as sw_refund.lua)
+
+Returns   {given, remaining}
+            given     tokens given back (<= n)
+            remaining max(0, floor(t)) after the call
+
+A refund never over-admits: after advancing to now (expiries in time order,
+as every script does), t = min(b - H, t + n). Without the decision, t would
+be at least what it is plus n, capped by the same b - H: so the refund never
+lifts t above what the bucket would hold had the request never come, and
+t + H <= b still holds. A missing key is a full bucket: nothing to give back
+(the key is not made again). Uses Redis server time only.
+]]
+
+--@ lib/locals.lua
+--@ lib/num.lua
+--@ lib/fmt.lua
+
+--@ lib/bucket.lua
+
+--@ lib/bucket_hash.lua
+
+-- per call. Everything above takes its input as parameters: lua/batch.sh defines it
+-- once per batch, and runs what follows once per operation.
+local key = KEYS[1]
+local limit, period, b = num(ARGV, 1, 1), num(ARGV, 2, 1), num(ARGV, 3, 0)
+local n = num(ARGV, 4, 0)
+local rate = limit / (period * 1000) -- tokens per microsecond
+
+local tm = redis.call('TIME')
+local now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
+
+local raw = hgetall(key)
+if raw[1] == nil then return {0, b} end -- gone: full, nothing to give back
+local f = {}
+for i = 1, #raw, 2 do f[raw[i]] = raw[i + 1] end
+
+local t, ts, H = advance(key, f, b, rate, now)
+local before = t
+if t + n < b - H then t = t + n elseif b - H > t then t = b - H end
+redis.call('HSET', key, 't', fmt[t], 'ts', fmt[ts])
+-- The TTL stays: a fuller bucket is full again sooner than it says.
+local given = floor(t - before + 0.5)
+return {given > 0 and given or 0, max(0, floor(t))}
