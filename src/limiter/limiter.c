@@ -6,6 +6,9 @@
  * the lease cache's ticks, Redis' state and the stall warning. */
 #include "limiter/limiter.h"
 #include "limiter/limiter_int.h"
+#include "limiter/limiter_charge.h"
+#include "limiter/limiter_cc.h"
+#include "limiter/limiter_first.h"
 
 #include <ev.h>
 #include <pthread.h>
@@ -554,7 +557,8 @@ size_t limiter_expire(struct limiter *l, const struct ruleset *rs, uint64_t now_
                       size_t max_visit)
 {
     uint64_t wall = util_wall_us(); /* fixed windows count on it */
-    size_t n = bucket_table_expire_at(l->core.buckets, now_us, wall, max_visit, params_of, (void *)rs);
+    size_t n =
+        bucket_table_expire_at(l->core.buckets, now_us, wall, max_visit, params_of, (void *)rs);
     n += bucket_table_expire_at(l->core.backstop, now_us, wall, max_visit, backstop_of, (void *)rs);
     core_cc_expire(&l->core, now_us);
     atomic_store(&metrics.buckets,

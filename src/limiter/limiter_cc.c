@@ -4,7 +4,7 @@
  * the Redis calls that take and give them back (cc_acquire, cc_release, as
  * jobs for the bridge to send), the slots release messages give back, and
  * those of blocked requests. */
-#include "limiter/limiter_core.h"
+#include "limiter/limiter_cc.h"
 #include "lease/lease.h"
 #include "limiter/limiter_req.h"
 
@@ -29,13 +29,12 @@ static void cc_released(struct metrics_rule *m, int ok)
         atomic_fetch_sub_explicit(&m->slots_held, 1, memory_order_relaxed);
 }
 
-/* An acquire completes its
- * waiter: with the slot, denied, or from the fallback; one that timed out
- * was answered by the fallback already, so a slot Redis gave it late goes
- * back at once (else it would stay held until max_hold). A release is
- * counted. Frees j, or returns it to be sent again as that release. */
-struct rjob *core_cc_reply(struct limiter_core *c, struct rjob *j, const struct store_result *res,
-                           uint64_t now_us)
+/* An acquire completes its waiter: with the slot, denied, or (failed) by
+ * the fallback, which the caller runs; one that timed out was answered by
+ * the fallback already, so a slot Redis gave it late goes back at once
+ * (else it would stay held until max_hold). A release is counted. */
+enum core_cc_verdict core_cc_reply(struct rjob *j, const struct store_result *res,
+                                   struct lease_waiter **wp)
 {
     struct bucket_result out;
     uint64_t expired = 0;
@@ -45,7 +44,7 @@ struct rjob *core_cc_reply(struct limiter_core *c, struct rjob *j, const struct 
         if (released >= 0)
             cc_released(j->m, released);
         free(j);
-        return NULL;
+        return CORE_CC_FREED;
     }
     int ok = res && store_reply_cc(res->v, res->n, &out, &expired) == 0;
     if (expired)
@@ -54,13 +53,13 @@ struct rjob *core_cc_reply(struct limiter_core *c, struct rjob *j, const struct 
         if (ok && out.allowed) {
             j->kind = RJOB_CC_RELEASE;
             j->m = NULL; /* not counted: no client released it */
-            return j;
+            return CORE_CC_SEND;
         }
         free(j);
-        return NULL;
+        return CORE_CC_FREED;
     }
-    struct limiter_req *req = j->w->req;
-    struct rule_hit *h = &req->ev.hits[j->w->hit];
+    struct lease_waiter *w = *wp = j->w;
+    struct rule_hit *h = &((struct limiter_req *)w->req)->ev.hits[w->hit];
     if (ok) {
         h->out.res = out;
         h->out.degraded = 0;
@@ -69,12 +68,9 @@ struct rjob *core_cc_reply(struct limiter_core *c, struct rjob *j, const struct 
             h->slot_src = RULES_SLOT_REDIS;
             atomic_fetch_add_explicit(&j->m->slots_held, 1, memory_order_relaxed);
         }
-    } else {
-        core_fallback(c, req, j->w->hit, now_us);
     }
     free(j);
-    core_hit_done(req);
-    return NULL;
+    return ok ? CORE_CC_DECIDED : CORE_CC_FALLBACK;
 }
 
 /* Under a new slot id. */

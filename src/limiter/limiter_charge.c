@@ -6,7 +6,8 @@
  * lease (locally), or the Redis bucket (a refund script call). A refund
  * never gives back more than was taken, nor more than the request's absence
  * would have left: it may under-admit for a moment, never over-admit. */
-#include "limiter/limiter_core.h"
+#include "limiter/limiter_charge.h"
+#include "limiter/limiter_cc.h"
 
 #include <stdatomic.h>
 #include <string.h>

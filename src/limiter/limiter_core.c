@@ -6,6 +6,7 @@
  * decisions waiting for it. No loop, no socket: the bridge (limiter.c) sends
  * what this returns and feeds back what Redis says. */
 #include "limiter/limiter_core.h"
+#include "limiter/limiter_cc.h"
 
 #include <math.h>
 #include <stdatomic.h>
@@ -203,8 +204,23 @@ struct rjob *core_reply(struct limiter_core *c, struct rjob *j, const struct sto
         free(j);
         return NULL;
     }
-    if (j->kind == RJOB_CC || j->kind == RJOB_CC_RELEASE)
-        return core_cc_reply(c, j, ok ? res : NULL, now_us);
+    if (j->kind == RJOB_CC || j->kind == RJOB_CC_RELEASE) {
+        struct lease_waiter *w = NULL;
+        switch (core_cc_reply(j, ok ? res : NULL, &w)) {
+        case CORE_CC_SEND:
+            return j;
+        case CORE_CC_FALLBACK:
+            core_fallback(c, w->req, w->hit, now_us);
+            core_hit_done(w->req);
+            break;
+        case CORE_CC_DECIDED:
+            core_hit_done(w->req);
+            break;
+        case CORE_CC_FREED:
+            break;
+        }
+        return NULL;
+    }
 
     struct lease_waiter *done = NULL, *fallback = NULL;
     struct lease_job *next = NULL;

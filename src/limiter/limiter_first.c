@@ -9,7 +9,7 @@
  * hash) is left alone by NX and gets the normal tb_exact call: a second round
  * trip, on the few keys the guess missed. Part of the core: it says what
  * to send and what the reply means; the bridge (limiter.c) sends it. */
-#include "limiter/limiter_core.h"
+#include "limiter/limiter_first.h"
 
 #include <string.h>
 

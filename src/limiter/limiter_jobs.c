@@ -2,7 +2,7 @@
 /* limiter_jobs.c - the core's Redis calls as data: a client's Redis key, a
  * call on one key (exact, refund), a lease job's call, and the script and
  * arguments each is sent with (script_args.c, shared with the simulator). */
-#include "limiter/limiter_core.h"
+#include "limiter/limiter_jobs.h"
 
 #include <stdlib.h>
 #include <string.h>

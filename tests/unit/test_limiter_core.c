@@ -14,7 +14,9 @@
 
 #include "check_util.h"
 #include "lease/lease.h"
+#include "limiter/limiter_charge.h"
 #include "limiter/limiter_core.h"
+#include "limiter/limiter_first.h"
 #include "limiter/limiter_req.h"
 #include "limiter/script_args.h"
 #include "rules/rules.h"
