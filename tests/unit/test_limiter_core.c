@@ -112,7 +112,8 @@ static struct rjob *answer(struct world *w, struct rjob *j, int status, const in
 {
     struct store_result r = {.status = status, .n = n};
 
-    memcpy(r.v, v, (size_t)n * sizeof(*v));
+    if (n)
+        memcpy(r.v, v, (size_t)n * sizeof(*v));
     return core_reply(&w->c, j, &r, now);
 }
 
