@@ -40,6 +40,9 @@
 #include "limits/bucket.h"
 #include "config/config.h"
 #include "lease/lease.h"
+#include "limiter/limiter_charge.h"
+#include "limiter/limiter_jobs.h"
+#include "limiter/limiter_req.h"
 #include "rules/rules.h"
 #include "spop/spop.h"
 #include "spop/spop_conn.h"
@@ -520,66 +523,65 @@ static void decide_leased(struct fuzz_run *r, struct rule_eval *ev, struct rule_
     total_leased++;
 }
 
-/* [agent] charge = all-or-nothing, as limiter_charge.c does it: a request a
+/* [agent] charge = all-or-nothing, by the agent's own core (core_settle,
+ * src/limiter/limiter_charge.c) on this input's tables: a request a
  * non-shadow rule blocked gives back what the other non-shadow rules took,
- * each to where it came from (the stand-in Redis for an exact call, and
- * for a leased spend already reported). Never more than was taken, and a
- * lease never gives back what Redis did not grant it (leased_ok and granted
- * go down together, so the check after it still holds). */
-static void refund(struct fuzz_run *r, struct rule_eval *ev, char *kbuf, size_t cap)
+ * each to where it came from; the refund calls it hands back are run by the
+ * stand-in Redis. Never more than was taken, and a lease never gives back
+ * what Redis did not grant it (leased_ok and granted go down together, so
+ * the check after it still holds). */
+static void refund(struct fuzz_run *r, struct rule_eval *ev)
 {
+    struct limiter_core c = {.buckets = r->buckets, .backstop = r->backstop,
+                             .leases = r->leases, .redis = (r->cfg & G_REDIS) != 0};
+    struct limiter_req req = {.ev = *ev, .rs = (struct ruleset *)fuzz_rs};
+    struct core_jobs jobs = {0};
+    int was[8];
+
     if (fuzz_rs->cfg->charge == CHARGE_EACH || !rules_blocked(fuzz_rs, ev))
         return;
+    if (ev->nhits > sizeof(was) / sizeof(was[0]))
+        fuzz_fail("more hits than rules");
+    for (size_t i = 0; i < ev->nhits; i++)
+        was[i] = ev->hits[i].out.charged;
+    core_settle(&c, &req, r->now_us, 1, &jobs);
     for (size_t i = 0; i < ev->nhits; i++) {
-        struct rule_hit *h = &ev->hits[i];
-        const struct cfg_rule *rule = &fuzz_rs->cfg->rules[h->rule];
-        size_t nl = strlen(rule->name), kl = nl + 1 + h->key_len;
-        struct bucket_params p = h->params;
-        uint64_t back = 0;
-        int redis = 0;
+        const struct rule_hit *h = &ev->hits[i];
+        uint64_t back = h->out.refunded;
 
-        if (rule->shadow || !h->out.res.allowed || h->cost == 0 || kl > cap)
-            continue;
-        memcpy(kbuf, rule->name, nl); /* the Redis key, as decide() made it */
-        kbuf[nl] = ':';
-        memcpy(kbuf + nl + 1, rules_hit_key(ev, h), h->key_len);
-        switch (h->out.charged) {
-        case RULE_CHARGED_BUCKET:
-        case RULE_CHARGED_BACKSTOP:
-            back = bucket_table_refund(h->out.charged == RULE_CHARGED_BUCKET
-                                           ? r->buckets : table(&r->backstop),
-                                       rule->name, rules_hit_key(ev, h), h->key_len,
-                                       h->out.charged == RULE_CHARGED_BUCKET ? &h->params
-                                                                             : &h->backstop,
-                                       h->out.charged_at, r->now_us, h->cost, NULL);
-            break;
-        case RULE_CHARGED_LEASE:
-            back = lease_refund(leases(r), kbuf, kl, h->cost, r->now_us, &h->out.res, &redis);
+        if (was[i] == RULE_CHARGED_LEASE) {
             if (back > r->leased_ok)
                 fuzz_fail("a lease gave back more than it spent");
             r->leased_ok -= back;
-            if (back || !redis)
-                break;
-            p.period_us = (p.period_us + 999) / 1000 * 1000; /* as a claim's period_ms */
-            /* fall through */
-        case RULE_CHARGED_EXACT:
-            if (h->out.charged == RULE_CHARGED_EXACT)
-                p.period_us = p.period_us / 1000 * 1000; /* as an exact call's */
-            back = bucket_table_refund(table(&r->redis), "", kbuf, kl, &p, h->out.charged_at,
-                                       r->now_us, h->cost, NULL);
-            if (back > r->granted)
-                fuzz_fail("Redis took back more than it granted");
-            r->granted -= back;
-            if (rule->lease)
-                r->leased_ok = r->leased_ok > back ? r->leased_ok - back : 0;
-            break;
-        default:
-            break;
         }
         if (back > h->cost)
             fuzz_fail("a refund gave back more than the request took");
         total_refunded += back;
-        h->out.charged = RULE_CHARGED_NONE;
+    }
+    for (struct rjob *j = jobs.head, *next; j; j = next) {
+        /* as the refund scripts: the call's own limits, at its take's time */
+        const struct bucket_params p = {j->algorithm, j->limit, j->period_ms * 1000, j->burst,
+                                        j->block_ms * 1000, j->offset_ms * 1000};
+        unsigned k = 0;
+
+        next = j->next;
+        if (j->kind != RJOB_REFUND)
+            fuzz_fail("settling sent a call that is no refund");
+        while (k < fuzz_rs->cfg->nrules && fuzz_rs->metrics[k] != j->m)
+            k++;
+        if (k == fuzz_rs->cfg->nrules)
+            fuzz_fail("a refund of no rule");
+        uint64_t back = bucket_table_refund(table(&r->redis), "", j->key, j->keylen, &p,
+                                            j->taken_ms, r->now_us, j->cost, NULL);
+        if (back > r->granted)
+            fuzz_fail("Redis took back more than it granted");
+        if (back > j->cost)
+            fuzz_fail("a refund gave back more than the request took");
+        r->granted -= back;
+        if (fuzz_rs->cfg->rules[k].lease)
+            r->leased_ok = r->leased_ok > back ? r->leased_ok - back : 0;
+        total_refunded += back;
+        free(j);
     }
 }
 
@@ -621,14 +623,18 @@ static void decide(struct fuzz_run *r, const struct spop_frame *f, struct rule_e
             } else
                 decide_fallback(r, ev, h);
         } else {
-            /* the Redis key: rule name and client key */
-            size_t nl = strlen(rule->name), kl = nl + 1 + h->key_len;
-            char *key = kl <= sizeof(kbuf) ? kbuf : malloc(kl);
-            if (!key)
-                fuzz_fail("out of memory");
-            memcpy(key, rule->name, nl);
-            key[nl] = ':';
-            memcpy(key + nl + 1, rules_hit_key(ev, h), h->key_len);
+            /* the Redis key, as the agent's core makes it (no prefix), so
+             * that its refunds find the lease and the stand-in's bucket */
+            static const struct limiter_core kc = {.prefix_len = 0};
+            size_t kl = core_redis_key(&kc, rule, rules_hit_key(ev, h), h->key_len, kbuf,
+                                       sizeof(kbuf));
+            char *key = kbuf;
+            if (!kl) {
+                size_t cap = 4 + rule->name_len + sizeof(UTIL_SLOT_FENCE) + h->key_len;
+                if (!(key = malloc(cap)) ||
+                    !(kl = core_redis_key(&kc, rule, rules_hit_key(ev, h), h->key_len, key, cap)))
+                    fuzz_fail("out of memory");
+            }
             if (rule->lease) {
                 decide_leased(r, ev, h, key, kl, up);
             } else if (up) {
@@ -648,7 +654,7 @@ static void decide(struct fuzz_run *r, const struct spop_frame *f, struct rule_e
             fuzz_fail("allowed with a retry time");
         }
     }
-    refund(r, ev, kbuf, sizeof(kbuf));
+    refund(r, ev);
     if (r->leased_ok > r->granted)
         fuzz_fail("the leases allowed more than Redis granted");
 }
