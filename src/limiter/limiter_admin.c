@@ -29,7 +29,7 @@
 /* Room rules_client_key() may need past the key: the separator and
  * "N/PERIODms/BURST" of a rule with limits from args (or a hashed key). */
 #define CLIENT_KEY_EXTRA 128
-/* Room limiter_redis_key() needs past the client key: prefix, algorithm,
+/* Room core_redis_key() needs past the client key: prefix, algorithm,
  * rule name, slot fence. */
 #define REDIS_KEY_EXTRA 256
 
@@ -99,7 +99,7 @@ static struct op *op_new(struct limiter *l, struct ruleset *rs, const struct lim
                  ? rules_slot_key(ckey, (size_t)len, skey)
                  : len;
     const char *rk = r->algorithm == BUCKET_CONCURRENCY ? skey : ckey;
-    size_t rlen = sk >= 0 && rcap ? limiter_redis_key(l, r, rk, (size_t)sk, rkey, rcap) : 0;
+    size_t rlen = sk >= 0 && rcap ? core_redis_key(&l->core, r, rk, (size_t)sk, rkey, rcap) : 0;
     if (len < 0 || (rcap && !rlen)) {
         free(o);
         *err = LIMITER_KEY_LONG;

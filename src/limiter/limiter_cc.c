@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* limiter_cc.c - concurrency rules in the limiter: slots from the in-memory
- * table (standalone, and the local share while Redis is down), the Redis
- * calls that take and give them back (cc_acquire, cc_release, through
- * limiter.c's queue), the slots release messages give back, and those of
- * blocked requests. */
-#include "limiter/limiter_int.h"
+/* limiter_cc.c - concurrency rules in the limiter's core: slots from the
+ * in-memory table (standalone, and the local share while Redis is down),
+ * the Redis calls that take and give them back (cc_acquire, cc_release, as
+ * jobs for the bridge to send), the slots release messages give back, and
+ * those of blocked requests. */
+#include "limiter/limiter_cc.h"
 #include "lease/lease.h"
 #include "limiter/limiter_req.h"
 
@@ -17,9 +17,9 @@
 #include "store/store_reply.h"
 
 #define RETRY_NOMEM_US 1000000
-#define KEYBUF 1024
 
-void limiter_cc_released(struct metrics_rule *m, int ok)
+/* Count a release's outcome (m may be NULL: not counted). */
+static void cc_released(struct metrics_rule *m, int ok)
 {
     if (!m)
         return;
@@ -29,13 +29,12 @@ void limiter_cc_released(struct metrics_rule *m, int ok)
         atomic_fetch_sub_explicit(&m->slots_held, 1, memory_order_relaxed);
 }
 
-/* An acquire completes its
- * waiter: with the slot, denied, or from the fallback; one that timed out
- * was answered by the fallback already, so a slot Redis gave it late goes
- * back at once (else it would stay held until max_hold). A release is
- * counted. Frees j, or sends it again as that release. */
-void limiter_cc_reply(struct limiter *l, struct rjob *j, const struct store_result *res,
-                      uint64_t now_us)
+/* An acquire completes its waiter: with the slot, denied, or (failed) by
+ * the fallback, which the caller runs; one that timed out was answered by
+ * the fallback already, so a slot Redis gave it late goes back at once
+ * (else it would stay held until max_hold). A release is counted. */
+enum core_cc_verdict core_cc_reply(struct rjob *j, const struct store_result *res,
+                                   struct lease_waiter **wp)
 {
     struct bucket_result out;
     uint64_t expired = 0;
@@ -43,9 +42,9 @@ void limiter_cc_reply(struct limiter *l, struct rjob *j, const struct store_resu
     if (j->kind == RJOB_CC_RELEASE) {
         int released = res ? store_reply_cc_release(res->v, res->n) : -1;
         if (released >= 0)
-            limiter_cc_released(j->m, released);
+            cc_released(j->m, released);
         free(j);
-        return;
+        return CORE_CC_FREED;
     }
     int ok = res && store_reply_cc(res->v, res->n, &out, &expired) == 0;
     if (expired)
@@ -54,14 +53,13 @@ void limiter_cc_reply(struct limiter *l, struct rjob *j, const struct store_resu
         if (ok && out.allowed) {
             j->kind = RJOB_CC_RELEASE;
             j->m = NULL; /* not counted: no client released it */
-            limiter_job_send(l, j);
-            return;
+            return CORE_CC_SEND;
         }
         free(j);
-        return;
+        return CORE_CC_FREED;
     }
-    struct limiter_req *req = j->w->req;
-    struct rule_hit *h = &req->ev.hits[j->w->hit];
+    struct lease_waiter *w = *wp = j->w;
+    struct rule_hit *h = &((struct limiter_req *)w->req)->ev.hits[w->hit];
     if (ok) {
         h->out.res = out;
         h->out.degraded = 0;
@@ -70,23 +68,20 @@ void limiter_cc_reply(struct limiter *l, struct rjob *j, const struct store_resu
             h->slot_src = RULES_SLOT_REDIS;
             atomic_fetch_add_explicit(&j->m->slots_held, 1, memory_order_relaxed);
         }
-    } else {
-        limiter_fallback(l, req, j->w->hit, now_us);
     }
     free(j);
-    limiter_hit_done(l, req);
+    return ok ? CORE_CC_DECIDED : CORE_CC_FALLBACK;
 }
 
 /* Under a new slot id. */
-int limiter_cc_queue(struct limiter *l, struct limiter_req *req, size_t i, const char *key,
-                     size_t keylen, int up)
+int core_cc_queue(struct limiter_req *req, size_t i, const char *key, size_t keylen, int ask,
+                  struct core_jobs *out)
 {
     const struct rule_hit *h = &req->ev.hits[i];
-    struct rjob *j = up ? calloc(1, sizeof(*j) + keylen + 1) : NULL;
+    struct rjob *j = ask ? calloc(1, sizeof(*j) + keylen + 1) : NULL;
 
     if (!j)
         return -1;
-    j->l = l;
     j->kind = RJOB_CC;
     j->w = &req->waiters[i];
     j->limit = h->params.limit;
@@ -95,36 +90,38 @@ int limiter_cc_queue(struct limiter *l, struct limiter_req *req, size_t i, const
     j->m = req->rs->metrics[h->rule];
     j->keylen = keylen;
     memcpy(j->key, key, keylen);
-    limiter_job_queue(l, j, 0); /* limiter_decide wakes the thread */
+    core_jobs_push(out, j); /* limiter_decide wakes the thread */
     return 0;
 }
 
-int limiter_queue_release(struct limiter *l, const struct cfg_rule *r, const char *skey,
-                          size_t sklen, uint64_t id, struct metrics_rule *m)
+/* A cc_release of slot id of rule r (slot key skey), to out: 0, or -1 when
+ * standalone, Redis is down (!up) or out of memory (the slot then frees
+ * itself after max_hold). */
+static int queue_release(const struct limiter_core *c, const struct cfg_rule *r,
+                         const char *skey, size_t sklen, uint64_t id, struct metrics_rule *m,
+                         int up, struct core_jobs *out)
 {
     char buf[KEYBUF];
     size_t keylen;
     struct rjob *j;
 
-    if (!limiter_redis_up(l))
+    if (!c->redis || !up)
         return -1;
-    keylen = limiter_redis_key(l, r, skey, sklen, buf, sizeof(buf));
+    keylen = core_redis_key(c, r, skey, sklen, buf, sizeof(buf));
     if (!keylen || !(j = calloc(1, sizeof(*j) + keylen + 1)))
         return -1;
-    j->l = l;
     j->kind = RJOB_CC_RELEASE;
     j->slot_id = id;
     j->m = m;
     j->keylen = keylen;
     memcpy(j->key, buf, keylen);
-    limiter_job_queue(l, j, 1);
+    core_jobs_push(out, j);
     return 0;
 }
 
-void limiter_cc_local(struct limiter *l, struct limiter_req *req, size_t i,
-                      const struct bucket_params *p, uint64_t now_us)
+void core_cc_local(struct limiter_core *c, struct limiter_req *req, size_t i,
+                   const struct bucket_params *p, uint64_t now_us)
 {
-    struct limiter_parts parts;
     struct rule_hit *h = &req->ev.hits[i];
     const struct cfg_rule *r = &req->rs->cfg->rules[h->rule];
     struct metrics_rule *m = req->rs->metrics[h->rule];
@@ -133,9 +130,8 @@ void limiter_cc_local(struct limiter *l, struct limiter_req *req, size_t i,
     uint64_t id = slots_new_id();
     struct slot_take t = {0};
 
-    limiter_parts(l, &parts);
     memset(&h->out.res, 0, sizeof(h->out.res));
-    if (sk < 0 || slot_table_take(parts.slots, r->name, skey, (size_t)sk, p->limit,
+    if (sk < 0 || slot_table_take(c->slots, r->name, skey, (size_t)sk, p->limit,
                                   p->period_us, id, now_us, &t) < 0) {
         h->out.res.retry_us = RETRY_NOMEM_US; /* out of memory: denied */
         return;
@@ -152,39 +148,38 @@ void limiter_cc_local(struct limiter *l, struct limiter_req *req, size_t i,
     }
 }
 
-void limiter_cc_releases(struct limiter *l, struct limiter_req *req, uint64_t now_us)
+void core_cc_releases(struct limiter_core *c, struct limiter_req *req, uint64_t now_us, int up,
+                      struct core_jobs *out)
 {
-    struct limiter_parts parts;
     const struct ruleset *rs = req->rs;
 
-    limiter_parts(l, &parts);
     for (size_t i = 0; i < req->ev.nreleases; i++) {
         struct rule_release *rel = &req->ev.releases[i];
         const char *skey = req->ev.keys + rel->key_off;
 
         if (rel->rule < 0) {
-            limiter_cc_released(rs->metrics[rel->via], 0);
+            cc_released(rs->metrics[rel->via], 0);
             continue;
         }
         const struct cfg_rule *r = &rs->cfg->rules[rel->rule];
         struct metrics_rule *m = rs->metrics[rel->rule];
         if (rel->src == RULES_SLOT_LOCAL) {
-            rel->freed = slot_table_release(parts.slots, r->name, skey, rel->key_len, rel->id,
+            rel->freed = slot_table_release(c->slots, r->name, skey, rel->key_len, rel->id,
                                             now_us);
-            limiter_cc_released(m, rel->freed);
-        } else if (!parts.store) { /* a Redis slot, and this agent has no Redis */
-            limiter_cc_released(m, 0);
+            cc_released(m, rel->freed);
+        } else if (!c->redis) { /* a Redis slot, and this agent has no Redis */
+            cc_released(m, 0);
         } else {
             /* counted when Redis answers; Redis down: it frees itself after
              * max_hold, counted by the acquire that finds it expired */
-            limiter_queue_release(l, r, skey, rel->key_len, rel->id, m);
+            queue_release(c, r, skey, rel->key_len, rel->id, m, up, out);
         }
     }
 }
 
-void limiter_cc_settle(struct limiter *l, struct limiter_req *req, uint64_t now_us)
+void core_cc_settle(struct limiter_core *c, struct limiter_req *req, uint64_t now_us, int up,
+                    struct core_jobs *out)
 {
-    struct limiter_parts parts;
     struct rule_eval *ev = &req->ev;
     int any = 0;
 
@@ -192,7 +187,6 @@ void limiter_cc_settle(struct limiter *l, struct limiter_req *req, uint64_t now_
         any = ev->hits[i].slot_id != 0;
     if (!any || !rules_blocked(req->rs, ev))
         return;
-    limiter_parts(l, &parts);
     for (size_t i = 0; i < ev->nhits; i++) {
         struct rule_hit *h = &ev->hits[i];
         const struct cfg_rule *r = &req->rs->cfg->rules[h->rule];
@@ -204,9 +198,9 @@ void limiter_cc_settle(struct limiter *l, struct limiter_req *req, uint64_t now_
             continue;
         sk = rules_slot_key(rules_hit_key(ev, h), h->key_len, skey);
         if (sk >= 0 && h->slot_src == RULES_SLOT_LOCAL)
-            slot_table_release(parts.slots, r->name, skey, (size_t)sk, h->slot_id, now_us);
+            slot_table_release(c->slots, r->name, skey, (size_t)sk, h->slot_id, now_us);
         else if (sk >= 0) /* not counted as a release: no client sent one */
-            limiter_queue_release(l, r, skey, (size_t)sk, h->slot_id, NULL);
+            queue_release(c, r, skey, (size_t)sk, h->slot_id, NULL, up, out);
         atomic_fetch_sub_explicit(&m->slots_held, 1, memory_order_relaxed);
         h->slot_id = 0;
         /* the request holds nothing: remaining as if it had not come */
@@ -226,10 +220,7 @@ static void on_expired(void *ctx, const char *rule, uint64_t n)
     }
 }
 
-void limiter_cc_expire(struct limiter *l, uint64_t now_us)
+void core_cc_expire(struct limiter_core *c, uint64_t now_us)
 {
-    struct limiter_parts parts;
-
-    limiter_parts(l, &parts);
-    slot_table_expire(parts.slots, now_us, on_expired, NULL);
+    slot_table_expire(c->slots, now_us, on_expired, NULL);
 }

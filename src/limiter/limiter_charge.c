@@ -6,7 +6,8 @@
  * lease (locally), or the Redis bucket (a refund script call). A refund
  * never gives back more than was taken, nor more than the request's absence
  * would have left: it may under-admit for a moment, never over-admit. */
-#include "limiter/limiter_int.h"
+#include "limiter/limiter_charge.h"
+#include "limiter/limiter_cc.h"
 
 #include <stdatomic.h>
 #include <string.h>
@@ -14,30 +15,48 @@
 #include "config/config.h"
 #include "lease/lease.h"
 #include "limiter/limiter_req.h"
+#include "metrics/metrics.h"
 
-#define KEYBUF 1024
+/* The refund script call for hit i of req (decided by an exact call:
+ * out.charged_at is its Redis time), to out. 0, or -1 when it cannot be
+ * (out of memory, a key too long): the tokens then stay taken, which only
+ * under-admits. */
+static int queue_refund(const struct limiter_core *c, const struct limiter_req *req, size_t i,
+                        struct core_jobs *out)
+{
+    const struct rule_hit *h = &req->ev.hits[i];
+    char buf[KEYBUF];
+    size_t klen = core_hit_redis_key(c, req, h, buf, sizeof(buf));
+    /* a key past KEYBUF (a long max_key) keeps its charge: under-admission only */
+    struct rjob *j = klen ? core_key_call(RJOB_REFUND, h, buf, klen) : NULL;
+
+    if (!j)
+        return -1;
+    j->taken_ms = h->out.charged_at;
+    j->m = req->rs->metrics[h->rule];
+    core_jobs_push(out, j);
+    return 0;
+}
 
 /* Give back the tokens of hit i to the bucket, backstop or lease they came
  * from, and report the bucket as it is after in the hit's outcome (the
  * ACK's remaining and reset); an exact hit's refund is a Redis call whose
  * result comes after the ACK: remaining counts it given back. One case per
  * kind; the algorithms' own cases are in bucket_refund() and the scripts. */
-static uint64_t refund_hit(struct limiter *l, struct limiter_req *req, size_t i,
-                           uint64_t now_us)
+static uint64_t refund_hit(struct limiter_core *c, struct limiter_req *req, size_t i,
+                           uint64_t now_us, struct core_jobs *out)
 {
     struct rule_hit *h = &req->ev.hits[i];
     const struct cfg_rule *r = &req->rs->cfg->rules[h->rule];
-    struct limiter_parts parts;
     struct bucket_state st;
     uint64_t back = 0;
 
-    limiter_parts(l, &parts);
     switch (h->out.charged) {
     case RULE_CHARGED_BUCKET:
     case RULE_CHARGED_BACKSTOP: {
         int backstop = h->out.charged == RULE_CHARGED_BACKSTOP;
         const struct bucket_params *p = backstop ? &h->backstop : &h->params;
-        back = bucket_table_refund(backstop ? parts.backstop : parts.buckets, r->name,
+        back = bucket_table_refund(backstop ? c->backstop : c->buckets, r->name,
                                    rules_hit_key(&req->ev, h), h->key_len, p,
                                    h->out.charged_at, bucket_clock(p, now_us), h->cost, &st);
         if (back) {
@@ -48,21 +67,21 @@ static uint64_t refund_hit(struct limiter *l, struct limiter_req *req, size_t i,
     }
     case RULE_CHARGED_LEASE: {
         char key[KEYBUF];
-        size_t klen = limiter_redis_key(l, r, rules_hit_key(&req->ev, h), h->key_len, key,
+        size_t klen = core_redis_key(c, r, rules_hit_key(&req->ev, h), h->key_len, key,
                                         sizeof(key));
         int redis = 0;
         /* a key past KEYBUF (a long max_key) keeps its charge: under-admission only */
         if (klen)
-            back = lease_refund(parts.leases, key, klen, h->cost, now_us, &h->out.res, &redis);
+            back = lease_refund(c->leases, key, klen, h->cost, now_us, &h->out.res, &redis);
         /* The spend already went to Redis with a claim (a top-up sent
          * between the decision and now): a token bucket takes it back
          * there, as an exact decision's (tb_refund ignores taken_ms). */
         if (!back && redis && h->params.algorithm == BUCKET_TOKEN_BUCKET)
-            limiter_queue_refund(l, req, i);
+            queue_refund(c, req, i, out);
         return back; /* a Redis refund is counted when Redis says */
     }
     case RULE_CHARGED_EXACT:
-        if (limiter_queue_refund(l, req, i) == 0) {
+        if (queue_refund(c, req, i, out) == 0) {
             uint64_t cap = rules_capacity(&h->params);
             uint64_t rem = h->out.res.remaining + h->cost;
             h->out.res.remaining = rem < cap ? rem : cap;
@@ -74,11 +93,12 @@ static uint64_t refund_hit(struct limiter *l, struct limiter_req *req, size_t i,
     return back;
 }
 
-void limiter_charge_settle(struct limiter *l, struct limiter_req *req, uint64_t now_us)
+void core_settle(struct limiter_core *c, struct limiter_req *req, uint64_t now_us, int up,
+                 struct core_jobs *out)
 {
     const struct ruleset *rs = req->rs;
 
-    limiter_cc_settle(l, req, now_us); /* slots go back whatever charge says */
+    core_cc_settle(c, req, now_us, up, out); /* slots go back whatever charge says */
 
     /* One hit has nothing to give back (blocked, it took nothing; a shadow
      * one keeps its charge): no search for the deciding hit then. */
@@ -91,7 +111,7 @@ void limiter_charge_settle(struct limiter *l, struct limiter_req *req, uint64_t 
         if (rs->cfg->rules[h->rule].shadow || !h->out.res.allowed || h->cost == 0 ||
             h->out.charged == RULE_CHARGED_NONE)
             continue;
-        uint64_t back = refund_hit(l, req, i, now_us);
+        uint64_t back = refund_hit(c, req, i, now_us, out);
         h->out.charged = RULE_CHARGED_NONE; /* once */
         h->out.refunded = back;
         if (back)

@@ -7,8 +7,9 @@
  * script operation (no Lua: the script's floor in a batch is the larger part
  * of a cold decision's cost). A key that is there after all (a string or a
  * hash) is left alone by NX and gets the normal tb_exact call: a second round
- * trip, on the few keys the guess missed. */
-#include "limiter/limiter_int.h"
+ * trip, on the few keys the guess missed. Part of the core: it says what
+ * to send and what the reply means; the bridge (limiter.c) sends it. */
+#include "limiter/limiter_first.h"
 
 #include <string.h>
 
@@ -16,7 +17,7 @@
 #include "lease/lease.h"
 #include "metrics/metrics.h"
 #include "store/script.h"
-#include "store/store.h"
+#include "store/store_result.h"
 
 /* Integer ceil(x / y) of y > 0. */
 static uint64_t ceil_div(uint64_t x, uint64_t y)
@@ -28,25 +29,21 @@ static uint64_t ceil_div(uint64_t x, uint64_t y)
  * answered as tb_exact answers a new key. A string, or WRONGTYPE (a hash):
  * the key was there and NX wrote nothing: tb_exact decides it. Anything else
  * failed, as a failed script call does. */
-static void on_set(void *arg, const struct store_result *res)
+enum core_first_verdict core_first_reply(const struct rjob *j, const struct store_result *res,
+                                         struct store_result *out)
 {
-    struct rjob *j = arg;
-    struct limiter *l = j->l;
     const struct lease_job *lj = j->lj;
 
     if ((res->status == STORE_OK && res->nstr == 1 && res->n == 0) ||
-        (res->status == STORE_ERR && res->err && !strncmp(res->err, "WRONGTYPE", 9))) {
-        l->ops->eval(l, j);
-        return;
-    }
+        (res->status == STORE_ERR && res->err && !strncmp(res->err, "WRONGTYPE", 9)))
+        return CORE_FIRST_EVAL;
     if (res->status != STORE_OK || res->nstr != 0 || res->n != 0) {
-        struct store_result bad = *res;
-        if (bad.status == STORE_OK) {
-            bad.status = STORE_ERR;
-            bad.err = "unexpected reply to SET";
+        *out = *res;
+        if (out->status == STORE_OK) {
+            out->status = STORE_ERR;
+            out->err = "unexpected reply to SET";
         }
-        l->ops->reply(j, &bad);
-        return;
+        return CORE_FIRST_REPLY;
     }
     /* Cost 1 from a full bucket b: t = b - 1; in ms, rate = limit / period. */
     uint64_t b = lj->burst, t = b - 1, limit = lj->limit, period = lj->period_ms;
@@ -61,7 +58,8 @@ static void on_set(void *arg, const struct store_result *res)
      * ignores it (tb_refund.lua ARGV[5]). */
     r.v[EXACT_R_TIME_MS] = (int64_t)(util_wall_us() / 1000);
     METRIC_INC(redis_first_sets);
-    l->ops->reply(j, &r);
+    *out = r;
+    return CORE_FIRST_REPLY;
 }
 
 /* The SET's value and PX for a rule's parameters. */
@@ -88,7 +86,7 @@ static void first_args_make(struct first_args *fa, uint64_t burst, uint64_t limi
     fa->vn += fa->pn;
 }
 
-int limiter_first_send(struct limiter *l, struct rjob *j)
+int core_first_args(const struct rjob *j, const char *argv[7], size_t argvlen[7])
 {
     const struct lease_job *lj = j->lj;
 
@@ -105,13 +103,10 @@ int limiter_first_send(struct limiter *l, struct rjob *j)
     struct first_args *fa = &last;
     if (fa->burst != lj->burst || fa->limit != lj->limit || fa->period_ms != lj->period_ms)
         first_args_make(fa, lj->burst, lj->limit, lj->period_ms);
-    const char *val = fa->val, *px = fa->px;
-    size_t vn = fa->vn, pn = fa->pn;
-    const char *argv[] = {"SET", lj->key, val, "NX", "GET", "PX", px};
-    const size_t argvlen[] = {3, lj->keylen, vn, 2, 3, 2, pn};
+    const char *av[] = {"SET", lj->key, fa->val, "NX", "GET", "PX", fa->px};
+    const size_t al[] = {3, lj->keylen, fa->vn, 2, 3, 2, fa->pn};
 
-    /* routed, pipelined and failed (down: the callback runs now) as a script
-     * call on the key is */
-    store_write(l->store, lj->key, lj->keylen, 7, argv, argvlen, on_set, j);
+    memcpy(argv, av, sizeof(av));
+    memcpy(argvlen, al, sizeof(al));
     return 0;
 }

@@ -1,13 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* limiter_jobs.c - what the limiter's files share, below all of them: the
- * queue of Redis calls, a client's Redis key, a call on one key (exact,
- * refund) and the limiter's parts. It never calls up: what must (sending a
- * job, a decision that is in, the fallback) goes through the limiter's ops
- * (struct limiter_up, set by limiter_new in limiter.c). */
-#include "limiter/limiter_int.h"
+/* limiter_jobs.c - the core's Redis calls as data: a client's Redis key, a
+ * call on one key (exact, refund), a lease job's call, and the script and
+ * arguments each is sent with (script_args.c, shared with the simulator). */
+#include "limiter/limiter_jobs.h"
 
-#include <ev.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,64 +11,47 @@
 #include "core/util.h"
 #include "lease/lease.h"
 #include "limiter/limiter_req.h"
-#include "metrics/metrics.h"
-
-void limiter_job_queue(struct limiter *l, struct rjob *j, int wake)
-{
-    pthread_mutex_lock(&l->qlock);
-    j->next = l->queue;
-    l->queue = j;
-    pthread_mutex_unlock(&l->qlock);
-    if (wake && !ev_async_pending(&l->wake))
-        ev_async_send(l->loop, &l->wake);
-}
-
-int limiter_redis_up(struct limiter *l)
-{
-    return l->store && atomic_load(&l->up);
-}
+#include "limiter/script_args.h"
 
 /* The Redis key: the client key goes after an empty hashtag
  * when it holds '{', so that clients cannot choose their Cluster slot
  * (util_slot_fence). */
-size_t limiter_redis_key(const struct limiter *l, const struct cfg_rule *r, const char *key,
-                         size_t keylen, char *buf, size_t cap)
+size_t core_redis_key(const struct limiter_core *c, const struct cfg_rule *r, const char *key,
+                      size_t keylen, char *buf, size_t cap)
 {
     size_t rl = r->name_len;
     size_t fence = util_slot_fence(key, keylen);
-    size_t n = l->prefix_len + 3 + rl + 1 + fence + keylen;
+    size_t n = c->prefix_len + 3 + rl + 1 + fence + keylen;
 
     if (n > cap)
         return 0;
-    memcpy(buf, l->prefix, l->prefix_len);
-    memcpy(buf + l->prefix_len,
+    memcpy(buf, c->prefix, c->prefix_len);
+    memcpy(buf + c->prefix_len,
            r->algorithm == BUCKET_FIXED_WINDOW     ? "fw:"
            : r->algorithm == BUCKET_SLIDING_WINDOW ? "sw:"
            : r->algorithm == BUCKET_CONCURRENCY    ? "cc:"
                                                    : "t2:",
            3);
-    memcpy(buf + l->prefix_len + 3, r->name, rl);
-    buf[l->prefix_len + 3 + rl] = ':';
-    memcpy(buf + l->prefix_len + 4 + rl, UTIL_SLOT_FENCE, fence);
-    memcpy(buf + l->prefix_len + 4 + rl + fence, key, keylen);
+    memcpy(buf + c->prefix_len + 3, r->name, rl);
+    buf[c->prefix_len + 3 + rl] = ':';
+    memcpy(buf + c->prefix_len + 4 + rl, UTIL_SLOT_FENCE, fence);
+    memcpy(buf + c->prefix_len + 4 + rl + fence, key, keylen);
     return n;
 }
 
-size_t limiter_hit_redis_key(const struct limiter *l, const struct limiter_req *req,
-                        const struct rule_hit *h, char *buf, size_t cap)
+size_t core_hit_redis_key(const struct limiter_core *c, const struct limiter_req *req,
+                          const struct rule_hit *h, char *buf, size_t cap)
 {
-    return limiter_redis_key(l, &req->rs->cfg->rules[h->rule], rules_hit_key(&req->ev, h),
-                             h->key_len, buf, cap);
+    return core_redis_key(c, &req->rs->cfg->rules[h->rule], rules_hit_key(&req->ev, h),
+                          h->key_len, buf, cap);
 }
 
-struct rjob *limiter_key_call(struct limiter *l, int kind, const struct rule_hit *h,
-                                 const char *key, size_t keylen)
+struct rjob *core_key_call(int kind, const struct rule_hit *h, const char *key, size_t keylen)
 {
     struct rjob *j = calloc(1, sizeof(*j) + keylen + 1);
 
     if (!j)
         return NULL;
-    j->l = l;
     j->kind = kind;
     j->algorithm = h->params.algorithm;
     j->limit = h->params.limit;
@@ -86,27 +65,47 @@ struct rjob *limiter_key_call(struct limiter *l, int kind, const struct rule_hit
     return j;
 }
 
-int limiter_queue_refund(struct limiter *l, const struct limiter_req *req, size_t i)
+/* Wrap a lease job into a Redis call: the call lives in the job's room
+ * (lease_table_set_job_room), zeroed, and goes with the job when lease_reply
+ * has applied its reply: a cold decision's call is no allocation of its own
+ * (two per decision, made by a worker and freed here, were a visible part
+ * of the agent's CPU per cold decision). */
+struct rjob *core_lease_rjob(struct lease_job *lj)
 {
-    const struct rule_hit *h = &req->ev.hits[i];
-    char buf[KEYBUF];
-    size_t klen = limiter_hit_redis_key(l, req, h, buf, sizeof(buf));
-    /* a key past KEYBUF (a long max_key) keeps its charge: under-admission only */
-    struct rjob *j = klen ? limiter_key_call(l, RJOB_REFUND, h, buf, klen) : NULL;
+    struct rjob *j = lease_job_room(lj);
 
-    if (!j)
-        return -1;
-    j->taken_ms = h->out.charged_at;
-    j->m = req->rs->metrics[h->rule];
-    limiter_job_queue(l, j, 1);
-    return 0;
+    j->kind = RJOB_LEASE;
+    j->lj = lj;
+    return j;
 }
 
-void limiter_parts(struct limiter *l, struct limiter_parts *out)
+enum store_script core_job_args(const struct rjob *j, const char *agent_id, uint64_t ttl_ms,
+                                struct script_args *a)
 {
-    out->buckets = l->buckets;
-    out->backstop = l->backstop;
-    out->leases = l->leases;
-    out->store = l->store;
-    out->slots = l->slots;
+    if (j->kind == RJOB_EXACT) {
+        enum store_script s =
+            script_exact_args(j->algorithm, j->limit, j->period_ms, j->burst, j->cost, a);
+        script_block_arg(a, s, j->block_ms);
+        if (j->algorithm == BUCKET_FIXED_WINDOW)
+            script_window_args(a, s, j->offset_ms);
+        return s;
+    }
+    if (j->kind == RJOB_REFUND) {
+        enum store_script s = script_refund_args(j->algorithm, j->limit, j->period_ms, j->burst,
+                                                 j->cost, j->taken_ms, a);
+        if (j->algorithm == BUCKET_FIXED_WINDOW)
+            script_window_args(a, s, j->offset_ms);
+        return s;
+    }
+    if (j->kind == RJOB_CC)
+        return script_cc_acquire_args(j->limit, j->period_ms, j->slot_id, a);
+    if (j->kind == RJOB_CC_RELEASE)
+        return script_cc_release_args(j->slot_id, a);
+    return script_lease_args(j->lj, agent_id, ttl_ms, a);
+}
+
+const char *core_job_key(const struct rjob *j, size_t *keylen)
+{
+    *keylen = j->kind != RJOB_LEASE ? j->keylen : j->lj->keylen;
+    return j->kind != RJOB_LEASE ? j->key : j->lj->key;
 }

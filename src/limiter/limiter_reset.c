@@ -127,8 +127,8 @@ static void apply(struct limiter_resets *r, const char *s, size_t len)
     }
     const char *self = store_agent_id(l->store);
     if (!reset_msg_from(m.id, self)) { /* the resetter cleared its own */
-        int lease = lease_reset_local(l->leases, m.redis_key, m.redis_keylen, util_now_us());
-        int backstop = bucket_table_drop(l->backstop, m.rule, m.client_key, m.client_keylen);
+        int lease = lease_reset_local(l->core.leases, m.redis_key, m.redis_keylen, util_now_us());
+        int backstop = bucket_table_drop(l->core.backstop, m.rule, m.client_key, m.client_keylen);
         LOG_INFO("\"fleet reset\" rule=%s id=%s lease=%d backstop=%d", m.rule, m.id, lease,
                  backstop);
         char ackkey[sizeof(r->key) + RESET_MSG_ID_MAX + 2];
@@ -184,7 +184,7 @@ struct limiter_resets *limiter_resets_new(struct limiter *l, double every_s)
         return NULL;
     r->l = l;
     r->since_ms = -1;
-    snprintf(r->key, sizeof(r->key), "%.*sresets", (int)l->prefix_len, l->prefix);
+    snprintf(r->key, sizeof(r->key), "%.*sresets", (int)l->core.prefix_len, l->core.prefix);
     ev_timer_init(&r->poll, poll_cb, every_s, every_s);
     r->poll.data = r;
     ev_timer_start(l->loop, &r->poll);

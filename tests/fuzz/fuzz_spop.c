@@ -40,10 +40,15 @@
 #include "limits/bucket.h"
 #include "config/config.h"
 #include "lease/lease.h"
+#include "limiter/limiter_charge.h"
+#include "limiter/limiter_core.h"
+#include "limiter/limiter_jobs.h"
+#include "limiter/limiter_req.h"
 #include "rules/rules.h"
 #include "spop/spop.h"
 #include "spop/spop_conn.h"
 #include "spop_vectors.h"
+#include "store/store_result.h"
 
 #define AGENT_FRAME SPOP_DEFAULT_FRAME_SIZE
 #define MAX_DEFERRED 16 /* NOTIFYs waiting for their ACK, as while Redis answers */
@@ -136,6 +141,8 @@ struct fuzz_run {
     struct bucket_table *backstop; /* fail-open, as with Redis down */
     struct bucket_table *redis;    /* the stand-in Redis: its buckets, by Redis key */
     struct lease_table *leases;
+    struct lease_waiter *waiters; /* the core's, one per hit */
+    size_t waiters_cap;
     uint64_t granted;     /* tokens the stand-in Redis leased out */
     uint64_t leased_ok;   /* decisions the lease cache allowed from them */
     uint64_t now_us;
@@ -375,8 +382,11 @@ static struct bucket_table *table(struct bucket_table **t)
 
 static struct lease_table *leases(struct fuzz_run *r)
 {
-    if (!r->leases && !(r->leases = lease_table_new(&fuzz_lcfg, 1)))
-        fuzz_fail("out of memory");
+    if (!r->leases) {
+        if (!(r->leases = lease_table_new(&fuzz_lcfg, 1)))
+            fuzz_fail("out of memory");
+        lease_table_set_job_room(r->leases, sizeof(struct rjob)); /* the core's calls */
+    }
     return r->leases;
 }
 
@@ -429,167 +439,123 @@ static int redis_run(struct fuzz_run *r, const struct lease_job *j, uint64_t cos
     return CLAIM_R_COUNT;
 }
 
-static void decide_fallback(struct fuzz_run *r, struct rule_eval *ev, struct rule_hit *h)
+/* The stand-in Redis answers j, a call the core handed back, at once:
+ * returns what the core hands back next (a lease's next call), or NULL. */
+static struct rjob *redis_answer(struct fuzz_run *r, struct limiter_core *c, struct rjob *j)
 {
-    const struct cfg_rule *rule = &fuzz_rs->cfg->rules[h->rule];
+    struct store_result res = {.status = STORE_OK};
 
-    h->out.degraded = 1;
-    if (rule->on_redis_down == DOWN_CLOSED) {
-        h->out.res = (struct bucket_result){0, 0, CLOSED_RETRY_US, CLOSED_RETRY_US};
-        rules_charged(&h->out, RULE_CHARGED_NONE, 0);
-        return;
+    if (j->kind == RJOB_LEASE) { /* a new key's first SET: as if it were there */
+        j->lj->sent_us = r->now_us;
+        res.n = redis_run(r, j->lj, 1, res.v);
+    } else if (j->kind == RJOB_EXACT) {
+        const struct lease_job lj = {.kind = LEASE_JOB_EXACT, .algorithm = j->algorithm,
+                                     .limit = j->limit, .period_ms = j->period_ms,
+                                     .burst = j->burst, .block_ms = j->block_ms,
+                                     .offset_ms = j->offset_ms, .key = j->key,
+                                     .keylen = j->keylen};
+        res.n = redis_run(r, &lj, j->cost, res.v);
+    } else if (j->kind == RJOB_CC_RELEASE) { /* a release message's: not held here */
+        res.n = CC_RELEASE_R_COUNT;
+    } else {
+        fuzz_fail("a decision sent a call that is no lease's, exact or release");
     }
-    bucket_table_take(table(&r->backstop), rule->name, rules_hit_key(ev, h), h->key_len, &h->backstop,
-                      r->now_us, h->cost, &h->out.res);
-    rules_charged(&h->out, RULE_CHARGED_BACKSTOP, r->now_us);
+    return core_reply(c, j, &res, r->now_us);
 }
 
-/* A hit decided by one exact call to the stand-in Redis (a rule with lease =
- * off, or a cost its lease does not hold), as the agent's store reads it. */
-static void decide_exact(struct fuzz_run *r, struct rule_hit *h, const char *key, size_t kl)
+/* The core on this input's tables: the stand-in Redis' keys have no prefix.
+ * The backstop and the lease cache only with Redis (on first use). */
+static void core_of(struct fuzz_run *r, struct limiter_core *c)
 {
-    struct lease_job j = {.kind = LEASE_JOB_EXACT, .algorithm = h->params.algorithm,
-                          .limit = h->params.limit, .period_ms = h->params.period_us / 1000,
-                          .burst = h->params.burst, .key = key, .keylen = kl};
-    int64_t v[EXACT_R_COUNT];
+    int with_redis = (r->cfg & G_REDIS) != 0;
 
-    redis_run(r, &j, h->cost, v);
-    h->out.res.allowed = v[EXACT_R_ALLOWED] == 1;
-    h->out.res.remaining = (uint64_t)v[EXACT_R_REMAINING];
-    h->out.res.retry_us = h->out.res.allowed ? 0 : (uint64_t)v[EXACT_R_RETRY_MS] * 1000;
-    h->out.res.reset_us = (uint64_t)v[EXACT_R_RESET_MS] * 1000;
-    if (!h->out.res.allowed && h->out.res.retry_us == 0)
-        h->out.res.retry_us = 1000;
-    rules_charged(&h->out, RULE_CHARGED_EXACT, r->now_us);
+    memset(c, 0, sizeof(*c));
+    c->buckets = r->buckets;
+    c->backstop = with_redis ? table(&r->backstop) : r->backstop;
+    c->leases = with_redis ? leases(r) : r->leases;
+    c->redis = with_redis;
 }
 
-/* A leased hit: from the lease cache, its calls answered at once by the
- * stand-in Redis (or, when up is 0, the fallback). */
-static void decide_leased(struct fuzz_run *r, struct rule_eval *ev, struct rule_hit *h,
-                          const char *key, size_t keylen, int up)
+static void fuzz_req_done(struct limiter_req *req)
 {
-    struct lease_waiter w = {NULL, &h->out.res, h, 0, 0, 0, 0};
-    struct lease_job *j = NULL;
-    int decided = 0;
-
-    int v = lease_decide_cost(leases(r), key, keylen, &h->params, h->cost, r->now_us, up, &w,
-                              &h->out.res, &j);
-    if (v == LEASE_DONE) {
-        decided = 1;
-        if (h->out.res.allowed)
-            r->leased_ok += h->cost;
-        rules_charged(&h->out, RULE_CHARGED_LEASE, r->now_us);
-    } else if (v == LEASE_EXACT) { /* the lease does not hold the cost */
-        decide_exact(r, h, key, keylen);
-        if (h->out.res.allowed)
-            r->leased_ok += h->cost;
-        decided = 1;
-    } else if (v == LEASE_DOWN) {
-        decide_fallback(r, ev, h);
-        decided = 1;
-    }
-    for (int calls = 0; j; calls++) {
-        struct lease_waiter *done = NULL, *fallback = NULL;
-        struct lease_job *next = NULL;
-        int64_t vals[(int)CLAIM_R_COUNT > (int)EXACT_R_COUNT ? (int)CLAIM_R_COUNT : (int)EXACT_R_COUNT];
-        int n;
-
-        if (calls == MAX_CALLS)
-            fuzz_fail("a decision takes more Redis calls than it can need");
-        j->sent_us = r->now_us;
-        n = redis_run(r, j, 1, vals);
-        lease_reply(leases(r), j, 1, vals, n, r->now_us, &done, &fallback, &next);
-        for (; done; done = done->next) {
-            if (done != &w)
-                fuzz_fail("a waiter of another request completed");
-            decided = 1;
-            if (h->out.res.allowed)
-                r->leased_ok++;
-            rules_charged(&h->out, w.exact ? RULE_CHARGED_EXACT : RULE_CHARGED_LEASE, r->now_us);
-        }
-        for (; fallback; fallback = fallback->next) {
-            if (fallback != &w)
-                fuzz_fail("a waiter of another request went to the fallback");
-            decide_fallback(r, ev, h);
-            decided = 1;
-        }
-        j = next;
-    }
-    if (!decided)
-        fuzz_fail("a leased decision left waiting with no call in flight");
-    total_leased++;
+    (void)req;
+    fuzz_fail("a request completed after its decision returned, with nothing in flight");
 }
 
-/* [agent] charge = all-or-nothing, as limiter_charge.c does it: a request a
+/* [agent] charge = all-or-nothing, by the agent's own core (core_settle,
+ * src/limiter/limiter_charge.c) on this input's tables: a request a
  * non-shadow rule blocked gives back what the other non-shadow rules took,
- * each to where it came from (the stand-in Redis for an exact call, and
- * for a leased spend already reported). Never more than was taken, and a
- * lease never gives back what Redis did not grant it (leased_ok and granted
- * go down together, so the check after it still holds). */
-static void refund(struct fuzz_run *r, struct rule_eval *ev, char *kbuf, size_t cap)
+ * each to where it came from; the refund calls it hands back are run by the
+ * stand-in Redis. Never more than was taken, and a lease never gives back
+ * what Redis did not grant it (leased_ok and granted go down together, so
+ * the check after it still holds). */
+static void refund(struct fuzz_run *r, struct rule_eval *ev)
 {
+    struct limiter_core c;
+    struct limiter_req req = {.ev = *ev, .rs = (struct ruleset *)fuzz_rs};
+    struct core_jobs jobs = {0};
+    int was[8];
+
     if (fuzz_rs->cfg->charge == CHARGE_EACH || !rules_blocked(fuzz_rs, ev))
         return;
+    core_of(r, &c);
+    if (ev->nhits > sizeof(was) / sizeof(was[0]))
+        fuzz_fail("more hits than rules");
+    for (size_t i = 0; i < ev->nhits; i++)
+        was[i] = ev->hits[i].out.charged;
+    core_settle(&c, &req, r->now_us, 1, &jobs);
     for (size_t i = 0; i < ev->nhits; i++) {
-        struct rule_hit *h = &ev->hits[i];
-        const struct cfg_rule *rule = &fuzz_rs->cfg->rules[h->rule];
-        size_t nl = strlen(rule->name), kl = nl + 1 + h->key_len;
-        struct bucket_params p = h->params;
-        uint64_t back = 0;
-        int redis = 0;
+        const struct rule_hit *h = &ev->hits[i];
+        uint64_t back = h->out.refunded;
 
-        if (rule->shadow || !h->out.res.allowed || h->cost == 0 || kl > cap)
-            continue;
-        memcpy(kbuf, rule->name, nl); /* the Redis key, as decide() made it */
-        kbuf[nl] = ':';
-        memcpy(kbuf + nl + 1, rules_hit_key(ev, h), h->key_len);
-        switch (h->out.charged) {
-        case RULE_CHARGED_BUCKET:
-        case RULE_CHARGED_BACKSTOP:
-            back = bucket_table_refund(h->out.charged == RULE_CHARGED_BUCKET
-                                           ? r->buckets : table(&r->backstop),
-                                       rule->name, rules_hit_key(ev, h), h->key_len,
-                                       h->out.charged == RULE_CHARGED_BUCKET ? &h->params
-                                                                             : &h->backstop,
-                                       h->out.charged_at, r->now_us, h->cost, NULL);
-            break;
-        case RULE_CHARGED_LEASE:
-            back = lease_refund(leases(r), kbuf, kl, h->cost, r->now_us, &h->out.res, &redis);
+        if (was[i] == RULE_CHARGED_LEASE) {
             if (back > r->leased_ok)
                 fuzz_fail("a lease gave back more than it spent");
             r->leased_ok -= back;
-            if (back || !redis)
-                break;
-            p.period_us = (p.period_us + 999) / 1000 * 1000; /* as a claim's period_ms */
-            /* fall through */
-        case RULE_CHARGED_EXACT:
-            if (h->out.charged == RULE_CHARGED_EXACT)
-                p.period_us = p.period_us / 1000 * 1000; /* as an exact call's */
-            back = bucket_table_refund(table(&r->redis), "", kbuf, kl, &p, h->out.charged_at,
-                                       r->now_us, h->cost, NULL);
-            if (back > r->granted)
-                fuzz_fail("Redis took back more than it granted");
-            r->granted -= back;
-            if (rule->lease)
-                r->leased_ok = r->leased_ok > back ? r->leased_ok - back : 0;
-            break;
-        default:
-            break;
         }
         if (back > h->cost)
             fuzz_fail("a refund gave back more than the request took");
         total_refunded += back;
-        h->out.charged = RULE_CHARGED_NONE;
+    }
+    for (struct rjob *j = jobs.head, *next; j; j = next) {
+        /* as the refund scripts: the call's own limits, at its take's time */
+        const struct bucket_params p = {j->algorithm, j->limit, j->period_ms * 1000, j->burst,
+                                        j->block_ms * 1000, j->offset_ms * 1000};
+        unsigned k = 0;
+
+        next = j->next;
+        if (j->kind != RJOB_REFUND)
+            fuzz_fail("settling sent a call that is no refund");
+        while (k < fuzz_rs->cfg->nrules && fuzz_rs->metrics[k] != j->m)
+            k++;
+        if (k == fuzz_rs->cfg->nrules)
+            fuzz_fail("a refund of no rule");
+        uint64_t back = bucket_table_refund(table(&r->redis), "", j->key, j->keylen, &p,
+                                            j->taken_ms, r->now_us, j->cost, NULL);
+        if (back > r->granted)
+            fuzz_fail("Redis took back more than it granted");
+        if (back > j->cost)
+            fuzz_fail("a refund gave back more than the request took");
+        r->granted -= back;
+        if (fuzz_rs->cfg->rules[k].lease)
+            r->leased_ok = r->leased_ok > back ? r->leased_ok - back : 0;
+        total_refunded += back;
+        free(j);
     }
 }
 
-/* Decide every hit as the agent does: standalone, from exact buckets in
- * memory; with Redis, leased rules through the lease cache and the others
- * by an exact call; streams whose id is a multiple of 3 as with Redis down. */
+/* Decide every hit as the agent does, by its core: standalone, from the
+ * buckets in memory; with Redis, leased rules through the lease cache and
+ * the others by an exact call, each call answered at once by the stand-in
+ * Redis; streams whose id is a multiple of 3 as with Redis down. */
 static void decide(struct fuzz_run *r, const struct spop_frame *f, struct rule_eval *ev)
 {
-    int with_redis = (r->cfg & G_REDIS) != 0, up = f->stream_id % 3 != 0;
-    char kbuf[512];
+    int up = f->stream_id % 3 != 0;
+    struct limiter_core c;
+    struct limiter_req req = {.ev = *ev, .rs = (struct ruleset *)fuzz_rs,
+                              .waiters = r->waiters, .waiters_cap = r->waiters_cap,
+                              .done = fuzz_req_done};
+    struct core_jobs jobs = {0};
 
     for (size_t i = 0; i < ev->nhits; i++) {
         struct rule_hit *h = &ev->hits[i];
@@ -613,33 +579,37 @@ static void decide(struct fuzz_run *r, const struct spop_frame *f, struct rule_e
                 fuzz_fail("a hit's limits above its rule's ceilings");
         }
         h->out.res = (struct bucket_result){0, 0, 0, 0};
-        if (!with_redis) {
-            if (up) {
-                bucket_table_take(r->buckets, rule->name, rules_hit_key(ev, h), h->key_len,
-                                  &h->params, r->now_us, h->cost, &h->out.res);
-                rules_charged(&h->out, RULE_CHARGED_BUCKET, r->now_us);
-            } else
-                decide_fallback(r, ev, h);
-        } else {
-            /* the Redis key: rule name and client key */
-            size_t nl = strlen(rule->name), kl = nl + 1 + h->key_len;
-            char *key = kl <= sizeof(kbuf) ? kbuf : malloc(kl);
-            if (!key)
-                fuzz_fail("out of memory");
-            memcpy(key, rule->name, nl);
-            key[nl] = ':';
-            memcpy(key + nl + 1, rules_hit_key(ev, h), h->key_len);
-            if (rule->lease) {
-                decide_leased(r, ev, h, key, kl, up);
-            } else if (up) {
-                decide_exact(r, h, key, kl);
-            } else {
-                decide_fallback(r, ev, h);
-            }
-            if (key != kbuf)
-                free(key);
-        }
+    }
+    core_of(r, &c);
+    long decided = core_decide(&c, &req, r->now_us, up, up, &jobs);
+    if (decided < 0)
+        fuzz_fail("out of memory");
+    r->waiters = req.waiters; /* kept from one request to the next, as the agent does */
+    r->waiters_cap = req.waiters_cap;
+    for (int calls = 0; jobs.head; calls++) {
+        struct rjob *j = jobs.head;
+        if (calls == MAX_CALLS * 4)
+            fuzz_fail("a decision takes more Redis calls than it can need");
+        jobs.head = j->next;
+        if (!jobs.head)
+            jobs.tail = NULL;
+        if ((j = redis_answer(r, &c, j)))
+            core_jobs_push(&jobs, j);
+    }
+    if (core_decide_end(&req, (unsigned)decided) != 0)
+        fuzz_fail("a decision left waiting with no call in flight");
+    for (size_t i = 0; i < ev->nhits; i++) {
+        const struct rule_hit *h = &ev->hits[i];
+        const struct cfg_rule *rule = &fuzz_rs->cfg->rules[h->rule];
+
         total_hits++;
+        if (rule->lease && c.redis)
+            total_leased++;
+        /* what the leases (and a leased rule's exact calls) admitted, all
+         * from tokens the stand-in Redis granted */
+        if (rule->lease && h->out.res.allowed &&
+            (h->out.charged == RULE_CHARGED_LEASE || h->out.charged == RULE_CHARGED_EXACT))
+            r->leased_ok += h->cost;
         if (!h->out.res.allowed) {
             total_blocked++;
             if (h->out.res.retry_us == 0 || h->out.res.retry_us > BUCKET_MAX_PERIOD_US)
@@ -648,7 +618,7 @@ static void decide(struct fuzz_run *r, const struct spop_frame *f, struct rule_e
             fuzz_fail("allowed with a retry time");
         }
     }
-    refund(r, ev, kbuf, sizeof(kbuf));
+    refund(r, ev);
     if (r->leased_ok > r->granted)
         fuzz_fail("the leases allowed more than Redis granted");
 }
@@ -796,6 +766,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     bucket_table_free(r.backstop);
     bucket_table_free(r.redis);
     lease_table_free(r.leases);
+    free(r.waiters);
     rules_eval_free(&r.ev);
     free(r.wire);
     return 0;

@@ -1,0 +1,124 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* limiter_jobs.h - what the limiter's core files share, below all of them
+ * (limiter_jobs.c): the core's tables (struct limiter_core), a Redis call as
+ * data (struct rjob) and the list the core hands them back in (struct
+ * core_jobs), a client's Redis key, and the script a job is sent with.
+ */
+#ifndef LIMITER_JOBS_H
+#define LIMITER_JOBS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/util.h"
+#include "limits/bucket.h"
+#include "store/script.h"
+
+struct bucket_table;
+struct cfg_rule;
+struct lease_job;
+struct lease_table;
+struct lease_waiter;
+struct limiter;
+struct limiter_req;
+struct metrics_rule;
+struct rule_hit;
+struct script_args;
+struct slot_table;
+
+#define KEYBUF 1024
+
+/* What the core decides with: the in-memory buckets (standalone), the
+ * fail-open backstop, the slots (standalone, and the local share), and in
+ * Redis mode the lease cache. The tables are thread-safe. */
+struct limiter_core {
+    struct bucket_table *buckets, *backstop;
+    struct bucket_budget budget; /* [agent] max_entries: buckets and leases together */
+    struct slot_table *slots;
+    struct lease_table *leases; /* NULL standalone */
+    int redis;                  /* Redis is configured */
+    char prefix[80];            /* [redis] prefix */
+    size_t prefix_len;
+};
+
+/* RJOB_REFUND: tokens an exact decision took go back; nobody waits for it.
+ * RJOB_CC takes a concurrency slot (waited for, like RJOB_EXACT);
+ * RJOB_CC_RELEASE gives one back (nobody waits: counted when answered). */
+enum rjob_kind {
+    RJOB_LEASE = 0,
+    RJOB_EXACT = 1,
+    RJOB_REFUND = 2,
+    RJOB_CC = 3,
+    RJOB_CC_RELEASE = 4,
+};
+
+/* A Redis call, as data: made by the core, sent by the bridge, answered
+ * back into the core (core_reply). The first fields are the bridge's. */
+struct rjob {
+    struct rjob *next;               /* queue, struct core_jobs */
+    struct rjob *iprev, *inext;      /* (bridge) in flight, oldest first */
+    struct limiter *l;               /* (bridge) */
+    int timed_out;                   /* (bridge) */
+    uint64_t sent_us;                /* (bridge) */
+    int kind;
+    struct lease_job *lj;            /* RJOB_LEASE */
+    struct lease_waiter *w;          /* RJOB_EXACT, RJOB_CC: NULL once answered by fallback */
+    enum bucket_algorithm algorithm; /* RJOB_EXACT */
+    uint64_t limit, period_ms, burst;
+    uint64_t offset_ms;              /* RJOB_EXACT, RJOB_REFUND: a fixed window's window_offset */
+    uint64_t cost;                   /* RJOB_EXACT: tokens the request takes;
+                                        RJOB_REFUND: tokens given back */
+    uint64_t block_ms;               /* RJOB_EXACT: the rule's block_for (0: none) */
+    uint64_t taken_ms;               /* RJOB_REFUND: EXACT_R_TIME_MS of the take */
+    uint64_t slot_id;                /* RJOB_CC, RJOB_CC_RELEASE */
+    struct metrics_rule *m;          /* RJOB_REFUND, RJOB_CC, RJOB_CC_RELEASE: the rule's
+                                        counters */
+    size_t keylen;
+    char key[];                      /* RJOB_EXACT, RJOB_REFUND, RJOB_CC, RJOB_CC_RELEASE */
+};
+
+/* Jobs the core hands back to be sent, in the order made. */
+struct core_jobs {
+    struct rjob *head, *tail;
+};
+
+static inline void core_jobs_push(struct core_jobs *o, struct rjob *j)
+{
+    j->next = NULL;
+    if (o->tail)
+        o->tail->next = j;
+    else
+        o->head = j;
+    o->tail = j;
+}
+
+/* The time a bucket under p is taken (and given back) at: now_us, or for a
+ * fixed window, aligned to the epoch, the wall clock (bucket.h). */
+static inline uint64_t bucket_clock(const struct bucket_params *p, uint64_t now_us)
+{
+    return p->algorithm == BUCKET_FIXED_WINDOW ? util_wall_us() : now_us;
+}
+
+/* ---- keys and jobs (limiter_jobs.c) ---- */
+
+/* The Redis key of rule r's client key (as rules_match built it): prefix,
+ * algorithm, rule, client key. Its length, or 0 when it does not fit in
+ * cap. */
+size_t core_redis_key(const struct limiter_core *c, const struct cfg_rule *r, const char *key,
+                      size_t keylen, char *buf, size_t cap);
+/* The Redis key of hit h of req. */
+size_t core_hit_redis_key(const struct limiter_core *c, const struct limiter_req *req,
+                          const struct rule_hit *h, char *buf, size_t cap);
+/* A call on one key with hit h's limits and cost (RJOB_EXACT, RJOB_REFUND),
+ * NULL when out of memory. */
+struct rjob *core_key_call(int kind, const struct rule_hit *h, const char *key, size_t keylen);
+/* The call a lease job is sent as: it lives in the job's room, and goes
+ * with the job. */
+struct rjob *core_lease_rjob(struct lease_job *lj);
+/* j's script and its arguments (agent_id and ttl_ms: a lease job's). */
+enum store_script core_job_args(const struct rjob *j, const char *agent_id, uint64_t ttl_ms,
+                                struct script_args *a);
+/* The key j is called on. */
+const char *core_job_key(const struct rjob *j, size_t *keylen);
+
+#endif

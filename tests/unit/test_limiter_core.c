@@ -1,0 +1,405 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* test_limiter_core.c - the limiter's core (src/limiter/limiter_core.h)
+ * deciding whole requests against scripted Redis replies, with no loop and
+ * no Redis: standalone buckets and cost, a cold key's first SET, a hot
+ * lease spent locally, its negative cache, an exact call with block_for,
+ * the fallback (Redis down, a call failed or timed out, on_redis_down =
+ * closed), concurrency slots (Redis, local, a late slot given back), and
+ * all-or-nothing refunds (local buckets, and a refund call to Redis). */
+#include <check.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check_util.h"
+#include "lease/lease.h"
+#include "limiter/limiter_charge.h"
+#include "limiter/limiter_core.h"
+#include "limiter/limiter_first.h"
+#include "limiter/limiter_req.h"
+#include "limiter/script_args.h"
+#include "rules/rules.h"
+#include "rules_fixture.h"
+#include "store/script.h"
+#include "store/store_result.h"
+
+#define MS 1000ull
+#define S 1000000ull
+#define T0 (100 * S)
+
+static const char *const redis_ini = "[redis]\nurl = redis://127.0.0.1:1\n";
+
+/* One test's world: the core, the rules, one request and its jobs. */
+struct world {
+    struct limiter_core c;
+    struct ruleset *rs;
+    struct limiter_req req;
+    struct core_jobs jobs;
+    int done; /* req->done calls */
+};
+
+static struct world *the_world; /* the done callback's */
+
+static void on_done(struct limiter_req *req)
+{
+    ck_assert_ptr_eq(req, &the_world->req);
+    the_world->done++;
+}
+
+/* A world of rules ini; with Redis (the lease cache under exact_cold) or
+ * standalone. */
+static void world_open(struct world *w, const char *rules, int redis, int exact_cold)
+{
+    char ini[2048];
+    /* the agent: exact_cold and prefetch on; off: the lease cache alone */
+    struct lease_config lc = {100 * MS, 1 * S, 0.1, 0, exact_cold, exact_cold};
+
+    memset(w, 0, sizeof(*w));
+    the_world = w;
+    snprintf(ini, sizeof(ini), "%s%s", redis ? redis_ini : "", rules);
+    w->rs = rt_load(ini);
+    ck_assert_int_eq(core_init(&w->c, 100000, 4, redis ? &lc : NULL, "rl:"), 0);
+    w->c.redis = redis;
+    w->req.rs = w->rs;
+    w->req.done = on_done;
+}
+
+static void world_close(struct world *w)
+{
+    ck_assert_ptr_null(w->jobs.head); /* every job answered */
+    rules_eval_free(&w->req.ev);
+    free(w->req.waiters);
+    core_free(&w->c);
+    ruleset_unref(w->rs);
+}
+
+/* Decide a request of the args kv (n pairs) at now: the decided count, -1
+ * when it must wait. Jobs go to w->jobs. */
+static int decide(struct world *w, const char *const *kv, int n, uint64_t now, int up)
+{
+    uint8_t buf[512];
+    size_t len = rt_payload(buf, sizeof(buf), "check", kv, n);
+
+    ck_assert_int_eq(rules_match(w->rs, buf, len, &w->req.ev), 0);
+    long d = core_decide(&w->c, &w->req, now, up, up, &w->jobs);
+    ck_assert_int_ge(d, 0);
+    return core_decide_end(&w->req, (unsigned)d) ? -1 : (int)d;
+}
+
+static int decide_key(struct world *w, const char *key, uint64_t now, int up)
+{
+    const char *kv[] = {"key", key};
+    return decide(w, kv, 1, now, up);
+}
+
+/* The next job the core handed back (the test's stand-in for the queue). */
+static struct rjob *next_job(struct world *w)
+{
+    struct rjob *j = w->jobs.head;
+
+    ck_assert_ptr_nonnull(j);
+    w->jobs.head = j->next;
+    if (!w->jobs.head)
+        w->jobs.tail = NULL;
+    j->next = NULL;
+    return j;
+}
+
+/* Answer j with the integers v (n of them); status STORE_DOWN: failed. */
+static struct rjob *answer(struct world *w, struct rjob *j, int status, const int64_t *v, int n,
+                           uint64_t now)
+{
+    struct store_result r = {.status = status, .n = n};
+
+    if (n)
+        memcpy(r.v, v, (size_t)n * sizeof(*v));
+    return core_reply(&w->c, j, &r, now);
+}
+
+static const struct rule_hit *hit(const struct world *w, size_t i)
+{
+    ck_assert_uint_lt(i, w->req.ev.nhits);
+    return &w->req.ev.hits[i];
+}
+
+/* ---- standalone ----------------------------------------------------------- */
+
+START_TEST(standalone_cost)
+{
+    struct world w;
+    const char *kv[] = {"key", "k", "cost", "2"};
+
+    world_open(&w, "[rule:a]\nkey = key\nrate = 10/1m\nburst = 3\ncost = arg:cost\nmax_cost = 5\n",
+               0, 0);
+    ck_assert_int_eq(decide(&w, kv, 2, T0, 0), 1);
+    ck_assert(hit(&w, 0)->out.res.allowed);
+    ck_assert_uint_eq(hit(&w, 0)->out.res.remaining, 1);
+    ck_assert_int_eq(hit(&w, 0)->out.charged, RULE_CHARGED_BUCKET);
+    ck_assert_int_eq(decide(&w, kv, 2, T0 + 1, 0), 1); /* 1 left: a cost of 2 is denied */
+    ck_assert(!hit(&w, 0)->out.res.allowed);
+    ck_assert_uint_gt(hit(&w, 0)->out.res.retry_us, 0);
+    ck_assert_ptr_null(w.jobs.head); /* standalone: nothing for Redis */
+    ck_assert_int_eq(w.done, 0);
+    world_close(&w);
+}
+END_TEST
+
+/* ---- a cold key, a hot lease ---------------------------------------------- */
+
+START_TEST(cold_first_set)
+{
+    struct world w;
+    const char *argv[7];
+    size_t argvlen[7];
+    struct store_result r;
+
+    world_open(&w, "[rule:a]\nkey = key\nrate = 10/1s\nburst = 3\n", 1, 1);
+    ck_assert_int_eq(decide_key(&w, "k", T0, 1), -1); /* waits for Redis */
+    struct rjob *j = next_job(&w);
+    ck_assert_int_eq(j->kind, RJOB_LEASE);
+    ck_assert_int_eq(j->lj->kind, LEASE_JOB_EXACT);
+    ck_assert_int_eq(core_first_args(j, argv, argvlen), 0); /* a new key: one SET */
+    ck_assert_str_eq(argv[0], "SET");
+    ck_assert_int_eq(memcmp(argv[1], "rl:t2:a:k", argvlen[1]), 0);
+    ck_assert_int_eq(memcmp(argv[2], "2 2 ", 4), 0); /* b - 1 left */
+    /* the key was there after all: the script decides */
+    const char *s = "x";
+    size_t sl = 1;
+    struct store_result there = {.status = STORE_OK, .nstr = 1, .str = &s, .str_len = &sl};
+    ck_assert_int_eq(core_first_reply(j, &there, &r), CORE_FIRST_EVAL);
+    /* nil: the key was new, allowed as tb_exact answers a new key */
+    struct store_result nil = {.status = STORE_OK};
+    ck_assert_int_eq(core_first_reply(j, &nil, &r), CORE_FIRST_REPLY);
+    ck_assert_ptr_null(core_reply(&w.c, j, &r, T0 + MS));
+    ck_assert_int_eq(w.done, 1);
+    ck_assert(hit(&w, 0)->out.res.allowed);
+    ck_assert_uint_eq(hit(&w, 0)->out.res.remaining, 2);
+    ck_assert_int_eq(hit(&w, 0)->out.charged, RULE_CHARGED_EXACT);
+    ck_assert_int_eq(hit(&w, 0)->out.degraded, 0);
+    world_close(&w);
+}
+END_TEST
+
+START_TEST(hot_lease_then_negative_cache)
+{
+    struct world w;
+
+    world_open(&w, "[rule:a]\nkey = key\nrate = 10000/1s\nburst = 1000\n", 1, 0);
+    ck_assert_int_eq(decide_key(&w, "k", T0, 1), -1);
+    struct rjob *j = next_job(&w);
+    ck_assert_int_eq(j->kind, RJOB_LEASE);
+    ck_assert_int_eq(j->lj->kind, LEASE_JOB_CLAIM);
+    struct script_args a;
+    ck_assert_int_eq(core_job_args(j, "agent", 1000, &a), SCRIPT_TB_CLAIM);
+    j->lj->sent_us = T0;
+    /* granted 5, held for 1 s */
+    const int64_t claim[CLAIM_R_COUNT] = {5, 995, 5, 1, 0, 5, 1000, 5, 0, 0};
+    ck_assert_ptr_null(answer(&w, j, STORE_OK, claim, CLAIM_R_COUNT, T0 + 200));
+    ck_assert_int_eq(w.done, 1);
+    ck_assert(hit(&w, 0)->out.res.allowed);
+    ck_assert_int_eq(hit(&w, 0)->out.charged, RULE_CHARGED_LEASE);
+    /* hot: the rest of the lease, spent here without a call */
+    for (int i = 0; i < 4; i++) {
+        ck_assert_int_eq(decide_key(&w, "k", T0 + 300, 1), 1);
+        ck_assert(hit(&w, 0)->out.res.allowed);
+        ck_assert_int_eq(hit(&w, 0)->out.charged, RULE_CHARGED_LEASE);
+        ck_assert_ptr_null(w.jobs.head);
+    }
+    /* empty: the next claim finds Redis' bucket empty too */
+    ck_assert_int_eq(decide_key(&w, "k", T0 + 400, 1), -1);
+    j = next_job(&w);
+    ck_assert_int_eq(j->lj->kind, LEASE_JOB_CLAIM);
+    j->lj->sent_us = T0 + 400;
+    const int64_t empty[CLAIM_R_COUNT] = {0, 0, 5, 1, 500, 500, 0, 0, 0, 0};
+    ck_assert_ptr_null(answer(&w, j, STORE_OK, empty, CLAIM_R_COUNT, T0 + 450));
+    ck_assert_int_eq(w.done, 2);
+    ck_assert(!hit(&w, 0)->out.res.allowed);
+    /* the negative cache: denied here until the retry, no call */
+    ck_assert_int_eq(decide_key(&w, "k", T0 + 500, 1), 1);
+    ck_assert(!hit(&w, 0)->out.res.allowed);
+    ck_assert_uint_gt(hit(&w, 0)->out.res.retry_us, 0);
+    ck_assert_ptr_null(w.jobs.head);
+    world_close(&w);
+}
+END_TEST
+
+/* ---- exact calls, block_for ----------------------------------------------- */
+
+START_TEST(exact_block_for)
+{
+    struct world w;
+
+    world_open(&w, "[rule:a]\nkey = key\nrate = 60/1m\nburst = 1\nblock_for = 3s\nlease = off\n",
+               1, 1);
+    ck_assert_int_eq(decide_key(&w, "k", T0, 1), -1);
+    struct rjob *j = next_job(&w);
+    ck_assert_int_eq(j->kind, RJOB_EXACT);
+    ck_assert_uint_eq(j->block_ms, 3000);
+    ck_assert_uint_eq(j->cost, 1);
+    ck_assert_int_eq(memcmp(j->key, "rl:t2:a:k", j->keylen), 0);
+    struct script_args a;
+    ck_assert_int_eq(core_job_args(j, "agent", 1000, &a), SCRIPT_TB_EXACT);
+    /* denied, blocked for 3 s */
+    const int64_t denied[EXACT_R_COUNT] = {0, 0, 3000, 3000, 100000};
+    ck_assert_ptr_null(answer(&w, j, STORE_OK, denied, EXACT_R_COUNT, T0 + MS));
+    ck_assert_int_eq(w.done, 1);
+    ck_assert(!hit(&w, 0)->out.res.allowed);
+    ck_assert_uint_eq(hit(&w, 0)->out.res.retry_us, 3 * S);
+    ck_assert_int_eq(hit(&w, 0)->out.charged, RULE_CHARGED_NONE);
+    world_close(&w);
+}
+END_TEST
+
+/* ---- the fallback --------------------------------------------------------- */
+
+START_TEST(fallback_down_failed_timeout)
+{
+    struct world w;
+
+    world_open(&w,
+               "[rule:a]\nkey = key\nrate = 10/1m\nburst = 4\nlease = off\n"
+               "[rule:c]\nkey = key\nrate = 10/1m\nlease = off\non_redis_down = closed\n",
+               1, 1);
+    /* Redis down: both at once, a from its backstop, c denied */
+    ck_assert_int_eq(decide_key(&w, "k", T0, 0), 2);
+    ck_assert_ptr_null(w.jobs.head);
+    ck_assert(hit(&w, 0)->out.res.allowed);
+    ck_assert_int_eq(hit(&w, 0)->out.degraded, 1);
+    ck_assert_int_eq(hit(&w, 0)->out.charged, RULE_CHARGED_BACKSTOP);
+    ck_assert(!hit(&w, 1)->out.res.allowed);
+    ck_assert_int_eq(hit(&w, 1)->out.degraded, 1);
+    ck_assert_uint_eq(hit(&w, 1)->out.res.retry_us, 1 * S);
+    /* up: two calls; one fails, one times out, then answers late */
+    ck_assert_int_eq(decide_key(&w, "k", T0 + MS, 1), -1);
+    struct rjob *ja = next_job(&w), *jc = next_job(&w);
+    ck_assert_ptr_null(answer(&w, ja, STORE_DOWN, NULL, 0, T0 + 2 * MS));
+    ck_assert_int_eq(w.done, 0);
+    ck_assert_int_eq(hit(&w, 0)->out.charged, RULE_CHARGED_BACKSTOP);
+    core_timeout(&w.c, jc, T0 + 3 * MS);
+    ck_assert_int_eq(w.done, 1);
+    ck_assert_ptr_null(jc->w);
+    ck_assert_int_eq(hit(&w, 1)->out.degraded, 1);
+    const int64_t late[EXACT_R_COUNT] = {1, 9, 0, 6000, 100000};
+    ck_assert_ptr_null(answer(&w, jc, STORE_OK, late, EXACT_R_COUNT, T0 + 4 * MS));
+    ck_assert_int_eq(w.done, 1); /* answered once */
+    world_close(&w);
+}
+END_TEST
+
+/* ---- concurrency ---------------------------------------------------------- */
+
+static const char *const cc_rules = "[rule:cc]\nkey = key\nalgorithm = concurrency\nlimit = 1\n"
+                                    "release = release-slot\nmax_hold = 10s\n";
+
+START_TEST(concurrency_slots)
+{
+    struct world w;
+
+    /* standalone: one slot, the second request denied */
+    world_open(&w, cc_rules, 0, 0);
+    ck_assert_int_eq(decide_key(&w, "k", T0, 0), 1);
+    ck_assert(hit(&w, 0)->out.res.allowed);
+    ck_assert_int_eq(hit(&w, 0)->slot_src, RULES_SLOT_LOCAL);
+    ck_assert_uint_ne(hit(&w, 0)->slot_id, 0);
+    ck_assert_int_eq(decide_key(&w, "k", T0 + 1, 0), 1);
+    ck_assert(!hit(&w, 0)->out.res.allowed);
+    world_close(&w);
+
+    /* Redis: a cc_acquire, its slot Redis'; one answered after its timeout
+     * goes back at once as a release */
+    world_open(&w, cc_rules, 1, 1);
+    ck_assert_int_eq(decide_key(&w, "k", T0, 1), -1);
+    struct rjob *j = next_job(&w);
+    ck_assert_int_eq(j->kind, RJOB_CC);
+    uint64_t id = j->slot_id;
+    const int64_t ok[CC_R_COUNT] = {1, 0, 0, 0, 100000, 0};
+    ck_assert_ptr_null(answer(&w, j, STORE_OK, ok, CC_R_COUNT, T0 + MS));
+    ck_assert_int_eq(w.done, 1);
+    ck_assert(hit(&w, 0)->out.res.allowed);
+    ck_assert_int_eq(hit(&w, 0)->slot_src, RULES_SLOT_REDIS);
+    ck_assert_uint_eq(hit(&w, 0)->slot_id, id);
+    ck_assert_int_eq(decide_key(&w, "k", T0 + 2 * MS, 1), -1);
+    j = next_job(&w);
+    core_timeout(&w.c, j, T0 + 3 * MS); /* the local share decides */
+    ck_assert_int_eq(w.done, 2);
+    ck_assert_int_eq(hit(&w, 0)->out.degraded, 1);
+    ck_assert_int_eq(hit(&w, 0)->slot_src, RULES_SLOT_LOCAL);
+    struct rjob *rel = answer(&w, j, STORE_OK, ok, CC_R_COUNT, T0 + 4 * MS);
+    ck_assert_ptr_eq(rel, j);
+    ck_assert_int_eq(rel->kind, RJOB_CC_RELEASE);
+    const int64_t released[CC_RELEASE_R_COUNT] = {1, 0};
+    ck_assert_ptr_null(answer(&w, rel, STORE_OK, released, CC_RELEASE_R_COUNT, T0 + 5 * MS));
+    world_close(&w);
+}
+END_TEST
+
+/* ---- all-or-nothing ------------------------------------------------------- */
+
+START_TEST(all_or_nothing_local)
+{
+    struct world w;
+
+    world_open(&w,
+               "[agent]\ncharge = all-or-nothing\n"
+               "[rule:a]\nkey = key\nrate = 10/1m\nburst = 5\n"
+               "[rule:b]\nkey = key\nrate = 10/1m\nburst = 1\n",
+               0, 0);
+    ck_assert_int_eq(decide_key(&w, "k", T0, 0), 2);
+    ck_assert(hit(&w, 0)->out.res.allowed && hit(&w, 1)->out.res.allowed);
+    core_settle(&w.c, &w.req, T0, 0, &w.jobs);
+    ck_assert_uint_eq(hit(&w, 0)->out.refunded, 0); /* allowed: kept */
+    /* b blocks: a's token goes back, a stays at 4 */
+    ck_assert_int_eq(decide_key(&w, "k", T0 + 1, 0), 2);
+    ck_assert(hit(&w, 0)->out.res.allowed && !hit(&w, 1)->out.res.allowed);
+    ck_assert_uint_eq(hit(&w, 0)->out.res.remaining, 3);
+    core_settle(&w.c, &w.req, T0 + 1, 0, &w.jobs);
+    ck_assert_uint_eq(hit(&w, 0)->out.refunded, 1);
+    ck_assert_uint_eq(hit(&w, 0)->out.res.remaining, 4);
+    ck_assert_int_eq(hit(&w, 0)->out.charged, RULE_CHARGED_NONE);
+    ck_assert_ptr_null(w.jobs.head);
+    world_close(&w);
+}
+END_TEST
+
+START_TEST(all_or_nothing_redis)
+{
+    struct world w;
+
+    world_open(&w,
+               "[agent]\ncharge = all-or-nothing\n"
+               "[rule:a]\nkey = key\nrate = 10/1m\nburst = 5\nlease = off\n"
+               "[rule:b]\nkey = key\nrate = 10/1m\nburst = 1\nlease = off\n",
+               1, 1);
+    ck_assert_int_eq(decide_key(&w, "k", T0, 1), -1);
+    struct rjob *ja = next_job(&w), *jb = next_job(&w);
+    const int64_t yes[EXACT_R_COUNT] = {1, 4, 0, 6000, 123456};
+    const int64_t no[EXACT_R_COUNT] = {0, 0, 6000, 6000, 123456};
+    ck_assert_ptr_null(answer(&w, ja, STORE_OK, yes, EXACT_R_COUNT, T0 + MS));
+    ck_assert_ptr_null(answer(&w, jb, STORE_OK, no, EXACT_R_COUNT, T0 + MS));
+    ck_assert_int_eq(w.done, 1);
+    /* b blocked: a's token goes back to Redis with a refund call */
+    core_settle(&w.c, &w.req, T0 + 2 * MS, 1, &w.jobs);
+    struct rjob *r = next_job(&w);
+    ck_assert_int_eq(r->kind, RJOB_REFUND);
+    ck_assert_uint_eq(r->cost, 1);
+    ck_assert_uint_eq(r->taken_ms, 123456);
+    ck_assert_int_eq(memcmp(r->key, "rl:t2:a:k", r->keylen), 0);
+    ck_assert_uint_eq(hit(&w, 0)->out.res.remaining, 5); /* as if it had not come */
+    uint64_t before = atomic_load(&w.rs->metrics[0]->refunded);
+    const int64_t given[REFUND_R_COUNT] = {1, 5};
+    ck_assert_ptr_null(answer(&w, r, STORE_OK, given, REFUND_R_COUNT, T0 + 3 * MS));
+    ck_assert_uint_eq(atomic_load(&w.rs->metrics[0]->refunded), before + 1);
+    world_close(&w);
+}
+END_TEST
+
+int main(void)
+{
+    TCase *tc = tcase_create("core");
+
+    CHECK_ADD(tc, standalone_cost, cold_first_set, hot_lease_then_negative_cache,
+              exact_block_for, fallback_down_failed_timeout, concurrency_slots,
+              all_or_nothing_local, all_or_nothing_redis);
+    return check_run_case("limiter_core", tc);
+}
