@@ -353,6 +353,8 @@ static void status_get(struct agent *a, struct httpd_req *req, const char *query
         .token = a->token,
         .rules_redis = a->rules != NULL,
         .rules_error = a->rules ? rules_store_error(a->rules) : NULL,
+        .rules_rejected = a->rules ? rules_store_rejected(a->rules) : 0,
+        .heartbeat = limiter_heartbeat(a->lim),
         .rules_compiling = rules_compile_busy(a->compile),
     };
     size_t len = 0;
