@@ -262,8 +262,9 @@ static json_t *fleet_json(const struct store_heartbeat *hb, uint64_t now)
         json_object_set_new(totals, fleet_counters[i], json_integer(sum[i]));
     json_object_set_new(totals, "agents", json_integer((json_int_t)json_array_size(agents)));
     json_object_set_new(totals, "redis_up", json_integer((json_int_t)up));
-    return json_pack("{s:o, s:o, s:f, s:I}", "agents", agents, "totals", totals, "age_s",
-                     (double)age_ms / 1000.0, "max_rows", (json_int_t)STORE_HEARTBEAT_ROWS);
+    return json_pack("{s:o, s:o, s:o, s:I}", "agents", agents, "totals", totals, "age_s",
+                     age_ms == UINT64_MAX ? json_null() : json_real((double)age_ms / 1000.0),
+                     "max_rows", (json_int_t)STORE_HEARTBEAT_ROWS);
 }
 
 static json_t *peers_json(void)
@@ -356,7 +357,7 @@ static json_t *rule_json(const struct ruleset *rs, size_t i, const struct histor
         slots[1] += metrics_ld(&m->slots_expired);
     }
     return json_pack("{s:s, s:b, s:s, s:s, s:s, s:f, s:I, s:I, s:I, s:I, s:I, s:f, s:o, s:o, "
-                     "s:{s:I, s:I, s:o, s:o, s:o}}",
+                     "s:o, s:{s:I, s:I, s:o, s:o, s:o}}",
                      "name", r->name, "shadow", r->shadow, "fail",
                      r->on_redis_down == DOWN_CLOSED ? "closed" : "open", "algorithm",
                      bucket_algorithm_names[r->algorithm],
@@ -368,6 +369,9 @@ static json_t *rule_json(const struct ruleset *rs, size_t i, const struct histor
                      "slots_held", r->algorithm == BUCKET_CONCURRENCY
                                        ? json_integer((json_int_t)atomic_load_explicit(
                                              &m->slots_held, memory_order_relaxed))
+                                       : json_null(),
+                     "max_hold_s", r->algorithm == BUCKET_CONCURRENCY
+                                       ? json_real((double)r->max_hold_ms / 1000.0)
                                        : json_null(),
                      "slots_expired", r->algorithm == BUCKET_CONCURRENCY
                                           ? json_integer((json_int_t)metrics_ld(&m->slots_expired))

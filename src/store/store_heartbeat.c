@@ -365,7 +365,7 @@ size_t store_heartbeat_rows(const struct store_heartbeat *hb,
 {
     if (!hb || !hb->beat_us) {
         *rows = NULL;
-        *age_ms = 0;
+        *age_ms = UINT64_MAX;
         return 0;
     }
     *rows = hb->rows;

@@ -81,7 +81,8 @@ struct store_heartbeat_row {
 
 /* The last beat's rows (*rows, valid until the next beat's reply: read them
  * on the loop thread, within one callback), newest first; *age_ms: how long
- * ago that reply came. 0 rows: no beat answered yet, or hb NULL. */
+ * ago that reply came, UINT64_MAX when no beat answered yet (0 rows; hb
+ * NULL too). */
 size_t store_heartbeat_rows(const struct store_heartbeat *hb,
                             const struct store_heartbeat_row **rows, uint64_t *age_ms);
 
