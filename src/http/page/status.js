@@ -350,7 +350,7 @@ function drawFleet(s) {
   const foot = $("fleet").querySelector("tfoot");
   foot.replaceChildren();
   const tr = el("tr", { class: "totals" });
-  tr.append(el("td", { colspan: "7" }, "fleet total, " + t.agents + " agents"), ...fleetCells(t),
+  tr.append(el("td", { colspan: "7" }, "fleet total, " + t.agents + (t.agents === 1 ? " agent" : " agents")), ...fleetCells(t),
     el("td"), el("td"));
   foot.append(tr);
 }
