@@ -177,7 +177,7 @@ class OneRedis(StoreCase):
         rs = json.loads(agents[0].get("/status.json"))["rule_set"]
         self.assertEqual(rs, {"source": "redis", "version": 11, "current": 11,
                               "on_current": True, "cached": False, "error": None,
-                              "compiling": False,
+                              "rejected_version": None, "compiling": False,
                               "regexes": {"count": 0, "text_bytes": 0, "compiled_bytes": 0,
                                           "compile_ms": 0}})
         p = self.cli(self.op, "--fleet")
