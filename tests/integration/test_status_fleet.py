@@ -213,6 +213,49 @@ class Fleet(PageCase):
                   "document.querySelectorAll('#fleet tbody tr').length === 3")
 
 
+FAKE_ROWS = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+for i = 1, tonumber(ARGV[1]) do
+  local m = 'host=fake' .. i .. ' pid=' .. i .. ' listen=x'
+  redis.call('ZADD', KEYS[1], now, m)
+  local row = '{"host":"<b>fake' .. i .. '</b>","pid":' .. i .. ',"decisions":1}'
+  if i == 1 then row = string.rep('x', 2000) end
+  if i == 2 then row = 'not json' end
+  redis.call('HSET', KEYS[2], m, row)
+end
+return 1
+"""
+
+
+class FleetBounded(PageCase):
+    def test_rows_capped_and_checked(self):
+        """300 agents more in the set (written by hand): the beat answers
+        256 rows, skips a row over 1 KiB and one that is not JSON, and the
+        page shows another agent's host as text."""
+        redis = Redis()
+        self.addCleanup(redis.stop)
+        a = Agent(redis_ini(redis.port) + RULES, workers=1)
+        stop_cleanly(self, a)
+        self.assertTrue(wait_for(lambda: status(a)["fleet"]["age_s"] is not None, 10))
+        redis.cli("EVAL", FAKE_ROWS, "2", "rl:agents", "{rl:agents}:stats", "300")
+        # the next beat: the agent newest, then the fakes (two of them skipped)
+        self.assertTrue(wait_for(lambda: len(status(a)["fleet"]["agents"]) >= 250, 10),
+                        status(a)["fleet"]["totals"])
+        f = status(a)["fleet"]
+        self.assertLessEqual(len(f["agents"]), 256)
+        self.assertEqual(f["max_rows"], 256)
+        self.assertTrue(f["agents"][0]["self"], f["agents"][0])
+        self.assertEqual(f["totals"]["agents"], len(f["agents"]))
+        pids = [r["pid"] for r in f["agents"]]
+        self.assertNotIn(1, pids)  # its row is over 1 KiB
+        self.assertNotIn(2, pids)  # its row is not JSON
+        self.assertGreaterEqual(a.metric("spoa_ratelimit_fleet_agents"), 301)
+        dom = self.dom(a, lambda d: d.count("fake") > 100)
+        self.assertIn("&lt;b&gt;fake", dom)
+        self.assertNotIn("<b>fake", dom)
+
+
 class Standalone(PageCase):
     def test_no_lease_no_fleet(self):
         a = Agent(RULES, workers=1)
