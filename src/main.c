@@ -360,6 +360,9 @@ static void status_get(struct agent *a, struct httpd_req *req, const char *query
     size_t len = 0;
     uint64_t from = 0;
 
+    char fleet[8];
+    sa.fleet_totals_only = util_query_param(query, "fleet", fleet, sizeof(fleet)) > 0 &&
+                           strcmp(fleet, "totals") == 0;
     if (util_query_param(query, "since", since, sizeof(since)) > 0)
         from = strtoull(since, NULL, 10);
     char *body = status_render(&sa, a->rs, a->history, from, &len);

@@ -197,9 +197,9 @@ static const char *const fleet_counters[] = {
 #define FLEET_COUNTERS (sizeof(fleet_counters) / sizeof(fleet_counters[0]))
 
 /* One agent's row: its member and its counters as it wrote them (another
- * agent's text: only the known fields, of the right type, are kept). */
-static json_t *fleet_row(const struct store_heartbeat_row *r, uint64_t age_ms, uint64_t now,
-                         json_int_t *sum)
+ * agent's text: only the known fields, of the right type, are kept).
+ * uptime_s and last_seen_s are set per request. */
+static json_t *fleet_row(const struct store_heartbeat_row *r, json_int_t *sum)
 {
     json_t *in = json_loadb(r->row, r->row_len, JSON_REJECT_DUPLICATES, NULL);
     json_t *out = json_object();
@@ -218,8 +218,7 @@ static json_t *fleet_row(const struct store_heartbeat_row *r, uint64_t age_ms, u
     json_t *rv = json_object_get(in, "rules_version"), *up = json_object_get(in, "redis_up");
     json_int_t started = json_is_integer(st) ? json_integer_value(st) : 0;
     json_object_set_new(out, "pid", json_integer(json_is_integer(pid) ? json_integer_value(pid) : 0));
-    json_object_set_new(out, "uptime_s", json_integer(started > 0 && (uint64_t)started <= now
-                                                          ? (json_int_t)now - started : 0));
+    json_object_set_new(out, "started_unix", json_integer(started > 0 ? started : 0));
     json_object_set_new(out, "rules_version",
                         json_integer(json_is_integer(rv) ? json_integer_value(rv) : 0));
     json_object_set_new(out, "redis_up", json_boolean(json_is_integer(up) && json_integer_value(up)));
@@ -229,42 +228,83 @@ static json_t *fleet_row(const struct store_heartbeat_row *r, uint64_t age_ms, u
         json_object_set_new(out, fleet_counters[i], json_integer(n));
         sum[i] += n;
     }
-    json_object_set_new(out, "last_seen_s", json_real((double)(r->ago_ms + age_ms) / 1000.0));
     json_object_set_new(out, "self", json_boolean(r->self));
     json_decref(in);
     return out;
 }
 
-/* The fleet as the last heartbeat answered it (store_heartbeat.h): each
- * live agent's row, newest first, and their totals; null standalone. */
-static json_t *fleet_json(const struct store_heartbeat *hb, uint64_t now)
+/* The rows of the last beat, parsed once per beat (not per request: up to
+ * STORE_HEARTBEAT_ROWS of them, and fifty tabs ask every second). On the
+ * main loop only. */
+static struct {
+    uint64_t beat; /* store_heartbeat_beat() they come from; 0 none */
+    json_t *agents, *totals;
+    uint64_t ago_ms[STORE_HEARTBEAT_ROWS]; /* each row's, as of the beat */
+} fleet_cache;
+
+static void fleet_parse(const struct store_heartbeat *hb)
 {
     const struct store_heartbeat_row *rows;
     uint64_t age_ms;
     json_int_t sum[FLEET_COUNTERS] = {0};
-    size_t n = store_heartbeat_rows(hb, &rows, &age_ms);
+    size_t n = store_heartbeat_rows(hb, &rows, &age_ms), up = 0;
     json_t *agents = json_array(), *totals = json_object();
-    size_t up = 0;
 
-    if (!hb) {
+    if (!agents || !totals) {
         json_decref(agents);
         json_decref(totals);
-        return json_null();
+        return; /* out of memory: the last rows stay */
     }
-    for (size_t i = 0; agents && i < n; i++) {
-        json_t *row = fleet_row(&rows[i], age_ms, now, sum);
+    for (size_t i = 0; i < n && i < STORE_HEARTBEAT_ROWS; i++) {
+        json_t *row = fleet_row(&rows[i], sum);
         if (!row)
             continue;
         up += json_is_true(json_object_get(row, "redis_up"));
+        fleet_cache.ago_ms[json_array_size(agents)] = rows[i].ago_ms;
         json_array_append_new(agents, row);
     }
-    for (size_t i = 0; totals && i < FLEET_COUNTERS; i++)
+    for (size_t i = 0; i < FLEET_COUNTERS; i++)
         json_object_set_new(totals, fleet_counters[i], json_integer(sum[i]));
     json_object_set_new(totals, "agents", json_integer((json_int_t)json_array_size(agents)));
     json_object_set_new(totals, "redis_up", json_integer((json_int_t)up));
-    return json_pack("{s:o, s:o, s:o, s:I}", "agents", agents, "totals", totals, "age_s",
-                     age_ms == UINT64_MAX ? json_null() : json_real((double)age_ms / 1000.0),
-                     "max_rows", (json_int_t)STORE_HEARTBEAT_ROWS);
+    json_decref(fleet_cache.agents);
+    json_decref(fleet_cache.totals);
+    fleet_cache.agents = agents;
+    fleet_cache.totals = totals;
+    fleet_cache.beat = store_heartbeat_beat(hb);
+}
+
+/* The fleet as the last heartbeat answered it (store_heartbeat.h): each
+ * live agent's row, newest first (with_rows 0: without them, the totals
+ * only), and their totals; null standalone. */
+static json_t *fleet_json(const struct store_heartbeat *hb, uint64_t now, int with_rows)
+{
+    const struct store_heartbeat_row *rows;
+    uint64_t age_ms;
+
+    if (!hb)
+        return json_null();
+    store_heartbeat_rows(hb, &rows, &age_ms);
+    if (age_ms == UINT64_MAX)
+        return json_pack("{s:[], s:{s:i, s:i}, s:n, s:I}", "agents", "totals", "agents", 0,
+                         "redis_up", 0, "age_s", "max_rows", (json_int_t)STORE_HEARTBEAT_ROWS);
+    if (store_heartbeat_beat(hb) != fleet_cache.beat)
+        fleet_parse(hb);
+    if (!fleet_cache.agents)
+        return json_null();
+    for (size_t i = 0; with_rows && i < json_array_size(fleet_cache.agents); i++) {
+        json_t *row = json_array_get(fleet_cache.agents, i);
+        json_int_t started = json_integer_value(json_object_get(row, "started_unix"));
+        json_object_set_new(row, "uptime_s", json_integer(started > 0 && (uint64_t)started <= now
+                                                              ? (json_int_t)now - started : 0));
+        /* seen: as of the beat, plus the time since */
+        json_object_set_new(row, "last_seen_s",
+                            json_real((double)(fleet_cache.ago_ms[i] + age_ms) / 1000.0));
+    }
+    return json_pack("{s:o, s:O, s:f, s:I}", "agents",
+                     with_rows ? json_incref(fleet_cache.agents) : json_array(), "totals",
+                     fleet_cache.totals, "age_s", (double)age_ms / 1000.0, "max_rows",
+                     (json_int_t)STORE_HEARTBEAT_ROWS);
 }
 
 static json_t *peers_json(void)
@@ -426,7 +466,7 @@ char *status_render(const struct status_agent *a, const struct ruleset *rs,
                             "fleet", !standalone, "decisions", "total", (json_int_t)decisions,
                             "degraded", (json_int_t)degraded, "slots_held", (json_int_t)slots[0],
                             "slots_expired", (json_int_t)slots[1], "fleet",
-                            fleet_json(standalone ? NULL : a->heartbeat, now));
+                            fleet_json(standalone ? NULL : a->heartbeat, now, !a->fleet_totals_only));
     if (!doc)
         return NULL;
     text = json_dumps(doc, JSON_COMPACT | JSON_ENSURE_ASCII | JSON_PRESERVE_ORDER);

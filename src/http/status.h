@@ -35,6 +35,7 @@ struct status_agent {
     const char *rules_error;     /* then: the last version's apply error, NULL when none */
     uint64_t rules_rejected;     /* and that version's number (0: none) */
     const struct store_heartbeat *heartbeat; /* the fleet's rows; NULL standalone */
+    int fleet_totals_only;       /* ?fleet=totals: the fleet without its agents[] */
     int rules_compiling;         /* a rule set loads off the loop (rules_compile.h) */
     const char *token;           /* the page's token for POST /reset */
 };

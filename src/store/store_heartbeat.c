@@ -360,6 +360,11 @@ void store_heartbeat_free(struct store_heartbeat *hb)
     free(hb);
 }
 
+uint64_t store_heartbeat_beat(const struct store_heartbeat *hb)
+{
+    return hb ? hb->beat_us : 0;
+}
+
 size_t store_heartbeat_rows(const struct store_heartbeat *hb,
                             const struct store_heartbeat_row **rows, uint64_t *age_ms)
 {

@@ -86,4 +86,9 @@ struct store_heartbeat_row {
 size_t store_heartbeat_rows(const struct store_heartbeat *hb,
                             const struct store_heartbeat_row **rows, uint64_t *age_ms);
 
+/* Which beat's reply the rows are from (changes at each reply; 0: none
+ * yet, or hb NULL): a reader that keeps what it made of them knows when to
+ * make it again. */
+uint64_t store_heartbeat_beat(const struct store_heartbeat *hb);
+
 #endif

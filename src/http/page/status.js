@@ -382,12 +382,31 @@ function keep(s) {
   return true;
 }
 
+// The fleet's rows change at each heartbeat (5 s): asked for every 5 s,
+// the ticks between ask for the totals alone (?fleet=totals), and the rows
+// kept here age by the time since.
+let fleetRows = null, fleetRowsAt = 0;
+function fleetRowsKeep(s, asked) {
+  if (!s.fleet) return;
+  if (asked) {
+    fleetRows = s.fleet.agents;
+    fleetRowsAt = Date.now();
+    return;
+  }
+  const d = (Date.now() - fleetRowsAt) / 1000;
+  s.fleet.agents = (fleetRows || []).map((a) => Object.assign({}, a,
+    { last_seen_s: a.last_seen_s + d, uptime_s: a.uptime_s + Math.round(d) }));
+}
+
 async function tick() {
   try {
-    const res = await fetch("status.json" + (since ? "?since=" + since : ""),
+    const rows = Date.now() - fleetRowsAt >= 5000;
+    const q = [since ? "since=" + since : "", rows ? "" : "fleet=totals"].filter((x) => x).join("&");
+    const res = await fetch("status.json" + (q ? "?" + q : ""),
                             { cache: "no-store", credentials: "same-origin" });
     if (!res.ok) throw new Error(res.status);
     const s = await res.json();
+    fleetRowsKeep(s, rows);
     if (!keep(s)) { setTimeout(tick, 0); return; }
     token = s.reset.token || "";
     draw(s);
