@@ -251,7 +251,7 @@ function draw(s) {
   ] : [["mode", "standalone (no [redis]): buckets in memory"]]);
   $("card-leases").hidden = !s.boxes.leases;
   fill("card-leases", [
-    ["Redis calls per decision", l.redis_calls_per_decision === null ? "– (no decision yet)" :
+    ["Redis calls per decision", l.redis_calls_per_decision === null ? "none yet" :
       num(l.redis_calls_per_decision, 4)], ["calls saved", num(l.calls_saved)],
     ["tokens claimed", num(l.tokens_claimed)], ["tokens returned", num(l.tokens_returned)],
     ["keys held", num(l.keys)], ["local decisions", num(l.local_decisions)],
