@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* httpd.c - GET /metrics, GET /top and GET /health on the main loop, the
- * Host check (http_host.h), HTTP Basic auth when configured; other paths go
- * to the owner's handler, whose answer may come later (struct httpd_req). */
+/* httpd.c - the stats listener on the main loop: the Host check
+ * (http_host.h), HTTP Basic auth when configured, and one route table for
+ * its own paths (GET /metrics, /top, /health) and the owner's, whose
+ * answers may come later (struct httpd_req). */
 #include "httpd.h"
 
 #include <arpa/inet.h>
@@ -64,8 +65,9 @@ struct httpd {
     unsigned nconns, max_conns;
     struct net_cidr *allow; /* a copy; none: any peer */
     size_t nallow;
-    httpd_handler *handler;
-    void *handler_ctx;
+    const struct httpd_route *routes; /* the owner's (httpd_set_routes) */
+    size_t nroutes;
+    void *routes_ctx;
     char *auth;  /* base64(USER:PASSWORD) expected after "Basic "; NULL: no auth */
     char *hosts; /* [agent] stats_hosts, "a,b:1"; NULL: none */
 };
@@ -149,14 +151,14 @@ void httpd_reply(struct httpd_req *req, const char *status, const char *ctype, c
     start_writing(c);
 }
 
-void httpd_set_handler(struct httpd *h, httpd_handler *fn, void *ctx)
+void httpd_set_routes(struct httpd *h, const struct httpd_route *routes, size_t n, void *ctx)
 {
     if (!h)
         return;
-    h->handler = fn;
-    h->handler_ctx = ctx;
+    h->routes = routes;
+    h->nroutes = n;
+    h->routes_ctx = ctx;
 }
-
 /* The value of header name (case-insensitive) in the header lines after
  * line (the '\n' ending the request line; NULL: none), without surrounding
  * blanks, its length in *len; NULL when absent. */
@@ -240,27 +242,6 @@ static void plain(struct http_conn *c, const char *status, const char *text, int
     set_response(c, status, "text/plain", NULL, strdup(text), strlen(text), head);
 }
 
-/* Hand the request to the owner's handler. 0 when it took it (answered, or
- * will), -1 when it does not know the path. */
-static int delegate(struct http_conn *c, const char *method, const char *path, const char *query)
-{
-    struct httpd *h = c->h;
-    struct httpd_req *req;
-
-    if (!h->handler)
-        return -1;
-    if (!(req = calloc(1, sizeof(*req))))
-        return 0; /* no answer: the connection is closed */
-    req->c = c;
-    req->head = strcmp(method, "HEAD") == 0;
-    c->waiting = req;
-    if (h->handler(h->handler_ctx, req, method, path, query) == 0)
-        return 0;
-    c->waiting = NULL;
-    free(req);
-    return -1;
-}
-
 /* The Host check on every request (http_host.h): a page whose name was
  * made to resolve to this listener (DNS rebinding) gets nothing. version:
  * what follows the target on the request line; an HTTP/1.0 request (or
@@ -275,11 +256,90 @@ static int host_ok(const struct http_conn *c, const char *version)
     return http_host_allowed(v, len, (const struct sockaddr *)&c->self, c->h->hosts);
 }
 
+/* ---- the listener's own routes ------------------------------------------- */
+
+static void metrics_get(void *ctx, struct httpd_req *req, const char *rest, const char *query)
+{
+    size_t len = 0;
+    char *body = metrics_render(&len);
+
+    httpd_reply(req, "200 OK", "text/plain; version=0.0.4; charset=utf-8", NULL, body, len);
+}
+
+static void top_get(void *ctx, struct httpd_req *req, const char *rest, const char *query)
+{
+    size_t len = 0;
+    char *body = metrics_top_render(util_now_us(), &len);
+
+    httpd_reply(req, "200 OK", "application/json", NULL, body, len);
+}
+
+static void health_get(void *ctx, struct httpd_req *req, const char *rest, const char *query)
+{
+    httpd_reply(req, "200 OK", "text/plain", NULL, strdup("ok\n"), 3);
+}
+
+static const struct httpd_route own_routes[] = {
+    {"/metrics", HTTPD_GET, metrics_get},
+    {"/top", HTTPD_GET, top_get},
+    {"/health", HTTPD_GET, health_get},
+};
+
+/* path's route in t (n routes), what follows a prefix route in *rest. */
+static const struct httpd_route *find_route(const struct httpd_route *t, size_t n,
+                                            const char *path, const char **rest)
+{
+    for (size_t i = 0; i < n; i++) {
+        size_t len = strlen(t[i].path);
+        int prefix = len > 1 && t[i].path[len - 1] == '/';
+        if (prefix ? strncmp(path, t[i].path, len) == 0 : strcmp(path, t[i].path) == 0) {
+            *rest = path + (prefix ? len : strlen(path));
+            return &t[i];
+        }
+    }
+    return NULL;
+}
+
+/* A route's answer, or 404 / 405 (an unknown path asked with a method
+ * other than GET or HEAD: 405, as it always was). */
+static void dispatch(struct http_conn *c, const char *method, const char *path, const char *query,
+                     int head)
+{
+    struct httpd *h = c->h;
+    const char *rest = "";
+    const struct httpd_route *r = find_route(own_routes, sizeof(own_routes) / sizeof(own_routes[0]), path, &rest);
+    void *ctx = NULL;
+    unsigned m = head || strcmp(method, "GET") == 0 ? HTTPD_GET
+                 : strcmp(method, "POST") == 0      ? HTTPD_POST
+                                                    : 0;
+
+    if (!r && (r = find_route(h->routes, h->nroutes, path, &rest)))
+        ctx = h->routes_ctx;
+    if (!r && m == HTTPD_GET) {
+        plain(c, "404 Not Found", "not found\n", head);
+        return;
+    }
+    if (!r || !(m & r->methods)) {
+        int post = r && r->methods == HTTPD_POST;
+        set_response(c, "405 Method Not Allowed", "text/plain",
+                     post ? "Allow: POST\r\n" : "Allow: GET, HEAD\r\n",
+                     strdup(post ? "POST only\n" : "GET only\n"), post ? 10 : 9, 0);
+        return;
+    }
+    struct httpd_req *req = calloc(1, sizeof(*req));
+    if (!req)
+        return; /* no answer: the connection is closed */
+    req->c = c;
+    req->head = head;
+    c->waiting = req;
+    c->routing = 1;
+    r->fn(ctx, req, rest, query);
+    c->routing = 0;
+}
+
 static void route(struct http_conn *c)
 {
     char method[8], *target, *end, *query;
-    size_t len = 0;
-    char *body;
     int head;
 
     /* "METHOD SP target SP ...": the target in place, up to the whole request;
@@ -300,10 +360,7 @@ static void route(struct http_conn *c)
     else
         query = end;
     head = strcmp(method, "HEAD") == 0;
-    int get = head || strcmp(method, "GET") == 0;
     const char *path = target;
-    int builtin = strcmp(path, "/metrics") == 0 || strcmp(path, "/top") == 0 ||
-                  strcmp(path, "/health") == 0;
 
     if (!host_ok(c, end + 1)) {
         plain(c, "421 Misdirected Request",
@@ -321,28 +378,7 @@ static void route(struct http_conn *c)
                      strdup("authentication required\n"), 24, head);
         return;
     }
-    if (!builtin) {
-        c->routing = 1;
-        int taken = delegate(c, method, path, query);
-        c->routing = 0;
-        if (taken == 0)
-            return;
-    }
-    if (!get) {
-        set_response(c, "405 Method Not Allowed", "text/plain", "Allow: GET, HEAD\r\n",
-                     strdup("GET only\n"), 9, 0);
-    } else if (strcmp(path, "/metrics") == 0) {
-        body = metrics_render(&len);
-        set_response(c, "200 OK", "text/plain; version=0.0.4; charset=utf-8", NULL, body, len,
-                     head);
-    } else if (strcmp(path, "/top") == 0) {
-        body = metrics_top_render(util_now_us(), &len);
-        set_response(c, "200 OK", "application/json", NULL, body, len, head);
-    } else if (strcmp(path, "/health") == 0) {
-        plain(c, "200 OK", "ok\n", head);
-    } else {
-        plain(c, "404 Not Found", "not found\n", head);
-    }
+    dispatch(c, method, path, query, head);
 }
 
 static void http_io_cb(struct ev_loop *loop, ev_io *io, int revents)

@@ -436,11 +436,11 @@ static void on_reset(void *arg, const struct limiter_reset_result *res)
         put(&j, "redis", json_pack("{s:b,s:o}", "reset", 0, "error", jstr(res->redis_error)));
     }
     put(&j, "backstop_dropped", json_boolean(res->backstop_dropped));
-    /* Leases elsewhere run on (they are counted in held), and so do the
-     * other agents' negative caches: until their retry time. */
-    if (res->who.redis)
-        put(&j, "other_agents",
-            json_string("their negative caches block this client until their retry time"));
+    /* the fleet: agents in the heartbeat set, and those that dropped their
+     * leases, negative caches and penalty boxes of the key (this one too) */
+    if (!res->who.redis || res->redis_reset)
+        put(&j, "fleet", json_pack("{s:I,s:I}", "agents", (json_int_t)res->fleet_agents,
+                                   "confirmed", (json_int_t)res->fleet_confirmed));
     reply_json(arg, res->who.redis && !res->redis_reset ? "503 Service Unavailable" : "200 OK",
                finish(&j));
 }

@@ -22,6 +22,7 @@
 #include "rules/rules.h"
 #include "status_page.h"
 #include "store/store_heartbeat.h"
+#include "store/store_why.h"
 
 /* The process, sampled once a second (reading /proc per request would make
  * fifty tabs fifty directory walks a second). */
@@ -148,12 +149,28 @@ static json_t *rule_set_json(const struct status_agent *a, const struct cfg_rege
                      (json_int_t)(u->compile_us / 1000));
 }
 
+/* Why Redis last failed or refused (store_why.h) into r: its name, what it
+ * said, where and when; null each before any. */
+static json_t *with_last_error(json_t *r)
+{
+    struct store_why w;
+    int any = store_why_last(&w);
+
+    if (!r)
+        return NULL;
+    json_object_set_new(r, "last_error", any ? json_string(w.name) : json_null());
+    json_object_set_new(r, "last_error_detail", any ? json_string(w.detail) : json_null());
+    json_object_set_new(r, "last_error_addr", any ? json_string(w.addr) : json_null());
+    json_object_set_new(r, "last_error_at", any ? json_integer(w.at_ms / 1000) : json_null());
+    return r;
+}
+
 static json_t *redis_json(const struct config *cfg, const struct history *h)
 {
     int configured = !config_standalone(cfg);
     int up = atomic_load_explicit(&metrics.redis_up, memory_order_relaxed);
 
-    return json_pack("{s:b, s:s, s:b, s:o, s:o, s:o, s:I, s:I, s:I, s:I, s:I, s:I}", "configured",
+    return with_last_error(json_pack("{s:b, s:s, s:b, s:o, s:o, s:o, s:I, s:I, s:I, s:I, s:I, s:I}", "configured",
                      configured, "mode", redis_mode(cfg), "up", configured && up,
                      "down_since_unix", uint_or_null(history_redis_down_since(h)),
                      "latency_p50_ms", latency_ms(h, 0.5), "latency_p99_ms", latency_ms(h, 0.99),
@@ -165,7 +182,7 @@ static json_t *redis_json(const struct config *cfg, const struct history *h)
                                                       memory_order_relaxed),
                      "fleet_agents_max",
                      (json_int_t)atomic_load_explicit(&metrics.fleet_agents_max,
-                                                      memory_order_relaxed));
+                                                      memory_order_relaxed)));
 }
 
 /* Redis calls per decision: the calls made for decisions (claims and

@@ -269,6 +269,15 @@ int lease_peek(struct lease_table *t, const char *key, size_t keylen, uint64_t n
 int lease_forget(struct lease_table *t, const char *key, size_t keylen, uint64_t now_us,
                  uint64_t remaining, uint64_t held, uint64_t holders);
 
+/* Another agent reset key fleet-wide (limiter_reset.c): drop what this
+ * agent holds of it, as if it had never seen the key blocked: the negative
+ * cache (with block_for, the penalty box) and the lease. The lease is voided,
+ * not given back: its tokens were counted held by the reset (t = b - H), so
+ * the next claim reports them spent and the reset bucket gains nothing it
+ * did not grant. The last word of Redis is forgotten too (a ghost's as
+ * well). 1 when the key had an entry or a ghost. */
+int lease_reset_local(struct lease_table *t, const char *key, size_t keylen, uint64_t now_us);
+
 /* Redis lost the buckets the leases were granted from (store_epoch.h: its
  * keyspace vanished or changed): void every lease, as a failed call voids
  * one. Nothing goes back to Redis (a give-back to a bucket made afresh would

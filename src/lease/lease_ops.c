@@ -3,7 +3,8 @@
  * POST /reset), for observers (the simulator's count of held tokens), for
  * the fallback (its start and its debt: lease_fallback_check/_note; what
  * it takes over from an unconfirmed master: lease_fallback_unconfirmed),
- * and every key at once when Redis lost them (lease_void_all). */
+ * and every key at once when Redis lost them (lease_void_all); one key
+ * reset on another agent (lease_reset_local). */
 #include <math.h>
 #include <string.h>
 
@@ -104,6 +105,28 @@ int lease_forget(struct lease_table *t, const char *key, size_t keylen, uint64_t
     e->holders = holders > 0 && mine > 0 ? holders - 1 : holders;
     if (held == 0)
         e->reset_ms = 0;
+    pthread_mutex_unlock(&s->lock);
+    return 1;
+}
+
+int lease_reset_local(struct lease_table *t, const char *key, size_t keylen, uint64_t now_us)
+{
+    uint64_t h;
+    struct lease_stripe *s = stripe_lock(t, key, keylen, &h);
+    struct lease_entry *e = lease_entry_find(s, h, key, keylen);
+
+    if (!e) {
+        struct lease_ghost *g = lease_ghost_find(t, s, h, now_us);
+        if (g) /* its last word predates the reset: the next call asks Redis */
+            g->hash = 0;
+        pthread_mutex_unlock(&s->lock);
+        return g != NULL;
+    }
+    e->blocked_until_us = 0;
+    if (e->tokens > 0 || e->slice > 0 || e->used > 0)
+        lease_entry_void(e);
+    e->known = 0;
+    e->reset_ms = 0;
     pthread_mutex_unlock(&s->lock);
     return 1;
 }

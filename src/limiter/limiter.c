@@ -732,6 +732,12 @@ struct limiter *limiter_new(struct ev_loop *loop, const struct config *cfg, char
         snprintf(err, errlen, "out of memory");
         goto fail;
     }
+    /* other agents' resets, applied here, read every [rules] poll */
+    l->resets = limiter_resets_new(l, cfg->rules_poll_ms / 1000.);
+    if (!l->resets) {
+        snprintf(err, errlen, "out of memory");
+        goto fail;
+    }
     /* the keyspace's epoch: a loss named, leases settled (on_state_lost);
      * epoch_check = 0: not checked */
     if (cfg->redis_epoch_check_ms)
@@ -805,10 +811,13 @@ void limiter_shutdown(struct limiter *l, double timeout_s)
     ev_timer_stop(l->loop, &l->tick);
     ev_timer_stop(l->loop, &l->timeouts);
     ev_async_stop(l->loop, &l->wake);
+    limiter_resets_stop(l->resets);
     store_free(l->store); /* fails what is still in flight */
     l->store = NULL;
     store_heartbeat_free(l->heartbeat); /* after its store */
     l->heartbeat = NULL;
+    limiter_resets_free(l->resets);
+    l->resets = NULL;
     store_epoch_free(l->epoch);
     l->epoch = NULL;
     while (l->ihead) { /* callbacks already ran; nothing should remain */
@@ -825,6 +834,7 @@ void limiter_free(struct limiter *l)
         return;
     store_heartbeat_stop(l->heartbeat);
     store_epoch_stop(l->epoch);
+    limiter_resets_stop(l->resets);
     if (l->store) {
         ev_timer_stop(l->loop, &l->tick);
         ev_timer_stop(l->loop, &l->timeouts);
@@ -833,6 +843,7 @@ void limiter_free(struct limiter *l)
     }
     store_heartbeat_free(l->heartbeat); /* after its store */
     store_epoch_free(l->epoch);
+    limiter_resets_free(l->resets);
     bucket_table_free(l->buckets);
     bucket_table_free(l->backstop);
     slot_table_free(l->slots);

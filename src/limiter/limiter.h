@@ -192,6 +192,10 @@ struct limiter_reset_result {
     int64_t remaining_before;  /* whole tokens left just before */
     int64_t remaining, held, holders;
     int lease_cache_cleared;   /* this agent had an entry for the key */
+    /* the fleet told (limiter_reset.c): agents in the heartbeat set, and
+     * those that dropped their state of the key within RESET_WAIT_S, this
+     * one included (standalone: 1 of 1) */
+    unsigned fleet_agents, fleet_confirmed;
     /* a concurrency rule: the slots held just before they were all freed
      * (local and, with Redis, redis_read or redis_error) */
     struct limiter_slots_state slots;

@@ -35,7 +35,9 @@
 
 /* One inspect or reset under way: the client, and what Redis answered. */
 struct op {
+    struct limiter *l;
     struct limiter_parts parts;
+    struct limiter_reset_result res; /* a reset waiting for the fleet's acks */
     struct ruleset *rs; /* referenced: who.rule points into it */
     struct limiter_who who;
     limiter_inspect_cb *inspect_cb;
@@ -106,6 +108,7 @@ static struct op *op_new(struct limiter *l, struct ruleset *rs, const struct lim
     *w = (struct limiter_who){r, key, c->keylen, ckey, (size_t)len, rcap ? rkey : NULL, rlen,
                               p, b, rcap > 0};
     limiter_parts(l, &o->parts);
+    o->l = l;
     o->rs = rs;
     ruleset_ref(rs);
     o->inspect_cb = inspect_cb;
@@ -559,6 +562,17 @@ int limiter_inspect(struct limiter *l, struct ruleset *rs, const struct limiter_
 
 /* ---- reset ------------------------------------------------------------------- */
 
+/* The fleet confirmed (or RESET_WAIT_S passed): the answer. */
+static void on_fleet(void *arg, unsigned agents, unsigned confirmed)
+{
+    struct op *o = arg;
+
+    o->res.fleet_agents = agents;
+    o->res.fleet_confirmed = confirmed;
+    o->reset_cb(o->arg, &o->res);
+    op_free(o);
+}
+
 static void on_reset(void *arg, const struct store_result *res)
 {
     struct op *o = arg;
@@ -586,12 +600,17 @@ static void on_reset(void *arg, const struct store_result *res)
                         : res->status == STORE_DOWN ? "redis down"
                                                     : "error";
     }
-    /* Leases elsewhere run on (they are counted in held), and so do the
-     * other agents' negative caches: until their retry time. */
+    /* Leases elsewhere are counted in held: the other agents drop them
+     * (and their negative caches) when the fleet is told, below. */
     r.backstop_dropped =
         bucket_table_drop(parts->backstop, w->rule->name, w->client_key, w->client_keylen);
-    o->reset_cb(o->arg, &r);
-    op_free(o);
+    o->res = r;
+    if (!r.redis_reset) { /* nothing to tell the fleet: Redis did not reset */
+        on_fleet(o, 0, 0);
+        return;
+    }
+    /* then the other agents: their leases, negative caches, backstops */
+    limiter_resets_publish(o->l, w, on_fleet, o);
 }
 
 int limiter_reset(struct limiter *l, struct ruleset *rs, const struct limiter_client *c,
@@ -609,7 +628,7 @@ int limiter_reset(struct limiter *l, struct ruleset *rs, const struct limiter_cl
     const struct limiter_parts *parts = &o->parts;
     const struct limiter_who *w = &o->who;
     if (!parts->store) {
-        struct limiter_reset_result r = {.who = *w};
+        struct limiter_reset_result r = {.who = *w, .fleet_agents = 1, .fleet_confirmed = 1};
         r.bucket_dropped =
             bucket_table_drop(parts->buckets, w->rule->name, w->client_key, w->client_keylen);
         r.backstop_dropped =

@@ -126,6 +126,7 @@ struct limiter {
     struct store *store;
     struct store_heartbeat *heartbeat; /* with Redis: counts the fleet (fleet.h) */
     struct store_epoch *epoch;         /* with Redis: names a lost keyspace (store_epoch.h) */
+    struct limiter_resets *resets;     /* with Redis: fleet-wide resets (limiter_reset.c) */
     struct lease_table *leases;
     struct ev_loop *loop;
     ev_async wake;
@@ -150,6 +151,19 @@ struct limiter {
     const struct limiter_up *ops; /* limiter.c's, set by limiter_new */
 };
 
+
+/* limiter_reset.c: fleet-wide resets. _new starts polling PREFIX "resets"
+ * (NULL when out of memory); _publish tells the fleet that w was reset here
+ * and calls cb with the fleet's size and the agents that confirmed (this
+ * one included) once all did or RESET_WAIT_S passed; _stop (before the
+ * store is freed) answers what is still waiting; _free after the store. */
+struct limiter_who;
+typedef void limiter_fleet_cb(void *arg, unsigned agents, unsigned confirmed);
+struct limiter_resets *limiter_resets_new(struct limiter *l, double every_s);
+void limiter_resets_publish(struct limiter *l, const struct limiter_who *w, limiter_fleet_cb *cb,
+                            void *arg);
+void limiter_resets_stop(struct limiter_resets *r);
+void limiter_resets_free(struct limiter_resets *r);
 
 static inline void limiter_job_send(struct limiter *l, struct rjob *j)
 {

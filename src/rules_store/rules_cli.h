@@ -17,6 +17,7 @@ enum rules_cli_op {
     RULES_CLI_FLEET,
     RULES_CLI_SHOW, /* --rules-show N: the text on stdout, as stored */
     RULES_CLI_DIFF, /* --rules-diff A B: a unified diff on stdout */
+    RULES_CLI_RESET, /* --reset RULE KEY (rules: RULE, message: KEY): reset_cli.h */
 };
 
 struct rules_cli_args {

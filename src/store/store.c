@@ -25,6 +25,7 @@
 #include "core/util.h"
 #include "core/warning.h"
 #include "metrics/metrics.h"
+#include "store_auth_trial.h"
 #include "store_cluster.h"
 #include "store_conn.h"
 #include "store_errors.h"
@@ -56,6 +57,9 @@ struct store {
     /* credentials (copies): of the data nodes (url, Cluster nodes, the
      * Sentinel master) and of the sentinels */
     struct store_auth auth, sentinel_auth;
+    /* a reload's new data credentials, tried before they go in force
+     * (store_auth_trial.h); NULL: none */
+    struct store_auth_trial *trial;
     char *prefix;
     char *master; /* sentinel: the master's name, for logs */
     struct {
@@ -481,6 +485,9 @@ void store_free(struct store *s)
     }
     if (s->unconfirmed && atomic_fetch_sub(&unconfirmed_stores, 1) == 1)
         warning_clear(WARNING_REDIS_UNCONFIRMED);
+    if (s->trial)
+        warning_clear(WARNING_REDIS_AUTH_REFUSED);
+    store_auth_trial_free(s->trial);
     store_info_stop(s->info);
     store_cluster_free(s->cluster);
     store_sentinel_free(s->sentinel);
@@ -539,14 +546,93 @@ static int replace_conn(struct store *s, const char *host, int port, const char 
     return 0;
 }
 
+/* The data nodes' connections made again with the credentials in force
+ * (those in flight fail with STORE_DOWN). 0, or -1 out of memory. */
+static int reconnect_data(struct store *s)
+{
+    if (s->cluster) {
+        store_cluster_reconnect(s->cluster, "credentials changed");
+    } else if (s->conn && store_conn_host(s->conn)) {
+        if (store_conn_restart(s->conn, store_conn_host(s->conn), store_conn_port(s->conn),
+                               "credentials changed") < 0)
+            return -1;
+    } else if (s->conn && s->unix_path) {
+        return replace_conn(s, NULL, 0, s->unix_path);
+    }
+    return 0;
+}
+
+static void first_ready(void *arg, struct store_conn *conn)
+{
+    struct store_conn **first = arg;
+
+    if (!*first)
+        *first = conn;
+}
+
+/* store_auth_trial_where: a server in use now. */
+static int trial_where(void *arg, const char **host, int *port, const char **path, int *flags)
+{
+    struct store *s = arg;
+    struct store_conn *on = s->conn;
+
+    if (s->cluster)
+        store_cluster_each_ready(s->cluster, first_ready, &on);
+    if (!on || (!store_conn_host(on) && !s->unix_path))
+        return -1;
+    *host = store_conn_host(on);
+    *port = store_conn_port(on);
+    *path = s->cluster ? NULL : s->unix_path;
+    *flags = s->cluster ? STORE_CONN_SLOTS : s->sentinel ? STORE_CONN_CHECK_ROLE : 0;
+    return 0;
+}
+
+/* store_auth_trial_pass: the credentials on trial go in force, the data
+ * connections are made again with them. */
+static void trial_pass(void *arg, const char *user, const char *password)
+{
+    struct store *s = arg;
+    struct store_options o = {.user = user, .password = password,
+                              .sentinel_user = s->sentinel_auth.user,
+                              .sentinel_password = s->sentinel_auth.password};
+
+    if (take_auth(s, &o) < 0) {
+        LOG_ERROR("\"redis credentials passed but not taken: out of memory\"");
+        return; /* the trial stays, and tries again */
+    }
+    s->env.auth_gen++;
+    store_auth_trial_free(s->trial);
+    s->trial = NULL;
+    warning_clear(WARNING_REDIS_AUTH_REFUSED); /* (when raised) */
+    LOG_INFO("\"redis credentials changed: reconnecting\" tried=yes");
+    if (reconnect_data(s) < 0)
+        LOG_ERROR("\"redis reconnect failed: out of memory\"");
+}
+
 int store_reconfigure(struct store *s, const struct store_options *o)
 {
     const struct net_addr *addr = o->server;
     int auth, moved = 0, db = s->db;
+    struct store_options keep;
 
     s->env.functions = o->functions; /* (from the next connect) */
     if (!s->cluster && !s->sentinel && addr && addr->kind != NET_ADDR_NONE)
         moved = url_changed(s, o);
+    store_auth_trial_free(s->trial); /* those in force, or others asked for */
+    s->trial = NULL;
+    if (!moved && s->up && (!same(s->auth.user, o->user) || !same(s->auth.password, o->password))) {
+        /* Redis works with those in force: keep them until the new pass */
+        if (!(s->trial = store_auth_trial_new(&s->env, o->user, o->password, trial_where,
+                                              trial_pass, s)))
+            return -1;
+        keep = *o;
+        keep.user = s->auth.user;
+        keep.password = s->auth.password;
+        o = &keep; /* the sentinels' below */
+    } else {
+        /* those in force asked for, or the new ones in force below */
+        warning_clear(WARNING_REDIS_AUTH_REFUSED);
+    }
     if ((auth = take_auth(s, o)) < 0)
         return -1;
     if (auth)
@@ -568,16 +654,7 @@ int store_reconfigure(struct store *s, const struct store_options *o)
         }
         return 0;
     }
-    if (s->cluster) {
-        store_cluster_reconnect(s->cluster, "credentials changed");
-    } else if (s->conn && store_conn_host(s->conn)) {
-        if (store_conn_restart(s->conn, store_conn_host(s->conn), store_conn_port(s->conn),
-                               "credentials changed") < 0)
-            return -1;
-    } else if (s->conn && s->unix_path) {
-        return replace_conn(s, NULL, 0, s->unix_path);
-    }
-    return 0;
+    return reconnect_data(s);
 }
 
 const char *store_last_error(const struct store *s)

@@ -14,9 +14,11 @@
  *             refreshes the map and retries once at the new master, -ASK
  *             retries once with ASKING.
  *
- * Scripts are loaded with SCRIPT LOAD on every connection when it is made and
- * called with EVALSHA; a NOSCRIPT reply (Redis restarted, SCRIPT FLUSH)
- * reloads the script and retries the call, transparently. A lost connection
+ * Scripts are loaded on every connection when it is made: SCRIPT LOAD of
+ * each, and FUNCTION LOAD of the library where Redis has functions (7+),
+ * then called with FCALL, else EVALSHA (store_conn_setup.c); a NOSCRIPT
+ * reply (Redis restarted, SCRIPT FLUSH) reloads the script and retries the
+ * call, transparently. A lost connection
  * is re-established with backoff; one that stops answering is dropped.
  *
  * Every store_eval() callback runs exactly once, on the loop thread: with the
@@ -81,7 +83,11 @@ struct store *store_new(struct ev_loop *loop, const struct store_options *o, cha
 /* SIGHUP: apply o's credentials (from [redis] username, password or
  * password_file, the url's userinfo, sentinel_*) and, in url mode, its url
  * (server, db). When they changed, the connections are made again at once
- * (those in flight fail with STORE_DOWN, as when Redis restarts); the
+ * (those in flight fail with STORE_DOWN, as when Redis restarts); but new
+ * data credentials while Redis is up (and the url the same) are tried on a
+ * connection of their own first (store_auth_trial.h): the connections are
+ * made again with them once that passes, and keep those in force while it
+ * fails (warning redis_auth_refused). The
  * topology itself (url, cluster, sentinel, master), the timeouts, the prefix
  * and require_noeviction only change at a restart. 0, or -1 out of memory
  * (what was in use stays). */

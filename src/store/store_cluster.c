@@ -22,6 +22,7 @@
 #include "metrics/metrics.h"
 #include "store_conn.h"
 #include "store_probe.h"
+#include "store_why.h"
 
 #define REFRESH_MIN_US 100000 /* at most one CLUSTER SLOTS per 100 ms */
 #define REFRESH_PARTIAL 1.0   /* seconds: ask again while slots are unassigned */
@@ -340,6 +341,7 @@ static void map_done(void *arg, int ok)
 
     if (!ok) {
         const char *why = store_probe_last_error(cl->probe);
+        store_why_note("cluster seeds", why);
         if (!cl->failing)
             LOG_WARN("\"redis cluster: no node gave a slot map\" seeds=%zu masters=%zu "
                      "last_err=\"%s\"",

@@ -38,6 +38,7 @@
 #include "store_reply.h"
 #include "store_reply_check.h"
 #include "store_reply_pool.h"
+#include "store_why.h"
 
 #define WATCHDOG_EVERY 0.05
 
@@ -132,12 +133,16 @@ static void conn_lost(struct store_conn *conn, redisAsyncContext *ac, const char
     struct store_cmd *c;
 
     snprintf(reason, sizeof(reason), "%s", why); /* why may live in ac */
-    if (conn->ready && !conn->refused)
+    if (conn->trial)
+        ; /* the trial's owner says it */
+    else if (conn->ready && !conn->refused)
         LOG_WARN("\"redis connection lost\" addr=%s err=\"%s\"", log_val(conn->name),
                  log_esc(reason, strlen(reason)));
     else if (strcmp(conn->last_err, reason) != 0)
         LOG_WARN("\"redis unreachable\" addr=%s err=\"%s\"", log_val(conn->name),
                  log_esc(reason, strlen(reason)));
+    if (retry && !conn->trial) /* (not a deliberate restart) */
+        store_why_note(conn->name, reason);
     snprintf(conn->last_err, sizeof(conn->last_err), "%s", reason);
     conn->ac = NULL;
     conn->connected = 0;
@@ -962,6 +967,7 @@ struct store_conn *store_conn_new(struct store_env *env, const struct store_conn
     conn->owner = owner;
     conn->must_be_master = (flags & STORE_CONN_CHECK_ROLE) != 0;
     conn->slots = (flags & STORE_CONN_SLOTS) != 0;
+    conn->trial = (flags & STORE_CONN_TRIAL) != 0;
     conn->backoff = STORE_BACKOFF_MIN;
     conn->rnd = (uint32_t)(util_now_us() ^ (uintptr_t)conn) | 1;
     conn->probe_slot = -1;

@@ -75,6 +75,10 @@ struct store_conn_hooks {
 #define STORE_CONN_CHECK_ROLE 1
 /* Redis Cluster node: a batch carries the keys of one hash slot only. */
 #define STORE_CONN_SLOTS 2
+/* New credentials on trial (store_auth_trial.h): its failures are not the
+ * store's (not logged, not in store_why.h, no `redis_errors` warning; the
+ * error replies are counted). */
+#define STORE_CONN_TRIAL 4
 
 /* A connection, not connected yet (see store_conn_connect). host NULL and
  * unix_path NULL: no address yet (store_conn_set_addr). NULL when out of

@@ -28,6 +28,7 @@ struct store_conn {
     void *owner;
     int must_be_master; /* STORE_CONN_CHECK_ROLE: ROLE at every connect */
     int slots;          /* STORE_CONN_SLOTS: a Cluster node */
+    int trial;          /* STORE_CONN_TRIAL: credentials on trial (store_auth_trial.h) */
     char *host; /* TCP, or */
     int port;
     char *unix_path; /* a unix socket */

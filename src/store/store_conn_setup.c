@@ -161,6 +161,11 @@ void store_conn_note_error(struct store_conn *conn, enum metrics_redis_error kin
     const struct store_error_where w = {"redis", conn->name, command, conn->env->user,
                                         conn->env->prefix};
 
+    if (conn->trial) { /* counted; its owner says the rest */
+        METRIC_INC(redis_error_replies[kind < METRICS_REDIS_ERROR_KINDS ? kind
+                                                                        : METRICS_REDIS_OTHER]);
+        return;
+    }
     store_error_note(kind, err, &w);
 }
 

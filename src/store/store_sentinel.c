@@ -13,6 +13,7 @@
 #include "core/net.h"
 #include "metrics/metrics.h"
 #include "store_probe.h"
+#include "store_why.h"
 
 #define RECHECK_EVERY 1.0 /* seconds between background questions */
 #define HOST_MAX 256
@@ -68,6 +69,7 @@ static void on_done(void *arg, int ok)
 
     if (!ok) {
         const char *why = store_probe_last_error(sn->probe);
+        store_why_note("sentinels", why);
         if (!sn->failing)
             LOG_WARN("\"no sentinel knows the master\" master=%s sentinels=%zu last_err=\"%s\"",
                      log_val(sn->master), sn->nsentinels, log_esc(why, strlen(why)));

@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* sim_rate.c - spoa-sim --policy rate: a MODEL of rate leases (Google
- * Doorman's "capacity leases"), written in the simulator only, to compare
- * with the agent's token leases before implementing anything. Neither the
- * agent (lease_cache.c, limiter.c) nor the Lua scripts know rate leases yet: the
- * central grant logic below is C standing in for a future Redis script.
+/* sim_rate.c - spoa-sim --policy rate: the MODEL of rate leases (Google
+ * Doorman's "capacity leases") written in the simulator before the agent
+ * had any, kept to compare designs. The agent's own rate leases came later
+ * (lease_rate.c and its script, [lease] rate_leases) and differ from this
+ * model (they keep token leases for hot keys, give back, and batch); the
+ * simulator runs them with --rate-leases on. The central grant logic below
+ * is C standing in for a Redis script that was never written this way.
  *
  * The model, per key with rate r and burst b:
  *   - An agent holds a lease (r_i, b_i, until E): a local token bucket of

@@ -76,8 +76,10 @@ class Keepalive(RedisCase):
         ini = fleet.redis_ini(self.redis.port, timeout=timeout)
         if keepalive is not None:
             ini = ini.replace("[redis]\n", "[redis]\nkeepalive = %s\n" % keepalive)
-        # the epoch check's EVAL every second would keep the connection busy
+        # the epoch check's EVAL and the resets' read ([rules] poll), each
+        # every second by default, would keep the connection busy
         ini = ini.replace("[redis]\n", "[redis]\nepoch_check = 0\n")
+        ini += "\n[rules]\npoll = 1h\n"
         self.agent = Agent(ini + RULES, workers=2)
         self.addCleanup(lambda: self.agent.stop(timeout=8))
         fleet.wait_redis_up(self.agent)

@@ -230,6 +230,10 @@ class PageUnderTraffic:
                                       timeout=15)
             self.assertIn("Redis is down since", text)
             self.assertIn("api-key: fail open", text)
+            # and why, by name (status.json's redis.last_error)
+            self.page.wait_for("document.getElementById('banner-redis').textContent"
+                               ".includes('Why: connection_refused (Connection refused, ')",
+                               timeout=15)
         finally:
             type(self).redis = Redis(port=port)
         self.page.wait_for("document.getElementById('banner-redis').hidden === true", timeout=20)
@@ -263,6 +267,9 @@ class PageUnderTraffic:
             self.page.wait_for("document.getElementById('reset-result').textContent"
                                ".startsWith('Reset: ')", timeout=10)
             self.assertTrue(any(d.startswith("Reset client") for d in self.page.dialogs))
+            # the page says what happened: the fleet's confirmations (this one agent)
+            self.assertIn("confirmed by 1 of 1 agent",
+                          self.page.eval("document.getElementById('reset-result').textContent"))
             st = blocked_now(self.agent, "api-key", "busy-key")
             # full again: what Redis has and what leases hold (a lease may
             # have claimed a batch since), and not blocked

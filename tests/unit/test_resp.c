@@ -17,6 +17,7 @@
 #include "core/warning.h"
 #include "store/store_conn.h"
 #include "store/store_errors.h"
+#include "store/store_why.h"
 #include "store/store_reply.h"
 #include "store/store_reply_pool.h"
 #include "store/store_resp.h"
@@ -447,6 +448,79 @@ START_TEST(error_code)
 }
 END_TEST
 
+/* Why Redis is down, by name (store_why.h): the reasons the store logs, as
+ * Redis, hiredis and the store word them. */
+static const struct {
+    const char *why, *name;
+} why_names[] = {
+    {"AUTH: WRONGPASS invalid username-password pair or user is disabled.", "WRONGPASS"},
+    {"WRONGPASS invalid username-password pair or user is disabled.", "WRONGPASS"},
+    {"AUTH: ERR AUTH <password> called without any password configured for the default user. "
+     "Are you sure your configuration is correct?", "ERR"},
+    {"SCRIPT LOAD: NOAUTH Authentication required.", "NOAUTH"},
+    {"ERR Protocol error: unauthenticated bulk length", "NOAUTH"},
+    {"NOPERM this user has no permissions to run the 'evalsha' command", "NOPERM"},
+    {"EVALSHA tb_exact (probe): NOPERM No permissions to access a key", "NOPERM"},
+    {"READONLY You can't write against a read only replica.", "READONLY"},
+    {"LOADING Redis is loading the dataset in memory", "LOADING"},
+    {"OOM command not allowed when used memory > 'maxmemory'.", "OOM"},
+    {"SELECT: ERR DB index is out of range", "ERR"},
+    {"Connection refused", "connection_refused"},
+    {"connect timed out", "timeout"},
+    {"setup timed out", "timeout"},
+    {"Connection timed out", "timeout"},
+    {"not answering", "timeout"},
+    {"Connection reset by peer", "connection_reset"},
+    {"closed", "closed"},
+    {"Server closed the connection", "closed"},
+    {"No route to host", "host_unreachable"},
+    {"Network is unreachable", "network_unreachable"},
+    {"No such file or directory", "no_such_socket"},
+    {"Permission denied", "permission_denied"},
+    {"redis.example: Name or service not known", "name_lookup"},
+    {"redis.example: name lookup timed out", "name_lookup"},
+    {"ROLE is slave, not master", "not_master"},
+    {"master unconfirmed by the sentinels", "master_unconfirmed"},
+    {"malformed replies", "bad_reply"},
+    {"scripts do not stay loaded", "NOSCRIPT"},
+    {"reply too large: a bulk string of 536870912 bytes", "reply_too_large"},
+    {"no address", "no_address"},
+    {"something else entirely", "error"},
+    {"", "error"},
+};
+
+START_TEST(why_name)
+{
+    char out[STORE_WHY_NAME_MAX];
+
+    store_why_name(why_names[_i].why, out, sizeof(out));
+    ck_assert_msg(strcmp(out, why_names[_i].name) == 0, "\"%s\": %s, not %s", why_names[_i].why,
+                  out, why_names[_i].name);
+}
+END_TEST
+
+/* The last reason is the process's; an empty one keeps the one before. */
+START_TEST(why_last)
+{
+    struct store_why w;
+
+    store_why_reset();
+    ck_assert_int_eq(store_why_last(&w), 0);
+    store_why_note("127.0.0.1:6379", "AUTH: WRONGPASS invalid username-password pair");
+    store_why_note("127.0.0.1:6379", "");
+    ck_assert_int_eq(store_why_last(&w), 1);
+    ck_assert_str_eq(w.name, "WRONGPASS");
+    ck_assert_str_eq(w.detail, "AUTH: WRONGPASS invalid username-password pair");
+    ck_assert_str_eq(w.addr, "127.0.0.1:6379");
+    ck_assert(w.at_ms > 1600000000000LL);
+    store_why_note("/run/redis.sock", "Connection refused");
+    store_why_last(&w);
+    ck_assert_str_eq(w.name, "connection_refused");
+    ck_assert_str_eq(w.addr, "/run/redis.sock");
+    store_why_reset();
+}
+END_TEST
+
 /* Any error reply but NOSCRIPT raises redis_errors naming its code and what
  * to do; it clears once no error has come for the quiet period. */
 START_TEST(errors_warning)
@@ -515,6 +589,8 @@ int main(void)
     tcase_add_loop_test(tc, reply_pool, 0, sizeof(replies) / sizeof(replies[0]));
     tcase_add_test(tc, errors_warning);
     tcase_add_loop_test(tc, error_code, 0, sizeof(error_codes) / sizeof(error_codes[0]));
+    tcase_add_loop_test(tc, why_name, 0, sizeof(why_names) / sizeof(why_names[0]));
+    tcase_add_test(tc, why_last);
     tcase_add_loop_test(tc, retry_wait, 0, sizeof(retries) / sizeof(retries[0]));
     tcase_add_loop_test(tc, redirect, 0, sizeof(redirects) / sizeof(redirects[0]));
     tcase_add_loop_test(tc, error_kind, 0, sizeof(error_replies) / sizeof(error_replies[0]));

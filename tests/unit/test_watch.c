@@ -16,7 +16,7 @@
 #include "core/warning.h"
 #include "metrics/metrics.h"
 #include "rules/rules.h"
-#include "watch.h"
+#include "agent/watch.h"
 
 #define HELLOS metrics.frames_in[METRICS_FRAME_HELLO]
 #define NOTIFIES metrics.frames_in[METRICS_FRAME_NOTIFY]

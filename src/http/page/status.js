@@ -135,12 +135,24 @@ function drawRules(rules) {
 
 async function reset(rule, key) {
   if (!confirm("Reset client " + JSON.stringify(key) + " of rule " + rule + "?\n" +
-               "Its bucket is cleared in Redis for every agent.")) return;
+               "Its bucket is cleared in Redis, and every agent is told to drop its " +
+               "leases, negative cache and penalty box of it.")) return;
   const out = $("reset-result");
   try {
     const r = await fetch("reset" + keyQuery(rule, key),
                           { method: "POST", headers: { "X-Spoa-Token": token }, credentials: "same-origin" });
-    out.textContent = r.ok ? "Reset: " + rule + " / " + key : "Reset refused: " + r.status + " " + (await r.text());
+    if (!r.ok) {
+      out.textContent = "Reset refused: " + r.status + " " + (await r.text());
+      return;
+    }
+    // what actually happened: how many agents of the fleet confirmed
+    const j = await r.json();
+    const f = j.fleet;
+    out.textContent = "Reset: " + rule + " / " + key +
+      (f ? " \u2014 confirmed by " + f.confirmed + " of " + f.agents + " agent" +
+           (f.agents === 1 ? "" : "s") +
+           (f.confirmed < f.agents ? " (the others apply it when they next read Redis)" : "")
+         : "");
   } catch (e) {
     out.textContent = "Reset failed: " + e;
   }
@@ -219,7 +231,9 @@ function drawBanners(s) {
   if (s.redis.configured && !s.redis.up) {
     const modes = s.rules.map((r) => r.name + ": fail " + r.fail).join(", ");
     red.textContent = "Redis is down since " + when(s.redis.down_since_unix) +
-      " (" + duration(s.agent.now_unix - s.redis.down_since_unix) + "). Rules: " + modes + ".";
+      " (" + duration(s.agent.now_unix - s.redis.down_since_unix) + "). Rules: " + modes + "." +
+      (s.redis.last_error ? " Why: " + s.redis.last_error + " (" + s.redis.last_error_detail +
+        ", " + s.redis.last_error_addr + ", " + when(s.redis.last_error_at) + ")." : "");
     red.hidden = false;
   } else {
     red.hidden = true;

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* watch.c - warnings the agent finds in itself (watch.h). */
-#include "watch.h"
+#include "agent/watch.h"
 
 #include <stdarg.h>
 #include <stdio.h>
