@@ -15,6 +15,7 @@
 #include "http/keyapi.h"
 #include "http/status.h"
 #include "http/status_page.h"
+#include "limiter/limiter.h"
 #include "rules/rules.h"
 #include "rules_store/rules_compile.h"
 #include "rules_store/rules_store.h"
@@ -29,7 +30,7 @@ static void config_get(void *ctx, struct httpd_req *req, const char *rest, const
     httpd_reply(req, "200 OK", "text/plain; charset=utf-8", NULL, text, len);
 }
 
-/* GET /status.json[?since=UNIX_S]: what the status page shows. */
+/* GET /status.json[?since=UNIX_S][&fleet=totals]: what the status page shows. */
 static void status_get(void *ctx, struct httpd_req *req, const char *rest, const char *query)
 {
     struct agent *a = ctx;
@@ -46,11 +47,16 @@ static void status_get(void *ctx, struct httpd_req *req, const char *rest, const
         .token = a->token,
         .rules_redis = a->rules != NULL,
         .rules_error = a->rules ? rules_store_error(a->rules) : NULL,
+        .rules_rejected = a->rules ? rules_store_rejected(a->rules) : 0,
+        .heartbeat = limiter_heartbeat(a->lim),
         .rules_compiling = rules_compile_busy(a->compile),
     };
     size_t len = 0;
     uint64_t from = 0;
+    char fleet[8];
 
+    sa.fleet_totals_only = util_query_param(query, "fleet", fleet, sizeof(fleet)) > 0 &&
+                           strcmp(fleet, "totals") == 0;
     if (util_query_param(query, "since", since, sizeof(since)) > 0)
         from = strtoull(since, NULL, 10);
     char *body = status_render(&sa, a->rs, a->history, from, &len);

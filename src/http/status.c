@@ -21,6 +21,7 @@
 #include "metrics/metrics.h"
 #include "rules/rules.h"
 #include "status_page.h"
+#include "store/store_heartbeat.h"
 #include "store/store_why.h"
 
 /* The process, sampled once a second (reading /proc per request would make
@@ -107,14 +108,15 @@ static json_t *agent_json(const struct status_agent *a, const struct config *cfg
     uint64_t entries = metrics_ld(&metrics.buckets) +
                        (uint64_t)atomic_load_explicit(&metrics.lease_keys, memory_order_relaxed);
 
-    return json_pack("{s:s, s:I, s:I, s:I, s:I, s:s, s:I, s:I, s:I, s:I, s:o, s:I, s:I}",
+    return json_pack("{s:s, s:I, s:I, s:I, s:I, s:s, s:I, s:I, s:I, s:I, s:o, s:I, s:I, s:I}",
                      "version", a->version, "pid", (json_int_t)getpid(), "now_unix",
                      (json_int_t)now, "started_unix", (json_int_t)a->started_unix, "uptime_s",
                      (json_int_t)(now - a->started_unix), "config_file", a->config_file,
                      "workers", (json_int_t)a->workers, "fds", (json_int_t)proc.fds, "fd_limit",
                      (json_int_t)proc.fd_limit, "rss_bytes", (json_int_t)proc.rss_bytes,
                      "memory_limit_bytes", uint_or_null(proc.memory_limit), "entries",
-                     (json_int_t)entries, "max_entries", (json_int_t)cfg->max_entries);
+                     (json_int_t)entries, "max_entries", (json_int_t)cfg->max_entries,
+                     "evictions", (json_int_t)metrics_ld(&metrics.evictions));
 }
 
 static json_t *reload_json(const struct status_agent *a)
@@ -135,11 +137,13 @@ static json_t *rule_set_json(const struct status_agent *a, const struct cfg_rege
     uint64_t version = metrics_ld(&metrics.rules_version);
     uint64_t current = metrics_ld(&metrics.rules_current_version);
 
-    return json_pack("{s:s, s:I, s:I, s:b, s:b, s:s?, s:b, s:{s:I, s:I, s:I, s:I}}", "source",
+    return json_pack("{s:s, s:I, s:I, s:b, s:b, s:s?, s:o, s:b, s:{s:I, s:I, s:I, s:I}}", "source",
                      a->rules_redis ? "redis" : "file", "version", (json_int_t)version, "current", (json_int_t)current, "on_current",
                      !a->rules_redis || version == current, "cached",
                      atomic_load_explicit(&metrics.rules_cached, memory_order_relaxed),
-                     "error", a->rules_error, "compiling", a->rules_compiling, "regexes",
+                     "error", a->rules_error, "rejected_version",
+                     uint_or_null(a->rules_error ? a->rules_rejected : 0), "compiling",
+                     a->rules_compiling, "regexes",
                      "count", (json_int_t)u->regexes, "text_bytes", (json_int_t)u->pattern_bytes,
                      "compiled_bytes", (json_int_t)u->compiled_bytes, "compile_ms",
                      (json_int_t)(u->compile_us / 1000));
@@ -181,15 +185,18 @@ static json_t *redis_json(const struct config *cfg, const struct history *h)
                                                       memory_order_relaxed)));
 }
 
-/* Redis calls per decision: every command sent against every decision
- * taken; calls saved: the decisions an exact limiter would have sent to
- * Redis one by one, less the commands sent. */
+/* Redis calls per decision: the calls made for decisions (claims and
+ * top-ups, exact calls, concurrency acquires: metrics.h
+ * redis_decision_calls) against the decisions taken, so that an idle agent's
+ * heartbeat, polls and pings do not count; calls saved: the decisions an
+ * exact limiter would have sent to Redis one by one, less those calls. */
 static json_t *leases_json(uint64_t decisions)
 {
-    uint64_t calls = metrics_ld(&metrics.redis_commands);
+    uint64_t calls = metrics_ld(&metrics.redis_decision_calls);
 
-    return json_pack("{s:f, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "redis_calls_per_decision",
-                     decisions ? (double)calls / (double)decisions : 0.0, "calls_saved",
+    return json_pack("{s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "redis_calls_per_decision",
+                     decisions ? json_real((double)calls / (double)decisions) : json_null(),
+                     "decision_calls", (json_int_t)calls, "calls_saved",
                      (json_int_t)(decisions > calls ? decisions - calls : 0), "claims",
                      (json_int_t)metrics_ld(&metrics.lease_claims), "tokens_claimed",
                      (json_int_t)metrics_ld(&metrics.lease_tokens_granted), "tokens_returned",
@@ -197,6 +204,124 @@ static json_t *leases_json(uint64_t decisions)
                      (json_int_t)atomic_load_explicit(&metrics.lease_keys, memory_order_relaxed),
                      "local_decisions", (json_int_t)metrics_ld(&metrics.lease_local_decisions),
                      "exact_calls", (json_int_t)metrics_ld(&metrics.lease_exact_calls));
+}
+
+/* The fleet's counters a row carries and the totals add up. */
+static const char *const fleet_counters[] = {
+    "decisions", "blocked",  "would_block", "degraded",   "notifies",
+    "redis_errors", "entries", "evictions", "slots_held", "slots_expired",
+};
+#define FLEET_COUNTERS (sizeof(fleet_counters) / sizeof(fleet_counters[0]))
+
+/* One agent's row: its member and its counters as it wrote them (another
+ * agent's text: only the known fields, of the right type, are kept).
+ * uptime_s and last_seen_s are set per request. */
+static json_t *fleet_row(const struct store_heartbeat_row *r, json_int_t *sum)
+{
+    json_t *in = json_loadb(r->row, r->row_len, JSON_REJECT_DUPLICATES, NULL);
+    json_t *out = json_object();
+
+    if (!json_is_object(in) || !out) {
+        json_decref(in);
+        json_decref(out);
+        return NULL;
+    }
+    static const char *const strs[] = {"host", "listen", "version"};
+    for (size_t i = 0; i < 3; i++) {
+        json_t *v = json_object_get(in, strs[i]);
+        json_object_set_new(out, strs[i], json_string(json_is_string(v) ? json_string_value(v) : ""));
+    }
+    json_t *pid = json_object_get(in, "pid"), *st = json_object_get(in, "started_unix");
+    json_t *rv = json_object_get(in, "rules_version"), *up = json_object_get(in, "redis_up");
+    json_int_t started = json_is_integer(st) ? json_integer_value(st) : 0;
+    json_object_set_new(out, "pid", json_integer(json_is_integer(pid) ? json_integer_value(pid) : 0));
+    json_object_set_new(out, "started_unix", json_integer(started > 0 ? started : 0));
+    json_object_set_new(out, "rules_version",
+                        json_integer(json_is_integer(rv) ? json_integer_value(rv) : 0));
+    json_object_set_new(out, "redis_up", json_boolean(json_is_integer(up) && json_integer_value(up)));
+    for (size_t i = 0; i < FLEET_COUNTERS; i++) {
+        json_t *v = json_object_get(in, fleet_counters[i]);
+        json_int_t n = json_is_integer(v) && json_integer_value(v) >= 0 ? json_integer_value(v) : 0;
+        json_object_set_new(out, fleet_counters[i], json_integer(n));
+        sum[i] += n;
+    }
+    json_object_set_new(out, "self", json_boolean(r->self));
+    json_decref(in);
+    return out;
+}
+
+/* The rows of the last beat, parsed once per beat (not per request: up to
+ * STORE_HEARTBEAT_ROWS of them, and fifty tabs ask every second). On the
+ * main loop only. */
+static struct {
+    uint64_t beat; /* store_heartbeat_beat() they come from; 0 none */
+    json_t *agents, *totals;
+    uint64_t ago_ms[STORE_HEARTBEAT_ROWS]; /* each row's, as of the beat */
+} fleet_cache;
+
+static void fleet_parse(const struct store_heartbeat *hb)
+{
+    const struct store_heartbeat_row *rows;
+    uint64_t age_ms;
+    json_int_t sum[FLEET_COUNTERS] = {0};
+    size_t n = store_heartbeat_rows(hb, &rows, &age_ms), up = 0;
+    json_t *agents = json_array(), *totals = json_object();
+
+    if (!agents || !totals) {
+        json_decref(agents);
+        json_decref(totals);
+        return; /* out of memory: the last rows stay */
+    }
+    for (size_t i = 0; i < n && i < STORE_HEARTBEAT_ROWS; i++) {
+        json_t *row = fleet_row(&rows[i], sum);
+        if (!row)
+            continue;
+        up += json_is_true(json_object_get(row, "redis_up"));
+        fleet_cache.ago_ms[json_array_size(agents)] = rows[i].ago_ms;
+        json_array_append_new(agents, row);
+    }
+    for (size_t i = 0; i < FLEET_COUNTERS; i++)
+        json_object_set_new(totals, fleet_counters[i], json_integer(sum[i]));
+    json_object_set_new(totals, "agents", json_integer((json_int_t)json_array_size(agents)));
+    json_object_set_new(totals, "redis_up", json_integer((json_int_t)up));
+    json_decref(fleet_cache.agents);
+    json_decref(fleet_cache.totals);
+    fleet_cache.agents = agents;
+    fleet_cache.totals = totals;
+    fleet_cache.beat = store_heartbeat_beat(hb);
+}
+
+/* The fleet as the last heartbeat answered it (store_heartbeat.h): each
+ * live agent's row, newest first (with_rows 0: without them, the totals
+ * only), and their totals; null standalone. */
+static json_t *fleet_json(const struct store_heartbeat *hb, uint64_t now, int with_rows)
+{
+    const struct store_heartbeat_row *rows;
+    uint64_t age_ms;
+
+    if (!hb)
+        return json_null();
+    store_heartbeat_rows(hb, &rows, &age_ms);
+    if (age_ms == UINT64_MAX)
+        return json_pack("{s:[], s:{s:i, s:i}, s:n, s:I}", "agents", "totals", "agents", 0,
+                         "redis_up", 0, "age_s", "max_rows", (json_int_t)STORE_HEARTBEAT_ROWS);
+    if (store_heartbeat_beat(hb) != fleet_cache.beat)
+        fleet_parse(hb);
+    if (!fleet_cache.agents)
+        return json_null();
+    for (size_t i = 0; with_rows && i < json_array_size(fleet_cache.agents); i++) {
+        json_t *row = json_array_get(fleet_cache.agents, i);
+        json_int_t started = json_integer_value(json_object_get(row, "started_unix"));
+        json_object_set_new(row, "uptime_s", json_integer(started > 0 && (uint64_t)started <= now
+                                                              ? (json_int_t)now - started : 0));
+        /* seen: as of the beat, plus the time since */
+        json_object_set_new(row, "last_seen_s",
+                            json_real((double)(fleet_cache.ago_ms[i] + age_ms) / 1000.0));
+    }
+    return json_pack("{s:o, s:O, s:f, s:I}", "agents",
+                     with_rows ? json_incref(fleet_cache.agents) : json_array(), "totals",
+                     fleet_cache.totals, "age_s", (double)age_ms / 1000.0, "max_rows",
+                     (json_int_t)STORE_HEARTBEAT_ROWS);
 }
 
 static json_t *peers_json(void)
@@ -268,7 +393,8 @@ static void limit_text(const struct cfg_rule *r, char *out, size_t cap)
 }
 
 static json_t *rule_json(const struct ruleset *rs, size_t i, const struct history *h,
-                         uint64_t since, uint64_t *decisions)
+                         uint64_t since, uint64_t *decisions, uint64_t *degraded,
+                         uint64_t *slots)
 {
     const struct cfg_rule *r = &rs->cfg->rules[i];
     struct metrics_rule *m = rs->metrics[i];
@@ -281,8 +407,14 @@ static json_t *rule_json(const struct ruleset *rs, size_t i, const struct histor
 
     *decisions += all;
     limit_text(r, limit, sizeof(limit));
-    return json_pack("{s:s, s:b, s:s, s:s, s:s, s:f, s:I, s:I, s:I, s:I, s:I, s:f, s:{s:I, s:I, "
-                     "s:o, s:o, s:o}}",
+    *degraded += metrics_ld(&m->degraded);
+    if (r->algorithm == BUCKET_CONCURRENCY) {
+        int64_t held = atomic_load_explicit(&m->slots_held, memory_order_relaxed);
+        slots[0] += held > 0 ? (uint64_t)held : 0;
+        slots[1] += metrics_ld(&m->slots_expired);
+    }
+    return json_pack("{s:s, s:b, s:s, s:s, s:s, s:f, s:I, s:I, s:I, s:I, s:I, s:f, s:o, s:o, "
+                     "s:o, s:{s:I, s:I, s:o, s:o, s:o}}",
                      "name", r->name, "shadow", r->shadow, "fail",
                      r->on_redis_down == DOWN_CLOSED ? "closed" : "open", "algorithm",
                      bucket_algorithm_names[r->algorithm],
@@ -291,6 +423,16 @@ static json_t *rule_json(const struct ruleset *rs, size_t i, const struct histor
                      (json_int_t)would, "degraded", (json_int_t)metrics_ld(&m->degraded),
                      "refunded", (json_int_t)metrics_ld(&m->refunded), "blocked_pct",
                      all ? 100.0 * (double)(blocked + would) / (double)all : 0.0,
+                     "slots_held", r->algorithm == BUCKET_CONCURRENCY
+                                       ? json_integer((json_int_t)atomic_load_explicit(
+                                             &m->slots_held, memory_order_relaxed))
+                                       : json_null(),
+                     "max_hold_s", r->algorithm == BUCKET_CONCURRENCY
+                                       ? json_real((double)r->max_hold_ms / 1000.0)
+                                       : json_null(),
+                     "slots_expired", r->algorithm == BUCKET_CONCURRENCY
+                                          ? json_integer((json_int_t)metrics_ld(&m->slots_expired))
+                                          : json_null(),
                      "history", "step_s", (json_int_t)1, "last_unix", (json_int_t)last_s,
                      "decisions", series(dec, n), "blocks", series(blk, n), "would_blocks",
                      series(wb, n));
@@ -319,20 +461,29 @@ char *status_render(const struct status_agent *a, const struct ruleset *rs,
                     const struct history *h, uint64_t since, size_t *len)
 {
     const struct config *cfg = rs->cfg;
-    uint64_t now = (uint64_t)time(NULL), decisions = 0;
+    uint64_t now = (uint64_t)time(NULL), decisions = 0, degraded = 0, slots[2] = {0, 0};
+    int standalone = config_standalone(cfg);
     json_t *rules = json_array();
     char *text;
 
     for (size_t i = 0; rules && i < cfg->nrules; i++)
-        json_array_append_new(rules, rule_json(rs, i, h, since, &decisions));
-    json_t *doc = json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:{s:b, s:s}}",
+        json_array_append_new(rules,
+                              rule_json(rs, i, h, since, &decisions, &degraded, slots));
+    /* boxes: which of the page's boxes apply (standalone: no leases, no
+     * fleet); decisions: over the rules in force */
+    json_t *doc = json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:{s:b, s:s}, "
+                            "s:{s:b, s:b}, s:{s:I, s:I, s:I, s:I}, s:o}",
                             "agent", agent_json(a, cfg, now), "warnings", warnings_json(),
                             "reload", reload_json(a), "rule_set",
                             rule_set_json(a, &rs->cfg->regex_use), "redis",
                             redis_json(cfg, h), "leases", leases_json(decisions), "peers",
                             peers_json(), "rules", rules, "top", top_json(rs, util_now_us()),
                             "reset", "allowed", a->reset_allowed, "token",
-                            a->reset_allowed ? a->token : "");
+                            a->reset_allowed ? a->token : "", "boxes", "leases", !standalone,
+                            "fleet", !standalone, "decisions", "total", (json_int_t)decisions,
+                            "degraded", (json_int_t)degraded, "slots_held", (json_int_t)slots[0],
+                            "slots_expired", (json_int_t)slots[1], "fleet",
+                            fleet_json(standalone ? NULL : a->heartbeat, now, !a->fleet_totals_only));
     if (!doc)
         return NULL;
     text = json_dumps(doc, JSON_COMPACT | JSON_ENSURE_ASCII | JSON_PRESERVE_ORDER);

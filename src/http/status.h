@@ -18,6 +18,7 @@
 
 struct history;
 struct ruleset;
+struct store_heartbeat;
 
 /* What the agent's owner (main.c) knows and the status shows. Strings are
  * borrowed for the call. */
@@ -32,6 +33,9 @@ struct status_agent {
     int reset_allowed;           /* [agent] stats_reset */
     int rules_redis;             /* [rules] source = redis (as started) */
     const char *rules_error;     /* then: the last version's apply error, NULL when none */
+    uint64_t rules_rejected;     /* and that version's number (0: none) */
+    const struct store_heartbeat *heartbeat; /* the fleet's rows; NULL standalone */
+    int fleet_totals_only;       /* ?fleet=totals: the fleet without its agents[] */
     int rules_compiling;         /* a rule set loads off the loop (rules_compile.h) */
     const char *token;           /* the page's token for POST /reset */
 };

@@ -111,6 +111,12 @@ static void send_job(struct limiter *l, struct rjob *j)
     l->itail = j;
     if (!l->icheck)
         l->icheck = j;
+    /* a call for decisions: a claim or top-up (tokens decisions spend), an
+     * exact call, a concurrency slot's acquire; not a lease's give-back, a
+     * refund or a slot's release (the status page's calls per decision) */
+    if (j->kind == RJOB_EXACT || j->kind == RJOB_CC ||
+        (j->kind == RJOB_LEASE && j->lj->kind != LEASE_JOB_RETURN))
+        METRIC_INC(redis_decision_calls);
     j->l = l;
     const char *argv[7];
     size_t argvlen[7];
@@ -441,6 +447,11 @@ int limiter_redis(const struct limiter *l)
 struct store *limiter_store(struct limiter *l)
 {
     return l->store;
+}
+
+struct store_heartbeat *limiter_heartbeat(struct limiter *l)
+{
+    return l->heartbeat;
 }
 
 int limiter_reconfigure(struct limiter *l, const struct config *cfg)

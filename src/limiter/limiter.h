@@ -69,6 +69,11 @@ int limiter_redis(const struct limiter *l);
  * limiter_shutdown or limiter_free. */
 struct store *limiter_store(struct limiter *l);
 
+/* The fleet's heartbeat (NULL standalone): its last rows for the status
+ * page's fleet table (store_heartbeat_rows), on the main loop. */
+struct store_heartbeat;
+struct store_heartbeat *limiter_heartbeat(struct limiter *l);
+
 /* SIGHUP: apply cfg's [redis] url (url mode) and credentials to the
  * connections (store_reconfigure: they are made again at once when these
  * changed); standalone, nothing. 0, or -1 when out of memory (what was in

@@ -138,6 +138,10 @@ extern const char *const metrics_redis_error_names[];
 
 struct metrics {
     atomic_uint_fast64_t redis_commands;
+    /* of those, the calls made for decisions (limiter.c send_job): claims
+     * and top-ups, exact calls, concurrency acquires; not the heartbeat,
+     * polls, pings, give-backs, refunds, releases (the status page) */
+    atomic_uint_fast64_t redis_decision_calls;
     atomic_uint_fast64_t redis_error_replies[METRICS_REDIS_ERROR_KINDS];
     atomic_uint_fast64_t redis_errors;
     atomic_uint_fast64_t redis_clock_jumps; /* steps of Redis' clock over 1 s */

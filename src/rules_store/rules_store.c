@@ -441,6 +441,11 @@ const char *rules_store_error(const struct rules_store *rs)
     return rs->error[0] ? rs->error : NULL;
 }
 
+uint64_t rules_store_rejected(const struct rules_store *rs)
+{
+    return rs->error[0] ? rs->rejected : 0;
+}
+
 void rules_store_retry(struct rules_store *rs)
 {
     if (rs) {

@@ -86,6 +86,8 @@ const struct rules_in_force *rules_store_in_force(const struct rules_store *rs);
 /* The last version's apply error ("version N: NAME:LINE: ..."), NULL when
  * the last one applied (the status page). Valid until the next poll. */
 const char *rules_store_error(const struct rules_store *rs);
+/* And the version it names (0: the last one applied). */
+uint64_t rules_store_rejected(const struct rules_store *rs);
 
 /* SIGHUP: a version refused with the old file may pass with the new one:
  * forget the refusals (each is logged once again if it fails again). */

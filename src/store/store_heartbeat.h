@@ -21,11 +21,24 @@
 #ifndef STORE_HEARTBEAT_H
 #define STORE_HEARTBEAT_H
 
+#include <stddef.h>
+#include <stdint.h>
+
 #define STORE_HEARTBEAT_EVERY 5.0  /* seconds between two beats */
 #define STORE_HEARTBEAT_LIVE 20000 /* ms: an agent not heard from for this long is gone */
 /* us after Redis came up during which the set may still be filling up (an
  * empty restart, FLUSHDB): two beats, by then every agent up has beaten */
 #define STORE_HEARTBEAT_REBUILD_US 10000000ULL
+/* The fleet's rows (the status page's fleet table): each beat writes this
+ * agent's row, its counters as a JSON object of at most
+ * STORE_HEARTBEAT_ROW_MAX bytes, into a hash beside the set (PREFIX
+ * "agents" in a hash tag, ":stats", expiring with the live window, a field
+ * per member, dropped with the member), and answers the rows of the
+ * STORE_HEARTBEAT_ROWS agents last heard from: a beat's reply stays under
+ * STORE_HEARTBEAT_ROWS * (STORE_HEARTBEAT_ROW_MAX + 400) bytes. */
+#define STORE_HEARTBEAT_ROWS 256
+#define STORE_HEARTBEAT_ROW_MAX 1024
+#define STORE_HEARTBEAT_ROW_MAX_S "1024"
 
 struct ev_loop;
 struct store;
@@ -53,5 +66,29 @@ void store_heartbeat_stop(struct store_heartbeat *hb); /* NULL no-op */
  * until answered). NULL no-op. */
 void store_heartbeat_leave(struct store_heartbeat *hb);
 void store_heartbeat_free(struct store_heartbeat *hb); /* NULL no-op */
+
+/* One live agent as the last beat's reply had it: member ("host=H pid=P
+ * listen=L"), row (its JSON text as the agent wrote it: parse it as
+ * untrusted), when Redis last heard from it, and whether it is this agent. */
+struct store_heartbeat_row {
+    const char *member;
+    const char *row;
+    size_t row_len;
+    uint64_t seen_ms; /* Redis' clock, ms */
+    uint64_t ago_ms;  /* seen this long before the beat (store_heartbeat_rows sets it) */
+    int self;
+};
+
+/* The last beat's rows (*rows, valid until the next beat's reply: read them
+ * on the loop thread, within one callback), newest first; *age_ms: how long
+ * ago that reply came, UINT64_MAX when no beat answered yet (0 rows; hb
+ * NULL too). */
+size_t store_heartbeat_rows(const struct store_heartbeat *hb,
+                            const struct store_heartbeat_row **rows, uint64_t *age_ms);
+
+/* Which beat's reply the rows are from (changes at each reply; 0: none
+ * yet, or hb NULL): a reader that keeps what it made of them knows when to
+ * make it again. */
+uint64_t store_heartbeat_beat(const struct store_heartbeat *hb);
 
 #endif

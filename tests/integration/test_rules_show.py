@@ -159,7 +159,7 @@ class RulesShow(RedisCase):
         agents' user too (read-only on the versions), show and diff."""
         self.push(V1)
         self.push(V2)
-        for user in (["agent", "on", ">agent-secret", "resetkeys", "~rl:[^{]*",
+        for user in (["agent", "on", ">agent-secret", "resetkeys", "~rl:[^{]*", "~{rl:agents}:*",
                       "%R~rl:{rules}:*", "~rl:{rules}:agents", "~rl:{rules}:seen",
                       "resetchannels", "-@all", "+@read", "+@write", "+@scripting",
                       "+@connection", "-@dangerous", "+info", "+role", "+time"],

@@ -177,7 +177,7 @@ class OneRedis(StoreCase):
         rs = json.loads(agents[0].get("/status.json"))["rule_set"]
         self.assertEqual(rs, {"source": "redis", "version": 11, "current": 11,
                               "on_current": True, "cached": False, "error": None,
-                              "compiling": False,
+                              "rejected_version": None, "compiling": False,
                               "regexes": {"count": 0, "text_bytes": 0, "compiled_bytes": 0,
                                           "compile_ms": 0}})
         p = self.cli(self.op, "--fleet")
@@ -557,7 +557,7 @@ class OneRedis(StoreCase):
     def test_acl(self):
         """doc/operations.md's two ACL users: the agents apply versions,
         decide on Redis and report, but cannot push; the operators can."""
-        for user in (["agent", "on", ">agent-secret", "resetkeys", "~rl:[^{]*",
+        for user in (["agent", "on", ">agent-secret", "resetkeys", "~rl:[^{]*", "~{rl:agents}:*",
                       "%R~rl:{rules}:*", "~rl:{rules}:agents", "~rl:{rules}:seen",
                       "resetchannels", "-@all", "+@read", "+@write", "+@scripting",
                       "+@connection", "-@dangerous", "+info", "+role", "+time"],
@@ -584,6 +584,10 @@ class OneRedis(StoreCase):
         self.assertIn("not written", p.stderr)
         self.assertEqual(self.current(), "1")
         self.assertEqual(a.metric("spoa_ratelimit_redis_error_replies_total", kind="NOPERM"), 0)
+        # the heartbeat (its set, departures and rows) runs as the agent user too
+        self.assertTrue(wait_for(lambda: len((json.loads(a.get("/status.json"))["fleet"] or {})
+                                             .get("agents", [])) == 1, 7),
+                        json.loads(a.get("/status.json"))["fleet"])
 
     def test_haproxy_traffic_through_a_push(self):
         """Requests through HAProxy while versions are pushed: every one is
