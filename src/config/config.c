@@ -398,7 +398,7 @@ static size_t str_value_size(size_t len)
     return spop_varint_len(len) + len;
 }
 
-/* Mirrors rules_encode_actions(); tests/unit/test_rules_match.c encodes the largest ACK
+/* Mirrors rules_encode_actions(); tests/unit/rules/test_rules_match.c encodes the largest ACK
  * of a rule and checks that it fits in this. */
 size_t config_ack_max_size(const struct cfg_rule *r)
 {

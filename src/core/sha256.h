@@ -4,7 +4,7 @@
  * A client key too long to keep is stored as a hash of it: the hash must be
  * collision-resistant, or a client could craft a key that lands in another
  * client's bucket (FNV-1a, which the tables use for speed, is not). Pure:
- * no allocation, no I/O; tests/unit/test_util.c checks it against the FIPS 180-4
+ * no allocation, no I/O; tests/unit/core/test_util.c checks it against the FIPS 180-4
  * examples. Not for secrets: nothing here is constant-time.
  */
 #ifndef SHA256_H

@@ -3,7 +3,7 @@
  * there are, and the position of every argument they take and of every value
  * they answer. What the values mean is in lua/README.md and each script's
  * header comment; the C code reaches them only through these names
- * (argv[CLAIM_ARG_WANT], v[CLAIM_R_MINE]). tests/unit/test_scripts_contract.c calls every
+ * (argv[CLAIM_ARG_WANT], v[CLAIM_R_MINE]). tests/unit/lua/test_scripts_contract.c calls every
  * script through them and checks each reply position against its name.
  *
  * Pure: constants only (no hiredis), so the lease module includes it too.

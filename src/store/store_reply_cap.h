@@ -41,7 +41,7 @@
  * So one connection holds at most ~16 MiB of strings, ~38 MB of reply
  * structs (72 bytes an element with its pointer and malloc's header) and
  * 1 MiB of buffer for a reply, whatever it is sent. Pure: no sockets; a
- * reader of its own runs it in tests/unit/test_reply_cap.c.
+ * reader of its own runs it in tests/unit/store/test_reply_cap.c.
  */
 #ifndef STORE_REPLY_CAP_H
 #define STORE_REPLY_CAP_H

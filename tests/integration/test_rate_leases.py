@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """Rate leases on a real redis-server and real agents (the script logic is in
-tests/unit/test_scripts_rate.c, the policy in tests/unit/test_lease_rate.c): a warm key
+tests/unit/lua/test_scripts_rate.c, the policy in tests/unit/lease/test_lease_rate.c): a warm key
 gets a share of the rate and a slice of the burst, is decided locally from
 then on, shows in /key and /metrics, and gives everything back at SIGTERM.
 The warm-key fleet scenario is measured by `make warm-fleet`."""

@@ -12,7 +12,7 @@ ClockShim steps Redis' real clock: redis-server runs under clock_shim.c
 writes in a file. The agent must name each step (log `redis clock jump` with
 its size and sign, spoa_ratelimit_redis_clock_jumps_total), and a client
 paced under its limit must keep being admitted through a step back of 20 s.
-The detector itself is tested alone in tests/unit/test_clock_jump.c.
+The detector itself is tested alone in tests/unit/store/test_clock_jump.c.
 
 Agents must exit 0 on SIGTERM (checked at cleanup)."""
 import os

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* spop_vectors.h - test vectors of the SPOP codec, for the SPOP unit tests
- * (tests/unit/test_spop_*.c) and the SPOP fuzz target (tests/fuzz/fuzz_spop.c).
+ * (tests/unit/spop/test_spop_*.c) and the SPOP fuzz target (tests/fuzz/fuzz_spop.c).
  *
  * First the real frames captured from HAProxy 2.6.12 (Debian 12) between it
  * and an agent, kept here byte for byte (4-byte length prefix included),

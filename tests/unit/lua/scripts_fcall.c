@@ -29,7 +29,7 @@ int main(void)
         int status;
         pid_t pid;
 
-        snprintf(path, sizeof(path), "%s/tests/unit/%s", BUILDDIR, programs[i]);
+        snprintf(path, sizeof(path), "%s/tests/unit/lua/%s", BUILDDIR, programs[i]);
         printf("scripts_fcall: %s\n", programs[i]);
         fflush(stdout);
         pid = fork();

@@ -15,7 +15,7 @@
 
 #include "rules_scripts.h"
 #include "rules_store/rules_script.h"
-#include "scripts_harness.h"
+#include "lua/scripts_harness.h"
 
 struct keys {
     char prefix[96], current[128], versions[128], agents[128], seen[128];

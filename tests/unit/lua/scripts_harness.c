@@ -37,7 +37,7 @@ char *script_text[NSCRIPTS];
 size_t script_len[NSCRIPTS];
 char script_sha[NSCRIPTS][41];
 
-/* SCRIPTS_CALL=fcall (tests/unit/scripts_fcall.sh): every call goes as FCALL
+/* SCRIPTS_CALL=fcall (tests/unit/lua/scripts_fcall.sh): every call goes as FCALL
  * of the scripts' function library (lua/library.lua, as the agent loads it
  * with functions = on), not EVALSHA: the same tests, through the library's
  * wrappers. */

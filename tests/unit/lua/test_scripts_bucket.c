@@ -9,7 +9,7 @@
  *
  * The scripts run in sim_redis.c's embedded Lua 5.1, the simulator's
  * stand-in for Redis, because its TIME is the clock passed to each call: a
- * real Redis (tests/unit/scripts_harness.c) answers its own time, and these
+ * real Redis (tests/unit/lua/scripts_harness.c) answers its own time, and these
  * sequences need microseconds chosen by the test. Times are random to the
  * microsecond, so that no request falls exactly on a refill's boundary,
  * where the C module's rounding tolerance (bucket.c, tolerance()) may
