@@ -1,6 +1,6 @@
 -- SPDX-License-Identifier: Apache-2.0
 -- rules_fetch.lua - one version of the fleet's rule set, read by an agent
--- with [rules] source = redis (src/rules_store/rules_store.c), only if its
+-- with [rules] source = redis (src/rules_redis/rules_redis.c), only if its
 -- text is within the cap: the size and the text in one atomic call, so that
 -- a text swapped for a larger one between a size query and the read is
 -- never sent (layout: lua/README.md, "Rules from Redis"). Reads only: the

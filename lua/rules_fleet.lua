@@ -2,7 +2,7 @@
 -- rules_fleet.lua - the fleet's view of the rule set: which agent runs which
 -- version (agents with [rules] source = redis report every 5 s; --fleet and
 -- GET /fleet list them). Layout and contract: lua/README.md, "Rules from
--- Redis"; the reply is read by src/rules_store/rules_fleet.c.
+-- Redis"; the reply is read by src/rules_redis/rules_fleet.c.
 --
 -- KEYS[1] PREFIX{rules}:agents   hash: agent -> "VERSION ERROR" (its last report)
 -- KEYS[2] PREFIX{rules}:seen     sorted set: agent -> Redis time of that report, ms

@@ -1,7 +1,7 @@
 -- SPDX-License-Identifier: Apache-2.0
 -- rules_push.lua - write a new version of the fleet's rule set, atomically
 -- (spoa-ratelimit --push and --rollback; layout and contract: lua/README.md,
--- "Rules from Redis"; positions by name: src/rules_store/rules_script.h).
+-- "Rules from Redis"; positions by name: src/rules_redis/rules_script.h).
 --
 -- KEYS[1] PREFIX{rules}:current   the current version: "N SHA256" (N alone by hand)
 -- KEYS[2] PREFIX{rules}:versions  sorted set of the kept versions (score: N)

@@ -17,7 +17,7 @@
 #include "config/haproxy_check.h"
 #include "core/strbuf.h"
 #include "http/reset_cli.h"
-#include "rules_store/rules_cli.h"
+#include "rules_redis/rules_cli.h"
 
 #define ERRBUF 8192
 

@@ -26,8 +26,8 @@
 #include "metrics/metrics.h"
 #include "metrics/mismatch.h"
 #include "rules/rules.h"
-#include "rules_store/rules_compile.h"
-#include "rules_store/rules_store.h"
+#include "rules_redis/rules_compile.h"
+#include "rules_redis/rules_redis.h"
 #include "server/server.h"
 
 #define ERRBUF 8192
@@ -151,12 +151,12 @@ static void reloaded(void *ctx, struct rules_compile_result *res)
                  (int)strcspn(res->err, "\n"), res->err);
     } else {
         install(a, res->cfg, "configuration reloaded");
-        rules_store_retry(a->rules);
+        rules_redis_retry(a->rules);
     }
     service_ready();
 }
 
-/* A new version from Redis (rules_store.c), checked with the file's own
+/* A new version from Redis (rules_redis.c), checked with the file's own
  * sections exactly as a SIGHUP would (and as --push does): put in force
  * the same way. */
 static int apply_rules(void *ctx, struct config *cfg, char *err, size_t errlen)
@@ -178,7 +178,7 @@ static void on_sighup(struct ev_loop *loop, ev_signal *w, int revents)
     struct agent *a = w->data;
 
     service_reloading();
-    if (rules_compile_reload(a->compile, a->path, rules_store_in_force(a->rules), reloaded, a) < 0) {
+    if (rules_compile_reload(a->compile, a->path, rules_redis_in_force(a->rules), reloaded, a) < 0) {
         METRIC_INC(reload_failures);
         LOG_ERROR("\"reload failed: out of memory\"");
         service_ready();
@@ -356,7 +356,7 @@ static void agent_shutdown(struct agent *a)
     history_free(a->history);
     a->history = NULL;
     watch_free(&a->watch);
-    rules_store_stop(a->rules); /* before its store goes */
+    rules_redis_stop(a->rules); /* before its store goes */
     rules_compile_free(a->compile); /* a load in flight ends unused */
     a->compile = NULL;
     /* Unused leased tokens go back to Redis. */
@@ -368,7 +368,7 @@ static void agent_shutdown(struct agent *a)
     } else {
         server_free(a->srv);
         limiter_free(a->lim);
-        rules_store_free(a->rules); /* after its store: a call in flight ends there */
+        rules_redis_free(a->rules); /* after its store: a call in flight ends there */
         ruleset_unref(a->rs);
         ruleset_unref(a->boot);
     }
@@ -381,10 +381,10 @@ static void agent_free(struct agent *a)
     history_free(a->history);
     watch_free(&a->watch);
     server_free(a->srv);
-    rules_store_stop(a->rules);
+    rules_redis_stop(a->rules);
     rules_compile_free(a->compile);
     limiter_free(a->lim);
-    rules_store_free(a->rules);
+    rules_redis_free(a->rules);
     ruleset_unref(a->rs);
     ruleset_unref(a->boot);
 }
@@ -403,7 +403,7 @@ int agent_run(const char *path, struct config *cfg)
     metrics_set_version(PACKAGE_VERSION);
     a->loaded_unix = a->started_unix = (uint64_t)time(NULL);
     if (cfg->rules_source == RULES_SOURCE_REDIS)
-        rules_store_boot(a->path, &cfg, &cached, &cached_len, &cached_version);
+        rules_redis_boot(a->path, &cfg, &cached, &cached_len, &cached_version);
     metrics_config_loaded(config_hash(cfg), a->loaded_unix);
 
     a->loop = ev_default_loop(EVFLAG_AUTO);
@@ -412,10 +412,10 @@ int agent_run(const char *path, struct config *cfg)
         goto fail;
     watch_config(&a->watch, a->rs);
     if (a->rs->cfg->rules_source == RULES_SOURCE_REDIS) {
-        a->rules = rules_store_new(a->loop, limiter_store(a->lim), a->compile, a->path, a->rs->cfg,
+        a->rules = rules_redis_new(a->loop, limiter_store(a->lim), a->compile, a->path, a->rs->cfg,
                                   apply_rules, a);
         if (!a->rules ||
-            (cached && rules_store_adopt(a->rules, cached, cached_len, cached_version, 1) < 0)) {
+            (cached && rules_redis_adopt(a->rules, cached, cached_len, cached_version, 1) < 0)) {
             fprintf(stderr, "spoa-ratelimit: out of memory\n");
             goto fail;
         }

@@ -17,8 +17,8 @@
 #include "http/status_page.h"
 #include "limiter/limiter.h"
 #include "rules/rules.h"
-#include "rules_store/rules_compile.h"
-#include "rules_store/rules_store.h"
+#include "rules_redis/rules_compile.h"
+#include "rules_redis/rules_redis.h"
 
 /* GET /config: the file last loaded, the restart-only settings that differ. */
 static void config_get(void *ctx, struct httpd_req *req, const char *rest, const char *query)
@@ -46,8 +46,8 @@ static void status_get(void *ctx, struct httpd_req *req, const char *rest, const
         .reset_allowed = a->rs->cfg->stats_reset,
         .token = a->token,
         .rules_redis = a->rules != NULL,
-        .rules_error = a->rules ? rules_store_error(a->rules) : NULL,
-        .rules_rejected = a->rules ? rules_store_rejected(a->rules) : 0,
+        .rules_error = a->rules ? rules_redis_error(a->rules) : NULL,
+        .rules_rejected = a->rules ? rules_redis_rejected(a->rules) : 0,
         .heartbeat = limiter_heartbeat(a->lim),
         .rules_compiling = rules_compile_busy(a->compile),
     };
@@ -65,12 +65,12 @@ static void status_get(void *ctx, struct httpd_req *req, const char *rest, const
 }
 
 /* GET /fleet: which agent runs which version of the fleet's rule set, as
- * this agent's last report to Redis answered it (rules_store.h). */
+ * this agent's last report to Redis answered it (rules_redis.h). */
 static void fleet_get(void *ctx, struct httpd_req *req, const char *rest, const char *query)
 {
     struct agent *a = ctx;
     size_t len = 0;
-    char *body = a->rules ? rules_store_fleet_json(a->rules, &len) : NULL;
+    char *body = a->rules ? rules_redis_fleet_json(a->rules, &len) : NULL;
     const char *why = !a->rules ? "no fleet view: [rules] source = file\n"
                                 : "no fleet view yet: Redis not reached since start\n";
 
@@ -96,7 +96,7 @@ static void rules_get(void *ctx, struct httpd_req *req, const char *n, const cha
     unsigned long long v = strtoull(n, &end, 10);
 
     if (a->rules && *n >= '1' && *n <= '9' && !*end && v < UINT64_MAX)
-        rules_store_text(a->rules, v, rules_text_reply, req);
+        rules_redis_text(a->rules, v, rules_text_reply, req);
     else
         httpd_reply(req, "404 Not Found", "text/plain", NULL,
                     strdup(a->rules ? "no such version\n" : "no rule store: [rules] source = file\n"),

@@ -14,7 +14,7 @@ struct history;
 struct httpd;
 struct limiter;
 struct rules_compile;
-struct rules_store;
+struct rules_redis;
 struct ruleset;
 struct server;
 
@@ -37,7 +37,7 @@ struct agent {
     uint64_t reload_failed_unix; /* the last reload failed then; 0 after a good one */
     char reload_error[256];      /* its first error line */
     char token[33];              /* the page's token for POST /reset, random hex */
-    struct rules_store *rules;   /* [rules] source = redis: the fleet's rule set */
+    struct rules_redis *rules;   /* [rules] source = redis: the fleet's rule set */
     struct rules_compile *compile; /* SIGHUP's and the rule store's loads, off the loop */
     struct watch watch;          /* warnings the agent finds in itself (watch.h) */
 };

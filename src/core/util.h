@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* util.h - small helpers shared by every module: monotonic time, hashing,
- * the choice of stripe and slot in the striped hash tables, URL query
+ * the choice of stripe and chain in the striped hash tables, URL query
  * parameters. */
 #ifndef UTIL_H
 #define UTIL_H
@@ -30,17 +30,17 @@ uint64_t util_hash_mix(uint64_t h);
 uint64_t util_hash_words(uint64_t h, const void *data, size_t len);
 
 /* The striped hash tables (buckets, leases) split a mixed key hash in two:
- * its high 32 bits choose the stripe (the lock), its low bits the slot inside
+ * its high 32 bits choose the stripe (the lock), its low bits the chain inside
  * that stripe's table, so that the keys of one stripe still spread over all
- * its slots. nstripes and nslots are powers of two; nstripes <= 2^32. */
+ * its chains. nstripes and nchains are powers of two; nstripes <= 2^32. */
 static inline unsigned util_stripe(uint64_t mixed, unsigned nstripes)
 {
     return (unsigned)(mixed >> 32) & (nstripes - 1);
 }
 
-static inline size_t util_slot(uint64_t mixed, size_t nslots)
+static inline size_t util_chain(uint64_t mixed, size_t nchains)
 {
-    return (size_t)(mixed & (nslots - 1));
+    return (size_t)(mixed & (nchains - 1));
 }
 
 /* CRC16/XMODEM (polynomial 0x1021, initial 0, no reflection): the Redis

@@ -126,7 +126,7 @@ static void s_rate_ttl(const struct config *c, char *r, char *s, size_t n)
     num_value(c->lease_rate_ttl_ms, "ms", r, s, n);
 }
 
-/* [rules]: the rule store is made once, at start (rules_store.h). */
+/* [rules]: the rule store is made once, at start (rules_redis.h). */
 static void s_source(const struct config *c, char *r, char *s, size_t n)
 {
     str_value(c->rules_source == RULES_SOURCE_REDIS ? "redis" : "file", r, s, n);

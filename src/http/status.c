@@ -129,7 +129,7 @@ static json_t *reload_json(const struct status_agent *a)
 }
 
 /* Where the rules come from, and with source = redis the version in force
- * against the fleet's current one (rules_store.h); whether a new set is
+ * against the fleet's current one (rules_redis.h); whether a new set is
  * loading off the loop; what the regexes in force take of the rule set's
  * budget (config.h CFG_BUDGET_*). */
 static json_t *rule_set_json(const struct status_agent *a, const struct cfg_regex_use *u)

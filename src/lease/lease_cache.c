@@ -773,8 +773,8 @@ void lease_drain(struct lease_table *t, uint64_t now_us, struct lease_job **jobs
         struct lease_stripe *s = &t->stripes[i];
 
         pthread_mutex_lock(&s->lock);
-        for (size_t j = 0; j < s->nslots; j++) {
-            for (struct lease_entry *e = s->slots[j]; e; e = e->next) {
+        for (size_t j = 0; j < s->nchains; j++) {
+            for (struct lease_entry *e = s->chains[j]; e; e = e->next) {
                 if (e->inflight || (e->tokens == 0 && e->share <= 0) || now_us >= e->deadline_us)
                     continue;
                 struct lease_job *job = make_return(t, e);

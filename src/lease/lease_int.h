@@ -119,8 +119,8 @@ struct lease_ghost {
 
 struct lease_stripe {
     pthread_mutex_t lock;
-    struct lease_entry **slots;
-    size_t nslots, count;
+    struct lease_entry **chains; /* nchains hash chains */
+    size_t nchains, count;
     struct dlist active, age;
     uint32_t tick; /* ticks so far */
     /* Until then a new entry's first report is LEASE_VOID: an entry with a

@@ -120,8 +120,8 @@ void lease_table_free(struct lease_table *t)
     for (unsigned i = 0; i < t->nstripes; i++) {
         struct lease_stripe *s = &t->stripes[i];
         bucket_budget_sub(t->budget, s->count);
-        for (size_t j = 0; j < s->nslots; j++) {
-            struct lease_entry *e = s->slots[j], *next;
+        for (size_t j = 0; j < s->nchains; j++) {
+            struct lease_entry *e = s->chains[j], *next;
             for (; e; e = next) {
                 next = e->next;
                 rate_set_share(e, 0);
@@ -134,7 +134,7 @@ void lease_table_free(struct lease_table *t)
             s->free_jobs = j->next;
             free(j);
         }
-        free(s->slots);
+        free(s->chains);
         free(s->ghosts);
         pthread_mutex_destroy(&s->lock);
     }
@@ -169,29 +169,29 @@ size_t lease_active(struct lease_table *t)
 
 static int stripe_grow(struct lease_stripe *s)
 {
-    size_t n = s->nslots ? s->nslots * 2 : 64;
-    struct lease_entry **slots = calloc(n, sizeof(*slots));
-    if (!slots)
+    size_t n = s->nchains ? s->nchains * 2 : 64;
+    struct lease_entry **chains = calloc(n, sizeof(*chains));
+    if (!chains)
         return -1;
-    for (size_t i = 0; i < s->nslots; i++) {
-        struct lease_entry *e = s->slots[i], *next;
+    for (size_t i = 0; i < s->nchains; i++) {
+        struct lease_entry *e = s->chains[i], *next;
         for (; e; e = next) {
             next = e->next;
-            size_t slot = util_slot(e->hash, n);
-            e->next = slots[slot];
-            slots[slot] = e;
+            size_t chain = util_chain(e->hash, n);
+            e->next = chains[chain];
+            chains[chain] = e;
         }
     }
-    free(s->slots);
-    s->slots = slots;
-    s->nslots = n;
+    free(s->chains);
+    s->chains = chains;
+    s->nchains = n;
     return 0;
 }
 
 static void stripe_evict(const struct lease_table *t, struct lease_stripe *s, unsigned n,
                          uint64_t now_us);
 
-/* The ghost slot of hash h in s (the low bits pick the hash slot too; a
+/* The ghost slot of hash h in s (the low bits pick the hash chain too; a
  * chain and a ghost slot sharing them is no matter). */
 static struct lease_ghost *ghost_of(const struct lease_stripe *s, uint64_t h)
 {
@@ -251,9 +251,9 @@ static void ghost_restore(const struct lease_table *t, struct lease_stripe *s,
 struct lease_entry *lease_entry_find(const struct lease_stripe *s, uint64_t h, const char *key,
                                      size_t keylen)
 {
-    if (!s->nslots)
+    if (!s->nchains)
         return NULL;
-    for (struct lease_entry *e = s->slots[util_slot(h, s->nslots)]; e; e = e->next)
+    for (struct lease_entry *e = s->chains[util_chain(h, s->nchains)]; e; e = e->next)
         if (e->hash == h && e->keylen == keylen && memcmp(e->key, key, keylen) == 0)
             return e;
     return NULL;
@@ -272,7 +272,7 @@ struct lease_entry *lease_entry_get(const struct lease_table *t, struct lease_st
     if (s->ghosts)
         __builtin_prefetch(ghost_of(s, h));
     stripe_evict(t, s, bucket_budget_add(t->budget), now_us);
-    if ((s->count >= s->nslots && stripe_grow(s) < 0) || !(e = lease_entry_alloc(s, keylen))) {
+    if ((s->count >= s->nchains && stripe_grow(s) < 0) || !(e = lease_entry_alloc(s, keylen))) {
         bucket_budget_sub(t->budget, 1);
         return NULL;
     }
@@ -284,9 +284,9 @@ struct lease_entry *lease_entry_get(const struct lease_table *t, struct lease_st
     memcpy(e->key, key, keylen);
     e->demand_tick = s->tick;
     dlist_push_tail(&s->age, &e->age);
-    size_t slot = util_slot(h, s->nslots);
-    e->next = s->slots[slot];
-    s->slots[slot] = e;
+    size_t chain = util_chain(h, s->nchains);
+    e->next = s->chains[chain];
+    s->chains[chain] = e;
     s->count++;
     ghost_restore(t, s, e, now_us);
     return e;
@@ -296,7 +296,7 @@ struct lease_entry *lease_entry_get(const struct lease_table *t, struct lease_st
 static void entry_remove(const struct lease_table *t, struct lease_stripe *s,
                          struct lease_entry *e)
 {
-    struct lease_entry **link = &s->slots[util_slot(e->hash, s->nslots)];
+    struct lease_entry **link = &s->chains[util_chain(e->hash, s->nchains)];
 
     while (*link != e)
         link = &(*link)->next;

@@ -24,9 +24,9 @@
 /* Retry hint when a decision could not be made for lack of memory. */
 #define OOM_RETRY_US 1000000u
 
-/* Per-stripe slot array bounds; stripes start with no array at all so an
+/* Per-stripe chain array bounds; stripes start with no array at all so an
  * idle table costs only its stripes. */
-#define MIN_SLOTS 8u
+#define MIN_CHAINS 8u
 #define MAX_STRIPES 65536u
 
 /* Rule names and keys longer than this are refused (they would not fit the
@@ -57,8 +57,8 @@ struct entry {
  * do not bounce each other's lock. */
 struct stripe {
     _Alignas(64) pthread_mutex_t lock;
-    struct entry **slots; /* nslots chains; NULL while nslots is 0 */
-    size_t nslots;        /* 0 or a power of two */
+    struct entry **chains; /* nchains chains; NULL while nchains is 0 */
+    size_t nchains;        /* 0 or a power of two */
     size_t count;
     struct dlist age;     /* every entry, least recently used first */
     struct entry *spare;  /* freed entries of ENTRY_BLOCK bytes (entry_alloc) */
@@ -69,12 +69,12 @@ struct bucket_table {
     struct stripe *stripes;
     unsigned nstripes;            /* power of two */
     struct bucket_budget *budget; /* NULL: no cap */
-    /* Expiry cursor: stripe, slot, and entries of that slot's chain already
+    /* Expiry cursor: stripe, chain, and entries of that chain already
      * visited and kept. Guarded by cursor_lock, which is always taken before
      * a stripe lock, never after. */
     pthread_mutex_t cursor_lock;
     unsigned cur_stripe;
-    size_t cur_slot;
+    size_t cur_chain;
     size_t cur_skip;
 };
 
@@ -98,39 +98,39 @@ static struct stripe *stripe_of(struct bucket_table *t, uint64_t hash)
     return &t->stripes[util_stripe(hash, t->nstripes)];
 }
 
-/* Rehash stripe s into nslots chains (a power of two, or 0 only when s
+/* Rehash stripe s into nchains chains (a power of two, or 0 only when s
  * holds no entry).
  * Returns 0, or -1 when out of memory with s unchanged. */
-static int stripe_resize(struct stripe *s, size_t nslots)
+static int stripe_resize(struct stripe *s, size_t nchains)
 {
-    struct entry **slots = NULL;
-    if (nslots) {
-        slots = calloc(nslots, sizeof(*slots));
-        if (!slots)
+    struct entry **chains = NULL;
+    if (nchains) {
+        chains = calloc(nchains, sizeof(*chains));
+        if (!chains)
             return -1;
     }
-    for (size_t i = 0; i < s->nslots; i++) {
-        struct entry *e = s->slots[i];
+    for (size_t i = 0; i < s->nchains; i++) {
+        struct entry *e = s->chains[i];
         while (e) {
             struct entry *next = e->next;
-            size_t j = util_slot(e->hash, nslots);
-            e->next = slots[j];
-            slots[j] = e;
+            size_t j = util_chain(e->hash, nchains);
+            e->next = chains[j];
+            chains[j] = e;
             e = next;
         }
     }
-    free(s->slots);
-    s->slots = slots;
-    s->nslots = nslots;
+    free(s->chains);
+    s->chains = chains;
+    s->nchains = nchains;
     return 0;
 }
 
 static struct entry *stripe_find(struct stripe *s, uint64_t hash, const char *rule,
                                  size_t rulelen, const void *key, size_t keylen)
 {
-    if (!s->nslots)
+    if (!s->nchains)
         return NULL;
-    for (struct entry *e = s->slots[util_slot(hash, s->nslots)]; e; e = e->next) {
+    for (struct entry *e = s->chains[util_chain(hash, s->nchains)]; e; e = e->next) {
         if (e->hash == hash && e->rulelen == rulelen && e->keylen == keylen &&
             memcmp(e->data, rule, rulelen) == 0 &&
             memcmp(e->data + rulelen + 1, key, keylen) == 0)
@@ -191,9 +191,9 @@ static void entry_free(struct stripe *s, struct entry *e)
 static struct entry *stripe_insert(struct stripe *s, uint64_t hash, const char *rule,
                                    size_t rulelen, const void *key, size_t keylen)
 {
-    if (s->count + 1 > s->nslots) {
-        size_t want = s->nslots ? s->nslots * 2 : MIN_SLOTS;
-        if (stripe_resize(s, want) != 0 && !s->nslots)
+    if (s->count + 1 > s->nchains) {
+        size_t want = s->nchains ? s->nchains * 2 : MIN_CHAINS;
+        if (stripe_resize(s, want) != 0 && !s->nchains)
             return NULL;
     }
     if (keylen > SIZE_MAX - sizeof(struct entry) - rulelen - 1)
@@ -208,9 +208,9 @@ static struct entry *stripe_insert(struct stripe *s, uint64_t hash, const char *
     e->data[rulelen] = '\0';
     if (keylen)
         memcpy(e->data + rulelen + 1, key, keylen);
-    size_t j = util_slot(hash, s->nslots);
-    e->next = s->slots[j];
-    s->slots[j] = e;
+    size_t j = util_chain(hash, s->nchains);
+    e->next = s->chains[j];
+    s->chains[j] = e;
     dlist_push_tail(&s->age, &e->age);
     s->count++;
     return e;
@@ -219,7 +219,7 @@ static struct entry *stripe_insert(struct stripe *s, uint64_t hash, const char *
 /* Unlink e from its chain and the age list, and free it. */
 static void stripe_remove(struct stripe *s, struct entry *e)
 {
-    struct entry **pp = &s->slots[util_slot(e->hash, s->nslots)];
+    struct entry **pp = &s->chains[util_chain(e->hash, s->nchains)];
 
     while (*pp != e)
         pp = &(*pp)->next;
@@ -275,8 +275,8 @@ void bucket_table_free(struct bucket_table *t)
     for (unsigned i = 0; i < t->nstripes; i++) {
         struct stripe *s = &t->stripes[i];
         bucket_budget_sub(t->budget, s->count);
-        for (size_t j = 0; j < s->nslots; j++) {
-            struct entry *e = s->slots[j];
+        for (size_t j = 0; j < s->nchains; j++) {
+            struct entry *e = s->chains[j];
             while (e) {
                 struct entry *next = e->next;
                 free(e);
@@ -288,7 +288,7 @@ void bucket_table_free(struct bucket_table *t)
             s->spare = e->next;
             free(e);
         }
-        free(s->slots);
+        free(s->chains);
         pthread_mutex_destroy(&s->lock);
     }
     pthread_mutex_destroy(&t->cursor_lock);
@@ -459,17 +459,17 @@ int bucket_table_drop(struct bucket_table *t, const char *rule, const void *key,
 }
 
 /* Shrink a stripe whose load fell below 1/4 so that expiring a burst of
- * clients gives the slot array back too (entirely when empty). */
+ * clients gives the chain array back too (entirely when empty). */
 static void stripe_maybe_shrink(struct stripe *s)
 {
     if (s->count == 0) {
-        if (s->nslots)
+        if (s->nchains)
             stripe_resize(s, 0);
         return;
     }
-    if (s->nslots <= MIN_SLOTS || s->count * 4 >= s->nslots)
+    if (s->nchains <= MIN_CHAINS || s->count * 4 >= s->nchains)
         return;
-    size_t want = MIN_SLOTS;
+    size_t want = MIN_CHAINS;
     while (want < s->count * 2)
         want <<= 1;
     stripe_resize(s, want); /* on failure the larger array simply stays */
@@ -489,18 +489,18 @@ size_t bucket_table_expire_at(struct bucket_table *t, uint64_t now_us, uint64_t 
                               void *ctx)
 {
     size_t visited = 0, dropped = 0, scanned = 0, stripes_done = 0;
-    /* Empty slots cost time too: bound them so one call holds a stripe lock
+    /* Empty chains cost time too: bound them so one call holds a stripe lock
      * for a time proportional to max_visit even in a sparse table. */
-    size_t slot_budget = max_visit <= (SIZE_MAX - 64) / 4 ? max_visit * 4 + 64 : SIZE_MAX;
+    size_t chain_budget = max_visit <= (SIZE_MAX - 64) / 4 ? max_visit * 4 + 64 : SIZE_MAX;
 
     if (max_visit == 0)
         return 0;
     pthread_mutex_lock(&t->cursor_lock);
-    while (visited < max_visit && scanned < slot_budget && stripes_done <= t->nstripes) {
+    while (visited < max_visit && scanned < chain_budget && stripes_done <= t->nstripes) {
         struct stripe *s = &t->stripes[t->cur_stripe];
         pthread_mutex_lock(&s->lock);
-        while (t->cur_slot < s->nslots && visited < max_visit && scanned < slot_budget) {
-            struct entry **pp = &s->slots[t->cur_slot];
+        while (t->cur_chain < s->nchains && visited < max_visit && scanned < chain_budget) {
+            struct entry **pp = &s->chains[t->cur_chain];
             /* Entries kept by an earlier call are skipped, not re-checked, so
              * a chain longer than max_visit still makes progress. */
             for (size_t skip = t->cur_skip; *pp && skip > 0; skip--)
@@ -531,14 +531,14 @@ size_t bucket_table_expire_at(struct bucket_table *t, uint64_t now_us, uint64_t 
             }
             if (*pp)
                 break; /* budget spent mid-chain; resume here */
-            t->cur_slot++;
+            t->cur_chain++;
             t->cur_skip = 0;
             scanned++;
         }
-        if (t->cur_slot >= s->nslots) {
+        if (t->cur_chain >= s->nchains) {
             stripe_maybe_shrink(s);
             t->cur_stripe = (t->cur_stripe + 1) & (t->nstripes - 1);
-            t->cur_slot = 0;
+            t->cur_chain = 0;
             t->cur_skip = 0;
             stripes_done++;
         }

@@ -602,7 +602,7 @@ static void render_identity(struct strbuf *b)
 }
 
 /* [rules] source = redis: the version in force, and how versions fared. */
-static void render_rules_store(struct strbuf *b)
+static void render_rules_redis(struct strbuf *b)
 {
     render_simple(b, "spoa_ratelimit_rules_version", "gauge",
                   "Version of the rule set from Redis in force (0: none, the file's rules).",
@@ -648,7 +648,7 @@ char *metrics_render(size_t *len)
     render_simple(&b, "spoa_ratelimit_reload_failures_total", "counter",
                   "Reloads refused because the new file was invalid.",
                   metrics_ld(&metrics.reload_failures));
-    render_rules_store(&b);
+    render_rules_redis(&b);
     return strbuf_finish(&b, len);
 }
 

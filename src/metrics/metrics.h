@@ -172,7 +172,7 @@ struct metrics {
     atomic_uint_fast64_t rules_without_key; /* in the configuration in force */
     atomic_uint_fast64_t last_reload_unix; /* when it was loaded (start or SIGHUP), s */
     atomic_uint_fast64_t reload_failures;
-    /* [rules] source = redis (rules_store/rules_store.c) */
+    /* [rules] source = redis (rules_redis/rules_redis.c) */
     atomic_uint_fast64_t rules_version;          /* the version applied; 0: none from Redis */
     atomic_uint_fast64_t rules_applied_ok;       /* versions applied */
     atomic_uint_fast64_t rules_applied_rejected; /* versions refused (each once) */

@@ -6,13 +6,13 @@
 #include <stdatomic.h>
 #include <string.h>
 
-#define RULE_SLOTS 64 /* rules reported by name; more share the last slot */
+#define RULE_TALLIES 64 /* rules reported by name; more share the last tally */
 
-/* A kind's count is in totals[]; a rule's (MISMATCH_ARG) in its slot. The
+/* A kind's count is in totals[]; a rule's (MISMATCH_ARG) in its tally. The
  * request path counts with one atomic add (two for a rule) and keeps an
  * example only when none was kept since the last report: the lock and the
  * copy are paid once per report period, not per mismatch. */
-struct slot {
+struct tally {
     char rule[48];      /* MISMATCH_ARG: written once, before used */
     atomic_int used;    /* MISMATCH_ARG: rule[] is set */
     atomic_int taken;   /* an example was kept since the last report */
@@ -23,8 +23,8 @@ struct slot {
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static struct slot kinds[MISMATCH_KINDS];
-static struct slot args[RULE_SLOTS]; /* MISMATCH_ARG, per rule */
+static struct tally kinds[MISMATCH_KINDS];
+static struct tally args[RULE_TALLIES]; /* MISMATCH_ARG, per rule */
 static atomic_uint_fast64_t totals[MISMATCH_KINDS];
 
 /* A copy safe to log: bytes a log line or a logfmt value could be forged with
@@ -40,19 +40,19 @@ static void copy(char *dst, size_t cap, const char *src, size_t len)
     dst[len] = '\0';
 }
 
-/* The slot of a rule, from its name: slots are only ever added, so a rule
+/* The tally of a rule, from its name: tallies are only ever added, so a rule
  * seen before is found without the lock. */
-static struct slot *arg_slot(const char *rule)
+static struct tally *arg_tally(const char *rule)
 {
     size_t i;
 
-    for (i = 0; i < RULE_SLOTS && atomic_load_explicit(&args[i].used, memory_order_acquire); i++)
+    for (i = 0; i < RULE_TALLIES && atomic_load_explicit(&args[i].used, memory_order_acquire); i++)
         if (strcmp(args[i].rule, rule) == 0)
             return &args[i];
-    if (i == RULE_SLOTS)
-        return &args[RULE_SLOTS - 1]; /* all taken: the last one is shared */
+    if (i == RULE_TALLIES)
+        return &args[RULE_TALLIES - 1]; /* all taken: the last one is shared */
     pthread_mutex_lock(&lock);
-    for (i = 0; i < RULE_SLOTS - 1 && atomic_load_explicit(&args[i].used, memory_order_relaxed);
+    for (i = 0; i < RULE_TALLIES - 1 && atomic_load_explicit(&args[i].used, memory_order_relaxed);
          i++)
         if (strcmp(args[i].rule, rule) == 0)
             break;
@@ -64,9 +64,9 @@ static struct slot *arg_slot(const char *rule)
     return &args[i];
 }
 
-static struct slot *slot_of(enum mismatch_kind kind, const char *rule)
+static struct tally *tally_of(enum mismatch_kind kind, const char *rule)
 {
-    return kind == MISMATCH_ARG && rule ? arg_slot(rule) : &kinds[kind];
+    return kind == MISMATCH_ARG && rule ? arg_tally(rule) : &kinds[kind];
 }
 
 int mismatch_wanted(enum mismatch_kind kind)
@@ -76,7 +76,7 @@ int mismatch_wanted(enum mismatch_kind kind)
 
 void mismatch_note(enum mismatch_kind kind, const char *rule, const char *sample, size_t len)
 {
-    struct slot *s = slot_of(kind, rule);
+    struct tally *s = tally_of(kind, rule);
 
     atomic_fetch_add_explicit(&totals[kind], 1, memory_order_relaxed);
     if (s != &kinds[kind])
@@ -102,8 +102,8 @@ struct report {
     uint64_t n;
 };
 
-/* Whether slot s (count so far) has something to report now; if so, take it into *out. */
-static int take(struct slot *s, uint64_t count, uint64_t now_us, uint64_t every_us,
+/* Whether tally s (count so far) has something to report now; if so, take it into *out. */
+static int take(struct tally *s, uint64_t count, uint64_t now_us, uint64_t every_us,
                 struct report *out)
 {
     if (count <= s->reported || (s->reported_us && now_us - s->reported_us < every_us))
@@ -122,8 +122,8 @@ void mismatch_report(uint64_t now_us, uint64_t every_us,
                      void (*cb)(enum mismatch_kind kind, const char *rule, uint64_t n,
                                 const char *sample))
 {
-    struct report out[MISMATCH_KINDS + RULE_SLOTS];
-    enum mismatch_kind kind_of[MISMATCH_KINDS + RULE_SLOTS];
+    struct report out[MISMATCH_KINDS + RULE_TALLIES];
+    enum mismatch_kind kind_of[MISMATCH_KINDS + RULE_TALLIES];
     size_t n = 0;
 
     pthread_mutex_lock(&lock); /* copy out: the callback logs outside the lock */
@@ -133,7 +133,7 @@ void mismatch_report(uint64_t now_us, uint64_t every_us,
         if (take(&kinds[k], mismatch_total((enum mismatch_kind)k), now_us, every_us, &out[n]))
             kind_of[n++] = (enum mismatch_kind)k;
     }
-    for (size_t i = 0; i < RULE_SLOTS && atomic_load(&args[i].used); i++) {
+    for (size_t i = 0; i < RULE_TALLIES && atomic_load(&args[i].used); i++) {
         if (take(&args[i], atomic_load(&args[i].count), now_us, every_us, &out[n]))
             kind_of[n++] = MISMATCH_ARG;
     }

@@ -47,7 +47,7 @@
 #include "config/config.h"
 #include "metrics/metrics.h"
 #include "rules/rules.h"
-#include "rules_store/rules_store.h"
+#include "rules_redis/rules_redis.h"
 #include "spop/spop.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -389,7 +389,7 @@ static void unlink_agent_file(void)
 }
 
 /* The same text as a version's rule text from Redis, through the check
- * every agent, --push and --rollback make (rules_store_check_version with
+ * every agent, --push and --rollback make (rules_redis_check_version with
  * its right sha256, over config_load_with_rules with the agent's file).
  * Accepted: within range, at least one rule, and only the text's rules are
  * in force; refused: every error names the text ("redis:v1") or the file. */
@@ -406,8 +406,8 @@ static void as_rules_from_redis(const char *text)
         close(fd);
         atexit(unlink_agent_file);
     }
-    rules_store_sha256(text, strlen(text), sha);
-    if (rules_store_check_version(agent_path, text, strlen(text), sha, "redis:v1", &cfg, err,
+    rules_redis_sha256(text, strlen(text), sha);
+    if (rules_redis_check_version(agent_path, text, strlen(text), sha, "redis:v1", &cfg, err,
                                   sizeof(err)) == 0) {
         if (!cfg)
             fail("rules accepted without a config", text);

@@ -42,7 +42,7 @@
 #include "limits/bucket.h"
 #include "lease/lease.h"
 #include "metrics/metrics.h"
-#include "rules_store/rules_fleet.h"
+#include "rules_redis/rules_fleet.h"
 #include "store/script.h"
 #include "store/store_reply.h"
 #include "store/store_reply_cap.h"

@@ -24,7 +24,7 @@ import unittest
 from fleet import Seq, redis_ini, unique, wait_redis_up
 from harness import Agent, free_port, rss_kb, stop_cleanly, wait_for
 from test_redis import RedisCase
-from test_rules_store import StoreCase, rules
+from test_rules_redis import StoreCase, rules
 
 RULE = "[rule:r]\nkey = key\nrate = 100000/1m\nburst = 100000\nlease = off\n"
 RSS_MAX_KB = 256 * 1024

@@ -19,7 +19,7 @@ import time
 
 from fleet import Seq, redis_ini, unique, wait_redis_up
 from harness import Agent, stop_cleanly, wait_for
-from test_rules_store import StoreCase, rules
+from test_rules_redis import StoreCase, rules
 
 BUDGET_DOC = '(doc/configuration.md, "The budget of a rule set")'
 

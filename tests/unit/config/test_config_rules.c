@@ -14,7 +14,7 @@
 
 #include "check_util.h"
 #include "http/config_page.h"
-#include "rules_store/rules_fleet.h"
+#include "rules_redis/rules_fleet.h"
 
 #define REDIS_FILE                                                                       \
     "[agent]\nmax_frame_size = 16380\n[redis]\nurl = redis://127.0.0.1:6379\n"          \

@@ -13,7 +13,7 @@
 #include "check_util.h"
 #include "config/config.h"
 #include "core/strbuf.h"
-#include "rules_store/rules_store.h"
+#include "rules_redis/rules_redis.h"
 
 static char dir[64];
 static char ini[128];
@@ -67,7 +67,7 @@ static void refused(const char *text, size_t len, char *err, size_t errlen)
 {
     struct config *cfg = (void *)1;
 
-    ck_assert_int_eq(rules_store_check_text(ini, text, len, "rules.ini", &cfg, err, errlen), -1);
+    ck_assert_int_eq(rules_redis_check_text(ini, text, len, "rules.ini", &cfg, err, errlen), -1);
     ck_assert_ptr_null(cfg);
     /* about the whole set: its name, no line; and where the budget is told */
     ck_assert_msg(strncmp(err, "rules.ini: rule set over its budget: ", 37) == 0, "%s", err);
@@ -177,7 +177,7 @@ START_TEST(large_realistic_set_accepted)
     size_t len, pbytes;
     char *text = rule_set(200, 4, realistic, &len, &pbytes);
 
-    ck_assert_msg(rules_store_check_text(ini, text, len, "rules.ini", &cfg, err, sizeof(err)) ==
+    ck_assert_msg(rules_redis_check_text(ini, text, len, "rules.ini", &cfg, err, sizeof(err)) ==
                       0,
                   "%s", err);
     const struct cfg_regex_use *u = &cfg->regex_use;

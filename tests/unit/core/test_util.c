@@ -183,7 +183,7 @@ END_TEST
 START_TEST(stripe_and_slot_use_different_bits)
 {
     ck_assert_uint_eq(util_stripe(0xabcdef0123456789ULL, 16), 0x1);
-    ck_assert_uint_eq(util_slot(0xabcdef0123456789ULL, 256), 0x89);
+    ck_assert_uint_eq(util_chain(0xabcdef0123456789ULL, 256), 0x89);
     ck_assert_uint_eq(util_hash_mix(0), 0);
 
     /* The keys of one stripe still spread over the slots of its table. */
@@ -196,7 +196,7 @@ START_TEST(stripe_and_slot_use_different_bits)
         if (util_stripe(h, STRIPES) != 0)
             continue;
         in_stripe++;
-        if (!seen[util_slot(h, SLOTS)]++)
+        if (!seen[util_chain(h, SLOTS)]++)
             distinct++;
     }
     ck_assert_int_gt(in_stripe, KEYS / STRIPES / 2);
@@ -234,7 +234,7 @@ START_TEST(hash_words_every_byte_counts)
         char k[64];
         int n = i % 2 ? snprintf(k, sizeof(k), "10.%d.%d.%d", i >> 16, (i >> 8) & 255, i & 255)
                       : snprintf(k, sizeof(k), "rl:{api}key-%d", i);
-        count[util_slot(util_hash_mix(util_hash_words(UTIL_HASH_INIT, k, (size_t)n)), SLOTS)]++;
+        count[util_chain(util_hash_mix(util_hash_words(UTIL_HASH_INIT, k, (size_t)n)), SLOTS)]++;
     }
     /* 64 expected per slot: a fair spread stays well inside [16, 128] */
     for (int i = 0; i < SLOTS; i++) {

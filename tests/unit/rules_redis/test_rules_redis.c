@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* test_rules_store.c - the pure parts of the rule store (rules_store.h):
+/* test_rules_redis.c - the pure parts of the rule store (rules_redis.h):
  * the one check every rule set passes (--push, --rollback, an agent applying
  * a version, the cache at start), and the cache file, written by two agents
  * of one host at once, never through a symlink planted at its names. */
@@ -14,7 +14,7 @@
 
 #include "check_util.h"
 #include "config/config.h"
-#include "rules_store/rules_store.h"
+#include "rules_redis/rules_redis.h"
 
 #define GOOD "[rule:api]\nkey = key\nrate = 10/1m\n"
 
@@ -72,7 +72,7 @@ START_TEST(check_text)
 {
     char err[CHECK_ERRLEN] = "";
     struct config *cfg = NULL;
-    int rc = rules_store_check_text(ini, texts[_i].text, strlen(texts[_i].text), "v", &cfg, err,
+    int rc = rules_redis_check_text(ini, texts[_i].text, strlen(texts[_i].text), "v", &cfg, err,
                                     sizeof(err));
 
     if (!texts[_i].err) {
@@ -94,32 +94,32 @@ START_TEST(check_version)
     char sha[65], empty_sha[65], err[CHECK_ERRLEN];
     struct config *cfg = NULL;
 
-    rules_store_sha256(GOOD, strlen(GOOD), sha);
-    rules_store_sha256("", 0, empty_sha);
-    ck_assert_int_eq(rules_store_check_version(ini, GOOD, strlen(GOOD), sha, "redis:v1", &cfg,
+    rules_redis_sha256(GOOD, strlen(GOOD), sha);
+    rules_redis_sha256("", 0, empty_sha);
+    ck_assert_int_eq(rules_redis_check_version(ini, GOOD, strlen(GOOD), sha, "redis:v1", &cfg,
                                                err, sizeof(err)),
                      0);
     ck_assert_uint_eq(cfg->nrules, 1);
     config_free(cfg);
     /* no checksum, or another text's: refused before it is parsed */
-    ck_assert_int_eq(rules_store_check_version(ini, GOOD, strlen(GOOD), "", "redis:v2", &cfg, err,
+    ck_assert_int_eq(rules_redis_check_version(ini, GOOD, strlen(GOOD), "", "redis:v2", &cfg, err,
                                                sizeof(err)),
                      -1);
     ck_assert_ptr_null(cfg);
     ck_assert_str_eq(err, "redis:v2: no sha256: not a version --push wrote\n");
-    ck_assert_int_eq(rules_store_check_version(ini, GOOD, strlen(GOOD), NULL, "redis:v2", NULL,
+    ck_assert_int_eq(rules_redis_check_version(ini, GOOD, strlen(GOOD), NULL, "redis:v2", NULL,
                                                err, sizeof(err)),
                      -1);
-    ck_assert_int_eq(rules_store_check_version(ini, GOOD, strlen(GOOD), empty_sha, "redis:v3",
+    ck_assert_int_eq(rules_redis_check_version(ini, GOOD, strlen(GOOD), empty_sha, "redis:v3",
                                                NULL, err, sizeof(err)),
                      -1);
     ck_assert_str_eq(err, "redis:v3: its sha256 does not match its text\n");
-    ck_assert_int_eq(rules_store_check_version(ini, GOOD, strlen(GOOD), "abc", "redis:v3", NULL,
+    ck_assert_int_eq(rules_redis_check_version(ini, GOOD, strlen(GOOD), "abc", "redis:v3", NULL,
                                                err, sizeof(err)),
                      -1);
     /* an empty set with its right checksum: still refused */
     ck_assert_int_eq(
-        rules_store_check_version(ini, "", 0, empty_sha, "redis:v4", NULL, err, sizeof(err)), -1);
+        rules_redis_check_version(ini, "", 0, empty_sha, "redis:v4", NULL, err, sizeof(err)), -1);
     ck_assert_msg(strstr(err, "redis:v4: no [rule:*] section"), "%s", err);
 }
 END_TEST
@@ -132,8 +132,8 @@ START_TEST(cache_round_trip)
     uint64_t version;
 
     snprintf(path, sizeof(path), "%s/rules.ini", dir);
-    ck_assert_int_eq(rules_store_write_cache(path, GOOD, strlen(GOOD), 7, err, sizeof(err)), 0);
-    ck_assert_int_eq(rules_store_read_cache(path, &text, &len, &version, err, sizeof(err)), 0);
+    ck_assert_int_eq(rules_redis_write_cache(path, GOOD, strlen(GOOD), 7, err, sizeof(err)), 0);
+    ck_assert_int_eq(rules_redis_read_cache(path, &text, &len, &version, err, sizeof(err)), 0);
     ck_assert_uint_eq(version, 7);
     ck_assert_uint_eq(len, strlen(GOOD));
     ck_assert_str_eq(text, GOOD);
@@ -142,7 +142,7 @@ START_TEST(cache_round_trip)
     ck_assert_str_eq(left, "rules.ini "); /* no temporary file left */
     /* a directory that does not exist: said, nothing left anywhere */
     snprintf(path, sizeof(path), "%s/gone/rules.ini", dir);
-    ck_assert_int_eq(rules_store_write_cache(path, GOOD, strlen(GOOD), 8, err, sizeof(err)), -1);
+    ck_assert_int_eq(rules_redis_write_cache(path, GOOD, strlen(GOOD), 8, err, sizeof(err)), -1);
     ck_assert_msg(strstr(err, "cannot write"), "%s", err);
     others(left, sizeof(left));
     ck_assert_str_eq(left, "rules.ini ");
@@ -177,7 +177,7 @@ START_TEST(cache_symlinks_not_followed)
     fclose(fp);
     ck_assert_int_eq(symlink(victim, tmp), 0);
     ck_assert_int_eq(symlink(victim, path), 0);
-    ck_assert_int_eq(rules_store_write_cache(path, GOOD, strlen(GOOD), 9, err, sizeof(err)), 0);
+    ck_assert_int_eq(rules_redis_write_cache(path, GOOD, strlen(GOOD), 9, err, sizeof(err)), 0);
     slurp(victim, got, sizeof(got));
     ck_assert_str_eq(got, "precious\n");
     struct stat st;
@@ -224,7 +224,7 @@ START_TEST(cache_two_writers)
             for (uint64_t i = 1; i <= WRITES; i++) {
                 uint64_t v = (uint64_t)(k + 1) * 100000 + i;
                 size_t n = text_of(v, want, sizeof(want));
-                failed += rules_store_write_cache(path, want, n, v, err, sizeof(err)) < 0;
+                failed += rules_redis_write_cache(path, want, n, v, err, sizeof(err)) < 0;
             }
             _exit(failed ? 1 : 0);
         }
@@ -233,7 +233,7 @@ START_TEST(cache_two_writers)
         char *text;
         size_t len;
         uint64_t version;
-        if (rules_store_read_cache(path, &text, &len, &version, err, sizeof(err)) == 0) {
+        if (rules_redis_read_cache(path, &text, &len, &version, err, sizeof(err)) == 0) {
             size_t n = text_of(version, want, sizeof(want));
             ck_assert_msg(len == n && memcmp(text, want, n) == 0, "version %llu: torn text",
                           (unsigned long long)version);
@@ -254,7 +254,7 @@ START_TEST(cache_two_writers)
     char *text;
     size_t len;
     uint64_t version;
-    ck_assert_int_eq(rules_store_read_cache(path, &text, &len, &version, err, sizeof(err)), 0);
+    ck_assert_int_eq(rules_redis_read_cache(path, &text, &len, &version, err, sizeof(err)), 0);
     ck_assert(version % 100000 == WRITES);
     ck_assert_uint_eq(len, text_of(version, want, sizeof(want)));
     free(text);
@@ -266,10 +266,10 @@ END_TEST
 
 int main(void)
 {
-    TCase *tc = tcase_create("rules_store");
+    TCase *tc = tcase_create("rules_redis");
 
     tcase_add_checked_fixture(tc, setup, teardown);
     CHECK_LOOP(tc, check_text, texts);
     CHECK_ADD(tc, check_version, cache_round_trip, cache_symlinks_not_followed, cache_two_writers);
-    return check_run_case("rules_store", tc);
+    return check_run_case("rules_redis", tc);
 }

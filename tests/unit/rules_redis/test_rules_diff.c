@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "check_util.h"
-#include "rules_store/rules_diff.h"
+#include "rules_redis/rules_diff.h"
 
 static const struct {
     const char *what, *a, *b, *want;

@@ -8,7 +8,7 @@
  * harmless GET of the current version is repeated until it answers; the
  * script, which writes, is then sent once and never repeated.
  */
-#include "rules_store/rules_cli.h"
+#include "rules_redis/rules_cli.h"
 
 #include <errno.h>
 #include <ev.h>
@@ -22,10 +22,10 @@
 #include "config/config.h"
 #include "core/log.h"
 #include "rules_scripts.h"
-#include "rules_store/rules_diff.h"
-#include "rules_store/rules_fleet.h"
-#include "rules_store/rules_script.h"
-#include "rules_store/rules_store.h"
+#include "rules_redis/rules_diff.h"
+#include "rules_redis/rules_fleet.h"
+#include "rules_redis/rules_script.h"
+#include "rules_redis/rules_redis.h"
 #include "store/store.h"
 
 #define ERRBUF 8192
@@ -179,7 +179,7 @@ static char *read_rules(const char *path, size_t *len)
     return buf;
 }
 
-/* --rollback N: version N as every agent will check it, with rules_store_
+/* --rollback N: version N as every agent will check it, with rules_redis_
  * check_version (--push's check, after its sha256): 1 it passes (its sha256
  * in sha, for the script to copy only that text), 0 it is not kept (the
  * script says so), -1 refused or unreadable (said on stderr). */
@@ -190,7 +190,7 @@ static int check_rollback(struct cli *c, const struct rules_cli_args *a, char sh
     int rc = -1;
 
     snprintf(vname, sizeof(vname), "v:%lld", a->rollback);
-    rules_store_key(c->prefix, vname, key);
+    rules_redis_key(c->prefix, vname, key);
     char cap[24];
     snprintf(cap, sizeof(cap), "%d", CFG_MAX_RULES_TEXT);
     /* as the agents read it: the text only within the cap (lua/rules_fetch.lua) */
@@ -208,7 +208,7 @@ static int check_rollback(struct cli *c, const struct rules_cli_args *a, char sh
         rc = 0;
     } else {
         snprintf(name, sizeof(name), "redis:v%lld", a->rollback);
-        if (rules_store_check_version(a->config, an.str[0], strlen(an.str[0]), an.str[1], name,
+        if (rules_redis_check_version(a->config, an.str[0], strlen(an.str[0]), an.str[1], name,
                                       NULL, err, sizeof(err)) < 0) {
             fputs(err, stderr);
             fprintf(stderr,
@@ -233,7 +233,7 @@ static int run_push(struct cli *c, const struct rules_cli_args *a, const struct 
     int rc = 1;
 
     if (a->op == RULES_CLI_PUSH)
-        rules_store_sha256(text ? text : "", len, sha);
+        rules_redis_sha256(text ? text : "", len, sha);
     else if (check_rollback(c, a, sha) < 0)
         return 1;
     gethostname(host, sizeof(host) - 1);
@@ -242,8 +242,8 @@ static int run_push(struct cli *c, const struct rules_cli_args *a, const struct 
         snprintf(want, sizeof(want), "%lld", a->if_version);
     snprintf(from, sizeof(from), "%lld", a->rollback);
     snprintf(live, sizeof(live), "%d", RULES_FLEET_LIVE_MS);
-    rules_store_key(c->prefix, "agents", agents);
-    rules_store_key(c->prefix, "seen", seen);
+    rules_redis_key(c->prefix, "agents", agents);
+    rules_redis_key(c->prefix, "seen", seen);
     /* EVAL, the script, 4 keys, then its ARGV by position */
     const char *argv[7 + RULES_PUSH_ARGC] = {"EVAL",       rules_script_push, "4", c->current,
                                              c->versions, agents,            seen};
@@ -333,8 +333,8 @@ static int run_fleet(struct cli *c)
     char agents[RULES_STORE_KEY_MAX], seen[RULES_STORE_KEY_MAX], live[24];
     int rc = 1;
 
-    rules_store_key(c->prefix, "agents", agents);
-    rules_store_key(c->prefix, "seen", seen);
+    rules_redis_key(c->prefix, "agents", agents);
+    rules_redis_key(c->prefix, "seen", seen);
     snprintf(live, sizeof(live), "%d", RULES_FLEET_LIVE_MS);
     const char *argv[5 + RULES_FLEET_ARGC] = {"EVAL", rules_script_fleet, "2", agents, seen};
     argv[5 + RULES_FLEET_ARG_AGENT] = ""; /* only read */
@@ -376,7 +376,7 @@ static int fetch_version(struct cli *c, long long n, char **text, size_t *len, c
     int rc = -1;
 
     snprintf(vname, sizeof(vname), "v:%lld", n);
-    rules_store_key(c->prefix, vname, key);
+    rules_redis_key(c->prefix, vname, key);
     snprintf(cap, sizeof(cap), "%d", CFG_MAX_RULES_TEXT);
     const char *argv[4 + RULES_FETCH_ARGC] = {"EVAL_RO", rules_script_fetch, "1", key};
     argv[4 + RULES_FETCH_ARG_CAP] = cap;
@@ -396,7 +396,7 @@ static int fetch_version(struct cli *c, long long n, char **text, size_t *len, c
         *text = an.str[RULES_FETCH_R_TEXT];
         an.str[RULES_FETCH_R_TEXT] = NULL; /* now the caller's */
         snprintf(sha, 65, "%s", an.str[RULES_FETCH_R_SHA256]);
-        rules_store_sha256(*text, *len, got);
+        rules_redis_sha256(*text, *len, got);
         /* shown all the same: it is what is stored, and every agent refuses it */
         if (strcmp(got, sha) != 0)
             fprintf(stderr, "spoa-ratelimit: warning: version %lld's text does not match its "
@@ -419,7 +419,7 @@ static int run_show(struct cli *c, long long n)
     if (fetch_version(c, n, &text, &len, sha) < 0)
         return 1;
     snprintf(vname, sizeof(vname), "v:%lld", n);
-    rules_store_key(c->prefix, vname, key);
+    rules_redis_key(c->prefix, vname, key);
     const char *argv[] = {"HMGET", key, "time", "host", "message"};
     call(c, 5, argv, &an);
     if (an.status == STORE_OK && an.n == 3) {
@@ -481,7 +481,7 @@ int rules_cli_run(const struct rules_cli_args *a)
         /* exactly --check's checks, with FILE's own sections around RULES,
          * and at least one rule: what every agent checks again */
         if (!(text = read_rules(a->rules, &len)) ||
-            rules_store_check_text(a->config, text, len, a->rules, NULL, err, sizeof(err)) < 0) {
+            rules_redis_check_text(a->config, text, len, a->rules, NULL, err, sizeof(err)) < 0) {
             if (text) {
                 fputs(err, stderr);
                 fprintf(stderr, "spoa-ratelimit: not pushed\n");
@@ -496,8 +496,8 @@ int rules_cli_run(const struct rules_cli_args *a)
     }
     log_level = LOG_LVL_ERROR; /* the store's reconnect notes are not this command's output */
     c.prefix = cfg->redis_prefix;
-    rules_store_key(cfg->redis_prefix, "current", c.current);
-    rules_store_key(cfg->redis_prefix, "versions", c.versions);
+    rules_redis_key(cfg->redis_prefix, "current", c.current);
+    rules_redis_key(cfg->redis_prefix, "versions", c.versions);
     if (!(c.loop = ev_loop_new(EVFLAG_AUTO))) {
         fprintf(stderr, "spoa-ratelimit: no event loop\n");
         goto out;

@@ -7,7 +7,7 @@
  * active only while a load is in flight, so that it never keeps a loop run
  * at shutdown going.
  */
-#include "rules_store/rules_compile.h"
+#include "rules_redis/rules_compile.h"
 
 #include <ev.h>
 #include <pthread.h>
@@ -18,7 +18,7 @@
 
 #include "config/config.h"
 #include "core/log.h"
-#include "rules_store/rules_check.h"
+#include "rules_redis/rules_check.h"
 
 #define ERRBUF 4096
 
@@ -54,7 +54,7 @@ static void *load_thread(void *arg)
         rc = config_load_with_rules(c->path, c->text, c->len, c->name, &c->cfg, c->err,
                                     sizeof(c->err));
     else
-        rc = rules_store_check_version(c->path, c->text, c->len, c->sha256, c->name, &c->cfg,
+        rc = rules_redis_check_version(c->path, c->text, c->len, c->sha256, c->name, &c->cfg,
                                        c->err, sizeof(c->err));
     if (rc < 0)
         c->cfg = NULL;

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* rules_fleet.c - the fleet's view of the rule set, from lua/rules_fleet.lua's
  * reply to JSON and text (see rules_fleet.h). */
-#include "rules_store/rules_fleet.h"
+#include "rules_redis/rules_fleet.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -10,7 +10,7 @@
 
 #include "core/json.h"
 #include "core/strbuf.h"
-#include "rules_store/rules_script.h"
+#include "rules_redis/rules_script.h"
 
 /* A decimal integer of exactly len bytes (at most 19 digits). */
 static int parse_u64(const char *s, size_t len, uint64_t *out)

@@ -7,7 +7,7 @@
  * it, and in each run of changes the deletions are printed before the
  * insertions, as diff -u does.
  */
-#include "rules_store/rules_diff.h"
+#include "rules_redis/rules_diff.h"
 
 #include <stdint.h>
 #include <stdlib.h>

@@ -18,16 +18,16 @@ struct config;
  * empty set would allow every request everywhere. --push and the cache read
  * at start call it on text they read themselves. 0 with *out the config
  * (NULL out: freed), or -1 with "NAME[:LINE]: message" lines in err. */
-int rules_store_check_text(const char *path, const char *text, size_t len, const char *name,
+int rules_redis_check_text(const char *path, const char *text, size_t len, const char *name,
                            struct config **out, char *err, size_t errlen);
 
 /* The same for a version read from Redis (an agent applying it, --rollback
  * choosing it): first its sha256 (the hash's, as --push wrote it: 64 hex
  * digits) must be present and be text's. */
-int rules_store_check_version(const char *path, const char *text, size_t len, const char *sha256,
+int rules_redis_check_version(const char *path, const char *text, size_t len, const char *sha256,
                               const char *name, struct config **out, char *err, size_t errlen);
 
 /* sha256 of text in lower-case hex (65 bytes with the NUL). */
-void rules_store_sha256(const char *text, size_t len, char out[65]);
+void rules_redis_sha256(const char *text, size_t len, char out[65]);
 
 #endif

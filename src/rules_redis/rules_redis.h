@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* rules_store.h - the fleet's rule set in Redis ([rules] source = redis):
+/* rules_redis.h - the fleet's rule set in Redis ([rules] source = redis):
  * the agent's side (poll, fetch, hand over to be applied, cache on disk) and
  * the layout the operator's commands (rules_cli.h) write.
  *
@@ -13,7 +13,7 @@
  * small key); a version it has neither applied nor refused is fetched
  * (one EVAL_RO of lua/rules_fetch.lua: its text and sha256, or over 1 MiB
  * its size alone, the text refused unread),
- * checked by rules_store_check_version (its sha256 present and right, then
+ * checked by rules_redis_check_version (its sha256 present and right, then
  * parsed with the agent's own non-rule sections exactly as a SIGHUP would,
  * and not empty) and handed to the apply callback, which swaps the rule set
  * in. The check (parsing, compiling the regexes within the rule set's
@@ -46,58 +46,58 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "rules_store/rules_cache.h"
-#include "rules_store/rules_check.h"
-#include "rules_store/rules_compile.h"
+#include "rules_redis/rules_cache.h"
+#include "rules_redis/rules_check.h"
+#include "rules_redis/rules_compile.h"
 
 struct ev_loop;
 struct store;
 struct config;
 struct rules_compile;
-struct rules_store;
+struct rules_redis;
 
 
-/* Put cfg in force: a version that passed rules_store_check_version with
+/* Put cfg in force: a version that passed rules_redis_check_version with
  * the agent's file (owned from here on, freed on failure too). 0 applied;
  * -1 not (out of memory), the reason in err. */
-typedef int rules_store_apply_fn(void *ctx, struct config *cfg, char *err, size_t errlen);
+typedef int rules_redis_apply_fn(void *ctx, struct config *cfg, char *err, size_t errlen);
 
 /* Start polling s every cfg's [rules] poll (path: the agent's file, whose
  * other sections each version is checked with; cfg: the boot config; its
  * prefix and cache path are copied). Versions load through compile (the
  * agent's, shared with SIGHUP: no poll while it is busy). NULL when out of
  * memory. */
-struct rules_store *rules_store_new(struct ev_loop *loop, struct store *s,
+struct rules_redis *rules_redis_new(struct ev_loop *loop, struct store *s,
                                     struct rules_compile *compile, const char *path,
-                                    const struct config *cfg, rules_store_apply_fn *apply,
+                                    const struct config *cfg, rules_redis_apply_fn *apply,
                                     void *ctx);
 
 /* The rules in force (the cache read at start, or a version applied):
  * text (copied) as version; cached marks them as coming from the cache. -1
  * out of memory: the version is taken, its text is not kept. */
-int rules_store_adopt(struct rules_store *rs, const char *text, size_t len, uint64_t version,
+int rules_redis_adopt(struct rules_redis *rs, const char *text, size_t len, uint64_t version,
                       int cached);
 
 /* The text of the version in force (text NULL: none yet, the file's rules)
  * and its number, kept up to date at each apply: what a SIGHUP's load
  * reads when it starts (rules_compile_reload). NULL when rs is. */
-const struct rules_in_force *rules_store_in_force(const struct rules_store *rs);
+const struct rules_in_force *rules_redis_in_force(const struct rules_redis *rs);
 
 /* The last version's apply error ("version N: NAME:LINE: ..."), NULL when
  * the last one applied (the status page). Valid until the next poll. */
-const char *rules_store_error(const struct rules_store *rs);
+const char *rules_redis_error(const struct rules_redis *rs);
 /* And the version it names (0: the last one applied). */
-uint64_t rules_store_rejected(const struct rules_store *rs);
+uint64_t rules_redis_rejected(const struct rules_redis *rs);
 
 /* SIGHUP: a version refused with the old file may pass with the new one:
  * forget the refusals (each is logged once again if it fails again). */
-void rules_store_retry(struct rules_store *rs);
+void rules_redis_retry(struct rules_redis *rs);
 
 /* GET /fleet: the fleet's view as JSON (rules_fleet.h), as this agent's
  * last report (every 5 s, and after each new version) answered it;
  * malloc'd, its length in *len. NULL before the first answer, or out of
  * memory. */
-char *rules_store_fleet_json(const struct rules_store *rs, size_t *len);
+char *rules_redis_fleet_json(const struct rules_redis *rs, size_t *len);
 
 /* GET /rules/N: version N's text read as the agent reads a version
  * (lua/rules_fetch.lua, within 1 MiB), handed to fn, now or later, exactly
@@ -105,12 +105,12 @@ char *rules_store_fleet_json(const struct rules_store *rs, size_t *len);
  * Bad Gateway" over the cap, "503 Service Unavailable" Redis not
  * answering) and a malloc'd body (the text, or why not; NULL out of
  * memory) of len bytes, for the callee to take over. */
-typedef void rules_store_text_fn(void *arg, const char *status, char *body, size_t len);
-void rules_store_text(struct rules_store *rs, uint64_t version, rules_store_text_fn *fn, void *arg);
+typedef void rules_redis_text_fn(void *arg, const char *status, char *body, size_t len);
+void rules_redis_text(struct rules_redis *rs, uint64_t version, rules_redis_text_fn *fn, void *arg);
 
 /* Stop polling (before the store is freed), then free. NULL no-op. */
-void rules_store_stop(struct rules_store *rs);
-void rules_store_free(struct rules_store *rs);
+void rules_redis_stop(struct rules_redis *rs);
+void rules_redis_free(struct rules_redis *rs);
 
 
 #endif

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* rules_store.c - an agent with [rules] source = redis follows the fleet's
- * current rule set (see rules_store.h): poll, fetch, apply, cache. */
-#include "rules_store/rules_store.h"
+/* rules_redis.c - an agent with [rules] source = redis follows the fleet's
+ * current rule set (see rules_redis.h): poll, fetch, apply, cache. */
+#include "rules_redis/rules_redis.h"
 
 #include <ev.h>
 #include <stdio.h>
@@ -14,9 +14,9 @@
 #include "core/warning.h"
 #include "metrics/metrics.h"
 #include "rules_scripts.h"
-#include "rules_store/rules_compile.h"
-#include "rules_store/rules_fleet.h"
-#include "rules_store/rules_script.h"
+#include "rules_redis/rules_compile.h"
+#include "rules_redis/rules_fleet.h"
+#include "rules_redis/rules_script.h"
 #include "store/store.h"
 #include "store/store_reply_cap.h"
 
@@ -28,12 +28,12 @@ _Static_assert(CFG_MAX_RULES_TEXT <= STORE_REPLY_MAX_STRING &&
 #define ERRBUF 4096
 #define REPORT_EVERY_S 5.0 /* each agent's line in the fleet's view (rules_fleet.h) */
 
-struct rules_store {
+struct rules_redis {
     struct ev_loop *loop;
     struct store *s;
     struct rules_compile *compile; /* the agent's: versions load off the loop */
     uint64_t compiling;            /* the version loading there; 0: none */
-    rules_store_apply_fn *apply;
+    rules_redis_apply_fn *apply;
     void *ctx;
     char *path; /* the agent's file: its sections around each version */
     ev_timer poll;
@@ -66,23 +66,23 @@ struct rules_store {
 };
 
 /* The version is in force: remember its text, say so, cache it. */
-static void applied(struct rules_store *rs, const char *text, size_t len, uint64_t version)
+static void applied(struct rules_redis *rs, const char *text, size_t len, uint64_t version)
 {
     char err[512];
-    int kept = rules_store_adopt(rs, text, len, version, 0) == 0;
+    int kept = rules_redis_adopt(rs, text, len, version, 0) == 0;
 
     if (!kept) /* the version and sha are in force anyway, not the text for SIGHUP */
         LOG_ERROR("\"out of memory: the applied rules are not cached\"");
     rs->error[0] = '\0';
     METRIC_INC(rules_applied_ok);
     if (rs->cache && kept &&
-        rules_store_write_cache(rs->cache, text, len, version, err, sizeof(err)) < 0)
+        rules_redis_write_cache(rs->cache, text, len, version, err, sizeof(err)) < 0)
         LOG_WARN("\"rules cache not written: an agent started while Redis is down will use its "
                  "file's rules\" error=\"%s\"",
                  log_esc(err, strlen(err)));
 }
 
-static void refused(struct rules_store *rs, uint64_t version, const char *why)
+static void refused(struct rules_redis *rs, uint64_t version, const char *why)
 {
     /* the fleet sees the refusal at once, not a report period later */
     ev_feed_event(rs->loop, &rs->report, EV_TIMER);
@@ -100,7 +100,7 @@ static void refused(struct rules_store *rs, uint64_t version, const char *why)
 /* The version's load (rules_compile.h) ended: apply it, or refuse it. */
 static void on_loaded(void *arg, struct rules_compile_result *res)
 {
-    struct rules_store *rs = arg;
+    struct rules_redis *rs = arg;
     uint64_t version = rs->compiling;
     char sha[65], err[ERRBUF];
 
@@ -112,7 +112,7 @@ static void on_loaded(void *arg, struct rules_compile_result *res)
         refused(rs, version, res->cfg ? (err[0] ? err : "refused") : res->err);
         return;
     }
-    rules_store_sha256(res->text, res->len, sha);
+    rules_redis_sha256(res->text, res->len, sha);
     applied(rs, res->text, res->len, version);
     LOG_INFO("\"rules version applied\" version=%llu sha256=%.12s bytes=%zu",
              (unsigned long long)version, sha, res->len);
@@ -122,7 +122,7 @@ static void on_loaded(void *arg, struct rules_compile_result *res)
  * the size of a text over it): check, then load it off the loop. */
 static void on_version(void *arg, const struct store_result *res)
 {
-    struct rules_store *rs = arg;
+    struct rules_redis *rs = arg;
     uint64_t version = rs->fetching;
     char name[48], err[ERRBUF];
 
@@ -170,7 +170,7 @@ static void on_version(void *arg, const struct store_result *res)
  * number is applied (a stale replica's older rules would come back
  * silently); the warning says what to do. The fleet's view hears of this
  * agent's N at once, so that --push sees it and asks for --force. */
-static void store_lost(struct rules_store *rs, uint64_t current)
+static void store_lost(struct rules_redis *rs, uint64_t current)
 {
     char now[24] = "none";
 
@@ -190,7 +190,7 @@ static void store_lost(struct rules_store *rs, uint64_t current)
  * neither in force nor refused is fetched. */
 static void on_current(void *arg, const struct store_result *res)
 {
-    struct rules_store *rs = arg;
+    struct rules_redis *rs = arg;
     char vname[32], sha[65] = "";
 
     rs->inflight = 0;
@@ -230,7 +230,7 @@ static void on_current(void *arg, const struct store_result *res)
         return;
     memcpy(rs->fetching_sha, sha, sizeof(sha));
     snprintf(vname, sizeof(vname), "v:%llu", (unsigned long long)version);
-    size_t klen = rules_store_key(rs->prefix, vname, rs->fetching_key);
+    size_t klen = rules_redis_key(rs->prefix, vname, rs->fetching_key);
     /* the text only within the cap, its size checked in the same atomic
      * call: a text over it is never read into memory, even one swapped in
      * after a size query (and the store's reader refuses a larger reply
@@ -250,7 +250,7 @@ static void on_current(void *arg, const struct store_result *res)
 
 static void poll_cb(struct ev_loop *loop, ev_timer *t, int revents)
 {
-    struct rules_store *rs = t->data;
+    struct rules_redis *rs = t->data;
     const char *argv[] = {"GET", rs->key_current};
     size_t argvlen[] = {3, strlen(rs->key_current)};
 
@@ -265,7 +265,7 @@ static void poll_cb(struct ev_loop *loop, ev_timer *t, int revents)
 /* The fleet's view (lua/rules_fleet.lua), kept for GET /fleet. */
 static void on_report(void *arg, const struct store_result *res)
 {
-    struct rules_store *rs = arg;
+    struct rules_redis *rs = arg;
     struct rules_fleet f;
 
     rs->reporting = 0;
@@ -284,7 +284,7 @@ static void on_report(void *arg, const struct store_result *res)
     atomic_store(&metrics.rules_current_version, f.current);
 }
 
-static void report(struct rules_store *rs)
+static void report(struct rules_redis *rs)
 {
     char version[24], live[24];
 
@@ -312,7 +312,7 @@ static void report_cb(struct ev_loop *loop, ev_timer *t, int revents)
 }
 
 struct text_req {
-    rules_store_text_fn *fn;
+    rules_redis_text_fn *fn;
     void *arg;
 };
 
@@ -346,7 +346,7 @@ static void on_text(void *arg, const struct store_result *res)
     }
 }
 
-void rules_store_text(struct rules_store *rs, uint64_t version, rules_store_text_fn *fn, void *arg)
+void rules_redis_text(struct rules_redis *rs, uint64_t version, rules_redis_text_fn *fn, void *arg)
 {
     struct text_req *t = malloc(sizeof(*t));
     char vname[32], key[RULES_STORE_KEY_MAX], cap[24];
@@ -357,7 +357,7 @@ void rules_store_text(struct rules_store *rs, uint64_t version, rules_store_text
     }
     *t = (struct text_req){fn, arg};
     snprintf(vname, sizeof(vname), "v:%llu", (unsigned long long)version);
-    size_t klen = rules_store_key(rs->prefix, vname, key);
+    size_t klen = rules_redis_key(rs->prefix, vname, key);
     snprintf(cap, sizeof(cap), "%d", CFG_MAX_RULES_TEXT);
     const char *argv[4 + RULES_FETCH_ARGC] = {"EVAL_RO", rules_script_fetch, "1", key};
     argv[4 + RULES_FETCH_ARG_CAP] = cap;
@@ -368,17 +368,17 @@ void rules_store_text(struct rules_store *rs, uint64_t version, rules_store_text
     store_read(rs->s, key, klen, 4 + RULES_FETCH_ARGC, argv, argvlen, on_text, t);
 }
 
-char *rules_store_fleet_json(const struct rules_store *rs, size_t *len)
+char *rules_redis_fleet_json(const struct rules_redis *rs, size_t *len)
 {
     return rs->have_fleet ? rules_fleet_json(&rs->fleet, len) : NULL;
 }
 
-struct rules_store *rules_store_new(struct ev_loop *loop, struct store *s,
+struct rules_redis *rules_redis_new(struct ev_loop *loop, struct store *s,
                                     struct rules_compile *compile, const char *path,
-                                    const struct config *cfg, rules_store_apply_fn *apply,
+                                    const struct config *cfg, rules_redis_apply_fn *apply,
                                     void *ctx)
 {
-    struct rules_store *rs = calloc(1, sizeof(*rs));
+    struct rules_redis *rs = calloc(1, sizeof(*rs));
 
     if (!rs)
         return NULL;
@@ -394,7 +394,7 @@ struct rules_store *rules_store_new(struct ev_loop *loop, struct store *s,
     rs->apply = apply;
     rs->ctx = ctx;
     snprintf(rs->prefix, sizeof(rs->prefix), "%s", cfg->redis_prefix ? cfg->redis_prefix : "");
-    rules_store_key(rs->prefix, "current", rs->key_current);
+    rules_redis_key(rs->prefix, "current", rs->key_current);
     /* the first look soon after start, once the store had a chance to connect */
     double every = (double)cfg->rules_poll_ms / 1000.;
     ev_timer_init(&rs->poll, poll_cb, every < 0.2 ? every : 0.2, every);
@@ -404,15 +404,15 @@ struct rules_store *rules_store_new(struct ev_loop *loop, struct store *s,
     gethostname(host, sizeof(host) - 1);
     snprintf(rs->member, sizeof(rs->member), "host=%s pid=%d listen=%s", host, (int)getpid(),
              cfg->listen ? cfg->listen : "");
-    rules_store_key(rs->prefix, "agents", rs->key_agents);
-    rules_store_key(rs->prefix, "seen", rs->key_seen);
+    rules_redis_key(rs->prefix, "agents", rs->key_agents);
+    rules_redis_key(rs->prefix, "seen", rs->key_seen);
     ev_timer_init(&rs->report, report_cb, 0.5, REPORT_EVERY_S);
     rs->report.data = rs;
     ev_timer_start(loop, &rs->report);
     return rs;
 }
 
-int rules_store_adopt(struct rules_store *rs, const char *text, size_t len, uint64_t version,
+int rules_redis_adopt(struct rules_redis *rs, const char *text, size_t len, uint64_t version,
                       int cached)
 {
     char *copy = malloc(len + 1);
@@ -425,28 +425,28 @@ int rules_store_adopt(struct rules_store *rs, const char *text, size_t len, uint
         rs->cur.text = copy;
         rs->cur.len = len;
     }
-    rules_store_sha256(text, len, rs->sha);
+    rules_redis_sha256(text, len, rs->sha);
     atomic_store(&metrics.rules_version, version);
     atomic_store(&metrics.rules_cached, cached ? 1 : 0);
     return copy ? 0 : -1;
 }
 
-const struct rules_in_force *rules_store_in_force(const struct rules_store *rs)
+const struct rules_in_force *rules_redis_in_force(const struct rules_redis *rs)
 {
     return rs ? &rs->cur : NULL;
 }
 
-const char *rules_store_error(const struct rules_store *rs)
+const char *rules_redis_error(const struct rules_redis *rs)
 {
     return rs->error[0] ? rs->error : NULL;
 }
 
-uint64_t rules_store_rejected(const struct rules_store *rs)
+uint64_t rules_redis_rejected(const struct rules_redis *rs)
 {
     return rs->error[0] ? rs->rejected : 0;
 }
 
-void rules_store_retry(struct rules_store *rs)
+void rules_redis_retry(struct rules_redis *rs)
 {
     if (rs) {
         rs->rejected = 0;
@@ -454,7 +454,7 @@ void rules_store_retry(struct rules_store *rs)
     }
 }
 
-void rules_store_stop(struct rules_store *rs)
+void rules_redis_stop(struct rules_redis *rs)
 {
     if (!rs)
         return;
@@ -463,11 +463,11 @@ void rules_store_stop(struct rules_store *rs)
     ev_clear_pending(rs->loop, &rs->report);
 }
 
-void rules_store_free(struct rules_store *rs)
+void rules_redis_free(struct rules_redis *rs)
 {
     if (!rs)
         return;
-    rules_store_stop(rs);
+    rules_redis_stop(rs);
     rules_fleet_clear(&rs->fleet);
     free(rs->cur.text);
     free(rs->cache);

@@ -2,8 +2,8 @@
 /* rules_cache.c - what the rule store keeps outside Redis: the cache file
  * of the last applied version (read at start, written after each apply),
  * the configuration an agent starts with and the key names of the layout.
- * No Redis, no loop (see rules_store.h). */
-#include "rules_store/rules_cache.h"
+ * No Redis, no loop (see rules_redis.h). */
+#include "rules_redis/rules_cache.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -16,20 +16,20 @@
 
 #include "config/config.h"
 #include "core/log.h"
-#include "rules_store/rules_check.h"
+#include "rules_redis/rules_check.h"
 
 /* The cache's first line: an INI comment, so that the file is a rules file
  * too (an operator may --check or --push it as it is). */
 #define CACHE_HEAD "; spoa-ratelimit rules version "
 
-size_t rules_store_key(const char *prefix, const char *suffix, char *out)
+size_t rules_redis_key(const char *prefix, const char *suffix, char *out)
 {
     int n = snprintf(out, RULES_STORE_KEY_MAX, "%s{rules}:%s", prefix ? prefix : "", suffix);
 
     return n < 0 ? 0 : (size_t)n >= RULES_STORE_KEY_MAX ? RULES_STORE_KEY_MAX - 1 : (size_t)n;
 }
 
-int rules_store_read_cache(const char *path, char **text, size_t *len, uint64_t *version,
+int rules_redis_read_cache(const char *path, char **text, size_t *len, uint64_t *version,
                            char *err, size_t errlen)
 {
     FILE *fp = fopen(path, "r");
@@ -89,7 +89,7 @@ static void sync_dir(const char *path)
     close(fd);
 }
 
-int rules_store_write_cache(const char *path, const char *text, size_t len, uint64_t version,
+int rules_redis_write_cache(const char *path, const char *text, size_t len, uint64_t version,
                             char *err, size_t errlen)
 {
     char tmp[4096];
@@ -130,17 +130,17 @@ int rules_store_write_cache(const char *path, const char *text, size_t len, uint
     return 0;
 }
 
-void rules_store_boot(const char *path, struct config **cfg, char **text, size_t *len,
+void rules_redis_boot(const char *path, struct config **cfg, char **text, size_t *len,
                       uint64_t *version)
 {
     char err[8192];
     const char *cache = (*cfg)->rules_cache;
     struct config *with = NULL;
 
-    if (cache && rules_store_read_cache(cache, text, len, version, err, sizeof(err)) == 0) {
+    if (cache && rules_redis_read_cache(cache, text, len, version, err, sizeof(err)) == 0) {
         /* the check of every rule set: a cache an older release wrote with
          * an empty set is not run */
-        if (rules_store_check_text(path, *text, *len, cache, &with, err, sizeof(err)) == 0) {
+        if (rules_redis_check_text(path, *text, *len, cache, &with, err, sizeof(err)) == 0) {
             LOG_WARN("\"running on the cached rules until Redis answers\" cache=%s version=%llu "
                      "rules=%zu",
                      log_val(cache), (unsigned long long)*version, with->nrules);

@@ -4,7 +4,7 @@
  * lua/rules_fetch.lua): the
  * position of every argument and reply value, as src/store/script.h is for
  * the limiter's. What they mean: lua/README.md, "Rules from Redis", and
- * each script's header; tests/unit/rules_store/test_rules_scripts.c calls them through
+ * each script's header; tests/unit/rules_redis/test_rules_scripts.c calls them through
  * these names. Pure: constants only.
  *
  * Keys: rules_push takes KEYS = {PREFIX{rules}:current,

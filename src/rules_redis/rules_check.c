@@ -2,8 +2,8 @@
 /* rules_check.c - the one check a rule set passes before it goes to the
  * fleet (--push), goes back to it (--rollback), or is put in force by an
  * agent (a version from Redis, the cache at start), and the sha256 a version
- * carries: see rules_store.h. Pure: no Redis, no loop. */
-#include "rules_store/rules_check.h"
+ * carries: see rules_redis.h. Pure: no Redis, no loop. */
+#include "rules_redis/rules_check.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -11,7 +11,7 @@
 #include "config/config.h"
 #include "core/sha256.h"
 
-void rules_store_sha256(const char *text, size_t len, char out[65])
+void rules_redis_sha256(const char *text, size_t len, char out[65])
 {
     struct sha256 s;
     uint8_t d[SHA256_LEN];
@@ -23,7 +23,7 @@ void rules_store_sha256(const char *text, size_t len, char out[65])
         snprintf(out + 2 * i, 3, "%02x", d[i]);
 }
 
-int rules_store_check_text(const char *path, const char *text, size_t len, const char *name,
+int rules_redis_check_text(const char *path, const char *text, size_t len, const char *name,
                            struct config **out, char *err, size_t errlen)
 {
     struct config *cfg = NULL;
@@ -47,7 +47,7 @@ int rules_store_check_text(const char *path, const char *text, size_t len, const
     return 0;
 }
 
-int rules_store_check_version(const char *path, const char *text, size_t len, const char *sha256,
+int rules_redis_check_version(const char *path, const char *text, size_t len, const char *sha256,
                               const char *name, struct config **out, char *err, size_t errlen)
 {
     char sha[65];
@@ -60,10 +60,10 @@ int rules_store_check_version(const char *path, const char *text, size_t len, co
         snprintf(err, errlen, "%s: no sha256: not a version --push wrote\n", name);
         return -1;
     }
-    rules_store_sha256(text, len, sha);
+    rules_redis_sha256(text, len, sha);
     if (strlen(sha256) != 64 || memcmp(sha, sha256, 64) != 0) {
         snprintf(err, errlen, "%s: its sha256 does not match its text\n", name);
         return -1;
     }
-    return rules_store_check_text(path, text, len, name, out, err, errlen);
+    return rules_redis_check_text(path, text, len, name, out, err, errlen);
 }

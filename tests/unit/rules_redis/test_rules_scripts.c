@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* test_rules_scripts.c - the rule store's scripts (lua/rules_push.lua,
  * rules_history.lua, rules_fleet.lua) on a real redis-server, called
- * through the positions of src/rules_store/rules_script.h as the agent and
+ * through the positions of src/rules_redis/rules_script.h as the agent and
  * its commands call them: a push, the compare-and-set, a rollback, the
  * history trimmed with the hashes, "N SHA256" in current, the fleet's
  * reports and their expiry, a version's text fetched only within the cap
@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "rules_scripts.h"
-#include "rules_store/rules_script.h"
+#include "rules_redis/rules_script.h"
 #include "lua/scripts_harness.h"
 
 struct keys {

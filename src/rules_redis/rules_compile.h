@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* rules_compile.h - a rule set loaded off the agent's loop: a version from
- * Redis (rules_store.c) or the file again (SIGHUP) is parsed and its
+ * Redis (rules_redis.c) or the file again (SIGHUP) is parsed and its
  * regexes compiled in a thread of its own, and the outcome handed back to
  * the loop (an ev_async), where it is put in force. Meanwhile the rules in
  * force decide every request: the loop also serves the Redis calls that
@@ -25,7 +25,7 @@ struct config;
 struct rules_compile;
 
 /* The rule text in force from the store ([rules] source = redis), kept by
- * the rule store (rules_store_in_force) and read by a SIGHUP's load when it
+ * the rule store (rules_redis_in_force) and read by a SIGHUP's load when it
  * starts, which may be after a version's load it waited for. */
 struct rules_in_force {
     char *text; /* NULL: none (the file's own rules) */
@@ -51,7 +51,7 @@ struct rules_compile *rules_compile_new(struct ev_loop *loop);
  * - text and sha256 NULL: path with text's [rule:*] sections instead of its
  *   own (a SIGHUP with the rules from Redis in force);
  * - text and sha256: a version from Redis, checked as --push checks it
- *   (rules_store_check_version: its sha256, errors, not empty).
+ *   (rules_redis_check_version: its sha256, errors, not empty).
  * name stands for text in errors. Everything is copied. 0 started; -1 not
  * (a load in flight, out of memory, no thread): done is never called. */
 int rules_compile_start(struct rules_compile *c, const char *path, const char *text, size_t len,
