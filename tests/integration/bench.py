@@ -1,6 +1,18 @@
 # SPDX-License-Identifier: Apache-2.0
 """`make bench`: the full benchmark, every figure side by side in one run.
 
+How it is measured (issue 47): every row runs back to back with its
+reference in each of REPEAT rounds (at least 5), the order alternating from
+round to round, and a row's ratio is the median of the rounds' ratios, shown
+with their spread (min-max and the interquartile range), beside the absolute
+medians. The references: tests/bench/noop_agent answering the seven
+variables (at the row's depth) for the SPOP rows and the HAProxy rows; the
+textbook EVALSHA token bucket (and the other Redis designs) at the same depth
+for the cold per-IP rows. With BENCH_PIN=1 (the default of `make bench`) the
+agent (or noop_agent) runs on CPU 0 and everything else - Redis, spoa-bench,
+redis-benchmark, HAProxy, wrk - on CPU 1; BENCH_PIN=0 leaves them to the
+scheduler (the unpinned run to compare with).
+
 1. Throughput: spoa-bench against the agent (1 worker) in several modes,
    REPEAT times each (the modes of 1000 keys or fewer after WARM_S seconds
    of warm-up: steady state): medians of decisions/s, latency percentiles, Redis
@@ -9,8 +21,7 @@
    (used_cpu_user + used_cpu_sys of INFO cpu, all its threads) and the agent's
    (the run time of each of its threads, /proc/PID/task/*/schedstat), in microseconds per
    decision, and the microseconds Redis spent per EVALSHA (INFO commandstats).
-   Ratios are against the do-nothing SPOP path (the agent with no rule that
-   matches: what the SPOP side costs).
+   Ratios are against noop_agent's seven variables at the same depth.
 2. What a user would deploy instead, on the same Redis build, 1M random keys,
    at 256 and 32 requests in flight (redis-benchmark -P16 with 16 or 2
    clients): the textbook token bucket script (HMGET, HSET, PEXPIRE: one
@@ -18,12 +29,14 @@
    and SET PX); and envoy ratelimit's fixed window (INCRBY then EXPIRE,
    pipelined, no Lua: the cheapest global limiter there is; measured as the
    two commands' runs, whose times and CPU add up, since Redis runs commands
-   one after another). Each with decisions/s and Redis CPU per decision; the
-   agent's per-IP rows (the honest cold-key workload: `100/1m burst 20` over
-   1M client IPs) as ratios of the textbook at the same depth.
+   one after another); and SET key v NX PX pipelined (one small write per new
+   key). Each with decisions/s and Redis CPU per decision (INFO cpu, and the
+   commands' own time from INFO commandstats); the agent's per-IP rows (the
+   honest cold-key workload: `100/1m burst 20` over 1M client IPs) as ratios
+   of the textbook at the same depth, their Redis CPU as ratios of each.
 3. Through HAProxy (Debian's, with the shipped kit): wrk's requests/s with
    the agent deciding on a hot key (standalone, and with Redis leases)
-   against the same HAProxy with the do-nothing agent: what a decision costs
+   against the same HAProxy with noop_agent's seven variables: what a decision costs
    where it is used. Each row checks that every request was answered (no
    socket error, no non-2xx) and that the agent sent an ACK for each.
 4. Light load after a key churn: p50/p99 at 200 decisions/s on a fresh agent,
@@ -33,12 +46,15 @@
 
 The machine is shared and noisy: read medians and ratios, not single runs.
 
-usage: bench.py AGENT BENCH [REPEAT] [DECISIONS] [NOOP_AGENT]
+usage: [BENCH_PIN=0] bench.py AGENT BENCH [REPEAT] [DECISIONS] [NOOP_AGENT]
 
 NOOP_AGENT (tests/bench/noop_agent, `make bench` passes it): an SPOP agent
 that decides nothing, answering blocked=false, or the seven variables of an
 allowed decision with fixed values; its rows say what the SPOP plumbing and
-the answer cost apart from the deciding. Without it those rows are left out."""
+the answer cost apart from the deciding, and the seven-variable answer is
+the reference of the SPOP and HAProxy rows. Without it the reference is the
+agent with no rule that matches."""
+import contextlib
 import os
 import re
 import statistics
@@ -52,11 +68,33 @@ import harness  # noqa: E402
 # set by configure(): the command line's, or an importer's (bench_smoke.py)
 bench_bin = noop_bin = None
 repeat, n = 5, 200000
+pin = False
+
+# With pin: the agent (or noop_agent) on AGENT_CPU, Redis and the load
+# generators (spoa-bench, redis-benchmark, HAProxy and wrk) on LOAD_CPU.
+AGENT_CPU, LOAD_CPU = 0, 1
 
 
-def configure(agent, bench, rounds=5, decisions=200000, noop=None):
-    global bench_bin, noop_bin, repeat, n
+def configure(agent, bench, rounds=5, decisions=200000, noop=None, pinned=False):
+    global bench_bin, noop_bin, repeat, n, pin
     harness.AGENT, bench_bin, noop_bin, repeat, n = agent, bench, noop, rounds, decisions
+    pin = pinned and len(os.sched_getaffinity(0)) >= 2
+
+
+@contextlib.contextmanager
+def on_cpu(cpu):
+    """The processes started inside run on this CPU (when pinning): they
+    inherit this process' affinity, set for the while and restored after,
+    so every thread they start later is pinned too."""
+    if not pin:
+        yield
+        return
+    old = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {cpu})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, old)
 
 
 NOTHING = "[rule:nothing]\nmessage = no-such-message\nkey = key\nrate = 1/1s\n"
@@ -74,26 +112,29 @@ NOOP = "noop:"
 WARM_KEYS = 1000
 WARM_S = 0.3
 
-# (name, rules, redis?, keys, connections, pipelined per connection)
+# (name, rules, redis?, keys, connections, pipelined per connection): each
+# run back to back with its reference in every round, noop_agent's seven
+# variables at the same depth (REF_FULL) or, for the cold per-IP rows, the
+# Redis designs at the same depth (PER_IP_MODES)
 MODES = [
     ("do-nothing SPOP path (no rule)", NOTHING, False, 20, 8, 20),
     ("noop_agent: blocked=false only", NOOP + "blocked", False, 20, 8, 20),
-    ("noop_agent: the seven variables", NOOP + "full", False, 20, 8, 20),
     ("standalone, 20 hot keys", HOT, False, 20, 8, 20),
     ("standalone, 1M keys (cold)", HOT, False, 1000000, 8, 20),
     ("standalone, 1000 keys over limit", LIMITED, False, 1000, 8, 20),
     ("redis lease, 20 hot keys", HOT, True, 20, 8, 20),
     ("redis lease, 1000 keys over limit", LIMITED, True, 1000, 8, 20),
     ("redis exact (lease=off), 20 keys", EXACT, True, 20, 8, 20),
-    ("redis, 1M keys, per-IP 100/1m, 256 fly", PER_IP, True, 1000000, 8, 32),
     ("redis, 1M keys, per-IP 100/1m, 32 fly", PER_IP, True, 1000000, 2, 16),
+    ("redis, 1M keys, per-IP 100/1m, 256 fly", PER_IP, True, 1000000, 8, 32),
 ]
-# noop_agent's seven variables, and the agent's hot rows compared with it
-FULL_ANSWER = "noop_agent: the seven variables"
+# the reference of the SPOP rows: noop_agent's seven variables
+REF_FULL = NOOP + "full"
 HOT_MODES = ("standalone, 20 hot keys", "redis lease, 20 hot keys")
-assert {FULL_ANSWER, *HOT_MODES} <= {m[0] for m in MODES}
-# the agent's cold rows, against the references at the same depth
-PER_IP_MODES = {256: MODES[-2][0], 32: MODES[-1][0]}
+assert set(HOT_MODES) <= {m[0] for m in MODES}
+# the agent's cold rows, against the Redis designs at the same depth: 32 in
+# flight is the headline
+PER_IP_MODES = {32: MODES[-2][0], 256: MODES[-1][0]}
 
 # The textbook design: one script call per request, on the same Redis.
 TEXTBOOK = """
@@ -147,6 +188,18 @@ def command_usec(redis, cmd):
     return (sum(int(c) for c, _ in found), sum(int(u) for _, u in found))
 
 
+# what the bench itself asks Redis, left out of redis_usec()
+OWN_COMMANDS = re.compile(r"^(?:info|config|dbsize|script|ping|client|hello|command)\b")
+
+
+def redis_usec(redis):
+    """Microseconds Redis spent running commands so far (INFO commandstats),
+    all of them but the bench's own; a script's nested commands are counted
+    again within its own time (a few % of a script's time)."""
+    found = re.findall(r"cmdstat_([^:]+):calls=\d+,usec=(\d+)", redis.cli("INFO", "commandstats"))
+    return sum(int(u) for c, u in found if not OWN_COMMANDS.match(c))
+
+
 def proc_cpu(pid):
     """Seconds of CPU the process has used, all its threads (the first field
     of each thread's schedstat, in ns: finer than /proc/PID/stat's ticks)."""
@@ -174,8 +227,9 @@ def wait_redis_up(agent):
 
 
 def spoa_bench(agent, *args):
-    p = subprocess.run([bench_bin, "-a", "127.0.0.1:%d" % agent.port] + list(args),
-                       capture_output=True, text=True, timeout=600)
+    with on_cpu(LOAD_CPU):
+        p = subprocess.run([bench_bin, "-a", "127.0.0.1:%d" % agent.port] + list(args),
+                           capture_output=True, text=True, timeout=600)
     if p.returncode != 0:
         raise RuntimeError(p.stdout + p.stderr)
     rate = float(re.search(r"([\d.]+) decisions/s", p.stdout).group(1))
@@ -216,9 +270,15 @@ class NoopAgent(harness.Proc):
 
 def start_agent(rules, extra=""):
     """The agent (1 worker) with these rules, or noop_agent for a NOOP mode."""
-    if rules.startswith(NOOP):
-        return NoopAgent(rules[len(NOOP):])
-    return harness.Agent(rules + extra, workers=1)
+    with on_cpu(AGENT_CPU):
+        if rules.startswith(NOOP):
+            return NoopAgent(rules[len(NOOP):])
+        return harness.Agent(rules + extra, workers=1)
+
+
+def start_redis(args=()):
+    with on_cpu(LOAD_CPU):
+        return harness.Redis(args=args)
 
 
 def modes():
@@ -227,10 +287,12 @@ def modes():
 
 
 def run_once(rules, redis, keys, conns, pipe):
-    """(decisions/s, [p50, p99, p99.9, max] us, EVALSHA calls per decision,
-    script operations per decision, Redis CPU us per decision, Redis us per
-    EVALSHA, agent CPU us per decision, Redis bytes per key)."""
-    r = harness.Redis() if redis else None
+    """{rate: decisions/s, lat: [p50, p99, p99.9, max] us, calls: script
+    calls per decision, ops: script operations per decision, rcpu: Redis CPU
+    us per decision (INFO cpu), per_call: Redis us per script call, usec:
+    Redis us per decision running commands (INFO commandstats), acpu: agent CPU us per
+    decision, per_key: Redis bytes per key}."""
+    r = start_redis() if redis else None
     extra = "[redis]\nurl = redis://127.0.0.1:%d/0\n" % r.port if r else ""
     a = start_agent(rules, extra)
     try:
@@ -245,17 +307,19 @@ def run_once(rules, redis, keys, conns, pipe):
         if r:
             c0, ops0, cpu0, u0 = script_calls(r), script_ops(a), redis_cpu(r), \
                 command_usec(r, "evalsha|fcall")
+            all0 = redis_usec(r)
             mem0, keys0 = used_memory(r), int(r.cli("DBSIZE") or 0)
         acpu0 = proc_cpu(a.p.pid)
         rate, lat = spoa_bench(a, "-c", str(conns), "-p", str(pipe), "-n", str(n), "-k",
                                str(keys))
         acpu = (proc_cpu(a.p.pid) - acpu0) * 1e6 / n
-        calls = ops = rcpu = per_call = per_key = 0
+        calls = ops = rcpu = per_call = per_key = usec = 0
         if r:
             c1, ops1, cpu1, u1 = script_calls(r), script_ops(a), redis_cpu(r), \
                 command_usec(r, "evalsha|fcall")
             calls, ops, rcpu = (c1 - c0) / n, (ops1 - ops0) / n, (cpu1 - cpu0) * 1e6 / n
             per_call = (u1[1] - u0[1]) / (u1[0] - u0[0]) if u1[0] > u0[0] else 0
+            usec = (redis_usec(r) - all0) / n
             # what a client key costs Redis' memory (a cold run: mostly new keys)
             dk = int(r.cli("DBSIZE") or 0) - keys0
             per_key = (used_memory(r) - mem0) / dk if dk > 1000 else 0
@@ -263,7 +327,8 @@ def run_once(rules, redis, keys, conns, pipe):
         if r:
             r.stop()
         a.stop()  # last: raises unless the agent exits 0
-    return rate, lat, calls, ops, rcpu, per_call, acpu, per_key
+    return dict(rate=rate, lat=lat, calls=calls, ops=ops, rcpu=rcpu, per_call=per_call,
+                usec=usec, acpu=acpu, per_key=per_key)
 
 
 HAPROXY_SECONDS = int(os.environ.get("BENCH_HAPROXY_SECONDS", "3"))
@@ -290,9 +355,11 @@ API_KEY = "bench-key"
 def wrk(port, seconds, conns=HAPROXY_CONNS):
     """(requests/s, requests, non-2xx, socket errors) of wrk against
     127.0.0.1:port with one API key (the kit's key arg)."""
-    p = subprocess.run(["wrk", "-t", "1", "-c", str(conns), "-d", "%ds" % max(1, round(seconds)),
-                        "-H", "X-API-Key: " + API_KEY, "http://127.0.0.1:%d/" % port],
-                       capture_output=True, text=True, timeout=seconds + 60)
+    with on_cpu(LOAD_CPU):
+        p = subprocess.run(["wrk", "-t", "1", "-c", str(conns), "-d",
+                            "%ds" % max(1, round(seconds)), "-H", "X-API-Key: " + API_KEY,
+                            "http://127.0.0.1:%d/" % port],
+                           capture_output=True, text=True, timeout=seconds + 60)
     if p.returncode != 0:
         raise RuntimeError("wrk: " + p.stdout + p.stderr)
     rate = float(re.search(r"Requests/sec:\s+([\d.]+)", p.stdout).group(1))
@@ -309,7 +376,7 @@ def through_haproxy(rules, redis, seconds, haproxy_bin="haproxy"):
     HAProxy with this agent behind it. Raises when a request went unanswered,
     was refused, or passed without a decision (the agent not yet up in
     HAProxy's eyes: RateLimit-Status: unavailable)."""
-    r = harness.Redis() if redis else None
+    r = start_redis() if redis else None
     extra = "[redis]\nurl = redis://127.0.0.1:%d/0\n" % r.port if r else ""
     a = start_agent(rules, extra)
     noop = rules.startswith(NOOP)
@@ -319,7 +386,8 @@ def through_haproxy(rules, redis, seconds, haproxy_bin="haproxy"):
             wait_redis_up(a)
         for attempt in range(3):  # a port taken between its check and HAProxy's bind
             try:
-                h = harness.HAProxy(a.port, binary=haproxy_bin)
+                with on_cpu(LOAD_CPU):
+                    h = harness.HAProxy(a.port, binary=haproxy_bin)
                 break
             except RuntimeError:
                 if attempt == 2:
@@ -355,9 +423,10 @@ def redis_benchmark(r, requests, keys, clients, *cmd):
     request, us per call of cmd[0] from INFO commandstats)."""
     r.cli("CONFIG", "RESETSTAT")
     cpu0 = redis_cpu(r)
-    p = subprocess.run(["redis-benchmark", "-p", str(r.port), "-P", "16", "-c", str(clients),
-                        "-q", "-n", str(requests), "-r", str(keys)] + list(cmd),
-                       capture_output=True, text=True, timeout=600)
+    with on_cpu(LOAD_CPU):
+        p = subprocess.run(["redis-benchmark", "-p", str(r.port), "-P", "16", "-c",
+                            str(clients), "-q", "-n", str(requests), "-r", str(keys)] + list(cmd),
+                           capture_output=True, text=True, timeout=600)
     cpu = (redis_cpu(r) - cpu0) * 1e6 / requests
     m = re.findall(r"([\d.]+) requests per second", p.stdout.replace("\r", "\n"))
     if not m:
@@ -366,23 +435,32 @@ def redis_benchmark(r, requests, keys, clients, *cmd):
     return float(m[-1]), cpu, usec / calls if calls else 0
 
 
-# The references: (name, script or None, command after the script's sha)
+# The references: (name, script or None, the command; after the script's
+# sha for a script). SET NX PX and INCRBY+EXPIRE are the floors: one small
+# write per new key, the cheapest designs that are not token buckets.
+TEXTBOOK_NAME = "textbook EVALSHA token bucket"
 REFERENCES = [
-    ("textbook EVALSHA token bucket", TEXTBOOK, ["1", "tb:__rand_int__", "100", "60000", "20"]),
+    (TEXTBOOK_NAME, TEXTBOOK, ["1", "tb:__rand_int__", "100", "60000", "20"]),
     ("GCRA EVALSHA (one string, SET PX)", GCRA, ["1", "g:__rand_int__", "600", "20"]),
+    ("SET key v NX PX, pipelined, no Lua", None, ["set", "nx:__rand_int__", "1", "NX", "PX",
+                                                   "60000"]),
     ("fixed window INCRBY+EXPIRE, no Lua", None, None),
 ]
+FLOORS = [name for name, script, _ in REFERENCES if not script]
 
 
 def reference(name, script, args, keys, requests, clients):
-    """One reference row at clients x 16 in flight: (decisions/s, Redis CPU
-    us per decision, Redis us per call)."""
-    r = harness.Redis()
+    """One reference row at clients x 16 in flight: {rate: decisions/s,
+    rcpu: Redis CPU us per decision (INFO cpu), usec: Redis us per decision
+    (INFO commandstats), per_key: Redis bytes per key}."""
+    r = start_redis()
     try:
         mem0 = used_memory(r)
         if script:
             sha = r.cli("SCRIPT", "LOAD", script).strip()
             x = redis_benchmark(r, requests, keys, clients, "evalsha", sha, *args)
+        elif args:
+            x = redis_benchmark(r, requests, keys, clients, *args)
         else:
             # INCRBY then EXPIRE per decision: Redis runs one command after
             # another, so a decision costs the two runs' times and CPU added
@@ -390,7 +468,8 @@ def reference(name, script, args, keys, requests, clients):
             e = redis_benchmark(r, requests, keys, clients, "expire", "fw:__rand_int__", "60")
             x = 1 / (1 / i[0] + 1 / e[0]), i[1] + e[1], i[2] + e[2]
         dk = int(r.cli("DBSIZE") or 0)
-        return x + ((used_memory(r) - mem0) / dk if dk else 0,)
+        return dict(rate=x[0], rcpu=x[1], usec=x[2],
+                    per_key=(used_memory(r) - mem0) / dk if dk else 0)
     finally:
         r.stop()
 
@@ -406,9 +485,10 @@ def churn_once(redis_args=()):
     agent on the same Redis right after a churn of the first one, which shows
     what Redis itself adds after a churn (its keys expiring in bulk).
     redis_args: the Redis run with them (hz 100: shorter expire cycles)."""
-    r = harness.Redis(args=redis_args)
+    r = start_redis(redis_args)
     ini = PER_IP + "[redis]\nurl = redis://127.0.0.1:%d/0\n" % r.port
-    a = harness.Agent(ini, workers=1)
+    with on_cpu(AGENT_CPU):
+        a = harness.Agent(ini, workers=1)
     b = None
     try:
         wait_redis_up(a)
@@ -420,7 +500,8 @@ def churn_once(redis_args=()):
         after = light(a, 3)
         time.sleep(3)  # Redis settles: the churned keys are gone
         spoa_bench(a, "-c", "8", "-p", "20", "-d", "4", "-k", "1000000", "-s", "4")
-        b = harness.Agent(ini, workers=1)
+        with on_cpu(AGENT_CPU):
+            b = harness.Agent(ini, workers=1)
         wait_redis_up(b)
         control = light(b, 5)
     finally:
@@ -433,96 +514,117 @@ def churn_once(redis_args=()):
     return fresh, after, entries, (rss1 - rss0) * 1024, control
 
 
-def against_full_answer(runs, full, names):
-    """The rows `names` as ratios of noop_agent's seven-variable row (round by
-    round, the median): what deciding costs beyond sending the answer."""
-    parts = []
-    for name in names:
-        r = [x[0] / f[0] for x, f in zip(runs[name], runs[full])]
-        parts.append("%s %.2fx (rounds: %s)" % (name, statistics.median(r),
-                                                " ".join("%.2f" % x for x in r)))
-    return "  against noop_agent's same answer: " + "; ".join(parts)
+def spread(xs):
+    """The median of xs with their spread: "0.91 [0.85-0.97, IQR 0.89-0.93]"."""
+    xs = sorted(xs)
+    if len(xs) < 2:
+        return "%.2f" % xs[0]
+    q = statistics.quantiles(xs, n=4, method="inclusive")
+    return "%.2f [%.2f-%.2f, IQR %.2f-%.2f]" % (statistics.median(xs), xs[0], xs[-1], q[0],
+                                                q[2])
+
+
+def back_to_back(rnd, runs):
+    """Call runs (functions) one right after the other, in reverse order in
+    odd rounds: their results, in runs' order."""
+    out = [None] * len(runs)
+    for i in (reversed(range(len(runs))) if rnd % 2 else range(len(runs))):
+        out[i] = runs[i]()
+    return out
 
 
 def main():
-    print("spoa-bench: 8 connections x 20 pipelined, %d decisions per run, %d rounds over the "
-          "modes, agent with 1 worker, %d CPUs; ratio: median of each round's ratio to the "
-          "do-nothing path" % (n, repeat, os.cpu_count()))
-    print("%-40s %12s %6s %7s %7s %8s %9s %8s %9s %9s %9s" % (
-        "mode", "decisions/s", "ratio", "p50 us", "p99 us", "p99.9 us", "calls/dec",
-        "ops/dec", "redis us", "us/call", "agent us"))
-    # Repeats go round the modes (and the references), not one mode at a
-    # time: on a shared machine a slow spell then hits every mode of one
-    # round, and each ratio is the median of ratios within a round.
-    runs = {m[0]: [] for m in modes()}
-    refs = {(name, depth): [] for name, _, _ in REFERENCES for depth in (256, 32)}
-    hap_modes = [m for m in HAPROXY_MODES if noop_bin or not m[1].startswith(NOOP)]
-    hap = {name: [] for name, _, _ in hap_modes}
-    for _ in range(repeat):
-        for name, rules, redis, keys, conns, pipe in modes():
-            runs[name].append(run_once(rules, redis, keys, conns, pipe))
-        for name, script, args in REFERENCES:
-            for depth in (256, 32):
-                refs[(name, depth)].append(reference(name, script, args, 1000000,
-                                                     max(n, 200000), depth // 16))
-        for name, rules, redis in hap_modes:
-            hap[name].append(through_haproxy(rules, redis, HAPROXY_SECONDS))
-    base_name = MODES[0][0]
-    for m in modes():
-        name, redis = m[0], m[2]
+    ref_rules = REF_FULL if noop_bin else NOTHING
+    ref_name = "noop_agent, seven variables" if noop_bin else "do-nothing SPOP path"
+    print("spoa-bench: %d decisions per run, %d rounds, agent with 1 worker, %d CPUs; %s; "
+          "each row back to back with its reference in every round, the order alternating; "
+          "ratio: median of the rounds' ratios [min-max, IQR]"
+          % (n, repeat, os.cpu_count(),
+             "pinned: agent on CPU %d, Redis and load generators on CPU %d" % (AGENT_CPU, LOAD_CPU)
+             if pin else "unpinned"))
+    rows = [m for m in modes() if m[0] not in PER_IP_MODES.values() and m[1] != ref_rules]
+    runs = {m[0]: [] for m in rows}  # [(row, reference)] per round
+    cold = {depth: [] for depth in PER_IP_MODES}  # [(agent, {reference name: ...})]
+    hap_rows = [m for m in HAPROXY_MODES[:1] + HAPROXY_MODES[2:]]
+    hap_ref = HAPROXY_MODES[1] if noop_bin else HAPROXY_MODES[0]
+    if not noop_bin:
+        hap_rows = hap_rows[1:]
+    hap = {name: [] for name, _, _ in hap_rows}
+    for rnd in range(repeat):
+        for name, rules, redis, keys, conns, pipe in rows:
+            runs[name].append(back_to_back(rnd, [
+                lambda: run_once(rules, redis, keys, conns, pipe),
+                lambda: run_once(ref_rules, False, keys, conns, pipe)]))
+        for depth, mode in sorted(PER_IP_MODES.items()):
+            m = next(m for m in MODES if m[0] == mode)
+            x = back_to_back(rnd, [lambda: run_once(*m[1:])] + [
+                (lambda ref=ref: reference(ref[0], ref[1], ref[2], 1000000, max(n, 200000),
+                                           depth // 16)) for ref in REFERENCES])
+            cold[depth].append((x[0], {ref[0]: y for ref, y in zip(REFERENCES, x[1:])}))
+        for name, rules, redis in hap_rows:
+            hap[name].append(back_to_back(rnd, [
+                lambda: through_haproxy(rules, redis, HAPROXY_SECONDS),
+                lambda: through_haproxy(hap_ref[1], hap_ref[2], HAPROXY_SECONDS)]))
+
+    print("%-38s %11s %11s %-32s %6s %6s %8s %9s %7s %8s %8s %8s %7s" % (
+        "mode", "decisions/s", "ref dec/s", "ratio to " + ref_name, "p50us", "p99us",
+        "p99.9us", "calls/dec", "ops/dec", "redis us", "us/call", "agent us", "cpu/ref"))
+    for name, _, redis, _, _, _ in rows:
         rs = runs[name]
-        rate = statistics.median(x[0] for x in rs)
-        ratio = statistics.median(x[0] / b[0] for x, b in zip(rs, runs[base_name]))
-        p50, p99, p999 = (statistics.median(x[1][i] for x in rs) for i in range(3))
-        calls, ops, rcpu, per_call, acpu = (statistics.median(x[i] for x in rs)
-                                            for i in range(2, 7))
-        if redis:
-            tail = "%9.4f %8.4f %9.2f %9.2f %9.2f" % (calls, ops, rcpu, per_call, acpu)
-        else:
-            tail = "%9s %8s %9s %9s %9.2f" % ("", "", "", "", acpu)
-        print("%-40s %12.0f %6.2f %7.0f %7.0f %8.0f %s" % (name, rate, ratio, p50, p99, p999,
-                                                          tail), flush=True)
-    if noop_bin:
-        print(against_full_answer(runs, FULL_ANSWER, HOT_MODES))
+        med = lambda k, xs=[x for x, _ in rs]: statistics.median(x[k] for x in xs)  # noqa: E731
+        p50, p99, p999 = (statistics.median(x["lat"][i] for x, _ in rs) for i in range(3))
+        tail = "%9.4f %7.4f %8.2f %8.2f %8.2f" % (
+            med("calls"), med("ops"), med("rcpu"), med("per_call"), med("acpu")) if redis else \
+            "%9s %7s %8s %8s %8.2f" % ("", "", "", "", med("acpu"))
+        # the agent's CPU per decision against the reference's, round by
+        # round: steadier than decisions/s on a shared host
+        cpu = statistics.median(x["acpu"] / r["acpu"] for x, r in rs) \
+            if all(r["acpu"] > 0 for _, r in rs) else 0
+        print("%-38s %11.0f %11.0f %-32s %6.0f %6.0f %8.0f %s %7.2f" % (
+            name, med("rate"), statistics.median(r["rate"] for _, r in rs),
+            spread([x["rate"] / r["rate"] for x, r in rs]), p50, p99, p999, tail, cpu),
+            flush=True)
+    print("  reference agent CPU: %.2f us per decision (median of all its runs)"
+          % statistics.median(r["acpu"] for rs in runs.values() for _, r in rs))
 
-    print("\nreferences on the same Redis, 1M random keys, redis-benchmark -P16 "
-          "(Redis CPU and us per call: per decision)")
-    print("%-40s %6s %12s %9s %9s %9s" % ("design", "fly", "decisions/s", "redis us", "us/call",
-                                          "bytes/key"))
-    for name, _, _ in REFERENCES:
-        for depth in (256, 32):
-            xs = refs[(name, depth)]
-            print("%-40s %6d %12.0f %9.2f %9.2f %9.0f" % (
-                name, depth, statistics.median(x[0] for x in xs),
-                statistics.median(x[1] for x in xs), statistics.median(x[2] for x in xs),
-                statistics.median(x[3] for x in xs)))
-    print("ceilings: INCRBY+EXPIRE is what any Redis limiter that writes per decision "
-          "cannot beat;\n  GCRA what an exact token bucket with one script call per "
+    print("\ncold, per-IP (`100/1m burst 20`, 1M keys) against the Redis designs on the same "
+          "Redis at the same depth, redis-benchmark -P16; redis us: INFO cpu, cmd us: INFO "
+          "commandstats, both per decision")
+    for depth, mode in sorted(PER_IP_MODES.items()):
+        xs = cold[depth]
+        print("%d in flight%s" % (depth, " (the headline)" if depth == 32 else ""))
+        print("  %-40s %12s %9s %9s %9s" % ("design", "decisions/s", "redis us", "cmd us",
+                                           "bytes/key"))
+        designs = [("agent: " + mode, [a for a, _ in xs])] + \
+            [(name, [refs[name] for _, refs in xs]) for name, _, _ in REFERENCES]
+        for name, ys in designs:
+            print("  %-40s %12.0f %9.2f %9.2f %9.0f" % (
+                name, statistics.median(y["rate"] for y in ys),
+                statistics.median(y["rcpu"] for y in ys), statistics.median(y["usec"] for y in ys),
+                statistics.median(y["per_key"] for y in ys)))
+        for ref in [TEXTBOOK_NAME] + FLOORS:
+            pairs = [(a, refs[ref]) for a, refs in xs]
+            line = "  agent / %s: " % ref
+            if ref == TEXTBOOK_NAME:
+                line += "%sx decisions/s; " % spread([a["rate"] / t["rate"] for a, t in pairs])
+            line += "Redis CPU per decision %sx (INFO cpu), %sx (commandstats)" % (
+                spread([a["rcpu"] / t["rcpu"] for a, t in pairs if t["rcpu"] > 0] or [0]),
+                spread([a["usec"] / t["usec"] for a, t in pairs if t["usec"] > 0] or [0]))
+            print(line, flush=True)
+    print("ceilings: INCRBY+EXPIRE and SET NX PX are what any Redis limiter that writes per new "
+          "key cannot beat;\n  GCRA what an exact token bucket with one script call per "
           "decision can reach;\n  the textbook script is what users deploy.")
-    for depth, mode in sorted(PER_IP_MODES.items(), reverse=True):
-        tb = refs[("textbook EVALSHA token bucket", depth)]
-        speed = [x[0] / t[0] for x, t in zip(runs[mode], tb)]
-        cpu = [x[4] / t[1] for x, t in zip(runs[mode], tb) if t[1] > 0]
-        print("agent per-IP / textbook at %d in flight: %.2fx decisions/s (rounds: %s), "
-              "%.2fx Redis CPU per decision (rounds: %s); Redis memory %.0f bytes per client key"
-              % (depth, statistics.median(speed), " ".join("%.2f" % x for x in speed),
-                 statistics.median(cpu) if cpu else 0, " ".join("%.2f" % x for x in cpu),
-                 statistics.median(x[7] for x in runs[mode])))
 
-    print("\nthrough HAProxy %s (the kit), wrk 1 thread x %d connections, %g s per run; ratio: "
-          "median of each round's ratio to the do-nothing agent" % (haproxy_version(),
-                                                                    HAPROXY_CONNS, HAPROXY_SECONDS))
-    print("%-42s %12s %6s %9s" % ("mode", "requests/s", "ratio", "agent us"))
-    base = hap[HAPROXY_MODES[0][0]]
-    for name, _, _ in hap_modes:
+    print("\nthrough HAProxy %s (the kit), wrk 1 thread x %d connections, %g s per run; each row "
+          "back to back with %s in every round"
+          % (haproxy_version(), HAPROXY_CONNS, HAPROXY_SECONDS, hap_ref[0]))
+    print("%-42s %11s %11s %-32s %9s" % ("mode", "requests/s", "ref req/s", "ratio", "agent us"))
+    for name, _, _ in hap_rows:
         xs = hap[name]
-        print("%-42s %12.0f %6.2f %9.2f" % (
-            name, statistics.median(x[0] for x in xs),
-            statistics.median(x[0] / b[0] for x, b in zip(xs, base)),
-            statistics.median(x[1] for x in xs)), flush=True)
-    if noop_bin:
-        print(against_full_answer(hap, HAPROXY_MODES[1][0],
-                                  [m[0] for m in HAPROXY_MODES[2:]]))
+        print("%-42s %11.0f %11.0f %-32s %9.2f" % (
+            name, statistics.median(x[0] for x, _ in xs), statistics.median(r[0] for _, r in xs),
+            spread([x[0] / r[0] for x, r in xs]), statistics.median(x[1] for x, _ in xs)),
+            flush=True)
 
     churns = [churn_once() for _ in range(max(1, min(repeat, 3)))]
     f50 = statistics.median(c[0][0] for c in churns)
@@ -555,5 +657,6 @@ if __name__ == "__main__":
         sys.exit(__doc__.rsplit("usage: ", 1)[1])
     configure(sys.argv[1], sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 5,
               int(sys.argv[4]) if len(sys.argv) > 4 else 200000,
-              sys.argv[5] if len(sys.argv) > 5 else None)
+              sys.argv[5] if len(sys.argv) > 5 else None,
+              pinned=os.environ.get("BENCH_PIN", "1") != "0")
     sys.exit(main())
