@@ -18,7 +18,7 @@
 #include "config_errors.h"
 #include "config_value.h"
 #include "core/net.h"
-#include "http/http_host.h"
+#include "core/hostname.h"
 
 static int set_string(struct parse_state *st, char **field, const char *value)
 {
@@ -182,7 +182,7 @@ static void set_allow(struct parse_state *st, const struct key_def *d, const cha
 static void set_names(struct parse_state *st, const struct key_def *d, char **field,
                       const char *v)
 {
-    char item[HTTP_HOST_ITEM_MAX];
+    char item[HOSTNAME_ITEM_MAX];
     size_t len = st->cont && *field ? strlen(*field) : 0;
     char *list = len ? *field : NULL;
 
@@ -202,7 +202,7 @@ static void set_names(struct parse_state *st, const struct key_def *d, char **fi
             memcpy(item, v, n);
             item[n] = '\0';
         }
-        if (n >= sizeof(item) || http_host_item(item, item, sizeof(item)) == -1) {
+        if (n >= sizeof(item) || hostname_item(item, item, sizeof(item)) == -1) {
             config_errors_add(&st->errors, st->line,
                               "bad host '%.*s' in '%s' (expected a name or address with an "
                               "optional :port, e.g. stats.example.com or 10.0.0.5:9145)",

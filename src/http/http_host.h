@@ -14,23 +14,6 @@
 
 struct sockaddr;
 
-/* Longest stats_hosts item kept, NUL included (a DNS name is at most 253
- * bytes, then ":65535"). */
-#define HTTP_HOST_ITEM_MAX 264
-
-/* "name[:port]" or "[v6][:port]" taken apart: the name without brackets
- * (pointing into v) and its length, the port (0: none). -1 when v is not
- * that: an empty name, a character a host name or address cannot hold, a
- * port that is not 1 to 65535, brackets around something else than a v6
- * address. */
-int http_host_split(const char *v, size_t len, const char **name, size_t *nlen,
-                    unsigned *port);
-
-/* One item of [agent] stats_hosts checked and written lowercase into out
- * (cap bytes): 0, or -1 when it is not a host name or address with an
- * optional :port (http_host_split) or longer than cap. */
-int http_host_item(const char *item, char *out, size_t cap);
-
 /* 1 when a request with Host value v (len bytes; v NULL: no Host header)
  * may be answered by a listener whose connection came in on self (the
  * local address, AF_INET or AF_INET6). Allowed: self's address with its

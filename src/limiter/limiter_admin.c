@@ -610,7 +610,8 @@ static void on_reset(void *arg, const struct store_result *res)
         return;
     }
     /* then the other agents: their leases, negative caches, backstops */
-    limiter_resets_publish(o->l, w, on_fleet, o);
+    limiter_resets_publish(o->l, w->rule->name, w->client_key, w->client_keylen, w->redis_key,
+                           w->redis_keylen, on_fleet, o);
 }
 
 int limiter_reset(struct limiter *l, struct ruleset *rs, const struct limiter_client *c,

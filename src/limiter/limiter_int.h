@@ -69,15 +69,16 @@ struct limiter {
 
 
 /* limiter_reset.c: fleet-wide resets. _new starts polling PREFIX "resets"
- * (NULL when out of memory); _publish tells the fleet that w was reset here
+ * (NULL when out of memory); _publish tells the fleet that the client
+ * client_key of rule (its Redis bucket redis_key) was reset here
  * and calls cb with the fleet's size and the agents that confirmed (this
  * one included) once all did or RESET_WAIT_S passed; _stop (before the
  * store is freed) answers what is still waiting; _free after the store. */
-struct limiter_who;
 typedef void limiter_fleet_cb(void *arg, unsigned agents, unsigned confirmed);
 struct limiter_resets *limiter_resets_new(struct limiter *l, double every_s);
-void limiter_resets_publish(struct limiter *l, const struct limiter_who *w, limiter_fleet_cb *cb,
-                            void *arg);
+void limiter_resets_publish(struct limiter *l, const char *rule, const char *client_key,
+                            size_t client_keylen, const char *redis_key, size_t redis_keylen,
+                            limiter_fleet_cb *cb, void *arg);
 void limiter_resets_stop(struct limiter_resets *r);
 void limiter_resets_free(struct limiter_resets *r);
 

@@ -30,7 +30,6 @@
 #include "core/log.h"
 #include "core/util.h"
 #include "lease/lease.h"
-#include "limiter/limiter.h"
 #include "limiter/limiter_int.h"
 #include "limits/bucket.h"
 #include "limits/reset_msg.h"
@@ -275,8 +274,9 @@ static void on_published(void *arg, const struct store_result *res)
     ev_timer_start(p->r->l->loop, &p->deadline);
 }
 
-void limiter_resets_publish(struct limiter *l, const struct limiter_who *w, limiter_fleet_cb *cb,
-                            void *arg)
+void limiter_resets_publish(struct limiter *l, const char *rule, const char *client_key,
+                            size_t client_keylen, const char *redis_key, size_t redis_keylen,
+                            limiter_fleet_cb *cb, void *arg)
 {
     struct limiter_resets *r = l->resets;
     unsigned agents = atomic_load(&metrics.fleet_agents);
@@ -289,11 +289,11 @@ void limiter_resets_publish(struct limiter *l, const struct limiter_who *w, limi
     const char *self = store_agent_id(l->store);
     char id[RESET_MSG_ID_MAX + 1];
     snprintf(id, sizeof(id), "%.*s:%" PRIu64, RESET_MSG_ID_MAX - 24, self, ++r->counter);
-    size_t cap = reset_msg_size(strlen(id), strlen(w->rule->name), w->client_keylen,
-                                w->redis_keylen);
+    size_t cap = reset_msg_size(strlen(id), strlen(rule), client_keylen,
+                                redis_keylen);
     char *member = malloc(cap);
-    if (!member || !reset_msg_format(member, cap, id, w->rule->name, w->client_key,
-                                     w->client_keylen, w->redis_key, w->redis_keylen)) {
+    if (!member || !reset_msg_format(member, cap, id, rule, client_key,
+                                     client_keylen, redis_key, redis_keylen)) {
         free(member);
         free(p);
         cb(arg, agents ? agents : 1, 1);

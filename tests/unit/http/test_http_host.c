@@ -14,6 +14,7 @@
 #include <sys/un.h>
 
 #include "check_util.h"
+#include "core/hostname.h"
 
 static const struct {
     const char *v;
@@ -51,7 +52,7 @@ START_TEST(test_split)
     const char *name = NULL;
     size_t nlen = 0;
     unsigned port = 7;
-    int rc = http_host_split(splits[_i].v, strlen(splits[_i].v), &name, &nlen, &port);
+    int rc = hostname_split(splits[_i].v, strlen(splits[_i].v), &name, &nlen, &port);
 
     ck_assert_msg(rc == (splits[_i].ok ? 0 : -1), "'%s': rc %d", splits[_i].v, rc);
     if (!splits[_i].ok)
@@ -64,19 +65,19 @@ END_TEST
 
 START_TEST(test_item)
 {
-    char out[HTTP_HOST_ITEM_MAX];
+    char out[HOSTNAME_ITEM_MAX];
     char longname[400];
 
-    ck_assert_int_eq(http_host_item("Stats.Example.com:8443", out, sizeof(out)), 0);
+    ck_assert_int_eq(hostname_item("Stats.Example.com:8443", out, sizeof(out)), 0);
     ck_assert_str_eq(out, "stats.example.com:8443");
-    ck_assert_int_eq(http_host_item("[2001:DB8::1]", out, sizeof(out)), 0);
+    ck_assert_int_eq(hostname_item("[2001:DB8::1]", out, sizeof(out)), 0);
     ck_assert_str_eq(out, "[2001:db8::1]");
-    ck_assert_int_eq(http_host_item("http://x", out, sizeof(out)), -1);
-    ck_assert_int_eq(http_host_item("x:99999", out, sizeof(out)), -1);
+    ck_assert_int_eq(hostname_item("http://x", out, sizeof(out)), -1);
+    ck_assert_int_eq(hostname_item("x:99999", out, sizeof(out)), -1);
     memset(longname, 'a', sizeof(longname) - 1);
     longname[sizeof(longname) - 1] = '\0';
-    ck_assert_int_eq(http_host_item(longname, out, sizeof(out)), -1);
-    ck_assert_int_eq(http_host_item("abc", out, 3), -1); /* no room for the NUL */
+    ck_assert_int_eq(hostname_item(longname, out, sizeof(out)), -1);
+    ck_assert_int_eq(hostname_item("abc", out, 3), -1); /* no room for the NUL */
 }
 END_TEST
 
