@@ -381,8 +381,8 @@ class RedisConnection(unittest.TestCase):
             cli = ["redis-cli", "-p", str(port), "-a", "s3cret", "--no-auth-warning"]
             in3 = subprocess.run(cli + ["-n", "3", "--scan"], capture_output=True, text=True)
             in0 = subprocess.run(cli + ["-n", "0", "--scan"], capture_output=True, text=True)
-            # (rl:agents, the fleet's heartbeats, is there too)
-            self.assertEqual([k for k in in3.stdout.split() if k not in ("rl:agents", "rl:epoch")],
+            # (rl:agents and {rl:agents}:stats, the fleet's heartbeats and rows, are there too)
+            self.assertEqual([k for k in in3.stdout.split() if k not in ("rl:agents", "{rl:agents}:stats", "rl:epoch")],
                              ["rl:t2:u:u"])
             self.assertEqual(in0.stdout.split(), [])
             self.assertEqual(agent.stop(), 0, agent.output())
