@@ -441,7 +441,7 @@ void bucket_init(struct bucket *b, const struct bucket_params *p, uint64_t now_u
 /* The most one take can ever get: a token bucket's burst, a window's N. */
 static uint64_t bucket_capacity(const struct bucket_params *p)
 {
-    return p->algorithm == BUCKET_SLIDING_WINDOW ? p->limit : p->burst;
+    return bucket_windowed(p->algorithm) ? p->limit : p->burst;
 }
 
 void bucket_take(struct bucket *b, const struct bucket_params *p, uint64_t now_us, uint64_t n,
