@@ -648,11 +648,11 @@ int limiter_reset(struct limiter *l, struct ruleset *rs, const struct limiter_cl
     uint64_t vals[RESET_ARGC_FIXED];
     int argc = RESET_ARGC;
     vals[RESET_ARG_LIMIT] = w->params.limit;
-    vals[RESET_ARG_PERIOD_MS] = w->params.period_us / 1000;
+    vals[RESET_ARG_PERIOD_MS] = w->params.period_ms;
     vals[RESET_ARG_BURST] = w->params.burst;
     if (w->params.algorithm == BUCKET_FIXED_WINDOW) { /* sw_reset's fixed mode */
         vals[RESET_ARG_WINDOW_MODE] = 1;
-        vals[RESET_ARG_WINDOW_OFFSET_MS] = w->params.offset_us / 1000;
+        vals[RESET_ARG_WINDOW_OFFSET_MS] = w->params.offset_ms;
         argc = RESET_ARGC_FIXED;
     }
     for (int i = 0; i < argc; i++) {

@@ -53,6 +53,13 @@ struct bucket_params {
     uint64_t block_us;  /* block_for: a denial keeps the key denied this long (0: off) */
     uint64_t offset_us; /* fixed window: windows start at offset (mod period) after
                            the epoch; less than period (else taken mod period) */
+    /* The same three in Redis' unit, milliseconds, as the rule wrote them
+     * (the config's unit is the ms: period_us is period_ms x 1000): the
+     * scripts' arguments. Set where a rule is compiled (ruleset_new, and
+     * rules_hit_limits for a rate from an arg) and read as they are: no
+     * caller converts microseconds back. 0 in a backstop's stretched
+     * period, which never leaves the agent. */
+    uint64_t period_ms, block_ms, offset_ms;
 };
 
 /* Outcome of one decision. Times are in microseconds. */
