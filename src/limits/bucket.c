@@ -187,6 +187,22 @@ static void tb_take(struct bucket *b, const struct bucket_params *p, uint64_t no
     res->reset_us = us_for_tokens(p, burst - b->tokens);
 }
 
+double bucket_tb_tokens_at(const struct bucket_params *p, double tokens, uint64_t ts_us,
+                           uint64_t now_us)
+{
+    return tb_level(tokens, ts_us, p, now_us);
+}
+
+uint64_t bucket_tb_wait_us(const struct bucket_params *p, double x)
+{
+    return us_for_tokens(p, x);
+}
+
+uint64_t bucket_tb_wait_ms(const struct bucket_params *p, double x)
+{
+    return (us_for_tokens(p, x) + 999) / 1000;
+}
+
 /* ---- sliding window counter --------------------------------------------- */
 
 /* Move the window pair forward to the one holding now. Windows are aligned on
