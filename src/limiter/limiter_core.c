@@ -100,6 +100,9 @@ void core_fallback(struct limiter_core *c, struct limiter_req *req, size_t i, ui
         h->out.degraded = 1;
         return;
     }
+    /* The hit's client key and the backstop's clock, once for the takes below. */
+    const char *ckey = rules_hit_key(&req->ev, h);
+    uint64_t at = bucket_clock(&h->backstop, now_us);
     /* A leased key: the backstop starts from what the lease knew of it,
      * and what it admits is owed to Redis (lease_fallback_note). */
     char key[KEYBUF];
@@ -113,9 +116,8 @@ void core_fallback(struct limiter_core *c, struct limiter_req *req, size_t i, ui
     uint64_t taken = klen ? lease_fallback_unconfirmed(c->leases, key, klen) : 0;
     if (taken)
         bucket_table_charge_seeded(c->backstop, r->name, r->name_len,
-                                   req->rs->bucket_seeds[h->rule], rules_hit_key(&req->ev, h),
-                                   h->key_len, &h->backstop, bucket_clock(&h->backstop, now_us),
-                                   taken);
+                                   req->rs->bucket_seeds[h->rule], ckey, h->key_len, &h->backstop,
+                                   at, taken);
     if (klen && !lease_fallback_check(c->leases, key, klen, h->cost, now_us, &retry_us)) {
         h->out.res.allowed = 0;
         h->out.res.remaining = 0;
@@ -125,9 +127,8 @@ void core_fallback(struct limiter_core *c, struct limiter_req *req, size_t i, ui
         return;
     }
     bucket_table_take_seeded(c->backstop, r->name, r->name_len, req->rs->bucket_seeds[h->rule],
-                             rules_hit_key(&req->ev, h), h->key_len, &h->backstop,
-                             bucket_clock(&h->backstop, now_us), h->cost, &h->out.res);
-    rules_charged(&h->out, RULE_CHARGED_BACKSTOP, bucket_clock(&h->backstop, now_us));
+                             ckey, h->key_len, &h->backstop, at, h->cost, &h->out.res);
+    rules_charged(&h->out, RULE_CHARGED_BACKSTOP, at);
     if (klen && h->out.res.allowed && h->cost > 0)
         lease_fallback_note(c->leases, key, klen, h->cost, repay_cap(&h->backstop),
                             &req->rs->metrics[h->rule]->fallback_repaid);
@@ -260,13 +261,14 @@ static void decide_standalone(struct limiter_core *c, struct limiter_req *req, u
             core_cc_local(c, req, i, &h->params, now_us);
             continue;
         }
+        uint64_t at = bucket_clock(&h->params, now_us);
         /* the rule's part of the bucket's hash from the ruleset: no strlen,
          * no hash of the name per decision */
         bucket_table_take_seeded(c->buckets, r->name, r->name_len, req->rs->bucket_seeds[h->rule],
-                                 rules_hit_key(ev, h), h->key_len, &h->params,
-                                 bucket_clock(&h->params, now_us), h->cost, &h->out.res);
+                                 rules_hit_key(ev, h), h->key_len, &h->params, at, h->cost,
+                                 &h->out.res);
         h->out.degraded = 0;
-        rules_charged(&h->out, RULE_CHARGED_BUCKET, bucket_clock(&h->params, now_us));
+        rules_charged(&h->out, RULE_CHARGED_BUCKET, at);
     }
 }
 
