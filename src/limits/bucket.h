@@ -56,7 +56,7 @@ struct bucket_params {
     /* The same three in Redis' unit, milliseconds, as the rule wrote them
      * (the config's unit is the ms: period_us is period_ms x 1000): the
      * scripts' arguments. Set where a rule is compiled (ruleset_new, and
-     * rules_hit_limits for a rate from an arg) and read as they are: no
+     * rules_request_limits for a rate from an arg) and read as they are: no
      * caller converts microseconds back. 0 in a backstop's stretched
      * period, which never leaves the agent. */
     uint64_t period_ms, block_ms, offset_ms;
