@@ -106,10 +106,10 @@ static struct lease_job *new_job(const struct lease_table *t, struct lease_entry
     j->kind = kind;
     j->algorithm = e->algorithm;
     j->limit = e->limit;
-    j->period_ms = (e->period_us + 999) / 1000;
+    j->period_ms = e->period_ms;
     j->burst = e->burst;
-    j->block_ms = (e->block_us + 999) / 1000;
-    j->offset_ms = e->offset_us / 1000;
+    j->block_ms = e->block_ms;
+    j->offset_ms = e->offset_ms;
     j->key = e->key;
     j->keylen = e->keylen;
     /* The report rides on this call: spent tokens since the last one. */
@@ -189,6 +189,9 @@ static void set_params(struct lease_entry *e, const struct bucket_params *p)
     e->burst = p->burst;
     e->block_us = p->block_us;
     e->offset_us = p->offset_us;
+    e->period_ms = p->period_ms;
+    e->block_ms = p->block_ms;
+    e->offset_ms = p->offset_ms;
 }
 
 /* Whether a token lease should be topped up now rather than at the next

@@ -188,79 +188,56 @@ static void redis_leases(struct op *o, int sw, double window, const char *self,
     }
 }
 
-/* Microseconds until a sliding window's estimate falls to thr if nothing
- * more is charged, as sw_claim.lua computes it: the previous count fades
- * over the rest of this window, then the current one over the next. */
-static double sw_wait(double est, double c, double p, double left, double period, double thr)
-{
-    if (est <= thr)
-        return 0;
-    thr = fmax(thr, 0);
-    if (c <= thr)
-        return (est - thr) * period / p;
-    return left + (c - thr) * period / c;
-}
-
 /* A sliding window, or a fixed one (sw_claim.lua's fixed mode: windows
- * shifted by the offset, nothing carried over from the previous one). */
+ * shifted by the offset, nothing carried over from the previous one): the
+ * hash's window w, counts c (this window) and p (the previous one) are a
+ * struct bucket, which bucket_peek() sees at Redis' now as a take would. */
 static void redis_sw(struct op *o, const char *self, struct limiter_redis_state *st)
 {
-    const struct bucket_params *bp = &o->who.params;
-    int fixed = bp->algorithm == BUCKET_FIXED_WINDOW;
-    double period = (double)bp->period_us, now = (double)o->now_us, limit = (double)bp->limit;
-    double off = fixed && bp->period_us ? (double)(bp->offset_us % bp->period_us) : 0;
+    struct bucket_params q = o->who.params;
+    int fixed = q.algorithm == BUCKET_FIXED_WINDOW;
+    double period = (double)q.period_us, now = (double)o->now_us;
+    double off = fixed && q.period_us ? (double)(q.offset_us % q.period_us) : 0;
     double cur_w = floor((now - off) / period), w = fnum(o, "w", NULL, cur_w);
-    double c = fnum(o, "c", NULL, 0), p = fnum(o, "p", NULL, 0);
+    struct bucket b = {.tokens = fixed ? 0 : fnum(o, "p", NULL, 0),
+                       .cur = fnum(o, "c", NULL, 0),
+                       .ts_us = (uint64_t)(w * period + off)};
+    struct bucket_state bs;
 
-    if (cur_w > w + 1) /* both windows past */
-        c = p = 0;
-    else if (cur_w == w + 1)
-        p = c, c = 0;
-    if (fixed)
-        p = 0;
+    q.block_us = 0; /* a running block is redis_block's; a peek starts none */
+    bucket_peek(&b, &q, o->now_us, &bs);
     double left = (cur_w + 1) * period + off - now;
-    double est = p * left / period + c;
     st->window = cur_w;
     st->window_start_ms = (cur_w * period + off) / 1000;
     st->window_end_ms = st->window_start_ms + period / 1000;
     st->window_left_ms = left / 1000;
-    st->current = c;
-    st->previous = p;
+    st->current = bs.cur;
+    st->previous = bs.prev;
     redis_leases(o, 1, cur_w, self, st);
-    double rem = floor(limit - est + 1e-9);
-    st->estimate = est;
-    st->remaining = rem > 0 ? rem : 0;
-    st->blocked = est + 1 > limit + 1e-9;
-    if (fixed) { /* the count falls at the boundary */
-        st->retry_after_ms = st->blocked ? ceil(left / 1000) : 0;
-        st->reset_ms = c > 0 ? ceil(left / 1000) : 0;
-        return;
-    }
-    st->retry_after_ms = ceil(sw_wait(est, c, p, left, period, limit - 1) / 1000);
-    st->reset_ms = ceil(sw_wait(est, c, p, left, period, 0) / 1000);
+    st->estimate = bs.level;
+    st->remaining = (double)bs.remaining;
+    st->blocked = bs.blocked;
+    st->retry_after_ms = ceil((double)bs.retry_us / 1000);
+    st->reset_ms = ceil((double)bs.reset_us / 1000);
 }
 
 static void redis_tb(struct op *o, const char *self, struct limiter_redis_state *st)
 {
     const struct bucket_params *bp = &o->who.params;
-    double rate = (double)bp->limit / (double)bp->period_us; /* per us */
     double burst = (double)bp->burst, now = (double)o->now_us;
     double tk = fnum(o, "t", NULL, burst), ts = fnum(o, "ts", NULL, now);
 
     redis_leases(o, 0, 0, self, st);
-    double cap = burst - st->held, now_t = tk;
-    if (now_t < cap && now > ts)
-        now_t = fmin(cap, tk + rate * (now - ts));
-    now_t = fmin(now_t, cap);
-    double retry = now_t >= 1 ? 0 : (1 - now_t) / rate;
-    double full = fmax(0, burst - st->held - now_t) / rate; /* if no held token is spent */
+    /* the tokens leases hold are not the bucket's to refill into */
+    double cap = burst - st->held;
+    double now_t = fmin(cap, bucket_tb_tokens_at(bp, tk, (uint64_t)ts, o->now_us));
     st->t = tk;
     st->refilled_ms_ago = (now - ts) / 1000;
     st->tokens_now = now_t;
     st->remaining = now_t > 0 ? floor(now_t + 1e-9) : 0;
     st->blocked = now_t < 1;
-    st->retry_after_ms = ceil(retry / 1000);
-    st->reset_ms = ceil(full / 1000);
+    st->retry_after_ms = (double)bucket_tb_wait_ms(bp, 1 - now_t);
+    st->reset_ms = (double)bucket_tb_wait_ms(bp, cap - now_t); /* if no held token is spent */
 }
 
 /* block_for: a running block (field bu, Redis time in us) denies whatever
@@ -649,11 +626,11 @@ int limiter_reset(struct limiter *l, struct ruleset *rs, const struct limiter_cl
     uint64_t vals[RESET_ARGC_FIXED];
     int argc = RESET_ARGC;
     vals[RESET_ARG_LIMIT] = w->params.limit;
-    vals[RESET_ARG_PERIOD_MS] = w->params.period_us / 1000;
+    vals[RESET_ARG_PERIOD_MS] = w->params.period_ms;
     vals[RESET_ARG_BURST] = w->params.burst;
     if (w->params.algorithm == BUCKET_FIXED_WINDOW) { /* sw_reset's fixed mode */
         vals[RESET_ARG_WINDOW_MODE] = 1;
-        vals[RESET_ARG_WINDOW_OFFSET_MS] = w->params.offset_us / 1000;
+        vals[RESET_ARG_WINDOW_OFFSET_MS] = w->params.offset_ms;
         argc = RESET_ARGC_FIXED;
     }
     for (int i = 0; i < argc; i++) {

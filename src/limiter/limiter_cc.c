@@ -85,7 +85,7 @@ int core_cc_queue(struct limiter_req *req, size_t i, const char *key, size_t key
     j->kind = RJOB_CC;
     j->w = &req->waiters[i];
     j->limit = h->params.limit;
-    j->period_ms = h->params.period_us / 1000; /* max_hold */
+    j->period_ms = h->params.period_ms; /* max_hold */
     j->slot_id = slots_new_id();
     j->m = req->rs->metrics[h->rule];
     j->keylen = keylen;

@@ -67,6 +67,15 @@ void core_free(struct limiter_core *c)
     c->leases = NULL;
 }
 
+/* Note where an allowed decision took its tokens (how: enum rule_charged),
+ * and when (see rule_outcome's charged_at); a denied one took nothing. The
+ * core's bookkeeping: only the decisions here say what they charged. */
+static void note_charged(struct rule_outcome *o, int how, uint64_t at)
+{
+    o->charged = o->res.allowed ? how : RULE_CHARGED_NONE;
+    o->charged_at = at;
+}
+
 /* ---- fallback ------------------------------------------------------------- */
 
 /* What one agent's backstop may owe a key at most: share x (b + r x
@@ -92,7 +101,7 @@ void core_fallback(struct limiter_core *c, struct limiter_req *req, size_t i, ui
         h->out.res.remaining = 0;
         h->out.res.retry_us = CLOSED_RETRY_US;
         h->out.res.reset_us = CLOSED_RETRY_US;
-        rules_charged(&h->out, RULE_CHARGED_NONE, 0);
+        note_charged(&h->out, RULE_CHARGED_NONE, 0);
         return;
     }
     if (h->params.algorithm == BUCKET_CONCURRENCY) { /* the local share of the slots */
@@ -100,6 +109,9 @@ void core_fallback(struct limiter_core *c, struct limiter_req *req, size_t i, ui
         h->out.degraded = 1;
         return;
     }
+    /* The hit's client key and the backstop's clock, once for the takes below. */
+    const char *ckey = rules_hit_key(&req->ev, h);
+    uint64_t at = bucket_clock(&h->backstop, now_us);
     /* A leased key: the backstop starts from what the lease knew of it,
      * and what it admits is owed to Redis (lease_fallback_note). */
     char key[KEYBUF];
@@ -113,21 +125,19 @@ void core_fallback(struct limiter_core *c, struct limiter_req *req, size_t i, ui
     uint64_t taken = klen ? lease_fallback_unconfirmed(c->leases, key, klen) : 0;
     if (taken)
         bucket_table_charge_seeded(c->backstop, r->name, r->name_len,
-                                   req->rs->bucket_seeds[h->rule], rules_hit_key(&req->ev, h),
-                                   h->key_len, &h->backstop, bucket_clock(&h->backstop, now_us),
-                                   taken);
+                                   req->rs->bucket_seeds[h->rule], ckey, h->key_len, &h->backstop,
+                                   at, taken);
     if (klen && !lease_fallback_check(c->leases, key, klen, h->cost, now_us, &retry_us)) {
         h->out.res.allowed = 0;
         h->out.res.remaining = 0;
         h->out.res.retry_us = retry_us;
         h->out.res.reset_us = retry_us;
-        rules_charged(&h->out, RULE_CHARGED_NONE, 0);
+        note_charged(&h->out, RULE_CHARGED_NONE, 0);
         return;
     }
     bucket_table_take_seeded(c->backstop, r->name, r->name_len, req->rs->bucket_seeds[h->rule],
-                             rules_hit_key(&req->ev, h), h->key_len, &h->backstop,
-                             bucket_clock(&h->backstop, now_us), h->cost, &h->out.res);
-    rules_charged(&h->out, RULE_CHARGED_BACKSTOP, bucket_clock(&h->backstop, now_us));
+                             ckey, h->key_len, &h->backstop, at, h->cost, &h->out.res);
+    note_charged(&h->out, RULE_CHARGED_BACKSTOP, at);
     if (klen && h->out.res.allowed && h->cost > 0)
         lease_fallback_note(c->leases, key, klen, h->cost, repay_cap(&h->backstop),
                             &req->rs->metrics[h->rule]->fallback_repaid);
@@ -150,7 +160,7 @@ static void complete_waiters(struct limiter_core *c, struct lease_waiter *done,
         struct limiter_req *req = w->req;
         struct rule_outcome *out = &req->ev.hits[w->hit].out;
         out->degraded = 0;
-        rules_charged(out, w->exact ? RULE_CHARGED_EXACT : RULE_CHARGED_LEASE,
+        note_charged(out, w->exact ? RULE_CHARGED_EXACT : RULE_CHARGED_LEASE,
                       w->exact ? w->taken_ms : now_us);
         core_hit_done(req);
     }
@@ -175,7 +185,7 @@ static void exact_reply(struct limiter_core *c, struct lease_waiter *w,
     if (res && store_reply_exact(res->v, res->n, w->out) == 0) {
         struct rule_outcome *out = &req->ev.hits[w->hit].out;
         out->degraded = 0;
-        rules_charged(out, RULE_CHARGED_EXACT,
+        note_charged(out, RULE_CHARGED_EXACT,
                       res->v[EXACT_R_TIME_MS] > 0 ? (uint64_t)res->v[EXACT_R_TIME_MS] : 0);
     } else {
         core_fallback(c, req, w->hit, now_us);
@@ -260,13 +270,14 @@ static void decide_standalone(struct limiter_core *c, struct limiter_req *req, u
             core_cc_local(c, req, i, &h->params, now_us);
             continue;
         }
+        uint64_t at = bucket_clock(&h->params, now_us);
         /* the rule's part of the bucket's hash from the ruleset: no strlen,
          * no hash of the name per decision */
         bucket_table_take_seeded(c->buckets, r->name, r->name_len, req->rs->bucket_seeds[h->rule],
-                                 rules_hit_key(ev, h), h->key_len, &h->params,
-                                 bucket_clock(&h->params, now_us), h->cost, &h->out.res);
+                                 rules_hit_key(ev, h), h->key_len, &h->params, at, h->cost,
+                                 &h->out.res);
         h->out.degraded = 0;
-        rules_charged(&h->out, RULE_CHARGED_BUCKET, bucket_clock(&h->params, now_us));
+        note_charged(&h->out, RULE_CHARGED_BUCKET, at);
     }
 }
 
@@ -313,7 +324,7 @@ static int decide_leased(struct limiter_core *c, struct limiter_req *req, size_t
     if (v == LEASE_EXACT) /* a cost the lease does not hold */
         v = queue_exact(req, i, key, keylen, ask, out) == 0 ? LEASE_PENDING : LEASE_DOWN;
     if (v == LEASE_DONE)
-        rules_charged(&h->out, RULE_CHARGED_LEASE, now_us);
+        note_charged(&h->out, RULE_CHARGED_LEASE, now_us);
     if (v == LEASE_DOWN)
         core_fallback(c, req, i, now_us);
     if (lj)

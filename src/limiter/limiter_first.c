@@ -15,14 +15,18 @@
 
 #include "core/util.h"
 #include "lease/lease.h"
+#include "limits/bucket.h"
 #include "metrics/metrics.h"
 #include "store/script.h"
 #include "store/store_result.h"
 
-/* Integer ceil(x / y) of y > 0. */
-static uint64_t ceil_div(uint64_t x, uint64_t y)
+/* The rule's token bucket as the bucket module takes it. */
+static struct bucket_params first_params(uint64_t burst, uint64_t limit, uint64_t period_ms)
 {
-    return x / y + (x % y != 0);
+    struct bucket_params p = {.algorithm = BUCKET_TOKEN_BUCKET, .limit = limit,
+                              .period_us = period_ms * 1000, .burst = burst,
+                              .period_ms = period_ms};
+    return p;
 }
 
 /* The SET's reply. Nil: the key was new and holds the state sent: allowed,
@@ -45,14 +49,15 @@ enum core_first_verdict core_first_reply(const struct rjob *j, const struct stor
         }
         return CORE_FIRST_REPLY;
     }
-    /* Cost 1 from a full bucket b: t = b - 1; in ms, rate = limit / period. */
-    uint64_t b = lj->burst, t = b - 1, limit = lj->limit, period = lj->period_ms;
+    /* Cost 1 from a full bucket b: t = b - 1 left, one token to refill. */
+    const struct bucket_params p = first_params(lj->burst, lj->limit, lj->period_ms);
+    uint64_t b = lj->burst, t = b - 1;
     struct store_result r = {.status = STORE_OK, .n = EXACT_R_COUNT,
                              .latency_us = res->latency_us};
     r.v[EXACT_R_ALLOWED] = 1;
     r.v[EXACT_R_REMAINING] = (int64_t)t;
-    r.v[EXACT_R_RETRY_MS] = t >= 1 ? 0 : (int64_t)ceil_div((1 - t) * period, limit);
-    r.v[EXACT_R_RESET_MS] = (int64_t)ceil_div((b - t) * period, limit);
+    r.v[EXACT_R_RETRY_MS] = (int64_t)bucket_tb_wait_ms(&p, 1.0 - (double)t);
+    r.v[EXACT_R_RESET_MS] = (int64_t)bucket_tb_wait_ms(&p, (double)(b - t));
     /* Redis' time is not known here: the agent's clock stands in. Only a
      * refund reads time_ms back (as taken_ms), and a token bucket's refund
      * ignores it (tb_refund.lua ARGV[5]). */
@@ -73,7 +78,9 @@ static void first_args_make(struct first_args *fa, uint64_t burst, uint64_t limi
                             uint64_t period_ms)
 {
     /* (util_u64_dec, not snprintf: once per rule now, but cheap anyway) */
-    uint64_t t = burst - 1, ttl = ceil_div(period_ms, limit) + 1000;
+    const struct bucket_params p = first_params(burst, limit, period_ms);
+    /* tb_exact's TTL: until the bucket is full again, and a second more */
+    uint64_t t = burst - 1, ttl = bucket_tb_wait_ms(&p, 1.0) + 1000;
 
     fa->burst = burst;
     fa->limit = limit;

@@ -55,10 +55,10 @@ struct rjob *core_key_call(int kind, const struct rule_hit *h, const char *key, 
     j->kind = kind;
     j->algorithm = h->params.algorithm;
     j->limit = h->params.limit;
-    j->period_ms = h->params.period_us / 1000;
+    j->period_ms = h->params.period_ms;
     j->burst = h->params.burst;
-    j->offset_ms = h->params.offset_us / 1000;
-    j->block_ms = (h->params.block_us + 999) / 1000;
+    j->offset_ms = h->params.offset_ms;
+    j->block_ms = h->params.block_ms;
     j->cost = h->cost;
     j->keylen = keylen;
     memcpy(j->key, key, keylen);

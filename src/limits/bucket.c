@@ -187,6 +187,22 @@ static void tb_take(struct bucket *b, const struct bucket_params *p, uint64_t no
     res->reset_us = us_for_tokens(p, burst - b->tokens);
 }
 
+double bucket_tb_tokens_at(const struct bucket_params *p, double tokens, uint64_t ts_us,
+                           uint64_t now_us)
+{
+    return tb_level(tokens, ts_us, p, now_us);
+}
+
+uint64_t bucket_tb_wait_us(const struct bucket_params *p, double x)
+{
+    return us_for_tokens(p, x);
+}
+
+uint64_t bucket_tb_wait_ms(const struct bucket_params *p, double x)
+{
+    return (us_for_tokens(p, x) + 999) / 1000;
+}
+
 /* ---- sliding window counter --------------------------------------------- */
 
 /* Move the window pair forward to the one holding now. Windows are aligned on
@@ -441,7 +457,7 @@ void bucket_init(struct bucket *b, const struct bucket_params *p, uint64_t now_u
 /* The most one take can ever get: a token bucket's burst, a window's N. */
 static uint64_t bucket_capacity(const struct bucket_params *p)
 {
-    return p->algorithm == BUCKET_SLIDING_WINDOW ? p->limit : p->burst;
+    return bucket_windowed(p->algorithm) ? p->limit : p->burst;
 }
 
 void bucket_take(struct bucket *b, const struct bucket_params *p, uint64_t now_us, uint64_t n,

@@ -53,6 +53,13 @@ struct bucket_params {
     uint64_t block_us;  /* block_for: a denial keeps the key denied this long (0: off) */
     uint64_t offset_us; /* fixed window: windows start at offset (mod period) after
                            the epoch; less than period (else taken mod period) */
+    /* The same three in Redis' unit, milliseconds, as the rule wrote them
+     * (the config's unit is the ms: period_us is period_ms x 1000): the
+     * scripts' arguments. Set where a rule is compiled (ruleset_new, and
+     * rules_request_limits for a rate from an arg) and read as they are: no
+     * caller converts microseconds back. 0 in a backstop's stretched
+     * period, which never leaves the agent. */
+    uint64_t period_ms, block_ms, offset_ms;
 };
 
 /* Outcome of one decision. Times are in microseconds. */
@@ -107,6 +114,23 @@ void bucket_charge(struct bucket *b, const struct bucket_params *p, uint64_t now
 /* Whether the bucket holds no information any more (full again / both windows
  * past), so that dropping it changes no future decision. */
 int bucket_idle(const struct bucket *b, const struct bucket_params *p, uint64_t now_us);
+
+/* The token bucket's rule for state held elsewhere (a Redis hash read by
+ * GET /key, the first SET's answer: limiter_admin.c, limiter_first.c), so
+ * that the rule is written once, here. */
+
+/* Tokens that a token bucket of p which held `tokens` at ts_us holds at
+ * now_us: refilled at limit per period, capped at the burst. A now_us
+ * before ts_us adds nothing. */
+double bucket_tb_tokens_at(const struct bucket_params *p, double tokens, uint64_t ts_us,
+                           uint64_t now_us);
+
+/* Microseconds a token bucket of p takes to refill x tokens, rounded up:
+ * 0 when x <= 0; about 285 years when never (a limit of 0). */
+uint64_t bucket_tb_wait_us(const struct bucket_params *p, double x);
+
+/* bucket_tb_wait_us() in whole milliseconds, rounded up (the scripts' unit). */
+uint64_t bucket_tb_wait_ms(const struct bucket_params *p, double x);
 
 /* ---- entry budget ----------------------------------------------------------- */
 

@@ -34,7 +34,7 @@
 #define MAX_RULE_LEN UINT16_MAX
 #define MAX_KEY_LEN UINT32_MAX
 
-const struct bucket_params bucket_params_per_bucket = {BUCKET_TOKEN_BUCKET, 0, 0, 0, 0, 0};
+const struct bucket_params bucket_params_per_bucket = {.algorithm = BUCKET_TOKEN_BUCKET};
 
 /* One (rule, key) bucket. data holds the rule name, a NUL (so that data is
  * the rule as a C string for params_of), then keylen key bytes. */
@@ -510,8 +510,8 @@ size_t bucket_table_expire_at(struct bucket_table *t, uint64_t now_us, uint64_t 
                 const struct bucket_params *p = params_of(ctx, e->data);
                 struct bucket_params own;
                 if (p == &bucket_params_per_bucket) {
-                    own = (struct bucket_params){e->algorithm, e->limit, e->period_us, e->burst,
-                                                 0, 0};
+                    own = (struct bucket_params){.algorithm = e->algorithm, .limit = e->limit,
+                                                 .period_us = e->period_us, .burst = e->burst};
                     p = &own;
                 }
                 visited++;

@@ -33,6 +33,7 @@ void rules_backstop_params(const struct bucket_params *p, double share, struct b
      * conversion out of range is undefined: it gave 0, no limit at all):
      * rules_backstop_period() caps it at BUCKET_MAX_PERIOD_US. */
     b->period_us = rules_backstop_period(p->period_us, share);
+    b->period_ms = 0; /* stretched: a local bucket's, never a script's */
     b->burst = (uint64_t)(share * (double)p->burst + SHARE_EPSILON);
     if (b->burst < 1)
         b->burst = 1;
@@ -40,6 +41,7 @@ void rules_backstop_params(const struct bucket_params *p, double share, struct b
         /* a window's N, a concurrency limit: share x N of the same period (a
          * fixed window keeps its offset too: share x N per window) */
         b->period_us = p->period_us;
+        b->period_ms = p->period_ms;
         b->limit = (uint64_t)(share * (double)p->limit + SHARE_EPSILON);
         if (b->limit < 1)
             b->limit = 1;
@@ -318,6 +320,7 @@ int rules_request_limits(const struct ruleset *rs, unsigned i, const char *rate,
         if (!rules_rate_above(n, period_ms, r->max_rate_n, r->max_rate_period_ms)) {
             p->limit = n;
             p->period_us = period_ms * 1000;
+            p->period_ms = period_ms;
         }
         if (!r->burst_arg && !r->burst) /* the default burst: N of this rate */
             p->burst = p->limit < r->max_burst ? p->limit : r->max_burst;

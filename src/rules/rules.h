@@ -79,14 +79,6 @@ struct rule_outcome {
     uint64_t refunded; /* tokens given back (limiter_settle) */
 };
 
-/* Note where an allowed decision took its tokens (how: enum rule_charged),
- * and when (see charged_at); a denied one took nothing. */
-static inline void rules_charged(struct rule_outcome *o, int how, uint64_t at)
-{
-    o->charged = o->res.allowed ? how : RULE_CHARGED_NONE;
-    o->charged_at = at;
-}
-
 /* One rule applying to one request. The key is a copy (no view into the
  * frame), so a hit may outlive the input buffer while Redis answers. */
 struct rule_hit {

@@ -50,6 +50,9 @@ struct ruleset *ruleset_new(struct config *cfg)
         p->burst = r->burst_arg || !r->burst ? r->max_burst : r->burst;
         p->block_us = r->block_for_ms * 1000;
         p->offset_us = r->window_offset_ms * 1000;
+        p->period_ms = r->rate_arg ? r->max_rate_period_ms : r->rate_period_ms;
+        p->block_ms = r->block_for_ms;
+        p->offset_ms = r->window_offset_ms;
         rules_backstop_params(p, rs->backstop_share, &rs->backstop[i]);
         rs->bucket_seeds[i] = bucket_rule_seed(r->name, r->name_len);
         rs->metrics[i] = metrics_rule_get(r->name);

@@ -276,6 +276,7 @@ static int setup(struct sim *s, char *err, size_t errlen)
     s->p.algorithm = o->algorithm;
     s->p.limit = o->limit;
     s->p.period_us = o->period_ms * 1000;
+    s->p.period_ms = o->period_ms;
     s->p.burst = o->burst;
     s->lc.interval_us = o->interval_ms * 1000;
     s->lc.ttl_us = o->ttl_ms * 1000;

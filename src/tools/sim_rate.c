@@ -471,6 +471,7 @@ int sim_run_rate(const struct sim_opts *o, struct sim_result *res, char *err, si
     s->p.algorithm = o->algorithm;
     s->p.limit = o->limit;
     s->p.period_us = o->period_ms * 1000;
+    s->p.period_ms = o->period_ms;
     s->p.burst = o->burst;
     s->rate = (double)o->limit / (double)s->p.period_us;
     s->burst = (double)o->burst;

@@ -455,7 +455,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     r.p = (struct bucket_params){!(mode & MODE_SLIDING)  ? BUCKET_TOKEN_BUCKET
                                  : mode2 & MODE2_FIXED ? BUCKET_FIXED_WINDOW
                                                        : BUCKET_SLIDING_WINDOW,
-                                 mode2 & MODE2_SLOW_RULE ? 10 : 100, 1000 * MS, 20, 0, 0};
+                                 mode2 & MODE2_SLOW_RULE ? 10 : 100, 1000 * MS, 20, 0, 0,
+                                 1000, 0, 0};
     r.now = 1000000 * MS;
     rd = redisReaderCreate();
     if (!r.t || !rd)

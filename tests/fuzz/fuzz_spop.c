@@ -397,7 +397,8 @@ static int redis_run(struct fuzz_run *r, const struct lease_job *j, uint64_t cos
 {
     /* the scripts' penalty box too (block_ms): a blocked key grants nothing */
     const struct bucket_params p = {j->algorithm, j->limit, j->period_ms * 1000, j->burst,
-                                    j->block_ms * 1000, j->offset_ms * 1000};
+                                    j->block_ms * 1000, j->offset_ms * 1000,
+                                    j->period_ms, j->block_ms, j->offset_ms};
     struct bucket_result res, probe;
     uint64_t got = 0;
 
@@ -520,7 +521,8 @@ static void refund(struct fuzz_run *r, struct rule_eval *ev)
     for (struct rjob *j = jobs.head, *next; j; j = next) {
         /* as the refund scripts: the call's own limits, at its take's time */
         const struct bucket_params p = {j->algorithm, j->limit, j->period_ms * 1000, j->burst,
-                                        j->block_ms * 1000, j->offset_ms * 1000};
+                                        j->block_ms * 1000, j->offset_ms * 1000,
+                                        j->period_ms, j->block_ms, j->offset_ms};
         unsigned k = 0;
 
         next = j->next;

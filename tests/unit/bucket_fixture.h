@@ -21,7 +21,8 @@
 static inline struct bucket_params bt_params(int algorithm, uint64_t limit, uint64_t period_us,
                                              uint64_t burst)
 {
-    struct bucket_params p = {algorithm, limit, period_us, burst, 0, 0};
+    struct bucket_params p = {.algorithm = algorithm, .limit = limit, .period_us = period_us,
+                              .burst = burst, .period_ms = period_us / 1000};
     return p;
 }
 

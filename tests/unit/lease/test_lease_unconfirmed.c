@@ -116,8 +116,10 @@ END_TEST
  * its rate; a bucket not made yet is made full first. */
 START_TEST(backstop_charged_below_zero)
 {
-    static const struct bucket_params p = {0, 10, 60 * S, 10, 0, 0}; /* a token per 6 s */
-    static const struct bucket_params w = {BUCKET_SLIDING_WINDOW, 10, 60 * S, 10, 0, 0};
+    /* a token per 6 s */
+    static const struct bucket_params p = {0, 10, 60 * S, 10, 0, 0, 60 * 1000, 0, 0};
+    static const struct bucket_params w = {BUCKET_SLIDING_WINDOW, 10, 60 * S, 10, 0, 0,
+                                           60 * 1000, 0, 0};
     struct bucket_table *bt = bucket_table_new(4);
     struct bucket_result res;
     uint64_t now = 100 * S;

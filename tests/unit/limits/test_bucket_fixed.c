@@ -234,6 +234,36 @@ START_TEST(test_fw_table_expire_wall)
 }
 END_TEST
 
+/* block_for on a fixed window: a denial of a cost that fits N starts a
+ * block, as sw_exact.lua's fixed mode says (need <= limit), whatever the
+ * rule's burst (a token bucket's, unused by windows: here 5 under N = 10). */
+START_TEST(test_fw_block_capacity_is_n)
+{
+    struct bucket_params p = fw(10, MINUTE, 0);
+    struct bucket b;
+    struct bucket_result r;
+    uint64_t now = D0 + 10 * SEC;
+
+    p.burst = 5;
+    p.block_us = 3 * SEC;
+    bucket_init(&b, &p, now);
+    bucket_take(&b, &p, now, 5, &r);
+    ck_assert_int_eq(r.allowed, 1);
+    /* 6 more do not fit in what is left (5), but 6 <= N: a block */
+    bucket_take(&b, &p, now + 1, 6, &r);
+    ck_assert_int_eq(r.allowed, 0);
+    ck_assert_uint_eq(r.retry_us, 3 * SEC);
+    bucket_take(&b, &p, now + 2, 1, &r);
+    ck_assert_int_eq(r.allowed, 0);
+    /* 11 > N never fits: the client's error, no block */
+    bucket_init(&b, &p, now);
+    bucket_take(&b, &p, now, 11, &r);
+    ck_assert_int_eq(r.allowed, 0);
+    bucket_take(&b, &p, now + 1, 1, &r);
+    ck_assert_int_eq(r.allowed, 1);
+}
+END_TEST
+
 static Suite *bucket_fixed_suite(void)
 {
     Suite *s = suite_create("bucket_fixed");
@@ -247,6 +277,7 @@ static Suite *bucket_fixed_suite(void)
     tcase_add_test(tc, test_fw_clock_backward);
     tcase_add_test(tc, test_fw_peek_idle);
     tcase_add_test(tc, test_fw_table_expire_wall);
+    tcase_add_test(tc, test_fw_block_capacity_is_n);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -192,7 +192,7 @@ START_TEST(token_bucket_block_same_as_tb_exact)
 END_TEST
 
 /* A window's burst is its N, as the config makes it by default (the scripts
- * ignore it; bucket.c's bucket_capacity() reads it for a fixed window). */
+ * ignore it, and so does bucket.c: a window's capacity is N). */
 START_TEST(sliding_window_same_as_sw_exact)
 {
     same_decisions(&(struct rule){BUCKET_SLIDING_WINDOW, 10, 1000, 10, 0, 0}, "sw10");
@@ -206,6 +206,8 @@ START_TEST(fixed_window_same_as_sw_exact_fixed)
     same_decisions(&(struct rule){BUCKET_FIXED_WINDOW, 10, 1000, 10, 0, 0}, "fw10");
     same_decisions(&(struct rule){BUCKET_FIXED_WINDOW, 20, 60000, 20, 0, 15000}, "fwoff");
     same_decisions(&(struct rule){BUCKET_FIXED_WINDOW, 5, 1000, 5, 2000, 250}, "fwblock");
+    /* a burst under N (a token bucket's, unused): blocks as N says */
+    same_decisions(&(struct rule){BUCKET_FIXED_WINDOW, 10, 1000, 4, 2000, 0}, "fwburst");
 }
 END_TEST
 
