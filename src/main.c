@@ -135,8 +135,10 @@ static int check_haproxy(const struct config *cfg, const char *haproxy)
     fputs(text, stderr);
     free(text);
     if (errors)
-        fprintf(stderr, "%s: %d error%s: HAProxy would not ask this agent, or not use its "
-                        "answer\n", haproxy, errors, errors > 1 ? "s" : "");
+        fprintf(stderr,
+                "%s: %d error%s: HAProxy would not ask this agent, or not use its "
+                "answer\n",
+                haproxy, errors, errors > 1 ? "s" : "");
     else
         printf("%s: OK (the agent is asked and its answer used%s)\n", haproxy,
                warnings ? "; see the warnings" : "");
@@ -266,8 +268,8 @@ static int parse_args(int argc, char **argv, const char **path, int *check, cons
     }
     /* one command at a time; --message, --if-version and --force go with a write */
     bad |= ops > 1 || (ops && *check) ||
-           ((cli->message || cli->if_version >= 0 || cli->force) &&
-            cli->op != RULES_CLI_PUSH && cli->op != RULES_CLI_ROLLBACK);
+           ((cli->message || cli->if_version >= 0 || cli->force) && cli->op != RULES_CLI_PUSH &&
+            cli->op != RULES_CLI_ROLLBACK);
     /* --rules-diff's B: the one operand (getopt moves operands last) */
     if (cli->op == RULES_CLI_DIFF && optind < argc)
         bad |= parse_version(argv[optind++], 1, &cli->show[1]) < 0;

@@ -147,8 +147,8 @@ static void reloaded(void *ctx, struct rules_compile_result *res)
         fprintf(stderr, "%s%s", res->err,
                 *res->err && res->err[strlen(res->err) - 1] != '\n' ? "\n" : "");
         a->reload_failed_unix = (uint64_t)time(NULL);
-        snprintf(a->reload_error, sizeof(a->reload_error), "%.*s",
-                 (int)strcspn(res->err, "\n"), res->err);
+        snprintf(a->reload_error, sizeof(a->reload_error), "%.*s", (int)strcspn(res->err, "\n"),
+                 res->err);
     } else {
         install(a, res->cfg, "configuration reloaded");
         rules_redis_retry(a->rules);
@@ -178,7 +178,8 @@ static void on_sighup(struct ev_loop *loop, ev_signal *w, int revents)
     struct agent *a = w->data;
 
     service_reloading();
-    if (rules_compile_reload(a->compile, a->path, rules_redis_in_force(a->rules), reloaded, a) < 0) {
+    if (rules_compile_reload(a->compile, a->path, rules_redis_in_force(a->rules), reloaded, a) <
+        0) {
         METRIC_INC(reload_failures);
         LOG_ERROR("\"reload failed: out of memory\"");
         service_ready();
@@ -356,7 +357,7 @@ static void agent_shutdown(struct agent *a)
     history_free(a->history);
     a->history = NULL;
     watch_free(&a->watch);
-    rules_redis_stop(a->rules); /* before its store goes */
+    rules_redis_stop(a->rules);     /* before its store goes */
     rules_compile_free(a->compile); /* a load in flight ends unused */
     a->compile = NULL;
     /* Unused leased tokens go back to Redis. */
@@ -413,7 +414,7 @@ int agent_run(const char *path, struct config *cfg)
     watch_config(&a->watch, a->rs);
     if (a->rs->cfg->rules_source == RULES_SOURCE_REDIS) {
         a->rules = rules_redis_new(a->loop, limiter_store(a->lim), a->compile, a->path, a->rs->cfg,
-                                  apply_rules, a);
+                                   apply_rules, a);
         if (!a->rules ||
             (cached && rules_redis_adopt(a->rules, cached, cached_len, cached_version, 1) < 0)) {
             fprintf(stderr, "spoa-ratelimit: out of memory\n");

@@ -55,8 +55,8 @@ static void status_get(void *ctx, struct httpd_req *req, const char *rest, const
     uint64_t from = 0;
     char fleet[8];
 
-    sa.fleet_totals_only = util_query_param(query, "fleet", fleet, sizeof(fleet)) > 0 &&
-                           strcmp(fleet, "totals") == 0;
+    sa.fleet_totals_only =
+        util_query_param(query, "fleet", fleet, sizeof(fleet)) > 0 && strcmp(fleet, "totals") == 0;
     if (util_query_param(query, "since", since, sizeof(since)) > 0)
         from = strtoull(since, NULL, 10);
     char *body = status_render(&sa, a->rs, a->history, from, &len);
@@ -98,9 +98,10 @@ static void rules_get(void *ctx, struct httpd_req *req, const char *n, const cha
     if (a->rules && *n >= '1' && *n <= '9' && !*end && v < UINT64_MAX)
         rules_redis_text(a->rules, v, rules_text_reply, req);
     else
-        httpd_reply(req, "404 Not Found", "text/plain", NULL,
-                    strdup(a->rules ? "no such version\n" : "no rule store: [rules] source = file\n"),
-                    a->rules ? 16 : 37);
+        httpd_reply(
+            req, "404 Not Found", "text/plain", NULL,
+            strdup(a->rules ? "no such version\n" : "no rule store: [rules] source = file\n"),
+            a->rules ? 16 : 37);
 }
 
 /* POST /reset: refused (403) when off or forged by another page. */
@@ -133,6 +134,7 @@ static void key_get(void *ctx, struct httpd_req *req, const char *rest, const ch
 
 /* What the stats listener serves from the agent, behind stats_allow and
  * stats_auth like the rest. */
+/* clang-format off */
 static const struct httpd_route routes[] = {
     {"/", HTTPD_GET, page_get},
     {"/status.json", HTTPD_GET, status_get},
@@ -142,6 +144,7 @@ static const struct httpd_route routes[] = {
     {"/rules/", HTTPD_GET, rules_get},
     {"/reset", HTTPD_POST, reset_post},
 };
+/* clang-format on */
 
 void agent_http_routes(struct agent *a)
 {

@@ -34,12 +34,12 @@ struct agent {
     /* the status page */
     struct history *history;
     uint64_t started_unix;
-    uint64_t reload_failed_unix; /* the last reload failed then; 0 after a good one */
-    char reload_error[256];      /* its first error line */
-    char token[33];              /* the page's token for POST /reset, random hex */
-    struct rules_redis *rules;   /* [rules] source = redis: the fleet's rule set */
+    uint64_t reload_failed_unix;   /* the last reload failed then; 0 after a good one */
+    char reload_error[256];        /* its first error line */
+    char token[33];                /* the page's token for POST /reset, random hex */
+    struct rules_redis *rules;     /* [rules] source = redis: the fleet's rule set */
     struct rules_compile *compile; /* SIGHUP's and the rule store's loads, off the loop */
-    struct watch watch;          /* warnings the agent finds in itself (watch.h) */
+    struct watch watch;            /* warnings the agent finds in itself (watch.h) */
 };
 
 /* The stats listener's routes (agent_http.c), served with a as context. */

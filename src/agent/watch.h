@@ -35,22 +35,22 @@ struct metrics_rule;
 struct watch_rule {
     struct metrics_rule *m; /* lives until exit (metrics.h) */
     char name[48];
-    char release[64];       /* its release message, cut for the message */
+    char release[64]; /* its release message, cut for the message */
     uint64_t limit, max_hold_ms;
     uint64_t expired0, released0;
-    int released;           /* a release came since the rules were loaded */
+    int released; /* a release came since the rules were loaded */
 };
 
 /* Zeroed, then watch_init(); owned by the agent (main.c). */
 struct watch {
-    uint64_t started_ms;     /* monotonic, ms */
+    uint64_t started_ms;       /* monotonic, ms */
     uint64_t hellos, notifies; /* frames_in at the last tick */
-    uint64_t last_hello_ms;  /* the last tick that saw a HELLO come; 0 never */
-    uint64_t peers_since_ms; /* peers around since, no NOTIFY meanwhile; 0: none */
+    uint64_t last_hello_ms;    /* the last tick that saw a HELLO come; 0 never */
+    uint64_t peers_since_ms;   /* peers around since, no NOTIFY meanwhile; 0: none */
     struct watch_rule *rules;
     size_t nrules;
-    unsigned configs;        /* watch_config calls */
-    int reloaded;            /* the rules in force came by a reload (for the message) */
+    unsigned configs; /* watch_config calls */
+    int reloaded;     /* the rules in force came by a reload (for the message) */
 };
 
 /* The agent starts at now_ms (monotonic). */

@@ -31,9 +31,7 @@
 static const char *const section_names[] = {"",      "",         "agent", "redis",
                                             "lease", "fallback", "rules", "rule"};
 
-
 /* ---- sections ----------------------------------------------------------------- */
-
 
 /* cost = arg:NAME comes with max_cost, and max_cost bounds nothing
  * without it: as check_rule_args does for the limits. */
@@ -75,7 +73,8 @@ static void check_rule_window(struct parse_state *st, const struct cfg_rule *r)
  * limit bounds nothing: both are mistakes worth a FILE:LINE error. */
 static void check_rule_args(struct parse_state *st, const struct cfg_rule *r)
 {
-    unsigned rate = config_seen_line(st, SEC_RULE, "rate"), burst = config_seen_line(st, SEC_RULE, "burst");
+    unsigned rate = config_seen_line(st, SEC_RULE, "rate"),
+             burst = config_seen_line(st, SEC_RULE, "burst");
     unsigned max_rate = config_seen_line(st, SEC_RULE, "max_rate");
     unsigned max_burst = config_seen_line(st, SEC_RULE, "max_burst");
     /* a bad value was reported already: say nothing of its ceiling */
@@ -107,7 +106,7 @@ static void check_rule_args(struct parse_state *st, const struct cfg_rule *r)
  * (nor its keys to them). */
 static void check_rule_concurrency(struct parse_state *st, struct cfg_rule *r)
 {
-    static const char *const rate_only[] = {"rate", "burst", "max_rate", "max_burst",
+    static const char *const rate_only[] = {"rate", "burst",    "max_rate", "max_burst",
                                             "cost", "max_cost", "block_for"};
     static const char *const cc_only[] = {"limit", "release", "max_hold"};
     int cc = r->algorithm == ALGO_CONCURRENCY;
@@ -120,8 +119,8 @@ static void check_rule_concurrency(struct parse_state *st, struct cfg_rule *r)
             config_errors_add(&st->errors, line, "'%s' is not used with algorithm = concurrency",
                               keys[i]);
         else if (line)
-            config_errors_add(&st->errors, line,
-                              "'%s' is only used with algorithm = concurrency", keys[i]);
+            config_errors_add(&st->errors, line, "'%s' is only used with algorithm = concurrency",
+                              keys[i]);
     }
     if (!cc)
         return;
@@ -324,7 +323,10 @@ static void hook_begin_section(void *ctx, unsigned line, const char *name, size_
     begin_section(st, name, len);
 }
 
-static void hook_end_section(void *ctx) { end_section(ctx); }
+static void hook_end_section(void *ctx)
+{
+    end_section(ctx);
+}
 
 static int hook_value(void *ctx, unsigned line, int cont, const char *name, const char *value)
 {
@@ -696,8 +698,8 @@ int config_load_string(const char *text, const char *name, struct config **out, 
     return ret;
 }
 
-int config_load_with_rules(const char *path, const char *rules, size_t rules_len,
-                           const char *name, struct config **out, char *err, size_t errlen)
+int config_load_with_rules(const char *path, const char *rules, size_t rules_len, const char *name,
+                           struct config **out, char *err, size_t errlen)
 {
     struct config_errors file_errors;
     struct parse_state *st;

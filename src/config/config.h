@@ -22,16 +22,16 @@
 #define CFG_MAX_MATCHES 16
 #define CFG_MAX_ALLOW 64
 #define CFG_MAX_ENTRIES 1000000000000ULL /* [agent] max_entries */
-#define CFG_MAX_NAME 40 /* rule names appear in ACK vars and metrics labels */
+#define CFG_MAX_NAME 40                  /* rule names appear in ACK vars and metrics labels */
 /* One year: longer durations are mistakes (1/20000000d), and bounding them
  * keeps every product of durations (microseconds, 2 x window, the backstop's
  * period / share) far from overflow. */
 #define CFG_MAX_DURATION_MS (365ULL * 86400000ULL)
 #define CFG_MAX_HELLO_TIMEOUT_MS 60000ULL /* [agent] hello_timeout */
-#define CFG_MAX_IDLE_GRACE_MS 3600000ULL /* [agent] idle_grace */
+#define CFG_MAX_IDLE_GRACE_MS 3600000ULL  /* [agent] idle_grace */
 #define CFG_MAX_DURATION_TEXT "365d"
-#define CFG_MAX_COUNT 1000000000000000ULL       /* rate N and burst: exact in a double */
-#define CFG_MAX_CC_LIMIT 1000000ULL /* concurrency limit: slots are held one by one */
+#define CFG_MAX_COUNT 1000000000000000ULL /* rate N and burst: exact in a double */
+#define CFG_MAX_CC_LIMIT 1000000ULL       /* concurrency limit: slots are held one by one */
 #define CFG_DEFAULT_MAX_HOLD_MS 60000
 /* The longest slot token of an ACK (rules.h: RULES_SLOT_TOKEN_MAX). */
 #define CFG_SLOT_TOKEN_MAX (CFG_MAX_NAME + 1 + 17 + 1 + 2 * 33)
@@ -100,7 +100,7 @@ struct cfg_match {
  * any of these is refused, and the regexes after the one that went over
  * are not compiled. Each is many times what a large real set takes (200
  * rules of 3 regexes: 33 KB of patterns, 1 MB compiled, 20 ms). */
-#define CFG_BUDGET_PATTERN_BYTES (256 * 1024)        /* the regexes' text, summed */
+#define CFG_BUDGET_PATTERN_BYTES (256 * 1024)       /* the regexes' text, summed */
 #define CFG_BUDGET_COMPILED_BYTES (6 * 1024 * 1024) /* their code and JIT code (rx_size) */
 #define CFG_BUDGET_COMPILE_MS 2000 /* CPU time compiling them (the loading thread's) */
 
@@ -124,18 +124,18 @@ struct cfg_regex_use {
 
 struct cfg_rule {
     char *name;
-    size_t name_len;              /* strlen(name), at most CFG_MAX_NAME */
-    char *message;                /* NULL: every message */
-    char *keys[CFG_MAX_KEY_ARGS]; /* arg names joined into the client key; with none,
-                                    every matching request shares one key (a global limit) */
+    size_t name_len;                   /* strlen(name), at most CFG_MAX_NAME */
+    char *message;                     /* NULL: every message */
+    char *keys[CFG_MAX_KEY_ARGS];      /* arg names joined into the client key; with none,
+                                         every matching request shares one key (a global limit) */
     size_t key_lens[CFG_MAX_KEY_ARGS]; /* strlen of each: a request's key looks its args up */
     size_t nkeys;
     struct cfg_match matches[CFG_MAX_MATCHES];
     size_t nmatches;
-    uint64_t rate_n;             /* N of N/DURATION; 0 with rate_arg */
-    uint64_t rate_period_ms;     /* DURATION of N/DURATION; 0 with rate_arg */
-    uint64_t burst;              /* default: rate_n; with rate_arg and no burst: 0,
-                                    meaning N of each request's rate (capped by max_burst) */
+    uint64_t rate_n;         /* N of N/DURATION; 0 with rate_arg */
+    uint64_t rate_period_ms; /* DURATION of N/DURATION; 0 with rate_arg */
+    uint64_t burst;          /* default: rate_n; with rate_arg and no burst: 0,
+                                meaning N of each request's rate (capped by max_burst) */
     /* Limits taken per request from an arg (rate = arg:NAME, burst = arg:NAME),
      * bounded by ceilings that are required with them. */
     char *rate_arg;              /* NULL: the rate is rate_n/rate_period_ms */
@@ -147,25 +147,25 @@ struct cfg_rule {
     /* Tokens one request takes (cost = N, default 1; 0: a check that takes
      * nothing), or per request from an arg (cost = arg:NAME) clamped to
      * max_cost. A cost never changes the limits, so it never keys a bucket. */
-    uint64_t cost;               /* with cost_arg: unused */
-    char *cost_arg;              /* NULL: every request costs cost */
-    uint64_t max_cost;           /* the highest cost an arg may ask for; 0 without cost_arg */
-    int algorithm;               /* enum bucket_algorithm */
-    uint64_t window_offset_ms;   /* fixed-window: windows start this long after each
-                                    multiple of the period since the epoch (< period) */
+    uint64_t cost;             /* with cost_arg: unused */
+    char *cost_arg;            /* NULL: every request costs cost */
+    uint64_t max_cost;         /* the highest cost an arg may ask for; 0 without cost_arg */
+    int algorithm;             /* enum bucket_algorithm */
+    uint64_t window_offset_ms; /* fixed-window: windows start this long after each
+                                  multiple of the period since the epoch (< period) */
     /* algorithm = concurrency: at most cc_limit requests in flight per key;
      * the message named release (arg slot) gives a slot back, and a slot not
      * given back within max_hold_ms frees itself (default 60 s). */
-    uint64_t cc_limit;           /* limit; 0 for other algorithms */
-    char *release;               /* NULL for other algorithms */
+    uint64_t cc_limit; /* limit; 0 for other algorithms */
+    char *release;     /* NULL for other algorithms */
     uint64_t max_hold_ms;
-    int lease;                   /* bool, default on */
+    int lease; /* bool, default on */
     /* block_for: once the rule denies a key, the key stays denied this long
      * (fleet-wide with Redis: the denying script records it); 0 = off */
     uint64_t block_for_ms;
-    int on_redis_down;           /* enum cfg_down_mode, default [fallback] mode */
-    int shadow;                  /* bool; [agent] shadow = yes forces it */
-    unsigned line;               /* line of the [rule:NAME] header */
+    int on_redis_down; /* enum cfg_down_mode, default [fallback] mode */
+    int shadow;        /* bool; [agent] shadow = yes forces it */
+    unsigned line;     /* line of the [rule:NAME] header */
 };
 
 struct config {
@@ -181,10 +181,10 @@ struct config {
     int log_level;              /* default LOG_LVL_INFO */
     int shadow;
     struct net_cidr allow[CFG_MAX_ALLOW];
-    size_t nallow;      /* 0 = any peer */
-    size_t max_key;     /* default 512 */
-    unsigned max_connections; /* SPOP connections at once; default 1024 */
-    unsigned max_handshakes;  /* of those, still before their HELLO; default 128 */
+    size_t nallow;             /* 0 = any peer */
+    size_t max_key;            /* default 512 */
+    unsigned max_connections;  /* SPOP connections at once; default 1024 */
+    unsigned max_handshakes;   /* of those, still before their HELLO; default 128 */
     uint64_t hello_timeout_ms; /* a connection's HELLO must be in by then; default 5000 */
     /* at max_connections, a connection with no whole frame for this long is
      * closed to admit a new one; default 35000 */
@@ -193,12 +193,12 @@ struct config {
      * (watch.h); default 60000, 0 = off */
     uint64_t notify_silence_ms;
     struct net_cidr stats_allow[CFG_MAX_ALLOW]; /* who may use the stats listener */
-    size_t nstats_allow; /* default 2: 127.0.0.0/8, ::1/128; 0 = any peer */
-    char *stats_auth;        /* USER:PASSWORD as written; NULL = no auth */
-    char *stats_auth_file;   /* a file holding USER:PASSWORD */
+    size_t nstats_allow;                        /* default 2: 127.0.0.0/8, ::1/128; 0 = any peer */
+    char *stats_auth;                           /* USER:PASSWORD as written; NULL = no auth */
+    char *stats_auth_file;                      /* a file holding USER:PASSWORD */
     char *stats_credentials; /* USER:PASSWORD in force (either source); NULL = none */
     int stats_reset;         /* POST /reset (and the page's reset button); default on */
-    char *stats_hosts;       /* Host names answered besides the listener's own, "a,b:1"; NULL: none */
+    char *stats_hosts;  /* Host names answered besides the listener's own, "a,b:1"; NULL: none */
     size_t max_entries; /* buckets + lease entries in memory; default 1000000 */
     int charge;         /* enum cfg_charge; default CHARGE_ALL_OR_NOTHING */
     double alert_share; /* warn when a rule blocks more than this share; default 0.05 */
@@ -213,12 +213,12 @@ struct config {
     char *redis_sentinel;
     struct cfg_hosts redis_sentinel_hosts;
     char *redis_master;
-    uint64_t redis_timeout_ms; /* default 100 */
+    uint64_t redis_timeout_ms;   /* default 100 */
     uint64_t redis_keepalive_ms; /* PING after this long without traffic; default 1000, 0 = off */
     uint64_t redis_sentinel_window_ms; /* no sentinel this long: master unconfirmed; default 5000 */
     uint64_t redis_errors_quiet_ms;    /* redis_errors clears this long after the last; 30000 */
-    uint64_t redis_epoch_check_ms; /* the keyspace's epoch checked this often (store_epoch.h);
-                                    * default 1000, 0 = off */
+    uint64_t redis_epoch_check_ms;     /* the keyspace's epoch checked this often (store_epoch.h);
+                                        * default 1000, 0 = off */
     int redis_functions; /* FUNCTION LOAD, then FCALL where Redis allows; default on */
     /* Credentials: the keys as written (password_file: its path), and the
      * ones in force for the data nodes (url, every Cluster node, the master
@@ -233,7 +233,7 @@ struct config {
     /* for the sentinels themselves (their requirepass or ACL user) */
     char *redis_sentinel_username;
     char *redis_sentinel_password;
-    char *redis_prefix;        /* default "rl:" */
+    char *redis_prefix;           /* default "rl:" */
     int redis_require_noeviction; /* a Redis that can evict our keys counts as down */
 
     /* [lease] */
@@ -249,13 +249,13 @@ struct config {
                               the agents of the fleet (fleet.h) */
 
     /* [rules] */
-    int rules_source;        /* enum cfg_rules_source, default RULES_SOURCE_FILE */
-    uint64_t rules_poll_ms;  /* source = redis: how often the current version is read;
-                                default 1000 */
-    char *rules_cache;       /* the last applied version on disk; NULL: none (default
-                                with source = redis: rules.ini in $STATE_DIRECTORY,
-                                else CFG_RULES_DEFAULT_CACHE) */
-    unsigned rules_history;  /* versions kept in Redis by --push; default 10 */
+    int rules_source;       /* enum cfg_rules_source, default RULES_SOURCE_FILE */
+    uint64_t rules_poll_ms; /* source = redis: how often the current version is read;
+                               default 1000 */
+    char *rules_cache;      /* the last applied version on disk; NULL: none (default
+                               with source = redis: rules.ini in $STATE_DIRECTORY,
+                               else CFG_RULES_DEFAULT_CACHE) */
+    unsigned rules_history; /* versions kept in Redis by --push; default 10 */
 
     struct cfg_rule *rules;
     size_t nrules;
@@ -279,8 +279,8 @@ int config_load_string(const char *text, const char *name, struct config **out, 
  * checks of config_load_file. rules holding any other section, a NUL byte,
  * or more than CFG_MAX_RULES_TEXT bytes is refused. Errors are
  * "FILE:LINE: message" for the file, "NAME:LINE: message" for rules. */
-int config_load_with_rules(const char *path, const char *rules, size_t rules_len,
-                           const char *name, struct config **out, char *err, size_t errlen);
+int config_load_with_rules(const char *path, const char *rules, size_t rules_len, const char *name,
+                           struct config **out, char *err, size_t errlen);
 
 /* Free a config and everything it owns. NULL is a no-op. */
 void config_free(struct config *cfg);

@@ -69,7 +69,8 @@ static char *read_password_file(const char *path, char *why, size_t whylen)
 /* Two places for one credential: say which lines. */
 static void check_one_source(struct parse_state *st, const char *key, const char *what, int both)
 {
-    unsigned line = config_seen_line(st, SEC_REDIS, key), url = config_seen_line(st, SEC_REDIS, "url");
+    unsigned line = config_seen_line(st, SEC_REDIS, key),
+             url = config_seen_line(st, SEC_REDIS, "url");
 
     if (both)
         config_errors_add(&st->errors, line > url ? line : url,
@@ -117,8 +118,8 @@ static void resolve_auth(struct parse_state *st, int standalone)
         config_errors_add(&st->errors, config_seen_line(st, SEC_REDIS, k),
                           "'%s' is only used with 'sentinel'", k);
     }
-    if ((cfg->redis_password || cfg->redis_password_file || cfg->redis_username) &&
-        standalone && !cfg->redis_url) {
+    if ((cfg->redis_password || cfg->redis_password_file || cfg->redis_username) && standalone &&
+        !cfg->redis_url) {
         const char *k = cfg->redis_password        ? "password"
                         : cfg->redis_password_file ? "password_file"
                                                    : "username";
@@ -165,7 +166,8 @@ static void resolve_stats_auth(struct parse_state *st)
     if (cred) {
         const char *colon = strchr(cred, ':');
         if (!colon || colon == cred)
-            config_errors_add(&st->errors, line, "%s must be USER:PASSWORD (a user, a colon, "
+            config_errors_add(&st->errors, line,
+                              "%s must be USER:PASSWORD (a user, a colon, "
                               "a password)",
                               from_file ? "the stats_auth_file" : "'stats_auth'");
         else if (strpbrk(cred, "\r\n"))

@@ -92,8 +92,8 @@ void config_compile_matches(struct parse_state *st)
                                   "rule set over its budget: compiling its regexes took more "
                                   "than %u ms of CPU (%llu ms by regex %zu of %zu), the most a "
                                   "whole rule set may take " BUDGET_DOC,
-                                  budget.compile_ms,
-                                  (unsigned long long)(u->compile_us / 1000), done, n);
+                                  budget.compile_ms, (unsigned long long)(u->compile_us / 1000),
+                                  done, n);
                 return;
             }
         }

@@ -23,7 +23,10 @@ void config_errors_add(struct config_errors *e, unsigned line, const char *fmt, 
     va_end(ap);
 }
 
-size_t config_errors_count(const struct config_errors *e) { return e->nkept + e->ndropped; }
+size_t config_errors_count(const struct config_errors *e)
+{
+    return e->nkept + e->ndropped;
+}
 
 static int cmp_error(const void *a, const void *b)
 {

@@ -32,21 +32,21 @@ enum section_kind {
 };
 
 enum value_type {
-    T_STR,   /* char *; F_NONEMPTY: "" is an error */
-    T_UINT,  /* unsigned integer of the field's size, in [min, max] */
-    T_DUR,   /* uint64_t milliseconds, at least min (when not 0); F_ZERO: 0 allowed (off) */
-    T_BOOL,  /* int */
-    T_SHARE, /* double in (0, 1] */
+    T_STR,        /* char *; F_NONEMPTY: "" is an error */
+    T_UINT,       /* unsigned integer of the field's size, in [min, max] */
+    T_DUR,        /* uint64_t milliseconds, at least min (when not 0); F_ZERO: 0 allowed (off) */
+    T_BOOL,       /* int */
+    T_SHARE,      /* double in (0, 1] */
     T_SHARE_AUTO, /* the same, or "auto": CFG_SHARE_AUTO */
-    T_ENUM,  /* int: index in names */
-    T_ADDR,  /* char * and struct net_addr: listen address; F_OPT: "" means unset */
-    T_URL,   /* char * and struct cfg_redis_url: redis url, "" means unset */
-    T_HOSTS, /* char *, normalised to "a:1,b:2", and struct cfg_hosts; "" means unset */
-    T_ALLOW, /* a CIDR list: struct net_cidr[CFG_MAX_ALLOW] at off, its size_t count at parsed */
-    T_NAMES, /* char *: host names with an optional :port, normalised to "a,b:1"; "" unsets */
-    T_KEYS,  /* rule keys */
-    T_MATCH, /* rule matches */
-    T_RATE,  /* rule rate, into rate_n and rate_period_ms */
+    T_ENUM,       /* int: index in names */
+    T_ADDR,       /* char * and struct net_addr: listen address; F_OPT: "" means unset */
+    T_URL,        /* char * and struct cfg_redis_url: redis url, "" means unset */
+    T_HOSTS,      /* char *, normalised to "a:1,b:2", and struct cfg_hosts; "" means unset */
+    T_ALLOW,    /* a CIDR list: struct net_cidr[CFG_MAX_ALLOW] at off, its size_t count at parsed */
+    T_NAMES,    /* char *: host names with an optional :port, normalised to "a,b:1"; "" unsets */
+    T_KEYS,     /* rule keys */
+    T_MATCH,    /* rule matches */
+    T_RATE,     /* rule rate, into rate_n and rate_period_ms */
     T_MAX_RATE, /* rule max_rate, into max_rate_n and max_rate_period_ms */
 };
 
@@ -54,7 +54,8 @@ enum value_type {
 #define F_OPT 2u
 #define F_LIST 4u  /* continuation lines append to the value */
 #define F_MULTI 8u /* the key may be repeated; each line adds */
-#define F_ARG 16u  /* "arg:NAME" takes the value per request from an arg: NAME goes
+#define F_ARG                                                                                      \
+    16u            /* "arg:NAME" takes the value per request from an arg: NAME goes                \
                       into the char * of struct cfg_rule at offset `parsed` */
 #define F_ZERO 32u /* T_DUR: "0" (with or without a unit) is allowed, for off */
 

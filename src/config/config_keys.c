@@ -15,10 +15,10 @@
 
 static const char *const mode_names[] = {"open", "closed", NULL};
 /* [agent] charge: enum cfg_charge */
-static const char *const charge_names[] = {[CHARGE_ALL_OR_NOTHING] = "all-or-nothing",
-                                           [CHARGE_EACH] = "each", NULL};
-static const char *const source_names[] = {[RULES_SOURCE_FILE] = "file",
-                                           [RULES_SOURCE_REDIS] = "redis", NULL};
+static const char *const charge_names[] = {
+    [CHARGE_ALL_OR_NOTHING] = "all-or-nothing", [CHARGE_EACH] = "each", NULL};
+static const char *const source_names[] = {
+    [RULES_SOURCE_FILE] = "file", [RULES_SOURCE_REDIS] = "redis", NULL};
 
 #define CF(f) offsetof(struct config, f), sizeof(((struct config *)0)->f)
 #define PF(f) offsetof(struct config, f) /* the parsed form of an address key */
@@ -72,10 +72,8 @@ static const struct key_def key_defs[] = {
     {SEC_REDIS, "username", T_STR, CF(redis_username), 0, 0, F_NONEMPTY, NULL, 0},
     {SEC_REDIS, "password", T_STR, CF(redis_password), 0, 0, F_NONEMPTY, NULL, 0},
     {SEC_REDIS, "password_file", T_STR, CF(redis_password_file), 0, 0, F_NONEMPTY, NULL, 0},
-    {SEC_REDIS, "sentinel_username", T_STR, CF(redis_sentinel_username), 0, 0, F_NONEMPTY, NULL,
-     0},
-    {SEC_REDIS, "sentinel_password", T_STR, CF(redis_sentinel_password), 0, 0, F_NONEMPTY, NULL,
-     0},
+    {SEC_REDIS, "sentinel_username", T_STR, CF(redis_sentinel_username), 0, 0, F_NONEMPTY, NULL, 0},
+    {SEC_REDIS, "sentinel_password", T_STR, CF(redis_sentinel_password), 0, 0, F_NONEMPTY, NULL, 0},
     {SEC_LEASE, "interval", T_DUR, CF(lease_interval_ms), 0, 0, 0, NULL, 0},
     {SEC_LEASE, "ttl", T_DUR, CF(lease_ttl_ms), 0, 0, 0, NULL, 0},
     {SEC_LEASE, "max_fraction", T_SHARE, CF(lease_max_fraction), 0, 0, 0, NULL, 0},

@@ -151,9 +151,10 @@ static void put_redis(struct strbuf *o, const struct config *cfg)
         put_duration(o, cfg->redis_epoch_check_ms);
     else
         strbuf_printf(o, "0 ; off");
-    strbuf_printf(o, "\nprefix = %s\nrequire_noeviction = %s\nfunctions = %s\n\n[lease]\ninterval = ",
-                  cfg->redis_prefix ? cfg->redis_prefix : "",
-                  cfg->redis_require_noeviction ? "yes" : "no", cfg->redis_functions ? "on" : "off");
+    strbuf_printf(
+        o, "\nprefix = %s\nrequire_noeviction = %s\nfunctions = %s\n\n[lease]\ninterval = ",
+        cfg->redis_prefix ? cfg->redis_prefix : "", cfg->redis_require_noeviction ? "yes" : "no",
+        cfg->redis_functions ? "on" : "off");
     put_duration(o, cfg->lease_interval_ms);
     strbuf_printf(o, "\nttl = ");
     put_duration(o, cfg->lease_ttl_ms);

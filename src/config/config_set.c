@@ -167,8 +167,8 @@ static void set_allow(struct parse_state *st, const struct key_def *d, const cha
             continue;
         }
         if (*n == CFG_MAX_ALLOW) {
-            config_errors_add(&st->errors, st->line, "too many entries in '%s' (max %d)",
-                              d->name, CFG_MAX_ALLOW);
+            config_errors_add(&st->errors, st->line, "too many entries in '%s' (max %d)", d->name,
+                              CFG_MAX_ALLOW);
             return;
         }
         list[(*n)++] = c;
@@ -179,8 +179,7 @@ static void set_allow(struct parse_state *st, const struct key_def *d, const cha
 /* stats_hosts: names or addresses with an optional :port, apart by commas
  * or blanks, kept lowercase as "a,b:1"; a continuation line appends, ""
  * alone unsets. */
-static void set_names(struct parse_state *st, const struct key_def *d, char **field,
-                      const char *v)
+static void set_names(struct parse_state *st, const struct key_def *d, char **field, const char *v)
 {
     char item[HOSTNAME_ITEM_MAX];
     size_t len = st->cont && *field ? strlen(*field) : 0;
@@ -319,9 +318,10 @@ static void set_duration(struct parse_state *st, const struct key_def *d, uint64
     int rc = off ? config_duration_or_off(v, field) : config_duration(v, field);
 
     if (rc == CONFIG_ETOOLONG)
-        config_errors_add(&st->errors, st->line,
-                          "duration '%.80s' for '%s' is longer than the maximum of " CFG_MAX_DURATION_TEXT,
-                          v, d->name);
+        config_errors_add(
+            &st->errors, st->line,
+            "duration '%.80s' for '%s' is longer than the maximum of " CFG_MAX_DURATION_TEXT, v,
+            d->name);
     else if (rc != 0)
         config_errors_add(&st->errors, st->line,
                           "bad duration '%.80s' for '%s' (expected %san integer > 0 and a unit: "
@@ -398,8 +398,7 @@ static void set_url(struct parse_state *st, char **field, struct cfg_redis_url *
         memset(url, 0, sizeof(*url));
         return;
     }
-    if (config_parse_redis_url(v, &parsed.addr, &parsed.db, &user, &userlen, &pw, &pwlen) ==
-        -1) {
+    if (config_parse_redis_url(v, &parsed.addr, &parsed.db, &user, &userlen, &pw, &pwlen) == -1) {
         /* an error line may reach a log: what precedes the last '@' may be
          * a password */
         const char *at = strrchr(v, '@');
@@ -441,13 +440,13 @@ static void set_rate(struct parse_state *st, const struct key_def *d, uint64_t *
     int rc = config_rate(v, n, period_ms);
 
     if (rc == CONFIG_ETOOLONG)
-        config_errors_add(&st->errors, st->line,
-                          "rate '%.80s': the duration is longer than the maximum of " CFG_MAX_DURATION_TEXT,
-                          v);
+        config_errors_add(
+            &st->errors, st->line,
+            "rate '%.80s': the duration is longer than the maximum of " CFG_MAX_DURATION_TEXT, v);
     else if (rc != 0)
         config_errors_add(&st->errors, st->line,
-                          "bad rate '%.80s'%s%s%s (expected N/DURATION such as 100/1m or 10/1h)",
-                          v, d->type == T_RATE ? "" : " for '", d->type == T_RATE ? "" : d->name,
+                          "bad rate '%.80s'%s%s%s (expected N/DURATION such as 100/1m or 10/1h)", v,
+                          d->type == T_RATE ? "" : " for '", d->type == T_RATE ? "" : d->name,
                           d->type == T_RATE ? "" : "'");
 }
 
@@ -467,8 +466,7 @@ static void set_arg(struct parse_state *st, const struct key_def *d, struct cfg_
         }
     }
     if (len == 0 || len > CONFIG_MAX_ITEM) {
-        config_errors_add(&st->errors, st->line, "bad arg name in '%s = arg:%.80s'", d->name,
-                          name);
+        config_errors_add(&st->errors, st->line, "bad arg name in '%s = arg:%.80s'", d->name, name);
         return;
     }
     set_string(st, field, name);

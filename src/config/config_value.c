@@ -43,8 +43,8 @@ static int unit_ms(const char *u, uint64_t *mult)
     static const struct {
         const char *name;
         uint64_t ms;
-    } units[] = {{"ms", 1}, {"s", 1000}, {"m", 60000}, {"h", 3600000}, {"d", 86400000},
-                 {"w", 604800000}}; /* a week: quotas (fixed windows) */
+    } units[] = {{"ms", 1},       {"s", 1000},     {"m", 60000}, {"h", 3600000},
+                 {"d", 86400000}, {"w", 604800000}}; /* a week: quotas (fixed windows) */
 
     for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
         if (strcmp(u, units[i].name) == 0) {
@@ -138,7 +138,10 @@ int config_parse_bool(const char *s, int *b)
     return -1;
 }
 
-int config_parse_cidr(const char *s, struct cfg_cidr *c) { return net_cidr_parse(s, c); }
+int config_parse_cidr(const char *s, struct cfg_cidr *c)
+{
+    return net_cidr_parse(s, c);
+}
 
 /* (0, 1]; NaN fails both comparisons. */
 int config_parse_share(const char *s, double *d)

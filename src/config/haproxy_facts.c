@@ -172,4 +172,3 @@ int hc_var_set(const struct hc_ctx *c, const char *name, size_t len, const struc
     }
     return after ? HC_VAR_AFTER : HC_VAR_NEVER;
 }
-

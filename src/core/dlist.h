@@ -15,7 +15,7 @@ struct dlist {
 };
 
 /* The element holding the link p, a member called field of type. */
-#define DLIST_ENTRY(p, type, field) ((type *)((char *)(p) - offsetof(type, field)))
+#define DLIST_ENTRY(p, type, field) ((type *)((char *)(p)-offsetof(type, field)))
 
 static inline void dlist_init(struct dlist *head)
 {

@@ -12,8 +12,7 @@ static int name_char(int c)
     return isalnum(c) || c == '-' || c == '.' || c == '_';
 }
 
-int hostname_split(const char *v, size_t len, const char **name, size_t *nlen,
-                    unsigned *port)
+int hostname_split(const char *v, size_t len, const char **name, size_t *nlen, unsigned *port)
 {
     const char *end, *p;
     size_t n;
@@ -74,4 +73,3 @@ int hostname_item(const char *item, char *out, size_t cap)
     out[len] = '\0';
     return 0;
 }
-

@@ -17,8 +17,7 @@
  * that: an empty name, a character a host name or address cannot hold, a
  * port that is not 1 to 65535, brackets around something else than a v6
  * address. */
-int hostname_split(const char *v, size_t len, const char **name, size_t *nlen,
-                    unsigned *port);
+int hostname_split(const char *v, size_t len, const char **name, size_t *nlen, unsigned *port);
 
 /* One item of [agent] stats_hosts checked and written lowercase into out
  * (cap bytes): 0, or -1 when it is not a host name or address with an

@@ -13,11 +13,8 @@
 atomic_int log_level = LOG_LVL_INFO;
 
 const char *const log_level_names[] = {
-    [LOG_LVL_ERROR] = "error",
-    [LOG_LVL_WARN] = "warn",
-    [LOG_LVL_INFO] = "info",
-    [LOG_LVL_DEBUG] = "debug",
-    [LOG_LVL_DEBUG + 1] = NULL,
+    [LOG_LVL_ERROR] = "error", [LOG_LVL_WARN] = "warn",    [LOG_LVL_INFO] = "info",
+    [LOG_LVL_DEBUG] = "debug", [LOG_LVL_DEBUG + 1] = NULL,
 };
 
 /* Room for LOG_VALUE_MAX bytes at 4 each (\xHH), quotes, "..." and NUL. */

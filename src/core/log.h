@@ -48,10 +48,10 @@ const char *log_esc(const void *s, size_t len);
 const char *log_val(const char *s);
 
 /* fmt is the rest of the line after `msg=`: e.g. LOG_WARN("\"redis down\" err=%s", e). */
-#define LOG_AT(lvl, ...)                                                                          \
-    do {                                                                                          \
-        if ((lvl) <= log_level)                                                                   \
-            log_write((lvl), __VA_ARGS__);                                                        \
+#define LOG_AT(lvl, ...)                                                                           \
+    do {                                                                                           \
+        if ((lvl) <= log_level)                                                                    \
+            log_write((lvl), __VA_ARGS__);                                                         \
     } while (0)
 #define LOG_ERROR(...) LOG_AT(LOG_LVL_ERROR, __VA_ARGS__)
 #define LOG_WARN(...) LOG_AT(LOG_LVL_WARN, __VA_ARGS__)
@@ -59,9 +59,9 @@ const char *log_val(const char *s);
 #define LOG_DEBUG(...) LOG_AT(LOG_LVL_DEBUG, __VA_ARGS__)
 
 /* Rate-limited lines for events a peer can cause at will (refusals at a
- * connection cap or an allow list, DISCONNECTs): 1 when a line may be written now, with the number of calls
- * suppressed since the last line in *suppressed. At most one per every_s
- * seconds per gate; thread-safe. */
+ * connection cap or an allow list, DISCONNECTs): 1 when a line may be written now, with the number
+ * of calls suppressed since the last line in *suppressed. At most one per every_s seconds per gate;
+ * thread-safe. */
 struct log_gate {
     atomic_uint_fast64_t last_us; /* 0: never */
     atomic_uint_fast64_t suppressed;

@@ -18,8 +18,8 @@ struct rx {
  * from changing them: $ at the end only, bytes not UTF-8 (a pattern cannot
  * turn UTF on with (*UTF)), no \C, no captures. Inline limits such as
  * (*LIMIT_MATCH=N) can only lower ours. */
-#define RX_OPTIONS                                                                           \
-    (PCRE2_DOLLAR_ENDONLY | PCRE2_NEVER_UTF | PCRE2_NEVER_UCP | PCRE2_NEVER_BACKSLASH_C |   \
+#define RX_OPTIONS                                                                                 \
+    (PCRE2_DOLLAR_ENDONLY | PCRE2_NEVER_UTF | PCRE2_NEVER_UCP | PCRE2_NEVER_BACKSLASH_C |          \
      PCRE2_NO_AUTO_CAPTURE)
 
 struct rx *rx_compile(const char *pattern, char *err, size_t errlen)

@@ -26,11 +26,11 @@ struct slab_chunk;
 struct slab_slot;
 
 struct slab {
-    size_t slot;                /* bytes per slot, a multiple of 16 */
-    struct slab_slot *free;     /* freed slots */
-    struct slab_chunk *chunks;  /* every chunk mapped, for slab_release */
-    char *carve, *carve_end;    /* the newest chunk's slots not handed out yet */
-    size_t next_chunk;          /* bytes of the next chunk */
+    size_t slot;               /* bytes per slot, a multiple of 16 */
+    struct slab_slot *free;    /* freed slots */
+    struct slab_chunk *chunks; /* every chunk mapped, for slab_release */
+    char *carve, *carve_end;   /* the newest chunk's slots not handed out yet */
+    size_t next_chunk;         /* bytes of the next chunk */
 };
 
 /* An empty slab of slots of at least size bytes (rounded up to 16). */

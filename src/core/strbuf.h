@@ -18,7 +18,10 @@ struct strbuf {
     int failed; /* an append ran out of memory (or vsnprintf failed) */
 };
 
-#define STRBUF_INIT {NULL, 0, 0, 0}
+#define STRBUF_INIT                                                                                \
+    {                                                                                              \
+        NULL, 0, 0, 0                                                                              \
+    }
 
 /* Appends the formatted text. */
 void strbuf_printf(struct strbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -71,8 +71,7 @@ static int same_name(const char *a, size_t alen, const char *b)
 }
 
 /* 1 when name:port matches one item of names ("a,b:8080"). */
-static int listed(const char *name, size_t nlen, unsigned port, unsigned lport,
-                  const char *names)
+static int listed(const char *name, size_t nlen, unsigned port, unsigned lport, const char *names)
 {
     const char *p = names;
 
@@ -90,8 +89,7 @@ static int listed(const char *name, size_t nlen, unsigned port, unsigned lport,
     return 0;
 }
 
-int http_host_allowed(const char *v, size_t len, const struct sockaddr *self,
-                      const char *names)
+int http_host_allowed(const char *v, size_t len, const struct sockaddr *self, const char *names)
 {
     static const unsigned char v4_loop[4] = {127, 0, 0, 1};
     static const unsigned char v6_loop[16] = {[15] = 1};

@@ -23,7 +23,6 @@ struct sockaddr;
  * item without a port with self's port or none, one with a port with that
  * port only. A listener on another family (unix:) allows every Host: no
  * browser reaches it. */
-int http_host_allowed(const char *v, size_t len, const struct sockaddr *self,
-                      const char *names);
+int http_host_allowed(const char *v, size_t len, const struct sockaddr *self, const char *names);
 
 #endif

@@ -25,8 +25,8 @@
 #include "server/listener.h"
 
 #define HTTP_REQ_MAX 8192
-#define HTTP_TIMEOUT 5.0  /* a connection's whole life: request in, response out */
-#define HTTP_MAX_CONNS 64 /* at once; fewer under a small fd limit (conns_cap) */
+#define HTTP_TIMEOUT 5.0     /* a connection's whole life: request in, response out */
+#define HTTP_MAX_CONNS 64    /* at once; fewer under a small fd limit (conns_cap) */
 #define HTTP_ACCEPT_BATCH 16 /* accepts per wake-up */
 #define EVICT_LOG_EVERY_S 10.0
 
@@ -44,8 +44,8 @@ struct http_conn {
     const char *headers;       /* in req: the '\n' that ends the request line */
     struct sockaddr_storage peer;
     struct sockaddr_storage self; /* the local address it came in on: the Host check's */
-    struct dlist link;    /* on h->conns */
-    struct dlist reading; /* on h->reading until its whole request is in */
+    struct dlist link;            /* on h->conns */
+    struct dlist reading;         /* on h->reading until its whole request is in */
 };
 
 /* A handler's answer may come after its connection went away: the record
@@ -75,7 +75,7 @@ struct httpd {
 /* On every answer: no other site's page may load one as a script or style
  * (nosniff) or embed it at all (CORP); the status page's policy already has
  * both. */
-#define SAFE_HEADERS \
+#define SAFE_HEADERS                                                                               \
     "X-Content-Type-Options: nosniff\r\nCross-Origin-Resource-Policy: same-origin\r\n"
 
 static struct log_gate evict_gate;
@@ -279,15 +279,17 @@ static void health_get(void *ctx, struct httpd_req *req, const char *rest, const
     httpd_reply(req, "200 OK", "text/plain", NULL, strdup("ok\n"), 3);
 }
 
+/* clang-format off */
 static const struct httpd_route own_routes[] = {
     {"/metrics", HTTPD_GET, metrics_get},
     {"/top", HTTPD_GET, top_get},
     {"/health", HTTPD_GET, health_get},
 };
+/* clang-format on */
 
 /* path's route in t (n routes), what follows a prefix route in *rest. */
-static const struct httpd_route *find_route(const struct httpd_route *t, size_t n,
-                                            const char *path, const char **rest)
+static const struct httpd_route *find_route(const struct httpd_route *t, size_t n, const char *path,
+                                            const char **rest)
 {
     for (size_t i = 0; i < n; i++) {
         size_t len = strlen(t[i].path);
@@ -307,7 +309,8 @@ static void dispatch(struct http_conn *c, const char *method, const char *path, 
 {
     struct httpd *h = c->h;
     const char *rest = "";
-    const struct httpd_route *r = find_route(own_routes, sizeof(own_routes) / sizeof(own_routes[0]), path, &rest);
+    const struct httpd_route *r =
+        find_route(own_routes, sizeof(own_routes) / sizeof(own_routes[0]), path, &rest);
     void *ctx = NULL;
     unsigned m = head || strcmp(method, "GET") == 0 ? HTTPD_GET
                  : strcmp(method, "POST") == 0      ? HTTPD_POST
@@ -485,12 +488,12 @@ static int http_admit(void *ctx, const struct sockaddr *peer)
         if (old) {
             listener_count(&h->lis, METRICS_REFUSED_HANDSHAKE_EVICTED);
             if (log_gate_open(&evict_gate, EVICT_LOG_EVERY_S, &suppressed))
-                LOG_WARN("\"stats connections closed before a whole request to admit new "
-                         "ones\" max=%u peer=%s evicted_not_logged=%llu",
-                         h->max_conns,
-                         net_format_peer((const struct sockaddr *)&old->peer, 0, text,
-                                         sizeof(text)),
-                         suppressed);
+                LOG_WARN(
+                    "\"stats connections closed before a whole request to admit new "
+                    "ones\" max=%u peer=%s evicted_not_logged=%llu",
+                    h->max_conns,
+                    net_format_peer((const struct sockaddr *)&old->peer, 0, text, sizeof(text)),
+                    suppressed);
             http_conn_free(old);
             return 0;
         }

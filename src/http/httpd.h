@@ -3,13 +3,13 @@
  * loop answering GET /metrics (Prometheus text 0.0.4), GET /top (JSON) and
  * GET /health, and the owner's routes (struct httpd_route: the status
  * page, GET /config, GET /key, GET /rules/N, POST /reset...), which may
- * answer later (after a Redis reply) without blocking the loop. One request per connection; requests over 8 KiB or
- * slower than 5 s are dropped, one holding a NUL byte gets 400 at once.
+ * answer later (after a Redis reply) without blocking the loop. One request per connection;
+ * requests over 8 KiB or slower than 5 s are dropped, one holding a NUL byte gets 400 at once.
  * Every answer carries X-Content-Type-Options: nosniff and
- * Cross-Origin-Resource-Policy: same-origin. Peers outside the allow list ([agent] stats_allow) are closed at
- * accept, and so is a connection past the cap: 64 at once, at most an eighth
- * of the fd limit (the stats listener must not starve SPOP). Out of fds, the
- * listener pauses (accept_guard.h).
+ * Cross-Origin-Resource-Policy: same-origin. Peers outside the allow list ([agent] stats_allow) are
+ * closed at accept, and so is a connection past the cap: 64 at once, at most an eighth of the fd
+ * limit (the stats listener must not starve SPOP). Out of fds, the listener pauses
+ * (accept_guard.h).
  */
 #ifndef HTTPD_H
 #define HTTPD_H
@@ -53,8 +53,7 @@ struct httpd_req;
  * without one. Strings valid during the call only. The route answers
  * through httpd_reply(), now or later, exactly once. */
 enum { HTTPD_GET = 1, HTTPD_POST = 2 }; /* HTTPD_GET takes HEAD too */
-typedef void httpd_route_fn(void *ctx, struct httpd_req *req, const char *rest,
-                            const char *query);
+typedef void httpd_route_fn(void *ctx, struct httpd_req *req, const char *rest, const char *query);
 struct httpd_route {
     const char *path;
     unsigned methods;

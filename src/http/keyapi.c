@@ -177,8 +177,8 @@ static json_t *bucket(int found, const struct bucket_state *st, const struct buc
 /* This agent's lease entry for the key, or null. */
 static json_t *lease(int found, const struct lease_state *st)
 {
-    static const char *const kinds[] = {[LEASE_JOB_CLAIM] = "claim", [LEASE_JOB_RETURN] = "return",
-                                         [LEASE_JOB_EXACT] = "exact"};
+    static const char *const kinds[] = {
+        [LEASE_JOB_CLAIM] = "claim", [LEASE_JOB_RETURN] = "return", [LEASE_JOB_EXACT] = "exact"};
 
     if (!found)
         return json_null();
@@ -189,9 +189,9 @@ static json_t *lease(int found, const struct lease_state *st)
     put(&j, "lease_left_ms", juint(st->lease_left_us / 1000));
     put(&j, "blocked", json_boolean(st->blocked_left_us > 0));
     put(&j, "blocked_left_ms", juint(ms_up(st->blocked_left_us)));
-    put(&j, "in_flight", st->inflight >= 0 && st->inflight <= LEASE_JOB_EXACT
-                             ? json_string(kinds[st->inflight])
-                             : json_null());
+    put(&j, "in_flight",
+        st->inflight >= 0 && st->inflight <= LEASE_JOB_EXACT ? json_string(kinds[st->inflight])
+                                                             : json_null());
     put(&j, "waiting", json_integer(st->waiting));
     put(&j, "demand", jnum(st->demand, 3));
     put(&j, "rate_share_per_s", jnum(st->share_per_s, 6));
@@ -373,12 +373,14 @@ static json_t *slots(const struct limiter_slots_state *s, int redis)
 {
     struct jobj j = {json_object(), 0};
 
-    put(&j, "local", json_pack("{s:o,s:o}", "held", juint(s->local_held),
-                               "earliest_deadline_ms", juint(s->local_earliest_ms)));
+    put(&j, "local",
+        json_pack("{s:o,s:o}", "held", juint(s->local_held), "earliest_deadline_ms",
+                  juint(s->local_earliest_ms)));
     if (redis && s->redis_read)
-        put(&j, "redis", json_pack("{s:o,s:o,s:o}", "held", juint(s->redis_held),
-                                   "earliest_deadline_ms", juint(s->redis_earliest_ms),
-                                   "latest_deadline_ms", juint(s->redis_latest_ms)));
+        put(&j, "redis",
+            json_pack("{s:o,s:o,s:o}", "held", juint(s->redis_held), "earliest_deadline_ms",
+                      juint(s->redis_earliest_ms), "latest_deadline_ms",
+                      juint(s->redis_latest_ms)));
     else if (redis)
         put(&j, "redis", json_pack("{s:o}", "error", jstr(s->redis_error ? s->redis_error : "")));
     return finish(&j);
@@ -399,8 +401,9 @@ static void on_state(void *arg, const struct limiter_key_state *st)
         put(&j, "bucket", bucket(st->bucket_found, &st->bucket, &w->params));
     } else {
         put(&j, "lease", lease(st->lease_found, &st->lease));
-        put(&j, "redis", redis(&st->redis, bucket_windowed(w->params.algorithm),
-                               w->params.algorithm == BUCKET_FIXED_WINDOW));
+        put(&j, "redis",
+            redis(&st->redis, bucket_windowed(w->params.algorithm),
+                  w->params.algorithm == BUCKET_FIXED_WINDOW));
     }
     put(&j, "backstop", bucket(st->backstop_found, &st->backstop, &w->backstop));
     reply_json(arg, "200 OK", finish(&j));
@@ -439,8 +442,9 @@ static void on_reset(void *arg, const struct limiter_reset_result *res)
     /* the fleet: agents in the heartbeat set, and those that dropped their
      * leases, negative caches and penalty boxes of the key (this one too) */
     if (!res->who.redis || res->redis_reset)
-        put(&j, "fleet", json_pack("{s:I,s:I}", "agents", (json_int_t)res->fleet_agents,
-                                   "confirmed", (json_int_t)res->fleet_confirmed));
+        put(&j, "fleet",
+            json_pack("{s:I,s:I}", "agents", (json_int_t)res->fleet_agents, "confirmed",
+                      (json_int_t)res->fleet_confirmed));
     reply_json(arg, res->who.redis && !res->redis_reset ? "503 Service Unavailable" : "200 OK",
                finish(&j));
 }

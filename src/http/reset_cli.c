@@ -60,8 +60,8 @@ static void target(const struct config *cfg, struct net_addr *a)
 
 /* The request, sent; the whole answer (the agent closes after it) into
  * buf. Its length, or -1 with why in err. */
-static long ask(const struct config *cfg, const char *rule, const char *key, char *buf,
-                size_t cap, char *err, size_t errlen)
+static long ask(const struct config *cfg, const char *rule, const char *key, char *buf, size_t cap,
+                char *err, size_t errlen)
 {
     struct net_addr a;
     char *r = urlencode(rule), *k = urlencode(key), auth[512] = "";

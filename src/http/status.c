@@ -98,9 +98,10 @@ static json_t *latency_ms(const struct history *h, double q)
 
 static const char *redis_mode(const struct config *cfg)
 {
-    return cfg->redis_cluster ? "cluster" : cfg->redis_sentinel ? "sentinel"
-                                        : cfg->redis_url        ? "url"
-                                                                : "standalone";
+    return cfg->redis_cluster    ? "cluster"
+           : cfg->redis_sentinel ? "sentinel"
+           : cfg->redis_url      ? "url"
+                                 : "standalone";
 }
 
 static json_t *agent_json(const struct status_agent *a, const struct config *cfg, uint64_t now)
@@ -108,23 +109,21 @@ static json_t *agent_json(const struct status_agent *a, const struct config *cfg
     uint64_t entries = metrics_ld(&metrics.buckets) +
                        (uint64_t)atomic_load_explicit(&metrics.lease_keys, memory_order_relaxed);
 
-    return json_pack("{s:s, s:I, s:I, s:I, s:I, s:s, s:I, s:I, s:I, s:I, s:o, s:I, s:I, s:I}",
-                     "version", a->version, "pid", (json_int_t)getpid(), "now_unix",
-                     (json_int_t)now, "started_unix", (json_int_t)a->started_unix, "uptime_s",
-                     (json_int_t)(now - a->started_unix), "config_file", a->config_file,
-                     "workers", (json_int_t)a->workers, "fds", (json_int_t)proc.fds, "fd_limit",
-                     (json_int_t)proc.fd_limit, "rss_bytes", (json_int_t)proc.rss_bytes,
-                     "memory_limit_bytes", uint_or_null(proc.memory_limit), "entries",
-                     (json_int_t)entries, "max_entries", (json_int_t)cfg->max_entries,
-                     "evictions", (json_int_t)metrics_ld(&metrics.evictions));
+    return json_pack(
+        "{s:s, s:I, s:I, s:I, s:I, s:s, s:I, s:I, s:I, s:I, s:o, s:I, s:I, s:I}", "version",
+        a->version, "pid", (json_int_t)getpid(), "now_unix", (json_int_t)now, "started_unix",
+        (json_int_t)a->started_unix, "uptime_s", (json_int_t)(now - a->started_unix), "config_file",
+        a->config_file, "workers", (json_int_t)a->workers, "fds", (json_int_t)proc.fds, "fd_limit",
+        (json_int_t)proc.fd_limit, "rss_bytes", (json_int_t)proc.rss_bytes, "memory_limit_bytes",
+        uint_or_null(proc.memory_limit), "entries", (json_int_t)entries, "max_entries",
+        (json_int_t)cfg->max_entries, "evictions", (json_int_t)metrics_ld(&metrics.evictions));
 }
 
 static json_t *reload_json(const struct status_agent *a)
 {
-    return json_pack("{s:b, s:I, s:o, s:I, s:I, s:s?}", "ok", !a->reload_failed_unix,
-                     "last_unix", (json_int_t)a->loaded_unix, "failed_unix",
-                     uint_or_null(a->reload_failed_unix), "reloads",
-                     (json_int_t)metrics_ld(&metrics.reloads), "failures",
+    return json_pack("{s:b, s:I, s:o, s:I, s:I, s:s?}", "ok", !a->reload_failed_unix, "last_unix",
+                     (json_int_t)a->loaded_unix, "failed_unix", uint_or_null(a->reload_failed_unix),
+                     "reloads", (json_int_t)metrics_ld(&metrics.reloads), "failures",
                      (json_int_t)metrics_ld(&metrics.reload_failures), "error", a->reload_error);
 }
 
@@ -138,15 +137,14 @@ static json_t *rule_set_json(const struct status_agent *a, const struct cfg_rege
     uint64_t current = metrics_ld(&metrics.rules_current_version);
 
     return json_pack("{s:s, s:I, s:I, s:b, s:b, s:s?, s:o, s:b, s:{s:I, s:I, s:I, s:I}}", "source",
-                     a->rules_redis ? "redis" : "file", "version", (json_int_t)version, "current", (json_int_t)current, "on_current",
-                     !a->rules_redis || version == current, "cached",
-                     atomic_load_explicit(&metrics.rules_cached, memory_order_relaxed),
+                     a->rules_redis ? "redis" : "file", "version", (json_int_t)version, "current",
+                     (json_int_t)current, "on_current", !a->rules_redis || version == current,
+                     "cached", atomic_load_explicit(&metrics.rules_cached, memory_order_relaxed),
                      "error", a->rules_error, "rejected_version",
                      uint_or_null(a->rules_error ? a->rules_rejected : 0), "compiling",
-                     a->rules_compiling, "regexes",
-                     "count", (json_int_t)u->regexes, "text_bytes", (json_int_t)u->pattern_bytes,
-                     "compiled_bytes", (json_int_t)u->compiled_bytes, "compile_ms",
-                     (json_int_t)(u->compile_us / 1000));
+                     a->rules_compiling, "regexes", "count", (json_int_t)u->regexes, "text_bytes",
+                     (json_int_t)u->pattern_bytes, "compiled_bytes", (json_int_t)u->compiled_bytes,
+                     "compile_ms", (json_int_t)(u->compile_us / 1000));
 }
 
 /* Why Redis last failed or refused (store_why.h) into r: its name, what it
@@ -170,19 +168,18 @@ static json_t *redis_json(const struct config *cfg, const struct history *h)
     int configured = !config_standalone(cfg);
     int up = atomic_load_explicit(&metrics.redis_up, memory_order_relaxed);
 
-    return with_last_error(json_pack("{s:b, s:s, s:b, s:o, s:o, s:o, s:I, s:I, s:I, s:I, s:I, s:I}", "configured",
-                     configured, "mode", redis_mode(cfg), "up", configured && up,
-                     "down_since_unix", uint_or_null(history_redis_down_since(h)),
-                     "latency_p50_ms", latency_ms(h, 0.5), "latency_p99_ms", latency_ms(h, 0.99),
-                     "commands", (json_int_t)metrics_ld(&metrics.redis_commands), "errors",
-                     (json_int_t)metrics_ld(&metrics.redis_errors), "failovers",
-                     (json_int_t)metrics_ld(&metrics.redis_failovers), "reconnects",
-                     (json_int_t)metrics_ld(&metrics.redis_reconnects), "fleet_agents",
-                     (json_int_t)atomic_load_explicit(&metrics.fleet_agents,
-                                                      memory_order_relaxed),
-                     "fleet_agents_max",
-                     (json_int_t)atomic_load_explicit(&metrics.fleet_agents_max,
-                                                      memory_order_relaxed)));
+    return with_last_error(json_pack(
+        "{s:b, s:s, s:b, s:o, s:o, s:o, s:I, s:I, s:I, s:I, s:I, s:I}", "configured", configured,
+        "mode", redis_mode(cfg), "up", configured && up, "down_since_unix",
+        uint_or_null(history_redis_down_since(h)), "latency_p50_ms", latency_ms(h, 0.5),
+        "latency_p99_ms", latency_ms(h, 0.99), "commands",
+        (json_int_t)metrics_ld(&metrics.redis_commands), "errors",
+        (json_int_t)metrics_ld(&metrics.redis_errors), "failovers",
+        (json_int_t)metrics_ld(&metrics.redis_failovers), "reconnects",
+        (json_int_t)metrics_ld(&metrics.redis_reconnects), "fleet_agents",
+        (json_int_t)atomic_load_explicit(&metrics.fleet_agents, memory_order_relaxed),
+        "fleet_agents_max",
+        (json_int_t)atomic_load_explicit(&metrics.fleet_agents_max, memory_order_relaxed)));
 }
 
 /* Redis calls per decision: the calls made for decisions (claims and
@@ -208,8 +205,8 @@ static json_t *leases_json(uint64_t decisions)
 
 /* The fleet's counters a row carries and the totals add up. */
 static const char *const fleet_counters[] = {
-    "decisions", "blocked",  "would_block", "degraded",   "notifies",
-    "redis_errors", "entries", "evictions", "slots_held", "slots_expired",
+    "decisions",    "blocked", "would_block", "degraded",   "notifies",
+    "redis_errors", "entries", "evictions",   "slots_held", "slots_expired",
 };
 #define FLEET_COUNTERS (sizeof(fleet_counters) / sizeof(fleet_counters[0]))
 
@@ -229,16 +226,19 @@ static json_t *fleet_row(const struct store_heartbeat_row *r, json_int_t *sum)
     static const char *const strs[] = {"host", "listen", "version"};
     for (size_t i = 0; i < 3; i++) {
         json_t *v = json_object_get(in, strs[i]);
-        json_object_set_new(out, strs[i], json_string(json_is_string(v) ? json_string_value(v) : ""));
+        json_object_set_new(out, strs[i],
+                            json_string(json_is_string(v) ? json_string_value(v) : ""));
     }
     json_t *pid = json_object_get(in, "pid"), *st = json_object_get(in, "started_unix");
     json_t *rv = json_object_get(in, "rules_version"), *up = json_object_get(in, "redis_up");
     json_int_t started = json_is_integer(st) ? json_integer_value(st) : 0;
-    json_object_set_new(out, "pid", json_integer(json_is_integer(pid) ? json_integer_value(pid) : 0));
+    json_object_set_new(out, "pid",
+                        json_integer(json_is_integer(pid) ? json_integer_value(pid) : 0));
     json_object_set_new(out, "started_unix", json_integer(started > 0 ? started : 0));
     json_object_set_new(out, "rules_version",
                         json_integer(json_is_integer(rv) ? json_integer_value(rv) : 0));
-    json_object_set_new(out, "redis_up", json_boolean(json_is_integer(up) && json_integer_value(up)));
+    json_object_set_new(out, "redis_up",
+                        json_boolean(json_is_integer(up) && json_integer_value(up)));
     for (size_t i = 0; i < FLEET_COUNTERS; i++) {
         json_t *v = json_object_get(in, fleet_counters[i]);
         json_int_t n = json_is_integer(v) && json_integer_value(v) >= 0 ? json_integer_value(v) : 0;
@@ -312,8 +312,9 @@ static json_t *fleet_json(const struct store_heartbeat *hb, uint64_t now, int wi
     for (size_t i = 0; with_rows && i < json_array_size(fleet_cache.agents); i++) {
         json_t *row = json_array_get(fleet_cache.agents, i);
         json_int_t started = json_integer_value(json_object_get(row, "started_unix"));
-        json_object_set_new(row, "uptime_s", json_integer(started > 0 && (uint64_t)started <= now
-                                                              ? (json_int_t)now - started : 0));
+        json_object_set_new(
+            row, "uptime_s",
+            json_integer(started > 0 && (uint64_t)started <= now ? (json_int_t)now - started : 0));
         /* seen: as of the beat, plus the time since */
         json_object_set_new(row, "last_seen_s",
                             json_real((double)(fleet_cache.ago_ms[i] + age_ms) / 1000.0));
@@ -330,16 +331,16 @@ static json_t *peers_json(void)
     json_t *last = json_null();
 
     if (metrics_last_disconnect(&d))
-        last = json_pack("{s:i, s:s, s:s, s:I}", "status", d.status, "message", d.message,
-                         "peer", d.peer, "unix", (json_int_t)d.unix_s);
+        last = json_pack("{s:i, s:s, s:s, s:I}", "status", d.status, "message", d.message, "peer",
+                         d.peer, "unix", (json_int_t)d.unix_s);
     return json_pack("{s:i, s:I, s:i, s:I, s:I, s:I, s:I, s:o}", "connections",
                      atomic_load_explicit(&metrics.connections, memory_order_relaxed),
                      "connections_total", (json_int_t)metrics_ld(&metrics.connections_total),
                      "in_flight",
-                     atomic_load_explicit(&metrics.notifies_waiting, memory_order_relaxed),
-                     "hello", (json_int_t)metrics_ld(&metrics.frames_in[METRICS_FRAME_HELLO]),
-                     "disconnect", (json_int_t)metrics_ld(&metrics.frames_in[METRICS_FRAME_DISCONNECT]),
-                     "notify", (json_int_t)metrics_ld(&metrics.frames_in[METRICS_FRAME_NOTIFY]), "acks",
+                     atomic_load_explicit(&metrics.notifies_waiting, memory_order_relaxed), "hello",
+                     (json_int_t)metrics_ld(&metrics.frames_in[METRICS_FRAME_HELLO]), "disconnect",
+                     (json_int_t)metrics_ld(&metrics.frames_in[METRICS_FRAME_DISCONNECT]), "notify",
+                     (json_int_t)metrics_ld(&metrics.frames_in[METRICS_FRAME_NOTIFY]), "acks",
                      (json_int_t)metrics_ld(&metrics.acks), "last_disconnect", last);
 }
 
@@ -357,9 +358,9 @@ static json_t *warnings_json(void)
         json_t *msg = json_string(v[i].message);
         if (!msg)
             msg = json_latin1(v[i].message, strlen(v[i].message));
-        json_array_append_new(out, json_pack("{s:s, s:o, s:I}", "kind",
-                                             warning_kind_names[v[i].kind], "message", msg,
-                                             "since", (json_int_t)v[i].since));
+        json_array_append_new(out,
+                              json_pack("{s:s, s:o, s:I}", "kind", warning_kind_names[v[i].kind],
+                                        "message", msg, "since", (json_int_t)v[i].since));
     }
     return out;
 }
@@ -393,15 +394,15 @@ static void limit_text(const struct cfg_rule *r, char *out, size_t cap)
 }
 
 static json_t *rule_json(const struct ruleset *rs, size_t i, const struct history *h,
-                         uint64_t since, uint64_t *decisions, uint64_t *degraded,
-                         uint64_t *slots)
+                         uint64_t since, uint64_t *decisions, uint64_t *degraded, uint64_t *slots)
 {
     const struct cfg_rule *r = &rs->cfg->rules[i];
     struct metrics_rule *m = rs->metrics[i];
     uint32_t dec[HISTORY_SECONDS], blk[HISTORY_SECONDS], wb[HISTORY_SECONDS];
     uint64_t last_s;
     size_t n = history_rule(h, m, since, dec, blk, wb, &last_s);
-    uint64_t allowed = metrics_ld(&m->allowed), blocked = metrics_ld(&m->blocked), would = metrics_ld(&m->would_block);
+    uint64_t allowed = metrics_ld(&m->allowed), blocked = metrics_ld(&m->blocked),
+             would = metrics_ld(&m->would_block);
     uint64_t all = allowed + blocked + would;
     char limit[160];
 
@@ -413,29 +414,27 @@ static json_t *rule_json(const struct ruleset *rs, size_t i, const struct histor
         slots[0] += held > 0 ? (uint64_t)held : 0;
         slots[1] += metrics_ld(&m->slots_expired);
     }
-    return json_pack("{s:s, s:b, s:s, s:s, s:s, s:f, s:I, s:I, s:I, s:I, s:I, s:f, s:o, s:o, "
-                     "s:o, s:{s:I, s:I, s:o, s:o, s:o}}",
-                     "name", r->name, "shadow", r->shadow, "fail",
-                     r->on_redis_down == DOWN_CLOSED ? "closed" : "open", "algorithm",
-                     bucket_algorithm_names[r->algorithm],
-                     "limit", limit, "rate", history_rule_rate(h, m, 5), "allowed",
-                     (json_int_t)allowed, "blocked", (json_int_t)blocked, "would_block",
-                     (json_int_t)would, "degraded", (json_int_t)metrics_ld(&m->degraded),
-                     "refunded", (json_int_t)metrics_ld(&m->refunded), "blocked_pct",
-                     all ? 100.0 * (double)(blocked + would) / (double)all : 0.0,
-                     "slots_held", r->algorithm == BUCKET_CONCURRENCY
-                                       ? json_integer((json_int_t)atomic_load_explicit(
-                                             &m->slots_held, memory_order_relaxed))
-                                       : json_null(),
-                     "max_hold_s", r->algorithm == BUCKET_CONCURRENCY
-                                       ? json_real((double)r->max_hold_ms / 1000.0)
-                                       : json_null(),
-                     "slots_expired", r->algorithm == BUCKET_CONCURRENCY
-                                          ? json_integer((json_int_t)metrics_ld(&m->slots_expired))
-                                          : json_null(),
-                     "history", "step_s", (json_int_t)1, "last_unix", (json_int_t)last_s,
-                     "decisions", series(dec, n), "blocks", series(blk, n), "would_blocks",
-                     series(wb, n));
+    return json_pack(
+        "{s:s, s:b, s:s, s:s, s:s, s:f, s:I, s:I, s:I, s:I, s:I, s:f, s:o, s:o, "
+        "s:o, s:{s:I, s:I, s:o, s:o, s:o}}",
+        "name", r->name, "shadow", r->shadow, "fail",
+        r->on_redis_down == DOWN_CLOSED ? "closed" : "open", "algorithm",
+        bucket_algorithm_names[r->algorithm], "limit", limit, "rate", history_rule_rate(h, m, 5),
+        "allowed", (json_int_t)allowed, "blocked", (json_int_t)blocked, "would_block",
+        (json_int_t)would, "degraded", (json_int_t)metrics_ld(&m->degraded), "refunded",
+        (json_int_t)metrics_ld(&m->refunded), "blocked_pct",
+        all ? 100.0 * (double)(blocked + would) / (double)all : 0.0, "slots_held",
+        r->algorithm == BUCKET_CONCURRENCY
+            ? json_integer((json_int_t)atomic_load_explicit(&m->slots_held, memory_order_relaxed))
+            : json_null(),
+        "max_hold_s",
+        r->algorithm == BUCKET_CONCURRENCY ? json_real((double)r->max_hold_ms / 1000.0)
+                                           : json_null(),
+        "slots_expired",
+        r->algorithm == BUCKET_CONCURRENCY ? json_integer((json_int_t)metrics_ld(&m->slots_expired))
+                                           : json_null(),
+        "history", "step_s", (json_int_t)1, "last_unix", (json_int_t)last_s, "decisions",
+        series(dec, n), "blocks", series(blk, n), "would_blocks", series(wb, n));
 }
 
 /* The clients with the most blocked requests of each rule, busiest first. */
@@ -450,15 +449,15 @@ static json_t *top_json(const struct ruleset *rs, uint64_t now_us)
             uint64_t retry = t[k].retry_until_us > now_us ? t[k].retry_until_us - now_us : 0;
             json_array_append_new(
                 out, json_pack("{s:s, s:o, s:I, s:f}", "rule", rs->cfg->rules[i].name, "key",
-                               json_latin1(t[k].key, t[k].len), "blocked",
-                               (json_int_t)t[k].count, "retry_after_s", (double)retry / 1e6));
+                               json_latin1(t[k].key, t[k].len), "blocked", (json_int_t)t[k].count,
+                               "retry_after_s", (double)retry / 1e6));
         }
     }
     return out;
 }
 
-char *status_render(const struct status_agent *a, const struct ruleset *rs,
-                    const struct history *h, uint64_t since, size_t *len)
+char *status_render(const struct status_agent *a, const struct ruleset *rs, const struct history *h,
+                    uint64_t since, size_t *len)
 {
     const struct config *cfg = rs->cfg;
     uint64_t now = (uint64_t)time(NULL), decisions = 0, degraded = 0, slots[2] = {0, 0};
@@ -467,23 +466,20 @@ char *status_render(const struct status_agent *a, const struct ruleset *rs,
     char *text;
 
     for (size_t i = 0; rules && i < cfg->nrules; i++)
-        json_array_append_new(rules,
-                              rule_json(rs, i, h, since, &decisions, &degraded, slots));
+        json_array_append_new(rules, rule_json(rs, i, h, since, &decisions, &degraded, slots));
     /* boxes: which of the page's boxes apply (standalone: no leases, no
      * fleet); decisions: over the rules in force */
-    json_t *doc = json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:{s:b, s:s}, "
-                            "s:{s:b, s:b}, s:{s:I, s:I, s:I, s:I}, s:o}",
-                            "agent", agent_json(a, cfg, now), "warnings", warnings_json(),
-                            "reload", reload_json(a), "rule_set",
-                            rule_set_json(a, &rs->cfg->regex_use), "redis",
-                            redis_json(cfg, h), "leases", leases_json(decisions), "peers",
-                            peers_json(), "rules", rules, "top", top_json(rs, util_now_us()),
-                            "reset", "allowed", a->reset_allowed, "token",
-                            a->reset_allowed ? a->token : "", "boxes", "leases", !standalone,
-                            "fleet", !standalone, "decisions", "total", (json_int_t)decisions,
-                            "degraded", (json_int_t)degraded, "slots_held", (json_int_t)slots[0],
-                            "slots_expired", (json_int_t)slots[1], "fleet",
-                            fleet_json(standalone ? NULL : a->heartbeat, now, !a->fleet_totals_only));
+    json_t *doc = json_pack(
+        "{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:{s:b, s:s}, "
+        "s:{s:b, s:b}, s:{s:I, s:I, s:I, s:I}, s:o}",
+        "agent", agent_json(a, cfg, now), "warnings", warnings_json(), "reload", reload_json(a),
+        "rule_set", rule_set_json(a, &rs->cfg->regex_use), "redis", redis_json(cfg, h), "leases",
+        leases_json(decisions), "peers", peers_json(), "rules", rules, "top",
+        top_json(rs, util_now_us()), "reset", "allowed", a->reset_allowed, "token",
+        a->reset_allowed ? a->token : "", "boxes", "leases", !standalone, "fleet", !standalone,
+        "decisions", "total", (json_int_t)decisions, "degraded", (json_int_t)degraded, "slots_held",
+        (json_int_t)slots[0], "slots_expired", (json_int_t)slots[1], "fleet",
+        fleet_json(standalone ? NULL : a->heartbeat, now, !a->fleet_totals_only));
     if (!doc)
         return NULL;
     text = json_dumps(doc, JSON_COMPACT | JSON_ENSURE_ASCII | JSON_PRESERVE_ORDER);
@@ -511,8 +507,7 @@ static int header_is(const struct httpd_req *req, const char *name, const char *
     return v && len == strlen(want) && strncasecmp(v, want, len) == 0;
 }
 
-const char *status_reset_refused(const struct httpd_req *req, int reset_allowed,
-                                 const char *token)
+const char *status_reset_refused(const struct httpd_req *req, int reset_allowed, const char *token)
 {
     size_t olen, hlen, slen, tlen;
     const char *origin = httpd_req_header(req, "Origin", &olen);

@@ -35,9 +35,9 @@ struct status_agent {
     const char *rules_error;     /* then: the last version's apply error, NULL when none */
     uint64_t rules_rejected;     /* and that version's number (0: none) */
     const struct store_heartbeat *heartbeat; /* the fleet's rows; NULL standalone */
-    int fleet_totals_only;       /* ?fleet=totals: the fleet without its agents[] */
-    int rules_compiling;         /* a rule set loads off the loop (rules_compile.h) */
-    const char *token;           /* the page's token for POST /reset */
+    int fleet_totals_only;                   /* ?fleet=totals: the fleet without its agents[] */
+    int rules_compiling;                     /* a rule set loads off the loop (rules_compile.h) */
+    const char *token;                       /* the page's token for POST /reset */
 };
 
 /* Once a second, on the main loop: the history's sample and the process'
@@ -47,8 +47,8 @@ void status_sample(struct history *h, uint64_t now_s);
 /* The document (malloc'd, caller frees) and its length; NULL when out of
  * memory. since: 0 for the whole history, else only samples after that Unix
  * second. */
-char *status_render(const struct status_agent *a, const struct ruleset *rs,
-                    const struct history *h, uint64_t since, size_t *len);
+char *status_render(const struct status_agent *a, const struct ruleset *rs, const struct history *h,
+                    uint64_t since, size_t *len);
 
 struct httpd_req;
 
@@ -64,7 +64,6 @@ void status_page_get(struct httpd_req *req);
  *   Origin header a browser puts on every POST.
  * A request with neither header (curl, a script) is not a browser's and
  * goes on as before. */
-const char *status_reset_refused(const struct httpd_req *req, int reset_allowed,
-                                 const char *token);
+const char *status_reset_refused(const struct httpd_req *req, int reset_allowed, const char *token);
 
 #endif

@@ -74,10 +74,10 @@ struct lease_job {
     int kind;
     enum bucket_algorithm algorithm;
     uint64_t limit, period_ms, burst;
-    uint64_t block_ms; /* the rule's block_for (0: none): claims and exact calls send it */
-    uint64_t offset_ms;            /* a fixed window's window_offset */
+    uint64_t block_ms;  /* the rule's block_for (0: none): claims and exact calls send it */
+    uint64_t offset_ms; /* a fixed window's window_offset */
     uint64_t want, used, returned;
-    int rated;                     /* a rate lease's claim (CLAIM_ARG_RATE_PPM, ..._DEMAND_PPM) */
+    int rated; /* a rate lease's claim (CLAIM_ARG_RATE_PPM, ..._DEMAND_PPM) */
     int first; /* LEASE_JOB_EXACT on a key this agent has no record of (its entry
                   is new): a token bucket's may go as one plain SET (limiter_first.c) */
     uint64_t rate_ppm, demand_ppm; /* share wanted, demand: millionths of the rate */
@@ -229,8 +229,8 @@ uint64_t lease_fallback_unconfirmed(struct lease_table *t, const char *key, size
  * level now, for the estimates (remaining) of later local decisions.
  * Replies come in the order the calls went, so it is newer than any claim
  * reply already applied. Nothing else changes; no entry, nothing. */
-void lease_note_refund(struct lease_table *t, const char *key, size_t keylen,
-                       uint64_t remaining, uint64_t now_us);
+void lease_note_refund(struct lease_table *t, const char *key, size_t keylen, uint64_t remaining,
+                       uint64_t now_us);
 
 /* ---- one key, for the operator (GET /key, POST /reset) ---------------------- */
 

@@ -205,11 +205,11 @@ static void set_params(struct lease_entry *e, const struct bucket_params *p)
  * than the tick makes; nor is a key whose Redis bucket is (as far as we
  * know) empty: a claim would get nothing, and the request that finds the
  * lease dry claims and caches the denial. One claim in flight per key. */
-static int token_prefetch(const struct lease_table *t, const struct lease_entry *e,
-                          uint64_t now_us, int redis_up)
+static int token_prefetch(const struct lease_table *t, const struct lease_entry *e, uint64_t now_us,
+                          int redis_up)
 {
-    return t->cfg.prefetch && redis_up && !e->inflight && e->hits >= 4 &&
-           2 * e->tokens < e->hits && (double)e->hits > 2.0 * e->demand &&
+    return t->cfg.prefetch && redis_up && !e->inflight && e->hits >= 4 && 2 * e->tokens < e->hits &&
+           (double)e->hits > 2.0 * e->demand &&
            bucket_now(e, now_us) >= 1; /* 0 while Redis has not said: no prefetch */
 }
 
@@ -403,7 +403,8 @@ static void apply_reply(const struct lease_table *t, struct lease_entry *e,
         /* Redis' count is authoritative: what it says we hold, less what we
          * spent since the call left. The deadline runs from when it left. */
         e->tokens = r->mine - e->used;
-        e->deadline_us = job->sent_us + r->lease_ms * 1000 - lease_margin_for(t, r->lease_ms * 1000);
+        e->deadline_us =
+            job->sent_us + r->lease_ms * 1000 - lease_margin_for(t, r->lease_ms * 1000);
     } else {
         e->tokens = 0;
     }
@@ -493,8 +494,8 @@ static void block_waiters(const struct lease_table *t, struct lease_entry *e, ui
  * first waiter itself. What it says of the bucket is kept for the estimates
  * (remaining, reset) of later local decisions; what others hold, it does not
  * say. -1 when v is not such a reply. */
-static int apply_exact(const struct lease_table *t, struct lease_entry *e, const int64_t *v,
-                       int n, uint64_t now_us, struct lease_waiter **done)
+static int apply_exact(const struct lease_table *t, struct lease_entry *e, const int64_t *v, int n,
+                       uint64_t now_us, struct lease_waiter **done)
 {
     if (n < EXACT_R_COUNT)
         return -1;
@@ -524,7 +525,7 @@ static int apply_exact(const struct lease_table *t, struct lease_entry *e, const
         }
     } else {
         METRIC_INC(lease_tokens_granted); /* and spent: granted - returned = spent */
-        e->wait_head->exact = 1; /* from the Redis bucket: a refund goes there */
+        e->wait_head->exact = 1;          /* from the Redis bucket: a refund goes there */
         lease_entry_taken(t, e, 1);
         e->wait_head->taken_ms = n > EXACT_R_TIME_MS ? nonneg(v[EXACT_R_TIME_MS]) : 0;
         allow_first_waiter(e, now_us, done);
@@ -659,8 +660,8 @@ uint64_t lease_refund(struct lease_table *t, const char *key, size_t keylen, uin
     return back;
 }
 
-void lease_note_refund(struct lease_table *t, const char *key, size_t keylen,
-                       uint64_t remaining, uint64_t now_us)
+void lease_note_refund(struct lease_table *t, const char *key, size_t keylen, uint64_t remaining,
+                       uint64_t now_us)
 {
     uint64_t h = util_hash_mix(util_hash_words(UTIL_HASH_INIT, key, keylen));
     struct lease_stripe *s = &t->stripes[util_stripe(h, t->nstripes)];

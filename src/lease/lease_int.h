@@ -31,13 +31,13 @@ struct lease_entry {
     uint64_t hash;            /* of the key, mixed: see util_stripe() */
     unsigned stripe;
     struct dlist active, age;
-    uint64_t touch_us;        /* last decision or reply: the age list's order */
-    uint32_t demand_tick;     /* the stripe tick demand was last brought to */
+    uint64_t touch_us;    /* last decision or reply: the age list's order */
+    uint32_t demand_tick; /* the stripe tick demand was last brought to */
     /* parameters in force (updated by every decision: reloads apply) */
     enum bucket_algorithm algorithm;
     uint64_t limit, period_us, burst;
-    uint64_t block_us;    /* block_for: a denial in Redis blocks the key this long */
-    uint64_t offset_us;   /* a fixed window's window_offset */
+    uint64_t block_us;  /* block_for: a denial in Redis blocks the key this long */
+    uint64_t offset_us; /* a fixed window's window_offset */
     uint64_t period_ms, block_ms, offset_ms; /* the same in ms (bucket.h) */
     /* the local lease */
     uint64_t tokens;      /* L: may still be spent */
@@ -47,8 +47,8 @@ struct lease_entry {
     struct lease_waiter *wait_head, *wait_tail;
     unsigned nwait;
     /* demand */
-    uint32_t hits;        /* decisions since the last tick */
-    double demand;        /* decisions per interval, smoothed */
+    uint32_t hits; /* decisions since the last tick */
+    double demand; /* decisions per interval, smoothed */
     uint64_t last_hit_us;
     /* what Redis said last */
     int known;
@@ -62,15 +62,15 @@ struct lease_entry {
     /* A rate lease (lease_rate.c; share == 0: a token lease, or none). Its
      * tokens (above) refill here at share, up to slice, until deadline_us;
      * Redis counts the slice and the share, not the spends (used stays 0). */
-    double share;              /* tokens per us */
-    double frac;               /* refill not yet a whole token */
-    uint64_t refill_us;        /* refilled up to this time */
-    uint64_t slice;            /* capacity: Redis' `mine` */
+    double share;       /* tokens per us */
+    double frac;        /* refill not yet a whole token */
+    uint64_t refill_us; /* refilled up to this time */
+    uint64_t slice;     /* capacity: Redis' `mine` */
     /* demand over a longer run than one tick, to find warm keys */
-    uint32_t seen;             /* decisions since the entry was made */
-    uint64_t first_us;         /* the first of them */
-    uint32_t rl_hits;          /* decisions since the last rate lease call */
-    uint64_t rl_since_us;      /* that call */
+    uint32_t seen;        /* decisions since the entry was made */
+    uint64_t first_us;    /* the first of them */
+    uint32_t rl_hits;     /* decisions since the last rate lease call */
+    uint64_t rl_since_us; /* that call */
     /* What the backstop admitted for the key while Redis did not decide and
      * Redis has not been charged yet (at most the backstop's burst, share
      * x b: lease_fallback_note).
@@ -169,7 +169,6 @@ struct lease_table {
     atomic_int unconfirmed;
 };
 
-
 /* ---- where entries live (lease_table.c); the caller holds s's lock -------- */
 
 /* The entry of key (hash h, as util_hash_mix(util_hash_words(...))) in s, or NULL. */
@@ -188,8 +187,8 @@ struct lease_entry *lease_entry_get(const struct lease_table *t, struct lease_st
 int lease_entry_retirable(const struct lease_table *t, const struct lease_entry *e,
                           uint64_t now_us);
 /* Drop e now, leaving a ghost of what it knew (its stripe s locked). */
-void lease_entry_retire(const struct lease_table *t, struct lease_stripe *s,
-                        struct lease_entry *e, uint64_t now_us);
+void lease_entry_retire(const struct lease_table *t, struct lease_stripe *s, struct lease_entry *e,
+                        uint64_t now_us);
 /* The ghost of hash h in s (its lock held) if one is there and younger than
  * ttl at now_us; else NULL. */
 struct lease_ghost *lease_ghost_find(const struct lease_table *t, const struct lease_stripe *s,
@@ -235,8 +234,7 @@ static inline void lease_entry_activate(struct lease_stripe *s, struct lease_ent
 /* n tokens of Redis' (a lease's, an exact call's) were admitted here for e
  * (its stripe locked): counted since the last confirmation of the master, a
  * counter of an older epoch starting again at zero. */
-static inline void lease_entry_taken(const struct lease_table *t, struct lease_entry *e,
-                                     uint64_t n)
+static inline void lease_entry_taken(const struct lease_table *t, struct lease_entry *e, uint64_t n)
 {
     uint64_t ep = atomic_load_explicit(&t->confirm_epoch, memory_order_relaxed);
 

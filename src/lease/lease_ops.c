@@ -24,7 +24,7 @@ static struct lease_stripe *stripe_lock(struct lease_table *t, const char *key, 
 }
 
 struct lease_entry *lease_find_locked(struct lease_table *t, const char *key, size_t keylen,
-                                       struct lease_stripe **sp)
+                                      struct lease_stripe **sp)
 {
     uint64_t h;
     struct lease_stripe *s = stripe_lock(t, key, keylen, &h);

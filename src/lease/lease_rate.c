@@ -20,12 +20,12 @@
 #include "lease_int.h"
 #include "metrics/metrics.h"
 
-#define RATE_WORTH 4.0   /* requests expected in a lease's life for it to pay */
-#define RATE_HOT 1.0     /* decisions per interval from which token leases win */
+#define RATE_WORTH 4.0    /* requests expected in a lease's life for it to pay */
+#define RATE_HOT 1.0      /* decisions per interval from which token leases win */
 #define RATE_HEADROOM 2.0 /* a share: up to this many times the demand here */
-#define RATE_RENEW 4     /* renew in the last 1/RATE_RENEW of the lease */
-#define RATE_IDLE 2      /* give back after 1/RATE_IDLE of a lease without use */
-#define RATE_MIN_SLICE 2 /* tb_claim.lua's RATE_MIN_SLICE */
+#define RATE_RENEW 4      /* renew in the last 1/RATE_RENEW of the lease */
+#define RATE_IDLE 2       /* give back after 1/RATE_IDLE of a lease without use */
+#define RATE_MIN_SLICE 2  /* tb_claim.lua's RATE_MIN_SLICE */
 
 void rate_set_share(struct lease_entry *e, double share)
 {
@@ -156,8 +156,7 @@ void rate_apply(const struct lease_table *t, struct lease_entry *e, const struct
         rate_set_share(e, (double)share_ppm * (double)e->limit / (double)e->period_us / 1e6);
         e->slice = mine;
         e->tokens = have + granted;
-        e->deadline_us =
-            j->sent_us + lease_ms * 1000 - lease_margin_for(t, lease_ms * 1000);
+        e->deadline_us = j->sent_us + lease_ms * 1000 - lease_margin_for(t, lease_ms * 1000);
     } else {
         /* No share: granted tokens are for the waiters, now or never. */
         rate_set_share(e, 0);
@@ -200,4 +199,3 @@ int rate_prefetch(const struct lease_table *t, const struct lease_entry *e, uint
 {
     return e->share > 0 && !e->inflight && renew_due(t, e, now_us);
 }
-

@@ -68,7 +68,6 @@ void lease_job_free(struct lease_stripe *s, struct lease_job *job)
     free(job);
 }
 
-
 struct lease_table *lease_table_new(const struct lease_config *cfg, unsigned nstripes)
 {
     struct lease_table *t = calloc(1, sizeof(*t));
@@ -293,8 +292,7 @@ struct lease_entry *lease_entry_get(const struct lease_table *t, struct lease_st
 }
 
 /* Unlink e from its hash chain and lists, and free it. */
-static void entry_remove(const struct lease_table *t, struct lease_stripe *s,
-                         struct lease_entry *e)
+static void entry_remove(const struct lease_table *t, struct lease_stripe *s, struct lease_entry *e)
 {
     struct lease_entry **link = &s->chains[util_chain(e->hash, s->nchains)];
 
@@ -310,13 +308,11 @@ static void entry_remove(const struct lease_table *t, struct lease_stripe *s,
     lease_entry_free(s, e);
 }
 
-int lease_entry_retirable(const struct lease_table *t, const struct lease_entry *e,
-                          uint64_t now_us)
+int lease_entry_retirable(const struct lease_table *t, const struct lease_entry *e, uint64_t now_us)
 {
-    return t->cfg.rate_ttl_us == 0 && e->seen == 1 && e->known && !e->inflight &&
-           !e->wait_head && e->tokens == 0 && e->used == 0 && e->share <= 0 &&
-           e->holders == 0 && e->others_held == 0 && now_us >= e->blocked_until_us &&
-           e->owed == 0;
+    return t->cfg.rate_ttl_us == 0 && e->seen == 1 && e->known && !e->inflight && !e->wait_head &&
+           e->tokens == 0 && e->used == 0 && e->share <= 0 && e->holders == 0 &&
+           e->others_held == 0 && now_us >= e->blocked_until_us && e->owed == 0;
 }
 
 /* Most of a million per-IP keys are seen once: kept for ttl, their entries
@@ -326,8 +322,8 @@ int lease_entry_retirable(const struct lease_table *t, const struct lease_entry 
  * leave 64 bytes in a slot of their own. A ghost lost to a newer one costs
  * the key only its first request going as a first SET again, which Redis
  * turns back to the script call when the key is there. */
-void lease_entry_retire(const struct lease_table *t, struct lease_stripe *s,
-                        struct lease_entry *e, uint64_t now_us)
+void lease_entry_retire(const struct lease_table *t, struct lease_stripe *s, struct lease_entry *e,
+                        uint64_t now_us)
 {
     if (!s->ghosts) {
         size_t n = LEASE_GHOSTS / t->nstripes;

@@ -29,7 +29,7 @@
 #include "store/store_heartbeat.h"
 
 #define STRIPES 64
-#define STALL_PROBE_US 100000  /* while stalled, one decision per 100 ms still asks Redis */
+#define STALL_PROBE_US 100000       /* while stalled, one decision per 100 ms still asks Redis */
 #define STALL_LOG_EVERY_US 10000000 /* a flapping Redis is logged every 10 s at most */
 
 /* ---- Redis calls (limiter thread) ----------------------------------------- */
@@ -376,11 +376,14 @@ struct limiter *limiter_new(struct ev_loop *loop, const struct config *cfg, char
     pthread_mutex_init(&l->qlock, NULL);
     l->loop = loop;
     int standalone = config_standalone(cfg);
-    struct lease_config lc = {cfg->lease_interval_ms * 1000, cfg->lease_ttl_ms * 1000,
+    struct lease_config lc = {cfg->lease_interval_ms * 1000,
+                              cfg->lease_ttl_ms * 1000,
                               cfg->lease_max_fraction,
-                              cfg->lease_rate ? cfg->lease_rate_ttl_ms * 1000 : 0, 1, 1};
-    if (core_init(&l->core, cfg->max_entries, STRIPES, standalone ? NULL : &lc,
-                  cfg->redis_prefix) < 0) {
+                              cfg->lease_rate ? cfg->lease_rate_ttl_ms * 1000 : 0,
+                              1,
+                              1};
+    if (core_init(&l->core, cfg->max_entries, STRIPES, standalone ? NULL : &lc, cfg->redis_prefix) <
+        0) {
         snprintf(err, errlen, "out of memory");
         goto fail;
     }

@@ -108,11 +108,11 @@ struct limiter_client {
 /* The client as decisions see it: the bucket a request with its key uses. */
 struct limiter_who {
     const struct cfg_rule *rule;
-    const char *key;        /* as given */
+    const char *key; /* as given */
     size_t keylen;
     const char *client_key; /* as rules_client_key() builds it (hashed when long) */
     size_t client_keylen;
-    const char *redis_key;  /* Redis mode: its bucket's key; else NULL */
+    const char *redis_key; /* Redis mode: its bucket's key; else NULL */
     size_t redis_keylen;
     struct bucket_params params;   /* its limits */
     struct bucket_params backstop; /* those of its fail-open bucket */
@@ -123,11 +123,11 @@ struct limiter_who {
 struct limiter_redis_lease {
     const char *agent;
     double held;
-    int this_agent;        /* this process' own lease */
-    int live;              /* counted in held: unexpired (tb), of the current window (sw) */
-    double window;         /* sw: the window it was taken in (Redis time / period) */
-    double share_per_s;    /* tb: a rate lease's share of the rate (0: a token lease) */
-    double expires_in_ms;  /* tb: from Redis' now (negative: expired) */
+    int this_agent;       /* this process' own lease */
+    int live;             /* counted in held: unexpired (tb), of the current window (sw) */
+    double window;        /* sw: the window it was taken in (Redis time / period) */
+    double share_per_s;   /* tb: a rate lease's share of the rate (0: a token lease) */
+    double expires_in_ms; /* tb: from Redis' now (negative: expired) */
 };
 
 /* A client's Redis bucket as the hash says and as the scripts would see it
@@ -137,7 +137,7 @@ struct limiter_redis_lease {
 struct limiter_redis_state {
     const char *error; /* the reads failed: why (the rest is unset) */
     int exists;
-    int64_t ttl_ms;    /* PTTL: -1 none, -2 no key */
+    int64_t ttl_ms; /* PTTL: -1 none, -2 no key */
     /* sliding and fixed window */
     double window, window_left_ms, current, previous, estimate;
     double window_start_ms, window_end_ms; /* Redis time, ms since the epoch */
@@ -150,7 +150,7 @@ struct limiter_redis_state {
     double blocked_left_ms; /* block_for: until the block (field bu) ends; 0: none */
     size_t nleases;
     const struct limiter_redis_lease *leases;
-    double held;       /* over the live leases */
+    double held; /* over the live leases */
     unsigned holders;
 };
 
@@ -160,7 +160,7 @@ struct limiter_redis_state {
 struct limiter_slots_state {
     int concurrency; /* the rule is algorithm = concurrency: the rest is set */
     uint64_t local_held, local_earliest_ms;
-    int redis_read;          /* with Redis: it answered (else redis_error says why) */
+    int redis_read; /* with Redis: it answered (else redis_error says why) */
     const char *redis_error;
     uint64_t redis_held, redis_earliest_ms, redis_latest_ms;
 };
@@ -171,7 +171,7 @@ struct limiter_key_state {
     struct limiter_who who;
     int bucket_found; /* standalone: 0 when it has none (a request finds it full) */
     struct bucket_state bucket;
-    int lease_found;  /* Redis mode: this agent's entry for the key */
+    int lease_found; /* Redis mode: this agent's entry for the key */
     struct lease_state lease;
     struct limiter_redis_state redis; /* Redis mode */
     int backstop_found;
@@ -187,11 +187,11 @@ struct limiter_reset_result {
     /* Redis mode: the bucket is full again less what running leases hold
      * (tb_reset / sw_reset), and this agent's negative cache is forgotten;
      * other agents keep theirs until its retry time. */
-    int redis_reset;           /* 0: failed, redis_error says why */
+    int redis_reset; /* 0: failed, redis_error says why */
     const char *redis_error;
-    int64_t remaining_before;  /* whole tokens left just before */
+    int64_t remaining_before; /* whole tokens left just before */
     int64_t remaining, held, holders;
-    int lease_cache_cleared;   /* this agent had an entry for the key */
+    int lease_cache_cleared; /* this agent had an entry for the key */
     /* the fleet told (limiter_reset.c): agents in the heartbeat set, and
      * those that dropped their state of the key within RESET_WAIT_S, this
      * one included (standalone: 1 of 1) */

@@ -38,7 +38,7 @@ struct op {
     struct limiter *l;
     struct limiter_parts parts;
     struct limiter_reset_result res; /* a reset waiting for the fleet's acks */
-    struct ruleset *rs; /* referenced: who.rule points into it */
+    struct ruleset *rs;              /* referenced: who.rule points into it */
     struct limiter_who who;
     limiter_inspect_cb *inspect_cb;
     limiter_reset_cb *reset_cb;
@@ -105,8 +105,8 @@ static struct op *op_new(struct limiter *l, struct ruleset *rs, const struct lim
         *err = LIMITER_KEY_LONG;
         return NULL;
     }
-    *w = (struct limiter_who){r, key, c->keylen, ckey, (size_t)len, rcap ? rkey : NULL, rlen,
-                              p, b, rcap > 0};
+    *w = (struct limiter_who){r,    key, c->keylen, ckey,    (size_t)len, rcap ? rkey : NULL,
+                              rlen, p,   b,         rcap > 0};
     limiter_parts(l, &o->parts);
     o->l = l;
     o->rs = rs;
@@ -431,8 +431,8 @@ static void cc_local(struct op *o, int reset, struct limiter_slots_state *s)
     s->concurrency = 1;
     if (sk < 0)
         return;
-    s->local_held = slot_table_peek(o->parts.slots, w->rule->name, skey, (size_t)sk, now, &first,
-                                    NULL);
+    s->local_held =
+        slot_table_peek(o->parts.slots, w->rule->name, skey, (size_t)sk, now, &first, NULL);
     s->local_earliest_ms = (first + 999) / 1000;
     if (reset)
         slot_table_reset(o->parts.slots, w->rule->name, skey, (size_t)sk, now);
@@ -449,9 +449,7 @@ static void cc_redis(const struct store_result *res, struct limiter_slots_state 
         s->redis_latest_ms =
             res->v[CC_RESET_R_LATEST_MS] > 0 ? (uint64_t)res->v[CC_RESET_R_LATEST_MS] : 0;
     } else {
-        s->redis_error = res->err                    ? res->err
-                         : res->status == STORE_DOWN ? "redis down"
-                                                     : "error";
+        s->redis_error = res->err ? res->err : res->status == STORE_DOWN ? "redis down" : "error";
     }
 }
 
@@ -573,9 +571,7 @@ static void on_reset(void *arg, const struct store_result *res)
         LOG_INFO("\"client reset\" rule=%s key=\"%s\" held=%" PRId64, w->rule->name,
                  log_key(esc, sizeof(esc), w->client_key, w->client_keylen), r.held);
     } else {
-        r.redis_error = res->err                    ? res->err
-                        : res->status == STORE_DOWN ? "redis down"
-                                                    : "error";
+        r.redis_error = res->err ? res->err : res->status == STORE_DOWN ? "redis down" : "error";
     }
     /* Leases elsewhere are counted in held: the other agents drop them
      * (and their negative caches) when the fleet is told, below. */

@@ -97,9 +97,9 @@ int core_cc_queue(struct limiter_req *req, size_t i, const char *key, size_t key
 /* A cc_release of slot id of rule r (slot key skey), to out: 0, or -1 when
  * standalone, Redis is down (!up) or out of memory (the slot then frees
  * itself after max_hold). */
-static int queue_release(const struct limiter_core *c, const struct cfg_rule *r,
-                         const char *skey, size_t sklen, uint64_t id, struct metrics_rule *m,
-                         int up, struct core_jobs *out)
+static int queue_release(const struct limiter_core *c, const struct cfg_rule *r, const char *skey,
+                         size_t sklen, uint64_t id, struct metrics_rule *m, int up,
+                         struct core_jobs *out)
 {
     char buf[KEYBUF];
     size_t keylen;
@@ -131,8 +131,8 @@ void core_cc_local(struct limiter_core *c, struct limiter_req *req, size_t i,
     struct slot_take t = {0};
 
     memset(&h->out.res, 0, sizeof(h->out.res));
-    if (sk < 0 || slot_table_take(c->slots, r->name, skey, (size_t)sk, p->limit,
-                                  p->period_us, id, now_us, &t) < 0) {
+    if (sk < 0 || slot_table_take(c->slots, r->name, skey, (size_t)sk, p->limit, p->period_us, id,
+                                  now_us, &t) < 0) {
         h->out.res.retry_us = RETRY_NOMEM_US; /* out of memory: denied */
         return;
     }
@@ -164,8 +164,7 @@ void core_cc_releases(struct limiter_core *c, struct limiter_req *req, uint64_t 
         const struct cfg_rule *r = &rs->cfg->rules[rel->rule];
         struct metrics_rule *m = rs->metrics[rel->rule];
         if (rel->src == RULES_SLOT_LOCAL) {
-            rel->freed = slot_table_release(c->slots, r->name, skey, rel->key_len, rel->id,
-                                            now_us);
+            rel->freed = slot_table_release(c->slots, r->name, skey, rel->key_len, rel->id, now_us);
             cc_released(m, rel->freed);
         } else if (!c->redis) { /* a Redis slot, and this agent has no Redis */
             cc_released(m, 0);

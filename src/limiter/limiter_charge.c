@@ -57,8 +57,8 @@ static uint64_t refund_hit(struct limiter_core *c, struct limiter_req *req, size
         int backstop = h->out.charged == RULE_CHARGED_BACKSTOP;
         const struct bucket_params *p = backstop ? &h->backstop : &h->params;
         back = bucket_table_refund(backstop ? c->backstop : c->buckets, r->name,
-                                   rules_hit_key(&req->ev, h), h->key_len, p,
-                                   h->out.charged_at, bucket_clock(p, now_us), h->cost, &st);
+                                   rules_hit_key(&req->ev, h), h->key_len, p, h->out.charged_at,
+                                   bucket_clock(p, now_us), h->cost, &st);
         if (back) {
             h->out.res.remaining = st.remaining;
             h->out.res.reset_us = st.reset_us;
@@ -67,8 +67,8 @@ static uint64_t refund_hit(struct limiter_core *c, struct limiter_req *req, size
     }
     case RULE_CHARGED_LEASE: {
         char key[KEYBUF];
-        size_t klen = core_redis_key(c, r, rules_hit_key(&req->ev, h), h->key_len, key,
-                                        sizeof(key));
+        size_t klen =
+            core_redis_key(c, r, rules_hit_key(&req->ev, h), h->key_len, key, sizeof(key));
         int redis = 0;
         /* a key past KEYBUF (a long max_key) keeps its charge: under-admission only */
         if (klen)
@@ -115,7 +115,6 @@ void core_settle(struct limiter_core *c, struct limiter_req *req, uint64_t now_u
         h->out.charged = RULE_CHARGED_NONE; /* once */
         h->out.refunded = back;
         if (back)
-            atomic_fetch_add_explicit(&rs->metrics[h->rule]->refunded, back,
-                                      memory_order_relaxed);
+            atomic_fetch_add_explicit(&rs->metrics[h->rule]->refunded, back, memory_order_relaxed);
     }
 }

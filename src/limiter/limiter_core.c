@@ -161,7 +161,7 @@ static void complete_waiters(struct limiter_core *c, struct lease_waiter *done,
         struct rule_outcome *out = &req->ev.hits[w->hit].out;
         out->degraded = 0;
         note_charged(out, w->exact ? RULE_CHARGED_EXACT : RULE_CHARGED_LEASE,
-                      w->exact ? w->taken_ms : now_us);
+                     w->exact ? w->taken_ms : now_us);
         core_hit_done(req);
     }
     for (w = fallback; w; w = next) {
@@ -186,7 +186,7 @@ static void exact_reply(struct limiter_core *c, struct lease_waiter *w,
         struct rule_outcome *out = &req->ev.hits[w->hit].out;
         out->degraded = 0;
         note_charged(out, RULE_CHARGED_EXACT,
-                      res->v[EXACT_R_TIME_MS] > 0 ? (uint64_t)res->v[EXACT_R_TIME_MS] : 0);
+                     res->v[EXACT_R_TIME_MS] > 0 ? (uint64_t)res->v[EXACT_R_TIME_MS] : 0);
     } else {
         core_fallback(c, req, w->hit, now_us);
     }
@@ -312,9 +312,8 @@ static int queue_exact(struct limiter_req *req, size_t i, const char *key, size_
 }
 
 /* Hit i of a leased rule: from the local lease, or by a claim (queued). */
-static int decide_leased(struct limiter_core *c, struct limiter_req *req, size_t i,
-                         const char *key, size_t keylen, uint64_t now_us, int ask,
-                         struct core_jobs *out)
+static int decide_leased(struct limiter_core *c, struct limiter_req *req, size_t i, const char *key,
+                         size_t keylen, uint64_t now_us, int ask, struct core_jobs *out)
 {
     struct rule_hit *h = &req->ev.hits[i];
     struct lease_job *lj = NULL;
@@ -380,8 +379,8 @@ static int decide_hit(struct limiter_core *c, struct limiter_req *req, size_t i,
     return decided;
 }
 
-long core_decide(struct limiter_core *c, struct limiter_req *req, uint64_t now_us, int up,
-                 int ask, struct core_jobs *out)
+long core_decide(struct limiter_core *c, struct limiter_req *req, uint64_t now_us, int up, int ask,
+                 struct core_jobs *out)
 {
     unsigned decided = 0;
 
@@ -409,8 +408,7 @@ int core_decide_end(struct limiter_req *req, unsigned decided)
      * waiter was published, no other thread knows req. */
     if (decided == req->ev.nhits)
         return 0;
-    if (atomic_fetch_sub_explicit(&req->waiting, decided + 1, memory_order_acq_rel) ==
-        decided + 1)
+    if (atomic_fetch_sub_explicit(&req->waiting, decided + 1, memory_order_acq_rel) == decided + 1)
         return 0;
     return 1;
 }

@@ -40,8 +40,8 @@ void core_free(struct limiter_core *c);
  * decisions may wait for it (not stalled). Jobs to send go to out (their
  * waiters are req's). Returns the number of hits decided here, or -1 when
  * out of memory. The caller sends out's jobs, then core_decide_end(). */
-long core_decide(struct limiter_core *c, struct limiter_req *req, uint64_t now_us, int up,
-                 int ask, struct core_jobs *out);
+long core_decide(struct limiter_core *c, struct limiter_req *req, uint64_t now_us, int up, int ask,
+                 struct core_jobs *out);
 /* After core_decide() returned decided (>= 0) and its jobs are queued: 0
  * when req is complete, 1 when req->done will be called once the rest is
  * in (limiter_decide()'s answer). */

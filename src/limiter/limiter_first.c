@@ -23,8 +23,10 @@
 /* The rule's token bucket as the bucket module takes it. */
 static struct bucket_params first_params(uint64_t burst, uint64_t limit, uint64_t period_ms)
 {
-    struct bucket_params p = {.algorithm = BUCKET_TOKEN_BUCKET, .limit = limit,
-                              .period_us = period_ms * 1000, .burst = burst,
+    struct bucket_params p = {.algorithm = BUCKET_TOKEN_BUCKET,
+                              .limit = limit,
+                              .period_us = period_ms * 1000,
+                              .burst = burst,
                               .period_ms = period_ms};
     return p;
 }
@@ -52,8 +54,7 @@ enum core_first_verdict core_first_reply(const struct rjob *j, const struct stor
     /* Cost 1 from a full bucket b: t = b - 1 left, one token to refill. */
     const struct bucket_params p = first_params(lj->burst, lj->limit, lj->period_ms);
     uint64_t b = lj->burst, t = b - 1;
-    struct store_result r = {.status = STORE_OK, .n = EXACT_R_COUNT,
-                             .latency_us = res->latency_us};
+    struct store_result r = {.status = STORE_OK, .n = EXACT_R_COUNT, .latency_us = res->latency_us};
     r.v[EXACT_R_ALLOWED] = 1;
     r.v[EXACT_R_REMAINING] = (int64_t)t;
     r.v[EXACT_R_RETRY_MS] = (int64_t)bucket_tb_wait_ms(&p, 1.0 - (double)t);

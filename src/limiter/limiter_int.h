@@ -67,7 +67,6 @@ struct limiter {
     uint64_t ttl_ms;
 };
 
-
 /* limiter_reset.c: fleet-wide resets. _new starts polling PREFIX "resets"
  * (NULL when out of memory); _publish tells the fleet that the client
  * client_key of rule (its Redis bucket redis_key) was reset here

@@ -42,8 +42,8 @@ size_t core_redis_key(const struct limiter_core *c, const struct cfg_rule *r, co
 size_t core_hit_redis_key(const struct limiter_core *c, const struct limiter_req *req,
                           const struct rule_hit *h, char *buf, size_t cap)
 {
-    return core_redis_key(c, &req->rs->cfg->rules[h->rule], rules_hit_key(&req->ev, h),
-                          h->key_len, buf, cap);
+    return core_redis_key(c, &req->rs->cfg->rules[h->rule], rules_hit_key(&req->ev, h), h->key_len,
+                          buf, cap);
 }
 
 struct rjob *core_key_call(int kind, const struct rule_hit *h, const char *key, size_t keylen)

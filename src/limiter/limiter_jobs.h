@@ -55,26 +55,26 @@ enum rjob_kind {
 /* A Redis call, as data: made by the core, sent by the bridge, answered
  * back into the core (core_reply). The first fields are the bridge's. */
 struct rjob {
-    struct rjob *next;               /* queue, struct core_jobs */
-    struct rjob *iprev, *inext;      /* (bridge) in flight, oldest first */
-    struct limiter *l;               /* (bridge) */
-    int timed_out;                   /* (bridge) */
-    uint64_t sent_us;                /* (bridge) */
+    struct rjob *next;          /* queue, struct core_jobs */
+    struct rjob *iprev, *inext; /* (bridge) in flight, oldest first */
+    struct limiter *l;          /* (bridge) */
+    int timed_out;              /* (bridge) */
+    uint64_t sent_us;           /* (bridge) */
     int kind;
     struct lease_job *lj;            /* RJOB_LEASE */
     struct lease_waiter *w;          /* RJOB_EXACT, RJOB_CC: NULL once answered by fallback */
     enum bucket_algorithm algorithm; /* RJOB_EXACT */
     uint64_t limit, period_ms, burst;
-    uint64_t offset_ms;              /* RJOB_EXACT, RJOB_REFUND: a fixed window's window_offset */
-    uint64_t cost;                   /* RJOB_EXACT: tokens the request takes;
-                                        RJOB_REFUND: tokens given back */
-    uint64_t block_ms;               /* RJOB_EXACT: the rule's block_for (0: none) */
-    uint64_t taken_ms;               /* RJOB_REFUND: EXACT_R_TIME_MS of the take */
-    uint64_t slot_id;                /* RJOB_CC, RJOB_CC_RELEASE */
-    struct metrics_rule *m;          /* RJOB_REFUND, RJOB_CC, RJOB_CC_RELEASE: the rule's
-                                        counters */
+    uint64_t offset_ms;     /* RJOB_EXACT, RJOB_REFUND: a fixed window's window_offset */
+    uint64_t cost;          /* RJOB_EXACT: tokens the request takes;
+                               RJOB_REFUND: tokens given back */
+    uint64_t block_ms;      /* RJOB_EXACT: the rule's block_for (0: none) */
+    uint64_t taken_ms;      /* RJOB_REFUND: EXACT_R_TIME_MS of the take */
+    uint64_t slot_id;       /* RJOB_CC, RJOB_CC_RELEASE */
+    struct metrics_rule *m; /* RJOB_REFUND, RJOB_CC, RJOB_CC_RELEASE: the rule's
+                               counters */
     size_t keylen;
-    char key[];                      /* RJOB_EXACT, RJOB_REFUND, RJOB_CC, RJOB_CC_RELEASE */
+    char key[]; /* RJOB_EXACT, RJOB_REFUND, RJOB_CC, RJOB_CC_RELEASE */
 };
 
 /* Jobs the core hands back to be sent, in the order made. */

@@ -17,10 +17,10 @@
  * One poll per agent and [rules] poll whatever the traffic; nothing on the
  * request path. An operator who wants an idle agent's Redis connection
  * quiet (a proxy's idle timeout without keepalive) raises [rules] poll, as
- * [redis] epoch_check: a reset then reaches the others within that. The ordering that makes it work: the entry is added after
- * the Redis bucket's reset answered, so an agent that drops its state asks
- * Redis again and finds the reset bucket; on one connection a claim's reply
- * that predates the reset is applied before the poll's. */
+ * [redis] epoch_check: a reset then reaches the others within that. The ordering that makes it
+ * work: the entry is added after the Redis bucket's reset answered, so an agent that drops its
+ * state asks Redis again and finds the reset bucket; on one connection a claim's reply that
+ * predates the reset is applied before the poll's. */
 #include <ev.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -166,8 +166,8 @@ static void poll_cb(struct ev_loop *loop, ev_timer *t, int revents)
         snprintf(since, sizeof(since), "-inf");
     else
         snprintf(since, sizeof(since), "%" PRId64, r->since_ms);
-    const char *argv[] = {"ZRANGEBYSCORE", r->key, since, "+inf", "WITHSCORES",
-                          "LIMIT",         "0",    RESET_READ_MAX};
+    const char *argv[] = {"ZRANGEBYSCORE", r->key,  since, "+inf",
+                          "WITHSCORES",    "LIMIT", "0",   RESET_READ_MAX};
     size_t argvlen[8];
     for (int i = 0; i < 8; i++)
         argvlen[i] = strlen(argv[i]);
@@ -289,11 +289,10 @@ void limiter_resets_publish(struct limiter *l, const char *rule, const char *cli
     const char *self = store_agent_id(l->store);
     char id[RESET_MSG_ID_MAX + 1];
     snprintf(id, sizeof(id), "%.*s:%" PRIu64, RESET_MSG_ID_MAX - 24, self, ++r->counter);
-    size_t cap = reset_msg_size(strlen(id), strlen(rule), client_keylen,
-                                redis_keylen);
+    size_t cap = reset_msg_size(strlen(id), strlen(rule), client_keylen, redis_keylen);
     char *member = malloc(cap);
-    if (!member || !reset_msg_format(member, cap, id, rule, client_key,
-                                     client_keylen, redis_key, redis_keylen)) {
+    if (!member || !reset_msg_format(member, cap, id, rule, client_key, client_keylen, redis_key,
+                                     redis_keylen)) {
         free(member);
         free(p);
         cb(arg, agents ? agents : 1, 1);

@@ -8,8 +8,10 @@
 #include "core/util.h"
 
 _Static_assert((int)CC_ARGC <= SCRIPT_MAX_ARGC, "cc_acquire's ARGV fits");
-_Static_assert((int)RETURN_ARGC_FIXED <= SCRIPT_MAX_ARGC && (int)EXACT_ARGC_FIXED <= SCRIPT_MAX_ARGC &&
-                   (int)RESET_ARGC_FIXED <= SCRIPT_MAX_ARGC && (int)CLAIM_ARGC_BLOCK <= SCRIPT_MAX_ARGC &&
+_Static_assert((int)RETURN_ARGC_FIXED <= SCRIPT_MAX_ARGC &&
+                   (int)EXACT_ARGC_FIXED <= SCRIPT_MAX_ARGC &&
+                   (int)RESET_ARGC_FIXED <= SCRIPT_MAX_ARGC &&
+                   (int)CLAIM_ARGC_BLOCK <= SCRIPT_MAX_ARGC &&
                    (int)REFUND_ARGC_FIXED <= SCRIPT_MAX_ARGC,
                "a claim takes the most arguments");
 
@@ -44,8 +46,8 @@ static void arg_num(struct script_args *a, int i, uint64_t v)
     a->argv[i] = a->nums[i];
 }
 
-enum store_script script_lease_args(const struct lease_job *lj, const char *agent,
-                                    uint64_t ttl_ms, struct script_args *a)
+enum store_script script_lease_args(const struct lease_job *lj, const char *agent, uint64_t ttl_ms,
+                                    struct script_args *a)
 {
     int sw = bucket_windowed(lj->algorithm);
     enum store_script s;

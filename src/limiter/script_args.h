@@ -30,8 +30,8 @@ struct script_args {
 /* Fill *a with the ARGV of lease job lj (a claim or a return) sent by the
  * agent named agent with [lease] ttl ttl_ms (a rate lease's claim carries
  * its own, lj->ttl_ms); returns the script to call. */
-enum store_script script_lease_args(const struct lease_job *lj, const char *agent,
-                                    uint64_t ttl_ms, struct script_args *a);
+enum store_script script_lease_args(const struct lease_job *lj, const char *agent, uint64_t ttl_ms,
+                                    struct script_args *a);
 
 /* Fill *a with the ARGV of one exact decision of a request costing cost
  * tokens (0: a check) under a rule of algorithm, limit/period_ms and burst;

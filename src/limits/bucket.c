@@ -22,7 +22,8 @@
 const char *const bucket_algorithm_names[] = {[BUCKET_TOKEN_BUCKET] = "token-bucket",
                                               [BUCKET_SLIDING_WINDOW] = "sliding-window",
                                               [BUCKET_FIXED_WINDOW] = "fixed-window",
-                                              [BUCKET_CONCURRENCY] = "concurrency", NULL};
+                                              [BUCKET_CONCURRENCY] = "concurrency",
+                                              NULL};
 
 /* Noise below which a token count or a duration in microseconds is taken
  * to be the integer next to it. For token counts it is further capped by
@@ -36,7 +37,6 @@ const char *const bucket_algorithm_names[] = {[BUCKET_TOKEN_BUCKET] = "token-buc
  * 285 years, small enough that callers can add to it or round it to seconds
  * without overflowing a uint64_t. */
 #define MAX_WAIT_US ((uint64_t)1 << 53)
-
 
 /* ---- arithmetic helpers ------------------------------------------------- */
 
@@ -81,8 +81,8 @@ static double snap(double x, double eps)
  * while it holds a request. */
 static double tolerance(const struct bucket_params *p)
 {
-    double per_us = (p->algorithm == BUCKET_SLIDING_WINDOW ? 1.0 : (double)p->limit) /
-                    (double)period_of(p);
+    double per_us =
+        (p->algorithm == BUCKET_SLIDING_WINDOW ? 1.0 : (double)p->limit) / (double)period_of(p);
     return per_us > 0 && per_us / 4 < SNAP_EPS ? per_us / 4 : SNAP_EPS; /* fmin, no call */
 }
 
@@ -129,8 +129,8 @@ static uint64_t whole(double x, double eps)
 /* Token level of a bucket last refilled at ts with `tokens`, seen at now.
  * Capped at the burst, which also clamps a bucket whose rule was reloaded
  * with a smaller burst. A clock that went backward adds nothing. */
-static double tb_level_eps(double tokens, uint64_t ts, const struct bucket_params *p,
-                           uint64_t now, double eps)
+static double tb_level_eps(double tokens, uint64_t ts, const struct bucket_params *p, uint64_t now,
+                           double eps)
 {
     uint64_t elapsed = now > ts ? now - ts : 0;
     /* limit * elapsed / period rather than (limit / period) * elapsed: the
@@ -363,8 +363,7 @@ static void fw_take(struct bucket *b, const struct bucket_params *p, uint64_t no
 /* The level after the refill to now, plus n, capped at the burst: never
  * above what the bucket would hold had the take not happened (the refill
  * is capped there too). */
-static uint64_t tb_refund(struct bucket *b, const struct bucket_params *p, uint64_t now,
-                          uint64_t n)
+static uint64_t tb_refund(struct bucket *b, const struct bucket_params *p, uint64_t now, uint64_t n)
 {
     double before;
 

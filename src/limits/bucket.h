@@ -74,9 +74,9 @@ struct bucket_result {
 
 /* State of one token bucket or sliding window, 32 bytes. */
 struct bucket {
-    double tokens;   /* token bucket: tokens left; sliding window: count of previous window */
-    double cur;      /* sliding and fixed window: count of current window */
-    uint64_t ts_us;  /* token bucket: last refill; windows: current window start */
+    double tokens;  /* token bucket: tokens left; sliding window: count of previous window */
+    double cur;     /* sliding and fixed window: count of current window */
+    uint64_t ts_us; /* token bucket: last refill; windows: current window start */
     uint64_t blocked_until_us; /* block_for: denied until then (0: not blocked) */
 };
 
@@ -169,12 +169,12 @@ static inline void bucket_budget_sub(struct bucket_budget *b, size_t n)
 /* A bucket as a request arriving at now would find it, without changing it
  * (the operator's GET /key). */
 struct bucket_state {
-    double level;       /* token bucket: tokens; sliding window: the weighted estimate */
-    double prev, cur;   /* sliding window: counts of the previous and current window */
-    uint64_t remaining; /* whole units a request could take now */
-    int blocked;        /* a request of 1 would be denied now */
-    uint64_t retry_us;  /* when blocked: until one would pass; else 0 */
-    uint64_t reset_us;  /* until full again (both windows empty) */
+    double level;             /* token bucket: tokens; sliding window: the weighted estimate */
+    double prev, cur;         /* sliding window: counts of the previous and current window */
+    uint64_t remaining;       /* whole units a request could take now */
+    int blocked;              /* a request of 1 would be denied now */
+    uint64_t retry_us;        /* when blocked: until one would pass; else 0 */
+    uint64_t reset_us;        /* until full again (both windows empty) */
     uint64_t blocked_left_us; /* block_for: until the running block ends (0: none) */
     uint64_t window_start_us; /* fixed window: start of the window now is in
                                  (wall clock); else 0 */
@@ -247,8 +247,7 @@ size_t bucket_table_expire(struct bucket_table *t, uint64_t now_us, size_t max_v
  * both (a test's single clock). */
 size_t bucket_table_expire_at(struct bucket_table *t, uint64_t now_us, uint64_t wall_us,
                               size_t max_visit,
-                              const struct bucket_params *(*params_of)(void *ctx,
-                                                                       const char *rule),
+                              const struct bucket_params *(*params_of)(void *ctx, const char *rule),
                               void *ctx);
 
 /* The bucket of (rule, key) as bucket_peek() sees it at now under p: 1 with

@@ -60,8 +60,8 @@ struct stripe {
     struct entry **chains; /* nchains chains; NULL while nchains is 0 */
     size_t nchains;        /* 0 or a power of two */
     size_t count;
-    struct dlist age;     /* every entry, least recently used first */
-    struct entry *spare;  /* freed entries of ENTRY_BLOCK bytes (entry_alloc) */
+    struct dlist age;    /* every entry, least recently used first */
+    struct entry *spare; /* freed entries of ENTRY_BLOCK bytes (entry_alloc) */
     unsigned nspare;
 };
 
@@ -125,15 +125,14 @@ static int stripe_resize(struct stripe *s, size_t nchains)
     return 0;
 }
 
-static struct entry *stripe_find(struct stripe *s, uint64_t hash, const char *rule,
-                                 size_t rulelen, const void *key, size_t keylen)
+static struct entry *stripe_find(struct stripe *s, uint64_t hash, const char *rule, size_t rulelen,
+                                 const void *key, size_t keylen)
 {
     if (!s->nchains)
         return NULL;
     for (struct entry *e = s->chains[util_chain(hash, s->nchains)]; e; e = e->next) {
         if (e->hash == hash && e->rulelen == rulelen && e->keylen == keylen &&
-            memcmp(e->data, rule, rulelen) == 0 &&
-            memcmp(e->data + rulelen + 1, key, keylen) == 0)
+            memcmp(e->data, rule, rulelen) == 0 && memcmp(e->data + rulelen + 1, key, keylen) == 0)
             return e;
     }
     return NULL;
@@ -310,8 +309,8 @@ int bucket_table_take(struct bucket_table *t, const char *rule, const void *key,
 {
     size_t rulelen = strlen(rule);
 
-    return bucket_table_take_seeded(t, rule, rulelen, bucket_rule_seed(rule, rulelen), key,
-                                    keylen, p, now_us, n, res);
+    return bucket_table_take_seeded(t, rule, rulelen, bucket_rule_seed(rule, rulelen), key, keylen,
+                                    p, now_us, n, res);
 }
 
 /* The entry of (rule, key) under p, made when there is none (or afresh when
@@ -319,8 +318,7 @@ int bucket_table_take(struct bucket_table *t, const char *rule, const void *key,
  * locked) when out of memory or when rule or key cannot be held. */
 static struct entry *entry_get(struct bucket_table *t, const char *rule, size_t rulelen,
                                uint64_t seed, const void *key, size_t keylen,
-                               const struct bucket_params *p, uint64_t now_us,
-                               struct stripe **sp)
+                               const struct bucket_params *p, uint64_t now_us, struct stripe **sp)
 {
     if (rulelen > MAX_RULE_LEN || (uint64_t)keylen > MAX_KEY_LEN)
         return NULL;
@@ -484,8 +482,7 @@ size_t bucket_table_expire(struct bucket_table *t, uint64_t now_us, size_t max_v
 
 size_t bucket_table_expire_at(struct bucket_table *t, uint64_t now_us, uint64_t wall_us,
                               size_t max_visit,
-                              const struct bucket_params *(*params_of)(void *ctx,
-                                                                       const char *rule),
+                              const struct bucket_params *(*params_of)(void *ctx, const char *rule),
                               void *ctx)
 {
     size_t visited = 0, dropped = 0, scanned = 0, stripes_done = 0;
@@ -510,8 +507,10 @@ size_t bucket_table_expire_at(struct bucket_table *t, uint64_t now_us, uint64_t 
                 const struct bucket_params *p = params_of(ctx, e->data);
                 struct bucket_params own;
                 if (p == &bucket_params_per_bucket) {
-                    own = (struct bucket_params){.algorithm = e->algorithm, .limit = e->limit,
-                                                 .period_us = e->period_us, .burst = e->burst};
+                    own = (struct bucket_params){.algorithm = e->algorithm,
+                                                 .limit = e->limit,
+                                                 .period_us = e->period_us,
+                                                 .burst = e->burst};
                     p = &own;
                 }
                 visited++;

@@ -41,7 +41,7 @@
 struct fleet_window {
     uint64_t slot_no[FLEET_SLOTS];
     unsigned slot_max[FLEET_SLOTS];
-    unsigned n; /* the N in force: the max over the window at the last add */
+    unsigned n;     /* the N in force: the max over the window at the last add */
     uint64_t left;  /* the fleet's count of clean departures last read */
     int left_known; /* left was read once: the base later reads are to */
 };

@@ -26,8 +26,8 @@ static char *hex(char *o, const char *s, size_t len)
     return o;
 }
 
-size_t reset_msg_format(char *out, size_t cap, const char *id, const char *rule,
-                        const char *ckey, size_t ckeylen, const char *rkey, size_t rkeylen)
+size_t reset_msg_format(char *out, size_t cap, const char *id, const char *rule, const char *ckey,
+                        size_t ckeylen, const char *rkey, size_t rkeylen)
 {
     size_t il = strlen(id), rl = strlen(rule);
 

@@ -27,8 +27,8 @@ size_t reset_msg_size(size_t idlen, size_t rulelen, size_t ckeylen, size_t rkeyl
 
 /* The member into out (cap bytes): its length, or 0 when it does not fit or
  * id or rule would break the layout (a tab, a newline, empty). */
-size_t reset_msg_format(char *out, size_t cap, const char *id, const char *rule,
-                        const char *ckey, size_t ckeylen, const char *rkey, size_t rkeylen);
+size_t reset_msg_format(char *out, size_t cap, const char *id, const char *rule, const char *ckey,
+                        size_t ckeylen, const char *rkey, size_t rkeylen);
 
 /* Parse member s (len bytes) into *m, decoding into buf (at least len + 1
  * bytes). 0, or -1 when s is not a member of this layout (skipped). */

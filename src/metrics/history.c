@@ -10,11 +10,11 @@ enum { SERIES_DECISIONS, SERIES_BLOCKS, SERIES_WOULD_BLOCKS, SERIES_COUNT };
 
 struct rule_history {
     const struct metrics_rule *rule;
-    uint64_t last[SERIES_COUNT];      /* the counters at the previous sample */
-    uint64_t last_s;                  /* when that was; 0 before the first */
+    uint64_t last[SERIES_COUNT]; /* the counters at the previous sample */
+    uint64_t last_s;             /* when that was; 0 before the first */
     uint32_t ring[SERIES_COUNT][HISTORY_SECONDS];
-    unsigned head;                    /* where the next sample goes */
-    unsigned n;                       /* samples held */
+    unsigned head; /* where the next sample goes */
+    unsigned n;    /* samples held */
 };
 
 struct history {
@@ -81,7 +81,8 @@ static void sample_rule(struct history *h, struct metrics_rule *r, uint64_t now_
     struct rule_history *rh = find_or_add(h, r);
     if (!rh)
         return;
-    uint64_t allowed = metrics_ld(&r->allowed), blocked = metrics_ld(&r->blocked), wb = metrics_ld(&r->would_block);
+    uint64_t allowed = metrics_ld(&r->allowed), blocked = metrics_ld(&r->blocked),
+             wb = metrics_ld(&r->would_block);
     uint64_t cur[SERIES_COUNT] = {allowed + blocked, blocked, wb};
     if (rh->last_s && now_s > rh->last_s) {
         uint64_t delta[SERIES_COUNT], zero[SERIES_COUNT] = {0};
@@ -127,8 +128,7 @@ void history_sample(struct history *h, uint64_t now_s)
 }
 
 size_t history_rule(const struct history *h, const struct metrics_rule *r, uint64_t since,
-                    uint32_t *decisions, uint32_t *blocks, uint32_t *would_blocks,
-                    uint64_t *last_s)
+                    uint32_t *decisions, uint32_t *blocks, uint32_t *would_blocks, uint64_t *last_s)
 {
     const struct rule_history *rh = find(h, r);
     *last_s = 0;

@@ -21,8 +21,8 @@ _Thread_local struct metrics_local metrics_local;
 
 /* Upper bounds of the histogram buckets in nanoseconds; the last is +Inf. */
 static const uint64_t hist_bounds_ns[] = {
-    25000, 50000, 100000, 250000, 500000, 1000000, 2500000, 5000000,
-    10000000, 25000000, 50000000, 100000000, 250000000, 1000000000,
+    25000,   50000,    100000,   250000,   500000,    1000000,   2500000,
+    5000000, 10000000, 25000000, 50000000, 100000000, 250000000, 1000000000,
 };
 _Static_assert(sizeof(hist_bounds_ns) / sizeof(hist_bounds_ns[0]) == METRICS_HIST_BUCKETS - 1,
                "a bound for every histogram bucket but +Inf");
@@ -187,8 +187,7 @@ static void top_insert(struct top_sketch *s, const char *key, size_t keylen,
  * wrap, and both minutes were thrown away). */
 static void top_rotate(struct metrics_rule *r, uint64_t now_us)
 {
-    if (now_us <= r->top_period_start_us ||
-        now_us - r->top_period_start_us < METRICS_TOP_PERIOD_US)
+    if (now_us <= r->top_period_start_us || now_us - r->top_period_start_us < METRICS_TOP_PERIOD_US)
         return;
     if (now_us - r->top_period_start_us < 2 * METRICS_TOP_PERIOD_US)
         r->top_prev = r->top_cur;
@@ -227,19 +226,19 @@ static void render_hist(struct strbuf *b, const char *name, const char *help,
         cum += metrics_ld(&h->buckets[i]);
         if (i < METRICS_HIST_BUCKETS - 1)
             strbuf_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, hist_bounds_ns[i] / 1e9,
-                      (unsigned long long)cum);
+                          (unsigned long long)cum);
         else
             strbuf_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)cum);
     }
     strbuf_printf(b, "%s_sum %.9f\n%s_count %llu\n", name, metrics_ld(&h->sum_ns) / 1e9, name,
-              (unsigned long long)cum);
+                  (unsigned long long)cum);
 }
 
 static void render_simple(struct strbuf *b, const char *name, const char *type, const char *help,
                           uint64_t v)
 {
     strbuf_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s %llu\n", name, help, name, type, name,
-              (unsigned long long)v);
+                  (unsigned long long)v);
 }
 
 /* One counter per rule: the field at offset off of each rule's record. */
@@ -286,14 +285,15 @@ static void render_rules(struct strbuf *b)
     struct metrics_rule *r;
 
     strbuf_printf(b, "# HELP spoa_ratelimit_decisions_total Rate limit decisions by rule and "
-                 "result.\n# TYPE spoa_ratelimit_decisions_total counter\n");
+                     "result.\n# TYPE spoa_ratelimit_decisions_total counter\n");
     for (r = atomic_load(&rules_head); r; r = r->next) {
         strbuf_printf(b, "spoa_ratelimit_decisions_total{rule=\"%s\",result=\"allowed\"} %llu\n",
-                  r->name, (unsigned long long)metrics_ld(&r->allowed));
+                      r->name, (unsigned long long)metrics_ld(&r->allowed));
         strbuf_printf(b, "spoa_ratelimit_decisions_total{rule=\"%s\",result=\"blocked\"} %llu\n",
-                  r->name, (unsigned long long)metrics_ld(&r->blocked));
-        strbuf_printf(b, "spoa_ratelimit_decisions_total{rule=\"%s\",result=\"would_block\"} %llu\n",
-                  r->name, (unsigned long long)metrics_ld(&r->would_block));
+                      r->name, (unsigned long long)metrics_ld(&r->blocked));
+        strbuf_printf(b,
+                      "spoa_ratelimit_decisions_total{rule=\"%s\",result=\"would_block\"} %llu\n",
+                      r->name, (unsigned long long)metrics_ld(&r->would_block));
     }
     render_rule_counter(b, "spoa_ratelimit_degraded_decisions_total",
                         "Decisions taken without Redis because it was unreachable.",
@@ -317,12 +317,18 @@ static void render_rules(struct strbuf *b)
 }
 
 const char *const metrics_redis_error_names[] = {
-    [METRICS_REDIS_READONLY] = "READONLY", [METRICS_REDIS_MASTERDOWN] = "MASTERDOWN",
-    [METRICS_REDIS_NOPERM] = "NOPERM",     [METRICS_REDIS_OOM] = "OOM",
-    [METRICS_REDIS_NOAUTH] = "NOAUTH",     [METRICS_REDIS_WRONGPASS] = "WRONGPASS",
-    [METRICS_REDIS_NOSCRIPT] = "NOSCRIPT", [METRICS_REDIS_NOREPLICAS] = "NOREPLICAS",
-    [METRICS_REDIS_LOADING] = "LOADING",   [METRICS_REDIS_TRYAGAIN] = "TRYAGAIN",
-    [METRICS_REDIS_CLUSTERDOWN] = "CLUSTERDOWN", [METRICS_REDIS_BUSY] = "BUSY",
+    [METRICS_REDIS_READONLY] = "READONLY",
+    [METRICS_REDIS_MASTERDOWN] = "MASTERDOWN",
+    [METRICS_REDIS_NOPERM] = "NOPERM",
+    [METRICS_REDIS_OOM] = "OOM",
+    [METRICS_REDIS_NOAUTH] = "NOAUTH",
+    [METRICS_REDIS_WRONGPASS] = "WRONGPASS",
+    [METRICS_REDIS_NOSCRIPT] = "NOSCRIPT",
+    [METRICS_REDIS_NOREPLICAS] = "NOREPLICAS",
+    [METRICS_REDIS_LOADING] = "LOADING",
+    [METRICS_REDIS_TRYAGAIN] = "TRYAGAIN",
+    [METRICS_REDIS_CLUSTERDOWN] = "CLUSTERDOWN",
+    [METRICS_REDIS_BUSY] = "BUSY",
     [METRICS_REDIS_REPLY_TOO_LARGE] = "reply_too_large",
     [METRICS_REDIS_BAD_REPLY] = "bad_reply",
     [METRICS_REDIS_OTHER] = "other",
@@ -357,13 +363,13 @@ static void render_redis(struct strbuf *b)
     /* every kind, 0 included: dashboards and alerts see the series before
      * the first error */
     strbuf_printf(b, "# HELP spoa_ratelimit_redis_error_replies_total Error replies from Redis by "
-                 "kind (READONLY and MASTERDOWN: not the master; NOPERM: ACL; OOM: maxmemory; "
-                 "NOAUTH, WRONGPASS: password).\n"
-                 "# TYPE spoa_ratelimit_redis_error_replies_total counter\n");
+                     "kind (READONLY and MASTERDOWN: not the master; NOPERM: ACL; OOM: maxmemory; "
+                     "NOAUTH, WRONGPASS: password).\n"
+                     "# TYPE spoa_ratelimit_redis_error_replies_total counter\n");
     for (unsigned k = 0; k < METRICS_REDIS_ERROR_KINDS; k++)
         strbuf_printf(b, "spoa_ratelimit_redis_error_replies_total{kind=\"%s\"} %llu\n",
-                  metrics_redis_error_names[k],
-                  (unsigned long long)metrics_ld(&metrics.redis_error_replies[k]));
+                      metrics_redis_error_names[k],
+                      (unsigned long long)metrics_ld(&metrics.redis_error_replies[k]));
     render_simple(b, "spoa_ratelimit_redis_up", "gauge",
                   "1 when Redis is connected and deciding: 0 while unreachable, refusing "
                   "(READONLY, NOPERM, OOM, NOAUTH, ...) or, with require_noeviction, able to "
@@ -419,11 +425,12 @@ static void render_spop(struct strbuf *b)
                   "SPOP connections accepted.", metrics_ld(&metrics.connections_total));
 
     strbuf_printf(b, "# HELP spoa_ratelimit_frames_total SPOP frames received by type.\n"
-                 "# TYPE spoa_ratelimit_frames_total counter\n");
+                     "# TYPE spoa_ratelimit_frames_total counter\n");
     for (unsigned i = 0; i < METRICS_FRAMES; i++)
         strbuf_printf(b, "spoa_ratelimit_frames_total{type=\"%s\"} %llu\n", frame_names[i],
-                  (unsigned long long)metrics_ld(&metrics.frames_in[i]));
-    render_simple(b, "spoa_ratelimit_acks_total", "counter", "ACK frames sent.", metrics_ld(&metrics.acks));
+                      (unsigned long long)metrics_ld(&metrics.frames_in[i]));
+    render_simple(b, "spoa_ratelimit_acks_total", "counter", "ACK frames sent.",
+                  metrics_ld(&metrics.acks));
     render_simple(b, "spoa_ratelimit_acks_truncated_total", "counter",
                   "ACKs that carried only blocked and retry_after: the negotiated frame size "
                   "had no room for the other variables.",
@@ -434,13 +441,13 @@ static void render_spop(struct strbuf *b)
                   metrics_ld(&metrics.match_limited));
     /* Status codes 1..13 in order, then 99 ("unknown"), which is counted in [0]. */
     strbuf_printf(b, "# HELP spoa_ratelimit_protocol_errors_total Connections closed with an "
-                 "AGENT-DISCONNECT, by SPOE status code.\n"
-                 "# TYPE spoa_ratelimit_protocol_errors_total counter\n");
+                     "AGENT-DISCONNECT, by SPOE status code.\n"
+                     "# TYPE spoa_ratelimit_protocol_errors_total counter\n");
     for (unsigned i = 1; i < METRICS_STATUSES; i++)
         strbuf_printf(b, "spoa_ratelimit_protocol_errors_total{status=\"%u\"} %llu\n", i,
-                  (unsigned long long)metrics_ld(&metrics.protocol_errors[i]));
+                      (unsigned long long)metrics_ld(&metrics.protocol_errors[i]));
     strbuf_printf(b, "spoa_ratelimit_protocol_errors_total{status=\"99\"} %llu\n",
-              (unsigned long long)metrics_ld(&metrics.protocol_errors[0]));
+                  (unsigned long long)metrics_ld(&metrics.protocol_errors[0]));
 }
 
 /* What the listeners refused or cut: accept pauses for want of fds,
@@ -467,32 +474,34 @@ static void render_protection(struct strbuf *b)
                    "a listener and phase for every enum metrics_timeout");
 
     strbuf_printf(b, "# HELP spoa_ratelimit_accept_pauses_total Times a listener stopped accepting "
-                 "for a back-off because the process was out of file descriptors or memory.\n"
-                 "# TYPE spoa_ratelimit_accept_pauses_total counter\n");
+                     "for a back-off because the process was out of file descriptors or memory.\n"
+                     "# TYPE spoa_ratelimit_accept_pauses_total counter\n");
     for (unsigned l = 0; l < METRICS_LISTENERS; l++)
         strbuf_printf(b, "spoa_ratelimit_accept_pauses_total{listener=\"%s\"} %llu\n", listeners[l],
-                  (unsigned long long)metrics_ld(&metrics.accept_pauses[l]));
+                      (unsigned long long)metrics_ld(&metrics.accept_pauses[l]));
     strbuf_printf(b, "# HELP spoa_ratelimit_connections_refused_total Connections closed at accept "
-                 "(peer not in the allow list, or the listener's connection cap reached with "
-                 "nothing to evict), or closed before their handshake ended to admit a newer "
-                 "one (handshake_evicted), or idle past idle_grace and closed to admit a "
-                 "newer one (idle_evicted).\n"
-                 "# TYPE spoa_ratelimit_connections_refused_total counter\n");
+                     "(peer not in the allow list, or the listener's connection cap reached with "
+                     "nothing to evict), or closed before their handshake ended to admit a newer "
+                     "one (handshake_evicted), or idle past idle_grace and closed to admit a "
+                     "newer one (idle_evicted).\n"
+                     "# TYPE spoa_ratelimit_connections_refused_total counter\n");
     for (unsigned l = 0; l < METRICS_LISTENERS; l++)
         for (unsigned r = 0; r < METRICS_REFUSALS; r++)
             strbuf_printf(b,
-                      "spoa_ratelimit_connections_refused_total{listener=\"%s\",reason=\"%s\"} "
-                      "%llu\n",
-                      listeners[l], reasons[r], (unsigned long long)metrics_ld(&metrics.refused[l][r]));
+                          "spoa_ratelimit_connections_refused_total{listener=\"%s\",reason=\"%s\"} "
+                          "%llu\n",
+                          listeners[l], reasons[r],
+                          (unsigned long long)metrics_ld(&metrics.refused[l][r]));
     strbuf_printf(b, "# HELP spoa_ratelimit_connection_timeouts_total Connections closed by a "
-                 "timeout: no HELLO, answers owed and not taken (half-closed, or not reading; "
-                 "phase drain), slow stats request.\n"
-                 "# TYPE spoa_ratelimit_connection_timeouts_total counter\n");
+                     "timeout: no HELLO, answers owed and not taken (half-closed, or not reading; "
+                     "phase drain), slow stats request.\n"
+                     "# TYPE spoa_ratelimit_connection_timeouts_total counter\n");
     for (unsigned t = 0; t < METRICS_TIMEOUTS; t++)
         strbuf_printf(b,
-                  "spoa_ratelimit_connection_timeouts_total{listener=\"%s\",phase=\"%s\"} "
-                  "%llu\n",
-                  timeouts[t][0], timeouts[t][1], (unsigned long long)metrics_ld(&metrics.timeouts[t]));
+                      "spoa_ratelimit_connection_timeouts_total{listener=\"%s\",phase=\"%s\"} "
+                      "%llu\n",
+                      timeouts[t][0], timeouts[t][1],
+                      (unsigned long long)metrics_ld(&metrics.timeouts[t]));
     render_simple(b, "spoa_ratelimit_notify_read_pauses_total", "counter",
                   "Times an SPOP connection had the most NOTIFYs waiting for Redis allowed: "
                   "its frames were left unread until some were answered.",
@@ -513,9 +522,11 @@ static void render_lease(struct strbuf *b)
                   "Cold decisions on keys new to Redis made by one plain SET NX (no script).",
                   metrics_ld(&metrics.redis_first_sets));
     render_simple(b, "spoa_ratelimit_lease_tokens_granted_total", "counter",
-                  "Tokens granted to this agent by Redis.", metrics_ld(&metrics.lease_tokens_granted));
+                  "Tokens granted to this agent by Redis.",
+                  metrics_ld(&metrics.lease_tokens_granted));
     render_simple(b, "spoa_ratelimit_lease_tokens_returned_total", "counter",
-                  "Unspent leased tokens given back to Redis.", metrics_ld(&metrics.lease_tokens_returned));
+                  "Unspent leased tokens given back to Redis.",
+                  metrics_ld(&metrics.lease_tokens_returned));
     render_simple(b, "spoa_ratelimit_lease_local_decisions_total", "counter",
                   "Decisions answered from a local lease without Redis.",
                   metrics_ld(&metrics.lease_local_decisions));
@@ -587,10 +598,11 @@ static void render_warnings(struct strbuf *b)
 /* What runs: the build, the configuration in force and since when. */
 static void render_identity(struct strbuf *b)
 {
-    strbuf_printf(b, "# HELP spoa_ratelimit_build_info The agent's version (value 1).\n"
-                 "# TYPE spoa_ratelimit_build_info gauge\n"
-                 "spoa_ratelimit_build_info{version=\"%s\"} 1\n",
-              build_version);
+    strbuf_printf(b,
+                  "# HELP spoa_ratelimit_build_info The agent's version (value 1).\n"
+                  "# TYPE spoa_ratelimit_build_info gauge\n"
+                  "spoa_ratelimit_build_info{version=\"%s\"} 1\n",
+                  build_version);
     /* 53 bits: a Prometheus sample is a double, and must stay exact */
     render_simple(b, "spoa_ratelimit_config_hash", "gauge",
                   "Hash of the effective configuration in force (--check --print): it "
@@ -610,11 +622,12 @@ static void render_rules_redis(struct strbuf *b)
     render_simple(b, "spoa_ratelimit_rules_current_version", "gauge",
                   "The fleet's current rule set version in Redis, as last read (0: none).",
                   metrics_ld(&metrics.rules_current_version));
-    strbuf_printf(b, "# HELP spoa_ratelimit_rules_applied_total Rule set versions from Redis "
-                     "applied (ok) or refused by validation (rejected, each version once).\n"
-                     "# TYPE spoa_ratelimit_rules_applied_total counter\n"
-                     "spoa_ratelimit_rules_applied_total{result=\"ok\"} %llu\n"
-                     "spoa_ratelimit_rules_applied_total{result=\"rejected\"} %llu\n",
+    strbuf_printf(b,
+                  "# HELP spoa_ratelimit_rules_applied_total Rule set versions from Redis "
+                  "applied (ok) or refused by validation (rejected, each version once).\n"
+                  "# TYPE spoa_ratelimit_rules_applied_total counter\n"
+                  "spoa_ratelimit_rules_applied_total{result=\"ok\"} %llu\n"
+                  "spoa_ratelimit_rules_applied_total{result=\"rejected\"} %llu\n",
                   (unsigned long long)metrics_ld(&metrics.rules_applied_ok),
                   (unsigned long long)metrics_ld(&metrics.rules_applied_rejected));
     render_simple(b, "spoa_ratelimit_rules_cached", "gauge",
@@ -658,8 +671,7 @@ static int top_cmp(const void *a, const void *b)
     return x->count < y->count ? 1 : x->count > y->count ? -1 : 0;
 }
 
-size_t metrics_top_list(struct metrics_rule *r, uint64_t now_us, struct top_entry *out,
-                        size_t cap)
+size_t metrics_top_list(struct metrics_rule *r, uint64_t now_us, struct top_entry *out, size_t cap)
 {
     struct top_entry merged[2 * METRICS_TOP_K];
     unsigned n = 0;

@@ -15,9 +15,9 @@
 #include <stdint.h>
 
 #define METRICS_HIST_BUCKETS 15
-#define METRICS_TOP_K 16          /* clients kept per rule and period */
+#define METRICS_TOP_K 16                           /* clients kept per rule and period */
 #define METRICS_TOP_PERIOD_US (60ull * 1000000ull) /* sketches rotate every minute */
-#define METRICS_TOP_KEY_MAX 64    /* bytes of a client key kept in the sketch */
+#define METRICS_TOP_KEY_MAX 64                     /* bytes of a client key kept in the sketch */
 
 struct metrics_hist {
     atomic_uint_fast64_t buckets[METRICS_HIST_BUCKETS]; /* non-cumulative; _count is their sum */
@@ -28,7 +28,7 @@ struct top_entry {
     char key[METRICS_TOP_KEY_MAX + 1];
     size_t len; /* keys may hold NUL bytes (binary args) */
     uint64_t count;
-    uint64_t error; /* Space-Saving over-estimate bound */
+    uint64_t error;          /* Space-Saving over-estimate bound */
     uint64_t retry_until_us; /* monotonic: the latest block's retry time */
 };
 
@@ -115,21 +115,21 @@ enum metrics_frame {
 /* Error replies from Redis, by kind (spoa_ratelimit_redis_error_replies_total;
  * store_errors.h tells them apart). */
 enum metrics_redis_error {
-    METRICS_REDIS_READONLY = 0, /* a replica: not the master */
-    METRICS_REDIS_MASTERDOWN,   /* a replica that lost its master */
-    METRICS_REDIS_NOPERM,       /* the ACL user may not run a command or touch a key */
-    METRICS_REDIS_OOM,          /* maxmemory reached, nothing to evict */
-    METRICS_REDIS_NOAUTH,       /* a password is needed */
-    METRICS_REDIS_WRONGPASS,    /* the user or password was refused */
-    METRICS_REDIS_NOSCRIPT,     /* Redis lost the scripts (reloaded at once) */
-    METRICS_REDIS_NOREPLICAS,   /* fewer replicas than min-replicas-to-write */
-    METRICS_REDIS_LOADING,      /* Redis is loading its data set */
-    METRICS_REDIS_TRYAGAIN,     /* Cluster: a multi-key call during a slot migration */
-    METRICS_REDIS_CLUSTERDOWN,  /* Cluster: the slot is not served */
-    METRICS_REDIS_BUSY,         /* a script runs past lua-time-limit */
+    METRICS_REDIS_READONLY = 0,    /* a replica: not the master */
+    METRICS_REDIS_MASTERDOWN,      /* a replica that lost its master */
+    METRICS_REDIS_NOPERM,          /* the ACL user may not run a command or touch a key */
+    METRICS_REDIS_OOM,             /* maxmemory reached, nothing to evict */
+    METRICS_REDIS_NOAUTH,          /* a password is needed */
+    METRICS_REDIS_WRONGPASS,       /* the user or password was refused */
+    METRICS_REDIS_NOSCRIPT,        /* Redis lost the scripts (reloaded at once) */
+    METRICS_REDIS_NOREPLICAS,      /* fewer replicas than min-replicas-to-write */
+    METRICS_REDIS_LOADING,         /* Redis is loading its data set */
+    METRICS_REDIS_TRYAGAIN,        /* Cluster: a multi-key call during a slot migration */
+    METRICS_REDIS_CLUSTERDOWN,     /* Cluster: the slot is not served */
+    METRICS_REDIS_BUSY,            /* a script runs past lua-time-limit */
     METRICS_REDIS_REPLY_TOO_LARGE, /* a reply past the caps (store_reply_cap.h): not
                                     * an error reply, the connection closed on it */
-    METRICS_REDIS_BAD_REPLY,    /* a malformed script reply, or a protocol error */
+    METRICS_REDIS_BAD_REPLY,       /* a malformed script reply, or a protocol error */
     METRICS_REDIS_OTHER,
     METRICS_REDIS_ERROR_KINDS,
 };
@@ -144,12 +144,12 @@ struct metrics {
     atomic_uint_fast64_t redis_decision_calls;
     atomic_uint_fast64_t redis_error_replies[METRICS_REDIS_ERROR_KINDS];
     atomic_uint_fast64_t redis_errors;
-    atomic_uint_fast64_t redis_clock_jumps; /* steps of Redis' clock over 1 s */
+    atomic_uint_fast64_t redis_clock_jumps;   /* steps of Redis' clock over 1 s */
     atomic_uint_fast64_t redis_batches;       /* batch script calls sent */
     atomic_uint_fast64_t redis_batched_calls; /* script calls they carried */
     atomic_uint_fast64_t redis_keepalives;    /* PINGs on idle connections ([redis] keepalive) */
-    atomic_uint_fast64_t redis_reconnects; /* connections made again after one was lost */
-    atomic_uint_fast64_t redis_failovers;  /* a new master (Sentinel) or slot owner (Cluster) */
+    atomic_uint_fast64_t redis_reconnects;    /* connections made again after one was lost */
+    atomic_uint_fast64_t redis_failovers;     /* a new master (Sentinel) or slot owner (Cluster) */
     atomic_int redis_up;
     atomic_int redis_configured;
     /* INFO (store_info.c): 1 when a Redis we use has a maxmemory-policy that
@@ -157,9 +157,9 @@ struct metrics {
     atomic_int redis_eviction_possible;
     atomic_int redis_function_connections; /* calling the scripts with FCALL ([redis] functions) */
     atomic_uint_fast64_t redis_evicted_keys;
-    atomic_uint fleet_agents; /* heartbeats in Redis (store_heartbeat.c); 0 unknown */
+    atomic_uint fleet_agents;              /* heartbeats in Redis (store_heartbeat.c); 0 unknown */
     atomic_uint_fast64_t redis_state_lost; /* the epoch key gone or replaced (store_epoch.c) */
-    atomic_uint fleet_agents_max; /* the N of share = auto: max over fleet.h's window */
+    atomic_uint fleet_agents_max;          /* the N of share = auto: max over fleet.h's window */
     atomic_int connections;
     atomic_uint_fast64_t connections_total;
     atomic_uint_fast64_t frames_in[METRICS_FRAMES];         /* by enum metrics_frame */
@@ -168,9 +168,9 @@ struct metrics {
     atomic_uint_fast64_t acks_truncated; /* only blocked (+ retry_after): frame too small */
     atomic_uint_fast64_t match_limited;  /* match regexes stopped by a limit of core/rx.h */
     atomic_uint_fast64_t reloads;
-    atomic_uint_fast64_t config_hash;      /* of the configuration in force */
+    atomic_uint_fast64_t config_hash;       /* of the configuration in force */
     atomic_uint_fast64_t rules_without_key; /* in the configuration in force */
-    atomic_uint_fast64_t last_reload_unix; /* when it was loaded (start or SIGHUP), s */
+    atomic_uint_fast64_t last_reload_unix;  /* when it was loaded (start or SIGHUP), s */
     atomic_uint_fast64_t reload_failures;
     /* [rules] source = redis (rules_redis/rules_redis.c) */
     atomic_uint_fast64_t rules_version;          /* the version applied; 0: none from Redis */
@@ -199,7 +199,7 @@ struct metrics {
     atomic_uint_fast64_t timeouts[METRICS_TIMEOUTS];
     atomic_uint_fast64_t notify_read_pauses; /* a connection reached the waiting-NOTIFY cap */
     atomic_int notifies_waiting;             /* NOTIFYs waiting for Redis, all connections */
-    atomic_uint_fast64_t evictions; /* buckets and lease entries dropped for max_entries */
+    atomic_uint_fast64_t evictions;          /* buckets and lease entries dropped for max_entries */
     struct metrics_hist decision;
     struct metrics_hist redis_latency;
 };
@@ -284,8 +284,7 @@ void metrics_top_add(struct metrics_rule *r, const char *key, size_t keylen, uin
                      uint64_t retry_us);
 /* A rule's heavy hitters of the last two minutes, most blocked first, into
  * out (at most cap); returns how many. */
-size_t metrics_top_list(struct metrics_rule *r, uint64_t now_us, struct top_entry *out,
-                        size_t cap);
+size_t metrics_top_list(struct metrics_rule *r, uint64_t now_us, struct top_entry *out, size_t cap);
 
 /* The last DISCONNECT an HAProxy sent (status, message) and from whom. */
 struct metrics_disconnect {

@@ -13,13 +13,13 @@
  * example only when none was kept since the last report: the lock and the
  * copy are paid once per report period, not per mismatch. */
 struct tally {
-    char rule[48];      /* MISMATCH_ARG: written once, before used */
-    atomic_int used;    /* MISMATCH_ARG: rule[] is set */
-    atomic_int taken;   /* an example was kept since the last report */
-    atomic_uint_fast64_t count; /* MISMATCH_ARG */
+    char rule[48];                    /* MISMATCH_ARG: written once, before used */
+    atomic_int used;                  /* MISMATCH_ARG: rule[] is set */
+    atomic_int taken;                 /* an example was kept since the last report */
+    atomic_uint_fast64_t count;       /* MISMATCH_ARG */
     char sample[MISMATCH_SAMPLE + 1]; /* under lock */
-    uint64_t reported;    /* report only, under lock */
-    uint64_t reported_us; /* 0: never */
+    uint64_t reported;                /* report only, under lock */
+    uint64_t reported_us;             /* 0: never */
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;

@@ -19,7 +19,7 @@
 /* Before the limits in the key of a rule with limits from args: a control
  * byte, which no HTTP header value holds. */
 #define LIMITS_SEP '\x1f'
-#define ARG_TEXT_MAX 64 /* the longest rate or burst taken from an arg */
+#define ARG_TEXT_MAX 64    /* the longest rate or burst taken from an arg */
 #define SHARE_EPSILON 1e-9 /* share x burst a hair under an integer counts as it */
 
 void rules_backstop_params(const struct bucket_params *p, double share, struct bucket_params *b)
@@ -124,8 +124,8 @@ static const struct spop_data *find_arg(const struct spop_message *m, const char
 
 /* Why a rule did not apply, for the mismatch counters. */
 struct why {
-    const char *absent;   /* an argument the rule keys or matches on was not sent at all */
-    const char *failed;   /* the argument whose value failed a match, and its text: */
+    const char *absent;            /* an argument the rule keys or matches on was not sent at all */
+    const char *failed;            /* the argument whose value failed a match, and its text: */
     size_t failed_off, failed_len; /*   in ev->keys scratch, valid until the next append */
 };
 
@@ -272,7 +272,9 @@ static int arg_invalid(const struct cfg_rule *r, const char *name, const char *t
     int n = snprintf(sample, sizeof(sample), "%s=%.40s", name, text);
 
     mismatch_note(MISMATCH_ARG, r->name, sample,
-                  n < 0 ? 0 : (size_t)n >= sizeof(sample) ? sizeof(sample) - 1 : (size_t)n);
+                  n < 0                         ? 0
+                  : (size_t)n >= sizeof(sample) ? sizeof(sample) - 1
+                                                : (size_t)n);
     return 0;
 }
 
@@ -295,8 +297,8 @@ static int parse_burst(const char *s, uint64_t *v)
     return 0;
 }
 
-int rules_request_limits(const struct ruleset *rs, unsigned i, const char *rate,
-                         const char *burst, struct bucket_params *p, struct bucket_params *b)
+int rules_request_limits(const struct ruleset *rs, unsigned i, const char *rate, const char *burst,
+                         struct bucket_params *p, struct bucket_params *b)
 {
     const struct cfg_rule *r = &rs->cfg->rules[i];
 
@@ -362,8 +364,7 @@ static int request_params(const struct ruleset *rs, unsigned i, const struct spo
             return 0;
         return arg_invalid(r, r->burst_arg, burst);
     }
-    ret = rules_request_limits(rs, i, r->rate_arg ? rate : NULL, r->burst_arg ? burst : NULL, p,
-                               b);
+    ret = rules_request_limits(rs, i, r->rate_arg ? rate : NULL, r->burst_arg ? burst : NULL, p, b);
     if (ret == RULES_BAD_RATE)
         return arg_invalid(r, r->rate_arg, rate);
     if (ret == RULES_BAD_BURST)
@@ -437,8 +438,8 @@ static int already_hit(const struct rule_eval *ev, unsigned rule)
 static size_t no_rule_sample(char *buf, size_t cap, const struct spop_message *m,
                              const struct rule_eval *ev, const struct why *why)
 {
-    int n = snprintf(buf, cap, "message=%.*s", (int)(m->name.len > 40 ? 40 : m->name.len),
-                     m->name.ptr);
+    int n =
+        snprintf(buf, cap, "message=%.*s", (int)(m->name.len > 40 ? 40 : m->name.len), m->name.ptr);
     if (why->failed && n >= 0 && (size_t)n < cap)
         n += snprintf(buf + n, cap - (size_t)n, " %s=%.*s", why->failed,
                       (int)(why->failed_len > 40 ? 40 : why->failed_len),
@@ -478,8 +479,8 @@ static int match_message(const struct ruleset *rs, const struct spop_message *m,
         } else if (ret == 1 && !request_params(rs, i, m, &p, &b, &why)) {
             ev->keys_len = start;
         } else if (ret == 1) {
-            if (finish_key(ev, start, config_rule_per_request(rule) ? &p : NULL, cfg->max_key,
-                           &off, &klen) < 0 ||
+            if (finish_key(ev, start, config_rule_per_request(rule) ? &p : NULL, cfg->max_key, &off,
+                           &klen) < 0 ||
                 hits_push(ev, i, off, klen, &p, &b) < 0)
                 return -ENOMEM;
             ev->hits[ev->nhits - 1].cost = request_cost(rule, m);
@@ -497,8 +498,7 @@ static int match_message(const struct ruleset *rs, const struct spop_message *m,
     return 0;
 }
 
-int rules_match(const struct ruleset *rs, const uint8_t *payload, size_t len,
-                struct rule_eval *ev)
+int rules_match(const struct ruleset *rs, const uint8_t *payload, size_t len, struct rule_eval *ev)
 {
     struct spop_reader r = {payload, payload + len};
     struct spop_message m;

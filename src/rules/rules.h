@@ -40,9 +40,9 @@ struct ruleset {
     /* The share backstop[] was built with: with share = auto, a request
      * recomputes its backstop only when the fleet's share is another one. */
     double backstop_share;
-    struct metrics_rule **metrics;  /* per rule */
+    struct metrics_rule **metrics;    /* per rule */
     struct rules_ack_head *ack_heads; /* per rule */
-    uint64_t *bucket_seeds; /* per rule: bucket_rule_seed() of its name */
+    uint64_t *bucket_seeds;           /* per rule: bucket_rule_seed() of its name */
     atomic_int refs;
 };
 
@@ -104,9 +104,9 @@ struct rule_hit {
 
 /* One token of a release message (rules_match_release): a slot to free. */
 struct rule_release {
-    int rule;                /* the concurrency rule it names; -1: unknown or malformed */
-    unsigned via;            /* the rule whose release message brought it (metrics) */
-    char src;                /* RULES_SLOT_REDIS or RULES_SLOT_LOCAL */
+    int rule;     /* the concurrency rule it names; -1: unknown or malformed */
+    unsigned via; /* the rule whose release message brought it (metrics) */
+    char src;     /* RULES_SLOT_REDIS or RULES_SLOT_LOCAL */
     uint64_t id;
     size_t key_off, key_len; /* the slot key in rule_eval.keys */
     int freed;               /* set by whoever frees it: 1 it was held, 0 unknown */
@@ -119,7 +119,7 @@ struct rule_eval {
     size_t nhits, hits_cap;
     char *keys;
     size_t keys_len, keys_cap;
-    struct rx_scratch re; /* for the match regexes */
+    struct rx_scratch re;          /* for the match regexes */
     struct rule_release *releases; /* the slots release messages give back */
     size_t nreleases, releases_cap;
 };
@@ -158,8 +158,7 @@ static inline const char *rules_hit_key(const struct rule_eval *ev, const struct
  * the arg's integer (>= 0), clamped to max_cost; a missing, empty or
  * invalid one costs 1 (never 0: a client must not get free requests by
  * leaving it out) and is counted as a mismatch (MISMATCH_ARG). */
-int rules_match(const struct ruleset *rs, const uint8_t *payload, size_t len,
-                struct rule_eval *ev);
+int rules_match(const struct ruleset *rs, const uint8_t *payload, size_t len, struct rule_eval *ev);
 
 /* The fail-open backstop of limits p under [fallback] share: share x rate
  * and share x burst, at least 1 (for a sliding or fixed window, share x N). */
@@ -172,8 +171,8 @@ void rules_backstop_params(const struct bucket_params *p, double share, struct b
  * when that text is missing or invalid (*p and *b then hold the ceilings). */
 #define RULES_BAD_RATE (-1)
 #define RULES_BAD_BURST (-2)
-int rules_request_limits(const struct ruleset *rs, unsigned i, const char *rate,
-                         const char *burst, struct bucket_params *p, struct bucket_params *b);
+int rules_request_limits(const struct ruleset *rs, unsigned i, const char *rate, const char *burst,
+                         struct bucket_params *p, struct bucket_params *b);
 
 /* Whether rate n1 per p1 is above rate n2 per p2 (periods > 0), exactly. */
 int rules_rate_above(uint64_t n1, uint64_t p1, uint64_t n2, uint64_t p2);
@@ -184,8 +183,8 @@ int rules_rate_above(uint64_t n1, uint64_t p1, uint64_t n2, uint64_t p2);
  * per request from args keys each client by its limits too: RULES_LIMITS_SEP
  * then "N/PERIODms/BURST"), replaced by "#" and a 128-bit hash of it
  * (SHA-256) when longer than max_key or when it starts with '#' (so that
- * only hashes start with '#': no client can name a hashed bucket). Written NUL-terminated into out (cap bytes: a hashed
- * key needs RULES_HASHED_KEY_LEN + 1). Returns its length, or -1 when out is
+ * only hashes start with '#': no client can name a hashed bucket). Written NUL-terminated into out
+ * (cap bytes: a hashed key needs RULES_HASHED_KEY_LEN + 1). Returns its length, or -1 when out is
  * too small. For the operator's GET /key and POST /reset, which must find
  * the bucket a request with that key would use. */
 #define RULES_LIMITS_SEP '\x1f'
@@ -242,8 +241,8 @@ int rules_release_rule(const struct config *cfg, const char *name, size_t len);
 int rules_match_release(const struct ruleset *rs, const struct spop_message *m, unsigned via,
                         struct rule_eval *ev);
 
-/* Count the decisions in the rule metrics (and the costs over capacity) (allowed / blocked / would_block,
- * blocked clients). */
+/* Count the decisions in the rule metrics (and the costs over capacity) (allowed / blocked /
+ * would_block, blocked clients). */
 void rules_account(const struct ruleset *rs, const struct rule_eval *ev, uint64_t now_us);
 
 /* Waits (reset, retry_after) in an ACK are capped at this many seconds

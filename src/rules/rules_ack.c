@@ -77,8 +77,8 @@ static uint64_t clamp_seconds(uint64_t s)
 /* "\"name\";k1=v1;k2=v2" (RateLimit-Policy / RateLimit) into buf of
  * HEADER_FIELD_MAX bytes; returns its length. Not snprintf: this is in every
  * ACK. */
-static size_t header_field(char *buf, const char *name, size_t n, char k1, uint64_t v1,
-                           char k2, uint64_t v2)
+static size_t header_field(char *buf, const char *name, size_t n, char k1, uint64_t v1, char k2,
+                           uint64_t v2)
 {
     char *p = buf;
 
@@ -191,8 +191,8 @@ static int put_tail(struct spop_writer *w, const struct rules_ack_head *ah, size
 {
     uint8_t *p = w->p, *lenp;
 
-    if ((size_t)(w->end - p) < ah->tail_len + 2 * SPOP_VARINT_MAX_LEN + 1 + 3 +
-                                   2 * UTIL_U64_DEC_MAX)
+    if ((size_t)(w->end - p) <
+        ah->tail_len + 2 * SPOP_VARINT_MAX_LEN + 1 + 3 + 2 * UTIL_U64_DEC_MAX)
         return 1;
     struct spop_writer v = {p + TAIL_REMAINING, w->end};
     memcpy(p, ah->tail, TAIL_REMAINING);

@@ -149,8 +149,8 @@ static int release_token(const struct ruleset *rs, unsigned via, const char *s, 
     return release_push(ev, &rel);
 }
 
-int rules_match_release(const struct ruleset *rs, const struct spop_message *m,
-                        unsigned via, struct rule_eval *ev)
+int rules_match_release(const struct ruleset *rs, const struct spop_message *m, unsigned via,
+                        struct rule_eval *ev)
 {
     const struct spop_data *v = NULL;
     char num[64];

@@ -29,8 +29,8 @@ size_t rules_redis_key(const char *prefix, const char *suffix, char *out)
     return n < 0 ? 0 : (size_t)n >= RULES_STORE_KEY_MAX ? RULES_STORE_KEY_MAX - 1 : (size_t)n;
 }
 
-int rules_redis_read_cache(const char *path, char **text, size_t *len, uint64_t *version,
-                           char *err, size_t errlen)
+int rules_redis_read_cache(const char *path, char **text, size_t *len, uint64_t *version, char *err,
+                           size_t errlen)
 {
     FILE *fp = fopen(path, "r");
     char *buf = NULL;

@@ -28,8 +28,8 @@ void rules_redis_boot(const char *path, struct config **cfg, char **text, size_t
 /* The cache file at path: *text (malloc'd, NUL-terminated, *len bytes)
  * and the version it holds. 0, or -1 with why in err (missing, unreadable,
  * too large, no version line). */
-int rules_redis_read_cache(const char *path, char **text, size_t *len, uint64_t *version,
-                           char *err, size_t errlen);
+int rules_redis_read_cache(const char *path, char **text, size_t *len, uint64_t *version, char *err,
+                           size_t errlen);
 
 /* Write text as version to path atomically: a temporary file of its own
  * beside path (mkstemp: agents sharing the path never write the same one),

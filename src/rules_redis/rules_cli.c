@@ -56,7 +56,9 @@ static void on_answer(void *arg, const struct store_result *res)
     an->done = 1;
     an->status = res->status;
     snprintf(an->err, sizeof(an->err), "%s",
-             res->err ? res->err : res->status == STORE_DOWN ? "Redis unreachable" : "");
+             res->err                    ? res->err
+             : res->status == STORE_DOWN ? "Redis unreachable"
+                                         : "");
     if (res->status != STORE_OK)
         return;
     if (res->n == 1 && res->nstr == 0) { /* an integer */
@@ -106,8 +108,8 @@ static void call(struct cli *c, int argc, const char *const *argv, struct answer
  * CONNECT_S. Sentinel and Cluster wait: another node may answer. */
 static int refused(struct cli *c, const struct config *cfg)
 {
-    static const char *const final[] = {"Connection refused", "No such file", "WRONGPASS",
-                                        "NOAUTH", "NOPERM", "unauthenticated"};
+    static const char *const final[] = {
+        "Connection refused", "No such file", "WRONGPASS", "NOAUTH", "NOPERM", "unauthenticated"};
     const char *err = store_last_error(c->s);
 
     if (!cfg->redis_url || cfg->redis_sentinel || cfg->redis_cluster)
@@ -148,8 +150,9 @@ static int connect_store(struct cli *c, const struct config *cfg)
         }
         if (ev_time() >= c->deadline) {
             fprintf(stderr, "spoa-ratelimit: cannot reach Redis (%s) within %.0f s%s%s\n",
-                    cfg->redis_url ? cfg->redis_url : cfg->redis_cluster ? cfg->redis_cluster
-                                                                         : cfg->redis_sentinel,
+                    cfg->redis_url       ? cfg->redis_url
+                    : cfg->redis_cluster ? cfg->redis_cluster
+                                         : cfg->redis_sentinel,
                     CONNECT_S, an.err[0] ? ": " : "", an.err);
             answer_clear(&an);
             return -1;
@@ -245,8 +248,8 @@ static int run_push(struct cli *c, const struct rules_cli_args *a, const struct 
     rules_redis_key(c->prefix, "agents", agents);
     rules_redis_key(c->prefix, "seen", seen);
     /* EVAL, the script, 4 keys, then its ARGV by position */
-    const char *argv[7 + RULES_PUSH_ARGC] = {"EVAL",       rules_script_push, "4", c->current,
-                                             c->versions, agents,            seen};
+    const char *argv[7 + RULES_PUSH_ARGC] = {
+        "EVAL", rules_script_push, "4", c->current, c->versions, agents, seen};
     const char **arg = argv + 7;
     arg[RULES_PUSH_ARG_OP] = a->op == RULES_CLI_PUSH ? "push" : "rollback";
     arg[RULES_PUSH_ARG_IF_VERSION] = want;
@@ -267,8 +270,10 @@ static int run_push(struct cli *c, const struct rules_cli_args *a, const struct 
     } else if (status == RULES_PUSH_WRITTEN) {
         printf("%s\n", version);
         if (a->force)
-            fprintf(stderr, "spoa-ratelimit: --force: version %s, above every live agent's "
-                            "(the highest: %s)\n", version, fleet);
+            fprintf(stderr,
+                    "spoa-ratelimit: --force: version %s, above every live agent's "
+                    "(the highest: %s)\n",
+                    version, fleet);
         rc = 0;
     } else if (status == RULES_PUSH_BEHIND_FLEET) {
         fprintf(stderr,
@@ -314,10 +319,9 @@ static int run_history(struct cli *c)
         if (t && gmtime_r(&t, &tm))
             strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
         printf("%c %-8s %-20s %-24s %-12.12s %s\n",
-               strcmp(e[RULES_HISTORY_E_VERSION], an.str[RULES_HISTORY_R_CURRENT]) == 0 ? '*'
-                                                                                      : ' ',
-               e[RULES_HISTORY_E_VERSION], when, e[RULES_HISTORY_E_HOST],
-               e[RULES_HISTORY_E_SHA256], e[RULES_HISTORY_E_MESSAGE]);
+               strcmp(e[RULES_HISTORY_E_VERSION], an.str[RULES_HISTORY_R_CURRENT]) == 0 ? '*' : ' ',
+               e[RULES_HISTORY_E_VERSION], when, e[RULES_HISTORY_E_HOST], e[RULES_HISTORY_E_SHA256],
+               e[RULES_HISTORY_E_MESSAGE]);
     }
     if (an.n == RULES_HISTORY_R_HEAD)
         printf("; no version in Redis yet\n");
@@ -382,14 +386,17 @@ static int fetch_version(struct cli *c, long long n, char **text, size_t *len, c
     argv[4 + RULES_FETCH_ARG_CAP] = cap;
     call(c, 4 + RULES_FETCH_ARGC, argv, &an);
     if (an.status == STORE_OK && an.n == RULES_FETCH_R_OVER) {
-        fprintf(stderr, "spoa-ratelimit: version %lld is larger than 1 MiB (%s bytes): not read, "
-                        "as every agent refuses it\n", n, an.str[RULES_FETCH_R_SIZE]);
+        fprintf(stderr,
+                "spoa-ratelimit: version %lld is larger than 1 MiB (%s bytes): not read, "
+                "as every agent refuses it\n",
+                n, an.str[RULES_FETCH_R_SIZE]);
     } else if (an.status != STORE_OK || an.n != RULES_FETCH_R_N || !an.len) {
         fprintf(stderr, "spoa-ratelimit: %s\n", an.err[0] ? an.err : "bad reply");
     } else if (!an.len[RULES_FETCH_R_TEXT] && !an.len[RULES_FETCH_R_SHA256]) {
         fprintf(stderr,
                 "spoa-ratelimit: version %lld is not kept in Redis (--rules-history lists the "
-                "kept ones)\n", n);
+                "kept ones)\n",
+                n);
     } else {
         char got[65];
         *len = an.len[RULES_FETCH_R_TEXT];
@@ -399,8 +406,10 @@ static int fetch_version(struct cli *c, long long n, char **text, size_t *len, c
         rules_redis_sha256(*text, *len, got);
         /* shown all the same: it is what is stored, and every agent refuses it */
         if (strcmp(got, sha) != 0)
-            fprintf(stderr, "spoa-ratelimit: warning: version %lld's text does not match its "
-                            "sha256 (%.12s): every agent refuses it\n", n, sha);
+            fprintf(stderr,
+                    "spoa-ratelimit: warning: version %lld's text does not match its "
+                    "sha256 (%.12s): every agent refuses it\n",
+                    n, sha);
         rc = 0;
     }
     answer_clear(&an);
@@ -454,8 +463,10 @@ static int run_diff(struct cli *c, long long a, long long b)
         goto out;
     }
     if (whole)
-        fprintf(stderr, "spoa-ratelimit: the versions differ in more than %d lines: what "
-                        "differs is shown as one replacement\n", RULES_DIFF_MAX_EDITS);
+        fprintf(stderr,
+                "spoa-ratelimit: the versions differ in more than %d lines: what "
+                "differs is shown as one replacement\n",
+                RULES_DIFF_MAX_EDITS);
     rc = fwrite(d, 1, len, stdout) == len && fflush(stdout) == 0 ? 0 : 1;
 out:
     free(ta);

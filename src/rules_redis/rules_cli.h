@@ -15,16 +15,16 @@ enum rules_cli_op {
     RULES_CLI_HISTORY,
     RULES_CLI_ROLLBACK,
     RULES_CLI_FLEET,
-    RULES_CLI_SHOW, /* --rules-show N: the text on stdout, as stored */
-    RULES_CLI_DIFF, /* --rules-diff A B: a unified diff on stdout */
+    RULES_CLI_SHOW,  /* --rules-show N: the text on stdout, as stored */
+    RULES_CLI_DIFF,  /* --rules-diff A B: a unified diff on stdout */
     RULES_CLI_RESET, /* --reset RULE KEY (rules: RULE, message: KEY): reset_cli.h */
 };
 
 struct rules_cli_args {
     enum rules_cli_op op;
-    const char *config;  /* -c FILE */
-    const char *rules;   /* --push RULES */
-    const char *message; /* --message, or NULL */
+    const char *config;   /* -c FILE */
+    const char *rules;    /* --push RULES */
+    const char *message;  /* --message, or NULL */
     long long if_version; /* --if-version N, or -1 */
     long long rollback;   /* --rollback N */
     int force;            /* --force: number a write above every agent's version */

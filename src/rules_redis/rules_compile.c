@@ -87,8 +87,8 @@ static void start_reload(struct rules_compile *c)
 
     snprintf(name, sizeof(name), "redis:v%llu", (unsigned long long)(f ? f->version : 0));
     c->reload = 0;
-    if (rules_compile_start(c, c->reload_path, text, len, NULL, name, c->reload_cb,
-                            c->reload_ctx) < 0)
+    if (rules_compile_start(c, c->reload_path, text, len, NULL, name, c->reload_cb, c->reload_ctx) <
+        0)
         c->reload_cb(c->reload_ctx, &res);
 }
 

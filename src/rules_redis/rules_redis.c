@@ -58,8 +58,8 @@ struct rules_redis {
     /* the fleet's view: this agent's report, and the view it answered */
     ev_timer report;
     int reporting;
-    char member[384];  /* "host=H pid=P listen=L", as the heartbeat's */
-    char error[256];   /* the last apply error, "" after a good apply */
+    char member[384]; /* "host=H pid=P listen=L", as the heartbeat's */
+    char error[256];  /* the last apply error, "" after a good apply */
     char key_agents[RULES_STORE_KEY_MAX], key_seen[RULES_STORE_KEY_MAX];
     struct rules_fleet fleet;
     int have_fleet;
@@ -149,8 +149,7 @@ static void on_version(void *arg, const struct store_result *res)
     /* the current key names the version's sha256 too (--push writes both
      * in one script): a hash that differs is not the version announced */
     if (rs->fetching_sha[0] && strcmp(rs->fetching_sha, want) != 0) {
-        snprintf(err, sizeof(err), "%s: its sha256 is not the one %s names", name,
-                 rs->key_current);
+        snprintf(err, sizeof(err), "%s: its sha256 is not the one %s names", name, rs->key_current);
         refused(rs, version, err);
         return;
     }
@@ -161,8 +160,7 @@ static void on_version(void *arg, const struct store_result *res)
     if (rules_compile_start(rs->compile, rs->path, text, len, want, name, on_loaded, rs) < 0)
         return;
     rs->compiling = version;
-    LOG_DEBUG("\"rules version loading\" version=%llu bytes=%zu", (unsigned long long)version,
-              len);
+    LOG_DEBUG("\"rules version loading\" version=%llu bytes=%zu", (unsigned long long)version, len);
 }
 
 /* The store holds no version, or current, below the version N in force
@@ -237,8 +235,7 @@ static void on_current(void *arg, const struct store_result *res)
      * anyway, store_reply_cap.h) */
     char cap[24];
     snprintf(cap, sizeof(cap), "%d", CFG_MAX_RULES_TEXT);
-    const char *argv[4 + RULES_FETCH_ARGC] = {"EVAL_RO", rules_script_fetch, "1",
-                                              rs->fetching_key};
+    const char *argv[4 + RULES_FETCH_ARGC] = {"EVAL_RO", rules_script_fetch, "1", rs->fetching_key};
     argv[4 + RULES_FETCH_ARG_CAP] = cap;
     size_t argvlen[4 + RULES_FETCH_ARGC];
     for (int i = 0; i < 4 + RULES_FETCH_ARGC; i++)

@@ -56,7 +56,6 @@ struct config;
 struct rules_compile;
 struct rules_redis;
 
-
 /* Put cfg in force: a version that passed rules_redis_check_version with
  * the agent's file (owned from here on, freed on failure too). 0 applied;
  * -1 not (out of memory), the reason in err. */
@@ -111,6 +110,5 @@ void rules_redis_text(struct rules_redis *rs, uint64_t version, rules_redis_text
 /* Stop polling (before the store is freed), then free. NULL no-op. */
 void rules_redis_stop(struct rules_redis *rs);
 void rules_redis_free(struct rules_redis *rs);
-
 
 #endif

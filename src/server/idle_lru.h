@@ -30,7 +30,7 @@ struct idle_lru {
 };
 
 /* The node holding link n, a member called field of type. */
-#define IDLE_LRU_ENTRY(n, type, field) ((type *)((char *)(n) - offsetof(type, field)))
+#define IDLE_LRU_ENTRY(n, type, field) ((type *)((char *)(n)-offsetof(type, field)))
 
 void idle_lru_init(struct idle_lru *l);
 

@@ -31,9 +31,9 @@ struct net_cidr;
 /* What one kind of listener is: constants and the owner's callbacks (ctx is
  * the owner's, given to listener_init). */
 struct listener_ops {
-    const char *name;          /* "spop" or "stats", for the guard's logs */
+    const char *name;           /* "spop" or "stats", for the guard's logs */
     enum metrics_listener kind; /* whose counters */
-    unsigned budget;           /* accepts per wake-up */
+    unsigned budget;            /* accepts per wake-up */
     /* The line for a peer outside the allow list (without quotes): at debug
      * level, or with warn_refused a warning naming the peer, at most one per
      * 10 s for every listener that warns. */

@@ -138,8 +138,8 @@ static void conn_log_disconnect(const struct conn *c)
     net_format_peer((const struct sockaddr *)&c->peer, 1, peer, sizeof(peer));
     if (sp->peer_disconnected) /* the status page's "last DISCONNECT" */
         metrics_note_disconnect((int)status, sp->peer_message, strlen(sp->peer_message), peer);
-    if (lvl > log_level || !log_gate_open_burst(&disconnect_gate, DISCONNECT_LOG_EVERY_S, DISCONNECT_LOG_BURST,
-                                            &suppressed))
+    if (lvl > log_level || !log_gate_open_burst(&disconnect_gate, DISCONNECT_LOG_EVERY_S,
+                                                DISCONNECT_LOG_BURST, &suppressed))
         return;
     if (sp->peer_disconnected)
         log_write(lvl,
@@ -384,7 +384,7 @@ static int on_notify(void *ctx, struct spop_conn *sp, const struct spop_frame *f
         request_put(w, r);
         return SPOP_ST_RES_ALLOC_ERR;
     }
-    if (ret == 1) { /* waits for Redis: answered from wake_cb */
+    if (ret == 1) {            /* waits for Redis: answered from wake_cb */
         ruleset_ref(r->lr.rs); /* past a reload, until it is answered */
         c->npending++;
         w->pending++;

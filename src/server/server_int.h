@@ -27,19 +27,19 @@ struct conn {
     ev_timer timer; /* the HELLO deadline; after the peer's EOF, the drain deadline;
                        between the two, while out_stalled, the write deadline */
     struct spop_conn sp;
-    int closing;             /* close once out[] is flushed */
-    int reading;             /* rio started */
-    int eof;                 /* the peer half-closed: answer what it is owed, then close */
-    int out_stalled;         /* over OUT_HIGH_WATER unsent: the peer must take some within
-                                DRAIN_TIMEOUT_S (timer) or is closed */
-    int dead;                /* socket closed; freed when the last pending request ends */
-    int ready;               /* counted in ready_conns: HELLO done, not a health check */
-    struct dlist hs;         /* on the worker's handshake list (linked): no HELLO yet */
-    struct idle_lru_node idle; /* on the worker's idle list, by its last whole frame */
-    uint64_t frames_seen;    /* sp.frames_in at that frame */
-    struct sockaddr_storage peer;   /* for logs */
-    unsigned npending;       /* requests waiting for Redis */
-    struct conn *flush_next; /* on the worker's to-flush list */
+    int closing;                  /* close once out[] is flushed */
+    int reading;                  /* rio started */
+    int eof;                      /* the peer half-closed: answer what it is owed, then close */
+    int out_stalled;              /* over OUT_HIGH_WATER unsent: the peer must take some within
+                                     DRAIN_TIMEOUT_S (timer) or is closed */
+    int dead;                     /* socket closed; freed when the last pending request ends */
+    int ready;                    /* counted in ready_conns: HELLO done, not a health check */
+    struct dlist hs;              /* on the worker's handshake list (linked): no HELLO yet */
+    struct idle_lru_node idle;    /* on the worker's idle list, by its last whole frame */
+    uint64_t frames_seen;         /* sp.frames_in at that frame */
+    struct sockaddr_storage peer; /* for logs */
+    unsigned npending;            /* requests waiting for Redis */
+    struct conn *flush_next;      /* on the worker's to-flush list */
     int to_flush;
     struct conn *prev, *next;
 };
@@ -68,7 +68,7 @@ struct worker {
      * loop was stopped (SIGSTOP, a long pause): see stall_cb in server.c. */
     ev_timer stall;
     ev_tstamp stall_last; /* ev_now() at the last tick */
-    struct listener lis; /* the server's listening sockets, on this loop */
+    struct listener lis;  /* the server's listening sockets, on this loop */
     struct conn *conns;
     /* Connections that have not finished their HELLO, oldest first: the
      * first is closed when a cap is reached (see conn_admit). At most

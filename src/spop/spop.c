@@ -350,22 +350,22 @@ int spop_put_data(struct spop_writer *w, const struct spop_data *d)
 
 struct spop_data spop_bool(int b)
 {
-    return (struct spop_data){ .type = SPOP_DATA_BOOL, .u.sint = b != 0 };
+    return (struct spop_data){.type = SPOP_DATA_BOOL, .u.sint = b != 0};
 }
 
 struct spop_data spop_int(int64_t v)
 {
-    return (struct spop_data){ .type = SPOP_DATA_INT64, .u.sint = v };
+    return (struct spop_data){.type = SPOP_DATA_INT64, .u.sint = v};
 }
 
 struct spop_data spop_uint(uint32_t v)
 {
-    return (struct spop_data){ .type = SPOP_DATA_UINT32, .u.uint = v };
+    return (struct spop_data){.type = SPOP_DATA_UINT32, .u.uint = v};
 }
 
 struct spop_data spop_string(const char *s, size_t len)
 {
-    return (struct spop_data){ .type = SPOP_DATA_STR, .u.buf = { s, len } };
+    return (struct spop_data){.type = SPOP_DATA_STR, .u.buf = {s, len}};
 }
 
 /* ---- frames -------------------------------------------------------------- */
@@ -501,8 +501,8 @@ int spop_message_next(struct spop_reader *r, struct spop_message *m)
 
 /* Common head of both actions, all or nothing. The name limit keeps
  * HAProxy's 64-byte "scope.prefix.name" buffer from truncating it. */
-static int put_action_head(struct spop_writer *w, uint8_t action, uint8_t nb_args,
-                           uint8_t scope, const char *name, size_t len)
+static int put_action_head(struct spop_writer *w, uint8_t action, uint8_t nb_args, uint8_t scope,
+                           const char *name, size_t len)
 {
     uint8_t head[3], *save = w->p;
     int rc;
@@ -559,8 +559,7 @@ int spop_put_set_var_len(struct spop_writer *w, uint8_t scope, const char *name,
 /* A set-var action up to its value's bytes, in place at p: the caller has
  * checked the room, the scope and that 1 <= len <= SPOP_MAX_VAR_NAME (below
  * VARINT_ONE_BYTE_LIMIT: its length is one byte). */
-static uint8_t *set_var_head(uint8_t *p, uint8_t scope, const char *name, size_t len,
-                             uint8_t type)
+static uint8_t *set_var_head(uint8_t *p, uint8_t scope, const char *name, size_t len, uint8_t type)
 {
     p[0] = SPOP_ACT_SET_VAR;
     p[1] = SET_VAR_NB_ARGS;
@@ -610,14 +609,13 @@ int spop_put_set_var_str(struct spop_writer *w, uint8_t scope, const char *name,
 
 int spop_put_unset_var(struct spop_writer *w, uint8_t scope, const char *name)
 {
-    return put_action_head(w, SPOP_ACT_UNSET_VAR, UNSET_VAR_NB_ARGS, scope, name,
-                           name_len(name));
+    return put_action_head(w, SPOP_ACT_UNSET_VAR, UNSET_VAR_NB_ARGS, scope, name, name_len(name));
 }
 
 /* Stricter than HAProxy (which stops at the first action it does not know):
  * this decoder checks what we send, so any surprise is an error. */
-int spop_action_next(struct spop_reader *r, uint8_t *action, uint8_t *scope,
-                     struct spop_str *name, struct spop_data *val)
+int spop_action_next(struct spop_reader *r, uint8_t *action, uint8_t *scope, struct spop_str *name,
+                     struct spop_data *val)
 {
     struct spop_reader c = *r;
     struct spop_data v;

@@ -20,22 +20,22 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SPOP_VARINT_MAX_LEN 10      /* UINT64_MAX takes 10 bytes */
-#define SPOP_FRAME_LEN_SIZE 4       /* big-endian length prefix */
-#define SPOP_FRAME_MIN_LEN 7        /* type + flags + 2 one-byte varints */
-#define SPOP_MIN_FRAME_SIZE 256     /* smallest max-frame-size allowed */
+#define SPOP_VARINT_MAX_LEN 10  /* UINT64_MAX takes 10 bytes */
+#define SPOP_FRAME_LEN_SIZE 4   /* big-endian length prefix */
+#define SPOP_FRAME_MIN_LEN 7    /* type + flags + 2 one-byte varints */
+#define SPOP_MIN_FRAME_SIZE 256 /* smallest max-frame-size allowed */
 #define SPOP_DEFAULT_FRAME_SIZE 16380
 #define SPOP_MAX_FRAME_SIZE (16 * 1024 * 1024) /* hard cap whatever is configured */
-#define SPOP_MAX_ARGS 255           /* NB-ARGS is one byte */
-#define SPOP_MAX_VAR_NAME 48        /* HAProxy builds "scope.prefix.name" in 64 bytes */
+#define SPOP_MAX_ARGS 255                      /* NB-ARGS is one byte */
+#define SPOP_MAX_VAR_NAME 48                   /* HAProxy builds "scope.prefix.name" in 64 bytes */
 #define SPOP_MAX_STATUS_MSG 255
 
 /* Return codes */
 #define SPOP_OK 0
-#define SPOP_EAGAIN (-1)   /* frame incomplete: need more bytes */
-#define SPOP_EINVAL (-2)   /* malformed or inconsistent data */
-#define SPOP_ETOOBIG (-3)  /* frame length above the allowed maximum */
-#define SPOP_ENOSPC (-4)   /* output buffer too small */
+#define SPOP_EAGAIN (-1)  /* frame incomplete: need more bytes */
+#define SPOP_EINVAL (-2)  /* malformed or inconsistent data */
+#define SPOP_ETOOBIG (-3) /* frame length above the allowed maximum */
+#define SPOP_ENOSPC (-4)  /* output buffer too small */
 
 enum spop_frame_type {
     SPOP_FRAME_UNSET = 0,
@@ -108,9 +108,9 @@ struct spop_str {
 struct spop_data {
     uint8_t type; /* enum spop_data_type */
     union {
-        int64_t sint;   /* BOOL (0 or 1), INT32, INT64 */
-        uint64_t uint;  /* UINT32, UINT64 */
-        uint8_t ip[16]; /* IPV4 in ip[0..3], IPV6 in ip[0..15], network order */
+        int64_t sint;        /* BOOL (0 or 1), INT32, INT64 */
+        uint64_t uint;       /* UINT32, UINT64 */
+        uint8_t ip[16];      /* IPV4 in ip[0..3], IPV6 in ip[0..15], network order */
         struct spop_str buf; /* STR, BIN */
     } u;
 };
@@ -140,15 +140,15 @@ struct spop_frame {
 
 /* What an HAPROXY-HELLO says, as far as the agent cares. */
 struct spop_hello {
-    int has_version;        /* supported-versions item present */
-    int version_ok;         /* it lists a 2.x version */
+    int has_version; /* supported-versions item present */
+    int version_ok;  /* it lists a 2.x version */
     int has_max_frame_size;
     uint64_t max_frame_size;
     int has_capabilities;
-    int pipelining;         /* "pipelining" is among the capabilities */
-    int async;              /* "async" is among the capabilities */
-    int fragmentation;      /* "fragmentation" is among the capabilities */
-    int healthcheck;        /* healthcheck item true */
+    int pipelining;    /* "pipelining" is among the capabilities */
+    int async;         /* "async" is among the capabilities */
+    int fragmentation; /* "fragmentation" is among the capabilities */
+    int healthcheck;   /* healthcheck item true */
     struct spop_str engine_id;
 };
 
@@ -255,8 +255,8 @@ int spop_put_unset_var(struct spop_writer *w, uint8_t scope, const char *name);
 int spop_put_encoded(struct spop_writer *w, const uint8_t *bytes, size_t n);
 /* Decode one action (for tests and the bench). Returns 1, 0 at the end,
  * SPOP_EINVAL if malformed. For unset-var, val->type is SPOP_DATA_NULL. */
-int spop_action_next(struct spop_reader *r, uint8_t *action, uint8_t *scope,
-                     struct spop_str *name, struct spop_data *val);
+int spop_action_next(struct spop_reader *r, uint8_t *action, uint8_t *scope, struct spop_str *name,
+                     struct spop_data *val);
 
 /* Constructors for encoding. */
 struct spop_data spop_bool(int b);

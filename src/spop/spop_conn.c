@@ -154,8 +154,7 @@ static unsigned handle_hello(struct spop_conn *c, const struct spop_frame *f)
     if (!h.has_capabilities)
         return SPOP_ST_NO_CAP;
 
-    max = h.max_frame_size < c->agent_max_frame ? (uint32_t)h.max_frame_size
-                                                 : c->agent_max_frame;
+    max = h.max_frame_size < c->agent_max_frame ? (uint32_t)h.max_frame_size : c->agent_max_frame;
     if (out_reserve(c, 256) < 0)
         return SPOP_ST_RES_ALLOC_ERR;
     w.p = c->out + c->out_len;

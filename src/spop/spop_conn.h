@@ -38,13 +38,13 @@ struct spop_conn {
     int peer_disconnected;    /* HAProxy sent a HAPROXY-DISCONNECT: */
     unsigned peer_status;     /* its status-code (SPOP_ST_UNKNOWN when unreadable) */
     char peer_message[SPOP_CONN_PEER_MESSAGE_MAX]; /* its message, NUL-terminated, cut */
-    uint64_t frames_in;       /* whole frames parsed (a peer that sends none is idle) */
-    int paused;               /* set by the NOTIFY callback: parse no further frame (they
-                                 stay in in[]) until cleared and in_commit is called again */
-    uint8_t *in;              /* read buffer: SPOP_CONN_IN_INITIAL bytes, grown to
-                                 agent_max_frame + 4 once a read fills it */
+    uint64_t frames_in; /* whole frames parsed (a peer that sends none is idle) */
+    int paused;         /* set by the NOTIFY callback: parse no further frame (they
+                           stay in in[]) until cleared and in_commit is called again */
+    uint8_t *in;        /* read buffer: SPOP_CONN_IN_INITIAL bytes, grown to
+                           agent_max_frame + 4 once a read fills it */
     size_t in_len, in_cap;
-    uint8_t *out;             /* pending output */
+    uint8_t *out; /* pending output */
     size_t out_off, out_len, out_cap;
 };
 

@@ -204,8 +204,7 @@ struct kv_item {
 };
 
 /* A whole frame whose payload is a kv-list, as the handshake frames are. */
-static int put_kv_frame(struct spop_writer *w, uint8_t type, const struct kv_item *items,
-                        size_t n)
+static int put_kv_frame(struct spop_writer *w, uint8_t type, const struct kv_item *items, size_t n)
 {
     uint8_t *save = w->p, *start;
     int rc;
@@ -227,9 +226,9 @@ int spop_agent_hello_encode(struct spop_writer *w, uint32_t max_frame_size,
 {
     const char *caps = capabilities ? capabilities : "";
     const struct kv_item items[] = {
-        { "version", spop_string(SPOP_VERSION, strlen(SPOP_VERSION)) },
-        { "max-frame-size", spop_uint(max_frame_size) },
-        { "capabilities", spop_string(caps, strlen(caps)) },
+        {"version", spop_string(SPOP_VERSION, strlen(SPOP_VERSION))},
+        {"max-frame-size", spop_uint(max_frame_size)},
+        {"capabilities", spop_string(caps, strlen(caps))},
     };
 
     return put_kv_frame(w, SPOP_FRAME_AGENT_HELLO, items, sizeof(items) / sizeof(items[0]));
@@ -241,8 +240,8 @@ int spop_agent_disconnect_encode(struct spop_writer *w, unsigned status, const c
 {
     const char *msg = message ? message : "";
     const struct kv_item items[] = {
-        { "status-code", spop_uint(status) },
-        { "message", spop_string(msg, bounded_len(msg, SPOP_MAX_STATUS_MSG)) },
+        {"status-code", spop_uint(status)},
+        {"message", spop_string(msg, bounded_len(msg, SPOP_MAX_STATUS_MSG))},
     };
 
     return put_kv_frame(w, SPOP_FRAME_AGENT_DISCONNECT, items, sizeof(items) / sizeof(items[0]));

@@ -4,8 +4,7 @@
 
 #include <stdio.h>
 
-int64_t clock_jump_feed(struct clock_jump *c, int64_t redis_ms, uint64_t sent_us,
-                        uint64_t recv_us)
+int64_t clock_jump_feed(struct clock_jump *c, int64_t redis_ms, uint64_t sent_us, uint64_t recv_us)
 {
     if (redis_ms <= 0 || recv_us < sent_us)
         return 0;

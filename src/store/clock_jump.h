@@ -27,10 +27,10 @@
 #define CLOCK_JUMP_QUIET_US 60000000
 
 struct clock_jump {
-    int have;              /* a baseline (0: none yet) */
-    int64_t base_us;       /* the offset, Redis' clock - monotonic, us */
-    uint64_t last_us;      /* monotonic time of the last jump; 0: none */
-    int64_t last_step_us;  /* its size: > 0 forward, < 0 back */
+    int have;             /* a baseline (0: none yet) */
+    int64_t base_us;      /* the offset, Redis' clock - monotonic, us */
+    uint64_t last_us;     /* monotonic time of the last jump; 0: none */
+    int64_t last_step_us; /* its size: > 0 forward, < 0 back */
 };
 
 /* Feed one reply: redis_ms, Redis' time in it (Unix ms, floored), of a call
@@ -38,8 +38,7 @@ struct clock_jump {
  * the send, recv_us no earlier than the reply; recv_us >= sent_us). Returns
  * the step in us (> 0: Redis' clock went forward, < 0: back) when it is a
  * jump, else 0. A redis_ms <= 0 (no time) is ignored. */
-int64_t clock_jump_feed(struct clock_jump *c, int64_t redis_ms, uint64_t sent_us,
-                        uint64_t recv_us);
+int64_t clock_jump_feed(struct clock_jump *c, int64_t redis_ms, uint64_t sent_us, uint64_t recv_us);
 
 /* 1 when a jump was seen and none since for CLOCK_JUMP_QUIET_US up to now_us:
  * time to clear the warning (then clock_jump_cleared). */

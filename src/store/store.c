@@ -39,16 +39,16 @@ struct store {
     struct store_conn *conn;         /* url and sentinel: the one connection */
     struct store_sentinel *sentinel; /* sentinel: where the master is */
     int resolving;                   /* sentinel: the connection waits for an answer */
-    int unconfirmed; /* sentinel: none confirmed the master for sentinel_window */
+    int unconfirmed;                 /* sentinel: none confirmed the master for sentinel_window */
     uint64_t sentinel_window_us;
-    uint64_t errors_quiet_us; /* [redis] errors_quiet (store_errors_tick) */
-    ev_timer tick;            /* every second: store_errors_tick */
-    struct store_cluster *cluster;   /* cluster: the slot map and the masters */
-    int up;      /* what callers see: connected and store_info_ok() */
-    int was_up;  /* it has been up: the next up is a reconnect */
-    int linked;  /* connected (url, sentinel: ready; cluster: up) */
-    int closing; /* store_free is failing what is in flight */
-    struct store_info *info; /* INFO: eviction (store_info.h) */
+    uint64_t errors_quiet_us;      /* [redis] errors_quiet (store_errors_tick) */
+    ev_timer tick;                 /* every second: store_errors_tick */
+    struct store_cluster *cluster; /* cluster: the slot map and the masters */
+    int up;                        /* what callers see: connected and store_info_ok() */
+    int was_up;                    /* it has been up: the next up is a reconnect */
+    int linked;                    /* connected (url, sentinel: ready; cluster: up) */
+    int closing;                   /* store_free is failing what is in flight */
+    struct store_info *info;       /* INFO: eviction (store_info.h) */
     /* url: copies, the config may be replaced by a reload */
     char *host;
     int port;
@@ -277,9 +277,8 @@ static int submit(struct store *s, struct store_cmd *c, store_cb *cb, void *arg)
     return 0;
 }
 
-int store_eval(struct store *s, enum store_script script, const char *key, size_t keylen,
-               int argc, const char *const *argv, const size_t *argvlen, store_cb *cb,
-               void *arg)
+int store_eval(struct store *s, enum store_script script, const char *key, size_t keylen, int argc,
+               const char *const *argv, const size_t *argvlen, store_cb *cb, void *arg)
 {
     if (down(s, cb, arg))
         return -1;
@@ -294,8 +293,8 @@ int store_read(struct store *s, const char *key, size_t keylen, int argc, const 
     return submit(s, store_cmd_new_read(key, keylen, argc, argv, argvlen, cb, arg), cb, arg);
 }
 
-int store_write(struct store *s, const char *key, size_t keylen, int argc,
-                const char *const *argv, const size_t *argvlen, store_cb *cb, void *arg)
+int store_write(struct store *s, const char *key, size_t keylen, int argc, const char *const *argv,
+                const size_t *argvlen, store_cb *cb, void *arg)
 {
     if (down(s, cb, arg))
         return -1;
@@ -370,8 +369,7 @@ static int take_auth(struct store *s, const struct store_options *o)
 }
 
 /* One server, by [redis] url (parsed by the config). */
-static int setup_url(struct store *s, const struct net_addr *addr, int db, char *err,
-                     size_t errlen)
+static int setup_url(struct store *s, const struct net_addr *addr, int db, char *err, size_t errlen)
 {
     if (addr->kind == NET_ADDR_UNIX)
         s->unix_path = strdup(addr->path);
@@ -397,8 +395,8 @@ static int setup_topology(struct store *s, struct ev_loop *loop, const struct st
                           char *err, size_t errlen)
 {
     if (o->ncluster > 0) {
-        s->cluster = store_cluster_new(&s->env, o->cluster, o->ncluster, &s->auth, cluster_state,
-                                       s, err, errlen);
+        s->cluster = store_cluster_new(&s->env, o->cluster, o->ncluster, &s->auth, cluster_state, s,
+                                       err, errlen);
         if (!s->cluster)
             return -1;
         store_cluster_on_node_ready(s->cluster, cluster_node_ready, s);
@@ -406,8 +404,7 @@ static int setup_topology(struct store *s, struct ev_loop *loop, const struct st
     }
     if (o->nsentinels > 0) {
         s->master = strdup(o->master ? o->master : "");
-        s->conn = store_conn_new(&s->env, &sentinel_hooks, s, NULL, 0, NULL,
-                                 STORE_CONN_CHECK_ROLE);
+        s->conn = store_conn_new(&s->env, &sentinel_hooks, s, NULL, 0, NULL, STORE_CONN_CHECK_ROLE);
         s->sentinel = store_sentinel_new(loop, s->env.timeout_us, o->sentinels, o->nsentinels,
                                          o->master, &s->sentinel_auth, on_master, s, err, errlen);
         if (!s->sentinel)
@@ -592,7 +589,8 @@ static int trial_where(void *arg, const char **host, int *port, const char **pat
 static void trial_pass(void *arg, const char *user, const char *password)
 {
     struct store *s = arg;
-    struct store_options o = {.user = user, .password = password,
+    struct store_options o = {.user = user,
+                              .password = password,
                               .sentinel_user = s->sentinel_auth.user,
                               .sentinel_password = s->sentinel_auth.password};
 
@@ -622,8 +620,8 @@ int store_reconfigure(struct store *s, const struct store_options *o)
     s->trial = NULL;
     if (!moved && s->up && (!same(s->auth.user, o->user) || !same(s->auth.password, o->password))) {
         /* Redis works with those in force: keep them until the new pass */
-        if (!(s->trial = store_auth_trial_new(&s->env, o->user, o->password, trial_where,
-                                              trial_pass, s)))
+        if (!(s->trial =
+                  store_auth_trial_new(&s->env, o->user, o->password, trial_where, trial_pass, s)))
             return -1;
         keep = *o;
         keep.user = s->auth.user;
@@ -643,8 +641,9 @@ int store_reconfigure(struct store *s, const struct store_options *o)
     }
     if (!auth && !moved)
         return 0;
-    LOG_INFO("\"redis %s changed: reconnecting\"",
-             moved && auth ? "url and credentials" : moved ? "url" : "credentials");
+    LOG_INFO("\"redis %s changed: reconnecting\"", moved && auth ? "url and credentials"
+                                                   : moved       ? "url"
+                                                                 : "credentials");
     if (moved) {
         s->db = s->env.db = o->db;
         if (replace_conn(s, addr->kind == NET_ADDR_UNIX ? NULL : addr->tcp.host, addr->tcp.port,

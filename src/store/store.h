@@ -112,9 +112,8 @@ const char *store_last_error(const struct store *s);
 unsigned store_pending(const struct store *s);
 
 /* EVALSHA script with one key and argc args. The args are copied. */
-int store_eval(struct store *s, enum store_script script, const char *key, size_t keylen,
-               int argc, const char *const *argv, const size_t *argvlen, store_cb *cb,
-               void *arg);
+int store_eval(struct store *s, enum store_script script, const char *key, size_t keylen, int argc,
+               const char *const *argv, const size_t *argvlen, store_cb *cb, void *arg);
 
 /* A read-only command about one key, for the operator (GET /key): argv is
  * the whole command (HGETALL key, PTTL key, TIME), key routes it (Cluster:
@@ -130,8 +129,8 @@ int store_read(struct store *s, const char *key, size_t keylen, int argc, const 
  * a new key (limiter_first.c). Sent, routed and answered as store_read();
  * an error reply that every write would get (READONLY, OOM, NOPERM) takes
  * the store down until a probe passes, as a script call's does. */
-int store_write(struct store *s, const char *key, size_t keylen, int argc,
-                const char *const *argv, const size_t *argvlen, store_cb *cb, void *arg);
+int store_write(struct store *s, const char *key, size_t keylen, int argc, const char *const *argv,
+                const size_t *argvlen, store_cb *cb, void *arg);
 
 /* Group commit (see store_conn.h): between store_cork(s, 1) and
  * store_cork(s, 0), store_eval() calls only queue, and the uncork sends them

@@ -23,14 +23,14 @@
 
 struct store_auth_trial {
     const struct store_env *store_env; /* the store's */
-    struct store_env env; /* a try's: the store's, but the credentials and the SHA1s */
-    struct store_conn *conn; /* the try in progress, or NULL between tries */
+    struct store_env env;              /* a try's: the store's, but the credentials and the SHA1s */
+    struct store_conn *conn;           /* the try in progress, or NULL between tries */
     char *user, *password;
     store_auth_trial_where *where;
     store_auth_trial_pass *pass;
     void *arg;
-    ev_timer timer;  /* the outcome (out of the connection's callbacks), or the next try */
-    int finished;    /* the try in progress has its outcome */
+    ev_timer timer; /* the outcome (out of the connection's callbacks), or the next try */
+    int finished;   /* the try in progress has its outcome */
     int ok;
     char why[WHY_MAX];
     char addr[300];
@@ -162,8 +162,7 @@ static void try_now(struct store_auth_trial *t)
     t->env.user = t->user;
     t->env.password = t->password;
     t->finished = 0;
-    t->conn = store_conn_new(&t->env, &trial_hooks, t, host, port, path,
-                             flags | STORE_CONN_TRIAL);
+    t->conn = store_conn_new(&t->env, &trial_hooks, t, host, port, path, flags | STORE_CONN_TRIAL);
     if (!t->conn) {
         snprintf(t->why, sizeof(t->why), "out of memory");
         failed(t);

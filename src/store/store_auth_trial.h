@@ -38,8 +38,8 @@ struct store_auth_trial;
  * STORE_CONN_SLOTS for a Cluster node). 0, or -1 no server known now (the
  * trial waits for its next retry). The strings need to live through the
  * call only. */
-typedef int store_auth_trial_where(void *arg, const char **host, int *port,
-                                   const char **unix_path, int *flags);
+typedef int store_auth_trial_where(void *arg, const char **host, int *port, const char **unix_path,
+                                   int *flags);
 
 /* The credentials passed: user (NULL: password only) and password (NULL:
  * no AUTH) are the trial's, valid during the call; copy them. Runs on the

@@ -320,8 +320,7 @@ static int apply_map(struct store_cluster *cl, const redisReply *reply, const ch
     note_map(cl);
     /* Out of every structure first: their failing commands may route again. */
     for (size_t i = 0; i < ngone; i++) {
-        LOG_INFO("\"redis cluster node left the map\" addr=%s",
-                 log_val(store_conn_name(gone[i])));
+        LOG_INFO("\"redis cluster node left the map\" addr=%s", log_val(store_conn_name(gone[i])));
         store_conn_free(gone[i]);
     }
     free(gone);

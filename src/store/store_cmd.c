@@ -266,8 +266,7 @@ static void format_batch(const struct store_cmd *b, const struct store_call *cal
     }
 }
 
-int store_cmd_format(const struct store_cmd *c, const struct store_call *call,
-                     struct store_resp *w)
+int store_cmd_format(const struct store_cmd *c, const struct store_call *call, struct store_resp *w)
 {
     store_resp_reset(w);
     if (c->read) {
@@ -347,9 +346,9 @@ int64_t store_batch_reply(struct store_cmd *b, const struct redisReply *reply, u
         const char *why;
         next = m->mnext;
         store_reply_batch_next(reply, &at, &res);
-        why = res.status != STORE_OK ? res.err
-                                     : store_reply_check(m->script, &res, (size_t)res.n,
-                                                         m->argc - 4, m->argv + 4);
+        why = res.status != STORE_OK
+                  ? res.err
+                  : store_reply_check(m->script, &res, (size_t)res.n, m->argc - 4, m->argv + 4);
         if (why) {
             res.status = STORE_ERR;
             res.err = why;
@@ -373,4 +372,3 @@ int64_t store_batch_reply(struct store_cmd *b, const struct redisReply *reply, u
     }
     return time_ms;
 }
-

@@ -24,25 +24,25 @@ struct store_resp;
 struct store_cmd {
     store_cb *cb;
     void *arg;
-    uint64_t sent_us;        /* last sent; the watchdog looks at the oldest */
-    uint64_t first_us;       /* first sent: the latency reported to the caller */
+    uint64_t sent_us;  /* last sent; the watchdog looks at the oldest */
+    uint64_t first_us; /* first sent: the latency reported to the caller */
     int script;
     unsigned noscript_retried : 1; /* NOSCRIPT: the script reloaded and c sent again once */
     unsigned fn_retried : 1;       /* no such function: the library reloaded, c sent again once */
-    unsigned fcall : 1;      /* last sent as FCALL */
-    unsigned moved : 1;      /* followed a -MOVED already */
-    unsigned asked : 1;      /* followed an -ASK already */
-    unsigned asking : 1;     /* send ASKING first (the last redirect was -ASK) */
-    unsigned batch : 1;      /* carries members (below) */
-    unsigned read : 1;       /* store_read(): the command as is, no sha, in raw
-                              * (no argv); never batched; key in rkey */
-    unsigned write : 1;      /* a read made by store_write(): refusals take the
-                              * store down as a script call's do */
-    unsigned pooled : 1;     /* a CMD_BLOCK block, recycled (store_cmd.c) */
-    unsigned tries : 3;      /* TRYAGAIN: sent again this many times (store_errors.h) */
-    int argc;                /* a batch: 0 (its request is written from its members) */
-    char **argv;             /* argv[0] and [1] are NULL: the verb and the sha or
-                              * function are written when sent (store_call) */
+    unsigned fcall : 1;            /* last sent as FCALL */
+    unsigned moved : 1;            /* followed a -MOVED already */
+    unsigned asked : 1;            /* followed an -ASK already */
+    unsigned asking : 1;           /* send ASKING first (the last redirect was -ASK) */
+    unsigned batch : 1;            /* carries members (below) */
+    unsigned read : 1;             /* store_read(): the command as is, no sha, in raw
+                                    * (no argv); never batched; key in rkey */
+    unsigned write : 1;            /* a read made by store_write(): refusals take the
+                                    * store down as a script call's do */
+    unsigned pooled : 1;           /* a CMD_BLOCK block, recycled (store_cmd.c) */
+    unsigned tries : 3;            /* TRYAGAIN: sent again this many times (store_errors.h) */
+    int argc;                      /* a batch: 0 (its request is written from its members) */
+    char **argv;                   /* argv[0] and [1] are NULL: the verb and the sha or
+                                    * function are written when sent (store_call) */
     size_t *argvlen;
     struct store_conn *conn; /* where it is in flight; NULL when not */
     struct store_cmd *prev, *next;
@@ -50,11 +50,11 @@ struct store_cmd {
      * argv borrows their keys and arguments. NULL for a single call. */
     struct store_cmd *members, *mnext;
     unsigned nmembers;
-    const char *rkey;        /* a read's routing key (in the same block) */
+    const char *rkey; /* a read's routing key (in the same block) */
     size_t rkeylen;
-    const char *raw;         /* a read's request, written as RESP when made (in
-                              * the same block): sent as is, and again after a
-                              * redirect */
+    const char *raw; /* a read's request, written as RESP when made (in
+                      * the same block): sent as is, and again after a
+                      * redirect */
     size_t rawlen;
 };
 

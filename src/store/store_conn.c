@@ -467,8 +467,8 @@ static void watchdog_cb(struct ev_loop *loop, ev_timer *t, int revents)
     if (conn->ping_us && (!oldest || conn->ping_us < oldest))
         oldest = conn->ping_us;
     if (oldest && now - oldest > conn->env->dead_after_us) {
-        LOG_WARN("\"redis not answering; reconnecting\" addr=%s waited_ms=%llu", log_val(conn->name),
-                 (unsigned long long)((now - oldest) / 1000));
+        LOG_WARN("\"redis not answering; reconnecting\" addr=%s waited_ms=%llu",
+                 log_val(conn->name), (unsigned long long)((now - oldest) / 1000));
         conn_lost(conn, conn->ac, "not answering", 1);
     } else if (!conn->ready && now - conn->connect_us > conn->env->dead_after_us) {
         conn_lost(conn, conn->ac, conn->connected ? "setup timed out" : "connect timed out", 1);
@@ -523,8 +523,7 @@ static int wire_send(struct store_conn *conn, struct store_cmd *c, uint64_t now)
 }
 
 /* Send the calls of list (linked by mnext, n of them): alone, or as a batch. */
-static void send_group(struct store_conn *conn, struct store_cmd *list, unsigned n,
-                       uint64_t now)
+static void send_group(struct store_conn *conn, struct store_cmd *list, unsigned n, uint64_t now)
 {
     struct store_cmd *c = list;
 
@@ -662,8 +661,8 @@ static void later_cb(struct ev_loop *loop, ev_timer *t, int revents)
 static int try_again(struct store_conn *conn, struct store_cmd *c, enum metrics_redis_error kind)
 {
     uint64_t now = util_now_us();
-    long long wait = store_error_retry_wait(kind, c->tries, now - c->first_us,
-                                            conn->env->timeout_us);
+    long long wait =
+        store_error_retry_wait(kind, c->tries, now - c->first_us, conn->env->timeout_us);
 
     if (wait < 0)
         return 0; /* failed as any error reply: counted, warned */
@@ -731,7 +730,8 @@ static int fcall_failed(struct store_conn *conn, redisAsyncContext *ac, struct s
     } else if (kind == METRICS_REDIS_NOPERM && (strstr(err, "fcall") || strstr(err, "FCALL"))) {
         if (!conn->fcall_off) /* (once: the other calls in flight get it too) */
             LOG_INFO("\"redis ACL refused FCALL: calling the scripts with EVALSHA\" addr=%s "
-                     "err=\"%s\"", log_val(conn->name), log_esc(err, strnlen(err, 200)));
+                     "err=\"%s\"",
+                     log_val(conn->name), log_esc(err, strnlen(err, 200)));
         store_conn_set_fcall(conn, 0);
         conn->fcall_off = 1;
         conn->fcall_off_auth = conn->env->auth_gen;
@@ -783,8 +783,8 @@ static int handle_error(struct store_conn *conn, redisAsyncContext *ac, struct s
         c->noscript_retried = 1;
         LOG_INFO("\"redis lost its scripts; reloading\" addr=%s script=%s", log_val(conn->name),
                  store_conn_script_names[c->script]);
-        if (redisAsyncCommand(ac, on_setup_reply, (void *)(intptr_t)c->script,
-                              "SCRIPT LOAD %s", store_conn_script_src[c->script]) == REDIS_OK) {
+        if (redisAsyncCommand(ac, on_setup_reply, (void *)(intptr_t)c->script, "SCRIPT LOAD %s",
+                              store_conn_script_src[c->script]) == REDIS_OK) {
             METRIC_INC(redis_commands);
             conn->loading++;
             resend(conn, c);
@@ -808,7 +808,10 @@ static int handle_error(struct store_conn *conn, redisAsyncContext *ac, struct s
         size_t len;
         const char *key = store_cmd_key(c, &len);
 
-        snprintf(command, sizeof(command), "%s %s", c->read ? "SET" : c->fcall ? "FCALL" : "EVALSHA",
+        snprintf(command, sizeof(command), "%s %s",
+                 c->read    ? "SET"
+                 : c->fcall ? "FCALL"
+                            : "EVALSHA",
                  c->read ? "(new key)" : store_conn_script_names[c->script]);
         METRIC_INC(redis_errors);
         store_conn_note_error(conn, kind, err, command);
@@ -864,9 +867,9 @@ static void on_eval_reply(redisAsyncContext *ac, void *r, void *priv)
     }
     if (reply->type == REDIS_REPLY_ARRAY && !c->batch) {
         store_reply_values(reply, &res);
-        bad = res.status != STORE_OK ? res.err
-                                     : store_reply_check(c->script, &res, reply->elements,
-                                                         c->argc - 4, c->argv + 4);
+        bad = res.status != STORE_OK
+                  ? res.err
+                  : store_reply_check(c->script, &res, reply->elements, c->argc - 4, c->argv + 4);
         if (bad) {
             res.status = STORE_ERR;
             res.err = bad;
@@ -877,7 +880,7 @@ static void on_eval_reply(redisAsyncContext *ac, void *r, void *priv)
         res.status = STORE_ERR;
         res.err = reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply type";
         if (reply->type != REDIS_REPLY_ERROR)
-            bad = reply->type == REDIS_REPLY_NIL ? "a nil reply, not an array"
+            bad = reply->type == REDIS_REPLY_NIL       ? "a nil reply, not an array"
                   : reply->type == REDIS_REPLY_INTEGER ? "an integer reply, not an array"
                                                        : "a string reply, not an array";
     }
@@ -1009,7 +1012,7 @@ void store_conn_free(struct store_conn *conn)
     store_lookup_cancel(conn->lookup);
     if (conn->ac) {
         redisAsyncContext *ac = conn->ac;
-        conn->ac = NULL;   /* on_disconnect ignores it */
+        conn->ac = NULL;    /* on_disconnect ignores it */
         redisAsyncFree(ac); /* pending callbacks run with NULL */
     }
     while ((c = conn->head)) {

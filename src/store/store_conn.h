@@ -66,8 +66,8 @@ struct store_conn_hooks {
     /* -MOVED (ask 0) or -ASK (ask 1) slot host:port. The command is no longer
      * in flight: the hook must send it elsewhere or fail it. host is valid
      * during the call only. NULL: a redirect is an error reply. */
-    void (*redirect)(void *owner, struct store_conn *conn, struct store_cmd *cmd, int ask,
-                     int slot, const char *host, int port);
+    void (*redirect)(void *owner, struct store_conn *conn, struct store_cmd *cmd, int ask, int slot,
+                     const char *host, int port);
 };
 
 /* Ask ROLE at connect and drop the connection unless it says master; a

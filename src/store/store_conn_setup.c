@@ -121,8 +121,8 @@ static enum store_conn_setup_next library_loaded(struct store_conn *conn, const 
     } else {
         if (conn->fcall || !conn->fcall_said)
             LOG_INFO("\"redis functions unavailable: calling the scripts with EVALSHA\" "
-                     "addr=%s err=\"%s\"", log_val(conn->name),
-                     log_esc(reply->str, strnlen(reply->str, 200)));
+                     "addr=%s err=\"%s\"",
+                     log_val(conn->name), log_esc(reply->str, strnlen(reply->str, 200)));
         store_conn_set_fcall(conn, 0);
         conn->fcall_said = 1;
     }
@@ -152,8 +152,8 @@ void store_conn_note_error(struct store_conn *conn, enum metrics_redis_error kin
                                         conn->env->prefix};
 
     if (conn->trial) { /* counted; its owner says the rest */
-        METRIC_INC(redis_error_replies[kind < METRICS_REDIS_ERROR_KINDS ? kind
-                                                                        : METRICS_REDIS_OTHER]);
+        METRIC_INC(
+            redis_error_replies[kind < METRICS_REDIS_ERROR_KINDS ? kind : METRICS_REDIS_OTHER]);
         return;
     }
     store_error_note(kind, err, &w);
@@ -304,8 +304,7 @@ enum store_conn_setup_next store_conn_setup_reply(struct store_conn *conn, long 
     if (what == SETUP_PROBE) {
         const char *bad = probe_check(reply);
         if (bad) {
-            store_conn_bad(conn, METRICS_REDIS_BAD_REPLY, setup_name(what), bad,
-                           conn->probe_slot);
+            store_conn_bad(conn, METRICS_REDIS_BAD_REPLY, setup_name(what), bad, conn->probe_slot);
             return STORE_CONN_SETUP_LOST;
         }
     }
@@ -342,8 +341,7 @@ void store_conn_send_setup(struct store_conn *conn, redisCallbackFn *on_reply)
             redisAsyncCommand(ac, on_reply, (void *)(intptr_t)SETUP_AUTH, "AUTH %s %s", env->user,
                               env->password);
         else
-            redisAsyncCommand(ac, on_reply, (void *)(intptr_t)SETUP_AUTH, "AUTH %s",
-                              env->password);
+            redisAsyncCommand(ac, on_reply, (void *)(intptr_t)SETUP_AUTH, "AUTH %s", env->password);
         METRIC_INC(redis_commands);
     }
     if (env->db) {
@@ -370,9 +368,9 @@ void store_conn_send_setup(struct store_conn *conn, redisCallbackFn *on_reply)
          * gone a second later): it must pass before calls go out again */
         char key[PROBE_KEY_MAX];
         probe_key(conn, key, sizeof(key));
-        redisAsyncCommand(ac, on_reply, (void *)(intptr_t)SETUP_PROBE,
-                          "EVALSHA %s 1 %s %s %s %s", env->sha[SCRIPT_TB_EXACT], key, probe_argv[0],
-                          probe_argv[1], probe_argv[2]);
+        redisAsyncCommand(ac, on_reply, (void *)(intptr_t)SETUP_PROBE, "EVALSHA %s 1 %s %s %s %s",
+                          env->sha[SCRIPT_TB_EXACT], key, probe_argv[0], probe_argv[1],
+                          probe_argv[2]);
         METRIC_INC(redis_commands);
         conn->loading++;
     }

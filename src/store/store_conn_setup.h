@@ -66,8 +66,8 @@ enum store_conn_setup_next store_conn_setup_reply(struct store_conn *conn, long 
                                                   const redisReply *reply);
 
 /* Count an error reply to command and log it (store_error_note). */
-void store_conn_note_error(struct store_conn *conn, enum metrics_redis_error kind,
-                           const char *err, const char *command);
+void store_conn_note_error(struct store_conn *conn, enum metrics_redis_error kind, const char *err,
+                           const char *command);
 
 /* A reply past the caps (store_reply_cap.h, conn->cap.why): counted as the
  * reply_too_large kind, with the redis_errors warning and a log line (at

@@ -55,13 +55,12 @@ static const char beat_script[] =
 /* Leaving cleanly (SIGTERM): this agent's member and row go, the
  * departures go up by one, so that the others' N follows at their next
  * beat. */
-static const char leave_script[] =
-    "redis.call('HDEL', KEYS[3], ARGV[1])\n"
-    "if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then\n"
-    "  redis.call('INCR', KEYS[2])\n"
-    "  redis.call('PEXPIRE', KEYS[2], 30 * tonumber(ARGV[2]))\n"
-    "end\n"
-    "return 1\n";
+static const char leave_script[] = "redis.call('HDEL', KEYS[3], ARGV[1])\n"
+                                   "if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then\n"
+                                   "  redis.call('INCR', KEYS[2])\n"
+                                   "  redis.call('PEXPIRE', KEYS[2], 30 * tonumber(ARGV[2]))\n"
+                                   "end\n"
+                                   "return 1\n";
 
 /* The window that keeps N must outlast an agent's absence from the set. */
 _Static_assert(FLEET_WINDOW_US > 2ULL * STORE_HEARTBEAT_LIVE * 1000,
@@ -141,8 +140,7 @@ static void make_row(const struct store_heartbeat *hb, char *out, size_t cap)
              "\"slots_held\":%lld,\"slots_expired\":%llu}",
              hb->host, (int)getpid(), hb->listen, PACKAGE_VERSION,
              (unsigned long long)hb->started_unix, (unsigned long long)decisions,
-             (unsigned long long)blocked, (unsigned long long)would,
-             (unsigned long long)degraded,
+             (unsigned long long)blocked, (unsigned long long)would, (unsigned long long)degraded,
              (unsigned long long)metrics_ld(&metrics.frames_in[METRICS_FRAME_NOTIFY]),
              (unsigned long long)metrics_ld(&metrics.redis_errors),
              (unsigned long long)metrics_ld(&metrics.rules_version),
@@ -376,8 +374,7 @@ size_t store_heartbeat_rows(const struct store_heartbeat *hb,
     *rows = hb->rows;
     *age_ms = (util_now_us() - hb->beat_us) / 1000;
     for (size_t i = 0; i < hb->nrows; i++) /* as of the beat, in Redis' clock */
-        hb->rows[i].ago_ms = hb->redis_now_ms > hb->rows[i].seen_ms
-                                 ? hb->redis_now_ms - hb->rows[i].seen_ms
-                                 : 0;
+        hb->rows[i].ago_ms =
+            hb->redis_now_ms > hb->rows[i].seen_ms ? hb->redis_now_ms - hb->rows[i].seen_ms : 0;
     return hb->nrows;
 }

@@ -103,7 +103,7 @@ static int connect_to(struct store_probe *p, const char *ip)
     }
     ac->data = p;
     store_reply_cap_install(ac->c.reader, &p->cap, NULL); /* the replies of a question are small */
-    store_reply_cap_expect(&p->cap, &ac->replies);         /* and none unasked */
+    store_reply_cap_expect(&p->cap, &ac->replies);        /* and none unasked */
     if (net_tcp_keepalive(ac->c.fd, STORE_TCP_KEEPIDLE, STORE_TCP_KEEPINTVL, STORE_TCP_KEEPCNT) ==
         -1)
         LOG_DEBUG("\"redis tcp keepalive not set\" addr=%s:%d err=\"%s\"", log_val(a->host),
@@ -113,10 +113,10 @@ static int connect_to(struct store_probe *p, const char *ip)
     redisAsyncSetConnectCallback(ac, on_connect);
     redisAsyncSetDisconnectCallback(ac, on_disconnect);
     if (p->auth && p->auth->password) {
-        int rc = p->auth->user ? redisAsyncCommand(ac, on_auth_reply, p, "AUTH %s %s",
-                                                   p->auth->user, p->auth->password)
-                               : redisAsyncCommand(ac, on_auth_reply, p, "AUTH %s",
-                                                   p->auth->password);
+        int rc = p->auth->user
+                     ? redisAsyncCommand(ac, on_auth_reply, p, "AUTH %s %s", p->auth->user,
+                                         p->auth->password)
+                     : redisAsyncCommand(ac, on_auth_reply, p, "AUTH %s", p->auth->password);
         if (rc != REDIS_OK) {
             redisAsyncFree(ac);
             return -1;

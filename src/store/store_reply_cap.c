@@ -105,8 +105,8 @@ void store_reply_cap_install(redisReader *r, struct store_reply_cap *cap,
         inner = r->fn;
     memset(cap, 0, sizeof(*cap));
     cap->inner = inner;
-    cap->fns = (redisReplyObjectFunctions){create_string, create_array, create_integer,
-                                           create_nil, inner->freeObject};
+    cap->fns = (redisReplyObjectFunctions){create_string, create_array, create_integer, create_nil,
+                                           inner->freeObject};
     r->fn = &cap->fns;
     r->privdata = cap;
 }

@@ -42,8 +42,8 @@ static long long arg(int argc, char *const *argv, int i)
     return i < argc && argv[i] ? strtoll(argv[i], NULL, 10) : 0;
 }
 
-const char *store_reply_check(int script, const struct store_result *res, size_t elements,
-                              int argc, char *const *argv)
+const char *store_reply_check(int script, const struct store_result *res, size_t elements, int argc,
+                              char *const *argv)
 {
     const int64_t *v = res->v;
     int want = reply_count(script);

@@ -19,7 +19,7 @@
  * a reply a call of script (enum store_script, not the batch) with its ARGV
  * argv[0..argc) can get; else what is wrong with it, a static string for
  * the log ("4 values, tb_exact answers 5", "granted above want", ...). */
-const char *store_reply_check(int script, const struct store_result *res, size_t elements,
-                              int argc, char *const *argv);
+const char *store_reply_check(int script, const struct store_result *res, size_t elements, int argc,
+                              char *const *argv);
 
 #endif

@@ -27,12 +27,12 @@ struct store_sentinel {
     store_sentinel_cb *cb;
     void *arg;
     ev_timer recheck;
-    ev_timer window;      /* store_sentinel_watch: restarted by every answer */
+    ev_timer window; /* store_sentinel_watch: restarted by every answer */
     store_sentinel_lost_cb *lost;
     uint64_t window_us;
-    int want_timing;      /* a master (again): ask its down-after-milliseconds next */
-    int failing;          /* the last walk found nothing (log once per streak) */
-    char host[HOST_MAX];  /* the last answer, "" before the first */
+    int want_timing;     /* a master (again): ask its down-after-milliseconds next */
+    int failing;         /* the last walk found nothing (log once per streak) */
+    char host[HOST_MAX]; /* the last answer, "" before the first */
     int port;
     char logged[HOST_MAX + 8]; /* the address last logged */
 };
@@ -176,8 +176,8 @@ static void recheck_cb(struct ev_loop *loop, ev_timer *t, int revents)
     }
     sn->want_timing = 0;
     store_probe_optional(sn->probe, 1);
-    store_probe_start(sn->probe, sn->sentinels, sn->nsentinels, 3, argv, accept_timing,
-                      timing_done, sn);
+    store_probe_start(sn->probe, sn->sentinels, sn->nsentinels, 3, argv, accept_timing, timing_done,
+                      sn);
 }
 
 static void window_cb(struct ev_loop *loop, ev_timer *t, int revents)

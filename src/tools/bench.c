@@ -268,18 +268,42 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 
     while ((c = getopt_long(argc, argv, "a:c:p:n:d:k:m:P:r:s:h", longopts, NULL)) != -1) {
         switch (c) {
-        case 'a': o->addr = optarg; break;
-        case 'c': o->conns = (unsigned)atoi(optarg); break;
-        case 'p': o->pipeline = (unsigned)atoi(optarg); break;
-        case 'n': o->total = strtoull(optarg, NULL, 10); break;
-        case 'd': o->duration = atof(optarg); break;
-        case 'k': o->keys = (unsigned)atoi(optarg); break;
-        case 'm': o->message = optarg; break;
-        case 'P': o->path = optarg; break;
-        case 'r': o->rate = atof(optarg); break;
-        case 's': rng_seed(strtoull(optarg, NULL, 0)); break;
-        case 'h': usage(stdout); return 1;
-        default: usage(stderr); return 2;
+        case 'a':
+            o->addr = optarg;
+            break;
+        case 'c':
+            o->conns = (unsigned)atoi(optarg);
+            break;
+        case 'p':
+            o->pipeline = (unsigned)atoi(optarg);
+            break;
+        case 'n':
+            o->total = strtoull(optarg, NULL, 10);
+            break;
+        case 'd':
+            o->duration = atof(optarg);
+            break;
+        case 'k':
+            o->keys = (unsigned)atoi(optarg);
+            break;
+        case 'm':
+            o->message = optarg;
+            break;
+        case 'P':
+            o->path = optarg;
+            break;
+        case 'r':
+            o->rate = atof(optarg);
+            break;
+        case 's':
+            rng_seed(strtoull(optarg, NULL, 0));
+            break;
+        case 'h':
+            usage(stdout);
+            return 1;
+        default:
+            usage(stderr);
+            return 2;
         }
     }
     o->message_len = strlen(o->message);
@@ -396,8 +420,8 @@ static void run_paced(struct opts *o, struct bconn *conns, struct pollfd *pfd)
                 return;
             progress = now; /* nothing outstanding: nothing is late */
         } else if (now - progress > 5000000) {
-            fprintf(stderr, "spoa-bench: no answer for 5 s (%" PRIu64 " of %" PRIu64 ")\n",
-                    acks, sent);
+            fprintf(stderr, "spoa-bench: no answer for 5 s (%" PRIu64 " of %" PRIu64 ")\n", acks,
+                    sent);
             errors++;
             return;
         }
@@ -467,8 +491,8 @@ static void run(struct opts *o, struct bconn *conns, struct pollfd *pfd)
 
     while (acks < sent) {
         if (poll(pfd, o->conns, 5000) <= 0) {
-            fprintf(stderr, "spoa-bench: no answer for 5 s (%" PRIu64 " of %" PRIu64 ")\n",
-                    acks, sent);
+            fprintf(stderr, "spoa-bench: no answer for 5 s (%" PRIu64 " of %" PRIu64 ")\n", acks,
+                    sent);
             errors++;
             return;
         }
@@ -502,12 +526,12 @@ static void report(const struct opts *o, uint64_t t0, uint64_t t1)
 int main(int argc, char **argv)
 {
     struct opts o = {.addr = "127.0.0.1:12345",
-                   .conns = 8,
-                   .pipeline = 20,
-                   .keys = 1000,
-                   .total = 100000,
-                   .message = "check-rate",
-                   .path = "/api/bench"};
+                     .conns = 8,
+                     .pipeline = 20,
+                     .keys = 1000,
+                     .total = 100000,
+                     .message = "check-rate",
+                     .path = "/api/bench"};
     struct bconn *conns;
     struct pollfd *pfd;
     uint64_t t0, t1;

@@ -49,7 +49,8 @@ static void usage(FILE *f)
 {
     fputs("usage: spoa-sim [--agents N] [--keys K] [--zipf S | --uniform] [--skew F] [--rps R]\n"
           "                [--seconds T] [--rate N/DUR] [--burst B]\n"
-          "                [--algorithm token-bucket|sliding-window|fixed-window] [--interval D] [--ttl D]\n"
+          "                [--algorithm token-bucket|sliding-window|fixed-window] [--interval D] "
+          "[--ttl D]\n"
           "                [--max-fraction F] [--rtt D] [--redis-op D] [--spike X,LEN,EVERY]\n"
           "                [--tail D] [--seed N] [--trace FILE] [--sweep NAME=V1,V2,...]\n"
           "                [--svg FILE] [--policy token|rate] [--rate-leases on|off]\n"
@@ -132,8 +133,8 @@ static int parse_stall(const char *s, struct sim_opts *o)
 /* The options of one run: the rule and [lease] read by the agent's config
  * parser from an INI text made of them (every check the agent makes on its
  * file applies), the rule's parameters built by the agent's rule code. */
-static int build(const struct cli *c, const struct sim_trace *trace, struct sim_opts *o,
-                 char *err, size_t errlen)
+static int build(const struct cli *c, const struct sim_trace *trace, struct sim_opts *o, char *err,
+                 size_t errlen)
 {
     char ini[1280], cerr[ERRLEN];
     struct config *cfg;
@@ -148,8 +149,7 @@ static int build(const struct cli *c, const struct sim_trace *trace, struct sim_
              c->timeout, c->share[0] ? "share = " : "", c->share, c->share[0] ? "\n" : "",
              c->interval, c->ttl, c->max_fraction, c->rate_leases,
              c->rate_ttl[0] ? "rate_ttl = " : "", c->rate_ttl, c->rate_ttl[0] ? "\n" : "", c->rate,
-             c->algorithm,
-             c->burst[0] ? "burst = " : "", c->burst, c->burst[0] ? "\n" : "");
+             c->algorithm, c->burst[0] ? "burst = " : "", c->burst, c->burst[0] ? "\n" : "");
     if (config_load_string(ini, "options", &cfg, cerr, sizeof(cerr)) < 0) {
         /* "options:LINE: message\n...": the first message is enough */
         char *m = strstr(cerr, ": ");
@@ -211,10 +211,11 @@ static int build(const struct cli *c, const struct sim_trace *trace, struct sim_
         o->rps = (double)sim_trace_requests(trace) / o->seconds; /* as reported */
     }
     if (o->agents < 1 || o->agents > 100000 || o->keys < 1 || o->keys > UINT32_MAX ||
-        !(o->rps > 0) || !(o->seconds > 0) || o->seconds > 1e6 || !(o->skew >= 0) ||
-        o->skew > 1 || !(o->zipf >= 0)) {
-        snprintf(err, errlen, "need --agents 1..100000, --keys >= 1, --rps > 0, --seconds > 0, "
-                              "--skew in [0, 1], --zipf >= 0");
+        !(o->rps > 0) || !(o->seconds > 0) || o->seconds > 1e6 || !(o->skew >= 0) || o->skew > 1 ||
+        !(o->zipf >= 0)) {
+        snprintf(err, errlen,
+                 "need --agents 1..100000, --keys >= 1, --rps > 0, --seconds > 0, "
+                 "--skew in [0, 1], --zipf >= 0");
         return -1;
     }
     return 0;
@@ -296,8 +297,7 @@ static void print_json(const struct sim_opts *o, const struct sim_result *r, con
                   "\"interval_ms\":%llu,\"ttl_ms\":%llu,\"max_fraction\":%g,\"rtt_ms\":%g,",
                   o->agents, (unsigned long long)o->keys, o->rps, o->seconds, o->zipf, o->skew,
                   (unsigned long long)o->limit, (unsigned long long)o->period_ms,
-                  (unsigned long long)o->burst,
-                  bucket_algorithm_names[o->algorithm],
+                  (unsigned long long)o->burst, bucket_algorithm_names[o->algorithm],
                   (unsigned long long)o->interval_ms, (unsigned long long)o->ttl_ms,
                   o->max_fraction, (double)o->rtt_us / 1000);
     strbuf_printf(
@@ -378,10 +378,9 @@ static void print_stall(const struct sim_opts *o, const struct sim_result *r)
 
 static void print_head(const char *sweep)
 {
-    printf("%-10s %7s %12s %11s %7s %9s %9s %9s %9s %8s %9s %9s %7s %7s\n",
-           sweep ? sweep : "run", "agents", "decisions", "admitted", "util", "false_den",
-           "calls/dec", "ops/dec", "calls/s", "worst_ex", "strand99", "wait99ms", "wall_s",
-           "rss_mb");
+    printf("%-10s %7s %12s %11s %7s %9s %9s %9s %9s %8s %9s %9s %7s %7s\n", sweep ? sweep : "run",
+           "agents", "decisions", "admitted", "util", "false_den", "calls/dec", "ops/dec",
+           "calls/s", "worst_ex", "strand99", "wait99ms", "wall_s", "rss_mb");
 }
 
 static void print_row(const struct sim_opts *o, const struct sim_result *r, const char *val)
@@ -412,47 +411,124 @@ static int parse_sweep(struct cli *c, char *arg)
 
 static int parse_cli(int argc, char **argv, struct cli *c)
 {
-    enum { O_UNIFORM = 256, O_MAXF, O_REDIS_OP, O_SPIKE, O_JSON, O_SWEEP, O_SVG, O_TRACE, O_TAIL, O_POLICY,
-           O_RATE_LEASES, O_RATE_TTL, O_STALL, O_TIMEOUT, O_SHARE };
-    static const struct option opts[] = {
-        {"agents", 1, 0, 'a'},   {"keys", 1, 0, 'k'},       {"zipf", 1, 0, 'z'},
-        {"uniform", 0, 0, O_UNIFORM}, {"skew", 1, 0, 'S'},  {"rps", 1, 0, 'r'},
-        {"seconds", 1, 0, 't'},  {"rate", 1, 0, 'R'},       {"burst", 1, 0, 'b'},
-        {"algorithm", 1, 0, 'A'}, {"interval", 1, 0, 'i'},  {"ttl", 1, 0, 'T'},
-        {"max-fraction", 1, 0, O_MAXF}, {"rtt", 1, 0, 'L'}, {"redis-op", 1, 0, O_REDIS_OP},
-        {"spike", 1, 0, O_SPIKE}, {"seed", 1, 0, 's'},      {"trace", 1, 0, O_TRACE},
-        {"sweep", 1, 0, O_SWEEP}, {"svg", 1, 0, O_SVG},     {"json", 0, 0, O_JSON},
-        {"tail", 1, 0, O_TAIL},  {"policy", 1, 0, O_POLICY},  {"help", 0, 0, 'h'},
-        {"rate-leases", 1, 0, O_RATE_LEASES}, {"rate-ttl", 1, 0, O_RATE_TTL},
-        {"stall", 1, 0, O_STALL}, {"timeout", 1, 0, O_TIMEOUT}, {"share", 1, 0, O_SHARE},
-        {0, 0, 0, 0}};
+    enum {
+        O_UNIFORM = 256,
+        O_MAXF,
+        O_REDIS_OP,
+        O_SPIKE,
+        O_JSON,
+        O_SWEEP,
+        O_SVG,
+        O_TRACE,
+        O_TAIL,
+        O_POLICY,
+        O_RATE_LEASES,
+        O_RATE_TTL,
+        O_STALL,
+        O_TIMEOUT,
+        O_SHARE
+    };
+    static const struct option opts[] = {{"agents", 1, 0, 'a'},
+                                         {"keys", 1, 0, 'k'},
+                                         {"zipf", 1, 0, 'z'},
+                                         {"uniform", 0, 0, O_UNIFORM},
+                                         {"skew", 1, 0, 'S'},
+                                         {"rps", 1, 0, 'r'},
+                                         {"seconds", 1, 0, 't'},
+                                         {"rate", 1, 0, 'R'},
+                                         {"burst", 1, 0, 'b'},
+                                         {"algorithm", 1, 0, 'A'},
+                                         {"interval", 1, 0, 'i'},
+                                         {"ttl", 1, 0, 'T'},
+                                         {"max-fraction", 1, 0, O_MAXF},
+                                         {"rtt", 1, 0, 'L'},
+                                         {"redis-op", 1, 0, O_REDIS_OP},
+                                         {"spike", 1, 0, O_SPIKE},
+                                         {"seed", 1, 0, 's'},
+                                         {"trace", 1, 0, O_TRACE},
+                                         {"sweep", 1, 0, O_SWEEP},
+                                         {"svg", 1, 0, O_SVG},
+                                         {"json", 0, 0, O_JSON},
+                                         {"tail", 1, 0, O_TAIL},
+                                         {"policy", 1, 0, O_POLICY},
+                                         {"help", 0, 0, 'h'},
+                                         {"rate-leases", 1, 0, O_RATE_LEASES},
+                                         {"rate-ttl", 1, 0, O_RATE_TTL},
+                                         {"stall", 1, 0, O_STALL},
+                                         {"timeout", 1, 0, O_TIMEOUT},
+                                         {"share", 1, 0, O_SHARE},
+                                         {0, 0, 0, 0}};
     int ch;
 
 #define COPY(dst) snprintf(dst, sizeof(dst), "%s", optarg)
     while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (ch) {
-        case 'a': c->agents = (unsigned)strtoul(optarg, NULL, 10), c->agents_set = 1; break;
-        case 'k': c->keys = strtoull(optarg, NULL, 10); break;
-        case 'z': c->zipf = strtod(optarg, NULL); break;
-        case O_UNIFORM: c->zipf = 0; break;
-        case 'S': c->skew = strtod(optarg, NULL); break;
-        case 'r': c->rps = strtod(optarg, NULL); break;
-        case 't': c->seconds = strtod(optarg, NULL), c->seconds_set = 1; break;
-        case 'R': COPY(c->rate); break;
-        case 'b': COPY(c->burst); break;
-        case 'A': COPY(c->algorithm); break;
-        case 'i': COPY(c->interval); break;
-        case 'T': COPY(c->ttl); break;
-        case O_MAXF: COPY(c->max_fraction); break;
-        case 'L': COPY(c->rtt); break;
-        case O_REDIS_OP: COPY(c->redis_op); break;
-        case O_SPIKE: COPY(c->spike); break;
-        case O_TAIL: COPY(c->tail); break;
-        case O_RATE_LEASES: COPY(c->rate_leases); break;
-        case O_RATE_TTL: COPY(c->rate_ttl); break;
-        case O_STALL: COPY(c->stall); break;
-        case O_TIMEOUT: COPY(c->timeout); break;
-        case O_SHARE: COPY(c->share); break;
+        case 'a':
+            c->agents = (unsigned)strtoul(optarg, NULL, 10), c->agents_set = 1;
+            break;
+        case 'k':
+            c->keys = strtoull(optarg, NULL, 10);
+            break;
+        case 'z':
+            c->zipf = strtod(optarg, NULL);
+            break;
+        case O_UNIFORM:
+            c->zipf = 0;
+            break;
+        case 'S':
+            c->skew = strtod(optarg, NULL);
+            break;
+        case 'r':
+            c->rps = strtod(optarg, NULL);
+            break;
+        case 't':
+            c->seconds = strtod(optarg, NULL), c->seconds_set = 1;
+            break;
+        case 'R':
+            COPY(c->rate);
+            break;
+        case 'b':
+            COPY(c->burst);
+            break;
+        case 'A':
+            COPY(c->algorithm);
+            break;
+        case 'i':
+            COPY(c->interval);
+            break;
+        case 'T':
+            COPY(c->ttl);
+            break;
+        case O_MAXF:
+            COPY(c->max_fraction);
+            break;
+        case 'L':
+            COPY(c->rtt);
+            break;
+        case O_REDIS_OP:
+            COPY(c->redis_op);
+            break;
+        case O_SPIKE:
+            COPY(c->spike);
+            break;
+        case O_TAIL:
+            COPY(c->tail);
+            break;
+        case O_RATE_LEASES:
+            COPY(c->rate_leases);
+            break;
+        case O_RATE_TTL:
+            COPY(c->rate_ttl);
+            break;
+        case O_STALL:
+            COPY(c->stall);
+            break;
+        case O_TIMEOUT:
+            COPY(c->timeout);
+            break;
+        case O_SHARE:
+            COPY(c->share);
+            break;
         case O_POLICY:
             if (strcmp(optarg, "token") != 0 && strcmp(optarg, "rate") != 0) {
                 fprintf(stderr, "spoa-sim: --policy: token or rate\n");
@@ -460,8 +536,12 @@ static int parse_cli(int argc, char **argv, struct cli *c)
             }
             c->policy = optarg[0] == 'r' ? SIM_POLICY_RATE : SIM_POLICY_TOKEN;
             break;
-        case 's': c->seed = strtoull(optarg, NULL, 10); break;
-        case O_TRACE: c->trace_path = optarg; break;
+        case 's':
+            c->seed = strtoull(optarg, NULL, 10);
+            break;
+        case O_TRACE:
+            c->trace_path = optarg;
+            break;
         case O_SWEEP:
             if (parse_sweep(c, optarg) < 0) {
                 fprintf(stderr, "spoa-sim: bad --sweep: want NAME=V1,V2,... (at most %d)\n",
@@ -469,10 +549,18 @@ static int parse_cli(int argc, char **argv, struct cli *c)
                 return -1;
             }
             break;
-        case O_SVG: c->svg = optarg; break;
-        case O_JSON: c->json = 1; break;
-        case 'h': usage(stdout); exit(0);
-        default: usage(stderr); return -1;
+        case O_SVG:
+            c->svg = optarg;
+            break;
+        case O_JSON:
+            c->json = 1;
+            break;
+        case 'h':
+            usage(stdout);
+            exit(0);
+        default:
+            usage(stderr);
+            return -1;
         }
     }
 #undef COPY
@@ -506,8 +594,9 @@ static int svg_dir_check(const char *svg)
     if (!getcwd(cwd, sizeof(cwd)))
         snprintf(cwd, sizeof(cwd), "?");
     int rel = svg[0] != '/';
-    fprintf(stderr, "spoa-sim: --svg %s: %s %s%s%s%s; give a directory that exists (e.g. --svg %s)\n",
-            svg, missing ? "no directory" : "cannot write to directory", dir, rel ? " in " : "",
+    fprintf(stderr,
+            "spoa-sim: --svg %s: %s %s%s%s%s; give a directory that exists (e.g. --svg %s)\n", svg,
+            missing ? "no directory" : "cannot write to directory", dir, rel ? " in " : "",
             rel ? cwd : "", rel ? " (the path is relative to the current directory)" : "",
             slash ? slash + 1 : svg);
     return -1;
@@ -517,10 +606,22 @@ int main(int argc, char **argv)
 {
     /* The seed scenario: 20 agents, 10,000 API keys, Zipf 1.1, 100/1m burst
      * 20, [lease] defaults, 100k requests/s, a 0.3 ms round trip. */
-    struct cli c = {.agents = 20, .keys = 10000, .zipf = 1.1, .rps = 100000, .seconds = 10,
-                    .rate = "100/1m", .burst = "20", .algorithm = "token-bucket",
-                    .interval = "100ms", .ttl = "1s", .max_fraction = "0.1", .rtt = "0.3ms",
-                    .redis_op = "0us", .tail = "0us", .rate_leases = "off", .timeout = "100ms",
+    struct cli c = {.agents = 20,
+                    .keys = 10000,
+                    .zipf = 1.1,
+                    .rps = 100000,
+                    .seconds = 10,
+                    .rate = "100/1m",
+                    .burst = "20",
+                    .algorithm = "token-bucket",
+                    .interval = "100ms",
+                    .ttl = "1s",
+                    .max_fraction = "0.1",
+                    .rtt = "0.3ms",
+                    .redis_op = "0us",
+                    .tail = "0us",
+                    .rate_leases = "off",
+                    .timeout = "100ms",
                     .seed = 1};
     struct sim_trace *trace = NULL;
     char err[ERRLEN];
@@ -542,14 +643,17 @@ int main(int argc, char **argv)
         fprintf(stderr, "spoa-sim: %s\n", err);
         return 1;
     }
-    static const char *const sweepable[] = {"interval", "ttl", "max_fraction", "max-fraction",
-                                            "agents", "rps", "rtt", "skew", "keys", "rate_ttl"};
+    static const char *const sweepable[] = {"interval", "ttl",     "max_fraction", "max-fraction",
+                                            "agents",   "rps",     "rtt",          "skew",
+                                            "keys",     "rate_ttl"};
     int known = !c.nsweep;
     for (size_t i = 0; i < sizeof(sweepable) / sizeof(sweepable[0]); i++)
         known |= strcmp(c.sweep_name, sweepable[i]) == 0;
     if (!known) {
-        fprintf(stderr, "spoa-sim: --sweep: unknown setting '%s' (interval, ttl, max_fraction, "
-                        "agents, rps, rtt, skew, keys, rate_ttl)\n", c.sweep_name);
+        fprintf(stderr,
+                "spoa-sim: --sweep: unknown setting '%s' (interval, ttl, max_fraction, "
+                "agents, rps, rtt, skew, keys, rate_ttl)\n",
+                c.sweep_name);
         sim_trace_free(trace);
         return 2;
     }
@@ -561,18 +665,19 @@ int main(int argc, char **argv)
             rc = 2;
             break;
         }
-        if (build(&c, trace, &o[n], err, sizeof(err)) < 0 || sim_run(&o[n], &r[n], err,
-                                                                      sizeof(err)) < 0) {
+        if (build(&c, trace, &o[n], err, sizeof(err)) < 0 ||
+            sim_run(&o[n], &r[n], err, sizeof(err)) < 0) {
             fprintf(stderr, "spoa-sim: %s\n", err);
             rc = 1;
             break;
         }
         /* with a stall, fallbacks are what it measures (checked below) */
         if (r[n].redis_errors || (r[n].fallbacks && !o[n].stall_len_us)) {
-            fprintf(stderr, "spoa-sim: %llu script calls failed (the first: %s), %llu "
-                            "decisions fell back\n", (unsigned long long)r[n].redis_errors,
-                    r[n].redis_errors ? r[n].redis_error : "-",
-                    (unsigned long long)r[n].fallbacks);
+            fprintf(stderr,
+                    "spoa-sim: %llu script calls failed (the first: %s), %llu "
+                    "decisions fell back\n",
+                    (unsigned long long)r[n].redis_errors,
+                    r[n].redis_errors ? r[n].redis_error : "-", (unsigned long long)r[n].fallbacks);
             rc = 3;
         }
         if (c.json) {
@@ -586,20 +691,22 @@ int main(int argc, char **argv)
         }
         const struct sim_stall *st = &r[n].stall;
         if (o[n].stall_len_us && !(st->backstop_worst_excess <= 1e-9)) {
-            fprintf(stderr, "spoa-sim: during the stall the fallback admitted %.3f requests "
-                            "more than its backstop b' + r'*T\n", st->backstop_worst_excess);
+            fprintf(stderr,
+                    "spoa-sim: during the stall the fallback admitted %.3f requests "
+                    "more than its backstop b' + r'*T\n",
+                    st->backstop_worst_excess);
             rc = 3;
         }
         /* asserted for token buckets (b + r*T) and fixed windows (2N + r*T: N
          * per window); a sliding window's estimate is not exact */
         int bounded = o[n].algorithm != BUCKET_SLIDING_WINDOW;
-        if (o[n].stall_len_us && bounded &&
-            !(st->outside_worst_window_excess <= 1e-9)) {
-            fprintf(stderr, "spoa-sim: outside the stall the bound b + r*T was exceeded by "
-                            "%.3f requests\n", st->outside_worst_window_excess);
+        if (o[n].stall_len_us && bounded && !(st->outside_worst_window_excess <= 1e-9)) {
+            fprintf(stderr,
+                    "spoa-sim: outside the stall the bound b + r*T was exceeded by "
+                    "%.3f requests\n",
+                    st->outside_worst_window_excess);
             rc = 3;
-        } else if (r[n].worst_window_excess > 1e-9 && bounded &&
-                   !o[n].stall_len_us) {
+        } else if (r[n].worst_window_excess > 1e-9 && bounded && !o[n].stall_len_us) {
             fprintf(stderr, "spoa-sim: the bound b + r*T was exceeded by %.3f requests\n",
                     r[n].worst_window_excess);
             rc = 3;

@@ -35,10 +35,10 @@ enum sim_policy { SIM_POLICY_TOKEN, SIM_POLICY_RATE };
 struct sim_opts {
     unsigned agents;
     uint64_t keys;
-    double zipf;     /* exponent; 0: uniform */
-    double skew;     /* share of each key's traffic sent to its home agent */
-    double rps;      /* requests per second, fleet-wide */
-    double seconds;  /* simulated time */
+    double zipf;      /* exponent; 0: uniform */
+    double skew;      /* share of each key's traffic sent to its home agent */
+    double rps;       /* requests per second, fleet-wide */
+    double seconds;   /* simulated time */
     uint64_t tail_us; /* agents keep ticking this long after the last request */
     /* spikes: every spike_every_us, for spike_len_us, the rate is x spike_factor */
     double spike_factor;
@@ -70,12 +70,12 @@ struct sim_stall {
     uint64_t decisions, admitted, ref_admitted, false_denials;
     uint64_t fallbacks, fallback_admitted; /* decided by the backstop (whole run) */
     uint64_t timeouts;                     /* calls that failed by timeout */
-    double backstop_allowed;   /* sum over agent and key of b' + r' x (last - first fallback) */
+    double backstop_allowed;      /* sum over agent and key of b' + r' x (last - first fallback) */
     double backstop_worst_excess; /* max over agent, key and window of fallback admissions -
                                      (b' + r' T); must be <= 0 */
-    double outside_worst_window_excess; /* the bound b + r T over admissions outside
-                                           [start, start + len + settle); must be <= 0 */
-    double settle_ms;                   /* timeout + interval */
+    double outside_worst_window_excess;           /* the bound b + r T over admissions outside
+                                                     [start, start + len + settle); must be <= 0 */
+    double settle_ms;                             /* timeout + interval */
     double wait_p50_ms, wait_p99_ms, wait_max_ms; /* requests arriving during it */
     double recovery_ms; /* the last fallback decision, after the stall's end */
 };
@@ -91,10 +91,10 @@ struct sim_result {
     uint64_t redis_calls;   /* commands on the wire (a batch is one) */
     uint64_t script_ops;    /* script operations (a batch carries several) */
     uint64_t claims, returns;
-    uint64_t waited;        /* decisions that waited for a claim */
+    uint64_t waited; /* decisions that waited for a claim */
     double calls_per_decision, ops_per_decision;
-    double calls_per_s;     /* redis_calls per simulated second */
-    double utilisation;     /* admitted / ref_admitted */
+    double calls_per_s; /* redis_calls per simulated second */
+    double utilisation; /* admitted / ref_admitted */
     double worst_window_excess, ref_worst_window_excess;
     double stranded_p99, stranded_max; /* tokens held idle on agents, per key */
     double wait_p99_ms, wait_max_ms;   /* over all decisions (0 when decided locally) */

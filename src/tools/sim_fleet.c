@@ -129,8 +129,7 @@ static void wait_put(struct sim *s, struct wait *w)
 }
 
 /* Waiters of agent ai decided by a reply (done) or left to the fallback (fb). */
-static void complete(struct sim *s, unsigned ai, struct lease_waiter *done,
-                     struct lease_waiter *fb)
+static void complete(struct sim *s, unsigned ai, struct lease_waiter *done, struct lease_waiter *fb)
 {
     struct lease_waiter *w, *next;
     for (w = done; w; w = next) {
@@ -298,8 +297,7 @@ static int setup(struct sim *s, char *err, size_t errlen)
         snprintf(err, errlen, "out of memory");
         return -1;
     }
-    if (!(s->redis = sim_redis_new(err, errlen)) ||
-        !(s->traffic = sim_traffic_new(o, err, errlen)))
+    if (!(s->redis = sim_redis_new(err, errlen)) || !(s->traffic = sim_traffic_new(o, err, errlen)))
         return -1;
     if (o->stall_len_us > 0) {
         size_t n = (size_t)o->agents * keys;
@@ -308,8 +306,9 @@ static int setup(struct sim *s, char *err, size_t errlen)
         s->stall_end = s->stall_start + o->stall_len_us;
         s->settle_end = s->stall_end + o->timeout_us + s->lc.interval_us;
         if (keys > UINT32_MAX || n / o->agents != keys || n > 50000000) {
-            snprintf(err, errlen, "--stall keeps a backstop per agent and key: agents x keys "
-                                  "at most 50,000,000");
+            snprintf(err, errlen,
+                     "--stall keeps a backstop per agent and key: agents x keys "
+                     "at most 50,000,000");
             return -1;
         }
         s->bs = malloc(n * sizeof(*s->bs));
@@ -421,9 +420,9 @@ static void finish(struct sim *s, struct sim_result *r)
     size_t n = (size_t)s->o->agents * s->nkeys;
     for (size_t i = 0; i < n; i++)
         if (s->bs_first[i])
-            st->backstop_allowed += (double)(bucket_windowed(bp->algorithm) ? bp->limit
-                                                                             : bp->burst) +
-                                    rate * (double)(s->bs_last[i] - s->bs_first[i]);
+            st->backstop_allowed +=
+                (double)(bucket_windowed(bp->algorithm) ? bp->limit : bp->burst) +
+                rate * (double)(s->bs_last[i] - s->bs_first[i]);
     st->backstop_worst_excess = st->fallbacks ? sim_bound_worst(&s->bsbound) : 0;
     st->outside_worst_window_excess = sim_bound_worst(&s->outbound);
     st->settle_ms = (double)(s->settle_end - s->stall_end) / 1000.0;

@@ -35,9 +35,9 @@ enum ev_kind { EV_REQ, EV_TICK, EV_EXEC, EV_REPLY, EV_SAMPLE, EV_TIMEOUT };
 struct command {
     unsigned agent, n;
     uint64_t exec_at, reply_at;
-    struct lease_job **jobs;  /* n */
-    int *ok;                  /* per job */
-    int *nv;                  /* per job: values */
+    struct lease_job **jobs; /* n */
+    int *ok;                 /* per job */
+    int *nv;                 /* per job: values */
     int64_t (*v)[CLAIM_R_COUNT];
 };
 
@@ -47,8 +47,8 @@ struct agent {
     unsigned inflight;
     struct lease_job *qhead, *qtail; /* queued for the next batch */
     unsigned qlen;
-    int stalled;          /* a call timed out, no reply in time since (limiter.c) */
-    uint64_t last_probe;  /* while stalled: the last decision that asked Redis */
+    int stalled;         /* a call timed out, no reply in time since (limiter.c) */
+    uint64_t last_probe; /* while stalled: the last decision that asked Redis */
     /* With a stall: the calls sent, in order (limiter.c's in-flight list;
      * replies come in this order), and the first not timed out yet. */
     struct sent *ihead, *itail, *icheck;
@@ -102,7 +102,7 @@ struct sim {
     struct sim_window *bswin;     /* its admissions, checked against b' + r' T */
     uint64_t *bs_first, *bs_last; /* first and last fallback decision (0: none) */
     struct sim_bound bsbound, outbound;
-    struct sim_window *outwin;    /* per key: admissions outside the stall */
+    struct sim_window *outwin; /* per key: admissions outside the stall */
     struct sim_hist stall_wait_h;
     struct sent *free_sent;
     uint64_t check_every; /* timeouts are looked for this often (limiter.c) */

@@ -9,8 +9,7 @@ static int ev_less(const struct sim_event *a, const struct sim_event *b)
     return a->at < b->at || (a->at == b->at && a->seq < b->seq);
 }
 
-int sim_heap_push(struct sim_heap *h, uint64_t at, int kind, unsigned agent, uint32_t key,
-                  void *p)
+int sim_heap_push(struct sim_heap *h, uint64_t at, int kind, unsigned agent, uint32_t key, void *p)
 {
     if (h->n == h->cap) {
         size_t cap = h->cap ? h->cap * 2 : 4096;
@@ -20,8 +19,8 @@ int sim_heap_push(struct sim_heap *h, uint64_t at, int kind, unsigned agent, uin
         h->ev = ev;
         h->cap = cap;
     }
-    struct sim_event e = {.at = at, .seq = h->seq++, .kind = kind, .agent = agent, .key = key,
-                          .p = p};
+    struct sim_event e = {
+        .at = at, .seq = h->seq++, .kind = kind, .agent = agent, .key = key, .p = p};
     size_t i = h->n++;
     while (i > 0 && ev_less(&e, &h->ev[(i - 1) / 2])) {
         h->ev[i] = h->ev[(i - 1) / 2];

@@ -26,8 +26,7 @@ struct sim_heap {
 };
 
 /* Queue an event. 0, or -1 when out of memory (the heap is unchanged). */
-int sim_heap_push(struct sim_heap *h, uint64_t at, int kind, unsigned agent, uint32_t key,
-                  void *p);
+int sim_heap_push(struct sim_heap *h, uint64_t at, int kind, unsigned agent, uint32_t key, void *p);
 /* Take the earliest event; the heap must not be empty (h->n > 0). */
 struct sim_event sim_heap_pop(struct sim_heap *h);
 /* Free the array (events still queued are dropped: pop them first to free

@@ -49,10 +49,10 @@
 #include "tools/sim_stats.h"
 #include "tools/sim_traffic.h"
 
-#define RESERVE 0.2 /* share of the rate kept central for agents without a lease */
-#define WORTH 4.0   /* requests per lease lifetime for a lease to pay */
-#define RENEW 0.25  /* renew when less than this share of ttl is left */
-#define RESIZE 1.25 /* resize a lease before renewal only for this much more rate */
+#define RESERVE 0.2  /* share of the rate kept central for agents without a lease */
+#define WORTH 4.0    /* requests per lease lifetime for a lease to pay */
+#define RENEW 0.25   /* renew when less than this share of ttl is left */
+#define RESIZE 1.25  /* resize a lease before renewal only for this much more rate */
 #define HEADROOM 2.0 /* a lease's rate: up to this many times the agent's demand */
 
 enum { EV_REQ, EV_EXEC, EV_REPLY };
@@ -73,8 +73,8 @@ struct ckey {
     uint64_t last; /* when c was brought up to date */
     struct holder *h;
     unsigned nh, caph;
-    double dsum;   /* sum of the latest demand reports (per us) */
-    float *dem;    /* per agent, the latest report; NULL until a call */
+    double dsum; /* sum of the latest demand reports (per us) */
+    float *dem;  /* per agent, the latest report; NULL until a call */
 };
 
 /* An agent's state for one key. */
@@ -273,7 +273,7 @@ static void grant(struct rsim *s, struct ckey *k, struct call *c, uint64_t t)
     double target = (1 - RESERVE) * s->rate * c->d / (k->dsum > c->d ? k->dsum : c->d);
     if (target > HEADROOM * c->d)
         target = HEADROOM * c->d;
-    double r = target < s->rate - or ? target : s->rate - or;
+    double r = target < s->rate - or ? target : s->rate - or ;
     /* Its slice of the burst, in proportion, out of what the others leave
      * of the leased part (the central bucket keeps RESERVE of the burst
      * too). Less than one token: no lease, the agent asks per request. */
@@ -513,7 +513,8 @@ int sim_run_rate(const struct sim_opts *o, struct sim_result *res, char *err, si
         snprintf(err, errlen, "out of memory");
         goto out;
     }
-    res->calls_per_decision = res->decisions ? (double)res->redis_calls / (double)res->decisions : 0;
+    res->calls_per_decision =
+        res->decisions ? (double)res->redis_calls / (double)res->decisions : 0;
     res->ops_per_decision = res->calls_per_decision;
     res->calls_per_s = (double)res->redis_calls / o->seconds;
     sim_score_finish(&s->sc, res);

@@ -47,8 +47,8 @@ static struct axis y_axis(double lo, double max)
 
 static double x_pos(const struct axis *a, double v)
 {
-    double f = a->log ? (log(v) - log(a->lo)) / (log(a->hi) - log(a->lo))
-                      : (v - a->lo) / (a->hi - a->lo);
+    double f =
+        a->log ? (log(v) - log(a->lo)) / (log(a->hi) - log(a->lo)) : (v - a->lo) / (a->hi - a->lo);
     if (!isfinite(f))
         f = 0.5;
     return LEFT + f * (W - LEFT - RIGHT);
@@ -84,8 +84,8 @@ static void panel(FILE *f, int top, const struct axis *xa, const double *x, size
         fmt_num(b, sizeof(b), x[i]);
         fprintf(f, "<line x1='%.1f' y1='%d' x2='%.1f' y2='%d' stroke='#ddd'/>\n", px, top, px,
                 top + PANEL);
-        fprintf(f, "<text x='%.1f' y='%d' text-anchor='middle'>%s</text>\n", px,
-                top + PANEL + 16, b);
+        fprintf(f, "<text x='%.1f' y='%d' text-anchor='middle'>%s</text>\n", px, top + PANEL + 16,
+                b);
     }
 }
 
@@ -126,8 +126,7 @@ static void legend(FILE *f, int x, int y, const char *color, int dashed, const c
     fprintf(f,
             "<line x1='%d' y1='%d' x2='%d' y2='%d' stroke='%s' stroke-width='2'%s/>"
             "<text x='%d' y='%d'>%s</text>\n",
-            x, y, x + 24, y, color, dashed ? " stroke-dasharray='6,4'" : "", x + 30, y + 4,
-            label);
+            x, y, x + 24, y, color, dashed ? " stroke-dasharray='6,4'" : "", x + 30, y + 4, label);
 }
 
 static void escape(FILE *f, const char *s)
@@ -181,11 +180,12 @@ int sim_svg_write(const char *path, const char *title, const char *xlabel, const
     double ulo = floor(fmin(umin, 99) / 10) * 10;
     struct axis yu = {ulo, 100, 0}, yf = y_axis(0, fdmax > 0 ? fdmax : 1);
 
-    fprintf(f, "<?xml version='1.0' encoding='UTF-8'?>\n"
-               "<svg xmlns='http://www.w3.org/2000/svg' width='%d' height='%d' "
-               "viewBox='0 0 %d %d' font-family='sans-serif' font-size='12'>\n"
-               "<rect width='100%%' height='100%%' fill='white'/>\n"
-               "<text x='%d' y='24' font-size='15' font-weight='bold'>",
+    fprintf(f,
+            "<?xml version='1.0' encoding='UTF-8'?>\n"
+            "<svg xmlns='http://www.w3.org/2000/svg' width='%d' height='%d' "
+            "viewBox='0 0 %d %d' font-family='sans-serif' font-size='12'>\n"
+            "<rect width='100%%' height='100%%' fill='white'/>\n"
+            "<text x='%d' y='24' font-size='15' font-weight='bold'>",
             W, H, W, H, LEFT);
     escape(f, title);
     fprintf(f, "</text>\n");
@@ -194,8 +194,10 @@ int sim_svg_write(const char *path, const char *title, const char *xlabel, const
     y_ticks(f, TOP1, &yc, 0, "#222", 1, "");
     series(f, &xa, &yc, TOP1, x, ops, n, C_OPS, 1);
     series(f, &xa, &yc, TOP1, x, calls, n, C_CALLS, 0);
-    fprintf(f, "<text transform='translate(18,%d) rotate(-90)' text-anchor='middle'>"
-               "per decision</text>\n", TOP1 + PANEL / 2);
+    fprintf(f,
+            "<text transform='translate(18,%d) rotate(-90)' text-anchor='middle'>"
+            "per decision</text>\n",
+            TOP1 + PANEL / 2);
     legend(f, LEFT + 10, TOP1 - 12, C_CALLS, 0, "Redis calls per decision (a batch is one)");
     legend(f, LEFT + 330, TOP1 - 12, C_OPS, 1, "script operations per decision");
     /* bottom: accuracy, two scales */
@@ -204,10 +206,14 @@ int sim_svg_write(const char *path, const char *title, const char *xlabel, const
     y_ticks(f, TOP2, &yf, 1, C_FALSE, 1, "%");
     series(f, &xa, &yu, TOP2, x, util, n, C_UTIL, 0);
     series(f, &xa, &yf, TOP2, x, fd, n, C_FALSE, 1);
-    fprintf(f, "<text transform='translate(18,%d) rotate(-90)' text-anchor='middle' fill='%s'>"
-               "utilisation</text>\n", TOP2 + PANEL / 2, C_UTIL);
-    fprintf(f, "<text transform='translate(%d,%d) rotate(90)' text-anchor='middle' fill='%s'>"
-               "false denials</text>\n", W - 14, TOP2 + PANEL / 2, C_FALSE);
+    fprintf(f,
+            "<text transform='translate(18,%d) rotate(-90)' text-anchor='middle' fill='%s'>"
+            "utilisation</text>\n",
+            TOP2 + PANEL / 2, C_UTIL);
+    fprintf(f,
+            "<text transform='translate(%d,%d) rotate(90)' text-anchor='middle' fill='%s'>"
+            "false denials</text>\n",
+            W - 14, TOP2 + PANEL / 2, C_FALSE);
     legend(f, LEFT + 10, TOP2 - 12, C_UTIL, 0, "utilisation: admitted / exact reference (left)");
     legend(f, LEFT + 330, TOP2 - 12, C_FALSE, 1, "false denials, % of decisions (right)");
     fprintf(f, "<text x='%d' y='%d' text-anchor='middle'>", (LEFT + W - RIGHT) / 2,

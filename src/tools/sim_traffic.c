@@ -51,7 +51,7 @@ double sim_rng_unit(struct sim_rng *r)
 /* ---- names to numbers ------------------------------------------------------------- */
 
 struct name_map {
-    char **names; /* by number */
+    char **names;    /* by number */
     uint32_t *slots; /* number + 1; 0: free */
     size_t n, nslots;
 };
@@ -184,8 +184,9 @@ struct sim_trace *sim_trace_load(const char *path, char *err, size_t errlen)
         if (v == 1)
             continue;
         if (v < 0) {
-            snprintf(err, errlen, v == -1 ? "%s:%lu: want SECONDS KEY [AGENT]" : "%s:%lu: out of memory",
-                     path, lineno);
+            snprintf(err, errlen,
+                     v == -1 ? "%s:%lu: want SECONDS KEY [AGENT]" : "%s:%lu: out of memory", path,
+                     lineno);
             goto fail;
         }
         if (t->n == t->cap) {
@@ -256,12 +257,12 @@ double sim_trace_seconds(const struct sim_trace *t)
 struct sim_traffic {
     struct sim_opts o;
     struct sim_rng rng;
-    double *cdf;        /* Zipf: cumulative weights by key; NULL: uniform */
-    double peak_rate;   /* per us, the highest rate (thinning) */
-    double t_us;        /* the last candidate arrival */
+    double *cdf;      /* Zipf: cumulative weights by key; NULL: uniform */
+    double peak_rate; /* per us, the highest rate (thinning) */
+    double t_us;      /* the last candidate arrival */
     uint64_t end_us;
-    size_t next;        /* trace: the next request */
-    unsigned rr;        /* trace: round-robin agent for unnamed requests */
+    size_t next; /* trace: the next request */
+    unsigned rr; /* trace: round-robin agent for unnamed requests */
 };
 
 struct sim_traffic *sim_traffic_new(const struct sim_opts *o, char *err, size_t errlen)

@@ -29,7 +29,7 @@ void sim_trace_free(struct sim_trace *t);
 uint64_t sim_trace_keys(const struct sim_trace *t);
 unsigned sim_trace_agents(const struct sim_trace *t); /* named agents; 0: none named */
 uint64_t sim_trace_requests(const struct sim_trace *t);
-double sim_trace_seconds(const struct sim_trace *t);  /* time of the last request */
+double sim_trace_seconds(const struct sim_trace *t); /* time of the last request */
 
 struct sim_traffic;
 /* Requests for o (o->trace set: its requests; agents beyond o->agents wrap,

@@ -175,8 +175,8 @@ int main(int argc, char **argv)
     char err[512];
     int fd;
 
-    if (argc < 2 || argc > 3 || (argc == 3 && strcmp(argv[2], "blocked") != 0 &&
-                                 strcmp(argv[2], "full") != 0)) {
+    if (argc < 2 || argc > 3 ||
+        (argc == 3 && strcmp(argv[2], "blocked") != 0 && strcmp(argv[2], "full") != 0)) {
         fprintf(stderr, "usage: %s ADDR:PORT [blocked|full]\n", argv[0]);
         return 2;
     }

@@ -15,16 +15,18 @@
 
 /* the kit's match lines: (arg, pattern) */
 static const char *const kit[][2] = {
-    {"plan", "^free$"}, {"plan", "^(paid|enterprise)$"}, {"plan", "^custom$"},
+    {"plan", "^free$"},
+    {"plan", "^(paid|enterprise)$"},
+    {"plan", "^custom$"},
     {"path", "^/login"},
 };
 #define NKIT (sizeof(kit) / sizeof(kit[0]))
 
 /* requests: plan and path */
 static const char *const reqs[][2] = {
-    {"free", "/api/v1/orders/42"},      {"paid", "/login"},
+    {"free", "/api/v1/orders/42"},          {"paid", "/login"},
     {"enterprise", "/api/v2/items?page=3"}, {"custom", "/static/app.js"},
-    {"free", "/login?next=/account"},   {"unknown-plan", "/"},
+    {"free", "/login?next=/account"},       {"unknown-plan", "/"},
 };
 #define NREQ (sizeof(reqs) / sizeof(reqs[0]))
 

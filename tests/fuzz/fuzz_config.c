@@ -112,8 +112,8 @@ static void check_accepted(const struct config *cfg, const char *text)
         uint64_t n = r->rate_arg ? r->max_rate_n : r->rate_n;
         uint64_t period = r->rate_arg ? r->max_rate_period_ms : r->rate_period_ms;
         uint64_t burst = r->burst_arg || !r->burst ? r->max_burst : r->burst;
-        if (n < 1 || n > CFG_MAX_COUNT || period < 1 || period > CFG_MAX_DURATION_MS ||
-            burst < 1 || burst > CFG_MAX_COUNT)
+        if (n < 1 || n > CFG_MAX_COUNT || period < 1 || period > CFG_MAX_DURATION_MS || burst < 1 ||
+            burst > CFG_MAX_COUNT)
             fail("rate or burst out of range", text);
         if (r->algorithm != ALGO_TOKEN_BUCKET && r->algorithm != ALGO_SLIDING_WINDOW &&
             r->algorithm != ALGO_FIXED_WINDOW && r->algorithm != ALGO_CONCURRENCY)
@@ -143,8 +143,7 @@ static void check_backstop(const struct ruleset *rs, const char *text)
     for (size_t i = 0; i < rs->cfg->nrules; i++) {
         const struct bucket_params *b = &rs->backstop[i], *p = &rs->params[i];
 
-        if (b->period_us < 1 || b->period_us > BUCKET_MAX_PERIOD_US || b->burst < 1 ||
-            b->limit < 1)
+        if (b->period_us < 1 || b->period_us > BUCKET_MAX_PERIOD_US || b->burst < 1 || b->limit < 1)
             fail("unusable backstop", text);
         const struct cfg_rule *r = &rs->cfg->rules[i];
         uint64_t period_ms = r->rate_arg ? r->max_rate_period_ms : r->rate_period_ms;
@@ -355,12 +354,11 @@ static void run_requests(const struct ruleset *rs, const struct values *vals, co
 }
 
 /* Every error line names its source: name, or else (when not NULL) other. */
-static void check_refused_as(const char *err, const char *text, const char *name,
-                             const char *other)
+static void check_refused_as(const char *err, const char *text, const char *name, const char *other)
 {
     if (!*err)
         fail("refused without a message", text);
-    for (const char *line = err; *line; ) {
+    for (const char *line = err; *line;) {
         const char *nl = strchr(line, '\n');
         if (!nl)
             fail("error text not ended by a newline", text);
@@ -415,8 +413,7 @@ static void as_rules_from_redis(const char *text)
             fail("a rule set without rules accepted", text);
         check_accepted(cfg, text);
         for (size_t i = 0; i < cfg->nrules; i++)
-            if (strcmp(cfg->rules[i].name, "own-file-rule") == 0 &&
-                !strstr(text, "own-file-rule"))
+            if (strcmp(cfg->rules[i].name, "own-file-rule") == 0 && !strstr(text, "own-file-rule"))
                 fail("the file's own rule in force beside rules from Redis", text);
         if (cfg->rules_source != RULES_SOURCE_REDIS || cfg->max_frame_size != 16380)
             fail("rule text changed a non-rule setting", text);
@@ -488,7 +485,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 #define FUZZ_MAX_INPUT 8192
 
 /* Seeds: files, some with values for the requests after a NUL. */
-#define SEED(text) {text, sizeof(text) - 1}
+#define SEED(text)                                                                                 \
+    {                                                                                              \
+        text, sizeof(text) - 1                                                                     \
+    }
 static const struct {
     const char *text;
     size_t len;
@@ -517,7 +517,11 @@ static const struct {
          "rate = arg:rate\nmax_rate = 100/1s\nburst = arg:burst\nmax_burst = 50\n"
          "[rule:g]\nrate = 2/1s\nshadow = yes\n[rule:sw]\nmessage = check-rate\nkey = key, plan\n"
          "rate = arg:rate\nmax_rate = 1000/1m\nalgorithm = sliding-window\n"
-         "\0a-key-longer-than-sixteen\0free\0" "10/1s\0" "7\0\x02" "42\0" "9999999/1ms\0"
+         "\0a-key-longer-than-sixteen\0free\0"
+         "10/1s\0"
+         "7\0\x02"
+         "42\0"
+         "9999999/1ms\0"
          "paid\0\x01\0"),
     /* concurrency: slots in flight, released by their own message */
     SEED("[rule:in-flight]\nmessage = check-rate\nkey = key\nalgorithm = concurrency\n"
@@ -528,43 +532,105 @@ static const struct {
          "[rule:c]\nkey = key\nrate = 3/1s\ncost = 2\n[rule:d]\nmatch = path ^/x\nrate = 1/1m\n"
          "\0k\0/x\0"),
     /* rule sets over the (scaled) budget: the regexes' text; their code */
-    SEED("[rule:a]\nkey = key\nmatch = path ^/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa/\n"
-         "  method ^(GET|POST|PUT|DELETE|PATCH|HEAD|OPTIONS|CONNECT|TRACE|PROPFIND)$\n"
-         "  key ^[a-z0-9]{8}-[a-z0-9]{4}-[a-z0-9]{4}-[a-z0-9]{4}-[a-z0-9]{12}$\n"
-         "rate = 1/s\n[rule:b]\nkey = key\nmatch = path ^/bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb/\n"
-         "  method ^(GET|POST|PUT|DELETE|PATCH|HEAD|OPTIONS|CONNECT|TRACE|PROPFIND)$\n"
-         "  key ^[a-z0-9]{8}-[a-z0-9]{4}-[a-z0-9]{4}-[a-z0-9]{4}-[a-z0-9]{12}$\n"
-         "rate = 1/s\n[rule:c]\nkey = key\nmatch = path ^/ccccccccccccccccccccccccccccccccccccccccc/\n"
-         "  method ^(GET|POST|PUT|DELETE|PATCH|HEAD|OPTIONS|CONNECT|TRACE|PROPFIND)$\n"
-         "  key ^[a-z0-9]{8}-[a-z0-9]{4}-[a-z0-9]{4}-[a-z0-9]{4}-[a-z0-9]{12}$\n"
-         "  ua ^(curl|wget|python-requests|go-http-client|java|okhttp|axios|node-fetch)/\n"
-         "  plan ^(free|trial|basic|standard|premium|enterprise|internal|partner)$\n"
-         "rate = 1/s\n[rule:d]\nkey = key\nmatch = path ^/ddddddddddddddddddddddddddddddddddddddddddd/\n"
-         "  method ^(GET|POST|PUT|DELETE|PATCH|HEAD|OPTIONS|CONNECT|TRACE|PROPFIND)$\n"
-         "  key ^[a-z0-9]{8}-[a-z0-9]{4}-[a-z0-9]{4}-[a-z0-9]{4}-[a-z0-9]{12}$\n"
-         "  ua ^(curl|wget|python-requests|go-http-client|java|okhttp|axios|node-fetch)/\n"
-         "rate = 1/s\n"),
+    SEED(
+        "[rule:a]\nkey = key\nmatch = path ^/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa/\n"
+        "  method ^(GET|POST|PUT|DELETE|PATCH|HEAD|OPTIONS|CONNECT|TRACE|PROPFIND)$\n"
+        "  key ^[a-z0-9]{8}-[a-z0-9]{4}-[a-z0-9]{4}-[a-z0-9]{4}-[a-z0-9]{12}$\n"
+        "rate = 1/s\n[rule:b]\nkey = key\nmatch = path "
+        "^/bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb/\n"
+        "  method ^(GET|POST|PUT|DELETE|PATCH|HEAD|OPTIONS|CONNECT|TRACE|PROPFIND)$\n"
+        "  key ^[a-z0-9]{8}-[a-z0-9]{4}-[a-z0-9]{4}-[a-z0-9]{4}-[a-z0-9]{12}$\n"
+        "rate = 1/s\n[rule:c]\nkey = key\nmatch = path "
+        "^/ccccccccccccccccccccccccccccccccccccccccc/\n"
+        "  method ^(GET|POST|PUT|DELETE|PATCH|HEAD|OPTIONS|CONNECT|TRACE|PROPFIND)$\n"
+        "  key ^[a-z0-9]{8}-[a-z0-9]{4}-[a-z0-9]{4}-[a-z0-9]{4}-[a-z0-9]{12}$\n"
+        "  ua ^(curl|wget|python-requests|go-http-client|java|okhttp|axios|node-fetch)/\n"
+        "  plan ^(free|trial|basic|standard|premium|enterprise|internal|partner)$\n"
+        "rate = 1/s\n[rule:d]\nkey = key\nmatch = path "
+        "^/ddddddddddddddddddddddddddddddddddddddddddd/\n"
+        "  method ^(GET|POST|PUT|DELETE|PATCH|HEAD|OPTIONS|CONNECT|TRACE|PROPFIND)$\n"
+        "  key ^[a-z0-9]{8}-[a-z0-9]{4}-[a-z0-9]{4}-[a-z0-9]{4}-[a-z0-9]{12}$\n"
+        "  ua ^(curl|wget|python-requests|go-http-client|java|okhttp|axios|node-fetch)/\n"
+        "rate = 1/s\n"),
     SEED("[rule:a]\nmatch = path (?:ab?){0,200}z\n  ua (?:cd?){0,200}y\n  key (?:ef?){0,200}x\n"
          "rate = 1/s\n[rule:b]\nmatch = path (?:gh?){0,200}w\n  ua (?:ij?){0,200}v\n"
          "  key (?:kl?){0,200}u\nrate = 1/s\n[rule:c]\nmatch = path (?:mn?){0,200}t\n"
          "  ua (?:op?){0,200}s\nrate = 1/s\n"),
     SEED("[agent]\nmax_frame_size = 512\n[rule:big]\nkey = k\nrate = arg:r\n"
          "max_rate = 1000000000000000/1ms\nmax_burst = 1000000000000000\n"
-         "\0" "1000000000000000/1ms\0k\0" "1/365d\0"),
+         "\0"
+         "1000000000000000/1ms\0k\0"
+         "1/365d\0"),
 };
 #define NSEEDS_BUILTIN (sizeof(seeds) / sizeof(seeds[0]))
 
 static const char *const fuzz_dict[] = {
-    "[agent]\n", "[redis]\n", "[lease]\n", "[fallback]\n", "[rule:", "]\n", " = ", "\n",
-    "\n  ", " ; ", ",", "rate = ", "burst = ", "key = ", "match = ", "message = ",
-    "algorithm = sliding-window\n", "shadow = yes\n", "lease = off\n", "on_redis_down = ",
-    "allow = ", "max_frame_size = ", "max_entries = ", "max_key = ", "prefix = ", "ttl = ",
-    "interval = ", "share = ", "url = ", "cluster = ", "sentinel = ", "master = ",
-    "timeout = ", "1/365d", "1/366d", "18446744073709551616", "0", "1e-300", "256",
-    "{", "}", "[", "]", "=", "(", "\\", "ms", "s", "m", "h", "d", "/", "::1", "unix:/x",
-    "arg:", "max_rate = ", "max_burst = ",
-    "algorithm = concurrency\n", "limit = ", "release = ", "max_hold = ",
-    "[rules]\n", "source = redis\n", "poll = ", "cache = ", "history = ",
+    "[agent]\n",
+    "[redis]\n",
+    "[lease]\n",
+    "[fallback]\n",
+    "[rule:",
+    "]\n",
+    " = ",
+    "\n",
+    "\n  ",
+    " ; ",
+    ",",
+    "rate = ",
+    "burst = ",
+    "key = ",
+    "match = ",
+    "message = ",
+    "algorithm = sliding-window\n",
+    "shadow = yes\n",
+    "lease = off\n",
+    "on_redis_down = ",
+    "allow = ",
+    "max_frame_size = ",
+    "max_entries = ",
+    "max_key = ",
+    "prefix = ",
+    "ttl = ",
+    "interval = ",
+    "share = ",
+    "url = ",
+    "cluster = ",
+    "sentinel = ",
+    "master = ",
+    "timeout = ",
+    "1/365d",
+    "1/366d",
+    "18446744073709551616",
+    "0",
+    "1e-300",
+    "256",
+    "{",
+    "}",
+    "[",
+    "]",
+    "=",
+    "(",
+    "\\",
+    "ms",
+    "s",
+    "m",
+    "h",
+    "d",
+    "/",
+    "::1",
+    "unix:/x",
+    "arg:",
+    "max_rate = ",
+    "max_burst = ",
+    "algorithm = concurrency\n",
+    "limit = ",
+    "release = ",
+    "max_hold = ",
+    "[rules]\n",
+    "source = redis\n",
+    "poll = ",
+    "cache = ",
+    "history = ",
     "[rule:own-file-rule]\n",
 };
 #define FUZZ_NDICT (sizeof(fuzz_dict) / sizeof(fuzz_dict[0]))
@@ -600,7 +666,7 @@ static size_t fuzz_seed(size_t k, uint8_t *buf)
 static void fuzz_summary(void)
 {
     printf(FUZZ_NAME ": %llu accepted, %llu refused (%llu over the rule set's budget); %llu "
-           "requests, %llu rule hits, %llu blocked\n",
+                     "requests, %llu rule hits, %llu blocked\n",
            n_accepted, n_refused, n_budget, n_requests, n_hits, n_blocked);
 }
 

@@ -18,8 +18,8 @@
  * FUZZ_OWN_MUTATE and, after including this file, its own
  *   static size_t fuzz_mutate(uint64_t *s, uint8_t *buf, size_t len);
  * drawing from fuzz_rnd(s), with the edits fuzz_delete_range() and
- * fuzz_copy_range() as it likes; it needs no fuzz_dict then. fuzz_report_input() may be called by the target before
- * it aborts (ASan's death callback does not run on abort()).
+ * fuzz_copy_range() as it likes; it needs no fuzz_dict then. fuzz_report_input() may be called by
+ * the target before it aborts (ASan's death callback does not run on abort()).
  */
 #ifndef FUZZ_MAIN_H
 #define FUZZ_MAIN_H
@@ -155,9 +155,9 @@ static size_t fuzz_insert(uint8_t *buf, size_t len, size_t pos, const void *p, s
 /* One to FUZZ_MAX_MUTATIONS random edits; returns the new length. */
 static size_t fuzz_mutate(uint64_t *s, uint8_t *buf, size_t len)
 {
-    static const uint8_t interesting[] = {0x00, 0x01, 0x09, 0x0a, 0x0d, 0x20, 0x22, 0x2d,
-                                          0x30, 0x39, 0x3a, 0x3b, 0x3d, 0x5b, 0x5d, 0x7b,
-                                          0x7d, 0x7f, 0x80, 0xff};
+    static const uint8_t interesting[] = {0x00, 0x01, 0x09, 0x0a, 0x0d, 0x20, 0x22,
+                                          0x2d, 0x30, 0x39, 0x3a, 0x3b, 0x3d, 0x5b,
+                                          0x5d, 0x7b, 0x7d, 0x7f, 0x80, 0xff};
     unsigned n = 1 + (unsigned)(fuzz_rnd(s) % FUZZ_MAX_MUTATIONS);
 
     for (unsigned m = 0; m < n; m++) {

@@ -236,7 +236,8 @@ static void answer(struct run *r, int ok, const int64_t *v, int n)
          * no share, the granted tokens for the waiters, now. */
         uint64_t granted = v[CLAIM_R_GRANTED] > 0 ? (uint64_t)v[CLAIM_R_GRANTED] : 0;
         if (v[CLAIM_R_SHARE_PPM] > 0 && v[CLAIM_R_MINE] > 0 && v[CLAIM_R_LEASE_MS] > 0) {
-            uint64_t ppm = v[CLAIM_R_SHARE_PPM] > 1000000 ? 1000000 : (uint64_t)v[CLAIM_R_SHARE_PPM];
+            uint64_t ppm =
+                v[CLAIM_R_SHARE_PPM] > 1000000 ? 1000000 : (uint64_t)v[CLAIM_R_SHARE_PPM];
             uint64_t lease_ms = (uint64_t)v[CLAIM_R_LEASE_MS];
             if (lease_ms > rate_ttl_ms)
                 lease_ms = rate_ttl_ms;
@@ -336,8 +337,7 @@ static void on_reply(struct run *r, const redisReply *reply, unsigned kind)
     if (kind == 2 || (kind == 3 && n_replies % 2)) {
         exact_answer(res.v, res.status == STORE_OK ? res.n : 0);
         refund_answer(r, res.v, res.status == STORE_OK ? res.n : 0);
-    }
-    else
+    } else
         answer(r, res.status == STORE_OK, res.v, res.n);
 }
 
@@ -452,11 +452,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                                       !!(mode & MODE_EXACT),
                                       !(mode2 & MODE2_NO_PREFETCH)};
     r.t = lease_table_new(&lcfg, 2);
-    r.p = (struct bucket_params){!(mode & MODE_SLIDING)  ? BUCKET_TOKEN_BUCKET
-                                 : mode2 & MODE2_FIXED ? BUCKET_FIXED_WINDOW
-                                                       : BUCKET_SLIDING_WINDOW,
-                                 mode2 & MODE2_SLOW_RULE ? 10 : 100, 1000 * MS, 20, 0, 0,
-                                 1000, 0, 0};
+    r.p = (struct bucket_params){!(mode & MODE_SLIDING) ? BUCKET_TOKEN_BUCKET
+                                 : mode2 & MODE2_FIXED  ? BUCKET_FIXED_WINDOW
+                                                        : BUCKET_SLIDING_WINDOW,
+                                 mode2 & MODE2_SLOW_RULE ? 10 : 100,
+                                 1000 * MS,
+                                 20,
+                                 0,
+                                 0,
+                                 1000,
+                                 0,
+                                 0};
     r.now = 1000000 * MS;
     rd = redisReaderCreate();
     if (!r.t || !rd)
@@ -516,26 +522,31 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
  * claims cut short (8 values, as before rate leases), rate leases. */
 #define CLAIM_OK "*10\r\n:5\r\n:10\r\n:5\r\n:1\r\n:0\r\n:500\r\n:1000\r\n:5\r\n:0\r\n:0\r\n"
 #define CLAIM_EMPTY "*10\r\n:0\r\n:0\r\n:20\r\n:2\r\n:300\r\n:6000\r\n:0\r\n:0\r\n:0\r\n:0\r\n"
-#define CLAIM_STR "*10\r\n$1\r\n3\r\n$2\r\n17\r\n:3\r\n:1\r\n:0\r\n:150\r\n:1000\r\n:3\r\n" \
-                  "$1\r\n0\r\n:0\r\n"
+#define CLAIM_STR                                                                                  \
+    "*10\r\n$1\r\n3\r\n$2\r\n17\r\n:3\r\n:1\r\n:0\r\n:150\r\n:1000\r\n:3\r\n"                      \
+    "$1\r\n0\r\n:0\r\n"
 #define CLAIM_SHORT "*8\r\n:5\r\n:10\r\n:5\r\n:1\r\n:0\r\n:500\r\n:1000\r\n:5\r\n"
-#define CLAIM_HUGE "*10\r\n:9223372036854775807\r\n:-1\r\n:-9223372036854775808\r\n:1\r\n" \
-                   ":9223372036854775807\r\n:9223372036854775807\r\n:9223372036854775807\r\n" \
-                   ":9223372036854775807\r\n:9223372036854775807\r\n:9223372036854775807\r\n"
+#define CLAIM_HUGE                                                                                 \
+    "*10\r\n:9223372036854775807\r\n:-1\r\n:-9223372036854775808\r\n:1\r\n"                        \
+    ":9223372036854775807\r\n:9223372036854775807\r\n:9223372036854775807\r\n"                     \
+    ":9223372036854775807\r\n:9223372036854775807\r\n:9223372036854775807\r\n"
 #define CLAIM_RATE "*10\r\n:1\r\n:15\r\n:4\r\n:2\r\n:0\r\n:300\r\n:2000\r\n:4\r\n:200000\r\n:0\r\n"
-#define CLAIM_RATE_KEPT "*10\r\n:0\r\n:12\r\n:6\r\n:2\r\n:0\r\n:400\r\n:2000\r\n:3\r\n" \
-                        ":150000\r\n:3\r\n"
+#define CLAIM_RATE_KEPT                                                                            \
+    "*10\r\n:0\r\n:12\r\n:6\r\n:2\r\n:0\r\n:400\r\n:2000\r\n:3\r\n"                                \
+    ":150000\r\n:3\r\n"
 #define CLAIM_RATE_NONE "*10\r\n:1\r\n:0\r\n:1\r\n:1\r\n:100\r\n:2000\r\n:0\r\n:0\r\n:0\r\n:0\r\n"
 #define EXACT_OK "*4\r\n:1\r\n:9\r\n:0\r\n:3000\r\n"
 #define EXACT_NO "*4\r\n:0\r\n:0\r\n:2500\r\n:60000\r\n"
-#define BATCH "*16\r\n:10\r\n:1\r\n:9\r\n:1\r\n:1\r\n:0\r\n:10\r\n:1000\r\n:1\r\n:0\r\n:0\r\n" \
-              ":4\r\n:1\r\n:8\r\n:0\r\n:100\r\n"
+#define BATCH                                                                                      \
+    "*16\r\n:10\r\n:1\r\n:9\r\n:1\r\n:1\r\n:0\r\n:10\r\n:1000\r\n:1\r\n:0\r\n:0\r\n"               \
+    ":4\r\n:1\r\n:8\r\n:0\r\n:100\r\n"
 #define ERR "-NOSCRIPT No matching script\r\n"
 #define NIL "$-1\r\n"
 /* lua/rules_fleet.lua's: current, Redis time, then agent, seen, version, error */
-#define FLEET "*10\r\n:3\r\n:100000\r\n$35\r\nhost=lb-1 pid=42 listen=127.0.0.1:1\r\n" \
-              "$5\r\n99000\r\n$1\r\n3\r\n$0\r\n\r\n$6\r\nhost=b\r\n:95000\r\n$1\r\n2\r\n" \
-              "$24\r\nversion 3: redis:v3:1: x\r\n"
+#define FLEET                                                                                      \
+    "*10\r\n:3\r\n:100000\r\n$35\r\nhost=lb-1 pid=42 listen=127.0.0.1:1\r\n"                       \
+    "$5\r\n99000\r\n$1\r\n3\r\n$0\r\n\r\n$6\r\nhost=b\r\n:95000\r\n$1\r\n2\r\n"                    \
+    "$24\r\nversion 3: redis:v3:1: x\r\n"
 #define NO_MODE2 (-1)
 #define LONG_BULK 2000 /* digits of the long bulk string seed */
 
@@ -558,14 +569,15 @@ static const struct {
      * interval's worth of tokens added on top took past BUCKET_MAX_PERIOD_US */
     {0x80, NO_MODE2, "*4\r\n:0\r\n:0\r\n:9999999999999\r\n:0\r\n"},
     /* rate leases: warm keys, a slow rule, with and without prefetch */
-    {0x00, 0x07, CLAIM_OK CLAIM_OK CLAIM_OK CLAIM_RATE CLAIM_RATE CLAIM_RATE_KEPT CLAIM_RATE
-                     CLAIM_RATE_NONE CLAIM_RATE_KEPT},
-    {0x10, 0x0f, CLAIM_OK CLAIM_RATE CLAIM_OK CLAIM_RATE_KEPT CLAIM_RATE CLAIM_EMPTY
-                     CLAIM_RATE CLAIM_RATE_KEPT CLAIM_RATE},
-    {0x80, 0x03, EXACT_OK CLAIM_OK EXACT_OK CLAIM_RATE CLAIM_RATE_KEPT CLAIM_RATE ERR
-                     CLAIM_RATE},
-    {0x30, 0x17, CLAIM_RATE CLAIM_RATE_KEPT CLAIM_RATE CLAIM_RATE CLAIM_RATE_KEPT
-                     CLAIM_RATE_NONE CLAIM_RATE},
+    {0x00, 0x07,
+     CLAIM_OK CLAIM_OK CLAIM_OK CLAIM_RATE CLAIM_RATE CLAIM_RATE_KEPT CLAIM_RATE CLAIM_RATE_NONE
+         CLAIM_RATE_KEPT},
+    {0x10, 0x0f,
+     CLAIM_OK CLAIM_RATE CLAIM_OK CLAIM_RATE_KEPT CLAIM_RATE CLAIM_EMPTY CLAIM_RATE CLAIM_RATE_KEPT
+         CLAIM_RATE},
+    {0x80, 0x03, EXACT_OK CLAIM_OK EXACT_OK CLAIM_RATE CLAIM_RATE_KEPT CLAIM_RATE ERR CLAIM_RATE},
+    {0x30, 0x17,
+     CLAIM_RATE CLAIM_RATE_KEPT CLAIM_RATE CLAIM_RATE CLAIM_RATE_KEPT CLAIM_RATE_NONE CLAIM_RATE},
     /* the same without rate leases */
     {0x00, 0x06, CLAIM_OK CLAIM_OK CLAIM_OK CLAIM_RATE CLAIM_RATE CLAIM_RATE_KEPT CLAIM_RATE},
     /* a fixed window: claims, exact calls, a denial to the boundary */
@@ -591,10 +603,38 @@ static const struct {
 #define NSEEDS (sizeof(seeds) / sizeof(seeds[0]))
 
 static const char *const fuzz_dict[] = {
-    CLAIM_OK, CLAIM_EMPTY, CLAIM_STR, CLAIM_RATE, CLAIM_RATE_KEPT, EXACT_OK, EXACT_NO, BATCH,
-    ERR, NIL, FLEET, "*100000000\r\n", "$536870912\r\n", "*1\r\n*1\r\n*1\r\n", "host=", " pid=", " listen=", "*10\r\n", "*8\r\n", "*4\r\n", ":0\r\n", ":1\r\n", ":-1\r\n", ":1000\r\n",
-    ":200000\r\n", ":9223372036854775807\r\n", "$3\r\n", "$1000\r\n", "+OK\r\n", "*-1\r\n",
-    "*0\r\n", "\r\n",
+    CLAIM_OK,
+    CLAIM_EMPTY,
+    CLAIM_STR,
+    CLAIM_RATE,
+    CLAIM_RATE_KEPT,
+    EXACT_OK,
+    EXACT_NO,
+    BATCH,
+    ERR,
+    NIL,
+    FLEET,
+    "*100000000\r\n",
+    "$536870912\r\n",
+    "*1\r\n*1\r\n*1\r\n",
+    "host=",
+    " pid=",
+    " listen=",
+    "*10\r\n",
+    "*8\r\n",
+    "*4\r\n",
+    ":0\r\n",
+    ":1\r\n",
+    ":-1\r\n",
+    ":1000\r\n",
+    ":200000\r\n",
+    ":9223372036854775807\r\n",
+    "$3\r\n",
+    "$1000\r\n",
+    "+OK\r\n",
+    "*-1\r\n",
+    "*0\r\n",
+    "\r\n",
 };
 #define FUZZ_NDICT (sizeof(fuzz_dict) / sizeof(fuzz_dict[0]))
 
@@ -624,7 +664,7 @@ static size_t fuzz_seed(size_t k, uint8_t *buf)
 static void fuzz_summary(void)
 {
     printf(FUZZ_NAME ": %llu replies, %llu decisions allowed, %llu blocked, %llu rate lease "
-           "claims, %llu fleet views, %llu inputs refused by the caps\n",
+                     "claims, %llu fleet views, %llu inputs refused by the caps\n",
            n_replies, n_allowed, n_blocked,
            (unsigned long long)atomic_load(&metrics.lease_rate_claims), n_fleet, n_capped);
 }

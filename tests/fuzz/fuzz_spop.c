@@ -123,8 +123,8 @@ static const struct ruleset *fuzz_rs;
 static struct lease_config fuzz_lcfg;
 
 /* Totals over all inputs, for the standalone summary: how deep inputs go. */
-static unsigned long long total_acks, total_disconnects, total_hits, total_leased,
-    total_arg_limits, total_blocked, total_refunded;
+static unsigned long long total_acks, total_disconnects, total_hits, total_leased, total_arg_limits,
+    total_blocked, total_refunded;
 
 /* A NOTIFY decided but not answered yet. */
 struct held_notify {
@@ -143,8 +143,8 @@ struct fuzz_run {
     struct lease_table *leases;
     struct lease_waiter *waiters; /* the core's, one per hit */
     size_t waiters_cap;
-    uint64_t granted;     /* tokens the stand-in Redis leased out */
-    uint64_t leased_ok;   /* decisions the lease cache allowed from them */
+    uint64_t granted;   /* tokens the stand-in Redis leased out */
+    uint64_t leased_ok; /* decisions the lease cache allowed from them */
     uint64_t now_us;
     struct rule_eval ev;
     struct held_notify held[MAX_DEFERRED];
@@ -186,7 +186,8 @@ static const struct ruleset *fuzz_ruleset(const uint8_t *cfg)
         fuzz_fail("a generated config is refused");
     }
     fuzz_lcfg = (struct lease_config){c->lease_interval_ms * 1000, LEASE_TTL_MS * 1000,
-                                      c->lease_max_fraction, 0, !!(cfg[0] & G_EXACT_COLD), 1};
+                                      c->lease_max_fraction,       0,
+                                      !!(cfg[0] & G_EXACT_COLD),   1};
     struct ruleset *rs = ruleset_new(c);
     if (!rs)
         fuzz_fail("out of memory building the ruleset");
@@ -396,9 +397,9 @@ static struct lease_table *leases(struct fuzz_run *r)
 static int redis_run(struct fuzz_run *r, const struct lease_job *j, uint64_t cost, int64_t *v)
 {
     /* the scripts' penalty box too (block_ms): a blocked key grants nothing */
-    const struct bucket_params p = {j->algorithm, j->limit, j->period_ms * 1000, j->burst,
-                                    j->block_ms * 1000, j->offset_ms * 1000,
-                                    j->period_ms, j->block_ms, j->offset_ms};
+    const struct bucket_params p = {j->algorithm, j->limit,           j->period_ms * 1000,
+                                    j->burst,     j->block_ms * 1000, j->offset_ms * 1000,
+                                    j->period_ms, j->block_ms,        j->offset_ms};
     struct bucket_result res, probe;
     uint64_t got = 0;
 
@@ -450,10 +451,14 @@ static struct rjob *redis_answer(struct fuzz_run *r, struct limiter_core *c, str
         j->lj->sent_us = r->now_us;
         res.n = redis_run(r, j->lj, 1, res.v);
     } else if (j->kind == RJOB_EXACT) {
-        const struct lease_job lj = {.kind = LEASE_JOB_EXACT, .algorithm = j->algorithm,
-                                     .limit = j->limit, .period_ms = j->period_ms,
-                                     .burst = j->burst, .block_ms = j->block_ms,
-                                     .offset_ms = j->offset_ms, .key = j->key,
+        const struct lease_job lj = {.kind = LEASE_JOB_EXACT,
+                                     .algorithm = j->algorithm,
+                                     .limit = j->limit,
+                                     .period_ms = j->period_ms,
+                                     .burst = j->burst,
+                                     .block_ms = j->block_ms,
+                                     .offset_ms = j->offset_ms,
+                                     .key = j->key,
                                      .keylen = j->keylen};
         res.n = redis_run(r, &lj, j->cost, res.v);
     } else if (j->kind == RJOB_CC_RELEASE) { /* a release message's: not held here */
@@ -520,9 +525,9 @@ static void refund(struct fuzz_run *r, struct rule_eval *ev)
     }
     for (struct rjob *j = jobs.head, *next; j; j = next) {
         /* as the refund scripts: the call's own limits, at its take's time */
-        const struct bucket_params p = {j->algorithm, j->limit, j->period_ms * 1000, j->burst,
-                                        j->block_ms * 1000, j->offset_ms * 1000,
-                                        j->period_ms, j->block_ms, j->offset_ms};
+        const struct bucket_params p = {j->algorithm, j->limit,           j->period_ms * 1000,
+                                        j->burst,     j->block_ms * 1000, j->offset_ms * 1000,
+                                        j->period_ms, j->block_ms,        j->offset_ms};
         unsigned k = 0;
 
         next = j->next;
@@ -554,8 +559,10 @@ static void decide(struct fuzz_run *r, const struct spop_frame *f, struct rule_e
 {
     int up = f->stream_id % 3 != 0;
     struct limiter_core c;
-    struct limiter_req req = {.ev = *ev, .rs = (struct ruleset *)fuzz_rs,
-                              .waiters = r->waiters, .waiters_cap = r->waiters_cap,
+    struct limiter_req req = {.ev = *ev,
+                              .rs = (struct ruleset *)fuzz_rs,
+                              .waiters = r->waiters,
+                              .waiters_cap = r->waiters_cap,
                               .done = fuzz_req_done};
     struct core_jobs jobs = {0};
 
@@ -633,7 +640,8 @@ static void check_slots(const struct spop_frame *f, const struct rule_eval *ev)
 {
     struct rules_slot s;
     char tok[RULES_SLOT_TOKEN_MAX];
-    size_t len = f->payload_len < RULES_SLOT_TOKEN_MAX + 8 ? f->payload_len : RULES_SLOT_TOKEN_MAX + 8;
+    size_t len =
+        f->payload_len < RULES_SLOT_TOKEN_MAX + 8 ? f->payload_len : RULES_SLOT_TOKEN_MAX + 8;
 
     if (rules_slot_parse((const char *)f->payload, len, &s) == 0) {
         if (s.key_len > RULES_SLOT_KEY_MAX || s.id == 0 || s.rule_len > CFG_MAX_NAME)

@@ -47,12 +47,8 @@ static const int seed_frames[][8] = {
  * used to have built in; the others go through leases, exact calls and
  * exact-cold claims, limits from args, small keys, the closed fallback. */
 static const uint8_t seed_cfgs[][CFG_BYTES] = {
-    {0x03, 0x14, 0x09, 0x40, 0x2c},
-    {0x07, 0x07, 0x0b, 0x8d, 0x45},
-    {0x87, 0x04, 0x44, 0x84, 0x23},
-    {0x7f, 0x13, 0x07, 0x4b, 0x8f},
-    {0x00, 0x04, 0x00, 0x00, 0x00},
-    {0x27, 0x05, 0x06, 0x09, 0x0a},
+    {0x03, 0x14, 0x09, 0x40, 0x2c}, {0x07, 0x07, 0x0b, 0x8d, 0x45}, {0x87, 0x04, 0x44, 0x84, 0x23},
+    {0x7f, 0x13, 0x07, 0x4b, 0x8f}, {0x00, 0x04, 0x00, 0x00, 0x00}, {0x27, 0x05, 0x06, 0x09, 0x0a},
     {0x46, 0x11, 0x51, 0x91, 0x03},
 };
 #define NSEED_MODES (sizeof(seed_modes) / sizeof(seed_modes[0]))
@@ -116,8 +112,8 @@ static size_t fuzz_seed(size_t k, uint8_t *buf)
     len += CFG_BYTES;
     for (size_t i = 0; frames[i] >= 0; i++) {
         if (frames[i] >= SEED_LIMITS) {
-            len += limits_notify((unsigned)(frames[i] - SEED_LIMITS), buf + len,
-                                 FUZZ_MAX_INPUT - len);
+            len +=
+                limits_notify((unsigned)(frames[i] - SEED_LIMITS), buf + len, FUZZ_MAX_INPUT - len);
             continue;
         }
         const struct spop_vector *v = &spop_vectors[frames[i]];

@@ -21,8 +21,11 @@
 static inline struct bucket_params bt_params(int algorithm, uint64_t limit, uint64_t period_us,
                                              uint64_t burst)
 {
-    struct bucket_params p = {.algorithm = algorithm, .limit = limit, .period_us = period_us,
-                              .burst = burst, .period_ms = period_us / 1000};
+    struct bucket_params p = {.algorithm = algorithm,
+                              .limit = limit,
+                              .period_us = period_us,
+                              .burst = burst,
+                              .period_ms = period_us / 1000};
     return p;
 }
 
@@ -36,8 +39,8 @@ static inline uint64_t bt_rng_next(uint64_t *s)
 }
 
 /* Take on a copy, so a probe does not disturb the state it probes. */
-static inline int bt_allowed_at(const struct bucket *b, const struct bucket_params *p,
-                                uint64_t now, uint64_t n)
+static inline int bt_allowed_at(const struct bucket *b, const struct bucket_params *p, uint64_t now,
+                                uint64_t n)
 {
     struct bucket c = *b;
     struct bucket_result r;

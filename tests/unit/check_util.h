@@ -23,13 +23,13 @@ int check_run_case(const char *name, TCase *tc);
 
 /* Adds the tests listed (START_TEST names) to tc, in that order; with
  * CK_RUN_TEST=name in the environment, only the one of that name. */
-#define CHECK_ADD(tc, ...)                                                    \
-    check_add_tests((tc), (const TTest *const[]){__VA_ARGS__},                \
+#define CHECK_ADD(tc, ...)                                                                         \
+    check_add_tests((tc), (const TTest *const[]){__VA_ARGS__},                                     \
                     sizeof((const TTest *const[]){__VA_ARGS__}) / sizeof(const TTest *))
 void check_add_tests(TCase *tc, const TTest *const *tests, size_t n);
 
 /* Adds the loop test fn over the rows of a static table. */
-#define CHECK_LOOP(tc, fn, table) \
+#define CHECK_LOOP(tc, fn, table)                                                                  \
     tcase_add_loop_test(tc, fn, 0, (int)(sizeof(table) / sizeof((table)[0])))
 
 /* A row of a CIDR parser's table: the text, and what it must parse to. */

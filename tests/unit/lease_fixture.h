@@ -26,8 +26,8 @@ struct lt_req {
 };
 
 /* lease_decide for key on a fresh request r. */
-int lt_decide(struct lease_table *t, const char *key, const struct bucket_params *p,
-              uint64_t now, int up, struct lt_req *r, struct lease_job **job);
+int lt_decide(struct lease_table *t, const char *key, const struct bucket_params *p, uint64_t now,
+              int up, struct lt_req *r, struct lease_job **job);
 
 /* reply: {granted, remaining, held, holders, retry_ms, reset_ms, lease_ms, mine}, then
  * share_ppm 0 (a token lease) and had (what Redis held for us before: mine - granted) */

@@ -35,8 +35,8 @@ void st_frame_ok(const uint8_t *p, size_t n, struct spop_frame *f);
 /* s holds exactly the text lit. */
 int st_str_is(struct spop_str s, const char *lit);
 
-#define ck_assert_spop_str(s, lit)                                                              \
-    ck_assert_msg(st_str_is((s), (lit)), "got \"%.*s\", want \"%s\"", (int)(s).len,            \
+#define ck_assert_spop_str(s, lit)                                                                 \
+    ck_assert_msg(st_str_is((s), (lit)), "got \"%.*s\", want \"%s\"", (int)(s).len,                \
                   (s).ptr ? (s).ptr : "", (lit))
 
 /* Every message of the NOTIFY payload p[0..n), each read moving forward and

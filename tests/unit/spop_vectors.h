@@ -20,6 +20,8 @@
 
 #include "spop/spop.h"
 
+/* Frames as captured, 12 bytes a line: left as they are (clang-format off). */
+/* clang-format off */
 static const uint8_t spop_vec_haproxy_hello_healthcheck[] = {
     0x00, 0x00, 0x00, 0x4e, 0x01, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x12,
     0x73, 0x75, 0x70, 0x70, 0x6f, 0x72, 0x74, 0x65, 0x64, 0x2d, 0x76, 0x65,
@@ -286,5 +288,7 @@ static const char spop_golden_actions[] = "01 03 02 07 626c6f636b6564 11"
                                           " 01 03 03 04 706c616e 08 04 676f6c64"
                                           " 01 03 01 04 676f6e65 00"
                                           " 02 02 02 05 6c696d6974";
+
+/* clang-format on */
 
 #endif

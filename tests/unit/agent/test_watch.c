@@ -210,7 +210,7 @@ int main(void)
 {
     TCase *tc = tcase_create("watch");
 
-    CHECK_ADD(tc, never_asks_raised_and_cleared, never_asks_connection_and_notifies,
-              never_asks_off, slots_never_released, secret_file_mode);
+    CHECK_ADD(tc, never_asks_raised_and_cleared, never_asks_connection_and_notifies, never_asks_off,
+              slots_never_released, secret_file_mode);
     return check_run_case("watch", tc);
 }

@@ -49,7 +49,8 @@ static const struct {
                                              "'max_frame_size' (expected an integer from 256 to "
                                              "16777216)\n"},
     /* HAProxy's ACK must hold every variable of the largest answer */
-    {"[agent]\nmax_frame_size = 256\n[rule:rrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrr]\nrate = 1/1h\n",
+    {"[agent]\nmax_frame_size = 256\n[rule:rrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrr]\nrate = "
+     "1/1h\n",
      "t.ini:2: max_frame_size 256 is too small for the ACK of rule "
      "'rrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrr' (up to 319 bytes): raise it to at least 319 or "
      "shorten the rule name\n"},
@@ -124,7 +125,8 @@ static const struct {
     {"[rule:r]\nrate = 5/1d\nwindow_offset = 2h\n",
      "t.ini:3: 'window_offset' is only used with algorithm = fixed-window\n"},
     {"[rule:r]\nrate = 5/1d\nalgorithm = fixed-window\nwindow_offset = soon\n",
-     "t.ini:4: bad duration 'soon' for 'window_offset' (expected 0 for off, or an integer > 0 and a unit: ms, s, m, h, d or w)\n"},
+     "t.ini:4: bad duration 'soon' for 'window_offset' (expected 0 for off, or an integer > 0 and "
+     "a unit: ms, s, m, h, d or w)\n"},
     /* algorithm = concurrency: limit and release required, no rate keys */
     {"[rule:c]\nalgorithm = concurrency\nrelease = r\n",
      "t.ini:1: rule 'c' (algorithm = concurrency) has no limit (requests in flight per key, "
@@ -187,8 +189,7 @@ static const struct {
      "t.ini:3: 'username' and the url's user name cannot be used together (lines 2 and 3)\n"},
     {"[redis]\nurl = redis://127.0.0.1:6379\nusername = u\n",
      "t.ini:3: 'username' needs a password (password, password_file or the url's)\n"},
-    {"[redis]\npassword = a\n",
-     "t.ini:2: 'password' is only used with url, cluster or sentinel\n"},
+    {"[redis]\npassword = a\n", "t.ini:2: 'password' is only used with url, cluster or sentinel\n"},
     {"[redis]\nurl = redis://127.0.0.1:6379\npassword =\n",
      "t.ini:3: empty value for 'password'\n"},
     {"[redis]\nurl = redis://127.0.0.1:6379\nsentinel_password = a\n",
@@ -284,7 +285,7 @@ END_TEST
 START_TEST(test_small_frame_ok)
 {
     struct config *cfg = check_config_ok("[agent]\nmax_frame_size = 256\n"
-                                 "[rule:api-key]\nkey = key\nrate = 100/1m\nburst = 20\n");
+                                         "[rule:api-key]\nkey = key\nrate = 100/1m\nburst = 20\n");
 
     ck_assert_uint_le(config_ack_max_size(&cfg->rules[0]), 256);
     config_free(cfg);
@@ -462,8 +463,7 @@ START_TEST(test_costly_regex)
     char text[512], err[CHECK_ERRLEN], want[256];
     char subject[4002];
 
-    snprintf(text, sizeof(text), "[rule:r]\nrate = 1/1s\nmatch = path %s\n",
-             costly_regexes[_i].re);
+    snprintf(text, sizeof(text), "[rule:r]\nrate = 1/1s\nmatch = path %s\n", costly_regexes[_i].re);
     if (costly_regexes[_i].why) {
         check_config_bad(text, err, sizeof(err));
         snprintf(want, sizeof(want), "t.ini:3: bad regex '%s' in 'match': %s at offset ",
@@ -491,8 +491,7 @@ static const struct {
     {"^(GET|POST)$", "POST", "PUT"},
     {"[0-9]{1,3}", "x42", "x"},
     {"\\.(png|jpg)$", "/a/b.png", "/a/bpng"},
-    {"^[a-f0-9]{64}$", "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
-     "0123"},
+    {"^[a-f0-9]{64}$", "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", "0123"},
     {"^/v[12]/(users|orders)/[^/]+$", "/v1/users/42", "/v3/users/42"},
     {"^.{0,1000}$", "short", NULL},
     {"(a+)+b", "aaab", "aaa"},
@@ -509,16 +508,12 @@ START_TEST(test_plain_regex)
     char text[512];
     struct config *cfg;
 
-    snprintf(text, sizeof(text), "[rule:r]\nrate = 1/1s\nmatch = path %s\n",
-             plain_regexes[_i].re);
+    snprintf(text, sizeof(text), "[rule:r]\nrate = 1/1s\nmatch = path %s\n", plain_regexes[_i].re);
     cfg = check_config_ok(text);
     ck_assert_str_eq(cfg->rules[0].matches[0].pattern, plain_regexes[_i].re);
-    ck_assert_int_eq(check_re(cfg->rules[0].matches[0].re, plain_regexes[_i].hit),
-                     1);
+    ck_assert_int_eq(check_re(cfg->rules[0].matches[0].re, plain_regexes[_i].hit), 1);
     if (plain_regexes[_i].miss)
-        ck_assert_int_eq(
-            check_re(cfg->rules[0].matches[0].re, plain_regexes[_i].miss),
-            0);
+        ck_assert_int_eq(check_re(cfg->rules[0].matches[0].re, plain_regexes[_i].miss), 0);
     config_free(cfg);
 }
 END_TEST
@@ -545,7 +540,6 @@ END_TEST
 int main(void)
 {
     TCase *tc = tcase_create("errors");
-
 
     CHECK_LOOP(tc, test_bad, bad_configs);
     CHECK_ADD(tc, test_many_errors, test_small_frame_ok, test_error_buffer, test_error_flood,

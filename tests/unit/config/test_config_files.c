@@ -204,7 +204,7 @@ START_TEST(test_variants)
     config_free(cfg);
 
     cfg = check_config_ok("\xEF\xBB\xBF[agent]\r\nlisten: unix:/run/spoa.sock\r\nworkers=256\r\n"
-                  "max_frame_size = 16777216\n");
+                          "max_frame_size = 16777216\n");
     ck_assert_str_eq(cfg->listen, "unix:/run/spoa.sock");
     ck_assert_int_eq(cfg->workers, 256);
     ck_assert_uint_eq(cfg->max_frame_size, 16777216);
@@ -214,8 +214,8 @@ START_TEST(test_variants)
     static const struct {
         const char *v;
         uint64_t ms;
-    } keepalives[] = {{"0", 0}, {"0s", 0}, {"00ms", 0}, {"100ms", 100}, {"250ms", 250},
-                      {"2s", 2000}, {"1m", 60000}, {"365d", 31536000000ULL}};
+    } keepalives[] = {{"0", 0},       {"0s", 0},    {"00ms", 0},   {"100ms", 100},
+                      {"250ms", 250}, {"2s", 2000}, {"1m", 60000}, {"365d", 31536000000ULL}};
     for (size_t i = 0; i < sizeof(keepalives) / sizeof(keepalives[0]); i++) {
         char text[128];
         snprintf(text, sizeof(text), "[redis]\nurl = redis://127.0.0.1:6379\nkeepalive = %s\n",
@@ -235,9 +235,10 @@ START_TEST(test_variants)
     ck_assert_uint_eq(cfg->max_entries, 5000);
     config_free(cfg);
 
-    cfg = check_config_ok("[agent]\nlisten = *:12345\nstats = :9145\nmax_frame_size = 256\n"
-                  "[redis]\nsentinel = 10.0.0.1:26379, [::1]:26380,\n  sentinel.example:26381\n"
-                  "master = mymaster\nprefix =\n");
+    cfg = check_config_ok(
+        "[agent]\nlisten = *:12345\nstats = :9145\nmax_frame_size = 256\n"
+        "[redis]\nsentinel = 10.0.0.1:26379, [::1]:26380,\n  sentinel.example:26381\n"
+        "master = mymaster\nprefix =\n");
     ck_assert_str_eq(cfg->listen, "*:12345");
     ck_assert_str_eq(cfg->stats, ":9145");
     ck_assert_uint_eq(cfg->max_frame_size, 256);
@@ -248,15 +249,15 @@ START_TEST(test_variants)
     config_free(cfg);
 
     cfg = check_config_ok("[redis]\ncluster = 127.0.0.1:7000,127.0.0.1:7001\n"
-                  "[agent]\nallow = 10.0.0.0/8,\n        192.168.0.0/16\n        ::1\n");
+                          "[agent]\nallow = 10.0.0.0/8,\n        192.168.0.0/16\n        ::1\n");
     ck_assert_str_eq(cfg->redis_cluster, "127.0.0.1:7000,127.0.0.1:7001");
     ck_assert_uint_eq(cfg->nallow, 3);
     ck_assert_uint_eq(cfg->allow[2].prefix, 128);
     config_free(cfg);
 
     cfg = check_config_ok("[ agent ]\nlisten = 0.0.0.0:1\n[rule:r]\nrate = 1/1s\n"
-                  "key = a, ; inline comments end continuation lines too\n"
-                  "  b ; like this\n");
+                          "key = a, ; inline comments end continuation lines too\n"
+                          "  b ; like this\n");
     ck_assert_str_eq(cfg->listen, "0.0.0.0:1");
     ck_assert_uint_eq(cfg->rules[0].nkeys, 2);
     ck_assert_str_eq(cfg->rules[0].keys[1], "b");
@@ -286,9 +287,9 @@ START_TEST(test_resolution)
 
     /* [fallback] after the rules still gives their default on_redis_down */
     cfg = check_config_ok("[rule:a]\nrate = 1/1s\n"
-                  "[rule:b]\nrate = 1/1s\non_redis_down = open\nshadow = on\n"
-                  "[rule:c]\nrate = 1/1s\non_redis_down = closed\n"
-                  "[fallback]\nmode = closed\n");
+                          "[rule:b]\nrate = 1/1s\non_redis_down = open\nshadow = on\n"
+                          "[rule:c]\nrate = 1/1s\non_redis_down = closed\n"
+                          "[fallback]\nmode = closed\n");
     ck_assert_int_eq(cfg->rules[0].on_redis_down, DOWN_CLOSED);
     ck_assert_int_eq(cfg->rules[1].on_redis_down, DOWN_OPEN);
     ck_assert_int_eq(cfg->rules[2].on_redis_down, DOWN_CLOSED);
@@ -298,8 +299,8 @@ START_TEST(test_resolution)
 
     /* [agent] shadow = yes makes every rule a shadow rule, even "shadow = no" */
     cfg = check_config_ok("[rule:a]\nrate = 1/1s\nshadow = no\n"
-                  "[rule:b]\nrate = 1/1s\n"
-                  "[agent]\nshadow = yes\n");
+                          "[rule:b]\nrate = 1/1s\n"
+                          "[agent]\nshadow = yes\n");
     ck_assert_int_eq(cfg->shadow, 1);
     ck_assert_int_eq(cfg->rules[0].shadow, 1);
     ck_assert_int_eq(cfg->rules[1].shadow, 1);
@@ -317,10 +318,11 @@ END_TEST
 /* cost: 1 by default, any integer >= 0, or an arg with its ceiling */
 START_TEST(test_cost)
 {
-    struct config *cfg = check_config_ok("[rule:a]\nrate = 10/1m\n"
-                                         "[rule:b]\nrate = 10/1m\ncost = 0\n"
-                                         "[rule:c]\nrate = 10/1m\ncost = 25\n"
-                                         "[rule:d]\nrate = 10/1m\ncost = arg:size\nmax_cost = 40\n");
+    struct config *cfg =
+        check_config_ok("[rule:a]\nrate = 10/1m\n"
+                        "[rule:b]\nrate = 10/1m\ncost = 0\n"
+                        "[rule:c]\nrate = 10/1m\ncost = 25\n"
+                        "[rule:d]\nrate = 10/1m\ncost = arg:size\nmax_cost = 40\n");
     ck_assert_uint_eq(cfg->rules[0].cost, 1);
     ck_assert_ptr_null(cfg->rules[0].cost_arg);
     ck_assert_uint_eq(cfg->rules[0].max_cost, 0);
@@ -396,12 +398,12 @@ START_TEST(test_arg_limits)
     const struct cfg_rule *r;
 
     cfg = check_config_ok("[rule:a]\nkey = k\nrate = arg:limit\nmax_rate = 1000/1m\n"
-                  "[rule:b]\nkey = k\nrate = arg:limit\nmax_rate = 5/1s\nmax_burst = 3\n"
-                  "[rule:c]\nkey = k\nrate = 10/1m\nburst = arg:b\nmax_burst = 50\n"
-                  "[rule:d]\nkey = k\nmax_rate = 1/1h\nburst = arg:b\nrate = arg:l\n"
-                  "max_burst = 9\n"
-                  "[rule:e]\nkey = k\nrate = arg:l\nmax_rate = 10/1m\nburst = 4\n"
-                  "[rule:f]\nrate = 10/1m\n");
+                          "[rule:b]\nkey = k\nrate = arg:limit\nmax_rate = 5/1s\nmax_burst = 3\n"
+                          "[rule:c]\nkey = k\nrate = 10/1m\nburst = arg:b\nmax_burst = 50\n"
+                          "[rule:d]\nkey = k\nmax_rate = 1/1h\nburst = arg:b\nrate = arg:l\n"
+                          "max_burst = 9\n"
+                          "[rule:e]\nkey = k\nrate = arg:l\nmax_rate = 10/1m\nburst = 4\n"
+                          "[rule:f]\nrate = 10/1m\n");
     r = &cfg->rules[0];
     ck_assert_str_eq(r->rate_arg, "limit");
     ck_assert_ptr_null(r->burst_arg);
@@ -443,13 +445,13 @@ START_TEST(test_match)
     /* repeated keys and continuation lines both add a match; the regex
      * keeps inner spaces; "key" continues onto indented lines too */
     cfg = check_config_ok("[rule:r]\n"
-                  "rate = 1/1s\n"
-                  "match = plan ^paid$\n"
-                  "match = ua   Mozilla/5\\.0 (X11|Windows)\n"
-                  "    path ^/api/\n"
-                  "\thost \\.example\\.com$ ; comment\n"
-                  "key = a,\n"
-                  "      b , c\n");
+                          "rate = 1/1s\n"
+                          "match = plan ^paid$\n"
+                          "match = ua   Mozilla/5\\.0 (X11|Windows)\n"
+                          "    path ^/api/\n"
+                          "\thost \\.example\\.com$ ; comment\n"
+                          "key = a,\n"
+                          "      b , c\n");
     r = &cfg->rules[0];
     ck_assert_uint_eq(r->nmatches, 4);
     ck_assert_str_eq(r->matches[0].arg, "plan");
@@ -518,10 +520,11 @@ START_TEST(test_percent_decode)
     static const struct {
         const char *in, *out; /* out NULL: refused */
     } cases[] = {
-        {"", ""},           {"plain", "plain"},     {"p%40ss", "p@ss"},
-        {"%3a%2F%25", ":/%"}, {"%7e%7E", "~~"},      {"a%", NULL},
-        {"a%4", NULL},       {"%g0", NULL},          {"%00", NULL},
-        {"p%40ss%3Aw%2Frd", "p@ss:w/rd"},
+        {"", ""},           {"plain", "plain"},
+        {"p%40ss", "p@ss"}, {"%3a%2F%25", ":/%"},
+        {"%7e%7E", "~~"},   {"a%", NULL},
+        {"a%4", NULL},      {"%g0", NULL},
+        {"%00", NULL},      {"p%40ss%3Aw%2Frd", "p@ss:w/rd"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         char out[64];
@@ -559,7 +562,8 @@ START_TEST(test_credentials)
     free(out);
     config_free(cfg);
 
-    cfg = check_config_ok("[redis]\ncluster = 127.0.0.1:7000\nusername = limiter\npassword = s3cret\n");
+    cfg = check_config_ok(
+        "[redis]\ncluster = 127.0.0.1:7000\nusername = limiter\npassword = s3cret\n");
     ck_assert_str_eq(cfg->redis_auth_user, "limiter");
     ck_assert_str_eq(cfg->redis_auth_password, "s3cret");
     out = config_render(cfg, &len);
@@ -569,7 +573,7 @@ START_TEST(test_credentials)
     config_free(cfg);
 
     cfg = check_config_ok("[redis]\nsentinel = 127.0.0.1:26379\nmaster = m\npassword = m4ster\n"
-                  "sentinel_username = sen\nsentinel_password = s3nt\n");
+                          "sentinel_username = sen\nsentinel_password = s3nt\n");
     ck_assert_str_eq(cfg->redis_auth_password, "m4ster");
     ck_assert_ptr_null(cfg->redis_auth_user);
     ck_assert_str_eq(cfg->redis_sentinel_username, "sen");
@@ -668,14 +672,13 @@ START_TEST(print_round_trip)
             ck_assert_ptr_nonnull(strstr(text, "\nkeepalive = 0 ; off\n"));
         else if (strstr(files[i], "[redis]")) /* and a duration, or the default */
             ck_assert_ptr_nonnull(strstr(text, strstr(files[i], "250ms") ? "\nkeepalive = 250ms\n"
-                                                                          : "\nkeepalive = 1s\n"));
+                                                                         : "\nkeepalive = 1s\n"));
         if (strstr(files[i], "block_for")) { /* a penalty box, and its default: off */
             ck_assert_ptr_nonnull(strstr(text, "\nblock_for = 15m\n"));
             ck_assert_ptr_nonnull(strstr(text, "\nblock_for = 0 ; off\n"));
         }
         if (strstr(files[i], "fixed-window")) { /* the algorithm and its offset */
-            ck_assert_ptr_nonnull(
-                strstr(text, "rate = 10000/1d\nburst = 10000\n"));
+            ck_assert_ptr_nonnull(strstr(text, "rate = 10000/1d\nburst = 10000\n"));
             ck_assert_ptr_nonnull(strstr(text, "algorithm = fixed-window\nwindow_offset = 0\n"));
             ck_assert_ptr_nonnull(strstr(text, "algorithm = fixed-window\nwindow_offset = 4d\n"));
         }
@@ -707,21 +710,21 @@ static void note(void *ctx, const char *name, const char *in_force, const char *
 
 START_TEST(test_config_page)
 {
-    struct config *a = check_config_ok("[agent]\nworkers = 2\n[redis]\nurl = redis://:pw1@127.0.0.1:6379\n"
-                               "[rule:r]\nrate = 1/1s\n");
+    struct config *a =
+        check_config_ok("[agent]\nworkers = 2\n[redis]\nurl = redis://:pw1@127.0.0.1:6379\n"
+                        "[rule:r]\nrate = 1/1s\n");
     struct config *b = check_config_ok("[agent]\nworkers = 3\nlisten = 127.0.0.1:1\n[redis]\n"
-                               "url = redis://:pw2@127.0.0.1:6379\n[lease]\nttl = 2s\n"
-                               "[rule:r]\nrate = 2/1s\n");
+                                       "url = redis://:pw2@127.0.0.1:6379\n[lease]\nttl = 2s\n"
+                                       "[rule:r]\nrate = 2/1s\n");
     char got[1024] = "";
     size_t len, body_len;
 
     ck_assert_uint_eq(config_page_pending(a, a, note, got), 0);
     /* a url changed in place (here its password) is applied by the reload */
     ck_assert_uint_eq(config_page_pending(a, b, note, got), 3);
-    ck_assert_str_eq(got,
-                     "listen: 127.0.0.1:12345 -> 127.0.0.1:1\n"
-                     "workers: 2 -> 3\n"
-                     "[lease] ttl: 1000ms -> 2000ms\n");
+    ck_assert_str_eq(got, "listen: 127.0.0.1:12345 -> 127.0.0.1:1\n"
+                          "workers: 2 -> 3\n"
+                          "[lease] ttl: 1000ms -> 2000ms\n");
     char *page = config_page_render(a, b, 86400, &len);
     char *body = config_render(b, &body_len);
     ck_assert_ptr_nonnull(page);
@@ -778,11 +781,9 @@ int main(void)
 {
     TCase *tc = tcase_create("files");
 
-
     CHECK_ADD(tc, test_cost, test_block_for, test_fixed_window, test_charge, print_round_trip,
-              test_full, test_defaults, test_variants,
-              test_resolution,
-              test_match, test_arg_limits, test_file, test_percent_decode, test_credentials,
-              test_config_page, test_user_can_read);
+              test_full, test_defaults, test_variants, test_resolution, test_match, test_arg_limits,
+              test_file, test_percent_decode, test_credentials, test_config_page,
+              test_user_can_read);
     return check_run_case("config_files", tc);
 }

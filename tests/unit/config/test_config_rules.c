@@ -16,9 +16,9 @@
 #include "http/config_page.h"
 #include "rules_redis/rules_fleet.h"
 
-#define REDIS_FILE                                                                       \
-    "[agent]\nmax_frame_size = 16380\n[redis]\nurl = redis://127.0.0.1:6379\n"          \
-    "[fallback]\nmode = closed\n[rules]\nsource = redis\ncache = /tmp/x/rules.ini\n" \
+#define REDIS_FILE                                                                                 \
+    "[agent]\nmax_frame_size = 16380\n[redis]\nurl = redis://127.0.0.1:6379\n"                     \
+    "[fallback]\nmode = closed\n[rules]\nsource = redis\ncache = /tmp/x/rules.ini\n"               \
     "[rule:own]\nrate = 1/s\n"
 
 /* The agent's file, written to a temporary path (freed by the caller). */
@@ -76,7 +76,8 @@ START_TEST(test_rules_defaults)
     config_free(cfg);
     unsetenv("STATE_DIRECTORY");
     /* empty: none */
-    cfg = check_config_ok("[redis]\nurl = redis://127.0.0.1:6379\n[rules]\nsource = redis\ncache =\n");
+    cfg = check_config_ok(
+        "[redis]\nurl = redis://127.0.0.1:6379\n[rules]\nsource = redis\ncache =\n");
     ck_assert_ptr_null(cfg->rules_cache);
     config_free(cfg);
 }
@@ -129,8 +130,9 @@ START_TEST(test_with_rules)
     char err[CHECK_ERRLEN];
     struct config *cfg = NULL;
 
-    ck_assert_int_eq(load_rules(REDIS_FILE, "[rule:a]\nrate = 5/s\nkey = src\n[rule:b]\nrate = "
-                                            "7/1m\n",
+    ck_assert_int_eq(load_rules(REDIS_FILE,
+                                "[rule:a]\nrate = 5/s\nkey = src\n[rule:b]\nrate = "
+                                "7/1m\n",
                                 &cfg, err, sizeof(err)),
                      0);
     ck_assert_uint_eq(cfg->nrules, 2);
@@ -200,9 +202,8 @@ START_TEST(test_with_rules_bounds)
     ck_assert_int_eq(
         config_load_with_rules(path, text, big - 1, "redis:v9", &cfg, err, sizeof(err)), 0);
     config_free(cfg);
-    ck_assert_int_eq(config_load_with_rules(path, "[rule:a]\0x", 10, "redis:v9", &cfg, err,
-                                            sizeof(err)),
-                     -1);
+    ck_assert_int_eq(
+        config_load_with_rules(path, "[rule:a]\0x", 10, "redis:v9", &cfg, err, sizeof(err)), -1);
     ck_assert_str_eq(err, "redis:v9: holds a NUL byte: not text\n");
     free(text);
     /* one rule more than a file may hold */
@@ -272,9 +273,15 @@ static int parse(size_t n, const char *const *str, struct rules_fleet *f)
 
 START_TEST(test_fleet_view)
 {
-    const char *const reply[] = {"3", "100000",
-                                 "host=lb-1 pid=42 listen=127.0.0.1:12345", "99000", "3", "",
-                                 "host=lb-2 pid=7 listen=unix:/run/x", "95500", "2",
+    const char *const reply[] = {"3",
+                                 "100000",
+                                 "host=lb-1 pid=42 listen=127.0.0.1:12345",
+                                 "99000",
+                                 "3",
+                                 "",
+                                 "host=lb-2 pid=7 listen=unix:/run/x",
+                                 "95500",
+                                 "2",
                                  "version 3: redis:v3:2: bad rate 'x\"\x01'"};
     struct rules_fleet f;
     size_t len;
@@ -309,8 +316,8 @@ START_TEST(test_fleet_view)
     free(verdict);
     rules_fleet_clear(&f);
     /* on the current version, but reporting an error: named too */
-    const char *const err_on_current[] = {"3", "100000", "host=lb-1 pid=42 listen=:1", "99000",
-                                          "3", "version 2: x"};
+    const char *const err_on_current[] = {"3",     "100000", "host=lb-1 pid=42 listen=:1",
+                                          "99000", "3",      "version 2: x"};
     ck_assert_int_eq(parse(6, err_on_current, &f), 0);
     verdict = rules_fleet_verdict(&f);
     ck_assert_str_eq(verdict, "1 of 1 agents off version 3 or with an apply error: lb-1 pid 42 "

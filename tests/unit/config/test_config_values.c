@@ -276,7 +276,8 @@ START_TEST(test_listener_limits)
     ck_assert(!net_peer_allowed(cfg->stats_allow, cfg->nstats_allow, (struct sockaddr *)&other));
     config_free(cfg);
 
-    cfg = check_config_ok("[agent]\nmax_connections = 1\nstats_allow = 192.0.2.0/24,\n  10.0.0.0/8\n");
+    cfg = check_config_ok(
+        "[agent]\nmax_connections = 1\nstats_allow = 192.0.2.0/24,\n  10.0.0.0/8\n");
     ck_assert_uint_eq(cfg->max_connections, 1);
     ck_assert_uint_eq(cfg->nstats_allow, 2);
     ck_assert_uint_eq(cfg->stats_allow[1].prefix, 8);

@@ -151,12 +151,16 @@ static void realistic(char *out, size_t cap, int i, int j)
 {
     switch (j % 4) {
     case 0:
-        snprintf(out, cap, "^/api/v[0-9]+/(users|orders|items|carts|payments)/[0-9]+(/[a-z_]+)?"
-                           "%d/%d$", i, j);
+        snprintf(out, cap,
+                 "^/api/v[0-9]+/(users|orders|items|carts|payments)/[0-9]+(/[a-z_]+)?"
+                 "%d/%d$",
+                 i, j);
         break;
     case 1:
-        snprintf(out, cap, "(?i)(curl|wget|python-requests|go-http-client|libwww-perl|scrapy|"
-                           "okhttp|axios)/%d\\.%d", i, j);
+        snprintf(out, cap,
+                 "(?i)(curl|wget|python-requests|go-http-client|libwww-perl|scrapy|"
+                 "okhttp|axios)/%d\\.%d",
+                 i, j);
         break;
     case 2:
         snprintf(out, cap, "^(www\\.|api\\.)?shop%d-%d\\.example\\.(com|net|org)$", i, j);
@@ -177,8 +181,7 @@ START_TEST(large_realistic_set_accepted)
     size_t len, pbytes;
     char *text = rule_set(200, 4, realistic, &len, &pbytes);
 
-    ck_assert_msg(rules_redis_check_text(ini, text, len, "rules.ini", &cfg, err, sizeof(err)) ==
-                      0,
+    ck_assert_msg(rules_redis_check_text(ini, text, len, "rules.ini", &cfg, err, sizeof(err)) == 0,
                   "%s", err);
     const struct cfg_regex_use *u = &cfg->regex_use;
     printf("  200 rules x 4 regexes: %zu bytes of text, %zu compiled (JIT included), %llu ms "
@@ -223,8 +226,11 @@ START_TEST(text_budget_edge)
     free(text);
     text = strbuf_finish(&b, &len);
     check_config_bad(text, err, sizeof(err));
-    ck_assert_msg(strncmp(err, "t.ini: rule set over its budget: its 257 regexes hold 262145 "
-                               "bytes of text", 73) == 0, "%s", err);
+    ck_assert_msg(strncmp(err,
+                          "t.ini: rule set over its budget: its 257 regexes hold 262145 "
+                          "bytes of text",
+                          73) == 0,
+                  "%s", err);
     free(text);
 }
 END_TEST

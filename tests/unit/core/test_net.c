@@ -181,7 +181,8 @@ START_TEST(test_format_peer)
     char buf[NET_PEER_TEXT_MAX], small[6];
 
     inet_pton(AF_INET, "192.0.2.7", &in.sin_addr);
-    ck_assert_str_eq(net_format_peer((struct sockaddr *)&in, 1, buf, sizeof(buf)), "192.0.2.7:4242");
+    ck_assert_str_eq(net_format_peer((struct sockaddr *)&in, 1, buf, sizeof(buf)),
+                     "192.0.2.7:4242");
     ck_assert_str_eq(net_format_peer((struct sockaddr *)&in, 0, buf, sizeof(buf)), "192.0.2.7");
     inet_pton(AF_INET6, "2001:db8::1", &in6.sin6_addr);
     ck_assert_str_eq(net_format_peer((struct sockaddr *)&in6, 1, buf, sizeof(buf)),
@@ -436,13 +437,19 @@ static const struct {
     int err;
     int action;
 } accept_errs[] = {
-    {EAGAIN, NET_ACCEPT_WAIT},       {EWOULDBLOCK, NET_ACCEPT_WAIT},
-    {EBADF, NET_ACCEPT_WAIT},        {EINVAL, NET_ACCEPT_WAIT},
-    {EINTR, NET_ACCEPT_NEXT},        {ECONNABORTED, NET_ACCEPT_NEXT},
-    {EPROTO, NET_ACCEPT_NEXT},       {EPERM, NET_ACCEPT_NEXT},
+    {EAGAIN, NET_ACCEPT_WAIT},
+    {EWOULDBLOCK, NET_ACCEPT_WAIT},
+    {EBADF, NET_ACCEPT_WAIT},
+    {EINVAL, NET_ACCEPT_WAIT},
+    {EINTR, NET_ACCEPT_NEXT},
+    {ECONNABORTED, NET_ACCEPT_NEXT},
+    {EPROTO, NET_ACCEPT_NEXT},
+    {EPERM, NET_ACCEPT_NEXT},
     /* the listening socket stays readable: watching it would spin */
-    {EMFILE, NET_ACCEPT_PAUSE},      {ENFILE, NET_ACCEPT_PAUSE},
-    {ENOBUFS, NET_ACCEPT_PAUSE},     {ENOMEM, NET_ACCEPT_PAUSE},
+    {EMFILE, NET_ACCEPT_PAUSE},
+    {ENFILE, NET_ACCEPT_PAUSE},
+    {ENOBUFS, NET_ACCEPT_PAUSE},
+    {ENOMEM, NET_ACCEPT_PAUSE},
 };
 
 START_TEST(test_accept_action)
@@ -465,7 +472,7 @@ START_TEST(test_raise_nofile)
     ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &low), 0);
     ck_assert_uint_eq(net_raise_nofile(48), 48);
     ck_assert_uint_eq(net_raise_nofile(40), 48); /* never lowered */
-    if (rl.rlim_max != RLIM_INFINITY) /* never above the hard limit */
+    if (rl.rlim_max != RLIM_INFINITY)            /* never above the hard limit */
         ck_assert_uint_eq(net_raise_nofile((uint64_t)rl.rlim_max + 1), rl.rlim_max);
 }
 END_TEST
@@ -474,9 +481,9 @@ static const struct {
     const char *host;
     int numeric;
 } hosts[] = {
-    {"127.0.0.1", 1}, {"10.1.2.3", 1},   {"::1", 1},        {"2001:db8::7", 1},
-    {"::ffff:10.0.0.1", 1}, {"localhost", 0}, {"redis-1", 0}, {"1.2.3", 0},
-    {"[::1]", 0},     {"", 0},           {"256.1.1.1", 0}, {"1.2.3.4.example", 0},
+    {"127.0.0.1", 1},       {"10.1.2.3", 1},  {"::1", 1},       {"2001:db8::7", 1},
+    {"::ffff:10.0.0.1", 1}, {"localhost", 0}, {"redis-1", 0},   {"1.2.3", 0},
+    {"[::1]", 0},           {"", 0},          {"256.1.1.1", 0}, {"1.2.3.4.example", 0},
 };
 
 START_TEST(test_numeric_host)

@@ -31,23 +31,23 @@ static const struct slot_case slots[] = {
     {"bar", 5061},
     {"a", 15495},
     {"", 0},
-    {"123456789", 12739},            /* CRC16 0x31C3 & 16383 */
-    {"{foo}.bar", 12182},            /* hashtag: "foo" */
-    {"x{foo}y{bar}", 12182},         /* the first {...} counts */
-    {"{user1000}.following", 3443},  /* the spec's example pair: one slot */
+    {"123456789", 12739},           /* CRC16 0x31C3 & 16383 */
+    {"{foo}.bar", 12182},           /* hashtag: "foo" */
+    {"x{foo}y{bar}", 12182},        /* the first {...} counts */
+    {"{user1000}.following", 3443}, /* the spec's example pair: one slot */
     {"{user1000}.followers", 3443},
-    {"foo{bar}{zap}", 5061},         /* spec: "bar" is hashed */
-    {"foo{{bar}}zap", 4015},         /* spec: "{bar" is hashed */
-    {"{bar", 4015},                  /* ... the same slot as the key "{bar" */
-    {"{}foo", 9500},                 /* empty tag: the whole key */
-    {"foo{}{bar}", 8363},            /* spec: empty first tag, the whole key */
-    {"foo{", 7673},                  /* no closing brace: the whole key */
+    {"foo{bar}{zap}", 5061}, /* spec: "bar" is hashed */
+    {"foo{{bar}}zap", 4015}, /* spec: "{bar" is hashed */
+    {"{bar", 4015},          /* ... the same slot as the key "{bar" */
+    {"{}foo", 9500},         /* empty tag: the whole key */
+    {"foo{}{bar}", 8363},    /* spec: empty first tag, the whole key */
+    {"foo{", 7673},          /* no closing brace: the whole key */
     /* from CLUSTER KEYSLOT of redis-server 7.0 in cluster mode, not from
      * the code under test */
     {"x", 16287},
-    {"rl:tb:api:{x}1", 16287},     /* a client's hashtag chooses the slot... */
+    {"rl:tb:api:{x}1", 16287}, /* a client's hashtag chooses the slot... */
     {"rl:tb:api:{x}2", 16287},
-    {"rl:tb:api:{}{x}1", 13944},   /* ...unless fenced: the whole key counts */
+    {"rl:tb:api:{}{x}1", 13944}, /* ...unless fenced: the whole key counts */
     {"rl:tb:api:{}{x}2", 1563},
     {"rl:tb:api:{}{}", 12656},
     {"rl:sw:login:{}{user}", 3949},
@@ -146,7 +146,8 @@ START_TEST(slot_fence)
     char key[64];
 
     for (size_t i = 0; i < sizeof(plain) / sizeof(plain[0]); i++)
-        ck_assert_uint_eq(util_slot_fence(plain[i], strlen(plain[i])), strchr(plain[i], '{') ? 2 : 0);
+        ck_assert_uint_eq(util_slot_fence(plain[i], strlen(plain[i])),
+                          strchr(plain[i], '{') ? 2 : 0);
     for (size_t i = 0; i < sizeof(fenced) / sizeof(fenced[0]); i++) {
         ck_assert_uint_eq(util_slot_fence(fenced[i], strlen(fenced[i])), 2);
         int n = snprintf(key, sizeof(key), "rl:tb:r:%s%s", UTIL_SLOT_FENCE, fenced[i]);
@@ -272,10 +273,22 @@ END_TEST
 /* util_u64_dec against printf at the boundaries of every digit count. The
  * buffer is exactly UTIL_U64_DEC_MAX bytes on the heap so that ASan sees a
  * write past it. */
-static const uint64_t dec_cases[] = {0, 1, 9, 10, 99, 100, 999, 1000, 65535, 4294967295ULL,
-                                     4294967296ULL, 999999999999999999ULL,
-                                     1000000000000000000ULL, 9999999999999999999ULL,
-                                     10000000000000000000ULL, UINT64_MAX};
+static const uint64_t dec_cases[] = {0,
+                                     1,
+                                     9,
+                                     10,
+                                     99,
+                                     100,
+                                     999,
+                                     1000,
+                                     65535,
+                                     4294967295ULL,
+                                     4294967296ULL,
+                                     999999999999999999ULL,
+                                     1000000000000000000ULL,
+                                     9999999999999999999ULL,
+                                     10000000000000000000ULL,
+                                     UINT64_MAX};
 
 START_TEST(u64_dec)
 {
@@ -336,12 +349,13 @@ static const struct {
     const char *policy;
 } info_cases[] = {
     {"# Memory\r\nmaxmemory:2097152\r\nmaxmemory_human:2.00M\r\nmaxmemory_policy:allkeys-lru\r\n"
-     "# Stats\r\nevicted_keys:2751\r\n", 1, 2097152, 2751, "allkeys-lru"},
+     "# Stats\r\nevicted_keys:2751\r\n",
+     1, 2097152, 2751, "allkeys-lru"},
     {"maxmemory:2097152\nmaxmemory_policy:noeviction\nevicted_keys:0\n", 0, 2097152, 0,
      "noeviction"},
     {"maxmemory:0\r\nmaxmemory_policy:allkeys-lru\r\n", 0, 0, 0, "allkeys-lru"}, /* no limit */
     {"maxmemory:1000\r\nmaxmemory_policy:volatile-ttl\r\n", 1, 1000, 0, "volatile-ttl"},
-    {"maxmemory_human:1\r\nevicted_keys_x:9\r\n", 0, 0, 0, ""}, /* look-alikes */
+    {"maxmemory_human:1\r\nevicted_keys_x:9\r\n", 0, 0, 0, ""},                /* look-alikes */
     {"maxmemory:12x\r\nmaxmemory_policy:allkeys-lfu", 0, 0, 0, "allkeys-lfu"}, /* bad number */
     {"", 0, 0, 0, ""},
 };
@@ -364,7 +378,6 @@ START_TEST(info_eviction)
 END_TEST
 
 END_TEST
-
 
 int main(void)
 {

@@ -170,8 +170,8 @@ START_TEST(base64_vectors)
 {
     /* RFC 4648, section 10 */
     static const char *const in[] = {"", "f", "fo", "foo", "foob", "fooba", "foobar"};
-    static const char *const out[] = {"", "Zg==", "Zm8=", "Zm9v", "Zm9vYg==", "Zm9vYmE=",
-                                      "Zm9vYmFy"};
+    static const char *const out[] = {"",         "Zg==",     "Zm8=",    "Zm9v",
+                                      "Zm9vYg==", "Zm9vYmE=", "Zm9vYmFy"};
     char b[16];
 
     util_base64(in[_i], strlen(in[_i]), b);

@@ -129,7 +129,8 @@ START_TEST(prefetch_tops_up_before_dry)
         ck_assert_ptr_null(next);
     }
     /* Redis now counts 2 + 20 held: 20 left after the 2 spent meanwhile */
-    lt_reply(t, j, (const int64_t[8]){20, 800, 22, 1, 0, 1, 1000, 22}, now + 500, &done, &fb, &next);
+    lt_reply(t, j, (const int64_t[8]){20, 800, 22, 1, 0, 1, 1000, 22}, now + 500, &done, &fb,
+             &next);
     ck_assert_int_eq(lt_count(done), 0);
     ck_assert_ptr_null(next);
     int local = 0;
@@ -164,7 +165,7 @@ START_TEST(prefetch_tops_up_before_dry)
     lt_decide(t, "k", &lt_pbig, now, 1, &r, &j);
     j->sent_us = now;
     lt_reply(t, j, (const int64_t[8]){100, 800, 100, 1, 0, 1, 1000, 100}, now + 100, &done, &fb,
-          &next);
+             &next);
     for (int i = 0; i < 60; i++) {
         ck_assert_int_eq(lt_decide(t, "k", &lt_pbig, now + 200, 1, &r, &next), LEASE_DONE);
         ck_assert_ptr_null(next);
@@ -196,7 +197,7 @@ START_TEST(blocked_until_an_intervals_worth)
     lt_decide(t, "slow", &lt_p10, 10 * S, 1, &r, &j);
     j->sent_us = 10 * S;
     lt_reply(t, j, (const int64_t[8]){0, 0, 0, 0, 6000, 6000, 0, 0}, 10 * S + 100, &done, &fb,
-          &next);
+             &next);
     ck_assert_int_eq(lt_count(done), 1);
     ck_assert(!r.res.allowed);
     ck_assert_uint_eq(r.res.retry_us, 6000 * MS);
@@ -278,9 +279,9 @@ START_TEST(negative_cache)
     ck_assert(!r[0].res.allowed);
     ck_assert_uint_eq(r[0].res.retry_us, 3 * S);
     /* a cost of 3: one token in 3 s, two more 6 s each later */
-    ck_assert_int_eq(lease_decide_cost(t, "k", 1, &lt_p10, 3, 3 * S + 1000, 1, &r[0].w, &r[0].res,
-                                       &next),
-                     LEASE_DONE);
+    ck_assert_int_eq(
+        lease_decide_cost(t, "k", 1, &lt_p10, 3, 3 * S + 1000, 1, &r[0].w, &r[0].res, &next),
+        LEASE_DONE);
     ck_assert(!r[0].res.allowed);
     ck_assert_uint_eq(r[0].res.retry_us, 15 * S);
     ck_assert_uint_ge(r[0].res.reset_us, 15 * S);
@@ -289,7 +290,7 @@ START_TEST(negative_cache)
     ck_assert_ptr_nonnull(j);
     j->sent_us = 6 * S + 1000;
     lt_reply(t, j, (const int64_t[8]){1, 0, 1, 1, 6000, 60000, 1000, 1}, 6 * S + 2000, &done, &fb,
-          &next);
+             &next);
     ck_assert(r[0].res.allowed);
     lease_table_free(t);
 }
@@ -371,8 +372,8 @@ START_TEST(follow_up_claim_for_uncovered_waiters)
     j->sent_us = 0;
     lt_reply(t, j, (const int64_t[8]){1, 500, 1, 1, 0, 1, 1000, 1}, 100, &done, &fb, &next);
     ck_assert_int_eq(lt_count(done), 1);
-    ck_assert_ptr_nonnull(next);          /* Redis has tokens: ask again */
-    ck_assert_uint_ge(next->want, 4);     /* for the four still waiting */
+    ck_assert_ptr_nonnull(next);      /* Redis has tokens: ask again */
+    ck_assert_uint_ge(next->want, 4); /* for the four still waiting */
     ck_assert_uint_eq(next->used, 1);
     next->sent_us = 100;
     struct lease_job *n2;
@@ -471,9 +472,9 @@ int main(void)
 {
     TCase *tc = tcase_create("core");
 
-    CHECK_ADD(tc, claim_then_local, refund_to_the_lease, prefetch_tops_up_before_dry, blocked_until_an_intervals_worth,
-              deadline_and_mine_are_authoritative, negative_cache, peek_and_forget,
-              follow_up_claim_for_uncovered_waiters, cost_from_the_lease,
+    CHECK_ADD(tc, claim_then_local, refund_to_the_lease, prefetch_tops_up_before_dry,
+              blocked_until_an_intervals_worth, deadline_and_mine_are_authoritative, negative_cache,
+              peek_and_forget, follow_up_claim_for_uncovered_waiters, cost_from_the_lease,
               void_all_after_a_loss);
     return check_run_case("lease_claim", tc);
 }

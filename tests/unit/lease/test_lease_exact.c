@@ -21,8 +21,10 @@ static void exact_reply(struct lease_table *t, struct lease_job *j, int ok, int6
                         struct lease_waiter **done, struct lease_waiter **fb,
                         struct lease_job **next)
 {
-    int64_t v[EXACT_R_COUNT] = {[EXACT_R_ALLOWED] = allowed, [EXACT_R_REMAINING] = remaining,
-                                [EXACT_R_RETRY_MS] = retry_ms, [EXACT_R_RESET_MS] = 3000};
+    int64_t v[EXACT_R_COUNT] = {[EXACT_R_ALLOWED] = allowed,
+                                [EXACT_R_REMAINING] = remaining,
+                                [EXACT_R_RETRY_MS] = retry_ms,
+                                [EXACT_R_RESET_MS] = 3000};
     *done = *fb = NULL;
     *next = NULL;
     lease_reply(t, j, ok, ok ? v : NULL, ok ? EXACT_R_COUNT : 0, now, done, fb, next);
@@ -35,7 +37,8 @@ START_TEST(blocked_retry_keeps_the_cap)
 {
     /* 5 tokens added a block */
     const struct bucket_params p100 = {0, 100, 1 * S, 50, 0, 0, 1 * 1000, 0, 0};
-    static const int64_t retries[] = {9999999999999, INT64_MAX, (int64_t)(BUCKET_MAX_PERIOD_US / MS),
+    static const int64_t retries[] = {9999999999999, INT64_MAX,
+                                      (int64_t)(BUCKET_MAX_PERIOD_US / MS),
                                       (int64_t)(BUCKET_MAX_PERIOD_US / MS) - 1};
     struct lease_job *j, *next;
     struct lease_waiter *done, *fb;
@@ -46,7 +49,7 @@ START_TEST(blocked_retry_keeps_the_cap)
         lt_decide(t, "fast", &p100, 10 * S, 1, &r, &j);
         j->sent_us = 10 * S;
         lt_reply(t, j, (const int64_t[8]){0, 0, 0, 0, retries[i], 10, 0, 0}, 10 * S, &done, &fb,
-              &next);
+                 &next);
         ck_assert(!r.res.allowed);
         ck_assert_uint_le(r.res.retry_us, BUCKET_MAX_PERIOD_US);
         ck_assert_uint_ge(r.res.retry_us, BUCKET_MAX_PERIOD_US - 1000 * MS);

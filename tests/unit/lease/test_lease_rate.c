@@ -74,13 +74,13 @@ static struct lease_table *warm_up(void)
     ck_assert_ptr_nonnull(j);
     ck_assert_int_eq(j->rated, 1);
     ck_assert_uint_eq(j->ttl_ms, 30000);
-    ck_assert_uint_eq(j->want, 1); /* the waiter (tb_claim may add one for the bucket) */
+    ck_assert_uint_eq(j->want, 1);            /* the waiter (tb_claim may add one for the bucket) */
     ck_assert_uint_ge(j->demand_ppm, 150000); /* 2 gaps in 1.2 s: 1.67/s, of 10/s */
     ck_assert_uint_le(j->demand_ppm, 180000);
     ck_assert_uint_eq(j->rate_ppm, 2 * j->demand_ppm);
     j->sent_us = 1200 * MS;
-    reply(t, j, (const int64_t[CLAIM_R_COUNT]){5, 15, 4, 1, 0, 0, 30000, 4, 200000, 1},
-          1201 * MS, &done, &next);
+    reply(t, j, (const int64_t[CLAIM_R_COUNT]){5, 15, 4, 1, 0, 0, 30000, 4, 200000, 1}, 1201 * MS,
+          &done, &next);
     ck_assert(r.res.allowed);
     ck_assert_ptr_null(next);
     struct lease_state st = peek(t, 1201 * MS);
@@ -150,8 +150,8 @@ START_TEST(prefetch_before_the_end)
     j->sent_us = now;
     /* Redis had dropped our lease (had = 0): the 3 tokens left here were
      * counted as spent there; only what this reply grants may be spent. */
-    reply(t, j, (const int64_t[CLAIM_R_COUNT]){2, 10, 5, 1, 0, 0, 30000, 5, 200000, 0},
-          now + 1, &done, &next);
+    reply(t, j, (const int64_t[CLAIM_R_COUNT]){2, 10, 5, 1, 0, 0, 30000, 5, 200000, 0}, now + 1,
+          &done, &next);
     ck_assert_uint_eq(peek(t, now + 1).tokens, 2);
     lease_table_free(t);
 
@@ -163,8 +163,8 @@ START_TEST(prefetch_before_the_end)
     ck_assert_uint_eq(j->returned, 0);
     j->sent_us = now;
     /* It still had it: the 3 left plus 2 more, under the new slice of 5 */
-    reply(t, j, (const int64_t[CLAIM_R_COUNT]){2, 10, 5, 1, 0, 0, 30000, 5, 200000, 4},
-          now + 1, &done, &next);
+    reply(t, j, (const int64_t[CLAIM_R_COUNT]){2, 10, 5, 1, 0, 0, 30000, 5, 200000, 4}, now + 1,
+          &done, &next);
     ck_assert_uint_eq(peek(t, now + 1).tokens, 5);
     ck_assert(peek(t, now + 1).lease_left_us > 29 * S);
     lease_table_free(t);
@@ -184,8 +184,8 @@ START_TEST(slowed_key_ends_and_gives_back)
     ck_assert(r.res.allowed);
     ck_assert_ptr_nonnull(j);
     ck_assert_int_eq(j->rated, 1);
-    ck_assert_uint_eq(j->rate_ppm, 0);  /* the end of the rate lease */
-    ck_assert_uint_eq(j->returned, 3);  /* its 4 refilled, less this request */
+    ck_assert_uint_eq(j->rate_ppm, 0); /* the end of the rate lease */
+    ck_assert_uint_eq(j->returned, 3); /* its 4 refilled, less this request */
     ck_assert_uint_eq(peek(t, 25 * S).tokens, 0);
     lease_reply(t, j, 0, NULL, 0, 25 * S + 1, &(struct lease_waiter *){NULL},
                 &(struct lease_waiter *){NULL}, &(struct lease_job *){NULL});
@@ -239,8 +239,8 @@ START_TEST(hot_key_ends_rate_lease)
         ck_assert_ptr_null(none);
     }
     j->sent_us = 2 * S;
-    reply(t, j, (const int64_t[CLAIM_R_COUNT]){2, 10, 4, 1, 0, 0, 30000, 4, 200000, 4},
-          2 * S + 1, &done, &next);
+    reply(t, j, (const int64_t[CLAIM_R_COUNT]){2, 10, 4, 1, 0, 0, 30000, 4, 200000, 4}, 2 * S + 1,
+          &done, &next);
     ck_assert_ptr_nonnull(next); /* for the waiters left */
     ck_assert_int_eq(next->rated, 1);
     ck_assert_uint_eq(next->rate_ppm, 0);

@@ -70,12 +70,12 @@ START_TEST(debt_paid_over_grants_up_to_burst)
     ck_assert_int_eq(lt_decide(t, "k", &lt_p10, now, 1, &r, &j), LEASE_PENDING);
     j->sent_us = now;
     lease_timeout(t, j, &fb);
-    ck_assert_uint_eq(lease_fallback_note(t, "k", 1, 2, 1, &repaid), 1); /* at most cap */
+    ck_assert_uint_eq(lease_fallback_note(t, "k", 1, 2, 1, &repaid), 1);   /* at most cap */
     ck_assert_uint_eq(lease_fallback_note(t, "k", 1, 15, 0, &repaid), 10); /* burst 10 */
     ck_assert_uint_eq(lease_fallback_note(t, "k", 1, 1, 0, &repaid), 10);
     /* a grant of 4: all of it pays */
-    lt_reply(t, j, (const int64_t[8]){4, 0, 4, 1, 6000, 6000, 1000, 4}, now + 200 * MS, &done,
-             &fb, &next);
+    lt_reply(t, j, (const int64_t[8]){4, 0, 4, 1, 6000, 6000, 1000, 4}, now + 200 * MS, &done, &fb,
+             &next);
     ck_assert_uint_eq(atomic_load(&repaid), 4);
     ck_assert_int_eq(lease_peek(t, "k", 1, now + 200 * MS, &st), 1);
     ck_assert_uint_eq(st.tokens, 0);
@@ -148,8 +148,8 @@ START_TEST(late_exact_pays_one)
     lease_timeout(t, j, &fb);
     ck_assert_int_eq(lt_count(fb), 1);
     ck_assert_uint_eq(lease_fallback_note(t, "k", 1, 2, 0, &repaid), 2);
-    int64_t v[EXACT_R_COUNT] = {[EXACT_R_ALLOWED] = 1, [EXACT_R_REMAINING] = 999,
-                                [EXACT_R_RESET_MS] = 1};
+    int64_t v[EXACT_R_COUNT] = {
+        [EXACT_R_ALLOWED] = 1, [EXACT_R_REMAINING] = 999, [EXACT_R_RESET_MS] = 1};
     fb = NULL;
     lease_reply(t, j, 1, v, EXACT_R_COUNT, now + 300 * MS, &done, &fb, &next);
     ck_assert_int_eq(lt_count(done), 0);
@@ -193,9 +193,9 @@ START_TEST(debt_cap_is_the_callers)
     ck_assert_int_eq(lt_decide(t, "k", &lt_p10, now, 1, &r, &j), LEASE_PENDING);
     j->sent_us = now;
     lease_timeout(t, j, &fb);
-    ck_assert_uint_eq(lease_fallback_note(t, "k", 1, 12, 14, &repaid), 12); /* over b = 10 */
-    ck_assert_uint_eq(lease_fallback_note(t, "k", 1, 5, 14, &repaid), 14);  /* at the cap */
-    ck_assert_uint_eq(lease_fallback_note(t, "k", 1, 5, 0, &repaid), 14);   /* 0: b, none added */
+    ck_assert_uint_eq(lease_fallback_note(t, "k", 1, 12, 14, &repaid), 12);   /* over b = 10 */
+    ck_assert_uint_eq(lease_fallback_note(t, "k", 1, 5, 14, &repaid), 14);    /* at the cap */
+    ck_assert_uint_eq(lease_fallback_note(t, "k", 1, 5, 0, &repaid), 14);     /* 0: b, none added */
     ck_assert_uint_eq(lease_fallback_note(t, "nokey", 5, 5, 14, &repaid), 0); /* no entry */
     /* the late reply frees the call (a job in flight is its caller's) */
     lt_reply(t, j, (const int64_t[8]){0, 0, 0, 0, 1, 0, 0, 0}, now + 300 * MS, &done, &fb, &next);

@@ -56,7 +56,8 @@ START_TEST(tick_top_up_give_back_forget)
 
     lt_decide(t, "k", &lt_pbig, now, 1, &r, &j);
     j->sent_us = now;
-    lt_reply(t, j, (const int64_t[8]){60, 900, 60, 1, 0, 1, 1000, 60}, now + 100, &done, &fb, &next);
+    lt_reply(t, j, (const int64_t[8]){60, 900, 60, 1, 0, 1, 1000, 60}, now + 100, &done, &fb,
+             &next);
     /* 50 decisions in the first interval: 10 tokens left, less than demand */
     for (int i = 0; i < 50; i++)
         ck_assert_int_eq(lt_decide(t, "k", &lt_pbig, now + 1000, 1, &r, &next), LEASE_DONE);
@@ -69,7 +70,7 @@ START_TEST(tick_top_up_give_back_forget)
     ck_assert_ptr_null(jobs->next);
     jobs->sent_us = 100 * MS;
     lt_reply(t, jobs, (const int64_t[8]){40, 900, 50, 1, 0, 1, 1000, 50}, 101 * MS, &done, &fb,
-          &next);
+             &next);
     /* a tick without demand gives the lease back */
     jobs = NULL;
     lease_tick(t, 200 * MS, 1, &jobs);
@@ -248,8 +249,8 @@ END_TEST
  * until the window ended. */
 START_TEST(short_window_lease_is_spent)
 {
-    static const struct bucket_params sw = {BUCKET_SLIDING_WINDOW, 100, 10 * S, 100, 0, 0,
-                                            10 * 1000, 0, 0};
+    static const struct bucket_params sw = {
+        BUCKET_SLIDING_WINDOW, 100, 10 * S, 100, 0, 0, 10 * 1000, 0, 0};
     struct lease_table *t = lease_table_new(&lt_cfg, 1);
     struct lease_job *j, *next;
     struct lease_waiter *done, *fb;
@@ -258,7 +259,7 @@ START_TEST(short_window_lease_is_spent)
     ck_assert_int_eq(lt_decide(t, "w", &sw, 10 * S, 1, &r[0], &j), LEASE_PENDING);
     j->sent_us = 10 * S;
     lt_reply(t, j, (const int64_t[8]){1, 90, 1, 1, 0, 15000, 30, 1}, 10 * S + 1 * MS, &done, &fb,
-          &next);
+             &next);
     ck_assert_int_eq(lt_count(done), 1);
     ck_assert(r[0].res.allowed);
     ck_assert_ptr_null(next);
@@ -268,7 +269,7 @@ START_TEST(short_window_lease_is_spent)
     ck_assert_int_eq(lt_decide(t, "w", &sw, 12 * S, 1, &r[1], &j), LEASE_PENDING);
     j->sent_us = 12 * S;
     lt_reply(t, j, (const int64_t[8]){2, 88, 2, 1, 0, 15000, 2, 2}, 12 * S + 5 * MS, &done, &fb,
-          &next);
+             &next);
     ck_assert_int_eq(lt_count(done), 0);
     ck_assert_ptr_nonnull(next);
     ck_assert_uint_eq(next->kind, LEASE_JOB_CLAIM);
@@ -277,7 +278,7 @@ START_TEST(short_window_lease_is_spent)
     next->sent_us = 12 * S + 5 * MS;
     /* the next window: Redis dropped that lease, grants afresh */
     lt_reply(t, next, (const int64_t[8]){1, 99, 1, 1, 0, 15000, 1000, 1}, 12 * S + 6 * MS, &done,
-          &fb, &j);
+             &fb, &j);
     ck_assert_int_eq(lt_count(done), 1);
     ck_assert(r[1].res.allowed);
     lease_table_free(t);

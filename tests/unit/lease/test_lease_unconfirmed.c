@@ -76,8 +76,8 @@ START_TEST(waiters_count_from_the_first_epoch)
     lease_unconfirmed(t);
     ck_assert_uint_eq(lease_fallback_unconfirmed(t, "k", 1), 2);
     if (next) /* a follow-up claim for the third: answer it, nothing granted */
-        lt_reply(t, next, (const int64_t[8]){0, 0, 2, 1, 1, 5, 1000, 2}, now + 2 * MS, &done,
-                 &fb, &next);
+        lt_reply(t, next, (const int64_t[8]){0, 0, 2, 1, 1, 5, 1000, 2}, now + 2 * MS, &done, &fb,
+                 &next);
     lease_table_free(t);
 }
 END_TEST
@@ -93,8 +93,8 @@ START_TEST(exact_calls_count_across_retirement)
     struct lease_state st;
     struct lt_req r;
     uint64_t now = 10 * S;
-    int64_t v[EXACT_R_COUNT] = {[EXACT_R_ALLOWED] = 1, [EXACT_R_REMAINING] = 999,
-                                [EXACT_R_RESET_MS] = 1};
+    int64_t v[EXACT_R_COUNT] = {
+        [EXACT_R_ALLOWED] = 1, [EXACT_R_REMAINING] = 999, [EXACT_R_RESET_MS] = 1};
 
     lease_confirmed(t);
     ck_assert_int_eq(lt_decide(t, "k", &lt_pbig, now, 1, &r, &j), LEASE_PENDING);
@@ -118,15 +118,14 @@ START_TEST(backstop_charged_below_zero)
 {
     /* a token per 6 s */
     static const struct bucket_params p = {0, 10, 60 * S, 10, 0, 0, 60 * 1000, 0, 0};
-    static const struct bucket_params w = {BUCKET_SLIDING_WINDOW, 10, 60 * S, 10, 0, 0,
-                                           60 * 1000, 0, 0};
+    static const struct bucket_params w = {
+        BUCKET_SLIDING_WINDOW, 10, 60 * S, 10, 0, 0, 60 * 1000, 0, 0};
     struct bucket_table *bt = bucket_table_new(4);
     struct bucket_result res;
     uint64_t now = 100 * S;
 
-    ck_assert_int_eq(bucket_table_charge_seeded(bt, "r", 1, bucket_rule_seed("r", 1), "a", 1, &p,
-                                                now, 3),
-                     0);
+    ck_assert_int_eq(
+        bucket_table_charge_seeded(bt, "r", 1, bucket_rule_seed("r", 1), "a", 1, &p, now, 3), 0);
     for (int i = 0; i < 7; i++) {
         bucket_table_take(bt, "r", "a", 1, &p, now, 1, &res);
         ck_assert(res.allowed);

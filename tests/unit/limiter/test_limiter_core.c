@@ -230,8 +230,8 @@ START_TEST(exact_block_for)
 {
     struct world w;
 
-    world_open(&w, "[rule:a]\nkey = key\nrate = 60/1m\nburst = 1\nblock_for = 3s\nlease = off\n",
-               1, 1);
+    world_open(&w, "[rule:a]\nkey = key\nrate = 60/1m\nburst = 1\nblock_for = 3s\nlease = off\n", 1,
+               1);
     ck_assert_int_eq(decide_key(&w, "k", T0, 1), -1);
     struct rjob *j = next_job(&w);
     ck_assert_int_eq(j->kind, RJOB_EXACT);
@@ -398,8 +398,8 @@ int main(void)
 {
     TCase *tc = tcase_create("core");
 
-    CHECK_ADD(tc, standalone_cost, cold_first_set, hot_lease_then_negative_cache,
-              exact_block_for, fallback_down_failed_timeout, concurrency_slots,
-              all_or_nothing_local, all_or_nothing_redis);
+    CHECK_ADD(tc, standalone_cost, cold_first_set, hot_lease_then_negative_cache, exact_block_for,
+              fallback_down_failed_timeout, concurrency_slots, all_or_nothing_local,
+              all_or_nothing_redis);
     return check_run_case("limiter_core", tc);
 }

@@ -61,17 +61,17 @@ struct tb_case {
 };
 
 static const struct tb_case tb_cases[] = {
-    {10, MINUTE, 10, 1, 10, 6 * SEC, 60 * SEC},            /* 10/1m */
-    {10, MINUTE, 20, 1, 20, 6 * SEC, 120 * SEC},           /* burst > N */
-    {10, MINUTE, 2, 1, 2, 6 * SEC, 12 * SEC},              /* burst < N */
-    {10000, SEC, 10000, 1, 10000, 100, SEC},            /* high rate */
-    {1000000, SEC, 5, 1, 5, 1, 5},                      /* one token per us */
-    {10, HOUR, 10, 1, 10, 360 * SEC, HOUR},             /* 10/1h */
-    {1, DAY, 1, 1, 1, DAY, DAY},                        /* 1/1d */
-    {10, MINUTE, 10, 3, 3, 12 * SEC, 54 * SEC},            /* n > 1, 1 token left */
-    {7, SEC, 7, 1, 7, 142858, SEC},                     /* 1e6/7 us per token */
-    {3, 10 * SEC, 5, 2, 2, 3333334, 13333334},          /* uneven everything */
-    {100, 1000, 1, 1, 1, 10, 10},                       /* 100 per ms */
+    {10, MINUTE, 10, 1, 10, 6 * SEC, 60 * SEC},  /* 10/1m */
+    {10, MINUTE, 20, 1, 20, 6 * SEC, 120 * SEC}, /* burst > N */
+    {10, MINUTE, 2, 1, 2, 6 * SEC, 12 * SEC},    /* burst < N */
+    {10000, SEC, 10000, 1, 10000, 100, SEC},     /* high rate */
+    {1000000, SEC, 5, 1, 5, 1, 5},               /* one token per us */
+    {10, HOUR, 10, 1, 10, 360 * SEC, HOUR},      /* 10/1h */
+    {1, DAY, 1, 1, 1, DAY, DAY},                 /* 1/1d */
+    {10, MINUTE, 10, 3, 3, 12 * SEC, 54 * SEC},  /* n > 1, 1 token left */
+    {7, SEC, 7, 1, 7, 142858, SEC},              /* 1e6/7 us per token */
+    {3, 10 * SEC, 5, 2, 2, 3333334, 13333334},   /* uneven everything */
+    {100, 1000, 1, 1, 1, 10, 10},                /* 100 per ms */
 };
 
 START_TEST(test_tb_cases)
@@ -254,8 +254,8 @@ END_TEST
 START_TEST(test_block_for)
 {
     for (int algo = TB; algo <= SW; algo++) {
-        struct bucket_params p = algo == TB ? bt_params(TB, 60, MINUTE, 1)
-                                            : bt_params(SW, 1, SEC / 2, 1);
+        struct bucket_params p =
+            algo == TB ? bt_params(TB, 60, MINUTE, 1) : bt_params(SW, 1, SEC / 2, 1);
         struct bucket b;
         struct bucket_result r;
         struct bucket_state st;
@@ -309,7 +309,7 @@ START_TEST(test_refund)
     ck_assert_uint_eq(r.remaining, 6);
     ck_assert_uint_eq(bucket_refund(&b, &p, 0, 0, 4), 4);
     bucket_take(&b, &p, 0, 0, &r);
-    ck_assert_uint_eq(r.remaining, 10); /* as if never taken */
+    ck_assert_uint_eq(r.remaining, 10);                   /* as if never taken */
     ck_assert_uint_eq(bucket_refund(&b, &p, 0, 0, 3), 0); /* full: nothing more */
     bucket_take(&b, &p, 0, 3, &r);
     /* 12 s later two tokens refilled (9): a refund of 3 tops up to the burst only */
@@ -344,8 +344,8 @@ struct tb_prop_case {
 };
 
 static const struct tb_prop_case tb_prop_cases[] = {
-    {10, MINUTE, 10, 1},   {10, MINUTE, 3, 1},   {100, SEC, 50, 3},
-    {5, SEC, 20, 4},    {1000, 10 * SEC, 1, 1}, {7, 3 * SEC, 7, 2},
+    {10, MINUTE, 10, 1}, {10, MINUTE, 3, 1},     {100, SEC, 50, 3},
+    {5, SEC, 20, 4},     {1000, 10 * SEC, 1, 1}, {7, 3 * SEC, 7, 2},
 };
 
 #define PROP_ARRIVALS 3000

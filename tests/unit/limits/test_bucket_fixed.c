@@ -20,8 +20,10 @@
 
 static struct bucket_params fw(uint64_t limit, uint64_t period_us, uint64_t offset_us)
 {
-    struct bucket_params p = {.algorithm = BUCKET_FIXED_WINDOW, .limit = limit,
-                              .period_us = period_us, .offset_us = offset_us};
+    struct bucket_params p = {.algorithm = BUCKET_FIXED_WINDOW,
+                              .limit = limit,
+                              .period_us = period_us,
+                              .offset_us = offset_us};
     return p;
 }
 
@@ -150,11 +152,11 @@ START_TEST(test_fw_week)
     uint64_t now = D0 + 10 * HOUR; /* a Friday (2026-12-04) */
 
     bucket_init(&b, &thu, now);
-    ck_assert_uint_eq(b.ts_us, D0 - DAY);          /* Thursday 2026-12-03 */
-    ck_assert_uint_eq(b.ts_us / DAY % 7, 0);       /* day 0 of each 7: a Thursday */
+    ck_assert_uint_eq(b.ts_us, D0 - DAY);    /* Thursday 2026-12-03 */
+    ck_assert_uint_eq(b.ts_us / DAY % 7, 0); /* day 0 of each 7: a Thursday */
     bucket_init(&b, &mon, now);
-    ck_assert_uint_eq(b.ts_us, D0 - 4 * DAY);      /* Monday 2026-11-30 */
-    ck_assert_uint_eq(b.ts_us / DAY % 7, 4);       /* day 4: a Monday */
+    ck_assert_uint_eq(b.ts_us, D0 - 4 * DAY); /* Monday 2026-11-30 */
+    ck_assert_uint_eq(b.ts_us / DAY % 7, 4);  /* day 4: a Monday */
 }
 END_TEST
 

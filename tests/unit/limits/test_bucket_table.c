@@ -237,7 +237,7 @@ START_TEST(test_table_expire)
     ttake(t, "tb", "light", &rs.p[0], 0, &r); /* refilled after 6 s */
     for (int i = 0; i < 10; i++)
         ttake(t, "tb", "heavy", &rs.p[0], 0, &r); /* full after 60 s */
-    ttake(t, "sw", "a", &rs.p[1], 0, &r);          /* empty after 120 s */
+    ttake(t, "sw", "a", &rs.p[1], 0, &r);         /* empty after 120 s */
     ck_assert_uint_eq(bucket_table_count(t), 3);
 
     ck_assert_uint_eq(bucket_table_expire(t, 6 * SEC - 1, SIZE_MAX, rule_params, &rs), 0);

@@ -11,9 +11,9 @@
 #include "check_util.h"
 #include "limits/fleet.h"
 
-#define S 1000000ULL         /* one second, us */
-#define BEAT (5 * S)         /* STORE_HEARTBEAT_EVERY */
-#define T0 (1000 * S + 123)  /* a monotonic clock's reading, off slot edges */
+#define S 1000000ULL        /* one second, us */
+#define BEAT (5 * S)        /* STORE_HEARTBEAT_EVERY */
+#define T0 (1000 * S + 123) /* a monotonic clock's reading, off slot edges */
 
 /* Beats of count n every BEAT from *t for d us (settled counts). */
 static unsigned beats(struct fleet_window *w, unsigned n, uint64_t *t, uint64_t d)

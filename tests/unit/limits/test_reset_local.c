@@ -52,14 +52,20 @@ START_TEST(member_refused)
     struct reset_msg m;
 
     /* too small, or fields that would break the layout */
-    ck_assert_uint_eq(reset_msg_format(out, sizeof(out), "id:1", "rule", "0123456789", 10, "k",
-                                       1),
+    ck_assert_uint_eq(reset_msg_format(out, sizeof(out), "id:1", "rule", "0123456789", 10, "k", 1),
                       0);
     ck_assert_uint_eq(reset_msg_format(out, sizeof(out), "id\t1", "r", "", 0, "k", 1), 0);
     ck_assert_uint_eq(reset_msg_format(out, sizeof(out), "id:1", "", "", 0, "k", 1), 0);
     static const char *const bad[] = {
-        "",            "id\tr\t61",   "id\tr\t61\t6b\tx", "id\tr\t6\t6b", "id\tr\t61\t",
-        "\tr\t61\t6b", "id\t\t61\t6b", "id\tr\tzz\t6b",   "id\tr\t61\t6B",
+        "",
+        "id\tr\t61",
+        "id\tr\t61\t6b\tx",
+        "id\tr\t6\t6b",
+        "id\tr\t61\t",
+        "\tr\t61\t6b",
+        "id\t\t61\t6b",
+        "id\tr\tzz\t6b",
+        "id\tr\t61\t6B",
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++)
         ck_assert_msg(reset_msg_parse(bad[i], strlen(bad[i]), buf, &m) < 0, "%s", bad[i]);
@@ -75,8 +81,8 @@ static void blocked_reply(struct lease_table *t, struct lease_job *j, uint64_t n
     struct lease_job *next = NULL;
 
     j->sent_us = now;
-    lt_reply(t, j, (const int64_t[8]){0, 0, 0, 0, retry_ms, retry_ms, 0, 0}, now + 1 * MS,
-             &done, &fb, &next);
+    lt_reply(t, j, (const int64_t[8]){0, 0, 0, 0, retry_ms, retry_ms, 0, 0}, now + 1 * MS, &done,
+             &fb, &next);
     ck_assert_ptr_null(next);
 }
 
@@ -106,8 +112,7 @@ START_TEST(negative_cache_dropped)
     struct lease_waiter *done = NULL, *fb = NULL;
     struct lease_job *next = NULL;
     j->sent_us = now + 4 * MS;
-    lt_reply(t, j, (const int64_t[8]){1, 9, 1, 1, 0, 0, 1000, 1}, now + 5 * MS, &done, &fb,
-             &next);
+    lt_reply(t, j, (const int64_t[8]){1, 9, 1, 1, 0, 0, 1000, 1}, now + 5 * MS, &done, &fb, &next);
     ck_assert_int_eq(lt_count(done), 1);
     /* the other key still sits in its box */
     ck_assert_int_eq(lease_peek(t, "other", 5, now + 5 * MS, &st), 1);

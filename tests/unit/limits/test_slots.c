@@ -131,10 +131,21 @@ START_TEST(token_round_trip)
 END_TEST
 
 static const char *const garbage[] = {
-    "", "x", ":", "r:", "r:r0123456789abcdef", "r:r0123456789abcde:", ":r0123456789abcdef:",
-    "r:x0123456789abcdef:", "r:r0123456789abcdeg:", "r:r0123456789ABCDEF:",
-    "r:r0123456789abcdef:6", "r:r0123456789abcdef:zz", "r:r0000000000000000:",
-    "r:r0123456789abcdef;", "r:r0123456789abcdef:6b ",
+    "",
+    "x",
+    ":",
+    "r:",
+    "r:r0123456789abcdef",
+    "r:r0123456789abcde:",
+    ":r0123456789abcdef:",
+    "r:x0123456789abcdef:",
+    "r:r0123456789abcdeg:",
+    "r:r0123456789ABCDEF:",
+    "r:r0123456789abcdef:6",
+    "r:r0123456789abcdef:zz",
+    "r:r0000000000000000:",
+    "r:r0123456789abcdef;",
+    "r:r0123456789abcdef:6b ",
     "nnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnn:r0123456789abcdef:",
     "r:r0123456789abcdef:"
     "6161616161616161616161616161616161616161616161616161616161616161616161",

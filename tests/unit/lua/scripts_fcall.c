@@ -14,8 +14,8 @@
 #endif
 
 static const char *const programs[] = {
-    "test_scripts_exact", "test_scripts_claim", "test_scripts_window", "test_scripts_fixed",
-    "test_scripts_contract", "test_scripts_rate", "test_scripts_cc",
+    "test_scripts_exact",    "test_scripts_claim", "test_scripts_window", "test_scripts_fixed",
+    "test_scripts_contract", "test_scripts_rate",  "test_scripts_cc",
 };
 
 int main(void)

@@ -97,8 +97,6 @@ static int read_library(void)
     return 0;
 }
 
-
-
 int redis_port;
 static pid_t server_pid = -1;
 static pid_t owner_pid = -1; /* only this process stops the server (Check forks) */
@@ -296,8 +294,8 @@ redisReply *evalsha(enum script s, const char *key, int nargs, const char *const
 }
 
 /* Call script s with [agent,] nums as ARGV; expect nout integers into out. */
-void call_ints(enum script s, const char *key, const char *agent, const long long *nums,
-                      int nnums, long long *out, size_t nout)
+void call_ints(enum script s, const char *key, const char *agent, const long long *nums, int nnums,
+               long long *out, size_t nout)
 {
     char buf[MAX_ARGS][24];
     const char *args[MAX_ARGS];
@@ -319,8 +317,8 @@ void call_ints(enum script s, const char *key, const char *agent, const long lon
     freeReplyObject(r);
 }
 
-void claim(enum script s, const char *key, const char *agent, const struct rule *ru,
-                  long long want, long long used, long long ret, long long *out)
+void claim(enum script s, const char *key, const char *agent, const struct rule *ru, long long want,
+           long long used, long long ret, long long *out)
 {
     long long nums[] = {ru->limit, ru->period_ms, ru->burst, want, used, ret, ru->ttl_ms};
     call_ints(s, key, agent, nums, 7, out, R_N);
@@ -338,7 +336,7 @@ void claim(enum script s, const char *key, const char *agent, const struct rule 
 }
 
 void give_back(enum script s, const char *key, const char *agent, const struct rule *ru,
-                      long long used, long long *out)
+               long long used, long long *out)
 {
     long long nums[] = {ru->limit, ru->period_ms, ru->burst, used};
     call_ints(s, key, agent, nums, 4, out, R_N);
@@ -347,8 +345,7 @@ void give_back(enum script s, const char *key, const char *agent, const struct r
     ck_assert_int_eq(out[R_MINE], 0);
 }
 
-void exact(enum script s, const char *key, const struct rule *ru, long long n,
-                  long long *out)
+void exact(enum script s, const char *key, const struct rule *ru, long long n, long long *out)
 {
     long long nums[] = {ru->limit, ru->period_ms, ru->burst, n};
     call_ints(s, key, NULL, nums, 4, out, X_N);
@@ -368,7 +365,6 @@ void reset(enum script s, const char *key, const struct rule *ru, long long *out
 }
 
 /* ---- reading a bucket independently ----------------------------------------- */
-
 
 const redisReply *hash_field(const redisReply *r, const char *name)
 {

@@ -103,8 +103,8 @@ redisReply *evalsha(enum script s, const char *key, int nargs, const char *const
 /* Call script s with [agent,] nums as ARGV; expect nout integers into out. */
 void call_ints(enum script s, const char *key, const char *agent, const long long *nums, int nnums,
                long long *out, size_t nout);
-void claim(enum script s, const char *key, const char *agent, const struct rule *ru,
-           long long want, long long used, long long ret, long long *out);
+void claim(enum script s, const char *key, const char *agent, const struct rule *ru, long long want,
+           long long used, long long ret, long long *out);
 void give_back(enum script s, const char *key, const char *agent, const struct rule *ru,
                long long used, long long *out);
 void exact(enum script s, const char *key, const struct rule *ru, long long n, long long *out);

@@ -154,8 +154,9 @@ static void same_decisions(const struct rule *r, const char *name)
             ck_assert_msg(v[0] == res.allowed && (uint64_t)v[1] == c_left,
                           "%s seed %" PRIu64 " request %d (at +%" PRIu64 " us, cost %" PRIu64
                           "): C %s, %" PRIu64 " left; script %s, %" PRId64 " left",
-                          name, seed, i, (uint64_t)(now - T0), n, res.allowed ? "allowed" : "denied",
-                          res.remaining, v[0] ? "allowed" : "denied", v[1]);
+                          name, seed, i, (uint64_t)(now - T0), n,
+                          res.allowed ? "allowed" : "denied", res.remaining,
+                          v[0] ? "allowed" : "denied", v[1]);
             /* a denial's retry: the script's whole ms, rounded up; the C
              * module's us (one ms of slack for the two roundings) */
             if (!res.allowed) {

@@ -251,7 +251,8 @@ START_TEST(tb_redis_clock_forward_step_costs_at_most_b_plus_h)
     ck_assert_int_eq(o[R_GRANTED], 4); /* t = 0: the fleet holds b */
 
     /* the clock jumps a day forward */
-    redisReply *r = cmd("EVAL %s 1 %s %s", "local d = tonumber(ARGV[1]) "
+    redisReply *r = cmd("EVAL %s 1 %s %s",
+                        "local d = tonumber(ARGV[1]) "
                         "local f = redis.call('HGETALL', KEYS[1]) "
                         "for i = 1, #f, 2 do "
                         "  if f[i] == 'ts' or string.sub(f[i], 1, 2) == 'e:' then "
@@ -283,7 +284,7 @@ END_TEST
  * once when a fully spent lease ends. */
 START_TEST(tb_no_banked_refill_when_lease_ends)
 {
-    const struct rule expiring = {10, 100, 10, 100};  /* 0.1 token/ms, ttl 100 ms */
+    const struct rule expiring = {10, 100, 10, 100}; /* 0.1 token/ms, ttl 100 ms */
     const struct rule lasting = {10, 100, 10, 5000}; /* ttl 5 s */
     char key[128];
     long long o[R_N];
@@ -482,8 +483,10 @@ START_TEST(tb_key_expires)
     long long r1 = redis_now_us() / 1000;
     ck_assert_int_eq(o[R_GRANTED], 10);
     long long e1 = cmd_int("PEXPIRETIME %s", key); /* = the claim's time + its ttl */
-    ck_assert_msg(e1 - r0 > 1000 && e1 - r1 <= 1100, "expires %lld ms after a time before "
-                  "the claim, %lld ms after one after it", e1 - r0, e1 - r1);
+    ck_assert_msg(e1 - r0 > 1000 && e1 - r1 <= 1100,
+                  "expires %lld ms after a time before "
+                  "the claim, %lld ms after one after it",
+                  e1 - r0, e1 - r1);
 
     /* the exact call's expiry is set by its SET, after its time_ms (TIME at
      * the script's start) and before the TIME read after the call */
@@ -491,8 +494,10 @@ START_TEST(tb_key_expires)
     long long r2 = redis_now_us() / 1000;
     ck_assert_int_eq(x[X_ALLOWED], 1);
     long long e2 = cmd_int("PEXPIRETIME %s", key2);
-    ck_assert_msg(e2 - x[X_TIME] > 900 && e2 - r2 <= 1010, "expires %lld ms after its "
-                  "decision, %lld ms after a time after it", e2 - x[X_TIME], e2 - r2);
+    ck_assert_msg(e2 - x[X_TIME] > 900 && e2 - r2 <= 1010,
+                  "expires %lld ms after its "
+                  "decision, %lld ms after a time after it",
+                  e2 - x[X_TIME], e2 - r2);
 
     /* once Redis' clock is past both */
     sleep_ms((double)((e1 > e2 ? e1 : e2) - redis_now_us() / 1000) + 20);
@@ -577,9 +582,8 @@ static Suite *scripts_claim_suite(void)
               tb_settles_used_and_returned, tb_return_gives_back_unspent,
               tb_vanished_agent_lease_dropped_not_returned, tb_refill_capped_while_leases_held,
               tb_no_banked_refill_when_lease_ends, tb_burst_shrink_clamps,
-              tb_clock_step_back_rebases,
-              tb_redis_clock_forward_step_costs_at_most_b_plus_h, tb_key_expires,
-              tb_random_sequence_keeps_invariant);
+              tb_clock_step_back_rebases, tb_redis_clock_forward_step_costs_at_most_b_plus_h,
+              tb_key_expires, tb_random_sequence_keeps_invariant);
     suite_add_tcase(s, tb);
     return s;
 }

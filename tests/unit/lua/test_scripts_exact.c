@@ -74,8 +74,8 @@ START_TEST(tb_exact_admits_burst_then_denies)
     long long since = x[X_TIME] - r0;
     ck_assert_msg(x[X_RETRY] >= 2000 - since - 1 && x[X_RETRY] <= 2000, "retry %lld, %lld ms on",
                   x[X_RETRY], since);
-    ck_assert_msg(x[X_RESET] >= 10000 - since - 1 && x[X_RESET] <= 10000,
-                  "reset %lld, %lld ms on", x[X_RESET], since);
+    ck_assert_msg(x[X_RESET] >= 10000 - since - 1 && x[X_RESET] <= 10000, "reset %lld, %lld ms on",
+                  x[X_RESET], since);
     assert_tb_invariant(key, ru.burst, &st);
 
     /* n > 1 */
@@ -553,8 +553,7 @@ START_TEST(tb_exact_layouts_answer_alike)
         ck_assert_int_le(llabs(xs[X_RESET] - xh[X_RESET]), gap);
         /* expiry times: two PTTLs would differ by the time between them too */
         long long ps = cmd_int("PEXPIRETIME %s", skey), ph = cmd_int("PEXPIRETIME %s", hkey);
-        ck_assert_msg(ps > 0 && llabs(ps - ph) <= 5 + 2 * gap, "pexpiretime %lld vs %lld", ps,
-                      ph);
+        ck_assert_msg(ps > 0 && llabs(ps - ph) <= 5 + 2 * gap, "pexpiretime %lld vs %lld", ps, ph);
         ck_assert(is_type(skey, "string"));
         ck_assert(is_type(hkey, "hash"));
     }
@@ -692,8 +691,7 @@ START_TEST(tb_first_set_key_reads_as_created)
         /* the expiry times, not PTTL: two PTTLs read at two moments differ by
          * the time between them too (ms next to CPU hogs) */
         long long pa = cmd_int("PEXPIRETIME %s", k2), pb = cmd_int("PEXPIRETIME %s", k1);
-        ck_assert_msg(pa > 0 && llabs(pa - pb) <= 5 + 2 * gap, "pexpiretime %lld vs %lld", pa,
-                      pb);
+        ck_assert_msg(pa > 0 && llabs(pa - pb) <= 5 + 2 * gap, "pexpiretime %lld vs %lld", pa, pb);
     }
     ck_assert_int_eq(a[X_ALLOWED], 1); /* 6, 4, 2 taken: 0 left */
     ck_assert_int_eq(a[X_REMAINING], 0);
@@ -752,13 +750,11 @@ static Suite *scripts_exact_suite(void)
 {
     Suite *s = suite_create("scripts_exact");
     TCase *tb = scripts_tcase("token_bucket");
-    CHECK_ADD(tb, fmt_is_17g, tb_noscript_after_flush,
-              tb_exact_admits_burst_then_denies, exact_cost_takes_all_or_nothing,
-              bad_arguments_are_errors,
-              tb_reset_keeps_leases, tb_reset_without_leases_deletes_key,
-              tb_reset_random_keeps_invariant, tb_refund_caps_at_b_minus_held,
-              tb_refund_random_keeps_invariant, sw_refund_same_window_only,
-              tb_exact_layouts_answer_alike, tb_string_key_becomes_hash,
+    CHECK_ADD(tb, fmt_is_17g, tb_noscript_after_flush, tb_exact_admits_burst_then_denies,
+              exact_cost_takes_all_or_nothing, bad_arguments_are_errors, tb_reset_keeps_leases,
+              tb_reset_without_leases_deletes_key, tb_reset_random_keeps_invariant,
+              tb_refund_caps_at_b_minus_held, tb_refund_random_keeps_invariant,
+              sw_refund_same_window_only, tb_exact_layouts_answer_alike, tb_string_key_becomes_hash,
               tb_first_set_key_reads_as_created, tb_exact_reads_the_key_first);
     suite_add_tcase(s, tb);
     return s;

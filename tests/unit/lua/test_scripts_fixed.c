@@ -53,8 +53,7 @@ static void run(enum script s, const char *key, struct fargs *a, long long *out,
     freeReplyObject(r);
 }
 
-static void fw_exact(const char *key, long long limit, long long offset, long long n,
-                     long long *x)
+static void fw_exact(const char *key, long long limit, long long offset, long long n, long long *x)
 {
     struct fargs a = {0};
     put(&a, EXACT_ARG_LIMIT, limit);

@@ -137,8 +137,8 @@ START_TEST(pool_split_by_demand)
     for (int round = 0; round < 4; round++) {
         for (int i = 0; i < 4; i++) {
             rclaim(key, ag[i], &warm, 0, 0, 1000000, dem[i], o);
-            ck_assert_msg(shares_ppm(key, &warm) <= POOL * 1e6 + 1, "round %d: P %.1f ppm",
-                          round, shares_ppm(key, &warm));
+            ck_assert_msg(shares_ppm(key, &warm) <= POOL * 1e6 + 1, "round %d: P %.1f ppm", round,
+                          shares_ppm(key, &warm));
             assert_rate_invariant(key, &warm);
         }
     }
@@ -171,15 +171,15 @@ START_TEST(shrink_counted_until_next_call)
     /* C's demand makes A's weighted share 0.7 * 3/9: A asks the same, gets
      * less; Redis still counts 0.3 for A until A's next call. */
     rclaim(key, "C", &warm, 0, 0, 300000, 300000, o);
-    ck_assert_int_le(o[S_SHARE], 50000); /* half of the 0.1 left */
+    ck_assert_int_le(o[S_SHARE], 50000);                      /* half of the 0.1 left */
     ck_assert(fabs(field_of(key, "d", "C") - 300000) < 1e-6); /* its demand counts */
     rclaim(key, "A", &warm, 0, 0, 300000, 300000, o);
     long long a1 = o[S_SHARE];
     ck_assert_int_le(a1, 233334);
     ck_assert_int_ge(a1, 233332);
-    ck_assert_int_eq(o[R_MINE], 5); /* ceil(20 * 0.2333) */
+    ck_assert_int_eq(o[R_MINE], 5);                                     /* ceil(20 * 0.2333) */
     ck_assert(fabs(field_of(key, "q", "A") / 1e-5 * 1e6 - 300000) < 1); /* still 0.3 counted */
-    ck_assert_int_eq(hget_ll(key, "h:A"), 6);                          /* and the slice */
+    ck_assert_int_eq(hget_ll(key, "h:A"), 6);                           /* and the slice */
     assert_rate_invariant(key, &warm);
     rclaim(key, "A", &warm, 0, 0, 300000, 300000, o); /* A's next call: down to the grant */
     ck_assert(field_of(key, "q", "A") / 1e-5 * 1e6 <= (double)a1 + 1);
@@ -224,8 +224,8 @@ START_TEST(central_refill_runs_at_r_minus_p)
     double ms = (double)(r1 - r0) / 1000;
     ck_assert_msg(x[X_REMAINING] <= 0.5 * ms + 1, "refilled %lld in %.1f ms: above r - P",
                   x[X_REMAINING], ms);
-    ck_assert_msg(x[X_REMAINING] >= 0.5 * 30 - 1, "refilled only %lld in %.1f ms",
-                  x[X_REMAINING], ms);
+    ck_assert_msg(x[X_REMAINING] >= 0.5 * 30 - 1, "refilled only %lld in %.1f ms", x[X_REMAINING],
+                  ms);
 }
 END_TEST
 
@@ -316,8 +316,8 @@ START_TEST(random_sequence_keeps_invariants)
         long long op = rnd_below(100);
         if (op < 45) { /* a rate lease's claim: waiters, a give-back now and then */
             long long ret = rnd_below(4) == 0 ? rnd_below(slice[a] + 1) : 0;
-            rclaim(key, agents[a], &ru, rnd_below(3), ret, rnd_below(1000001),
-                   rnd_below(2000001), o);
+            rclaim(key, agents[a], &ru, rnd_below(3), ret, rnd_below(1000001), rnd_below(2000001),
+                   o);
             slice[a] = o[R_MINE];
             shares += o[S_SHARE] > 0;
             grants += o[R_GRANTED];
@@ -336,8 +336,8 @@ START_TEST(random_sequence_keeps_invariants)
         assert_rate_invariant(key, &ru);
     }
     ck_assert_msg(shares >= 30 && grants >= 100,
-                  "%d calls granted only %lld shares and %lld tokens: the share path untested",
-                  i, shares, grants);
+                  "%d calls granted only %lld shares and %lld tokens: the share path untested", i,
+                  shares, grants);
 }
 END_TEST
 
@@ -375,8 +375,8 @@ static Suite *rate_suite(void)
     tcase_set_timeout(tc, 60);
     CHECK_ADD(tc, first_grant_share_and_slice, pool_split_by_demand, shrink_counted_until_next_call,
               central_refill_runs_at_r_minus_p, return_gives_back_unspent_slice,
-              token_claim_ends_share, expired_share_returns_to_central,
-              limit_reached_stops_shares, random_sequence_keeps_invariants);
+              token_claim_ends_share, expired_share_returns_to_central, limit_reached_stops_shares,
+              random_sequence_keeps_invariants);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -394,8 +394,7 @@ static Suite *scripts_window_suite(void)
     Suite *s = suite_create("scripts_window");
     TCase *sw = scripts_tcase("sliding_window");
     CHECK_ADD(sw, sw_claim_return_exact, sw_window_roll, sw_last_ms_grants_nothing,
-              sw_random_sequence_keeps_counts, sw_reset_keeps_leases,
-              sw_clock_step_back_rebases);
+              sw_random_sequence_keeps_counts, sw_reset_keeps_leases, sw_clock_step_back_rebases);
     suite_add_tcase(s, sw);
     return s;
 }

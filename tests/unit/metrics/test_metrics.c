@@ -57,8 +57,8 @@ START_TEST(render_has_every_interface_metric)
     ck_assert_ptr_nonnull(r);
     atomic_fetch_add(&r->allowed, 3);
     atomic_fetch_add(&r->blocked, 2);
-    metrics_hist_observe(&metrics.decision, 30000);    /* 30 us */
-    metrics_hist_observe(&metrics.decision, 2000000);  /* 2 ms */
+    metrics_hist_observe(&metrics.decision, 30000);   /* 30 us */
+    metrics_hist_observe(&metrics.decision, 2000000); /* 2 ms */
     char *text = metrics_render(&len);
     ck_assert_ptr_nonnull(text);
     ck_assert_uint_eq(strlen(text), len);
@@ -72,7 +72,8 @@ START_TEST(render_has_every_interface_metric)
     ck_assert_ptr_nonnull(
         strstr(text, "spoa_ratelimit_decisions_total{rule=\"render\",result=\"blocked\"} 2\n"));
     /* cumulative buckets: 30 us is above 25 us, below 50 us */
-    ck_assert_ptr_nonnull(strstr(text, "spoa_ratelimit_decision_seconds_bucket{le=\"2.5e-05\"} 0\n"));
+    ck_assert_ptr_nonnull(
+        strstr(text, "spoa_ratelimit_decision_seconds_bucket{le=\"2.5e-05\"} 0\n"));
     ck_assert_ptr_nonnull(strstr(text, "spoa_ratelimit_decision_seconds_bucket{le=\"5e-05\"} 1\n"));
     ck_assert_ptr_nonnull(strstr(text, "spoa_ratelimit_decision_seconds_bucket{le=\"+Inf\"} 2\n"));
     ck_assert_ptr_nonnull(strstr(text, "spoa_ratelimit_decision_seconds_count 2\n"));

@@ -32,8 +32,8 @@ static const char *const arg_ini =
     "burst = 7\n";
 
 /* Match one message "m" with args key and limit (NULL: a NULL value). */
-static void match_limit(struct ruleset *rs, struct rule_eval *ev, const char *msg,
-                        const char *key, const char *limit, const char *burst)
+static void match_limit(struct ruleset *rs, struct rule_eval *ev, const char *msg, const char *key,
+                        const char *limit, const char *burst)
 {
     uint8_t buf[512];
     const char *args[] = {"key", key, "limit", limit, "burst", burst};
@@ -62,14 +62,11 @@ static const struct {
     const char *limit;
     uint64_t n, period_ms, burst; /* what the request gets */
 } arg_rates[] = {
-    {"5/1m", 5, 60000, 5},
-    {"12/m", 12, 60000, 12},
+    {"5/1m", 5, 60000, 5},           {"12/m", 12, 60000, 12},
     {"1000/1m", 1000, 60000, 1000},  /* at the ceiling */
     {"2000/2m", 2000, 120000, 1000}, /* the same rate: kept; its burst capped */
-    {"10/1h", 10, 3600000, 10},
-    {"1001/1m", 1000, 60000, 1000},  /* above: the ceiling */
-    {"100/1s", 1000, 60000, 1000},
-    {"1000000000000000/1ms", 1000, 60000, 1000},
+    {"10/1h", 10, 3600000, 10},      {"1001/1m", 1000, 60000, 1000}, /* above: the ceiling */
+    {"100/1s", 1000, 60000, 1000},   {"1000000000000000/1ms", 1000, 60000, 1000},
 };
 
 START_TEST(arg_rate_params)
@@ -110,8 +107,14 @@ START_TEST(arg_rate_missing_or_invalid)
     static const struct {
         const char *limit; /* "-": not sent */
         int counted;
-    } cases[] = {{"-", 1}, {NULL, 0}, {"", 0}, {"garbage", 1}, {"10", 1}, {"0/1m", 1},
-                 {"10/1y", 1}, {"5/1m ", 1},
+    } cases[] = {{"-", 1},
+                 {NULL, 0},
+                 {"", 0},
+                 {"garbage", 1},
+                 {"10", 1},
+                 {"0/1m", 1},
+                 {"10/1y", 1},
+                 {"5/1m ", 1},
                  {"1111111111111111111111111111111111111111111111111111111111111111111/1m", 1}};
     struct ruleset *rs = rt_load(arg_ini);
     struct rule_eval ev = {0};
@@ -249,9 +252,11 @@ START_TEST(arg_burst)
     match_limit(rs, &ev, "b", "acme", "10/1s", "8");
     ck_assert_uint_eq(ev.nhits, 4); /* custom and fixed read every message */
     assert_params(&hit_of(rs, &ev, "burst")->params, 60, 60000, 8);
-    ck_assert_str_eq(rules_hit_key(&ev, hit_of(rs, &ev, "burst")), "acme\x1f" "60/60000ms/8");
+    ck_assert_str_eq(rules_hit_key(&ev, hit_of(rs, &ev, "burst")), "acme\x1f"
+                                                                   "60/60000ms/8");
     assert_params(&hit_of(rs, &ev, "both")->params, 10, 1000, 8);
-    ck_assert_str_eq(rules_hit_key(&ev, hit_of(rs, &ev, "both")), "acme\x1f" "10/1000ms/8");
+    ck_assert_str_eq(rules_hit_key(&ev, hit_of(rs, &ev, "both")), "acme\x1f"
+                                                                  "10/1000ms/8");
 
     match_limit(rs, &ev, "b", "acme", "1000/1s", "51"); /* both above their ceilings */
     assert_params(&hit_of(rs, &ev, "burst")->params, 60, 60000, 50);
@@ -274,8 +279,8 @@ START_TEST(arg_burst)
     match_limit(rs, &ev, "c", "acme", "900/1m", NULL);
     assert_params(&hit_of(rs, &ev, "capped")->params, 900, 60000, 30);
     assert_params(&hit_of(rs, &ev, "fixedburst")->params, 900, 60000, 7);
-    ck_assert_str_eq(rules_hit_key(&ev, hit_of(rs, &ev, "fixedburst")),
-                     "acme\x1f" "900/60000ms/7");
+    ck_assert_str_eq(rules_hit_key(&ev, hit_of(rs, &ev, "fixedburst")), "acme\x1f"
+                                                                        "900/60000ms/7");
     rules_eval_free(&ev);
     ruleset_unref(rs);
 }
@@ -286,9 +291,9 @@ END_TEST
 START_TEST(arg_rate_sliding_window)
 {
     struct ruleset *rs = rt_load("[rule:sw]\nkey = key\nrate = arg:limit\nmax_rate = 1000/1m\n"
-                              "algorithm = sliding-window\n"
-                              "[rule:swb]\nkey = key\nrate = arg:limit\nmax_rate = 1000/1m\n"
-                              "max_burst = 100\nalgorithm = sliding-window\n");
+                                 "algorithm = sliding-window\n"
+                                 "[rule:swb]\nkey = key\nrate = arg:limit\nmax_rate = 1000/1m\n"
+                                 "max_burst = 100\nalgorithm = sliding-window\n");
     struct rule_eval ev = {0};
 
     match_limit(rs, &ev, "m", "acme", "500/1m", NULL);
@@ -311,7 +316,7 @@ START_TEST(arg_rate_sliding_window)
 
     /* a token bucket stretches the period by 1/share: capped, not overflowed */
     rs = rt_load("[fallback]\nshare = 0.0001\n"
-              "[rule:tb]\nkey = key\nrate = arg:limit\nmax_rate = 1000/1m\n");
+                 "[rule:tb]\nkey = key\nrate = arg:limit\nmax_rate = 1000/1m\n");
     match_limit(rs, &ev, "m", "acme", "1/365d", NULL);
     ck_assert_uint_eq(ev.hits[0].backstop.period_us, BUCKET_MAX_PERIOD_US);
     rules_eval_free(&ev);
@@ -322,7 +327,8 @@ END_TEST
 /* limit and policy are the request's own; remaining from its bucket. */
 START_TEST(arg_rate_vars)
 {
-    struct ruleset *rs = rt_load("[rule:custom]\nkey = key\nrate = arg:limit\nmax_rate = 1000/1m\n");
+    struct ruleset *rs =
+        rt_load("[rule:custom]\nkey = key\nrate = arg:limit\nmax_rate = 1000/1m\n");
     struct bucket_table *t = bucket_table_new(4);
     struct rule_eval ev = {0};
     uint8_t out[1024];
@@ -361,7 +367,8 @@ static const struct bucket_params *per_bucket(void *ctx, const char *rule)
  * full again under the limits it was taken with, not before. */
 START_TEST(arg_rate_expiry)
 {
-    struct ruleset *rs = rt_load("[rule:custom]\nkey = key\nrate = arg:limit\nmax_rate = 1000/1m\n");
+    struct ruleset *rs =
+        rt_load("[rule:custom]\nkey = key\nrate = arg:limit\nmax_rate = 1000/1m\n");
     struct bucket_table *t = bucket_table_new(4);
     struct rule_eval ev = {0};
     const uint64_t s = 1000000;
@@ -407,9 +414,9 @@ static const struct {
 
 START_TEST(rate_above)
 {
-    ck_assert_int_eq(rules_rate_above(rate_cmp[_i].n1, rate_cmp[_i].p1, rate_cmp[_i].n2,
-                                      rate_cmp[_i].p2),
-                     rate_cmp[_i].above);
+    ck_assert_int_eq(
+        rules_rate_above(rate_cmp[_i].n1, rate_cmp[_i].p1, rate_cmp[_i].n2, rate_cmp[_i].p2),
+        rate_cmp[_i].above);
 }
 END_TEST
 
@@ -422,9 +429,10 @@ START_TEST(arg_cost)
         const char *cost; /* "-": not sent */
         uint64_t want;
         int counted;
-    } cases[] = {{"4", 4, 0},  {"0", 0, 0},  {"40", 40, 0}, {"41", 40, 0},
-                 {"99999999999999999999999", 40, 0}, {"-", 1, 1}, {NULL, 1, 1},
-                 {"", 1, 1},   {"-3", 1, 1}, {"4x", 1, 1},  {" 4", 1, 1}};
+    } cases[] = {
+        {"4", 4, 0}, {"0", 0, 0},  {"40", 40, 0}, {"41", 40, 0}, {"99999999999999999999999", 40, 0},
+        {"-", 1, 1}, {NULL, 1, 1}, {"", 1, 1},    {"-3", 1, 1},  {"4x", 1, 1},
+        {" 4", 1, 1}};
     struct ruleset *rs = rt_load("[rule:c]\nkey = key\nrate = 10/1m\ncost = arg:cost\n"
                                  "max_cost = 40\n[rule:fixed]\nkey = key\nrate = 10/1m\n"
                                  "cost = 3\n[rule:one]\nkey = key\nrate = 10/1m\n");

@@ -258,8 +258,12 @@ END_TEST
 static const struct {
     const char *rate, *burst;
 } ack_rates[] = {
-    {"1/1ms", "1"}, {"100/1m", "20"}, {"1000000000000000/365d", "1"},
-    {"1/365d", "1000000000000000"}, {"7/1s", "239"}, {"240/1s", "240"},
+    {"1/1ms", "1"},
+    {"100/1m", "20"},
+    {"1000000000000000/365d", "1"},
+    {"1/365d", "1000000000000000"},
+    {"7/1s", "239"},
+    {"240/1s", "240"},
 };
 
 #define NAME40 "rrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrr"
@@ -287,9 +291,8 @@ START_TEST(ack_size_bound_is_exact)
 
         struct spop_writer w = {out, out + sizeof(out)};
         uint8_t *start;
-        ck_assert_int_eq(spop_frame_begin(&w, SPOP_FRAME_ACK, SPOP_FLAG_FIN, UINT64_MAX,
-                                          UINT64_MAX, &start),
-                         0);
+        ck_assert_int_eq(
+            spop_frame_begin(&w, SPOP_FRAME_ACK, SPOP_FLAG_FIN, UINT64_MAX, UINT64_MAX, &start), 0);
         ck_assert_int_eq(rules_encode_actions(&w, rs, &ev), 0);
         ck_assert_int_eq(spop_frame_end(&w, start), 0);
         size_t frame = (size_t)(w.p - out) - SPOP_FRAME_LEN_SIZE;
@@ -356,21 +359,20 @@ END_TEST
  * never 0. A number keeps its meaning whatever the fleet. */
 static const struct {
     unsigned agents;
-    uint64_t burst, sw_limit;     /* burst 10 (tb), limit 10 (sw) */
-    uint64_t period_us;           /* of 10/1s */
+    uint64_t burst, sw_limit; /* burst 10 (tb), limit 10 (sw) */
+    uint64_t period_us;       /* of 10/1s */
 } auto_cases[] = {
-    {0, 10, 10, 1000000},   /* never seen: the whole limit */
-    {1, 10, 10, 1000000},   /* a fleet of one: the whole limit */
-    {2, 5, 5, 2000000},
-    {3, 3, 3, 3000000},     /* 10/3 rounded down */
-    {20, 1, 1, 20000000},   /* 0.5 of a token: one */
+    {0, 10, 10, 1000000},                         /* never seen: the whole limit */
+    {1, 10, 10, 1000000},                         /* a fleet of one: the whole limit */
+    {2, 5, 5, 2000000},       {3, 3, 3, 3000000}, /* 10/3 rounded down */
+    {20, 1, 1, 20000000},                         /* 0.5 of a token: one */
     {1000, 1, 1, 1000000000},
 };
 
 START_TEST(backstop_auto_follows_fleet)
 {
     struct ruleset *rs = rt_load("[rule:tb]\nkey = k\nrate = 10/1s\n"
-                              "[rule:sw]\nkey = k\nrate = 10/1s\nalgorithm = sliding-window\n");
+                                 "[rule:sw]\nkey = k\nrate = 10/1s\nalgorithm = sliding-window\n");
     struct bucket_params p, b;
 
     ck_assert_double_eq(rs->cfg->fallback_share, CFG_SHARE_AUTO);
@@ -439,8 +441,8 @@ START_TEST(backstop_period_in_range)
     ck_assert_uint_eq(rules_backstop_period(1000, 0.5), 2000);
 
     struct ruleset *rs = rt_load("[fallback]\nshare = 1e-300\n"
-                              "[rule:tb]\nkey = k\nrate = 1/365d\n"
-                              "[rule:sw]\nkey = k\nrate = 2/365d\nalgorithm = sliding-window\n");
+                                 "[rule:tb]\nkey = k\nrate = 1/365d\n"
+                                 "[rule:sw]\nkey = k\nrate = 2/365d\nalgorithm = sliding-window\n");
     struct bucket_table *t = bucket_table_new(1);
     struct bucket_result res;
 
@@ -451,8 +453,7 @@ START_TEST(backstop_period_in_range)
     for (unsigned r = 0; r < 2; r++) {
         bucket_table_take(t, rs->cfg->rules[r].name, "c", 1, &rs->backstop[r], 1000, 1, &res);
         ck_assert_int_eq(res.allowed, 1);
-        bucket_table_take(t, rs->cfg->rules[r].name, "c", 1, &rs->backstop[r], 1000000000, 1,
-                          &res);
+        bucket_table_take(t, rs->cfg->rules[r].name, "c", 1, &rs->backstop[r], 1000000000, 1, &res);
         ck_assert_msg(!res.allowed, "the backstop of rule %u does not limit", r);
         ck_assert_uint_gt(res.retry_us, 1000000000000ULL);
     }

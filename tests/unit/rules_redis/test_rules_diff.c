@@ -19,8 +19,7 @@ static const struct {
 } cases[] = {
     {"identical", "[rule:a]\nrate = 1/1s\n", "[rule:a]\nrate = 1/1s\n", ""},
     {"both empty", "", "", ""},
-    {"insertion", "a\nb\nc\n", "a\nb\nX\nc\n",
-     "--- A\n+++ B\n@@ -1,3 +1,4 @@\n a\n b\n+X\n c\n"},
+    {"insertion", "a\nb\nc\n", "a\nb\nX\nc\n", "--- A\n+++ B\n@@ -1,3 +1,4 @@\n a\n b\n+X\n c\n"},
     {"deletion", "1\n2\n3\n4\n5\n6\n7\n8\n9\n10\n", "1\n2\n3\n4\n6\n7\n8\n9\n10\n",
      "--- A\n+++ B\n@@ -2,7 +2,6 @@\n 2\n 3\n 4\n-5\n 6\n 7\n 8\n"},
     {"two changes, two hunks",

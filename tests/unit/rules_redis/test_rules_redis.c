@@ -30,7 +30,8 @@ static void setup(void)
     ck_assert_ptr_nonnull(mkdtemp(dir));
     snprintf(ini, sizeof(ini), "%s/agent.ini", dir);
     ck_assert_ptr_nonnull(fp = fopen(ini, "w"));
-    fputs("[agent]\nworkers = 1\n[redis]\nurl = redis://127.0.0.1:1\n[rules]\nsource = redis\n", fp);
+    fputs("[agent]\nworkers = 1\n[redis]\nurl = redis://127.0.0.1:1\n[rules]\nsource = redis\n",
+          fp);
     fclose(fp);
 }
 
@@ -96,22 +97,22 @@ START_TEST(check_version)
 
     rules_redis_sha256(GOOD, strlen(GOOD), sha);
     rules_redis_sha256("", 0, empty_sha);
-    ck_assert_int_eq(rules_redis_check_version(ini, GOOD, strlen(GOOD), sha, "redis:v1", &cfg,
-                                               err, sizeof(err)),
-                     0);
+    ck_assert_int_eq(
+        rules_redis_check_version(ini, GOOD, strlen(GOOD), sha, "redis:v1", &cfg, err, sizeof(err)),
+        0);
     ck_assert_uint_eq(cfg->nrules, 1);
     config_free(cfg);
     /* no checksum, or another text's: refused before it is parsed */
-    ck_assert_int_eq(rules_redis_check_version(ini, GOOD, strlen(GOOD), "", "redis:v2", &cfg, err,
-                                               sizeof(err)),
-                     -1);
+    ck_assert_int_eq(
+        rules_redis_check_version(ini, GOOD, strlen(GOOD), "", "redis:v2", &cfg, err, sizeof(err)),
+        -1);
     ck_assert_ptr_null(cfg);
     ck_assert_str_eq(err, "redis:v2: no sha256: not a version --push wrote\n");
-    ck_assert_int_eq(rules_redis_check_version(ini, GOOD, strlen(GOOD), NULL, "redis:v2", NULL,
-                                               err, sizeof(err)),
+    ck_assert_int_eq(rules_redis_check_version(ini, GOOD, strlen(GOOD), NULL, "redis:v2", NULL, err,
+                                               sizeof(err)),
                      -1);
-    ck_assert_int_eq(rules_redis_check_version(ini, GOOD, strlen(GOOD), empty_sha, "redis:v3",
-                                               NULL, err, sizeof(err)),
+    ck_assert_int_eq(rules_redis_check_version(ini, GOOD, strlen(GOOD), empty_sha, "redis:v3", NULL,
+                                               err, sizeof(err)),
                      -1);
     ck_assert_str_eq(err, "redis:v3: its sha256 does not match its text\n");
     ck_assert_int_eq(rules_redis_check_version(ini, GOOD, strlen(GOOD), "abc", "redis:v3", NULL,

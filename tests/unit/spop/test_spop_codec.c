@@ -242,7 +242,8 @@ START_TEST(test_agent_hello)
     ck_assert(f.stream_id == 0 && f.frame_id == 0);
     r = st_reader(f.payload, f.payload_len);
     ck_assert_int_eq(spop_kv_next(&r, &key, &val), 1);
-    ck_assert(st_str_is(key, "version") && val.type == SPOP_DATA_STR && st_str_is(val.u.buf, "2.0"));
+    ck_assert(st_str_is(key, "version") && val.type == SPOP_DATA_STR &&
+              st_str_is(val.u.buf, "2.0"));
     ck_assert_int_eq(spop_kv_next(&r, &key, &val), 1);
     ck_assert(st_str_is(key, "max-frame-size") && val.type == SPOP_DATA_UINT32);
     ck_assert_uint_eq(val.u.uint, 1024);
@@ -355,11 +356,11 @@ START_TEST(test_actions)
         const char *name;
         int64_t sint;
     } want[] = {
-        { SPOP_ACT_SET_VAR, SPOP_SCOPE_TXN, SPOP_DATA_BOOL, "blocked", 1 },
-        { SPOP_ACT_SET_VAR, SPOP_SCOPE_TXN, SPOP_DATA_INT64, "retry_after", 3 },
-        { SPOP_ACT_SET_VAR, SPOP_SCOPE_REQ, SPOP_DATA_STR, "plan", 0 },
-        { SPOP_ACT_SET_VAR, SPOP_SCOPE_SESS, SPOP_DATA_NULL, "gone", 0 },
-        { SPOP_ACT_UNSET_VAR, SPOP_SCOPE_TXN, SPOP_DATA_NULL, "limit", 0 },
+        {SPOP_ACT_SET_VAR, SPOP_SCOPE_TXN, SPOP_DATA_BOOL, "blocked", 1},
+        {SPOP_ACT_SET_VAR, SPOP_SCOPE_TXN, SPOP_DATA_INT64, "retry_after", 3},
+        {SPOP_ACT_SET_VAR, SPOP_SCOPE_REQ, SPOP_DATA_STR, "plan", 0},
+        {SPOP_ACT_SET_VAR, SPOP_SCOPE_SESS, SPOP_DATA_NULL, "gone", 0},
+        {SPOP_ACT_UNSET_VAR, SPOP_SCOPE_TXN, SPOP_DATA_NULL, "limit", 0},
     };
     uint8_t out[256], *start, *buf, *gold;
     struct spop_writer w = st_writer(out, sizeof(out));
@@ -458,7 +459,8 @@ START_TEST(test_set_var_typed_same_bytes)
                     struct spop_data d;
                     int ra, rb;
                     const char *nm = name_lens[nl] == 49 ? "abcdefghijklmnopqrstuvwxyzabcdefghijklm"
-                                                           "nopqrstuvw" : name48;
+                                                           "nopqrstuvw"
+                                                         : name48;
                     memset(a, 0xee, sizeof(a));
                     memset(b, 0xee, sizeof(b));
                     if (k < 10) {
@@ -490,9 +492,15 @@ START_TEST(test_malformed)
     int rc = 0;
 
     switch (spop_bad_cases[_i].kind) {
-    case SPOP_BAD_VARINT: rc = spop_get_varint(&r, &v); break;
-    case SPOP_BAD_DATA: rc = spop_get_data(&r, &d); break;
-    case SPOP_BAD_ACTION: rc = spop_action_next(&r, &action, &scope, &name, &d); break;
+    case SPOP_BAD_VARINT:
+        rc = spop_get_varint(&r, &v);
+        break;
+    case SPOP_BAD_DATA:
+        rc = spop_get_data(&r, &d);
+        break;
+    case SPOP_BAD_ACTION:
+        rc = spop_action_next(&r, &action, &scope, &name, &d);
+        break;
     case SPOP_BAD_FRAME:
         rc = spop_frame_decode(buf, n, SPOP_DEFAULT_FRAME_SIZE, &f, &consumed);
         break;

@@ -42,8 +42,8 @@ static void fuzz_decoders(const uint8_t *p, size_t n)
     struct spop_data v;
     size_t consumed, hdr = SPOP_FRAME_LEN_SIZE + SPOP_FRAME_MIN_LEN;
     uint8_t a, sc;
-    int rc = spop_frame_decode(p, n, rng() & 1 ? SPOP_DEFAULT_FRAME_SIZE : rng() % 300, &f,
-                               &consumed);
+    int rc =
+        spop_frame_decode(p, n, rng() & 1 ? SPOP_DEFAULT_FRAME_SIZE : rng() % 300, &f, &consumed);
 
     ck_assert(rc == SPOP_OK || rc == SPOP_EAGAIN || rc == SPOP_EINVAL || rc == SPOP_ETOOBIG);
     if (rc == SPOP_OK) {
@@ -218,10 +218,18 @@ START_TEST(test_fuzz)
             size_t off = n > lo ? lo + (size_t)(rng() % (n - lo)) : 0;
 
             switch (rng() % 4) {
-            case 0: buf[off] = (uint8_t)rng(); break;
-            case 1: buf[off] ^= (uint8_t)(1u << (rng() % 8)); break;
-            case 2: buf[off] = (uint8_t)(0xf0 | (rng() & 0x0f)); break;
-            default: buf[off] = (uint8_t)(rng() % 16); break;
+            case 0:
+                buf[off] = (uint8_t)rng();
+                break;
+            case 1:
+                buf[off] ^= (uint8_t)(1u << (rng() % 8));
+                break;
+            case 2:
+                buf[off] = (uint8_t)(0xf0 | (rng() & 0x0f));
+                break;
+            default:
+                buf[off] = (uint8_t)(rng() % 16);
+                break;
             }
         }
         fuzz_decoders(buf, n);

@@ -65,16 +65,16 @@ START_TEST(test_frame_stream)
     }
     buf = st_dup_exact(all, total);
     for (size_t i = 0; i < SPOP_NVECTORS; i++) {
-        ck_assert_int_eq(spop_frame_decode(buf + off, total - off, SPOP_DEFAULT_FRAME_SIZE, &f,
-                                           &consumed),
-                         SPOP_OK);
+        ck_assert_int_eq(
+            spop_frame_decode(buf + off, total - off, SPOP_DEFAULT_FRAME_SIZE, &f, &consumed),
+            SPOP_OK);
         ck_assert_uint_eq(consumed, spop_vectors[i].len);
         ck_assert_uint_eq(f.type, spop_vector_headers[i].type);
         off += consumed;
     }
-    ck_assert_int_eq(spop_frame_decode(buf + off, total - off, SPOP_DEFAULT_FRAME_SIZE, &f,
-                                       &consumed),
-                     SPOP_EAGAIN);
+    ck_assert_int_eq(
+        spop_frame_decode(buf + off, total - off, SPOP_DEFAULT_FRAME_SIZE, &f, &consumed),
+        SPOP_EAGAIN);
     ck_assert_int_eq(spop_frame_decode(NULL, 0, SPOP_DEFAULT_FRAME_SIZE, &f, &consumed),
                      SPOP_EAGAIN);
     free(buf);
@@ -117,10 +117,10 @@ END_TEST
 
 START_TEST(test_notify_vectors)
 {
-    static const char *const names[] = { "key", "ip",  "path",    "method", "plan",
-                                         "n",   "neg", "missing", "b" };
-    static const uint8_t ipv4[4] = { 127, 0, 0, 1 };
-    static const uint8_t ipv6[16] = { [15] = 1 };
+    static const char *const names[] = {"key", "ip",  "path",    "method", "plan",
+                                        "n",   "neg", "missing", "b"};
+    static const uint8_t ipv4[4] = {127, 0, 0, 1};
+    static const uint8_t ipv6[16] = {[15] = 1};
     static struct spop_message m; /* ~10 KB: keep it off the stack */
     int v6 = _i == SPOP_VEC_NOTIFY_IPV6;
     struct spop_frame f;
@@ -171,11 +171,11 @@ START_TEST(test_frame_too_big)
         const char *hex;
         size_t max_len;
     } cases[] = {
-        { "00004000", SPOP_DEFAULT_FRAME_SIZE },
-        { "ffffffff", SPOP_DEFAULT_FRAME_SIZE },
-        { "ffffffff", SIZE_MAX },
-        { "01000001", SIZE_MAX }, /* SPOP_MAX_FRAME_SIZE + 1: the hard cap */
-        { "00000100", 255 },
+        {"00004000", SPOP_DEFAULT_FRAME_SIZE},
+        {"ffffffff", SPOP_DEFAULT_FRAME_SIZE},
+        {"ffffffff", SIZE_MAX},
+        {"01000001", SIZE_MAX}, /* SPOP_MAX_FRAME_SIZE + 1: the hard cap */
+        {"00000100", 255},
     };
     struct spop_frame f;
     size_t n, consumed;
@@ -183,8 +183,7 @@ START_TEST(test_frame_too_big)
     for (int i = 0; i < ST_NELEM(cases); i++) {
         uint8_t *buf = st_hex_dup(cases[i].hex, &n);
 
-        ck_assert_int_eq(spop_frame_decode(buf, n, cases[i].max_len, &f, &consumed),
-                         SPOP_ETOOBIG);
+        ck_assert_int_eq(spop_frame_decode(buf, n, cases[i].max_len, &f, &consumed), SPOP_ETOOBIG);
         free(buf);
     }
     /* exactly at the limit is fine, merely incomplete */
@@ -197,7 +196,7 @@ END_TEST
 
 START_TEST(test_frame_too_short)
 {
-    uint8_t full[16] = { 0, 0, 0, (uint8_t)_i, SPOP_FRAME_NOTIFY, 0, 0, 0, 1, 0, 0 };
+    uint8_t full[16] = {0, 0, 0, (uint8_t)_i, SPOP_FRAME_NOTIFY, 0, 0, 0, 1, 0, 0};
     struct spop_frame f;
     size_t consumed;
 
@@ -229,7 +228,7 @@ START_TEST(test_notify_corrupt)
     }
     /* every byte, a few nasty values: an answer, never a crash */
     for (size_t off = 0; off < n; off++) {
-        static const uint8_t vals[] = { 0x00, 0x01, 0x7f, 0x80, 0xef, 0xf0, 0xff };
+        static const uint8_t vals[] = {0x00, 0x01, 0x7f, 0x80, 0xef, 0xf0, 0xff};
         uint8_t saved = p[off];
 
         for (size_t k = 0; k < sizeof(vals); k++) {
@@ -289,16 +288,19 @@ START_TEST(test_hello_item_types)
     int i = _i;
 
     /* each known key with a wrong type */
-    d = i == 0 ? spop_uint(2) : i == 1 ? str_data("16380") : i == 2 ? spop_bool(1)
-        : i == 3 ? str_data("true") : spop_int(1);
+    d = i == 0   ? spop_uint(2)
+        : i == 1 ? str_data("16380")
+        : i == 2 ? spop_bool(1)
+        : i == 3 ? str_data("true")
+                 : spop_int(1);
     ck_assert_int_eq(hello_from(&keys[i], &d, 1, &h), SPOP_EINVAL);
 }
 END_TEST
 
 START_TEST(test_hello_items)
 {
-    static const char *const keys[] = { "max-frame-size", "foo", "healthcheck", "engine-id" };
-    struct spop_data vals[4] = { spop_int(4096), spop_int(-1), spop_bool(0), str_data("") };
+    static const char *const keys[] = {"max-frame-size", "foo", "healthcheck", "engine-id"};
+    struct spop_data vals[4] = {spop_int(4096), spop_int(-1), spop_bool(0), str_data("")};
     struct spop_hello h;
 
     ck_assert_int_eq(hello_from(keys, vals, 4, &h), SPOP_OK);

@@ -26,8 +26,14 @@ struct row {
     int good;
 };
 
-#define CLAIM(want) {"agent", "100", "1000", "50", want, "0", "0", "1000", NULL}
-#define EXACT {"100", "1000", "50", NULL}
+#define CLAIM(want)                                                                                \
+    {                                                                                              \
+        "agent", "100", "1000", "50", want, "0", "0", "1000", NULL                                 \
+    }
+#define EXACT                                                                                      \
+    {                                                                                              \
+        "100", "1000", "50", NULL                                                                  \
+    }
 
 static const struct row rows[] = {
     /* well-formed: what each script answers */
@@ -41,27 +47,45 @@ static const struct row rows[] = {
     {"cc_acquire", SCRIPT_CC_ACQUIRE, 6, {1, 3, 0, 0, 1796550000000, 0}, {"5", "1000", "x"}, 1},
     {"cc_release", SCRIPT_CC_RELEASE, 2, {1, 0}, {"x", NULL}, 1},
     /* a rate lease grows its slice: not bound by want */
-    {"tb_claim rate lease", SCRIPT_TB_CLAIM, 10, {20, 10, 20, 1, 0, 100, 1000, 20, 500000, 0},
-     {"agent", "100", "1000", "50", "1", "0", "0", "1000", "500000", "500000", NULL}, 1},
+    {"tb_claim rate lease",
+     SCRIPT_TB_CLAIM,
+     10,
+     {20, 10, 20, 1, 0, 100, 1000, 20, 500000, 0},
+     {"agent", "100", "1000", "50", "1", "0", "0", "1000", "500000", "500000", NULL},
+     1},
     /* malformed */
     {"exact short", SCRIPT_TB_EXACT, 4, {1, 9, 0, 100}, EXACT, 0},
     {"exact long", SCRIPT_TB_EXACT, 6, {1, 9, 0, 100, 1796550000000, 0}, EXACT, 0},
     {"claim short", SCRIPT_TB_CLAIM, 9, {5, 10, 5, 1, 0, 100, 1000, 5, 0}, CLAIM("5"), 0},
     {"negative remaining", SCRIPT_TB_EXACT, 5, {1, -5, 0, 100, 1796550000000}, EXACT, 0},
-    {"negative holders", SCRIPT_SW_CLAIM, 10, {0, 0, 50, -1, 30, 900, 0, 0, 0, 0}, CLAIM("5"),
+    {"negative holders", SCRIPT_SW_CLAIM, 10, {0, 0, 50, -1, 30, 900, 0, 0, 0, 0}, CLAIM("5"), 0},
+    {"granted above want",
+     SCRIPT_TB_CLAIM,
+     10,
+     {6, 10, 6, 1, 0, 100, 1000, 6, 0, 0},
+     CLAIM("5"),
      0},
-    {"granted above want", SCRIPT_TB_CLAIM, 10, {6, 10, 6, 1, 0, 100, 1000, 6, 0, 0},
-     CLAIM("5"), 0},
-    {"granted to a settle", SCRIPT_SW_CLAIM, 10, {1, 10, 1, 1, 0, 100, 1000, 1, 0, 0},
-     CLAIM("0"), 0},
-    {"share above the rate", SCRIPT_TB_CLAIM, 10, {0, 10, 0, 1, 0, 100, 1000, 0, 1000001, 0},
-     CLAIM("0"), 0},
+    {"granted to a settle",
+     SCRIPT_SW_CLAIM,
+     10,
+     {1, 10, 1, 1, 0, 100, 1000, 1, 0, 0},
+     CLAIM("0"),
+     0},
+    {"share above the rate",
+     SCRIPT_TB_CLAIM,
+     10,
+     {0, 10, 0, 1, 0, 100, 1000, 0, 1000001, 0},
+     CLAIM("0"),
+     0},
     {"allowed 7", SCRIPT_TB_EXACT, 5, {7, 9, 0, 100, 1796550000000}, EXACT, 0},
     {"no time", SCRIPT_SW_EXACT, 5, {1, 9, 0, 100, 0}, EXACT, 0},
-    {"a return that grants", SCRIPT_SW_RETURN, 10, {3, 10, 0, 0, 0, 0, 0, 3, 0, 0},
-     {"agent", NULL}, 0},
-    {"given above taken", SCRIPT_SW_REFUND, 2, {3, 12}, {"100", "1000", "50", "2", "0", NULL},
+    {"a return that grants",
+     SCRIPT_SW_RETURN,
+     10,
+     {3, 10, 0, 0, 0, 0, 0, 3, 0, 0},
+     {"agent", NULL},
      0},
+    {"given above taken", SCRIPT_SW_REFUND, 2, {3, 12}, {"100", "1000", "50", "2", "0", NULL}, 0},
     {"released 2", SCRIPT_CC_RELEASE, 2, {2, 0}, {"x", NULL}, 0},
 };
 
@@ -74,7 +98,8 @@ START_TEST(reply_check)
     memcpy(res.v, r->v, sizeof(res.v));
     while (r->argv[argc])
         argc++;
-    const char *why = store_reply_check(r->script, &res, (size_t)r->n, argc, (char *const *)r->argv);
+    const char *why =
+        store_reply_check(r->script, &res, (size_t)r->n, argc, (char *const *)r->argv);
     if (r->good)
         ck_assert_msg(why == NULL, "%s: rejected: %s", r->name, why);
     else
@@ -86,8 +111,8 @@ END_TEST
  * given apart tells. */
 START_TEST(reply_check_counts_elements)
 {
-    struct store_result res = {.status = STORE_OK, .n = CLAIM_R_COUNT,
-                               .v = {5, 10, 5, 1, 0, 100, 1000, 5, 0, 0}};
+    struct store_result res = {
+        .status = STORE_OK, .n = CLAIM_R_COUNT, .v = {5, 10, 5, 1, 0, 100, 1000, 5, 0, 0}};
     char *const argv[] = {"agent", "100", "1000", "50", "5", "0", "0", "1000"};
 
     ck_assert_ptr_null(store_reply_check(SCRIPT_TB_CLAIM, &res, CLAIM_R_COUNT, 8, argv));

@@ -286,8 +286,8 @@ END_TEST
  * passes. */
 START_TEST(unasked_refused)
 {
-    static const char *const replies[] = {"+OK\r\n", ":1\r\n", "$-1\r\n", "*1\r\n:1\r\n",
-                                          "$2\r\nhi\r\n", "-ERR max clients\r\n"};
+    static const char *const replies[] = {"+OK\r\n",      ":1\r\n",       "$-1\r\n",
+                                          "*1\r\n:1\r\n", "$2\r\nhi\r\n", "-ERR max clients\r\n"};
     struct store_reply_cap cap;
     redisReader *r = capped(&cap, _i % 2);
     redisCallbackList list = {0};

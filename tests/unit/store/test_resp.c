@@ -171,8 +171,8 @@ START_TEST(batch)
     size_t cap = 3 + n * 12, argc = 0;
     const char **argv = calloc(cap, sizeof(*argv));
     size_t *argvlen = calloc(cap, sizeof(*argvlen));
-    char (*keys)[32] = calloc(n, sizeof(*keys));
-    char (*nums)[8] = calloc(n * 2 + 1, sizeof(*nums));
+    char(*keys)[32] = calloc(n, sizeof(*keys));
+    char(*nums)[8] = calloc(n * 2 + 1, sizeof(*nums));
     const char *exact[3] = {"20", "60000", "20"};
     size_t exact_len[3] = {2, 5, 2};
     const char *claim[8] = {"host:1:abc", "100", "60000", "20", "5", "0", "0", "30000"};
@@ -186,12 +186,13 @@ START_TEST(batch)
     argvlen[argc] = (size_t)snprintf(nums[2 * n], sizeof(nums[0]), "%u", n);
     argv[argc++] = nums[2 * n];
     for (unsigned i = 0; i < n; i++) {
-        size_t kl = (size_t)snprintf(keys[i], sizeof(keys[i]), "rl:tb:perip:10.0.%u.%u", i / 256,
-                                     i % 256);
+        size_t kl =
+            (size_t)snprintf(keys[i], sizeof(keys[i]), "rl:tb:perip:10.0.%u.%u", i / 256, i % 256);
         int is_claim = i % 3 == 1;
         struct store_cmd *c =
-            is_claim ? store_cmd_new(SCRIPT_TB_CLAIM, keys[i], kl, 8, claim, claim_len, noop_cb, NULL)
-                     : store_cmd_new(SCRIPT_TB_EXACT, keys[i], kl, 3, exact, exact_len, noop_cb, NULL);
+            is_claim
+                ? store_cmd_new(SCRIPT_TB_CLAIM, keys[i], kl, 8, claim, claim_len, noop_cb, NULL)
+                : store_cmd_new(SCRIPT_TB_EXACT, keys[i], kl, 3, exact, exact_len, noop_cb, NULL);
         ck_assert_ptr_nonnull(c);
         *tail = c;
         tail = &c->mnext;
@@ -270,7 +271,10 @@ struct reply_case {
     size_t len;
 };
 
-#define REPLY(s) {s, sizeof(s) - 1} /* replies hold NUL bytes: no strlen */
+#define REPLY(s)                                                                                   \
+    {                                                                                              \
+        s, sizeof(s) - 1                                                                           \
+    } /* replies hold NUL bytes: no strlen */
 
 static const struct reply_case replies[] = {
     REPLY("+OK\r\n"),
@@ -332,7 +336,7 @@ static const struct {
     {"ASK 0 10.0.0.2:7000", 0, 1, 0, "10.0.0.2", 7000},
     {"MOVED 16383 redis-3.internal:65535", 0, 0, 16383, "redis-3.internal", 65535},
     {"MOVED 12 [::1]:7001", 0, 0, 12, "::1", 7001},
-    {"MOVED 12 ::1:7001", 0, 0, 12, "::1", 7001}, /* the last colon ends the host */
+    {"MOVED 12 ::1:7001", 0, 0, 12, "::1", 7001},     /* the last colon ends the host */
     {"MOVED 5 :7002", 0, 0, 5, "self.example", 7002}, /* empty host: the server asked */
     {"MOVED 16384 127.0.0.1:6381", -1, 0, 0, NULL, 0},
     {"MOVED -1 127.0.0.1:6381", -1, 0, 0, NULL, 0},
@@ -364,9 +368,9 @@ START_TEST(redirect)
     }
     /* the server asked has no known name: an empty host is no redirect */
     if (rc == 0 && strcmp(redirects[_i].host, "self.example") == 0)
-        ck_assert_int_eq(store_reply_redirect(redirects[_i].err, NULL, &ask, &slot, host,
-                                              sizeof(host), &port),
-                         -1);
+        ck_assert_int_eq(
+            store_reply_redirect(redirects[_i].err, NULL, &ask, &slot, host, sizeof(host), &port),
+            -1);
 }
 END_TEST
 
@@ -456,7 +460,8 @@ static const struct {
     {"AUTH: WRONGPASS invalid username-password pair or user is disabled.", "WRONGPASS"},
     {"WRONGPASS invalid username-password pair or user is disabled.", "WRONGPASS"},
     {"AUTH: ERR AUTH <password> called without any password configured for the default user. "
-     "Are you sure your configuration is correct?", "ERR"},
+     "Are you sure your configuration is correct?",
+     "ERR"},
     {"SCRIPT LOAD: NOAUTH Authentication required.", "NOAUTH"},
     {"ERR Protocol error: unauthenticated bulk length", "NOAUTH"},
     {"NOPERM this user has no permissions to run the 'evalsha' command", "NOPERM"},
@@ -525,16 +530,14 @@ END_TEST
  * to do; it clears once no error has come for the quiet period. */
 START_TEST(errors_warning)
 {
-    const struct store_error_where w = {"redis", "127.0.0.1:6379", "EVALSHA tb_claim", NULL,
-                                        "rl:"};
+    const struct store_error_where w = {"redis", "127.0.0.1:6379", "EVALSHA tb_claim", NULL, "rl:"};
     struct warning_view v[WARNING_KINDS];
     uint64_t now;
 
     warning_reset();
     store_error_note(METRICS_REDIS_NOSCRIPT, "NOSCRIPT No matching script.", &w);
     ck_assert_int_eq(warning_active(WARNING_REDIS_ERRORS), 0);
-    store_error_note(METRICS_REDIS_NOREPLICAS, "NOREPLICAS Not enough good replicas to write.",
-                     &w);
+    store_error_note(METRICS_REDIS_NOREPLICAS, "NOREPLICAS Not enough good replicas to write.", &w);
     now = util_now_us();
     ck_assert_int_eq(warning_active(WARNING_REDIS_ERRORS), 1);
     ck_assert_uint_eq(warning_list(v, WARNING_KINDS), 1);
@@ -562,7 +565,7 @@ static const struct {
     {METRICS_REDIS_TRYAGAIN, 0, 0, 100000, STORE_TRYAGAIN_WAIT_US},
     {METRICS_REDIS_TRYAGAIN, STORE_TRYAGAIN_MAX - 1, 40000, 100000, STORE_TRYAGAIN_WAIT_US},
     {METRICS_REDIS_TRYAGAIN, STORE_TRYAGAIN_MAX, 0, 100000, -1},
-    {METRICS_REDIS_TRYAGAIN, 1, 95000, 100000, -1},  /* the answer would come too late */
+    {METRICS_REDIS_TRYAGAIN, 1, 95000, 100000, -1},             /* the answer would come too late */
     {METRICS_REDIS_TRYAGAIN, 0, 0, STORE_TRYAGAIN_WAIT_US, -1}, /* a timeout shorter than a wait */
     {METRICS_REDIS_NOREPLICAS, 0, 0, 100000, -1},
     {METRICS_REDIS_CLUSTERDOWN, 0, 0, 100000, -1},

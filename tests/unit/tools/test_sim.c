@@ -91,13 +91,13 @@ START_TEST(errors_and_batches)
     /* the batch script: a claim and an exact decision, "n v1..vn" each */
     const char *keys[2] = {"rl:tb:x:a", "rl:tb:x:b"};
     size_t klen[2] = {9, 9};
-    const char *argv[] = {"0", "8", "A", "10", "1000", "20", "3", "0", "0", "1000",
-                          "2", "3", "10", "1000", "20"};
+    const char *argv[] = {"0", "8",    "A", "10", "1000", "20",   "3", "0",
+                          "0", "1000", "2", "3",  "10",   "1000", "20"};
     size_t alen[15];
     for (int i = 0; i < 15; i++)
         alen[i] = strlen(argv[i]);
-    ck_assert_int_eq(sim_redis_eval(r, SCRIPT_BATCH, T0, 2, keys, klen, 15, argv, alen, v, 64, &n,
-                                    &err), 0);
+    ck_assert_int_eq(
+        sim_redis_eval(r, SCRIPT_BATCH, T0, 2, keys, klen, 15, argv, alen, v, 64, &n, &err), 0);
     ck_assert_uint_eq(n, 1 + CLAIM_R_COUNT + 1 + EXACT_R_COUNT);
     ck_assert_int_eq(v[0], CLAIM_R_COUNT);
     ck_assert_int_eq(v[1 + CLAIM_R_GRANTED], 3);
@@ -105,26 +105,27 @@ START_TEST(errors_and_batches)
     ck_assert_int_eq(v[2 + CLAIM_R_COUNT + EXACT_R_ALLOWED], 1);
     ck_assert_int_eq(v[2 + CLAIM_R_COUNT + EXACT_R_REMAINING], 19);
     /* a reply longer than the caller's room is an error, not an overflow */
-    ck_assert_int_eq(sim_redis_eval(r, SCRIPT_BATCH, T0, 2, keys, klen, 15, argv, alen, v, 4, &n,
-                                    &err), -1);
+    ck_assert_int_eq(
+        sim_redis_eval(r, SCRIPT_BATCH, T0, 2, keys, klen, 15, argv, alen, v, 4, &n, &err), -1);
     /* "=": the script and ARGV of the operation before (here the exact
      * decision on c again: 19 -> 18); only after one of the same script */
     const char *keys3[3] = {"rl:tb:x:a", "rl:tb:x:c", "rl:tb:x:c"};
     size_t klen3[3] = {9, 9, 9};
-    const char *argv3[] = {"0", "8", "A", "10", "1000", "20", "0", "0", "0", "1000",
-                           "2", "3", "10", "1000", "20", "2", BATCH_OP_SAME};
+    const char *argv3[] = {"0",    "8", "A", "10", "1000", "20", "0", "0",          "0",
+                           "1000", "2", "3", "10", "1000", "20", "2", BATCH_OP_SAME};
     size_t alen3[17];
     for (int i = 0; i < 17; i++)
         alen3[i] = strlen(argv3[i]);
-    ck_assert_int_eq(sim_redis_eval(r, SCRIPT_BATCH, T0, 3, keys3, klen3, 17, argv3, alen3, v, 64,
-                                    &n, &err), 0);
+    ck_assert_int_eq(
+        sim_redis_eval(r, SCRIPT_BATCH, T0, 3, keys3, klen3, 17, argv3, alen3, v, 64, &n, &err), 0);
     ck_assert_uint_eq(n, 1 + CLAIM_R_COUNT + 2 * (1 + EXACT_R_COUNT));
     ck_assert_int_eq(v[2 + CLAIM_R_COUNT + EXACT_R_REMAINING], 19);
     ck_assert_int_eq(v[3 + CLAIM_R_COUNT + EXACT_R_COUNT + EXACT_R_ALLOWED], 1);
     ck_assert_int_eq(v[3 + CLAIM_R_COUNT + EXACT_R_COUNT + EXACT_R_REMAINING], 18);
     argv3[15] = "0"; /* "=" after an exact call, for a claim */
-    ck_assert_int_eq(sim_redis_eval(r, SCRIPT_BATCH, T0, 3, keys3, klen3, 17, argv3, alen3, v, 64,
-                                    &n, &err), -1);
+    ck_assert_int_eq(
+        sim_redis_eval(r, SCRIPT_BATCH, T0, 3, keys3, klen3, 17, argv3, alen3, v, 64, &n, &err),
+        -1);
     ck_assert_ptr_nonnull(strstr(err, "bad operation 3"));
     sim_redis_free(r);
 }
@@ -176,8 +177,13 @@ END_TEST
 
 START_TEST(script_args_by_position)
 {
-    struct lease_job j = {.kind = LEASE_JOB_CLAIM, .algorithm = BUCKET_TOKEN_BUCKET,
-                          .limit = 100, .period_ms = 60000, .burst = 20, .want = 3, .used = 2,
+    struct lease_job j = {.kind = LEASE_JOB_CLAIM,
+                          .algorithm = BUCKET_TOKEN_BUCKET,
+                          .limit = 100,
+                          .period_ms = 60000,
+                          .burst = 20,
+                          .want = 3,
+                          .used = 2,
                           .returned = 1};
     struct script_args a;
 
@@ -205,8 +211,12 @@ END_TEST
  * appended after every other argument (script.h). */
 START_TEST(script_args_fixed_window)
 {
-    struct lease_job j = {.kind = LEASE_JOB_CLAIM, .algorithm = BUCKET_FIXED_WINDOW,
-                          .limit = 5, .period_ms = 86400000, .burst = 5, .want = 3,
+    struct lease_job j = {.kind = LEASE_JOB_CLAIM,
+                          .algorithm = BUCKET_FIXED_WINDOW,
+                          .limit = 5,
+                          .period_ms = 86400000,
+                          .burst = 5,
+                          .want = 3,
                           .offset_ms = 7200000};
     struct script_args a;
 
