@@ -41,28 +41,7 @@ local wus = period * 1000 -- window length, microseconds
 local fixed = ARGV[4] == '1'
 local off = fixed and (num(ARGV, 5, 0) * 1000) % wus or 0
 
-local tm = redis.call('TIME')
-local now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
-local k = floor((now - off) / wus) -- guard the division's rounding
-if k * wus + off > now then k = k - 1 elseif (k + 1) * wus + off <= now then k = k + 1 end
-
-local raw = redis.call('HGETALL', key)
-local f = raw -- the fields by name; f is only read: a new key's empty reply will do
-if raw[1] ~= nil then
-    f = {}
-    for i = 1, #raw, 2 do f[raw[i]] = raw[i + 1] end
-end
-
--- Roll the windows forward to k (never back; rebased first), as sw_claim does.
-local W, c, p = tonumber(f.w), tonumber(f.c) or 0, tonumber(f.p) or 0
-if W and k < W then rebase_window(key, f, W, k); W = k end -- the clock stepped back
-if W == nil or k > W + 1 then
-    W, c, p = k, 0, 0
-elseif k == W + 1 then
-    W, c, p = k, 0, c
-end
-if fixed then p = 0 end -- nothing carries over
-local left = min(wus, max(0, (W + 1) * wus + off - now)) -- us to the boundary
+--@ lib/window_roll.lua
 local before = max(0, floor(limit - (p * left / wus + c)))
 
 -- Leases of older windows are over: forget them (their units stay counted).
