@@ -74,22 +74,22 @@ enum core_cc_verdict core_cc_reply(struct rjob *j, const struct store_result *re
 }
 
 /* Under a new slot id. */
-int core_cc_queue(struct limiter_req *req, size_t i, const char *key, size_t keylen, int ask,
+int core_cc_queue(struct limiter_req *req, const struct hit_keys *k, int ask,
                   struct core_jobs *out)
 {
-    const struct rule_hit *h = &req->ev.hits[i];
-    struct rjob *j = ask ? calloc(1, sizeof(*j) + keylen + 1) : NULL;
+    const struct rule_hit *h = k->h;
+    struct rjob *j = ask ? calloc(1, sizeof(*j) + k->redis_len + 1) : NULL;
 
     if (!j)
         return -1;
     j->kind = RJOB_CC;
-    j->w = &req->waiters[i];
+    j->w = &req->waiters[k->i];
     j->limit = h->params.limit;
     j->period_ms = h->params.period_ms; /* max_hold */
     j->slot_id = slots_new_id();
     j->m = req->rs->metrics[h->rule];
-    j->keylen = keylen;
-    memcpy(j->key, key, keylen);
+    j->keylen = k->redis_len;
+    memcpy(j->key, k->redis, k->redis_len);
     core_jobs_push(out, j); /* limiter_decide wakes the thread */
     return 0;
 }
@@ -119,20 +119,17 @@ static int queue_release(const struct limiter_core *c, const struct cfg_rule *r,
     return 0;
 }
 
-void core_cc_local(struct limiter_core *c, struct limiter_req *req, size_t i,
+void core_cc_local(struct limiter_core *c, struct limiter_req *req, const struct hit_keys *k,
                    const struct bucket_params *p, uint64_t now_us)
 {
-    struct rule_hit *h = &req->ev.hits[i];
-    const struct cfg_rule *r = &req->rs->cfg->rules[h->rule];
+    struct rule_hit *h = k->h;
     struct metrics_rule *m = req->rs->metrics[h->rule];
-    char skey[RULES_SLOT_KEY_MAX + 1];
-    int sk = rules_slot_key(rules_hit_key(&req->ev, h), h->key_len, skey);
     uint64_t id = slots_new_id();
     struct slot_take t = {0};
 
     memset(&h->out.res, 0, sizeof(h->out.res));
-    if (sk < 0 || slot_table_take(c->slots, r->name, skey, (size_t)sk, p->limit, p->period_us, id,
-                                  now_us, &t) < 0) {
+    if (k->slot_len < 0 || slot_table_take(c->slots, k->r->name, k->slot, (size_t)k->slot_len,
+                                           p->limit, p->period_us, id, now_us, &t) < 0) {
         h->out.res.retry_us = RETRY_NOMEM_US; /* out of memory: denied */
         return;
     }

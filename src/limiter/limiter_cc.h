@@ -12,14 +12,14 @@
 
 struct store_result;
 
-/* Decide concurrency hit i of req from the local slot table under p (its
+/* Decide concurrency hit k of req from the local slot table under p (its
  * limit and max_hold): standalone p is the rule's, in the fallback its
  * local share (the backstop). */
-void core_cc_local(struct limiter_core *c, struct limiter_req *req, size_t i,
+void core_cc_local(struct limiter_core *c, struct limiter_req *req, const struct hit_keys *k,
                    const struct bucket_params *p, uint64_t now_us);
-/* Hit i of a concurrency rule: one cc_acquire on Redis key key, to out. 0,
+/* Hit k of a concurrency rule: one cc_acquire on its Redis key, to out. 0,
  * or -1 when it cannot be (Redis down, out of memory). */
-int core_cc_queue(struct limiter_req *req, size_t i, const char *key, size_t keylen, int ask,
+int core_cc_queue(struct limiter_req *req, const struct hit_keys *k, int ask,
                   struct core_jobs *out);
 /* Free the slots of req's release messages (ev->releases). */
 void core_cc_releases(struct limiter_core *c, struct limiter_req *req, uint64_t now_us, int up,

@@ -17,18 +17,15 @@
 #include "limiter/limiter_req.h"
 #include "metrics/metrics.h"
 
-/* The refund script call for hit i of req (decided by an exact call:
+/* The refund script call for hit k (decided by an exact call:
  * out.charged_at is its Redis time), to out. 0, or -1 when it cannot be
- * (out of memory, a key too long): the tokens then stay taken, which only
+ * (out of memory, no key): the tokens then stay taken, which only
  * under-admits. */
-static int queue_refund(const struct limiter_core *c, const struct limiter_req *req, size_t i,
+static int queue_refund(const struct limiter_req *req, const struct hit_keys *k,
                         struct core_jobs *out)
 {
-    const struct rule_hit *h = &req->ev.hits[i];
-    char buf[KEYBUF];
-    size_t klen = core_hit_redis_key(c, req, h, buf, sizeof(buf));
-    /* a key past KEYBUF (a long max_key) keeps its charge: under-admission only */
-    struct rjob *j = klen ? core_key_call(RJOB_REFUND, h, buf, klen) : NULL;
+    const struct rule_hit *h = k->h;
+    struct rjob *j = k->redis ? core_key_call(RJOB_REFUND, h, k->redis, k->redis_len) : NULL;
 
     if (!j)
         return -1;
@@ -38,16 +35,15 @@ static int queue_refund(const struct limiter_core *c, const struct limiter_req *
     return 0;
 }
 
-/* Give back the tokens of hit i to the bucket, backstop or lease they came
+/* Give back the tokens of hit k to the bucket, backstop or lease they came
  * from, and report the bucket as it is after in the hit's outcome (the
  * ACK's remaining and reset); an exact hit's refund is a Redis call whose
  * result comes after the ACK: remaining counts it given back. One case per
  * kind; the algorithms' own cases are in bucket_refund() and the scripts. */
-static uint64_t refund_hit(struct limiter_core *c, struct limiter_req *req, size_t i,
-                           uint64_t now_us, struct core_jobs *out)
+static uint64_t refund_hit(struct limiter_core *c, struct limiter_req *req,
+                           const struct hit_keys *k, uint64_t now_us, struct core_jobs *out)
 {
-    struct rule_hit *h = &req->ev.hits[i];
-    const struct cfg_rule *r = &req->rs->cfg->rules[h->rule];
+    struct rule_hit *h = k->h;
     struct bucket_state st;
     uint64_t back = 0;
 
@@ -56,9 +52,8 @@ static uint64_t refund_hit(struct limiter_core *c, struct limiter_req *req, size
     case RULE_CHARGED_BACKSTOP: {
         int backstop = h->out.charged == RULE_CHARGED_BACKSTOP;
         const struct bucket_params *p = backstop ? &h->backstop : &h->params;
-        back = bucket_table_refund(backstop ? c->backstop : c->buckets, r->name,
-                                   rules_hit_key(&req->ev, h), h->key_len, p, h->out.charged_at,
-                                   bucket_clock(p, now_us), h->cost, &st);
+        back = bucket_table_refund(backstop ? c->backstop : c->buckets, k->r->name, k->client,
+                                   k->client_len, p, h->out.charged_at, k->at, h->cost, &st);
         if (back) {
             h->out.res.remaining = st.remaining;
             h->out.res.reset_us = st.reset_us;
@@ -66,22 +61,19 @@ static uint64_t refund_hit(struct limiter_core *c, struct limiter_req *req, size
         break;
     }
     case RULE_CHARGED_LEASE: {
-        char key[KEYBUF];
-        size_t klen =
-            core_redis_key(c, r, rules_hit_key(&req->ev, h), h->key_len, key, sizeof(key));
         int redis = 0;
-        /* a key past KEYBUF (a long max_key) keeps its charge: under-admission only */
-        if (klen)
-            back = lease_refund(c->leases, key, klen, h->cost, now_us, &h->out.res, &redis);
+        if (k->redis)
+            back = lease_refund(c->leases, k->redis, k->redis_len, h->cost, now_us, &h->out.res,
+                                &redis);
         /* The spend already went to Redis with a claim (a top-up sent
          * between the decision and now): a token bucket takes it back
          * there, as an exact decision's (tb_refund ignores taken_ms). */
         if (!back && redis && h->params.algorithm == BUCKET_TOKEN_BUCKET)
-            queue_refund(c, req, i, out);
+            queue_refund(req, k, out);
         return back; /* a Redis refund is counted when Redis says */
     }
     case RULE_CHARGED_EXACT:
-        if (queue_refund(c, req, i, out) == 0) {
+        if (queue_refund(req, k, out) == 0) {
             uint64_t cap = rules_capacity(&h->params);
             uint64_t rem = h->out.res.remaining + h->cost;
             h->out.res.remaining = rem < cap ? rem : cap;
@@ -111,7 +103,10 @@ void core_settle(struct limiter_core *c, struct limiter_req *req, uint64_t now_u
         if (rs->cfg->rules[h->rule].shadow || !h->out.res.allowed || h->cost == 0 ||
             h->out.charged == RULE_CHARGED_NONE)
             continue;
-        uint64_t back = refund_hit(c, req, i, now_us, out);
+        struct hit_keys k;
+        core_hit_keys(c, req, i, now_us, &k);
+        uint64_t back = refund_hit(c, req, &k, now_us, out);
+        core_hit_keys_free(&k);
         h->out.charged = RULE_CHARGED_NONE; /* once */
         h->out.refunded = back;
         if (back)

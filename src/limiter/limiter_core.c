@@ -90,10 +90,12 @@ static uint64_t repay_cap(const struct bucket_params *p)
     return p->burst + (uint64_t)ceil(r * FALLBACK_REPAY_US);
 }
 
-void core_fallback(struct limiter_core *c, struct limiter_req *req, size_t i, uint64_t now_us)
+/* Decide k's hit without Redis (the fallback, as degraded). */
+static void fallback(struct limiter_core *c, struct limiter_req *req, const struct hit_keys *k,
+                     uint64_t now_us)
 {
-    struct rule_hit *h = &req->ev.hits[i];
-    const struct cfg_rule *r = &req->rs->cfg->rules[h->rule];
+    struct rule_hit *h = k->h;
+    const struct cfg_rule *r = k->r;
 
     h->out.degraded = 1;
     if (r->on_redis_down == DOWN_CLOSED) {
@@ -105,17 +107,14 @@ void core_fallback(struct limiter_core *c, struct limiter_req *req, size_t i, ui
         return;
     }
     if (h->params.algorithm == BUCKET_CONCURRENCY) { /* the local share of the slots */
-        core_cc_local(c, req, i, &h->backstop, now_us);
+        core_cc_local(c, req, k, &h->backstop, now_us);
         h->out.degraded = 1;
         return;
     }
-    /* The hit's client key and the backstop's clock, once for the takes below. */
-    const char *ckey = rules_hit_key(&req->ev, h);
-    uint64_t at = bucket_clock(&h->backstop, now_us);
     /* A leased key: the backstop starts from what the lease knew of it,
      * and what it admits is owed to Redis (lease_fallback_note). */
-    char key[KEYBUF];
-    size_t klen = r->lease && c->leases ? core_hit_redis_key(c, req, h, key, sizeof(key)) : 0;
+    const char *key = r->lease && c->leases ? k->redis : NULL;
+    size_t klen = key ? k->redis_len : 0;
     uint64_t retry_us;
     /* The master unconfirmed (Sentinel): what this agent took from it since
      * the sentinels' last answer, the same tokens a replica they promoted
@@ -124,9 +123,8 @@ void core_fallback(struct limiter_core *c, struct limiter_req *req, size_t i, ui
      * share x (b + r x D) in all (doc/design.md, the split brain). */
     uint64_t taken = klen ? lease_fallback_unconfirmed(c->leases, key, klen) : 0;
     if (taken)
-        bucket_table_charge_seeded(c->backstop, r->name, r->name_len,
-                                   req->rs->bucket_seeds[h->rule], ckey, h->key_len, &h->backstop,
-                                   at, taken);
+        bucket_table_charge_seeded(c->backstop, r->name, r->name_len, k->seed, k->client,
+                                   k->client_len, &h->backstop, k->at, taken);
     if (klen && !lease_fallback_check(c->leases, key, klen, h->cost, now_us, &retry_us)) {
         h->out.res.allowed = 0;
         h->out.res.remaining = 0;
@@ -135,12 +133,21 @@ void core_fallback(struct limiter_core *c, struct limiter_req *req, size_t i, ui
         note_charged(&h->out, RULE_CHARGED_NONE, 0);
         return;
     }
-    bucket_table_take_seeded(c->backstop, r->name, r->name_len, req->rs->bucket_seeds[h->rule],
-                             ckey, h->key_len, &h->backstop, at, h->cost, &h->out.res);
-    note_charged(&h->out, RULE_CHARGED_BACKSTOP, at);
+    bucket_table_take_seeded(c->backstop, r->name, r->name_len, k->seed, k->client, k->client_len,
+                             &h->backstop, k->at, h->cost, &h->out.res);
+    note_charged(&h->out, RULE_CHARGED_BACKSTOP, k->at);
     if (klen && h->out.res.allowed && h->cost > 0)
         lease_fallback_note(c->leases, key, klen, h->cost, repay_cap(&h->backstop),
                             &req->rs->metrics[h->rule]->fallback_repaid);
+}
+
+void core_fallback(struct limiter_core *c, struct limiter_req *req, size_t i, uint64_t now_us)
+{
+    struct hit_keys k;
+
+    core_hit_keys(c, req, i, now_us, &k);
+    fallback(c, req, &k, now_us);
+    core_hit_keys_free(&k);
 }
 
 void core_hit_done(struct limiter_req *req)
@@ -258,27 +265,22 @@ void core_timeout(struct limiter_core *c, struct rjob *j, uint64_t now_us)
 
 /* ---- decisions ------------------------------------------------------------ */
 
-/* Standalone: every hit from the in-memory buckets, at once. */
-static void decide_standalone(struct limiter_core *c, struct limiter_req *req, uint64_t now_us)
+/* Standalone: hit k from the in-memory buckets, at once. */
+static void decide_standalone(struct limiter_core *c, struct limiter_req *req,
+                              const struct hit_keys *k, uint64_t now_us)
 {
-    struct rule_eval *ev = &req->ev;
+    struct rule_hit *h = k->h;
 
-    for (size_t i = 0; i < ev->nhits; i++) {
-        struct rule_hit *h = &ev->hits[i];
-        const struct cfg_rule *r = &req->rs->cfg->rules[h->rule];
-        if (h->params.algorithm == BUCKET_CONCURRENCY) {
-            core_cc_local(c, req, i, &h->params, now_us);
-            continue;
-        }
-        uint64_t at = bucket_clock(&h->params, now_us);
-        /* the rule's part of the bucket's hash from the ruleset: no strlen,
-         * no hash of the name per decision */
-        bucket_table_take_seeded(c->buckets, r->name, r->name_len, req->rs->bucket_seeds[h->rule],
-                                 rules_hit_key(ev, h), h->key_len, &h->params, at, h->cost,
-                                 &h->out.res);
-        h->out.degraded = 0;
-        note_charged(&h->out, RULE_CHARGED_BUCKET, at);
+    if (h->params.algorithm == BUCKET_CONCURRENCY) {
+        core_cc_local(c, req, k, &h->params, now_us);
+        return;
     }
+    /* the rule's part of the bucket's hash from the ruleset: no strlen, no
+     * hash of the name per decision */
+    bucket_table_take_seeded(c->buckets, k->r->name, k->r->name_len, k->seed, k->client,
+                             k->client_len, &h->params, k->at, h->cost, &h->out.res);
+    h->out.degraded = 0;
+    note_charged(&h->out, RULE_CHARGED_BUCKET, k->at);
 }
 
 /* One waiter per hit, kept in req from one request to the next. */
@@ -296,87 +298,63 @@ static int reserve_waiters(struct limiter_req *req)
     return 0;
 }
 
-/* Hit i with one exact script call (a rule with lease = off, or a cost its
+/* Hit k with one exact script call (a rule with lease = off, or a cost its
  * lease does not hold), to out.
  * Returns 0 when queued, -1 when it cannot be (Redis down, out of memory). */
-static int queue_exact(struct limiter_req *req, size_t i, const char *key, size_t keylen, int ask,
+static int queue_exact(struct limiter_req *req, const struct hit_keys *k, int ask,
                        struct core_jobs *out)
 {
-    struct rjob *j = ask ? core_key_call(RJOB_EXACT, &req->ev.hits[i], key, keylen) : NULL;
+    struct rjob *j = ask ? core_key_call(RJOB_EXACT, k->h, k->redis, k->redis_len) : NULL;
 
     if (!j)
         return -1;
-    j->w = &req->waiters[i];
+    j->w = &req->waiters[k->i];
     core_jobs_push(out, j);
     return 0;
 }
 
-/* Hit i of a leased rule: from the local lease, or by a claim (queued). */
-static int decide_leased(struct limiter_core *c, struct limiter_req *req, size_t i, const char *key,
-                         size_t keylen, uint64_t now_us, int ask, struct core_jobs *out)
+/* Hit k of a leased rule: from the local lease, or by a claim (queued). */
+static int decide_leased(struct limiter_core *c, struct limiter_req *req, const struct hit_keys *k,
+                         uint64_t now_us, int ask, struct core_jobs *out)
 {
-    struct rule_hit *h = &req->ev.hits[i];
+    struct rule_hit *h = k->h;
     struct lease_job *lj = NULL;
-    int v = lease_decide_cost(c->leases, key, keylen, &h->params, h->cost, now_us, ask,
-                              &req->waiters[i], &h->out.res, &lj);
+    int v = lease_decide_cost(c->leases, k->redis, k->redis_len, &h->params, h->cost, now_us, ask,
+                              &req->waiters[k->i], &h->out.res, &lj);
 
     if (v == LEASE_EXACT) /* a cost the lease does not hold */
-        v = queue_exact(req, i, key, keylen, ask, out) == 0 ? LEASE_PENDING : LEASE_DOWN;
+        v = queue_exact(req, k, ask, out) == 0 ? LEASE_PENDING : LEASE_DOWN;
     if (v == LEASE_DONE)
         note_charged(&h->out, RULE_CHARGED_LEASE, now_us);
     if (v == LEASE_DOWN)
-        core_fallback(c, req, i, now_us);
+        fallback(c, req, k, now_us);
     if (lj)
         core_jobs_push(out, core_lease_rjob(lj));
     return v != LEASE_PENDING;
 }
 
-/* Decide hit i of req with Redis, or hand back the call it waits for.
+/* Decide hit k of req with Redis, or hand back the call it waits for.
  * Returns 1 when decided here, 0 when it waits. */
-static int decide_hit(struct limiter_core *c, struct limiter_req *req, size_t i, uint64_t now_us,
-                      int ask, struct core_jobs *out)
+static int decide_hit(struct limiter_core *c, struct limiter_req *req, const struct hit_keys *k,
+                      uint64_t now_us, int ask, struct core_jobs *out)
 {
-    struct rule_hit *h = &req->ev.hits[i];
-    struct lease_waiter *w = &req->waiters[i];
-    char buf[KEYBUF];
-    char *key = buf;
-    size_t klen = core_hit_redis_key(c, req, h, buf, sizeof(buf));
-    int decided = 1;
+    struct rule_hit *h = k->h;
+    struct lease_waiter *w = &req->waiters[k->i];
 
     h->out.degraded = 0;
     w->out = &h->out.res;
     w->req = req;
-    w->hit = i;
-    if (h->params.algorithm == BUCKET_CONCURRENCY) { /* keyed by its slot key: short */
-        char skey[RULES_SLOT_KEY_MAX + 1];
-        int sk = rules_slot_key(rules_hit_key(&req->ev, h), h->key_len, skey);
-        klen = sk < 0 ? 0
-                      : core_redis_key(c, &req->rs->cfg->rules[h->rule], skey, (size_t)sk, buf,
-                                       sizeof(buf));
-        if (klen && core_cc_queue(req, i, buf, klen, ask, out) == 0)
+    w->hit = k->i;
+    if (k->redis && h->params.algorithm == BUCKET_CONCURRENCY) {
+        if (core_cc_queue(req, k, ask, out) == 0)
             return 0;
-        core_fallback(c, req, i, now_us);
-        return 1;
+    } else if (k->redis && k->r->lease) {
+        return decide_leased(c, req, k, now_us, ask, out);
+    } else if (k->redis && queue_exact(req, k, ask, out) == 0) {
+        return 0;
     }
-    if (klen == 0) { /* a long max_key: build it on the heap */
-        size_t cap = c->prefix_len + 4 + CFG_MAX_NAME + sizeof(UTIL_SLOT_FENCE) + h->key_len;
-        key = malloc(cap);
-        klen = key ? core_hit_redis_key(c, req, h, key, cap) : 0;
-        if (!klen) {
-            free(key);
-            core_fallback(c, req, i, now_us);
-            return 1;
-        }
-    }
-    if (req->rs->cfg->rules[h->rule].lease)
-        decided = decide_leased(c, req, i, key, klen, now_us, ask, out);
-    else if (queue_exact(req, i, key, klen, ask, out) == 0)
-        decided = 0;
-    else
-        core_fallback(c, req, i, now_us);
-    if (key != buf) /* the lease entry and the call keep their own copies */
-        free(key);
-    return decided;
+    fallback(c, req, k, now_us); /* no key, or no call to be made */
+    return 1;
 }
 
 long core_decide(struct limiter_core *c, struct limiter_req *req, uint64_t now_us, int up, int ask,
@@ -386,19 +364,24 @@ long core_decide(struct limiter_core *c, struct limiter_req *req, uint64_t now_u
 
     if (req->ev.nreleases) /* release messages: never waited for */
         core_cc_releases(c, req, now_us, up, out);
-    if (!c->redis) {
-        decide_standalone(c, req, now_us);
-        return (long)req->ev.nhits;
-    }
-    if (reserve_waiters(req) < 0)
+    if (c->redis && reserve_waiters(req) < 0)
         return -1;
     /* One count per hit still to decide, and one held by this call, so that
      * replies arriving meanwhile cannot complete req before it returns. No
      * other thread sees req before a waiter is published under a stripe's
      * lock, which orders this store: relaxed. */
     atomic_store_explicit(&req->waiting, (unsigned)req->ev.nhits + 1, memory_order_relaxed);
-    for (size_t i = 0; i < req->ev.nhits; i++)
-        decided += (unsigned)decide_hit(c, req, i, now_us, ask, out);
+    for (size_t i = 0; i < req->ev.nhits; i++) {
+        struct hit_keys k;
+        core_hit_keys(c, req, i, now_us, &k);
+        if (!c->redis) {
+            decide_standalone(c, req, &k, now_us);
+            decided++;
+        } else {
+            decided += (unsigned)decide_hit(c, req, &k, now_us, ask, out);
+        }
+        core_hit_keys_free(&k);
+    }
     return (long)decided;
 }
 

@@ -39,11 +39,54 @@ size_t core_redis_key(const struct limiter_core *c, const struct cfg_rule *r, co
     return n;
 }
 
-size_t core_hit_redis_key(const struct limiter_core *c, const struct limiter_req *req,
-                          const struct rule_hit *h, char *buf, size_t cap)
+void core_hit_keys(const struct limiter_core *c, const struct limiter_req *req, size_t i,
+                   uint64_t now_us, struct hit_keys *k)
 {
-    return core_redis_key(c, &req->rs->cfg->rules[h->rule], rules_hit_key(&req->ev, h), h->key_len,
-                          buf, cap);
+    struct rule_hit *h = &req->ev.hits[i];
+    const char *key;
+    size_t keylen;
+
+    k->i = i;
+    k->h = h;
+    k->r = &req->rs->cfg->rules[h->rule];
+    k->seed = req->rs->bucket_seeds[h->rule];
+    k->client = rules_hit_key(&req->ev, h);
+    k->client_len = h->key_len;
+    k->at = bucket_clock(&h->params, now_us);
+    k->slot_len = -1;
+    k->redis = NULL;
+    k->redis_len = 0;
+    key = k->client;
+    keylen = k->client_len;
+    if (h->params.algorithm == BUCKET_CONCURRENCY) { /* keyed by its slot key: short */
+        k->slot_len = rules_slot_key(k->client, k->client_len, k->slot);
+        if (k->slot_len < 0)
+            return;
+        key = k->slot;
+        keylen = (size_t)k->slot_len;
+    }
+    if (!c->redis)
+        return;
+    k->redis_len = core_redis_key(c, k->r, key, keylen, k->buf, sizeof(k->buf));
+    if (k->redis_len) {
+        k->redis = k->buf;
+        return;
+    }
+    /* a long max_key: on the heap */
+    size_t cap = c->prefix_len + 4 + CFG_MAX_NAME + sizeof(UTIL_SLOT_FENCE) + keylen;
+    k->redis = malloc(cap);
+    k->redis_len = k->redis ? core_redis_key(c, k->r, key, keylen, k->redis, cap) : 0;
+    if (!k->redis_len) {
+        free(k->redis);
+        k->redis = NULL;
+    }
+}
+
+void core_hit_keys_free(struct hit_keys *k)
+{
+    if (k->redis != k->buf)
+        free(k->redis);
+    k->redis = NULL;
 }
 
 struct rjob *core_key_call(int kind, const struct rule_hit *h, const char *key, size_t keylen)

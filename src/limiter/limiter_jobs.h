@@ -12,6 +12,7 @@
 
 #include "core/util.h"
 #include "limits/bucket.h"
+#include "rules/rules.h"
 #include "store/script.h"
 
 struct bucket_table;
@@ -99,16 +100,41 @@ static inline uint64_t bucket_clock(const struct bucket_params *p, uint64_t now_
     return p->algorithm == BUCKET_FIXED_WINDOW ? util_wall_us() : now_us;
 }
 
+/* What hit i of a request is decided on, worked out once before it is
+ * (core_hit_keys), so that the decision, its fallback and its refund read
+ * it instead of each building it again: the rule, the client key (for a
+ * concurrency rule, its slot key), the clock its buckets are taken at
+ * (the backstop counts with the rule's algorithm, so the same clock), and
+ * in Redis mode the Redis key. */
+struct hit_keys {
+    size_t i;
+    struct rule_hit *h;
+    const struct cfg_rule *r;
+    uint64_t seed;      /* the rule's part of the bucket hash (ruleset) */
+    const char *client; /* the client key, as rules_match built it */
+    size_t client_len;
+    int slot_len; /* concurrency: the slot key's length, -1 when none */
+    char slot[RULES_SLOT_KEY_MAX + 1];
+    uint64_t at;  /* bucket_clock() of the hit's params */
+    char *redis;  /* the Redis key: buf, or the heap for a long max_key;
+                     NULL standalone, or when it cannot be made */
+    size_t redis_len;
+    char buf[KEYBUF];
+};
+
 /* ---- keys and jobs (limiter_jobs.c) ---- */
+
+/* Work out k for hit i of req at now_us; the Redis key when c has Redis.
+ * core_hit_keys_free() after. */
+void core_hit_keys(const struct limiter_core *c, const struct limiter_req *req, size_t i,
+                   uint64_t now_us, struct hit_keys *k);
+void core_hit_keys_free(struct hit_keys *k);
 
 /* The Redis key of rule r's client key (as rules_match built it): prefix,
  * algorithm, rule, client key. Its length, or 0 when it does not fit in
  * cap. */
 size_t core_redis_key(const struct limiter_core *c, const struct cfg_rule *r, const char *key,
                       size_t keylen, char *buf, size_t cap);
-/* The Redis key of hit h of req. */
-size_t core_hit_redis_key(const struct limiter_core *c, const struct limiter_req *req,
-                          const struct rule_hit *h, char *buf, size_t cap);
 /* A call on one key with hit h's limits and cost (RJOB_EXACT, RJOB_REFUND),
  * NULL when out of memory. */
 struct rjob *core_key_call(int kind, const struct rule_hit *h, const char *key, size_t keylen);
