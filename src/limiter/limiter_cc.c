@@ -74,8 +74,7 @@ enum core_cc_verdict core_cc_reply(struct rjob *j, const struct store_result *re
 }
 
 /* Under a new slot id. */
-int core_cc_queue(struct limiter_req *req, const struct hit_keys *k, int ask,
-                  struct core_jobs *out)
+int core_cc_queue(struct limiter_req *req, const struct hit_keys *k, int ask, struct core_jobs *out)
 {
     const struct rule_hit *h = k->h;
     struct rjob *j = ask ? calloc(1, sizeof(*j) + k->redis_len + 1) : NULL;

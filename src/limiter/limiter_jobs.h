@@ -115,9 +115,9 @@ struct hit_keys {
     size_t client_len;
     int slot_len; /* concurrency: the slot key's length, -1 when none */
     char slot[RULES_SLOT_KEY_MAX + 1];
-    uint64_t at;  /* bucket_clock() of the hit's params */
-    char *redis;  /* the Redis key: buf, or the heap for a long max_key;
-                     NULL standalone, or when it cannot be made */
+    uint64_t at; /* bucket_clock() of the hit's params */
+    char *redis; /* the Redis key: buf, or the heap for a long max_key;
+                    NULL standalone, or when it cannot be made */
     size_t redis_len;
     char buf[KEYBUF];
 };
