@@ -16,6 +16,7 @@ rules_store_lost, a plain --push is refused and --push --force is applied
 and clears it; HAProxy traffic through a push sees no error. Measured (printed):
 the time from --push to the last of 3 agents enforcing it, and the Redis
 commands that polling costs per agent per second."""
+import math
 import collections
 import hashlib
 import json
@@ -202,7 +203,11 @@ class OneRedis(StoreCase):
               "epoch check's, and one in each fleet report), %.2f EVAL (the epoch check every "
               "second, the fleet report and the heartbeat every 5 s)"
               % (statistics.median(took) * 1000, max(took) * 1000, len(took), per, evals))
-        self.assertLessEqual(per, 2.5)
+        # the schedule's ceiling over this span, whatever the machine's speed:
+        # a tick of each timer may fall at both ends of the span (a poll at
+        # 500 ms, as before, reads 16 or more here)
+        ceiling = 2 * (math.floor(span) + 1) + math.floor(span / 5) + 1
+        self.assertLessEqual(per * span, ceiling)
 
     def test_invalid_push_changes_nothing(self):
         agents = self.agents(n=1)
