@@ -487,6 +487,7 @@ void bucket_take(struct bucket *b, const struct bucket_params *p, uint64_t now_u
     /* A cost that never fits is the client's error, not abuse: no block. */
     if (!res->allowed && p->block_us && (n ? n : 1) <= bucket_capacity(p)) {
         b->blocked_until_us = now_us + p->block_us;
+        res->remaining = 0; /* as every answer in the block: the scripts' too */
         res->retry_us = p->block_us;
         if (res->reset_us < p->block_us)
             res->reset_us = p->block_us;
