@@ -354,6 +354,7 @@ void limiter_parts(struct limiter *l, struct limiter_parts *out)
     out->leases = l->core.leases;
     out->store = l->store;
     out->slots = l->core.slots;
+    out->taken = l->core.taken;
 }
 
 void limiter_req_release(struct limiter_req *req)

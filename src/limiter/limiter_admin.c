@@ -14,6 +14,7 @@
 
 #include <inttypes.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,7 @@
 #include "core/util.h"
 #include "rules/rules.h"
 #include "limits/slots.h"
+#include "metrics/metrics.h"
 #include "store/script.h"
 #include "store/store.h"
 
@@ -426,16 +428,21 @@ static void cc_local(struct op *o, int reset, struct limiter_slots_state *s)
     const struct limiter_who *w = &o->who;
     char skey[RULES_SLOT_KEY_MAX + 1];
     int sk = rules_slot_key(w->client_key, w->client_keylen, skey);
-    uint64_t now = util_now_us(), first = 0;
+    uint64_t now = util_now_us(), first = 0, expired = 0, freed = 0;
+    struct metrics_rule *m = metrics_rule_get(w->rule->name);
 
     s->concurrency = 1;
     if (sk < 0)
         return;
     s->local_held =
-        slot_table_peek(o->parts.slots, w->rule->name, skey, (size_t)sk, now, &first, NULL);
+        slot_table_peek(o->parts.slots, w->rule->name, skey, (size_t)sk, now, &first, &expired);
     s->local_earliest_ms = (first + 999) / 1000;
     if (reset)
-        slot_table_reset(o->parts.slots, w->rule->name, skey, (size_t)sk, now);
+        freed = slot_table_reset(o->parts.slots, w->rule->name, skey, (size_t)sk, now);
+    if (m && (expired || freed)) { /* what the peek and the reset freed is no longer held */
+        atomic_fetch_add_explicit(&m->slots_expired, expired, memory_order_relaxed);
+        atomic_fetch_sub_explicit(&m->slots_held, (int64_t)(expired + freed), memory_order_relaxed);
+    }
 }
 
 /* cc_reset's reply into s. */
@@ -476,6 +483,14 @@ static void on_cc_reset(void *arg, const struct store_result *res)
     cc_local(o, 1, &r.slots);
     if (res)
         cc_redis(res, &r.slots);
+    if (r.slots.redis_read && o->parts.taken) { /* this agent's, freed in Redis */
+        struct metrics_rule *m = metrics_rule_get(o->who.rule->name);
+        uint64_t n = m ? slot_table_reset(o->parts.taken, m->name, o->who.redis_key,
+                                          o->who.redis_keylen, util_now_us())
+                       : 0;
+        if (n)
+            atomic_fetch_sub_explicit(&m->slots_held, (int64_t)n, memory_order_relaxed);
+    }
     r.redis_reset = r.slots.redis_read;
     r.redis_error = r.slots.redis_error;
     LOG_INFO("\"client reset\" rule=%s key=\"%s\" slots=%" PRIu64, o->who.rule->name,

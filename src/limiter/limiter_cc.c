@@ -18,14 +18,26 @@
 
 #define RETRY_NOMEM_US 1000000
 
-/* Count a release's outcome (m may be NULL: not counted). */
-static void cc_released(struct metrics_rule *m, int ok)
+/* Count a release's outcome (m may be NULL: not counted); held: and it
+ * lowers slots_held (a slot of the local table). */
+static void cc_released(struct metrics_rule *m, int ok, int held)
 {
     if (!m)
         return;
     atomic_fetch_add_explicit(ok ? &m->slots_released_ok : &m->slots_released_unknown, 1,
                               memory_order_relaxed);
-    if (ok)
+    if (ok && held)
+        atomic_fetch_sub_explicit(&m->slots_held, 1, memory_order_relaxed);
+}
+
+/* A slot this agent took from Redis (key: its Redis key) is no longer
+ * held: its release message came here, or the request was blocked. Lowers
+ * slots_held once, whether or not Redis still knew the slot (one past
+ * max_hold was already lowered by core_cc_expire). */
+static void taken_release(struct limiter_core *c, struct metrics_rule *m, const char *key,
+                          size_t keylen, uint64_t id, uint64_t now_us)
+{
+    if (c->taken && slot_table_release(c->taken, m->name, key, keylen, id, now_us))
         atomic_fetch_sub_explicit(&m->slots_held, 1, memory_order_relaxed);
 }
 
@@ -33,7 +45,8 @@ static void cc_released(struct metrics_rule *m, int ok)
  * the fallback, which the caller runs; one that timed out was answered by
  * the fallback already, so a slot Redis gave it late goes back at once
  * (else it would stay held until max_hold). A release is counted. */
-enum core_cc_verdict core_cc_reply(struct rjob *j, const struct store_result *res,
+enum core_cc_verdict core_cc_reply(struct limiter_core *c, struct rjob *j,
+                                   const struct store_result *res, uint64_t now_us,
                                    struct lease_waiter **wp)
 {
     struct bucket_result out;
@@ -41,8 +54,8 @@ enum core_cc_verdict core_cc_reply(struct rjob *j, const struct store_result *re
 
     if (j->kind == RJOB_CC_RELEASE) {
         int released = res ? store_reply_cc_release(res->v, res->n) : -1;
-        if (released >= 0)
-            cc_released(j->m, released);
+        if (released >= 0) /* slots_held: lowered when the release came */
+            cc_released(j->m, released, 0);
         free(j);
         return CORE_CC_FREED;
     }
@@ -64,9 +77,18 @@ enum core_cc_verdict core_cc_reply(struct rjob *j, const struct store_result *re
         h->out.res = out;
         h->out.degraded = 0;
         if (out.allowed) {
+            struct slot_take t;
             h->slot_id = j->slot_id;
             h->slot_src = RULES_SLOT_REDIS;
-            atomic_fetch_add_explicit(&j->m->slots_held, 1, memory_order_relaxed);
+            /* held until its release, or until Redis frees it at max_hold;
+             * out of memory: not counted (never held, never lowered) */
+            if (slot_table_take(c->taken, j->m->name, j->key, j->keylen, UINT64_MAX,
+                                j->period_ms * 1000, j->slot_id, now_us, &t) == 0) {
+                /* the key's slots past max_hold, freed by the take */
+                atomic_fetch_add_explicit(&j->m->slots_held,
+                                          (int64_t)t.allowed - (int64_t)t.expired,
+                                          memory_order_relaxed);
+            }
         }
     }
     free(j);
@@ -93,29 +115,30 @@ int core_cc_queue(struct limiter_req *req, const struct hit_keys *k, int ask, st
     return 0;
 }
 
-/* A cc_release of slot id of rule r (slot key skey), to out: 0, or -1 when
- * standalone, Redis is down (!up) or out of memory (the slot then frees
- * itself after max_hold). */
-static int queue_release(const struct limiter_core *c, const struct cfg_rule *r, const char *skey,
-                         size_t sklen, uint64_t id, struct metrics_rule *m, int up,
-                         struct core_jobs *out)
+/* A cc_release of slot id of rule r (slot key skey, the rule's counters
+ * m) to out, and the slot no longer held here (taken_release). counted:
+ * the release is counted when Redis answers (a client's release message;
+ * not a blocked request's). Redis down (!up) or out of memory: not sent,
+ * the slot then frees itself after max_hold. */
+static void queue_release(struct limiter_core *c, const struct cfg_rule *r, const char *skey,
+                          size_t sklen, uint64_t id, struct metrics_rule *m, int counted, int up,
+                          uint64_t now_us, struct core_jobs *out)
 {
     char buf[KEYBUF];
-    size_t keylen;
+    size_t keylen = core_redis_key(c, r, skey, sklen, buf, sizeof(buf));
     struct rjob *j;
 
-    if (!c->redis || !up)
-        return -1;
-    keylen = core_redis_key(c, r, skey, sklen, buf, sizeof(buf));
-    if (!keylen || !(j = calloc(1, sizeof(*j) + keylen + 1)))
-        return -1;
+    if (!keylen)
+        return;
+    taken_release(c, m, buf, keylen, id, now_us);
+    if (!up || !(j = calloc(1, sizeof(*j) + keylen + 1)))
+        return;
     j->kind = RJOB_CC_RELEASE;
     j->slot_id = id;
-    j->m = m;
+    j->m = counted ? m : NULL;
     j->keylen = keylen;
     memcpy(j->key, buf, keylen);
     core_jobs_push(out, j);
-    return 0;
 }
 
 void core_cc_local(struct limiter_core *c, struct limiter_req *req, const struct hit_keys *k,
@@ -132,8 +155,10 @@ void core_cc_local(struct limiter_core *c, struct limiter_req *req, const struct
         h->out.res.retry_us = RETRY_NOMEM_US; /* out of memory: denied */
         return;
     }
-    if (t.expired)
+    if (t.expired) { /* freed by this take: no longer held */
         atomic_fetch_add_explicit(&m->slots_expired, t.expired, memory_order_relaxed);
+        atomic_fetch_sub_explicit(&m->slots_held, (int64_t)t.expired, memory_order_relaxed);
+    }
     h->out.res.allowed = t.allowed;
     h->out.res.remaining = t.allowed && p->limit > t.held ? p->limit - t.held : 0;
     h->out.res.retry_us = t.allowed ? 0 : t.retry_us ? t.retry_us : 1000;
@@ -154,20 +179,20 @@ void core_cc_releases(struct limiter_core *c, struct limiter_req *req, uint64_t 
         const char *skey = req->ev.keys + rel->key_off;
 
         if (rel->rule < 0) {
-            cc_released(rs->metrics[rel->via], 0);
+            cc_released(rs->metrics[rel->via], 0, 0);
             continue;
         }
         const struct cfg_rule *r = &rs->cfg->rules[rel->rule];
         struct metrics_rule *m = rs->metrics[rel->rule];
         if (rel->src == RULES_SLOT_LOCAL) {
             rel->freed = slot_table_release(c->slots, r->name, skey, rel->key_len, rel->id, now_us);
-            cc_released(m, rel->freed);
+            cc_released(m, rel->freed, 1);
         } else if (!c->redis) { /* a Redis slot, and this agent has no Redis */
-            cc_released(m, 0);
+            cc_released(m, 0, 0);
         } else {
             /* counted when Redis answers; Redis down: it frees itself after
              * max_hold, counted by the acquire that finds it expired */
-            queue_release(c, r, skey, rel->key_len, rel->id, m, up, out);
+            queue_release(c, r, skey, rel->key_len, rel->id, m, 1, up, now_us, out);
         }
     }
 }
@@ -192,11 +217,12 @@ void core_cc_settle(struct limiter_core *c, struct limiter_req *req, uint64_t no
         if (!h->slot_id)
             continue;
         sk = rules_slot_key(rules_hit_key(ev, h), h->key_len, skey);
-        if (sk >= 0 && h->slot_src == RULES_SLOT_LOCAL)
+        if (sk >= 0 && h->slot_src == RULES_SLOT_LOCAL) {
             slot_table_release(c->slots, r->name, skey, (size_t)sk, h->slot_id, now_us);
-        else if (sk >= 0) /* not counted as a release: no client sent one */
-            queue_release(c, r, skey, (size_t)sk, h->slot_id, NULL, up, out);
-        atomic_fetch_sub_explicit(&m->slots_held, 1, memory_order_relaxed);
+            atomic_fetch_sub_explicit(&m->slots_held, 1, memory_order_relaxed);
+        } else if (sk >= 0) { /* not counted as a release: no client sent one */
+            queue_release(c, r, skey, (size_t)sk, h->slot_id, m, 0, up, now_us, out);
+        }
         h->slot_id = 0;
         /* the request holds nothing: remaining as if it had not come */
         h->out.res.remaining++;
@@ -215,7 +241,21 @@ static void on_expired(void *ctx, const char *rule, uint64_t n)
     }
 }
 
+/* slot_table_expire's callback for the slots taken from Redis: Redis
+ * frees them at max_hold (and counts them expired when an acquire finds
+ * them): here they stop being held. */
+static void on_taken_expired(void *ctx, const char *rule, uint64_t n)
+{
+    struct metrics_rule *m = metrics_rule_get(rule);
+
+    (void)ctx;
+    if (m)
+        atomic_fetch_sub_explicit(&m->slots_held, (int64_t)n, memory_order_relaxed);
+}
+
 void core_cc_expire(struct limiter_core *c, uint64_t now_us)
 {
     slot_table_expire(c->slots, now_us, on_expired, NULL);
+    if (c->taken)
+        slot_table_expire(c->taken, now_us, on_taken_expired, NULL);
 }

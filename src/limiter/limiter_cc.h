@@ -31,7 +31,8 @@ enum core_cc_verdict {
     CORE_CC_FALLBACK, /* *w's hit is for the fallback to decide: j freed */
     CORE_CC_SEND,     /* a slot nobody waits for any more: send j, now its release */
 };
-enum core_cc_verdict core_cc_reply(struct rjob *j, const struct store_result *res,
+enum core_cc_verdict core_cc_reply(struct limiter_core *c, struct rjob *j,
+                                   const struct store_result *res, uint64_t now_us,
                                    struct lease_waiter **w);
 /* Free the local slots past max_hold (counted as expired). */
 void core_cc_expire(struct limiter_core *c, uint64_t now_us);

@@ -47,7 +47,8 @@ int core_init(struct limiter_core *c, size_t max_entries, unsigned stripes,
     if (!lc)
         return 0;
     c->leases = lease_table_new(lc, stripes);
-    if (!c->leases)
+    c->taken = slot_table_new();
+    if (!c->leases || !c->taken)
         return -1;
     lease_table_set_budget(c->leases, &c->budget);
     lease_table_set_job_room(c->leases, sizeof(struct rjob)); /* core_lease_rjob */
@@ -61,9 +62,10 @@ void core_free(struct limiter_core *c)
     bucket_table_free(c->buckets);
     bucket_table_free(c->backstop);
     slot_table_free(c->slots);
+    slot_table_free(c->taken);
     lease_table_free(c->leases);
     c->buckets = c->backstop = NULL;
-    c->slots = NULL;
+    c->slots = c->taken = NULL;
     c->leases = NULL;
 }
 
@@ -223,7 +225,7 @@ struct rjob *core_reply(struct limiter_core *c, struct rjob *j, const struct sto
     }
     if (j->kind == RJOB_CC || j->kind == RJOB_CC_RELEASE) {
         struct lease_waiter *w = NULL;
-        switch (core_cc_reply(j, ok ? res : NULL, &w)) {
+        switch (core_cc_reply(c, j, ok ? res : NULL, now_us, &w)) {
         case CORE_CC_SEND:
             return j;
         case CORE_CC_FALLBACK:

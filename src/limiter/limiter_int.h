@@ -37,6 +37,7 @@ struct limiter_parts {
     struct lease_table *leases;
     struct store *store;
     struct slot_table *slots; /* concurrency: standalone, and the local share */
+    struct slot_table *taken; /* concurrency: slots taken from Redis (limiter_cc.c) */
 };
 void limiter_parts(struct limiter *l, struct limiter_parts *out);
 

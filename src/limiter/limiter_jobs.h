@@ -36,6 +36,10 @@ struct limiter_core {
     struct bucket_table *buckets, *backstop;
     struct bucket_budget budget; /* [agent] max_entries: buckets and leases together */
     struct slot_table *slots;
+    /* Redis mode: the slots this agent took from Redis, by Redis key, each
+     * until its release message or its max_hold (when Redis frees it):
+     * what spoa_ratelimit_slots_held counts of them (limiter_cc.c). */
+    struct slot_table *taken;
     struct lease_table *leases; /* NULL standalone */
     int redis;                  /* Redis is configured */
     char prefix[80];            /* [redis] prefix */

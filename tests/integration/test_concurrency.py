@@ -94,6 +94,11 @@ class ConcMixin:
         self.release(c, b["slot"] + " " + nxt["slot"])
         got = [self.take(c, key) for _ in range(3)]
         self.assertEqual([g["blocked"] for g in got], [False, False, True], got)
+        # held: the last two, whatever the bogus and repeated releases said
+        self.assertTrue(wait_for(lambda: agent.metric(
+            "spoa_ratelimit_slots_held", rule="inflight") == 2, 5),
+            "%s: slots_held %r" % (label, agent.metric("spoa_ratelimit_slots_held",
+                                                        rule="inflight")))
 
     def blocked_holds_none(self, agent, c, label):
         """A request that another rule blocks gives its slot back at once
@@ -124,6 +129,8 @@ class ConcMixin:
         self.assertEqual(res["slots_freed"][where]["held"], 2, res)
         self.assertEqual(key_state(agent, "inflight", key)["slots"][where]["held"], 0)
         self.assertEqual([self.take(c, key)["blocked"] for _ in range(3)], [False, False, True])
+        # the reset's two are no longer held here either: the two taken since
+        self.assertEqual(agent.metric("spoa_ratelimit_slots_held", rule="inflight"), 2)
 
     def expiry(self, agent, c, label):
         """A slot never released frees itself after max_hold (2 s)."""
@@ -140,6 +147,12 @@ class ConcMixin:
         # the second may expire after that acquire)
         self.assertTrue(wait_for(lambda: agent.metric(
             "spoa_ratelimit_slots_expired_total", rule="inflight") >= expired + 1, 5))
+        # and no longer held, here as in Redis: the one taken since expires too
+        # (a slot Redis frees at max_hold once stayed in the gauge for good)
+        self.assertTrue(wait_for(lambda: agent.metric(
+            "spoa_ratelimit_slots_held", rule="inflight") == 0, 10),
+            "%s: slots_held %r" % (label, agent.metric("spoa_ratelimit_slots_held",
+                                                        rule="inflight")))
 
 
 class Standalone(ConcMixin, RedisCase):
@@ -229,6 +242,10 @@ class RedisSingle(ConcMixin, RedisCase):
         self.assertTrue(wait_for(lambda: a2.metric(
             "spoa_ratelimit_slots_released_total", rule="inflight", result="ok") == 1, 5))
         self.assertFalse(self.take(c1, key)["blocked"])
+        # each agent counts the slots it took: a2 still holds y; a1's x was
+        # released elsewhere, so a1 counts it until max_hold
+        self.assertEqual(a2.metric("spoa_ratelimit_slots_held", rule="inflight"), 1)
+        self.assertEqual(a1.metric("spoa_ratelimit_slots_held", rule="inflight"), 2)
 
     def test_redis_down_open_local_share(self):
         """Redis down: on_redis_down = open takes the local share (share 0.05
