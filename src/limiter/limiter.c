@@ -91,7 +91,7 @@ static void on_set(void *arg, const struct store_result *res)
     struct rjob *j = arg;
     struct store_result r;
 
-    if (core_first_reply(j, res, &r) == CORE_FIRST_EVAL)
+    if (core_first_reply(j, res, util_wall_us(), &r) == CORE_FIRST_EVAL)
         send_eval(j->l, j);
     else
         on_reply(j, &r);

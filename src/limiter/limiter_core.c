@@ -37,6 +37,7 @@ int core_init(struct limiter_core *c, size_t max_entries, unsigned stripes,
     memset(c, 0, sizeof(*c));
     atomic_init(&c->budget.count, 0);
     atomic_init(&c->budget.max, max_entries);
+    c->wall_us = util_wall_us;
     c->buckets = bucket_table_new(stripes);
     c->backstop = bucket_table_new(stripes);
     c->slots = slot_table_new();

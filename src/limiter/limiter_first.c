@@ -36,7 +36,7 @@ static struct bucket_params first_params(uint64_t burst, uint64_t limit, uint64_
  * the key was there and NX wrote nothing: tb_exact decides it. Anything else
  * failed, as a failed script call does. */
 enum core_first_verdict core_first_reply(const struct rjob *j, const struct store_result *res,
-                                         struct store_result *out)
+                                         uint64_t wall_us, struct store_result *out)
 {
     const struct lease_job *lj = j->lj;
 
@@ -62,7 +62,7 @@ enum core_first_verdict core_first_reply(const struct rjob *j, const struct stor
     /* Redis' time is not known here: the agent's clock stands in. Only a
      * refund reads time_ms back (as taken_ms), and a token bucket's refund
      * ignores it (tb_refund.lua ARGV[5]). */
-    r.v[EXACT_R_TIME_MS] = (int64_t)(util_wall_us() / 1000);
+    r.v[EXACT_R_TIME_MS] = (int64_t)(wall_us / 1000);
     METRIC_INC(redis_first_sets);
     *out = r;
     return CORE_FIRST_REPLY;

@@ -20,8 +20,9 @@ enum core_first_verdict {
     CORE_FIRST_EVAL,  /* the key was there: send j's script after all */
     CORE_FIRST_REPLY, /* *out is j's reply, as the script's would be */
 };
-/* What the SET's reply res does: *out is filled for CORE_FIRST_REPLY. */
+/* What the SET's reply res (at wall_us, the agent's wall clock: Redis'
+ * time is not known here) does: *out is filled for CORE_FIRST_REPLY. */
 enum core_first_verdict core_first_reply(const struct rjob *j, const struct store_result *res,
-                                         struct store_result *out);
+                                         uint64_t wall_us, struct store_result *out);
 
 #endif

@@ -52,7 +52,7 @@ void core_hit_keys(const struct limiter_core *c, const struct limiter_req *req, 
     k->seed = req->rs->bucket_seeds[h->rule];
     k->client = rules_hit_key(&req->ev, h);
     k->client_len = h->key_len;
-    k->at = bucket_clock(&h->params, now_us);
+    k->at = core_clock(c, &h->params, now_us);
     k->slot_len = -1;
     k->redis = NULL;
     k->redis_len = 0;

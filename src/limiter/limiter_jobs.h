@@ -42,7 +42,11 @@ struct limiter_core {
     struct slot_table *taken;
     struct lease_table *leases; /* NULL standalone */
     int redis;                  /* Redis is configured */
-    char prefix[80];            /* [redis] prefix */
+    /* The wall clock fixed windows count on (aligned to the epoch):
+     * util_wall_us, set by core_init; a test's own. The core reads no
+     * clock itself: the monotonic one comes with each call. */
+    uint64_t (*wall_us)(void);
+    char prefix[80]; /* [redis] prefix */
     size_t prefix_len;
 };
 
@@ -98,10 +102,11 @@ static inline void core_jobs_push(struct core_jobs *o, struct rjob *j)
 }
 
 /* The time a bucket under p is taken (and given back) at: now_us, or for a
- * fixed window, aligned to the epoch, the wall clock (bucket.h). */
-static inline uint64_t bucket_clock(const struct bucket_params *p, uint64_t now_us)
+ * fixed window, aligned to the epoch, c's wall clock (bucket.h). */
+static inline uint64_t core_clock(const struct limiter_core *c, const struct bucket_params *p,
+                                  uint64_t now_us)
 {
-    return p->algorithm == BUCKET_FIXED_WINDOW ? util_wall_us() : now_us;
+    return p->algorithm == BUCKET_FIXED_WINDOW ? c->wall_us() : now_us;
 }
 
 /* What hit i of a request is decided on, worked out once before it is
@@ -119,7 +124,7 @@ struct hit_keys {
     size_t client_len;
     int slot_len; /* concurrency: the slot key's length, -1 when none */
     char slot[RULES_SLOT_KEY_MAX + 1];
-    uint64_t at; /* bucket_clock() of the hit's params */
+    uint64_t at; /* core_clock() of the hit's params */
     char *redis; /* the Redis key: buf, or the heap for a long max_key;
                     NULL standalone, or when it cannot be made */
     size_t redis_len;

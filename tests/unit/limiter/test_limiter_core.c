@@ -145,6 +145,37 @@ START_TEST(standalone_cost)
 }
 END_TEST
 
+/* The wall clock fixed windows count on, as the test sets it. */
+static uint64_t fake_wall;
+static uint64_t wall_of_test(void)
+{
+    return fake_wall;
+}
+
+/* A fixed window counts on the wall clock the core is given, never its
+ * own: 2 per minute aligned to the epoch, whatever the monotonic clock. */
+START_TEST(standalone_fixed_window_wall)
+{
+    struct world w;
+
+    world_open(&w, "[rule:q]\nkey = key\nrate = 2/1m\nalgorithm = fixed-window\n", 0, 0);
+    w.c.wall_us = wall_of_test;
+    fake_wall = 1765000020ull * S + 10 * S; /* 10 s into a minute of the epoch */
+    ck_assert_int_eq(decide_key(&w, "k", T0, 0), 1);
+    ck_assert_int_eq(decide_key(&w, "k", T0, 0), 1);
+    ck_assert(hit(&w, 0)->out.res.allowed);
+    ck_assert_uint_eq(hit(&w, 0)->out.charged_at, fake_wall); /* charged at the wall clock */
+    ck_assert_int_eq(decide_key(&w, "k", T0, 0), 1);          /* the third in the window */
+    ck_assert(!hit(&w, 0)->out.res.allowed);
+    ck_assert_uint_eq(hit(&w, 0)->out.res.retry_us, 50 * S); /* until the minute ends */
+    /* the monotonic clock stands still; the wall clock crosses the minute */
+    fake_wall += 50 * S;
+    ck_assert_int_eq(decide_key(&w, "k", T0, 0), 1);
+    ck_assert(hit(&w, 0)->out.res.allowed);
+    world_close(&w);
+}
+END_TEST
+
 /* ---- a cold key, a hot lease ---------------------------------------------- */
 
 START_TEST(cold_first_set)
@@ -167,10 +198,11 @@ START_TEST(cold_first_set)
     const char *s = "x";
     size_t sl = 1;
     struct store_result there = {.status = STORE_OK, .nstr = 1, .str = &s, .str_len = &sl};
-    ck_assert_int_eq(core_first_reply(j, &there, &r), CORE_FIRST_EVAL);
+    ck_assert_int_eq(core_first_reply(j, &there, 0, &r), CORE_FIRST_EVAL);
     /* nil: the key was new, allowed as tb_exact answers a new key */
     struct store_result nil = {.status = STORE_OK};
-    ck_assert_int_eq(core_first_reply(j, &nil, &r), CORE_FIRST_REPLY);
+    ck_assert_int_eq(core_first_reply(j, &nil, 1765000000000000ull, &r), CORE_FIRST_REPLY);
+    ck_assert_int_eq(r.v[EXACT_R_TIME_MS], 1765000000000); /* the wall clock it was given */
     ck_assert_ptr_null(core_reply(&w.c, j, &r, T0 + MS));
     ck_assert_int_eq(w.done, 1);
     ck_assert(hit(&w, 0)->out.res.allowed);
@@ -398,8 +430,8 @@ int main(void)
 {
     TCase *tc = tcase_create("core");
 
-    CHECK_ADD(tc, standalone_cost, cold_first_set, hot_lease_then_negative_cache, exact_block_for,
-              fallback_down_failed_timeout, concurrency_slots, all_or_nothing_local,
-              all_or_nothing_redis);
+    CHECK_ADD(tc, standalone_cost, standalone_fixed_window_wall, cold_first_set,
+              hot_lease_then_negative_cache, exact_block_for, fallback_down_failed_timeout,
+              concurrency_slots, all_or_nothing_local, all_or_nothing_redis);
     return check_run_case("limiter_core", tc);
 }
