@@ -48,7 +48,8 @@
 #include "tools/sim_redis.h"
 
 #define REGION_PERIOD_MS 1000000000000ull /* a regional bucket's own refill: 1 per ~32 years */
-#define GLOBAL_MAX_FRACTION 0.25          /* [global] max_fraction's default (interface.md) */
+#define STANDING 1.0             /* an active key's standing share: this x burst / regions */
+#define GLOBAL_MAX_FRACTION 0.25 /* [global] max_fraction's default (interface.md) */
 
 /* The claimer's only regional script: move amt tokens into (amt > 0) or out
  * of (amt < 0) the bucket's free tokens, within what is free to take and
@@ -94,6 +95,7 @@ struct rkey {          /* one key in one region */
     double bs_acc;                    /* backstop tokens due, not yet deposited */
     uint64_t bs_last;                 /* the backstop's last deposit */
     int forfeited;                    /* the lease ran out while the global Redis was down */
+    int bs_on;                        /* fed by the backstop */
 };
 
 struct region {
@@ -311,7 +313,9 @@ static int plan(struct sim *s, struct region *R, uint32_t k)
     int64_t v[3];
 
     st->op = 0;
-    st->est = (double)st->demand > st->est * 0.5 ? (double)st->demand : st->est * 0.5;
+    /* up at once, down over about two seconds of ticks */
+    double d = (double)st->demand, ew = 0.8 * st->est + 0.2 * d;
+    st->est = d > ew ? d : ew;
     st->demand = 0;
     if (st->est < 0.01)
         st->est = 0;
@@ -326,19 +330,31 @@ static int plan(struct sim *s, struct region *R, uint32_t k)
                         * spent, at the latest, by the next call's settling of mine */
         st->forfeited = 1;
     }
-    if (R->down && st->forfeited)
-        backstop(s, R, st, k); /* and the claim below probes the global Redis */
     if (pool(s, R, k, 0, s->p.burst, v) < 0)
         return 0;
     uint64_t hold = st->pool + (uint64_t)v[1] + (uint64_t)v[2];
+    /* global unreachable and what the region held spent (or its lease
+     * over): the backstop share, until a call succeeds again; the claim
+     * below probes */
+    if (R->down && (st->forfeited || hold == 0))
+        st->bs_on = 1;
+    if (st->bs_on)
+        backstop(s, R, st, k);
     uint64_t used = st->gheld > hold ? st->gheld - hold : 0;
     double ahead = 2.0 + (double)s->o->global_rtt_us / (double)iv;
     uint64_t target = (uint64_t)ceil(st->est * ahead);
     uint64_t cap = (uint64_t)floor(GLOBAL_MAX_FRACTION * (double)s->p.burst);
+    /* a key active here keeps a standing share: its next requests are
+     * decided at once, not a global round trip later */
+    uint64_t standing = (uint64_t)(STANDING * (double)s->p.burst / s->rg->n);
     if (cap < 1)
         cap = 1;
-    if (target > cap)
-        target = cap;
+    if (standing < 1)
+        standing = 1;
+    if (st->est > 0 && target < standing)
+        target = standing;
+    if (target > (cap > standing ? cap : standing))
+        target = cap > standing ? cap : standing;
     uint64_t ret = 0;
     if (hold > 2 * target + 1 || (target == 0 && hold > 0)) { /* give back the surplus */
         uint64_t surplus = hold - target;
@@ -349,8 +365,13 @@ static int plan(struct sim *s, struct region *R, uint32_t k)
             ret += (uint64_t)-v[0];
         hold -= ret;
     }
-    uint64_t want = target > hold ? target - hold : 0;
-    if (!want && !used && !ret && !st->gheld)
+    /* claim when what it holds runs low (half the target), up to the target */
+    uint64_t want = target > hold && (hold == 0 || hold <= target / 2) ? target - hold : 0;
+    if (want > cap) /* [global] max_fraction: at most this much at once */
+        want = cap;
+    /* renew a lease past half its life; report an idle key's spending */
+    int renew = st->gheld && st->deadline && st->deadline < s->now + s->rg->gttl_us / 2;
+    if (!want && !ret && !renew && !(used && st->est == 0))
         return 0;
     st->want = want, st->used = used, st->ret = ret, st->op = 1;
     return 1;
@@ -450,10 +471,11 @@ static void on_reply(struct sim *s, unsigned ri, int failed)
     for (size_t i = 0; i < R->nactive; i++) {
         uint32_t k = R->active[i];
         struct rkey *st = &R->k[k];
-        if (st->forfeited) { /* backstop tokens left are not the global bucket's */
+        if (st->bs_on) { /* backstop tokens left are not the global bucket's */
             pool(s, R, k, -(int64_t)s->p.burst - 1, s->p.burst, v);
-            st->forfeited = 0, st->bs_last = 0, st->bs_acc = 0;
+            st->bs_on = 0, st->bs_last = 0, st->bs_acc = 0;
         }
+        st->forfeited = 0;
         if (!st->op)
             continue;
         st->op = 0;
@@ -522,7 +544,7 @@ int sim_region_check(const struct sim_opts *o, int trace, char *err, size_t errl
 void sim_region_print(const struct sim_opts *o, const struct sim_result *r)
 {
     const struct sim_regions *x = &r->regions;
-    printf("  regions %u x %u agents, global RTT %gms, region lease ttl %gms: %llu global calls "
+    printf("  regions %u x %u agents, global RTT %gms, global lease ttl %gms: %llu global calls "
            "(%.5f/decision, %.1f/s), %llu ops; tokens granted %llu, returned %llu, forfeited %llu\n"
            "    decisions wait (regional only): p99 %.3fms max %.3fms; bound b+rT worst "
            "excess %.3f\n",
