@@ -48,7 +48,9 @@
 #include "tools/sim_redis.h"
 
 #define REGION_PERIOD_MS 1000000000000ull /* a regional bucket's own refill: 1 per ~32 years */
-#define STANDING 1.0             /* an active key's standing share: this x burst / regions */
+#define RETRY_CAP 3  /* a region told the global bucket is empty waits at most this many intervals \
+                      */
+#define STANDING 1.0 /* an active key's standing share: this x burst / regions */
 #define GLOBAL_MAX_FRACTION 0.25 /* [global] max_fraction's default (interface.md) */
 
 /* The claimer's only regional script: move amt tokens into (amt > 0) or out
@@ -91,6 +93,8 @@ struct rkey {          /* one key in one region */
     uint64_t deadline; /* the region may spend until then (0: holds nothing) */
     uint64_t want, used, ret;         /* the call in flight's operation */
     uint64_t granted, mine, lease_ms; /* its answer */
+    uint64_t retry_ms;                /* the global bucket's wait for a token, when empty */
+    uint64_t retry_at;                /* no claim before (the global bucket was empty) */
     int op;                           /* in the call in flight */
     double bs_acc;                    /* backstop tokens due, not yet deposited */
     uint64_t bs_last;                 /* the backstop's last deposit */
@@ -369,6 +373,8 @@ static int plan(struct sim *s, struct region *R, uint32_t k)
     uint64_t want = target > hold && (hold == 0 || hold <= target / 2) ? target - hold : 0;
     if (want > cap) /* [global] max_fraction: at most this much at once */
         want = cap;
+    if (s->now < st->retry_at) /* the global bucket said when it has a token */
+        want = 0;
     /* renew a lease past half its life; report an idle key's spending */
     int renew = st->gheld && st->deadline && st->deadline < s->now + s->rg->gttl_us / 2;
     if (!want && !ret && !renew && !(used && st->est == 0))
@@ -441,6 +447,7 @@ static void on_exec(struct sim *s, unsigned ri)
         st->granted = (uint64_t)v[CLAIM_R_GRANTED];
         st->mine = (uint64_t)v[CLAIM_R_MINE];
         st->lease_ms = (uint64_t)v[CLAIM_R_LEASE_MS];
+        st->retry_ms = st->want && !st->granted ? (uint64_t)v[CLAIM_R_RETRY_MS] : 0;
     }
     sim_fleet_push(s, s->now + (s->o->global_rtt_us - s->o->global_rtt_us / 2), EV_GREPLY, ri, NULL,
                    0);
@@ -484,6 +491,11 @@ static void on_reply(struct sim *s, unsigned ri, int failed)
                            ? R->sent_at + st->lease_ms * 1000 - s->lc.interval_us
                            : 0;
         st->pool += st->granted;
+        /* a negative cache one level up, as the agent's: no claim until the
+         * global bucket's next token (at most RETRY_CAP intervals) */
+        uint64_t cap_us = (uint64_t)(RETRY_CAP * (double)s->lc.interval_us);
+        uint64_t wait_us = st->retry_ms * 1000 < cap_us ? st->retry_ms * 1000 : cap_us;
+        st->retry_at = st->retry_ms ? R->sent_at + wait_us : 0;
         x->granted += st->granted;
         x->returned += st->ret;
         if (st->pool && pool(s, R, k, (int64_t)st->pool, s->p.burst, v) == 0)
