@@ -48,7 +48,8 @@
 #include "tools/sim_redis.h"
 
 #define REGION_PERIOD_MS 1000000000000ull /* a regional bucket's own refill: 1 per ~32 years */
-#define RETRY_CAP 3  /* a region told the global bucket is empty waits at most this many intervals \
+#define RETRY_CAP                                                                                  \
+    3                /* a region told the global bucket is empty waits at most this many intervals \
                       */
 #define STANDING 1.0 /* an active key's standing share: this x burst / regions */
 #define GLOBAL_MAX_FRACTION 0.25 /* [global] max_fraction's default (interface.md) */
@@ -73,13 +74,13 @@ static const char pool_lua[] =
     "end\n"
     "local moved = 0\n"
     "if amt > 0 then\n"
-    "  local room = math.floor(b - H - t)\n"
+    "  local room = math.floor(b - H) - math.floor(t)\n" /* (t's dust: the tiny own refill) */
     "  moved = math.max(0, math.min(amt, room))\n"
     "elseif amt < 0 then\n"
     "  moved = -math.max(0, math.min(-amt, math.floor(t)))\n"
     "end\n"
     "if moved ~= 0 or raw[1] == nil then\n"
-    "  t = t + moved\n"
+    "  t = math.min(t + moved, math.max(b - H, 0))\n"
     "  redis.call('HSET', key, 't', string.format('%.17g', t))\n"
     "  if f.ts == nil then redis.call('HSET', key, 'ts', string.format('%d', now)) end\n"
     "end\n"
