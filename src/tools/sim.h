@@ -84,8 +84,9 @@ struct sim_regions {
     double global_calls_per_decision, global_calls_per_s;
     double global_ttl_ms; /* a region's lease on the global bucket */
     /* --global-down: requests arriving in [start, start + len) */
-    uint64_t down_decisions, down_admitted, down_ref_admitted;
-    double down_allowance; /* sum of b/R + r/R x len over regions, + b held */
+    uint64_t down_decisions, down_admitted, down_ref_admitted; /* all keys */
+    uint64_t down_key_admitted;                                /* the most one key admitted */
+    double down_allowance; /* per key: 2b + r x len (held, and the backstop shares) */
 };
 
 /* What a stall did (sim_opts.stall_len_us > 0). "During" is by request

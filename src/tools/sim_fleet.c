@@ -73,7 +73,7 @@ static void record(struct sim *s, uint32_t key, int allowed, int ref_allowed, ui
 
     sim_score_record(&s->sc, r, key, allowed, ref_allowed, s->now, wait_us);
     if (s->rg)
-        sim_region_record(s, t0, allowed, ref_allowed);
+        sim_region_record(s, key, t0, allowed, ref_allowed);
     if (!s->stall_end)
         return;
     if (t0 >= s->stall_start && t0 < s->stall_end) {

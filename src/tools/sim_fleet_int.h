@@ -155,7 +155,7 @@ struct sim_redis *sim_region_redis(struct sim *s, unsigned ai);
 /* A request for key reaches agent ai (the region's demand), and its
  * decision, for a request that arrived at t0. */
 void sim_region_request(struct sim *s, unsigned ai, uint32_t key);
-void sim_region_record(struct sim *s, uint64_t t0, int allowed, int ref_allowed);
+void sim_region_record(struct sim *s, uint32_t key, uint64_t t0, int allowed, int ref_allowed);
 /* Around script_lease_args: a global rule's regional bucket is fed by the
  * claimer, never refilled by time (*save keeps what is restored after). */
 void sim_region_args(struct lease_job *j, uint64_t save[2]);

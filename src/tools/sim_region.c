@@ -121,7 +121,7 @@ struct sim_regions_run {
     struct region *r;
     struct sim_redis *global;
     uint64_t gttl_us, gtimeout_us, down_start, down_end;
-    uint64_t reply[CLAIM_R_COUNT];
+    uint64_t *down_adm; /* per key: admitted during --global-down */
 };
 
 static size_t rkey_name(uint32_t k, int global, char *buf)
@@ -184,8 +184,9 @@ int sim_region_setup(struct sim *s, char *err, size_t errlen)
     g->down_end = o->global_down_len_us ? g->down_start + o->global_down_len_us : 0;
     s->res->regions.global_ttl_ms = (double)g->gttl_us / 1000.0;
     g->r = calloc(g->n, sizeof(*g->r));
-    if (!g->r || !(g->global = sim_redis_new(err, errlen))) {
-        if (!g->r)
+    g->down_adm = calloc(g->nkeys, sizeof(*g->down_adm));
+    if (!g->r || !g->down_adm || !(g->global = sim_redis_new(err, errlen))) {
+        if (!g->r || !g->down_adm)
             snprintf(err, errlen, "out of memory");
         return -1;
     }
@@ -224,15 +225,15 @@ void sim_region_free(struct sim *s)
     if (!g)
         return;
     for (unsigned i = 0; g->r && i < g->n; i++) {
-        if (i > 0 || g->r[0].redis != s->redis)
-            sim_redis_free(g->r[i].redis);
+        if (g->r[i].redis == s->redis)
+            s->redis = NULL; /* (region 0's: freed here, not by sim_fleet.c's teardown) */
+        sim_redis_free(g->r[i].redis);
         free(g->r[i].k);
         free(g->r[i].active);
         free(g->r[i].is_active);
     }
-    if (g->r && g->r[0].redis == s->redis)
-        s->redis = NULL; /* freed by sim_fleet.c's teardown */
     free(g->r);
+    free(g->down_adm);
     sim_redis_free(g->global);
     free(g);
     s->rg = NULL;
@@ -250,13 +251,15 @@ void sim_region_request(struct sim *s, unsigned ai, uint32_t key)
     activate(R, key);
 }
 
-void sim_region_record(struct sim *s, uint64_t t0, int allowed, int ref_allowed)
+void sim_region_record(struct sim *s, uint32_t key, uint64_t t0, int allowed, int ref_allowed)
 {
     struct sim_regions *x = &s->res->regions;
     if (!s->rg->down_end || t0 < s->rg->down_start || t0 >= s->rg->down_end)
         return;
     x->down_decisions++;
     x->down_admitted += allowed != 0;
+    if (allowed && ++s->rg->down_adm[key] > x->down_key_admitted)
+        x->down_key_admitted = s->rg->down_adm[key];
     x->down_ref_admitted += ref_allowed != 0;
 }
 
@@ -523,7 +526,7 @@ void sim_region_finish(struct sim *s, struct sim_result *r)
     x->global_calls_per_decision =
         r->decisions ? (double)x->global_calls / (double)r->decisions : 0;
     x->global_calls_per_s = s->o->seconds > 0 ? (double)x->global_calls / s->o->seconds : 0;
-    if (g->down_end) /* what the regions held (at most b) and their backstops' */
+    if (g->down_end) /* per key: what the regions held (at most b) and their backstops' */
         x->down_allowance = (double)s->p.burst * 2 + rate * (double)(g->down_end - g->down_start);
     size_t peak = 0;
     for (unsigned i = 0; i < g->n; i++)
@@ -568,11 +571,13 @@ void sim_region_print(const struct sim_opts *o, const struct sim_result *r)
            r->wait_max_ms, r->worst_window_excess);
     if (o->global_down_len_us)
         printf("    global down %gs at %gs: %llu decisions, %llu admitted (exact: %llu), "
-               "allowance 2b + r*LEN %.1f; %llu calls refused, %llu backstop tokens\n",
+               "the most by one key %llu (allowance 2b + r*LEN %.1f); %llu calls refused, "
+               "%llu backstop tokens\n",
                (double)o->global_down_len_us / 1e6, (double)o->global_down_start_us / 1e6,
                (unsigned long long)x->down_decisions, (unsigned long long)x->down_admitted,
-               (unsigned long long)x->down_ref_admitted, x->down_allowance,
-               (unsigned long long)x->global_failed, (unsigned long long)x->backstop_tokens);
+               (unsigned long long)x->down_ref_admitted, (unsigned long long)x->down_key_admitted,
+               x->down_allowance, (unsigned long long)x->global_failed,
+               (unsigned long long)x->backstop_tokens);
     fflush(stdout);
 }
 
@@ -594,8 +599,9 @@ void sim_region_json(struct strbuf *b, const struct sim_opts *o, const struct si
         strbuf_printf(b,
                       ",\"global_down_start_s\":%g,\"global_down_s\":%g,\"down_decisions\":%llu,"
                       "\"down_admitted\":%llu,\"down_reference_admitted\":%llu,"
-                      "\"down_allowance\":%.3f",
+                      "\"down_key_admitted\":%llu,\"down_allowance\":%.3f",
                       (double)o->global_down_start_us / 1e6, (double)o->global_down_len_us / 1e6,
                       (unsigned long long)x->down_decisions, (unsigned long long)x->down_admitted,
-                      (unsigned long long)x->down_ref_admitted, x->down_allowance);
+                      (unsigned long long)x->down_ref_admitted,
+                      (unsigned long long)x->down_key_admitted, x->down_allowance);
 }
