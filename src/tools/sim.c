@@ -766,9 +766,12 @@ int main(int argc, char **argv)
         }
     }
     if (rc == 0 && c.svg) {
-        char title[256], agents[32] = "", keys[48] = "", rps[48] = "";
+        char title[256], agents[64] = "", keys[48] = "", rps[48] = "";
         const char *sw = c.sweep_name;
-        if (strcmp(sw, "agents") != 0)
+        if (o[0].regions) /* (agents per region) */
+            snprintf(agents, sizeof(agents), "%u agents/region, global RTT %gms, ", o[0].agents,
+                     (double)o[0].global_rtt_us / 1e3);
+        else if (strcmp(sw, "agents") != 0)
             snprintf(agents, sizeof(agents), "%u agents, ", o[0].agents);
         if (strcmp(sw, "keys") != 0 && o[0].zipf > 0)
             snprintf(keys, sizeof(keys), "%llu keys (Zipf %g), ", (unsigned long long)o[0].keys,
