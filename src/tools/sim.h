@@ -87,6 +87,9 @@ struct sim_regions {
     uint64_t down_decisions, down_admitted, down_ref_admitted; /* all keys */
     uint64_t down_key_admitted;                                /* the most one key admitted */
     double down_allowance; /* per key: 2b + r x len (held, and the backstop shares) */
+    /* b + r T over admissions outside [start, start + len + settle): must be <= 0 */
+    double outside_worst_window_excess;
+    double settle_ms; /* the global timeout, an interval, a ttl and the global RTT */
 };
 
 /* What a stall did (sim_opts.stall_len_us > 0). "During" is by request

@@ -121,7 +121,10 @@ struct sim_regions_run {
     struct region *r;
     struct sim_redis *global;
     uint64_t gttl_us, gtimeout_us, down_start, down_end;
-    uint64_t *down_adm; /* per key: admitted during --global-down */
+    uint64_t *down_adm;        /* per key: admitted during --global-down */
+    uint64_t settle_end;       /* backstop tokens are gone by then */
+    struct sim_bound outbound; /* b + r T outside [down_start, settle_end) */
+    struct sim_window *outwin; /* per key */
 };
 
 static size_t rkey_name(uint32_t k, int global, char *buf)
@@ -185,8 +188,13 @@ int sim_region_setup(struct sim *s, char *err, size_t errlen)
     s->res->regions.global_ttl_ms = (double)g->gttl_us / 1000.0;
     g->r = calloc(g->n, sizeof(*g->r));
     g->down_adm = calloc(g->nkeys, sizeof(*g->down_adm));
-    if (!g->r || !g->down_adm || !(g->global = sim_redis_new(err, errlen))) {
-        if (!g->r || !g->down_adm)
+    g->outwin = calloc(g->nkeys, sizeof(*g->outwin));
+    g->outbound = s->sc.bound; /* (initialised: sim_score_init runs first) */
+    g->settle_end = g->down_end ? g->down_end + g->gtimeout_us + s->lc.interval_us + s->lc.ttl_us +
+                                      o->global_rtt_us
+                                : 0;
+    if (!g->r || !g->down_adm || !g->outwin || !(g->global = sim_redis_new(err, errlen))) {
+        if (!g->r || !g->down_adm || !g->outwin)
             snprintf(err, errlen, "out of memory");
         return -1;
     }
@@ -234,6 +242,7 @@ void sim_region_free(struct sim *s)
     }
     free(g->r);
     free(g->down_adm);
+    free(g->outwin);
     sim_redis_free(g->global);
     free(g);
     s->rg = NULL;
@@ -254,7 +263,11 @@ void sim_region_request(struct sim *s, unsigned ai, uint32_t key)
 void sim_region_record(struct sim *s, uint32_t key, uint64_t t0, int allowed, int ref_allowed)
 {
     struct sim_regions *x = &s->res->regions;
-    if (!s->rg->down_end || t0 < s->rg->down_start || t0 >= s->rg->down_end)
+    if (!s->rg->down_end)
+        return;
+    if (allowed && (s->now < s->rg->down_start || s->now >= s->rg->settle_end))
+        sim_bound_admit(&s->rg->outbound, &s->rg->outwin[key], s->now - SIM_T0_US);
+    if (t0 < s->rg->down_start || t0 >= s->rg->down_end)
         return;
     x->down_decisions++;
     x->down_admitted += allowed != 0;
@@ -526,8 +539,11 @@ void sim_region_finish(struct sim *s, struct sim_result *r)
     x->global_calls_per_decision =
         r->decisions ? (double)x->global_calls / (double)r->decisions : 0;
     x->global_calls_per_s = s->o->seconds > 0 ? (double)x->global_calls / s->o->seconds : 0;
-    if (g->down_end) /* per key: what the regions held (at most b) and their backstops' */
+    if (g->down_end) { /* per key: what the regions held (at most b) and their backstops' */
         x->down_allowance = (double)s->p.burst * 2 + rate * (double)(g->down_end - g->down_start);
+        x->outside_worst_window_excess = sim_bound_worst(&g->outbound);
+        x->settle_ms = (double)(g->settle_end - g->down_end) / 1000.0;
+    }
     size_t peak = 0;
     for (unsigned i = 0; i < g->n; i++)
         if (sim_redis_keys_peak(g->r[i].redis) > peak)
@@ -572,12 +588,14 @@ void sim_region_print(const struct sim_opts *o, const struct sim_result *r)
     if (o->global_down_len_us)
         printf("    global down %gs at %gs: %llu decisions, %llu admitted (exact: %llu), "
                "the most by one key %llu (allowance 2b + r*LEN %.1f); %llu calls refused, "
-               "%llu backstop tokens\n",
+               "%llu backstop tokens\n"
+               "    outside it (+%.0fms): worst excess over b+rT %.3f (must be <= 0)\n",
                (double)o->global_down_len_us / 1e6, (double)o->global_down_start_us / 1e6,
                (unsigned long long)x->down_decisions, (unsigned long long)x->down_admitted,
                (unsigned long long)x->down_ref_admitted, (unsigned long long)x->down_key_admitted,
                x->down_allowance, (unsigned long long)x->global_failed,
-               (unsigned long long)x->backstop_tokens);
+               (unsigned long long)x->backstop_tokens, x->settle_ms,
+               x->outside_worst_window_excess);
     fflush(stdout);
 }
 
@@ -599,9 +617,11 @@ void sim_region_json(struct strbuf *b, const struct sim_opts *o, const struct si
         strbuf_printf(b,
                       ",\"global_down_start_s\":%g,\"global_down_s\":%g,\"down_decisions\":%llu,"
                       "\"down_admitted\":%llu,\"down_reference_admitted\":%llu,"
-                      "\"down_key_admitted\":%llu,\"down_allowance\":%.3f",
+                      "\"down_key_admitted\":%llu,\"down_allowance\":%.3f,"
+                      "\"down_outside_worst_window_excess\":%.6f,\"down_settle_ms\":%.3f",
                       (double)o->global_down_start_us / 1e6, (double)o->global_down_len_us / 1e6,
                       (unsigned long long)x->down_decisions, (unsigned long long)x->down_admitted,
                       (unsigned long long)x->down_ref_admitted,
-                      (unsigned long long)x->down_key_admitted, x->down_allowance);
+                      (unsigned long long)x->down_key_admitted, x->down_allowance,
+                      x->outside_worst_window_excess, x->settle_ms);
 }

@@ -116,6 +116,8 @@ START_TEST(global_down_within_allowance)
                   (unsigned long long)x->down_key_admitted, x->down_allowance);
     ck_assert_uint_gt(x->global_failed, 0);
     ck_assert_uint_gt(x->granted, 0);
+    ck_assert_msg(x->outside_worst_window_excess <= 1e-9, "outside: excess %f",
+                  x->outside_worst_window_excess);
     ck_assert_msg(r.wait_max_ms < 20.0, "wait max %f ms", r.wait_max_ms);
 }
 END_TEST
