@@ -749,21 +749,8 @@ int main(int argc, char **argv)
                     st->backstop_worst_excess);
             rc = 3;
         }
-        const struct sim_regions *rg = &r[n].regions;
-        if (o[n].global_down_len_us && (double)rg->down_key_admitted > rg->down_allowance + 1e-9) {
-            fprintf(stderr,
-                    "spoa-sim: during the global outage a key admitted %llu, over its "
-                    "allowance 2b + r*LEN = %.1f\n",
-                    (unsigned long long)rg->down_key_admitted, rg->down_allowance);
+        if (o[n].regions && sim_region_verdict(&o[n], &r[n]) < 0)
             rc = 3;
-        }
-        if (o[n].global_down_len_us && !(rg->outside_worst_window_excess <= 1e-9)) {
-            fprintf(stderr,
-                    "spoa-sim: outside the global outage the bound b + r*T was exceeded by "
-                    "%.3f requests\n",
-                    rg->outside_worst_window_excess);
-            rc = 3;
-        }
         /* asserted for token buckets (b + r*T) and fixed windows (2N + r*T: N
          * per window); a sliding window's estimate is not exact */
         int bounded = o[n].algorithm != BUCKET_SLIDING_WINDOW;

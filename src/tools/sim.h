@@ -143,5 +143,8 @@ struct strbuf;
 int sim_region_check(const struct sim_opts *o, int trace, char *err, size_t errlen);
 void sim_region_print(const struct sim_opts *o, const struct sim_result *r);
 void sim_region_json(struct strbuf *b, const struct sim_opts *o, const struct sim_result *r);
+/* With --global-down: -1, said on stderr, when a key admitted more than its
+ * allowance during the outage, or b + r*T was exceeded outside it; else 0. */
+int sim_region_verdict(const struct sim_opts *o, const struct sim_result *r);
 
 #endif

@@ -625,3 +625,26 @@ void sim_region_json(struct strbuf *b, const struct sim_opts *o, const struct si
                       (unsigned long long)x->down_key_admitted, x->down_allowance,
                       x->outside_worst_window_excess, x->settle_ms);
 }
+
+int sim_region_verdict(const struct sim_opts *o, const struct sim_result *r)
+{
+    const struct sim_regions *x = &r->regions;
+    int rc = 0;
+    if (!o->global_down_len_us)
+        return 0;
+    if ((double)x->down_key_admitted > x->down_allowance + 1e-9) {
+        fprintf(stderr,
+                "spoa-sim: during the global outage a key admitted %llu, over its "
+                "allowance 2b + r*LEN = %.1f\n",
+                (unsigned long long)x->down_key_admitted, x->down_allowance);
+        rc = -1;
+    }
+    if (!(x->outside_worst_window_excess <= 1e-9)) {
+        fprintf(stderr,
+                "spoa-sim: outside the global outage the bound b + r*T was exceeded by "
+                "%.3f requests\n",
+                x->outside_worst_window_excess);
+        rc = -1;
+    }
+    return rc;
+}
