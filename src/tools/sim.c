@@ -36,6 +36,8 @@ struct cli {
     char rate[64], burst[32], algorithm[32], interval[32], ttl[32], max_fraction[32];
     char rtt[32], redis_op[32], spike[96], tail[32], rate_leases[8], rate_ttl[32];
     char stall[96], timeout[32], share[32];
+    unsigned regions;
+    char global_rtt[32], global_down[96];
     uint64_t seed;
     const char *trace_path, *svg;
     int json;
@@ -55,7 +57,7 @@ static void usage(FILE *f)
           "                [--tail D] [--seed N] [--trace FILE] [--sweep NAME=V1,V2,...]\n"
           "                [--svg FILE] [--policy token|rate] [--rate-leases on|off]\n"
           "                [--rate-ttl D] [--stall START,LEN] [--timeout D] [--share F]\n"
-          "                [--json]\n"
+          "                [--regions R] [--global-rtt D] [--global-down START:LEN] [--json]\n"
           "Simulates --agents agents running the real lease code against the real Lua\n"
           "scripts in virtual time, beside one exact bucket per key, and prints what the\n"
           "fleet cost in Redis calls and how close it came to the exact limiter.\n"
@@ -72,9 +74,13 @@ static void usage(FILE *f)
           "  --rate-leases on|off the agent's rate leases for warm keys ([lease] rate_leases;\n"
           "                      default off); --rate-ttl D: their [lease] rate_ttl (30s,\n"
           "                      at least 4 x ttl)\n"
+          "  --regions R         one scope = global rule over R regions (--agents per\n"
+          "                      region, each region its own Redis and one claimer),\n"
+          "                      fed from a global Redis --global-rtt away (40ms); it\n"
+          "                      refuses calls from START for LEN (--global-down)\n"
           "  --trace FILE        replay 'SECONDS KEY [AGENT]' lines instead\n"
           "  --sweep NAME=...    NAME: interval, ttl, max_fraction, agents, rps, rtt, skew, keys,\n"
-          "                      rate_ttl\n"
+          "                      rate_ttl, regions, global_rtt\n"
           "Durations: 250us, 0.3ms, 100ms, 1s, 1m (interval and ttl: whole ms).\n",
           f);
 }
@@ -113,6 +119,20 @@ static int parse_spike(const char *s, struct sim_opts *o)
     o->spike_factor = strtod(buf, NULL);
     if (!(o->spike_factor >= 1) || parse_us(len, &o->spike_len_us) < 0 ||
         parse_us(every, &o->spike_every_us) < 0 || o->spike_every_us == 0)
+        return -1;
+    return 0;
+}
+
+/* --global-down START:LEN (or START,LEN) */
+static int parse_down(const char *s, struct sim_opts *o)
+{
+    char buf[96], *len;
+    snprintf(buf, sizeof(buf), "%s", s);
+    if (!(len = strpbrk(buf, ":,")))
+        return -1;
+    *len++ = '\0';
+    if (parse_us(buf, &o->global_down_start_us) < 0 || parse_us(len, &o->global_down_len_us) < 0 ||
+        o->global_down_len_us == 0)
         return -1;
     return 0;
 }
@@ -198,6 +218,14 @@ static int build(const struct cli *c, const struct sim_trace *trace, struct sim_
         snprintf(err, errlen, "bad --stall: want START,LEN (e.g. 2s,3s), with a --timeout");
         return -1;
     }
+    o->regions = c->regions;
+    if (o->regions && (parse_us(c->global_rtt, &o->global_rtt_us) < 0 ||
+                       (c->global_down[0] && parse_down(c->global_down, o) < 0))) {
+        snprintf(err, errlen, "bad --global-rtt or --global-down (START:LEN, e.g. 5s:5s)");
+        return -1;
+    }
+    if (o->regions && sim_region_check(o, trace != NULL, err, errlen) < 0)
+        return -1;
     if (o->stall_len_us && o->policy == SIM_POLICY_RATE) {
         snprintf(err, errlen, "--stall runs the agent's token leases: not with --policy rate");
         return -1;
@@ -228,8 +256,9 @@ static int set_swept(struct cli *c, const char *name, const char *v, double *x)
     uint64_t us;
     char *end;
     if (strcmp(name, "interval") == 0 || strcmp(name, "ttl") == 0 || strcmp(name, "rtt") == 0 ||
-        strcmp(name, "rate_ttl") == 0) {
-        char *dst = name[0] == 'i'   ? c->interval
+        strcmp(name, "rate_ttl") == 0 || strcmp(name, "global_rtt") == 0) {
+        char *dst = name[0] == 'g'   ? c->global_rtt
+                    : name[0] == 'i' ? c->interval
                     : name[0] == 't' ? c->ttl
                     : name[1] == 'a' ? c->rate_ttl
                                      : c->rtt;
@@ -253,6 +282,8 @@ static int set_swept(struct cli *c, const char *name, const char *v, double *x)
         c->skew = *x;
     else if (strcmp(name, "keys") == 0)
         c->keys = (uint64_t)*x;
+    else if (strcmp(name, "regions") == 0)
+        c->regions = (unsigned)*x;
     else
         return -1;
     return 0;
@@ -260,7 +291,8 @@ static int set_swept(struct cli *c, const char *name, const char *v, double *x)
 
 static const char *x_label(const char *name)
 {
-    if (strcmp(name, "interval") == 0 || strcmp(name, "ttl") == 0 || strcmp(name, "rtt") == 0) {
+    if (strcmp(name, "interval") == 0 || strcmp(name, "ttl") == 0 || strcmp(name, "rtt") == 0 ||
+        strcmp(name, "global_rtt") == 0) {
         static char b[48];
         snprintf(b, sizeof(b), "%s (ms)", name);
         return b;
@@ -342,6 +374,8 @@ static void print_json(const struct sim_opts *o, const struct sim_result *r, con
                       st->backstop_worst_excess, st->outside_worst_window_excess, st->settle_ms,
                       st->wait_p50_ms, st->wait_p99_ms, st->wait_max_ms, st->recovery_ms);
     }
+    if (o->regions)
+        sim_region_json(&b, o, r);
     strbuf_printf(&b, "}\n");
     size_t len;
     char *text = strbuf_finish(&b, &len);
@@ -426,7 +460,10 @@ static int parse_cli(int argc, char **argv, struct cli *c)
         O_RATE_TTL,
         O_STALL,
         O_TIMEOUT,
-        O_SHARE
+        O_SHARE,
+        O_REGIONS,
+        O_GLOBAL_RTT,
+        O_GLOBAL_DOWN
     };
     static const struct option opts[] = {{"agents", 1, 0, 'a'},
                                          {"keys", 1, 0, 'k'},
@@ -457,6 +494,9 @@ static int parse_cli(int argc, char **argv, struct cli *c)
                                          {"stall", 1, 0, O_STALL},
                                          {"timeout", 1, 0, O_TIMEOUT},
                                          {"share", 1, 0, O_SHARE},
+                                         {"regions", 1, 0, O_REGIONS},
+                                         {"global-rtt", 1, 0, O_GLOBAL_RTT},
+                                         {"global-down", 1, 0, O_GLOBAL_DOWN},
                                          {0, 0, 0, 0}};
     int ch;
 
@@ -528,6 +568,15 @@ static int parse_cli(int argc, char **argv, struct cli *c)
             break;
         case O_SHARE:
             COPY(c->share);
+            break;
+        case O_REGIONS:
+            c->regions = (unsigned)strtoul(optarg, NULL, 10);
+            break;
+        case O_GLOBAL_RTT:
+            COPY(c->global_rtt);
+            break;
+        case O_GLOBAL_DOWN:
+            COPY(c->global_down);
             break;
         case O_POLICY:
             if (strcmp(optarg, "token") != 0 && strcmp(optarg, "rate") != 0) {
@@ -622,6 +671,7 @@ int main(int argc, char **argv)
                     .tail = "0us",
                     .rate_leases = "off",
                     .timeout = "100ms",
+                    .global_rtt = "40ms",
                     .seed = 1};
     struct sim_trace *trace = NULL;
     char err[ERRLEN];
@@ -643,16 +693,16 @@ int main(int argc, char **argv)
         fprintf(stderr, "spoa-sim: %s\n", err);
         return 1;
     }
-    static const char *const sweepable[] = {"interval", "ttl",     "max_fraction", "max-fraction",
-                                            "agents",   "rps",     "rtt",          "skew",
-                                            "keys",     "rate_ttl"};
+    static const char *const sweepable[] = {"interval", "ttl",      "max_fraction", "max-fraction",
+                                            "agents",   "rps",      "rtt",          "skew",
+                                            "keys",     "rate_ttl", "regions",      "global_rtt"};
     int known = !c.nsweep;
     for (size_t i = 0; i < sizeof(sweepable) / sizeof(sweepable[0]); i++)
         known |= strcmp(c.sweep_name, sweepable[i]) == 0;
     if (!known) {
         fprintf(stderr,
                 "spoa-sim: --sweep: unknown setting '%s' (interval, ttl, max_fraction, "
-                "agents, rps, rtt, skew, keys, rate_ttl)\n",
+                "agents, rps, rtt, skew, keys, rate_ttl, regions, global_rtt)\n",
                 c.sweep_name);
         sim_trace_free(trace);
         return 2;
@@ -688,6 +738,8 @@ int main(int argc, char **argv)
             print_row(&o[n], &r[n], val);
             if (o[n].stall_len_us)
                 print_stall(&o[n], &r[n]);
+            if (o[n].regions)
+                sim_region_print(&o[n], &r[n]);
         }
         const struct sim_stall *st = &r[n].stall;
         if (o[n].stall_len_us && !(st->backstop_worst_excess <= 1e-9)) {
@@ -697,6 +749,8 @@ int main(int argc, char **argv)
                     st->backstop_worst_excess);
             rc = 3;
         }
+        if (o[n].regions && sim_region_verdict(&o[n], &r[n]) < 0)
+            rc = 3;
         /* asserted for token buckets (b + r*T) and fixed windows (2N + r*T: N
          * per window); a sliding window's estimate is not exact */
         int bounded = o[n].algorithm != BUCKET_SLIDING_WINDOW;
@@ -706,16 +760,20 @@ int main(int argc, char **argv)
                     "%.3f requests\n",
                     st->outside_worst_window_excess);
             rc = 3;
-        } else if (r[n].worst_window_excess > 1e-9 && bounded && !o[n].stall_len_us) {
+        } else if (r[n].worst_window_excess > 1e-9 && bounded && !o[n].stall_len_us &&
+                   !o[n].global_down_len_us) { /* (a global outage's allowance is printed) */
             fprintf(stderr, "spoa-sim: the bound b + r*T was exceeded by %.3f requests\n",
                     r[n].worst_window_excess);
             rc = 3;
         }
     }
     if (rc == 0 && c.svg) {
-        char title[256], agents[32] = "", keys[48] = "", rps[48] = "";
+        char title[256], agents[64] = "", keys[48] = "", rps[48] = "";
         const char *sw = c.sweep_name;
-        if (strcmp(sw, "agents") != 0)
+        if (o[0].regions) /* (agents per region) */
+            snprintf(agents, sizeof(agents), "%u agents/region, global RTT %gms, ", o[0].agents,
+                     (double)o[0].global_rtt_us / 1e3);
+        else if (strcmp(sw, "agents") != 0)
             snprintf(agents, sizeof(agents), "%u agents, ", o[0].agents);
         if (strcmp(sw, "keys") != 0 && o[0].zipf > 0)
             snprintf(keys, sizeof(keys), "%llu keys (Zipf %g), ", (unsigned long long)o[0].keys,

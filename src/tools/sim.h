@@ -13,6 +13,8 @@
  *   sim_traffic.c  requests: Zipf/uniform keys, skew, spikes, trace replay
  *   sim_stats.c    histograms and the exact window check
  *   sim_svg.c      the sweep chart
+ *   sim_region.c   --regions: one quota over regions, each with its own
+ *                  Redis, fed by leases from a global bucket
  */
 #ifndef SIM_H
 #define SIM_H
@@ -62,6 +64,32 @@ struct sim_opts {
     uint64_t stall_start_us, stall_len_us, timeout_us;
     double share; /* [fallback] share */
     struct bucket_params backstop;
+    /* --regions (0: none, one Redis as ever): the rule is scope = global.
+     * agents is then per region; each region has its own Redis (rtt_us),
+     * fed by one claimer per region from a global Redis global_rtt_us away,
+     * which refuses every call arriving in [down_start, down_start +
+     * down_len) (--global-down; down_len 0: never). */
+    unsigned regions;
+    uint64_t global_rtt_us, global_down_start_us, global_down_len_us;
+};
+
+/* What --regions measured (sim_region.c). */
+struct sim_regions {
+    uint64_t global_calls;      /* calls to the global Redis (a region's tick: one batch) */
+    uint64_t global_ops;        /* script operations in them (one per key claimed) */
+    uint64_t global_failed;     /* calls refused while it was down */
+    uint64_t granted, returned; /* tokens the global bucket granted regions, and got back */
+    uint64_t forfeited;         /* withdrawn unspent at a lease's deadline (global down) */
+    uint64_t backstop_tokens;   /* put in regional buckets by the backstop (global down) */
+    double global_calls_per_decision, global_calls_per_s;
+    double global_ttl_ms; /* a region's lease on the global bucket */
+    /* --global-down: requests arriving in [start, start + len) */
+    uint64_t down_decisions, down_admitted, down_ref_admitted; /* all keys */
+    uint64_t down_key_admitted;                                /* the most one key admitted */
+    double down_allowance; /* per key: 2b + r x len (held, and the backstop shares) */
+    /* b + r T over admissions outside [start, start + len + settle): must be <= 0 */
+    double outside_worst_window_excess;
+    double settle_ms; /* the global timeout, an interval, a ttl and the global RTT */
 };
 
 /* What a stall did (sim_opts.stall_len_us > 0). "During" is by request
@@ -101,11 +129,22 @@ struct sim_result {
     uint64_t redis_keys_peak;
     double sim_seconds, wall_s;
     struct sim_stall stall;
+    struct sim_regions regions;
 };
 
 /* Simulate o; fill *res. 0, or -1 with a message in err. */
 int sim_run(const struct sim_opts *o, struct sim_result *res, char *err, size_t errlen);
 /* The same for o->policy == SIM_POLICY_RATE (sim_run calls it). */
 int sim_run_rate(const struct sim_opts *o, struct sim_result *res, char *err, size_t errlen);
+
+/* --regions (sim_region.c): 0 when o can run with regions, else -1 and why
+ * in err; the region's figures under the table's row, and in the JSON. */
+struct strbuf;
+int sim_region_check(const struct sim_opts *o, int trace, char *err, size_t errlen);
+void sim_region_print(const struct sim_opts *o, const struct sim_result *r);
+void sim_region_json(struct strbuf *b, const struct sim_opts *o, const struct sim_result *r);
+/* With --global-down: -1, said on stderr, when a key admitted more than its
+ * allowance during the outage, or b + r*T was exceeded outside it; else 0. */
+int sim_region_verdict(const struct sim_opts *o, const struct sim_result *r);
 
 #endif

@@ -72,6 +72,8 @@ static void record(struct sim *s, uint32_t key, int allowed, int ref_allowed, ui
     uint64_t wait_us = s->now - t0;
 
     sim_score_record(&s->sc, r, key, allowed, ref_allowed, s->now, wait_us);
+    if (s->rg)
+        sim_region_record(s, key, t0, allowed, ref_allowed);
     if (!s->stall_end)
         return;
     if (t0 >= s->stall_start && t0 < s->stall_end) {
@@ -210,6 +212,8 @@ static void on_request(struct sim *s, uint32_t key, unsigned ai)
     w->t0 = s->now;
     w->key = key;
     w->ref_allowed = ref_allowed;
+    if (s->rg)
+        sim_region_request(s, ai, key);
     /* limiter.c's redis_stalled(): while stalled, only a probe asks Redis */
     int up = 1;
     if (a->stalled) {
@@ -297,7 +301,10 @@ static int setup(struct sim *s, char *err, size_t errlen)
         snprintf(err, errlen, "out of memory");
         return -1;
     }
-    if (!(s->redis = sim_redis_new(err, errlen)) || !(s->traffic = sim_traffic_new(o, err, errlen)))
+    if (o->regions ? sim_region_setup(s, err, errlen) < 0
+                   : !(s->redis = sim_redis_new(err, errlen)))
+        return -1;
+    if (!(s->traffic = sim_traffic_new(o, err, errlen)))
         return -1;
     if (o->stall_len_us > 0) {
         size_t n = (size_t)o->agents * keys;
@@ -370,6 +377,7 @@ static void teardown(struct sim *s)
         s->free_waits = w->free_next;
         free(w);
     }
+    sim_region_free(s);
     sim_redis_free(s->redis);
     sim_traffic_free(s->traffic);
     free(s->agents);
@@ -412,6 +420,8 @@ static void finish(struct sim *s, struct sim_result *r)
     r->stranded_max = (double)s->held_h.max;
     r->redis_keys_peak = sim_redis_keys_peak(s->redis);
     r->sim_seconds = secs;
+    if (s->rg)
+        sim_region_finish(s, r);
     if (!s->stall_end)
         return;
     struct sim_stall *st = &r->stall;
@@ -450,6 +460,12 @@ int sim_run(const struct sim_opts *o, struct sim_result *res, char *err, size_t 
     if (!s) {
         snprintf(err, errlen, "out of memory");
         return -1;
+    }
+    struct sim_opts ro;
+    if (o->regions) { /* --agents is per region */
+        ro = *o;
+        ro.agents = o->agents * o->regions;
+        o = &ro;
     }
     s->o = o;
     s->res = res;
@@ -490,6 +506,11 @@ int sim_run(const struct sim_opts *o, struct sim_result *res, char *err, size_t 
                 on_timeouts(s, e.agent);
                 sim_fleet_push(s, s->now + s->check_every, EV_TIMEOUT, e.agent, NULL, 0);
             }
+            break;
+        case EV_REGION:
+        case EV_GEXEC:
+        case EV_GREPLY:
+            sim_region_event(s, e.kind, e.agent, e.key);
             break;
         case EV_SAMPLE:
             if (s->now < s->end) {

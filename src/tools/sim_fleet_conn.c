@@ -158,20 +158,34 @@ static void redis_error(struct sim *s, const char *err)
 /* Run command c as Redis would: one EVALSHA of the job's script, or of the
  * batch script carrying them all; then hand each job its part of the reply
  * as store_conn.c's batch_reply() does. */
+/* The script a job's reply comes from (token buckets: --regions). */
+static int script_of(const struct lease_job *j)
+{
+    return j->kind == LEASE_JOB_EXACT   ? SCRIPT_TB_EXACT
+           : j->kind == LEASE_JOB_CLAIM ? SCRIPT_TB_CLAIM
+                                        : -1;
+}
+
 void sim_fleet_exec(struct sim *s, struct command *c)
 {
     static const char *const digits[] = {"0", "1", "2",  "3",  "4",  "5",  "6",  "7",
                                          "8", "9", "10", "11", "12", "13", "14", "15"};
     _Static_assert(SCRIPT_COUNT <= 16 && SCRIPT_MAX_ARGC <= 16, "digits[] must cover them");
     const char *id = s->agents[c->agent].id;
+    struct sim_redis *redis = s->rg ? sim_region_redis(s, c->agent) : s->redis;
     size_t n = 0;
     const char *err;
     int rc;
 
     if (c->n == 1) {
         struct lease_job *j = c->jobs[0];
+        uint64_t save[2];
+        if (s->rg)
+            sim_region_args(j, save);
         int script = script_lease_args(j, id, s->o->ttl_ms, &s->args[0]);
-        rc = sim_redis_eval(s->redis, script, s->now, 1, &j->key, &j->keylen, s->args[0].argc,
+        if (s->rg)
+            sim_region_args_done(j, save);
+        rc = sim_redis_eval(redis, script, s->now, 1, &j->key, &j->keylen, s->args[0].argc,
                             s->args[0].argv, s->args[0].argvlen, s->reply, REPLY_MAX, &n, &err);
         if (rc != 0)
             redis_error(s, err);
@@ -179,6 +193,8 @@ void sim_fleet_exec(struct sim *s, struct command *c)
             c->ok[0] = 1;
             c->nv[0] = n < CLAIM_R_COUNT ? (int)n : CLAIM_R_COUNT;
             memcpy(c->v[0], s->reply, (size_t)c->nv[0] * sizeof(int64_t));
+            if (s->rg)
+                sim_region_reply(s, script, c->v[0], c->nv[0]);
         }
         return;
     }
@@ -186,7 +202,12 @@ void sim_fleet_exec(struct sim *s, struct command *c)
     for (unsigned i = 0; i < c->n; i++) {
         struct lease_job *j = c->jobs[i];
         struct script_args *a = &s->args[i];
+        uint64_t save[2];
+        if (s->rg)
+            sim_region_args(j, save);
         int script = script_lease_args(j, id, s->o->ttl_ms, a);
+        if (s->rg)
+            sim_region_args_done(j, save);
         s->bkeys[i] = j->key;
         s->bkeylen[i] = j->keylen;
         s->bargv[argc] = digits[script];
@@ -198,7 +219,7 @@ void sim_fleet_exec(struct sim *s, struct command *c)
             s->bargvlen[argc++] = a->argvlen[k];
         }
     }
-    rc = sim_redis_eval(s->redis, SCRIPT_BATCH, s->now, (int)c->n, s->bkeys, s->bkeylen, argc,
+    rc = sim_redis_eval(redis, SCRIPT_BATCH, s->now, (int)c->n, s->bkeys, s->bkeylen, argc,
                         s->bargv, s->bargvlen, s->reply, REPLY_MAX, &n, &err);
     if (rc != 0) {
         redis_error(s, err); /* the whole batch failed */
@@ -212,6 +233,8 @@ void sim_fleet_exec(struct sim *s, struct command *c)
         c->ok[i] = 1;
         c->nv[i] = len < CLAIM_R_COUNT ? (int)len : CLAIM_R_COUNT;
         memcpy(c->v[i], &s->reply[at + 1], (size_t)c->nv[i] * sizeof(int64_t));
+        if (s->rg)
+            sim_region_reply(s, script_of(c->jobs[i]), c->v[i], c->nv[i]);
         at += 1 + (size_t)len;
     }
 }

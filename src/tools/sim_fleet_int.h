@@ -29,7 +29,18 @@
 #define KEYBUF 64
 #define REPLY_MAX (CONN_BATCH_MAX * (1 + CLAIM_R_COUNT))
 
-enum ev_kind { EV_REQ, EV_TICK, EV_EXEC, EV_REPLY, EV_SAMPLE, EV_TIMEOUT };
+enum ev_kind {
+    EV_REQ,
+    EV_TICK,
+    EV_EXEC,
+    EV_REPLY,
+    EV_SAMPLE,
+    EV_TIMEOUT,
+    /* --regions (sim_region.c; agent is the region) */
+    EV_REGION, /* a region's claimer tick */
+    EV_GEXEC,  /* its call reaches the global Redis */
+    EV_GREPLY, /* the answer (or the failure) reaches the region */
+};
 
 /* One call on the wire: a script call or a batch. */
 struct command {
@@ -105,7 +116,8 @@ struct sim {
     struct sim_window *outwin; /* per key: admissions outside the stall */
     struct sim_hist stall_wait_h;
     struct sent *free_sent;
-    uint64_t check_every; /* timeouts are looked for this often (limiter.c) */
+    uint64_t check_every;       /* timeouts are looked for this often (limiter.c) */
+    struct sim_regions_run *rg; /* --regions (sim_region.c), else NULL */
 };
 
 /* Queue an event (kind EV_*; cmd for EV_EXEC and EV_REPLY, key for EV_REQ);
@@ -131,5 +143,27 @@ void sim_fleet_exec(struct sim *s, struct command *c);
 int sim_fleet_sent_done(struct sim *s, struct agent *a, const struct lease_job *j);
 /* Free a command: answered, or never run (a run that ended on an error). */
 void sim_fleet_command_free(struct command *c);
+
+/* ---- sim_region.c ------------------------------------------------------------------------ */
+
+/* --regions: build the regions (their Redis and claimers, the global Redis;
+ * s->redis becomes region 0's) and queue their ticks. 0, or -1 with err. */
+int sim_region_setup(struct sim *s, char *err, size_t errlen);
+void sim_region_free(struct sim *s);
+/* The Redis agent ai talks to: its region's. */
+struct sim_redis *sim_region_redis(struct sim *s, unsigned ai);
+/* A request for key reaches agent ai (the region's demand), and its
+ * decision, for a request that arrived at t0. */
+void sim_region_request(struct sim *s, unsigned ai, uint32_t key);
+void sim_region_record(struct sim *s, uint32_t key, uint64_t t0, int allowed, int ref_allowed);
+/* Around script_lease_args: a global rule's regional bucket is fed by the
+ * claimer, never refilled by time (*save keeps what is restored after). */
+void sim_region_args(struct lease_job *j, uint64_t save[2]);
+void sim_region_args_done(struct lease_job *j, const uint64_t save[2]);
+/* A regional reply's retry and reset, from the rule's rate. */
+void sim_region_reply(const struct sim *s, int script, int64_t *v, int nv);
+/* EV_REGION, EV_GEXEC, EV_GREPLY. */
+void sim_region_event(struct sim *s, int kind, unsigned region, uint32_t arg);
+void sim_region_finish(struct sim *s, struct sim_result *r);
 
 #endif

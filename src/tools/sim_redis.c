@@ -54,13 +54,14 @@ struct pool {
 struct sim_redis {
     lua_State *L;
     struct pool pool;
-    int ref[SCRIPT_BATCH + 1]; /* each script's compiled function */
-    uint64_t now_us;           /* the virtual time of the call running */
+    int ref[SIM_REDIS_SCRIPTS]; /* each script's compiled function (the last: sim_redis_add) */
+    uint64_t now_us;            /* the virtual time of the call running */
     struct rkey **slots;
     size_t nslots, count, peak;
     struct rkey **heap; /* keys with a TTL, by expire_ms */
     size_t nheap, heapcap;
     char err[256];
+    int extra; /* 1 when sim_redis_add() loaded a script */
 };
 
 /* ---- keys ------------------------------------------------------------------ */
@@ -606,6 +607,22 @@ struct sim_redis *sim_redis_new(char *err, size_t errlen)
     return r;
 }
 
+int sim_redis_add(struct sim_redis *r, const char *src, char *err, size_t errlen)
+{
+    if (r->extra) {
+        snprintf(err, errlen, "sim_redis_add: one added script only");
+        return -1;
+    }
+    if (luaL_loadbuffer(r->L, src, strlen(src), "@sim") != 0) {
+        snprintf(err, errlen, "added script does not compile: %s", lua_tostring(r->L, -1));
+        lua_pop(r->L, 1);
+        return -1;
+    }
+    r->ref[SCRIPT_BATCH + 1] = luaL_ref(r->L, LUA_REGISTRYINDEX);
+    r->extra = 1;
+    return SCRIPT_BATCH + 1;
+}
+
 void sim_redis_free(struct sim_redis *r)
 {
     if (!r)
@@ -679,7 +696,7 @@ int sim_redis_eval(struct sim_redis *r, int script, uint64_t now_us, int nkeys,
     const char *e;
 
     *n = 0;
-    if (script < 0 || script > SCRIPT_BATCH) {
+    if (script < 0 || script > SCRIPT_BATCH + r->extra) {
         *err = "NOSCRIPT No matching script";
         return -1;
     }

@@ -18,6 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "store/script.h"
+
 struct sim_redis;
 
 /* Compile the scripts. NULL with a message in err on failure. */
@@ -33,6 +35,13 @@ int sim_redis_eval(struct sim_redis *r, int script, uint64_t now_us, int nkeys,
                    const char *const *keys, const size_t *keylens, int argc,
                    const char *const *argv, const size_t *argvlen, int64_t *v, size_t cap,
                    size_t *n, const char **err);
+
+/* Scripts a server can hold: the agent's, the batch, one added. */
+#define SIM_REDIS_SCRIPTS (SCRIPT_BATCH + 2)
+
+/* Load a simulator-only script (Lua source, run as the agent's are): its
+ * number for sim_redis_eval, or -1 with a message in err. One per server. */
+int sim_redis_add(struct sim_redis *r, const char *src, char *err, size_t errlen);
 
 /* Keys held now, and the most held at once so far. */
 size_t sim_redis_keys(const struct sim_redis *r);
