@@ -17,6 +17,7 @@
 #include "tools/sim_heap.h"
 #include "tools/sim_score.h"
 #include "tools/sim_stats.h"
+#include "tools/sim_traffic.h"
 
 /* As limiter.c (STRIPES) and store_conn.h (STORE_CONN_MAX_INFLIGHT,
  * STORE_CONN_BATCH_MAX), which the simulator mirrors. */
@@ -80,6 +81,8 @@ struct wait {
     uint64_t t0;
     uint32_t key;
     int ref_allowed;
+    uint64_t cost; /* --cost: its tokens (else 1) */
+    int blocked;   /* --block-for: a block ran on its key when it arrived */
     struct wait *free_next;
 };
 
@@ -118,6 +121,7 @@ struct sim {
     struct sent *free_sent;
     uint64_t check_every;       /* timeouts are looked for this often (limiter.c) */
     struct sim_regions_run *rg; /* --regions (sim_region.c), else NULL */
+    struct sim_rng cost_rng;    /* --cost (sim_cost.c) */
 };
 
 /* Queue an event (kind EV_*; cmd for EV_EXEC and EV_REPLY, key for EV_REQ);
@@ -143,6 +147,31 @@ void sim_fleet_exec(struct sim *s, struct command *c);
 int sim_fleet_sent_done(struct sim *s, struct agent *a, const struct lease_job *j);
 /* Free a command: answered, or never run (a run that ended on an error). */
 void sim_fleet_command_free(struct command *c);
+
+/* ---- sim_cost.c ------------------------------------------------------------------------ */
+
+/* --cost, --block-for, --lease off (o->models): the rule's block_for into
+ * s->p, costs seeded, the score in tokens. */
+void sim_cost_setup(struct sim *s);
+/* The next request's cost. */
+uint64_t sim_cost_draw(struct sim *s);
+/* Whether a block runs on the Redis key name now (its field bu, Redis time). */
+int sim_cost_blocked(struct sim *s, const char *name, size_t len);
+/* Decide w (its key's Redis name, its cost) by one exact call from agent
+ * ai: the rule's lease = off, or a cost the lease does not hold. */
+void sim_cost_exact(struct sim *s, unsigned ai, const char *name, size_t len, struct wait *w);
+/* The ARGV of job j (an exact call of sim_cost_exact, or the lease table's)
+ * in a; the script to call. */
+int sim_cost_args(const struct sim *s, const struct lease_job *j, const char *agent,
+                  struct script_args *a);
+/* j is sim_cost_exact's (not a lease table's). */
+static inline int sim_cost_mine(const struct lease_job *j)
+{
+    return j->e == NULL;
+}
+/* The reply of such a job: its waiter, its outcome in w->out (allowed 0 when
+ * ok is 0: the caller decides it by fallback); j is freed. */
+struct wait *sim_cost_reply(struct sim *s, struct lease_job *j, int ok, const int64_t *v, int nv);
 
 /* ---- sim_region.c ------------------------------------------------------------------------ */
 

@@ -715,3 +715,17 @@ int sim_redis_eval(struct sim_redis *r, int script, uint64_t now_us, int nkeys,
     *err = e ? r->err : NULL;
     return e ? -1 : 0;
 }
+
+uint64_t sim_redis_hget_u64(struct sim_redis *r, const char *key, size_t keylen, const char *field)
+{
+    struct rkey *e = key_find(r, key, keylen);
+    struct rfield *f = e ? field_find(e, field, strlen(field)) : NULL;
+    char buf[32];
+
+    if (!f || f->vlen == 0 || f->vlen >= sizeof(buf))
+        return 0;
+    memcpy(buf, f->val, f->vlen);
+    buf[f->vlen] = '\0';
+    double v = strtod(buf, NULL);
+    return v > 0 && v < 1.8e19 ? (uint64_t)v : 0;
+}
