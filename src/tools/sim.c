@@ -38,7 +38,7 @@ struct cli {
     char stall[96], timeout[32], share[32];
     unsigned regions;
     char global_rtt[32], global_down[96];
-    char cost[48], block_for[32], lease[8]; /* sim_cost.c's models */
+    char cost[48], block_for[32], lease[8], cc[16], service[32]; /* sim_cost.c, sim_cc.c */
     uint64_t seed;
     const char *trace_path, *svg;
     int json;
@@ -60,6 +60,7 @@ static void usage(FILE *f)
           "                [--rate-ttl D] [--stall START,LEN] [--timeout D] [--share F]\n"
           "                [--regions R] [--global-rtt D] [--global-down START:LEN] [--json]\n"
           "                [--cost N|MIN:MAX] [--block-for D] [--lease on|off]\n"
+          "                [--concurrency N] [--service D]\n"
           "Simulates --agents agents running the real lease code against the real Lua\n"
           "scripts in virtual time, beside one exact bucket per key, and prints what the\n"
           "fleet cost in Redis calls and how close it came to the exact limiter.\n"
@@ -84,6 +85,8 @@ static void usage(FILE *f)
           "                      bound is checked in tokens\n"
           "  --block-for D       the rule's block_for: a denial blocks the key for D\n"
           "  --lease off         every decision one exact call (the rule's lease = off)\n"
+          "  --concurrency N     the rule is algorithm = concurrency, limit N; each admitted\n"
+          "                      request holds its slot for --service D (100ms)\n"
           "  --trace FILE        replay 'SECONDS KEY [AGENT]' lines instead\n"
           "  --sweep NAME=...    NAME: interval, ttl, max_fraction, agents, rps, rtt, skew, keys,\n"
           "                      rate_ttl, regions, global_rtt\n"
@@ -203,7 +206,9 @@ static int build(const struct cli *c, const struct sim_trace *trace, struct sim_
     o->backstop = rs->backstop[0];
     o->block_ms = rs->params[0].block_ms;
     ruleset_unref(rs);
-    if (sim_models_opts(c->cost, c->lease, o, err, errlen) < 0)
+    if (parse_us(c->service, &o->service_us) < 0)
+        o->service_us = 0; /* refused with --concurrency */
+    if (sim_models_opts(c->cost, c->lease, c->cc, o, err, errlen) < 0)
         return -1;
 
     o->agents = c->agents;
@@ -435,7 +440,9 @@ static int parse_cli(int argc, char **argv, struct cli *c)
         O_GLOBAL_DOWN,
         O_COST,
         O_BLOCK_FOR,
-        O_LEASE
+        O_LEASE,
+        O_CC,
+        O_SERVICE
     };
     static const struct option opts[] = {{"agents", 1, 0, 'a'},
                                          {"keys", 1, 0, 'k'},
@@ -472,6 +479,8 @@ static int parse_cli(int argc, char **argv, struct cli *c)
                                          {"cost", 1, 0, O_COST},
                                          {"block-for", 1, 0, O_BLOCK_FOR},
                                          {"lease", 1, 0, O_LEASE},
+                                         {"concurrency", 1, 0, O_CC},
+                                         {"service", 1, 0, O_SERVICE},
                                          {0, 0, 0, 0}};
     int ch;
 
@@ -561,6 +570,12 @@ static int parse_cli(int argc, char **argv, struct cli *c)
             break;
         case O_LEASE:
             COPY(c->lease);
+            break;
+        case O_CC:
+            COPY(c->cc);
+            break;
+        case O_SERVICE:
+            COPY(c->service);
             break;
         case O_POLICY:
             if (strcmp(optarg, "token") != 0 && strcmp(optarg, "rate") != 0) {
@@ -656,6 +671,7 @@ int main(int argc, char **argv)
                     .rate_leases = "off",
                     .timeout = "100ms",
                     .global_rtt = "40ms",
+                    .service = "100ms",
                     .seed = 1};
     struct sim_trace *trace = NULL;
     char err[ERRLEN];
@@ -734,7 +750,8 @@ int main(int argc, char **argv)
                     st->backstop_worst_excess);
             rc = 3;
         }
-        if (o[n].regions && sim_region_verdict(&o[n], &r[n]) < 0)
+        if ((o[n].regions && sim_region_verdict(&o[n], &r[n]) < 0) ||
+            sim_models_verdict(&o[n], &r[n]) < 0)
             rc = 3;
         /* asserted for token buckets (b + r*T) and fixed windows (2N + r*T: N
          * per window); a sliding window's estimate is not exact */

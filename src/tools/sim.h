@@ -18,6 +18,8 @@
  *   sim_cost.c     --cost, --block-for, --lease off: a request's cost, the
  *                  rule's block_for, exact calls (lease = off, or a cost
  *                  the lease does not hold)
+ *   sim_cc.c       --concurrency: cc_acquire / cc_release, slots held for
+ *                  a service time
  *   sim_report.c   the stall's and the models' lines under the table's row
  */
 #ifndef SIM_H
@@ -83,6 +85,10 @@ struct sim_opts {
     int models;
     uint64_t cost_min, cost_max, block_ms;
     int lease_off;
+    /* --concurrency N: the rule is algorithm = concurrency, limit N (cc_limit;
+     * 0: not), max_hold 1m; each admitted request holds its slot for
+     * service_us (--service), then its release is sent (sim_cc.c). */
+    uint64_t cc_limit, service_us;
 };
 
 /* What --cost, --block-for and --lease off measured (sim_cost.c). */
@@ -93,6 +99,9 @@ struct sim_models {
     uint64_t block_admits;      /* admitted all the same: a lease held before it, spent */
     uint64_t ref_block_denials; /* the reference's: denied inside its own block */
     uint64_t blocks_started;    /* by the reference */
+    /* --concurrency: the most requests of one key admitted and not done at
+     * once (must be <= the limit), and slots Redis freed by a release */
+    uint64_t cc_max_inflight, cc_released;
 };
 
 /* What --regions measured (sim_region.c). */
@@ -174,10 +183,14 @@ int sim_region_verdict(const struct sim_opts *o, const struct sim_result *r);
  * them, else -1 and why in err; their figures under the table's row, and in
  * the JSON. */
 int sim_models_check(const struct sim_opts *o, char *err, size_t errlen);
-/* --cost's and --lease's text (empty: not given) into o, and o->models when
- * any model is asked for (o->block_ms set first). 0, or -1 with err. */
-int sim_models_opts(const char *cost, const char *lease, struct sim_opts *o, char *err,
-                    size_t errlen);
+/* --cost's, --lease's and --concurrency's text (empty: not given) into o,
+ * and o->models when any model is asked for (o->block_ms and service_us set
+ * first). 0, or -1 with err. */
+int sim_models_opts(const char *cost, const char *lease, const char *cc, struct sim_opts *o,
+                    char *err, size_t errlen);
+/* -1, said on stderr, when --concurrency saw more in flight than its limit. */
+int sim_models_verdict(const struct sim_opts *o, const struct sim_result *r);
+
 void sim_models_print(const struct sim_opts *o, const struct sim_result *r);
 void sim_models_json(struct strbuf *b, const struct sim_opts *o, const struct sim_result *r);
 /* The stall's figures (sim_report.c). */

@@ -110,6 +110,8 @@ int sim_cost_args(const struct sim *s, const struct lease_job *j, const char *ag
 {
     if (!sim_cost_mine(j))
         return script_lease_args(j, agent, s->o->ttl_ms, a);
+    if (j->kind >= SIM_CC_ACQUIRE)
+        return sim_cc_args(j, a);
     /* limiter_jobs.c's core_job_args for RJOB_EXACT */
     enum store_script sc =
         script_exact_args(j->algorithm, j->limit, j->period_ms, j->burst, j->want, a);
@@ -121,10 +123,11 @@ int sim_cost_args(const struct sim *s, const struct lease_job *j, const char *ag
 
 struct wait *sim_cost_reply(struct sim *s, struct lease_job *j, int ok, const int64_t *v, int nv)
 {
+    if (j->kind >= SIM_CC_ACQUIRE)
+        return sim_cc_reply(s, j, ok, v, nv);
     struct exact_call *x = (struct exact_call *)j;
     struct wait *w = x->w;
 
-    (void)s;
     w->out.allowed = ok && nv >= EXACT_R_COUNT && v[EXACT_R_ALLOWED] == 1;
     if (!(ok && nv >= EXACT_R_COUNT))
         w->w.fallback = 1;
@@ -138,6 +141,14 @@ void sim_models_print(const struct sim_opts *o, const struct sim_result *r)
 
     if (!o->models)
         return;
+    if (o->cc_limit) {
+        printf("  concurrency: limit %llu, service %gms: at most %llu of a key in flight "
+               "(must be <= the limit), %llu slots released\n",
+               (unsigned long long)o->cc_limit, (double)o->service_us / 1e3,
+               (unsigned long long)m->cc_max_inflight, (unsigned long long)m->cc_released);
+        fflush(stdout);
+        return;
+    }
     printf("  models: cost %llu..%llu, block_for %llums, lease %s\n"
            "    tokens: %llu asked, %llu admitted (exact: %llu); %llu exact calls\n"
            "    blocks: %llu denied by a block (exact: %llu, in %llu blocks), %llu admitted "
@@ -151,12 +162,27 @@ void sim_models_print(const struct sim_opts *o, const struct sim_result *r)
     fflush(stdout);
 }
 
+int sim_models_verdict(const struct sim_opts *o, const struct sim_result *r)
+{
+    if (!o->cc_limit || r->models.cc_max_inflight <= o->cc_limit)
+        return 0;
+    fprintf(stderr, "spoa-sim: %llu requests of one key in flight, over the limit %llu\n",
+            (unsigned long long)r->models.cc_max_inflight, (unsigned long long)o->cc_limit);
+    return -1;
+}
+
 void sim_models_json(struct strbuf *b, const struct sim_opts *o, const struct sim_result *r)
 {
     const struct sim_models *m = &r->models;
 
     if (!o->models)
         return;
+    if (o->cc_limit)
+        strbuf_printf(b,
+                      ",\"cc_limit\":%llu,\"service_ms\":%g,\"cc_max_inflight\":%llu,"
+                      "\"cc_released\":%llu",
+                      (unsigned long long)o->cc_limit, (double)o->service_us / 1e3,
+                      (unsigned long long)m->cc_max_inflight, (unsigned long long)m->cc_released);
     strbuf_printf(b,
                   ",\"cost_min\":%llu,\"cost_max\":%llu,\"block_for_ms\":%llu,\"lease\":\"%s\","
                   "\"tokens\":%llu,\"admitted_tokens\":%llu,\"reference_admitted_tokens\":%llu,"
@@ -171,9 +197,25 @@ void sim_models_json(struct strbuf *b, const struct sim_opts *o, const struct si
                   (unsigned long long)m->blocks_started, (unsigned long long)m->block_admits);
 }
 
-int sim_models_opts(const char *cost, const char *lease, struct sim_opts *o, char *err,
-                    size_t errlen)
+int sim_models_opts(const char *cost, const char *lease, const char *cc, struct sim_opts *o,
+                    char *err, size_t errlen)
 {
+    if (cc[0]) {
+        char *end;
+        o->cc_limit = strtoull(cc, &end, 10);
+        if (*end || o->cc_limit < 1 || o->cc_limit > 1000000) {
+            snprintf(err, errlen, "bad --concurrency: want a limit in 1..1000000");
+            return -1;
+        }
+        if (o->service_us == 0) {
+            snprintf(err, errlen, "bad --service: a duration > 0 (e.g. 100ms)");
+            return -1;
+        }
+        if (cost[0] || lease[0] || o->block_ms) {
+            snprintf(err, errlen, "--concurrency: not with --cost, --lease or --block-for");
+            return -1;
+        }
+    }
     o->cost_min = o->cost_max = 1;
     if (cost[0]) {
         char *end;
@@ -191,6 +233,6 @@ int sim_models_opts(const char *cost, const char *lease, struct sim_opts *o, cha
         return -1;
     }
     o->lease_off = strcmp(lease, "off") == 0;
-    o->models = cost[0] || o->block_ms || o->lease_off;
+    o->models = cost[0] || o->block_ms || o->lease_off || o->cc_limit;
     return 0;
 }

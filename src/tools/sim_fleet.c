@@ -199,6 +199,8 @@ static void on_reply(struct sim *s, struct command *c)
             a->stalled = 0;
         if (sim_cost_mine(c->jobs[i])) { /* an exact call (--cost, --lease off) */
             struct wait *x = sim_cost_reply(s, c->jobs[i], c->ok[i], c->v[i], c->nv[i]);
+            if (!x) /* a release */
+                continue;
             if (x->w.fallback)
                 fallback(s, ai, x->key, x->ref_allowed, x->t0);
             else
@@ -228,7 +230,8 @@ static void on_request(struct sim *s, uint32_t key, unsigned ai)
     if (!w)
         return;
     uint64_t n = s->o->models ? sim_cost_draw(s) : 1;
-    int ref_allowed = sim_score_reference_n(&s->sc, s->res, key, s->now, n);
+    int ref_allowed =
+        s->cc ? sim_cc_reference(s, key) : sim_score_reference_n(&s->sc, s->res, key, s->now, n);
     if (ref_allowed && s->now >= s->stall_start && s->now < s->stall_end)
         s->res->stall.ref_admitted++;
     memset(w, 0, sizeof(*w));
@@ -241,6 +244,10 @@ static void on_request(struct sim *s, uint32_t key, unsigned ai)
     w->blocked = s->o->models && sim_cost_blocked(s, name, len);
     if (s->rg)
         sim_region_request(s, ai, key);
+    if (s->cc) { /* --concurrency: one cc_acquire (limiter_cc.c) */
+        sim_cc_acquire(s, ai, name, len, w);
+        return;
+    }
     /* limiter.c's redis_stalled(): while stalled, only a probe asks Redis */
     int up = 1;
     if (a->stalled) {
@@ -338,6 +345,8 @@ static int setup(struct sim *s, char *err, size_t errlen)
     }
     if (o->models)
         sim_cost_setup(s);
+    if (o->cc_limit && sim_cc_setup(s, keys, err, errlen) < 0)
+        return -1;
     if (o->regions ? sim_region_setup(s, err, errlen) < 0
                    : !(s->redis = sim_redis_new(err, errlen)))
         return -1;
@@ -415,6 +424,7 @@ static void teardown(struct sim *s)
         free(w);
     }
     sim_region_free(s);
+    sim_cc_free(s);
     sim_redis_free(s->redis);
     sim_traffic_free(s->traffic);
     free(s->agents);
@@ -543,6 +553,9 @@ int sim_run(const struct sim_opts *o, struct sim_result *res, char *err, size_t 
                 on_timeouts(s, e.agent);
                 sim_fleet_push(s, s->now + s->check_every, EV_TIMEOUT, e.agent, NULL, 0);
             }
+            break;
+        case EV_CC_END:
+            sim_cc_end(s, e.agent, e.key, e.p);
             break;
         case EV_REGION:
         case EV_GEXEC:

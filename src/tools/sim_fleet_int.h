@@ -41,6 +41,7 @@ enum ev_kind {
     EV_REGION, /* a region's claimer tick */
     EV_GEXEC,  /* its call reaches the global Redis */
     EV_GREPLY, /* the answer (or the failure) reaches the region */
+    EV_CC_END, /* --concurrency: an admitted request is done (p: its release) */
 };
 
 /* One call on the wire: a script call or a batch. */
@@ -122,6 +123,7 @@ struct sim {
     uint64_t check_every;       /* timeouts are looked for this often (limiter.c) */
     struct sim_regions_run *rg; /* --regions (sim_region.c), else NULL */
     struct sim_rng cost_rng;    /* --cost (sim_cost.c) */
+    struct sim_cc_run *cc;      /* --concurrency (sim_cc.c), else NULL */
 };
 
 /* Queue an event (kind EV_*; cmd for EV_EXEC and EV_REPLY, key for EV_REQ);
@@ -172,6 +174,24 @@ static inline int sim_cost_mine(const struct lease_job *j)
 /* The reply of such a job: its waiter, its outcome in w->out (allowed 0 when
  * ok is 0: the caller decides it by fallback); j is freed. */
 struct wait *sim_cost_reply(struct sim *s, struct lease_job *j, int ok, const int64_t *v, int nv);
+
+/* ---- sim_cc.c ---------------------------------------------------------------------------- */
+
+/* Jobs of kind SIM_CC_ACQUIRE and SIM_CC_RELEASE are sim_cc.c's. */
+#define SIM_CC_ACQUIRE 100
+#define SIM_CC_RELEASE 101
+int sim_cc_setup(struct sim *s, uint64_t keys, char *err, size_t errlen);
+void sim_cc_free(struct sim *s);
+/* The reference: one slot count per key, each slot held service_us. */
+int sim_cc_reference(struct sim *s, uint32_t key);
+/* Agent ai takes a slot for w by one cc_acquire. */
+void sim_cc_acquire(struct sim *s, unsigned ai, const char *name, size_t len, struct wait *w);
+int sim_cc_args(const struct lease_job *j, struct script_args *a);
+/* A cc job's reply: its waiter (NULL for a release); j is freed or kept
+ * as the release of the slot (EV_CC_END). */
+struct wait *sim_cc_reply(struct sim *s, struct lease_job *j, int ok, const int64_t *v, int nv);
+/* EV_CC_END: the request is done, its release goes out. */
+void sim_cc_end(struct sim *s, unsigned ai, uint32_t key, void *release);
 
 /* ---- sim_region.c ------------------------------------------------------------------------ */
 

@@ -73,7 +73,8 @@ void sim_score_record_n(struct sim_score *sc, struct sim_result *r, uint32_t key
     if (allowed) {
         r->admitted++;
         r->models.admitted_tokens += n;
-        sim_bound_admit_n(&sc->bound, &sc->win[key], now - SIM_T0_US, n);
+        if (!sc->nobound)
+            sim_bound_admit_n(&sc->bound, &sc->win[key], now - SIM_T0_US, n);
         if (!ref_allowed)
             r->extra_admits++;
     } else if (ref_allowed) {

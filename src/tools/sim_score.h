@@ -20,7 +20,8 @@ struct sim_score {
     struct sim_window *win, *refwin;
     struct sim_bound bound, refbound; /* the fleet's and the reference's */
     struct sim_hist wait_h;
-    int tokens; /* --cost: utilisation in tokens (admitted / the reference's) */
+    int tokens;  /* --cost: utilisation in tokens (admitted / the reference's) */
+    int nobound; /* --concurrency: no rate, no b + r*T to check */
 };
 
 /* For keys keys of rule p (its burst, or its limit for a sliding window,

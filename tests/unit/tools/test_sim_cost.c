@@ -180,6 +180,30 @@ START_TEST(not_with_regions_or_stall)
 }
 END_TEST
 
+/* --concurrency (sim_cc.c): slots by cc_acquire, held for the service
+ * time, given back by cc_release. Never more of a key in flight than the
+ * limit (an acquire that ignored it, or a slot freed before its request is
+ * done, goes over), and about as many admitted as the exact reference. */
+START_TEST(concurrency_keeps_in_flight_within_the_limit)
+{
+    struct sim_opts o = opts(4, 2000, 5);
+    struct sim_result r;
+    o.keys = 10;
+    o.cc_limit = 5;
+    o.service_us = 50000;
+    run(&o, &r);
+    const struct sim_models *m = &r.models;
+    ck_assert_msg(m->cc_max_inflight <= o.cc_limit, "%llu in flight, limit %llu",
+                  (unsigned long long)m->cc_max_inflight, (unsigned long long)o.cc_limit);
+    ck_assert_uint_eq(m->cc_max_inflight, o.cc_limit); /* busy enough to reach it */
+    ck_assert_uint_eq(m->cc_released, r.admitted);     /* every slot given back */
+    ck_assert_uint_eq(m->exact_calls, r.decisions);    /* one acquire each */
+    ck_assert_uint_lt(r.admitted, r.decisions);
+    ck_assert_msg(r.utilisation > 0.9 && r.utilisation <= 1.0 + 1e-9, "utilisation %f",
+                  r.utilisation);
+}
+END_TEST
+
 int main(void)
 {
     TCase *tc = tcase_create("core");
@@ -188,6 +212,6 @@ int main(void)
     CHECK_ADD(tc, leased_cost_keeps_the_bound_in_tokens, many_keys_fixed_cost_keeps_the_bound,
               exact_cost_decides_as_the_reference, exact_block_denies_as_the_reference,
               leased_block_keeps_the_bound, without_models_a_request_is_a_token,
-              not_with_regions_or_stall);
+              not_with_regions_or_stall, concurrency_keeps_in_flight_within_the_limit);
     return check_run_case("sim_cost", tc);
 }
