@@ -38,6 +38,7 @@ struct cli {
     char stall[96], timeout[32], share[32];
     unsigned regions;
     char global_rtt[32], global_down[96];
+    char cost[48], block_for[32], lease[8], cc[16], service[32]; /* sim_cost.c, sim_cc.c */
     uint64_t seed;
     const char *trace_path, *svg;
     int json;
@@ -58,6 +59,8 @@ static void usage(FILE *f)
           "                [--svg FILE] [--policy token|rate] [--rate-leases on|off]\n"
           "                [--rate-ttl D] [--stall START,LEN] [--timeout D] [--share F]\n"
           "                [--regions R] [--global-rtt D] [--global-down START:LEN] [--json]\n"
+          "                [--cost N|MIN:MAX] [--block-for D] [--lease on|off]\n"
+          "                [--concurrency N] [--service D]\n"
           "Simulates --agents agents running the real lease code against the real Lua\n"
           "scripts in virtual time, beside one exact bucket per key, and prints what the\n"
           "fleet cost in Redis calls and how close it came to the exact limiter.\n"
@@ -78,6 +81,12 @@ static void usage(FILE *f)
           "                      region, each region its own Redis and one claimer),\n"
           "                      fed from a global Redis --global-rtt away (40ms); it\n"
           "                      refuses calls from START for LEN (--global-down)\n"
+          "  --cost N|MIN:MAX    each request takes N tokens (uniform in MIN..MAX); the\n"
+          "                      bound is checked in tokens\n"
+          "  --block-for D       the rule's block_for: a denial blocks the key for D\n"
+          "  --lease off         every decision one exact call (the rule's lease = off)\n"
+          "  --concurrency N     the rule is algorithm = concurrency, limit N; each admitted\n"
+          "                      request holds its slot for --service D (100ms)\n"
           "  --trace FILE        replay 'SECONDS KEY [AGENT]' lines instead\n"
           "  --sweep NAME=...    NAME: interval, ttl, max_fraction, agents, rps, rtt, skew, keys,\n"
           "                      rate_ttl, regions, global_rtt\n"
@@ -165,11 +174,12 @@ static int build(const struct cli *c, const struct sim_trace *trace, struct sim_
              "[fallback]\nmode = open\n%s%s%s"
              "[lease]\ninterval = %s\nttl = %s\nmax_fraction = %s\nrate_leases = %s\n"
              "%s%s%s"
-             "[rule:sim]\nkey = key\nrate = %s\nalgorithm = %s\n%s%s%s",
+             "[rule:sim]\nkey = key\nrate = %s\nalgorithm = %s\n%s%s%s%s%s%s",
              c->timeout, c->share[0] ? "share = " : "", c->share, c->share[0] ? "\n" : "",
              c->interval, c->ttl, c->max_fraction, c->rate_leases,
              c->rate_ttl[0] ? "rate_ttl = " : "", c->rate_ttl, c->rate_ttl[0] ? "\n" : "", c->rate,
-             c->algorithm, c->burst[0] ? "burst = " : "", c->burst, c->burst[0] ? "\n" : "");
+             c->algorithm, c->burst[0] ? "burst = " : "", c->burst, c->burst[0] ? "\n" : "",
+             c->block_for[0] ? "block_for = " : "", c->block_for, c->block_for[0] ? "\n" : "");
     if (config_load_string(ini, "options", &cfg, cerr, sizeof(cerr)) < 0) {
         /* "options:LINE: message\n...": the first message is enough */
         char *m = strstr(cerr, ": ");
@@ -194,7 +204,12 @@ static int build(const struct cli *c, const struct sim_trace *trace, struct sim_
     o->timeout_us = cfg->redis_timeout_ms * 1000;
     o->share = cfg->fallback_share;
     o->backstop = rs->backstop[0];
+    o->block_ms = rs->params[0].block_ms;
     ruleset_unref(rs);
+    if (parse_us(c->service, &o->service_us) < 0)
+        o->service_us = 0; /* refused with --concurrency */
+    if (sim_models_opts(c->cost, c->lease, c->cc, o, err, errlen) < 0)
+        return -1;
 
     o->agents = c->agents;
     o->keys = c->keys;
@@ -225,6 +240,8 @@ static int build(const struct cli *c, const struct sim_trace *trace, struct sim_
         return -1;
     }
     if (o->regions && sim_region_check(o, trace != NULL, err, errlen) < 0)
+        return -1;
+    if (sim_models_check(o, err, errlen) < 0)
         return -1;
     if (o->stall_len_us && o->policy == SIM_POLICY_RATE) {
         snprintf(err, errlen, "--stall runs the agent's token leases: not with --policy rate");
@@ -351,31 +368,11 @@ static void print_json(const struct sim_opts *o, const struct sim_result *r, con
         r->stranded_max, r->wait_p99_ms, r->wait_max_ms, (unsigned long long)r->waited,
         (unsigned long long)r->fallbacks, (unsigned long long)r->redis_errors,
         (unsigned long long)r->redis_keys_peak, r->wall_s, peak_rss_mb());
-    if (o->stall_len_us) {
-        const struct sim_stall *st = &r->stall;
-        strbuf_printf(&b,
-                      ",\"stall_start_s\":%g,\"stall_s\":%g,\"timeout_ms\":%g,\"share\":%g,"
-                      "\"backstop_limit\":%llu,\"backstop_period_ms\":%g,\"backstop_burst\":%llu,"
-                      "\"stall_decisions\":%llu,\"stall_admitted\":%llu,"
-                      "\"stall_reference_admitted\":%llu,\"stall_false_denials\":%llu,"
-                      "\"stall_timeouts\":%llu,\"stall_fallbacks\":%llu,"
-                      "\"stall_fallback_admitted\":%llu,\"stall_backstop_allowed\":%.3f,"
-                      "\"stall_backstop_worst_excess\":%.6f,"
-                      "\"stall_outside_worst_window_excess\":%.6f,\"stall_settle_ms\":%.3f,"
-                      "\"stall_wait_p50_ms\":%.3f,\"stall_wait_p99_ms\":%.3f,"
-                      "\"stall_wait_max_ms\":%.3f,\"stall_recovery_ms\":%.3f",
-                      (double)o->stall_start_us / 1e6, (double)o->stall_len_us / 1e6,
-                      (double)o->timeout_us / 1e3, o->share, (unsigned long long)o->backstop.limit,
-                      (double)o->backstop.period_us / 1e3, (unsigned long long)o->backstop.burst,
-                      (unsigned long long)st->decisions, (unsigned long long)st->admitted,
-                      (unsigned long long)st->ref_admitted, (unsigned long long)st->false_denials,
-                      (unsigned long long)st->timeouts, (unsigned long long)st->fallbacks,
-                      (unsigned long long)st->fallback_admitted, st->backstop_allowed,
-                      st->backstop_worst_excess, st->outside_worst_window_excess, st->settle_ms,
-                      st->wait_p50_ms, st->wait_p99_ms, st->wait_max_ms, st->recovery_ms);
-    }
+    if (o->stall_len_us)
+        sim_stall_json(&b, o, r);
     if (o->regions)
         sim_region_json(&b, o, r);
+    sim_models_json(&b, o, r);
     strbuf_printf(&b, "}\n");
     size_t len;
     char *text = strbuf_finish(&b, &len);
@@ -384,29 +381,6 @@ static void print_json(const struct sim_opts *o, const struct sim_result *r, con
     else
         fprintf(stderr, "spoa-sim: out of memory\n");
     free(text);
-    fflush(stdout);
-}
-
-/* The stall's figures under the table's row. */
-static void print_stall(const struct sim_opts *o, const struct sim_result *r)
-{
-    const struct sim_stall *st = &r->stall;
-    printf("  stall %gs at %gs (timeout %gms, share %g: backstop %llu per %gms, burst %llu)\n"
-           "    during: %llu decisions, %llu admitted (exact: %llu), %llu false denials, "
-           "waits p50 %.1fms p99 %.1fms max %.1fms, %llu calls timed out\n"
-           "    fallback: %llu decisions, %llu admitted, backstop allowed %.1f, "
-           "worst excess over b'+r'T %.3f (must be <= 0)\n"
-           "    outside the stall (+%.0fms): worst excess over b+rT %.3f (must be <= 0); "
-           "last fallback %.1fms after the end\n",
-           (double)o->stall_len_us / 1e6, (double)o->stall_start_us / 1e6,
-           (double)o->timeout_us / 1e3, o->share, (unsigned long long)o->backstop.limit,
-           (double)o->backstop.period_us / 1e3, (unsigned long long)o->backstop.burst,
-           (unsigned long long)st->decisions, (unsigned long long)st->admitted,
-           (unsigned long long)st->ref_admitted, (unsigned long long)st->false_denials,
-           st->wait_p50_ms, st->wait_p99_ms, st->wait_max_ms, (unsigned long long)st->timeouts,
-           (unsigned long long)st->fallbacks, (unsigned long long)st->fallback_admitted,
-           st->backstop_allowed, st->backstop_worst_excess, st->settle_ms,
-           st->outside_worst_window_excess, st->recovery_ms);
     fflush(stdout);
 }
 
@@ -463,7 +437,12 @@ static int parse_cli(int argc, char **argv, struct cli *c)
         O_SHARE,
         O_REGIONS,
         O_GLOBAL_RTT,
-        O_GLOBAL_DOWN
+        O_GLOBAL_DOWN,
+        O_COST,
+        O_BLOCK_FOR,
+        O_LEASE,
+        O_CC,
+        O_SERVICE
     };
     static const struct option opts[] = {{"agents", 1, 0, 'a'},
                                          {"keys", 1, 0, 'k'},
@@ -497,6 +476,11 @@ static int parse_cli(int argc, char **argv, struct cli *c)
                                          {"regions", 1, 0, O_REGIONS},
                                          {"global-rtt", 1, 0, O_GLOBAL_RTT},
                                          {"global-down", 1, 0, O_GLOBAL_DOWN},
+                                         {"cost", 1, 0, O_COST},
+                                         {"block-for", 1, 0, O_BLOCK_FOR},
+                                         {"lease", 1, 0, O_LEASE},
+                                         {"concurrency", 1, 0, O_CC},
+                                         {"service", 1, 0, O_SERVICE},
                                          {0, 0, 0, 0}};
     int ch;
 
@@ -577,6 +561,21 @@ static int parse_cli(int argc, char **argv, struct cli *c)
             break;
         case O_GLOBAL_DOWN:
             COPY(c->global_down);
+            break;
+        case O_COST:
+            COPY(c->cost);
+            break;
+        case O_BLOCK_FOR:
+            COPY(c->block_for);
+            break;
+        case O_LEASE:
+            COPY(c->lease);
+            break;
+        case O_CC:
+            COPY(c->cc);
+            break;
+        case O_SERVICE:
+            COPY(c->service);
             break;
         case O_POLICY:
             if (strcmp(optarg, "token") != 0 && strcmp(optarg, "rate") != 0) {
@@ -672,6 +671,7 @@ int main(int argc, char **argv)
                     .rate_leases = "off",
                     .timeout = "100ms",
                     .global_rtt = "40ms",
+                    .service = "100ms",
                     .seed = 1};
     struct sim_trace *trace = NULL;
     char err[ERRLEN];
@@ -737,9 +737,10 @@ int main(int argc, char **argv)
                 print_head(c.nsweep ? c.sweep_name : NULL);
             print_row(&o[n], &r[n], val);
             if (o[n].stall_len_us)
-                print_stall(&o[n], &r[n]);
+                sim_stall_print(&o[n], &r[n]);
             if (o[n].regions)
                 sim_region_print(&o[n], &r[n]);
+            sim_models_print(&o[n], &r[n]);
         }
         const struct sim_stall *st = &r[n].stall;
         if (o[n].stall_len_us && !(st->backstop_worst_excess <= 1e-9)) {
@@ -749,7 +750,8 @@ int main(int argc, char **argv)
                     st->backstop_worst_excess);
             rc = 3;
         }
-        if (o[n].regions && sim_region_verdict(&o[n], &r[n]) < 0)
+        if ((o[n].regions && sim_region_verdict(&o[n], &r[n]) < 0) ||
+            sim_models_verdict(&o[n], &r[n]) < 0)
             rc = 3;
         /* asserted for token buckets (b + r*T) and fixed windows (2N + r*T: N
          * per window); a sliding window's estimate is not exact */

@@ -15,6 +15,12 @@
  *   sim_svg.c      the sweep chart
  *   sim_region.c   --regions: one quota over regions, each with its own
  *                  Redis, fed by leases from a global bucket
+ *   sim_cost.c     --cost, --block-for, --lease off: a request's cost, the
+ *                  rule's block_for, exact calls (lease = off, or a cost
+ *                  the lease does not hold)
+ *   sim_cc.c       --concurrency: cc_acquire / cc_release, slots held for
+ *                  a service time
+ *   sim_report.c   the stall's and the models' lines under the table's row
  */
 #ifndef SIM_H
 #define SIM_H
@@ -71,6 +77,31 @@ struct sim_opts {
      * down_len) (--global-down; down_len 0: never). */
     unsigned regions;
     uint64_t global_rtt_us, global_down_start_us, global_down_len_us;
+    /* --cost MIN[:MAX]: each request takes a cost drawn uniformly from
+     * [cost_min, cost_max] (models 0: not given, every request costs 1 and
+     * nothing below changes); --block-for: the rule's block_for (block_us,
+     * block_ms in p of the rule); --lease off: every decision one exact call
+     * (the rule's lease = off). sim_cost.c. */
+    int models;
+    uint64_t cost_min, cost_max, block_ms;
+    int lease_off;
+    /* --concurrency N: the rule is algorithm = concurrency, limit N (cc_limit;
+     * 0: not), max_hold 1m; each admitted request holds its slot for
+     * service_us (--service), then its release is sent (sim_cc.c). */
+    uint64_t cc_limit, service_us;
+};
+
+/* What --cost, --block-for and --lease off measured (sim_cost.c). */
+struct sim_models {
+    uint64_t tokens, admitted_tokens, ref_admitted_tokens; /* costs: asked, admitted */
+    uint64_t exact_calls;       /* decisions by one exact call (lease off, or a cost) */
+    uint64_t block_denials;     /* denied while a block ran on the key at arrival (Redis' bu) */
+    uint64_t block_admits;      /* admitted all the same: a lease held before it, spent */
+    uint64_t ref_block_denials; /* the reference's: denied inside its own block */
+    uint64_t blocks_started;    /* by the reference */
+    /* --concurrency: the most requests of one key admitted and not done at
+     * once (must be <= the limit), and slots Redis freed by a release */
+    uint64_t cc_max_inflight, cc_released;
 };
 
 /* What --regions measured (sim_region.c). */
@@ -130,6 +161,7 @@ struct sim_result {
     double sim_seconds, wall_s;
     struct sim_stall stall;
     struct sim_regions regions;
+    struct sim_models models;
 };
 
 /* Simulate o; fill *res. 0, or -1 with a message in err. */
@@ -146,5 +178,23 @@ void sim_region_json(struct strbuf *b, const struct sim_opts *o, const struct si
 /* With --global-down: -1, said on stderr, when a key admitted more than its
  * allowance during the outage, or b + r*T was exceeded outside it; else 0. */
 int sim_region_verdict(const struct sim_opts *o, const struct sim_result *r);
+
+/* --cost, --block-for, --lease off (sim_cost.c): 0 when o can run with
+ * them, else -1 and why in err; their figures under the table's row, and in
+ * the JSON. */
+int sim_models_check(const struct sim_opts *o, char *err, size_t errlen);
+/* --cost's, --lease's and --concurrency's text (empty: not given) into o,
+ * and o->models when any model is asked for (o->block_ms and service_us set
+ * first). 0, or -1 with err. */
+int sim_models_opts(const char *cost, const char *lease, const char *cc, struct sim_opts *o,
+                    char *err, size_t errlen);
+/* -1, said on stderr, when --concurrency saw more in flight than its limit. */
+int sim_models_verdict(const struct sim_opts *o, const struct sim_result *r);
+
+void sim_models_print(const struct sim_opts *o, const struct sim_result *r);
+void sim_models_json(struct strbuf *b, const struct sim_opts *o, const struct sim_result *r);
+/* The stall's figures (sim_report.c). */
+void sim_stall_print(const struct sim_opts *o, const struct sim_result *r);
+void sim_stall_json(struct strbuf *b, const struct sim_opts *o, const struct sim_result *r);
 
 #endif

@@ -65,13 +65,17 @@ static uint32_t key_id(const char *key, size_t len)
 
 /* ---- decisions --------------------------------------------------------------------- */
 
-/* A decision for a request that arrived at t0, taken now. */
-static void record(struct sim *s, uint32_t key, int allowed, int ref_allowed, uint64_t t0)
+/* A decision for a request of n tokens that arrived at t0, taken now
+ * (blocked: a block ran on its key then, --block-for). */
+static void record_n(struct sim *s, uint32_t key, int allowed, int ref_allowed, uint64_t t0,
+                     uint64_t n, int blocked)
 {
     struct sim_result *r = s->res;
     uint64_t wait_us = s->now - t0;
 
-    sim_score_record(&s->sc, r, key, allowed, ref_allowed, s->now, wait_us);
+    sim_score_record_n(&s->sc, r, key, allowed, ref_allowed, s->now, wait_us, n);
+    r->models.block_denials += blocked && !allowed;
+    r->models.block_admits += blocked && allowed;
     if (s->rg)
         sim_region_record(s, key, t0, allowed, ref_allowed);
     if (!s->stall_end)
@@ -84,6 +88,17 @@ static void record(struct sim *s, uint32_t key, int allowed, int ref_allowed, ui
     }
     if (allowed && (s->now < s->stall_start || s->now >= s->settle_end))
         sim_bound_admit(&s->outbound, &s->outwin[key], s->now - SIM_T0_US);
+}
+
+static void record(struct sim *s, uint32_t key, int allowed, int ref_allowed, uint64_t t0)
+{
+    record_n(s, key, allowed, ref_allowed, t0, 1, 0);
+}
+
+/* A decided waiter. */
+static void record_wait(struct sim *s, const struct wait *x)
+{
+    record_n(s, x->key, x->out.allowed, x->ref_allowed, x->t0, x->cost, x->blocked);
 }
 
 /* Decided without Redis: limiter.c's decide_fallback, fail open, from the
@@ -137,7 +152,7 @@ static void complete(struct sim *s, unsigned ai, struct lease_waiter *done, stru
     for (w = done; w; w = next) {
         next = w->next;
         struct wait *x = (struct wait *)w;
-        record(s, x->key, x->out.allowed, x->ref_allowed, x->t0);
+        record_wait(s, x);
         wait_put(s, x);
     }
     for (w = fb; w; w = next) {
@@ -182,6 +197,17 @@ static void on_reply(struct sim *s, struct command *c)
         /* only an answer in time ends a stall */
         if (s->stall_end && !sim_fleet_sent_done(s, a, c->jobs[i]))
             a->stalled = 0;
+        if (sim_cost_mine(c->jobs[i])) { /* an exact call (--cost, --lease off) */
+            struct wait *x = sim_cost_reply(s, c->jobs[i], c->ok[i], c->v[i], c->nv[i]);
+            if (!x) /* a release */
+                continue;
+            if (x->w.fallback)
+                fallback(s, ai, x->key, x->ref_allowed, x->t0);
+            else
+                record_wait(s, x);
+            wait_put(s, x);
+            continue;
+        }
         lease_reply(a->leases, c->jobs[i], c->ok[i], c->v[i], c->nv[i], s->now, &done, &fb, &next);
         complete(s, ai, done, fb);
         if (next)
@@ -203,7 +229,9 @@ static void on_request(struct sim *s, uint32_t key, unsigned ai)
 
     if (!w)
         return;
-    int ref_allowed = sim_score_reference(&s->sc, s->res, key, s->now);
+    uint64_t n = s->o->models ? sim_cost_draw(s) : 1;
+    int ref_allowed =
+        s->cc ? sim_cc_reference(s, key) : sim_score_reference_n(&s->sc, s->res, key, s->now, n);
     if (ref_allowed && s->now >= s->stall_start && s->now < s->stall_end)
         s->res->stall.ref_admitted++;
     memset(w, 0, sizeof(*w));
@@ -212,8 +240,14 @@ static void on_request(struct sim *s, uint32_t key, unsigned ai)
     w->t0 = s->now;
     w->key = key;
     w->ref_allowed = ref_allowed;
+    w->cost = n;
+    w->blocked = s->o->models && sim_cost_blocked(s, name, len);
     if (s->rg)
         sim_region_request(s, ai, key);
+    if (s->cc) { /* --concurrency: one cc_acquire (limiter_cc.c) */
+        sim_cc_acquire(s, ai, name, len, w);
+        return;
+    }
     /* limiter.c's redis_stalled(): while stalled, only a probe asks Redis */
     int up = 1;
     if (a->stalled) {
@@ -222,11 +256,19 @@ static void on_request(struct sim *s, uint32_t key, unsigned ai)
         else
             up = 0;
     }
-    int v = lease_decide(a->leases, name, len, &s->p, s->now, up, &w->w, &w->out, &job);
+    /* lease_decide is lease_decide_cost of 1 */
+    int v = s->o->lease_off ? LEASE_EXACT
+                            : lease_decide_cost(a->leases, name, len, &s->p, n, s->now, up, &w->w,
+                                                &w->out, &job);
+    if (v == LEASE_EXACT) { /* limiter_core.c's decide_leased: one exact call */
+        v = up ? LEASE_PENDING : LEASE_DOWN;
+        if (up)
+            sim_cost_exact(s, ai, name, len, w);
+    }
     if (v == LEASE_DOWN)
         fallback(s, ai, key, ref_allowed, s->now);
     else if (v == LEASE_DONE)
-        record(s, key, w->out.allowed, ref_allowed, s->now);
+        record_wait(s, w);
     if (v != LEASE_PENDING)
         wait_put(s, w);
     if (job) { /* limiter.c queues it; the Redis thread sends it corked */
@@ -301,6 +343,10 @@ static int setup(struct sim *s, char *err, size_t errlen)
         snprintf(err, errlen, "out of memory");
         return -1;
     }
+    if (o->models)
+        sim_cost_setup(s);
+    if (o->cc_limit && sim_cc_setup(s, keys, err, errlen) < 0)
+        return -1;
     if (o->regions ? sim_region_setup(s, err, errlen) < 0
                    : !(s->redis = sim_redis_new(err, errlen)))
         return -1;
@@ -378,6 +424,7 @@ static void teardown(struct sim *s)
         free(w);
     }
     sim_region_free(s);
+    sim_cc_free(s);
     sim_redis_free(s->redis);
     sim_traffic_free(s->traffic);
     free(s->agents);
@@ -506,6 +553,9 @@ int sim_run(const struct sim_opts *o, struct sim_result *res, char *err, size_t 
                 on_timeouts(s, e.agent);
                 sim_fleet_push(s, s->now + s->check_every, EV_TIMEOUT, e.agent, NULL, 0);
             }
+            break;
+        case EV_CC_END:
+            sim_cc_end(s, e.agent, e.key, e.p);
             break;
         case EV_REGION:
         case EV_GEXEC:

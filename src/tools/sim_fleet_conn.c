@@ -182,7 +182,7 @@ void sim_fleet_exec(struct sim *s, struct command *c)
         uint64_t save[2];
         if (s->rg)
             sim_region_args(j, save);
-        int script = script_lease_args(j, id, s->o->ttl_ms, &s->args[0]);
+        int script = sim_cost_args(s, j, id, &s->args[0]);
         if (s->rg)
             sim_region_args_done(j, save);
         rc = sim_redis_eval(redis, script, s->now, 1, &j->key, &j->keylen, s->args[0].argc,
@@ -205,7 +205,7 @@ void sim_fleet_exec(struct sim *s, struct command *c)
         uint64_t save[2];
         if (s->rg)
             sim_region_args(j, save);
-        int script = script_lease_args(j, id, s->o->ttl_ms, a);
+        int script = sim_cost_args(s, j, id, a);
         if (s->rg)
             sim_region_args_done(j, save);
         s->bkeys[i] = j->key;

@@ -17,6 +17,7 @@
 #include "tools/sim_heap.h"
 #include "tools/sim_score.h"
 #include "tools/sim_stats.h"
+#include "tools/sim_traffic.h"
 
 /* As limiter.c (STRIPES) and store_conn.h (STORE_CONN_MAX_INFLIGHT,
  * STORE_CONN_BATCH_MAX), which the simulator mirrors. */
@@ -40,6 +41,7 @@ enum ev_kind {
     EV_REGION, /* a region's claimer tick */
     EV_GEXEC,  /* its call reaches the global Redis */
     EV_GREPLY, /* the answer (or the failure) reaches the region */
+    EV_CC_END, /* --concurrency: an admitted request is done (p: its release) */
 };
 
 /* One call on the wire: a script call or a batch. */
@@ -80,6 +82,8 @@ struct wait {
     uint64_t t0;
     uint32_t key;
     int ref_allowed;
+    uint64_t cost; /* --cost: its tokens (else 1) */
+    int blocked;   /* --block-for: a block ran on its key when it arrived */
     struct wait *free_next;
 };
 
@@ -118,6 +122,8 @@ struct sim {
     struct sent *free_sent;
     uint64_t check_every;       /* timeouts are looked for this often (limiter.c) */
     struct sim_regions_run *rg; /* --regions (sim_region.c), else NULL */
+    struct sim_rng cost_rng;    /* --cost (sim_cost.c) */
+    struct sim_cc_run *cc;      /* --concurrency (sim_cc.c), else NULL */
 };
 
 /* Queue an event (kind EV_*; cmd for EV_EXEC and EV_REPLY, key for EV_REQ);
@@ -143,6 +149,49 @@ void sim_fleet_exec(struct sim *s, struct command *c);
 int sim_fleet_sent_done(struct sim *s, struct agent *a, const struct lease_job *j);
 /* Free a command: answered, or never run (a run that ended on an error). */
 void sim_fleet_command_free(struct command *c);
+
+/* ---- sim_cost.c ------------------------------------------------------------------------ */
+
+/* --cost, --block-for, --lease off (o->models): the rule's block_for into
+ * s->p, costs seeded, the score in tokens. */
+void sim_cost_setup(struct sim *s);
+/* The next request's cost. */
+uint64_t sim_cost_draw(struct sim *s);
+/* Whether a block runs on the Redis key name now (its field bu, Redis time). */
+int sim_cost_blocked(struct sim *s, const char *name, size_t len);
+/* Decide w (its key's Redis name, its cost) by one exact call from agent
+ * ai: the rule's lease = off, or a cost the lease does not hold. */
+void sim_cost_exact(struct sim *s, unsigned ai, const char *name, size_t len, struct wait *w);
+/* The ARGV of job j (an exact call of sim_cost_exact, or the lease table's)
+ * in a; the script to call. */
+int sim_cost_args(const struct sim *s, const struct lease_job *j, const char *agent,
+                  struct script_args *a);
+/* j is sim_cost_exact's (not a lease table's). */
+static inline int sim_cost_mine(const struct lease_job *j)
+{
+    return j->e == NULL;
+}
+/* The reply of such a job: its waiter, its outcome in w->out (allowed 0 when
+ * ok is 0: the caller decides it by fallback); j is freed. */
+struct wait *sim_cost_reply(struct sim *s, struct lease_job *j, int ok, const int64_t *v, int nv);
+
+/* ---- sim_cc.c ---------------------------------------------------------------------------- */
+
+/* Jobs of kind SIM_CC_ACQUIRE and SIM_CC_RELEASE are sim_cc.c's. */
+#define SIM_CC_ACQUIRE 100
+#define SIM_CC_RELEASE 101
+int sim_cc_setup(struct sim *s, uint64_t keys, char *err, size_t errlen);
+void sim_cc_free(struct sim *s);
+/* The reference: one slot count per key, each slot held service_us. */
+int sim_cc_reference(struct sim *s, uint32_t key);
+/* Agent ai takes a slot for w by one cc_acquire. */
+void sim_cc_acquire(struct sim *s, unsigned ai, const char *name, size_t len, struct wait *w);
+int sim_cc_args(const struct lease_job *j, struct script_args *a);
+/* A cc job's reply: its waiter (NULL for a release); j is freed or kept
+ * as the release of the slot (EV_CC_END). */
+struct wait *sim_cc_reply(struct sim *s, struct lease_job *j, int ok, const int64_t *v, int nv);
+/* EV_CC_END: the request is done, its release goes out. */
+void sim_cc_end(struct sim *s, unsigned ai, uint32_t key, void *release);
 
 /* ---- sim_region.c ------------------------------------------------------------------------ */
 

@@ -326,6 +326,118 @@ static struct sim_redis *self(lua_State *L)
     return lua_touserdata(L, lua_upvalueindex(1));
 }
 
+/* Sorted sets, for cc_acquire.lua and cc_release.lua: a hash whose fields
+ * are the members, their values the scores. Only what those scripts call:
+ * ZADD [XX], ZREM, ZCARD, ZREMRANGEBYSCORE, ZRANGEBYSCORE (a bound may be
+ * -inf, +inf or "(x"), ZRANGE key 0 0 WITHSCORES (the least), and PTTL. */
+static double score_of(const char *s, size_t len, int *open)
+{
+    char buf[NUMBUF];
+    *open = len > 0 && s[0] == '(';
+    if (*open)
+        s++, len--;
+    if (len >= sizeof(buf))
+        len = sizeof(buf) - 1;
+    memcpy(buf, s, len);
+    buf[len] = '\0';
+    return strtod(buf, NULL); /* "-inf", "+inf" included */
+}
+
+static int in_range(double v, double lo, int lo_open, double hi, int hi_open)
+{
+    return (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
+}
+
+static const char *run_zset(lua_State *L, struct sim_redis *r, const struct cmd *c, struct rkey *e)
+{
+    int lo_open, hi_open, n = 0;
+    uint64_t now_ms = r->now_us / 1000;
+
+    if (is(c, "ZCARD")) {
+        lua_pushnumber(L, e ? e->nf : 0);
+        return NULL;
+    }
+    if (is(c, "PTTL")) {
+        lua_pushnumber(L, !e ? -2 : !e->expire_ms ? -1 : (double)(e->expire_ms - now_ms));
+        return NULL;
+    }
+    if (is(c, "ZREM") || is(c, "ZREMRANGEBYSCORE")) {
+        int byscore = is(c, "ZREMRANGEBYSCORE");
+        if (c->argc < 3 || (byscore && c->argc != 4))
+            return "wrong number of arguments";
+        double lo = byscore ? score_of(c->argv[2], c->len[2], &lo_open) : 0;
+        double hi = byscore ? score_of(c->argv[3], c->len[3], &hi_open) : 0;
+        for (uint32_t i = 0; e && byscore && i < e->nf;) {
+            int o;
+            if (in_range(score_of(e->f[i].val, e->f[i].vlen, &o), lo, lo_open, hi, hi_open))
+                n += field_del(e, e->f[i].name, e->f[i].nlen); /* the last moves to i */
+            else
+                i++;
+        }
+        for (int i = 2; e && !byscore && i < c->argc; i++)
+            n += field_del(e, c->argv[i], c->len[i]);
+        if (e && e->nf == 0)
+            key_delete(r, e);
+        lua_pushnumber(L, n);
+        return NULL;
+    }
+    if (is(c, "ZADD")) {
+        int xx = c->argc == 5 && c->len[2] == 2 && strncasecmp(c->argv[2], "XX", 2) == 0;
+        if (c->argc != 4 && !xx)
+            return "sim: ZADD key [XX] score member only";
+        const char *sc = c->argv[2 + xx], *m = c->argv[3 + xx];
+        size_t sl = c->len[2 + xx], ml = c->len[3 + xx];
+        if (xx && (!e || !field_find(e, m, ml))) {
+            lua_pushnumber(L, 0);
+            return NULL;
+        }
+        if (!e && !(e = key_create(r, c->argv[1], c->len[1])))
+            return "OOM";
+        int v = field_set(e, m, ml, sc, sl);
+        if (v < 0)
+            return "OOM";
+        lua_pushnumber(L, v);
+        return NULL;
+    }
+    if (is(c, "ZRANGEBYSCORE")) {
+        if (c->argc != 4)
+            return "sim: ZRANGEBYSCORE key min max only";
+        double lo = score_of(c->argv[2], c->len[2], &lo_open);
+        double hi = score_of(c->argv[3], c->len[3], &hi_open);
+        lua_createtable(L, 0, 0);
+        for (uint32_t i = 0; e && i < e->nf; i++) {
+            int o;
+            if (in_range(score_of(e->f[i].val, e->f[i].vlen, &o), lo, lo_open, hi, hi_open)) {
+                lua_pushlstring(L, e->f[i].name, e->f[i].nlen);
+                lua_rawseti(L, -2, ++n);
+            }
+        }
+        return NULL;
+    }
+    if (is(c, "ZRANGE")) {
+        if (c->argc != 5 || c->len[2] != 1 || c->argv[2][0] != '0' || c->len[3] != 1 ||
+            c->argv[3][0] != '0')
+            return "sim: ZRANGE key 0 0 WITHSCORES only";
+        lua_createtable(L, 2, 0);
+        struct rfield *least = NULL;
+        double best = 0;
+        for (uint32_t i = 0; e && i < e->nf; i++) {
+            int o;
+            double v = score_of(e->f[i].val, e->f[i].vlen, &o);
+            if (!least || v < best)
+                least = &e->f[i], best = v;
+        }
+        if (least) {
+            lua_pushlstring(L, least->name, least->nlen);
+            lua_rawseti(L, -2, 1);
+            lua_pushlstring(L, least->val, least->vlen);
+            lua_rawseti(L, -2, 2);
+        }
+        return NULL;
+    }
+    return "Unknown Redis command called from script";
+}
+
 /* Run one command; pushes its reply, or returns an error message. */
 static const char *run(lua_State *L, struct sim_redis *r, const struct cmd *c)
 {
@@ -431,7 +543,7 @@ static const char *run(lua_State *L, struct sim_redis *r, const struct cmd *c)
         lua_pushnumber(L, n);
         return NULL;
     }
-    return "Unknown Redis command called from script";
+    return run_zset(L, r, c, e);
 }
 
 static int l_call(lua_State *L)
@@ -714,4 +826,18 @@ int sim_redis_eval(struct sim_redis *r, int script, uint64_t now_us, int nkeys,
     lua_settop(L, top);
     *err = e ? r->err : NULL;
     return e ? -1 : 0;
+}
+
+uint64_t sim_redis_hget_u64(struct sim_redis *r, const char *key, size_t keylen, const char *field)
+{
+    struct rkey *e = key_find(r, key, keylen);
+    struct rfield *f = e ? field_find(e, field, strlen(field)) : NULL;
+    char buf[32];
+
+    if (!f || f->vlen == 0 || f->vlen >= sizeof(buf))
+        return 0;
+    memcpy(buf, f->val, f->vlen);
+    buf[f->vlen] = '\0';
+    double v = strtod(buf, NULL);
+    return v > 0 && v < 1.8e19 ? (uint64_t)v : 0;
 }

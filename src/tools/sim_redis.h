@@ -43,6 +43,11 @@ int sim_redis_eval(struct sim_redis *r, int script, uint64_t now_us, int nkeys,
  * number for sim_redis_eval, or -1 with a message in err. One per server. */
 int sim_redis_add(struct sim_redis *r, const char *src, char *err, size_t errlen);
 
+/* Field field of the hash key, read as a number (0: no such key or field,
+ * or not a positive number): what the simulator looks at (a block's end,
+ * bu), outside any script. Changes nothing. */
+uint64_t sim_redis_hget_u64(struct sim_redis *r, const char *key, size_t keylen, const char *field);
+
 /* Keys held now, and the most held at once so far. */
 size_t sim_redis_keys(const struct sim_redis *r);
 size_t sim_redis_keys_peak(const struct sim_redis *r);

@@ -34,26 +34,47 @@ void sim_score_free(struct sim_score *sc)
 
 int sim_score_reference(struct sim_score *sc, struct sim_result *r, uint32_t key, uint64_t now)
 {
-    struct bucket_result rr;
+    return sim_score_reference_n(sc, r, key, now, 1);
+}
 
-    bucket_take(&sc->ref[key], &sc->p, now, 1, &rr);
-    if (!rr.allowed)
+int sim_score_reference_n(struct sim_score *sc, struct sim_result *r, uint32_t key, uint64_t now,
+                          uint64_t n)
+{
+    struct bucket_result rr;
+    struct bucket *b = &sc->ref[key];
+    int in_block = sc->p.block_us && b->blocked_until_us > now;
+
+    bucket_take(b, &sc->p, now, n, &rr);
+    if (!rr.allowed) {
+        r->models.ref_block_denials += in_block;
+        r->models.blocks_started += !in_block && sc->p.block_us && b->blocked_until_us > now;
         return 0;
+    }
     r->ref_admitted++;
-    sim_bound_admit(&sc->refbound, &sc->refwin[key], now - SIM_T0_US);
+    r->models.ref_admitted_tokens += n;
+    sim_bound_admit_n(&sc->refbound, &sc->refwin[key], now - SIM_T0_US, n);
     return 1;
 }
 
 void sim_score_record(struct sim_score *sc, struct sim_result *r, uint32_t key, int allowed,
                       int ref_allowed, uint64_t now, uint64_t wait_us)
 {
+    sim_score_record_n(sc, r, key, allowed, ref_allowed, now, wait_us, 1);
+}
+
+void sim_score_record_n(struct sim_score *sc, struct sim_result *r, uint32_t key, int allowed,
+                        int ref_allowed, uint64_t now, uint64_t wait_us, uint64_t n)
+{
     r->decisions++;
+    r->models.tokens += n;
     sim_hist_add(&sc->wait_h, wait_us);
     if (wait_us > 0)
         r->waited++;
     if (allowed) {
         r->admitted++;
-        sim_bound_admit(&sc->bound, &sc->win[key], now - SIM_T0_US);
+        r->models.admitted_tokens += n;
+        if (!sc->nobound)
+            sim_bound_admit_n(&sc->bound, &sc->win[key], now - SIM_T0_US, n);
         if (!ref_allowed)
             r->extra_admits++;
     } else if (ref_allowed) {
@@ -63,7 +84,12 @@ void sim_score_record(struct sim_score *sc, struct sim_result *r, uint32_t key, 
 
 void sim_score_finish(const struct sim_score *sc, struct sim_result *r)
 {
-    r->utilisation = r->ref_admitted ? (double)r->admitted / (double)r->ref_admitted : 1;
+    if (sc->tokens) /* --cost: in tokens */
+        r->utilisation = r->models.ref_admitted_tokens ? (double)r->models.admitted_tokens /
+                                                             (double)r->models.ref_admitted_tokens
+                                                       : 1;
+    else
+        r->utilisation = r->ref_admitted ? (double)r->admitted / (double)r->ref_admitted : 1;
     r->worst_window_excess = sim_bound_worst(&sc->bound);
     r->ref_worst_window_excess = sim_bound_worst(&sc->refbound);
     r->wait_p99_ms = (double)sim_hist_quantile(&sc->wait_h, 0.99) / 1000.0;

@@ -58,6 +58,11 @@ void sim_bound_init(struct sim_bound *b, uint64_t limit, uint64_t period_us, uin
 
 void sim_bound_admit(struct sim_bound *b, struct sim_window *w, uint64_t t_us)
 {
+    sim_bound_admit_n(b, w, t_us, 1);
+}
+
+void sim_bound_admit_n(struct sim_bound *b, struct sim_window *w, uint64_t t_us, uint64_t n)
+{
     __int128 a = (__int128)w->n * b->period_us - (__int128)b->limit * t_us;
     if (a > INT64_MAX || a < INT64_MIN) {
         b->overflow = 1;
@@ -65,8 +70,8 @@ void sim_bound_admit(struct sim_bound *b, struct sim_window *w, uint64_t t_us)
     }
     if (w->n == 0 || a < w->min_a)
         w->min_a = (int64_t)a;
-    w->n++;
-    __int128 excess = a - w->min_a + (1 - (__int128)b->burst) * b->period_us;
+    w->n += n;
+    __int128 excess = a - w->min_a + ((__int128)n - (__int128)b->burst) * b->period_us;
     if (excess > b->worst)
         b->worst = excess;
 }

@@ -29,7 +29,7 @@ uint64_t sim_hist_quantile(const struct sim_hist *h, double q);
  * so the worst window ending at j needs only the least A_i so far: O(1) per
  * admission, in integers. */
 struct sim_window {
-    uint32_t n;    /* admissions so far */
+    uint64_t n;    /* admissions (tokens: sim_bound_admit_n) so far */
     int64_t min_a; /* least A_i */
 };
 
@@ -54,6 +54,13 @@ static inline uint64_t sim_bound_burst(enum bucket_algorithm algorithm, uint64_t
 }
 /* An admission of w's key at t_us (relative to the start, non-decreasing). */
 void sim_bound_admit(struct sim_bound *b, struct sim_window *w, uint64_t t_us);
+/* The same for an admission of n tokens (a request's cost): the bound is
+ * then in tokens. With C_k the tokens of admissions 1..k, the window [t_i,
+ * t_j] holds C_j - C_(i-1); with B_i = C_(i-1) period - limit t_i (taken
+ * before i's tokens count), its excess x period is
+ *   C_j period - limit t_j - B_i - b period,
+ * so the least B_i so far still does: n = 1 is sim_bound_admit exactly. */
+void sim_bound_admit_n(struct sim_bound *b, struct sim_window *w, uint64_t t_us, uint64_t n);
 /* The worst excess in requests (<= 0: the bound held); NaN after overflow. */
 double sim_bound_worst(const struct sim_bound *b);
 
