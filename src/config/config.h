@@ -308,7 +308,8 @@ int config_standalone(const struct config *cfg);
 /* The most bytes an ACK deciding by rule r can take in a frame (header with
  * the longest ids included, not the 4-byte length): every variable, with
  * remaining at the rule's capacity and waits at CFG_ACK_MAX_SECONDS. The
- * end-of-file check refuses a max_frame_size below this for any rule. */
+ * end-of-file check refuses a max_frame_size below this for any rule
+ * (config_ack.c). */
 size_t config_ack_max_size(const struct cfg_rule *r);
 
 /* Value parsers, exposed for tests. Each returns 0 or -1. */

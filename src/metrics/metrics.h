@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* metrics.h - process-wide counters, gauges and histograms, rendered in the
  * Prometheus text format 0.0.4; per-rule decision counters; a heavy-hitters
- * sketch of blocked clients per rule (for GET /top).
+ * sketch of blocked clients per rule (for GET /top; metrics_top.c).
  *
  * Counters are relaxed atomics: exact under concurrency, no locks on the
  * request path. Per-rule records are created on first use and live until exit

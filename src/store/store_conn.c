@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* store_conn.c - one asynchronous Redis connection (hiredis 0.14 + libev):
  * EVALSHA with NOSCRIPT reload and retry, redirects handed to the owner,
- * the commands in flight, a watchdog, keepalive, reconnect with backoff. The
- * setup commands and what a refusal means are store_conn_setup.c's, below
- * it: it answers, this file acts.
+ * the commands in flight, a watchdog, keepalive, reconnect with backoff.
+ * Below it, sharing its state (store_conn_int.h): the setup commands and
+ * what a refusal means (store_conn_setup.c), whether it is stuck, the
+ * keepalive PING and Redis' clock (store_conn_watch.c), what an error reply
+ * leads to (store_conn_errors.c). They answer, this file acts.
  *
  * Lifetime rules. A hiredis callback cannot be cancelled, and a context given
  * up with redisAsyncFree() runs its pending callbacks with a NULL reply, at
@@ -21,7 +23,6 @@
 #include <hiredis/adapters/libev.h>
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,9 +30,9 @@
 #include "core/log.h"
 #include "core/net.h"
 #include "core/util.h"
-#include "core/warning.h"
 #include "metrics/metrics.h"
 #include "store_backoff.h"
+#include "store_conn_int.h"
 #include "store_conn_setup.h"
 #include "store_errors.h"
 #include "store_lookup.h"
@@ -89,30 +90,6 @@ static struct store_cmd *queue_take(struct store_conn *conn)
     return q;
 }
 
-static void fail_list(struct store_cmd *c, const char *why)
-{
-    struct store_cmd *next;
-
-    for (; c; c = next) {
-        next = c->next;
-        c->next = NULL;
-        METRIC_INC(redis_errors);
-        store_cmd_fail(c, STORE_DOWN, why);
-    }
-}
-
-/* Fail what waits to be sent again after a TRYAGAIN. */
-static void later_fail(struct store_conn *conn, const char *why)
-{
-    struct store_cmd *l = conn->lhead;
-
-    ev_timer_stop(conn->env->loop, &conn->later);
-    for (struct store_cmd *c = l; c; c = c->next)
-        conn->env->pending--;
-    conn->lhead = conn->ltail = NULL;
-    fail_list(l, why);
-}
-
 /* ---- connection state ---------------------------------------------------- */
 
 static void set_ready(struct store_conn *conn, int ready)
@@ -159,8 +136,8 @@ static void conn_lost(struct store_conn *conn, redisAsyncContext *ac, const char
         METRIC_INC(redis_errors);
         store_cmd_fail(c, STORE_DOWN, reason);
     }
-    fail_list(queue_take(conn), reason);
-    later_fail(conn, reason);
+    store_conn_fail_list(queue_take(conn), reason);
+    store_conn_later_fail(conn, reason);
     if (retry)
         store_conn_retry_later(conn);
 }
@@ -205,6 +182,8 @@ static void on_connect(const redisAsyncContext *ac, int status)
     conn->connected = 1;
 }
 
+/* Closed: store_conn_errors.c says why (and what it was, when a reply broke
+ * it). */
 static void on_disconnect(const redisAsyncContext *ac, int status)
 {
     struct store_conn *conn = ac->data;
@@ -212,26 +191,7 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
 
     if (conn->ac != ac)
         return; /* a context we gave up already */
-    if (status != REDIS_OK && conn->cap.unasked) {
-        /* hiredis would abort on it: a broken or hostile server */
-        store_conn_bad(conn, METRICS_REDIS_BAD_REPLY, "a reply", conn->cap.why, -1);
-        conn_lost(conn, NULL, conn->last_err, 1);
-        return;
-    }
-    if (status != REDIS_OK && store_reply_cap_refused(&conn->cap)) {
-        /* the reader refused an object (its error reads "Out of memory") */
-        store_conn_too_large(conn, why, sizeof(why));
-        conn_lost(conn, NULL, why, 1);
-        return;
-    }
-    if (status != REDIS_OK && ac->err == REDIS_ERR_PROTOCOL) {
-        /* bytes that are no RESP: what else it says cannot be trusted */
-        store_conn_bad(conn, METRICS_REDIS_BAD_REPLY, "a reply", ac->errstr, -1);
-        conn_lost(conn, NULL, conn->last_err, 1);
-        return;
-    }
-    conn_lost(conn, NULL, status == REDIS_OK ? "closed" : (ac->errstr[0] ? ac->errstr : "error"),
-              1);
+    conn_lost(conn, NULL, store_conn_closed(conn, ac, status, why, sizeof(why)), 1);
 }
 
 /* Readable: stamp the time, then let hiredis read and run the callbacks
@@ -368,116 +328,22 @@ void store_conn_drop(struct store_conn *conn, const char *why)
         conn_lost(conn, conn->ac, why, 1);
 }
 
-/* The keepalive PING's reply. An error reply counts as a failed command does;
- * the connection stays (a late or missing reply is the watchdog's). */
-static void on_ping_reply(redisAsyncContext *ac, void *r, void *priv)
-{
-    struct store_conn *conn = ac->data;
-    redisReply *reply = r;
-
-    if (!reply || conn->ac != ac)
-        return; /* going away: conn_lost handles it */
-    conn->ping_us = 0;
-    conn->io_us = util_now_us();
-    if (reply->type == REDIS_REPLY_ERROR) {
-        METRIC_INC(redis_errors);
-        LOG_DEBUG("\"redis keepalive failed\" addr=%s err=\"%s\"", log_val(conn->name),
-                  log_esc(reply->str, strlen(reply->str)));
-        /* counted by kind; an ACL without +ping is said (not acted on) */
-        store_conn_note_error(conn, store_error_kind(reply->str), reply->str, "PING (keepalive)");
-    }
-}
-
-/* A ready connection without traffic for keepalive_us (nothing in flight or
- * queued) gets a PING, which Redis and every proxy on the way see as
- * traffic. A PING past the timeout counts as an error, as a call would. */
-static void keepalive(struct store_conn *conn, uint64_t now)
-{
-    const struct store_env *env = conn->env;
-
-    if (conn->ping_us) {
-        if (!conn->ping_late && now - conn->ping_us > env->timeout_us) {
-            conn->ping_late = 1;
-            METRIC_INC(redis_errors);
-        }
-        return;
-    }
-    if (!env->keepalive_us || !conn->ready || conn->head || conn->qhead ||
-        now - conn->io_us < env->keepalive_us)
-        return;
-    if (redisAsyncCommand(conn->ac, on_ping_reply, NULL, "PING") != REDIS_OK)
-        return; /* disconnecting: on_disconnect follows */
-    METRIC_INC(redis_keepalives);
-    conn->ping_us = conn->io_us = now;
-    conn->ping_late = 0;
-}
-
-/* ---- Redis' clock ----------------------------------------------------------- */
-
-/* The last step of a Redis server's clock any connection saw (monotonic us;
- * 0: none, or the warning was cleared): the warning is the agent's, one for
- * all its connections, and clears CLOCK_JUMP_QUIET_US after the last. */
-static _Atomic uint64_t clock_jump_last_us;
-
-/* Redis' time in a reply (redis_ms; 0: none) of a call sent at sent_us and
- * read at now: a step of Redis' clock over 1 s raises redis_clock_jump,
- * naming its size and sign (clock_jump.h). The scripts rebase what a step
- * back leaves ahead (lua/README.md); a step forward costs up to one extra
- * burst per key: the warning says which. */
-static void clock_seen(struct store_conn *conn, int64_t redis_ms, uint64_t sent_us, uint64_t now)
-{
-    char msg[WARNING_MESSAGE_MAX];
-    int64_t step = redis_ms ? clock_jump_feed(&conn->clock, redis_ms, sent_us, now) : 0;
-
-    if (!step)
-        return;
-    clock_jump_message(msg, sizeof(msg), step);
-    METRIC_INC(redis_clock_jumps);
-    atomic_store(&clock_jump_last_us, now);
-    LOG_WARN("\"redis clock jump\" addr=%s step_ms=%lld", log_val(conn->name),
-             (long long)(step / 1000));
-    warning_raise(WARNING_REDIS_CLOCK_JUMP, "%s (%s)", msg, conn->name);
-}
-
-/* The watchdog's: clear redis_clock_jump once no step came for the quiet
- * period. */
-static void clock_quiet(uint64_t now)
-{
-    uint64_t last = atomic_load(&clock_jump_last_us);
-
-    if (last && now >= last + CLOCK_JUMP_QUIET_US &&
-        atomic_compare_exchange_strong(&clock_jump_last_us, &last, 0))
-        warning_clear(WARNING_REDIS_CLOCK_JUMP);
-}
-
-/* A connection whose oldest command (or keepalive PING) waits far beyond
- * the timeout is stuck (Redis frozen, a partition without RST), and so is a
- * connect or a setup that does not finish: drop it and start over.
- * Otherwise send the keepalive PING if one is due. */
+/* The watchdog (store_conn_watch.c says whether conn is stuck): a stuck
+ * connection is given up and made again. */
 static void watchdog_cb(struct ev_loop *loop, ev_timer *t, int revents)
 {
     struct store_conn *conn = t->data;
     uint64_t now = util_now_us();
-    uint64_t oldest = conn->head ? conn->head->sent_us : 0;
+    const char *why;
 
     if (!conn->ac) {
         ev_timer_stop(loop, t);
         return;
     }
-    if (conn->ping_us && (!oldest || conn->ping_us < oldest))
-        oldest = conn->ping_us;
-    if (oldest && now - oldest > conn->env->dead_after_us) {
-        LOG_WARN("\"redis not answering; reconnecting\" addr=%s waited_ms=%llu",
-                 log_val(conn->name), (unsigned long long)((now - oldest) / 1000));
-        conn_lost(conn, conn->ac, "not answering", 1);
-    } else if (!conn->ready && now - conn->connect_us > conn->env->dead_after_us) {
-        conn_lost(conn, conn->ac, conn->connected ? "setup timed out" : "connect timed out", 1);
-    } else {
-        keepalive(conn, now);
-        if (conn->ready && now - conn->ready_us >= STORE_BACKOFF_HEALTHY_US)
-            conn->backoff = STORE_BACKOFF_MIN;
-    }
-    clock_quiet(now);
+    why = store_conn_watch(conn, now);
+    if (why)
+        conn_lost(conn, conn->ac, why, 1);
+    store_conn_clock_quiet(now);
 }
 
 /* ---- EVALSHA --------------------------------------------------------------- */
@@ -654,173 +520,38 @@ static void later_cb(struct ev_loop *loop, ev_timer *t, int revents)
     }
 }
 
-/* TRYAGAIN: a Cluster slot migration has some of c's keys on each side, for
- * a moment. Sent again after a short wait, as Redis Cluster clients do
- * (store_error_retry_wait), on this connection: once the slot has moved,
- * the answer is a -MOVED, followed as ever. 1 when c was taken care of. */
-static int try_again(struct store_conn *conn, struct store_cmd *c, enum metrics_redis_error kind)
-{
-    uint64_t now = util_now_us();
-    long long wait =
-        store_error_retry_wait(kind, c->tries, now - c->first_us, conn->env->timeout_us);
-
-    if (wait < 0)
-        return 0; /* failed as any error reply: counted, warned */
-    METRIC_INC(redis_error_replies[kind]);
-    c->tries++;
-    c->next = NULL;
-    if (conn->ltail)
-        conn->ltail->next = c;
-    else
-        conn->lhead = c;
-    conn->ltail = c;
-    conn->env->pending++;
-    if (!ev_is_active(&conn->later)) {
-        ev_timer_set(&conn->later, (double)wait / 1e6, 0.);
-        ev_timer_start(conn->env->loop, &conn->later);
-    }
-    LOG_DEBUG("\"redis TRYAGAIN: sending again\" addr=%s tries=%u", log_val(conn->name),
-              (unsigned)c->tries);
-    return 1;
-}
-
-/* TRYAGAIN to batch b: a Cluster slot migration has some of its keys on
- * each side. A batch cannot follow an -ASK for some of its keys, and
- * waiting until the slot has moved can outlast the timeout (the backstop
- * then decides: issue 42 measured +3 to +6 over the bound). Its calls go
- * again one by one, at once: a call of one key never meets TRYAGAIN; the
- * source runs it, or answers -ASK for a key already moved, followed as
- * ever. The batch itself owns nothing but itself. */
-static void split_batch(struct store_conn *conn, struct store_cmd *b)
-{
-    struct store_cmd *m = b->members, *next;
-
-    METRIC_INC(redis_error_replies[METRICS_REDIS_TRYAGAIN]);
-    LOG_DEBUG("\"redis TRYAGAIN: sending a batch's calls one by one\" addr=%s calls=%u",
-              log_val(conn->name), b->nmembers);
-    b->members = NULL;
-    store_cmd_free(b);
-    for (; m; m = next) {
-        next = m->mnext;
-        m->mnext = NULL;
-        resend(conn, m);
-    }
-}
-
-/* An error reply to c, sent as FCALL, that EVALSHA would not get. No such
- * function (FUNCTION FLUSH, a Redis restarted without its data): load the
- * library again and send c again, in order on this connection, once; then
- * as EVALSHA. An ACL that refuses FCALL: EVALSHA on this connection from now
- * on, c sent again so. 1 when c was taken care of. */
-static int fcall_failed(struct store_conn *conn, redisAsyncContext *ac, struct store_cmd *c,
-                        const char *err, enum metrics_redis_error kind)
-{
-    if (strncmp(err, "ERR Function not found", 22) == 0) {
-        /* one FUNCTION LOAD for all the calls that were in flight: c goes
-         * after it on this connection either way */
-        if (c->fn_retried) {
-            store_conn_set_fcall(conn, 0);
-        } else if (!conn->fcall_loading) {
-            LOG_INFO("\"redis lost its functions; reloading\" addr=%s function=%s",
-                     log_val(conn->name), store_conn_library()->fn[c->script]);
-            if (store_conn_load_library(conn, on_setup_reply) < 0)
-                store_conn_set_fcall(conn, 0);
-        }
-        c->fn_retried = 1;
-    } else if (kind == METRICS_REDIS_NOPERM && (strstr(err, "fcall") || strstr(err, "FCALL"))) {
-        if (!conn->fcall_off) /* (once: the other calls in flight get it too) */
-            LOG_INFO("\"redis ACL refused FCALL: calling the scripts with EVALSHA\" addr=%s "
-                     "err=\"%s\"",
-                     log_val(conn->name), log_esc(err, strnlen(err, 200)));
-        store_conn_set_fcall(conn, 0);
-        conn->fcall_off = 1;
-        conn->fcall_off_auth = conn->env->auth_gen;
-    } else {
-        return 0;
-    }
-    resend(conn, c);
-    return 1;
-}
-
-/* Error replies that are not the script's answer. 1 when c was taken care of. */
+/* Error replies that are not the script's answer: store_conn_errors.c says
+ * what follows, this acts. 1 when c was taken care of. */
 static int handle_error(struct store_conn *conn, redisAsyncContext *ac, struct store_cmd *c,
                         const char *err)
 {
-    char host[256];
-    int ask, slot, port;
-    enum metrics_redis_error kind = store_error_kind(err);
+    const char *why = NULL;
+    struct store_cmd *m, *next;
 
-    if (c->fcall && fcall_failed(conn, ac, c, err, kind))
-        return 1;
-    if (kind == METRICS_REDIS_TRYAGAIN && c->batch) {
-        split_batch(conn, c);
-        return 1;
-    }
-    if (kind == METRICS_REDIS_TRYAGAIN && try_again(conn, c, kind))
-        return 1;
-    if (kind == METRICS_REDIS_NOSCRIPT)
-        METRIC_INC(redis_error_replies[kind]);
-    if (kind == METRICS_REDIS_NOSCRIPT && c->noscript_retried && !c->read) {
-        /* NOSCRIPT again after the script was loaded on this connection, in
-         * order: the reload does not stick, and every call would wait for
-         * reload round trips to fail anyway. Down (decisions fall back at
-         * once), tried again after the backoff, a probe first. */
-        char command[64];
-        size_t len;
-        const char *key = store_cmd_key(c, &len);
-
-        snprintf(command, sizeof(command), "EVALSHA %s", store_conn_script_names[c->script]);
-        METRIC_INC(redis_errors);
-        store_conn_bad(conn, kind, command, "NOSCRIPT right after SCRIPT LOAD",
-                       (int)util_redis_slot(key, len));
-        conn_lost(conn, ac, conn->last_err, 1);
-        store_cmd_fail(c, STORE_DOWN, "NOSCRIPT");
-        return 1;
-    }
-    if (kind == METRICS_REDIS_NOSCRIPT && !c->noscript_retried && !c->read) {
-        /* Redis lost its scripts (restart, failover, SCRIPT FLUSH): load the
-         * script again and retry; both go out in order on this connection. */
-        c->noscript_retried = 1;
-        LOG_INFO("\"redis lost its scripts; reloading\" addr=%s script=%s", log_val(conn->name),
-                 store_conn_script_names[c->script]);
-        if (redisAsyncCommand(ac, on_setup_reply, (void *)(intptr_t)c->script, "SCRIPT LOAD %s",
-                              store_conn_script_src[c->script]) == REDIS_OK) {
-            METRIC_INC(redis_commands);
-            conn->loading++;
-            resend(conn, c);
-            return 1;
+    switch (store_conn_error(conn, ac, c, err, on_setup_reply, conn->hooks->redirect, &why)) {
+    case STORE_CONN_ERR_ANSWER:
+        return 0;
+    case STORE_CONN_ERR_DONE:
+        break;
+    case STORE_CONN_ERR_RESEND:
+        resend(conn, c);
+        break;
+    case STORE_CONN_ERR_SPLIT: /* the batch owns nothing but itself */
+        m = c->members;
+        c->members = NULL;
+        store_cmd_free(c);
+        for (; m; m = next) {
+            next = m->mnext;
+            m->mnext = NULL;
+            resend(conn, m);
         }
-        METRIC_INC(redis_errors);
-        store_cmd_fail(c, STORE_DOWN, "send failed");
-        return 1;
-    }
-    if (conn->hooks->redirect &&
-        store_reply_redirect(err, conn->host, &ask, &slot, host, sizeof(host), &port) == 0) {
-        LOG_DEBUG("\"redis redirect\" from=%s err=\"%s\"", log_val(conn->name),
-                  log_esc(err, strlen(err)));
-        conn->hooks->redirect(conn->owner, conn, c, ask, slot, host, port);
-        return 1;
-    }
-    if (store_error_refusal(kind) && (!c->read || c->write)) {
-        /* Every call would get it (a replica, an ACL, a full Redis): down
-         * until a probe passes, not one refused call per decision. */
-        char command[64];
-        size_t len;
-        const char *key = store_cmd_key(c, &len);
-
-        snprintf(command, sizeof(command), "%s %s",
-                 c->read    ? "SET"
-                 : c->fcall ? "FCALL"
-                            : "EVALSHA",
-                 c->read ? "(new key)" : store_conn_script_names[c->script]);
-        METRIC_INC(redis_errors);
-        store_conn_note_error(conn, kind, err, command);
-        store_conn_refused(conn, kind, err, (int)util_redis_slot(key, len));
+        break;
+    case STORE_CONN_ERR_LOST:
         conn_lost(conn, ac, conn->last_err, 1);
-        store_cmd_fail(c, STORE_DOWN, metrics_redis_error_names[kind]);
-        return 1;
+        store_cmd_fail(c, STORE_DOWN, why);
+        break;
     }
-    return 0;
+    return 1;
 }
 
 /* The hash slot of c's key (a batch: its first member's). */
@@ -859,7 +590,8 @@ static void on_eval_reply(redisAsyncContext *ac, void *r, void *priv)
     }
     bad_script = c->script;
     if (reply->type == REDIS_REPLY_ARRAY && c->batch) {
-        clock_seen(conn, store_batch_reply(c, reply, now, &bad, &bad_script), c->sent_us, now);
+        store_conn_clock_seen(conn, store_batch_reply(c, reply, now, &bad, &bad_script), c->sent_us,
+                              now);
         if (bad)
             bad_slot = cmd_slot(c);
         store_cmd_free(c);
@@ -874,7 +606,7 @@ static void on_eval_reply(redisAsyncContext *ac, void *r, void *priv)
             res.status = STORE_ERR;
             res.err = bad;
         } else {
-            clock_seen(conn, store_reply_time_ms(c->script, &res), c->sent_us, now);
+            store_conn_clock_seen(conn, store_reply_time_ms(c->script, &res), c->sent_us, now);
         }
     } else {
         res.status = STORE_ERR;
@@ -1019,8 +751,8 @@ void store_conn_free(struct store_conn *conn)
         cmd_unlink(c);
         store_cmd_fail(c, STORE_DOWN, "connection closed");
     }
-    fail_list(queue_take(conn), "connection closed");
-    later_fail(conn, "connection closed");
+    store_conn_fail_list(queue_take(conn), "connection closed");
+    store_conn_later_fail(conn, "connection closed");
     store_conn_set_fcall(conn, 0);
     free(conn->host);
     free(conn->unix_path);
