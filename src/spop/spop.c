@@ -478,6 +478,54 @@ int spop_put_kv(struct spop_writer *w, const char *key, const struct spop_data *
 /* *m is filled in place (it is ~10 KB, too big to stage on the stack) and is
  * meaningless after an error; m->nargs is reset first so that a caller that
  * ignores the error at least sees no arguments. */
+/* The common string of a NOTIFY, inline: a one-byte length (< 240) and
+ * its bytes in bounds. Returns 1 with *s set and r advanced; 0, r
+ * untouched, for spop_get_str() to decide (longer, truncated, invalid). */
+static inline int get_short_str(struct spop_reader *r, struct spop_str *s)
+{
+    const uint8_t *p = r->p;
+
+    if (p == r->end || *p >= VARINT_ONE_BYTE_LIMIT || (size_t)(r->end - p - 1) < *p)
+        return 0;
+    s->ptr = (const char *)p + 1;
+    s->len = *p;
+    r->p = p + 1 + *p;
+    return 1;
+}
+
+/* spop_get_str() with get_short_str() first. */
+static inline int get_str_fast(struct spop_reader *r, struct spop_str *s)
+{
+    return get_short_str(r, s) ? SPOP_OK : spop_get_str(r, s);
+}
+
+/* spop_get_data() with its two common cases of a NOTIFY inline, giving
+ * the same *d: a short STR or BIN, and an IPV4. A failure leaves *d
+ * partly written (spop_message_next() then fails as a whole). */
+static inline int get_data_fast(struct spop_reader *r, struct spop_data *d)
+{
+    struct spop_reader c = *r;
+    uint8_t type;
+
+    if (c.p == c.end)
+        return SPOP_EINVAL;
+    type = *c.p++ & SPOP_DATA_TYPE_MASK;
+    if (type == SPOP_DATA_STR || type == SPOP_DATA_BIN) {
+        if (get_short_str(&c, &d->u.buf)) {
+            d->type = type;
+            *r = c;
+            return SPOP_OK;
+        }
+    } else if (type == SPOP_DATA_IPV4 && (size_t)(c.end - c.p) >= IPV4_SIZE) {
+        d->type = type;
+        memset(&d->u, 0, sizeof(d->u));
+        memcpy(d->u.ip, c.p, IPV4_SIZE);
+        r->p = c.p + IPV4_SIZE;
+        return SPOP_OK;
+    }
+    return spop_get_data(r, d);
+}
+
 int spop_message_next(struct spop_reader *r, struct spop_message *m)
 {
     struct spop_reader c = *r;
@@ -486,12 +534,12 @@ int spop_message_next(struct spop_reader *r, struct spop_message *m)
     m->nargs = 0;
     if (at_end(&c))
         return 0;
-    if (spop_get_str(&c, &m->name) < 0 || get_u8(&c, &nargs) < 0)
+    if (get_str_fast(&c, &m->name) < 0 || get_u8(&c, &nargs) < 0)
         return SPOP_EINVAL;
     for (unsigned i = 0; i < nargs; i++) {
         struct spop_arg *a = &m->args[i];
 
-        if (spop_get_str(&c, &a->name) < 0 || spop_get_data(&c, &a->value) < 0)
+        if (get_str_fast(&c, &a->name) < 0 || get_data_fast(&c, &a->value) < 0)
             return SPOP_EINVAL;
     }
     m->nargs = nargs;
