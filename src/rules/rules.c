@@ -464,7 +464,9 @@ static int match_message(const struct ruleset *rs, const struct spop_message *m,
     const struct config *cfg = rs->cfg;
     struct why why = {0};
     int named = 0, ret;
-    int release = rules_release_rule(cfg, (const char *)m->name.ptr, m->name.len);
+    int release = rs->has_concurrency
+                      ? rules_release_rule(cfg, (const char *)m->name.ptr, m->name.len)
+                      : -1;
 
     if (release >= 0) /* gives slots back: no rule counts it as a request */
         return rules_match_release(rs, m, (unsigned)release, ev);

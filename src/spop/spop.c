@@ -20,13 +20,13 @@
 
 #include "spop_int.h"
 
-/* Peers varint: values below 240 are one byte; longer ones carry 4 bits in
- * the first byte, then 7 bits per byte, the high bit meaning "more follows". */
-#define VARINT_ONE_BYTE_LIMIT 240
-#define VARINT_FIRST_MARK 0xf0
-#define VARINT_FIRST_BITS 4
-#define VARINT_GROUP_BITS 7
-#define VARINT_MORE 0x80
+/* Peers varint (spop.h: SPOP_VARINT_*): values below 240 are one byte;
+ * longer ones carry 4 bits in the first byte, then 7 bits per byte, the
+ * high bit meaning "more follows". */
+#define VARINT_ONE_BYTE_LIMIT SPOP_VARINT_ONE_BYTE_LIMIT
+#define VARINT_FIRST_BITS SPOP_VARINT_FIRST_BITS
+#define VARINT_GROUP_BITS SPOP_VARINT_GROUP_BITS
+#define VARINT_MORE SPOP_VARINT_MORE
 
 #define FLAGS_SIZE 4
 #define IPV4_SIZE 4
@@ -117,25 +117,12 @@ static int64_t u64_to_s64(uint64_t v)
 
 /* ---- varints ------------------------------------------------------------- */
 
-/* Encode v into out, which must hold SPOP_VARINT_MAX_LEN bytes; returns the
- * length. Encoding to a scratch buffer first lets callers reserve the exact
- * size at once, so a short writer never gets a partial varint. */
+/* spop_varint_encode() (spop.h): encoding to a scratch buffer first lets
+ * callers reserve the exact size at once, so a short writer never gets a
+ * partial varint. */
 static size_t varint_encode(uint8_t *out, uint64_t v)
 {
-    size_t n = 0;
-
-    if (v < VARINT_ONE_BYTE_LIMIT) {
-        out[n++] = (uint8_t)v;
-        return n;
-    }
-    out[n++] = (uint8_t)(v | VARINT_FIRST_MARK);
-    v = (v - VARINT_ONE_BYTE_LIMIT) >> VARINT_FIRST_BITS;
-    while (v >= VARINT_MORE) {
-        out[n++] = (uint8_t)(v | VARINT_MORE);
-        v = (v - VARINT_MORE) >> VARINT_GROUP_BITS;
-    }
-    out[n++] = (uint8_t)v;
-    return n;
+    return spop_varint_encode(out, v);
 }
 
 size_t spop_varint_len(uint64_t v)
