@@ -140,6 +140,8 @@ static uint64_t us_for_tokens(const struct bucket_params *p, double x)
  * so the second one, with its rounding, is skipped. */
 static uint64_t whole_snapped(double x)
 {
+    if (x >= 1 && x < 18446744073709551616.0)
+        return (uint64_t)x; /* truncation is floor() here: no call */
     double f = floor(x);
     if (f <= 0)
         return 0;
