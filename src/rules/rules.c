@@ -107,12 +107,22 @@ void rules_eval_move(struct rule_eval *dst, struct rule_eval *src)
     memset(src, 0, sizeof(*src));
 }
 
+/* memcmp(a, b, n) == 0 inline: an arg's name is a few bytes, shorter than
+ * the call. */
+static int same_bytes(const char *a, const char *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (a[i] != b[i])
+            return 0;
+    return 1;
+}
+
 /* The arg called name (len bytes) in m, or NULL. */
 static const struct spop_data *find_arg_len(const struct spop_message *m, const char *name,
                                             size_t len)
 {
     for (unsigned i = 0; i < m->nargs; i++)
-        if (m->args[i].name.len == len && memcmp(m->args[i].name.ptr, name, len) == 0)
+        if (m->args[i].name.len == len && same_bytes(m->args[i].name.ptr, name, len))
             return &m->args[i].value;
     return NULL;
 }
@@ -521,7 +531,9 @@ int rules_match(const struct ruleset *rs, const uint8_t *payload, size_t len, st
     int ret;
 
     rules_eval_reset(ev);
-    while ((ret = spop_message_next(&r, &m)) == 1) {
+    /* (at the end of the payload spop_message_next() returns 0: not called
+     * for that, once per NOTIFY) */
+    while ((ret = r.p < r.end ? spop_message_next(&r, &m) : 0) == 1) {
         int err = match_message(rs, &m, ev, sample, &sample_len);
         if (err)
             return err;
