@@ -50,7 +50,9 @@ static void fill_allowed(const struct lease_entry *e, uint64_t now_us, struct bu
 {
     double tnow = bucket_now(e, now_us);
     res->allowed = 1;
-    res->remaining = (uint64_t)floor(tnow + (double)e->tokens + 1e-9);
+    double level = tnow + (double)e->tokens + 1e-9;
+    /* the conversion truncates, which is floor() at or above 0 */
+    res->remaining = (uint64_t)(level >= 0 ? level : floor(level));
     res->reset_us = reset_estimate(e, now_us, tnow);
     res->retry_us = 0;
 }

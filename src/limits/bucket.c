@@ -40,6 +40,16 @@ const char *const bucket_algorithm_names[] = {[BUCKET_TOKEN_BUCKET] = "token-buc
 
 /* ---- arithmetic helpers ------------------------------------------------- */
 
+/* tolerance()'s integer test: below 2^36 tokens, num << 27 cannot wrap. */
+#define TOL_FAST_NUM_MAX ((uint64_t)1 << 36)
+#define TOL_FAST_SHIFT 27
+
+/* us_for_tokens()'s integer path (see there for why it is exact). */
+#define US_FAST_X_MAX 1048576.0 /* 2^20 tokens */
+#define US_FAST_LIMIT_MAX 100000000
+#define US_FAST_PERIOD_MAX ((uint64_t)1 << 44)
+#define US_FAST_NUM_MAX ((uint64_t)1 << 48)
+
 static uint64_t period_of(const struct bucket_params *p)
 {
     /* The config rejects an empty period; never divide by zero anyway. */
@@ -68,6 +78,10 @@ static double round_near(double x)
 /* x, or the integer next to it when closer than eps (or rounding noise). */
 static double snap(double x, double eps)
 {
+    /* an integer already (a full bucket, a whole take): round_near() would
+     * give x back, sign kept, at a distance of 0 */
+    if (fabs(x) < 4503599627370496.0 && (double)(int64_t)x == x)
+        return x;
     double r = round_near(x);
     double rel = fabs(x) * REL_EPS;
     /* fmax without its call: eps is never NaN, and a NaN x fails either way */
@@ -81,6 +95,12 @@ static double snap(double x, double eps)
  * while it holds a request. */
 static double tolerance(const struct bucket_params *p)
 {
+    /* The common case without the division: num / period >= 2^-27, so a
+     * quarter of it is at least 1.8e-9, above SNAP_EPS whatever the
+     * rounding (the formula below gives SNAP_EPS for it too). */
+    uint64_t num = p->algorithm == BUCKET_SLIDING_WINDOW ? 1 : p->limit;
+    if (num && num < TOL_FAST_NUM_MAX && period_of(p) <= num << TOL_FAST_SHIFT)
+        return SNAP_EPS;
     double per_us =
         (p->algorithm == BUCKET_SLIDING_WINDOW ? 1.0 : (double)p->limit) / (double)period_of(p);
     return per_us > 0 && per_us / 4 < SNAP_EPS ? per_us / 4 : SNAP_EPS; /* fmin, no call */
@@ -94,6 +114,21 @@ static uint64_t us_for_tokens(const struct bucket_params *p, double x)
         return 0;
     if (p->limit == 0)
         return MAX_WAIT_US;
+    /* Whole tokens under a rate whose N is at most 1e8, x * period below
+     * 2^48: the integer ceil(x * period / N), which is what the doubles
+     * give. x * period is exact in a double, and so is the quotient when N
+     * divides it; when it does not, the quotient is at least 1/N (>= 1e-8)
+     * from an integer, the division's rounding moves it by under 1/(32 N)
+     * and snap()'s eps, max(SNAP_EPS, q * REL_EPS) < 0.6/N, cannot reach
+     * an integer: the double's ceil is the next integer, as here. */
+    if (x < US_FAST_X_MAX && p->limit <= US_FAST_LIMIT_MAX) {
+        uint64_t xi = (uint64_t)x, per = period_of(p);
+        if ((double)xi == x && per < US_FAST_PERIOD_MAX) {
+            uint64_t num = xi * per; /* < 2^20 * 2^44: no wrap */
+            if (num < US_FAST_NUM_MAX)
+                return (num + p->limit - 1) / p->limit;
+        }
+    }
     double us = ceil(snap(x * (double)period_of(p) / (double)p->limit, SNAP_EPS));
     if (!(us < (double)MAX_WAIT_US))
         return MAX_WAIT_US;
@@ -105,6 +140,8 @@ static uint64_t us_for_tokens(const struct bucket_params *p, double x)
  * so the second one, with its rounding, is skipped. */
 static uint64_t whole_snapped(double x)
 {
+    if (x >= 1 && x < 18446744073709551616.0)
+        return (uint64_t)x; /* truncation is floor() here: no call */
     double f = floor(x);
     if (f <= 0)
         return 0;

@@ -107,12 +107,22 @@ void rules_eval_move(struct rule_eval *dst, struct rule_eval *src)
     memset(src, 0, sizeof(*src));
 }
 
+/* memcmp(a, b, n) == 0 inline: an arg's name is a few bytes, shorter than
+ * the call. */
+static int same_bytes(const char *a, const char *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (a[i] != b[i])
+            return 0;
+    return 1;
+}
+
 /* The arg called name (len bytes) in m, or NULL. */
 static const struct spop_data *find_arg_len(const struct spop_message *m, const char *name,
                                             size_t len)
 {
     for (unsigned i = 0; i < m->nargs; i++)
-        if (m->args[i].name.len == len && memcmp(m->args[i].name.ptr, name, len) == 0)
+        if (m->args[i].name.len == len && same_bytes(m->args[i].name.ptr, name, len))
             return &m->args[i].value;
     return NULL;
 }
@@ -404,26 +414,36 @@ static uint64_t request_cost(const struct cfg_rule *r, const struct spop_message
     return 1;
 }
 
-static int hits_push(struct rule_eval *ev, unsigned rule, size_t off, size_t len,
-                     const struct bucket_params *p, const struct bucket_params *b)
+/* Room for one more hit, not yet counted (ev->nhits), or NULL when out of
+ * memory: request_params() writes the request's limits into it in place,
+ * rather than into a copy that is then copied. */
+static struct rule_hit *hits_next(struct rule_eval *ev)
 {
     if (ev->nhits == ev->hits_cap) {
         size_t cap = ev->hits_cap ? ev->hits_cap * 2 : 8;
         struct rule_hit *grown = realloc(ev->hits, cap * sizeof(*grown));
         if (!grown)
-            return -ENOMEM;
+            return NULL;
         ev->hits = grown;
         ev->hits_cap = cap;
     }
-    struct rule_hit *h = &ev->hits[ev->nhits++];
-    memset(h, 0, sizeof(*h));
+    return &ev->hits[ev->nhits];
+}
+
+/* Count the hit hits_next() gave, its limits already in place: the other
+ * fields set, the outcome and the slot cleared (not the whole struct: its
+ * limits are most of it). */
+static void hits_push(struct rule_eval *ev, struct rule_hit *h, unsigned rule, size_t off,
+                      size_t len)
+{
     h->rule = rule;
     h->key_off = off;
     h->key_len = len;
-    h->params = *p;
-    h->backstop = *b;
     h->cost = 1;
-    return 0;
+    memset(&h->out, 0, sizeof(h->out));
+    h->slot_id = 0;
+    h->slot_src = 0;
+    ev->nhits++;
 }
 
 static int already_hit(const struct rule_eval *ev, unsigned rule)
@@ -454,13 +474,15 @@ static int match_message(const struct ruleset *rs, const struct spop_message *m,
     const struct config *cfg = rs->cfg;
     struct why why = {0};
     int named = 0, ret;
-    int release = rules_release_rule(cfg, (const char *)m->name.ptr, m->name.len);
+    int release = rs->has_concurrency
+                      ? rules_release_rule(cfg, (const char *)m->name.ptr, m->name.len)
+                      : -1;
 
     if (release >= 0) /* gives slots back: no rule counts it as a request */
         return rules_match_release(rs, m, (unsigned)release, ev);
     for (unsigned i = 0; i < cfg->nrules; i++) {
         const struct cfg_rule *rule = &cfg->rules[i];
-        struct bucket_params p, b;
+        struct rule_hit *h;
         size_t start = ev->keys_len, off, klen;
         int err = 0;
 
@@ -476,14 +498,16 @@ static int match_message(const struct ruleset *rs, const struct spop_message *m,
                 return err;
         } else if ((ret = build_key(ev, rule, m, &why)) < 0) {
             return ret;
-        } else if (ret == 1 && !request_params(rs, i, m, &p, &b, &why)) {
+        } else if (ret == 1 && !(h = hits_next(ev))) {
+            return -ENOMEM;
+        } else if (ret == 1 && !request_params(rs, i, m, &h->params, &h->backstop, &why)) {
             ev->keys_len = start;
         } else if (ret == 1) {
-            if (finish_key(ev, start, config_rule_per_request(rule) ? &p : NULL, cfg->max_key, &off,
-                           &klen) < 0 ||
-                hits_push(ev, i, off, klen, &p, &b) < 0)
+            if (finish_key(ev, start, config_rule_per_request(rule) ? &h->params : NULL,
+                           cfg->max_key, &off, &klen) < 0)
                 return -ENOMEM;
-            ev->hits[ev->nhits - 1].cost = request_cost(rule, m);
+            hits_push(ev, h, i, off, klen);
+            h->cost = request_cost(rule, m);
             continue;
         }
         if (why.absent)
@@ -507,7 +531,9 @@ int rules_match(const struct ruleset *rs, const uint8_t *payload, size_t len, st
     int ret;
 
     rules_eval_reset(ev);
-    while ((ret = spop_message_next(&r, &m)) == 1) {
+    /* (at the end of the payload spop_message_next() returns 0: not called
+     * for that, once per NOTIFY) */
+    while ((ret = r.p < r.end ? spop_message_next(&r, &m) : 0) == 1) {
         int err = match_message(rs, &m, ev, sample, &sample_len);
         if (err)
             return err;

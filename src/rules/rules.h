@@ -43,6 +43,9 @@ struct ruleset {
     struct metrics_rule **metrics;    /* per rule */
     struct rules_ack_head *ack_heads; /* per rule */
     uint64_t *bucket_seeds;           /* per rule: bucket_rule_seed() of its name */
+    /* Some rule is a concurrency rule: without one, no message is a release
+     * and no hit holds a slot (neither is looked for per request). */
+    int has_concurrency;
     atomic_int refs;
 };
 

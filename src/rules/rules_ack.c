@@ -194,13 +194,12 @@ static int put_tail(struct spop_writer *w, const struct rules_ack_head *ah, size
     if ((size_t)(w->end - p) <
         ah->tail_len + 2 * SPOP_VARINT_MAX_LEN + 1 + 3 + 2 * UTIL_U64_DEC_MAX)
         return 1;
-    struct spop_writer v = {p + TAIL_REMAINING, w->end};
     memcpy(p, ah->tail, TAIL_REMAINING);
-    (void)spop_put_varint(&v, remaining); /* room checked: in place */
-    memcpy(v.p, ah->tail + TAIL_REMAINING, TAIL_RESET);
-    v.p += TAIL_RESET;
-    (void)spop_put_varint(&v, reset);
-    p = v.p;
+    p += TAIL_REMAINING;
+    p += spop_varint_encode(p, remaining); /* room checked: in place */
+    memcpy(p, ah->tail + TAIL_REMAINING, TAIL_RESET);
+    p += TAIL_RESET;
+    p += spop_varint_encode(p, reset);
     memcpy(p, ah->tail + TAIL_REMAINING + TAIL_RESET, TAIL_RATELIMIT);
     p += TAIL_RATELIMIT;
     lenp = p++;
@@ -317,7 +316,7 @@ int rules_encode_actions(struct spop_writer *w, const struct ruleset *rs,
         degraded |= ev->hits[i].out.degraded;
     }
     ret = encode_full(w, rs, h, would_block, degraded);
-    if (ret == 0 && !(h && !h->out.res.allowed))
+    if (ret == 0 && rs->has_concurrency && !(h && !h->out.res.allowed))
         ret = put_slot(w, rs, ev);
     if (ret != SPOP_ENOSPC)
         return ret;
@@ -327,7 +326,7 @@ int rules_encode_actions(struct spop_writer *w, const struct ruleset *rs,
      * through: send the decision alone instead. */
     w->p = start;
     ret = encode_minimal(w, h);
-    if (ret == 0 && !(h && !h->out.res.allowed))
+    if (ret == 0 && rs->has_concurrency && !(h && !h->out.res.allowed))
         (void)put_slot(w, rs, ev); /* the decision is in: the slot too if it fits */
     if (ret == 0)
         METRIC_INC(acks_truncated);

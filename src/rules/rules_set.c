@@ -43,6 +43,8 @@ struct ruleset *ruleset_new(struct config *cfg)
         struct bucket_params *p = &rs->params[i];
 
         p->algorithm = r->algorithm;
+        if (r->algorithm == BUCKET_CONCURRENCY)
+            rs->has_concurrency = 1;
         /* A rule whose rate comes from an arg gets its ceiling here: what
          * requests get at most (the per-request limits are in the hits). */
         p->limit = r->rate_arg ? r->max_rate_n : r->rate_n;

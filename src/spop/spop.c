@@ -20,13 +20,13 @@
 
 #include "spop_int.h"
 
-/* Peers varint: values below 240 are one byte; longer ones carry 4 bits in
- * the first byte, then 7 bits per byte, the high bit meaning "more follows". */
-#define VARINT_ONE_BYTE_LIMIT 240
-#define VARINT_FIRST_MARK 0xf0
-#define VARINT_FIRST_BITS 4
-#define VARINT_GROUP_BITS 7
-#define VARINT_MORE 0x80
+/* Peers varint (spop.h: SPOP_VARINT_*): values below 240 are one byte;
+ * longer ones carry 4 bits in the first byte, then 7 bits per byte, the
+ * high bit meaning "more follows". */
+#define VARINT_ONE_BYTE_LIMIT SPOP_VARINT_ONE_BYTE_LIMIT
+#define VARINT_FIRST_BITS SPOP_VARINT_FIRST_BITS
+#define VARINT_GROUP_BITS SPOP_VARINT_GROUP_BITS
+#define VARINT_MORE SPOP_VARINT_MORE
 
 #define FLAGS_SIZE 4
 #define IPV4_SIZE 4
@@ -117,25 +117,12 @@ static int64_t u64_to_s64(uint64_t v)
 
 /* ---- varints ------------------------------------------------------------- */
 
-/* Encode v into out, which must hold SPOP_VARINT_MAX_LEN bytes; returns the
- * length. Encoding to a scratch buffer first lets callers reserve the exact
- * size at once, so a short writer never gets a partial varint. */
+/* spop_varint_encode() (spop.h): encoding to a scratch buffer first lets
+ * callers reserve the exact size at once, so a short writer never gets a
+ * partial varint. */
 static size_t varint_encode(uint8_t *out, uint64_t v)
 {
-    size_t n = 0;
-
-    if (v < VARINT_ONE_BYTE_LIMIT) {
-        out[n++] = (uint8_t)v;
-        return n;
-    }
-    out[n++] = (uint8_t)(v | VARINT_FIRST_MARK);
-    v = (v - VARINT_ONE_BYTE_LIMIT) >> VARINT_FIRST_BITS;
-    while (v >= VARINT_MORE) {
-        out[n++] = (uint8_t)(v | VARINT_MORE);
-        v = (v - VARINT_MORE) >> VARINT_GROUP_BITS;
-    }
-    out[n++] = (uint8_t)v;
-    return n;
+    return spop_varint_encode(out, v);
 }
 
 size_t spop_varint_len(uint64_t v)
@@ -478,6 +465,54 @@ int spop_put_kv(struct spop_writer *w, const char *key, const struct spop_data *
 /* *m is filled in place (it is ~10 KB, too big to stage on the stack) and is
  * meaningless after an error; m->nargs is reset first so that a caller that
  * ignores the error at least sees no arguments. */
+/* The common string of a NOTIFY, inline: a one-byte length (< 240) and
+ * its bytes in bounds. Returns 1 with *s set and r advanced; 0, r
+ * untouched, for spop_get_str() to decide (longer, truncated, invalid). */
+static inline int get_short_str(struct spop_reader *r, struct spop_str *s)
+{
+    const uint8_t *p = r->p;
+
+    if (p == r->end || *p >= VARINT_ONE_BYTE_LIMIT || (size_t)(r->end - p - 1) < *p)
+        return 0;
+    s->ptr = (const char *)p + 1;
+    s->len = *p;
+    r->p = p + 1 + *p;
+    return 1;
+}
+
+/* spop_get_str() with get_short_str() first. */
+static inline int get_str_fast(struct spop_reader *r, struct spop_str *s)
+{
+    return get_short_str(r, s) ? SPOP_OK : spop_get_str(r, s);
+}
+
+/* spop_get_data() with its two common cases of a NOTIFY inline, giving
+ * the same *d: a short STR or BIN, and an IPV4. A failure leaves *d
+ * partly written (spop_message_next() then fails as a whole). */
+static inline int get_data_fast(struct spop_reader *r, struct spop_data *d)
+{
+    struct spop_reader c = *r;
+    uint8_t type;
+
+    if (c.p == c.end)
+        return SPOP_EINVAL;
+    type = *c.p++ & SPOP_DATA_TYPE_MASK;
+    if (type == SPOP_DATA_STR || type == SPOP_DATA_BIN) {
+        if (get_short_str(&c, &d->u.buf)) {
+            d->type = type;
+            *r = c;
+            return SPOP_OK;
+        }
+    } else if (type == SPOP_DATA_IPV4 && (size_t)(c.end - c.p) >= IPV4_SIZE) {
+        d->type = type;
+        memset(&d->u, 0, sizeof(d->u));
+        memcpy(d->u.ip, c.p, IPV4_SIZE);
+        r->p = c.p + IPV4_SIZE;
+        return SPOP_OK;
+    }
+    return spop_get_data(r, d);
+}
+
 int spop_message_next(struct spop_reader *r, struct spop_message *m)
 {
     struct spop_reader c = *r;
@@ -486,12 +521,12 @@ int spop_message_next(struct spop_reader *r, struct spop_message *m)
     m->nargs = 0;
     if (at_end(&c))
         return 0;
-    if (spop_get_str(&c, &m->name) < 0 || get_u8(&c, &nargs) < 0)
+    if (get_str_fast(&c, &m->name) < 0 || get_u8(&c, &nargs) < 0)
         return SPOP_EINVAL;
     for (unsigned i = 0; i < nargs; i++) {
         struct spop_arg *a = &m->args[i];
 
-        if (spop_get_str(&c, &a->name) < 0 || spop_get_data(&c, &a->value) < 0)
+        if (get_str_fast(&c, &a->name) < 0 || get_data_fast(&c, &a->value) < 0)
             return SPOP_EINVAL;
     }
     m->nargs = nargs;

@@ -21,6 +21,11 @@
 #include <stdint.h>
 
 #define SPOP_VARINT_MAX_LEN 10  /* UINT64_MAX takes 10 bytes */
+#define SPOP_VARINT_ONE_BYTE_LIMIT 240
+#define SPOP_VARINT_FIRST_MARK 0xf0
+#define SPOP_VARINT_FIRST_BITS 4
+#define SPOP_VARINT_GROUP_BITS 7
+#define SPOP_VARINT_MORE 0x80
 #define SPOP_FRAME_LEN_SIZE 4   /* big-endian length prefix */
 #define SPOP_FRAME_MIN_LEN 7    /* type + flags + 2 one-byte varints */
 #define SPOP_MIN_FRAME_SIZE 256 /* smallest max-frame-size allowed */
@@ -176,6 +181,27 @@ struct spop_message {
 /* Decode a varint. SPOP_EINVAL if truncated or longer than 10 bytes (or if
  * it overflows 64 bits). */
 int spop_get_varint(struct spop_reader *r, uint64_t *v);
+
+/* Encode v into out, which must hold SPOP_VARINT_MAX_LEN bytes; returns the
+ * length. Inline for writers that checked their room once for a whole
+ * template (the ACK's remaining and reset). */
+static inline size_t spop_varint_encode(uint8_t *out, uint64_t v)
+{
+    size_t n = 0;
+
+    if (v < SPOP_VARINT_ONE_BYTE_LIMIT) {
+        out[n++] = (uint8_t)v;
+        return n;
+    }
+    out[n++] = (uint8_t)(v | SPOP_VARINT_FIRST_MARK);
+    v = (v - SPOP_VARINT_ONE_BYTE_LIMIT) >> SPOP_VARINT_FIRST_BITS;
+    while (v >= SPOP_VARINT_MORE) {
+        out[n++] = (uint8_t)(v | SPOP_VARINT_MORE);
+        v = (v - SPOP_VARINT_MORE) >> SPOP_VARINT_GROUP_BITS;
+    }
+    out[n++] = (uint8_t)v;
+    return n;
+}
 /* Encode a varint (1..10 bytes). */
 int spop_put_varint(struct spop_writer *w, uint64_t v);
 /* Number of bytes spop_put_varint() would write for v. */
