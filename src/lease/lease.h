@@ -147,6 +147,14 @@ void lease_timeout(struct lease_table *t, struct lease_job *job, struct lease_wa
  * Jobs to send are prepended to *jobs. */
 void lease_tick(struct lease_table *t, uint64_t now_us, int redis_up, struct lease_job **jobs);
 
+/* The reply v (n values, enum script_exact_reply) of the exact call that
+ * decided a request of key (a cost its lease did not hold): what Redis
+ * says of the bucket is kept for the estimates, as from a claim, so that
+ * lease_tick() tops the key up when it is busy. Without it a key whose
+ * requests all cost more than one never held a lease: one call each. */
+void lease_note_exact(struct lease_table *t, const char *key, size_t keylen, const int64_t *v,
+                      int n, uint64_t now_us);
+
 /* At shutdown: give back every lease that holds tokens (entries with a job
  * in flight are skipped: call again once their replies arrived). */
 void lease_drain(struct lease_table *t, uint64_t now_us, struct lease_job **jobs);

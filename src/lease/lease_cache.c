@@ -94,6 +94,11 @@ static uint64_t claim_size(const struct lease_table *t, const struct lease_entry
     }
     if (want > cap)
         want = cap;
+    /* Ahead of need, a key whose requests cost c > 1 claims c or more: a
+     * lease short of one request's cost strands what it holds, and the
+     * request goes to Redis anyway. */
+    if (!e->nwait && want < (double)e->cost)
+        want = 0;
     if (want < (e->nwait ? 1 : 0))
         want = 1;
     return want < 0 ? 0 : (uint64_t)want;
@@ -245,6 +250,7 @@ int lease_decide_cost(struct lease_table *t, const char *key, size_t keylen,
     /* demand in tokens, so that claims are sized for the costs (saturated) */
     e->hits = need > UINT32_MAX - e->hits ? UINT32_MAX : e->hits + (uint32_t)need;
     e->last_hit_us = now_us;
+    e->cost = need > UINT32_MAX ? UINT32_MAX : (uint32_t)need;
     if (e->seen++ == 0)
         e->first_us = now_us;
     e->rl_hits++;
@@ -672,6 +678,25 @@ void lease_note_refund(struct lease_table *t, const char *key, size_t keylen, ui
     struct lease_entry *e = lease_entry_find(s, h, key, keylen);
     if (e && e->known && e->algorithm == BUCKET_TOKEN_BUCKET) {
         e->t_last = (double)(remaining < e->burst ? remaining : e->burst);
+        e->reply_us = now_us;
+    }
+    pthread_mutex_unlock(&s->lock);
+}
+
+void lease_note_exact(struct lease_table *t, const char *key, size_t keylen, const int64_t *v,
+                      int n, uint64_t now_us)
+{
+    uint64_t h = util_hash_mix(util_hash_words(UTIL_HASH_INIT, key, keylen));
+    struct lease_stripe *s = &t->stripes[util_stripe(h, t->nstripes)];
+
+    if (n < EXACT_R_COUNT)
+        return;
+    pthread_mutex_lock(&s->lock);
+    struct lease_entry *e = lease_entry_find(s, h, key, keylen);
+    if (e) { /* what others hold, it does not say: the last claim's word stays */
+        e->known = 1;
+        e->t_last = (double)nonneg(v[EXACT_R_REMAINING]);
+        e->reset_ms = ms_capped(v[EXACT_R_RESET_MS]);
         e->reply_us = now_us;
     }
     pthread_mutex_unlock(&s->lock);

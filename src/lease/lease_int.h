@@ -68,6 +68,7 @@ struct lease_entry {
     uint64_t slice;     /* capacity: Redis' `mine` */
     /* demand over a longer run than one tick, to find warm keys */
     uint32_t seen;        /* decisions since the entry was made */
+    uint32_t cost;        /* the last decision's cost (a check counts 1) */
     uint64_t first_us;    /* the first of them */
     uint32_t rl_hits;     /* decisions since the last rate lease call */
     uint64_t rl_since_us; /* that call */

@@ -209,6 +209,8 @@ struct rjob *core_reply(struct limiter_core *c, struct rjob *j, const struct sto
     int ok = res && res->status == STORE_OK;
 
     if (j->kind == RJOB_EXACT) {
+        if (ok && j->leased) /* the lease's estimates: its tick may claim */
+            lease_note_exact(c->leases, j->key, j->keylen, res->v, res->n, now_us);
         if (j->w)
             exact_reply(c, j->w, ok ? res : NULL, now_us);
         free(j);
@@ -304,13 +306,14 @@ static int reserve_waiters(struct limiter_req *req)
 /* Hit k with one exact script call (a rule with lease = off, or a cost its
  * lease does not hold), to out.
  * Returns 0 when queued, -1 when it cannot be (Redis down, out of memory). */
-static int queue_exact(struct limiter_req *req, const struct hit_keys *k, int ask,
+static int queue_exact(struct limiter_req *req, const struct hit_keys *k, int leased, int ask,
                        struct core_jobs *out)
 {
     struct rjob *j = ask ? core_key_call(RJOB_EXACT, k->h, k->redis, k->redis_len) : NULL;
 
     if (!j)
         return -1;
+    j->leased = leased;
     j->w = &req->waiters[k->i];
     core_jobs_push(out, j);
     return 0;
@@ -326,7 +329,7 @@ static int decide_leased(struct limiter_core *c, struct limiter_req *req, const 
                               &req->waiters[k->i], &h->out.res, &lj);
 
     if (v == LEASE_EXACT) /* a cost the lease does not hold */
-        v = queue_exact(req, k, ask, out) == 0 ? LEASE_PENDING : LEASE_DOWN;
+        v = queue_exact(req, k, 1, ask, out) == 0 ? LEASE_PENDING : LEASE_DOWN;
     if (v == LEASE_DONE)
         note_charged(&h->out, RULE_CHARGED_LEASE, now_us);
     if (v == LEASE_DOWN)
@@ -353,7 +356,7 @@ static int decide_hit(struct limiter_core *c, struct limiter_req *req, const str
             return 0;
     } else if (k->redis && k->r->lease) {
         return decide_leased(c, req, k, now_us, ask, out);
-    } else if (k->redis && queue_exact(req, k, ask, out) == 0) {
+    } else if (k->redis && queue_exact(req, k, 0, ask, out) == 0) {
         return 0;
     }
     fallback(c, req, k, now_us); /* no key, or no call to be made */

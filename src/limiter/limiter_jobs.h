@@ -78,6 +78,7 @@ struct rjob {
     uint64_t cost;          /* RJOB_EXACT: tokens the request takes;
                                RJOB_REFUND: tokens given back */
     uint64_t block_ms;      /* RJOB_EXACT: the rule's block_for (0: none) */
+    int leased;             /* RJOB_EXACT: for a leased key (lease_note_exact) */
     uint64_t taken_ms;      /* RJOB_REFUND: EXACT_R_TIME_MS of the take */
     uint64_t slot_id;       /* RJOB_CC, RJOB_CC_RELEASE */
     struct metrics_rule *m; /* RJOB_REFUND, RJOB_CC, RJOB_CC_RELEASE: the rule's

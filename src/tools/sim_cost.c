@@ -34,6 +34,7 @@
 struct exact_call {
     struct lease_job j; /* first */
     struct wait *w;
+    unsigned ai; /* the agent that sent it */
     char key[KEYBUF];
 };
 
@@ -90,6 +91,7 @@ void sim_cost_exact(struct sim *s, unsigned ai, const char *name, size_t len, st
     }
     memcpy(x->key, name, len);
     x->w = w;
+    x->ai = ai;
     x->j.kind = LEASE_JOB_EXACT;
     x->j.algorithm = s->p.algorithm;
     x->j.limit = s->p.limit;
@@ -129,6 +131,9 @@ struct wait *sim_cost_reply(struct sim *s, struct lease_job *j, int ok, const in
     struct wait *w = x->w;
 
     w->out.allowed = ok && nv >= EXACT_R_COUNT && v[EXACT_R_ALLOWED] == 1;
+    /* limiter_core.c: a leased key's exact reply feeds its lease's estimates */
+    if (ok && !s->o->lease_off)
+        lease_note_exact(s->agents[x->ai].leases, x->key, x->j.keylen, v, nv, s->now);
     if (!(ok && nv >= EXACT_R_COUNT))
         w->w.fallback = 1;
     free(x);

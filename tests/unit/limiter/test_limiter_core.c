@@ -258,6 +258,56 @@ END_TEST
 
 /* ---- exact calls, block_for ----------------------------------------------- */
 
+/* A leased key whose requests all cost 3: each is one exact call until the
+ * lease's tick, told of the bucket by those calls' replies, claims for the
+ * key; then its requests are decided from the lease, with no call. */
+START_TEST(cost_gets_a_lease)
+{
+    struct world w;
+    const char *kv[] = {"key", "k", "cost", "3"};
+    const int64_t took[EXACT_R_COUNT] = {1, 994, 0, 6, 100000};
+
+    world_open(&w,
+               "[rule:a]\nkey = key\nrate = 10000/1s\nburst = 1000\ncost = arg:cost\n"
+               "max_cost = 10\n",
+               1, 1);
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(decide(&w, kv, 2, T0 + (uint64_t)i * MS, 1), -1);
+        struct rjob *j = next_job(&w);
+        ck_assert_int_eq(j->kind, RJOB_EXACT); /* the lease holds nothing */
+        ck_assert_uint_eq(j->cost, 3);
+        ck_assert_int_eq(j->leased, 1);
+        ck_assert_ptr_null(
+            answer(&w, j, STORE_OK, took, EXACT_R_COUNT, T0 + (uint64_t)i * MS + 200));
+        ck_assert(hit(&w, 0)->out.res.allowed);
+    }
+    /* the tick: a busy key the exact replies told of, holding nothing */
+    struct lease_job *lj = NULL;
+    lease_tick(w.c.leases, T0 + 100 * MS, 1, &lj);
+    ck_assert_ptr_nonnull(lj);
+    ck_assert_int_eq(lj->kind, LEASE_JOB_CLAIM);
+    ck_assert_uint_ge(lj->want, 3);
+    lj->sent_us = T0 + 100 * MS;
+    const int64_t claim[CLAIM_R_COUNT] = {12, 982, 12, 1, 0, 12, 1000, 12, 0, 0};
+    ck_assert_ptr_null(
+        answer(&w, core_lease_rjob(lj), STORE_OK, claim, CLAIM_R_COUNT, T0 + 100 * MS + 200));
+    for (int i = 0; i < 4; i++) { /* 12 tokens: four requests of 3, no call */
+        ck_assert_int_eq(decide(&w, kv, 2, T0 + 101 * MS, 1), 1);
+        ck_assert(hit(&w, 0)->out.res.allowed);
+        ck_assert_int_eq(hit(&w, 0)->out.charged, RULE_CHARGED_LEASE);
+        if (w.jobs.head) { /* at most a top-up ahead of need, never an exact call */
+            struct rjob *j = next_job(&w);
+            ck_assert_int_eq(j->kind, RJOB_LEASE);
+            ck_assert_int_eq(j->lj->kind, LEASE_JOB_CLAIM);
+            j->lj->sent_us = T0 + 101 * MS;
+            const int64_t none[CLAIM_R_COUNT] = {0, 982, 12, 1, 0, 12, 1000, 12, 0, 0};
+            ck_assert_ptr_null(answer(&w, j, STORE_OK, none, CLAIM_R_COUNT, T0 + 101 * MS));
+        }
+    }
+    world_close(&w);
+}
+END_TEST
+
 START_TEST(exact_block_for)
 {
     struct world w;
@@ -431,7 +481,8 @@ int main(void)
     TCase *tc = tcase_create("core");
 
     CHECK_ADD(tc, standalone_cost, standalone_fixed_window_wall, cold_first_set,
-              hot_lease_then_negative_cache, exact_block_for, fallback_down_failed_timeout,
-              concurrency_slots, all_or_nothing_local, all_or_nothing_redis);
+              hot_lease_then_negative_cache, cost_gets_a_lease, exact_block_for,
+              fallback_down_failed_timeout, concurrency_slots, all_or_nothing_local,
+              all_or_nothing_redis);
     return check_run_case("limiter_core", tc);
 }
