@@ -90,7 +90,8 @@ void core_settle(struct limiter_core *c, struct limiter_req *req, uint64_t now_u
 {
     const struct ruleset *rs = req->rs;
 
-    core_cc_settle(c, req, now_us, up, out); /* slots go back whatever charge says */
+    if (rs->has_concurrency) /* slots go back whatever charge says */
+        core_cc_settle(c, req, now_us, up, out);
 
     /* One hit has nothing to give back (blocked, it took nothing; a shadow
      * one keeps its charge): no search for the deciding hit then. */

@@ -370,7 +370,15 @@ long core_decide(struct limiter_core *c, struct limiter_req *req, uint64_t now_u
 
     if (req->ev.nreleases) /* release messages: never waited for */
         core_cc_releases(c, req, now_us, up, out);
-    if (c->redis && reserve_waiters(req) < 0)
+    if (!c->redis) { /* at once, nothing waits: no waiter, no count */
+        for (size_t i = 0; i < req->ev.nhits; i++) {
+            struct hit_keys k;
+            core_hit_keys(c, req, i, now_us, &k);
+            decide_standalone(c, req, &k, now_us);
+        }
+        return (long)req->ev.nhits;
+    }
+    if (reserve_waiters(req) < 0)
         return -1;
     /* One count per hit still to decide, and one held by this call, so that
      * replies arriving meanwhile cannot complete req before it returns. No
@@ -380,12 +388,7 @@ long core_decide(struct limiter_core *c, struct limiter_req *req, uint64_t now_u
     for (size_t i = 0; i < req->ev.nhits; i++) {
         struct hit_keys k;
         core_hit_keys(c, req, i, now_us, &k);
-        if (!c->redis) {
-            decide_standalone(c, req, &k, now_us);
-            decided++;
-        } else {
-            decided += (unsigned)decide_hit(c, req, &k, now_us, ask, out);
-        }
+        decided += (unsigned)decide_hit(c, req, &k, now_us, ask, out);
         core_hit_keys_free(&k);
     }
     return (long)decided;
