@@ -34,9 +34,14 @@ static uint64_t thread_cpu_us(void)
 
 #define BUDGET_DOC "(doc/configuration.md, \"The budget of a rule set\")"
 
-static const struct cfg_budget defaults = {CFG_BUDGET_PATTERN_BYTES, CFG_BUDGET_COMPILED_BYTES,
-                                           CFG_BUDGET_COMPILE_MS};
-static struct cfg_budget budget = defaults;
+/* (a macro: a static's initializer must be a constant expression, and
+ * another object is not one in C, whatever gcc lets through) */
+#define BUDGET_DEFAULTS                                                                            \
+    {                                                                                              \
+        CFG_BUDGET_PATTERN_BYTES, CFG_BUDGET_COMPILED_BYTES, CFG_BUDGET_COMPILE_MS                 \
+    }
+static const struct cfg_budget defaults = BUDGET_DEFAULTS;
+static struct cfg_budget budget = BUDGET_DEFAULTS;
 
 void config_budget_set(const struct cfg_budget *b)
 {
