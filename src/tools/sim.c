@@ -37,7 +37,7 @@ struct cli {
     char rtt[32], redis_op[32], spike[96], tail[32], rate_leases[8], rate_ttl[32];
     char stall[96], timeout[32], share[32];
     unsigned regions;
-    char global_rtt[32], global_down[96];
+    char global_rtt[32], global_down[96], global_restart[32], claimer_kill[96];
     char cost[48], block_for[32], lease[8], cc[16], service[32]; /* sim_cost.c, sim_cc.c */
     uint64_t seed;
     const char *trace_path, *svg;
@@ -80,7 +80,9 @@ static void usage(FILE *f)
           "  --regions R         one scope = global rule over R regions (--agents per\n"
           "                      region, each region its own Redis and one claimer),\n"
           "                      fed from a global Redis --global-rtt away (40ms); it\n"
-          "                      refuses calls from START for LEN (--global-down)\n"
+          "                      refuses calls from START for LEN (--global-down),\n"
+          "                      restarts empty at AT (--global-restart); --claimer-kill\n"
+          "                      R:AT[:LEN]: region R's claimer dies at AT (sim_region_fail.c)\n"
           "  --cost N|MIN:MAX    each request takes N tokens (uniform in MIN..MAX); the\n"
           "                      bound is checked in tokens\n"
           "  --block-for D       the rule's block_for: a denial blocks the key for D\n"
@@ -130,6 +132,11 @@ static int parse_spike(const char *s, struct sim_opts *o)
         parse_us(every, &o->spike_every_us) < 0 || o->spike_every_us == 0)
         return -1;
     return 0;
+}
+
+int sim_parse_us(const char *s, uint64_t *us)
+{
+    return parse_us(s, us);
 }
 
 /* --global-down START:LEN (or START,LEN) */
@@ -239,6 +246,8 @@ static int build(const struct cli *c, const struct sim_trace *trace, struct sim_
         snprintf(err, errlen, "bad --global-rtt or --global-down (START:LEN, e.g. 5s:5s)");
         return -1;
     }
+    if (o->regions && sim_region_fail_opts(c->global_restart, c->claimer_kill, o, err, errlen) < 0)
+        return -1;
     if (o->regions && sim_region_check(o, trace != NULL, err, errlen) < 0)
         return -1;
     if (sim_models_check(o, err, errlen) < 0)
@@ -438,6 +447,8 @@ static int parse_cli(int argc, char **argv, struct cli *c)
         O_REGIONS,
         O_GLOBAL_RTT,
         O_GLOBAL_DOWN,
+        O_GLOBAL_RESTART,
+        O_CLAIMER_KILL,
         O_COST,
         O_BLOCK_FOR,
         O_LEASE,
@@ -476,6 +487,8 @@ static int parse_cli(int argc, char **argv, struct cli *c)
                                          {"regions", 1, 0, O_REGIONS},
                                          {"global-rtt", 1, 0, O_GLOBAL_RTT},
                                          {"global-down", 1, 0, O_GLOBAL_DOWN},
+                                         {"global-restart", 1, 0, O_GLOBAL_RESTART},
+                                         {"claimer-kill", 1, 0, O_CLAIMER_KILL},
                                          {"cost", 1, 0, O_COST},
                                          {"block-for", 1, 0, O_BLOCK_FOR},
                                          {"lease", 1, 0, O_LEASE},
@@ -561,6 +574,12 @@ static int parse_cli(int argc, char **argv, struct cli *c)
             break;
         case O_GLOBAL_DOWN:
             COPY(c->global_down);
+            break;
+        case O_GLOBAL_RESTART:
+            COPY(c->global_restart);
+            break;
+        case O_CLAIMER_KILL:
+            COPY(c->claimer_kill);
             break;
         case O_COST:
             COPY(c->cost);
@@ -763,7 +782,7 @@ int main(int argc, char **argv)
                     st->outside_worst_window_excess);
             rc = 3;
         } else if (r[n].worst_window_excess > 1e-9 && bounded && !o[n].stall_len_us &&
-                   !o[n].global_down_len_us) { /* (a global outage's allowance is printed) */
+                   !o[n].global_down_len_us && !o[n].global_restart) { /* (their allowance) */
             fprintf(stderr, "spoa-sim: the bound b + r*T was exceeded by %.3f requests\n",
                     r[n].worst_window_excess);
             rc = 3;
