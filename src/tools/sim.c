@@ -96,27 +96,6 @@ static void usage(FILE *f)
           f);
 }
 
-/* "0.3ms", "250us", "1s": microseconds. */
-static int parse_us(const char *s, uint64_t *us)
-{
-    static const struct {
-        const char *unit;
-        double mult;
-    } units[] = {{"us", 1}, {"ms", 1e3}, {"s", 1e6}, {"m", 6e7}};
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (end == s || errno || !(v >= 0) || v > 1e12)
-        return -1;
-    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
-        if (strcmp(end, units[i].unit) == 0) {
-            *us = (uint64_t)llround(v * units[i].mult);
-            return 0;
-        }
-    }
-    return -1;
-}
-
 static int parse_spike(const char *s, struct sim_opts *o)
 {
     char buf[96], *len, *every;
@@ -128,15 +107,10 @@ static int parse_spike(const char *s, struct sim_opts *o)
         return -1;
     *every++ = '\0';
     o->spike_factor = strtod(buf, NULL);
-    if (!(o->spike_factor >= 1) || parse_us(len, &o->spike_len_us) < 0 ||
-        parse_us(every, &o->spike_every_us) < 0 || o->spike_every_us == 0)
+    if (!(o->spike_factor >= 1) || sim_parse_us(len, &o->spike_len_us) < 0 ||
+        sim_parse_us(every, &o->spike_every_us) < 0 || o->spike_every_us == 0)
         return -1;
     return 0;
-}
-
-int sim_parse_us(const char *s, uint64_t *us)
-{
-    return parse_us(s, us);
 }
 
 /* --global-down START:LEN (or START,LEN) */
@@ -147,8 +121,8 @@ static int parse_down(const char *s, struct sim_opts *o)
     if (!(len = strpbrk(buf, ":,")))
         return -1;
     *len++ = '\0';
-    if (parse_us(buf, &o->global_down_start_us) < 0 || parse_us(len, &o->global_down_len_us) < 0 ||
-        o->global_down_len_us == 0)
+    if (sim_parse_us(buf, &o->global_down_start_us) < 0 ||
+        sim_parse_us(len, &o->global_down_len_us) < 0 || o->global_down_len_us == 0)
         return -1;
     return 0;
 }
@@ -160,7 +134,7 @@ static int parse_stall(const char *s, struct sim_opts *o)
     if (!(len = strchr(buf, ',')))
         return -1;
     *len++ = '\0';
-    if (parse_us(buf, &o->stall_start_us) < 0 || parse_us(len, &o->stall_len_us) < 0 ||
+    if (sim_parse_us(buf, &o->stall_start_us) < 0 || sim_parse_us(len, &o->stall_len_us) < 0 ||
         o->stall_len_us == 0)
         return -1;
     return 0;
@@ -213,7 +187,7 @@ static int build(const struct cli *c, const struct sim_trace *trace, struct sim_
     o->backstop = rs->backstop[0];
     o->block_ms = rs->params[0].block_ms;
     ruleset_unref(rs);
-    if (parse_us(c->service, &o->service_us) < 0)
+    if (sim_parse_us(c->service, &o->service_us) < 0)
         o->service_us = 0; /* refused with --concurrency */
     if (sim_models_opts(c->cost, c->lease, c->cc, o, err, errlen) < 0)
         return -1;
@@ -227,8 +201,8 @@ static int build(const struct cli *c, const struct sim_trace *trace, struct sim_
     o->seed = c->seed;
     o->trace = trace;
     o->policy = c->policy;
-    if (parse_us(c->rtt, &o->rtt_us) < 0 || parse_us(c->redis_op, &o->redis_op_us) < 0 ||
-        parse_us(c->tail, &o->tail_us) < 0) {
+    if (sim_parse_us(c->rtt, &o->rtt_us) < 0 || sim_parse_us(c->redis_op, &o->redis_op_us) < 0 ||
+        sim_parse_us(c->tail, &o->tail_us) < 0) {
         snprintf(err, errlen, "bad --rtt, --redis-op or --tail duration (e.g. 0.3ms, 250us)");
         return -1;
     }
@@ -241,7 +215,7 @@ static int build(const struct cli *c, const struct sim_trace *trace, struct sim_
         return -1;
     }
     o->regions = c->regions;
-    if (o->regions && (parse_us(c->global_rtt, &o->global_rtt_us) < 0 ||
+    if (o->regions && (sim_parse_us(c->global_rtt, &o->global_rtt_us) < 0 ||
                        (c->global_down[0] && parse_down(c->global_down, o) < 0))) {
         snprintf(err, errlen, "bad --global-rtt or --global-down (START:LEN, e.g. 5s:5s)");
         return -1;
@@ -289,7 +263,7 @@ static int set_swept(struct cli *c, const char *name, const char *v, double *x)
                     : name[1] == 'a' ? c->rate_ttl
                                      : c->rtt;
         snprintf(dst, 32, "%s", v);
-        if (parse_us(v, &us) < 0)
+        if (sim_parse_us(v, &us) < 0)
             return -1;
         *x = (double)us / 1000;
         return 0;

@@ -502,11 +502,10 @@ static void on_reply(struct sim *s, unsigned ri, int failed)
         x->granted += st->granted;
         x->returned += st->ret;
         /* the deadline, in the regional bucket: no grant a regional ttl before it */
-        int64_t dl = !g->dl_rule                    ? 0
+        int64_t dl = !g->dl_rule                   ? 0
                      : st->deadline > s->lc.ttl_us ? (int64_t)(st->deadline - s->lc.ttl_us)
-                                                    : -1;
-        if ((st->pool || dl) &&
-            sim_region_pool(s, R, k, (int64_t)st->pool, s->p.burst, dl, v) == 0)
+                                                   : -1;
+        if ((st->pool || dl) && sim_region_pool(s, R, k, (int64_t)st->pool, s->p.burst, dl, v) == 0)
             st->pool -= (uint64_t)v[0];
     }
 }

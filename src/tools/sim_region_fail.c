@@ -11,7 +11,7 @@
  *   one region's Redis restarted empty). The claimers' later reports err
  *   towards "still held" (the new bucket caps them at what it counts).
  *
- * - --claimer-kill R:AT[:LEN]: region R's claimer dies at AT: its grants in
+ * - --claimer-kill R:AT[:LEN][:nodeadline]: region R's claimer dies at AT: its grants in
  *   flight are lost, its memory (deadlines, what the global bucket counts
  *   the region holds, grants not deposited) with it. Its lease lock in the
  *   regional Redis, renewed at every tick, lasts lock_ttl = global ttl -
@@ -23,7 +23,7 @@
  *   design's rule, the deadline stored there (dl: the regional bucket grants
  *   nothing from dl = deadline - regional ttl on, the free tokens go; a
  *   guard run before each agent's regional call stands for the regional
- *   script reading it). Without the rule (claimer_no_deadline) the region
+ *   script reading it). Without the rule (:nodeadline) the region
  *   spends what it held past the global lease's expiry, when the global
  *   bucket has counted it spent and given it out again: the bound b + r*T
  *   breaks, by up to what the region held.
@@ -48,8 +48,12 @@ int sim_region_fail_opts(const char *restart, const char *kill, struct sim_opts 
         o->global_restart = 1;
     }
     if (kill[0]) {
-        char buf[96], *at, *len, *end;
+        char buf[96], *at, *len, *end, *off;
         snprintf(buf, sizeof(buf), "%s", kill);
+        if ((off = strstr(buf, ":nodeadline")) && off[11] == '\0') { /* the rule off */
+            *off = '\0';
+            o->claimer_no_deadline = 1;
+        }
         unsigned long r = strtoul(buf, &end, 10);
         at = end != buf && *end == ':' ? end + 1 : NULL;
         len = at ? strchr(at, ':') : NULL;
@@ -57,8 +61,9 @@ int sim_region_fail_opts(const char *restart, const char *kill, struct sim_opts 
             *len++ = '\0';
         if (!at || r >= o->regions || sim_parse_us(at, &o->claimer_kill_at_us) < 0 ||
             (len && sim_parse_us(len, &o->claimer_kill_len_us) < 0)) {
-            snprintf(err, errlen, "bad --claimer-kill: want R:AT[:LEN], R < --regions "
-                                  "(e.g. 1:5s)");
+            snprintf(err, errlen,
+                     "bad --claimer-kill: want R:AT[:LEN][:nodeadline], "
+                     "R < --regions (e.g. 1:5s)");
             return -1;
         }
         o->claimer_kill_region = (unsigned)r;
@@ -77,8 +82,7 @@ void sim_region_fail_setup(struct sim *s)
     g->dl_rule = o->claimer_kill && !o->claimer_no_deadline;
     if (o->global_restart) {
         s->res->regions.restart_allowance = (double)s->p.burst;
-        sim_fleet_push(s, SIM_T0_US + o->global_restart_us, EV_REGION, 0, NULL,
-                       SIM_REGION_RESTART);
+        sim_fleet_push(s, SIM_T0_US + o->global_restart_us, EV_REGION, 0, NULL, SIM_REGION_RESTART);
     }
     if (o->claimer_kill) {
         s->res->regions.lock_ttl_ms = (double)g->lock_ttl_us / 1000.0;
@@ -139,8 +143,7 @@ int sim_region_fail_tick(struct sim *s, struct region *R)
         return 1;
     R->dead = 0;
     R->down = 0;
-    s->res->regions.takeover_ms =
-        (double)(s->now - SIM_T0_US - s->o->claimer_kill_at_us) / 1000.0;
+    s->res->regions.takeover_ms = (double)(s->now - SIM_T0_US - s->o->claimer_kill_at_us) / 1000.0;
     for (size_t i = 0; i < R->nactive; i++) { /* what the regional Redis says, nothing more */
         uint32_t k = R->active[i];
         struct rkey *st = &R->k[k];

@@ -69,6 +69,4 @@ void sim_region_fail_setup(struct sim *s);
 void sim_region_fail_event(struct sim *s, unsigned region, uint32_t what);
 int sim_region_fail_tick(struct sim *s, struct region *R);
 
-
-
 #endif
