@@ -37,7 +37,7 @@ struct cli {
     char rtt[32], redis_op[32], spike[96], tail[32], rate_leases[8], rate_ttl[32];
     char stall[96], timeout[32], share[32];
     unsigned regions;
-    char global_rtt[32], global_down[96];
+    char global_rtt[32], global_down[96], global_restart[32], claimer_kill[96];
     char cost[48], block_for[32], lease[8], cc[16], service[32]; /* sim_cost.c, sim_cc.c */
     uint64_t seed;
     const char *trace_path, *svg;
@@ -80,7 +80,9 @@ static void usage(FILE *f)
           "  --regions R         one scope = global rule over R regions (--agents per\n"
           "                      region, each region its own Redis and one claimer),\n"
           "                      fed from a global Redis --global-rtt away (40ms); it\n"
-          "                      refuses calls from START for LEN (--global-down)\n"
+          "                      refuses calls from START for LEN (--global-down),\n"
+          "                      restarts empty at AT (--global-restart); --claimer-kill\n"
+          "                      R:AT[:LEN]: region R's claimer dies at AT (sim_region_fail.c)\n"
           "  --cost N|MIN:MAX    each request takes N tokens (uniform in MIN..MAX); the\n"
           "                      bound is checked in tokens\n"
           "  --block-for D       the rule's block_for: a denial blocks the key for D\n"
@@ -94,27 +96,6 @@ static void usage(FILE *f)
           f);
 }
 
-/* "0.3ms", "250us", "1s": microseconds. */
-static int parse_us(const char *s, uint64_t *us)
-{
-    static const struct {
-        const char *unit;
-        double mult;
-    } units[] = {{"us", 1}, {"ms", 1e3}, {"s", 1e6}, {"m", 6e7}};
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (end == s || errno || !(v >= 0) || v > 1e12)
-        return -1;
-    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
-        if (strcmp(end, units[i].unit) == 0) {
-            *us = (uint64_t)llround(v * units[i].mult);
-            return 0;
-        }
-    }
-    return -1;
-}
-
 static int parse_spike(const char *s, struct sim_opts *o)
 {
     char buf[96], *len, *every;
@@ -126,8 +107,8 @@ static int parse_spike(const char *s, struct sim_opts *o)
         return -1;
     *every++ = '\0';
     o->spike_factor = strtod(buf, NULL);
-    if (!(o->spike_factor >= 1) || parse_us(len, &o->spike_len_us) < 0 ||
-        parse_us(every, &o->spike_every_us) < 0 || o->spike_every_us == 0)
+    if (!(o->spike_factor >= 1) || sim_parse_us(len, &o->spike_len_us) < 0 ||
+        sim_parse_us(every, &o->spike_every_us) < 0 || o->spike_every_us == 0)
         return -1;
     return 0;
 }
@@ -140,8 +121,8 @@ static int parse_down(const char *s, struct sim_opts *o)
     if (!(len = strpbrk(buf, ":,")))
         return -1;
     *len++ = '\0';
-    if (parse_us(buf, &o->global_down_start_us) < 0 || parse_us(len, &o->global_down_len_us) < 0 ||
-        o->global_down_len_us == 0)
+    if (sim_parse_us(buf, &o->global_down_start_us) < 0 ||
+        sim_parse_us(len, &o->global_down_len_us) < 0 || o->global_down_len_us == 0)
         return -1;
     return 0;
 }
@@ -153,7 +134,7 @@ static int parse_stall(const char *s, struct sim_opts *o)
     if (!(len = strchr(buf, ',')))
         return -1;
     *len++ = '\0';
-    if (parse_us(buf, &o->stall_start_us) < 0 || parse_us(len, &o->stall_len_us) < 0 ||
+    if (sim_parse_us(buf, &o->stall_start_us) < 0 || sim_parse_us(len, &o->stall_len_us) < 0 ||
         o->stall_len_us == 0)
         return -1;
     return 0;
@@ -206,7 +187,7 @@ static int build(const struct cli *c, const struct sim_trace *trace, struct sim_
     o->backstop = rs->backstop[0];
     o->block_ms = rs->params[0].block_ms;
     ruleset_unref(rs);
-    if (parse_us(c->service, &o->service_us) < 0)
+    if (sim_parse_us(c->service, &o->service_us) < 0)
         o->service_us = 0; /* refused with --concurrency */
     if (sim_models_opts(c->cost, c->lease, c->cc, o, err, errlen) < 0)
         return -1;
@@ -220,8 +201,8 @@ static int build(const struct cli *c, const struct sim_trace *trace, struct sim_
     o->seed = c->seed;
     o->trace = trace;
     o->policy = c->policy;
-    if (parse_us(c->rtt, &o->rtt_us) < 0 || parse_us(c->redis_op, &o->redis_op_us) < 0 ||
-        parse_us(c->tail, &o->tail_us) < 0) {
+    if (sim_parse_us(c->rtt, &o->rtt_us) < 0 || sim_parse_us(c->redis_op, &o->redis_op_us) < 0 ||
+        sim_parse_us(c->tail, &o->tail_us) < 0) {
         snprintf(err, errlen, "bad --rtt, --redis-op or --tail duration (e.g. 0.3ms, 250us)");
         return -1;
     }
@@ -234,11 +215,13 @@ static int build(const struct cli *c, const struct sim_trace *trace, struct sim_
         return -1;
     }
     o->regions = c->regions;
-    if (o->regions && (parse_us(c->global_rtt, &o->global_rtt_us) < 0 ||
+    if (o->regions && (sim_parse_us(c->global_rtt, &o->global_rtt_us) < 0 ||
                        (c->global_down[0] && parse_down(c->global_down, o) < 0))) {
         snprintf(err, errlen, "bad --global-rtt or --global-down (START:LEN, e.g. 5s:5s)");
         return -1;
     }
+    if (o->regions && sim_region_fail_opts(c->global_restart, c->claimer_kill, o, err, errlen) < 0)
+        return -1;
     if (o->regions && sim_region_check(o, trace != NULL, err, errlen) < 0)
         return -1;
     if (sim_models_check(o, err, errlen) < 0)
@@ -280,7 +263,7 @@ static int set_swept(struct cli *c, const char *name, const char *v, double *x)
                     : name[1] == 'a' ? c->rate_ttl
                                      : c->rtt;
         snprintf(dst, 32, "%s", v);
-        if (parse_us(v, &us) < 0)
+        if (sim_parse_us(v, &us) < 0)
             return -1;
         *x = (double)us / 1000;
         return 0;
@@ -438,6 +421,8 @@ static int parse_cli(int argc, char **argv, struct cli *c)
         O_REGIONS,
         O_GLOBAL_RTT,
         O_GLOBAL_DOWN,
+        O_GLOBAL_RESTART,
+        O_CLAIMER_KILL,
         O_COST,
         O_BLOCK_FOR,
         O_LEASE,
@@ -476,6 +461,8 @@ static int parse_cli(int argc, char **argv, struct cli *c)
                                          {"regions", 1, 0, O_REGIONS},
                                          {"global-rtt", 1, 0, O_GLOBAL_RTT},
                                          {"global-down", 1, 0, O_GLOBAL_DOWN},
+                                         {"global-restart", 1, 0, O_GLOBAL_RESTART},
+                                         {"claimer-kill", 1, 0, O_CLAIMER_KILL},
                                          {"cost", 1, 0, O_COST},
                                          {"block-for", 1, 0, O_BLOCK_FOR},
                                          {"lease", 1, 0, O_LEASE},
@@ -561,6 +548,12 @@ static int parse_cli(int argc, char **argv, struct cli *c)
             break;
         case O_GLOBAL_DOWN:
             COPY(c->global_down);
+            break;
+        case O_GLOBAL_RESTART:
+            COPY(c->global_restart);
+            break;
+        case O_CLAIMER_KILL:
+            COPY(c->claimer_kill);
             break;
         case O_COST:
             COPY(c->cost);
@@ -763,7 +756,7 @@ int main(int argc, char **argv)
                     st->outside_worst_window_excess);
             rc = 3;
         } else if (r[n].worst_window_excess > 1e-9 && bounded && !o[n].stall_len_us &&
-                   !o[n].global_down_len_us) { /* (a global outage's allowance is printed) */
+                   !o[n].global_down_len_us && !o[n].global_restart) { /* (their allowance) */
             fprintf(stderr, "spoa-sim: the bound b + r*T was exceeded by %.3f requests\n",
                     r[n].worst_window_excess);
             rc = 3;

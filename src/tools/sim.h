@@ -77,6 +77,15 @@ struct sim_opts {
      * down_len) (--global-down; down_len 0: never). */
     unsigned regions;
     uint64_t global_rtt_us, global_down_start_us, global_down_len_us;
+    /* --global-restart AT: the global Redis restarts empty at AT (its keys
+     * lost; global_restart set). --claimer-kill R:AT[:LEN]: region R's
+     * claimer dies at AT; a successor claims once the dead one's lease lock
+     * expired and LEN passed; claimer_no_deadline: the regional bucket keeps
+     * no deadline (the design's rule off, to show what it prevents).
+     * sim_region_fail.c */
+    int global_restart, claimer_kill, claimer_no_deadline;
+    unsigned claimer_kill_region;
+    uint64_t global_restart_us, claimer_kill_at_us, claimer_kill_len_us;
     /* --cost MIN[:MAX]: each request takes a cost drawn uniformly from
      * [cost_min, cost_max] (models 0: not given, every request costs 1 and
      * nothing below changes); --block-for: the rule's block_for (block_us,
@@ -121,6 +130,14 @@ struct sim_regions {
     /* b + r T over admissions outside [start, start + len + settle): must be <= 0 */
     double outside_worst_window_excess;
     double settle_ms; /* the global timeout, an interval, a ttl and the global RTT */
+    /* --global-restart: what one key's regions held at it (the most over
+     * keys), and the allowance: b + r*T + b over any interval (one extra b) */
+    uint64_t restart_held;
+    double restart_allowance;
+    /* --claimer-kill: the lease lock's ttl, when the successor took over
+     * (after the kill), tokens the regional bucket refused past its deadline */
+    double lock_ttl_ms, takeover_ms;
+    uint64_t deadline_refused;
 };
 
 /* What a stall did (sim_opts.stall_len_us > 0). "During" is by request
@@ -178,6 +195,16 @@ void sim_region_json(struct strbuf *b, const struct sim_opts *o, const struct si
 /* With --global-down: -1, said on stderr, when a key admitted more than its
  * allowance during the outage, or b + r*T was exceeded outside it; else 0. */
 int sim_region_verdict(const struct sim_opts *o, const struct sim_result *r);
+/* --global-restart's and --claimer-kill's (sim_region_fail.c): parse their
+ * text (empty: not given) into o (0, or -1 with err); their lines, JSON and
+ * verdict (-1, said on stderr: the allowance or the bound exceeded). */
+int sim_region_fail_opts(const char *restart, const char *kill, struct sim_opts *o, char *err,
+                         size_t errlen);
+void sim_region_fail_print(const struct sim_opts *o, const struct sim_result *r);
+void sim_region_fail_json(struct strbuf *b, const struct sim_opts *o, const struct sim_result *r);
+int sim_region_fail_verdict(const struct sim_opts *o, const struct sim_result *r);
+/* spoa-sim's duration syntax (250us, 0.3ms, 1s, 1m): 0, or -1. */
+int sim_parse_us(const char *s, uint64_t *us);
 
 /* --cost, --block-for, --lease off (sim_cost.c): 0 when o can run with
  * them, else -1 and why in err; their figures under the table's row, and in

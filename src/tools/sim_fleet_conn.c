@@ -180,8 +180,10 @@ void sim_fleet_exec(struct sim *s, struct command *c)
     if (c->n == 1) {
         struct lease_job *j = c->jobs[0];
         uint64_t save[2];
-        if (s->rg)
+        if (s->rg) {
+            sim_region_guard(s, c->agent, j->key, j->keylen);
             sim_region_args(j, save);
+        }
         int script = sim_cost_args(s, j, id, &s->args[0]);
         if (s->rg)
             sim_region_args_done(j, save);
@@ -203,8 +205,10 @@ void sim_fleet_exec(struct sim *s, struct command *c)
         struct lease_job *j = c->jobs[i];
         struct script_args *a = &s->args[i];
         uint64_t save[2];
-        if (s->rg)
+        if (s->rg) {
+            sim_region_guard(s, c->agent, j->key, j->keylen);
             sim_region_args(j, save);
+        }
         int script = sim_cost_args(s, j, id, a);
         if (s->rg)
             sim_region_args_done(j, save);

@@ -211,6 +211,9 @@ void sim_region_args(struct lease_job *j, uint64_t save[2]);
 void sim_region_args_done(struct lease_job *j, const uint64_t save[2]);
 /* A regional reply's retry and reset, from the rule's rate. */
 void sim_region_reply(const struct sim *s, int script, int64_t *v, int nv);
+/* Before agent ai's regional call on key: with --claimer-kill, the regional
+ * bucket past its deadline grants nothing (sim_region_fail.c). */
+void sim_region_guard(struct sim *s, unsigned ai, const char *key, size_t keylen);
 /* EV_REGION, EV_GEXEC, EV_GREPLY. */
 void sim_region_event(struct sim *s, int kind, unsigned region, uint32_t arg);
 void sim_region_finish(struct sim *s, struct sim_result *r);

@@ -46,6 +46,7 @@
 #include "store/script.h"
 #include "tools/sim_fleet_int.h"
 #include "tools/sim_redis.h"
+#include "tools/sim_region_int.h"
 
 #define REGION_PERIOD_MS 1000000000000ull /* a regional bucket's own refill: 1 per ~32 years */
 #define RETRY_CAP                                                                                  \
@@ -56,16 +57,28 @@
 
 /* The claimer's only regional script: move amt tokens into (amt > 0) or out
  * of (amt < 0) the bucket's free tokens, within what is free to take and
- * what b - H leaves room for (b: ARGV[2]); amt 0 only reads. Returns
- * {moved, floor(t), H}. Starts a missing key empty. */
+ * what b - H leaves room for (b: ARGV[2]); amt 0 only reads. ARGV[3] > 0
+ * stores the deadline dl (no grant from then on: the free tokens go, as
+ * the regional script past it would refuse them), < 0 clears it. Returns
+ * {moved, floor(t), H, dl, lost}. Starts a missing key empty. */
 static const char pool_lua[] =
     "local key, amt, b = KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2])\n"
+    "local setdl = tonumber(ARGV[3]) or 0\n"
     "local tm = redis.call('TIME')\n"
     "local now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])\n"
     "local raw = redis.call('HGETALL', key)\n"
     "local f = {}\n"
     "for i = 1, #raw, 2 do f[raw[i]] = raw[i + 1] end\n"
-    "local t, H = tonumber(f.t) or 0, 0\n"
+    "local t, H, dl, lost = tonumber(f.t) or 0, 0, tonumber(f.dl) or 0, 0\n"
+    "if dl > 0 and now >= dl then\n" /* past the deadline: what is free goes */
+    "  lost = math.floor(t)\n"
+    "  t = t - lost\n"
+    "  redis.call('HSET', key, 't', string.format('%.17g', t))\n"
+    "  redis.call('HDEL', key, 'dl')\n"
+    "  dl = 0\n"
+    "end\n"
+    "if setdl > 0 then dl = setdl redis.call('HSET', key, 'dl', string.format('%d', dl))\n"
+    "elseif setdl < 0 and dl > 0 then dl = 0 redis.call('HDEL', key, 'dl') end\n"
     "for k, v in pairs(f) do\n"
     "  if string.sub(k, 1, 2) == 'h:' then\n"
     "    local e = tonumber(f['e:' .. string.sub(k, 3)]) or 0\n"
@@ -84,77 +97,43 @@ static const char pool_lua[] =
     "  redis.call('HSET', key, 't', string.format('%.17g', t))\n"
     "  if f.ts == nil then redis.call('HSET', key, 'ts', string.format('%d', now)) end\n"
     "end\n"
-    "return {moved, math.floor(t), math.floor(H)}\n";
-
-struct rkey {          /* one key in one region */
-    uint64_t gheld;    /* what the global bucket counted the region held, at its last answer */
-    uint64_t pool;     /* granted, not yet deposited (the regional bucket was full) */
-    uint64_t demand;   /* requests in the region since the claimer's last tick */
-    double est;        /* demand per interval, decaying */
-    uint64_t deadline; /* the region may spend until then (0: holds nothing) */
-    uint64_t want, used, ret;         /* the call in flight's operation */
-    uint64_t granted, mine, lease_ms; /* its answer */
-    uint64_t retry_ms;                /* the global bucket's wait for a token, when empty */
-    uint64_t retry_at;                /* no claim before (the global bucket was empty) */
-    int op;                           /* in the call in flight */
-    double bs_acc;                    /* backstop tokens due, not yet deposited */
-    uint64_t bs_last;                 /* the backstop's last deposit */
-    int forfeited;                    /* the lease ran out while the global Redis was down */
-    int bs_on;                        /* fed by the backstop */
-};
-
-struct region {
-    struct sim_redis *redis;
-    int pool_script;
-    char id[24];
-    struct rkey *k;
-    uint32_t *active; /* keys that hold or saw demand */
-    size_t nactive;
-    unsigned char *is_active;
-    int inflight, down, backstop;
-    uint64_t sent_at;
-};
-
-struct sim_regions_run {
-    unsigned n, per;
-    uint64_t nkeys;
-    struct region *r;
-    struct sim_redis *global;
-    uint64_t gttl_us, gtimeout_us, down_start, down_end;
-    uint64_t *down_adm;        /* per key: admitted during --global-down */
-    uint64_t settle_end;       /* backstop tokens are gone by then */
-    struct sim_bound outbound; /* b + r T outside [down_start, settle_end) */
-    struct sim_window *outwin; /* per key */
-};
+    "return {moved, math.floor(t), math.floor(H), dl, lost}\n";
 
 static size_t rkey_name(uint32_t k, int global, char *buf)
 {
     return (size_t)snprintf(buf, KEYBUF, KEY_PREFIX "%st2:" RULE_NAME ":%u", global ? "g:" : "", k);
 }
 
-/* The pool script on region ri's bucket of key k: {moved, floor(t), H}. */
-static int pool(struct sim *s, struct region *R, uint32_t k, int64_t amt, uint64_t b,
-                int64_t out[3])
+/* The pool script on region ri's bucket of key k. */
+int sim_region_pool(struct sim *s, struct region *R, uint32_t k, int64_t amt, uint64_t b,
+                    int64_t dl, int64_t out[5])
 {
-    char key[KEYBUF], a[32], bb[32];
-    const char *keys[1] = {key}, *argv[2] = {a, bb};
-    size_t kl = rkey_name(k, 0, key), al[2], n = 0;
+    char key[KEYBUF], a[32], bb[32], d[32];
+    const char *keys[1] = {key}, *argv[3] = {a, bb, d};
+    size_t kl = rkey_name(k, 0, key), al[3], n = 0;
     const char *err;
 
     al[0] = (size_t)snprintf(a, sizeof(a), "%lld", (long long)amt);
     al[1] = (size_t)snprintf(bb, sizeof(bb), "%llu", (unsigned long long)b);
-    int64_t v[3] = {0, 0, 0};
-    if (sim_redis_eval(R->redis, R->pool_script, s->now, 1, keys, &kl, 2, argv, al, v, 3, &n,
-                       &err) < 0 ||
-        n != 3) {
+    al[2] = (size_t)snprintf(d, sizeof(d), "%lld", (long long)dl);
+    int64_t v[5] = {0, 0, 0, 0, 0};
+    if (sim_redis_eval(R->redis, R->pool_script, s->now, 1, keys, &kl, dl ? 3 : 2, argv, al, v, 5,
+                       &n, &err) < 0 ||
+        n != 5) {
         if (s->res->redis_errors++ == 0)
             snprintf(s->res->redis_error, sizeof(s->res->redis_error), "pool: %s",
-                     n != 3 ? "reply" : err);
-        memset(out, 0, 3 * sizeof(*out));
+                     n != 5 ? "reply" : err);
+        memset(out, 0, 5 * sizeof(*out));
         return -1;
     }
     memcpy(out, v, sizeof(v));
     return 0;
+}
+
+static int pool(struct sim *s, struct region *R, uint32_t k, int64_t amt, uint64_t b,
+                int64_t out[5])
+{
+    return sim_region_pool(s, R, k, amt, b, 0, out);
 }
 
 static void activate(struct region *R, uint32_t k)
@@ -213,7 +192,7 @@ int sim_region_setup(struct sim *s, char *err, size_t errlen)
             return -1;
         s->now = SIM_T0_US;
         for (uint32_t k = 0; k < g->nkeys; k++) { /* the regional buckets start empty */
-            int64_t v[3];
+            int64_t v[5];
             if (pool(s, R, k, 0, o->burst, v) < 0) {
                 snprintf(err, errlen, "%s", s->res->redis_error);
                 return -1;
@@ -224,6 +203,7 @@ int sim_region_setup(struct sim *s, char *err, size_t errlen)
                        NULL, 0);
     }
     s->redis = g->r[0].redis;
+    sim_region_fail_setup(s);
     return 0;
 }
 
@@ -312,7 +292,7 @@ static void backstop(struct sim *s, struct region *R, struct rkey *st, uint32_t 
     struct sim_regions_run *g = s->rg;
     double rate = (double)s->p.limit / (double)s->p.period_us / g->n;
     uint64_t bcap = s->p.burst / g->n > 0 ? s->p.burst / g->n : 1;
-    int64_t v[3];
+    int64_t v[5];
 
     if (!st->bs_last)
         st->bs_last = s->now, st->bs_acc = (double)bcap; /* a full backstop bucket */
@@ -331,7 +311,7 @@ static int plan(struct sim *s, struct region *R, uint32_t k)
 {
     struct rkey *st = &R->k[k];
     uint64_t iv = s->lc.interval_us;
-    int64_t v[3];
+    int64_t v[5];
 
     st->op = 0;
     /* up at once, down over about two seconds of ticks */
@@ -343,7 +323,8 @@ static int plan(struct sim *s, struct region *R, uint32_t k)
     /* out of lease: the free tokens go (the global bucket drops the lease at
      * its expiry); agents' leases end before the deadline */
     if (st->deadline && s->now + s->lc.ttl_us + iv >= st->deadline) {
-        if (pool(s, R, k, -(int64_t)s->p.burst - 1, s->p.burst, v) == 0)
+        if (sim_region_pool(s, R, k, -(int64_t)s->p.burst - 1, s->p.burst, s->rg->dl_rule ? -1 : 0,
+                            v) == 0)
             s->res->regions.forfeited += (uint64_t)-v[0] + st->pool;
         st->pool = 0;
         st->deadline = 0;
@@ -408,6 +389,9 @@ static void on_tick(struct sim *s, unsigned ri)
 
     if (s->now < s->end + s->o->tail_us)
         sim_fleet_push(s, s->now + s->lc.interval_us, EV_REGION, ri, NULL, 0);
+    if (R->dead && sim_region_fail_tick(s, R))
+        return;
+    R->lock_until = s->now + g->lock_ttl_us; /* the lease lock, renewed */
     if (R->inflight)
         return;
     for (size_t i = 0; i < R->nactive; i++)
@@ -477,9 +461,11 @@ static void on_reply(struct sim *s, unsigned ri, int failed)
     struct sim_regions_run *g = s->rg;
     struct region *R = &g->r[ri];
     struct sim_regions *x = &s->res->regions;
-    int64_t v[3];
+    int64_t v[5];
 
     R->inflight = 0;
+    if (R->dead) /* its claimer died: what it was granted is never deposited */
+        return;
     if (failed) {
         R->down = 1;
         x->global_failed++;
@@ -515,14 +501,20 @@ static void on_reply(struct sim *s, unsigned ri, int failed)
         st->retry_at = st->retry_ms ? R->sent_at + wait_us : 0;
         x->granted += st->granted;
         x->returned += st->ret;
-        if (st->pool && pool(s, R, k, (int64_t)st->pool, s->p.burst, v) == 0)
+        /* the deadline, in the regional bucket: no grant a regional ttl before it */
+        int64_t dl = !g->dl_rule                   ? 0
+                     : st->deadline > s->lc.ttl_us ? (int64_t)(st->deadline - s->lc.ttl_us)
+                                                   : -1;
+        if ((st->pool || dl) && sim_region_pool(s, R, k, (int64_t)st->pool, s->p.burst, dl, v) == 0)
             st->pool -= (uint64_t)v[0];
     }
 }
 
 void sim_region_event(struct sim *s, int kind, unsigned region, uint32_t arg)
 {
-    if (kind == EV_REGION)
+    if (kind == EV_REGION && arg)
+        sim_region_fail_event(s, region, arg);
+    else if (kind == EV_REGION)
         on_tick(s, region);
     else if (kind == EV_GEXEC)
         on_exec(s, region);
@@ -596,7 +588,7 @@ void sim_region_print(const struct sim_opts *o, const struct sim_result *r)
                x->down_allowance, (unsigned long long)x->global_failed,
                (unsigned long long)x->backstop_tokens, x->settle_ms,
                x->outside_worst_window_excess);
-    fflush(stdout);
+    sim_region_fail_print(o, r);
 }
 
 void sim_region_json(struct strbuf *b, const struct sim_opts *o, const struct sim_result *r)
@@ -624,14 +616,15 @@ void sim_region_json(struct strbuf *b, const struct sim_opts *o, const struct si
                       (unsigned long long)x->down_ref_admitted,
                       (unsigned long long)x->down_key_admitted, x->down_allowance,
                       x->outside_worst_window_excess, x->settle_ms);
+    sim_region_fail_json(b, o, r);
 }
 
 int sim_region_verdict(const struct sim_opts *o, const struct sim_result *r)
 {
     const struct sim_regions *x = &r->regions;
-    int rc = 0;
+    int rc = sim_region_fail_verdict(o, r);
     if (!o->global_down_len_us)
-        return 0;
+        return rc;
     if ((double)x->down_key_admitted > x->down_allowance + 1e-9) {
         fprintf(stderr,
                 "spoa-sim: during the global outage a key admitted %llu, over its "

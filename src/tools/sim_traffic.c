@@ -369,3 +369,24 @@ int sim_traffic_next(struct sim_traffic *t, uint64_t *at_us, uint32_t *key, unsi
         *agent = (unsigned)(sim_rng_unit(&t->rng) * t->o.agents);
     return 0;
 }
+
+/* spoa-sim's durations, "0.3ms", "250us", "1s": microseconds (sim.h). */
+int sim_parse_us(const char *s, uint64_t *us)
+{
+    static const struct {
+        const char *unit;
+        double mult;
+    } units[] = {{"us", 1}, {"ms", 1e3}, {"s", 1e6}, {"m", 6e7}};
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || errno || !(v >= 0) || v > 1e12)
+        return -1;
+    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+        if (strcmp(end, units[i].unit) == 0) {
+            *us = (uint64_t)llround(v * units[i].mult);
+            return 0;
+        }
+    }
+    return -1;
+}
