@@ -75,22 +75,30 @@ class BlockCase(RedisCase):
             self.assertTrue(got["blocked"], "%s, 1.5 s on: %r" % (what, got))
             self.assertIn(got["retry_after"], (1, 2), "%s, 1.5 s on: %r" % (what, got))
             # allowed again once the block ended (the condition, with a deadline)
-            allowed_at = []
+            allowed_at, degraded = [], []
 
             def passes():
                 before = time.monotonic()
                 g = c2.decide(key=key, path=path)
+                if g.get("degraded"):
+                    degraded.append(g)
                 if not g["blocked"]:
                     allowed_at.append(before)
                     return True
                 self.assertGreaterEqual(g["retry_after"], 1, g)
                 return False
-            self.assertTrue(wait_for(passes, BLOCK + 5, 0.05), "%s: never allowed" % what)
+            self.assertTrue(wait_for(passes, 2 * BLOCK + 5, 0.05), "%s: never allowed" % what)
             # sent after the denial's ACK: the block began after `sent`
             self.assertGreaterEqual(allowed_at[0] - sent, BLOCK - 0.1,
                                     "%s: allowed %.2f s after the denial"
                                     % (what, allowed_at[0] - sent))
-            self.assertLess(allowed_at[0] - sent, BLOCK + 3, what)
+            # A Redis call late on a loaded machine is decided by the fail-open
+            # backstop, whose own bucket starts its own block_for on a denial:
+            # then the key may wait one block more (said in the message).
+            late = BLOCK if degraded else 0
+            self.assertLess(allowed_at[0] - sent, BLOCK + late + 3,
+                            "%s: allowed %.2f s after the denial; degraded answers: %r"
+                            % (what, allowed_at[0] - sent, degraded[:3]))
 
     def key_shows_and_reset_lifts(self, agent, redis, label):
         """GET /key shows a running block; POST /reset lifts it at once."""
