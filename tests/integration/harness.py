@@ -35,6 +35,10 @@ BENCH = os.environ.get("BENCH", os.path.join(TOP, "build", "src", "spoa-bench"))
 
 PORT_LOCK_DIR = "/tmp/spoa-test-ports"
 _held_ports = {}  # port -> open lock file, kept for the life of the process
+# The ports the shipped kit (haproxy/) names, which the tests replace as text
+# (kit_agents): a port handed out equal to one of them would be rewritten too
+# (an HTTP port of 12345 became the agent's, and HAProxy could not bind it).
+KIT_PORTS = frozenset((12345, 12346))
 
 
 def _ephemeral_range():
@@ -101,7 +105,7 @@ def free_port(plus=()):
         first, last = random.choice(ranges)
         p = random.randint(first, last)
         group = [p] + [p + d for d in plus]
-        if any(q in _held_ports for q in group):
+        if any(q in _held_ports or q in KIT_PORTS for q in group):
             continue
         locked = []
         for q in group:

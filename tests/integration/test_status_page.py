@@ -130,25 +130,22 @@ class PageUnderTraffic:
     def setUpClass(cls):
         if cls.build is None:
             return
+        # class cleanups, not tearDownClass: they also run when a start below
+        # fails, so nothing started is left running
         cls.redis = Redis()
+        cls.addClassCleanup(cls.redis.stop)
         cls.agent = Agent(redis_ini(cls.redis) + RULES, workers=2)
+        cls.addClassCleanup(cls.agent.stop)
         cls.haproxy = KitHAProxy(cls.build, cls.agent.port)
+        cls.addClassCleanup(cls.haproxy.stop)
         cls.browser = browser.Browser()
+        cls.addClassCleanup(cls.browser.close)
         cls.origin = "http://127.0.0.1:%d" % cls.agent.stats_port
         cls.traffic = Traffic(cls.haproxy)
         cls.traffic.start()
+        cls.addClassCleanup(cls.traffic.stop)
         wait_for(lambda: decisions(cls.agent, "api-key", "blocked") > 0, timeout=20)
         cls.page = cls.browser.open(cls.origin + "/")
-
-    @classmethod
-    def tearDownClass(cls):
-        if cls.build is None:
-            return
-        cls.traffic.stop()
-        cls.browser.close()
-        cls.haproxy.stop()
-        cls.agent.stop()
-        cls.redis.stop()
 
     def ticks(self):
         return int(self.page.eval("Number(document.body.dataset.ticks || 0)"))
