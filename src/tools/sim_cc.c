@@ -15,17 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_HOLD_MS 60000 /* max_hold's default */
 #define REF_CELLS_MAX 50000000
-
-struct cc_call {
-    struct lease_job j; /* first; kind SIM_CC_ACQUIRE or SIM_CC_RELEASE, e NULL */
-    struct wait *w;     /* the acquire's request */
-    uint64_t id;
-    uint32_t key;
-    unsigned agent; /* that decided it: its release comes to it */
-    char name[KEYBUF];
-};
 
 struct sim_cc_run {
     uint64_t next_id;
@@ -116,15 +106,6 @@ void sim_cc_acquire(struct sim *s, unsigned ai, const char *name, size_t len, st
     s->res->models.exact_calls++;
     sim_fleet_conn_send(s, ai, &x->j, 1);
     sim_fleet_uncork(s, ai);
-}
-
-int sim_cc_args(const struct lease_job *j, struct script_args *a)
-{
-    const struct cc_call *x = (const struct cc_call *)j;
-
-    if (j->kind == SIM_CC_RELEASE)
-        return script_cc_release_args(x->id, a);
-    return script_cc_acquire_args(j->limit, MAX_HOLD_MS, x->id, a);
 }
 
 struct wait *sim_cc_reply(struct sim *s, struct lease_job *j, int ok, const int64_t *v, int nv)

@@ -107,22 +107,6 @@ void sim_cost_exact(struct sim *s, unsigned ai, const char *name, size_t len, st
     sim_fleet_uncork(s, ai);
 }
 
-int sim_cost_args(const struct sim *s, const struct lease_job *j, const char *agent,
-                  struct script_args *a)
-{
-    if (!sim_cost_mine(j))
-        return script_lease_args(j, agent, s->o->ttl_ms, a);
-    if (j->kind >= SIM_CC_ACQUIRE)
-        return sim_cc_args(j, a);
-    /* limiter_jobs.c's core_job_args for RJOB_EXACT */
-    enum store_script sc =
-        script_exact_args(j->algorithm, j->limit, j->period_ms, j->burst, j->want, a);
-    script_block_arg(a, sc, j->block_ms);
-    if (j->algorithm == BUCKET_FIXED_WINDOW)
-        script_window_args(a, sc, j->offset_ms);
-    return sc;
-}
-
 struct wait *sim_cost_reply(struct sim *s, struct lease_job *j, int ok, const int64_t *v, int nv)
 {
     if (j->kind >= SIM_CC_ACQUIRE)

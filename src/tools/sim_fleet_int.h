@@ -187,6 +187,18 @@ int sim_cc_reference(struct sim *s, uint32_t key);
 /* Agent ai takes a slot for w by one cc_acquire. */
 void sim_cc_acquire(struct sim *s, unsigned ai, const char *name, size_t len, struct wait *w);
 int sim_cc_args(const struct lease_job *j, struct script_args *a);
+/* A concurrency call (sim_cc.c): a lease_job with no entry, carrying the
+ * request and the slot; sim_call_args.c reads its slot id. */
+#define MAX_HOLD_MS 60000 /* max_hold's default */
+struct cc_call {
+    struct lease_job j; /* first; kind SIM_CC_ACQUIRE or SIM_CC_RELEASE, e NULL */
+    struct wait *w;     /* the acquire's request */
+    uint64_t id;
+    uint32_t key;
+    unsigned agent; /* that decided it: its release comes to it */
+    char name[KEYBUF];
+};
+
 /* A cc job's reply: its waiter (NULL for a release); j is freed or kept
  * as the release of the slot (EV_CC_END). */
 struct wait *sim_cc_reply(struct sim *s, struct lease_job *j, int ok, const int64_t *v, int nv);

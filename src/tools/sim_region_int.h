@@ -55,9 +55,12 @@ struct sim_regions_run {
     uint64_t lock_ttl_us, takeover_at;
 };
 
-/* The claimer's regional script (sim_region.c) on region R's bucket of key
+/* sim_region_pool.c: the claimer's regional script, the name of key k's
+ * bucket (global: in the global Redis), and that script on region R's bucket of key
  * k: move amt tokens in or out; dl > 0 stores the time from which the
  * bucket grants nothing (dl < 0 clears it). out: {moved, floor(t), H, dl, lost}. */
+extern const char sim_region_pool_lua[];
+size_t sim_region_key_name(uint32_t k, int global, char *buf);
 int sim_region_pool(struct sim *s, struct region *R, uint32_t k, int64_t amt, uint64_t b,
                     int64_t dl, int64_t out[5]);
 /* sim_region_fail.c: queue the failures' events; run one (EV_REGION with
