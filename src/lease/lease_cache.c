@@ -342,19 +342,6 @@ struct reply {
     uint64_t share_ppm, had;
 };
 
-static uint64_t nonneg(int64_t x)
-{
-    return x > 0 ? (uint64_t)x : 0;
-}
-
-/* Milliseconds that stay far from overflow once made microseconds and added
- * to a clock reading: at most BUCKET_MAX_PERIOD_US. */
-static uint64_t ms_capped(int64_t v)
-{
-    uint64_t ms = nonneg(v);
-    return ms < BUCKET_MAX_PERIOD_US / 1000 ? ms : BUCKET_MAX_PERIOD_US / 1000;
-}
-
 /* A lease is never believed longer than the ttl this agent asked for: its
  * end is bounded by the agent's own view, whatever a reply says. */
 static void read_reply(const struct lease_table *t, const struct lease_job *job, const int64_t *v,
@@ -666,40 +653,6 @@ uint64_t lease_refund(struct lease_table *t, const char *key, size_t keylen, uin
     }
     pthread_mutex_unlock(&s->lock);
     return back;
-}
-
-void lease_note_refund(struct lease_table *t, const char *key, size_t keylen, uint64_t remaining,
-                       uint64_t now_us)
-{
-    uint64_t h = util_hash_mix(util_hash_words(UTIL_HASH_INIT, key, keylen));
-    struct lease_stripe *s = &t->stripes[util_stripe(h, t->nstripes)];
-
-    pthread_mutex_lock(&s->lock);
-    struct lease_entry *e = lease_entry_find(s, h, key, keylen);
-    if (e && e->known && e->algorithm == BUCKET_TOKEN_BUCKET) {
-        e->t_last = (double)(remaining < e->burst ? remaining : e->burst);
-        e->reply_us = now_us;
-    }
-    pthread_mutex_unlock(&s->lock);
-}
-
-void lease_note_exact(struct lease_table *t, const char *key, size_t keylen, const int64_t *v,
-                      int n, uint64_t now_us)
-{
-    uint64_t h = util_hash_mix(util_hash_words(UTIL_HASH_INIT, key, keylen));
-    struct lease_stripe *s = &t->stripes[util_stripe(h, t->nstripes)];
-
-    if (n < EXACT_R_COUNT)
-        return;
-    pthread_mutex_lock(&s->lock);
-    struct lease_entry *e = lease_entry_find(s, h, key, keylen);
-    if (e) { /* what others hold, it does not say: the last claim's word stays */
-        e->known = 1;
-        e->t_last = (double)nonneg(v[EXACT_R_REMAINING]);
-        e->reset_ms = ms_capped(v[EXACT_R_RESET_MS]);
-        e->reply_us = now_us;
-    }
-    pthread_mutex_unlock(&s->lock);
 }
 
 void lease_timeout(struct lease_table *t, struct lease_job *job, struct lease_waiter **fallback)

@@ -319,4 +319,19 @@ static inline uint64_t lease_margin_for(const struct lease_table *t, uint64_t le
     return (uint64_t)((double)t->margin_us * (double)lease_us / (double)t->cfg.ttl_us);
 }
 
+/* A reply's value: negative ones read as 0 (nonneg); milliseconds capped
+ * (ms_capped). Shared by lease_cache.c and lease_ops.c. */
+static inline uint64_t nonneg(int64_t x)
+{
+    return x > 0 ? (uint64_t)x : 0;
+}
+
+/* Milliseconds that stay far from overflow once made microseconds and added
+ * to a clock reading: at most BUCKET_MAX_PERIOD_US. */
+static inline uint64_t ms_capped(int64_t v)
+{
+    uint64_t ms = nonneg(v);
+    return ms < BUCKET_MAX_PERIOD_US / 1000 ? ms : BUCKET_MAX_PERIOD_US / 1000;
+}
+
 #endif

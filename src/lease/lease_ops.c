@@ -256,3 +256,39 @@ uint64_t lease_fallback_unconfirmed(struct lease_table *t, const char *key, size
     pthread_mutex_unlock(&s->lock);
     return due;
 }
+
+/* ---- what exact and refund replies tell a lease ---------------------------- */
+
+void lease_note_refund(struct lease_table *t, const char *key, size_t keylen, uint64_t remaining,
+                       uint64_t now_us)
+{
+    uint64_t h = util_hash_mix(util_hash_words(UTIL_HASH_INIT, key, keylen));
+    struct lease_stripe *s = &t->stripes[util_stripe(h, t->nstripes)];
+
+    pthread_mutex_lock(&s->lock);
+    struct lease_entry *e = lease_entry_find(s, h, key, keylen);
+    if (e && e->known && e->algorithm == BUCKET_TOKEN_BUCKET) {
+        e->t_last = (double)(remaining < e->burst ? remaining : e->burst);
+        e->reply_us = now_us;
+    }
+    pthread_mutex_unlock(&s->lock);
+}
+
+void lease_note_exact(struct lease_table *t, const char *key, size_t keylen, const int64_t *v,
+                      int n, uint64_t now_us)
+{
+    uint64_t h = util_hash_mix(util_hash_words(UTIL_HASH_INIT, key, keylen));
+    struct lease_stripe *s = &t->stripes[util_stripe(h, t->nstripes)];
+
+    if (n < EXACT_R_COUNT)
+        return;
+    pthread_mutex_lock(&s->lock);
+    struct lease_entry *e = lease_entry_find(s, h, key, keylen);
+    if (e) { /* what others hold, it does not say: the last claim's word stays */
+        e->known = 1;
+        e->t_last = (double)nonneg(v[EXACT_R_REMAINING]);
+        e->reset_ms = ms_capped(v[EXACT_R_RESET_MS]);
+        e->reply_us = now_us;
+    }
+    pthread_mutex_unlock(&s->lock);
+}
