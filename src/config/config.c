@@ -29,8 +29,8 @@
 
 #define DEFAULT_LISTEN "127.0.0.1:12345"
 
-static const char *const section_names[] = {"",      "",         "agent", "redis",
-                                            "lease", "fallback", "rules", "rule"};
+static const char *const section_names[] = {"",         "",      "agent",  "redis", "lease",
+                                            "fallback", "rules", "global", "rule"};
 
 /* ---- sections ----------------------------------------------------------------- */
 
@@ -150,6 +150,27 @@ static void check_rule_concurrency(struct parse_state *st, struct cfg_rule *r)
     r->lease = 0; /* one script call per slot: no lease */
 }
 
+/* scope = global: the global level leases tokens (doc/design.md,
+ * "Regions"), so only a token bucket can be global; and it needs [global].
+ * That is known here for rule text (the file was read before it: its
+ * errors are the text's); for a file's own rules, at its end (finish). */
+static void check_rule_scope(struct parse_state *st, const struct cfg_rule *r)
+{
+    unsigned line = config_seen_line(st, SEC_RULE, "scope");
+
+    if (r->scope != SCOPE_GLOBAL)
+        return;
+    if (r->algorithm != ALGO_TOKEN_BUCKET)
+        config_errors_add(&st->errors, line,
+                          "scope = global supports token buckets only (rule '%s' is algorithm = "
+                          "%s): use scope = region, or algorithm = token-bucket",
+                          r->name, bucket_algorithm_names[r->algorithm]);
+    if (st->rules_pass == 2 && !config_global(st->cfg))
+        config_errors_add(&st->errors, line,
+                          "scope = global needs a [global] section (url, cluster or sentinel: "
+                          "the Redis every region shares) in the agent's file");
+}
+
 /* Closes the current section (a rule without a rate is an error there). */
 static void end_section(struct parse_state *st)
 {
@@ -164,6 +185,7 @@ static void end_section(struct parse_state *st)
         check_rule_args(st, r);
         check_rule_cost(st, r);
         check_rule_window(st, r);
+        check_rule_scope(st, r);
     }
     st->kind = SEC_NONE;
 }
@@ -254,6 +276,8 @@ static void begin_section(struct parse_state *st, const char *name, size_t len)
     for (int k = SEC_AGENT; k < SEC_RULE; k++) {
         if (strlen(section_names[k]) == len && memcmp(section_names[k], name, len) == 0) {
             st->kind = k;
+            if (k == SEC_GLOBAL && !st->global_line)
+                st->global_line = st->line;
             return;
         }
     }
@@ -363,15 +387,112 @@ static char *default_rules_cache(void)
     return path;
 }
 
-static void check_exclusive(struct parse_state *st, const char *a, const char *va, const char *b,
-                            const char *vb)
+static void check_exclusive_in(struct parse_state *st, int sec, const char *a, const char *va,
+                               const char *b, const char *vb)
 {
-    unsigned la = config_seen_line(st, SEC_REDIS, a), lb = config_seen_line(st, SEC_REDIS, b);
+    unsigned la = config_seen_line(st, sec, a), lb = config_seen_line(st, sec, b);
 
     if (va && vb)
         config_errors_add(&st->errors, la > lb ? la : lb,
-                          "'%s' and '%s' cannot be used together (lines %u and %u)", a, b,
-                          la < lb ? la : lb, la > lb ? la : lb);
+                          "%s'%s' and '%s' cannot be used together (lines %u and %u)",
+                          sec == SEC_GLOBAL ? "[global] " : "", a, b, la < lb ? la : lb,
+                          la > lb ? la : lb);
+}
+
+static void check_exclusive(struct parse_state *st, const char *a, const char *va, const char *b,
+                            const char *vb)
+{
+    check_exclusive_in(st, SEC_REDIS, a, va, b, vb);
+}
+
+/* An unclosed '{' in a prefix would take the first '}' of a client key
+ * as the end of a Cluster hashtag: clients would choose their slot. */
+static void check_prefix(struct parse_state *st, int sec, const char *prefix)
+{
+    const char *open = prefix ? strchr(prefix, '{') : NULL;
+
+    if (open && !strchr(open, '}'))
+        config_errors_add(&st->errors, config_seen_line(st, sec, "prefix"),
+                          "prefix '%s': a '{' must be closed by '}' (a Redis Cluster "
+                          "hashtag), or client keys would choose their slot",
+                          prefix);
+}
+
+/* A region's name is the holder of the global buckets (an agent id one
+ * level up) and appears in logs and metrics: printable, no blanks, no
+ * quotes, commas or semicolons. */
+static int region_name_ok(const char *s)
+{
+    if (!*s || strlen(s) > CFG_MAX_REGION)
+        return 0;
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c <= ' ' || c >= 0x7f || strchr("\"'\\,;#=", c))
+            return 0;
+    }
+    return 1;
+}
+
+/* [global]: one topology, like [redis]; a [redis] server beside it (a
+ * region decides from its own Redis only); credentials; the region's name,
+ * derived from [redis] when unset; and the rules that need it. */
+static void check_global(struct parse_state *st)
+{
+    struct config *cfg = st->cfg;
+    int global = config_global(cfg);
+    unsigned line;
+
+    check_exclusive_in(st, SEC_GLOBAL, "url", cfg->global_url, "cluster", cfg->global_cluster);
+    check_exclusive_in(st, SEC_GLOBAL, "url", cfg->global_url, "sentinel", cfg->global_sentinel);
+    check_exclusive_in(st, SEC_GLOBAL, "cluster", cfg->global_cluster, "sentinel",
+                       cfg->global_sentinel);
+    if (cfg->global_sentinel && !cfg->global_master)
+        config_errors_add(&st->errors, config_seen_line(st, SEC_GLOBAL, "sentinel"),
+                          "[global] 'sentinel' needs 'master'");
+    if (cfg->global_master && !cfg->global_sentinel)
+        config_errors_add(&st->errors, config_seen_line(st, SEC_GLOBAL, "master"),
+                          "[global] 'master' is only used with 'sentinel'");
+    if (st->global_line && !global)
+        config_errors_add(&st->errors, st->global_line,
+                          "[global] needs one of url, cluster or sentinel (the Redis every "
+                          "region shares)");
+    if (global && config_standalone(cfg))
+        config_errors_add(&st->errors, st->global_line,
+                          "[global] needs a [redis] server (url, cluster or sentinel): each "
+                          "region decides from its own Redis, never from the global one");
+    config_resolve_global_credentials(st);
+    check_prefix(st, SEC_GLOBAL, cfg->global_prefix);
+
+    line = config_seen_line(st, SEC_GLOBAL, "region");
+    if (cfg->global_region && !region_name_ok(cfg->global_region))
+        config_errors_add(&st->errors, line,
+                          "bad region '%.80s' (1 to %d printable characters, without blanks, "
+                          "quotes, '\\', ',', ';', '#' or '=')",
+                          cfg->global_region, CFG_MAX_REGION);
+    if (global && !cfg->global_region && !config_standalone(cfg)) {
+        char name[CFG_MAX_REGION + 1];
+
+        if (config_region_default(cfg, name, sizeof(name)) == -1 || !region_name_ok(name))
+            config_errors_add(&st->errors, st->global_line,
+                              "[global] cannot derive a region name from [redis] ('%.80s'): "
+                              "set region = NAME",
+                              name);
+        else if (!(cfg->global_region = strdup(name)))
+            config_errors_add(&st->errors, st->global_line, "out of memory");
+        else
+            cfg->global_region_derived = 1;
+    }
+
+    if (st->rules_text) /* checked as each rule of the text ended */
+        return;
+    for (size_t i = 0; i < cfg->nrules && !global; i++) {
+        const struct cfg_rule *r = &cfg->rules[i];
+        if (r->scope == SCOPE_GLOBAL)
+            config_errors_add(&st->errors, r->line,
+                              "rule '%s' has scope = global but there is no [global] section "
+                              "(url, cluster or sentinel: the Redis every region shares)",
+                              r->name);
+    }
 }
 
 /* HAProxy may still offer less than max_frame_size (down to 256): then the
@@ -415,6 +536,7 @@ static void finish(struct parse_state *st)
         config_errors_add(&st->errors, config_seen_line(st, SEC_REDIS, "master"),
                           "'master' is only used with 'sentinel'");
     config_resolve_credentials(st, config_standalone(st->cfg));
+    check_global(st);
 
     /* the cache's default only where it is used: with source = file the
      * agent writes no file; cache = (empty) turns it off */
@@ -430,16 +552,7 @@ static void finish(struct parse_state *st)
         config_errors_add(&st->errors, config_seen_line(st, SEC_RULES, "source"),
                           "source = redis needs a [redis] server (url, cluster or sentinel)");
 
-    /* An unclosed '{' in the prefix would take the first '}' of a client key
-     * as the end of a Cluster hashtag: clients would choose their slot. */
-    if (cfg->redis_prefix) {
-        const char *open = strchr(cfg->redis_prefix, '{');
-        if (open && !strchr(open, '}'))
-            config_errors_add(&st->errors, config_seen_line(st, SEC_REDIS, "prefix"),
-                              "prefix '%s': a '{' must be closed by '}' (a Redis Cluster "
-                              "hashtag), or client keys would choose their slot",
-                              cfg->redis_prefix);
-    }
+    check_prefix(st, SEC_REDIS, cfg->redis_prefix);
 
     /* HAProxy sends its HELLO at once and gives up after its own `timeout
      * hello` (a few hundred ms in practice): a minute only keeps silent
@@ -506,7 +619,8 @@ static struct config *config_new(const char *path)
     cfg->path = strdup(path);
     cfg->listen = strdup(DEFAULT_LISTEN);
     cfg->redis_prefix = strdup("rl:");
-    if (!cfg->path || !cfg->listen || !cfg->redis_prefix ||
+    cfg->global_prefix = strdup("rl:");
+    if (!cfg->path || !cfg->listen || !cfg->redis_prefix || !cfg->global_prefix ||
         net_parse_addr(DEFAULT_LISTEN, NET_ANY_HOST, &cfg->listen_addr) == -1) {
         config_free(cfg);
         return NULL;
@@ -536,6 +650,10 @@ static struct config *config_new(const char *path)
     cfg->redis_errors_quiet_ms = 30000;
     cfg->redis_epoch_check_ms = 1000;
     cfg->redis_functions = 1;
+    cfg->global_timeout_ms = 1000;
+    cfg->global_keepalive_ms = 1000;
+    cfg->global_interval_ms = 1000;
+    cfg->global_max_fraction = 0.25;
     cfg->lease_interval_ms = 100;
     cfg->lease_ttl_ms = 1000;
     cfg->lease_max_fraction = 0.1;
@@ -686,6 +804,7 @@ int config_load_with_rules(const char *path, const char *rules, size_t rules_len
     config_reader_release(&rrd);
     config_compile_matches(st); /* its errors are the rules' */
     st->rules_pass = 0;
+    st->rules_text = 1;
     struct config_errors rule_errors = st->errors;
     st->errors = file_errors;
     finish(st);
@@ -746,6 +865,25 @@ void config_free(struct config *cfg)
     free(cfg->redis_auth_password);
     free(cfg->redis_sentinel_username);
     free(cfg->redis_sentinel_password);
+    free(cfg->global_url);
+    free(cfg->global_server.user);
+    free(cfg->global_server.password);
+    free(cfg->global_cluster);
+    free(cfg->global_cluster_hosts.list);
+    free(cfg->global_sentinel);
+    free(cfg->global_sentinel_hosts.list);
+    free(cfg->global_master);
+    free(cfg->global_prefix);
+    free(cfg->global_username);
+    free(cfg->global_password);
+    free(cfg->global_password_file);
+    free(cfg->global_auth_user);
+    if (cfg->global_auth_password)
+        explicit_bzero(cfg->global_auth_password, strlen(cfg->global_auth_password));
+    free(cfg->global_auth_password);
+    free(cfg->global_sentinel_username);
+    free(cfg->global_sentinel_password);
+    free(cfg->global_region);
     free(cfg->stats_auth_file);
     free(cfg->stats_hosts);
     free(cfg->rules_cache);
@@ -762,4 +900,44 @@ int config_standalone(const struct config *cfg)
 {
     return cfg->redis_server.addr.kind == NET_ADDR_NONE && cfg->redis_cluster_hosts.n == 0 &&
            cfg->redis_sentinel_hosts.n == 0;
+}
+
+int config_global(const struct config *cfg)
+{
+    return cfg->global_server.addr.kind != NET_ADDR_NONE || cfg->global_cluster_hosts.n != 0 ||
+           cfg->global_sentinel_hosts.n != 0;
+}
+
+static int hostport_text(const struct net_hostport *hp, char *out, size_t cap)
+{
+    int v6 = strchr(hp->host, ':') != NULL;
+    int n = snprintf(out, cap, "%s%s%s:%d", v6 ? "[" : "", hp->host, v6 ? "]" : "", hp->port);
+
+    return n < 0 || (size_t)n >= cap ? -1 : n;
+}
+
+int config_region_default(const struct config *cfg, char *out, size_t cap)
+{
+    char addr[NET_PATH_MAX + 8];
+    int n;
+
+    if (!cap)
+        return -1;
+    out[0] = '\0';
+    if (cfg->redis_cluster_hosts.n) {
+        if (hostport_text(&cfg->redis_cluster_hosts.list[0], addr, sizeof(addr)) == -1)
+            return -1;
+        n = snprintf(out, cap, "cluster@%s", addr);
+    } else if (cfg->redis_sentinel_hosts.n) {
+        if (hostport_text(&cfg->redis_sentinel_hosts.list[0], addr, sizeof(addr)) == -1)
+            return -1;
+        n = snprintf(out, cap, "%s@%s", cfg->redis_master ? cfg->redis_master : "", addr);
+    } else if (cfg->redis_server.addr.kind != NET_ADDR_NONE) {
+        if (net_format_addr(&cfg->redis_server.addr, addr, sizeof(addr)) == -1)
+            return -1;
+        n = snprintf(out, cap, "%s/%d", addr, cfg->redis_server.db);
+    } else {
+        return 0;
+    }
+    return n < 0 || (size_t)n >= cap ? -1 : 0;
 }

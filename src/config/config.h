@@ -65,6 +65,16 @@ enum cfg_rules_source { RULES_SOURCE_FILE = 0, RULES_SOURCE_REDIS = 1 };
  * (limiter_settle); each: every allowing rule keeps its charge. */
 enum cfg_charge { CHARGE_ALL_OR_NOTHING = 0, CHARGE_EACH = 1 };
 
+/* A rule's scope (doc/design.md, "Regions"): where its bucket lives.
+ * region (the default): in [redis], this region's own limit; global: the
+ * regional bucket is a lease on a bucket in [global]'s Redis shared by every
+ * region (token buckets only). */
+enum cfg_scope { SCOPE_REGION = 0, SCOPE_GLOBAL = 1 };
+
+/* [global] region: this region's name, at most this many bytes (a derived
+ * name, "unix:/path/DB" at its longest, fits) */
+#define CFG_MAX_REGION 128
+
 /* The old name of a CIDR of [agent] allow (struct net_cidr, net.h), kept for
  * config_parse_cidr and the tests that use it. */
 #define cfg_cidr net_cidr
@@ -165,6 +175,8 @@ struct cfg_rule {
     uint64_t block_for_ms;
     int on_redis_down; /* enum cfg_down_mode, default [fallback] mode */
     int shadow;        /* bool; [agent] shadow = yes forces it */
+    int scope;         /* enum cfg_scope, default SCOPE_REGION; SCOPE_GLOBAL needs [global]
+                          and algorithm = token-bucket */
     unsigned line;     /* line of the [rule:NAME] header */
 };
 
@@ -236,6 +248,36 @@ struct config {
     char *redis_prefix;           /* default "rl:" */
     int redis_require_noeviction; /* a Redis that can evict our keys counts as down */
 
+    /* [global] (v1.2, doc/design.md "Regions"): the Redis holding the
+     * buckets of scope = global rules for every region, never on a
+     * request's path (a region's claimer tops up its pool from it).
+     * Configured when url, cluster or sentinel is set (config_global);
+     * the keys mirror [redis]'s, their values kept the same way. */
+    char *global_url;
+    struct cfg_redis_url global_server;
+    char *global_cluster;
+    struct cfg_hosts global_cluster_hosts;
+    char *global_sentinel;
+    struct cfg_hosts global_sentinel_hosts;
+    char *global_master;
+    uint64_t global_timeout_ms;   /* default 1000: the global Redis is far */
+    uint64_t global_keepalive_ms; /* default 1000, 0 = off */
+    char *global_username;
+    char *global_password;
+    char *global_password_file;
+    char *global_auth_user; /* credentials in force, as redis_auth_* */
+    char *global_auth_password;
+    char *global_sentinel_username;
+    char *global_sentinel_password;
+    char *global_prefix;         /* default "rl:" */
+    uint64_t global_interval_ms; /* a region's pool topped up this often; default 1000 */
+    double global_max_fraction;  /* a claim takes at most this share of the burst; 0.25 */
+    /* this region's name: the holder of the global buckets, the same on
+     * every agent of a region, unique per region. Unset: derived from the
+     * [redis] topology (config_region_default); NULL without [global]. */
+    char *global_region;
+    int global_region_derived; /* 1: global_region was not set, but derived */
+
     /* [lease] */
     uint64_t lease_interval_ms; /* default 100 */
     uint64_t lease_ttl_ms;      /* default 1000 */
@@ -304,6 +346,16 @@ static inline int config_rule_per_request(const struct cfg_rule *r)
 
 /* Whether the config runs without Redis. */
 int config_standalone(const struct config *cfg);
+
+/* Whether [global] names a Redis (url, cluster or sentinel). */
+int config_global(const struct config *cfg);
+
+/* The default [global] region of cfg: a name for its [redis] topology as
+ * configured: "HOST:PORT/DB" (or "unix:/PATH/DB") for a url, "MASTER@HOST:PORT"
+ * (the master's name at the first sentinel) for sentinel, "cluster@HOST:PORT"
+ * (the first seed) for cluster; "" standalone. Into out (cap bytes,
+ * CFG_MAX_REGION + 1 is always enough); 0, or -1 when it did not fit. */
+int config_region_default(const struct config *cfg, char *out, size_t cap);
 
 /* The most bytes an ACK deciding by rule r can take in a frame (header with
  * the longest ids included, not the 4-byte length): every variable, with

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* config_auth.c - credentials: [redis] password, password_file and
  * username against the url's (never two sources for one, never a user
- * without a password), the Sentinels' own, and [agent] stats_auth or
- * stats_auth_file for the stats listener. Secrets are wiped when dropped. */
+ * without a password) and the Sentinels' own, for [redis] and [global];
+ * and [agent] stats_auth or stats_auth_file for the stats listener. Secrets are wiped when dropped.
+ */
 #include "config_internal.h"
 
 #include <errno.h>
@@ -66,68 +67,77 @@ static char *read_password_file(const char *path, char *why, size_t whylen)
     return pw;
 }
 
+/* The credential keys of [redis] or [global], and where the ones in force go. */
+struct auth_keys {
+    int sec;           /* SEC_REDIS or SEC_GLOBAL: where the lines are */
+    const char *where; /* "" or "[global] ": in messages */
+    const char *password, *password_file, *username;
+    const struct cfg_redis_url *url;
+    const char *url_text; /* the url as written; NULL: none */
+    const char *sentinel; /* the sentinel list as written; NULL: none */
+    const char *sentinel_username, *sentinel_password;
+    char **auth_user, **auth_password;
+};
+
 /* Two places for one credential: say which lines. */
-static void check_one_source(struct parse_state *st, const char *key, const char *what, int both)
+static void check_one_source(struct parse_state *st, const struct auth_keys *k, const char *key,
+                             const char *what, int both)
 {
-    unsigned line = config_seen_line(st, SEC_REDIS, key),
-             url = config_seen_line(st, SEC_REDIS, "url");
+    unsigned line = config_seen_line(st, k->sec, key), url = config_seen_line(st, k->sec, "url");
 
     if (both)
         config_errors_add(&st->errors, line > url ? line : url,
-                          "'%s' and the url's %s cannot be used together (lines %u and %u)", key,
-                          what, line < url ? line : url, line > url ? line : url);
+                          "%s'%s' and the url's %s cannot be used together (lines %u and %u)",
+                          k->where, key, what, line < url ? line : url, line > url ? line : url);
 }
 
 /* The credentials in force (config.h): from the keys, the file or the url;
  * never two sources for one, never a user without a password. */
-static void resolve_auth(struct parse_state *st, int standalone)
+static void resolve_auth(struct parse_state *st, const struct auth_keys *k, int standalone)
 {
-    struct config *cfg = st->cfg;
-    unsigned file_line = config_seen_line(st, SEC_REDIS, "password_file");
-    const char *pw = cfg->redis_password ? cfg->redis_password : cfg->redis_server.password;
-    const char *user = cfg->redis_username ? cfg->redis_username : cfg->redis_server.user;
+    unsigned file_line = config_seen_line(st, k->sec, "password_file");
+    const char *pw = k->password ? k->password : k->url->password;
+    const char *user = k->username ? k->username : k->url->user;
     char *from_file = NULL, why[160];
 
-    if (cfg->redis_password && cfg->redis_password_file) {
-        unsigned a = config_seen_line(st, SEC_REDIS, "password");
+    if (k->password && k->password_file) {
+        unsigned a = config_seen_line(st, k->sec, "password");
         config_errors_add(&st->errors, a > file_line ? a : file_line,
-                          "'password' and 'password_file' cannot be used together (lines %u and "
-                          "%u)",
-                          a < file_line ? a : file_line, a > file_line ? a : file_line);
+                          "%s'password' and 'password_file' cannot be used together (lines %u "
+                          "and %u)",
+                          k->where, a < file_line ? a : file_line, a > file_line ? a : file_line);
     }
-    check_one_source(st, "password", "password", cfg->redis_password && cfg->redis_server.password);
-    check_one_source(st, "password_file", "password",
-                     cfg->redis_password_file && cfg->redis_server.password);
-    check_one_source(st, "username", "user name", cfg->redis_username && cfg->redis_server.user);
-    if (cfg->redis_password_file) {
-        from_file = read_password_file(cfg->redis_password_file, why, sizeof(why));
+    check_one_source(st, k, "password", "password", k->password && k->url->password);
+    check_one_source(st, k, "password_file", "password", k->password_file && k->url->password);
+    check_one_source(st, k, "username", "user name", k->username && k->url->user);
+    if (k->password_file) {
+        from_file = read_password_file(k->password_file, why, sizeof(why));
         if (!from_file)
-            config_errors_add(&st->errors, file_line, "cannot read password_file '%s': %s",
-                              cfg->redis_password_file, why);
-        else if (!cfg->redis_password)
+            config_errors_add(&st->errors, file_line, "%scannot read password_file '%s': %s",
+                              k->where, k->password_file, why);
+        else if (!k->password)
             pw = from_file;
     }
-    if (user && !pw && !cfg->redis_password_file)
-        config_errors_add(&st->errors, config_seen_line(st, SEC_REDIS, "username"),
-                          "'username' needs a password (password, password_file or the url's)");
-    if (cfg->redis_sentinel_username && !cfg->redis_sentinel_password)
-        config_errors_add(&st->errors, config_seen_line(st, SEC_REDIS, "sentinel_username"),
-                          "'sentinel_username' needs 'sentinel_password'");
-    if ((cfg->redis_sentinel_username || cfg->redis_sentinel_password) && !cfg->redis_sentinel) {
-        const char *k = cfg->redis_sentinel_password ? "sentinel_password" : "sentinel_username";
-        config_errors_add(&st->errors, config_seen_line(st, SEC_REDIS, k),
-                          "'%s' is only used with 'sentinel'", k);
+    if (user && !pw && !k->password_file)
+        config_errors_add(&st->errors, config_seen_line(st, k->sec, "username"),
+                          "%s'username' needs a password (password, password_file or the url's)",
+                          k->where);
+    if (k->sentinel_username && !k->sentinel_password)
+        config_errors_add(&st->errors, config_seen_line(st, k->sec, "sentinel_username"),
+                          "%s'sentinel_username' needs 'sentinel_password'", k->where);
+    if ((k->sentinel_username || k->sentinel_password) && !k->sentinel) {
+        const char *key = k->sentinel_password ? "sentinel_password" : "sentinel_username";
+        config_errors_add(&st->errors, config_seen_line(st, k->sec, key),
+                          "%s'%s' is only used with 'sentinel'", k->where, key);
     }
-    if ((cfg->redis_password || cfg->redis_password_file || cfg->redis_username) && standalone &&
-        !cfg->redis_url) {
-        const char *k = cfg->redis_password        ? "password"
-                        : cfg->redis_password_file ? "password_file"
-                                                   : "username";
-        config_errors_add(&st->errors, config_seen_line(st, SEC_REDIS, k),
-                          "'%s' is only used with url, cluster or sentinel", k);
+    if ((k->password || k->password_file || k->username) && standalone && !k->url_text) {
+        const char *key = k->password        ? "password"
+                          : k->password_file ? "password_file"
+                                             : "username";
+        config_errors_add(&st->errors, config_seen_line(st, k->sec, key),
+                          "%s'%s' is only used with url, cluster or sentinel", k->where, key);
     }
-    if ((pw && !(cfg->redis_auth_password = strdup(pw))) ||
-        (user && !(cfg->redis_auth_user = strdup(user))))
+    if ((pw && !(*k->auth_password = strdup(pw))) || (user && !(*k->auth_user = strdup(user))))
         config_errors_add(&st->errors, st->line, "out of memory");
     if (from_file) {
         explicit_bzero(from_file, strlen(from_file));
@@ -184,6 +194,43 @@ static void resolve_stats_auth(struct parse_state *st)
 
 void config_resolve_credentials(struct parse_state *st, int standalone)
 {
-    resolve_auth(st, standalone);
+    struct config *cfg = st->cfg;
+    const struct auth_keys k = {
+        SEC_REDIS,
+        "",
+        cfg->redis_password,
+        cfg->redis_password_file,
+        cfg->redis_username,
+        &cfg->redis_server,
+        cfg->redis_url,
+        cfg->redis_sentinel,
+        cfg->redis_sentinel_username,
+        cfg->redis_sentinel_password,
+        &cfg->redis_auth_user,
+        &cfg->redis_auth_password,
+    };
+
+    resolve_auth(st, &k, standalone);
     resolve_stats_auth(st);
+}
+
+void config_resolve_global_credentials(struct parse_state *st)
+{
+    struct config *cfg = st->cfg;
+    const struct auth_keys k = {
+        SEC_GLOBAL,
+        "[global] ",
+        cfg->global_password,
+        cfg->global_password_file,
+        cfg->global_username,
+        &cfg->global_server,
+        cfg->global_url,
+        cfg->global_sentinel,
+        cfg->global_sentinel_username,
+        cfg->global_sentinel_password,
+        &cfg->global_auth_user,
+        &cfg->global_auth_password,
+    };
+
+    resolve_auth(st, &k, !config_global(cfg));
 }

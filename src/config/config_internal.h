@@ -16,7 +16,7 @@
 
 #include "config_errors.h"
 
-#define CONFIG_NKEYS 67 /* entries of config_keys.c's key table, checked there */
+#define CONFIG_NKEYS 83 /* entries of config_keys.c's key table, checked there */
 
 struct config;
 
@@ -27,7 +27,8 @@ enum section_kind {
     SEC_REDIS,
     SEC_LEASE,
     SEC_FALLBACK,
-    SEC_RULES, /* [rules]: where the rules come from */
+    SEC_RULES,  /* [rules]: where the rules come from */
+    SEC_GLOBAL, /* [global]: the Redis shared by every region (v1.2) */
     SEC_RULE,
 };
 
@@ -89,6 +90,10 @@ struct parse_state {
     /* config_load_with_rules: 1 while the file is read (its [rule:*]
      * sections are skipped), 2 while the rule text is (only [rule:*]) */
     int rules_pass;
+    /* config_load_with_rules: the rules came from rule text, whose own
+     * checks (and errors) were made as each rule ended */
+    int rules_text;
+    unsigned global_line; /* of the first [global] header; 0: none */
 };
 
 #define MAX_WORKERS 256 /* [agent] workers */
@@ -113,5 +118,8 @@ void config_compile_matches(struct parse_state *st);
 /* The credentials in force, checked and read from their files
  * (config_auth.c); standalone: no [redis] server configured (config_standalone). */
 void config_resolve_credentials(struct parse_state *st, int standalone);
+
+/* [global]'s credentials, the same way as [redis]'s (config_auth.c). */
+void config_resolve_global_credentials(struct parse_state *st);
 
 #endif

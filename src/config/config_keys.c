@@ -19,6 +19,9 @@ static const char *const charge_names[] = {
     [CHARGE_ALL_OR_NOTHING] = "all-or-nothing", [CHARGE_EACH] = "each", NULL};
 static const char *const source_names[] = {
     [RULES_SOURCE_FILE] = "file", [RULES_SOURCE_REDIS] = "redis", NULL};
+/* a rule's scope: enum cfg_scope */
+static const char *const scope_names[] = {
+    [SCOPE_REGION] = "region", [SCOPE_GLOBAL] = "global", NULL};
 
 #define CF(f) offsetof(struct config, f), sizeof(((struct config *)0)->f)
 #define PF(f) offsetof(struct config, f) /* the parsed form of an address key */
@@ -115,6 +118,31 @@ static const struct key_def key_defs[] = {
      * than a second would close live ones (at most CFG_MAX_IDLE_GRACE_MS,
      * checked in config.c) */
     {SEC_AGENT, "idle_grace", T_DUR, CF(idle_grace_ms), 1000, 0, 0, NULL, 0},
+    /* [global] (v1.2): the Redis of every region's scope = global rules;
+     * its connection keys are [redis]'s, parsed alike */
+    {SEC_GLOBAL, "url", T_URL, CF(global_url), 0, 0, 0, NULL, PF(global_server)},
+    {SEC_GLOBAL, "cluster", T_HOSTS, CF(global_cluster), 0, 0, F_LIST, NULL,
+     PF(global_cluster_hosts)},
+    {SEC_GLOBAL, "sentinel", T_HOSTS, CF(global_sentinel), 0, 0, F_LIST, NULL,
+     PF(global_sentinel_hosts)},
+    {SEC_GLOBAL, "master", T_STR, CF(global_master), 0, 0, F_NONEMPTY, NULL, 0},
+    {SEC_GLOBAL, "timeout", T_DUR, CF(global_timeout_ms), 0, 0, 0, NULL, 0},
+    {SEC_GLOBAL, "keepalive", T_DUR, CF(global_keepalive_ms), 100, 0, F_ZERO, NULL, 0},
+    {SEC_GLOBAL, "prefix", T_STR, CF(global_prefix), 0, MAX_PREFIX, 0, NULL, 0},
+    {SEC_GLOBAL, "username", T_STR, CF(global_username), 0, 0, F_NONEMPTY, NULL, 0},
+    {SEC_GLOBAL, "password", T_STR, CF(global_password), 0, 0, F_NONEMPTY, NULL, 0},
+    {SEC_GLOBAL, "password_file", T_STR, CF(global_password_file), 0, 0, F_NONEMPTY, NULL, 0},
+    {SEC_GLOBAL, "sentinel_username", T_STR, CF(global_sentinel_username), 0, 0, F_NONEMPTY, NULL,
+     0},
+    {SEC_GLOBAL, "sentinel_password", T_STR, CF(global_sentinel_password), 0, 0, F_NONEMPTY, NULL,
+     0},
+    /* a global call per interval per region: more than 10 a second buys
+     * nothing a far Redis can answer in time */
+    {SEC_GLOBAL, "interval", T_DUR, CF(global_interval_ms), 100, 0, 0, NULL, 0},
+    {SEC_GLOBAL, "max_fraction", T_SHARE, CF(global_max_fraction), 0, 0, 0, NULL, 0},
+    /* checked at the end of the file (config.c: its characters, its default) */
+    {SEC_GLOBAL, "region", T_STR, CF(global_region), 0, CFG_MAX_REGION, F_NONEMPTY, NULL, 0},
+    {SEC_RULE, "scope", T_ENUM, RF(scope), 0, 0, 0, scope_names, 0},
 };
 
 #define NKEYS (sizeof(key_defs) / sizeof(key_defs[0]))

@@ -54,12 +54,12 @@ static const char *yes_no(int b)
     return b ? "yes" : "no";
 }
 
-/* [redis] url with the password replaced by "***". */
-static void put_url(struct strbuf *o, const struct config *cfg)
+/* A url with its password replaced by "***" (server: its parsed form). */
+static void put_url_of(struct strbuf *o, const char *url, const struct cfg_redis_url *server)
 {
-    const char *url = cfg->redis_url, *at, *colon;
+    const char *at, *colon;
 
-    if (!url || !cfg->redis_server.password || !(at = strrchr(url, '@'))) {
+    if (!url || !server->password || !(at = strrchr(url, '@'))) {
         strbuf_printf(o, "%s", url ? url : "");
         return;
     }
@@ -69,6 +69,12 @@ static void put_url(struct strbuf *o, const struct config *cfg)
         return;
     }
     strbuf_printf(o, "%.*s***%s", (int)(colon + 1 - url), url, at);
+}
+
+/* [redis] url with the password replaced by "***". */
+static void put_url(struct strbuf *o, const struct config *cfg)
+{
+    put_url_of(o, cfg->redis_url, &cfg->redis_server);
 }
 
 static void put_agent(struct strbuf *o, const struct config *cfg)
@@ -164,6 +170,46 @@ static void put_redis(struct strbuf *o, const struct config *cfg)
     strbuf_printf(o, "\n\n");
 }
 
+/* [global]: only when configured; its passwords masked as [redis]'s. */
+static void put_global(struct strbuf *o, const struct config *cfg)
+{
+    if (!config_global(cfg))
+        return;
+    strbuf_printf(o, "[global]\n");
+    if (cfg->global_url) {
+        strbuf_printf(o, "url = ");
+        put_url_of(o, cfg->global_url, &cfg->global_server);
+        strbuf_printf(o, "\n");
+    }
+    if (cfg->global_cluster)
+        strbuf_printf(o, "cluster = %s\n", cfg->global_cluster);
+    if (cfg->global_sentinel)
+        strbuf_printf(o, "sentinel = %s\nmaster = %s\n", cfg->global_sentinel,
+                      cfg->global_master ? cfg->global_master : "");
+    if (cfg->global_username)
+        strbuf_printf(o, "username = %s\n", cfg->global_username);
+    if (cfg->global_password)
+        strbuf_printf(o, "password = ***\n");
+    if (cfg->global_password_file)
+        strbuf_printf(o, "password_file = %s\n", cfg->global_password_file);
+    if (cfg->global_sentinel_username)
+        strbuf_printf(o, "sentinel_username = %s\n", cfg->global_sentinel_username);
+    if (cfg->global_sentinel_password)
+        strbuf_printf(o, "sentinel_password = ***\n");
+    strbuf_printf(o, "timeout = ");
+    put_duration(o, cfg->global_timeout_ms);
+    strbuf_printf(o, "\nkeepalive = ");
+    if (cfg->global_keepalive_ms)
+        put_duration(o, cfg->global_keepalive_ms);
+    else
+        strbuf_printf(o, "0 ; off");
+    strbuf_printf(o, "\nprefix = %s\ninterval = ", cfg->global_prefix ? cfg->global_prefix : "");
+    put_duration(o, cfg->global_interval_ms);
+    strbuf_printf(o, "\nmax_fraction = %g\nregion = %s%s\n\n", cfg->global_max_fraction,
+                  cfg->global_region ? cfg->global_region : "",
+                  cfg->global_region_derived ? " ; derived from [redis]" : "");
+}
+
 /* [rules]: where the [rule:*] sections below come from. */
 static void put_rules_source(struct strbuf *o, const struct config *cfg)
 {
@@ -246,8 +292,9 @@ static void put_rule(struct strbuf *o, const struct config *cfg, const struct cf
             strbuf_printf(o, "0 ; off");
         strbuf_printf(o, "\n");
     }
-    strbuf_printf(o, "on_redis_down = %s\nshadow = %s%s\n\n", modes[r->on_redis_down],
-                  yes_no(r->shadow), cfg->shadow ? " ; [agent] shadow = yes" : "");
+    strbuf_printf(o, "on_redis_down = %s\nshadow = %s%s\nscope = %s\n\n", modes[r->on_redis_down],
+                  yes_no(r->shadow), cfg->shadow ? " ; [agent] shadow = yes" : "",
+                  r->scope == SCOPE_GLOBAL ? "global" : "region");
 }
 
 char *config_render(const struct config *cfg, size_t *len)
@@ -258,6 +305,7 @@ char *config_render(const struct config *cfg, size_t *len)
     strbuf_printf(&o, "; the effective configuration of %s, every default resolved\n\n", cfg->path);
     put_agent(&o, cfg);
     put_redis(&o, cfg);
+    put_global(&o, cfg);
     strbuf_printf(&o, "[fallback]\nmode = %s\n", modes[cfg->fallback_mode]);
     if (cfg->fallback_share == CFG_SHARE_AUTO)
         strbuf_printf(&o, "share = auto\n\n");

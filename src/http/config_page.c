@@ -126,6 +126,71 @@ static void s_rate_ttl(const struct config *c, char *r, char *s, size_t n)
     num_value(c->lease_rate_ttl_ms, "ms", r, s, n);
 }
 
+/* [global] (v1.2): as [redis], a reload may apply a new url (only adding
+ * or removing one changes the topology) and credentials, through
+ * store_reconfigure() with store_options_from_global(); the rest is made
+ * once, at start, with the claimer's store. The region is the holder of
+ * the global buckets: a new name would hold them twice. */
+static void s_global_url(const struct config *c, char *r, char *s, size_t n)
+{
+    const char *url = c->global_url ? c->global_url : "", *at = strrchr(url, '@');
+    const char *colon =
+        at && strlen(url) > 8 ? memchr(url + 8, ':', (size_t)(at - (url + 8))) : NULL;
+
+    str_value(url, r, s, n);
+    snprintf(r, n, "%s", c->global_url ? "url" : "");
+    if (c->global_server.password && colon)
+        snprintf(s, n, "%.*s***%s", (int)(colon + 1 - url), url, at);
+}
+
+static void s_global_cluster(const struct config *c, char *r, char *s, size_t n)
+{
+    str_value(c->global_cluster, r, s, n);
+}
+
+static void s_global_sentinel(const struct config *c, char *r, char *s, size_t n)
+{
+    str_value(c->global_sentinel, r, s, n);
+}
+
+static void s_global_master(const struct config *c, char *r, char *s, size_t n)
+{
+    str_value(c->global_master, r, s, n);
+}
+
+static void s_global_timeout(const struct config *c, char *r, char *s, size_t n)
+{
+    num_value(c->global_timeout_ms, "ms", r, s, n);
+}
+
+static void s_global_keepalive(const struct config *c, char *r, char *s, size_t n)
+{
+    num_value(c->global_keepalive_ms, "ms", r, s, n);
+}
+
+static void s_global_prefix(const struct config *c, char *r, char *s, size_t n)
+{
+    str_value(config_global(c) ? c->global_prefix : NULL, r, s, n);
+}
+
+static void s_global_interval(const struct config *c, char *r, char *s, size_t n)
+{
+    num_value(config_global(c) ? c->global_interval_ms : 0, "ms", r, s, n);
+}
+
+static void s_global_fraction(const struct config *c, char *r, char *s, size_t n)
+{
+    double f = config_global(c) ? c->global_max_fraction : 0;
+
+    snprintf(r, n, "%.17g", f);
+    snprintf(s, n, "%g", f);
+}
+
+static void s_global_region(const struct config *c, char *r, char *s, size_t n)
+{
+    str_value(c->global_region, r, s, n);
+}
+
 /* [rules]: the rule store is made once, at start (rules_redis.h). */
 static void s_source(const struct config *c, char *r, char *s, size_t n)
 {
@@ -161,6 +226,16 @@ static const struct {
     {"[redis] keepalive", s_keepalive},
     {"[redis] epoch_check", s_epoch_check},
     {"[redis] prefix", s_prefix},
+    {"[global] url", s_global_url},
+    {"[global] cluster", s_global_cluster},
+    {"[global] sentinel", s_global_sentinel},
+    {"[global] master", s_global_master},
+    {"[global] timeout", s_global_timeout},
+    {"[global] keepalive", s_global_keepalive},
+    {"[global] prefix", s_global_prefix},
+    {"[global] interval", s_global_interval},
+    {"[global] max_fraction", s_global_fraction},
+    {"[global] region", s_global_region},
     {"[lease] interval", s_interval},
     {"[lease] ttl", s_ttl},
     {"[lease] max_fraction", s_fraction},

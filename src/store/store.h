@@ -73,6 +73,13 @@ struct store_options {
  * milliseconds become the store's clocks. o borrows from cfg. */
 void store_options_from_config(const struct config *cfg, struct store_options *o);
 
+/* The same from cfg's [global] section (config_global(cfg) true), for the
+ * store a region's claimer opens to the global Redis: its topology,
+ * credentials, prefix, timeout and keepalive; require_noeviction,
+ * functions, sentinel_window and errors_quiet are [redis]'s. o borrows
+ * from cfg. */
+void store_options_from_global(const struct config *cfg, struct store_options *o);
+
 /* Connect per o. The first attempt (connection, sentinel question, or slot
  * map) is made at once or on the next loop iteration; its outcome arrives
  * later (see store_up). NULL with a message in err when the settings cannot
