@@ -452,7 +452,10 @@ static void check_global(struct parse_state *st)
     if (cfg->global_master && !cfg->global_sentinel)
         config_errors_add(&st->errors, config_seen_line(st, SEC_GLOBAL, "master"),
                           "[global] 'master' is only used with 'sentinel'");
-    if (st->global_line && !global)
+    /* (a topology key written but refused was reported at its line) */
+    if (st->global_line && !global && !config_seen_line(st, SEC_GLOBAL, "url") &&
+        !config_seen_line(st, SEC_GLOBAL, "cluster") &&
+        !config_seen_line(st, SEC_GLOBAL, "sentinel"))
         config_errors_add(&st->errors, st->global_line,
                           "[global] needs one of url, cluster or sentinel (the Redis every "
                           "region shares)");
