@@ -236,6 +236,7 @@ static void begin_rule(struct parse_state *st, const char *name, size_t len)
     r->cost = 1;
     r->lease = 1;
     r->on_redis_down = -1; /* unset: [fallback] mode, known only at the end */
+    r->scope = SCOPE_REGION;
     r->line = st->line;
     st->rule = cfg->nrules++;
     st->kind = SEC_RULE;

@@ -30,7 +30,7 @@ import sys
 TOP = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else
                       os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 SECTIONS = {"AGENT": "agent", "REDIS": "redis", "LEASE": "lease", "FALLBACK": "fallback",
-            "RULES": "rules", "RULE": "rule"}
+            "RULES": "rules", "GLOBAL": "global", "RULE": "rule"}
 problems = []
 
 
@@ -104,7 +104,7 @@ def code_keys():
             return [duration(int(expr))]
         if re.fullmatch(r"[0-9][0-9.]*", expr):
             return [expr]
-        m = re.fullmatch(r"(?:LOG_LVL|DOWN|ALGO|BUCKET)_(\w+)", expr)
+        m = re.fullmatch(r"(?:LOG_LVL|DOWN|ALGO|BUCKET|SCOPE)_(\w+)", expr)
         if m:
             return [m.group(1).lower().replace("_", "-")]
         return None
