@@ -31,16 +31,16 @@ local function fedgate(key, f, t, now)
     return t
 end
 -- The key's pttl, at least pttl: a fed key that expires loses the tokens
--- deposited in it (under-admission only), so it lives past its deadline and
--- at least FED_KEEP ms while it holds a whole token (the caller's pttl
--- already outlives every lease).
+-- deposited in it and its unmet demand (under-admission only), so it lives
+-- past its deadline, and at least FED_KEEP ms while it holds a whole token
+-- or unmet demand (keep) (the caller's pttl already outlives every lease).
 local FED_KEEP = 60000
-local function fedttl(pttl, t, dl, now)
+local function fedttl(pttl, keep, dl, now)
     dl = tonumber(dl)
     if dl and dl > now then
         local d = ceil((dl - now) / 1000) + 1000
         if d > pttl then pttl = d end
     end
-    if t >= 1 and pttl < FED_KEEP then pttl = FED_KEEP end
+    if keep and pttl < FED_KEEP then pttl = FED_KEEP end
     return pttl
 end

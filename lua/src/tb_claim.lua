@@ -64,7 +64,7 @@ retry_ms and reset_ms. No rate lease (ARGV[9], ARGV[10] grant no share); a
 claim granted less than want adds the shortfall to field u (unmet demand,
 read and cleared by tb_pool.lua); from the Redis time in field dl on it
 grants nothing (its free tokens dropped, counted in field l). The key lives
-past dl, and at least 60 s while it holds a token.
+past dl, and at least 60 s while it holds a token or unmet demand.
 
 Invariant: after every call t + H <= b and P <= r, where H and P count the
 slices and shares of every unexpired lease. Expired leases vanish (counted as
@@ -236,11 +236,13 @@ P = P - qold + qcount
 
 -- A fed bucket grants nothing from its deadline on; what it cannot grant of
 -- want is unmet demand, for its claimer.
+local unmet = false -- fed: the key holds unmet demand
 if fed then
     t = fedgate(key, f, t, now)
     local short = floor(t)
     short = want - (short < want and (short > 0 and short or 0) or want)
     if short > 0 then redis.call('HINCRBY', key, 'u', short) end
+    unmet = short > 0 or f.u ~= nil
 end
 
 -- (4) Grant whole tokens. With a rate lease they are taken for the requests
@@ -322,7 +324,7 @@ for _, e in next, exp do
 end
 local retry, reset, left, pttl = times(t, ts, H, P, b, rate, now, 1, emin, emax, bu, block,
                                        started)
-if fed then pttl = fedttl(pttl, t, f.dl, now) end
+if fed then pttl = fedttl(pttl, t >= 1 or unmet, f.dl, now) end
 redis.call('PEXPIRE', key, fmt[pttl])
 return {g + taken, left, H, holders, retry, reset, mine > 0 and ttl or 0, mine,
         floor(q / rate * 1e6), had}

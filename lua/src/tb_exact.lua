@@ -127,13 +127,14 @@ local function fedexact(key, b, rate, now, n, need, block, period)
     if not bu and t >= need then t, allowed = t - n, 1 end
     local started = block > 0 and not bu and allowed == 0 and need <= b
     if started then bu = now + block * 1000 end
-    if allowed == 0 and not bu and n > 0 and n <= b then redis.call('HINCRBY', key, 'u', n) end
+    local unmet = allowed == 0 and not bu and n > 0 and n <= b
+    if unmet then redis.call('HINCRBY', key, 'u', n) end
     local retry, reset, left, pttl = times(t, ts, H, P, b, rate, now, need, emin, emax, bu,
                                            block, started)
     if need > b and not bu then retry = period end
     redis.call('HSET', key, 't', fmt[t], 'ts', fmt[ts])
     if started then redis.call('HSET', key, 'bu', fmt[bu]) end
-    redis.call('PEXPIRE', key, fmt[fedttl(pttl, t, f.dl, now)])
+    redis.call('PEXPIRE', key, fmt[fedttl(pttl, t >= 1 or unmet or f.u ~= nil, f.dl, now)])
     return {allowed, left, retry, reset, floor(now / 1000)}
 end
 

@@ -232,13 +232,13 @@ enum script_pool_arg {
     POOL_ARGC_DEADLINE,
 };
 enum script_pool_reply {
-    POOL_R_MOVED = 0,  /* tokens moved: > 0 deposited, < 0 withdrawn */
-    POOL_R_REMAINING,  /* whole free tokens t after the call */
-    POOL_R_HELD,       /* H: tokens the agents' unexpired leases hold */
-    POOL_R_DEADLINE,   /* dl after the call (0: none) */
-    POOL_R_LOST,       /* tokens dropped since the deadline passed (then cleared) */
-    POOL_R_UNMET,      /* demand the agents' calls could not serve since the
-                        * last call (field u, read and cleared) */
+    POOL_R_MOVED = 0, /* tokens moved: > 0 deposited, < 0 withdrawn */
+    POOL_R_REMAINING, /* whole free tokens t after the call */
+    POOL_R_HELD,      /* H: tokens the agents' unexpired leases hold */
+    POOL_R_DEADLINE,  /* dl after the call (0: none) */
+    POOL_R_LOST,      /* tokens dropped since the deadline passed (then cleared) */
+    POOL_R_UNMET,     /* demand the agents' calls could not serve since the
+                       * last call (field u, read and cleared) */
     POOL_R_COUNT,
 };
 
