@@ -1,6 +1,7 @@
 -- SPDX-License-Identifier: Apache-2.0
 -- lib/bucket.lua - the token bucket's advance to now: refill(), by_expiry(),
--- rebase() and advance(), for the tb_* scripts (after lib/fmt.lua). Included
+-- rebase() and advance(), for the tb_* scripts (after lib/fmt.lua); a fed
+-- bucket (lib/fed.lua) advances at rate 0. Included
 -- by lua/assemble.sh (--@ lib/bucket.lua).
 
 -- Advance to now. The refill never lifts t above b - H, where H is what
@@ -47,7 +48,7 @@ local NONE = {}
 local function advance(key, f, b, rate, now)
     local t, ts = f.t, f.ts -- (no tonumber() calls on a new key)
     t, ts = t and tonumber(t), ts and tonumber(ts) or now
-    if t == nil then t = b end -- new bucket: full
+    if t == nil then t = rate > 0 and b or 0 end -- new bucket: full (fed, rate 0: empty)
     if ts > now then -- the clock stepped back: see rebase()
         rebase(key, f, ts - now)
         ts = now

@@ -7,7 +7,7 @@
 local ints = {}
 local function num(ARGV, i, min, default)
     local s = ARGV[i] or default
-    local v = ints[s] -- floor(tonumber(s)) of an s that passed: >= 0
+    local v = ints[s] -- floor(tonumber(s)) of an s that passed (< 0: a fed limit, lib/fed.lua)
     if v ~= nil and v >= min then return v end -- (floor(x) >= min iff x >= min)
     v = tonumber(s)
     if v == nil or v ~= v or v < min or v == huge then

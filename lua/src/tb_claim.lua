@@ -18,7 +18,7 @@ KEYS[1]   the bucket, one hash per (rule, client key):
                        a rate lease was denied while the demands reported add
                        up to 90 % of the rate (the key is at its limit)
 ARGV[1]   agent id (non-empty)
-ARGV[2]   limit N      } refill rate = N / period
+ARGV[2]   limit N      } refill rate = N / period; -N: a fed bucket (below)
 ARGV[3]   period, ms   }
 ARGV[4]   burst b: capacity (>= 0)
 ARGV[5]   want: tokens requested (>= 0; 0 = only settle and report); with a
@@ -57,6 +57,15 @@ Returns   {granted, remaining, held, holders, retry_ms, reset_ms, lease_ms, mine
             had       what Redis counted the caller held before this call (0:
                       its lease had expired, or it had none)
 
+A fed bucket (limit -N: the regional bucket of a scope = global rule,
+lua/README.md "Fed buckets") never refills: a missing key is empty, its
+tokens come only from tb_pool.lua's deposits, N / period only answers
+retry_ms and reset_ms. No rate lease (ARGV[9], ARGV[10] grant no share); a
+claim granted less than want adds the shortfall to field u (unmet demand,
+read and cleared by tb_pool.lua); from the Redis time in field dl on it
+grants nothing (its free tokens dropped, counted in field l). The key lives
+past dl, and at least 60 s while it holds a token or unmet demand.
+
 Invariant: after every call t + H <= b and P <= r, where H and P count the
 slices and shares of every unexpired lease. Expired leases vanish (counted as
 spent), a report only moves held tokens back to t, the refill of t is capped
@@ -70,6 +79,7 @@ Uses Redis server time only; agents never send timestamps.
 --@ lib/num.lua
 --@ lib/num3.lua
 --@ lib/fmt.lua
+--@ lib/fed.lua
 
 -- The names of an agent's fields (h:<agent>, ...), made once per agent: the
 -- claims of a batch mostly come from one agent.
@@ -95,7 +105,10 @@ end
 local key, agent = KEYS[1], ARGV[1]
 if agent == nil or agent == '' then error('tb_claim: empty agent id') end
 local my = named[agent] or fields(agent) -- my.h is 'h:' .. agent, ...
-local limit, period, b = num3(ARGV, 2, 1, 1, 0)
+local limit, period, b = num3(ARGV, 2, -1e15, 1, 0)
+-- fed: a fed bucket's rule rate (lib/fed.lua); it refills at brate = 0,
+-- rate is the rule's (for retry_ms and reset_ms only), no rate lease.
+local fed = limit < 1 and fedrate(ARGV, 2, period)
 local want, used, ret = num3(ARGV, 5, 0, 0, 0)
 local ttl = num(ARGV, 8, 1)
 -- A rate lease: both or neither of ARGV[9] and ARGV[10].
@@ -105,6 +118,8 @@ if rated then qwant, demand = min(num(ARGV, 9, 0), 1e6), min(num(ARGV, 10, 0), 1
 local RATE_POOL = 0.7 -- at most this share of r goes to rate leases; the rest stays central
 local RATE_MIN_SLICE = 2 -- the smallest slice of the burst worth a rate lease
 local rate = limit / (period * 1000) -- tokens per microsecond
+local brate = rate -- the bucket's refill
+if fed then rate, brate, rated = fed, 0, false end
 
 local tm = redis.call('TIME')
 local now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
@@ -116,7 +131,7 @@ if raw[1] ~= nil then
     for i = 1, #raw, 2 do f[raw[i]] = raw[i + 1] end
 end
 
-local t, ts, H, held, exp, share, P = advance(key, f, b, rate, now)
+local t, ts, H, held, exp, share, P = advance(key, f, b, brate, now)
 
 -- (2) The caller applies each reply before its next call on this key (one
 -- call at a time per key and agent), so a rate lease's slice and share as
@@ -219,6 +234,17 @@ end
 local qcount = q > qold and q or qold -- max(qold, q)
 P = P - qold + qcount
 
+-- A fed bucket grants nothing from its deadline on; what it cannot grant of
+-- want is unmet demand, for its claimer.
+local unmet = false -- fed: the key holds unmet demand
+if fed then
+    t = fedgate(key, f, t, now)
+    local short = floor(t)
+    short = want - (short < want and (short > 0 and short or 0) or want)
+    if short > 0 then redis.call('HINCRBY', key, 'u', short) end
+    unmet = short > 0 or f.u ~= nil
+end
+
 -- (4) Grant whole tokens. With a rate lease they are taken for the requests
 -- waiting on this call and are not part of the slice (spent at once; any the
 -- agent cannot spend at once, or keep under its slice, are dropped, counted
@@ -298,6 +324,7 @@ for _, e in next, exp do
 end
 local retry, reset, left, pttl = times(t, ts, H, P, b, rate, now, 1, emin, emax, bu, block,
                                        started)
+if fed then pttl = fedttl(pttl, t >= 1 or unmet, f.dl, now) end
 redis.call('PEXPIRE', key, fmt[pttl])
 return {g + taken, left, H, holders, retry, reset, mine > 0 and ttl or 0, mine,
         floor(q / rate * 1e6), had}

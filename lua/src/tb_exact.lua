@@ -10,7 +10,7 @@ KEYS[1]   the bucket: a hash (t, ts, bu, h:<agent>, e:<agent>; see tb_claim.lua)
           a PEXPIRETIME for a "2 t px"), as does a key Redis has never seen
           (the GET finds nothing). The other tb_* scripts turn a string into
           a hash before they write fields.
-ARGV[1]   limit N      } refill rate = N / period
+ARGV[1]   limit N      } refill rate = N / period; -N: a fed bucket (below)
 ARGV[2]   period, ms   }
 ARGV[3]   burst b: capacity (>= 0)
 ARGV[4]   n: tokens this request costs (>= 0; default 1). n = 0 is a check:
@@ -32,6 +32,11 @@ Returns   {allowed, remaining, retry_ms, reset_ms, time_ms}
             time_ms   Redis' time of the call, ms (what tb_refund.lua takes
                       back as taken_ms)
 
+A fed bucket (limit -N, as in tb_claim.lua: no refill, a missing key
+empty, N / period only for retry_ms and reset_ms) is always a hash; a denial
+of an n that fits adds n to its unmet demand (field u), and from its
+deadline (field dl) on it allows nothing.
+
 Invariant: after every call t + H <= b (H = tokens held by unexpired leases).
 Uses Redis server time only.
 ]]
@@ -40,8 +45,11 @@ Uses Redis server time only.
 --@ lib/num.lua
 --@ lib/num3.lua
 --@ lib/fmt.lua
+--@ lib/fed.lua
 
 --@ lib/bucket.lua
+
+--@ lib/bucket_hash.lua
 
 -- The fields of a string key ("1 t ts" or "1 t ts bu", as enc() writes
 -- them), as a hash's would be read: one match, no table of the split. A
@@ -96,10 +104,45 @@ local function decide(key, f, b, rate, now, n, need, block, period)
     return {allowed, left, retry, reset, floor(now / 1000)}, t, ts, bu, started, pttl
 end
 
+-- (3) The decision on a fed bucket (limit -N; rate: the rule's, per
+-- microsecond): decide()'s, on a hash advanced at rate 0, with the deadline
+-- and the unmet demand of lib/fed.lua.
+local function fedexact(key, b, rate, now, n, need, block, period)
+    local raw = hgetall(key)
+    local f = raw -- (a new key's empty reply will do)
+    if raw[1] ~= nil then
+        f = {}
+        for i = 1, #raw, 2 do f[raw[i]] = raw[i + 1] end
+    end
+    local t, ts, H, held, exp, share, P = advance(key, f, b, 0, now)
+    local emin, emax = nil, now
+    for a, _ in next, held do
+        emin = min(emin or exp[a], exp[a])
+        emax = max(emax, exp[a])
+    end
+    t = fedgate(key, f, t, now)
+    local bu = block > 0 and tonumber(f.bu) or nil
+    if bu and bu <= now then bu = nil end
+    local allowed = 0
+    if not bu and t >= need then t, allowed = t - n, 1 end
+    local started = block > 0 and not bu and allowed == 0 and need <= b
+    if started then bu = now + block * 1000 end
+    local unmet = allowed == 0 and not bu and n > 0 and n <= b
+    if unmet then redis.call('HINCRBY', key, 'u', n) end
+    local retry, reset, left, pttl = times(t, ts, H, P, b, rate, now, need, emin, emax, bu,
+                                           block, started)
+    if need > b and not bu then retry = period end
+    redis.call('HSET', key, 't', fmt[t], 'ts', fmt[ts])
+    if started then redis.call('HSET', key, 'bu', fmt[bu]) end
+    redis.call('PEXPIRE', key, fmt[fedttl(pttl, t >= 1 or unmet or f.u ~= nil, f.dl, now)])
+    return {allowed, left, retry, reset, floor(now / 1000)}
+end
+
 -- per call. Everything above takes its input as parameters: lua/batch.sh defines it
 -- once per batch, and runs what follows once per operation.
 local key = KEYS[1]
-local limit, period, b = num3(ARGV, 1, 1, 1, 0)
+local limit, period, b = num3(ARGV, 1, -1e15, 1, 0)
+local fed = limit < 1 and fedrate(ARGV, 1, period) -- fed: the rule's rate (lib/fed.lua)
 local n = ARGV[4] == nil and 1 or num(ARGV, 4, 0) -- (the agent sends no n for 1)
 local need = n > 0 and n or 1 -- a check (n = 0) passes where 1 would
 local rate = limit / (period * 1000) -- tokens per microsecond
@@ -107,6 +150,7 @@ local block = ARGV[5] == nil and 0 or num(ARGV, 5, 0)
 
 local tm = redis.call('TIME')
 local now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
+if fed then return fedexact(key, b, fed, now, n, need, block, period) end
 
 -- The key as it is, first: a key new to the agent is decided by one plain
 -- SET (src/limiter_first.c), so most calls of this script come for a key the

@@ -3,7 +3,7 @@
 full again, less what the unexpired leases of every agent still hold.
 
 KEYS[1]   the bucket hash, same layout as tb_claim.lua (t, ts, h:<agent>, e:<agent>)
-ARGV[1]   limit N      } refill rate = N / period
+ARGV[1]   limit N      } refill rate = N / period; -N: a fed bucket (tb_claim.lua)
 ARGV[2]   period, ms   }
 ARGV[3]   burst b: capacity (>= 0)
 
@@ -19,12 +19,16 @@ rather than t = b: t + H <= b still holds after it, and the fleet admits at
 most b + r*T in any interval of length T from the reset on, as before it.
 Expired leases are dropped first, as every script does (advance(): their
 tokens count as spent). With no lease left the key is deleted: a missing
-bucket is a full one. Uses Redis server time only.
+bucket is a full one. A fed bucket (limit -N) holds only tokens the global
+bucket granted its region: a reset there would make tokens out of nothing,
+so it keeps its tokens, its leases and its key, and only lifts a block (the
+global bucket is the one to reset). Uses Redis server time only.
 ]]
 
 --@ lib/locals.lua
 --@ lib/num.lua
 --@ lib/fmt.lua
+--@ lib/fed.lua
 
 --@ lib/bucket.lua
 
@@ -33,8 +37,9 @@ bucket is a full one. Uses Redis server time only.
 -- per call. Everything above takes its input as parameters: lua/batch.sh defines it
 -- once per batch, and runs what follows once per operation.
 local key = KEYS[1]
-local limit, period, b = num(ARGV, 1, 1), num(ARGV, 2, 1), num(ARGV, 3, 0)
-local rate = limit / (period * 1000) -- tokens per microsecond
+local limit, period, b = num(ARGV, 1, -1e15), num(ARGV, 2, 1), num(ARGV, 3, 0)
+local fed = limit < 1 and fedrate(ARGV, 1, period) -- fed: the rule's rate (lib/fed.lua)
+local rate = fed and 0 or limit / (period * 1000) -- tokens per microsecond (the refill)
 
 local tm = redis.call('TIME')
 local now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
@@ -48,6 +53,16 @@ end
 
 local t, ts, H, held, exp, share, P = advance(key, f, b, rate, now)
 local before = t
+if fed then -- a fed bucket: nothing made; a block lifted
+    t = fedgate(key, f, t, now)
+    local holders = 0
+    for _ in next, exp do holders = holders + 1 end
+    if raw[1] ~= nil then
+        redis.call('HSET', key, 't', fmt[t], 'ts', fmt[ts])
+        if f.bu then redis.call('HDEL', key, 'bu') end
+    end
+    return {max(0, floor(t)), H, holders, max(0, floor(before))}
+end
 
 -- (2) Reset: full, less the leases that run on. b - H < 0 only after the
 -- burst shrank below what is held: t is then the same debt a claim leaves.

@@ -5,7 +5,7 @@ what it spent and give every unspent token back.
 KEYS[1]   the bucket hash, same layout as tb_claim.lua (t, ts, and per agent h:, e:,
           and for a rate lease q:, hn:, qn:, d:)
 ARGV[1]   agent id (non-empty)
-ARGV[2]   limit N      } refill rate = N / period
+ARGV[2]   limit N      } refill rate = N / period; -N: a fed bucket (tb_claim.lua)
 ARGV[3]   period, ms   }
 ARGV[4]   burst b: capacity (>= 0)
 ARGV[5]   used: tokens spent from the lease since the last report (capped at held);
@@ -19,6 +19,9 @@ Returns   {granted, remaining, held, holders, retry_ms, reset_ms, lease_ms, mine
           central refill. A lease that already expired returns nothing (its
           tokens vanished).
 
+A fed bucket drops what comes back from its deadline (field dl) on, as
+tb_claim.lua does (lib/fed.lua).
+
 Invariant: after every call t + H <= b (H = tokens held by unexpired leases).
 Uses Redis server time only.
 ]]
@@ -26,6 +29,7 @@ Uses Redis server time only.
 --@ lib/locals.lua
 --@ lib/num.lua
 --@ lib/fmt.lua
+--@ lib/fed.lua
 
 --@ lib/bucket.lua
 
@@ -35,8 +39,10 @@ Uses Redis server time only.
 -- once per batch, and runs what follows once per operation.
 local key, agent = KEYS[1], ARGV[1]
 if agent == nil or agent == '' then error('tb_return: empty agent id') end
-local limit, period, b, used = num(ARGV, 2, 1), num(ARGV, 3, 1), num(ARGV, 4, 0), num(ARGV, 5, 0)
-local rate = limit / (period * 1000) -- tokens per microsecond
+local limit, period, b, used = num(ARGV, 2, -1e15), num(ARGV, 3, 1), num(ARGV, 4, 0), num(ARGV, 5, 0)
+local fed = limit < 1 and fedrate(ARGV, 2, period) -- fed: the rule's rate (lib/fed.lua)
+local rate = fed or limit / (period * 1000) -- tokens per microsecond
+local brate = fed and 0 or rate -- the bucket's refill
 
 local tm = redis.call('TIME')
 local now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
@@ -48,7 +54,7 @@ if raw[1] ~= nil then
     for i = 1, #raw, 2 do f[raw[i]] = raw[i + 1] end
 end
 
-local t, ts, H, held, exp, share, P = advance(key, f, b, rate, now)
+local t, ts, H, held, exp, share, P = advance(key, f, b, brate, now)
 
 -- Settle and close the caller's lease: unspent tokens go back to t. A rate
 -- lease's tokens are under the slice last granted (hn), which may be below
@@ -60,6 +66,7 @@ local ret = mine - min(used, mine)
 if held[agent] then held[agent], exp[agent] = nil, nil end -- (held may be NONE)
 t, H, P = t + ret, H - counted, P - (share[agent] or 0)
 t = min(t, b - H)
+if fed then t = fedgate(key, f, t, now) end
 
 local holders, emin, emax = 0, nil, now
 for a, _ in next, held do
@@ -82,5 +89,7 @@ end
 local reset = max(0, b - H - t) / free_ms
 local life = max((ts - now) / 1000 + (b - t) / rate_ms, (emax - now) / 1000)
 if P > 0 then life = (emax - now) / 1000 + (b - t) / rate_ms end
-redis.call('PEXPIRE', key, fmt[min(ceil(life) + 1000, 1e15)])
+local pttl = min(ceil(life) + 1000, 1e15)
+if fed then pttl = fedttl(pttl, t >= 1 or f.u ~= nil, f.dl, now) end
+redis.call('PEXPIRE', key, fmt[pttl])
 return {0, max(0, floor(t)), H, holders, ceil(retry), ceil(reset), 0, 0, 0, had}

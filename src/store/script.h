@@ -52,7 +52,8 @@ enum script_batch_op {
  * more. Every number is a decimal integer. */
 enum script_claim_arg {
     CLAIM_ARG_AGENT = 0, /* the agent id: non-empty, the lease's owner */
-    CLAIM_ARG_LIMIT,     /* N of the rule's rate N/period (>= 1) */
+    CLAIM_ARG_LIMIT,     /* N of the rule's rate N/period (>= 1); -N: a fed bucket
+                          * (tb_* only: lua/README.md "Fed buckets") */
     CLAIM_ARG_PERIOD_MS, /* period of the rate (>= 1) */
     CLAIM_ARG_BURST,     /* token bucket capacity (>= 0); sw: ignored */
     CLAIM_ARG_WANT,      /* tokens asked for (>= 0; 0 = only settle the report) */
@@ -217,6 +218,43 @@ enum script_cc_reset_reply {
     CC_RESET_R_EARLIEST_MS, /* until the earliest deadline (0: none) */
     CC_RESET_R_LATEST_MS,   /* until the latest one */
     CC_RESET_R_COUNT,
+};
+
+/* ARGV and reply of tb_pool (lua/tb_pool.lua): the region's claimer moves
+ * tokens into or out of a fed bucket (a scope = global rule's regional
+ * bucket, whose agents' calls send CLAIM_ARG_LIMIT = -N), sets its deadline
+ * and reads its unmet demand (lua/README.md "Fed buckets"). */
+enum script_pool_arg {
+    POOL_ARG_AMOUNT = 0, /* > 0: deposit, < 0: withdraw, 0: only read */
+    POOL_ARG_BURST,      /* the rule's burst (>= 0) */
+    POOL_ARGC,
+    POOL_ARG_DEADLINE = POOL_ARGC, /* optional: > 0 set dl (Redis time, us), < 0 clear it */
+    POOL_ARGC_DEADLINE,
+};
+enum script_pool_reply {
+    POOL_R_MOVED = 0, /* tokens moved: > 0 deposited, < 0 withdrawn */
+    POOL_R_REMAINING, /* whole free tokens t after the call */
+    POOL_R_HELD,      /* H: tokens the agents' unexpired leases hold */
+    POOL_R_DEADLINE,  /* dl after the call (0: none) */
+    POOL_R_LOST,      /* tokens dropped since the deadline passed (then cleared) */
+    POOL_R_UNMET,     /* demand the agents' calls could not serve since the
+                       * last call (field u, read and cleared) */
+    POOL_R_COUNT,
+};
+
+/* ARGV and reply of g_lock (lua/g_lock.lua): the claimer's lease lock in the
+ * regional Redis. */
+enum script_lock_arg {
+    LOCK_ARG_AGENT = 0, /* the agent id: non-empty */
+    LOCK_ARG_TTL_MS,    /* the lock's life from now (>= 1; a release ignores it) */
+    LOCK_ARGC,
+    LOCK_ARG_RELEASE = LOCK_ARGC, /* optional: "release" */
+    LOCK_ARGC_RELEASE,
+};
+enum script_lock_reply {
+    LOCK_R_OK = 0, /* 1: the caller holds it now (release: it did, and freed it) */
+    LOCK_R_MS,     /* 1: the ttl set (release: 0); 0: the holder's pttl (0: none) */
+    LOCK_R_COUNT,
 };
 
 #endif

@@ -31,6 +31,10 @@ static int reply_count(int script)
         return CC_RELEASE_R_COUNT;
     case SCRIPT_CC_RESET:
         return CC_RESET_R_COUNT;
+    case SCRIPT_TB_POOL:
+        return POOL_R_COUNT;
+    case SCRIPT_G_LOCK:
+        return LOCK_R_COUNT;
     default:
         return -1;
     }
@@ -55,9 +59,12 @@ const char *store_reply_check(int script, const struct store_result *res, size_t
     if (elements > (size_t)want)
         return "more values than the script answers";
     /* every script answers counts and times: none is ever negative (the
-     * scripts clamp them), but cc_reset's times, which may be 0 or past */
+     * scripts clamp them), but cc_reset's times, which may be 0 or past, and
+     * tb_pool's moved, negative for a withdrawal */
     for (int i = 0; i < res->n; i++) {
         if (script == SCRIPT_CC_RESET && i != CC_RESET_R_HELD)
+            continue;
+        if (script == SCRIPT_TB_POOL && i == POOL_R_MOVED)
             continue;
         if (v[i] < 0)
             return "a negative count or time";
@@ -94,6 +101,18 @@ const char *store_reply_check(int script, const struct store_result *res, size_t
     case SCRIPT_CC_RELEASE:
         if (v[CC_RELEASE_R_RELEASED] > 1)
             return "released neither 0 nor 1";
+        break;
+    case SCRIPT_TB_POOL: {
+        /* moved: within amt, on its side of 0 */
+        long long amt = arg(argc, argv, POOL_ARG_AMOUNT);
+        if (amt >= 0 ? v[POOL_R_MOVED] < 0 || v[POOL_R_MOVED] > amt
+                     : v[POOL_R_MOVED] > 0 || v[POOL_R_MOVED] < amt)
+            return "moved more than asked";
+        break;
+    }
+    case SCRIPT_G_LOCK:
+        if (v[LOCK_R_OK] > 1)
+            return "ok neither 0 nor 1";
         break;
     default:
         break;

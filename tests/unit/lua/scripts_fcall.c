@@ -15,7 +15,7 @@
 
 static const char *const programs[] = {
     "test_scripts_exact",    "test_scripts_claim", "test_scripts_window", "test_scripts_fixed",
-    "test_scripts_contract", "test_scripts_rate",  "test_scripts_cc",
+    "test_scripts_contract", "test_scripts_rate",  "test_scripts_cc",     "test_scripts_fed",
 };
 
 int main(void)

@@ -32,6 +32,8 @@ enum script {
     CC_ACQUIRE = SCRIPT_CC_ACQUIRE,
     CC_RELEASE = SCRIPT_CC_RELEASE,
     CC_RESET = SCRIPT_CC_RESET,
+    TB_POOL = SCRIPT_TB_POOL,
+    G_LOCK = SCRIPT_G_LOCK,
     NSCRIPTS = SCRIPT_COUNT,
 };
 extern const char *const script_name[NSCRIPTS];

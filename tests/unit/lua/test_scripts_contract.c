@@ -303,6 +303,67 @@ static void contract_cc(enum script s, const char *key)
     }
 }
 
+/* tb_pool and g_lock (the claimer's scripts of a fed bucket, lua/README.md
+ * "Fed buckets"): a deposit with a deadline, an agent's fed claim asking
+ * more than there is (unmet demand), a read; a lock taken, contended,
+ * released. */
+static void contract_pool(enum script s, const char *key)
+{
+    struct args a;
+    long long p[POOL_R_COUNT], o[CLAIM_R_COUNT];
+    const struct rule fed = {-contract_rule.limit, contract_rule.period_ms, contract_rule.burst,
+                             contract_rule.ttl_ms};
+    long long dl = redis_now_us() + 600000000LL;
+
+    a.n = POOL_ARGC_DEADLINE;
+    arg_num(&a, POOL_ARG_AMOUNT, 7);
+    arg_num(&a, POOL_ARG_BURST, contract_rule.burst);
+    arg_num(&a, POOL_ARG_DEADLINE, dl);
+    call_args(s, key, &a, p, POOL_R_COUNT);
+    EXPECT_EQ(p, POOL_R_MOVED, 7);
+    EXPECT_EQ(p, POOL_R_REMAINING, 7);
+    EXPECT_EQ(p, POOL_R_HELD, 0);
+    EXPECT_EQ(p, POOL_R_DEADLINE, dl);
+    EXPECT_EQ(p, POOL_R_LOST, 0);
+    EXPECT_EQ(p, POOL_R_UNMET, 0);
+    claim_args(&a, "A", &fed, 9, 0, 0);
+    call_args(TB_CLAIM, key, &a, o, CLAIM_R_COUNT);
+    EXPECT_EQ(o, CLAIM_R_GRANTED, 7);
+    a.n = POOL_ARGC;
+    arg_num(&a, POOL_ARG_AMOUNT, -1);
+    arg_num(&a, POOL_ARG_BURST, contract_rule.burst);
+    call_args(s, key, &a, p, POOL_R_COUNT);
+    EXPECT_EQ(p, POOL_R_MOVED, 0);
+    EXPECT_EQ(p, POOL_R_REMAINING, 0);
+    EXPECT_EQ(p, POOL_R_HELD, 7);
+    EXPECT_EQ(p, POOL_R_DEADLINE, dl);
+    EXPECT_EQ(p, POOL_R_LOST, 0);
+    EXPECT_EQ(p, POOL_R_UNMET, 2);
+}
+
+static void contract_lock(enum script s, const char *key)
+{
+    struct args a;
+    long long l[LOCK_R_COUNT];
+
+    a.n = LOCK_ARGC;
+    a.v[LOCK_ARG_AGENT] = "A";
+    arg_num(&a, LOCK_ARG_TTL_MS, 60000);
+    call_args(s, key, &a, l, LOCK_R_COUNT);
+    EXPECT_EQ(l, LOCK_R_OK, 1);
+    EXPECT_EQ(l, LOCK_R_MS, 60000);
+    a.v[LOCK_ARG_AGENT] = "B";
+    call_args(s, key, &a, l, LOCK_R_COUNT);
+    EXPECT_EQ(l, LOCK_R_OK, 0);
+    EXPECT(l, LOCK_R_MS, 1, 60000);
+    a.n = LOCK_ARGC_RELEASE;
+    a.v[LOCK_ARG_AGENT] = "A";
+    a.v[LOCK_ARG_RELEASE] = "release";
+    call_args(s, key, &a, l, LOCK_R_COUNT);
+    EXPECT_EQ(l, LOCK_R_OK, 1);
+    EXPECT_EQ(l, LOCK_R_MS, 0);
+}
+
 START_TEST(reply_layout_matches_script_h)
 {
     enum script s = (enum script)_i;
@@ -343,6 +404,12 @@ START_TEST(reply_layout_matches_script_h)
     case CC_RELEASE:
     case CC_RESET:
         contract_cc(s, key);
+        break;
+    case TB_POOL:
+        contract_pool(s, key);
+        break;
+    case G_LOCK:
+        contract_lock(s, key);
         break;
     default:
         ck_abort_msg("script %d", _i);

@@ -46,6 +46,9 @@ static const struct row rows[] = {
     {"tb_refund", SCRIPT_TB_REFUND, 2, {2, 12}, {"100", "1000", "50", "2", "0", NULL}, 1},
     {"cc_acquire", SCRIPT_CC_ACQUIRE, 6, {1, 3, 0, 0, 1796550000000, 0}, {"5", "1000", "x"}, 1},
     {"cc_release", SCRIPT_CC_RELEASE, 2, {1, 0}, {"x", NULL}, 1},
+    {"tb_pool deposit", SCRIPT_TB_POOL, 6, {3, 3, 2, 0, 0, 4}, {"5", "10", NULL}, 1},
+    {"tb_pool withdraw", SCRIPT_TB_POOL, 6, {-2, 1, 0, 0, 0, 0}, {"-5", "10", NULL}, 1},
+    {"g_lock contended", SCRIPT_G_LOCK, 2, {0, 1200}, {"a", "5000", NULL}, 1},
     /* a rate lease grows its slice: not bound by want */
     {"tb_claim rate lease",
      SCRIPT_TB_CLAIM,
@@ -87,6 +90,10 @@ static const struct row rows[] = {
      0},
     {"given above taken", SCRIPT_SW_REFUND, 2, {3, 12}, {"100", "1000", "50", "2", "0", NULL}, 0},
     {"released 2", SCRIPT_CC_RELEASE, 2, {2, 0}, {"x", NULL}, 0},
+    {"pool moved above amt", SCRIPT_TB_POOL, 6, {6, 6, 0, 0, 0, 0}, {"5", "10", NULL}, 0},
+    {"pool withdrew on a deposit", SCRIPT_TB_POOL, 6, {-1, 0, 0, 0, 0, 0}, {"5", "10", NULL}, 0},
+    {"pool negative unmet", SCRIPT_TB_POOL, 6, {0, 0, 0, 0, 0, -1}, {"0", "10", NULL}, 0},
+    {"lock ok 2", SCRIPT_G_LOCK, 2, {2, 0}, {"a", "5000", NULL}, 0},
 };
 
 START_TEST(reply_check)
