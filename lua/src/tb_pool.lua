@@ -10,9 +10,10 @@ ARGV[1]   amt: tokens to move into (amt > 0) or out of (amt < 0) the free
           tokens t: a deposit within the room b - H - t leaves, a withdrawal
           within the whole tokens of t (0: only read, and set ARGV[3])
 ARGV[2]   burst b (>= 0), the rule's
-ARGV[3]   optional dl: > 0 store it as the deadline (Redis time, microseconds:
-          from it on the agents' scripts grant nothing); < 0 clear it; 0 or
-          absent: leave it
+ARGV[3]   optional dl: > 0 store the deadline dl ms from now (kept as Redis
+          time, microseconds: from it on the agents' scripts grant nothing):
+          the claimer sends a length, never a time of its clock; < 0 clear
+          it; 0 or absent: leave it
 Returns   {moved, remaining, held, dl, lost, unmet}
             moved     tokens moved: > 0 deposited, < 0 withdrawn
             remaining max(0, floor(t)) after the call
@@ -66,7 +67,7 @@ if dl > 0 and now >= dl then
     if free > 0 then t, lost = t - free, lost + free end
     dl = 0
 end
-if setdl > 0 then dl = setdl elseif setdl < 0 then dl = 0 end
+if setdl > 0 then dl = now + floor(setdl) * 1000 elseif setdl < 0 then dl = 0 end
 local del = {}
 if f.l then del[#del + 1] = 'l' end
 if f.dl and dl == 0 then del[#del + 1] = 'dl' end

@@ -21,6 +21,7 @@ const char *const warning_kind_names[WARNING_KINDS] = {
     [WARNING_SECRET_READABLE] = "secret_readable",
     [WARNING_REDIS_SLOW] = "redis_slow",
     [WARNING_REDIS_AUTH_REFUSED] = "redis_auth_refused",
+    [WARNING_GLOBAL_UNREACHABLE] = "global_unreachable",
 };
 
 struct slot {

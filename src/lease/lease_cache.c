@@ -113,6 +113,7 @@ static struct lease_job *new_job(const struct lease_table *t, struct lease_entry
     j->kind = kind;
     j->algorithm = e->algorithm;
     j->limit = e->limit;
+    j->fed = e->fed;
     j->period_ms = e->period_ms;
     j->burst = e->burst;
     j->block_ms = e->block_ms;
@@ -192,6 +193,7 @@ static void set_params(struct lease_entry *e, const struct bucket_params *p)
 {
     e->algorithm = p->algorithm;
     e->limit = p->limit;
+    e->fed = p->fed;
     e->period_us = p->period_us;
     e->burst = p->burst;
     e->block_us = p->block_us;

@@ -39,6 +39,7 @@ struct lease_entry {
     uint64_t block_us;  /* block_for: a denial in Redis blocks the key this long */
     uint64_t offset_us; /* a fixed window's window_offset */
     uint64_t period_ms, block_ms, offset_ms; /* the same in ms (bucket.h) */
+    int fed;                                 /* a scope = global rule's (bucket.h) */
     /* the local lease */
     uint64_t tokens;      /* L: may still be spent */
     uint64_t used;        /* spent since the last report sent */

@@ -27,6 +27,7 @@
 #include "store/store.h"
 #include "store/store_epoch.h"
 #include "store/store_heartbeat.h"
+#include "global/gclaim.h"
 
 #define STRIPES 64
 #define STALL_PROBE_US 100000       /* while stalled, one decision per 100 ms still asks Redis */
@@ -80,6 +81,14 @@ static void send_eval(struct limiter *l, struct rjob *j)
     size_t keylen;
     const char *key = core_job_key(j, &keylen);
 
+    /* a scope = global rule's key: active in this region (gclaim.h) */
+    if (l->global && (j->kind == RJOB_LEASE ? j->lj->fed : j->fed) &&
+        keylen > l->core.prefix_len) {
+        const struct lease_job *lj = j->lj;
+        gclaim_note(l->global, key + l->core.prefix_len, keylen - l->core.prefix_len,
+                    lj ? lj->limit : j->limit, lj ? lj->period_ms : j->period_ms,
+                    lj ? lj->burst : j->burst);
+    }
     /* The callback runs now when Redis is down: on_reply unlinks. */
     store_eval(l->store, script, key, keylen, a.argc, a.argv, a.argvlen, on_reply, j);
 }
@@ -436,6 +445,11 @@ struct limiter *limiter_new(struct ev_loop *loop, const struct config *cfg, char
         snprintf(err, errlen, "out of memory");
         goto fail;
     }
+    if (config_global(cfg)) { /* [global]: this region's claims, on their own connection */
+        l->global = gclaim_new(loop, cfg, l->store, store_agent_id(l->store), err, errlen);
+        if (!l->global)
+            goto fail;
+    }
     atomic_store(&metrics.redis_configured, 1);
     return l;
 fail:
@@ -464,6 +478,8 @@ int limiter_reconfigure(struct limiter *l, const struct config *cfg)
 
     if (!l->store)
         return 0;
+    if (gclaim_reconfigure(l->global, cfg) < 0)
+        return -1;
     store_options_from_config(cfg, &so);
     return store_reconfigure(l->store, &so);
 }
@@ -501,8 +517,11 @@ void limiter_shutdown(struct limiter *l, double timeout_s)
     ev_timer_stop(l->loop, &l->timeouts);
     ev_async_stop(l->loop, &l->wake);
     limiter_resets_stop(l->resets);
+    gclaim_stop(l->global); /* before its regional store */
     store_free(l->store); /* fails what is still in flight */
     l->store = NULL;
+    gclaim_free(l->global);
+    l->global = NULL;
     l->core.redis = 0;
     store_heartbeat_free(l->heartbeat); /* after its store */
     l->heartbeat = NULL;
@@ -525,6 +544,7 @@ void limiter_free(struct limiter *l)
     store_heartbeat_stop(l->heartbeat);
     store_epoch_stop(l->epoch);
     limiter_resets_stop(l->resets);
+    gclaim_stop(l->global);
     if (l->store) {
         ev_timer_stop(l->loop, &l->tick);
         ev_timer_stop(l->loop, &l->timeouts);
@@ -534,6 +554,7 @@ void limiter_free(struct limiter *l)
     store_heartbeat_free(l->heartbeat); /* after its store */
     store_epoch_free(l->epoch);
     limiter_resets_free(l->resets);
+    gclaim_free(l->global); /* after its regional store */
     core_free(&l->core);
     pthread_mutex_destroy(&l->qlock);
     free(l);

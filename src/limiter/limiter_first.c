@@ -99,7 +99,8 @@ int core_first_args(const struct rjob *j, const char *argv[7], size_t argvlen[7]
     const struct lease_job *lj = j->lj;
 
     /* a lease job's exact decision: cost 1, which a burst >= 1 holds */
-    if (j->kind != RJOB_LEASE || lj->kind != LEASE_JOB_EXACT || !lj->first ||
+    /* (a fed bucket, scope = global, starts empty: never a plain SET) */
+    if (j->kind != RJOB_LEASE || lj->kind != LEASE_JOB_EXACT || !lj->first || lj->fed ||
         lj->algorithm != BUCKET_TOKEN_BUCKET || lj->burst < 1 || lj->limit < 1 ||
         lj->period_ms < 1 || lj->burst > (uint64_t)1 << 50 || lj->period_ms > (uint64_t)1 << 50)
         return -1;

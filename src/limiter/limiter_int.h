@@ -48,6 +48,7 @@ struct limiter {
     struct store_heartbeat *heartbeat; /* with Redis: counts the fleet (fleet.h) */
     struct store_epoch *epoch;         /* with Redis: names a lost keyspace (store_epoch.h) */
     struct limiter_resets *resets;     /* with Redis: fleet-wide resets (limiter_reset.c) */
+    struct gclaim *global;             /* with [global]: one quota across regions (gclaim.h) */
     struct ev_loop *loop;
     ev_async wake;
     ev_timer tick, timeouts;

@@ -98,6 +98,7 @@ struct rjob *core_key_call(int kind, const struct rule_hit *h, const char *key, 
     j->kind = kind;
     j->algorithm = h->params.algorithm;
     j->limit = h->params.limit;
+    j->fed = h->params.fed;
     j->period_ms = h->params.period_ms;
     j->burst = h->params.burst;
     j->offset_ms = h->params.offset_ms;
@@ -128,6 +129,8 @@ enum store_script core_job_args(const struct rjob *j, const char *agent_id, uint
     if (j->kind == RJOB_EXACT) {
         enum store_script s =
             script_exact_args(j->algorithm, j->limit, j->period_ms, j->burst, j->cost, a);
+        if (j->fed)
+            script_fed_arg(a, s);
         script_block_arg(a, s, j->block_ms);
         if (j->algorithm == BUCKET_FIXED_WINDOW)
             script_window_args(a, s, j->offset_ms);
@@ -136,6 +139,8 @@ enum store_script core_job_args(const struct rjob *j, const char *agent_id, uint
     if (j->kind == RJOB_REFUND) {
         enum store_script s = script_refund_args(j->algorithm, j->limit, j->period_ms, j->burst,
                                                  j->cost, j->taken_ms, a);
+        if (j->fed)
+            script_fed_arg(a, s);
         if (j->algorithm == BUCKET_FIXED_WINDOW)
             script_window_args(a, s, j->offset_ms);
         return s;
@@ -144,7 +149,10 @@ enum store_script core_job_args(const struct rjob *j, const char *agent_id, uint
         return script_cc_acquire_args(j->limit, j->period_ms, j->slot_id, a);
     if (j->kind == RJOB_CC_RELEASE)
         return script_cc_release_args(j->slot_id, a);
-    return script_lease_args(j->lj, agent_id, ttl_ms, a);
+    enum store_script s = script_lease_args(j->lj, agent_id, ttl_ms, a);
+    if (j->lj->fed)
+        script_fed_arg(a, s);
+    return s;
 }
 
 const char *core_job_key(const struct rjob *j, size_t *keylen)

@@ -46,6 +46,20 @@ static void arg_num(struct script_args *a, int i, uint64_t v)
     a->argv[i] = a->nums[i];
 }
 
+void script_fed_arg(struct script_args *a, enum store_script s)
+{
+    int i = s == SCRIPT_TB_CLAIM    ? CLAIM_ARG_LIMIT
+            : s == SCRIPT_TB_RETURN ? RETURN_ARG_LIMIT
+            : s == SCRIPT_TB_EXACT  ? EXACT_ARG_LIMIT
+            : s == SCRIPT_TB_REFUND ? REFUND_ARG_LIMIT
+                                    : -1;
+    if (i < 0 || i >= a->argc || a->argv[i] != a->nums[i] || a->argvlen[i] + 1 >= sizeof(a->nums[i]))
+        return;
+    memmove(a->nums[i] + 1, a->nums[i], a->argvlen[i] + 1);
+    a->nums[i][0] = '-';
+    a->argvlen[i]++;
+}
+
 enum store_script script_lease_args(const struct lease_job *lj, const char *agent, uint64_t ttl_ms,
                                     struct script_args *a)
 {

@@ -60,6 +60,10 @@ struct bucket_params {
      * caller converts microseconds back. 0 in a backstop's stretched
      * period, which never leaves the agent. */
     uint64_t period_ms, block_ms, offset_ms;
+    /* A scope = global rule's bucket in Redis (doc/design.md, "Regions"):
+     * fed by the region's claimer, never refilled by itself; its scripts get
+     * the limit negated (script_fed_arg). Nothing changes locally. */
+    int fed;
 };
 
 /* Outcome of one decision. Times are in microseconds. */

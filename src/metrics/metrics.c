@@ -335,6 +335,45 @@ static void render_redis(struct strbuf *b)
                   "The N of [fallback] share = auto: the largest fleet_agents over the last 60 s, "
                   "kept while Redis is down; 0 unknown.",
                   (uint64_t)atomic_load(&metrics.fleet_agents_max));
+    render_simple(b, "spoa_ratelimit_global_configured", "gauge",
+                  "1 when a [global] section shares scope = global rules across regions.",
+                  (uint64_t)atomic_load(&metrics.global_configured));
+    render_simple(b, "spoa_ratelimit_global_up", "gauge",
+                  "1 when the connection to the global Redis is up ([global]); 0 down or not "
+                  "configured.",
+                  (uint64_t)atomic_load(&metrics.global_up));
+    render_simple(b, "spoa_ratelimit_global_claimer", "gauge",
+                  "1 when this agent holds its region's lease lock: it claims for the region.",
+                  (uint64_t)atomic_load(&metrics.global_claimer));
+    render_simple(b, "spoa_ratelimit_regions", "gauge",
+                  "Regions seen in the global Redis over the last minute (the backstop share is "
+                  "1/regions); 0 unknown.",
+                  (uint64_t)atomic_load(&metrics.regions));
+    render_simple(b, "spoa_ratelimit_global_calls_total", "counter",
+                  "Calls (pipelined batches) this agent sent the global Redis as its region's "
+                  "claimer.",
+                  metrics_ld(&metrics.global_calls));
+    render_simple(b, "spoa_ratelimit_global_claims_total", "counter",
+                  "Operations in those calls: one per key and round (a claim, a report, a "
+                  "give-back).",
+                  metrics_ld(&metrics.global_claims));
+    render_simple(b, "spoa_ratelimit_global_failures_total", "counter",
+                  "Operations on the global Redis that failed (down, cut off, an error).",
+                  metrics_ld(&metrics.global_failed));
+    render_simple(b, "spoa_ratelimit_global_tokens_granted_total", "counter",
+                  "Tokens the global bucket granted this region (deposited in its Redis).",
+                  metrics_ld(&metrics.global_granted));
+    render_simple(b, "spoa_ratelimit_global_tokens_returned_total", "counter",
+                  "Tokens this region gave back to the global bucket.",
+                  metrics_ld(&metrics.global_returned));
+    render_simple(b, "spoa_ratelimit_global_backstop_tokens_total", "counter",
+                  "Backstop tokens (1/regions of the rule) deposited while the global Redis was "
+                  "unreachable: admissions beyond the global bucket's count.",
+                  metrics_ld(&metrics.global_backstop));
+    render_simple(b, "spoa_ratelimit_global_tokens_forfeited_total", "counter",
+                  "Tokens the region dropped unspent: a global lease about to end, a give-back "
+                  "whose call failed (under-admission).",
+                  metrics_ld(&metrics.global_forfeited));
     render_hist(b, "spoa_ratelimit_redis_latency_seconds", "Redis round trip per command batch.",
                 &metrics.redis_latency);
 }

@@ -160,6 +160,18 @@ struct metrics {
     atomic_uint fleet_agents;              /* heartbeats in Redis (store_heartbeat.c); 0 unknown */
     atomic_uint_fast64_t redis_state_lost; /* the epoch key gone or replaced (store_epoch.c) */
     atomic_uint fleet_agents_max;          /* the N of share = auto: max over fleet.h's window */
+    /* [global] (src/global/gclaim.c): one quota across regions */
+    atomic_int global_configured;
+    atomic_int global_up;      /* the global Redis' connection is up */
+    atomic_int global_claimer; /* this agent is its region's claimer */
+    atomic_uint regions;       /* regions seen in the global Redis (0: none yet) */
+    atomic_uint_fast64_t global_calls;     /* global calls (batches) sent */
+    atomic_uint_fast64_t global_claims;    /* operations in them, one per key */
+    atomic_uint_fast64_t global_failed;    /* global calls that failed */
+    atomic_uint_fast64_t global_granted;   /* tokens granted to this region */
+    atomic_uint_fast64_t global_returned;  /* tokens it gave back */
+    atomic_uint_fast64_t global_backstop;  /* backstop tokens it deposited (global unreachable) */
+    atomic_uint_fast64_t global_forfeited; /* tokens dropped: a lease's end, a failed give-back */
     atomic_int connections;
     atomic_uint_fast64_t connections_total;
     atomic_uint_fast64_t frames_in[METRICS_FRAMES];         /* by enum metrics_frame */

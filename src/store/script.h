@@ -228,7 +228,7 @@ enum script_pool_arg {
     POOL_ARG_AMOUNT = 0, /* > 0: deposit, < 0: withdraw, 0: only read */
     POOL_ARG_BURST,      /* the rule's burst (>= 0) */
     POOL_ARGC,
-    POOL_ARG_DEADLINE = POOL_ARGC, /* optional: > 0 set dl (Redis time, us), < 0 clear it */
+    POOL_ARG_DEADLINE = POOL_ARGC, /* optional: > 0 set dl that many ms from now, < 0 clear it */
     POOL_ARGC_DEADLINE,
 };
 enum script_pool_reply {

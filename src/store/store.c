@@ -48,6 +48,7 @@ struct store {
     int was_up;                    /* it has been up: the next up is a reconnect */
     int linked;                    /* connected (url, sentinel: ready; cluster: up) */
     int closing;                   /* store_free is failing what is in flight */
+    int secondary;                 /* store_options.secondary: not the process' redis_up */
     struct store_info *info;       /* INFO: eviction (store_info.h) */
     /* url: copies, the config may be replaced by a reload */
     char *host;
@@ -94,7 +95,8 @@ static void set_up(struct store *s, int linked)
     if (s->up == up)
         return;
     s->up = up;
-    atomic_store(&metrics.redis_up, up);
+    if (!s->secondary)
+        atomic_store(&metrics.redis_up, up);
     if (up && s->was_up)
         METRIC_INC(redis_reconnects);
     if (up)
@@ -448,6 +450,7 @@ struct store *store_new(struct ev_loop *loop, const struct store_options *o, cha
     ev_unref(loop); /* it alone does not keep the loop running */
     s->auth.server = "redis";
     s->sentinel_auth.server = "sentinel";
+    s->secondary = o->secondary;
     s->prefix = strdup(o->prefix ? o->prefix : "");
     s->env.prefix = s->prefix;
     if (!s->prefix || take_auth(s, o) < 0) {

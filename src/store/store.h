@@ -59,6 +59,10 @@ struct store_options {
     const char *user, *password;
     const char *sentinel_user, *sentinel_password;
     const char *prefix; /* of every key; never NULL */
+    /* Not [redis]: the claimer's store to [global] (gclaim.h). Its state
+     * is not the process' "Redis up" (metrics redis_up): the claimer says
+     * what it knows (global_up, the warning global_unreachable). */
+    int secondary;
     int require_noeviction;
     int functions;          /* [redis] functions: FCALL where Redis allows (store_conn_setup.h) */
     uint64_t timeout_us;    /* [redis] timeout: a sentinel or seed question, a late PING */

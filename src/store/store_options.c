@@ -71,4 +71,5 @@ void store_options_from_global(const struct config *cfg, struct store_options *o
     o->sentinel_window_us = cfg->redis_sentinel_window_ms * 1000;
     o->errors_quiet_us = cfg->redis_errors_quiet_ms * 1000;
     set_dead_after(o);
+    o->secondary = 1;
 }

@@ -1,0 +1,169 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* gplan.c - a region's claimer, its decisions only (gplan.h): the model
+ * doc/design.md's "Regions" chose in the simulator, for one key. */
+#include "global/gplan.h"
+
+#include <math.h>
+
+#define GPLAN_RETRY_CAP 3 /* a region told the global bucket is empty waits at most this many rounds */
+#define GPLAN_IDLE_ROUNDS 30 /* rounds without demand or holding before a key is forgotten */
+
+uint64_t gplan_gttl_us(uint64_t interval_us, uint64_t ttl_us, uint64_t rtt_us)
+{
+    return 4 * (interval_us + ttl_us + rtt_us);
+}
+
+int gplan_expire(const struct gplan_cfg *c, struct gkey *k, uint64_t now_us)
+{
+    if (!k->deadline_us || now_us + c->ttl_us + c->interval_us < k->deadline_us)
+        return 0;
+    /* the global bucket counts what it granted until its lease's expiry, and
+     * the next call's report settles it: the region stops spending first */
+    k->pool = 0;
+    k->deadline_us = 0;
+    k->gheld = 0;
+    k->forfeited = 1;
+    return 1;
+}
+
+/* The backstop share while the global Redis is unreachable and the region
+ * holds nothing of it: 1/regions of the rate, up to 1/regions of the burst. */
+static uint64_t backstop(const struct gplan_cfg *c, struct gkey *k, uint64_t now_us)
+{
+    double n = c->regions ? (double)c->regions : 1.0;
+    double rate = (double)c->limit / (double)c->period_us / n;
+    double cap = floor((double)c->burst / n);
+
+    if (cap < 1)
+        cap = 1;
+    if (!k->bs_last_us)
+        k->bs_last_us = now_us, k->bs_acc = cap; /* a full backstop bucket */
+    if (now_us > k->bs_last_us)
+        k->bs_acc += rate * (double)(now_us - k->bs_last_us);
+    k->bs_last_us = now_us;
+    if (k->bs_acc > cap)
+        k->bs_acc = cap;
+    return k->bs_acc >= 1 ? (uint64_t)k->bs_acc : 0;
+}
+
+void gplan_backstop_done(struct gkey *k, uint64_t moved)
+{
+    k->bs_acc -= (double)moved;
+    if (k->bs_acc < 0)
+        k->bs_acc = 0;
+}
+
+void gplan_round(const struct gplan_cfg *c, struct gkey *k, const struct gread *r,
+                 int global_down, uint64_t now_us, struct gstep *s)
+{
+    uint64_t hold = k->pool + r->t + r->held;
+    uint64_t used = k->gheld > hold ? k->gheld - hold : 0;
+
+    *s = (struct gstep){0};
+    k->op = 0;
+    /* demand: what the region spent and what it asked for in vain; up at
+     * once, down over a few rounds */
+    double d = (double)(used + r->unmet), ew = 0.8 * k->est + 0.2 * d;
+    k->est = d > ew ? d : ew;
+    if (k->est < 0.01)
+        k->est = 0;
+    k->idle = k->est == 0 && hold == 0 && !k->gheld ? k->idle + 1 : 0;
+    /* unreachable, and what the region held is spent (or its lease over):
+     * the backstop share until a call succeeds */
+    if (global_down && (k->forfeited || hold == 0))
+        k->bs_on = 1;
+    if (k->bs_on)
+        s->backstop = backstop(c, k, now_us);
+
+    double ahead = 2.0 + (double)c->rtt_us / (double)(c->interval_us ? c->interval_us : 1);
+    uint64_t target = (uint64_t)ceil(k->est * ahead);
+    uint64_t cap = (uint64_t)floor(c->max_fraction * (double)c->burst);
+    uint64_t standing = (uint64_t)((double)c->burst / (c->regions ? c->regions : 1));
+    if (cap < 1)
+        cap = 1;
+    if (standing < 1)
+        standing = 1;
+    /* a key active here keeps a standing share: its next requests are
+     * decided at once, not a global round trip later */
+    if (k->est > 0 && target < standing)
+        target = standing;
+    uint64_t top = cap > standing ? cap : standing;
+    if (target > top)
+        target = top;
+    if (hold > 2 * target + 1 || (target == 0 && hold > 0)) { /* give back the surplus */
+        uint64_t surplus = hold - target;
+        uint64_t fromp = surplus < k->pool ? surplus : k->pool;
+        k->pool -= fromp;
+        s->ret = fromp;
+        s->withdraw = surplus - fromp;
+        hold -= fromp;
+    }
+    /* claim when what it holds runs low (half the target), up to the target,
+     * at most max_fraction of the burst at once */
+    uint64_t want = target > hold && (hold == 0 || hold <= target / 2) ? target - hold : 0;
+    if (want > cap)
+        want = cap;
+    if (now_us < k->retry_at_us)
+        want = 0;
+    s->want = want;
+    s->used = used;
+}
+
+int gplan_withdrawn(const struct gplan_cfg *c, struct gkey *k, struct gstep *s, uint64_t moved,
+                    uint64_t now_us)
+{
+    s->ret += moved < s->withdraw ? moved : s->withdraw;
+    /* renew a lease past half its life; report an idle key's spending; a
+     * region on its backstop probes */
+    int renew = k->gheld && k->deadline_us && k->deadline_us < now_us + c->gttl_us / 2;
+    s->op = s->want || s->ret || renew || (s->used && k->est == 0) || k->bs_on;
+    k->op = s->op;
+    k->want = s->want, k->used = s->used, k->ret = s->ret;
+    return s->op;
+}
+
+uint64_t gplan_reply(const struct gplan_cfg *c, struct gkey *k, uint64_t sent_us, uint64_t now_us,
+                     uint64_t granted, uint64_t mine, uint64_t lease_ms, uint64_t retry_ms,
+                     uint64_t *dl_us)
+{
+    k->op = 0;
+    k->forfeited = 0;
+    k->gheld = mine;
+    k->deadline_us = mine && lease_ms * 1000 > c->interval_us
+                         ? sent_us + lease_ms * 1000 - c->interval_us
+                         : 0;
+    k->pool += granted;
+    /* a negative cache one level up, as the agent's: no claim until the
+     * global bucket's next token (at most GPLAN_RETRY_CAP rounds) */
+    uint64_t cap_us = GPLAN_RETRY_CAP * c->interval_us;
+    uint64_t wait_us = retry_ms * 1000 < cap_us ? retry_ms * 1000 : cap_us;
+    k->retry_at_us = k->want && !granted && retry_ms ? sent_us + wait_us : 0;
+    /* the deadline, with the regional bucket: no grant a regional ttl
+     * before it, whoever claims for the region next */
+    *dl_us = k->deadline_us > now_us + c->ttl_us ? k->deadline_us - c->ttl_us - now_us : 0;
+    return k->pool;
+}
+
+void gplan_deposited(struct gkey *k, uint64_t moved)
+{
+    k->pool -= moved < k->pool ? moved : k->pool;
+}
+
+uint64_t gplan_failed(struct gkey *k)
+{
+    uint64_t lost = k->op ? k->ret : 0;
+    k->op = 0;
+    return lost;
+}
+
+int gplan_recovered(struct gkey *k)
+{
+    int was = k->bs_on;
+    k->bs_on = 0, k->bs_last_us = 0, k->bs_acc = 0;
+    return was;
+}
+
+int gplan_idle(const struct gkey *k)
+{
+    return k->idle >= GPLAN_IDLE_ROUNDS && !k->op && !k->pool && !k->gheld;
+}

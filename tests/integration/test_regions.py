@@ -1,0 +1,153 @@
+# SPDX-License-Identifier: Apache-2.0
+"""One quota across regions (issue 46), against real redis-servers: a global
+Redis behind a delay tap (replies 80 ms late: a far region), two regions of
+two agents each on their own Redis, one `scope = global` rule `20/1s burst
+10` (regions.py starts it).
+
+- Healthy: one key flooded from all four agents and a warm key paced over
+  them: the four together admit at most b + r*T over every interval (each
+  decision bracketed by its NOTIFY's send and its ACK's read: the check
+  cannot fail for an excess that did not happen), and far more than one
+  burst (the regions' claims flow); each region has one claimer (the lease
+  lock), the global bucket counts both regions as holders, the regional
+  buckets are the fed hashes (no plain SET of a new key), and the metrics
+  say so.
+- The global Redis stopped (SIGSTOP) under load: decisions keep coming;
+  what the four admit while it is stopped stays within what the regions
+  held and their backstop shares (2b + r*D); the warning
+  global_unreachable is raised and cleared once it answers again.
+- A region's claimer killed: the other agent of the region takes the lease
+  lock and the region keeps being fed; the bound holds.
+
+Utilisation, latency and false denials depend on the machine: `make
+regions` prints and checks them (regions.py). Nothing here waits on a
+duration without a condition."""
+import signal
+import threading
+import time
+import unittest
+
+import fleet
+import regions
+import soak_check
+from harness import wait_for
+
+B, R = regions.BURST, regions.RATE / regions.PERIOD
+
+
+def up_excess(recs):
+    """The worst excess over b + r*T, every window but those bracketing an
+    answer of the fallback (degraded: a regional Redis call that timed out,
+    not the limit's to bound)."""
+    if not recs:
+        return float("-inf")
+    t0, t1 = min(x.sent for x in recs), max(x.acked for x in recs)
+    degraded = [(x.sent, x.acked) for x in recs if x.vars.get("degraded") is True]
+    worst = float("-inf")
+    for a, z in soak_check.segments(t0, t1, degraded):
+        part = [x for x in recs if x.sent >= a and x.acked <= z]
+        worst = max(worst, fleet.worst_window(part, B, R, True)[0])
+    return worst
+
+
+class Regions(unittest.TestCase):
+    def setUp(self):
+        self.fl = regions.RegionFleet()
+        self.addCleanup(self.stop)
+        self.fl.start()
+
+    def stop(self):
+        rcs = self.fl.stop()
+        self.assertEqual([rc for rc in rcs if rc not in (0, None) and rc != -9], [],
+                         "agents exited with %r" % rcs)
+
+    def warned(self, a):
+        return a.metric("spoa_ratelimit_warning", kind="global_unreachable")
+
+    def test_bound_and_claims_across_regions(self):
+        hot, warm = regions.hammer(self.fl, 6)
+        ex = up_excess(hot)
+        self.assertLessEqual(ex, 0, "four agents over b + r*T by %.2f" % ex)
+        self.assertLessEqual(up_excess(warm), 0)
+        adm = sum(1 for x in hot if x.allowed)
+        self.assertGreater(adm, 2 * B, "the regions' claims did not flow: %d admitted" % adm)
+        self.assertGreater(sum(1 for x in warm if x.allowed), 0)
+        # one claimer per region, both regions counted by the global Redis
+        for i in range(2):
+            ag = self.fl.agents_of(i)
+            claimers = [a for a in ag if a.metric("spoa_ratelimit_global_claimer") == 1]
+            self.assertEqual(len(claimers), 1, "region %d: %d claimers" % (i, len(claimers)))
+            c = claimers[0]
+            self.assertGreater(c.metric("spoa_ratelimit_global_claims_total"), 0)
+            self.assertGreater(c.metric("spoa_ratelimit_global_tokens_granted_total"), 0)
+            self.assertEqual(c.metric("spoa_ratelimit_regions"), 2)
+            other = [a for a in ag if a is not c][0]
+            self.assertEqual(other.metric("spoa_ratelimit_global_calls_total"), 0)
+        for a in self.fl.agents:
+            self.assertEqual(a.metric("spoa_ratelimit_global_up"), 1)
+            self.assertEqual(a.metric("spoa_ratelimit_global_configured"), 1)
+            self.assertEqual(a.metric("spoa_ratelimit_redis_first_sets_total"), 0)
+        # the global bucket: one hash per key, the regions its holders
+        gkeys = [k for k in self.fl.glob.cli("--scan", "--pattern", "rl:t2:api:*").splitlines()
+                 if k]
+        self.assertEqual(len(gkeys), 2, gkeys)
+        for k in gkeys:
+            self.assertEqual(self.fl.glob.cli("TYPE", k), "hash")
+        # the regional buckets: fed hashes
+        for r in self.fl.regional:
+            keys = [k for k in r.cli("--scan", "--pattern", "rl:t2:api:*").splitlines() if k]
+            self.assertEqual(len(keys), 2, keys)
+            for k in keys:
+                self.assertEqual(r.cli("TYPE", k), "hash", k)
+
+    def test_global_stopped_backstop_and_warning(self):
+        marks = []
+
+        def outage():
+            time.sleep(2)
+            marks.append(time.monotonic())
+            self.fl.glob.kill_sig(signal.SIGSTOP)
+            try:
+                wait_for(lambda: all(self.warned(a) == 1 for a in self.claimers()), timeout=30)
+                time.sleep(2)
+            finally:
+                marks.append(time.monotonic())
+                self.fl.glob.kill_sig(signal.SIGCONT)
+        th = threading.Thread(target=outage, daemon=True)
+        th.start()
+        hot, _ = regions.hammer(self.fl, 8)
+        th.join(60)
+        self.assertEqual(len(marks), 2)
+        t0, t1 = marks
+        during = [x for x in hot if x.sent >= t0 and x.acked <= t1]
+        self.assertGreater(len(during), 0, "no decision while the global Redis was stopped")
+        adm = sum(1 for x in during if x.allowed)
+        allowance = 2 * B + R * (t1 - t0)
+        self.assertLessEqual(adm, allowance, "admitted %d in %.1f s without the global Redis"
+                             % (adm, t1 - t0))
+        for a in self.claimers():
+            self.assertGreater(a.metric("spoa_ratelimit_global_failures_total"), 0)
+        wait_for(lambda: all(self.warned(a) == 0 for a in self.fl.agents), timeout=30)
+        self.assertIn('msg="warning cleared" kind=global_unreachable',
+                      self.claimers()[0].output())
+
+    def claimers(self):
+        return [a for a in self.fl.agents if a.metric("spoa_ratelimit_global_claimer") == 1]
+
+    def test_claimer_killed_successor_takes_over(self):
+        ag = self.fl.agents_of(0)
+        c = [a for a in ag if a.metric("spoa_ratelimit_global_claimer") == 1][0]
+        other = [a for a in ag if a is not c][0]
+        c.kill()
+        c.stop(check=False)  # (its files)
+        self.fl.agents.remove(c)
+        wait_for(lambda: other.metric("spoa_ratelimit_global_claimer") == 1, timeout=30)
+        hot, _ = regions.hammer(self.fl, 4)
+        self.assertLessEqual(up_excess(hot), 0)
+        # the successor feeds region 0: its agent admits
+        self.assertGreater(sum(1 for x in hot if x.allowed and x.client == "hot0"), 0)
+        self.assertGreater(other.metric("spoa_ratelimit_global_calls_total"), 0)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,236 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* test_gplan.c - a region's claimer, its decisions (src/global/gplan.h):
+ * the standing share of an active key, claims at most max_fraction of the
+ * burst, a surplus given back and an idle key forgotten, the lease's
+ * deadline and its expiry, the negative cache of an empty global bucket,
+ * the backstop share while the global Redis is unreachable and its end, and
+ * a failed call's give-back counted lost. Every time is a parameter. */
+#include <check.h>
+#include <stdint.h>
+
+#include "check_util.h"
+#include "global/gplan.h"
+
+#define MS 1000ULL
+#define S 1000000ULL
+#define T0 (1000 * S)
+
+/* 20/1s burst 10, 2 regions, interval 1 s, lease ttl 5 s, rtt 40 ms. */
+static struct gplan_cfg cfg(void)
+{
+    struct gplan_cfg c = {.limit = 20,
+                          .period_us = S,
+                          .burst = 10,
+                          .interval_us = S,
+                          .ttl_us = 5 * S,
+                          .rtt_us = 40 * MS,
+                          .max_fraction = 0.25,
+                          .regions = 2};
+    c.gttl_us = gplan_gttl_us(c.interval_us, c.ttl_us, c.rtt_us);
+    return c;
+}
+
+/* One round with nothing to withdraw or deposit: returns the step. */
+static struct gstep round1(const struct gplan_cfg *c, struct gkey *k, uint64_t t, uint64_t held,
+                           uint64_t unmet, int down, uint64_t now)
+{
+    struct gread r = {t, held, unmet};
+    struct gstep s;
+    gplan_round(c, k, &r, down, now, &s);
+    gplan_withdrawn(c, k, &s, s.withdraw, now);
+    return s;
+}
+
+START_TEST(idle_key_asks_nothing)
+{
+    struct gplan_cfg c = cfg();
+    struct gkey k = {0};
+    struct gstep s = round1(&c, &k, 0, 0, 0, 0, T0);
+    ck_assert_int_eq(s.op, 0);
+    ck_assert_uint_eq(s.want, 0);
+    ck_assert_uint_eq(s.backstop, 0);
+    for (int i = 0; i < 40; i++)
+        round1(&c, &k, 0, 0, 0, 0, T0 + (uint64_t)i * S);
+    ck_assert_int_eq(gplan_idle(&k), 1);
+}
+END_TEST
+
+/* Demand the bucket could not serve: a standing share (burst / regions),
+ * claimed at most max_fraction of the burst at once. */
+START_TEST(unmet_demand_claims_standing_share_capped)
+{
+    struct gplan_cfg c = cfg();
+    struct gkey k = {0};
+    struct gstep s = round1(&c, &k, 0, 0, 3, 0, T0);
+    ck_assert_int_eq(s.op, 1);
+    ck_assert_uint_gt(s.want, 0);
+    ck_assert_uint_le(s.want, 2); /* floor(0.25 * 10) */
+    ck_assert_uint_eq(s.used, 0);
+    ck_assert_int_eq(gplan_idle(&k), 0);
+}
+END_TEST
+
+/* A grant: all of it to deposit, the deadline a round before the lease's
+ * end, stored with the bucket a regional ttl before that. */
+START_TEST(reply_deposits_and_sets_deadline)
+{
+    struct gplan_cfg c = cfg();
+    struct gkey k = {0};
+    round1(&c, &k, 0, 0, 3, 0, T0);
+    uint64_t dl = 0, sent = T0, now = T0 + 40 * MS;
+    uint64_t lease_ms = c.gttl_us / MS;
+    uint64_t amt = gplan_reply(&c, &k, sent, now, 2, 2, lease_ms, 0, &dl);
+    ck_assert_uint_eq(amt, 2);
+    ck_assert_uint_eq(k.gheld, 2);
+    ck_assert_uint_eq(k.deadline_us, sent + lease_ms * MS - c.interval_us);
+    ck_assert_uint_eq(dl, k.deadline_us - c.ttl_us - now);
+    gplan_deposited(&k, 1); /* one did not fit: it waits in the pool */
+    ck_assert_uint_eq(k.pool, 1);
+}
+END_TEST
+
+/* What the region spent is reported: the global bucket's count less what
+ * it still holds (free, leased, undeposited). Never more than spent. */
+START_TEST(used_is_held_less_still_held)
+{
+    struct gplan_cfg c = cfg();
+    struct gkey k = {0};
+    uint64_t dl;
+    round1(&c, &k, 0, 0, 3, 0, T0);
+    gplan_reply(&c, &k, T0, T0 + 40 * MS, 2, 5, c.gttl_us / MS, 0, &dl);
+    gplan_deposited(&k, 2);
+    struct gstep s = round1(&c, &k, 1, 2, 0, 0, T0 + S); /* 5 counted, 3 still held */
+    ck_assert_uint_eq(s.used, 2);
+    s = round1(&c, &k, 9, 9, 0, 0, T0 + 2 * S); /* more held than counted: none spent */
+    ck_assert_uint_eq(s.used, 0);
+}
+END_TEST
+
+/* Demand gone: the surplus goes back (withdrawn first), then the key
+ * holds nothing and is forgotten. */
+START_TEST(surplus_returned_then_forgotten)
+{
+    struct gplan_cfg c = cfg();
+    struct gkey k = {0};
+    uint64_t dl;
+    round1(&c, &k, 0, 0, 3, 0, T0);
+    gplan_reply(&c, &k, T0, T0 + 40 * MS, 8, 8, c.gttl_us / MS, 0, &dl);
+    gplan_deposited(&k, 8);
+    uint64_t t = 8, now = T0;
+    int gave = 0;
+    for (int i = 1; i < 60; i++) {
+        now = T0 + (uint64_t)i * S;
+        struct gread r = {t, 0, 0};
+        struct gstep s;
+        gplan_round(&c, &k, &r, 0, now, &s);
+        ck_assert_uint_le(s.withdraw, t);
+        t -= s.withdraw; /* the bucket gives them all */
+        gplan_withdrawn(&c, &k, &s, s.withdraw, now);
+        if (s.ret) {
+            gave = 1;
+            gplan_reply(&c, &k, now, now + 40 * MS, 0, k.gheld - s.ret, c.gttl_us / MS, 0, &dl);
+        } else if (k.op) {
+            gplan_reply(&c, &k, now, now + 40 * MS, 0, k.gheld, c.gttl_us / MS, 0, &dl);
+        }
+    }
+    ck_assert_int_eq(gave, 1);
+    ck_assert_uint_eq(t, 0);
+    ck_assert_uint_eq(k.gheld, 0);
+    ck_assert_int_eq(gplan_idle(&k), 1);
+}
+END_TEST
+
+/* An empty global bucket: no claim until its retry time (at most three
+ * rounds), then again. */
+START_TEST(empty_global_waits_retry)
+{
+    struct gplan_cfg c = cfg();
+    struct gkey k = {0};
+    uint64_t dl;
+    round1(&c, &k, 0, 0, 3, 0, T0);
+    gplan_reply(&c, &k, T0, T0 + 40 * MS, 0, 0, 0, 60000, &dl); /* nothing; retry in 60 s */
+    ck_assert_uint_eq(k.retry_at_us, T0 + 3 * S);
+    struct gstep s = round1(&c, &k, 0, 0, 3, 0, T0 + S);
+    ck_assert_uint_eq(s.want, 0);
+    s = round1(&c, &k, 0, 0, 3, 0, T0 + 3 * S);
+    ck_assert_uint_gt(s.want, 0);
+}
+END_TEST
+
+/* The lease near its end: every free token is to go, nothing counted held
+ * any more; not before. */
+START_TEST(expire_before_deadline)
+{
+    struct gplan_cfg c = cfg();
+    struct gkey k = {0};
+    uint64_t dl;
+    round1(&c, &k, 0, 0, 3, 0, T0);
+    gplan_reply(&c, &k, T0, T0 + 40 * MS, 2, 2, c.gttl_us / MS, 0, &dl);
+    ck_assert_int_eq(gplan_expire(&c, &k, T0 + S), 0);
+    uint64_t late = k.deadline_us - c.ttl_us - c.interval_us;
+    ck_assert_int_eq(gplan_expire(&c, &k, late), 1);
+    ck_assert_uint_eq(k.gheld, 0);
+    ck_assert_uint_eq(k.deadline_us, 0);
+    ck_assert_int_eq(k.forfeited, 1);
+}
+END_TEST
+
+/* Unreachable with nothing held: the backstop share, a full bucket of
+ * burst / regions at first, then the rate / regions; probing each round;
+ * a success ends it and its tokens are to be withdrawn. */
+START_TEST(backstop_share_while_down)
+{
+    struct gplan_cfg c = cfg();
+    struct gkey k = {0};
+    struct gread r = {0, 0, 4};
+    struct gstep s;
+    gplan_round(&c, &k, &r, 1, T0, &s);
+    ck_assert_uint_eq(s.backstop, 5); /* 10 / 2 regions */
+    gplan_backstop_done(&k, 5);
+    gplan_withdrawn(&c, &k, &s, 0, T0);
+    ck_assert_int_eq(s.op, 1); /* probes */
+    ck_assert_uint_eq(gplan_failed(&k), 0);
+    r = (struct gread){0, 0, 4};
+    gplan_round(&c, &k, &r, 1, T0 + S, &s); /* a second: 10/s / 2 regions, capped at 5 */
+    ck_assert_uint_eq(s.backstop, 5);
+    gplan_backstop_done(&k, 5);
+    r = (struct gread){0, 0, 4};
+    gplan_round(&c, &k, &r, 1, T0 + S + 100 * MS, &s); /* 100 ms: one token */
+    ck_assert_uint_eq(s.backstop, 1);
+    ck_assert_int_eq(gplan_recovered(&k), 1);
+    ck_assert_int_eq(gplan_recovered(&k), 0);
+}
+END_TEST
+
+/* A call that failed: what was withdrawn for it is lost (the global bucket
+ * counts it spent at the lease's expiry). */
+START_TEST(failed_giveback_is_lost)
+{
+    struct gplan_cfg c = cfg();
+    struct gkey k = {0};
+    uint64_t dl;
+    round1(&c, &k, 0, 0, 3, 0, T0);
+    gplan_reply(&c, &k, T0, T0 + 40 * MS, 2, 10, c.gttl_us / MS, 0, &dl);
+    gplan_deposited(&k, 2);
+    k.est = 0;
+    struct gread r = {10, 0, 0};
+    struct gstep s;
+    gplan_round(&c, &k, &r, 0, T0 + S, &s);
+    ck_assert_uint_gt(s.withdraw, 0);
+    gplan_withdrawn(&c, &k, &s, 3, T0 + S);
+    ck_assert_uint_eq(s.ret, 3);
+    ck_assert_uint_eq(gplan_failed(&k), 3);
+    ck_assert_int_eq(k.op, 0);
+}
+END_TEST
+
+int main(void)
+{
+    TCase *tc = tcase_create("gplan");
+
+    CHECK_ADD(tc, idle_key_asks_nothing, unmet_demand_claims_standing_share_capped,
+              reply_deposits_and_sets_deadline, used_is_held_less_still_held,
+              surplus_returned_then_forgotten, empty_global_waits_retry, expire_before_deadline,
+              backstop_share_while_down, failed_giveback_is_lost);
+    return check_run_case("gplan", tc);
+}
