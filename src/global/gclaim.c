@@ -456,6 +456,7 @@ static void on_active(void *arg, const struct store_result *res)
     g->waits = 1;
     g->nbatch = 0;
     arm(g, PH_READ, g->reg_timeout_us);
+    store_cork(g->reg, 1); /* the reads go as one batch */
     for (size_t i = 0; i < g->tab_cap; i++)
         for (struct gentry *e = g->tab[i]; e; e = e->next) {
             struct gplan_cfg c = plan_cfg(g, e);
@@ -469,6 +470,7 @@ static void on_active(void *arg, const struct store_result *res)
             g->waits++;
             pool_call(g, e, 0, 0, on_read, e);
         }
+    store_cork(g->reg, 0);
     phase_done(g);
 }
 
