@@ -23,6 +23,8 @@
 #define GC_REGIONS_MS 60000 /* a region without a round for this long is not counted */
 #define GC_LOCK_ROUNDS 3   /* the lease lock's ttl, in intervals */
 #define GC_MEMBER_MAX 512  /* "LIMIT:PERIOD:BURST:KEY": longer keys are not followed */
+#define GC_SOON 0.005      /* s: a key new to this agent is noted this soon */
+#define GC_POLL_MAX 0.1    /* s: the claimer looks for new keys at least this often */
 
 enum { PH_IDLE, PH_ACTIVE, PH_READ, PH_GLOBAL };
 
@@ -59,8 +61,11 @@ struct gclaim {
     /* notes: keys seen since the last flush (members, deduplicated) */
     char **notes;
     size_t nnotes;
-    uint64_t *note_hash;
-    size_t note_cap; /* slots of note_hash, a power of two */
+    uint64_t *note_hash, *prev_hash; /* this interval's notes, the last flush's */
+    size_t note_cap; /* slots of each, a power of two */
+    ev_timer flush_soon; /* a key new to this agent goes out at once */
+    ev_timer poll;       /* the claimer looks for keys new to the region */
+    uint64_t poll_score; /* the newest note it has seen (Redis' ms) */
     /* the claimer's keys */
     struct gentry **tab;
     size_t tab_cap, nkeys;
@@ -69,6 +74,7 @@ struct gclaim {
     int phase;       /* of the round: PH_* */
     unsigned gen;    /* the round's generation: an abandoned round's replies are stale */
     ev_timer limit;  /* the round's phase must be answered by then */
+    ev_timer soon;   /* a round before the next tick (gplan_next_us) */
     uint64_t reg_timeout_us;
     unsigned waits;  /* its calls not answered yet, this phase */
     int global_down; /* the last global call failed */
@@ -229,6 +235,13 @@ void gclaim_note(struct gclaim *g, const char *key, size_t keylen, uint64_t limi
         return;
     g->note_hash[i] = h;
     g->notes[g->nnotes++] = c;
+    /* not in the last flush: new here, maybe new to the region, whose
+     * claimer has nothing for it yet: its first tokens wait for this note */
+    for (i = h & mask; g->prev_hash[i]; i = (i + 1) & mask)
+        if (g->prev_hash[i] == h)
+            return;
+    if (!ev_is_active(&g->flush_soon))
+        ev_timer_start(g->loop, &g->flush_soon);
 }
 
 /* KEYS[1] the region's set, ARGV the members: each scored now (Redis' clock,
@@ -269,10 +282,85 @@ static void flush_notes(struct gclaim *g)
     for (size_t i = 0; i < g->nnotes; i++)
         free(g->notes[i]);
     g->nnotes = 0;
+    uint64_t *t = g->prev_hash;
+    g->prev_hash = g->note_hash;
+    g->note_hash = t;
     memset(g->note_hash, 0, g->note_cap * sizeof(*g->note_hash));
 }
 
+static void start_round(struct gclaim *g);
+
+static void flush_soon_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    struct gclaim *g = w->data;
+    (void)loop;
+    (void)revents;
+    if (g->stopped)
+        return;
+    flush_notes(g);
+    if (g->st.claimer && !g->in_round) /* (its read comes after the notes: one connection) */
+        start_round(g);
+}
+
+/* KEYS[1] the region's set: the members noted after ARGV[1] (ms), with
+ * their scores, at most ARGV[2]. */
+static const char poll_script[] =
+    "return redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. ARGV[1], '+inf', 'WITHSCORES', "
+    "'LIMIT', 0, tonumber(ARGV[2]))\n";
+
+
+/* Notes since the last poll: a key the claimer does not follow yet gets a
+ * round now, not at the next tick. */
+static void on_poll(void *arg, const struct store_result *res)
+{
+    struct gclaim *g = arg;
+    int fresh = 0;
+    if (call_done(g, NULL) || res->status != STORE_OK)
+        return;
+    for (size_t i = 0; i + 1 < res->nstr; i += 2) {
+        const char *m = res->str[i], *p = m;
+        for (int j = 0; j < 3 && p; j++) {
+            p = memchr(p, ':', res->str_len[i] - (size_t)(p - m));
+            p = p ? p + 1 : NULL;
+        }
+        uint64_t sc = strtoull(res->str[i + 1], NULL, 10);
+        if (sc > g->poll_score)
+            g->poll_score = sc;
+        if (p && !lookup(g, p, res->str_len[i] - (size_t)(p - m)))
+            fresh = 1;
+    }
+    if (fresh && g->st.claimer && !g->in_round)
+        start_round(g);
+}
+
+static void poll_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    struct gclaim *g = w->data;
+    char key[256], after[24];
+    (void)loop;
+    (void)revents;
+    if (g->stopped || !g->st.claimer || g->in_round)
+        return;
+    int kl = snprintf(key, sizeof(key), "%sg:active", g->prefix);
+    snprintf(after, sizeof(after), "%" PRIu64, g->poll_score);
+    const char *argv[] = {"EVAL", poll_script, "1", key, after, "1000"};
+    size_t argvlen[] = {4, sizeof(poll_script) - 1, 1, (size_t)kl, strlen(after), 4};
+    g->inflight++;
+    store_read(g->reg, key, (size_t)kl, 6, argv, argvlen, on_poll, g);
+}
+
 /* ---- the round ---------------------------------------------------------------------------- */
+
+/* The next round before the next tick, for a key one claim per interval
+ * cannot feed (gplan_next_us). */
+static void soon_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    struct gclaim *g = w->data;
+    (void)loop;
+    (void)revents;
+    if (!g->stopped && g->st.claimer && !g->in_round)
+        start_round(g);
+}
 
 static void round_end(struct gclaim *g)
 {
@@ -280,6 +368,19 @@ static void round_end(struct gclaim *g)
     g->phase = PH_IDLE;
     g->nbatch = 0;
     ev_timer_stop(g->loop, &g->limit);
+    uint64_t next = g->interval_us;
+    for (size_t i = 0; i < g->tab_cap; i++)
+        for (struct gentry *e = g->tab[i]; e; e = e->next) {
+            struct gplan_cfg c = plan_cfg(g, e);
+            uint64_t n = gplan_next_us(&c, &e->k);
+            if (n < next)
+                next = n;
+        }
+    if (next < g->interval_us && !g->stopped) {
+        ev_timer_stop(g->loop, &g->soon);
+        ev_timer_set(&g->soon, (double)next / 1e6, 0.);
+        ev_timer_start(g->loop, &g->soon);
+    }
 }
 
 static void arm(struct gclaim *g, int phase, uint64_t us)
@@ -759,7 +860,8 @@ struct gclaim *gclaim_new(struct ev_loop *loop, const struct config *cfg, struct
     g->note_cap = 2 * GC_NOTE_MAX;
     g->notes = calloc(GC_NOTE_MAX, sizeof(*g->notes));
     g->note_hash = calloc(g->note_cap, sizeof(*g->note_hash));
-    if (!g->prefix || !g->gprefix || !g->agent || !g->notes || !g->note_hash) {
+    g->prev_hash = calloc(g->note_cap, sizeof(*g->prev_hash));
+    if (!g->prefix || !g->gprefix || !g->agent || !g->notes || !g->note_hash || !g->prev_hash) {
         snprintf(err, errlen, "out of memory");
         gclaim_free(g);
         return NULL;
@@ -781,6 +883,16 @@ struct gclaim *gclaim_new(struct ev_loop *loop, const struct config *cfg, struct
     ev_timer_start(loop, &g->tick);
     ev_timer_init(&g->limit, limit_cb, 1., 0.);
     g->limit.data = g;
+    ev_timer_init(&g->soon, soon_cb, 1., 0.);
+    g->soon.data = g;
+    ev_timer_init(&g->flush_soon, flush_soon_cb, GC_SOON, 0.);
+    g->flush_soon.data = g;
+    double poll = g->interval_us / 1e6 / 4;
+    if (poll > GC_POLL_MAX)
+        poll = GC_POLL_MAX;
+    ev_timer_init(&g->poll, poll_cb, poll, poll);
+    g->poll.data = g;
+    ev_timer_start(loop, &g->poll);
     gclaim_current = g;
     return g;
 }
@@ -790,10 +902,8 @@ int gclaim_reconfigure(struct gclaim *g, const struct config *cfg)
     struct store_options so;
     if (!g)
         return 0;
-    apply(g, cfg);
-    ev_timer_stop(g->loop, &g->tick);
-    ev_timer_set(&g->tick, g->interval_us / 1e6, g->interval_us / 1e6);
-    ev_timer_start(g->loop, &g->tick);
+    /* [global]'s interval, timeout, max_fraction, region and topology are
+     * restart-only (config.c warns of them); the url and credentials apply */
     store_options_from_global(cfg, &so);
     return store_reconfigure(g->glob, &so);
 }
@@ -804,6 +914,9 @@ void gclaim_stop(struct gclaim *g)
         return;
     ev_timer_stop(g->loop, &g->tick);
     ev_timer_stop(g->loop, &g->limit);
+    ev_timer_stop(g->loop, &g->soon);
+    ev_timer_stop(g->loop, &g->flush_soon);
+    ev_timer_stop(g->loop, &g->poll);
     if (g->st.claimer && store_up(g->reg))
         send_lock(g, 1); /* a successor need not wait for the lock's ttl */
     g->stopped = 1;
@@ -827,6 +940,7 @@ static void destroy(struct gclaim *g)
         free(g->notes[i]);
     free(g->notes);
     free(g->note_hash);
+    free(g->prev_hash);
     free(g->prefix);
     free(g->gprefix);
     free(g->agent);

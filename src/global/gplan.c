@@ -7,6 +7,7 @@
 
 #define GPLAN_RETRY_CAP 3 /* a region told the global bucket is empty waits at most this many rounds */
 #define GPLAN_IDLE_ROUNDS 30 /* rounds without demand or holding before a key is forgotten */
+#define GPLAN_MIN_ROUND_US 10000 /* rounds never come faster than this */
 
 uint64_t gplan_gttl_us(uint64_t interval_us, uint64_t ttl_us, uint64_t rtt_us)
 {
@@ -61,9 +62,18 @@ void gplan_round(const struct gplan_cfg *c, struct gkey *k, const struct gread *
 
     *s = (struct gstep){0};
     k->op = 0;
-    /* demand: what the region spent and what it asked for in vain; up at
-     * once, down over a few rounds */
-    double d = (double)(used + r->unmet), ew = 0.8 * k->est + 0.2 * d;
+    /* demand per interval: what the region spent and what it asked for in
+     * vain since the last round (rounds come faster for a key a claim per
+     * interval cannot feed: gplan_next_us); up at once, down over a few
+     * intervals */
+    double d = (double)(used + r->unmet), w = 0.8;
+    if (k->last_us && now_us > k->last_us && c->interval_us) {
+        double span = (double)(now_us - k->last_us) / (double)c->interval_us;
+        d /= span < 1e-3 ? 1e-3 : span;
+        w = pow(0.8, span);
+    }
+    k->last_us = now_us;
+    double ew = w * k->est + (1 - w) * d;
     k->est = d > ew ? d : ew;
     if (k->est < 0.01)
         k->est = 0;
@@ -161,6 +171,27 @@ int gplan_recovered(struct gkey *k)
     int was = k->bs_on;
     k->bs_on = 0, k->bs_last_us = 0, k->bs_acc = 0;
     return was;
+}
+
+uint64_t gplan_next_us(const struct gplan_cfg *c, const struct gkey *k)
+{
+    double cap = floor(c->max_fraction * (double)c->burst);
+    if (cap < 1)
+        cap = 1;
+    if (k->est <= cap || !c->interval_us)
+        return c->interval_us;
+    /* one claim feeds this key for interval x cap / demand; the global
+     * bucket refills a claim's worth in cap / rate: not sooner than either,
+     * nor than a round trip */
+    double us = (double)c->interval_us * cap / k->est;
+    double refill = c->limit ? cap * (double)c->period_us / (double)c->limit : 0;
+    if (us < refill)
+        us = refill;
+    if (us < (double)c->rtt_us)
+        us = (double)c->rtt_us;
+    if (us < GPLAN_MIN_ROUND_US)
+        us = GPLAN_MIN_ROUND_US;
+    return us < (double)c->interval_us ? (uint64_t)us : c->interval_us;
 }
 
 int gplan_idle(const struct gkey *k)

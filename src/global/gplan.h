@@ -44,7 +44,8 @@ struct gkey {
     uint64_t pool;        /* granted, not deposited yet (the regional bucket had no room) */
     uint64_t deadline_us; /* the region spends until then (0: holds nothing) */
     uint64_t retry_at_us; /* no claim before: the global bucket was empty */
-    double est;           /* demand per round, tokens: up at once, down slowly */
+    double est;           /* demand per interval, tokens: up at once, down slowly */
+    uint64_t last_us;     /* its last round (0: none) */
     int forfeited;        /* the lease ran out while the global Redis was unreachable */
     int bs_on;            /* fed by the backstop share until a call succeeds */
     double bs_acc;        /* backstop tokens due, not deposited yet */
@@ -112,6 +113,12 @@ uint64_t gplan_failed(struct gkey *k);
  * bucket's. Returns 1 when the caller is to withdraw every free token of
  * k's bucket (its backstop ran). */
 int gplan_recovered(struct gkey *k);
+
+/* When k wants its next round: an interval, or sooner when its demand per
+ * interval is more than one claim (max_fraction of the burst) can feed:
+ * the time that claim lasts, not less than the global bucket's refill of
+ * it nor a round trip. */
+uint64_t gplan_next_us(const struct gplan_cfg *c, const struct gkey *k);
 
 /* 1 when k can be forgotten: idle for a while, holding nothing. */
 int gplan_idle(const struct gkey *k);

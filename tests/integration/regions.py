@@ -8,6 +8,7 @@ Shared by test_regions.py (what holds on any machine) and `make regions`
 Every decision is recorded bracketed by its NOTIFY's send and its ACK's read
 (fleet.LoadClient), so the worst excess over b + r*T across the four agents
 (fleet.worst_window, rigorous) is real, whatever the machine's speed."""
+import gc
 import os
 import sys
 import time
@@ -22,12 +23,15 @@ RULE_INI = ("[rule:api]\nkey = key\nmatch = path ^/api/\nrate = %d/1s\nburst = %
             "scope = global\n\n" % (RATE, BURST))
 
 
-def region_ini(regional, global_port, region, interval="100ms", timeout="1s"):
+def region_ini(regional, global_port, region, interval=None, timeout="1s"):
+    """interval None: [global] interval's default (1s)."""
     return ("[redis]\nurl = redis://127.0.0.1:%d/0\ntimeout = %s\n\n"
             "[lease]\ninterval = 100ms\nttl = 1s\nmax_fraction = 0.1\n\n"
             "[fallback]\nmode = open\nshare = 0.05\n\n"
-            "[global]\nurl = redis://127.0.0.1:%d/0\ninterval = %s\ntimeout = %s\n"
-            "region = %s\n\n" % (regional, timeout, global_port, interval, timeout, region))
+            "[global]\nurl = redis://127.0.0.1:%d/0\n%stimeout = %s\n"
+            "region = %s\n\n" % (regional, timeout, global_port,
+                                  "interval = %s\n" % interval if interval else "", timeout,
+                                  region))
 
 
 class RegionFleet:
@@ -86,7 +90,13 @@ def hammer(fl, seconds, hot_depth=2, warm_per_s=8.0, extra_phases=None):
                                   [(seconds, "flood", hot_depth)], name="hot%d" % i))
         clients.append(LoadClient(a.addr, {"key": warm, "path": "/api/x"},
                                   [(seconds, "paced", warm_per_s / n)], name="warm%d" % i))
-    recs = fleet.run_clients(clients, join_timeout=seconds + 60)
+    # (the collector's pauses, with some 10^5 records alive, would stall
+    # every client of this process at once: a latency that is not the agents')
+    gc.disable()
+    try:
+        recs = fleet.run_clients(clients, join_timeout=seconds + 60)
+    finally:
+        gc.enable()
     hot_recs = [x for x in recs if x.client.startswith("hot")]
     warm_recs = [x for x in recs if x.client.startswith("warm")]
     return hot_recs, warm_recs
