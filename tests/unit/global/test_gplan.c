@@ -224,6 +224,39 @@ START_TEST(failed_giveback_is_lost)
 }
 END_TEST
 
+/* A key whose demand per interval is more than one claim: its next round
+ * comes when that claim is spent, not sooner than the global bucket refills
+ * it; a key one claim feeds waits the interval. */
+START_TEST(next_round_when_a_claim_cannot_feed)
+{
+    struct gplan_cfg c = cfg();
+    struct gkey k = {0};
+    ck_assert_uint_eq(gplan_next_us(&c, &k), c.interval_us);
+    k.est = 2; /* one claim (floor(0.25 x 10) = 2) feeds it */
+    ck_assert_uint_eq(gplan_next_us(&c, &k), c.interval_us);
+    k.est = 10; /* 10 per interval: a claim lasts a fifth, the refill of 2 takes 100 ms */
+    ck_assert_uint_eq(gplan_next_us(&c, &k), c.interval_us / 5);
+    k.est = 1000; /* the refill bounds it */
+    ck_assert_uint_eq(gplan_next_us(&c, &k), 100 * MS);
+    c.rtt_us = 300 * MS; /* and the round trip */
+    ck_assert_uint_eq(gplan_next_us(&c, &k), 300 * MS);
+}
+END_TEST
+
+/* Demand is per interval whatever the rounds' spacing: 2 spent in a tenth
+ * of an interval is 20 per interval. */
+START_TEST(demand_per_interval)
+{
+    struct gplan_cfg c = cfg();
+    struct gkey k = {0};
+    uint64_t dl;
+    round1(&c, &k, 0, 0, 0, 0, T0);
+    gplan_reply(&c, &k, T0, T0, 0, 4, c.gttl_us / MS, 0, &dl);
+    round1(&c, &k, 2, 0, 0, 0, T0 + c.interval_us / 10); /* 4 held, 2 left: 2 spent */
+    ck_assert(k.est > 19.9 && k.est < 20.1);
+}
+END_TEST
+
 int main(void)
 {
     TCase *tc = tcase_create("gplan");
@@ -231,6 +264,7 @@ int main(void)
     CHECK_ADD(tc, idle_key_asks_nothing, unmet_demand_claims_standing_share_capped,
               reply_deposits_and_sets_deadline, used_is_held_less_still_held,
               surplus_returned_then_forgotten, empty_global_waits_retry, expire_before_deadline,
-              backstop_share_while_down, failed_giveback_is_lost);
+              backstop_share_while_down, failed_giveback_is_lost,
+              next_round_when_a_claim_cannot_feed, demand_per_interval);
     return check_run_case("gplan", tc);
 }
