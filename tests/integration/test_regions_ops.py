@@ -9,21 +9,41 @@ global Redis (no delay tap), two regions of two agents each, one
 - GET /key of a scope = global rule: `scope: "global"`; on the region's
   claimer a `global` object (what the region holds of the key's global
   bucket), null on the other agent.
+- The status page (headless Chromium, --dump-dom): a Regions card saying
+  which agent claims for its region, its region and the regions seen;
+  hidden without [global].
 - An agent without [global]: `global.configured` false, no `scope` in /key.
 
 Every wait is on a condition with a deadline."""
 import json
+import re
 import unittest
 import urllib.parse
 
+import browser
 import fleet
 import regions
 from fleet import LoadClient, unique
 from harness import Agent, Redis, wait_for
 
+CHROMIUM = browser.find_chromium()
+
 
 def status(a):
     return json.loads(a.get("/status.json"))
+
+
+def page_card(br, a, until):
+    """The Regions card of a's status page once until(card) holds (each
+    try a fresh --dump-dom; the page's timers run in virtual time)."""
+    got = [""]
+
+    def ok():
+        dom = br.dump_dom("http://127.0.0.1:%d/" % a.stats_port)
+        m = re.search(r'<div class="card" id="card-global"[^>]*>.*?</dl></div>', dom, re.S)
+        got[0] = m.group(0) if m and "data-ticks" in dom else dom[-3000:]
+        return m is not None and "data-ticks" in dom and until(got[0])
+    return wait_for(ok, 40, step=0.5), got[0]
 
 
 def key_state(a, key):
@@ -92,6 +112,21 @@ class RegionsOps(unittest.TestCase):
         self.assertIsNone(key_state(c, unique("never"))["global"])
 
 
+    @unittest.skipUnless(CHROMIUM, "chromium not found")
+    def test_page_regions_card(self):
+        self.traffic(unique("pg"))
+        c, other = self.roles(1)
+        with browser.Browser() as br:
+            ok, card = page_card(br, c, lambda t: "claimer of its region" in t and
+                                 "<dt>regions seen</dt><dd>2</dd>" in t)
+            self.assertTrue(ok, card)
+            self.assertNotIn("hidden", card.split(">", 1)[0])
+            self.assertIn("<dt>region</dt><dd>region-1</dd>", card)
+            self.assertIn('<dd class="up">up</dd>', card)
+            ok, card = page_card(br, other, lambda t: "not the claimer" in t)
+            self.assertTrue(ok, card)
+
+
 class NoGlobal(unittest.TestCase):
     def test_without_global(self):
         r = Redis()
@@ -103,6 +138,11 @@ class NoGlobal(unittest.TestCase):
         g = status(a)["global"]
         self.assertEqual((g["configured"], g["up"], g["claimer"], g["region"], g["rtt_ms"]),
                          (False, False, False, None, None), g)
+        if CHROMIUM:
+            with browser.Browser() as br:
+                ok, card = page_card(br, a, lambda t: True)
+                self.assertTrue(ok, card)
+                self.assertIn("hidden", card.split(">", 1)[0])
         st = key_state(a, "x")
         self.assertNotIn("scope", st)
         self.assertNotIn("global", st)
