@@ -53,8 +53,13 @@ def key_state(a, key):
 class RegionsOps(unittest.TestCase):
     def setUp(self):
         self.fl = regions.RegionFleet(delay=0)
-        self.addCleanup(self.fl.stop)
+        self.addCleanup(self.stop)
         self.fl.start()
+
+    def stop(self):
+        rcs = self.fl.stop()
+        self.assertEqual([rc for rc in rcs if rc not in (0, None)], [],
+                         "agents exited with %r" % rcs)
 
     def traffic(self, key, seconds=1.0):
         """key paced from every agent (each region's claimer then follows it)."""
