@@ -292,8 +292,8 @@ static void inspect_done(struct op *o)
     if (o->l->global)
         gclaim_stats(o->l->global, &gs);
     if (w->rule->scope == SCOPE_GLOBAL && gs.claimer && w->redis_keylen > plen)
-        st.global_found = gclaim_key(o->l->global, w->redis_key + plen, w->redis_keylen - plen,
-                                     &st.global) == 0;
+        st.global_found =
+            gclaim_key(o->l->global, w->redis_key + plen, w->redis_keylen - plen, &st.global) == 0;
     st.backstop_found = bucket_table_peek(parts->backstop, w->rule->name, w->client_key,
                                           w->client_keylen, &w->backstop, at, &st.backstop);
     o->inspect_cb(o->arg, &st);
