@@ -9,6 +9,7 @@
 #include "agent/agent_int.h"
 #include "autoconfig.h"
 #include "config/config.h"
+#include "global/gclaim.h"
 #include "core/util.h"
 #include "http/config_page.h"
 #include "http/httpd.h"
@@ -55,6 +56,11 @@ static void status_get(void *ctx, struct httpd_req *req, const char *rest, const
     uint64_t from = 0;
     char fleet[8];
 
+    struct gclaim_stats gs;
+    if (gclaim_current) {
+        gclaim_stats(gclaim_current, &gs);
+        sa.global = &gs;
+    }
     sa.fleet_totals_only =
         util_query_param(query, "fleet", fleet, sizeof(fleet)) > 0 && strcmp(fleet, "totals") == 0;
     if (util_query_param(query, "since", since, sizeof(since)) > 0)

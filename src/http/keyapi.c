@@ -126,6 +126,8 @@ static json_t *head(const struct limiter_who *w)
         return finish(&j);
     }
     put(&j, "algorithm", json_string(bucket_algorithm_names[r->algorithm]));
+    if (r->scope == SCOPE_GLOBAL) /* one quota across regions (doc/design.md, "Regions") */
+        put(&j, "scope", json_string("global"));
     put(&j, "limit", juint(w->params.limit));
     put(&j, "period_ms", juint(w->params.period_us / 1000));
     if (r->algorithm == BUCKET_FIXED_WINDOW)
@@ -386,6 +388,22 @@ static json_t *slots(const struct limiter_slots_state *s, int redis)
     return finish(&j);
 }
 
+/* A scope = global rule's key on its region's claimer (gclaim_key): what the
+ * region holds of the global bucket; null on every other agent, or when the
+ * claimer follows no such key (yet). */
+static json_t *global(int found, const struct gclaim_key_state *g)
+{
+    if (!found)
+        return json_null();
+    struct jobj j = {json_object(), 0};
+    put(&j, "gheld", juint(g->gheld));
+    put(&j, "pool", juint(g->pool));
+    put(&j, "deadline_ms", juint(g->deadline_ms));
+    put(&j, "est", jnum(g->est, 3));
+    put(&j, "backstop", json_boolean(g->backstop));
+    return finish(&j);
+}
+
 static void on_state(void *arg, const struct limiter_key_state *st)
 {
     const struct limiter_who *w = &st->who;
@@ -406,6 +424,8 @@ static void on_state(void *arg, const struct limiter_key_state *st)
                   w->params.algorithm == BUCKET_FIXED_WINDOW));
     }
     put(&j, "backstop", bucket(st->backstop_found, &st->backstop, &w->backstop));
+    if (w->rule->scope == SCOPE_GLOBAL && w->redis)
+        put(&j, "global", global(st->global_found, &st->global));
     reply_json(arg, "200 OK", finish(&j));
 }
 

@@ -16,6 +16,7 @@
 #include "core/json.h"
 #include "core/util.h"
 #include "core/warning.h"
+#include "global/gclaim.h"
 #include "httpd.h"
 #include "metrics/history.h"
 #include "metrics/metrics.h"
@@ -180,6 +181,26 @@ static json_t *redis_json(const struct config *cfg, const struct history *h)
         (json_int_t)atomic_load_explicit(&metrics.fleet_agents, memory_order_relaxed),
         "fleet_agents_max",
         (json_int_t)atomic_load_explicit(&metrics.fleet_agents_max, memory_order_relaxed)));
+}
+
+/* [global] (gclaim.h): the global Redis' connection, whether this agent is
+ * its region's claimer, and the claimer's counters (this agent's own: they
+ * grow only while it claims). Without [global]: configured false, zeros. */
+static json_t *global_json(const struct gclaim_stats *g)
+{
+    static const struct gclaim_stats none;
+    int on = g && g->configured;
+
+    if (!on)
+        g = &none;
+    return json_pack("{s:b, s:b, s:b, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o}",
+                     "configured", on, "up", g->up, "claimer", g->claimer, "region",
+                     on ? json_string(g->region) : json_null(), "regions", (json_int_t)g->regions,
+                     "calls", (json_int_t)g->calls, "claims", (json_int_t)g->claims, "failed",
+                     (json_int_t)g->failed, "granted", (json_int_t)g->granted, "returned",
+                     (json_int_t)g->returned, "backstop", (json_int_t)g->backstop, "forfeited",
+                     (json_int_t)g->forfeited, "keys", (json_int_t)g->keys, "rtt_ms",
+                     on && g->rtt_ms > 0 ? json_real(g->rtt_ms) : json_null());
 }
 
 /* Redis calls per decision: the calls made for decisions (claims and
@@ -470,12 +491,12 @@ char *status_render(const struct status_agent *a, const struct ruleset *rs, cons
     /* boxes: which of the page's boxes apply (standalone: no leases, no
      * fleet); decisions: over the rules in force */
     json_t *doc = json_pack(
-        "{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:{s:b, s:s}, "
+        "{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:{s:b, s:s}, "
         "s:{s:b, s:b}, s:{s:I, s:I, s:I, s:I}, s:o}",
         "agent", agent_json(a, cfg, now), "warnings", warnings_json(), "reload", reload_json(a),
-        "rule_set", rule_set_json(a, &rs->cfg->regex_use), "redis", redis_json(cfg, h), "leases",
-        leases_json(decisions), "peers", peers_json(), "rules", rules, "top",
-        top_json(rs, util_now_us()), "reset", "allowed", a->reset_allowed, "token",
+        "rule_set", rule_set_json(a, &rs->cfg->regex_use), "redis", redis_json(cfg, h), "global",
+        global_json(a->global), "leases", leases_json(decisions), "peers", peers_json(), "rules",
+        rules, "top", top_json(rs, util_now_us()), "reset", "allowed", a->reset_allowed, "token",
         a->reset_allowed ? a->token : "", "boxes", "leases", !standalone, "fleet", !standalone,
         "decisions", "total", (json_int_t)decisions, "degraded", (json_int_t)degraded, "slots_held",
         (json_int_t)slots[0], "slots_expired", (json_int_t)slots[1], "fleet",

@@ -19,6 +19,7 @@
 struct history;
 struct ruleset;
 struct store_heartbeat;
+struct gclaim_stats;
 
 /* What the agent's owner (main.c) knows and the status shows. Strings are
  * borrowed for the call. */
@@ -38,6 +39,7 @@ struct status_agent {
     int fleet_totals_only;                   /* ?fleet=totals: the fleet without its agents[] */
     int rules_compiling;                     /* a rule set loads off the loop (rules_compile.h) */
     const char *token;                       /* the page's token for POST /reset */
+    const struct gclaim_stats *global;       /* [global]'s snapshot (gclaim.h); NULL without */
 };
 
 /* Once a second, on the main loop: the history's sample and the process'

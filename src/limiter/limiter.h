@@ -19,6 +19,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "global/gclaim.h"
 #include "limits/bucket.h"
 #include "lease/lease.h"
 #include "limiter/limiter_req.h"
@@ -177,6 +178,10 @@ struct limiter_key_state {
     int backstop_found;
     struct bucket_state backstop;
     struct limiter_slots_state slots; /* a concurrency rule: only this is set */
+    /* a scope = global rule on its region's claimer: what it holds of the
+     * key's global bucket (gclaim_key); 0 elsewhere */
+    int global_found;
+    struct gclaim_key_state global;
 };
 
 /* What a reset did. */

@@ -286,6 +286,14 @@ static void inspect_done(struct op *o)
             redis_block(o, &st.redis);
         }
     }
+    /* scope = global: the key as the claimer follows it (after [redis] prefix) */
+    size_t plen = o->l->core.prefix_len;
+    struct gclaim_stats gs = {0};
+    if (o->l->global)
+        gclaim_stats(o->l->global, &gs);
+    if (w->rule->scope == SCOPE_GLOBAL && gs.claimer && w->redis_keylen > plen)
+        st.global_found =
+            gclaim_key(o->l->global, w->redis_key + plen, w->redis_keylen - plen, &st.global) == 0;
     st.backstop_found = bucket_table_peek(parts->backstop, w->rule->name, w->client_key,
                                           w->client_keylen, &w->backstop, at, &st.backstop);
     o->inspect_cb(o->arg, &st);

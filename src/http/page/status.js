@@ -270,6 +270,7 @@ function draw(s) {
     ["tokens claimed", num(l.tokens_claimed)], ["tokens returned", num(l.tokens_returned)],
     ["keys held", num(l.keys)], ["local decisions", num(l.local_decisions)],
   ]);
+  drawGlobal(s.global);
   fill("card-peers", [
     ["connections", num(p.connections)], ["frames in flight", num(p.in_flight)],
     ["HELLO", num(p.hello)], ["DISCONNECT", num(p.disconnect)], ["NOTIFY", num(p.notify)],
@@ -302,6 +303,27 @@ function draw(s) {
   drawRules(s.rules);
   drawTop(s.top, s.reset.allowed, s.rules);
   drawFleet(s);
+}
+
+// [global] (one quota across regions): hidden without it. Claims/s from
+// this agent's counter between two answers: it grows only while it claims.
+let gPrev = null;
+function drawGlobal(g) {
+  $("card-global").hidden = !g || !g.configured;
+  if (!g || !g.configured) { gPrev = null; return; }
+  const now = Date.now();
+  const rate = gPrev && now > gPrev.t && g.claims >= gPrev.claims ?
+    (g.claims - gPrev.claims) * 1000 / (now - gPrev.t) : null;
+  gPrev = { claims: g.claims, t: now };
+  fill("card-global", [
+    ["global Redis", g.up ? "up" : "down", g.up ? "up" : "down"],
+    ["this agent", g.claimer ? "claimer of its region" : "not the claimer"],
+    ["region", g.region], ["regions seen", g.regions ? num(g.regions) : "none yet"],
+    ["claims/s", g.claimer ? num(rate, 1) : "–"],
+    ["global round trip", g.rtt_ms === null ? "–" : num(g.rtt_ms, 1) + " ms"],
+    ["keys followed", num(g.keys)],
+    ["failed calls", num(g.failed), g.failed ? "warn" : ""],
+  ]);
 }
 
 // The fleet (every agent's row as its heartbeat wrote it: /status.json's
