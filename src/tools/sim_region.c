@@ -31,7 +31,6 @@
  *   through gplan_round until a call succeeds (gplan_recovered: backstop
  *   tokens left are withdrawn).
  */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
