@@ -158,14 +158,6 @@ static void redis_error(struct sim *s, const char *err)
 /* Run command c as Redis would: one EVALSHA of the job's script, or of the
  * batch script carrying them all; then hand each job its part of the reply
  * as store_conn.c's batch_reply() does. */
-/* The script a job's reply comes from (token buckets: --regions). */
-static int script_of(const struct lease_job *j)
-{
-    return j->kind == LEASE_JOB_EXACT   ? SCRIPT_TB_EXACT
-           : j->kind == LEASE_JOB_CLAIM ? SCRIPT_TB_CLAIM
-                                        : -1;
-}
-
 void sim_fleet_exec(struct sim *s, struct command *c)
 {
     static const char *const digits[] = {"0", "1", "2",  "3",  "4",  "5",  "6",  "7",
@@ -179,14 +171,9 @@ void sim_fleet_exec(struct sim *s, struct command *c)
 
     if (c->n == 1) {
         struct lease_job *j = c->jobs[0];
-        uint64_t save[2];
-        if (s->rg) {
-            sim_region_guard(s, c->agent, j->key, j->keylen);
-            sim_region_args(j, save);
-        }
         int script = sim_cost_args(s, j, id, &s->args[0]);
-        if (s->rg)
-            sim_region_args_done(j, save);
+        if (s->rg) /* a global rule's regional bucket: fed (lua/README.md) */
+            script_fed_arg(&s->args[0], (enum store_script)script);
         rc = sim_redis_eval(redis, script, s->now, 1, &j->key, &j->keylen, s->args[0].argc,
                             s->args[0].argv, s->args[0].argvlen, s->reply, REPLY_MAX, &n, &err);
         if (rc != 0)
@@ -195,8 +182,6 @@ void sim_fleet_exec(struct sim *s, struct command *c)
             c->ok[0] = 1;
             c->nv[0] = n < CLAIM_R_COUNT ? (int)n : CLAIM_R_COUNT;
             memcpy(c->v[0], s->reply, (size_t)c->nv[0] * sizeof(int64_t));
-            if (s->rg)
-                sim_region_reply(s, script, c->v[0], c->nv[0]);
         }
         return;
     }
@@ -204,14 +189,9 @@ void sim_fleet_exec(struct sim *s, struct command *c)
     for (unsigned i = 0; i < c->n; i++) {
         struct lease_job *j = c->jobs[i];
         struct script_args *a = &s->args[i];
-        uint64_t save[2];
-        if (s->rg) {
-            sim_region_guard(s, c->agent, j->key, j->keylen);
-            sim_region_args(j, save);
-        }
         int script = sim_cost_args(s, j, id, a);
         if (s->rg)
-            sim_region_args_done(j, save);
+            script_fed_arg(a, (enum store_script)script);
         s->bkeys[i] = j->key;
         s->bkeylen[i] = j->keylen;
         s->bargv[argc] = digits[script];
@@ -237,8 +217,6 @@ void sim_fleet_exec(struct sim *s, struct command *c)
         c->ok[i] = 1;
         c->nv[i] = len < CLAIM_R_COUNT ? (int)len : CLAIM_R_COUNT;
         memcpy(c->v[i], &s->reply[at + 1], (size_t)c->nv[i] * sizeof(int64_t));
-        if (s->rg)
-            sim_region_reply(s, script_of(c->jobs[i]), c->v[i], c->nv[i]);
         at += 1 + (size_t)len;
     }
 }

@@ -213,19 +213,10 @@ int sim_region_setup(struct sim *s, char *err, size_t errlen);
 void sim_region_free(struct sim *s);
 /* The Redis agent ai talks to: its region's. */
 struct sim_redis *sim_region_redis(struct sim *s, unsigned ai);
-/* A request for key reaches agent ai (the region's demand), and its
- * decision, for a request that arrived at t0. */
+/* A request for key reaches agent ai (the key is active in its region: the
+ * claimer follows it), and its decision, for a request that arrived at t0. */
 void sim_region_request(struct sim *s, unsigned ai, uint32_t key);
 void sim_region_record(struct sim *s, uint32_t key, uint64_t t0, int allowed, int ref_allowed);
-/* Around script_lease_args: a global rule's regional bucket is fed by the
- * claimer, never refilled by time (*save keeps what is restored after). */
-void sim_region_args(struct lease_job *j, uint64_t save[2]);
-void sim_region_args_done(struct lease_job *j, const uint64_t save[2]);
-/* A regional reply's retry and reset, from the rule's rate. */
-void sim_region_reply(const struct sim *s, int script, int64_t *v, int nv);
-/* Before agent ai's regional call on key: with --claimer-kill, the regional
- * bucket past its deadline grants nothing (sim_region_fail.c). */
-void sim_region_guard(struct sim *s, unsigned ai, const char *key, size_t keylen);
 /* EV_REGION, EV_GEXEC, EV_GREPLY. */
 void sim_region_event(struct sim *s, int kind, unsigned region, uint32_t arg);
 void sim_region_finish(struct sim *s, struct sim_result *r);

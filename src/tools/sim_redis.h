@@ -36,12 +36,8 @@ int sim_redis_eval(struct sim_redis *r, int script, uint64_t now_us, int nkeys,
                    const char *const *argv, const size_t *argvlen, int64_t *v, size_t cap,
                    size_t *n, const char **err);
 
-/* Scripts a server can hold: the agent's, the batch, one added. */
-#define SIM_REDIS_SCRIPTS (SCRIPT_BATCH + 2)
-
-/* Load a simulator-only script (Lua source, run as the agent's are): its
- * number for sim_redis_eval, or -1 with a message in err. One per server. */
-int sim_redis_add(struct sim_redis *r, const char *src, char *err, size_t errlen);
+/* Scripts a server can hold: the agent's and the batch. */
+#define SIM_REDIS_SCRIPTS (SCRIPT_BATCH + 1)
 
 /* Field field of the hash key, read as a number (0: no such key or field,
  * or not a positive number): what the simulator looks at (a block's end,

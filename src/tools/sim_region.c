@@ -6,38 +6,31 @@
  * global bucket: it accounts what each region holds, tokens + sum
  * held[region] <= burst, exactly as a regional bucket accounts its agents.
  *
- * The model (doc/design.md, "Regions"):
+ * The model (doc/design.md, "Regions") is the agent's own: the claimer's
+ * decisions are gplan.h's (one struct gkey per region and key), its
+ * regional calls the registry's tb_pool, the agents' regional calls the
+ * real scripts in their fed mode (script_fed_arg: limit = -N, a bucket that
+ * never refills, a missing key empty, unmet demand recorded for the
+ * claimer, no grant past the deadline dl). What is the simulator's own is
+ * the plumbing around them, as gclaim.c's is the agent's:
  *
- * - A global rule's regional bucket never refills by itself: its agents'
- *   calls carry a rate of one token per REGION_PERIOD_MS (about none), and
- *   it is fed by deposits of tokens the region was granted by the global
- *   bucket. The regional key starts empty (a missing key would be full).
- *   The regional script's retry for an empty bucket is replaced by the
- *   rule's own time per token (what a regional script that knows it is fed
- *   would answer).
  * - One claimer per region: agent 0 of the region stands for the agent the
- *   lease lock in the regional Redis would elect. Every interval it reads
- *   what the region still holds per key (free tokens and agents' leases in
- *   its regional bucket, and what it has not deposited yet), reports to the
- *   global bucket what the region spent since (held by the global bucket
- *   minus still held: never more than spent), claims about (2 + global RTT /
- *   interval) intervals of the region's demand less what it holds (at most
- *   GLOBAL_MAX_FRACTION of the burst), gives back a surplus (withdrawn from
- *   the regional bucket before the call is sent), all keys in one call.
- *   The claimer's own regional calls are taken as instant (a regional RTT
- *   beside the global one); the region's demand is its requests per key.
- * - The region spends its tokens only until (time it sent the claim) + the
- *   global lease's ttl - an interval; before that (a regional ttl and an
- *   interval ahead) an unrenewed region withdraws what is free in its
- *   bucket (forfeited: the global bucket counts them spent at the lease's
- *   expiry), and its agents' leases end in time.
+ *   lease lock in the regional Redis elects. Every interval, for each key
+ *   active in the region (a request reached one of its agents: the agents'
+ *   notes of active keys), it runs gplan_expire (and withdraws what is free
+ *   when the lease is about to end), reads the bucket with tb_pool (free
+ *   tokens, leases, unmet demand: the demand as the agent sees it),
+ *   gplan_round, the backstop deposit or surplus withdrawal, gplan_withdrawn;
+ *   then one global call carries every key's operation (tb_claim, the region
+ *   as the agent). The claimer's regional calls are taken as instant (a
+ *   regional RTT beside the global one).
+ * - The global call takes the global RTT; its answers go through
+ *   gplan_reply and a deposit with the deadline as ms from now (dl).
  * - Global Redis down (refuses calls arriving in the window; the claimer
- *   learns it a global timeout later): the region spends what it holds, and
- *   once its lease is over feeds its bucket at 1/regions of the rate, up to
- *   1/regions of the burst (the backstop share), until a call succeeds;
- *   backstop tokens left then are withdrawn.
+ *   learns it a global timeout later): gplan_failed, and the backstop share
+ *   through gplan_round until a call succeeds (gplan_recovered: backstop
+ *   tokens left are withdrawn).
  */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,17 +41,22 @@
 #include "tools/sim_redis.h"
 #include "tools/sim_region_int.h"
 
-#define REGION_PERIOD_MS 1000000000000ull /* a regional bucket's own refill: 1 per ~32 years */
-#define RETRY_CAP                                                                                  \
-    3                /* a region told the global bucket is empty waits at most this many intervals \
-                      */
-#define STANDING 1.0 /* an active key's standing share: this x burst / regions */
 #define GLOBAL_MAX_FRACTION 0.25 /* [global] max_fraction's default (interface.md) */
 
-static int pool(struct sim *s, struct region *R, uint32_t k, int64_t amt, uint64_t b,
-                int64_t out[5])
+struct gplan_cfg sim_region_cfg(const struct sim *s)
 {
-    return sim_region_pool(s, R, k, amt, b, 0, out);
+    const struct sim_regions_run *g = s->rg;
+    return (struct gplan_cfg){
+        .limit = s->p.limit,
+        .period_us = s->p.period_us,
+        .burst = s->p.burst,
+        .interval_us = s->lc.interval_us,
+        .ttl_us = s->lc.ttl_us,
+        .gttl_us = g->gttl_us,
+        .rtt_us = s->o->global_rtt_us,
+        .max_fraction = GLOBAL_MAX_FRACTION,
+        .regions = g->n,
+    };
 }
 
 static void activate(struct region *R, uint32_t k)
@@ -82,11 +80,12 @@ int sim_region_setup(struct sim *s, char *err, size_t errlen)
     g->n = o->regions;
     g->per = o->agents / o->regions;
     g->nkeys = o->keys;
-    /* A region's lease on the global bucket outlives a few of its ticks, a
-     * regional lease and the global round trip: renewed every interval, it
-     * only runs out when the global Redis stays unreachable. */
-    g->gttl_us = 4 * (o->interval_ms * 1000 + o->ttl_ms * 1000 + o->global_rtt_us);
     g->gtimeout_us = o->timeout_us ? o->timeout_us : 2 * o->global_rtt_us + 100000;
+    /* the global lease's ttl as the agent sets it (gclaim.c): from the
+     * round trip or the global timeout, the longer */
+    g->gttl_us =
+        gplan_gttl_us(o->interval_ms * 1000, o->ttl_ms * 1000,
+                      o->global_rtt_us > g->gtimeout_us ? o->global_rtt_us : g->gtimeout_us);
     g->down_start = SIM_T0_US + o->global_down_start_us;
     g->down_end = o->global_down_len_us ? g->down_start + o->global_down_len_us : 0;
     s->res->regions.global_ttl_ms = (double)g->gttl_us / 1000.0;
@@ -112,17 +111,8 @@ int sim_region_setup(struct sim *s, char *err, size_t errlen)
             snprintf(err, errlen, "out of memory");
             return -1;
         }
-        if (!(R->redis = sim_redis_new(err, errlen)) ||
-            (R->pool_script = sim_redis_add(R->redis, sim_region_pool_lua, err, errlen)) < 0)
+        if (!(R->redis = sim_redis_new(err, errlen))) /* (fed buckets: a missing key is empty) */
             return -1;
-        s->now = SIM_T0_US;
-        for (uint32_t k = 0; k < g->nkeys; k++) { /* the regional buckets start empty */
-            int64_t v[5];
-            if (pool(s, R, k, 0, o->burst, v) < 0) {
-                snprintf(err, errlen, "%s", s->res->redis_error);
-                return -1;
-            }
-        }
         /* claimers start at different instants, as agents do */
         sim_fleet_push(s, SIM_T0_US + (uint64_t)(o->interval_ms * 1000) * i / g->n, EV_REGION, i,
                        NULL, 0);
@@ -160,9 +150,7 @@ struct sim_redis *sim_region_redis(struct sim *s, unsigned ai)
 
 void sim_region_request(struct sim *s, unsigned ai, uint32_t key)
 {
-    struct region *R = &s->rg->r[ai / s->rg->per];
-    R->k[key].demand++;
-    activate(R, key);
+    activate(&s->rg->r[ai / s->rg->per], key);
 }
 
 void sim_region_record(struct sim *s, uint32_t key, uint64_t t0, int allowed, int ref_allowed)
@@ -181,129 +169,38 @@ void sim_region_record(struct sim *s, uint32_t key, uint64_t t0, int allowed, in
     x->down_ref_admitted += ref_allowed != 0;
 }
 
-void sim_region_args(struct lease_job *j, uint64_t save[2])
-{
-    save[0] = j->limit;
-    save[1] = j->period_ms;
-    j->limit = 1;
-    j->period_ms = REGION_PERIOD_MS;
-}
-
-void sim_region_args_done(struct lease_job *j, const uint64_t save[2])
-{
-    j->limit = save[0];
-    j->period_ms = save[1];
-}
-
-void sim_region_reply(const struct sim *s, int script, int64_t *v, int nv)
-{
-    double token_ms = (double)s->p.period_ms / (double)s->p.limit;
-    int retry = script == SCRIPT_TB_CLAIM ? CLAIM_R_RETRY_MS : EXACT_R_RETRY_MS;
-    int reset = script == SCRIPT_TB_CLAIM ? CLAIM_R_RESET_MS : EXACT_R_RESET_MS;
-    if (script != SCRIPT_TB_CLAIM && script != SCRIPT_TB_EXACT)
-        return;
-    if (nv > retry && v[retry] > 0)
-        v[retry] = (int64_t)ceil(token_ms);
-    if (nv > reset)
-        v[reset] = (int64_t)ceil(token_ms * (double)s->p.burst);
-}
-
 /* ---- the claimer ---------------------------------------------------------------------- */
 
-/* Feed key k's bucket at the backstop share while the region's lease is over
- * and the global Redis unreachable. */
-static void backstop(struct sim *s, struct region *R, struct rkey *st, uint32_t k)
-{
-    struct sim_regions_run *g = s->rg;
-    double rate = (double)s->p.limit / (double)s->p.period_us / g->n;
-    uint64_t bcap = s->p.burst / g->n > 0 ? s->p.burst / g->n : 1;
-    int64_t v[5];
-
-    if (!st->bs_last)
-        st->bs_last = s->now, st->bs_acc = (double)bcap; /* a full backstop bucket */
-    st->bs_acc += rate * (double)(s->now - st->bs_last);
-    st->bs_last = s->now;
-    if (st->bs_acc > (double)bcap)
-        st->bs_acc = (double)bcap;
-    if (st->bs_acc >= 1 && pool(s, R, k, (int64_t)st->bs_acc, bcap, v) == 0) {
-        st->bs_acc -= (double)v[0];
-        s->res->regions.backstop_tokens += (uint64_t)v[0];
-    }
-}
-
-/* One operation for key k in the region's next global call, or none. */
+/* Key k's round (gclaim.c's on_active, on_read, on_moved): 1 when it has an
+ * operation for the global call. */
 static int plan(struct sim *s, struct region *R, uint32_t k)
 {
-    struct rkey *st = &R->k[k];
-    uint64_t iv = s->lc.interval_us;
-    int64_t v[5];
+    struct gkey *st = &R->k[k].k;
+    struct gplan_cfg c = sim_region_cfg(s);
+    struct gstep step;
+    int64_t v[POOL_R_COUNT];
 
     st->op = 0;
-    /* up at once, down over about two seconds of ticks */
-    double d = (double)st->demand, ew = 0.8 * st->est + 0.2 * d;
-    st->est = d > ew ? d : ew;
-    st->demand = 0;
-    if (st->est < 0.01)
-        st->est = 0;
     /* out of lease: the free tokens go (the global bucket drops the lease at
      * its expiry); agents' leases end before the deadline */
-    if (st->deadline && s->now + s->lc.ttl_us + iv >= st->deadline) {
-        if (sim_region_pool(s, R, k, -(int64_t)s->p.burst - 1, s->p.burst, s->rg->dl_rule ? -1 : 0,
-                            v) == 0)
-            s->res->regions.forfeited += (uint64_t)-v[0] + st->pool;
-        st->pool = 0;
-        st->deadline = 0;
-        st->gheld = 0; /* still counted in the global bucket until its expiry: reported
-                        * spent, at the latest, by the next call's settling of mine */
-        st->forfeited = 1;
-    }
-    if (pool(s, R, k, 0, s->p.burst, v) < 0)
+    uint64_t pooled = st->pool;
+    if (gplan_expire(&c, st, s->now) &&
+        sim_region_pool(s, R, k, -(int64_t)s->p.burst - 1, s->rg->dl_rule ? -1 : 0, v) == 0)
+        s->res->regions.forfeited += (uint64_t)-v[POOL_R_MOVED] + pooled;
+    if (sim_region_pool(s, R, k, 0, 0, v) < 0)
         return 0;
-    uint64_t hold = st->pool + (uint64_t)v[1] + (uint64_t)v[2];
-    /* global unreachable and what the region held spent (or its lease
-     * over): the backstop share, until a call succeeds again; the claim
-     * below probes */
-    if (R->down && (st->forfeited || hold == 0))
-        st->bs_on = 1;
-    if (st->bs_on)
-        backstop(s, R, st, k);
-    uint64_t used = st->gheld > hold ? st->gheld - hold : 0;
-    double ahead = 2.0 + (double)s->o->global_rtt_us / (double)iv;
-    uint64_t target = (uint64_t)ceil(st->est * ahead);
-    uint64_t cap = (uint64_t)floor(GLOBAL_MAX_FRACTION * (double)s->p.burst);
-    /* a key active here keeps a standing share: its next requests are
-     * decided at once, not a global round trip later */
-    uint64_t standing = (uint64_t)(STANDING * (double)s->p.burst / s->rg->n);
-    if (cap < 1)
-        cap = 1;
-    if (standing < 1)
-        standing = 1;
-    if (st->est > 0 && target < standing)
-        target = standing;
-    if (target > (cap > standing ? cap : standing))
-        target = cap > standing ? cap : standing;
-    uint64_t ret = 0;
-    if (hold > 2 * target + 1 || (target == 0 && hold > 0)) { /* give back the surplus */
-        uint64_t surplus = hold - target;
-        uint64_t fromp = surplus < st->pool ? surplus : st->pool;
-        st->pool -= fromp;
-        ret = fromp;
-        if (surplus > fromp && pool(s, R, k, -(int64_t)(surplus - fromp), s->p.burst, v) == 0)
-            ret += (uint64_t)-v[0];
-        hold -= ret;
+    struct gread r = {v[POOL_R_REMAINING] > 0 ? (uint64_t)v[POOL_R_REMAINING] : 0,
+                      v[POOL_R_HELD] > 0 ? (uint64_t)v[POOL_R_HELD] : 0,
+                      v[POOL_R_UNMET] > 0 ? (uint64_t)v[POOL_R_UNMET] : 0};
+    gplan_round(&c, st, &r, R->down, s->now, &step);
+    int64_t amt = (int64_t)step.backstop - (int64_t)step.withdraw, moved = 0;
+    if (amt != 0 && sim_region_pool(s, R, k, amt, 0, v) == 0)
+        moved = v[POOL_R_MOVED];
+    if (moved > 0) {
+        gplan_backstop_done(st, (uint64_t)moved);
+        s->res->regions.backstop_tokens += (uint64_t)moved;
     }
-    /* claim when what it holds runs low (half the target), up to the target */
-    uint64_t want = target > hold && (hold == 0 || hold <= target / 2) ? target - hold : 0;
-    if (want > cap) /* [global] max_fraction: at most this much at once */
-        want = cap;
-    if (s->now < st->retry_at) /* the global bucket said when it has a token */
-        want = 0;
-    /* renew a lease past half its life; report an idle key's spending */
-    int renew = st->gheld && st->deadline && st->deadline < s->now + s->rg->gttl_us / 2;
-    if (!want && !ret && !renew && !(used && st->est == 0))
-        return 0;
-    st->want = want, st->used = used, st->ret = ret, st->op = 1;
-    return 1;
+    return gplan_withdrawn(&c, st, &step, moved < 0 ? (uint64_t)-moved : 0, s->now);
 }
 
 static void on_tick(struct sim *s, unsigned ri)
@@ -352,9 +249,9 @@ static void on_exec(struct sim *s, unsigned ri)
         struct rkey *st = &R->k[k];
         size_t kl = sim_region_key_name(k, 1, key), n = 0;
         const char *err;
-        if (!st->op)
+        if (!st->k.op)
             continue;
-        a[3] = st->want, a[4] = st->used, a[5] = st->ret;
+        a[3] = st->k.want, a[4] = st->k.used, a[5] = st->k.ret;
         for (int j = 0; j < 7; j++) {
             argvlen[1 + j] =
                 (size_t)snprintf(nums[j], sizeof(nums[j]), "%llu", (unsigned long long)a[j]);
@@ -367,26 +264,27 @@ static void on_exec(struct sim *s, unsigned ri)
             if (s->res->redis_errors++ == 0)
                 snprintf(s->res->redis_error, sizeof(s->res->redis_error), "global: %s",
                          n ? "short reply" : err);
-            st->op = 0;
+            st->k.op = 0;
             continue;
         }
         st->granted = (uint64_t)v[CLAIM_R_GRANTED];
         st->mine = (uint64_t)v[CLAIM_R_MINE];
         st->lease_ms = (uint64_t)v[CLAIM_R_LEASE_MS];
-        st->retry_ms = st->want && !st->granted ? (uint64_t)v[CLAIM_R_RETRY_MS] : 0;
+        st->retry_ms = (uint64_t)v[CLAIM_R_RETRY_MS];
     }
     sim_fleet_push(s, s->now + (s->o->global_rtt_us - s->o->global_rtt_us / 2), EV_GREPLY, ri, NULL,
                    0);
 }
 
-/* The answer reaches the claimer: deposit the grants (what does not fit now
- * waits in its pool). */
+/* The answer reaches the claimer (gclaim.c's on_global): deposit the
+ * grants (what does not fit waits in the key's pool) with the deadline. */
 static void on_reply(struct sim *s, unsigned ri, int failed)
 {
     struct sim_regions_run *g = s->rg;
     struct region *R = &g->r[ri];
     struct sim_regions *x = &s->res->regions;
-    int64_t v[5];
+    struct gplan_cfg c = sim_region_cfg(s);
+    int64_t v[POOL_R_COUNT];
 
     R->inflight = 0;
     if (R->dead) /* its claimer died: what it was granted is never deposited */
@@ -394,44 +292,29 @@ static void on_reply(struct sim *s, unsigned ri, int failed)
     if (failed) {
         R->down = 1;
         x->global_failed++;
-        for (size_t i = 0; i < R->nactive; i++) {
-            struct rkey *st = &R->k[R->active[i]];
-            if (st->op)
-                x->forfeited += st->ret; /* withdrawn, never given back */
-            st->op = 0;
-        }
+        for (size_t i = 0; i < R->nactive; i++)
+            x->forfeited += gplan_failed(&R->k[R->active[i]].k); /* withdrawn, never given back */
         return;
     }
     R->down = 0;
     for (size_t i = 0; i < R->nactive; i++) {
         uint32_t k = R->active[i];
         struct rkey *st = &R->k[k];
-        if (st->bs_on) { /* backstop tokens left are not the global bucket's */
-            pool(s, R, k, -(int64_t)s->p.burst - 1, s->p.burst, v);
-            st->bs_on = 0, st->bs_last = 0, st->bs_acc = 0;
-        }
-        st->forfeited = 0;
-        if (!st->op)
+        uint64_t dl = 0;
+        if (!st->k.op)
             continue;
-        st->op = 0;
-        st->gheld = st->mine;
-        st->deadline = st->mine && st->lease_ms * 1000 > s->lc.interval_us
-                           ? R->sent_at + st->lease_ms * 1000 - s->lc.interval_us
-                           : 0;
-        st->pool += st->granted;
-        /* a negative cache one level up, as the agent's: no claim until the
-         * global bucket's next token (at most RETRY_CAP intervals) */
-        uint64_t cap_us = (uint64_t)(RETRY_CAP * (double)s->lc.interval_us);
-        uint64_t wait_us = st->retry_ms * 1000 < cap_us ? st->retry_ms * 1000 : cap_us;
-        st->retry_at = st->retry_ms ? R->sent_at + wait_us : 0;
+        if (gplan_recovered(&st->k)) /* backstop tokens left are not the global bucket's */
+            sim_region_pool(s, R, k, -(int64_t)s->p.burst - 1, 0, v);
         x->granted += st->granted;
-        x->returned += st->ret;
-        /* the deadline, in the regional bucket: no grant a regional ttl before it */
-        int64_t dl = !g->dl_rule                   ? 0
-                     : st->deadline > s->lc.ttl_us ? (int64_t)(st->deadline - s->lc.ttl_us)
-                                                   : -1;
-        if ((st->pool || dl) && sim_region_pool(s, R, k, (int64_t)st->pool, s->p.burst, dl, v) == 0)
-            st->pool -= (uint64_t)v[0];
+        x->returned += st->k.ret;
+        uint64_t amt = gplan_reply(&c, &st->k, R->sent_at, s->now, st->granted, st->mine,
+                                   st->lease_ms, st->retry_ms, &dl);
+        /* the deadline, in the regional bucket as ms from now: no grant a
+         * regional ttl before it, whoever claims for the region next */
+        int64_t dl_ms = !g->dl_rule ? 0 : dl ? (int64_t)(dl / 1000 ? dl / 1000 : 1) : -1;
+        if ((amt || dl_ms) && sim_region_pool(s, R, k, (int64_t)amt, dl_ms, v) == 0 &&
+            v[POOL_R_MOVED] > 0)
+            gplan_deposited(&st->k, (uint64_t)v[POOL_R_MOVED]);
     }
 }
 

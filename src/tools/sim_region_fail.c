@@ -19,11 +19,11 @@
  *   ttl and an interval, an interval spared for the successor's tick);
  *   another agent of the region takes the lock at its first tick once the
  *   lock expired and LEN passed, and starts from what the regional Redis
- *   says: the free tokens and leases in each key's bucket, and, with the
- *   design's rule, the deadline stored there (dl: the regional bucket grants
- *   nothing from dl = deadline - regional ttl on, the free tokens go; a
- *   guard run before each agent's regional call stands for the regional
- *   script reading it). Without the rule (:nodeadline) the region
+ *   says: the free tokens, leases and unmet demand in each key's bucket
+ *   (a fresh struct gkey, as the agent's successor starts), and, with the
+ *   design's rule, the deadline stored there (dl, sent with every deposit
+ *   as gplan_reply says: the fed scripts grant nothing from dl = deadline -
+ *   regional ttl on, and drop what is free). Without the rule (:nodeadline) the region
  *   spends what it held past the global lease's expiry, when the global
  *   bucket has counted it spent and given it out again: the bound b + r*T
  *   breaks, by up to what the region held.
@@ -79,7 +79,7 @@ void sim_region_fail_setup(struct sim *s)
     uint64_t spare = s->lc.ttl_us + 2 * s->lc.interval_us;
 
     g->lock_ttl_us = g->gttl_us > 2 * spare ? g->gttl_us - spare : g->gttl_us / 2;
-    g->dl_rule = o->claimer_kill && !o->claimer_no_deadline;
+    g->dl_rule = !o->claimer_no_deadline; /* the agent always sends it */
     if (o->global_restart) {
         s->res->regions.restart_allowance = (double)s->p.burst;
         sim_fleet_push(s, SIM_T0_US + o->global_restart_us, EV_REGION, 0, NULL, SIM_REGION_RESTART);
@@ -97,14 +97,14 @@ static void restart(struct sim *s)
 {
     struct sim_regions_run *g = s->rg;
     char err[128];
-    int64_t v[5];
+    int64_t v[POOL_R_COUNT];
 
     for (uint32_t k = 0; k < g->nkeys; k++) {
         uint64_t held = 0;
         for (unsigned i = 0; i < g->n; i++) {
             struct region *R = &g->r[i];
-            if (R->is_active[k] && sim_region_pool(s, R, k, 0, s->p.burst, 0, v) == 0)
-                held += R->k[k].pool + (uint64_t)v[1] + (uint64_t)v[2];
+            if (R->is_active[k] && sim_region_pool(s, R, k, 0, 0, v) == 0)
+                held += R->k[k].k.pool + (uint64_t)v[POOL_R_REMAINING] + (uint64_t)v[POOL_R_HELD];
         }
         if (held > s->res->regions.restart_held)
             s->res->regions.restart_held = held;
@@ -137,41 +137,15 @@ void sim_region_fail_event(struct sim *s, unsigned region, uint32_t what)
 int sim_region_fail_tick(struct sim *s, struct region *R)
 {
     struct sim_regions_run *g = s->rg;
-    int64_t v[5];
 
     if (s->now < g->takeover_at || R->inflight) /* (the dead one's call still out) */
         return 1;
     R->dead = 0;
     R->down = 0;
     s->res->regions.takeover_ms = (double)(s->now - SIM_T0_US - s->o->claimer_kill_at_us) / 1000.0;
-    for (size_t i = 0; i < R->nactive; i++) { /* what the regional Redis says, nothing more */
-        uint32_t k = R->active[i];
-        struct rkey *st = &R->k[k];
-        uint64_t demand = st->demand; /* (the agents' count of requests) */
-        memset(st, 0, sizeof(*st));
-        st->demand = demand;
-        if (g->dl_rule && sim_region_pool(s, R, k, 0, s->p.burst, 0, v) == 0 && v[3] > 0)
-            st->deadline = (uint64_t)v[3] + s->lc.ttl_us;
-    }
+    /* what the regional Redis says, nothing more: its rounds read it */
+    memset(R->k, 0, g->nkeys * sizeof(*R->k));
     return 0;
-}
-
-void sim_region_guard(struct sim *s, unsigned ai, const char *key, size_t keylen)
-{
-    char buf[KEYBUF];
-    const char *c;
-    int64_t v[5];
-
-    if (!s->rg->dl_rule || keylen >= sizeof(buf))
-        return;
-    memcpy(buf, key, keylen);
-    buf[keylen] = '\0';
-    if (!(c = strrchr(buf, ':')))
-        return;
-    uint32_t k = (uint32_t)strtoul(c + 1, NULL, 10);
-    if (k < s->rg->nkeys &&
-        sim_region_pool(s, &s->rg->r[ai / s->rg->per], k, 0, s->p.burst, 0, v) == 0)
-        s->res->regions.deadline_refused += (uint64_t)v[4];
 }
 
 /* ---- output ---------------------------------------------------------------------------- */

@@ -7,28 +7,17 @@
 
 #include <stdint.h>
 
+#include "global/gplan.h"
+#include "store/script.h"
 #include "tools/sim_fleet_int.h"
 
-struct rkey {          /* one key in one region */
-    uint64_t gheld;    /* what the global bucket counted the region held, at its last answer */
-    uint64_t pool;     /* granted, not yet deposited (the regional bucket was full) */
-    uint64_t demand;   /* requests in the region since the claimer's last tick */
-    double est;        /* demand per interval, decaying */
-    uint64_t deadline; /* the region may spend until then (0: holds nothing) */
-    uint64_t want, used, ret;         /* the call in flight's operation */
-    uint64_t granted, mine, lease_ms; /* its answer */
-    uint64_t retry_ms;                /* the global bucket's wait for a token, when empty */
-    uint64_t retry_at;                /* no claim before (the global bucket was empty) */
-    int op;                           /* in the call in flight */
-    double bs_acc;                    /* backstop tokens due, not yet deposited */
-    uint64_t bs_last;                 /* the backstop's last deposit */
-    int forfeited;                    /* the lease ran out while the global Redis was down */
-    int bs_on;                        /* fed by the backstop */
+struct rkey {                                   /* one key in one region */
+    struct gkey k;                              /* the claimer's state (gplan.h) */
+    uint64_t granted, mine, lease_ms, retry_ms; /* the global bucket's answer to its call */
 };
 
 struct region {
     struct sim_redis *redis;
-    int pool_script;
     char id[24];
     struct rkey *k;
     uint32_t *active; /* keys that hold or saw demand */
@@ -51,18 +40,20 @@ struct sim_regions_run {
     struct sim_bound outbound; /* b + r T outside [down_start, settle_end) */
     struct sim_window *outwin; /* per key */
     /* sim_region_fail.c */
-    int dl_rule; /* the deadline lives in the regional bucket (dl): no grant past it */
+    int dl_rule; /* the claimer sends the deadline (dl) with its deposits (off: :nodeadline) */
     uint64_t lock_ttl_us, takeover_at;
 };
 
-/* sim_region_pool.c: the claimer's regional script, the name of key k's
- * bucket (global: in the global Redis), and that script on region R's bucket of key
- * k: move amt tokens in or out; dl > 0 stores the time from which the
- * bucket grants nothing (dl < 0 clears it). out: {moved, floor(t), H, dl, lost}. */
-extern const char sim_region_pool_lua[];
+/* sim_region_pool.c: the name of key k's bucket (global: in the global
+ * Redis), and the registry's tb_pool (the claimer's regional script, lua/README.md
+ * "Fed buckets") on region R's bucket of key k: move amt tokens in or out;
+ * dl_ms > 0 stores the deadline dl_ms from now (< 0 clears it, 0 leaves it).
+ * out: POOL_R_* (tokens lost past a deadline are counted as refused). */
 size_t sim_region_key_name(uint32_t k, int global, char *buf);
-int sim_region_pool(struct sim *s, struct region *R, uint32_t k, int64_t amt, uint64_t b,
-                    int64_t dl, int64_t out[5]);
+int sim_region_pool(struct sim *s, struct region *R, uint32_t k, int64_t amt, int64_t dl_ms,
+                    int64_t out[POOL_R_COUNT]);
+/* The claimer's settings for the rule (gplan.h). */
+struct gplan_cfg sim_region_cfg(const struct sim *s);
 /* sim_region_fail.c: queue the failures' events; run one (EV_REGION with
  * arg SIM_REGION_RESTART or SIM_REGION_KILL); a tick of a dead claimer's
  * region (1: it stays idle); the successor's start. */

@@ -76,6 +76,72 @@ START_TEST(claims_as_redis_runs_them)
 }
 END_TEST
 
+/* A fed bucket (limit = -N, lua/README.md "Fed buckets") and tb_pool, as
+ * spoa-sim --regions runs them: the fed scripts' HINCRBY (unmet demand u,
+ * tokens lost past the deadline l) run in the fake Redis. */
+static int fed_claim(struct sim_redis *r, uint64_t now, const char *a, const char *want, int64_t *v)
+{
+    const char *k = "rl:t2:f:1", *err;
+    const char *argv[CLAIM_ARGC] = {a, "-10", "1000", "20", want, "0", "0", "1000"};
+    size_t len[CLAIM_ARGC], klen = strlen(k), n;
+    for (int i = 0; i < CLAIM_ARGC; i++)
+        len[i] = strlen(argv[i]);
+    int rc = sim_redis_eval(r, SCRIPT_TB_CLAIM, now, 1, &k, &klen, CLAIM_ARGC, argv, len, v, 16, &n,
+                            &err);
+    ck_assert_msg(rc == 0, "%s", rc ? err : "");
+    return rc;
+}
+
+static void pool(struct sim_redis *r, uint64_t now, const char *amt, const char *dl, int64_t *v)
+{
+    const char *k = "rl:t2:f:1", *err;
+    const char *argv[POOL_ARGC_DEADLINE] = {amt, "20", dl ? dl : ""};
+    size_t len[POOL_ARGC_DEADLINE], klen = strlen(k), n;
+    for (int i = 0; i < POOL_ARGC_DEADLINE; i++)
+        len[i] = strlen(argv[i]);
+    int rc = sim_redis_eval(r, SCRIPT_TB_POOL, now, 1, &k, &klen,
+                            dl ? POOL_ARGC_DEADLINE : POOL_ARGC, argv, len, v, 16, &n, &err);
+    ck_assert_msg(rc == 0, "%s", rc ? err : "");
+    ck_assert_uint_eq(n, POOL_R_COUNT);
+}
+
+START_TEST(fed_buckets_as_redis_runs_them)
+{
+    struct sim_redis *r = redis_new();
+    int64_t v[16];
+
+    /* a missing fed key is empty: nothing granted, one token of the rule's
+     * time to wait, and the demand recorded for the claimer */
+    fed_claim(r, T0, "A", "5", v);
+    ck_assert_int_eq(v[CLAIM_R_GRANTED], 0);
+    ck_assert_int_eq(v[CLAIM_R_RETRY_MS], 100);
+    pool(r, T0 + 1000, "0", NULL, v);
+    ck_assert_int_eq(v[POOL_R_MOVED], 0);
+    ck_assert_int_eq(v[POOL_R_UNMET], 5);
+    pool(r, T0 + 2000, "0", NULL, v);
+    ck_assert_int_eq(v[POOL_R_UNMET], 0); /* read and cleared */
+    /* a deposit with a deadline 500 ms from now; a claim takes from it */
+    pool(r, T0 + 3000, "8", "500", v);
+    ck_assert_int_eq(v[POOL_R_MOVED], 8);
+    ck_assert_int_eq(v[POOL_R_REMAINING], 8);
+    ck_assert_int_gt(v[POOL_R_DEADLINE], 0);
+    fed_claim(r, T0 + 4000, "A", "3", v);
+    ck_assert_int_eq(v[CLAIM_R_GRANTED], 3);
+    ck_assert_int_eq(v[CLAIM_R_REMAINING], 5);
+    /* never refilled; past the deadline nothing is granted, the free
+     * tokens are dropped and reported lost once */
+    fed_claim(r, T0 + S / 2 + 5000, "B", "1", v);
+    ck_assert_int_eq(v[CLAIM_R_GRANTED], 0);
+    pool(r, T0 + S / 2 + 6000, "0", NULL, v);
+    ck_assert_int_eq(v[POOL_R_LOST], 5);
+    ck_assert_int_eq(v[POOL_R_DEADLINE], 0);
+    ck_assert_int_eq(v[POOL_R_HELD], 3);
+    pool(r, T0 + S / 2 + 7000, "0", NULL, v);
+    ck_assert_int_eq(v[POOL_R_LOST], 0);
+    sim_redis_free(r);
+}
+END_TEST
+
 START_TEST(errors_and_batches)
 {
     struct sim_redis *r = redis_new();
@@ -261,7 +327,8 @@ int main(void)
 {
     TCase *tc = tcase_create("core");
 
-    CHECK_ADD(tc, claims_as_redis_runs_them, errors_and_batches, window_check_is_exact,
-              histogram_quantiles, script_args_by_position, script_args_fixed_window);
+    CHECK_ADD(tc, claims_as_redis_runs_them, fed_buckets_as_redis_runs_them, errors_and_batches,
+              window_check_is_exact, histogram_quantiles, script_args_by_position,
+              script_args_fixed_window);
     return check_run_case("sim", tc);
 }
