@@ -464,7 +464,7 @@ static void check_global(struct parse_state *st)
         config_errors_add(&st->errors, st->global_line,
                           "[global] needs a [redis] server (url, cluster or sentinel): each "
                           "region decides from its own Redis, never from the global one");
-    config_resolve_global_credentials(st);
+    config_resolve_global_credentials(st, !config_global(st->cfg));
     check_prefix(st, SEC_GLOBAL, cfg->global_prefix);
 
     line = config_seen_line(st, SEC_GLOBAL, "region");

@@ -214,7 +214,7 @@ void config_resolve_credentials(struct parse_state *st, int standalone)
     resolve_stats_auth(st);
 }
 
-void config_resolve_global_credentials(struct parse_state *st)
+void config_resolve_global_credentials(struct parse_state *st, int unset)
 {
     struct config *cfg = st->cfg;
     const struct auth_keys k = {
@@ -232,5 +232,5 @@ void config_resolve_global_credentials(struct parse_state *st)
         &cfg->global_auth_password,
     };
 
-    resolve_auth(st, &k, !config_global(cfg));
+    resolve_auth(st, &k, unset);
 }

@@ -119,7 +119,8 @@ void config_compile_matches(struct parse_state *st);
  * (config_auth.c); standalone: no [redis] server configured (config_standalone). */
 void config_resolve_credentials(struct parse_state *st, int standalone);
 
-/* [global]'s credentials, the same way as [redis]'s (config_auth.c). */
-void config_resolve_global_credentials(struct parse_state *st);
+/* [global]'s credentials, the same way as [redis]'s (config_auth.c); unset: no
+ * [global] Redis configured (config_global). */
+void config_resolve_global_credentials(struct parse_state *st, int unset);
 
 #endif
