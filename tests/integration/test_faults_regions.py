@@ -37,7 +37,8 @@ def tearDownModule():
 
 class RegionFaultCase(unittest.TestCase):
     def record(self, res, allowance, slack_b=0.0, note=""):
-        r = row(res, allowance, slack_b, note + "; p99 %.1f ms" % fr.p99_ms(res))
+        p99 = "decisions' p99 %.1f ms" % fr.p99_ms(res)
+        r = row(res, allowance, slack_b, "%s; %s" % (note, p99) if note else p99)
         print("\n" + r, flush=True)
         ROWS.append(r)
 
@@ -150,15 +151,16 @@ class RegionFaultCase(unittest.TestCase):
         t1, t2 = res.extra["outage"]
         deg = [x for x in res.recs if x.vars.get("degraded") is True]
         d = max([x.acked for x in deg] + [t2]) - t1
+        span = ("degraded answers from +%.1f s to +%.1f s" % (
+            min(x.sent for x in deg) - t1, max(x.acked for x in deg) - t1)) if deg else "none"
 
         def allow(key):
             b, r = res.keys[key][2:]
             return fr.PER_REGION * (fr.SHARE * (b + r * d) + 1.0)
         r1 = max(fr.excess_of(res, k, 1) for k in res.keys)
         self.record(res, "region 0's agents' share*(b + r*D); region 1 exact", 0.0,
-                    "stopped %.1f s, degraded until %.1f s after; region 1 alone %+.1f, "
-                    "its decisions in the outage %d" % (t2 - t1, d - (t2 - t1), r1,
-                                                        fr.decided_in(res, t1, t2, 1)))
+                    "stopped %.1f s, %s; region 1 alone %+.1f, its decisions in the "
+                    "outage %d" % (t2 - t1, span, r1, fr.decided_in(res, t1, t2, 1)))
         self.assertGreater(len(deg), 0, "region 0's agents never fell back")
         self.assertTrue(all(int(x.client.rsplit("/", 1)[1]) // fr.PER_REGION == 0 for x in deg),
                         "region 1 answered degraded")
