@@ -82,9 +82,6 @@ class Fleet(regions.RegionFleet):
             raise
         return self
 
-    def region_of(self, i):
-        return i // PER_REGION
-
     def claimer(self, region):
         """The agent holding region's lease lock, or None."""
         for a in self.agents_of(region):
@@ -180,11 +177,16 @@ def run(fault, seconds, inject, at=3.0, cut_region=None):
 
 # ---- what a row measures ----------------------------------------------------
 
+def region_of_rec(x):
+    """The region of the agent that decided record x (clients KEY/AGENT)."""
+    return int(x.client.rsplit("/", 1)[1]) // PER_REGION
+
+
 def recs_of(res, key, region=None):
     """key's records (of one region's agents: region)."""
     out = [x for x in res.recs if x.client.startswith(key + "/")]
     if region is not None:
-        out = [x for x in out if int(x.client.rsplit("/", 1)[1]) // PER_REGION == region]
+        out = [x for x in out if region_of_rec(x) == region]
     return out
 
 
@@ -198,7 +200,7 @@ def admitted_in(res, key, t1, t2, region=None):
 def decided_in(res, t1, t2, region=None):
     """Decisions (any key) of region's agents sent and answered in [t1, t2]."""
     return sum(1 for x in res.recs if x.sent >= t1 and x.acked <= t2 and (
-        region is None or int(x.client.rsplit("/", 1)[1]) // PER_REGION == region))
+        region is None or region_of_rec(x) == region))
 
 
 def excess_outside(res, key, t1, t2, region=None):
