@@ -5,7 +5,8 @@ levels of one quota across regions, each measured against its allowance
 
 The fleet is regions.py's: a global Redis behind a delay tap (replies
 80 ms late), two regions each with its own Redis and two agents
-(workers = 1). Two `scope = global` rules, `20/1s burst 10` (the issue's)
+(workers = 1), [global] interval its default (1 s: rounds come sooner
+for a key that needs them). Two `scope = global` rules, `20/1s burst 10` (the issue's)
 and `600/1m burst 20`, each with a hot key (paced at 4 times its rate), a
 near-limit key (at its rate) and an under-limit key (at half of it), every
 key sent from a client on each of the four agents. A fault is injected
@@ -41,11 +42,12 @@ REGIONS, PER_REGION = 2, 2
 AGENTS = REGIONS * PER_REGION
 DELAY = 0.08  # the global Redis' replies, late by this (a far region)
 SHARE = 0.05  # regions.region_ini's [fallback] share (each agent's backstop)
+INTERVAL = 1.0  # [global] interval: its default (region_ini sets none)
 # After the global Redis answers again: a round's global timeout, an
 # interval, a regional lease's ttl and the round trip (region_ini's
 # settings; doc/design.md "Regions", "settling"): by then the backstop
 # tokens are withdrawn and the agents' leases of them over.
-SETTLE = 1.0 + 0.1 + 1.0 + DELAY
+SETTLE = 1.0 + INTERVAL + 1.0 + DELAY
 CLEAR_RE = WARN_RE.pattern.replace("msg=warning", 'msg="warning cleared"')
 
 

@@ -199,12 +199,12 @@ class Matrix(RegionFaultCase):
         self.res = res = fr.global_down()
         t1, t2 = res.extra["outage"]
         d = t2 - t1
-        adm, key = self.worst_hot(lambda k: fr.admitted_in(res, k, t1, t2))
-        b, r = res.keys[key][2:]
+        hot = "; ".join("%s hot admitted %d in it (2b + r*D = %.0f, r*D %.0f)" % (
+            res.keys[k][0], fr.admitted_in(res, k, t1, t2), 2 * res.keys[k][2]
+            + res.keys[k][3] * d, res.keys[k][3] * d) for k in fr.hot_keys(res))
         self.record(res, "in the outage 2b + r*D admitted; outside it and its settling 0", 0.0,
-                    "stopped %.1f s; %s hot admitted %d in it (2b + r*D = %.0f, exact %.0f); "
-                    "outside %+.1f; backstop tokens %d"
-                    % (d, res.keys[key][0], adm, 2 * b + r * d, r * d,
+                    "stopped %.1f s; %s; outside %+.1f; backstop tokens %d"
+                    % (d, hot,
                        max(fr.excess_outside(res, k, t1, t2 + fr.SETTLE) for k in res.keys),
                        res.extra["backstop"]))
         self.assert_outage(res, t1, t2, t2 + fr.SETTLE,
@@ -243,15 +243,15 @@ class Matrix(RegionFaultCase):
 
     def test_claimer_killed(self):
         """Region 0's claimer killed (SIGKILL): the other agent of the
-        region takes the lease lock once its ttl (3 intervals) runs out and
+        region takes the lease lock once its ttl (3 intervals, 3 s) runs out and
         feeds the region on; the regional bucket's deadline keeps what the
         dead claimer was granted from being spent past its global lease:
         exact."""
         self.res = res = fr.claimer_killed()
         e = res.extra
         self.assertIsNotNone(e["takeover"], "no successor took region 0's lock")
-        self.record(res, "0 (exact)", 0.0, "successor in %.2f s (lock ttl 0.3 s)"
-                    % (e["takeover"] - e["killed"]))
+        self.record(res, "0 (exact)", 0.0, "successor in %.2f s (lock ttl %g s)"
+                    % (e["takeover"] - e["killed"], 3 * fr.INTERVAL))
         self.assert_bound(res, lambda k: 0.0, "claimer killed")
         survivor = [i for i in range(fr.PER_REGION) if i != e["victim"]][0]
         after = [x for x in res.recs if x.allowed and x.sent > e["takeover"] + 1.0
