@@ -3,7 +3,7 @@
 each fault and measures it): two regions of two agents, each region on its
 own Redis, a global Redis 80 ms away, two `scope = global` rules.
 
-Smoke (./run-tests' fault step, with test_faults.Smoke; about 30 s): the
+Smoke (./run-tests' fault step, with test_faults.Smoke; about 40 s): the
 global Redis restarted empty, region 0 cut from it 3 s, region 0's Redis
 stopped 3 s. Matrix (`make faults`): a healthy run, the global Redis
 stopped 5 s, 400 ms late for 6 s, restarted empty, region 0 cut 5 s,
@@ -17,7 +17,7 @@ admissions are checked against bounds, never against expected figures.
 At the end the table of every row run is printed (faults.row()).
 
 run.py runs this module only when named (run-tests' fault step, make
-faults): Smoke and Matrix take about two minutes."""
+faults): Smoke and Matrix take about two and a half minutes."""
 import unittest
 
 import faults_regions as fr
