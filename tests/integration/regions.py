@@ -47,20 +47,25 @@ class RegionFleet:
         self.tap = DelayTap(self.glob.port, self.delay) if self.delay else None
         if self.tap:
             self.taps.append(self.tap)
-        gport = self.tap.port if self.tap else self.glob.port
         self.regional = []
         for i in range(self.regions):
             r = Redis()
             self.redises.append(r)
             self.regional.append(r)
             for _ in range(self.per):
-                a = Agent(region_ini(r.port, gport, "region-%d" % i) + self.rules, workers=1)
+                a = Agent(region_ini(r.port, self.global_port(i), "region-%d" % i)
+                          + self.rules, workers=1)
                 self.agents.append(a)
         for a in self.agents:
             fleet.wait_redis_up(a)
         # every region has its claimer, and the global Redis answers it
         wait_for(lambda: self.claimers() == self.regions, timeout=30)
         return self
+
+    def global_port(self, region):
+        """Where region's agents reach the global Redis (faults_regions.py
+        puts a proxy there for one region)."""
+        return self.tap.port if self.tap else self.glob.port
 
     def claimers(self):
         return sum(1 for a in self.agents if a.metric("spoa_ratelimit_global_claimer") == 1)

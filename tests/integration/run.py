@@ -11,8 +11,9 @@ sys.path.insert(0, here)
 
 
 # run only when named: run-tests gives them their own step and make targets
-# their own command (test_faults: the fault matrix, make faults)
-OWN_STEP = {"test_faults"}
+# their own command (test_faults and test_faults_regions: the fault matrix,
+# make faults)
+OWN_STEP = {"test_faults", "test_faults_regions"}
 
 
 class Result(unittest.TextTestResult):

@@ -9,7 +9,7 @@ whole frames, each in one send, as HAProxy and the agent write them.
 DelayTap sits between the agent and Redis and holds Redis's replies back for a
 fixed time (a delay line, not a queue: replies that arrive together leave
 together), so that decisions which need Redis are reliably slower than those
-that do not."""
+that do not; set_delay() changes that time mid-run."""
 import queue
 import socket
 import threading
@@ -194,6 +194,12 @@ class DelayTap(_Relay):
     def __init__(self, redis_port, delay):
         self.delay = delay
         super().__init__(redis_port)
+
+    def set_delay(self, delay):
+        """Replies read from now on wait `delay` s (a slower or faster
+        Redis mid-run); those already held leave when they were due, and
+        none overtakes another (one queue per connection)."""
+        self.delay = delay
 
     def connected(self, down, up):
         threading.Thread(target=self._forward, args=(down, up), daemon=True).start()
