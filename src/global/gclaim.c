@@ -19,12 +19,13 @@
 
 #define GC_NOTE_MAX 4096   /* keys noted per interval (more wait for the next) */
 #define GC_READ_MAX 10000  /* active keys one round reads */
-#define GC_ACTIVE_MS 60000 /* a key not noted for this long leaves the set */
+#define GC_ACTIVE_MS (GPLAN_ACTIVE_US / 1000) /* a key not noted for this long leaves the set */
 #define GC_REGIONS_MS 60000 /* a region without a round for this long is not counted */
 #define GC_LOCK_ROUNDS 3   /* the lease lock's ttl, in intervals */
 #define GC_MEMBER_MAX 512  /* "LIMIT:PERIOD:BURST:KEY": longer keys are not followed */
 #define GC_SOON 0.005      /* s: a key new to this agent is noted this soon */
 #define GC_POLL_MAX 0.1    /* s: the claimer looks for new keys at least this often */
+#define GC_PROBE_MIN_US 100000 /* a round's wait for a probe of a global Redis known down */
 
 enum { PH_IDLE, PH_ACTIVE, PH_READ, PH_GLOBAL };
 
@@ -513,7 +514,8 @@ static void on_read(void *arg, const struct store_result *res)
     }
     struct gread r = {res->v[1] > 0 ? (uint64_t)res->v[1] : 0,
                       res->v[2] > 0 ? (uint64_t)res->v[2] : 0,
-                      res->v[5] > 0 ? (uint64_t)res->v[5] : 0};
+                      res->v[5] > 0 ? (uint64_t)res->v[5] : 0,
+                      e->seen_round == g->round}; /* in the region's set: noted lately */
     struct gplan_cfg c = plan_cfg(g, e);
     uint64_t now = util_now_us();
     gplan_round(&c, &e->k, &r, g->global_down, now, &e->step);
@@ -588,7 +590,7 @@ static void start_round(struct gclaim *g)
 {
     char key[256], ms[24], max[24];
     int kl = snprintf(key, sizeof(key), "%sg:active", g->prefix);
-    snprintf(ms, sizeof(ms), "%d", GC_ACTIVE_MS);
+    snprintf(ms, sizeof(ms), "%llu", (unsigned long long)GC_ACTIVE_MS);
     snprintf(max, sizeof(max), "%d", GC_READ_MAX);
     const char *argv[] = {"EVAL", active_script, "1", key, ms, max};
     size_t argvlen[] = {4, sizeof(active_script) - 1, 1, (size_t)kl, strlen(ms), strlen(max)};
@@ -684,13 +686,14 @@ static void send_global(struct gclaim *g)
         return;
     }
     g->sent_us = util_now_us();
-    /* down: the call probes; a round waits no longer than an interval (or a
-     * few round trips as last seen) for it, so that the backstop keeps
-     * coming every interval */
+    /* down: the call probes; a round waits no longer than a few round trips
+     * as last seen (GC_PROBE_MIN at least) for it, so that the backstop's
+     * rounds keep coming (gplan_next_us); a late answer lengthens the next
+     * probe's wait (on_global) */
     uint64_t wait = g->timeout_us;
     if (g->global_down) {
         uint64_t rtt4 = (uint64_t)(4000 * g->st.rtt_ms);
-        wait = rtt4 > g->interval_us ? rtt4 : g->interval_us;
+        wait = rtt4 > GC_PROBE_MIN_US ? rtt4 : GC_PROBE_MIN_US;
         if (wait > g->timeout_us)
             wait = g->timeout_us;
     }

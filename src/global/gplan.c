@@ -77,7 +77,7 @@ void gplan_round(const struct gplan_cfg *c, struct gkey *k, const struct gread *
     k->est = d > ew ? d : ew;
     if (k->est < 0.01)
         k->est = 0;
-    k->idle = k->est == 0 && hold == 0 && !k->gheld ? k->idle + 1 : 0;
+    k->idle = k->est == 0 && hold == 0 && !k->gheld && !r->active ? k->idle + 1 : 0;
     /* unreachable, and what the region held is spent (or its lease over):
      * the backstop share until a call succeeds */
     if (global_down && (k->forfeited || hold == 0))
@@ -93,9 +93,10 @@ void gplan_round(const struct gplan_cfg *c, struct gkey *k, const struct gread *
         cap = 1;
     if (standing < 1)
         standing = 1;
-    /* a key active here keeps a standing share: its next requests are
-     * decided at once, not a global round trip later */
-    if (k->est > 0 && target < standing)
+    /* a key active here (demand now, or noted within GPLAN_ACTIVE_US: a
+     * sparse client) keeps a standing share: its next requests are decided
+     * at once, not a global round trip later */
+    if ((k->est > 0 || r->active) && target < standing)
         target = standing;
     uint64_t top = cap > standing ? cap : standing;
     if (target > top)
@@ -178,6 +179,18 @@ uint64_t gplan_next_us(const struct gplan_cfg *c, const struct gkey *k)
     double cap = floor(c->max_fraction * (double)c->burst);
     if (cap < 1)
         cap = 1;
+    if (k->bs_on && c->limit && c->interval_us) {
+        /* on the backstop: a round when half its bucket has refilled, so that
+         * it is not capped at burst / regions per interval */
+        double n = c->regions ? (double)c->regions : 1.0;
+        double bcap = floor((double)c->burst / n), half = bcap / 2 < 1 ? 1 : floor(bcap / 2);
+        double us = half * (double)c->period_us * n / (double)c->limit;
+        if (us < (double)c->rtt_us)
+            us = (double)c->rtt_us;
+        if (us < GPLAN_MIN_ROUND_US)
+            us = GPLAN_MIN_ROUND_US;
+        return us < (double)c->interval_us ? (uint64_t)us : c->interval_us;
+    }
     if (k->est <= cap || !c->interval_us)
         return c->interval_us;
     /* one claim feeds this key for interval x cap / demand; the global

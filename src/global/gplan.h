@@ -61,7 +61,14 @@ struct gkey {
  * read. */
 struct gread {
     uint64_t t, held, unmet;
+    int active; /* the key was used in the region within GPLAN_ACTIVE_US */
 };
+
+/* A key used in a region within this long keeps its standing share there
+ * (burst / regions), demand or not: a sparse client's next request is
+ * decided at once. Unused longer, the share goes back; the key's next
+ * request there waits for the claimer's first deposit (denied until then). */
+#define GPLAN_ACTIVE_US 300000000ULL
 
 /* What one round asks the caller to do, in this order. */
 struct gstep {
@@ -117,7 +124,8 @@ int gplan_recovered(struct gkey *k);
 /* When k wants its next round: an interval, or sooner when its demand per
  * interval is more than one claim (max_fraction of the burst) can feed:
  * the time that claim lasts, not less than the global bucket's refill of
- * it nor a round trip. */
+ * it nor a round trip; on the backstop, when half the backstop's burst has
+ * refilled. */
 uint64_t gplan_next_us(const struct gplan_cfg *c, const struct gkey *k);
 
 /* 1 when k can be forgotten: idle for a while, holding nothing. */

@@ -150,7 +150,9 @@ struct sim_redis *sim_region_redis(struct sim *s, unsigned ai)
 
 void sim_region_request(struct sim *s, unsigned ai, uint32_t key)
 {
-    activate(&s->rg->r[ai / s->rg->per], key);
+    struct region *R = &s->rg->r[ai / s->rg->per];
+    activate(R, key);
+    R->k[key].last_req = s->now;
 }
 
 void sim_region_record(struct sim *s, uint32_t key, uint64_t t0, int allowed, int ref_allowed)
@@ -191,7 +193,9 @@ static int plan(struct sim *s, struct region *R, uint32_t k)
         return 0;
     struct gread r = {v[POOL_R_REMAINING] > 0 ? (uint64_t)v[POOL_R_REMAINING] : 0,
                       v[POOL_R_HELD] > 0 ? (uint64_t)v[POOL_R_HELD] : 0,
-                      v[POOL_R_UNMET] > 0 ? (uint64_t)v[POOL_R_UNMET] : 0};
+                      v[POOL_R_UNMET] > 0 ? (uint64_t)v[POOL_R_UNMET] : 0,
+                      /* (the agent: in the region's set of keys noted lately) */
+                      R->k[k].last_req && s->now - R->k[k].last_req < GPLAN_ACTIVE_US};
     gplan_round(&c, st, &r, R->down, s->now, &step);
     int64_t amt = (int64_t)step.backstop - (int64_t)step.withdraw, moved = 0;
     if (amt != 0 && sim_region_pool(s, R, k, amt, 0, v) == 0)

@@ -14,6 +14,7 @@
 struct rkey {                                   /* one key in one region */
     struct gkey k;                              /* the claimer's state (gplan.h) */
     uint64_t granted, mine, lease_ms, retry_ms; /* the global bucket's answer to its call */
+    uint64_t last_req;                          /* its last request in the region (0: none) */
 };
 
 struct region {

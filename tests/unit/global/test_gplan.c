@@ -34,7 +34,7 @@ static struct gplan_cfg cfg(void)
 static struct gstep round1(const struct gplan_cfg *c, struct gkey *k, uint64_t t, uint64_t held,
                            uint64_t unmet, int down, uint64_t now)
 {
-    struct gread r = {t, held, unmet};
+    struct gread r = {t, held, unmet, 0};
     struct gstep s;
     gplan_round(c, k, &r, down, now, &s);
     gplan_withdrawn(c, k, &s, s.withdraw, now);
@@ -120,7 +120,7 @@ START_TEST(surplus_returned_then_forgotten)
     int gave = 0;
     for (int i = 1; i < 60; i++) {
         now = T0 + (uint64_t)i * S;
-        struct gread r = {t, 0, 0};
+        struct gread r = {t, 0, 0, 0};
         struct gstep s;
         gplan_round(&c, &k, &r, 0, now, &s);
         ck_assert_uint_le(s.withdraw, t);
@@ -182,7 +182,7 @@ START_TEST(backstop_share_while_down)
 {
     struct gplan_cfg c = cfg();
     struct gkey k = {0};
-    struct gread r = {0, 0, 4};
+    struct gread r = {0, 0, 4, 0};
     struct gstep s;
     gplan_round(&c, &k, &r, 1, T0, &s);
     ck_assert_uint_eq(s.backstop, 5); /* 10 / 2 regions */
@@ -190,11 +190,11 @@ START_TEST(backstop_share_while_down)
     gplan_withdrawn(&c, &k, &s, 0, T0);
     ck_assert_int_eq(s.op, 1); /* probes */
     ck_assert_uint_eq(gplan_failed(&k), 0);
-    r = (struct gread){0, 0, 4};
+    r = (struct gread){0, 0, 4, 0};
     gplan_round(&c, &k, &r, 1, T0 + S, &s); /* a second: 10/s / 2 regions, capped at 5 */
     ck_assert_uint_eq(s.backstop, 5);
     gplan_backstop_done(&k, 5);
-    r = (struct gread){0, 0, 4};
+    r = (struct gread){0, 0, 4, 0};
     gplan_round(&c, &k, &r, 1, T0 + S + 100 * MS, &s); /* 100 ms: one token */
     ck_assert_uint_eq(s.backstop, 1);
     ck_assert_int_eq(gplan_recovered(&k), 1);
@@ -213,7 +213,7 @@ START_TEST(failed_giveback_is_lost)
     gplan_reply(&c, &k, T0, T0 + 40 * MS, 2, 10, c.gttl_us / MS, 0, &dl);
     gplan_deposited(&k, 2);
     k.est = 0;
-    struct gread r = {10, 0, 0};
+    struct gread r = {10, 0, 0, 0};
     struct gstep s;
     gplan_round(&c, &k, &r, 0, T0 + S, &s);
     ck_assert_uint_gt(s.withdraw, 0);
@@ -257,6 +257,44 @@ START_TEST(demand_per_interval)
 }
 END_TEST
 
+/* A sparse key, still in the region's set (used lately) but without demand
+ * now: it keeps its standing share, and is not forgotten; out of the set it
+ * gives the share back. */
+START_TEST(active_key_keeps_standing_share)
+{
+    struct gplan_cfg c = cfg();
+    struct gkey k = {0};
+    struct gread r = {0, 0, 0, 1};
+    struct gstep s;
+    gplan_round(&c, &k, &r, 0, T0, &s);
+    ck_assert_uint_gt(s.want, 0); /* no demand, but used lately: its share */
+    uint64_t dl;
+    gplan_withdrawn(&c, &k, &s, 0, T0);
+    gplan_reply(&c, &k, T0, T0, 2, 2, c.gttl_us / MS, 0, &dl);
+    gplan_deposited(&k, 2);
+    for (int i = 1; i < 50; i++) { /* quiet for 50 rounds: kept, nothing given back */
+        r = (struct gread){2, 0, 0, 1};
+        gplan_round(&c, &k, &r, 0, T0 + (uint64_t)i * S, &s);
+        ck_assert_uint_eq(s.withdraw + s.ret, 0);
+    }
+    ck_assert_int_eq(gplan_idle(&k), 0);
+    r = (struct gread){2, 0, 0, 0}; /* out of the set: the share goes back */
+    gplan_round(&c, &k, &r, 0, T0 + 60 * S, &s);
+    ck_assert_uint_eq(s.withdraw + s.ret, 2);
+}
+END_TEST
+
+/* On the backstop, a round when half its burst has refilled: 10/2 regions
+ * = 5, half 2 tokens at 10/s: 200 ms (not the interval). */
+START_TEST(backstop_rounds_at_its_refill)
+{
+    struct gplan_cfg c = cfg();
+    struct gkey k = {0};
+    k.bs_on = 1;
+    ck_assert_uint_eq(gplan_next_us(&c, &k), 200 * MS);
+}
+END_TEST
+
 int main(void)
 {
     TCase *tc = tcase_create("gplan");
@@ -265,6 +303,7 @@ int main(void)
               reply_deposits_and_sets_deadline, used_is_held_less_still_held,
               surplus_returned_then_forgotten, empty_global_waits_retry, expire_before_deadline,
               backstop_share_while_down, failed_giveback_is_lost,
-              next_round_when_a_claim_cannot_feed, demand_per_interval);
+              next_round_when_a_claim_cannot_feed, demand_per_interval,
+              active_key_keeps_standing_share, backstop_rounds_at_its_refill);
     return check_run_case("gplan", tc);
 }
