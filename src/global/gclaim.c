@@ -26,6 +26,7 @@
 #define GC_SOON 0.005      /* s: a key new to this agent is noted this soon */
 #define GC_POLL_MAX 0.1    /* s: the claimer looks for new keys at least this often */
 #define GC_PROBE_MIN_US 100000 /* a round's wait for a probe of a global Redis known down */
+#define GC_REGIONS_EVERY 10    /* ticks between an agent's reads of the regions, but the claimer's */
 
 enum { PH_IDLE, PH_ACTIVE, PH_READ, PH_GLOBAL };
 
@@ -80,6 +81,7 @@ struct gclaim {
     unsigned waits;  /* its calls not answered yet, this phase */
     int global_down; /* the last global call failed */
     uint64_t down_since_us; /* the global connection is down since (0: up) */
+    unsigned ticks;
     int any_ok;      /* this round's global call got an answer */
     uint64_t sent_us;
     struct gentry **batch;
@@ -818,7 +820,10 @@ static void tick_cb(struct ev_loop *loop, ev_timer *w, int revents)
     }
     flush_notes(g);
     send_lock(g, 0); /* (a round still out when it answers: the next waits) */
-    if (g->st.claimer) {
+    /* the regions seen: the claimer each tick; the others now and then, so
+     * that one taking over knows the 1/regions of its shares at once (it
+     * may have to start on the backstop) */
+    if (g->st.claimer || g->ticks++ % GC_REGIONS_EVERY == 0) {
         char key[256], ms[24];
         int kl = snprintf(key, sizeof(key), "%sg:regions", g->gprefix);
         snprintf(ms, sizeof(ms), "%d", GC_REGIONS_MS);
