@@ -284,10 +284,13 @@ class Result:
         return sum(1 for x in self.recs if x.allowed and x.vars.get("degraded") is True
                    and x.client.startswith(key + "/"))
 
-    def admitted_share(self, kind, t1, t2):
-        """Of the requests of `kind` keys sent in [t1, t2], the share admitted."""
+    def admitted_share(self, kind, t1, t2, decided_by_redis=False):
+        """Of the requests of `kind` keys sent in [t1, t2], the share admitted;
+        decided_by_redis: of those Redis decided (not degraded: a backstop's
+        answer, given when Redis was later than the timeout)."""
         mine = [x for x in self.recs if t1 <= x.sent <= t2
-                and self.keys[x.client.rsplit("/", 1)[0]][1] == kind]
+                and self.keys[x.client.rsplit("/", 1)[0]][1] == kind
+                and not (decided_by_redis and x.vars.get("degraded") is True)]
         return sum(1 for x in mine if x.allowed) / len(mine) if mine else 0.0
 
 

@@ -69,9 +69,17 @@ class Smoke(FaultCase):
             self.skipTest("no C compiler for the clock shim")
         t = res.extra["stepped"]
         under = res.admitted_share("under", t, t + 6)
+        # What the step must not do is stop Redis' buckets refilling: the
+        # check is on the answers Redis gave. A machine loaded past the
+        # timeout has some answered by the backstops instead (degraded, a
+        # share of the limit), which deny more by design (seen next to two
+        # CPU hogs: 84 % of all, 199 degraded); they are reported, not held
+        # to the 90 %.
+        by_redis = res.admitted_share("under", t, t + 6, decided_by_redis=True)
         self.record(res, "0; under-limit >= 90 % admitted", 0.0,
-                    "under-limit admitted %.0f %% in the 6 s after the step" % (100 * under))
-        self.assertGreaterEqual(under, 0.9)
+                    "under-limit admitted %.0f %% in the 6 s after the step (%.0f %% of "
+                    "Redis' answers)" % (100 * under, 100 * by_redis))
+        self.assertGreaterEqual(by_redis, 0.9)
         self.assertIn("redis_clock_jump", res.warnings)
         # Exact; but a machine loaded past Redis' timeout (1 s) has its calls
         # decided by the backstops (degraded, redis_slow): what they admitted

@@ -143,7 +143,8 @@ class PageUnderTraffic:
         cls.origin = "http://127.0.0.1:%d" % cls.agent.stats_port
         cls.traffic = Traffic(cls.haproxy)
         cls.traffic.start()
-        cls.addClassCleanup(cls.traffic.stop)
+        # the thread running at the end: a test restarts it under a new name
+        cls.addClassCleanup(lambda: cls.traffic.stop())
         wait_for(lambda: decisions(cls.agent, "api-key", "blocked") > 0, timeout=20)
         cls.page = cls.browser.open(cls.origin + "/")
 
