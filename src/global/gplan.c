@@ -101,7 +101,10 @@ void gplan_round(const struct gplan_cfg *c, struct gkey *k, const struct gread *
     uint64_t top = cap > standing ? cap : standing;
     if (target > top)
         target = top;
-    if (hold > 2 * target + 1 || (target == 0 && hold > 0)) { /* give back the surplus */
+    /* give back the surplus; never on the backstop: what the bucket holds
+     * then may be backstop tokens, which a give-back would credit to the
+     * global bucket (gplan_recovered's caller drains them instead) */
+    if (!k->bs_on && (hold > 2 * target + 1 || (target == 0 && hold > 0))) {
         uint64_t surplus = hold - target;
         uint64_t fromp = surplus < k->pool ? surplus : k->pool;
         k->pool -= fromp;

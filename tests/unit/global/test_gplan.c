@@ -202,6 +202,45 @@ START_TEST(backstop_share_while_down)
 }
 END_TEST
 
+/* On the backstop, demand gone: the bucket's tokens are the backstop's,
+ * not the global bucket's; none is withdrawn or given back to it (a
+ * give-back carried in the call that succeeds first would credit the
+ * global bucket with tokens it never granted). Recovered, the caller
+ * drains them, and only then is a surplus given back. */
+START_TEST(backstop_tokens_never_given_back)
+{
+    struct gplan_cfg c = cfg();
+    struct gkey k = {0};
+    uint64_t dl;
+    round1(&c, &k, 0, 0, 3, 0, T0);
+    gplan_reply(&c, &k, T0, T0 + 40 * MS, 2, 2, c.gttl_us / MS, 0, &dl);
+    gplan_deposited(&k, 2);
+    /* the global Redis down, the two spent: the backstop starts */
+    struct gread r = {0, 0, 4, 0};
+    struct gstep s;
+    gplan_round(&c, &k, &r, 1, T0 + S, &s);
+    ck_assert_int_eq(k.bs_on, 1);
+    ck_assert_uint_eq(s.backstop, 5);
+    gplan_backstop_done(&k, 5);
+    gplan_withdrawn(&c, &k, &s, s.withdraw, T0 + S);
+    gplan_failed(&k);
+    /* demand gone for a while: 5 backstop tokens sit in the bucket */
+    for (int i = 2; i < 40; i++) {
+        r = (struct gread){5, 0, 0, 0};
+        gplan_round(&c, &k, &r, 1, T0 + (uint64_t)i * S, &s);
+        ck_assert_uint_eq(s.withdraw, 0);
+        gplan_withdrawn(&c, &k, &s, 0, T0 + (uint64_t)i * S);
+        ck_assert_uint_eq(s.ret, 0);
+        gplan_backstop_done(&k, s.backstop);
+        gplan_failed(&k);
+    }
+    ck_assert_int_eq(gplan_recovered(&k), 1); /* the caller drains the bucket */
+    r = (struct gread){5, 0, 0, 0};
+    gplan_round(&c, &k, &r, 0, T0 + 41 * S, &s); /* were they still there: given back */
+    ck_assert_uint_gt(s.withdraw, 0);
+}
+END_TEST
+
 /* A call that failed: what was withdrawn for it is lost (the global bucket
  * counts it spent at the lease's expiry). */
 START_TEST(failed_giveback_is_lost)
@@ -302,7 +341,7 @@ int main(void)
     CHECK_ADD(tc, idle_key_asks_nothing, unmet_demand_claims_standing_share_capped,
               reply_deposits_and_sets_deadline, used_is_held_less_still_held,
               surplus_returned_then_forgotten, empty_global_waits_retry, expire_before_deadline,
-              backstop_share_while_down, failed_giveback_is_lost,
+              backstop_share_while_down, backstop_tokens_never_given_back, failed_giveback_is_lost,
               next_round_when_a_claim_cannot_feed, demand_per_interval,
               active_key_keeps_standing_share, backstop_rounds_at_its_refill);
     return check_run_case("gplan", tc);
