@@ -113,6 +113,8 @@ static int install(struct agent *a, struct config *cfg, const char *what)
         LOG_ERROR("\"reload failed: out of memory\"");
         return -1;
     }
+    /* (out of memory here: keys are assembled per decision, as before) */
+    (void)ruleset_redis_heads(rs, a->boot->cfg->redis_prefix);
     log_level = rs->cfg->log_level;
     reload_redis(a, rs->cfg);
     if (httpd_set_allow(a->httpd, rs->cfg->stats_allow, rs->cfg->nstats_allow) < 0)
@@ -291,6 +293,7 @@ static int agent_open(struct agent *a, struct config *cfg)
     }
     a->boot = a->rs;
     ruleset_ref(a->boot);
+    (void)ruleset_redis_heads(a->rs, cfg->redis_prefix);
     if (!(a->compile = rules_compile_new(a->loop))) {
         fprintf(stderr, "spoa-ratelimit: out of memory\n");
         return -1;

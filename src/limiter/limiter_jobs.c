@@ -26,18 +26,15 @@ size_t core_redis_key(const struct limiter_core *c, const struct cfg_rule *r, co
     if (n > cap)
         return 0;
     memcpy(buf, c->prefix, c->prefix_len);
-    memcpy(buf + c->prefix_len,
-           r->algorithm == BUCKET_FIXED_WINDOW     ? "fw:"
-           : r->algorithm == BUCKET_SLIDING_WINDOW ? "sw:"
-           : r->algorithm == BUCKET_CONCURRENCY    ? "cc:"
-                                                   : "t2:",
-           3);
+    memcpy(buf + c->prefix_len, rules_redis_tag(r->algorithm), 3);
     memcpy(buf + c->prefix_len + 3, r->name, rl);
     buf[c->prefix_len + 3 + rl] = ':';
     memcpy(buf + c->prefix_len + 4 + rl, UTIL_SLOT_FENCE, fence);
     memcpy(buf + c->prefix_len + 4 + rl + fence, key, keylen);
     return n;
 }
+
+_Static_assert(KEYBUF >= RULES_REDIS_HEAD_MAX, "a head's whole array fits in hit_keys' buf");
 
 void core_hit_keys(const struct limiter_core *c, const struct limiter_req *req, size_t i,
                    uint64_t now_us, struct hit_keys *k)
@@ -67,6 +64,21 @@ void core_hit_keys(const struct limiter_core *c, const struct limiter_req *req, 
     }
     if (!c->redis)
         return;
+    if (req->rs->redis_heads) { /* the rule's head whole, then the client key */
+        const struct rules_redis_head *hd = &req->rs->redis_heads[h->rule];
+        size_t fence = util_slot_fence(key, keylen), n = hd->len + fence + keylen;
+        if (n <= sizeof(k->buf)) {
+            /* the head's whole array, a copy of fixed size (inlined): the
+             * fence and the key then overwrite what is past its length */
+            memcpy(k->buf, hd->s, sizeof(hd->s));
+            if (fence)
+                memcpy(k->buf + hd->len, UTIL_SLOT_FENCE, sizeof(UTIL_SLOT_FENCE) - 1);
+            memcpy(k->buf + hd->len + fence, key, keylen);
+            k->redis = k->buf;
+            k->redis_len = n;
+            return;
+        }
+    }
     k->redis_len = core_redis_key(c, k->r, key, keylen, k->buf, sizeof(k->buf));
     if (k->redis_len) {
         k->redis = k->buf;

@@ -43,6 +43,9 @@ struct ruleset {
     struct metrics_rule **metrics;    /* per rule */
     struct rules_ack_head *ack_heads; /* per rule */
     uint64_t *bucket_seeds;           /* per rule: bucket_rule_seed() of its name */
+    /* Per rule, NULL until ruleset_redis_heads(): the start of its Redis
+     * keys, the part a client key does not change. */
+    struct rules_redis_head *redis_heads;
     /* Some rule is a concurrency rule: without one, no message is a release
      * and no hit holds a slot (neither is looked for per request). */
     int has_concurrency;
@@ -52,6 +55,23 @@ struct ruleset {
 /* Build a ruleset owning cfg (freed with the ruleset). NULL when out of
  * memory (cfg is freed then too). refs starts at 1. */
 struct ruleset *ruleset_new(struct config *cfg);
+
+/* The start of a rule's Redis keys: prefix, algorithm, name, ':' (the
+ * client key follows, behind a slot fence when it holds '{': limiter_jobs.c's
+ * core_redis_key, which says the layout). */
+#define RULES_REDIS_HEAD_MAX 112
+struct rules_redis_head {
+    uint8_t len;
+    char s[RULES_REDIS_HEAD_MAX - 1];
+};
+/* Each rule's head with the [redis] prefix in force (a restart-only
+ * setting: the agent's first config's, whatever a reload says), so that a
+ * decision copies it whole rather than assembling it. Before it the limiter
+ * assembles every key; both make the same bytes. 0, or -1 out of memory or
+ * with a prefix too long (the limiter then assembles keys as before). */
+int ruleset_redis_heads(struct ruleset *rs, const char *prefix);
+/* The 3 bytes after the prefix: the algorithm's key family ("t2:", ...). */
+const char *rules_redis_tag(enum bucket_algorithm a);
 /* The fallback backstop's period: period_us / share (share in (0, 1]),
  * within [1, BUCKET_MAX_PERIOD_US] whatever the share. */
 uint64_t rules_backstop_period(uint64_t period_us, double share);

@@ -19,6 +19,7 @@ static void ruleset_free(struct ruleset *rs)
     free(rs->metrics);
     free(rs->ack_heads);
     free(rs->bucket_seeds);
+    free(rs->redis_heads);
     free(rs);
 }
 
@@ -83,4 +84,39 @@ void ruleset_unref(struct ruleset *rs)
         return;
     config_free(rs->cfg);
     ruleset_free(rs);
+}
+
+/* The tag after the prefix: one per algorithm (the scripts' key families;
+ * lua/README.md). */
+const char *rules_redis_tag(enum bucket_algorithm a)
+{
+    return a == BUCKET_FIXED_WINDOW     ? "fw:"
+           : a == BUCKET_SLIDING_WINDOW ? "sw:"
+           : a == BUCKET_CONCURRENCY    ? "cc:"
+                                        : "t2:";
+}
+
+int ruleset_redis_heads(struct ruleset *rs, const char *prefix)
+{
+    size_t n = rs->cfg->nrules ? rs->cfg->nrules : 1, pl = prefix ? strlen(prefix) : 0;
+    struct rules_redis_head *h = calloc(n, sizeof(*h));
+
+    if (!h)
+        return -1;
+    for (size_t i = 0; i < rs->cfg->nrules; i++) {
+        const struct cfg_rule *r = &rs->cfg->rules[i];
+        size_t len = pl + 3 + r->name_len + 1;
+        if (len > sizeof(h[i].s)) {
+            free(h);
+            return -1;
+        }
+        memcpy(h[i].s, prefix, pl);
+        memcpy(h[i].s + pl, rules_redis_tag(r->algorithm), 3);
+        memcpy(h[i].s + pl + 3, r->name, r->name_len);
+        h[i].s[len - 1] = ':';
+        h[i].len = (uint8_t)len;
+    }
+    free(rs->redis_heads);
+    rs->redis_heads = h;
+    return 0;
 }

@@ -213,6 +213,53 @@ START_TEST(cold_first_set)
 }
 END_TEST
 
+/* A rule's Redis keys from its precomputed head (ruleset_redis_heads, as
+ * the agent runs) are the bytes core_redis_key assembles: every algorithm,
+ * a client key holding '{' (behind the slot fence), and one too long for
+ * the buffer on the stack. */
+START_TEST(redis_key_heads_same_bytes)
+{
+    static const char *const rules =
+        "[rule:tb]\nkey = key\nrate = 10/1s\n\n"
+        "[rule:fixed]\nkey = key\nrate = 10/1s\nalgorithm = fixed-window\n\n"
+        "[rule:sliding]\nkey = key\nrate = 10/1s\nalgorithm = sliding-window\n\n"
+        "[rule:conc]\nkey = key\nalgorithm = concurrency\nlimit = 3\nrelease = done\n";
+    static char long_key[1500];
+    const char *keys[] = {"k", "a{b}c", "{", long_key};
+    struct world w;
+
+    memset(long_key, 'x', sizeof(long_key) - 1);
+    world_open(&w, rules, 1, 1);
+    ck_assert_uint_eq(w.rs->cfg->nrules, 4);
+    for (size_t ki = 0; ki < sizeof(keys) / sizeof(*keys); ki++) {
+        const char *kv[] = {"key", keys[ki]};
+        uint8_t buf[4096];
+        size_t len = rt_payload(buf, sizeof(buf), "check", kv, 1);
+        struct hit_keys a, b;
+
+        ck_assert_int_eq(rules_match(w.rs, buf, len, &w.req.ev), 0);
+        ck_assert_uint_eq(w.req.ev.nhits, 4);
+        for (size_t i = 0; i < w.req.ev.nhits; i++) {
+            free(w.rs->redis_heads);
+            w.rs->redis_heads = NULL;
+            core_hit_keys(&w.c, &w.req, i, T0, &a);
+            ck_assert_int_eq(ruleset_redis_heads(w.rs, "rl:"), 0);
+            core_hit_keys(&w.c, &w.req, i, T0, &b);
+            ck_assert_ptr_nonnull(a.redis);
+            ck_assert_uint_gt(a.redis_len, 4);
+            ck_assert_uint_eq(a.redis_len, b.redis_len);
+            ck_assert_int_eq(memcmp(a.redis, b.redis, a.redis_len), 0);
+            if (ki == 1 && i == 0)
+                ck_assert_int_eq(memcmp(b.redis, "rl:t2:tb:{}a{b}c", b.redis_len), 0);
+            core_hit_keys_free(&a);
+            core_hit_keys_free(&b);
+        }
+        rules_eval_free(&w.req.ev);
+    }
+    world_close(&w);
+}
+END_TEST
+
 START_TEST(hot_lease_then_negative_cache)
 {
     struct world w;
@@ -481,6 +528,7 @@ int main(void)
     TCase *tc = tcase_create("core");
 
     CHECK_ADD(tc, standalone_cost, standalone_fixed_window_wall, cold_first_set,
+              redis_key_heads_same_bytes,
               hot_lease_then_negative_cache, cost_gets_a_lease, exact_block_for,
               fallback_down_failed_timeout, concurrency_slots, all_or_nothing_local,
               all_or_nothing_redis);
