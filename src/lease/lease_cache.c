@@ -475,7 +475,19 @@ static uint64_t batch_retry_ms(const struct lease_table *t, const struct lease_e
 static void block_waiters(const struct lease_table *t, struct lease_entry *e, uint64_t now_us,
                           uint64_t retry_ms, struct lease_waiter **done)
 {
-    e->blocked_until_us = now_us + batch_retry_ms(t, e, retry_ms) * 1000;
+    uint64_t ms = batch_retry_ms(t, e, retry_ms);
+    /* A fed bucket (scope = global) refills when its region's claimer
+     * deposits, at any of its rounds, not at the rule's rate: a key new to
+     * the region is empty until the first one. The rate's wait (a minute
+     * for 1/1m, an hour for 1/1h) would deny it all that time with tokens
+     * in the bucket; it waits an interval at most (a penalty box, block_us,
+     * ends when Redis says) */
+    if (e->fed && !e->block_us) {
+        uint64_t cap = t->cfg.interval_us / 1000 ? t->cfg.interval_us / 1000 : 1;
+        if (ms > cap)
+            ms = cap;
+    }
+    e->blocked_until_us = now_us + ms * 1000;
     while (e->wait_head) {
         struct lease_waiter *w = e->wait_head;
         e->wait_head = w->next;

@@ -127,6 +127,45 @@ START_TEST(exact_denial_is_cached)
 }
 END_TEST
 
+/* A fed bucket (scope = global) is refilled by its region's deposits, at
+ * any round: its denial is cached an interval at most, not the rule's
+ * rate's wait (a minute here), which would deny the key a minute with
+ * tokens deposited; a penalty box (block_for) is still cached to its end. */
+START_TEST(fed_denial_cached_an_interval)
+{
+    struct bucket_params fed = lt_p10;
+    struct lease_table *t = lease_table_new(&cfg_exact, 4);
+    struct lease_job *j, *next;
+    struct lease_waiter *done, *fb;
+    struct lt_req r[3];
+
+    fed.fed = 1;
+    ck_assert_int_eq(lt_decide(t, "k", &fed, 10 * S, 1, &r[0], &j), LEASE_PENDING);
+    exact_reply(t, j, 1, 0, 0, 60000, 10 * S, &done, &fb, &next);
+    ck_assert(!r[0].res.allowed);
+    ck_assert_uint_le(r[0].res.retry_us, cfg_exact.interval_us);
+    ck_assert_uint_gt(r[0].res.retry_us, 0);
+    /* within it: answered from the cache; past it: Redis is asked again */
+    ck_assert_int_eq(lt_decide(t, "k", &fed, 10 * S + 50 * MS, 1, &r[1], &j), LEASE_DONE);
+    ck_assert(!r[1].res.allowed);
+    ck_assert_int_eq(lt_decide(t, "k", &fed, 10 * S + 150 * MS, 1, &r[2], &j), LEASE_PENDING);
+    exact_reply(t, j, 1, 1, 4, 0, 10 * S + 150 * MS, &done, &fb, &next);
+    ck_assert(r[2].res.allowed);
+    lease_table_free(t);
+
+    /* block_for 5 s: the block is Redis', to its end */
+    t = lease_table_new(&cfg_exact, 4);
+    fed.block_us = 5 * S;
+    fed.block_ms = 5000;
+    ck_assert_int_eq(lt_decide(t, "b", &fed, 10 * S, 1, &r[0], &j), LEASE_PENDING);
+    exact_reply(t, j, 1, 0, 0, 5000, 10 * S, &done, &fb, &next);
+    ck_assert_uint_eq(r[0].res.retry_us, 5 * S);
+    ck_assert_int_eq(lt_decide(t, "b", &fed, 14 * S, 1, &r[1], &j), LEASE_DONE);
+    ck_assert(!r[1].res.allowed);
+    lease_table_free(t);
+}
+END_TEST
+
 /* block_for: the jobs carry the rule's block, and a denial (Redis answers
  * retry_ms = the block's rest) is cached to the block's end exactly, not
  * stretched to an interval's worth of tokens as an empty bucket's is. */
@@ -341,7 +380,7 @@ int main(void)
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, seen_once_entry_is_retired);
 
-    CHECK_ADD(tc, cold_key_goes_exact, exact_denial_is_cached, exact_failure_and_arrivals,
-              blocked_retry_keeps_the_cap, block_cached_to_its_end);
+    CHECK_ADD(tc, cold_key_goes_exact, exact_denial_is_cached, fed_denial_cached_an_interval,
+              exact_failure_and_arrivals, blocked_retry_keeps_the_cap, block_cached_to_its_end);
     return check_run_case("lease_exact", tc);
 }
