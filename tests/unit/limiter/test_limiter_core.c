@@ -528,9 +528,8 @@ int main(void)
     TCase *tc = tcase_create("core");
 
     CHECK_ADD(tc, standalone_cost, standalone_fixed_window_wall, cold_first_set,
-              redis_key_heads_same_bytes,
-              hot_lease_then_negative_cache, cost_gets_a_lease, exact_block_for,
-              fallback_down_failed_timeout, concurrency_slots, all_or_nothing_local,
-              all_or_nothing_redis);
+              redis_key_heads_same_bytes, hot_lease_then_negative_cache, cost_gets_a_lease,
+              exact_block_for, fallback_down_failed_timeout, concurrency_slots,
+              all_or_nothing_local, all_or_nothing_redis);
     return check_run_case("limiter_core", tc);
 }
