@@ -43,6 +43,7 @@ struct gentry {
     unsigned calls;      /* calls on it not answered: kept until none */
     unsigned pcalls;     /* of which regional (tb_pool): a round skips it until none */
     unsigned gen;        /* the round generation of its round calls (stale: ignored) */
+    int64_t pamt;        /* the amount of its last tb_pool call (a round has one at a time) */
     size_t keylen;
     char key[]; /* after [redis] prefix */
 };
@@ -450,6 +451,7 @@ static void pool_call(struct gclaim *g, struct gentry *e, int64_t amt, int64_t d
     g->inflight++;
     e->calls++;
     e->pcalls++;
+    e->pamt = amt;
     store_eval(g->reg, SCRIPT_TB_POOL, key, g->prefix_len + e->keylen, dl_ms ? 3 : 2, argv,
                argvlen, cb, arg);
 }
@@ -489,7 +491,13 @@ static void on_moved(void *arg, const struct store_result *res)
     struct gclaim *g = e->g;
     if (pool_done(g, e))
         return;
-    int64_t moved = res->status == STORE_OK && res->n >= 1 ? res->v[0] : 0;
+    /* no answer (the connection lost, or an error): whether it ran is not
+     * known. A deposit of backstop tokens counts as made, so that it is
+     * never made twice (over-admission); a withdrawal as not made (what it
+     * took, if it ran, is lost: under-admission). */
+    int64_t moved = res->status == STORE_OK && res->n >= 1 ? res->v[0]
+                    : e->pamt > 0                          ? e->pamt
+                                                           : 0;
     struct gplan_cfg c = plan_cfg(g, e);
     if (moved > 0) { /* (late too: the tokens are in the bucket) */
         gplan_backstop_done(&e->k, (uint64_t)moved);
@@ -613,6 +621,11 @@ static void on_deposit(void *arg, const struct store_result *res)
         return;
     if (res->status == STORE_OK && res->n >= 1 && res->v[0] > 0)
         gplan_deposited(&e->k, (uint64_t)res->v[0]);
+    else if (res->status != STORE_OK && e->pamt > 0)
+        /* no answer: it may have run. Counted made, never made twice: the
+         * tokens, if it did not, are lost (under-admission; the global
+         * bucket counts them the region's until its next report) */
+        gplan_deposited(&e->k, (uint64_t)e->pamt);
 }
 
 /* One global call's operation: its key and round (a reply may come after

@@ -9,7 +9,12 @@ whole frames, each in one send, as HAProxy and the agent write them.
 DelayTap sits between the agent and Redis and holds Redis's replies back for a
 fixed time (a delay line, not a queue: replies that arrive together leave
 together), so that decisions which need Redis are reliably slower than those
-that do not; set_delay() changes that time mid-run."""
+that do not; set_delay() changes that time mid-run.
+
+CutTap sits between the agent and Redis and, once armed, loses one
+connection the worst way: it forwards the first command a predicate picks,
+lets Redis run it, drops the reply and closes the connection, so that the
+agent cannot know whether it ran. Later connections go through."""
 import queue
 import socket
 import threading
@@ -244,3 +249,98 @@ class DelayTap(_Relay):
                 dst.sendall(data)
             except OSError:
                 return
+
+
+def resp_commands(buf):
+    """The whole RESP commands (arrays of bulk strings, as hiredis writes
+    them) at the start of buf: (list of [args as bytes], bytes used)."""
+    cmds, i = [], 0
+    while True:
+        j = buf.find(b"\r\n", i)
+        if j < 0 or buf[i:i + 1] != b"*":
+            return cmds, i
+        n, k, args = int(buf[i + 1:j]), j + 2, []
+        for _ in range(n):
+            e = buf.find(b"\r\n", k)
+            if e < 0:
+                return cmds, i
+            ln = int(buf[k + 1:e])
+            if len(buf) < e + 2 + ln + 2:
+                return cmds, i
+            args.append(buf[e + 2:e + 2 + ln])
+            k = e + 2 + ln + 2
+        cmds.append(args)
+        i = k
+
+
+class CutTap(_Relay):
+    """agent -> tap -> Redis, transparent until arm(pick): then the first
+    command for which pick(args) is true goes to Redis with what came in the
+    same read, every reply from then on is dropped, and after `hold` s (Redis
+    has run it) the connection is closed both ways. One cut; `cut` is set
+    then and `picked` holds the command's args."""
+
+    def __init__(self, redis_port, hold=0.3):
+        self.hold, self.pick, self.picked = hold, None, None
+        self.cut = threading.Event()
+        super().__init__(redis_port)
+
+    def arm(self, pick):
+        self.pick = pick
+
+    def connected(self, down, up):
+        state = {"dropping": False}
+        threading.Thread(target=self._requests, args=(down, up, state), daemon=True).start()
+        threading.Thread(target=self._replies, args=(up, down, state), daemon=True).start()
+
+    def _requests(self, src, dst, state):
+        buf = b""
+        while True:
+            try:
+                data = src.recv(65536)
+            except OSError:
+                data = b""
+            if not data:
+                break
+            fire = False
+            if self.pick and not self.cut.is_set():
+                buf += data
+                cmds, used = resp_commands(buf)
+                buf = buf[used:]
+                for c in cmds:
+                    if self.pick(c):
+                        self.picked, fire = c, True
+                        break
+            if fire:
+                state["dropping"] = True  # before Redis can answer it
+                self.pick = None
+            try:
+                dst.sendall(data)
+            except OSError:
+                break
+            if fire:
+                time.sleep(self.hold)
+                for sk in (src, dst):
+                    try:
+                        sk.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+                self.cut.set()
+                return
+        self._half_close(dst)
+
+    def _replies(self, src, dst, state):
+        while True:
+            try:
+                data = src.recv(65536)
+            except OSError:
+                data = b""
+            if not data:
+                break
+            if state["dropping"]:
+                continue
+            try:
+                dst.sendall(data)
+            except OSError:
+                break
+        self._half_close(dst)

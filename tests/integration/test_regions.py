@@ -19,6 +19,11 @@ two agents each on their own Redis, one `scope = global` rule `20/1s burst
 - A region's claimer killed: the other agent of the region takes the lease
   lock and the region keeps being fed; the bound holds.
 
+- A deposit's reply lost (the regional connection cut after Redis ran it,
+  taps.CutTap): the claimer cannot know whether the tokens went in and
+  must never put them in twice; what Redis decided of a key that does not
+  refill within the test stays within its burst.
+
 Utilisation, latency and false denials depend on the machine: `make
 regions` prints and checks them (regions.py). Nothing here waits on a
 duration without a condition."""
@@ -30,7 +35,8 @@ import unittest
 import fleet
 import regions
 import soak_check
-from harness import wait_for
+from harness import Agent, Redis, wait_for
+from taps import CutTap
 
 B, R = regions.BURST, regions.RATE / regions.PERIOD
 
@@ -147,6 +153,61 @@ class Regions(unittest.TestCase):
         # the successor feeds region 0: its agent admits
         self.assertGreater(sum(1 for x in hot if x.allowed and x.client == "hot0"), 0)
         self.assertGreater(other.metric("spoa_ratelimit_global_calls_total"), 0)
+
+
+def is_deposit(cmd):
+    """A tb_pool call that puts tokens in: FCALL <lib>_tb_pool 1 KEY AMOUNT ..."""
+    return (len(cmd) >= 5 and cmd[0].upper() == b"FCALL" and cmd[1].endswith(b"_tb_pool")
+            and cmd[4].lstrip(b"-").isdigit() and int(cmd[4]) > 0)
+
+
+class DepositReplyLost(unittest.TestCase):
+    """One region of one agent, its Redis behind a CutTap armed for the
+    first deposit. The rule's key does not refill within the test (1/1h,
+    burst 10): the whole fleet may admit 10 of it, b + r*T, whatever
+    happens. The cut makes the agent's calls fail for a moment (its
+    answers then are the backstop's: degraded, not counted here); every
+    answer Redis gave (not degraded) counts."""
+
+    RULE = ("[rule:api]\nkey = key\nmatch = path ^/api/\nrate = 1/1h\nburst = 10\n"
+            "scope = global\n")
+
+    def test_deposit_never_twice(self):
+        glob, reg = Redis(), Redis()
+        self.addCleanup(glob.kill)
+        self.addCleanup(reg.kill)
+        tap = CutTap(reg.port)
+        self.addCleanup(tap.stop)
+        a = Agent(regions.region_ini(tap.port, glob.port, "region-0") + self.RULE, workers=1)
+        self.addCleanup(a.stop, check=False)
+        fleet.wait_redis_up(a)
+        wait_for(lambda: a.metric("spoa_ratelimit_global_claimer") == 1, timeout=30)
+        tap.arm(is_deposit)
+        cl = fleet.LoadClient(a.addr, {"key": fleet.unique("lost"), "path": "/api/x"},
+                              [(None, "paced", 10.0)], name="lost")
+        cl.start()
+        cl.start_at(time.monotonic())
+        self.addCleanup(cl.stop)
+        self.assertTrue(wait_for(tap.cut.is_set, timeout=30), "no deposit was made")
+        fleet.wait_redis_up(a)
+        # the global bucket has granted the region its whole burst; then 30
+        # more decisions, each a chance to spend a token put in twice
+        granted = lambda: a.metric("spoa_ratelimit_global_tokens_granted_total") or 0
+        self.assertTrue(wait_for(lambda: granted() >= 10, timeout=60), granted())
+        n0 = len(cl.records)
+        self.assertTrue(wait_for(lambda: len(cl.records) >= n0 + 30, timeout=60))
+        cl.stop()
+        cl.join(10)
+        self.assertIsNone(cl.error)
+        recs = list(cl.records)
+        by_redis = [x for x in recs if x.vars.get("degraded") is not True]
+        admitted = sum(1 for x in by_redis if x.allowed)
+        T = max(x.acked for x in recs) - min(x.sent for x in recs)
+        self.assertGreater(admitted, 0)
+        self.assertLessEqual(admitted, 10 + T / 3600.0,
+                             "%d admitted by Redis' answers (%d decisions, %d degraded); the "
+                             "deposit cut: %r" % (admitted, len(recs), len(recs) - len(by_redis),
+                                                  tap.picked))
 
 
 if __name__ == "__main__":
