@@ -152,6 +152,7 @@ uint64_t gplan_reply(const struct gplan_cfg *c, struct gkey *k, uint64_t sent_us
     uint64_t cap_us = GPLAN_RETRY_CAP * c->interval_us;
     uint64_t wait_us = retry_ms * 1000 < cap_us ? retry_ms * 1000 : cap_us;
     k->retry_at_us = k->want && !granted && retry_ms ? sent_us + wait_us : 0;
+    k->short_grant = k->want && granted < k->want;
     /* the deadline, with the regional bucket: no grant a regional ttl
      * before it, whoever claims for the region next */
     *dl_us = k->deadline_us > now_us + c->ttl_us ? k->deadline_us - c->ttl_us - now_us : 0;
@@ -196,11 +197,14 @@ uint64_t gplan_next_us(const struct gplan_cfg *c, const struct gkey *k)
     }
     if (k->est <= cap || !c->interval_us)
         return c->interval_us;
-    /* one claim feeds this key for interval x cap / demand; the global
-     * bucket refills a claim's worth in cap / rate: not sooner than either,
-     * nor than a round trip */
+    /* one claim feeds this key for interval x cap / demand; not sooner,
+     * nor than a round trip. A global bucket that came up short refills a
+     * claim's worth in cap / rate: not sooner than that either. One that
+     * granted the whole claim may have more (a key's first burst: a slow
+     * rule's refill, 90 s for 25 tokens of 1000/1h, would feed it a claim
+     * an interval) */
     double us = (double)c->interval_us * cap / k->est;
-    double refill = c->limit ? cap * (double)c->period_us / (double)c->limit : 0;
+    double refill = c->limit && k->short_grant ? cap * (double)c->period_us / (double)c->limit : 0;
     if (us < refill)
         us = refill;
     if (us < (double)c->rtt_us)

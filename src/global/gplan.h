@@ -44,6 +44,7 @@ struct gkey {
     uint64_t pool;        /* granted, not deposited yet (the regional bucket had no room) */
     uint64_t deadline_us; /* the region spends until then (0: holds nothing) */
     uint64_t retry_at_us; /* no claim before: the global bucket was empty */
+    int short_grant;      /* the last claim got less than it asked (the global bucket ran low) */
     double est;           /* demand per interval, tokens: up at once, down slowly */
     uint64_t last_us;     /* its last round (0: none) */
     int forfeited;        /* the lease ran out while the global Redis was unreachable */
@@ -123,9 +124,9 @@ int gplan_recovered(struct gkey *k);
 
 /* When k wants its next round: an interval, or sooner when its demand per
  * interval is more than one claim (max_fraction of the burst) can feed:
- * the time that claim lasts, not less than the global bucket's refill of
- * it nor a round trip; on the backstop, when half the backstop's burst has
- * refilled. */
+ * the time that claim lasts, not less than a round trip, nor, when the
+ * last claim came back short, than the global bucket's refill of it; on
+ * the backstop, when half the backstop's burst has refilled. */
 uint64_t gplan_next_us(const struct gplan_cfg *c, const struct gkey *k);
 
 /* 1 when k can be forgotten: idle for a while, holding nothing. */

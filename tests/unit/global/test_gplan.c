@@ -275,10 +275,38 @@ START_TEST(next_round_when_a_claim_cannot_feed)
     ck_assert_uint_eq(gplan_next_us(&c, &k), c.interval_us);
     k.est = 10; /* 10 per interval: a claim lasts a fifth, the refill of 2 takes 100 ms */
     ck_assert_uint_eq(gplan_next_us(&c, &k), c.interval_us / 5);
-    k.est = 1000; /* the refill bounds it */
+    k.est = 1000; /* the round trip bounds it (40 ms) */
+    ck_assert_uint_eq(gplan_next_us(&c, &k), 40 * MS);
+    k.short_grant = 1; /* the last claim came back short: the refill bounds it */
     ck_assert_uint_eq(gplan_next_us(&c, &k), 100 * MS);
     c.rtt_us = 300 * MS; /* and the round trip */
     ck_assert_uint_eq(gplan_next_us(&c, &k), 300 * MS);
+    /* a slow rule (1/1m): a claim of 2 refills in 2 minutes; granted in
+     * full, the next round comes when the claim is spent */
+    c.limit = 1, c.period_us = 60 * S, c.rtt_us = 40 * MS;
+    k.short_grant = 0, k.est = 8;
+    ck_assert_uint_eq(gplan_next_us(&c, &k), c.interval_us / 4);
+    k.short_grant = 1;
+    ck_assert_uint_eq(gplan_next_us(&c, &k), c.interval_us);
+}
+END_TEST
+
+/* A claim granted in part marks the key short (its next rounds wait for
+ * the global bucket's refill); granted in full, not. */
+START_TEST(short_grant_from_the_reply)
+{
+    struct gplan_cfg c = cfg();
+    struct gkey k = {0};
+    uint64_t dl;
+    round1(&c, &k, 0, 0, 3, 0, T0);
+    ck_assert_uint_eq(k.want, 2);
+    gplan_reply(&c, &k, T0, T0 + 40 * MS, 1, 1, c.gttl_us / MS, 0, &dl);
+    ck_assert_int_eq(k.short_grant, 1);
+    gplan_deposited(&k, 1);
+    round1(&c, &k, 0, 0, 3, 0, T0 + S);
+    ck_assert_uint_gt(k.want, 0);
+    gplan_reply(&c, &k, T0 + S, T0 + S + 40 * MS, k.want, 1 + k.want, c.gttl_us / MS, 0, &dl);
+    ck_assert_int_eq(k.short_grant, 0);
 }
 END_TEST
 
@@ -342,7 +370,7 @@ int main(void)
               reply_deposits_and_sets_deadline, used_is_held_less_still_held,
               surplus_returned_then_forgotten, empty_global_waits_retry, expire_before_deadline,
               backstop_share_while_down, backstop_tokens_never_given_back, failed_giveback_is_lost,
-              next_round_when_a_claim_cannot_feed, demand_per_interval,
+              next_round_when_a_claim_cannot_feed, short_grant_from_the_reply, demand_per_interval,
               active_key_keeps_standing_share, backstop_rounds_at_its_refill);
     return check_run_case("gplan", tc);
 }
