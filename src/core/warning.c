@@ -22,6 +22,7 @@ const char *const warning_kind_names[WARNING_KINDS] = {
     [WARNING_REDIS_SLOW] = "redis_slow",
     [WARNING_REDIS_AUTH_REFUSED] = "redis_auth_refused",
     [WARNING_GLOBAL_UNREACHABLE] = "global_unreachable",
+    [WARNING_GLOBAL_STATE_LOST] = "global_state_lost",
 };
 
 struct slot {

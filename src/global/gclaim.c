@@ -16,6 +16,7 @@
 #include "core/util.h"
 #include "global/gplan.h"
 #include "store/store.h"
+#include "store/store_epoch.h"
 
 #define GC_NOTE_MAX 4096   /* keys noted per interval (more wait for the next) */
 #define GC_READ_MAX 10000  /* active keys one round reads */
@@ -51,6 +52,7 @@ struct gentry {
 struct gclaim {
     struct ev_loop *loop;
     struct store *reg, *glob;
+    struct store_epoch *epoch; /* the global keyspace's: its loss named (global_state_lost) */
     ev_timer tick;
     int stopped;
     unsigned inflight; /* calls of ours not answered (either store) */
@@ -899,6 +901,17 @@ struct gclaim *gclaim_new(struct ev_loop *loop, const struct config *cfg, struct
         gclaim_free(g);
         return NULL;
     }
+    /* the global buckets' epoch, checked as [redis]'s is (epoch_check): an
+     * empty restart or a flush of the global Redis is named, not only the
+     * connection it dropped */
+    if (cfg->redis_epoch_check_ms &&
+        !(g->epoch = store_epoch_new_as(loop, g->glob, g->gprefix,
+                                        cfg->redis_epoch_check_ms / 1000., &store_epoch_global,
+                                        NULL, NULL))) {
+        snprintf(err, errlen, "out of memory");
+        gclaim_free(g);
+        return NULL;
+    }
     ev_timer_init(&g->tick, tick_cb, g->interval_us / 1e6, g->interval_us / 1e6);
     g->tick.data = g;
     ev_timer_start(loop, &g->tick);
@@ -943,8 +956,11 @@ void gclaim_stop(struct gclaim *g)
     g->stopped = 1;
     atomic_store(&metrics.global_up, 0);
     atomic_store(&metrics.global_claimer, 0);
+    store_epoch_stop(g->epoch); /* before its store goes */
     store_free(g->glob); /* its callbacks run now, and do nothing more */
     g->glob = NULL;
+    store_epoch_free(g->epoch);
+    g->epoch = NULL;
     if (gclaim_current == g)
         gclaim_current = NULL;
 }

@@ -360,6 +360,11 @@ static void render_redis(struct strbuf *b)
     render_simple(b, "spoa_ratelimit_global_failures_total", "counter",
                   "Operations on the global Redis that failed (down, cut off, an error).",
                   metrics_ld(&metrics.global_failed));
+    render_simple(b, "spoa_ratelimit_global_state_lost_total", "counter",
+                  "Times this agent found the global buckets in the global Redis vanished or "
+                  "replaced (its epoch key): restarted empty, flushed, or failed over to a "
+                  "replica without them.",
+                  metrics_ld(&metrics.global_state_lost));
     render_simple(b, "spoa_ratelimit_global_tokens_granted_total", "counter",
                   "Tokens the global bucket granted this region (deposited in its Redis).",
                   metrics_ld(&metrics.global_granted));

@@ -169,6 +169,7 @@ struct metrics {
     atomic_uint_fast64_t global_claims;    /* operations in them, one per key */
     atomic_uint_fast64_t global_failed;    /* global calls that failed */
     atomic_uint_fast64_t global_granted;   /* tokens granted to this region */
+    atomic_uint_fast64_t global_state_lost; /* the global epoch key gone or replaced */
     atomic_uint_fast64_t global_returned;  /* tokens it gave back */
     atomic_uint_fast64_t global_backstop;  /* backstop tokens it deposited (global unreachable) */
     atomic_uint_fast64_t global_forfeited; /* tokens dropped: a lease's end, a failed give-back */

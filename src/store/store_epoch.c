@@ -39,6 +39,7 @@ struct store_epoch {
     ev_timer clear; /* STORE_EPOCH_WARN_FOR after the last loss */
     void (*on_lost)(void *arg);
     void *arg;
+    const struct store_epoch_names *names; /* which Redis: its warning, counter, words */
     unsigned pending; /* checks of this round still out: one round at a time */
     int stopped;
     /* this round's losses: how many marks, the first one's words */
@@ -99,20 +100,34 @@ static void new_id(char *out, size_t outlen)
         snprintf(out + 2 * i, 3, "%02x", raw[i]);
 }
 
+/* [redis]: the agent's own keyspace. */
+static const struct store_epoch_names redis_names = {
+    WARNING_REDIS_STATE_LOST, &metrics.redis_state_lost, "redis state lost",
+    "Redis lost the agent's keys",
+    "Buckets restart full: up to one extra burst per key may be admitted; leases held were "
+    "dropped."};
+
+/* [global]: the global buckets of scope = global rules. */
+const struct store_epoch_names store_epoch_global = {
+    WARNING_GLOBAL_STATE_LOST, &metrics.global_state_lost, "global state lost",
+    "The global Redis lost the global buckets",
+    "They restart full while the regions still hold what they were granted: up to one "
+    "extra burst per scope = global key may be admitted across the regions."};
+
 /* A round found lost marks: one loss. */
 static void lost(struct store_epoch *ep)
 {
-    atomic_fetch_add(&metrics.redis_state_lost, 1);
-    LOG_WARN("\"redis state lost\" key=%s epoch_was=%s epoch=\"%s\" by=%s keys_lost=%u keys=%u",
+    const struct store_epoch_names *n = ep->names;
+
+    atomic_fetch_add(n->counter, 1);
+    LOG_WARN("\"%s\" key=%s epoch_was=%s epoch=\"%s\" by=%s keys_lost=%u keys=%u", n->log,
              log_val(ep->lost_key), log_val(ep->was), log_esc(ep->now, strlen(ep->now)),
              ep->created ? "this_agent" : "another_agent", ep->lost, ep->nmarks);
-    warning_raise(WARNING_REDIS_STATE_LOST,
-                  "Redis lost the agent's keys (the epoch key %s was %s): it restarted empty, "
-                  "was flushed (FLUSHDB/FLUSHALL) or failed over to a replica without them. "
-                  "Buckets restart full: up to one extra burst per key may be admitted; leases "
-                  "held were dropped. Enable persistence (appendonly) and check failovers "
-                  "and replication.",
-                  ep->lost_key, ep->created ? "gone" : "replaced");
+    warning_raise(n->kind,
+                  "%s (the epoch key %s was %s): it restarted empty, was flushed "
+                  "(FLUSHDB/FLUSHALL) or failed over to a replica without them. %s Enable "
+                  "persistence (appendonly) and check failovers and replication.",
+                  n->what, ep->lost_key, ep->created ? "gone" : "replaced", n->cost);
     ev_timer_stop(ep->loop, &ep->clear);
     ev_timer_set(&ep->clear, STORE_EPOCH_WARN_FOR, 0.);
     ev_timer_start(ep->loop, &ep->clear);
@@ -202,9 +217,8 @@ static void timer_cb(struct ev_loop *loop, ev_timer *t, int revents)
 static void clear_cb(struct ev_loop *loop, ev_timer *t, int revents)
 {
     (void)loop;
-    (void)t;
     (void)revents;
-    warning_clear(WARNING_REDIS_STATE_LOST);
+    warning_clear(((struct store_epoch *)t->data)->names->kind);
 }
 
 /* Redis just came up (perhaps restarted, perhaps another master): check at
@@ -218,12 +232,20 @@ static void on_state(void *arg, int up)
 struct store_epoch *store_epoch_new(struct ev_loop *loop, struct store *s, const char *prefix,
                                     double every, void (*on_lost)(void *arg), void *arg)
 {
+    return store_epoch_new_as(loop, s, prefix, every, &redis_names, on_lost, arg);
+}
+
+struct store_epoch *store_epoch_new_as(struct ev_loop *loop, struct store *s, const char *prefix,
+                                       double every, const struct store_epoch_names *names,
+                                       void (*on_lost)(void *arg), void *arg)
+{
     struct store_epoch *ep = calloc(1, sizeof(*ep));
 
     if (!ep)
         return NULL;
     ep->loop = loop;
     ep->s = s;
+    ep->names = names;
     ep->on_lost = on_lost;
     ep->arg = arg;
     if (!prefix)

@@ -40,6 +40,7 @@
 #define STORE_EPOCH_H
 
 #include <stddef.h>
+#include <stdatomic.h>
 
 #define STORE_EPOCH_WARN_FOR 600.0 /* seconds redis_state_lost stays raised after a loss */
 #define STORE_EPOCH_ID_MAX 64      /* bytes of an id kept (ours are 32 hex digits) */
@@ -65,6 +66,24 @@ enum store_epoch_verdict store_epoch_judge(const char *known, const char *cur, s
  * out of memory. */
 struct store_epoch *store_epoch_new(struct ev_loop *loop, struct store *s, const char *prefix,
                                     double every, void (*on_lost)(void *arg), void *arg);
+
+/* What a loss is called, for one Redis: the warning it raises (and clears
+ * STORE_EPOCH_WARN_FOR later), the counter it adds to, the log message, and
+ * the warning's words: what was lost, and what that costs. */
+struct store_epoch_names {
+    int kind;                  /* enum warning_kind */
+    atomic_uint_fast64_t *counter; /* in metrics */
+    const char *log, *what, *cost;
+};
+/* The global Redis' ([global]: global_state_lost, global_state_lost_total);
+ * store_epoch_new's are [redis]'s (redis_state_lost). */
+extern const struct store_epoch_names store_epoch_global;
+
+/* store_epoch_new() for another Redis than [redis]: its loss is named by
+ * names. */
+struct store_epoch *store_epoch_new_as(struct ev_loop *loop, struct store *s, const char *prefix,
+                                       double every, const struct store_epoch_names *names,
+                                       void (*on_lost)(void *arg), void *arg);
 
 /* Stop checking: before the store is freed (a check in flight then
  * completes with STORE_DOWN). store_epoch_free() after the store is freed,

@@ -275,6 +275,11 @@ def global_restart(seconds=11.0, at=4.0):
         # (the global set of regions: each claimer's round adds its region)
         wait_for(lambda: fl.glob.cli("ZCARD", "rl:g:regions") == str(REGIONS), 20, step=0.02)
         extra["gap"] = (t, time.monotonic())
+        # the loss named: every agent's check of the global epoch key
+        # (its connection back, then every [redis] epoch_check)
+        wait_for(lambda: all(a.metric("spoa_ratelimit_warning", kind="global_state_lost") == 1
+                             for a in fl.agents), 20, step=0.02)
+        extra["named_s"] = time.monotonic() - t
     return run("regions: global Redis kill -9, restarted empty", seconds, inject, at=at)
 
 

@@ -97,10 +97,16 @@ class RegionFaultCase(unittest.TestCase):
             return b + ((b + r * d) if bs else 0.0) + 1.0
         ex, key = self.worst_hot(lambda k: res.per_key[k][2] - res.keys[k][2])
         self.record(res, "b per key (+ b + r*D of backstops over the gap D)", 1.0,
-                    "gap %.2f s; backstop tokens %d; %s hot %+.1f over b + r*T (b = %d)"
-                    % (d, bs, res.keys[key][0], res.per_key[key][2], res.keys[key][2]))
+                    "gap %.2f s; named on every agent in %.2f s; backstop tokens %d; %s hot "
+                    "%+.1f over b + r*T (b = %d)"
+                    % (d, res.extra["named_s"], bs, res.keys[key][0], res.per_key[key][2],
+                       res.keys[key][2]))
         self.assert_bound(res, allow, "global restarted empty")
         self.assertIn(WARN, res.warnings)
+        # the lost state named on every agent (the global epoch key), once
+        self.assertEqual(res.warnings.get("global_state_lost", 0), fr.AGENTS,
+                         res.warnings)
+        self.assertNotIn("redis_state_lost", res.warnings)
 
     def cut(self, **kw):
         """Region 0 cut from the global Redis for D, from the cut until its

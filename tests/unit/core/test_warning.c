@@ -66,6 +66,7 @@ START_TEST(names_are_fixed)
         "haproxy_never_asks", "slots_never_released", "redis_state_lost",   "rules_store_lost",
         "redis_may_evict",    "redis_clock_jump",     "redis_unconfirmed",  "redis_errors",
         "secret_readable",    "redis_slow",           "redis_auth_refused", "global_unreachable",
+        "global_state_lost",
     };
     ck_assert_int_eq(WARNING_KINDS, sizeof(want) / sizeof(want[0]));
     for (int k = 0; k < WARNING_KINDS; k++)
