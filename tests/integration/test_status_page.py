@@ -133,7 +133,8 @@ class PageUnderTraffic:
         # class cleanups, not tearDownClass: they also run when a start below
         # fails, so nothing started is left running
         cls.redis = Redis()
-        cls.addClassCleanup(cls.redis.stop)
+        # the one running at the end: test_redis_down_banner starts another
+        cls.addClassCleanup(lambda: cls.redis.stop())
         cls.agent = Agent(redis_ini(cls.redis) + RULES, workers=2)
         cls.addClassCleanup(cls.agent.stop)
         cls.haproxy = KitHAProxy(cls.build, cls.agent.port)
