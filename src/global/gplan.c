@@ -28,8 +28,13 @@ int gplan_expire(const struct gplan_cfg *c, struct gkey *k, uint64_t now_us)
 }
 
 /* The backstop share while the global Redis is unreachable and the region
- * holds nothing of it: 1/regions of the rate, up to 1/regions of the burst. */
-static uint64_t backstop(const struct gplan_cfg *c, struct gkey *k, uint64_t now_us)
+ * holds nothing of it: 1/regions of the rate, up to 1/regions of the burst,
+ * which is also what the bucket may hold after the deposit (hold: what it
+ * holds now). A region on the backstop gives nothing back (gplan_round), so
+ * without that cap an unspent backstop would pile up to the rule's whole
+ * burst in every region. */
+static uint64_t backstop(const struct gplan_cfg *c, struct gkey *k, uint64_t now_us,
+                         uint64_t hold)
 {
     double n = c->regions ? (double)c->regions : 1.0;
     double rate = (double)c->limit / (double)c->period_us / n;
@@ -44,7 +49,9 @@ static uint64_t backstop(const struct gplan_cfg *c, struct gkey *k, uint64_t now
     k->bs_last_us = now_us;
     if (k->bs_acc > cap)
         k->bs_acc = cap;
-    return k->bs_acc >= 1 ? (uint64_t)k->bs_acc : 0;
+    uint64_t due = k->bs_acc >= 1 ? (uint64_t)k->bs_acc : 0, room = (uint64_t)cap;
+    room = hold < room ? room - hold : 0;
+    return due < room ? due : room;
 }
 
 void gplan_backstop_done(struct gkey *k, uint64_t moved)
@@ -83,7 +90,7 @@ void gplan_round(const struct gplan_cfg *c, struct gkey *k, const struct gread *
     if (global_down && (k->forfeited || hold == 0))
         k->bs_on = 1;
     if (k->bs_on)
-        s->backstop = backstop(c, k, now_us);
+        s->backstop = backstop(c, k, now_us, hold);
 
     double ahead = 2.0 + (double)c->rtt_us / (double)(c->interval_us ? c->interval_us : 1);
     uint64_t target = (uint64_t)ceil(k->est * ahead);
@@ -152,7 +159,8 @@ uint64_t gplan_reply(const struct gplan_cfg *c, struct gkey *k, uint64_t sent_us
     uint64_t cap_us = GPLAN_RETRY_CAP * c->interval_us;
     uint64_t wait_us = retry_ms * 1000 < cap_us ? retry_ms * 1000 : cap_us;
     k->retry_at_us = k->want && !granted && retry_ms ? sent_us + wait_us : 0;
-    k->short_grant = k->want && granted < k->want;
+    if (k->want) /* (a round that asked nothing says nothing of the global bucket) */
+        k->short_grant = granted < k->want;
     /* the deadline, with the regional bucket: no grant a regional ttl
      * before it, whoever claims for the region next */
     *dl_us = k->deadline_us > now_us + c->ttl_us ? k->deadline_us - c->ttl_us - now_us : 0;

@@ -235,6 +235,27 @@ START_TEST(backstop_tokens_never_given_back)
         gplan_failed(&k);
     }
     ck_assert_int_eq(gplan_recovered(&k), 1); /* the caller drains the bucket */
+    /* and while down the bucket never held more than the backstop's burst,
+     * 10 / 2 regions: 100/1m burst 100 over 4 regions, unspent for 10
+     * minutes, stays at 25 (a backstop topping up what is spent, never
+     * piling up to the rule's whole burst) */
+    struct gplan_cfg c4 = c;
+    c4.limit = 100, c4.period_us = 60 * S, c4.burst = 100, c4.regions = 4;
+    struct gkey k4 = {0};
+    uint64_t held = 0;
+    for (int i = 0; i < 600; i++) {
+        r = (struct gread){held, 0, 0, 0};
+        gplan_round(&c4, &k4, &r, 1, T0 + (uint64_t)i * S, &s);
+        ck_assert_uint_eq(s.withdraw, 0);
+        held += s.backstop;
+        gplan_backstop_done(&k4, s.backstop);
+        ck_assert_uint_le(held, 25);
+        gplan_withdrawn(&c4, &k4, &s, 0, T0 + (uint64_t)i * S);
+        gplan_failed(&k4);
+        if (i == 300)
+            held -= 20; /* 20 spent: topped up again, to 25 at most */
+    }
+    ck_assert_uint_eq(held, 25);
     r = (struct gread){5, 0, 0, 0};
     gplan_round(&c, &k, &r, 0, T0 + 41 * S, &s); /* were they still there: given back */
     ck_assert_uint_gt(s.withdraw, 0);
@@ -307,6 +328,10 @@ START_TEST(short_grant_from_the_reply)
     ck_assert_uint_gt(k.want, 0);
     gplan_reply(&c, &k, T0 + S, T0 + S + 40 * MS, k.want, 1 + k.want, c.gttl_us / MS, 0, &dl);
     ck_assert_int_eq(k.short_grant, 0);
+    /* a round that asks nothing leaves it as it was */
+    k.short_grant = 1, k.want = 0;
+    gplan_reply(&c, &k, T0 + 2 * S, T0 + 2 * S + 40 * MS, 0, 3, c.gttl_us / MS, 0, &dl);
+    ck_assert_int_eq(k.short_grant, 1);
 }
 END_TEST
 
