@@ -45,10 +45,11 @@ local function rebase(key, f, d)
 end
 -- held, exp and share of a key without leases (most keys): NONE, never written.
 local NONE = {}
-local function advance(key, f, b, rate, now)
+local function advance(key, f, b, rate, now, t0)
     local t, ts = f.t, f.ts -- (no tonumber() calls on a new key)
     t, ts = t and tonumber(t), ts and tonumber(ts) or now
-    if t == nil then t = rate > 0 and b or 0 end -- new bucket: full (fed, rate 0: empty)
+    -- new bucket: full (fed, rate 0: empty, or its reserve t0)
+    if t == nil then t = t0 or (rate > 0 and b or 0) end
     if ts > now then -- the clock stepped back: see rebase()
         rebase(key, f, ts - now)
         ts = now

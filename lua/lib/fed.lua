@@ -1,7 +1,8 @@
 -- SPDX-License-Identifier: Apache-2.0
 -- lib/fed.lua - a fed bucket (limit = -N: the regional bucket of a scope =
--- global rule, lua/README.md "Fed buckets"): fedrate(), fedgate(), fedttl()
--- and FED_KEEP, for the tb_* scripts (after lib/num.lua). Included by
+-- global rule, lua/README.md "Fed buckets"): fedrate(), fedreserve(),
+-- fedgate(), fedttl() and FED_KEEP, for the tb_* scripts (after
+-- lib/num.lua). Included by
 -- lua/assemble.sh (--@ lib/fed.lua).
 
 -- A fed bucket never refills by itself (its scripts advance it at rate 0,
@@ -14,6 +15,18 @@ local function fedrate(ARGV, i, period)
     local v = tonumber(ARGV[i])
     if v == nil or v > -1 then num(ARGV, i, 1) end -- (raises: not a limit)
     return floor(-v) / (period * 1000)
+end
+-- The region's reserve s of a fed bucket (ARGV[i], optional: absent or
+-- empty is 0): what a missing key holds, not nothing. Every region keeps s
+-- tokens of every key, which the global bucket does not hand out (its
+-- claimers run it at b - regions x s), so that a key new to the region is
+-- decided at once; what the region spent below s its claimer claims back
+-- from the global bucket. A key below s is kept (fedttl's keep): made again
+-- it would hold s, a debt forgiven.
+local function fedreserve(ARGV, i)
+    local v = ARGV[i]
+    if v == nil or v == '' then return 0 end
+    return num(ARGV, i, 0)
 end
 -- The deadline dl (Redis time, microseconds; tb_pool.lua writes it): from it
 -- on the bucket grants nothing. fedgate() drops the whole tokens free in t
@@ -33,7 +46,8 @@ end
 -- The key's pttl, at least pttl: a fed key that expires loses the tokens
 -- deposited in it and its unmet demand (under-admission only), so it lives
 -- past its deadline, and at least FED_KEEP ms while it holds a whole token
--- or unmet demand (keep) (the caller's pttl already outlives every lease).
+-- or unmet demand, or less than its reserve (keep) (the caller's pttl
+-- already outlives every lease).
 local FED_KEEP = 60000
 local function fedttl(pttl, keep, dl, now)
     dl = tonumber(dl)

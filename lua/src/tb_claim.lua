@@ -58,13 +58,15 @@ Returns   {granted, remaining, held, holders, retry_ms, reset_ms, lease_ms, mine
                       its lease had expired, or it had none)
 
 A fed bucket (limit -N: the regional bucket of a scope = global rule,
-lua/README.md "Fed buckets") never refills: a missing key is empty, its
-tokens come only from tb_pool.lua's deposits, N / period only answers
+lua/README.md "Fed buckets") never refills: a missing key is empty (or
+holds the region's reserve, ARGV[12]: ARGV[9] to ARGV[11] are then sent, as
+for a block_for), its tokens come only from tb_pool.lua's deposits, N / period only answers
 retry_ms and reset_ms. No rate lease (ARGV[9], ARGV[10] grant no share); a
 claim granted less than want adds the shortfall to field u (unmet demand,
 read and cleared by tb_pool.lua); from the Redis time in field dl on it
 grants nothing (its free tokens dropped, counted in field l). The key lives
-past dl, and at least 60 s while it holds a token or unmet demand.
+past dl, and at least 60 s while it holds a token or unmet demand, or
+less than its reserve.
 
 Invariant: after every call t + H <= b and P <= r, where H and P count the
 slices and shares of every unexpired lease. Expired leases vanish (counted as
@@ -109,6 +111,7 @@ local limit, period, b = num3(ARGV, 2, -1e15, 1, 0)
 -- fed: a fed bucket's rule rate (lib/fed.lua); it refills at brate = 0,
 -- rate is the rule's (for retry_ms and reset_ms only), no rate lease.
 local fed = limit < 1 and fedrate(ARGV, 2, period)
+local fres = fed and fedreserve(ARGV, 12) or 0 -- fed: its reserve, what a missing key holds
 local want, used, ret = num3(ARGV, 5, 0, 0, 0)
 local ttl = num(ARGV, 8, 1)
 -- A rate lease: both or neither of ARGV[9] and ARGV[10].
@@ -131,7 +134,7 @@ if raw[1] ~= nil then
     for i = 1, #raw, 2 do f[raw[i]] = raw[i + 1] end
 end
 
-local t, ts, H, held, exp, share, P = advance(key, f, b, brate, now)
+local t, ts, H, held, exp, share, P = advance(key, f, b, brate, now, fed and fres)
 
 -- (2) The caller applies each reply before its next call on this key (one
 -- call at a time per key and agent), so a rate lease's slice and share as
@@ -324,7 +327,7 @@ for _, e in next, exp do
 end
 local retry, reset, left, pttl = times(t, ts, H, P, b, rate, now, 1, emin, emax, bu, block,
                                        started)
-if fed then pttl = fedttl(pttl, t >= 1 or unmet, f.dl, now) end
+if fed then pttl = fedttl(pttl, t >= 1 or unmet or t + H < fres, f.dl, now) end
 redis.call('PEXPIRE', key, fmt[pttl])
 return {g + taken, left, H, holders, retry, reset, mine > 0 and ttl or 0, mine,
         floor(q / rate * 1e6), had}

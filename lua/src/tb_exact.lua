@@ -21,6 +21,8 @@ ARGV[5]   optional (after n): block_for, ms (>= 0; absent or 0: none). A
           denial (of an n that fits) records blocked-until = now +
           block_for (field bu); until then every call is denied, takes
           nothing, and answers remaining 0, retry_ms to the block's end.
+ARGV[6]   optional, a fed bucket's (after n and block_for): its reserve, what
+          a missing key holds (tb_claim.lua's ARGV[12], lib/fed.lua)
 Returns   {allowed, remaining, retry_ms, reset_ms, time_ms}
             allowed   1 when n tokens were taken (n = 0: when t >= 1), else 0
                       (nothing taken)
@@ -107,14 +109,14 @@ end
 -- (3) The decision on a fed bucket (limit -N; rate: the rule's, per
 -- microsecond): decide()'s, on a hash advanced at rate 0, with the deadline
 -- and the unmet demand of lib/fed.lua.
-local function fedexact(key, b, rate, now, n, need, block, period)
+local function fedexact(key, b, rate, now, n, need, block, period, fres)
     local raw = hgetall(key)
     local f = raw -- (a new key's empty reply will do)
     if raw[1] ~= nil then
         f = {}
         for i = 1, #raw, 2 do f[raw[i]] = raw[i + 1] end
     end
-    local t, ts, H, held, exp, share, P = advance(key, f, b, 0, now)
+    local t, ts, H, held, exp, share, P = advance(key, f, b, 0, now, fres)
     local emin, emax = nil, now
     for a, _ in next, held do
         emin = min(emin or exp[a], exp[a])
@@ -134,7 +136,7 @@ local function fedexact(key, b, rate, now, n, need, block, period)
     if need > b and not bu then retry = period end
     redis.call('HSET', key, 't', fmt[t], 'ts', fmt[ts])
     if started then redis.call('HSET', key, 'bu', fmt[bu]) end
-    redis.call('PEXPIRE', key, fmt[fedttl(pttl, t >= 1 or unmet or f.u ~= nil, f.dl, now)])
+    redis.call('PEXPIRE', key, fmt[fedttl(pttl, t >= 1 or unmet or f.u ~= nil or t + H < fres, f.dl, now)])
     return {allowed, left, retry, reset, floor(now / 1000)}
 end
 
@@ -150,7 +152,7 @@ local block = ARGV[5] == nil and 0 or num(ARGV, 5, 0)
 
 local tm = redis.call('TIME')
 local now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
-if fed then return fedexact(key, b, fed, now, n, need, block, period) end
+if fed then return fedexact(key, b, fed, now, n, need, block, period, fedreserve(ARGV, 6)) end
 
 -- The key as it is, first: a key new to the agent is decided by one plain
 -- SET (src/limiter_first.c), so most calls of this script come for a key the

@@ -5,7 +5,8 @@ global bucket granted the region, or withdraw free ones, set its deadline,
 and read its unmet demand. Promoted from the simulator's pool script
 (src/tools/sim_region_pool.c).
 
-KEYS[1]   the regional bucket (tb_claim.lua's hash; a missing key is empty)
+KEYS[1]   the regional bucket (tb_claim.lua's hash; a missing key is empty, or
+          holds the reserve ARGV[4])
 ARGV[1]   amt: tokens to move into (amt > 0) or out of (amt < 0) the free
           tokens t: a deposit within the room b - H - t leaves, a withdrawal
           within the whole tokens of t (0: only read, and set ARGV[3])
@@ -14,6 +15,8 @@ ARGV[3]   optional dl: > 0 store the deadline dl ms from now (kept as Redis
           time, microseconds: from it on the agents' scripts grant nothing):
           the claimer sends a length, never a time of its clock; < 0 clear
           it; 0 or absent: leave it
+ARGV[4]   optional: the region's reserve s (>= 0; absent: 0): what a missing
+          key holds (lib/fed.lua); a key holding less is kept
 Returns   {moved, remaining, held, dl, lost, unmet}
             moved     tokens moved: > 0 deposited, < 0 withdrawn
             remaining max(0, floor(t)) after the call
@@ -47,6 +50,7 @@ Redis server time only.
 local key = KEYS[1]
 local amt, b = num(ARGV, 1, -1e15), num(ARGV, 2, 0)
 local setdl = (ARGV[3] == nil or ARGV[3] == '') and 0 or num(ARGV, 3, -1e18)
+local fres = fedreserve(ARGV, 4) -- the region's reserve (lib/fed.lua)
 
 local tm = redis.call('TIME')
 local now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
@@ -57,7 +61,7 @@ if raw[1] ~= nil then
     f = {}
     for i = 1, #raw, 2 do f[raw[i]] = raw[i + 1] end
 end
-local t, ts, H, held, exp = advance(key, f, b, 0, now)
+local t, ts, H, held, exp = advance(key, f, b, 0, now, fres)
 
 -- The deadline: past it, what is free goes (the agents' scripts dropped
 -- what they found free: field l), and it is cleared.
@@ -96,7 +100,7 @@ if raw[1] ~= nil or moved ~= 0 or dl > 0 then
     end
     local emax = now
     for _, e in next, exp do emax = e > emax and e or emax end
-    local pttl = fedttl(ceil((emax - now) / 1000) + 1000, t >= 1, dl, now)
+    local pttl = fedttl(ceil((emax - now) / 1000) + 1000, t >= 1 or t + H < fres, dl, now)
     local cur = redis.call('PTTL', key)
     if cur < pttl then redis.call('PEXPIRE', key, fmt[pttl]) end
 end

@@ -9,6 +9,7 @@ ARGV[3]   burst b: capacity (>= 0)
 ARGV[4]   n: tokens the decision took (>= 0)
 ARGV[5]   taken_ms: Redis' time of that decision (tb_exact's time_ms); a token
           bucket does not need it (same ARGV as sw_refund.lua)
+ARGV[6]   optional, a fed bucket's: its reserve (tb_claim.lua's ARGV[12])
 
 Returns   {given, remaining}
             given     tokens given back (<= n)
@@ -40,17 +41,18 @@ local key = KEYS[1]
 local limit, period, b = num(ARGV, 1, -1e15), num(ARGV, 2, 1), num(ARGV, 3, 0)
 local fed = limit < 1 and fedrate(ARGV, 1, period) -- fed: the rule's rate (lib/fed.lua)
 local n = num(ARGV, 4, 0)
+local fres = fed and fedreserve(ARGV, 6) or 0 -- fed: its reserve (lib/fed.lua)
 local rate = fed and 0 or limit / (period * 1000) -- tokens per microsecond (the refill)
 
 local tm = redis.call('TIME')
 local now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
 
 local raw = hgetall(key)
-if raw[1] == nil then return {0, fed and 0 or b} end -- gone: full (fed: empty), nothing to give back
+if raw[1] == nil then return {0, fed and fres or b} end -- gone: full (fed: its reserve), nothing to give back
 local f = {}
 for i = 1, #raw, 2 do f[raw[i]] = raw[i + 1] end
 
-local t, ts, H = advance(key, f, b, rate, now)
+local t, ts, H = advance(key, f, b, rate, now, fed and fres)
 local before = t
 if t + n < b - H then t = t + n elseif b - H > t then t = b - H end
 if fed then t = fedgate(key, f, t, now) end
@@ -59,7 +61,7 @@ redis.call('HSET', key, 't', fmt[t], 'ts', fmt[ts])
 -- one never refills: it lives as lib/fed.lua says).
 if fed then
     local pttl = redis.call('PTTL', key)
-    local keep = fedttl(pttl, t >= 1 or f.u ~= nil, f.dl, now)
+    local keep = fedttl(pttl, t >= 1 or f.u ~= nil or t + H < fres, f.dl, now)
     if keep > pttl then redis.call('PEXPIRE', key, fmt[keep]) end
 end
 local given = floor(t - before + 0.5)

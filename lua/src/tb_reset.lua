@@ -6,6 +6,7 @@ KEYS[1]   the bucket hash, same layout as tb_claim.lua (t, ts, h:<agent>, e:<age
 ARGV[1]   limit N      } refill rate = N / period; -N: a fed bucket (tb_claim.lua)
 ARGV[2]   period, ms   }
 ARGV[3]   burst b: capacity (>= 0)
+ARGV[4]   optional, a fed bucket's: its reserve (tb_claim.lua's ARGV[12])
 
 Returns   {remaining, held, holders, before}
             remaining max(0, floor(t)) after the reset: floor(b - H)
@@ -40,6 +41,7 @@ local key = KEYS[1]
 local limit, period, b = num(ARGV, 1, -1e15), num(ARGV, 2, 1), num(ARGV, 3, 0)
 local fed = limit < 1 and fedrate(ARGV, 1, period) -- fed: the rule's rate (lib/fed.lua)
 local rate = fed and 0 or limit / (period * 1000) -- tokens per microsecond (the refill)
+local fres = fed and fedreserve(ARGV, 4) or 0 -- fed: its reserve (lib/fed.lua)
 
 local tm = redis.call('TIME')
 local now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
@@ -51,7 +53,7 @@ if raw[1] ~= nil then
     for i = 1, #raw, 2 do f[raw[i]] = raw[i + 1] end
 end
 
-local t, ts, H, held, exp, share, P = advance(key, f, b, rate, now)
+local t, ts, H, held, exp, share, P = advance(key, f, b, rate, now, fed and fres)
 local before = t
 if fed then -- a fed bucket: nothing made; a block lifted
     t = fedgate(key, f, t, now)

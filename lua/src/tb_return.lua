@@ -20,7 +20,8 @@ Returns   {granted, remaining, held, holders, retry_ms, reset_ms, lease_ms, mine
           tokens vanished).
 
 A fed bucket drops what comes back from its deadline (field dl) on, as
-tb_claim.lua does (lib/fed.lua).
+tb_claim.lua does (lib/fed.lua); ARGV[6], optional: its reserve (what a
+missing key holds, tb_claim.lua's ARGV[12]).
 
 Invariant: after every call t + H <= b (H = tokens held by unexpired leases).
 Uses Redis server time only.
@@ -43,6 +44,7 @@ local limit, period, b, used = num(ARGV, 2, -1e15), num(ARGV, 3, 1), num(ARGV, 4
 local fed = limit < 1 and fedrate(ARGV, 2, period) -- fed: the rule's rate (lib/fed.lua)
 local rate = fed or limit / (period * 1000) -- tokens per microsecond
 local brate = fed and 0 or rate -- the bucket's refill
+local fres = fed and fedreserve(ARGV, 6) or 0 -- fed: its reserve (lib/fed.lua)
 
 local tm = redis.call('TIME')
 local now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
@@ -54,7 +56,7 @@ if raw[1] ~= nil then
     for i = 1, #raw, 2 do f[raw[i]] = raw[i + 1] end
 end
 
-local t, ts, H, held, exp, share, P = advance(key, f, b, brate, now)
+local t, ts, H, held, exp, share, P = advance(key, f, b, brate, now, fed and fres)
 
 -- Settle and close the caller's lease: unspent tokens go back to t. A rate
 -- lease's tokens are under the slice last granted (hn), which may be below
@@ -90,6 +92,6 @@ local reset = max(0, b - H - t) / free_ms
 local life = max((ts - now) / 1000 + (b - t) / rate_ms, (emax - now) / 1000)
 if P > 0 then life = (emax - now) / 1000 + (b - t) / rate_ms end
 local pttl = min(ceil(life) + 1000, 1e15)
-if fed then pttl = fedttl(pttl, t >= 1 or f.u ~= nil, f.dl, now) end
+if fed then pttl = fedttl(pttl, t >= 1 or f.u ~= nil or t + H < fres, f.dl, now) end
 redis.call('PEXPIRE', key, fmt[pttl])
 return {0, max(0, floor(t)), H, holders, ceil(retry), ceil(reset), 0, 0, 0, had}

@@ -467,6 +467,11 @@ static void check_global(struct parse_state *st)
     config_resolve_global_credentials(st, !config_global(st->cfg));
     check_prefix(st, SEC_GLOBAL, cfg->global_prefix);
 
+    if (cfg->global_reserve > 0.5)
+        config_errors_add(&st->errors, config_seen_line(st, SEC_GLOBAL, "reserve"),
+                          "[global] reserve = %g: at most 0.5 (each region keeps this share of "
+                          "a key's burst; the regions' together must stay under 1)",
+                          cfg->global_reserve);
     line = config_seen_line(st, SEC_GLOBAL, "region");
     if (cfg->global_region && !region_name_ok(cfg->global_region))
         config_errors_add(&st->errors, line,

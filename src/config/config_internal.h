@@ -16,7 +16,7 @@
 
 #include "config_errors.h"
 
-#define CONFIG_NKEYS 83 /* entries of config_keys.c's key table, checked there */
+#define CONFIG_NKEYS 84 /* entries of config_keys.c's key table, checked there */
 
 struct config;
 
@@ -58,7 +58,7 @@ enum value_type {
 #define F_ARG                                                                                      \
     16u            /* "arg:NAME" takes the value per request from an arg: NAME goes                \
                       into the char * of struct cfg_rule at offset `parsed` */
-#define F_ZERO 32u /* T_DUR: "0" (with or without a unit) is allowed, for off */
+#define F_ZERO 32u /* T_DUR, T_SHARE: "0" (with or without a unit) is allowed, for off */
 
 struct key_def {
     int section;

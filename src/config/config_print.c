@@ -205,7 +205,8 @@ static void put_global(struct strbuf *o, const struct config *cfg)
         strbuf_printf(o, "0 ; off");
     strbuf_printf(o, "\nprefix = %s\ninterval = ", cfg->global_prefix ? cfg->global_prefix : "");
     put_duration(o, cfg->global_interval_ms);
-    strbuf_printf(o, "\nmax_fraction = %g\nregion = %s%s\n\n", cfg->global_max_fraction,
+    strbuf_printf(o, "\nmax_fraction = %g\nreserve = %g\nregion = %s%s\n\n", cfg->global_max_fraction,
+                  cfg->global_reserve,
                   cfg->global_region ? cfg->global_region : "",
                   cfg->global_region_derived ? " ; derived from [redis]" : "");
 }

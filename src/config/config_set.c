@@ -358,9 +358,16 @@ static void set_share_auto(struct parse_state *st, const struct key_def *d, doub
 
 static void set_share(struct parse_state *st, const struct key_def *d, double *field, const char *v)
 {
+    char *end;
+
+    if ((d->flags & F_ZERO) && *v && !isspace((unsigned char)*v) && strtod(v, &end) == 0.0 &&
+        !*end) {
+        *field = 0;
+        return;
+    }
     if (config_parse_share(v, field) == -1)
-        config_errors_add(&st->errors, st->line,
-                          "bad value '%.80s' for '%s' (expected a number in (0, 1])", v, d->name);
+        config_errors_add(&st->errors, st->line, "bad value '%.80s' for '%s' (expected a number in %s1])",
+                          v, d->name, d->flags & F_ZERO ? "[0, " : "(0, ");
 }
 
 /* listen, stats: kept as written and parsed. "" unsets an optional one. */

@@ -15,6 +15,7 @@
 #include "metrics/metrics.h"
 #include "core/util.h"
 #include "global/gplan.h"
+#include "limits/bucket.h"
 #include "store/store.h"
 #include "store/store_epoch.h"
 
@@ -40,6 +41,8 @@ struct gentry {
     struct gkey k;
     struct gstep step;
     uint64_t limit, period_ms, burst;
+    uint64_t reserve;    /* the region's reserve of it ([global] reserve of the burst) */
+    int reserve_warned;  /* the regions' reserves left no global bucket: said once */
     unsigned seen_round; /* the round that last read it from the set */
     unsigned calls;      /* calls on it not answered: kept until none */
     unsigned pcalls;     /* of which regional (tb_pool): a round skips it until none */
@@ -60,6 +63,7 @@ struct gclaim {
     /* settings */
     uint64_t interval_us, ttl_us, timeout_us;
     double max_fraction;
+    double reserve; /* [global] reserve */
     char *prefix, *gprefix, *agent;
     size_t prefix_len, gprefix_len;
     char region[64];
@@ -124,6 +128,7 @@ static struct gplan_cfg plan_cfg(const struct gclaim *g, const struct gentry *e)
         .rtt_us = rtt,
         .max_fraction = g->max_fraction,
         .regions = g->st.regions ? g->st.regions : 1,
+        .reserve = e->reserve,
     };
 }
 
@@ -440,9 +445,9 @@ static void limit_cb(struct ev_loop *loop, ev_timer *w, int revents)
 static void pool_call(struct gclaim *g, struct gentry *e, int64_t amt, int64_t dl_ms,
                       store_cb *cb, void *arg)
 {
-    char key[GC_MEMBER_MAX + 128], a[24], b[24], d[24];
-    const char *argv[3] = {a, b, d};
-    size_t argvlen[3];
+    char key[GC_MEMBER_MAX + 128], a[24], b[24], d[24], r[24];
+    const char *argv[POOL_ARGC_RESERVE] = {a, b, d, r};
+    size_t argvlen[POOL_ARGC_RESERVE];
     if (g->prefix_len + e->keylen >= sizeof(key))
         return;
     memcpy(key, g->prefix, g->prefix_len);
@@ -450,12 +455,14 @@ static void pool_call(struct gclaim *g, struct gentry *e, int64_t amt, int64_t d
     argvlen[0] = (size_t)snprintf(a, sizeof(a), "%" PRId64, amt);
     argvlen[1] = (size_t)snprintf(b, sizeof(b), "%" PRIu64, e->burst);
     argvlen[2] = (size_t)snprintf(d, sizeof(d), "%" PRId64, dl_ms);
+    argvlen[3] = (size_t)snprintf(r, sizeof(r), "%" PRIu64, e->reserve);
     g->inflight++;
     e->calls++;
     e->pcalls++;
     e->pamt = amt;
-    store_eval(g->reg, SCRIPT_TB_POOL, key, g->prefix_len + e->keylen, dl_ms ? 3 : 2, argv,
-               argvlen, cb, arg);
+    int argc = e->reserve ? POOL_ARGC_RESERVE : dl_ms ? POOL_ARGC_DEADLINE : POOL_ARGC;
+    store_eval(g->reg, SCRIPT_TB_POOL, key, g->prefix_len + e->keylen, argc, argv, argvlen, cb,
+               arg);
 }
 
 static void on_fire_and_forget(void *arg, const struct store_result *res)
@@ -564,6 +571,7 @@ static void on_active(void *arg, const struct store_result *res)
             if (!e)
                 break;
             e->limit = v[0], e->period_ms = v[1], e->burst = v[2];
+            e->reserve = bucket_fed_reserve(g->reserve, e->burst);
             e->seen_round = g->round;
         }
     /* every key followed: read its bucket (those no longer in the set too:
@@ -688,6 +696,25 @@ static void on_global(void *arg, const struct store_result *res)
         round_end(g);
 }
 
+/* The global bucket's capacity: the rule's burst less every region's
+ * reserve (each region holds its reserve of every key without asking:
+ * doc/design.md "The reserve"). The regions' reserves should leave at least
+ * a token; if they do not ([global] reserve x regions >= 1), the global
+ * bucket keeps one and the regions may together admit the excess: said
+ * once per key. */
+static uint64_t global_burst(struct gclaim *g, struct gentry *e)
+{
+    struct gplan_cfg c = plan_cfg(g, e);
+    uint64_t kept = (uint64_t)c.regions * e->reserve;
+    if (kept >= e->burst && !e->reserve_warned) {
+        e->reserve_warned = 1;
+        LOG_ERROR("\"global reserve leaves no global bucket\" regions=%u burst=%" PRIu64
+                  " reserved=%" PRIu64 " over=%" PRIu64 " hint=\"lower [global] reserve\"",
+                  c.regions, e->burst, kept, kept - e->burst + 1);
+    }
+    return gplan_global_burst(&c);
+}
+
 static void send_global(struct gclaim *g)
 {
     char key[GC_MEMBER_MAX + 128], nums[7][24];
@@ -725,8 +752,8 @@ static void send_global(struct gclaim *g)
             if (!e->k.op || e->gen != g->gen || g->gprefix_len + e->keylen >= sizeof(key))
                 continue;
             struct gplan_cfg c = plan_cfg(g, e);
-            uint64_t a[7] = {e->limit, e->period_ms, e->burst, e->k.want, e->k.used, e->k.ret,
-                             c.gttl_us / 1000};
+            uint64_t a[7] = {e->limit, e->period_ms, global_burst(g, e), e->k.want, e->k.used,
+                             e->k.ret, c.gttl_us / 1000};
             memcpy(key, g->gprefix, g->gprefix_len);
             memcpy(key + g->gprefix_len, e->key, e->keylen);
             argv[CLAIM_ARG_AGENT] = g->region;
@@ -862,6 +889,7 @@ static void apply(struct gclaim *g, const struct config *cfg)
     if (g->reg_timeout_us < g->interval_us)
         g->reg_timeout_us = g->interval_us;
     g->max_fraction = cfg->global_max_fraction;
+    g->reserve = cfg->global_reserve;
 }
 
 struct gclaim *gclaim_new(struct ev_loop *loop, const struct config *cfg, struct store *regional,
@@ -937,7 +965,12 @@ int gclaim_reconfigure(struct gclaim *g, const struct config *cfg)
     if (!g)
         return 0;
     /* [global]'s interval, timeout, max_fraction, region and topology are
-     * restart-only (config.c warns of them); the url and credentials apply */
+     * restart-only (config.c warns of them); the url, the credentials and
+     * the reserve apply (the reserve as the reloaded rules send it) */
+    g->reserve = cfg->global_reserve;
+    for (size_t i = 0; i < g->tab_cap; i++)
+        for (struct gentry *e = g->tab[i]; e; e = e->next)
+            e->reserve = bucket_fed_reserve(g->reserve, e->burst);
     store_options_from_global(cfg, &so);
     return store_reconfigure(g->glob, &so);
 }

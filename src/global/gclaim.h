@@ -60,7 +60,8 @@ struct gclaim_stats {
 struct gclaim *gclaim_new(struct ev_loop *loop, const struct config *cfg, struct store *regional,
                           const char *agent_id, char *err, size_t errlen);
 
-/* SIGHUP: the global url and credentials (the rest is restart-only). */
+/* SIGHUP: the global url and credentials, and the reserve (the rest is
+ * restart-only). */
 int gclaim_reconfigure(struct gclaim *g, const struct config *cfg);
 
 /* The key (after [redis] prefix: "t2:RULE:CLIENT") of a scope = global

@@ -9,6 +9,12 @@
 #define GPLAN_IDLE_ROUNDS 30 /* rounds without demand or holding before a key is forgotten */
 #define GPLAN_MIN_ROUND_US 10000 /* rounds never come faster than this */
 
+uint64_t gplan_global_burst(const struct gplan_cfg *c)
+{
+    uint64_t kept = (uint64_t)(c->regions ? c->regions : 1) * c->reserve;
+    return kept < c->burst ? c->burst - kept : 1;
+}
+
 uint64_t gplan_gttl_us(uint64_t interval_us, uint64_t ttl_us, uint64_t rtt_us)
 {
     return 4 * (interval_us + ttl_us + rtt_us);
@@ -64,7 +70,11 @@ void gplan_backstop_done(struct gkey *k, uint64_t moved)
 void gplan_round(const struct gplan_cfg *c, struct gkey *k, const struct gread *r,
                  int global_down, uint64_t now_us, struct gstep *s)
 {
-    uint64_t hold = k->pool + r->t + r->held;
+    uint64_t all = k->pool + r->t + r->held;
+    /* what it holds of the global bucket's (above its reserve), and what it
+     * owes its reserve (below it) */
+    uint64_t hold = all > c->reserve ? all - c->reserve : 0;
+    uint64_t owed = c->reserve > all ? c->reserve - all : 0;
     uint64_t used = k->gheld > hold ? k->gheld - hold : 0;
 
     *s = (struct gstep){0};
@@ -73,7 +83,9 @@ void gplan_round(const struct gplan_cfg *c, struct gkey *k, const struct gread *
      * vain since the last round (rounds come faster for a key a claim per
      * interval cannot feed: gplan_next_us); up at once, down over a few
      * intervals */
-    double d = (double)(used + r->unmet), w = 0.8;
+    uint64_t spent_reserve = owed > k->owed ? owed - k->owed : 0;
+    k->owed = owed;
+    double d = (double)(used + r->unmet + spent_reserve), w = 0.8;
     if (k->last_us && now_us > k->last_us && c->interval_us) {
         double span = (double)(now_us - k->last_us) / (double)c->interval_us;
         d /= span < 1e-3 ? 1e-3 : span;
@@ -84,18 +96,20 @@ void gplan_round(const struct gplan_cfg *c, struct gkey *k, const struct gread *
     k->est = d > ew ? d : ew;
     if (k->est < 0.01)
         k->est = 0;
-    k->idle = k->est == 0 && hold == 0 && !k->gheld && !r->active ? k->idle + 1 : 0;
-    /* unreachable, and what the region held is spent (or its lease over):
-     * the backstop share until a call succeeds */
-    if (global_down && (k->forfeited || hold == 0))
+    k->idle = k->est == 0 && hold == 0 && !owed && !k->gheld && !r->active ? k->idle + 1 : 0;
+    /* unreachable, and what the region held is spent, its reserve too (or
+     * its lease over): the backstop share until a call succeeds */
+    if (global_down && (k->forfeited || all == 0))
         k->bs_on = 1;
     if (k->bs_on)
-        s->backstop = backstop(c, k, now_us, hold);
+        s->backstop = backstop(c, k, now_us, all);
 
     double ahead = 2.0 + (double)c->rtt_us / (double)(c->interval_us ? c->interval_us : 1);
     uint64_t target = (uint64_t)ceil(k->est * ahead);
     uint64_t cap = (uint64_t)floor(c->max_fraction * (double)c->burst);
-    uint64_t standing = (uint64_t)((double)c->burst / (c->regions ? c->regions : 1));
+    /* (the standing shares split what the global bucket can hold: the
+     * rule's burst less the regions' reserves) */
+    uint64_t standing = (uint64_t)((double)gplan_global_burst(c) / (c->regions ? c->regions : 1));
     if (cap < 1)
         cap = 1;
     if (standing < 1)
@@ -122,6 +136,9 @@ void gplan_round(const struct gplan_cfg *c, struct gkey *k, const struct gread *
     /* claim when what it holds runs low (half the target), up to the target,
      * at most max_fraction of the burst at once */
     uint64_t want = target > hold && (hold == 0 || hold <= target / 2) ? target - hold : 0;
+    /* a reserve spent below its level is claimed back at once (what fills
+     * it is reported spent: gone from the global bucket for good) */
+    want += k->bs_on ? 0 : owed;
     if (want > cap)
         want = cap;
     if (now_us < k->retry_at_us)

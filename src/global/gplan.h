@@ -31,7 +31,13 @@ struct gplan_cfg {
     uint64_t rtt_us;                  /* the global Redis' round trip, as seen */
     double max_fraction;              /* [global] max_fraction of the burst per claim */
     unsigned regions;                 /* regions seen (>= 1): the standing and backstop shares */
+    uint64_t reserve;                 /* the region's reserve of the key ([global] reserve) */
 };
+
+/* The global bucket's capacity: the rule's burst less every region's
+ * reserve (each holds its reserve of every key without asking: doc/design.md
+ * "The reserve"); at least 1 (gclaim says so when the reserves leave none). */
+uint64_t gplan_global_burst(const struct gplan_cfg *c);
 
 /* The global lease's ttl: a few rounds, a regional lease and the global
  * round trip, so that renewed every round it only ends when the global
@@ -50,6 +56,7 @@ struct gkey {
     int forfeited;        /* the lease ran out while the global Redis was unreachable */
     int bs_on;            /* fed by the backstop share until a call succeeds */
     double bs_acc;        /* backstop tokens due, not deposited yet */
+    uint64_t owed;        /* what its reserve lacked at the last round */
     uint64_t bs_last_us;  /* the backstop's last accrual */
     unsigned idle;        /* rounds in a row with no demand and nothing held */
     /* the operation in the call in flight (op = 1) */
@@ -59,7 +66,13 @@ struct gkey {
 
 /* What the regional bucket said (tb_pool, amount 0): free tokens, tokens
  * the agents' leases hold, and the demand it could not serve since the last
- * read. */
+ * read.
+ *
+ * With a reserve s (doc/design.md "The reserve"), the first s tokens the
+ * region holds are its own, not the global bucket's: the global bucket
+ * counts the region holds what it holds above s, and what it holds below s
+ * is a debt the claimer claims back (a claim whose grant is reported spent
+ * once deposited). */
 struct gread {
     uint64_t t, held, unmet;
     int active; /* the key was used in the region within GPLAN_ACTIVE_US */

@@ -652,10 +652,21 @@ int limiter_reset(struct limiter *l, struct ruleset *rs, const struct limiter_cl
         vals[RESET_ARG_WINDOW_OFFSET_MS] = w->params.offset_ms;
         argc = RESET_ARGC_FIXED;
     }
+    if (w->params.fed && w->params.reserve) { /* (a fed rule is a token bucket's) */
+        vals[RESET_ARG_RESERVE] = w->params.reserve;
+        argc = RESET_ARG_RESERVE + 1;
+    }
     for (int i = 0; i < argc; i++) {
         argvlen[i] = (size_t)snprintf(nums[i], sizeof(nums[i]), "%" PRIu64, vals[i]);
         argv[i] = nums[i];
     }
+    /* a scope = global rule's regional bucket is fed (lua/README.md): its
+     * reset makes no token, it lifts a block (it was sent +N, and made a
+     * full burst the global bucket never granted) */
+    if (w->params.fed)
+        argvlen[RESET_ARG_LIMIT] = (size_t)snprintf(nums[RESET_ARG_LIMIT],
+                                                    sizeof(nums[RESET_ARG_LIMIT]),
+                                                    "-%" PRIu64, vals[RESET_ARG_LIMIT]);
     store_eval(parts->store,
                bucket_windowed(w->params.algorithm) ? SCRIPT_SW_RESET : SCRIPT_TB_RESET,
                w->redis_key, w->redis_keylen, argc, argv, argvlen, on_reset, o);

@@ -75,6 +75,7 @@ struct rjob {
     enum bucket_algorithm algorithm; /* RJOB_EXACT */
     uint64_t limit, period_ms, burst;
     int fed;                /* RJOB_EXACT, RJOB_REFUND: a scope = global rule's bucket */
+    uint64_t reserve;       /* fed: the region's reserve (bucket.h) */
     uint64_t offset_ms;     /* RJOB_EXACT, RJOB_REFUND: a fixed window's window_offset */
     uint64_t cost;          /* RJOB_EXACT: tokens the request takes;
                                RJOB_REFUND: tokens given back */

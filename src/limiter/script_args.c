@@ -46,18 +46,39 @@ static void arg_num(struct script_args *a, int i, uint64_t v)
     a->argv[i] = a->nums[i];
 }
 
-void script_fed_arg(struct script_args *a, enum store_script s)
+void script_fed_arg(struct script_args *a, enum store_script s, uint64_t reserve)
 {
     int i = s == SCRIPT_TB_CLAIM    ? CLAIM_ARG_LIMIT
             : s == SCRIPT_TB_RETURN ? RETURN_ARG_LIMIT
             : s == SCRIPT_TB_EXACT  ? EXACT_ARG_LIMIT
             : s == SCRIPT_TB_REFUND ? REFUND_ARG_LIMIT
+            : s == SCRIPT_TB_RESET  ? RESET_ARG_LIMIT
                                     : -1;
     if (i < 0 || i >= a->argc || a->argv[i] != a->nums[i] || a->argvlen[i] + 1 >= sizeof(a->nums[i]))
         return;
     memmove(a->nums[i] + 1, a->nums[i], a->argvlen[i] + 1);
     a->nums[i][0] = '-';
     a->argvlen[i]++;
+    if (!reserve)
+        return;
+    /* the reserve goes after the optional arguments before it, sent as
+     * "none": empty for a claim's rate lease and block, a cost of 1 and no
+     * block for an exact call */
+    int at = s == SCRIPT_TB_CLAIM    ? CLAIM_ARG_RESERVE
+             : s == SCRIPT_TB_RETURN ? RETURN_ARG_RESERVE
+             : s == SCRIPT_TB_EXACT  ? EXACT_ARG_RESERVE
+             : s == SCRIPT_TB_REFUND ? REFUND_ARG_RESERVE
+                                     : RESET_ARG_RESERVE;
+    if (a->argc > at || at >= SCRIPT_MAX_ARGC)
+        return;
+    for (int j = a->argc; j < at; j++) {
+        if (s == SCRIPT_TB_EXACT)
+            arg_str(a, j, j == EXACT_ARG_N ? "1" : "0");
+        else
+            arg_str(a, j, "");
+    }
+    arg_num(a, at, reserve);
+    a->argc = at + 1;
 }
 
 enum store_script script_lease_args(const struct lease_job *lj, const char *agent, uint64_t ttl_ms,

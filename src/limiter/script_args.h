@@ -65,10 +65,12 @@ enum store_script script_refund_args(enum bucket_algorithm algorithm, uint64_t l
                                      uint64_t taken_ms, struct script_args *a);
 
 /* A scope = global rule's call (bucket.h, fed): the limit argument of the
- * token bucket's script s (tb_claim, tb_return, tb_exact, tb_refund) made
- * negative, which tells the script its bucket is fed by the region's
- * claimer (lua/README.md). Other scripts: unchanged. */
-void script_fed_arg(struct script_args *a, enum store_script s);
+ * token bucket's script s (tb_claim, tb_return, tb_exact, tb_refund,
+ * tb_reset) made negative, which tells the script its bucket is fed by the
+ * region's claimer (lua/README.md), and the region's reserve (what a
+ * missing key holds; 0: none, not sent) appended. Other scripts:
+ * unchanged. */
+void script_fed_arg(struct script_args *a, enum store_script s, uint64_t reserve);
 
 /* cc_acquire's ARGV: take slot id under limit, freed after hold_ms. */
 enum store_script script_cc_acquire_args(uint64_t limit, uint64_t hold_ms, uint64_t id,

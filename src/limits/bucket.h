@@ -62,9 +62,21 @@ struct bucket_params {
     uint64_t period_ms, block_ms, offset_ms;
     /* A scope = global rule's bucket in Redis (doc/design.md, "Regions"):
      * fed by the region's claimer, never refilled by itself; its scripts get
-     * the limit negated (script_fed_arg). Nothing changes locally. */
+     * the limit negated (script_fed_arg). Nothing changes locally.
+     * reserve: the region's reserve of each key, tokens ([global] reserve
+     * of the burst), what a missing fed key holds; sent with the calls. */
     int fed;
+    uint64_t reserve;
 };
+
+/* A region's reserve of a key of burst b under [global] reserve = share:
+ * share x b rounded down (a hair under an integer counts as it). The agents
+ * send it with their calls, the claimer runs the global bucket at b less
+ * the regions' reserves: both compute it here. */
+static inline uint64_t bucket_fed_reserve(double share, uint64_t burst)
+{
+    return share > 0 ? (uint64_t)(share * (double)burst + 1e-9) : 0;
+}
 
 /* Outcome of one decision. Times are in microseconds. */
 struct bucket_result {

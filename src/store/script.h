@@ -77,6 +77,10 @@ enum script_claim_arg {
     CLAIM_ARG_WINDOW_MODE = CLAIM_ARGC_BLOCK, /* "1": fixed window; absent: sliding */
     CLAIM_ARG_WINDOW_OFFSET_MS,               /* the windows' shift (window_offset) */
     CLAIM_ARGC_FIXED,
+    /* tb_claim on a fed bucket only, after the block (the rate lease's two
+     * and the block then sent, empty for none): the region's reserve, what
+     * a missing key holds (lua/README.md "The reserve"); absent: 0 */
+    CLAIM_ARG_RESERVE = CLAIM_ARGC_BLOCK,
 };
 
 /* ARGV of *_return: settle and close the caller's lease. The first four are
@@ -91,6 +95,7 @@ enum script_return_arg {
     RETURN_ARG_WINDOW_MODE = RETURN_ARGC, /* sw_return: as CLAIM_ARG_WINDOW_MODE */
     RETURN_ARG_WINDOW_OFFSET_MS,
     RETURN_ARGC_FIXED,
+    RETURN_ARG_RESERVE = RETURN_ARGC, /* tb_return, fed: as CLAIM_ARG_RESERVE */
 };
 
 /* ARGV of *_exact: one decision, no lease. */
@@ -111,6 +116,9 @@ enum script_exact_arg {
     EXACT_ARG_WINDOW_MODE = EXACT_ARGC_BLOCK,
     EXACT_ARG_WINDOW_OFFSET_MS,
     EXACT_ARGC_FIXED,
+    /* tb_exact, fed: as CLAIM_ARG_RESERVE, after the cost and the block
+     * (then sent: 1 and 0 for none) */
+    EXACT_ARG_RESERVE = EXACT_ARGC_BLOCK,
 };
 
 /* Reply of *_claim, and of *_return, which answers granted = lease_ms =
@@ -141,6 +149,7 @@ enum script_reset_arg {
     RESET_ARG_WINDOW_MODE = RESET_ARGC, /* sw_reset: as CLAIM_ARG_WINDOW_MODE */
     RESET_ARG_WINDOW_OFFSET_MS,
     RESET_ARGC_FIXED,
+    RESET_ARG_RESERVE = RESET_ARGC, /* tb_reset, fed: as CLAIM_ARG_RESERVE */
 };
 
 /* Reply of *_reset. Leases still running are kept (their agents may spend
@@ -174,6 +183,7 @@ enum script_refund_arg {
     REFUND_ARG_WINDOW_MODE = REFUND_ARGC, /* sw_refund: as CLAIM_ARG_WINDOW_MODE */
     REFUND_ARG_WINDOW_OFFSET_MS,
     REFUND_ARGC_FIXED,
+    REFUND_ARG_RESERVE = REFUND_ARGC, /* tb_refund, fed: as CLAIM_ARG_RESERVE */
 };
 
 /* Reply of *_refund. */
@@ -230,6 +240,10 @@ enum script_pool_arg {
     POOL_ARGC,
     POOL_ARG_DEADLINE = POOL_ARGC, /* optional: > 0 set dl that many ms from now, < 0 clear it */
     POOL_ARGC_DEADLINE,
+    /* optional, after the deadline (then sent, 0 to leave it): the region's
+     * reserve, as CLAIM_ARG_RESERVE */
+    POOL_ARG_RESERVE = POOL_ARGC_DEADLINE,
+    POOL_ARGC_RESERVE,
 };
 enum script_pool_reply {
     POOL_R_MOVED = 0, /* tokens moved: > 0 deposited, < 0 withdrawn */

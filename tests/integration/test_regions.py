@@ -19,6 +19,10 @@ two agents each on their own Redis, one `scope = global` rule `20/1s burst
 - A region's claimer killed: the other agent of the region takes the lease
   lock and the region keeps being fed; the bound holds.
 
+- [global] reserve: a key new to both regions is admitted at once on all
+  four agents (each region keeps its reserve of every key), and the bound
+  holds with it.
+
 - A deposit's reply lost (the regional connection cut after Redis ran it,
   taps.CutTap): the claimer cannot know whether the tokens went in and
   must never put them in twice; what Redis decided of a key that does not
@@ -159,6 +163,38 @@ def is_deposit(cmd):
     """A tb_pool call that puts tokens in: FCALL <lib>_tb_pool 1 KEY AMOUNT ..."""
     return (len(cmd) >= 5 and cmd[0].upper() == b"FCALL" and cmd[1].endswith(b"_tb_pool")
             and cmd[4].lstrip(b"-").isdigit() and int(cmd[4]) > 0)
+
+
+class Reserve(unittest.TestCase):
+    """[global] reserve = 0.2: each region keeps 2 of every key's 10 tokens
+    (doc/design.md "The reserve"). A key new to both regions is admitted at
+    once on all four agents: without the reserve, nothing is in a region
+    before its claimer's first deposit, which needs the agent's note, a round
+    and the global round trip (80 ms here) after that first request, so each
+    region's first request was denied. Then the key flooded: the four
+    agents still admit at most b + r*T over every interval (the global
+    bucket runs at b less the regions' reserves)."""
+
+    def test_new_key_decided_at_once_and_bound(self):
+        fl = regions.RegionFleet(reserve="0.2")
+        self.addCleanup(fl.stop)
+        fl.start()
+        for i in range(2):
+            wait_for(lambda: any(a.metric("spoa_ratelimit_global_claimer") == 1
+                                 for a in fl.agents_of(i)), timeout=30)
+        key = fleet.unique("new")
+        firsts = []
+        for a in fl.agents:
+            c = fleet.Seq(a.addr)
+            firsts.append(c.decide(key=key, path="/api/x"))
+            c.close()
+        self.assertEqual([v.get("blocked") for v in firsts], [False] * 4, firsts)
+        self.assertEqual([v.get("degraded") is True for v in firsts], [False] * 4, firsts)
+        hot, warm = regions.hammer(fl, 6)
+        ex = up_excess(hot)
+        self.assertLessEqual(ex, 0, "four agents over b + r*T by %.2f" % ex)
+        self.assertLessEqual(up_excess(warm), 0)
+        self.assertGreater(sum(1 for x in hot if x.allowed), 2 * B)
 
 
 class DepositReplyLost(unittest.TestCase):

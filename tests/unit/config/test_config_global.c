@@ -43,11 +43,12 @@ START_TEST(test_global_every_key)
              REDIS "[global]\nsentinel = g1:26379, g2:26379\nmaster = gmaster\n"
                    "timeout = 300ms\nkeepalive = 0\nprefix = {g}:\nusername = claimer\n"
                    "password_file = %s\nsentinel_username = sen\nsentinel_password = senpw\n"
-                   "interval = 100ms\nmax_fraction = 0.5\nregion = eu-west\n",
+                   "interval = 100ms\nmax_fraction = 0.5\nreserve = 0.2\nregion = eu-west\n",
              pwfile);
     cfg = check_config_ok(text);
     ck_assert_int_eq(config_global(cfg), 1);
     ck_assert_str_eq(cfg->global_sentinel, "g1:26379,g2:26379");
+    ck_assert_double_eq(cfg->global_reserve, 0.2);
     ck_assert_uint_eq(cfg->global_sentinel_hosts.n, 2);
     ck_assert_str_eq(cfg->global_sentinel_hosts.list[1].host, "g2");
     ck_assert_int_eq(cfg->global_sentinel_hosts.list[1].port, 26379);
@@ -217,6 +218,11 @@ static const struct {
      "t.ini:5: bad value '0' for 'max_fraction' (expected a number in (0, 1])\n"},
     {REDIS "[global]\nurl = redis://g:6379\nmax_fraction = 1.5\n",
      "t.ini:5: bad value '1.5' for 'max_fraction' (expected a number in (0, 1])\n"},
+    {REDIS "[global]\nurl = redis://g:6379\nreserve = 0.6\n",
+     "t.ini:5: [global] reserve = 0.6: at most 0.5 (each region keeps this share of a key's "
+     "burst; the regions' together must stay under 1)\n"},
+    {REDIS "[global]\nurl = redis://g:6379\nreserve = -1\n",
+     "t.ini:5: bad value '-1' for 'reserve' (expected a number in [0, 1])\n"},
     {REDIS "[global]\nurl = redis://g:6379\nregion = eu west\n",
      "t.ini:5: bad region 'eu west' (1 to 128 printable characters, without blanks, quotes, "
      "'\\', ',', ';', '#' or '=')\n"},
@@ -338,7 +344,7 @@ START_TEST(test_render)
     ck_assert_ptr_null(strstr(text, "s3cret"));
     ck_assert_ptr_nonnull(strstr(text, "\n[global]\nurl = redis://claimer:***@g.example:6379/1\n"
                                        "timeout = 1s\nkeepalive = 1s\nprefix = rl:\n"
-                                       "interval = 1500ms\nmax_fraction = 0.25\n"
+                                       "interval = 1500ms\nmax_fraction = 0.25\nreserve = 0\n"
                                        "region = 10.0.0.1:6379/2 ; derived from [redis]\n\n"));
     ck_assert_ptr_nonnull(strstr(text, "[rule:g]\n"));
     ck_assert_ptr_nonnull(strstr(strstr(text, "[rule:g]\n"), "\nscope = global\n"));

@@ -106,6 +106,54 @@ START_TEST(used_is_held_less_still_held)
 }
 END_TEST
 
+/* A reserve of 2 (doc/design.md "The reserve"): a fresh key reads as
+ * holding it and asks nothing; spent below it, the claimer claims the debt
+ * back at once, with no demand of its own; once deposited, what fills it is
+ * reported spent (the global bucket counts only what the region holds above
+ * it), and a surplus given back never dips into it. */
+START_TEST(reserve_is_the_regions_own)
+{
+    struct gplan_cfg c = cfg();
+    struct gkey k = {0};
+    uint64_t dl;
+    c.reserve = 2;
+    struct gstep s = round1(&c, &k, 2, 0, 0, 0, T0); /* a missing key: its reserve */
+    ck_assert_int_eq(s.op, 0);
+    for (int i = 1; i < 40; i++) /* nothing to do: forgotten, its reserve kept */
+        round1(&c, &k, 2, 0, 0, 0, T0 + (uint64_t)i * S);
+    ck_assert_int_eq(gplan_idle(&k), 1);
+
+    k = (struct gkey){0};
+    s = round1(&c, &k, 0, 0, 0, 0, T0); /* its reserve spent, no unmet demand */
+    ck_assert_int_eq(s.op, 1);
+    ck_assert_uint_ge(s.want, 2); /* the debt, at least */
+    ck_assert_uint_eq(s.used, 0);
+    gplan_reply(&c, &k, T0, T0 + 40 * MS, 2, 2, c.gttl_us / MS, 0, &dl);
+    gplan_deposited(&k, 2);
+    s = round1(&c, &k, 2, 0, 0, 0, T0 + S); /* full again: the 2 granted filled it */
+    ck_assert_uint_eq(s.used, 2);
+    gplan_reply(&c, &k, T0 + S, T0 + S + 40 * MS, 0, 0, c.gttl_us / MS, 0, &dl);
+
+    /* a surplus above it goes back, down to the reserve, not into it */
+    k = (struct gkey){0};
+    gplan_reply(&c, &k, T0, T0 + 40 * MS, 9, 9, c.gttl_us / MS, 0, &dl);
+    gplan_deposited(&k, 9);
+    uint64_t t = 11, now = T0;
+    for (int i = 1; i < 60; i++) {
+        now = T0 + (uint64_t)i * S;
+        struct gread r = {t, 0, 0, 0};
+        gplan_round(&c, &k, &r, 0, now, &s);
+        t -= s.withdraw < t ? s.withdraw : t;
+        gplan_withdrawn(&c, &k, &s, s.withdraw, now);
+        if (s.op)
+            gplan_reply(&c, &k, now, now + 40 * MS, 0, k.gheld - s.used - s.ret,
+                        c.gttl_us / MS, 0, &dl);
+    }
+    ck_assert_uint_eq(t, 2);
+    ck_assert_uint_eq(k.gheld, 0);
+}
+END_TEST
+
 /* Demand gone: the surplus goes back (withdrawn first), then the key
  * holds nothing and is forgotten. */
 START_TEST(surplus_returned_then_forgotten)
@@ -396,6 +444,7 @@ int main(void)
               surplus_returned_then_forgotten, empty_global_waits_retry, expire_before_deadline,
               backstop_share_while_down, backstop_tokens_never_given_back, failed_giveback_is_lost,
               next_round_when_a_claim_cannot_feed, short_grant_from_the_reply, demand_per_interval,
-              active_key_keeps_standing_share, backstop_rounds_at_its_refill);
+              active_key_keeps_standing_share, backstop_rounds_at_its_refill,
+              reserve_is_the_regions_own);
     return check_run_case("gplan", tc);
 }

@@ -523,6 +523,48 @@ START_TEST(all_or_nothing_redis)
 }
 END_TEST
 
+/* A scope = global rule's calls (script_fed_arg): the limit negated, and the
+ * region's reserve after the optional arguments, those before it sent as
+ * "none" (lua/README.md "The reserve"); without a reserve, nothing added. */
+static int arg_is(const struct script_args *a, int i, const char *v)
+{
+    return i < a->argc && a->argvlen[i] == strlen(v) && memcmp(a->argv[i], v, a->argvlen[i]) == 0;
+}
+
+START_TEST(fed_args_carry_the_reserve)
+{
+    struct script_args a;
+    struct lease_job lj = {.kind = LEASE_JOB_CLAIM, .algorithm = BUCKET_TOKEN_BUCKET, .limit = 20,
+                           .period_ms = 1000, .burst = 10, .fed = 1, .want = 2};
+    enum store_script s = script_lease_args(&lj, "A", 1000, &a);
+    script_fed_arg(&a, s, 0);
+    ck_assert_int_eq(a.argc, CLAIM_ARGC);
+    ck_assert(arg_is(&a, CLAIM_ARG_LIMIT, "-20"));
+    s = script_lease_args(&lj, "A", 1000, &a);
+    script_fed_arg(&a, s, 3);
+    ck_assert_int_eq(a.argc, CLAIM_ARG_RESERVE + 1);
+    ck_assert(arg_is(&a, CLAIM_ARG_LIMIT, "-20") && arg_is(&a, CLAIM_ARG_RATE_PPM, "") &&
+              arg_is(&a, CLAIM_ARG_DEMAND_PPM, "") && arg_is(&a, CLAIM_ARG_BLOCK_MS, "") &&
+              arg_is(&a, CLAIM_ARG_RESERVE, "3"));
+    lj.block_ms = 5000; /* a block sent stays */
+    s = script_lease_args(&lj, "A", 1000, &a);
+    script_block_arg(&a, s, lj.block_ms);
+    script_fed_arg(&a, s, 3);
+    ck_assert(arg_is(&a, CLAIM_ARG_BLOCK_MS, "5000") && arg_is(&a, CLAIM_ARG_RESERVE, "3"));
+    lj.kind = LEASE_JOB_RETURN;
+    s = script_lease_args(&lj, "A", 1000, &a);
+    script_fed_arg(&a, s, 3);
+    ck_assert_int_eq(s, SCRIPT_TB_RETURN);
+    ck_assert_int_eq(a.argc, RETURN_ARG_RESERVE + 1);
+    ck_assert(arg_is(&a, RETURN_ARG_LIMIT, "-20") && arg_is(&a, RETURN_ARG_RESERVE, "3"));
+    s = script_exact_args(BUCKET_TOKEN_BUCKET, 20, 1000, 10, 1, &a); /* a cost of 1 sends no n */
+    script_fed_arg(&a, s, 3);
+    ck_assert_int_eq(a.argc, EXACT_ARG_RESERVE + 1);
+    ck_assert(arg_is(&a, EXACT_ARG_LIMIT, "-20") && arg_is(&a, EXACT_ARG_N, "1") &&
+              arg_is(&a, EXACT_ARG_BLOCK_MS, "0") && arg_is(&a, EXACT_ARG_RESERVE, "3"));
+}
+END_TEST
+
 int main(void)
 {
     TCase *tc = tcase_create("core");
@@ -530,6 +572,6 @@ int main(void)
     CHECK_ADD(tc, standalone_cost, standalone_fixed_window_wall, cold_first_set,
               redis_key_heads_same_bytes, hot_lease_then_negative_cache, cost_gets_a_lease,
               exact_block_for, fallback_down_failed_timeout, concurrency_slots,
-              all_or_nothing_local, all_or_nothing_redis);
+              all_or_nothing_local, all_or_nothing_redis, fed_args_carry_the_reserve);
     return check_run_case("limiter_core", tc);
 }

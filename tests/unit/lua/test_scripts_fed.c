@@ -302,6 +302,68 @@ START_TEST(key_kept_alive)
 }
 END_TEST
 
+/* Call script s with the string ARGV args (n of them); integers into out. */
+static void call_strs(enum script s, const char *key, int n, const char *const *args,
+                      long long *out, size_t nout)
+{
+    redisReply *r = evalsha(s, key, n, args);
+    ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "%s: %s", script_name[s],
+                  r->type == REDIS_REPLY_ERROR ? r->str : "not an array");
+    ck_assert_uint_eq(r->elements, nout);
+    for (size_t i = 0; i < nout; i++)
+        out[i] = r->element[i]->integer;
+    freeReplyObject(r);
+}
+
+/* The region's reserve (lib/fed.lua, ARGV after the optional ones, sent as
+ * "none" before it, as script_fed_arg does): a missing fed key holds it, so
+ * a key new to the region is decided at once; a key below it is kept (made
+ * again it would hold the reserve: a debt forgiven); tb_pool reads it and
+ * deposits above it. Without it, a missing key is empty (above). */
+START_TEST(reserve_is_what_a_missing_key_holds)
+{
+    char key[128], k2[128], k3[128];
+    long long o[R_N], x[X_N], p[POOL_R_COUNT];
+    /* tb_claim: agent, -N, period, b, want, used, returned, ttl, rate, demand, block, reserve */
+    const char *c3[] = {"A", "-1000", "1000", "10", "3", "0", "0", "60000", "", "", "", "3"};
+    const char *ret3[] = {"A", "-1000", "1000", "10", "3", "3"}; /* used 3, reserve 3 */
+    /* tb_exact: -N, period, b, n, block, reserve */
+    const char *x1[] = {"-1000", "1000", "10", "1", "0", "2"};
+    const char *p0[] = {"0", "10", "0", "3"}, *p2[] = {"2", "10", "0", "3"};
+
+    _Static_assert(CLAIM_ARG_RESERVE == 11 && RETURN_ARG_RESERVE == 5 &&
+                       EXACT_ARG_RESERVE == 5 && POOL_ARG_RESERVE == 3,
+                   "the positions this test sends");
+    mkkey(key, sizeof(key), "fed_reserve");
+    call_strs(TB_CLAIM, key, 12, c3, o, R_N);
+    ck_assert_int_eq(o[R_GRANTED], 3); /* all of its reserve, at once */
+    ck_assert_int_eq(o[R_REMAINING], 0);
+    call_strs(TB_CLAIM, key, 12, c3, o, R_N); /* no more: the rest is the claimer's to feed */
+    ck_assert_int_eq(o[R_GRANTED], 0);
+    call_strs(TB_RETURN, key, 6, ret3, o, R_N); /* all spent: below its reserve, kept */
+    ck_assert_int_eq(o[R_HELD], 0);
+    ck_assert_int_ge(cmd_int("PTTL %s", key), 55000);
+    call_strs(TB_POOL, key, 4, p0, p, POOL_R_COUNT); /* the claimer sees it owes 3 */
+    ck_assert_int_eq(p[POOL_R_REMAINING], 0);
+    ck_assert_int_eq(p[POOL_R_UNMET], 3); /* the second claim's */
+    ck_assert_int_ge(cmd_int("PTTL %s", key), 55000);
+
+    mkkey(k2, sizeof(k2), "fed_reserve_exact");
+    call_strs(TB_EXACT, k2, 6, x1, x, X_N);
+    ck_assert_int_eq(x[X_ALLOWED], 1);
+    ck_assert_int_eq(x[X_REMAINING], 1);
+    ck_assert_int_ge(cmd_int("PTTL %s", k2), 55000); /* 1 < 2: kept */
+
+    mkkey(k3, sizeof(k3), "fed_reserve_pool");
+    call_strs(TB_POOL, k3, 4, p0, p, POOL_R_COUNT); /* a read of a missing key: its reserve */
+    ck_assert_int_eq(p[POOL_R_REMAINING], 3);
+    ck_assert_int_eq(cmd_int("EXISTS %s", k3), 0); /* (a read writes nothing) */
+    call_strs(TB_POOL, k3, 4, p2, p, POOL_R_COUNT); /* a deposit lands above it */
+    ck_assert_int_eq(p[POOL_R_MOVED], 2);
+    ck_assert_int_eq(p[POOL_R_REMAINING], 5);
+}
+END_TEST
+
 /* Random deposits, withdrawals, claims, reports, returns, exact decisions
  * and refunds on one fed key (no lease expires): after every call t + H <= b,
  * t + H is exactly what was deposited less what was withdrawn and spent,
@@ -457,7 +519,8 @@ static Suite *scripts_fed_suite(void)
     Suite *s = suite_create("scripts_fed");
     TCase *tc = scripts_tcase("fed");
     CHECK_ADD(tc, missing_key_is_empty, deposits_then_claims, no_refill, deadline_refuses_and_drops,
-              key_kept_alive, random_accounting, lock_acquire_renew_contend_release, bad_limits);
+              key_kept_alive, reserve_is_what_a_missing_key_holds, random_accounting,
+              lock_acquire_renew_contend_release, bad_limits);
     suite_add_tcase(s, tc);
     return s;
 }
