@@ -469,8 +469,8 @@ static void check_global(struct parse_state *st)
 
     if (cfg->global_reserve > 0.5)
         config_errors_add(&st->errors, config_seen_line(st, SEC_GLOBAL, "reserve"),
-                          "[global] reserve = %g: at most 0.5 (each region keeps this share of "
-                          "a key's burst; the regions' together must stay under 1)",
+                          "[global] reserve = %g: at most 0.5 (the share of a key's burst "
+                          "set aside for the regions' reserves; the rest is the global bucket)",
                           cfg->global_reserve);
     line = config_seen_line(st, SEC_GLOBAL, "region");
     if (cfg->global_region && !region_name_ok(cfg->global_region))

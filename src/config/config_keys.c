@@ -140,8 +140,8 @@ static const struct key_def key_defs[] = {
      * nothing a far Redis can answer in time */
     {SEC_GLOBAL, "interval", T_DUR, CF(global_interval_ms), 100, 0, 0, NULL, 0},
     {SEC_GLOBAL, "max_fraction", T_SHARE, CF(global_max_fraction), 0, 0, 0, NULL, 0},
-    /* a region's reserve of each key (doc/design.md "The reserve"); at most
-     * 1/2 (config.c): the global bucket runs at b - regions x reserve */
+    /* the share of each key's burst set aside for the regions' reserves
+     * (doc/design.md "The reserve"); at most 1/2 (config.c) */
     {SEC_GLOBAL, "reserve", T_SHARE, CF(global_reserve), 0, 0, F_ZERO, NULL, 0},
     /* checked at the end of the file (config.c: its characters, its default) */
     {SEC_GLOBAL, "region", T_STR, CF(global_region), 0, CFG_MAX_REGION, F_NONEMPTY, NULL, 0},

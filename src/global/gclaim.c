@@ -41,8 +41,6 @@ struct gentry {
     struct gkey k;
     struct gstep step;
     uint64_t limit, period_ms, burst;
-    uint64_t reserve;    /* the region's reserve of it ([global] reserve of the burst) */
-    int reserve_warned;  /* the regions' reserves left no global bucket: said once */
     unsigned seen_round; /* the round that last read it from the set */
     unsigned calls;      /* calls on it not answered: kept until none */
     unsigned pcalls;     /* of which regional (tb_pool): a round skips it until none */
@@ -128,7 +126,7 @@ static struct gplan_cfg plan_cfg(const struct gclaim *g, const struct gentry *e)
         .rtt_us = rtt,
         .max_fraction = g->max_fraction,
         .regions = g->st.regions ? g->st.regions : 1,
-        .reserve = e->reserve,
+        .reserve = gclaim_reserve(g, e->burst),
     };
 }
 
@@ -455,12 +453,13 @@ static void pool_call(struct gclaim *g, struct gentry *e, int64_t amt, int64_t d
     argvlen[0] = (size_t)snprintf(a, sizeof(a), "%" PRId64, amt);
     argvlen[1] = (size_t)snprintf(b, sizeof(b), "%" PRIu64, e->burst);
     argvlen[2] = (size_t)snprintf(d, sizeof(d), "%" PRId64, dl_ms);
-    argvlen[3] = (size_t)snprintf(r, sizeof(r), "%" PRIu64, e->reserve);
+    uint64_t reserve = gclaim_reserve(g, e->burst);
+    argvlen[3] = (size_t)snprintf(r, sizeof(r), "%" PRIu64, reserve);
     g->inflight++;
     e->calls++;
     e->pcalls++;
     e->pamt = amt;
-    int argc = e->reserve ? POOL_ARGC_RESERVE : dl_ms ? POOL_ARGC_DEADLINE : POOL_ARGC;
+    int argc = reserve ? POOL_ARGC_RESERVE : dl_ms ? POOL_ARGC_DEADLINE : POOL_ARGC;
     store_eval(g->reg, SCRIPT_TB_POOL, key, g->prefix_len + e->keylen, argc, argv, argvlen, cb,
                arg);
 }
@@ -571,7 +570,6 @@ static void on_active(void *arg, const struct store_result *res)
             if (!e)
                 break;
             e->limit = v[0], e->period_ms = v[1], e->burst = v[2];
-            e->reserve = bucket_fed_reserve(g->reserve, e->burst);
             e->seen_round = g->round;
         }
     /* every key followed: read its bucket (those no longer in the set too:
@@ -696,25 +694,6 @@ static void on_global(void *arg, const struct store_result *res)
         round_end(g);
 }
 
-/* The global bucket's capacity: the rule's burst less every region's
- * reserve (each region holds its reserve of every key without asking:
- * doc/design.md "The reserve"). The regions' reserves should leave at least
- * a token; if they do not ([global] reserve x regions >= 1), the global
- * bucket keeps one and the regions may together admit the excess: said
- * once per key. */
-static uint64_t global_burst(struct gclaim *g, struct gentry *e)
-{
-    struct gplan_cfg c = plan_cfg(g, e);
-    uint64_t kept = (uint64_t)c.regions * e->reserve;
-    if (kept >= e->burst && !e->reserve_warned) {
-        e->reserve_warned = 1;
-        LOG_ERROR("\"global reserve leaves no global bucket\" regions=%u burst=%" PRIu64
-                  " reserved=%" PRIu64 " over=%" PRIu64 " hint=\"lower [global] reserve\"",
-                  c.regions, e->burst, kept, kept - e->burst + 1);
-    }
-    return gplan_global_burst(&c);
-}
-
 static void send_global(struct gclaim *g)
 {
     char key[GC_MEMBER_MAX + 128], nums[7][24];
@@ -752,8 +731,8 @@ static void send_global(struct gclaim *g)
             if (!e->k.op || e->gen != g->gen || g->gprefix_len + e->keylen >= sizeof(key))
                 continue;
             struct gplan_cfg c = plan_cfg(g, e);
-            uint64_t a[7] = {e->limit, e->period_ms, global_burst(g, e), e->k.want, e->k.used,
-                             e->k.ret, c.gttl_us / 1000};
+            uint64_t a[7] = {e->limit, e->period_ms, gplan_global_burst(&c), e->k.want,
+                             e->k.used, e->k.ret, c.gttl_us / 1000};
             memcpy(key, g->gprefix, g->gprefix_len);
             memcpy(key + g->gprefix_len, e->key, e->keylen);
             argv[CLAIM_ARG_AGENT] = g->region;
@@ -864,8 +843,9 @@ static void tick_cb(struct ev_loop *loop, ev_timer *w, int revents)
     send_lock(g, 0); /* (a round still out when it answers: the next waits) */
     /* the regions seen: the claimer each tick; the others now and then, so
      * that one taking over knows the 1/regions of its shares at once (it
-     * may have to start on the backstop) */
-    if (g->st.claimer || g->ticks++ % GC_REGIONS_EVERY == 0) {
+     * may have to start on the backstop), or each tick with a reserve,
+     * which every agent's calls carry split over the regions */
+    if (g->st.claimer || g->reserve > 0 || g->ticks++ % GC_REGIONS_EVERY == 0) {
         char key[256], ms[24];
         int kl = snprintf(key, sizeof(key), "%sg:regions", g->gprefix);
         snprintf(ms, sizeof(ms), "%d", GC_REGIONS_MS);
@@ -970,9 +950,13 @@ int gclaim_reconfigure(struct gclaim *g, const struct config *cfg)
     g->reserve = cfg->global_reserve;
     for (size_t i = 0; i < g->tab_cap; i++)
         for (struct gentry *e = g->tab[i]; e; e = e->next)
-            e->reserve = bucket_fed_reserve(g->reserve, e->burst);
     store_options_from_global(cfg, &so);
     return store_reconfigure(g->glob, &so);
+}
+
+uint64_t gclaim_reserve(const struct gclaim *g, uint64_t burst)
+{
+    return g ? bucket_fed_reserve(g->reserve, g->st.regions, burst) : 0;
 }
 
 void gclaim_stop(struct gclaim *g)

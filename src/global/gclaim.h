@@ -64,6 +64,12 @@ struct gclaim *gclaim_new(struct ev_loop *loop, const struct config *cfg, struct
  * restart-only). */
 int gclaim_reconfigure(struct gclaim *g, const struct config *cfg);
 
+/* The region's reserve of a key of a scope = global rule of burst burst:
+ * [global] reserve x burst / regions (bucket_fed_reserve), what a missing
+ * regional key holds; 0 while the regions are not known yet, or g NULL.
+ * Loop thread. */
+uint64_t gclaim_reserve(const struct gclaim *g, uint64_t burst);
+
 /* The key (after [redis] prefix: "t2:RULE:CLIENT") of a scope = global
  * rule, with its rule's limit, period and burst, was sent a call: it is
  * active in this region. Loop thread; cheap (a set insert). */

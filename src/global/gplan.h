@@ -31,12 +31,12 @@ struct gplan_cfg {
     uint64_t rtt_us;                  /* the global Redis' round trip, as seen */
     double max_fraction;              /* [global] max_fraction of the burst per claim */
     unsigned regions;                 /* regions seen (>= 1): the standing and backstop shares */
-    uint64_t reserve;                 /* the region's reserve of the key ([global] reserve) */
+    uint64_t reserve; /* the region's reserve of the key (bucket_fed_reserve), each region's */
 };
 
-/* The global bucket's capacity: the rule's burst less every region's
- * reserve (each holds its reserve of every key without asking: doc/design.md
- * "The reserve"); at least 1 (gclaim says so when the reserves leave none). */
+/* The global bucket's capacity: the rule's burst less the regions'
+ * reserves (each region holds its reserve of every key without asking:
+ * doc/design.md "The reserve"); at least 1. */
 uint64_t gplan_global_burst(const struct gplan_cfg *c);
 
 /* The global lease's ttl: a few rounds, a regional lease and the global

@@ -76,7 +76,6 @@ struct lease_job {
     uint64_t limit, period_ms, burst;
     uint64_t block_ms;  /* the rule's block_for (0: none): claims and exact calls send it */
     int fed;            /* a scope = global rule's bucket: the limit goes negated */
-    uint64_t reserve;   /* fed: the region's reserve (bucket.h) */
     uint64_t offset_ms; /* a fixed window's window_offset */
     uint64_t want, used, returned;
     int rated; /* a rate lease's claim (CLAIM_ARG_RATE_PPM, ..._DEMAND_PPM) */

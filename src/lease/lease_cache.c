@@ -114,7 +114,6 @@ static struct lease_job *new_job(const struct lease_table *t, struct lease_entry
     j->algorithm = e->algorithm;
     j->limit = e->limit;
     j->fed = e->fed;
-    j->reserve = e->reserve;
     j->period_ms = e->period_ms;
     j->burst = e->burst;
     j->block_ms = e->block_ms;
@@ -195,7 +194,6 @@ static void set_params(struct lease_entry *e, const struct bucket_params *p)
     e->algorithm = p->algorithm;
     e->limit = p->limit;
     e->fed = p->fed;
-    e->reserve = p->reserve;
     e->period_us = p->period_us;
     e->burst = p->burst;
     e->block_us = p->block_us;

@@ -40,7 +40,6 @@ struct lease_entry {
     uint64_t offset_us; /* a fixed window's window_offset */
     uint64_t period_ms, block_ms, offset_ms; /* the same in ms (bucket.h) */
     int fed;                                 /* a scope = global rule's (bucket.h) */
-    uint64_t reserve;                        /* fed: the region's reserve (bucket.h) */
     /* the local lease */
     uint64_t tokens;      /* L: may still be spent */
     uint64_t used;        /* spent since the last report sent */

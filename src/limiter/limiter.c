@@ -77,14 +77,15 @@ static void on_reply(void *arg, const struct store_result *res)
 static void send_eval(struct limiter *l, struct rjob *j)
 {
     struct script_args a;
-    enum store_script script = core_job_args(j, store_agent_id(l->store), l->ttl_ms, &a);
+    const struct lease_job *lj = j->kind == RJOB_LEASE ? j->lj : NULL;
+    int fed = lj ? lj->fed : j->fed;
+    uint64_t reserve = fed ? gclaim_reserve(l->global, lj ? lj->burst : j->burst) : 0;
+    enum store_script script = core_job_args(j, store_agent_id(l->store), l->ttl_ms, reserve, &a);
     size_t keylen;
     const char *key = core_job_key(j, &keylen);
 
     /* a scope = global rule's key: active in this region (gclaim.h) */
-    if (l->global && (j->kind == RJOB_LEASE ? j->lj->fed : j->fed) &&
-        keylen > l->core.prefix_len) {
-        const struct lease_job *lj = j->lj;
+    if (l->global && fed && keylen > l->core.prefix_len) {
         gclaim_note(l->global, key + l->core.prefix_len, keylen - l->core.prefix_len,
                     lj ? lj->limit : j->limit, lj ? lj->period_ms : j->period_ms,
                     lj ? lj->burst : j->burst);

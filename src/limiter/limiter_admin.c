@@ -652,8 +652,9 @@ int limiter_reset(struct limiter *l, struct ruleset *rs, const struct limiter_cl
         vals[RESET_ARG_WINDOW_OFFSET_MS] = w->params.offset_ms;
         argc = RESET_ARGC_FIXED;
     }
-    if (w->params.fed && w->params.reserve) { /* (a fed rule is a token bucket's) */
-        vals[RESET_ARG_RESERVE] = w->params.reserve;
+    uint64_t reserve = w->params.fed ? gclaim_reserve(o->l->global, w->params.burst) : 0;
+    if (reserve) { /* (a fed rule is a token bucket's) */
+        vals[RESET_ARG_RESERVE] = reserve;
         argc = RESET_ARG_RESERVE + 1;
     }
     for (int i = 0; i < argc; i++) {

@@ -111,7 +111,6 @@ struct rjob *core_key_call(int kind, const struct rule_hit *h, const char *key, 
     j->algorithm = h->params.algorithm;
     j->limit = h->params.limit;
     j->fed = h->params.fed;
-    j->reserve = h->params.reserve;
     j->period_ms = h->params.period_ms;
     j->burst = h->params.burst;
     j->offset_ms = h->params.offset_ms;
@@ -137,14 +136,14 @@ struct rjob *core_lease_rjob(struct lease_job *lj)
 }
 
 enum store_script core_job_args(const struct rjob *j, const char *agent_id, uint64_t ttl_ms,
-                                struct script_args *a)
+                                uint64_t reserve, struct script_args *a)
 {
     if (j->kind == RJOB_EXACT) {
         enum store_script s =
             script_exact_args(j->algorithm, j->limit, j->period_ms, j->burst, j->cost, a);
         script_block_arg(a, s, j->block_ms);
         if (j->fed)
-            script_fed_arg(a, s, j->reserve);
+            script_fed_arg(a, s, reserve);
         if (j->algorithm == BUCKET_FIXED_WINDOW)
             script_window_args(a, s, j->offset_ms);
         return s;
@@ -153,7 +152,7 @@ enum store_script core_job_args(const struct rjob *j, const char *agent_id, uint
         enum store_script s = script_refund_args(j->algorithm, j->limit, j->period_ms, j->burst,
                                                  j->cost, j->taken_ms, a);
         if (j->fed)
-            script_fed_arg(a, s, j->reserve);
+            script_fed_arg(a, s, reserve);
         if (j->algorithm == BUCKET_FIXED_WINDOW)
             script_window_args(a, s, j->offset_ms);
         return s;
@@ -164,7 +163,7 @@ enum store_script core_job_args(const struct rjob *j, const char *agent_id, uint
         return script_cc_release_args(j->slot_id, a);
     enum store_script s = script_lease_args(j->lj, agent_id, ttl_ms, a);
     if (j->lj->fed)
-        script_fed_arg(a, s, j->lj->reserve);
+        script_fed_arg(a, s, reserve);
     return s;
 }
 

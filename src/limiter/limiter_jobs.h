@@ -75,7 +75,6 @@ struct rjob {
     enum bucket_algorithm algorithm; /* RJOB_EXACT */
     uint64_t limit, period_ms, burst;
     int fed;                /* RJOB_EXACT, RJOB_REFUND: a scope = global rule's bucket */
-    uint64_t reserve;       /* fed: the region's reserve (bucket.h) */
     uint64_t offset_ms;     /* RJOB_EXACT, RJOB_REFUND: a fixed window's window_offset */
     uint64_t cost;          /* RJOB_EXACT: tokens the request takes;
                                RJOB_REFUND: tokens given back */
@@ -153,9 +152,11 @@ struct rjob *core_key_call(int kind, const struct rule_hit *h, const char *key, 
 /* The call a lease job is sent as: it lives in the job's room, and goes
  * with the job. */
 struct rjob *core_lease_rjob(struct lease_job *lj);
-/* j's script and its arguments (agent_id and ttl_ms: a lease job's). */
+/* j's script and its arguments (agent_id and ttl_ms: a lease job's;
+ * reserve: a scope = global rule's, the region's reserve of the key,
+ * gclaim_reserve). */
 enum store_script core_job_args(const struct rjob *j, const char *agent_id, uint64_t ttl_ms,
-                                struct script_args *a);
+                                uint64_t reserve, struct script_args *a);
 /* The key j is called on. */
 const char *core_job_key(const struct rjob *j, size_t *keylen);
 

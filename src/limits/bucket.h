@@ -62,20 +62,20 @@ struct bucket_params {
     uint64_t period_ms, block_ms, offset_ms;
     /* A scope = global rule's bucket in Redis (doc/design.md, "Regions"):
      * fed by the region's claimer, never refilled by itself; its scripts get
-     * the limit negated (script_fed_arg). Nothing changes locally.
-     * reserve: the region's reserve of each key, tokens ([global] reserve
-     * of the burst), what a missing fed key holds; sent with the calls. */
+     * the limit negated (script_fed_arg), and the region's reserve of the
+     * key (gclaim_reserve). Nothing changes locally. */
     int fed;
-    uint64_t reserve;
 };
 
-/* A region's reserve of a key of burst b under [global] reserve = share:
- * share x b rounded down (a hair under an integer counts as it). The agents
- * send it with their calls, the claimer runs the global bucket at b less
- * the regions' reserves: both compute it here. */
-static inline uint64_t bucket_fed_reserve(double share, uint64_t burst)
+/* [global] reserve = share of a scope = global rule's burst: a region's
+ * reserve of every key is an equal part of share x burst (rounded down, a
+ * hair under an integer counting as it; 0 while the regions are not
+ * known). The global bucket runs at the burst less the regions' reserves
+ * (gplan_global_burst). The agents send the reserve with their calls, the
+ * claimer runs the global bucket: both compute it here (gclaim_reserve). */
+static inline uint64_t bucket_fed_reserve(double share, unsigned regions, uint64_t burst)
 {
-    return share > 0 ? (uint64_t)(share * (double)burst + 1e-9) : 0;
+    return share > 0 && regions ? (uint64_t)(share * (double)burst + 1e-9) / regions : 0;
 }
 
 /* Outcome of one decision. Times are in microseconds. */

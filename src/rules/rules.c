@@ -349,8 +349,6 @@ int rules_request_limits(const struct ruleset *rs, unsigned i, const char *rate,
             return RULES_BAD_BURST;
         p->burst = v < r->max_burst ? v : r->max_burst;
     }
-    if (p->fed)
-        p->reserve = bucket_fed_reserve(rs->cfg->global_reserve, p->burst);
     rules_backstop_params(p, fleet_share(rs->cfg->fallback_share), b);
     return 0;
 }

@@ -57,7 +57,6 @@ struct ruleset *ruleset_new(struct config *cfg)
         p->block_ms = r->block_for_ms;
         p->offset_ms = r->window_offset_ms;
         p->fed = r->scope == SCOPE_GLOBAL;
-        p->reserve = p->fed ? bucket_fed_reserve(cfg->global_reserve, p->burst) : 0;
         rules_backstop_params(p, rs->backstop_share, &rs->backstop[i]);
         rs->bucket_seeds[i] = bucket_rule_seed(r->name, r->name_len);
         rs->metrics[i] = metrics_rule_get(r->name);

@@ -38,6 +38,7 @@ struct cli {
     char stall[96], timeout[32], share[32];
     unsigned regions;
     char global_rtt[32], global_down[96], global_restart[32], claimer_kill[96];
+    char global_reserve[32];
     char cost[48], block_for[32], lease[8], cc[16], service[32]; /* sim_cost.c, sim_cc.c */
     uint64_t seed;
     const char *trace_path, *svg;
@@ -82,7 +83,8 @@ static void usage(FILE *f)
           "                      fed from a global Redis --global-rtt away (40ms); it\n"
           "                      refuses calls from START for LEN (--global-down),\n"
           "                      restarts empty at AT (--global-restart); --claimer-kill\n"
-          "                      R:AT[:LEN]: region R's claimer dies at AT (sim_region_fail.c)\n"
+          "                      R:AT[:LEN]: region R's claimer dies at AT (sim_region_fail.c);\n"
+          "                      --global-reserve F: [global] reserve (0)\n"
           "  --cost N|MIN:MAX    each request takes N tokens (uniform in MIN..MAX); the\n"
           "                      bound is checked in tokens\n"
           "  --block-for D       the rule's block_for: a denial blocks the key for D\n"
@@ -219,6 +221,14 @@ static int build(const struct cli *c, const struct sim_trace *trace, struct sim_
                        (c->global_down[0] && parse_down(c->global_down, o) < 0))) {
         snprintf(err, errlen, "bad --global-rtt or --global-down (START:LEN, e.g. 5s:5s)");
         return -1;
+    }
+    if (c->global_reserve[0]) {
+        char *end;
+        o->global_reserve = strtod(c->global_reserve, &end);
+        if (*end || !(o->global_reserve >= 0 && o->global_reserve <= 0.5) || !o->regions) {
+            snprintf(err, errlen, "bad --global-reserve: a share in [0, 0.5], with --regions");
+            return -1;
+        }
     }
     if (o->regions && sim_region_fail_opts(c->global_restart, c->claimer_kill, o, err, errlen) < 0)
         return -1;
@@ -423,6 +433,7 @@ static int parse_cli(int argc, char **argv, struct cli *c)
         O_GLOBAL_DOWN,
         O_GLOBAL_RESTART,
         O_CLAIMER_KILL,
+        O_GLOBAL_RESERVE,
         O_COST,
         O_BLOCK_FOR,
         O_LEASE,
@@ -463,6 +474,7 @@ static int parse_cli(int argc, char **argv, struct cli *c)
                                          {"global-down", 1, 0, O_GLOBAL_DOWN},
                                          {"global-restart", 1, 0, O_GLOBAL_RESTART},
                                          {"claimer-kill", 1, 0, O_CLAIMER_KILL},
+                                         {"global-reserve", 1, 0, O_GLOBAL_RESERVE},
                                          {"cost", 1, 0, O_COST},
                                          {"block-for", 1, 0, O_BLOCK_FOR},
                                          {"lease", 1, 0, O_LEASE},
@@ -554,6 +566,9 @@ static int parse_cli(int argc, char **argv, struct cli *c)
             break;
         case O_CLAIMER_KILL:
             COPY(c->claimer_kill);
+            break;
+        case O_GLOBAL_RESERVE:
+            COPY(c->global_reserve);
             break;
         case O_COST:
             COPY(c->cost);

@@ -77,6 +77,7 @@ struct sim_opts {
      * down_len) (--global-down; down_len 0: never). */
     unsigned regions;
     uint64_t global_rtt_us, global_down_start_us, global_down_len_us;
+    double global_reserve; /* --global-reserve: [global] reserve (0: none) */
     /* --global-restart AT: the global Redis restarts empty at AT (its keys
      * lost; global_restart set). --claimer-kill R:AT[:LEN]: region R's
      * claimer dies at AT; a successor claims once the dead one's lease lock

@@ -173,7 +173,7 @@ void sim_fleet_exec(struct sim *s, struct command *c)
         struct lease_job *j = c->jobs[0];
         int script = sim_cost_args(s, j, id, &s->args[0]);
         if (s->rg) /* a global rule's regional bucket: fed (lua/README.md) */
-            script_fed_arg(&s->args[0], (enum store_script)script, c->jobs[0]->reserve);
+            script_fed_arg(&s->args[0], (enum store_script)script, sim_region_reserve(s, c->jobs[0]->burst));
         rc = sim_redis_eval(redis, script, s->now, 1, &j->key, &j->keylen, s->args[0].argc,
                             s->args[0].argv, s->args[0].argvlen, s->reply, REPLY_MAX, &n, &err);
         if (rc != 0)
@@ -191,7 +191,7 @@ void sim_fleet_exec(struct sim *s, struct command *c)
         struct script_args *a = &s->args[i];
         int script = sim_cost_args(s, j, id, a);
         if (s->rg)
-            script_fed_arg(a, (enum store_script)script, j->reserve);
+            script_fed_arg(a, (enum store_script)script, sim_region_reserve(s, j->burst));
         s->bkeys[i] = j->key;
         s->bkeylen[i] = j->keylen;
         s->bargv[argc] = digits[script];

@@ -213,6 +213,9 @@ int sim_region_setup(struct sim *s, char *err, size_t errlen);
 void sim_region_free(struct sim *s);
 /* The Redis agent ai talks to: its region's. */
 struct sim_redis *sim_region_redis(struct sim *s, unsigned ai);
+/* A region's reserve of a key of burst burst (--global-reserve: [global]
+ * reserve, bucket_fed_reserve), as the agents send it. */
+uint64_t sim_region_reserve(const struct sim *s, uint64_t burst);
 /* A request for key reaches agent ai (the key is active in its region: the
  * claimer follows it), and its decision, for a request that arrived at t0. */
 void sim_region_request(struct sim *s, unsigned ai, uint32_t key);

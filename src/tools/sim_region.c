@@ -56,7 +56,13 @@ struct gplan_cfg sim_region_cfg(const struct sim *s)
         .rtt_us = s->o->global_rtt_us,
         .max_fraction = GLOBAL_MAX_FRACTION,
         .regions = g->n,
+        .reserve = bucket_fed_reserve(s->o->global_reserve, g->n, s->p.burst),
     };
+}
+
+uint64_t sim_region_reserve(const struct sim *s, uint64_t burst)
+{
+    return bucket_fed_reserve(s->o->global_reserve, s->rg->n, burst);
 }
 
 static void activate(struct region *R, uint32_t k)
@@ -245,7 +251,9 @@ static void on_exec(struct sim *s, unsigned ri)
         sim_fleet_push(s, R->sent_at + g->gtimeout_us, EV_GREPLY, ri, NULL, 1);
         return;
     }
-    uint64_t a[7] = {s->p.limit, s->p.period_ms, s->p.burst, 0, 0, 0, g->gttl_us / 1000};
+    struct gplan_cfg c = sim_region_cfg(s);
+    uint64_t a[7] = {s->p.limit, s->p.period_ms, gplan_global_burst(&c), 0, 0, 0,
+                     g->gttl_us / 1000};
     argv[CLAIM_ARG_AGENT] = R->id;
     argvlen[CLAIM_ARG_AGENT] = strlen(R->id);
     for (size_t i = 0; i < R->nactive; i++) {

@@ -19,17 +19,23 @@ size_t sim_region_key_name(uint32_t k, int global, char *buf)
 int sim_region_pool(struct sim *s, struct region *R, uint32_t k, int64_t amt, int64_t dl_ms,
                     int64_t out[POOL_R_COUNT])
 {
-    char key[KEYBUF], a[32], bb[32], d[32];
-    const char *keys[1] = {key}, *argv[POOL_ARGC_DEADLINE] = {a, bb, d};
-    size_t kl = sim_region_key_name(k, 0, key), al[POOL_ARGC_DEADLINE], n = 0;
+    char key[KEYBUF], a[32], bb[32], d[32], rr[32];
+    const char *keys[1] = {key}, *argv[POOL_ARGC_RESERVE] = {a, bb, d, rr};
+    size_t kl = sim_region_key_name(k, 0, key), al[POOL_ARGC_RESERVE], n = 0;
     const char *err;
 
     al[POOL_ARG_AMOUNT] = (size_t)snprintf(a, sizeof(a), "%lld", (long long)amt);
     al[POOL_ARG_BURST] = (size_t)snprintf(bb, sizeof(bb), "%llu", (unsigned long long)s->p.burst);
     al[POOL_ARG_DEADLINE] = (size_t)snprintf(d, sizeof(d), "%lld", (long long)dl_ms);
+    uint64_t reserve = sim_region_reserve(s, s->p.burst);
+    al[POOL_ARG_RESERVE] =
+        (size_t)snprintf(rr, sizeof(rr), "%llu", (unsigned long long)reserve);
     memset(out, 0, POOL_R_COUNT * sizeof(*out));
     int rc = sim_redis_eval(R->redis, SCRIPT_TB_POOL, s->now, 1, keys, &kl,
-                            dl_ms ? POOL_ARGC_DEADLINE : POOL_ARGC, argv, al, out, POOL_R_COUNT, &n,
+                            reserve ? POOL_ARGC_RESERVE
+                            : dl_ms      ? POOL_ARGC_DEADLINE
+                                         : POOL_ARGC,
+                            argv, al, out, POOL_R_COUNT, &n,
                             &err);
     if (rc < 0 || n != POOL_R_COUNT) {
         if (s->res->redis_errors++ == 0)

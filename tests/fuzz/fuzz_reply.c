@@ -463,7 +463,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                                  1000,
                                  0,
                                  0,
-                                 0,
                                  0};
     r.now = 1000000 * MS;
     rd = redisReaderCreate();

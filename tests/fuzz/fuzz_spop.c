@@ -399,7 +399,7 @@ static int redis_run(struct fuzz_run *r, const struct lease_job *j, uint64_t cos
     /* the scripts' penalty box too (block_ms): a blocked key grants nothing */
     const struct bucket_params p = {j->algorithm, j->limit,           j->period_ms * 1000,
                                     j->burst,     j->block_ms * 1000, j->offset_ms * 1000,
-                                    j->period_ms, j->block_ms,        j->offset_ms, 0, 0};
+                                    j->period_ms, j->block_ms,        j->offset_ms, 0};
     struct bucket_result res, probe;
     uint64_t got = 0;
 
@@ -527,7 +527,7 @@ static void refund(struct fuzz_run *r, struct rule_eval *ev)
         /* as the refund scripts: the call's own limits, at its take's time */
         const struct bucket_params p = {j->algorithm, j->limit,           j->period_ms * 1000,
                                         j->burst,     j->block_ms * 1000, j->offset_ms * 1000,
-                                        j->period_ms, j->block_ms,        j->offset_ms, 0, 0};
+                                        j->period_ms, j->block_ms,        j->offset_ms, 0};
         unsigned k = 0;
 
         next = j->next;

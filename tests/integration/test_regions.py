@@ -166,7 +166,7 @@ def is_deposit(cmd):
 
 
 class Reserve(unittest.TestCase):
-    """[global] reserve = 0.2: each region keeps 2 of every key's 10 tokens
+    """[global] reserve = 0.4: each of the two regions keeps 2 of every key's 10 tokens
     (doc/design.md "The reserve"). A key new to both regions is admitted at
     once on all four agents: without the reserve, nothing is in a region
     before its claimer's first deposit, which needs the agent's note, a round
@@ -176,12 +176,16 @@ class Reserve(unittest.TestCase):
     bucket runs at b less the regions' reserves)."""
 
     def test_new_key_decided_at_once_and_bound(self):
-        fl = regions.RegionFleet(reserve="0.2")
+        fl = regions.RegionFleet(reserve="0.4")
         self.addCleanup(fl.stop)
         fl.start()
         for i in range(2):
             wait_for(lambda: any(a.metric("spoa_ratelimit_global_claimer") == 1
                                  for a in fl.agents_of(i)), timeout=30)
+        # (start() waited for each agent to count both regions: it splits
+        # the reserve over them)
+        for a in fl.agents:
+            self.assertEqual(a.metric("spoa_ratelimit_regions"), 2)
         key = fleet.unique("new")
         firsts = []
         for a in fl.agents:

@@ -16,9 +16,9 @@
 /* token leases only; no prefetch: these tests follow each call (see prefetch_*) */
 static const struct lease_config lt_cfg = {100 * MS, 1 * S, 0.1, 0, 0, 0};
 /* 10/1m burst 10 */
-static const struct bucket_params lt_p10 = {0, 10, 60 * S, 10, 0, 0, 60 * 1000, 0, 0, 0, 0};
+static const struct bucket_params lt_p10 = {0, 10, 60 * S, 10, 0, 0, 60 * 1000, 0, 0, 0};
 /* 10000/1s burst 1000 */
-static const struct bucket_params lt_pbig = {0, 10000, 1 * S, 1000, 0, 0, 1 * 1000, 0, 0, 0, 0};
+static const struct bucket_params lt_pbig = {0, 10000, 1 * S, 1000, 0, 0, 1 * 1000, 0, 0, 0};
 
 struct lt_req {
     struct lease_waiter w;

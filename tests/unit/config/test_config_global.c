@@ -219,8 +219,8 @@ static const struct {
     {REDIS "[global]\nurl = redis://g:6379\nmax_fraction = 1.5\n",
      "t.ini:5: bad value '1.5' for 'max_fraction' (expected a number in (0, 1])\n"},
     {REDIS "[global]\nurl = redis://g:6379\nreserve = 0.6\n",
-     "t.ini:5: [global] reserve = 0.6: at most 0.5 (each region keeps this share of a key's "
-     "burst; the regions' together must stay under 1)\n"},
+     "t.ini:5: [global] reserve = 0.6: at most 0.5 (the share of a key's burst set aside for "
+     "the regions' reserves; the rest is the global bucket)\n"},
     {REDIS "[global]\nurl = redis://g:6379\nreserve = -1\n",
      "t.ini:5: bad value '-1' for 'reserve' (expected a number in [0, 1])\n"},
     {REDIS "[global]\nurl = redis://g:6379\nregion = eu west\n",

@@ -106,7 +106,7 @@ START_TEST(used_is_held_less_still_held)
 }
 END_TEST
 
-/* A reserve of 2 (doc/design.md "The reserve"): a fresh key reads as
+/* A reserve of 2 of 4 set aside (doc/design.md "The reserve"): a fresh key reads as
  * holding it and asks nothing; spent below it, the claimer claims the debt
  * back at once, with no demand of its own; once deposited, what fills it is
  * reported spent (the global bucket counts only what the region holds above
@@ -117,6 +117,7 @@ START_TEST(reserve_is_the_regions_own)
     struct gkey k = {0};
     uint64_t dl;
     c.reserve = 2;
+    ck_assert_uint_eq(gplan_global_burst(&c), 6);
     struct gstep s = round1(&c, &k, 2, 0, 0, 0, T0); /* a missing key: its reserve */
     ck_assert_int_eq(s.op, 0);
     for (int i = 1; i < 40; i++) /* nothing to do: forgotten, its reserve kept */

@@ -187,7 +187,7 @@ END_TEST
 START_TEST(blocked_until_an_intervals_worth)
 {
     /* 100/1s burst 50 */
-    const struct bucket_params p100 = {0, 100, 1 * S, 50, 0, 0, 1 * 1000, 0, 0, 0, 0};
+    const struct bucket_params p100 = {0, 100, 1 * S, 50, 0, 0, 1 * 1000, 0, 0, 0};
     struct lease_table *t = lease_table_new(&lt_cfg, 4);
     struct lease_job *j, *next;
     struct lease_waiter *done, *fb;

@@ -36,7 +36,7 @@ static void exact_reply(struct lease_table *t, struct lease_job *j, int ok, int6
 START_TEST(blocked_retry_keeps_the_cap)
 {
     /* 5 tokens added a block */
-    const struct bucket_params p100 = {0, 100, 1 * S, 50, 0, 0, 1 * 1000, 0, 0, 0, 0};
+    const struct bucket_params p100 = {0, 100, 1 * S, 50, 0, 0, 1 * 1000, 0, 0, 0};
     static const int64_t retries[] = {9999999999999, INT64_MAX,
                                       (int64_t)(BUCKET_MAX_PERIOD_US / MS),
                                       (int64_t)(BUCKET_MAX_PERIOD_US / MS) - 1};
@@ -172,7 +172,7 @@ END_TEST
 START_TEST(block_cached_to_its_end)
 {
     /* 100/s, burst 100: an empty bucket's denial would wait 9 tokens more */
-    const struct bucket_params p = {0, 6000, 60 * S, 100, 3 * S, 0, 60 * 1000, 3 * 1000, 0, 0, 0};
+    const struct bucket_params p = {0, 6000, 60 * S, 100, 3 * S, 0, 60 * 1000, 3 * 1000, 0, 0};
     struct lease_table *t = lease_table_new(&cfg_exact, 4);
     struct lease_job *j, *next;
     struct lease_waiter *done, *fb;

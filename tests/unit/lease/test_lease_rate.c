@@ -15,7 +15,7 @@
 /* interval 100 ms, ttl 1 s, rate leases of 30 s */
 static const struct lease_config cfg = {100 * MS, 1 * S, 0.1, 30 * S, 0, 0};
 /* 100/10s b 20 */
-static const struct bucket_params p = {BUCKET_TOKEN_BUCKET, 100, 10 * S, 20, 0, 0, 10 * 1000, 0, 0, 0, 0};
+static const struct bucket_params p = {BUCKET_TOKEN_BUCKET, 100, 10 * S, 20, 0, 0, 10 * 1000, 0, 0, 0};
 
 struct req {
     struct lease_waiter w;

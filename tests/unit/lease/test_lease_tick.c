@@ -250,7 +250,7 @@ END_TEST
 START_TEST(short_window_lease_is_spent)
 {
     static const struct bucket_params sw = {
-        BUCKET_SLIDING_WINDOW, 100, 10 * S, 100, 0, 0, 10 * 1000, 0, 0, 0, 0};
+        BUCKET_SLIDING_WINDOW, 100, 10 * S, 100, 0, 0, 10 * 1000, 0, 0, 0};
     struct lease_table *t = lease_table_new(&lt_cfg, 1);
     struct lease_job *j, *next;
     struct lease_waiter *done, *fb;

@@ -117,9 +117,9 @@ END_TEST
 START_TEST(backstop_charged_below_zero)
 {
     /* a token per 6 s */
-    static const struct bucket_params p = {0, 10, 60 * S, 10, 0, 0, 60 * 1000, 0, 0, 0, 0};
+    static const struct bucket_params p = {0, 10, 60 * S, 10, 0, 0, 60 * 1000, 0, 0, 0};
     static const struct bucket_params w = {
-        BUCKET_SLIDING_WINDOW, 10, 60 * S, 10, 0, 0, 60 * 1000, 0, 0, 0, 0};
+        BUCKET_SLIDING_WINDOW, 10, 60 * S, 10, 0, 0, 60 * 1000, 0, 0, 0};
     struct bucket_table *bt = bucket_table_new(4);
     struct bucket_result res;
     uint64_t now = 100 * S;

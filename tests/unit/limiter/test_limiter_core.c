@@ -270,7 +270,7 @@ START_TEST(hot_lease_then_negative_cache)
     ck_assert_int_eq(j->kind, RJOB_LEASE);
     ck_assert_int_eq(j->lj->kind, LEASE_JOB_CLAIM);
     struct script_args a;
-    ck_assert_int_eq(core_job_args(j, "agent", 1000, &a), SCRIPT_TB_CLAIM);
+    ck_assert_int_eq(core_job_args(j, "agent", 1000, 0, &a), SCRIPT_TB_CLAIM);
     j->lj->sent_us = T0;
     /* granted 5, held for 1 s */
     const int64_t claim[CLAIM_R_COUNT] = {5, 995, 5, 1, 0, 5, 1000, 5, 0, 0};
@@ -368,7 +368,7 @@ START_TEST(exact_block_for)
     ck_assert_uint_eq(j->cost, 1);
     ck_assert_int_eq(memcmp(j->key, "rl:t2:a:k", j->keylen), 0);
     struct script_args a;
-    ck_assert_int_eq(core_job_args(j, "agent", 1000, &a), SCRIPT_TB_EXACT);
+    ck_assert_int_eq(core_job_args(j, "agent", 1000, 0, &a), SCRIPT_TB_EXACT);
     /* denied, blocked for 3 s */
     const int64_t denied[EXACT_R_COUNT] = {0, 0, 3000, 3000, 100000};
     ck_assert_ptr_null(answer(&w, j, STORE_OK, denied, EXACT_R_COUNT, T0 + MS));

@@ -143,7 +143,7 @@ START_TEST(client_key_as_requests_build_it)
     ck_assert_int_eq(rules_client_key("abc", 3, NULL, 32, out, 3), -1);
     ck_assert_int_eq(rules_client_key("", 0, NULL, 32, out, 1), 0); /* a rule without key */
     /* per-request limits are part of the key, before hashing */
-    struct bucket_params lim = {0, 100, 60000000, 20, 0, 0, 60000, 0, 0, 0, 0};
+    struct bucket_params lim = {0, 100, 60000000, 20, 0, 0, 60000, 0, 0, 0};
     ck_assert_int_eq(rules_client_key("t", 1, &lim, 32, out, sizeof(out)), 16);
     ck_assert_str_eq(out, "t\x1f"
                           "100/60000ms/20");
@@ -402,7 +402,7 @@ END_TEST
 
 START_TEST(backstop_share_rounding)
 {
-    struct bucket_params p = {BUCKET_TOKEN_BUCKET, 9, 1000000, 9, 0, 0, 1000, 0, 0, 0, 0}, b;
+    struct bucket_params p = {BUCKET_TOKEN_BUCKET, 9, 1000000, 9, 0, 0, 1000, 0, 0, 0}, b;
 
     rules_backstop_params(&p, 1.0 / 3, &b); /* 1/3 x 9 is 3, not 2.999... */
     ck_assert_uint_eq(b.burst, 3);
