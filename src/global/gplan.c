@@ -136,11 +136,13 @@ void gplan_round(const struct gplan_cfg *c, struct gkey *k, const struct gread *
     /* claim when what it holds runs low (half the target), up to the target,
      * at most max_fraction of the burst at once */
     uint64_t want = target > hold && (hold == 0 || hold <= target / 2) ? target - hold : 0;
-    /* a reserve spent below its level is claimed back at once (what fills
-     * it is reported spent: gone from the global bucket for good) */
-    want += k->bs_on ? 0 : owed;
     if (want > cap)
         want = cap;
+    /* a reserve spent below its level is claimed back at once, on top of
+     * the claim's cap (what fills it is reported spent: gone from the
+     * global bucket for good); capped with it, a warm key's first claim
+     * only refilled the reserve, and its next requests waited a round */
+    want += k->bs_on ? 0 : owed;
     if (now_us < k->retry_at_us)
         want = 0;
     s->want = want;
@@ -176,8 +178,10 @@ uint64_t gplan_reply(const struct gplan_cfg *c, struct gkey *k, uint64_t sent_us
     uint64_t cap_us = GPLAN_RETRY_CAP * c->interval_us;
     uint64_t wait_us = retry_ms * 1000 < cap_us ? retry_ms * 1000 : cap_us;
     k->retry_at_us = k->want && !granted && retry_ms ? sent_us + wait_us : 0;
-    if (k->want) /* (a round that asked nothing says nothing of the global bucket) */
+    if (k->want) { /* (a round that asked nothing says nothing of the global bucket) */
         k->short_grant = granted < k->want;
+        k->short_by = granted < k->want ? k->want - granted : 0;
+    }
     /* the deadline, with the regional bucket: no grant a regional ttl
      * before it, whoever claims for the region next */
     *dl_us = k->deadline_us > now_us + c->ttl_us ? k->deadline_us - c->ttl_us - now_us : 0;
@@ -220,8 +224,21 @@ uint64_t gplan_next_us(const struct gplan_cfg *c, const struct gkey *k)
             us = GPLAN_MIN_ROUND_US;
         return us < (double)c->interval_us ? (uint64_t)us : c->interval_us;
     }
+    /* a claim that came back short: again when the global bucket has
+     * refilled what it lacked (a warm key's region waited a whole interval
+     * with its next requests due: denied) */
+    double again = (double)c->interval_us;
+    if (k->short_by && c->limit) {
+        again = (double)k->short_by * (double)c->period_us / (double)c->limit;
+        if (again < (double)c->rtt_us)
+            again = (double)c->rtt_us;
+        if (again < GPLAN_MIN_ROUND_US)
+            again = GPLAN_MIN_ROUND_US;
+        if (again > (double)c->interval_us)
+            again = (double)c->interval_us;
+    }
     if (k->est <= cap || !c->interval_us)
-        return c->interval_us;
+        return (uint64_t)again;
     /* one claim feeds this key for interval x cap / demand; not sooner,
      * nor than a round trip. A global bucket that came up short refills a
      * claim's worth in cap / rate: not sooner than that either. One that

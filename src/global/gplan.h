@@ -51,6 +51,7 @@ struct gkey {
     uint64_t deadline_us; /* the region spends until then (0: holds nothing) */
     uint64_t retry_at_us; /* no claim before: the global bucket was empty */
     int short_grant;      /* the last claim got less than it asked (the global bucket ran low) */
+    uint64_t short_by;    /* by how much (0: it got all of it) */
     double est;           /* demand per interval, tokens: up at once, down slowly */
     uint64_t last_us;     /* its last round (0: none) */
     int forfeited;        /* the lease ran out while the global Redis was unreachable */
@@ -139,7 +140,9 @@ int gplan_recovered(struct gkey *k);
  * interval is more than one claim (max_fraction of the burst) can feed:
  * the time that claim lasts, not less than a round trip, nor, when the
  * last claim came back short, than the global bucket's refill of it; on
- * the backstop, when half the backstop's burst has refilled. */
+ * the backstop, when half the backstop's burst has refilled. A claim that
+ * came back short comes again once the global bucket has refilled what it
+ * lacked (a round trip at least), if that is sooner than an interval. */
 uint64_t gplan_next_us(const struct gplan_cfg *c, const struct gkey *k);
 
 /* 1 when k can be forgotten: idle for a while, holding nothing. */

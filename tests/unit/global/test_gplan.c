@@ -372,11 +372,18 @@ START_TEST(short_grant_from_the_reply)
     ck_assert_uint_eq(k.want, 2);
     gplan_reply(&c, &k, T0, T0 + 40 * MS, 1, 1, c.gttl_us / MS, 0, &dl);
     ck_assert_int_eq(k.short_grant, 1);
+    ck_assert_uint_eq(k.short_by, 1);
     gplan_deposited(&k, 1);
     round1(&c, &k, 0, 0, 3, 0, T0 + S);
     ck_assert_uint_gt(k.want, 0);
     gplan_reply(&c, &k, T0 + S, T0 + S + 40 * MS, k.want, 1 + k.want, c.gttl_us / MS, 0, &dl);
     ck_assert_int_eq(k.short_grant, 0);
+    /* short by 1 of a 20/1s rule: again in 50 ms, not the interval, though
+     * one claim feeds its demand; granted in full, the interval */
+    k.short_by = 1, k.est = 1;
+    ck_assert_uint_eq(gplan_next_us(&c, &k), 50 * MS);
+    k.short_by = 0;
+    ck_assert_uint_eq(gplan_next_us(&c, &k), c.interval_us);
     /* a round that asks nothing leaves it as it was */
     k.short_grant = 1, k.want = 0;
     gplan_reply(&c, &k, T0 + 2 * S, T0 + 2 * S + 40 * MS, 0, 3, c.gttl_us / MS, 0, &dl);
