@@ -959,6 +959,49 @@ uint64_t gclaim_reserve(const struct gclaim *g, uint64_t burst)
     return g ? bucket_fed_reserve(g->reserve, g->st.regions, burst) : 0;
 }
 
+struct greset {
+    struct gclaim *g;
+    store_cb *cb;
+    void *arg;
+};
+
+static void on_greset(void *arg, const struct store_result *res)
+{
+    struct greset *r = arg;
+    struct gclaim *g = r->g;
+    r->cb(r->arg, res);
+    free(r);
+    call_end(g);
+}
+
+int gclaim_reset(struct gclaim *g, const char *key, size_t keylen, uint64_t limit,
+                 uint64_t period_ms, uint64_t burst, store_cb *cb, void *arg)
+{
+    char k[GC_MEMBER_MAX + 128], nums[RESET_ARGC][24];
+    const char *argv[RESET_ARGC];
+    size_t argvlen[RESET_ARGC];
+    if (!g || g->stopped || g->gprefix_len + keylen >= sizeof(k))
+        return -1;
+    struct greset *r = malloc(sizeof(*r));
+    if (!r)
+        return -1;
+    *r = (struct greset){g, cb, arg};
+    struct gplan_cfg c = {.burst = burst,
+                          .regions = g->st.regions ? g->st.regions : 1,
+                          .reserve = gclaim_reserve(g, burst)};
+    uint64_t v[RESET_ARGC] = {limit, period_ms, gplan_global_burst(&c)};
+    for (int i = 0; i < RESET_ARGC; i++) {
+        argvlen[i] = (size_t)snprintf(nums[i], sizeof(nums[i]), "%" PRIu64, v[i]);
+        argv[i] = nums[i];
+    }
+    memcpy(k, g->gprefix, g->gprefix_len);
+    memcpy(k + g->gprefix_len, key, keylen);
+    g->inflight++;
+    store_eval(g->glob, SCRIPT_TB_RESET, k, g->gprefix_len + keylen, RESET_ARGC, argv, argvlen,
+               on_greset, r);
+    return 0;
+}
+
 void gclaim_stop(struct gclaim *g)
 {
     if (!g || g->stopped)

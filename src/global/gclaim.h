@@ -30,6 +30,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "store/store_result.h"
+
 struct ev_loop;
 struct config;
 struct store;
@@ -69,6 +71,14 @@ int gclaim_reconfigure(struct gclaim *g, const struct config *cfg);
  * regional key holds; 0 while the regions are not known yet, or g NULL.
  * Loop thread. */
 uint64_t gclaim_reserve(const struct gclaim *g, uint64_t burst);
+
+/* POST /reset of a scope = global rule's key (after [redis] prefix): its
+ * global bucket full again less what the regions hold (tb_reset on the
+ * global Redis, at the global bucket's burst: the rule's less the
+ * regions' reserves). cb gets tb_reset's reply (store_result) exactly
+ * once, on the loop thread. -1 (cb not called): g NULL or stopped. */
+int gclaim_reset(struct gclaim *g, const char *key, size_t keylen, uint64_t limit,
+                 uint64_t period_ms, uint64_t burst, store_cb *cb, void *arg);
 
 /* The key (after [redis] prefix: "t2:RULE:CLIENT") of a scope = global
  * rule, with its rule's limit, period and burst, was sent a call: it is

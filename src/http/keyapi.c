@@ -455,6 +455,17 @@ static void on_reset(void *arg, const struct limiter_reset_result *res)
                       (json_int_t)res->remaining_before, "remaining", (json_int_t)res->remaining,
                       "held", (json_int_t)res->held, "holders", (json_int_t)res->holders));
         put(&j, "lease_cache_cleared", json_boolean(res->lease_cache_cleared));
+        /* scope = global: the regional bucket is fed (its reset lifts a
+         * block, makes no token); the global one is full again */
+        if (res->global && res->global_reset)
+            put(&j, "global",
+                json_pack("{s:b,s:I,s:I,s:I}", "reset", 1, "remaining",
+                          (json_int_t)res->global_remaining, "held",
+                          (json_int_t)res->global_held, "holders",
+                          (json_int_t)res->global_holders));
+        else if (res->global)
+            put(&j, "global",
+                json_pack("{s:b,s:o}", "reset", 0, "error", jstr(res->global_error)));
     } else {
         put(&j, "redis", json_pack("{s:b,s:o}", "reset", 0, "error", jstr(res->redis_error)));
     }

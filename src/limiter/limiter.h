@@ -197,6 +197,12 @@ struct limiter_reset_result {
     int64_t remaining_before; /* whole tokens left just before */
     int64_t remaining, held, holders;
     int lease_cache_cleared; /* this agent had an entry for the key */
+    /* a scope = global rule: its global bucket reset too (gclaim_reset),
+     * or why not */
+    int global;
+    int global_reset;
+    const char *global_error;
+    int64_t global_remaining, global_held, global_holders;
     /* the fleet told (limiter_reset.c): agents in the heartbeat set, and
      * those that dropped their state of the key within RESET_WAIT_S, this
      * one included (standalone: 1 of 1) */

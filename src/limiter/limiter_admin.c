@@ -571,6 +571,31 @@ static void on_fleet(void *arg, unsigned agents, unsigned confirmed)
     op_free(o);
 }
 
+/* then the other agents: their leases, negative caches, backstops */
+static void publish_reset(struct op *o)
+{
+    const struct limiter_who *w = &o->who;
+    limiter_resets_publish(o->l, w->rule->name, w->client_key, w->client_keylen, w->redis_key,
+                           w->redis_keylen, on_fleet, o);
+}
+
+/* A scope = global rule's global bucket reset (gclaim_reset). */
+static void on_global_reset(void *arg, const struct store_result *res)
+{
+    struct op *o = arg;
+    if (res->status == STORE_OK && res->n >= RESET_R_COUNT) {
+        o->res.global_reset = 1;
+        o->res.global_remaining = res->v[RESET_R_REMAINING];
+        o->res.global_held = res->v[RESET_R_HELD];
+        o->res.global_holders = res->v[RESET_R_HOLDERS];
+    } else {
+        o->res.global_error = res->err                     ? res->err
+                              : res->status == STORE_DOWN ? "global redis down"
+                                                           : "error";
+    }
+    publish_reset(o);
+}
+
 static void on_reset(void *arg, const struct store_result *res)
 {
     struct op *o = arg;
@@ -605,9 +630,18 @@ static void on_reset(void *arg, const struct store_result *res)
         on_fleet(o, 0, 0);
         return;
     }
-    /* then the other agents: their leases, negative caches, backstops */
-    limiter_resets_publish(o->l, w->rule->name, w->client_key, w->client_keylen, w->redis_key,
-                           w->redis_keylen, on_fleet, o);
+    /* a scope = global rule: its global bucket too (the regional one is
+     * fed: its reset makes no token), then the fleet */
+    size_t plen = o->l->core.prefix_len;
+    if (w->rule->scope == SCOPE_GLOBAL && w->redis_keylen > plen) {
+        o->res.global = 1;
+        if (gclaim_reset(o->l->global, w->redis_key + plen, w->redis_keylen - plen,
+                         w->params.limit, w->params.period_ms, w->params.burst, on_global_reset,
+                         o) == 0)
+            return;
+        o->res.global_error = "no global connection";
+    }
+    publish_reset(o);
 }
 
 int limiter_reset(struct limiter *l, struct ruleset *rs, const struct limiter_client *c,

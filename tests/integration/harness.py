@@ -219,6 +219,12 @@ class Agent(Proc):
                                     timeout=5) as r:
             return r.read().decode()
 
+    def post(self, path):
+        req = urllib.request.Request("http://127.0.0.1:%d%s" % (self.stats_port, path),
+                                     data=b"", method="POST")
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.read().decode()
+
     def metric(self, name, **labels):
         """Value of one sample, or None."""
         want = name

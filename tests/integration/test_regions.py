@@ -31,10 +31,12 @@ two agents each on their own Redis, one `scope = global` rule `20/1s burst
 Utilisation, latency and false denials depend on the machine: `make
 regions` prints and checks them (regions.py). Nothing here waits on a
 duration without a condition."""
+import json
 import signal
 import threading
 import time
 import unittest
+import urllib.parse
 
 import fleet
 import regions
@@ -199,6 +201,56 @@ class Reserve(unittest.TestCase):
         self.assertLessEqual(ex, 0, "four agents over b + r*T by %.2f" % ex)
         self.assertLessEqual(up_excess(warm), 0)
         self.assertGreater(sum(1 for x in hot if x.allowed), 2 * B)
+
+
+class GlobalReset(unittest.TestCase):
+    """POST /reset of a scope = global key resets its global bucket (full
+    again less what the regions hold), not only the region's fed bucket,
+    whose reset lifts a block and makes no token: before, the agent sent
+    the regional reset +N, which filled the regional bucket with a burst
+    the global bucket never granted. A rule that does not refill within the
+    test (1/1h, burst 10): drained from all four agents, then reset once;
+    the regions admit again, and never more than the two bursts."""
+
+    RULE = ("[rule:api]\nkey = key\nmatch = path ^/api/\nrate = 1/1h\nburst = 10\n"
+            "scope = global\n\n")
+
+    def test_reset_refills_the_global_bucket(self):
+        fl = regions.RegionFleet(rules=self.RULE)
+        self.addCleanup(fl.stop)
+        fl.start()
+        key = fleet.unique("reset")
+        seqs = [fleet.Seq(a.addr) for a in fl.agents]
+        for c in seqs:
+            self.addCleanup(c.close)
+        admitted = []
+
+        def ask():
+            for c in seqs:
+                v = c.decide(key=key, path="/api/x")
+                if v.get("degraded") is not True:
+                    admitted.append(v.get("blocked") is False)
+            return True
+
+        # drained: 10 admitted, the global bucket empty, every region denying
+        self.assertTrue(wait_for(lambda: ask() and sum(admitted) >= 10, timeout=60),
+                        sum(admitted))
+        before = sum(admitted)
+        self.assertLessEqual(before, 10)
+        out = json.loads(fl.agents[0].post("/reset?" + urllib.parse.urlencode(
+            dict(rule="api", key=key))))
+        g = out.get("global")
+        self.assertTrue(g and g["reset"], out)
+        # the regional bucket is fed: its reset made no token (sent +N it
+        # filled up to the burst)
+        self.assertLess(out["redis"]["remaining"], 10, out)
+        # full again less what the regions hold (no reserve: the burst)
+        self.assertEqual(g["remaining"] + g["held"], 10, out)
+        self.assertTrue(wait_for(lambda: ask() and sum(admitted) > before, timeout=60),
+                        "nothing admitted after the reset")
+        for _ in range(20):
+            ask()
+        self.assertLessEqual(sum(admitted), 20, "more than two bursts of a 1/1h rule")
 
 
 class DepositReplyLost(unittest.TestCase):
