@@ -136,13 +136,20 @@ void gplan_round(const struct gplan_cfg *c, struct gkey *k, const struct gread *
     /* claim when what it holds runs low (half the target), up to the target,
      * at most max_fraction of the burst at once */
     uint64_t want = target > hold && (hold == 0 || hold <= target / 2) ? target - hold : 0;
+    /* a reserve spent below its level is claimed back at once (what fills
+     * it is reported spent: gone from the global bucket for good): on top
+     * of the claim's cap for a key one claim feeds (capped with it, a warm
+     * key's claim only refilled its reserve, and its next requests waited
+     * a round: denied), within it for a hot one (on top, its claims
+     * doubled, and the grants the global bucket counts held until the next
+     * report filled it: utilisation 90 -> 84 %) */
+    int warm = k->est <= (double)cap;
+    if (!warm)
+        want += k->bs_on ? 0 : owed;
     if (want > cap)
         want = cap;
-    /* a reserve spent below its level is claimed back at once, on top of
-     * the claim's cap (what fills it is reported spent: gone from the
-     * global bucket for good); capped with it, a warm key's first claim
-     * only refilled the reserve, and its next requests waited a round */
-    want += k->bs_on ? 0 : owed;
+    if (warm)
+        want += k->bs_on ? 0 : owed;
     if (now_us < k->retry_at_us)
         want = 0;
     s->want = want;
