@@ -663,6 +663,9 @@ static struct config *config_new(const char *path)
     cfg->global_keepalive_ms = 1000;
     cfg->global_interval_ms = 1000;
     cfg->global_max_fraction = 0.25;
+    /* a key new to a region decided at once where the burst allows it
+     * (doc/design.md "The reserve": free at these sizes) */
+    cfg->global_reserve = 0.2;
     cfg->lease_interval_ms = 100;
     cfg->lease_ttl_ms = 1000;
     cfg->lease_max_fraction = 0.1;

@@ -273,7 +273,7 @@ struct config {
     uint64_t global_interval_ms; /* a region's pool topped up this often; default 1000 */
     double global_max_fraction;  /* a claim takes at most this share of the burst; 0.25 */
     double global_reserve;       /* this share of a key's burst is split among the regions'
-                                    reserves; 0: none */
+                                    reserves; 0.2; 0: none */
     /* this region's name: the holder of the global buckets, the same on
      * every agent of a region, unique per region. Unset: derived from the
      * [redis] topology (config_region_default); NULL without [global]. */

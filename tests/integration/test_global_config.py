@@ -62,7 +62,7 @@ class GlobalConfig(unittest.TestCase):
         head, body = header_and_body(page)
         self.assertEqual(page[len(head) + 2:], check_print(a.ini))
         self.assertIn("\n[global]\nurl = redis://:***@127.0.0.1:%d/0\n" % self.glob.port, body)
-        self.assertIn("\ninterval = 500ms\nmax_fraction = 0.25\nreserve = 0\nregion = eu\n", body)
+        self.assertIn("\ninterval = 500ms\nmax_fraction = 0.25\nreserve = 0.2\nregion = eu\n", body)
         self.assertNotIn("gsecret", page)
         self.assertIn("\nscope = global\n", body)
         self.assertIn("\nscope = region\n", body)
@@ -96,9 +96,9 @@ class GlobalConfig(unittest.TestCase):
 
         # the reserve applies at a reload (the rules' calls and the claimer)
         head, body = self.reload(a, base + global_ini(self.glob.port)
-                                 .replace("region = eu\n", "reserve = 0.2\nregion = eu\n") + RULES)
+                                 .replace("region = eu\n", "reserve = 0\nregion = eu\n") + RULES)
         self.assertIn("; restart pending: none", head)
-        self.assertIn("\nreserve = 0.2\n", body)
+        self.assertIn("\nreserve = 0\n", body)
 
     def test_reload_refused(self):
         base = redis_ini(self.regional.port)

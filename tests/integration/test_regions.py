@@ -216,7 +216,9 @@ class GlobalReset(unittest.TestCase):
             "scope = global\n\n")
 
     def test_reset_refills_the_global_bucket(self):
-        fl = regions.RegionFleet(rules=self.RULE)
+        # the default reserve, 0.2: 2 of the 10 tokens split over the two
+        # regions, the global bucket runs at 8
+        fl = regions.RegionFleet(rules=self.RULE, reserve="0.2")
         self.addCleanup(fl.stop)
         fl.start()
         key = fleet.unique("reset")
@@ -244,8 +246,8 @@ class GlobalReset(unittest.TestCase):
         # the regional bucket is fed: its reset made no token (sent +N it
         # filled up to the burst)
         self.assertLess(out["redis"]["remaining"], 10, out)
-        # full again less what the regions hold (no reserve: the burst)
-        self.assertEqual(g["remaining"] + g["held"], 10, out)
+        # full again less what the regions hold: the burst less the reserves
+        self.assertEqual(g["remaining"] + g["held"], 8, out)
         self.assertTrue(wait_for(lambda: ask() and sum(admitted) > before, timeout=60),
                         "nothing admitted after the reset")
         for _ in range(20):
@@ -270,7 +272,9 @@ class DepositReplyLost(unittest.TestCase):
         self.addCleanup(reg.kill)
         tap = CutTap(reg.port)
         self.addCleanup(tap.stop)
-        a = Agent(regions.region_ini(tap.port, glob.port, "region-0") + self.RULE, workers=1)
+        # (no reserve: the region's tokens are all the global bucket's grants)
+        a = Agent(regions.region_ini(tap.port, glob.port, "region-0", reserve="0") + self.RULE,
+                  workers=1)
         self.addCleanup(a.stop, check=False)
         fleet.wait_redis_up(a)
         wait_for(lambda: a.metric("spoa_ratelimit_global_claimer") == 1, timeout=30)

@@ -43,12 +43,12 @@ START_TEST(test_global_every_key)
              REDIS "[global]\nsentinel = g1:26379, g2:26379\nmaster = gmaster\n"
                    "timeout = 300ms\nkeepalive = 0\nprefix = {g}:\nusername = claimer\n"
                    "password_file = %s\nsentinel_username = sen\nsentinel_password = senpw\n"
-                   "interval = 100ms\nmax_fraction = 0.5\nreserve = 0.2\nregion = eu-west\n",
+                   "interval = 100ms\nmax_fraction = 0.5\nreserve = 0.4\nregion = eu-west\n",
              pwfile);
     cfg = check_config_ok(text);
     ck_assert_int_eq(config_global(cfg), 1);
     ck_assert_str_eq(cfg->global_sentinel, "g1:26379,g2:26379");
-    ck_assert_double_eq(cfg->global_reserve, 0.2);
+    ck_assert_double_eq(cfg->global_reserve, 0.4);
     ck_assert_uint_eq(cfg->global_sentinel_hosts.n, 2);
     ck_assert_str_eq(cfg->global_sentinel_hosts.list[1].host, "g2");
     ck_assert_int_eq(cfg->global_sentinel_hosts.list[1].port, 26379);
@@ -102,6 +102,7 @@ START_TEST(test_global_defaults)
     ck_assert_str_eq(cfg->global_prefix, "rl:");
     ck_assert_uint_eq(cfg->global_interval_ms, 1000);
     ck_assert_double_eq(cfg->global_max_fraction, 0.25);
+    ck_assert_double_eq(cfg->global_reserve, 0.2);
     ck_assert_str_eq(cfg->global_region, "10.0.0.1:6379/2");
     ck_assert_int_eq(cfg->global_region_derived, 1);
     ck_assert_ptr_null(cfg->global_auth_password);
@@ -344,7 +345,7 @@ START_TEST(test_render)
     ck_assert_ptr_null(strstr(text, "s3cret"));
     ck_assert_ptr_nonnull(strstr(text, "\n[global]\nurl = redis://claimer:***@g.example:6379/1\n"
                                        "timeout = 1s\nkeepalive = 1s\nprefix = rl:\n"
-                                       "interval = 1500ms\nmax_fraction = 0.25\nreserve = 0\n"
+                                       "interval = 1500ms\nmax_fraction = 0.25\nreserve = 0.2\n"
                                        "region = 10.0.0.1:6379/2 ; derived from [redis]\n\n"));
     ck_assert_ptr_nonnull(strstr(text, "[rule:g]\n"));
     ck_assert_ptr_nonnull(strstr(strstr(text, "[rule:g]\n"), "\nscope = global\n"));
