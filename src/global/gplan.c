@@ -150,6 +150,8 @@ void gplan_round(const struct gplan_cfg *c, struct gkey *k, const struct gread *
         want = cap;
     if (warm)
         want += k->bs_on ? 0 : owed;
+    if (!want) /* nothing lacking: no early round for a short claim (gplan_next_us) */
+        k->short_by = 0;
     if (now_us < k->retry_at_us)
         want = 0;
     s->want = want;

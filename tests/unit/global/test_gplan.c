@@ -384,6 +384,15 @@ START_TEST(short_grant_from_the_reply)
     ck_assert_uint_eq(gplan_next_us(&c, &k), 50 * MS);
     k.short_by = 0;
     ck_assert_uint_eq(gplan_next_us(&c, &k), c.interval_us);
+    /* a round that lacks nothing ends the early rounds */
+    k.short_by = 1, k.est = 0;
+    k.gheld = 0, k.pool = 0;
+    struct gread full = {9, 0, 0, 0};
+    struct gstep st;
+    gplan_round(&c, &k, &full, 0, T0 + 10 * S, &st);
+    ck_assert_uint_eq(st.want, 0);
+    ck_assert_uint_eq(k.short_by, 0);
+    ck_assert_uint_eq(gplan_next_us(&c, &k), c.interval_us);
     /* a round that asks nothing leaves it as it was */
     k.short_grant = 1, k.want = 0;
     gplan_reply(&c, &k, T0 + 2 * S, T0 + 2 * S + 40 * MS, 0, 3, c.gttl_us / MS, 0, &dl);
