@@ -21,8 +21,9 @@ end
 -- tokens of every key, which the global bucket does not hand out (its
 -- claimers run it at b - regions x s), so that a key new to the region is
 -- decided at once; what the region spent below s its claimer claims back
--- from the global bucket. A key below s is kept (fedttl's keep): made again
--- it would hold s, a debt forgiven.
+-- from the global bucket. A key with less than s free is kept (fedttl's
+-- keep): made again it would hold s, a debt forgiven (free, not free and
+-- leased: an agent never returns a lease it spent).
 local function fedreserve(ARGV, i)
     local v = ARGV[i]
     if v == nil or v == '' then return 0 end
@@ -46,7 +47,7 @@ end
 -- The key's pttl, at least pttl: a fed key that expires loses the tokens
 -- deposited in it and its unmet demand (under-admission only), so it lives
 -- past its deadline, and at least FED_KEEP ms while it holds a whole token
--- or unmet demand, or less than its reserve (keep) (the caller's pttl
+-- or unmet demand, or less than its reserve free (keep) (the caller's pttl
 -- already outlives every lease).
 local FED_KEEP = 60000
 local function fedttl(pttl, keep, dl, now)

@@ -66,7 +66,7 @@ claim granted less than want adds the shortfall to field u (unmet demand,
 read and cleared by tb_pool.lua); from the Redis time in field dl on it
 grants nothing (its free tokens dropped, counted in field l). The key lives
 past dl, and at least 60 s while it holds a token or unmet demand, or
-less than its reserve.
+less than its reserve free.
 
 Invariant: after every call t + H <= b and P <= r, where H and P count the
 slices and shares of every unexpired lease. Expired leases vanish (counted as
@@ -327,7 +327,7 @@ for _, e in next, exp do
 end
 local retry, reset, left, pttl = times(t, ts, H, P, b, rate, now, 1, emin, emax, bu, block,
                                        started)
-if fed then pttl = fedttl(pttl, t >= 1 or unmet or t + H < fres, f.dl, now) end
+if fed then pttl = fedttl(pttl, t >= 1 or unmet or t < fres, f.dl, now) end
 redis.call('PEXPIRE', key, fmt[pttl])
 return {g + taken, left, H, holders, retry, reset, mine > 0 and ttl or 0, mine,
         floor(q / rate * 1e6), had}

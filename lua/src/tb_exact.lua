@@ -136,7 +136,7 @@ local function fedexact(key, b, rate, now, n, need, block, period, fres)
     if need > b and not bu then retry = period end
     redis.call('HSET', key, 't', fmt[t], 'ts', fmt[ts])
     if started then redis.call('HSET', key, 'bu', fmt[bu]) end
-    redis.call('PEXPIRE', key, fmt[fedttl(pttl, t >= 1 or unmet or f.u ~= nil or t + H < fres, f.dl, now)])
+    redis.call('PEXPIRE', key, fmt[fedttl(pttl, t >= 1 or unmet or f.u ~= nil or t < fres, f.dl, now)])
     return {allowed, left, retry, reset, floor(now / 1000)}
 end
 

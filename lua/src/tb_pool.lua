@@ -100,7 +100,7 @@ if raw[1] ~= nil or moved ~= 0 or dl > 0 then
     end
     local emax = now
     for _, e in next, exp do emax = e > emax and e or emax end
-    local pttl = fedttl(ceil((emax - now) / 1000) + 1000, t >= 1 or t + H < fres, dl, now)
+    local pttl = fedttl(ceil((emax - now) / 1000) + 1000, t >= 1 or t < fres, dl, now)
     local cur = redis.call('PTTL', key)
     if cur < pttl then redis.call('PEXPIRE', key, fmt[pttl]) end
 end

@@ -61,7 +61,7 @@ redis.call('HSET', key, 't', fmt[t], 'ts', fmt[ts])
 -- one never refills: it lives as lib/fed.lua says).
 if fed then
     local pttl = redis.call('PTTL', key)
-    local keep = fedttl(pttl, t >= 1 or f.u ~= nil or t + H < fres, f.dl, now)
+    local keep = fedttl(pttl, t >= 1 or f.u ~= nil or t < fres, f.dl, now)
     if keep > pttl then redis.call('PEXPIRE', key, fmt[keep]) end
 end
 local given = floor(t - before + 0.5)

@@ -92,6 +92,6 @@ local reset = max(0, b - H - t) / free_ms
 local life = max((ts - now) / 1000 + (b - t) / rate_ms, (emax - now) / 1000)
 if P > 0 then life = (emax - now) / 1000 + (b - t) / rate_ms end
 local pttl = min(ceil(life) + 1000, 1e15)
-if fed then pttl = fedttl(pttl, t >= 1 or f.u ~= nil or t + H < fres, f.dl, now) end
+if fed then pttl = fedttl(pttl, t >= 1 or f.u ~= nil or t < fres, f.dl, now) end
 redis.call('PEXPIRE', key, fmt[pttl])
 return {0, max(0, floor(t)), H, holders, ceil(retry), ceil(reset), 0, 0, 0, had}

@@ -948,8 +948,6 @@ int gclaim_reconfigure(struct gclaim *g, const struct config *cfg)
      * restart-only (config.c warns of them); the url, the credentials and
      * the reserve apply (the reserve as the reloaded rules send it) */
     g->reserve = cfg->global_reserve;
-    for (size_t i = 0; i < g->tab_cap; i++)
-        for (struct gentry *e = g->tab[i]; e; e = e->next)
     store_options_from_global(cfg, &so);
     return store_reconfigure(g->glob, &so);
 }

@@ -187,6 +187,8 @@ uint64_t gplan_reply(const struct gplan_cfg *c, struct gkey *k, uint64_t sent_us
     uint64_t cap_us = GPLAN_RETRY_CAP * c->interval_us;
     uint64_t wait_us = retry_ms * 1000 < cap_us ? retry_ms * 1000 : cap_us;
     k->retry_at_us = k->want && !granted && retry_ms ? sent_us + wait_us : 0;
+    if (k->retry_at_us) /* (the negative cache paces it, not a short claim's early rounds) */
+        k->short_by = 0;
     if (k->want) { /* (a round that asked nothing says nothing of the global bucket) */
         k->short_grant = granted < k->want;
         k->short_by = granted < k->want ? k->want - granted : 0;

@@ -325,7 +325,8 @@ START_TEST(reserve_is_what_a_missing_key_holds)
     char key[128], k2[128], k3[128];
     long long o[R_N], x[X_N], p[POOL_R_COUNT];
     /* tb_claim: agent, -N, period, b, want, used, returned, ttl, rate, demand, block, reserve */
-    const char *c3[] = {"A", "-1000", "1000", "10", "3", "0", "0", "60000", "", "", "", "3"};
+    /* (a lease of 1 s: the key must outlive it, its tokens may be spent) */
+    const char *c3[] = {"A", "-1000", "1000", "10", "3", "0", "0", "1000", "", "", "", "3"};
     const char *ret3[] = {"A", "-1000", "1000", "10", "3", "3"}; /* used 3, reserve 3 */
     /* tb_exact: -N, period, b, n, block, reserve */
     const char *x1[] = {"-1000", "1000", "10", "1", "0", "2"};
@@ -338,6 +339,10 @@ START_TEST(reserve_is_what_a_missing_key_holds)
     call_strs(TB_CLAIM, key, 12, c3, o, R_N);
     ck_assert_int_eq(o[R_GRANTED], 3); /* all of its reserve, at once */
     ck_assert_int_eq(o[R_REMAINING], 0);
+    /* all of it leased, none free: kept, though the lease ends in 1 s (an
+     * agent never returns a lease it spent: made again, the key would hold
+     * its reserve, a debt forgiven) */
+    ck_assert_int_ge(cmd_int("PTTL %s", key), 55000);
     call_strs(TB_CLAIM, key, 12, c3, o, R_N); /* no more: the rest is the claimer's to feed */
     ck_assert_int_eq(o[R_GRANTED], 0);
     call_strs(TB_RETURN, key, 6, ret3, o, R_N); /* all spent: below its reserve, kept */
