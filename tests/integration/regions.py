@@ -140,9 +140,10 @@ def main():
     """The issue's done-when, printed and checked (exit 1 on a miss)."""
     seconds = float(os.environ.get("REGIONS_SECONDS", "20"))
     fails = []
-    # [global] reserve = 0.4: each of the 2 regions keeps 2 of a key's 10 tokens, so
-    # that a key new to it is decided at once (doc/design.md "The reserve")
-    reserve = os.environ.get("REGIONS_RESERVE", "0.4")
+    # [global] reserve: the agent's default (0.2: each of the 2 regions keeps 1
+    # of a key's 10 tokens, so that a key new to it is decided at once; doc/
+    # design.md "The reserve"), or REGIONS_RESERVE
+    reserve = os.environ.get("REGIONS_RESERVE", "0.2")
     print("[global] reserve = %s" % reserve)
     fl = RegionFleet(reserve=reserve).start()
     try:
