@@ -293,6 +293,18 @@ redisReply *evalsha(enum script s, const char *key, int nargs, const char *const
     return r;
 }
 
+void call_strs(enum script s, const char *key, int n, const char *const *args, long long *out,
+               size_t nout)
+{
+    redisReply *r = evalsha(s, key, n, args);
+    ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "%s: %s", script_name[s],
+                  r->type == REDIS_REPLY_ERROR ? r->str : "not an array");
+    ck_assert_uint_eq(r->elements, nout);
+    for (size_t i = 0; i < nout; i++)
+        out[i] = r->element[i]->integer;
+    freeReplyObject(r);
+}
+
 /* Call script s with [agent,] nums as ARGV; expect nout integers into out. */
 void call_ints(enum script s, const char *key, const char *agent, const long long *nums, int nnums,
                long long *out, size_t nout)

@@ -103,6 +103,9 @@ redisReply *evalsha_raw(enum script s, const char *key, int nargs, const char *c
 /* EVALSHA; on NOSCRIPT load the script again and retry once (as the agent does). */
 redisReply *evalsha(enum script s, const char *key, int nargs, const char *const *args);
 /* Call script s with [agent,] nums as ARGV; expect nout integers into out. */
+/* Call script s with the string ARGV args (n of them); expect nout integers into out. */
+void call_strs(enum script s, const char *key, int n, const char *const *args, long long *out,
+               size_t nout);
 void call_ints(enum script s, const char *key, const char *agent, const long long *nums, int nnums,
                long long *out, size_t nout);
 void claim(enum script s, const char *key, const char *agent, const struct rule *ru, long long want,

@@ -302,19 +302,6 @@ START_TEST(key_kept_alive)
 }
 END_TEST
 
-/* Call script s with the string ARGV args (n of them); integers into out. */
-static void call_strs(enum script s, const char *key, int n, const char *const *args,
-                      long long *out, size_t nout)
-{
-    redisReply *r = evalsha(s, key, n, args);
-    ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "%s: %s", script_name[s],
-                  r->type == REDIS_REPLY_ERROR ? r->str : "not an array");
-    ck_assert_uint_eq(r->elements, nout);
-    for (size_t i = 0; i < nout; i++)
-        out[i] = r->element[i]->integer;
-    freeReplyObject(r);
-}
-
 /* The region's reserve (lib/fed.lua, ARGV after the optional ones, sent as
  * "none" before it, as script_fed_arg does): a missing fed key holds it, so
  * a key new to the region is decided at once; a key below it is kept (made

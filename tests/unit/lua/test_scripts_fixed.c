@@ -44,13 +44,7 @@ static long long offset_for(long long in_ms)
 
 static void run(enum script s, const char *key, struct fargs *a, long long *out, size_t nout)
 {
-    redisReply *r = evalsha(s, key, a->n, a->v);
-    ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "%s: %s", script_name[s],
-                  r->type == REDIS_REPLY_ERROR ? r->str : "not an array");
-    ck_assert_uint_eq(r->elements, nout);
-    for (size_t i = 0; i < nout; i++)
-        out[i] = r->element[i]->integer;
-    freeReplyObject(r);
+    call_strs(s, key, a->n, a->v, out, nout);
 }
 
 static void fw_exact(const char *key, long long limit, long long offset, long long n, long long *x)
