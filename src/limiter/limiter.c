@@ -324,8 +324,27 @@ static int queue_jobs(struct limiter *l, struct core_jobs *o)
  * ev_async_pending). */
 static void wake(struct limiter *l)
 {
+    if (l->inline_on && pthread_equal(pthread_self(), l->owner)) {
+        l->inline_queued = 1; /* limiter_pump(), before the loop polls */
+        return;
+    }
     if (!ev_async_pending(&l->wake))
         ev_async_send(l->loop, &l->wake);
+}
+
+void limiter_inline(struct limiter *l, int on)
+{
+    l->owner = pthread_self();
+    l->inline_on = on;
+}
+
+int limiter_pump(struct limiter *l)
+{
+    if (!l->inline_queued)
+        return 0;
+    l->inline_queued = 0;
+    wake_cb(l->loop, &l->wake, 0);
+    return 1;
 }
 
 int limiter_decide(struct limiter *l, struct limiter_req *req, uint64_t now_us)

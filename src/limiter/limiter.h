@@ -54,6 +54,15 @@ int limiter_decide(struct limiter *l, struct limiter_req *req, uint64_t now_us);
  * Any thread. */
 void limiter_settle(struct limiter *l, struct limiter_req *req, uint64_t now_us);
 
+/* One worker decides on the limiter's own loop and thread (server_new()
+ * with workers = 1): limiter_inline(l, 1) from that thread, and the worker
+ * calls limiter_pump() before the loop polls (an ev_prepare). Jobs queued
+ * on that thread are then sent by the pump, all of a loop iteration's
+ * together; jobs queued from any other thread still wake the loop. Returns
+ * whether the pump sent any. */
+void limiter_inline(struct limiter *l, int on);
+int limiter_pump(struct limiter *l);
+
 /* Release what limiter_decide() allocated in req (not req itself). */
 void limiter_req_release(struct limiter_req *req);
 

@@ -51,6 +51,12 @@ struct limiter {
     struct gclaim *global;             /* with [global]: one quota across regions (gclaim.h) */
     struct ev_loop *loop;
     ev_async wake;
+    /* One worker on this loop's own thread (limiter_inline): what it queues
+     * is sent by limiter_pump() before the loop polls again, not through
+     * the ev_async, which made the loop poll once more (an epoll_wait with
+     * no timeout) for every batch. owner: the thread that runs loop. */
+    int inline_on, inline_queued;
+    pthread_t owner;
     ev_timer tick, timeouts;
     pthread_mutex_t qlock;
     struct rjob *queue;

@@ -112,6 +112,29 @@ static void wake_cb(struct ev_loop *loop, ev_async *a, int revents)
         worker_begin_stop(w);
 }
 
+/* Inline worker, before the main loop polls: send what this iteration's
+ * decisions queued for Redis, answer what Redis completed, and again while
+ * one makes work for the other (an answer's settle may queue a job; a job
+ * failed at once, Redis down, completes its requests). What is left after
+ * a few rounds wakes the loop, so that the poll does not wait with work
+ * pending. */
+static void pump_cb(struct ev_loop *loop, ev_prepare *p, int revents)
+{
+    struct worker *w = p->data;
+
+    for (int round = 0; round < 4; round++) {
+        int any = limiter_pump(w->srv->lim);
+        if (w->done_inline) {
+            w->done_inline = 0;
+            finish_done_requests(w);
+            any = 1;
+        }
+        if (!any)
+            return;
+    }
+    ev_async_send(loop, &w->wake);
+}
+
 static void *worker_main(void *arg)
 {
     struct worker *w = arg;
@@ -190,6 +213,12 @@ struct server *server_new(const struct config *cfg, struct ruleset *rs, struct l
         ev_async_init(&w->wake, wake_cb);
         w->wake.data = w;
         ev_async_start(w->loop, &w->wake);
+        if (w->inline_loop) {
+            ev_prepare_init(&w->pump, pump_cb);
+            w->pump.data = w;
+            ev_prepare_start(w->loop, &w->pump);
+            limiter_inline(lim, 1);
+        }
         ev_timer_init(&w->stall, stall_cb, STALL_TICK_S, STALL_TICK_S);
         ev_set_priority(&w->stall, EV_MAXPRI);
         w->stall.data = w;
@@ -296,6 +325,8 @@ void server_free(struct server *s)
             if (w->inline_loop) { /* the main loop is its owner's to destroy */
                 listener_stop(&w->lis);
                 ev_async_stop(w->loop, &w->wake);
+                ev_prepare_stop(w->loop, &w->pump);
+                limiter_inline(s->lim, 0);
                 ev_timer_stop(w->loop, &w->stall);
             } else {
                 ev_loop_destroy(w->loop);

@@ -351,7 +351,9 @@ static void request_done(struct limiter_req *lr)
     r->next = w->done_reqs;
     w->done_reqs = r;
     pthread_mutex_unlock(&w->done_lock);
-    if (!ev_async_pending(&w->wake)) /* as in limiter_decide(): no second fence */
+    if (w->inline_loop) /* this thread: pump_cb answers it before the loop polls */
+        w->done_inline = 1;
+    else if (!ev_async_pending(&w->wake)) /* as in limiter_decide(): no second fence */
         ev_async_send(w->loop, &w->wake);
 }
 

@@ -64,6 +64,12 @@ struct worker {
      * server_new(). */
     int inline_loop;
     ev_async wake;
+    /* Inline only: before the main loop polls, the limiter's queued jobs go
+     * out (limiter_pump) and the requests it completed are answered
+     * (done_inline set): no ev_async, whose wake-up on its own thread still
+     * cost the loop one more poll per batch. See pump_cb in server.c. */
+    ev_prepare pump;
+    int done_inline;
     /* Ticks every STALL_TICK_S at top priority; one far late means the whole
      * loop was stopped (SIGSTOP, a long pause): see stall_cb in server.c. */
     ev_timer stall;
