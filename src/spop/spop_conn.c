@@ -243,6 +243,12 @@ int spop_conn_in_commit(struct spop_conn *c, size_t n, spop_notify_fn *notify, v
     int done = 0;
 
     c->in_len += n;
+    /* A read that filled the buffer past the HELLO: a busy peer (pipelined
+     * NOTIFYs) reads into a whole frame's room from now on, one recv() per
+     * batch rather than one per SPOP_CONN_IN_INITIAL bytes. Out of memory
+     * keeps the small buffer. */
+    if (n > 0 && c->in_len == c->in_cap && c->state == SPOP_CONN_READY)
+        (void)spop_conn_in_grow(c);
     while (!done && c->state != SPOP_CONN_CLOSING && !c->paused) {
         struct spop_frame f;
         size_t used;
