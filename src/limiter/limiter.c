@@ -128,12 +128,12 @@ static void send_job(struct limiter *l, struct rjob *j)
         (j->kind == RJOB_LEASE && j->lj->kind != LEASE_JOB_RETURN))
         METRIC_INC(redis_decision_calls);
     j->l = l;
-    const char *argv[7];
-    size_t argvlen[7];
+    const char *argv[CORE_FIRST_ARGC];
+    size_t argvlen[CORE_FIRST_ARGC];
     /* a new key: one plain SET (limiter_first.c), routed, pipelined and
      * failed (down: the callback runs now) as a script call on the key is */
     if (core_first_args(j, argv, argvlen) == 0)
-        store_write(l->store, argv[1], argvlen[1], 7, argv, argvlen, on_set, j);
+        store_write(l->store, argv[1], argvlen[1], CORE_FIRST_ARGC, argv, argvlen, on_set, j);
     else
         send_eval(l, j);
 }

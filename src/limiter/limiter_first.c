@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* limiter_first.c - a token bucket's cold decision on a key this agent has no
  * record of, made by ONE plain pipelined Redis command instead of a tb_exact
- * script call: SET key "2 t px" NX GET PX px, the state a new full bucket has
+ * script call: SET key "2 t px" NX PX px, the state a new full bucket has
  * after this decision (lua/README.md, "2 t px"). Most cold keys on a large key
  * space are new to Redis too, and a plain SET costs Redis about a third of a
  * script operation (no Lua: the script's floor in a batch is the larger part
@@ -31,19 +31,23 @@ static struct bucket_params first_params(uint64_t burst, uint64_t limit, uint64_
     return p;
 }
 
-/* The SET's reply. Nil: the key was new and holds the state sent: allowed,
- * answered as tb_exact answers a new key. A string, or WRONGTYPE (a hash):
- * the key was there and NX wrote nothing: tb_exact decides it. Anything else
- * failed, as a failed script call does. */
+/* The SET's reply. OK: the key was new and holds the state sent: allowed,
+ * answered as tb_exact answers a new key. Nil: the key was there (a string
+ * or a hash) and NX wrote nothing: tb_exact decides it. Anything else failed,
+ * as a failed script call does. (The SET asks for no GET of the old value:
+ * nothing reads it, and the reply of a new key is then 5 bytes, not the
+ * old value's bulk; Redis spends less on the command. A WRONGTYPE, which
+ * only SET NX GET on a hash gives, is still read as "there".) */
 enum core_first_verdict core_first_reply(const struct rjob *j, const struct store_result *res,
                                          uint64_t wall_us, struct store_result *out)
 {
     const struct lease_job *lj = j->lj;
 
-    if ((res->status == STORE_OK && res->nstr == 1 && res->n == 0) ||
+    if ((res->status == STORE_OK && res->nstr == 0 && res->n == 0) ||
         (res->status == STORE_ERR && res->err && !strncmp(res->err, "WRONGTYPE", 9)))
         return CORE_FIRST_EVAL;
-    if (res->status != STORE_OK || res->nstr != 0 || res->n != 0) {
+    if (res->status != STORE_OK || res->nstr != 1 || res->n != 0 || res->str_len[0] != 2 ||
+        memcmp(res->str[0], "OK", 2) != 0) {
         *out = *res;
         if (out->status == STORE_OK) {
             out->status = STORE_ERR;
@@ -94,7 +98,8 @@ static void first_args_make(struct first_args *fa, uint64_t burst, uint64_t limi
     fa->vn += fa->pn;
 }
 
-int core_first_args(const struct rjob *j, const char *argv[7], size_t argvlen[7])
+int core_first_args(const struct rjob *j, const char *argv[CORE_FIRST_ARGC],
+                    size_t argvlen[CORE_FIRST_ARGC])
 {
     const struct lease_job *lj = j->lj;
 
@@ -112,8 +117,8 @@ int core_first_args(const struct rjob *j, const char *argv[7], size_t argvlen[7]
     struct first_args *fa = &last;
     if (fa->burst != lj->burst || fa->limit != lj->limit || fa->period_ms != lj->period_ms)
         first_args_make(fa, lj->burst, lj->limit, lj->period_ms);
-    const char *av[] = {"SET", lj->key, fa->val, "NX", "GET", "PX", fa->px};
-    const size_t al[] = {3, lj->keylen, fa->vn, 2, 3, 2, fa->pn};
+    const char *av[CORE_FIRST_ARGC] = {"SET", lj->key, fa->val, "NX", "PX", fa->px};
+    const size_t al[CORE_FIRST_ARGC] = {3, lj->keylen, fa->vn, 2, 2, fa->pn};
 
     memcpy(argv, av, sizeof(av));
     memcpy(argvlen, al, sizeof(al));

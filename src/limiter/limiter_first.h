@@ -11,11 +11,13 @@
 
 struct store_result;
 
-/* The plain SET NX GET PX j is sent as, when it is a token bucket's cold
- * exact decision on a key this agent has no record of: 7 arguments into
- * argv/argvlen (valid until the next call on this thread), or -1: send j's
- * script. */
-int core_first_args(const struct rjob *j, const char *argv[7], size_t argvlen[7]);
+/* The plain SET key v NX PX px j is sent as, when it is a token bucket's
+ * cold exact decision on a key this agent has no record of: CORE_FIRST_ARGC
+ * arguments into argv/argvlen (valid until the next call on this thread), or
+ * -1: send j's script. */
+#define CORE_FIRST_ARGC 6
+int core_first_args(const struct rjob *j, const char *argv[CORE_FIRST_ARGC],
+                    size_t argvlen[CORE_FIRST_ARGC]);
 enum core_first_verdict {
     CORE_FIRST_EVAL,  /* the key was there: send j's script after all */
     CORE_FIRST_REPLY, /* *out is j's reply, as the script's would be */

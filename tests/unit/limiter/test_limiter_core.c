@@ -181,8 +181,8 @@ END_TEST
 START_TEST(cold_first_set)
 {
     struct world w;
-    const char *argv[7];
-    size_t argvlen[7];
+    const char *argv[CORE_FIRST_ARGC];
+    size_t argvlen[CORE_FIRST_ARGC];
     struct store_result r;
 
     world_open(&w, "[rule:a]\nkey = key\nrate = 10/1s\nburst = 3\n", 1, 1);
@@ -194,14 +194,25 @@ START_TEST(cold_first_set)
     ck_assert_str_eq(argv[0], "SET");
     ck_assert_int_eq(memcmp(argv[1], "rl:t2:a:k", argvlen[1]), 0);
     ck_assert_int_eq(memcmp(argv[2], "2 2 ", 4), 0); /* b - 1 left */
-    /* the key was there after all: the script decides */
+    ck_assert_int_eq(memcmp(argv[3], "NX", 2), 0);
+    ck_assert_int_eq(memcmp(argv[4], "PX", 2), 0); /* no GET: nothing reads the old value */
+    /* nil: the key was there after all (NX wrote nothing): the script decides */
+    struct store_result there = {.status = STORE_OK};
+    ck_assert_int_eq(core_first_reply(j, &there, 0, &r), CORE_FIRST_EVAL);
+    /* a WRONGTYPE (a SET NX GET on a hash) is "there" too */
+    struct store_result wrong = {.status = STORE_ERR, .err = "WRONGTYPE Operation"};
+    ck_assert_int_eq(core_first_reply(j, &wrong, 0, &r), CORE_FIRST_EVAL);
+    /* any other string is not SET's answer: a failure, as a script's would be */
     const char *s = "x";
     size_t sl = 1;
-    struct store_result there = {.status = STORE_OK, .nstr = 1, .str = &s, .str_len = &sl};
-    ck_assert_int_eq(core_first_reply(j, &there, 0, &r), CORE_FIRST_EVAL);
-    /* nil: the key was new, allowed as tb_exact answers a new key */
-    struct store_result nil = {.status = STORE_OK};
-    ck_assert_int_eq(core_first_reply(j, &nil, 1765000000000000ull, &r), CORE_FIRST_REPLY);
+    struct store_result odd = {.status = STORE_OK, .nstr = 1, .str = &s, .str_len = &sl};
+    ck_assert_int_eq(core_first_reply(j, &odd, 0, &r), CORE_FIRST_REPLY);
+    ck_assert_int_eq(r.status, STORE_ERR);
+    /* OK: the key was new, allowed as tb_exact answers a new key */
+    const char *ok = "OK";
+    size_t okl = 2;
+    struct store_result set = {.status = STORE_OK, .nstr = 1, .str = &ok, .str_len = &okl};
+    ck_assert_int_eq(core_first_reply(j, &set, 1765000000000000ull, &r), CORE_FIRST_REPLY);
     ck_assert_int_eq(r.v[EXACT_R_TIME_MS], 1765000000000); /* the wall clock it was given */
     ck_assert_ptr_null(core_reply(&w.c, j, &r, T0 + MS));
     ck_assert_int_eq(w.done, 1);
