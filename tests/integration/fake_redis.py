@@ -214,7 +214,7 @@ class FakeRedis:
         if verb == "EVAL":
             return self._eval(args)
         if verb == "SET":
-            return bulk("1 0 0")  # there already: NX wrote nothing, the script decides
+            return bulk(None)  # there already: NX wrote nothing (nil), the script decides
         if verb == "GET":
             return bulk(self.kv.get(args[0]))
         return b"+OK\r\n"
