@@ -96,15 +96,29 @@ static void send_eval(struct limiter *l, struct rjob *j)
 
 /* The reply to a new key's first SET (limiter_first.c): the script after
  * all, or the reply as the script's would be. */
+static void wake(struct limiter *l);
+
+/* A new key's SET answered. A key that was there goes to its script after
+ * all: held back (the store corked) until the replies of this read are
+ * done, so that those of one batch of SETs go as one batch call, not one
+ * call each (a script call's fixed cost in Redis is about that of an
+ * operation); wake_cb uncorks. */
 static void on_set(void *arg, const struct store_result *res)
 {
     struct rjob *j = arg;
+    struct limiter *l = j->l;
     struct store_result r;
 
-    if (core_first_reply(j, res, util_wall_us(), &r) == CORE_FIRST_EVAL)
-        send_eval(j->l, j);
-    else
+    if (core_first_reply(j, res, util_wall_us(), &r) == CORE_FIRST_REPLY) {
         on_reply(j, &r);
+        return;
+    }
+    if (!l->evals_corked) {
+        l->evals_corked = 1;
+        store_cork(l->store, 1);
+        wake(l);
+    }
+    send_eval(l, j);
 }
 
 static void send_job(struct limiter *l, struct rjob *j)
@@ -157,6 +171,7 @@ static void wake_cb(struct ev_loop *loop, ev_async *a, int revents)
         next = q->next;
         send_job(l, q);
     }
+    l->evals_corked = 0; /* (on_set's, with them) */
     store_cork(l->store, 0);
 }
 

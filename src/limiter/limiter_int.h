@@ -57,6 +57,9 @@ struct limiter {
      * no timeout) for every batch. owner: the thread that runs loop. */
     int inline_on, inline_queued;
     pthread_t owner;
+    /* on_set corked the store for the script calls of keys that were there
+     * after all: wake_cb sends them (limiter thread only) */
+    int evals_corked;
     ev_timer tick, timeouts;
     pthread_mutex_t qlock;
     struct rjob *queue;
