@@ -166,6 +166,49 @@ START_TEST(test_conn_in_grows)
 }
 END_TEST
 
+/* A busy peer: reads that fill the buffer with whole NOTIFYs (nothing left
+ * over, so no frame needs more room) grow it to a whole frame once the HELLO
+ * is done, one recv() per batch from then on; a read that does not fill it
+ * leaves it as it is. */
+START_TEST(test_conn_in_grows_when_busy)
+{
+    const struct spop_vector *hello = &spop_vectors[SPOP_VEC_HAPROXY_HELLO];
+    const struct spop_vector *notify = &spop_vectors[SPOP_VEC_NOTIFY_IPV4];
+    struct pause_ctx ctx = {0, 0};
+    struct spop_conn c;
+    size_t room;
+    uint8_t *p;
+
+    ck_assert_int_eq(spop_conn_init(&c, 16380), 0);
+    p = spop_conn_in_space(&c, &room);
+    memcpy(p, hello->data, hello->len);
+    memcpy(p + hello->len, notify->data, notify->len);
+    ck_assert_int_eq(spop_conn_in_commit(&c, hello->len + notify->len, pause_notify, &ctx), 0);
+    ck_assert_int_eq(c.state, SPOP_CONN_READY);
+    ck_assert_uint_eq(c.in_cap, SPOP_CONN_IN_INITIAL); /* not full: as it was */
+
+    /* whole NOTIFYs up to the room, the last one cut to end exactly there:
+     * its rest comes with the next read */
+    size_t k = SPOP_CONN_IN_INITIAL / notify->len, cut = SPOP_CONN_IN_INITIAL - k * notify->len;
+    p = spop_conn_in_space(&c, &room);
+    ck_assert_uint_eq(room, SPOP_CONN_IN_INITIAL);
+    for (size_t i = 0; i < k; i++)
+        memcpy(p + i * notify->len, notify->data, notify->len);
+    memcpy(p + k * notify->len, notify->data, cut);
+    ck_assert_int_eq(spop_conn_in_commit(&c, room, pause_notify, &ctx), 0);
+    ck_assert_uint_eq(ctx.seen, 1 + k);
+    ck_assert_uint_eq(c.in_cap, 16380 + 4); /* filled: a whole frame's room */
+    ck_assert_uint_eq(c.in_len, cut);
+    p = spop_conn_in_space(&c, &room);
+    ck_assert_uint_ge(room, 8 * notify->len);
+    memcpy(p, notify->data + cut, notify->len - cut);
+    ck_assert_int_eq(spop_conn_in_commit(&c, notify->len - cut, pause_notify, &ctx), 0);
+    ck_assert_uint_eq(ctx.seen, 2 + k);
+    ck_assert_uint_eq(c.in_len, 0);
+    spop_conn_release(&c);
+}
+END_TEST
+
 /* A HAPROXY-DISCONNECT after the HELLO: what it said is kept for the
  * server's log (status and message), and answered with an AGENT-DISCONNECT
  * of status 0, which the connection records as sent. */
@@ -244,7 +287,8 @@ static Suite *spop_conn_suite(void)
     TCase *tc;
 
     tc = tcase_create("connection");
-    CHECK_ADD(tc, test_conn_pause, test_conn_peer_disconnect, test_conn_in_grows);
+    CHECK_ADD(tc, test_conn_pause, test_conn_peer_disconnect, test_conn_in_grows,
+              test_conn_in_grows_when_busy);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("fuzz");
