@@ -313,8 +313,9 @@ void store_cmd_read_reply(struct store_cmd *c, const struct redisReply *reply, u
     } else if (reply->type == REDIS_REPLY_ERROR) {
         res.status = STORE_ERR;
         res.err = reply->str;
-        /* WRONGTYPE answers the agent's SET NX of a new key (limiter_first.c)
-         * that is a hash: an answer (the key exists), not a failure */
+        /* WRONGTYPE answered a SET NX GET of a key that is a hash (the first
+         * SET before 0343eb4; limiter_first.c still reads it as "the key is
+         * there"): an answer, not a failure */
         if (strncmp(reply->str, "WRONGTYPE", 9) != 0)
             METRIC_INC(redis_errors);
     }
