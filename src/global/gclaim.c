@@ -2,6 +2,7 @@
 /* gclaim.c - a region's claimer and every agent's notes of active keys
  * (gclaim.h): the I/O around gplan.h, on the loop thread. */
 #include "global/gclaim.h"
+#include "global/gclaim_int.h"
 
 #include <ev.h>
 #include <inttypes.h>
@@ -19,90 +20,9 @@
 #include "store/store.h"
 #include "store/store_epoch.h"
 
-#define GC_NOTE_MAX 4096   /* keys noted per interval (more wait for the next) */
-#define GC_READ_MAX 10000  /* active keys one round reads */
-#define GC_ACTIVE_MS (GPLAN_ACTIVE_US / 1000) /* a key not noted for this long leaves the set */
-#define GC_REGIONS_MS 60000 /* a region without a round for this long is not counted */
-#define GC_LOCK_ROUNDS 3   /* the lease lock's ttl, in intervals */
-#define GC_MEMBER_MAX 512  /* "LIMIT:PERIOD:BURST:KEY": longer keys are not followed */
-#define GC_SOON 0.005      /* s: a key new to this agent is noted this soon */
-#define GC_POLL_MAX 0.1    /* s: the claimer looks for new keys at least this often */
-#define GC_PROBE_MIN_US 100000 /* a round's wait for a probe of a global Redis known down */
-#define GC_REGIONS_EVERY 10    /* ticks between an agent's reads of the regions, but the claimer's */
-
-enum { PH_IDLE, PH_ACTIVE, PH_READ, PH_GLOBAL };
-
 struct gclaim *gclaim_current;
 
-/* One key the claimer follows. */
-struct gentry {
-    struct gentry *next; /* hash chain */
-    struct gclaim *g;
-    struct gkey k;
-    struct gstep step;
-    uint64_t limit, period_ms, burst;
-    unsigned seen_round; /* the round that last read it from the set */
-    unsigned calls;      /* calls on it not answered: kept until none */
-    unsigned pcalls;     /* of which regional (tb_pool): a round skips it until none */
-    unsigned gen;        /* the round generation of its round calls (stale: ignored) */
-    int64_t pamt;        /* the amount of its last tb_pool call (a round has one at a time) */
-    size_t keylen;
-    char key[]; /* after [redis] prefix */
-};
-
-struct gclaim {
-    struct ev_loop *loop;
-    struct store *reg, *glob;
-    struct store_epoch *epoch; /* the global keyspace's: its loss named (global_state_lost) */
-    ev_timer tick;
-    int stopped;
-    unsigned inflight; /* calls of ours not answered (either store) */
-    int zombie;        /* gclaim_free came while calls were in flight */
-    /* settings */
-    uint64_t interval_us, ttl_us, timeout_us;
-    double max_fraction;
-    double reserve; /* [global] reserve */
-    char *prefix, *gprefix, *agent;
-    size_t prefix_len, gprefix_len;
-    char region[64];
-    /* notes: keys seen since the last flush (members, deduplicated) */
-    char **notes;
-    size_t nnotes;
-    uint64_t *note_hash, *prev_hash; /* this interval's notes, the last flush's */
-    size_t note_cap; /* slots of each, a power of two */
-    ev_timer flush_soon; /* a key new to this agent goes out at once */
-    ev_timer poll;       /* the claimer looks for keys new to the region */
-    uint64_t poll_score; /* the newest note it has seen (Redis' ms) */
-    /* the claimer's keys */
-    struct gentry **tab;
-    size_t tab_cap, nkeys;
-    unsigned round;
-    int in_round;    /* a round's calls are out */
-    int phase;       /* of the round: PH_* */
-    unsigned gen;    /* the round's generation: an abandoned round's replies are stale */
-    ev_timer limit;  /* the round's phase must be answered by then */
-    ev_timer soon;   /* a round before the next tick (gplan_next_us) */
-    uint64_t reg_timeout_us;
-    unsigned waits;  /* its calls not answered yet, this phase */
-    int global_down; /* the last global call failed */
-    uint64_t down_since_us; /* the global connection is down since (0: up) */
-    unsigned ticks;
-    int any_ok;      /* this round's global call got an answer */
-    uint64_t sent_us;
-    struct gentry **batch;
-    size_t nbatch;
-    struct gclaim_stats st;
-};
-
 /* ---- small helpers ---------------------------------------------------------------------- */
-
-static uint64_t hash_bytes(const char *s, size_t n)
-{
-    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ (unsigned char)s[i]) * 1099511628211ULL;
-    return h ? h : 1;
-}
 
 static char *xstrdup(const char *s)
 {
@@ -111,114 +31,6 @@ static char *xstrdup(const char *s)
     if (d)
         memcpy(d, s, n);
     return d;
-}
-
-static struct gplan_cfg plan_cfg(const struct gclaim *g, const struct gentry *e)
-{
-    uint64_t rtt = (uint64_t)(g->st.rtt_ms * 1000);
-    return (struct gplan_cfg){
-        .limit = e->limit,
-        .period_us = e->period_ms * 1000,
-        .burst = e->burst,
-        .interval_us = g->interval_us,
-        .ttl_us = g->ttl_us,
-        .gttl_us = gplan_gttl_us(g->interval_us, g->ttl_us, rtt > g->timeout_us ? rtt : g->timeout_us),
-        .rtt_us = rtt,
-        .max_fraction = g->max_fraction,
-        .regions = g->st.regions ? g->st.regions : 1,
-        .reserve = gclaim_reserve(g, e->burst),
-    };
-}
-
-static void destroy(struct gclaim *g);
-static int call_end(struct gclaim *g);
-
-/* A call of ours is answered (e: on that key, or NULL). 1: do nothing more
- * (stopped; after gclaim_free, the last one frees g). */
-static int call_done(struct gclaim *g, struct gentry *e)
-{
-    if (e)
-        e->calls--;
-    return call_end(g);
-}
-
-/* A regional (tb_pool) call on e answered. */
-static int pool_done(struct gclaim *g, struct gentry *e)
-{
-    e->pcalls--;
-    return call_done(g, e);
-}
-
-static int call_end(struct gclaim *g)
-{
-    g->inflight--;
-    if (g->zombie && !g->inflight) {
-        destroy(g);
-        return 1;
-    }
-    return g->stopped;
-}
-
-/* ---- the key table ---------------------------------------------------------------------- */
-
-static struct gentry *lookup(const struct gclaim *g, const char *key, size_t keylen)
-{
-    if (!g->tab_cap)
-        return NULL;
-    for (struct gentry *e = g->tab[hash_bytes(key, keylen) & (g->tab_cap - 1)]; e; e = e->next)
-        if (e->keylen == keylen && memcmp(e->key, key, keylen) == 0)
-            return e;
-    return NULL;
-}
-
-static struct gentry *upsert(struct gclaim *g, const char *key, size_t keylen)
-{
-    struct gentry *e = lookup(g, key, keylen);
-    if (e)
-        return e;
-    if (g->nkeys + 1 > g->tab_cap / 2) { /* grow */
-        size_t cap = g->tab_cap ? g->tab_cap * 2 : 64;
-        struct gentry **t = calloc(cap, sizeof(*t));
-        if (!t)
-            return NULL;
-        for (size_t i = 0; i < g->tab_cap; i++)
-            for (struct gentry *x = g->tab[i], *nx; x; x = nx) {
-                nx = x->next;
-                size_t b = hash_bytes(x->key, x->keylen) & (cap - 1);
-                x->next = t[b];
-                t[b] = x;
-            }
-        free(g->tab);
-        g->tab = t;
-        g->tab_cap = cap;
-    }
-    e = calloc(1, sizeof(*e) + keylen + 1);
-    if (!e)
-        return NULL;
-    e->g = g;
-    e->keylen = keylen;
-    memcpy(e->key, key, keylen);
-    size_t b = hash_bytes(key, keylen) & (g->tab_cap - 1);
-    e->next = g->tab[b];
-    g->tab[b] = e;
-    g->nkeys++;
-    return e;
-}
-
-/* Forget the keys idle for a while (no call of ours on them). */
-static void sweep(struct gclaim *g)
-{
-    for (size_t i = 0; i < g->tab_cap; i++)
-        for (struct gentry **p = &g->tab[i]; *p;) {
-            struct gentry *e = *p;
-            if (gplan_idle(&e->k) && e->seen_round != g->round && !e->calls) {
-                *p = e->next;
-                free(e);
-                g->nkeys--;
-            } else {
-                p = &e->next;
-            }
-        }
 }
 
 /* ---- notes: this agent's active keys, to the region's set --------------------------------- */
@@ -234,7 +46,7 @@ void gclaim_note(struct gclaim *g, const char *key, size_t keylen, uint64_t limi
         return;
     memcpy(m + n, key, keylen);
     m[(size_t)n + keylen] = '\0';
-    uint64_t h = hash_bytes(m, (size_t)n + keylen);
+    uint64_t h = gclaim_hash(m, (size_t)n + keylen);
     size_t mask = g->note_cap - 1, i = h & mask;
     for (; g->note_hash[i]; i = (i + 1) & mask)
         if (g->note_hash[i] == h)
@@ -265,7 +77,7 @@ static const char note_script[] =
 static void on_noted(void *arg, const struct store_result *res)
 {
     (void)res; /* lost notes come again next interval */
-    call_done(arg, NULL);
+    gclaim_call_done(arg, NULL);
 }
 
 static void flush_notes(struct gclaim *g)
@@ -297,8 +109,6 @@ static void flush_notes(struct gclaim *g)
     memset(g->note_hash, 0, g->note_cap * sizeof(*g->note_hash));
 }
 
-static void start_round(struct gclaim *g);
-
 static void flush_soon_cb(struct ev_loop *loop, ev_timer *w, int revents)
 {
     struct gclaim *g = w->data;
@@ -308,7 +118,7 @@ static void flush_soon_cb(struct ev_loop *loop, ev_timer *w, int revents)
         return;
     flush_notes(g);
     if (g->st.claimer && !g->in_round) /* (its read comes after the notes: one connection) */
-        start_round(g);
+        gclaim_start_round(g);
 }
 
 /* KEYS[1] the region's set: the members noted after ARGV[1] (ms), with
@@ -317,14 +127,13 @@ static const char poll_script[] =
     "return redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. ARGV[1], '+inf', 'WITHSCORES', "
     "'LIMIT', 0, tonumber(ARGV[2]))\n";
 
-
 /* Notes since the last poll: a key the claimer does not follow yet gets a
  * round now, not at the next tick. */
 static void on_poll(void *arg, const struct store_result *res)
 {
     struct gclaim *g = arg;
     int fresh = 0;
-    if (call_done(g, NULL) || res->status != STORE_OK)
+    if (gclaim_call_done(g, NULL) || res->status != STORE_OK)
         return;
     for (size_t i = 0; i + 1 < res->nstr; i += 2) {
         const char *m = res->str[i], *p = m;
@@ -335,11 +144,11 @@ static void on_poll(void *arg, const struct store_result *res)
         uint64_t sc = strtoull(res->str[i + 1], NULL, 10);
         if (sc > g->poll_score)
             g->poll_score = sc;
-        if (p && !lookup(g, p, res->str_len[i] - (size_t)(p - m)))
+        if (p && !gclaim_lookup(g, p, res->str_len[i] - (size_t)(p - m)))
             fresh = 1;
     }
     if (fresh && g->st.claimer && !g->in_round)
-        start_round(g);
+        gclaim_start_round(g);
 }
 
 static void poll_cb(struct ev_loop *loop, ev_timer *w, int revents)
@@ -358,416 +167,12 @@ static void poll_cb(struct ev_loop *loop, ev_timer *w, int revents)
     store_read(g->reg, key, (size_t)kl, 6, argv, argvlen, on_poll, g);
 }
 
-/* ---- the round ---------------------------------------------------------------------------- */
-
-/* The next round before the next tick, for a key one claim per interval
- * cannot feed (gplan_next_us). */
-static void soon_cb(struct ev_loop *loop, ev_timer *w, int revents)
-{
-    struct gclaim *g = w->data;
-    (void)loop;
-    (void)revents;
-    if (!g->stopped && g->st.claimer && !g->in_round)
-        start_round(g);
-}
-
-static void round_end(struct gclaim *g)
-{
-    g->in_round = 0;
-    g->phase = PH_IDLE;
-    g->nbatch = 0;
-    ev_timer_stop(g->loop, &g->limit);
-    uint64_t next = g->interval_us;
-    for (size_t i = 0; i < g->tab_cap; i++)
-        for (struct gentry *e = g->tab[i]; e; e = e->next) {
-            struct gplan_cfg c = plan_cfg(g, e);
-            uint64_t n = gplan_next_us(&c, &e->k);
-            if (n < next)
-                next = n;
-        }
-    if (next < g->interval_us && !g->stopped) {
-        ev_timer_stop(g->loop, &g->soon);
-        ev_timer_set(&g->soon, (double)next / 1e6, 0.);
-        ev_timer_start(g->loop, &g->soon);
-    }
-}
-
-static void arm(struct gclaim *g, int phase, uint64_t us)
-{
-    g->phase = phase;
-    ev_timer_stop(g->loop, &g->limit);
-    ev_timer_set(&g->limit, (double)us / 1e6, 0.);
-    ev_timer_start(g->loop, &g->limit);
-}
-
-/* The global Redis did not answer an operation (down, cut off, too slow,
- * an error): what was withdrawn for it is lost, and the region goes on its
- * own until a call passes. */
-static void global_failed(struct gclaim *g, struct gentry *e, const char *why)
-{
-    uint64_t lost = gplan_failed(&e->k);
-    g->st.forfeited += lost;
-    g->st.failed++;
-    METRIC_ADD(global_forfeited, lost);
-    METRIC_INC(global_failed);
-    if (!g->global_down) {
-        g->global_down = 1;
-        warning_raise(WARNING_GLOBAL_UNREACHABLE,
-                      "region %s cannot reach the global Redis ([global]): it spends what it "
-                      "holds of each scope = global rule, then admits its backstop share "
-                      "(1/%u of the rule) until a call passes: %s",
-                      g->region, g->st.regions ? g->st.regions : 1, why);
-    }
-}
-
-/* A phase not answered in time: the round is given up, its late replies
- * ignored (a late grant is never deposited: the global bucket counts it
- * held until the region's lease expires, under-admission only). */
-static void limit_cb(struct ev_loop *loop, ev_timer *w, int revents)
-{
-    struct gclaim *g = w->data;
-    (void)loop;
-    (void)revents;
-    if (g->phase == PH_GLOBAL)
-        for (size_t i = 0; i < g->tab_cap; i++)
-            for (struct gentry *e = g->tab[i]; e; e = e->next)
-                if (e->k.op && e->gen == g->gen)
-                    global_failed(g, e, "no answer within [global] timeout");
-    LOG_DEBUG("\"global round given up\" region=%s phase=%d", g->region, g->phase);
-    g->gen++;
-    round_end(g);
-}
-
-/* tb_pool on e's regional bucket: move amt (0: read), dl_ms > 0 stores the
- * deadline that many ms from now, < 0 clears it. */
-static void pool_call(struct gclaim *g, struct gentry *e, int64_t amt, int64_t dl_ms,
-                      store_cb *cb, void *arg)
-{
-    char key[GC_MEMBER_MAX + 128], a[24], b[24], d[24], r[24];
-    const char *argv[POOL_ARGC_RESERVE] = {a, b, d, r};
-    size_t argvlen[POOL_ARGC_RESERVE];
-    if (g->prefix_len + e->keylen >= sizeof(key))
-        return;
-    memcpy(key, g->prefix, g->prefix_len);
-    memcpy(key + g->prefix_len, e->key, e->keylen);
-    argvlen[0] = (size_t)snprintf(a, sizeof(a), "%" PRId64, amt);
-    argvlen[1] = (size_t)snprintf(b, sizeof(b), "%" PRIu64, e->burst);
-    argvlen[2] = (size_t)snprintf(d, sizeof(d), "%" PRId64, dl_ms);
-    uint64_t reserve = gclaim_reserve(g, e->burst);
-    argvlen[3] = (size_t)snprintf(r, sizeof(r), "%" PRIu64, reserve);
-    g->inflight++;
-    e->calls++;
-    e->pcalls++;
-    e->pamt = amt;
-    int argc = reserve ? POOL_ARGC_RESERVE : dl_ms ? POOL_ARGC_DEADLINE : POOL_ARGC;
-    store_eval(g->reg, SCRIPT_TB_POOL, key, g->prefix_len + e->keylen, argc, argv, argvlen, cb,
-               arg);
-}
-
-static void on_fire_and_forget(void *arg, const struct store_result *res)
-{
-    struct gentry *e = arg;
-    (void)res;
-    pool_done(e->g, e);
-}
-
-/* Free tokens dropped at a lease's end: forfeited (the global bucket
- * counts them spent at its lease's expiry). */
-static void on_forfeit(void *arg, const struct store_result *res)
-{
-    struct gentry *e = arg;
-    if (pool_done(e->g, e))
-        return;
-    if (res->status == STORE_OK && res->n >= 1 && res->v[0] < 0) {
-        e->g->st.forfeited += (uint64_t)-res->v[0];
-        METRIC_ADD(global_forfeited, (uint64_t)-res->v[0]);
-    }
-}
-
-static void send_global(struct gclaim *g);
-
-static void phase_done(struct gclaim *g)
-{
-    if (--g->waits == 0)
-        send_global(g);
-}
-
-/* The surplus withdrawn (or the backstop deposited): the key's operation. */
-static void on_moved(void *arg, const struct store_result *res)
-{
-    struct gentry *e = arg;
-    struct gclaim *g = e->g;
-    if (pool_done(g, e))
-        return;
-    /* no answer (the connection lost, or an error): whether it ran is not
-     * known. A deposit of backstop tokens counts as made, so that it is
-     * never made twice (over-admission); a withdrawal as not made (what it
-     * took, if it ran, is lost: under-admission). */
-    int64_t moved = res->status == STORE_OK && res->n >= 1 ? res->v[0]
-                    : e->pamt > 0                          ? e->pamt
-                                                           : 0;
-    struct gplan_cfg c = plan_cfg(g, e);
-    if (moved > 0) { /* (late too: the tokens are in the bucket) */
-        gplan_backstop_done(&e->k, (uint64_t)moved);
-        g->st.backstop += (uint64_t)moved;
-        METRIC_ADD(global_backstop, (uint64_t)moved);
-    }
-    if (e->gen != g->gen || g->phase != PH_READ)
-        return; /* a given-up round's: a late withdrawal is lost, under-admission */
-    gplan_withdrawn(&c, &e->k, &e->step, moved < 0 ? (uint64_t)-moved : 0, util_now_us());
-    phase_done(g);
-}
-
-/* The regional bucket read: plan the key's round. */
-static void on_read(void *arg, const struct store_result *res)
-{
-    struct gentry *e = arg;
-    struct gclaim *g = e->g;
-    if (pool_done(g, e) || e->gen != g->gen || g->phase != PH_READ)
-        return;
-    if (res->status != STORE_OK || res->n < 6) { /* the regional Redis: nothing this round */
-        e->k.op = 0;
-        phase_done(g);
-        return;
-    }
-    struct gread r = {res->v[1] > 0 ? (uint64_t)res->v[1] : 0,
-                      res->v[2] > 0 ? (uint64_t)res->v[2] : 0,
-                      res->v[5] > 0 ? (uint64_t)res->v[5] : 0,
-                      e->seen_round == g->round}; /* in the region's set: noted lately */
-    struct gplan_cfg c = plan_cfg(g, e);
-    uint64_t now = util_now_us();
-    gplan_round(&c, &e->k, &r, g->global_down, now, &e->step);
-    int64_t amt = (int64_t)e->step.backstop - (int64_t)e->step.withdraw;
-    if (amt != 0) {
-        pool_call(g, e, amt, 0, on_moved, e);
-        return;
-    }
-    gplan_withdrawn(&c, &e->k, &e->step, 0, now);
-    phase_done(g);
-}
-
-/* The members of the region's set: the keys of this round. */
-static void on_active(void *arg, const struct store_result *res)
-{
-    struct gclaim *g = arg;
-    if (call_done(g, NULL) || g->phase != PH_ACTIVE)
-        return;
-    if (res->status == STORE_OK)
-        for (size_t i = 0; i < res->nstr; i++) {
-            const char *m = res->str[i], *p = m;
-            uint64_t v[3];
-            char *end;
-            int ok = 1;
-            for (int j = 0; j < 3 && ok; j++) {
-                v[j] = strtoull(p, &end, 10);
-                ok = end != p && *end == ':';
-                p = end + 1;
-            }
-            size_t kl = res->str_len[i] - (size_t)(p - m);
-            if (!ok || !kl || v[2] == 0 || v[1] == 0)
-                continue;
-            struct gentry *e = upsert(g, p, kl);
-            if (!e)
-                break;
-            e->limit = v[0], e->period_ms = v[1], e->burst = v[2];
-            e->seen_round = g->round;
-        }
-    /* every key followed: read its bucket (those no longer in the set too:
-     * what they hold is given back) */
-    g->waits = 1;
-    g->nbatch = 0;
-    arm(g, PH_READ, g->reg_timeout_us);
-    store_cork(g->reg, 1); /* the reads go as one batch */
-    for (size_t i = 0; i < g->tab_cap; i++)
-        for (struct gentry *e = g->tab[i]; e; e = e->next) {
-            struct gplan_cfg c = plan_cfg(g, e);
-            e->k.op = 0;
-            if (e->pcalls) /* a given-up round's regional call still out: next round */
-                continue;
-            e->gen = g->gen;
-            if (gplan_expire(&c, &e->k, util_now_us())) {
-                pool_call(g, e, -(int64_t)e->burst - 1, -1, on_forfeit, e);
-            }
-            g->waits++;
-            pool_call(g, e, 0, 0, on_read, e);
-        }
-    store_cork(g->reg, 0);
-    phase_done(g);
-}
-
-/* KEYS[1] the region's set: drop members older than ARGV[1] ms, answer the
- * newest ARGV[2]. */
-static const char active_script[] =
-    "local t = redis.call('TIME')\n"
-    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
-    "redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[1]))\n"
-    "return redis.call('ZREVRANGEBYSCORE', KEYS[1], '+inf', '-inf', 'LIMIT', 0, "
-    "tonumber(ARGV[2]))\n";
-
-static void start_round(struct gclaim *g)
-{
-    char key[256], ms[24], max[24];
-    int kl = snprintf(key, sizeof(key), "%sg:active", g->prefix);
-    snprintf(ms, sizeof(ms), "%llu", (unsigned long long)GC_ACTIVE_MS);
-    snprintf(max, sizeof(max), "%d", GC_READ_MAX);
-    const char *argv[] = {"EVAL", active_script, "1", key, ms, max};
-    size_t argvlen[] = {4, sizeof(active_script) - 1, 1, (size_t)kl, strlen(ms), strlen(max)};
-    g->round++;
-    g->gen++;
-    sweep(g);
-    g->in_round = 1;
-    arm(g, PH_ACTIVE, g->reg_timeout_us);
-    g->inflight++;
-    store_read(g->reg, key, (size_t)kl, 6, argv, argvlen, on_active, g);
-}
-
-/* A grant deposited. */
-static void on_deposit(void *arg, const struct store_result *res)
-{
-    struct gentry *e = arg;
-    if (pool_done(e->g, e))
-        return;
-    if (res->status == STORE_OK && res->n >= 1 && res->v[0] > 0)
-        gplan_deposited(&e->k, (uint64_t)res->v[0]);
-    else if (res->status != STORE_OK && e->pamt > 0)
-        /* no answer: it may have run. Counted made, never made twice: the
-         * tokens, if it did not, are lost (under-admission; the global
-         * bucket counts them the region's until its next report) */
-        gplan_deposited(&e->k, (uint64_t)e->pamt);
-}
-
-/* One global call's operation: its key and round (a reply may come after
- * its round was given up, and after the key's next round began). */
-struct gcall {
-    struct gentry *e;
-    unsigned gen;
-};
-
-/* What the global bucket answered for one key. */
-static void on_global(void *arg, const struct store_result *res)
-{
-    struct gcall *gc = arg;
-    struct gentry *e = gc->e;
-    struct gclaim *g = e->g;
-    unsigned gen = gc->gen;
-    free(gc);
-    if (call_done(g, e))
-        return;
-    if (gen != g->gen || e->gen != gen || g->phase != PH_GLOBAL) {
-        /* a given-up round's (see limit_cb); an answer says how far the
-         * global Redis is now, for the next probe's wait */
-        if (res->status == STORE_OK && g->sent_us) {
-            double rtt = (double)(util_now_us() - g->sent_us) / 1000.0;
-            if (rtt > g->st.rtt_ms)
-                g->st.rtt_ms = rtt;
-        }
-        return;
-    }
-    uint64_t now = util_now_us();
-    if (res->status != STORE_OK || res->n <= CLAIM_R_MINE) {
-        global_failed(g, e, res->err ? res->err : "down");
-    } else {
-        struct gplan_cfg c = plan_cfg(g, e);
-        uint64_t dl = 0, granted = (uint64_t)res->v[CLAIM_R_GRANTED];
-        g->any_ok = 1;
-        if (g->global_down) {
-            g->global_down = 0;
-            warning_clear(WARNING_GLOBAL_UNREACHABLE);
-        }
-        double rtt = (double)(now - g->sent_us) / 1000.0;
-        g->st.rtt_ms = g->st.rtt_ms ? 0.8 * g->st.rtt_ms + 0.2 * rtt : rtt;
-        if (gplan_recovered(&e->k))
-            pool_call(g, e, -(int64_t)e->burst - 1, 0, on_fire_and_forget, e);
-        g->st.granted += granted;
-        g->st.returned += e->k.ret;
-        METRIC_ADD(global_granted, granted);
-        METRIC_ADD(global_returned, e->k.ret);
-        uint64_t amt = gplan_reply(&c, &e->k, g->sent_us, now, granted,
-                                   (uint64_t)res->v[CLAIM_R_MINE],
-                                   (uint64_t)res->v[CLAIM_R_LEASE_MS],
-                                   (uint64_t)res->v[CLAIM_R_RETRY_MS], &dl);
-        if (amt || dl)
-            pool_call(g, e, (int64_t)amt, dl ? (int64_t)(dl / 1000 ? dl / 1000 : 1) : -1,
-                      on_deposit, e);
-    }
-    if (--g->waits == 0)
-        round_end(g);
-}
-
-static void send_global(struct gclaim *g)
-{
-    char key[GC_MEMBER_MAX + 128], nums[7][24];
-    const char *argv[CLAIM_ARGC];
-    size_t argvlen[CLAIM_ARGC];
-    size_t n = 0;
-
-    for (size_t i = 0; i < g->tab_cap; i++)
-        for (struct gentry *e = g->tab[i]; e; e = e->next)
-            n += e->k.op && e->gen == g->gen;
-    if (!n) {
-        round_end(g);
-        return;
-    }
-    g->sent_us = util_now_us();
-    /* down: the call probes; a round waits no longer than a few round trips
-     * as last seen (GC_PROBE_MIN at least) for it, so that the backstop's
-     * rounds keep coming (gplan_next_us); a late answer lengthens the next
-     * probe's wait (on_global) */
-    uint64_t wait = g->timeout_us;
-    if (g->global_down) {
-        uint64_t rtt4 = (uint64_t)(4000 * g->st.rtt_ms);
-        wait = rtt4 > GC_PROBE_MIN_US ? rtt4 : GC_PROBE_MIN_US;
-        if (wait > g->timeout_us)
-            wait = g->timeout_us;
-    }
-    arm(g, PH_GLOBAL, wait);
-    g->waits = 1;
-    g->any_ok = 0;
-    g->st.calls++;
-    METRIC_INC(global_calls);
-    store_cork(g->glob, 1);
-    for (size_t i = 0; i < g->tab_cap; i++)
-        for (struct gentry *e = g->tab[i]; e; e = e->next) {
-            if (!e->k.op || e->gen != g->gen || g->gprefix_len + e->keylen >= sizeof(key))
-                continue;
-            struct gplan_cfg c = plan_cfg(g, e);
-            uint64_t a[7] = {e->limit, e->period_ms, gplan_global_burst(&c), e->k.want,
-                             e->k.used, e->k.ret, c.gttl_us / 1000};
-            memcpy(key, g->gprefix, g->gprefix_len);
-            memcpy(key + g->gprefix_len, e->key, e->keylen);
-            argv[CLAIM_ARG_AGENT] = g->region;
-            argvlen[CLAIM_ARG_AGENT] = strlen(g->region);
-            for (int j = 0; j < 7; j++) {
-                argvlen[CLAIM_ARG_LIMIT + j] =
-                    (size_t)snprintf(nums[j], sizeof(nums[j]), "%" PRIu64, a[j]);
-                argv[CLAIM_ARG_LIMIT + j] = nums[j];
-            }
-            struct gcall *gc = malloc(sizeof(*gc));
-            if (!gc) {
-                e->k.op = 0;
-                continue;
-            }
-            gc->e = e;
-            gc->gen = g->gen;
-            g->st.claims++;
-            METRIC_INC(global_claims);
-            g->waits++;
-            g->inflight++;
-            e->calls++;
-            store_eval(g->glob, SCRIPT_TB_CLAIM, key, g->gprefix_len + e->keylen, CLAIM_ARGC, argv,
-                       argvlen, on_global, gc);
-        }
-    store_cork(g->glob, 0);
-    if (--g->waits == 0)
-        round_end(g);
-}
-
 /* ---- the lock and the regions ------------------------------------------------------------- */
 
 static void on_lock(void *arg, const struct store_result *res)
 {
     struct gclaim *g = arg;
-    if (call_done(g, NULL))
+    if (gclaim_call_done(g, NULL))
         return;
     int mine = res->status == STORE_OK && res->n >= 1 && res->v[0] == 1;
     if (mine != g->st.claimer)
@@ -775,7 +180,7 @@ static void on_lock(void *arg, const struct store_result *res)
     g->st.claimer = mine;
     atomic_store(&metrics.global_claimer, mine);
     if (mine && !g->in_round)
-        start_round(g);
+        gclaim_start_round(g);
 }
 
 /* KEYS[1] the global set of regions: this one's round now (Redis' clock),
@@ -791,7 +196,7 @@ static const char regions_script[] =
 static void on_regions(void *arg, const struct store_result *res)
 {
     struct gclaim *g = arg;
-    if (call_done(g, NULL))
+    if (gclaim_call_done(g, NULL))
         return;
     if (res->status == STORE_OK && res->nstr >= 1) {
         unsigned long n = strtoul(res->str[0], NULL, 10);
@@ -923,9 +328,9 @@ struct gclaim *gclaim_new(struct ev_loop *loop, const struct config *cfg, struct
     ev_timer_init(&g->tick, tick_cb, g->interval_us / 1e6, g->interval_us / 1e6);
     g->tick.data = g;
     ev_timer_start(loop, &g->tick);
-    ev_timer_init(&g->limit, limit_cb, 1., 0.);
+    ev_timer_init(&g->limit, gclaim_limit_cb, 1., 0.);
     g->limit.data = g;
-    ev_timer_init(&g->soon, soon_cb, 1., 0.);
+    ev_timer_init(&g->soon, gclaim_soon_cb, 1., 0.);
     g->soon.data = g;
     ev_timer_init(&g->flush_soon, flush_soon_cb, GC_SOON, 0.);
     g->flush_soon.data = g;
@@ -952,11 +357,6 @@ int gclaim_reconfigure(struct gclaim *g, const struct config *cfg)
     return store_reconfigure(g->glob, &so);
 }
 
-uint64_t gclaim_reserve(const struct gclaim *g, uint64_t burst)
-{
-    return g ? bucket_fed_reserve(g->reserve, g->st.regions, burst) : 0;
-}
-
 struct greset {
     struct gclaim *g;
     store_cb *cb;
@@ -969,7 +369,7 @@ static void on_greset(void *arg, const struct store_result *res)
     struct gclaim *g = r->g;
     r->cb(r->arg, res);
     free(r);
-    call_end(g);
+    gclaim_call_done(g, NULL);
 }
 
 int gclaim_reset(struct gclaim *g, const char *key, size_t keylen, uint64_t limit,
@@ -1023,25 +423,6 @@ void gclaim_stop(struct gclaim *g)
         gclaim_current = NULL;
 }
 
-static void destroy(struct gclaim *g)
-{
-    for (size_t i = 0; i < g->tab_cap; i++)
-        for (struct gentry *e = g->tab[i], *nx; e; e = nx) {
-            nx = e->next;
-            free(e);
-        }
-    free(g->tab);
-    for (size_t i = 0; i < g->nnotes; i++)
-        free(g->notes[i]);
-    free(g->notes);
-    free(g->note_hash);
-    free(g->prev_hash);
-    free(g->prefix);
-    free(g->gprefix);
-    free(g->agent);
-    free(g);
-}
-
 void gclaim_free(struct gclaim *g)
 {
     if (!g)
@@ -1051,7 +432,7 @@ void gclaim_free(struct gclaim *g)
         g->zombie = 1;
         return;
     }
-    destroy(g);
+    gclaim_destroy(g);
 }
 
 void gclaim_stats(const struct gclaim *g, struct gclaim_stats *out)
@@ -1068,7 +449,7 @@ void gclaim_stats(const struct gclaim *g, struct gclaim_stats *out)
 int gclaim_key(const struct gclaim *g, const char *key, size_t keylen,
                struct gclaim_key_state *out)
 {
-    const struct gentry *e = g ? lookup(g, key, keylen) : NULL;
+    const struct gentry *e = g ? gclaim_lookup(g, key, keylen) : NULL;
     if (!e)
         return -1;
     uint64_t now = util_now_us();

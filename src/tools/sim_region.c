@@ -60,11 +60,6 @@ struct gplan_cfg sim_region_cfg(const struct sim *s)
     };
 }
 
-uint64_t sim_region_reserve(const struct sim *s, uint64_t burst)
-{
-    return bucket_fed_reserve(s->o->global_reserve, s->rg->n, burst);
-}
-
 static void activate(struct region *R, uint32_t k)
 {
     if (!R->is_active[k]) {

@@ -8,12 +8,20 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "limits/bucket.h"
 #include "tools/sim_fleet_int.h"
 #include "tools/sim_redis.h"
 
 size_t sim_region_key_name(uint32_t k, int global, char *buf)
 {
     return (size_t)snprintf(buf, KEYBUF, KEY_PREFIX "%st2:" RULE_NAME ":%u", global ? "g:" : "", k);
+}
+
+/* What a missing regional key holds: the [global] reserve split over the
+ * regions (bucket_fed_reserve), as gclaim_reserve() gives the agent's calls. */
+uint64_t sim_region_reserve(const struct sim *s, uint64_t burst)
+{
+    return bucket_fed_reserve(s->o->global_reserve, s->rg->n, burst);
 }
 
 int sim_region_pool(struct sim *s, struct region *R, uint32_t k, int64_t amt, int64_t dl_ms,
