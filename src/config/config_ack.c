@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* config_ack.c - the most bytes an ACK deciding by one rule can take
  * (config_ack_max_size): every variable rules_encode_actions() may set, at
- * its longest. config.c's end-of-file check holds max_frame_size against it;
+ * its longest. config_check.c's end-of-file check holds max_frame_size against it;
  * tests/unit/rules/test_rules_match.c encodes the largest ACK of a rule and
  * checks that it fits.
  */

@@ -3,10 +3,11 @@
  * definitions and the parse state. Private to src/config/; the public API is
  * config.h.
  *
- * config.c holds the key table, sections and rules, the whole-file checks and
- * the public API; it runs config_reader.c (lines in, sections and pairs out,
- * through hooks) and calls config_set.c, which turns one key's value into its
- * field. Both report to config_errors.c. Nothing calls back up into config.c.
+ * config_load.c holds sections and rules and the public API (config.h); it
+ * runs config_reader.c (lines in, sections and pairs out, through hooks),
+ * calls config_set.c, which turns one key's value into its field, and
+ * config_check.c, which checks a rule and then the whole file. They report
+ * to config_errors.c. Nothing calls back up into config_load.c.
  */
 #ifndef CONFIG_INTERNAL_H
 #define CONFIG_INTERNAL_H
@@ -122,5 +123,12 @@ void config_resolve_credentials(struct parse_state *st, int standalone);
 /* [global]'s credentials, the same way as [redis]'s (config_auth.c); unset: no
  * [global] Redis configured (config_global). */
 void config_resolve_global_credentials(struct parse_state *st, int unset);
+
+/* The checks of config_check.c: a rule's keys against each other, as its
+ * section ends; the whole file's, and the defaults that follow other keys,
+ * at its end. */
+struct cfg_rule;
+void config_check_rule(struct parse_state *st, struct cfg_rule *r);
+void config_finish(struct parse_state *st);
 
 #endif

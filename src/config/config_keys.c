@@ -116,7 +116,7 @@ static const struct key_def key_defs[] = {
     {SEC_AGENT, "stats_hosts", T_NAMES, CF(stats_hosts), 0, 0, F_LIST, NULL, 0},
     /* an HAProxy connection is idle up to its SPOE `timeout idle`: shorter
      * than a second would close live ones (at most CFG_MAX_IDLE_GRACE_MS,
-     * checked in config.c) */
+     * checked in config_check.c) */
     {SEC_AGENT, "idle_grace", T_DUR, CF(idle_grace_ms), 1000, 0, 0, NULL, 0},
     /* [global] (v1.2): the Redis of every region's scope = global rules;
      * its connection keys are [redis]'s, parsed alike */
@@ -141,9 +141,9 @@ static const struct key_def key_defs[] = {
     {SEC_GLOBAL, "interval", T_DUR, CF(global_interval_ms), 100, 0, 0, NULL, 0},
     {SEC_GLOBAL, "max_fraction", T_SHARE, CF(global_max_fraction), 0, 0, 0, NULL, 0},
     /* the share of each key's burst set aside for the regions' reserves
-     * (doc/design.md "The reserve"); at most 1/2 (config.c) */
+     * (doc/design.md "The reserve"); at most 1/2 (config_check.c) */
     {SEC_GLOBAL, "reserve", T_SHARE, CF(global_reserve), 0, 0, F_ZERO, NULL, 0},
-    /* checked at the end of the file (config.c: its characters, its default) */
+    /* checked at the end of the file (config_check.c: its characters, its default) */
     {SEC_GLOBAL, "region", T_STR, CF(global_region), 0, CFG_MAX_REGION, F_NONEMPTY, NULL, 0},
     {SEC_RULE, "scope", T_ENUM, RF(scope), 0, 0, 0, scope_names, 0},
 };

@@ -4,7 +4,7 @@
  * failure worded as a "FILE:LINE:" error naming the key. Addresses are
  * stored twice: as written (to show) and parsed (to use).
  *
- * The key table that says which field and type each key has is in config.c.
+ * The key table that says which field and type each key has is in config_keys.c.
  */
 #include "config_set.h"
 

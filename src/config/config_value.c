@@ -5,7 +5,7 @@
  * (config_parse_cidr, config_peer_allowed) are here.
  *
  * Pure string work: no inih, no parse state, no error text (the caller words
- * the error: config_set.c). config.c keeps the file and sections.
+ * the error: config_set.c). config_load.c keeps the file and sections.
  */
 #include "config_value.h"
 

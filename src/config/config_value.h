@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* config_value.h - value syntax shared by config.c and config_set.c.
+/* config_value.h - value syntax shared by config_load.c, config_check.c and config_set.c.
  * Private to src/config/: the public value parsers (config_parse_duration,
  * ...) and config_peer_allowed are in config.h; addresses are parsed by
  * net.h.

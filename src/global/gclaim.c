@@ -350,8 +350,9 @@ int gclaim_reconfigure(struct gclaim *g, const struct config *cfg)
     if (!g)
         return 0;
     /* [global]'s interval, timeout, max_fraction, region and topology are
-     * restart-only (config.c warns of them); the url, the credentials and
-     * the reserve apply (the reserve as the reloaded rules send it) */
+     * restart-only (a reload warns of them: agent.c, config_page_pending);
+     * the url, the credentials and the reserve apply (the reserve as the
+     * reloaded rules send it) */
     g->reserve = cfg->global_reserve;
     store_options_from_global(cfg, &so);
     return store_reconfigure(g->glob, &so);

@@ -73,7 +73,7 @@ def code_keys():
     """[(section, key, type, field)] from key_defs, and {(section, key): [defaults]}:
     the spellings a document may use for the default, or None when the
     default is not a constant (the CPUs, a rule's rate ...)."""
-    text = read("src/config/config.c")
+    text = read("src/config/config_load.c")
     table = read("src/config/config_keys.c").split("key_defs[] = {", 1)[1].split("\n};", 1)[0]
     keys = []
     for m in re.finditer(r'\{SEC_(\w+), "(\w+)", (T_\w+), (?:([CR])F\((\w+)\))?', table):
@@ -204,11 +204,11 @@ def check_config():
                 m = re.search(r"Default:?\s+(.*?)(?:\.\s|\.$|;|$)", text)
                 text = m.group(1) if m else ""
             if not has_default(text, want):
-                fail("%s: [%s] %s: the default should be %s (src/config/config.c), "
+                fail("%s: [%s] %s: the default should be %s (src/config/config_load.c), "
                      "the doc says %r" % (where, sec, key, " or ".join(want), text[:80]))
         code = {(s, k) for s, k, *_ in keys}
         for sec, key in sorted(set(docs) - code):
-            fail("%s: [%s] %s is documented, but src/config/config.c has no such key" %
+            fail("%s: [%s] %s is documented, but src/config/config_load.c has no such key" %
                  (where, sec, key))
 
 
