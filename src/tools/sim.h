@@ -20,7 +20,8 @@
  *                  the lease does not hold)
  *   sim_cc.c       --concurrency: cc_acquire / cc_release, slots held for
  *                  a service time
- *   sim_report.c   the stall's and the models' lines under the table's row
+ *   sim_report.c   what a run prints: the table's head and row, the JSON
+ *                  line, the stall's lines under the row
  */
 #ifndef SIM_H
 #define SIM_H
@@ -221,7 +222,13 @@ int sim_models_verdict(const struct sim_opts *o, const struct sim_result *r);
 
 void sim_models_print(const struct sim_opts *o, const struct sim_result *r);
 void sim_models_json(struct strbuf *b, const struct sim_opts *o, const struct sim_result *r);
-/* The stall's figures (sim_report.c). */
+/* What a run prints (sim_report.c): the table's head (the swept setting's
+ * name, or "run"), a run's row (val: the swept value), the run as one JSON
+ * line; the stall's figures. */
+void sim_report_head(const char *sweep);
+void sim_report_row(const struct sim_opts *o, const struct sim_result *r, const char *val);
+void sim_report_json(const struct sim_opts *o, const struct sim_result *r, const char *sweep,
+                     const char *val);
 void sim_stall_print(const struct sim_opts *o, const struct sim_result *r);
 void sim_stall_json(struct strbuf *b, const struct sim_opts *o, const struct sim_result *r);
 
