@@ -10,6 +10,7 @@
  *   sim_heap.c     the event queue in virtual time, for both
  *   sim_score.c    for both: the exact reference, the bound checks, the waits
  *   sim_redis.c    the Redis server: the agent's Lua scripts, embedded Lua 5.1
+ *   sim_pool.c     its Lua allocator: size classes carved from slabs
  *   sim_traffic.c  requests: Zipf/uniform keys, skew, spikes, trace replay
  *   sim_stats.c    histograms and the exact window check
  *   sim_svg.c      the sweep chart

@@ -2,6 +2,7 @@
 /* sim_redis.c - one Redis server in process: the agent's scripts in Lua 5.1
  * over a hash table of hashes with Redis's expiry rules. */
 #include "tools/sim_redis.h"
+#include "tools/sim_pool.h"
 
 #include <lauxlib.h>
 #include <lua.h>
@@ -36,24 +37,9 @@ struct rkey {
     char key[];
 };
 
-/* Lua's allocations: size classes of 16 bytes up to POOL_MAX, each with a
- * free list, carved from slabs. The interpreter knows the size of what it
- * frees, so blocks need no header; the scripts allocate and drop many small
- * tables and strings per call, where malloc was a quarter of the time. */
-#define POOL_MAX 512
-#define POOL_CLASSES (POOL_MAX / 16)
-#define SLAB (256 * 1024)
-
-struct pool {
-    void *free[POOL_CLASSES + 1];
-    char *cur, *end; /* the slab being carved */
-    void **slabs;    /* every slab, to free them */
-    size_t nslabs, capslabs;
-};
-
 struct sim_redis {
     lua_State *L;
-    struct pool pool;
+    struct sim_pool pool;
     int ref[SIM_REDIS_SCRIPTS]; /* each script's compiled function */
     uint64_t now_us;            /* the virtual time of the call running */
     struct rkey **slots;
@@ -626,72 +612,6 @@ static int l_status_reply(lua_State *L)
     return reply_table(L, "ok");
 }
 
-/* ---- the allocator ------------------------------------------------------------ */
-
-static void *pool_get(struct pool *p, size_t n)
-{
-    if (n > POOL_MAX)
-        return malloc(n);
-    size_t c = (n + 15) / 16;
-    void *b = p->free[c];
-    if (b) {
-        p->free[c] = *(void **)b;
-        return b;
-    }
-    if ((size_t)(p->end - p->cur) < c * 16) {
-        if (p->nslabs == p->capslabs) {
-            size_t cap = p->capslabs ? p->capslabs * 2 : 64;
-            void **s = realloc(p->slabs, cap * sizeof(*s));
-            if (!s)
-                return NULL;
-            p->slabs = s;
-            p->capslabs = cap;
-        }
-        char *slab = malloc(SLAB);
-        if (!slab)
-            return NULL;
-        p->slabs[p->nslabs++] = slab;
-        p->cur = slab;
-        p->end = slab + SLAB; /* the rest of the old slab is left unused */
-    }
-    b = p->cur;
-    p->cur += c * 16;
-    return b;
-}
-
-static void pool_put(struct pool *p, void *b, size_t n)
-{
-    if (n > POOL_MAX) {
-        free(b);
-        return;
-    }
-    size_t c = (n + 15) / 16;
-    *(void **)b = p->free[c];
-    p->free[c] = b;
-}
-
-static void *l_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
-{
-    struct pool *p = ud;
-    if (nsize == 0) {
-        if (ptr)
-            pool_put(p, ptr, osize);
-        return NULL;
-    }
-    if (!ptr)
-        return pool_get(p, nsize);
-    if (osize > POOL_MAX && nsize > POOL_MAX)
-        return realloc(ptr, nsize);
-    if (osize <= POOL_MAX && nsize <= POOL_MAX && (osize + 15) / 16 == (nsize + 15) / 16)
-        return ptr;
-    void *b = pool_get(p, nsize);
-    if (!b)
-        return NULL; /* Lua keeps ptr */
-    memcpy(b, ptr, osize < nsize ? osize : nsize);
-    pool_put(p, ptr, osize);
-    return b;
-}
-
 /* ---- life ------------------------------------------------------------------------ */
 
 /* The scripts by enum store_script (lua/scripts.am), then the batch script. */
@@ -718,7 +638,7 @@ struct sim_redis *sim_redis_new(char *err, size_t errlen)
     struct sim_redis *r = calloc(1, sizeof(*r));
 
     if (!r || !(r->slots = calloc(1024, sizeof(*r->slots))) ||
-        !(r->L = lua_newstate(l_alloc, &r->pool))) {
+        !(r->L = lua_newstate(sim_pool_alloc, &r->pool))) {
         snprintf(err, errlen, "out of memory");
         sim_redis_free(r);
         return NULL;
@@ -758,9 +678,7 @@ void sim_redis_free(struct sim_redis *r)
         return;
     if (r->L)
         lua_close(r->L);
-    for (size_t i = 0; i < r->pool.nslabs; i++)
-        free(r->pool.slabs[i]);
-    free(r->pool.slabs);
+    sim_pool_free(&r->pool);
     for (size_t i = 0; r->slots && i < r->nslots; i++)
         while (r->slots[i])
             key_delete(r, r->slots[i]);
