@@ -50,7 +50,7 @@ static void inflight_unlink(struct limiter *l, struct rjob *j)
     j->iprev = j->inext = NULL;
 }
 
-static void send_job(struct limiter *l, struct rjob *j);
+static void send_job(struct limiter *l, struct rjob *j, uint64_t now_us);
 
 static void on_reply(void *arg, const struct store_result *res)
 {
@@ -70,7 +70,7 @@ static void on_reply(void *arg, const struct store_result *res)
     }
     j = core_reply(&l->core, j, res, now); /* frees j, or what is to go next */
     if (j)
-        send_job(l, j);
+        send_job(l, j, now);
 }
 
 /* j's script call (j is in flight). */
@@ -121,9 +121,10 @@ static void on_set(void *arg, const struct store_result *res)
     send_eval(l, j);
 }
 
-static void send_job(struct limiter *l, struct rjob *j)
+/* now_us: the clock read once for a batch of jobs (they go out together) */
+static void send_job(struct limiter *l, struct rjob *j, uint64_t now_us)
 {
-    j->sent_us = util_now_us();
+    j->sent_us = now_us;
     if (j->lj)
         j->lj->sent_us = j->sent_us;
     j->iprev = l->itail;
@@ -167,9 +168,10 @@ static void wake_cb(struct ev_loop *loop, ev_async *a, int revents)
         rev = q;
     }
     store_cork(l->store, 1); /* what workers queued together goes out together */
+    uint64_t now = rev ? util_now_us() : 0;
     for (q = rev; q; q = next) {
         next = q->next;
-        send_job(l, q);
+        send_job(l, q, now);
     }
     l->evals_corked = 0; /* (on_set's, with them) */
     store_cork(l->store, 0);
@@ -232,14 +234,14 @@ static void timeouts_cb(struct ev_loop *loop, ev_timer *t, int revents)
     }
 }
 
-static void send_jobs(struct limiter *l, struct lease_job *jobs)
+static void send_jobs(struct limiter *l, struct lease_job *jobs, uint64_t now_us)
 {
     struct lease_job *next;
 
     store_cork(l->store, 1);
     for (; jobs; jobs = next) {
         next = jobs->next;
-        send_job(l, core_lease_rjob(jobs));
+        send_job(l, core_lease_rjob(jobs), now_us);
     }
     store_cork(l->store, 0);
 }
@@ -252,7 +254,7 @@ static void tick_cb(struct ev_loop *loop, ev_timer *t, int revents)
     uint64_t now = util_now_us();
 
     lease_tick(l->core.leases, now, atomic_load(&l->up), &jobs);
-    send_jobs(l, jobs);
+    send_jobs(l, jobs, now);
     slow_tick(l, now);
 }
 
@@ -542,10 +544,11 @@ void limiter_shutdown(struct limiter *l, double timeout_s)
      * after [lease] ttl (under-admission only). */
     for (int pass = 0; pass < 5 && store_up(l->store) && util_now_us() < deadline; pass++) {
         jobs = NULL;
-        lease_drain(l->core.leases, util_now_us(), &jobs);
+        uint64_t now = util_now_us();
+        lease_drain(l->core.leases, now, &jobs);
         if (!jobs)
             break;
-        send_jobs(l, jobs);
+        send_jobs(l, jobs, now);
         run_until_idle(l, deadline);
     }
     ev_timer_stop(l->loop, &l->tick);
