@@ -56,7 +56,8 @@ static void on_reply(void *arg, const struct store_result *res)
 {
     struct rjob *j = arg;
     struct limiter *l = j->l;
-    uint64_t now = util_now_us();
+    /* the read's time: one clock read for all the replies it brought */
+    uint64_t now = res->at_us ? res->at_us : util_now_us();
 
     inflight_unlink(l, j);
     /* Only an answer in time ends a stall: late answers to calls that timed
