@@ -50,14 +50,13 @@ static void inflight_unlink(struct limiter *l, struct rjob *j)
     j->iprev = j->inext = NULL;
 }
 
-static void send_job(struct limiter *l, struct rjob *j, uint64_t now_us);
+static void send_job(struct limiter *l, struct rjob *j);
 
 static void on_reply(void *arg, const struct store_result *res)
 {
     struct rjob *j = arg;
     struct limiter *l = j->l;
-    /* the read's time: one clock read for all the replies it brought */
-    uint64_t now = res->at_us ? res->at_us : util_now_us();
+    uint64_t now = util_now_us();
 
     inflight_unlink(l, j);
     /* Only an answer in time ends a stall: late answers to calls that timed
@@ -71,7 +70,7 @@ static void on_reply(void *arg, const struct store_result *res)
     }
     j = core_reply(&l->core, j, res, now); /* frees j, or what is to go next */
     if (j)
-        send_job(l, j, now);
+        send_job(l, j);
 }
 
 /* j's script call (j is in flight). */
@@ -122,10 +121,9 @@ static void on_set(void *arg, const struct store_result *res)
     send_eval(l, j);
 }
 
-/* now_us: the clock read once for a batch of jobs (they go out together) */
-static void send_job(struct limiter *l, struct rjob *j, uint64_t now_us)
+static void send_job(struct limiter *l, struct rjob *j)
 {
-    j->sent_us = now_us;
+    j->sent_us = util_now_us();
     if (j->lj)
         j->lj->sent_us = j->sent_us;
     j->iprev = l->itail;
@@ -169,10 +167,9 @@ static void wake_cb(struct ev_loop *loop, ev_async *a, int revents)
         rev = q;
     }
     store_cork(l->store, 1); /* what workers queued together goes out together */
-    uint64_t now = rev ? util_now_us() : 0;
     for (q = rev; q; q = next) {
         next = q->next;
-        send_job(l, q, now);
+        send_job(l, q);
     }
     l->evals_corked = 0; /* (on_set's, with them) */
     store_cork(l->store, 0);
@@ -235,14 +232,14 @@ static void timeouts_cb(struct ev_loop *loop, ev_timer *t, int revents)
     }
 }
 
-static void send_jobs(struct limiter *l, struct lease_job *jobs, uint64_t now_us)
+static void send_jobs(struct limiter *l, struct lease_job *jobs)
 {
     struct lease_job *next;
 
     store_cork(l->store, 1);
     for (; jobs; jobs = next) {
         next = jobs->next;
-        send_job(l, core_lease_rjob(jobs), now_us);
+        send_job(l, core_lease_rjob(jobs));
     }
     store_cork(l->store, 0);
 }
@@ -255,7 +252,7 @@ static void tick_cb(struct ev_loop *loop, ev_timer *t, int revents)
     uint64_t now = util_now_us();
 
     lease_tick(l->core.leases, now, atomic_load(&l->up), &jobs);
-    send_jobs(l, jobs, now);
+    send_jobs(l, jobs);
     slow_tick(l, now);
 }
 
@@ -545,11 +542,10 @@ void limiter_shutdown(struct limiter *l, double timeout_s)
      * after [lease] ttl (under-admission only). */
     for (int pass = 0; pass < 5 && store_up(l->store) && util_now_us() < deadline; pass++) {
         jobs = NULL;
-        uint64_t now = util_now_us();
-        lease_drain(l->core.leases, now, &jobs);
+        lease_drain(l->core.leases, util_now_us(), &jobs);
         if (!jobs)
             break;
-        send_jobs(l, jobs, now);
+        send_jobs(l, jobs);
         run_until_idle(l, deadline);
     }
     ev_timer_stop(l->loop, &l->tick);

@@ -58,8 +58,7 @@ enum core_first_verdict core_first_reply(const struct rjob *j, const struct stor
     /* Cost 1 from a full bucket b: t = b - 1 left, one token to refill. */
     const struct bucket_params p = first_params(lj->burst, lj->limit, lj->period_ms);
     uint64_t b = lj->burst, t = b - 1;
-    struct store_result r = {.status = STORE_OK, .n = EXACT_R_COUNT, .latency_us = res->latency_us,
-                             .at_us = res->at_us};
+    struct store_result r = {.status = STORE_OK, .n = EXACT_R_COUNT, .latency_us = res->latency_us};
     r.v[EXACT_R_ALLOWED] = 1;
     r.v[EXACT_R_REMAINING] = (int64_t)t;
     r.v[EXACT_R_RETRY_MS] = (int64_t)bucket_tb_wait_ms(&p, 1.0 - (double)t);

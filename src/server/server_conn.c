@@ -366,7 +366,7 @@ static int on_notify(void *ctx, struct spop_conn *sp, const struct spop_frame *f
 
     if (!r)
         return SPOP_ST_RES_ALLOC_ERR;
-    r->t0 = w->parse_us; /* (the read's: conn_parse) */
+    r->t0 = util_now_us();
     r->w = w;
     r->conn = c;
     r->stream_id = f->stream_id;
@@ -407,15 +407,11 @@ static int on_notify(void *ctx, struct spop_conn *sp, const struct spop_frame *f
 static int conn_parse(struct conn *c, size_t n)
 {
     struct worker *w = c->w;
-    /* One clock read for every frame of this read, not one per NOTIFY:
-     * they all came in together (a vDSO clock_gettime on a VM's TSC cost
-     * 4 % of a hot decision) */
-    w->parse_us = util_now_us();
     int closing = spop_conn_in_commit(&c->sp, n, on_notify, c);
 
     if (c->sp.frames_in != c->frames_seen) { /* a whole frame: not idle */
         c->frames_seen = c->sp.frames_in;
-        idle_lru_touch(&w->idle, &c->idle, w->parse_us);
+        idle_lru_touch(&w->idle, &c->idle, util_now_us());
     }
     if (dlist_linked(&c->hs) && c->sp.state != SPOP_CONN_HELLO)
         handshake_end(c); /* the HELLO is in (or refused: closing) */
@@ -762,7 +758,6 @@ void finish_done_requests(struct worker *w)
     r = w->done_reqs;
     w->done_reqs = NULL;
     pthread_mutex_unlock(&w->done_lock);
-    uint64_t now = r ? util_now_us() : 0; /* one clock read for the batch */
     for (; r; r = next) {
         next = r->next;
         c = r->conn;
@@ -770,9 +765,9 @@ void finish_done_requests(struct worker *w)
         c->npending--;
         atomic_fetch_sub(&metrics.notifies_waiting, 1);
         if (!c->dead)
-            request_finish(r, now);
+            request_finish(r, util_now_us());
         else /* no ACK, but slots and charges still go back */
-            limiter_settle(w->srv->lim, &r->lr, now);
+            limiter_settle(w->srv->lim, &r->lr, util_now_us());
         ruleset_unref(r->lr.rs); /* the one on_notify took as it waited */
         request_put(w, r);
         if (!c->to_flush) { /* dead ones too: freed below, once */

@@ -94,10 +94,6 @@ struct worker {
     struct ruleset *_Atomic next_rs; /* handed over by server_set_ruleset */
     atomic_int stop;
     int stopping;
-    /* The monotonic time of the bytes being parsed (conn_parse): every
-     * NOTIFY of one read is read at once, and shares one clock read as its
-     * t0, the time its decision is made at. */
-    uint64_t parse_us;
     uint64_t acked_t0[256]; /* NOTIFY read times of ACKs queued, not yet written */
     unsigned nacked;
     struct request *free_reqs; /* recycled requests */

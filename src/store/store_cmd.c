@@ -287,7 +287,7 @@ int store_cmd_format(const struct store_cmd *c, const struct store_call *call, s
  * an integer as v[0], nil as nothing. */
 void store_cmd_read_reply(struct store_cmd *c, const struct redisReply *reply, uint64_t now)
 {
-    struct store_result res = {.status = STORE_OK, .latency_us = now - c->first_us, .at_us = now};
+    struct store_result res = {.status = STORE_OK, .latency_us = now - c->first_us};
     size_t n = reply->type == REDIS_REPLY_ARRAY ? reply->elements : 0;
     const char **str = n ? calloc(n, sizeof(*str)) : NULL;
     size_t *len = n ? calloc(n, sizeof(*len)) : NULL;
@@ -361,7 +361,6 @@ int64_t store_batch_reply(struct store_cmd *b, const struct redisReply *reply, u
         if (res.status != STORE_OK)
             METRIC_INC(redis_errors);
         res.latency_us = now - m->first_us;
-        res.at_us = now;
         if (!time_ms && !why) /* (one TIME for the whole batch) */
             time_ms = store_reply_time_ms(m->script, &res);
         m->cb(m->arg, &res);

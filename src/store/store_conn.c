@@ -584,7 +584,6 @@ static void on_eval_reply(redisAsyncContext *ac, void *r, void *priv)
     if (reply->type == REDIS_REPLY_ERROR && handle_error(conn, ac, c, reply->str))
         goto next;
     res.latency_us = now - c->first_us;
-    res.at_us = now;
     if (c->read) {
         store_cmd_read_reply(c, reply, now);
         goto next;

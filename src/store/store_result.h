@@ -23,10 +23,6 @@ struct store_result {
     int n;
     int64_t v[STORE_MAX_VALUES];
     uint64_t latency_us;
-    /* When the read that brought the reply began (monotonic, util_now_us):
-     * one clock read for all the replies of a read; 0 when there was no
-     * reply (a call failed or timed out). Never before the call was sent. */
-    uint64_t at_us;
     const char *err; /* valid during the callback only */
     /* store_read() only: the elements of an array reply as text (integers
      * in decimal), str[i] of str_len[i] bytes, NUL-terminated; 0 for nil
