@@ -63,7 +63,7 @@ void rate_refill(struct lease_entry *e, uint64_t now_us)
 static double demand_per_us(const struct lease_table *t, const struct lease_entry *e,
                             uint64_t now_us)
 {
-    if (e->share > 0 && now_us - e->rl_since_us >= t->cfg.rate_ttl_us / RATE_RENEW / 2)
+    if (e->share > 0 && lease_since(now_us, e->rl_since_us) >= t->cfg.rate_ttl_us / RATE_RENEW / 2)
         return (double)e->rl_hits / (double)(now_us - e->rl_since_us);
     if (e->seen < 3 || now_us <= e->first_us)
         return 0;
@@ -174,7 +174,7 @@ static int renew_due(const struct lease_table *t, const struct lease_entry *e, u
 {
     uint64_t quarter = t->cfg.rate_ttl_us / RATE_RENEW;
 
-    uint64_t ran = now_us - e->rl_since_us;
+    uint64_t ran = lease_since(now_us, e->rl_since_us);
 
     if (e->deadline_us - now_us < quarter)
         return e->rl_hits > 0;
@@ -190,7 +190,7 @@ int rate_tick(const struct lease_table *t, struct lease_entry *e, uint64_t now_u
 {
     if (hot(t, e, now_us))
         return RATE_RENEW; /* rate_claim ends it, token leases take over */
-    if (now_us - e->last_hit_us > t->cfg.rate_ttl_us / RATE_IDLE)
+    if (lease_since(now_us, e->last_hit_us) > t->cfg.rate_ttl_us / RATE_IDLE)
         return RATE_RETURN;
     return renew_due(t, e, now_us) ? RATE_RENEW : RATE_KEEP;
 }

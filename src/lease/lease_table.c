@@ -393,14 +393,14 @@ static int entry_idle(const struct lease_table *t, const struct lease_entry *e, 
 {
     return !e->inflight && e->tokens == 0 && !e->wait_head && !dlist_linked(&e->active) &&
            now_us >= e->blocked_until_us && now_us >= e->redis_exp_us &&
-           now_us - e->last_hit_us > t->cfg.ttl_us;
+           lease_since(now_us, e->last_hit_us) > t->cfg.ttl_us;
 }
 
 void lease_sweep(const struct lease_table *t, struct lease_stripe *s, uint64_t now_us)
 {
     for (unsigned n = 0; n < SWEEP_MAX && !dlist_empty(&s->age); n++) {
         struct lease_entry *e = DLIST_ENTRY(s->age.next, struct lease_entry, age);
-        if (now_us - e->touch_us <= t->cfg.ttl_us)
+        if (lease_since(now_us, e->touch_us) <= t->cfg.ttl_us)
             break; /* the rest is younger */
         if (entry_idle(t, e, now_us))
             entry_remove(t, s, e);
