@@ -323,6 +323,11 @@ static int setup(struct sim *s, char *err, size_t errlen)
     s->p.period_us = o->period_ms * 1000;
     s->p.period_ms = o->period_ms;
     s->p.burst = o->burst;
+    /* --regions: one scope = global rule, whose regional buckets are fed,
+     * as the agent's rule set marks them (rules_set.c): a blocked fed key
+     * waits an interval at most for its claimer's deposit (lease_cache.c,
+     * block_waiters), not the rule's retry */
+    s->p.fed = o->regions > 0;
     s->lc.interval_us = o->interval_ms * 1000;
     s->lc.ttl_us = o->ttl_ms * 1000;
     s->lc.max_fraction = o->max_fraction;
