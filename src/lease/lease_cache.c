@@ -25,10 +25,7 @@ static double bucket_now(const struct lease_entry *e, uint64_t now_us)
     double rate = (double)e->limit / (double)e->period_us;
     double mine = e->share > 0 ? (double)e->slice : (double)e->tokens;
     double cap = (double)e->burst - (double)e->others_held - mine;
-    /* a decision's time may be behind the last reply's, by the microseconds
-     * between two threads' clock reads: no time passed, not 2^64 us */
-    uint64_t since = now_us > e->reply_us ? now_us - e->reply_us : 0;
-    double t = e->t_last + rate * (double)since;
+    double t = e->t_last + rate * (double)lease_since(now_us, e->reply_us);
     if (t > cap)
         t = cap;
     return t < 0 ? 0 : t;
@@ -37,7 +34,7 @@ static double bucket_now(const struct lease_entry *e, uint64_t now_us)
 static uint64_t reset_estimate(const struct lease_entry *e, uint64_t now_us, double tnow)
 {
     if (bucket_windowed(e->algorithm) || !e->known) {
-        uint64_t elapsed = now_us > e->reply_us ? (now_us - e->reply_us) / 1000 : 0;
+        uint64_t elapsed = lease_since(now_us, e->reply_us) / 1000;
         return e->reset_ms > elapsed ? (e->reset_ms - elapsed) * 1000 : 0;
     }
     double level = tnow + (double)e->tokens + (double)e->others_held;

@@ -320,8 +320,6 @@ static inline uint64_t lease_margin_for(const struct lease_table *t, uint64_t le
     return (uint64_t)((double)t->margin_us * (double)lease_us / (double)t->cfg.ttl_us);
 }
 
-/* A reply's value: negative ones read as 0 (nonneg); milliseconds capped
- * (ms_capped). Shared by lease_cache.c and lease_ops.c. */
 /* now - then, 0 when then is later: a time read on another thread (a
  * worker's decision, the limiter's reply or tick) may be behind the one it is
  * compared with by the microseconds between the two reads. */
@@ -330,6 +328,8 @@ static inline uint64_t lease_since(uint64_t now, uint64_t then)
     return now > then ? now - then : 0;
 }
 
+/* A reply's value: negative ones read as 0 (nonneg); milliseconds capped
+ * (ms_capped). Shared by lease_cache.c and lease_ops.c. */
 static inline uint64_t nonneg(int64_t x)
 {
     return x > 0 ? (uint64_t)x : 0;
