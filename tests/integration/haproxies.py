@@ -271,19 +271,32 @@ class KitHAProxy(HAProxy):
             time.sleep(0.05)
         raise RuntimeError("no new haproxy worker %.0f s after SIGUSR2" % timeout)
 
-    def show_stat(self):
-        """`show stat` as a list of dicts (pxname, svname, status, check_status...)."""
+    def admin_cmd(self, cmd):
+        """One command on the admin socket: its whole answer, as text."""
         with socket.socket(socket.AF_UNIX) as sk:
             sk.settimeout(5)
             sk.connect(self.admin)
-            sk.sendall(b"show stat\n")
+            sk.sendall(cmd.encode() + b"\n")
             out = b""
             while True:
                 data = sk.recv(65536)
                 if not data:
                     break
                 out += data
-        lines = out.decode().splitlines()
+        return out.decode()
+
+    def show_info(self):
+        """`show info` as a dict (Name: value)."""
+        info = {}
+        for line in self.admin_cmd("show info").splitlines():
+            name, sep, value = line.partition(":")
+            if sep:
+                info[name.strip()] = value.strip()
+        return info
+
+    def show_stat(self):
+        """`show stat` as a list of dicts (pxname, svname, status, check_status...)."""
+        lines = self.admin_cmd("show stat").splitlines()
         head = lines[0].lstrip("# ").split(",")
         return [dict(zip(head, row)) for row in csv.reader(lines[1:]) if row]
 
