@@ -261,6 +261,33 @@ class Result:
                 best = (e, ex, rel, key)
         return best
 
+    def explain(self, key, since=None):
+        """The worst window of key in words, for a failure's message: its
+        length and count against b + r*T, where it lies (s after `since`,
+        default the clients' start), and per agent what it admitted there,
+        degraded or not, with the rule's backstop admissions and repaid."""
+        name, kind, b, r = self.keys[key]
+        mine = [x for x in self.recs if x.client.startswith(key + "/")]
+        ex, count, T, i, j = worst_window(mine, b, r, True)
+        if i is None:
+            return "%s %s: nothing admitted" % (name, kind)
+        adm = sorted((x for x in mine if x.allowed), key=lambda x: x.acked)
+        win = adm[i:j + 1]
+        t0 = self.extra.get("t0", 0.0) if since is None else since
+        start = min(x.sent for x in adm[i:])
+        per = {}
+        for x in win:
+            a = x.client.rsplit("/", 1)[1]
+            n, d = per.get(a, (0, 0))
+            per[a] = (n + 1, d + (x.vars.get("degraded") is True))
+        deg = sum(1 for x in self.recs if x.allowed and x.vars.get("degraded") is True
+                  and self.keys[x.client.rsplit("/", 1)[0]][0] == name)
+        return ("%s %s: %d admitted in %.3f s (b + r*T = %.1f) from %+.3f s to %+.3f s; per "
+                "agent (admitted, degraded): %s; rule %s: backstops admitted %d, repaid %d"
+                % (name, kind, count, T, b + r * T, start - t0, win[-1].acked - t0,
+                   ", ".join("%s %s" % (a, per[a]) for a in sorted(per)), name, deg,
+                   self.extra.get("repaid", {}).get(name, 0)))
+
     def past(self, t_first, t_last):
         """{key: (excess, relative)}: each key's worst excess over b + r*T
         among the intervals that begin before t_first and end after t_last

@@ -88,7 +88,8 @@ class Smoke(FaultCase):
         for key, (name, kind, ex, rel, adm, n) in res.per_key.items():
             allow = 1.0 + res.unrepaid(name) if res.degraded else 0.0
             self.assertLessEqual(ex, allow + EPS, "clock back: %s %s key admitted %+.2f over "
-                                 "b + r*T (%d degraded)" % (name, kind, ex, res.degraded))
+                                 "b + r*T (%d degraded); %s (times from the step)"
+                                 % (name, kind, ex, res.degraded, res.explain(key, t)))
 
 
 class Matrix(FaultCase):
