@@ -366,6 +366,10 @@ static int on_notify(void *ctx, struct spop_conn *sp, const struct spop_frame *f
 
     if (!r)
         return SPOP_ST_RES_ALLOC_ERR;
+    /* Read per NOTIFY, not once per read batch: a lease spends a token only
+     * before its deadline, margin ahead of Redis dropping it, and a time as
+     * old as a preempted batch's processing could pass that check after
+     * the lease is gone (doc/performance.md, the reverted clock reads). */
     r->t0 = util_now_us();
     r->w = w;
     r->conn = c;
