@@ -32,7 +32,7 @@ import time
 import unittest
 
 import browser
-from fleet import Seq, unique
+from fleet import Seq, unique, wait_redis_up
 from harness import AGENT, Agent, Redis, stop_cleanly, wait_for
 
 RULES = """
@@ -134,6 +134,10 @@ class Fleet(PageCase):
             a = Agent(redis_ini(self.redis.port) + RULES, workers=1)
             stop_cleanly(self, a)
             self.agents.append(a)
+        # the ports open before Redis is connected: a decision before then is
+        # the backstop's (degraded), and leases nobody holds in Redis
+        for a in self.agents:
+            wait_redis_up(a)
 
     def decide(self, agent, n, key):
         s = Seq(agent.addr)
@@ -333,10 +337,14 @@ class SlotsStuck(PageCase):
         self.addCleanup(r.stop)
         a = Agent(redis_ini(r.port) + CONC, workers=1)
         stop_cleanly(self, a)
+        # the ports open before Redis is connected: a decision before then is
+        # the backstop's (degraded: seen next to CPU hogs), its slots local
+        wait_redis_up(a)
         s = Seq(a.addr)
         self.addCleanup(s.close)
         # one taken and released: releases do come (no slots_never_released warning)
         first = s.decide(key="fine")
+        self.assertIsNot(first.get("degraded"), True, first)
         self.assertEqual(s.decide(msg="release-slot", slot=first["slot"]), {"blocked": False})
         self.assertTrue(wait_for(lambda: a.metric("spoa_ratelimit_slots_released_total",
                                                   rule="inflight", result="ok") == 1, 5))

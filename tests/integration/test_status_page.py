@@ -32,6 +32,7 @@ import urllib.parse
 
 import browser
 import spop
+from fleet import wait_redis_up
 from harness import Agent, Redis, wait_for
 from haproxies import KitHAProxy, per_haproxy
 
@@ -139,6 +140,7 @@ class PageUnderTraffic:
         cls.addClassCleanup(lambda: cls.redis.stop())
         cls.agent = Agent(redis_ini(cls.redis) + RULES, workers=2)
         cls.addClassCleanup(cls.agent.stop)
+        wait_redis_up(cls.agent)  # the ports open before Redis is connected
         cls.haproxy = KitHAProxy(cls.build, cls.agent.port)
         cls.addClassCleanup(cls.haproxy.stop)
         cls.browser = browser.Browser()
