@@ -64,6 +64,34 @@ def wait_redis_up(agent, timeout=10.0):
 
 
 
+def slow_round_trips(agents, over="0.1"):
+    """Redis round trips (command batches) the agents timed at more than
+    `over` seconds so far, a bound of spoa_ratelimit_redis_latency_seconds
+    (0.1 is [lease] interval's default): on a loaded machine, the stalls that
+    leave leases dry and their requests denied while Redis still had
+    tokens."""
+    n = 0
+    for a in agents:
+        n += (a.metric("spoa_ratelimit_redis_latency_seconds_count") or 0) - (
+            a.metric("spoa_ratelimit_redis_latency_seconds_bucket", le=over) or 0)
+    return int(n)
+
+
+def exact_admitted_cost(recs, b, r, cost):
+    """What one exact bucket (full at the start) admits of these requests'
+    costs (cost(x) each), in the order they were sent: their total."""
+    tokens, last, total = float(b), None, 0
+    for x in sorted(recs, key=lambda x: x.sent):
+        if last is not None:
+            tokens = min(float(b), tokens + r * (x.sent - last))
+        last = x.sent
+        c = cost(x)
+        if tokens >= c:
+            tokens -= c
+            total += c
+    return total
+
+
 def redis_counts(agents):
     """(commands, script operations) sent so far by all agents: a batch is one
     command that carries several operations."""
