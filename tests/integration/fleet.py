@@ -398,15 +398,7 @@ def collect(clients):
 def exact_admitted(recs, b, r):
     """What one exact bucket (full at the start) admits of these requests,
     in the order they were sent."""
-    tokens, last, n = float(b), None, 0
-    for x in sorted(recs, key=lambda x: x.sent):
-        if last is not None:
-            tokens = min(float(b), tokens + r * (x.sent - last))
-        last = x.sent
-        if tokens >= 1.0:
-            tokens -= 1.0
-            n += 1
-    return n
+    return exact_admitted_cost(recs, b, r, lambda x: 1)
 
 
 def worst_across(records, b, r, t_first, t_last):
